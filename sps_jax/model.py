@@ -1,0 +1,288 @@
+"""The SPS Transformer family: one backbone, five attention patterns.
+
+Hidden states are ``[B, T, S, D]`` (positions x streams, S = 1 for Standard,
+2 otherwise). Everything position-wise ignores S; attention sees the
+interleaved order through a reshape. Flax Linen is used functionally: the
+parameters are a plain pytree of f32 arrays, cast to the compute dtype at use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+from sps_jax import attention, masks
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Hashable, validated model hyper-parameters (built from ``config.model``)."""
+
+    variant: str = "sps"
+    window: Optional[int] = 64
+    num_layers: int = 2
+    d_model: int = 64
+    num_heads: int = 2
+    d_ff: int = 192
+    vocab_size: int = 50304
+    seq_len: int = 128
+    attention: str = "xla"
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    rope_theta: float = 10000.0
+    init_std: float = 0.02
+    norm_eps: float = 1e-6
+    eos_id: int = masks.EOS_ID
+    predict_id: int = masks.PREDICT_ID
+    pad_id: int = masks.PAD_ID
+    persistent_window: Optional[int] = None
+    remat: bool = False
+
+    @property
+    def num_streams(self) -> int:
+        return masks.num_streams(self.variant)
+
+    @property
+    def logits_stream(self) -> int:
+        return masks.logits_stream(self.variant)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def compute_dtype(self):
+        return _DTYPES[self.dtype]
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "ModelConfig":
+        if isinstance(cfg, ModelConfig):
+            return cfg
+        items = dict(cfg.items()) if hasattr(cfg, "items") else dict(cfg)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(items) - known)
+        if unknown:
+            raise ValueError(f"unknown model config field(s) {unknown}: valid fields are {sorted(known)}.")
+        out = cls(**items)
+        out.validate()
+        return out
+
+    def validate(self) -> None:
+        masks.check_variant(self.variant)
+        masks.check_window(self.window)
+        masks.check_window(self.persistent_window, "persistent_window")
+        if self.attention not in attention.BACKENDS:
+            raise ValueError(
+                f"unknown attention backend {self.attention!r}: choose one of {', '.join(attention.BACKENDS)}.")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}.")
+        if self.d_model % self.num_heads or self.head_dim % 2:
+            raise ValueError(
+                f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")
+        for name in ("eos_id", "predict_id", "pad_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")
+
+
+def check_tokens(tokens_BT, cfg: ModelConfig) -> None:
+    """Shape and range checks with one clear sentence; value checks only on concrete arrays."""
+    if tokens_BT.ndim != 2:
+        raise ValueError(f"tokens must be a [batch, time] array, got shape {tuple(tokens_BT.shape)}.")
+    if tokens_BT.shape[1] > cfg.seq_len:
+        raise ValueError(
+            f"sequence of {tokens_BT.shape[1]} tokens is longer than the configured context "
+            f"model.seq_len={cfg.seq_len}: truncate it or raise model.seq_len.")
+    if not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
+        raise ValueError(f"tokens must be integers, got dtype {tokens_BT.dtype}.")
+    if isinstance(tokens_BT, jax.core.Tracer):
+        return
+    tokens = np.asarray(tokens_BT)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= cfg.vocab_size):
+        bad = tokens[(tokens < 0) | (tokens >= cfg.vocab_size)][0]
+        raise ValueError(
+            f"token id {int(bad)} is outside the vocabulary [0, {cfg.vocab_size}): "
+            "check the tokenizer and the data file's dtype.")
+
+
+def rms_norm(x, scale, eps):
+    """RMSNorm computed in f32, returned in the input dtype."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def apply_rope(x_BTSHK, positions_BT, theta):
+    """Rotate interleaved feature pairs (2k, 2k+1) of each head by position (shared by both streams)."""
+    K = x_BTSHK.shape[-1]
+    inv_freq = theta ** (-jnp.arange(0, K, 2, dtype=jnp.float32) / K)
+    angle_BTk = positions_BT.astype(jnp.float32)[..., None] * inv_freq
+    cos = jnp.cos(angle_BTk)[:, :, None, None, :]
+    sin = jnp.sin(angle_BTk)[:, :, None, None, :]
+    x = x_BTSHK.astype(jnp.float32)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
+    return out.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
+
+
+class RMSNorm(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), _DTYPES[self.cfg.param_dtype])
+        return rms_norm(x, scale, self.cfg.norm_eps)
+
+
+def _normal(std):
+    return nn.initializers.normal(stddev=std)
+
+
+class Attention(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_BTSD, positions_BT, doc_ids_BT):
+        c = self.cfg
+        dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
+        H, K, D = c.num_heads, c.head_dim, c.d_model
+        w_qkv = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
+        w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
+        qkv = jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt))
+        q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
+        k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
+        attend = attention.get_backend(c.attention)
+        o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, variant=c.variant,
+                         window=c.window, persistent_window=c.persistent_window)
+        return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt))
+
+
+class MLP(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_BTSD):
+        c = self.cfg
+        dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
+        w_gate = self.param("gate", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
+        w_up = self.param("up", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
+        w_down = self.param("down", _normal(c.init_std), (c.d_ff, c.d_model), pdt)
+        x = x_BTSD.astype(dt)
+        h = nn.silu(x @ w_gate.astype(dt)) * (x @ w_up.astype(dt))
+        return h @ w_down.astype(dt)
+
+
+class Block(nn.Module):
+    cfg: ModelConfig
+
+    @nn.compact
+    def __call__(self, x_BTSD, positions_BT, doc_ids_BT):
+        x_BTSD = x_BTSD + Attention(self.cfg, name="attn")(
+            RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT)
+        return x_BTSD + MLP(self.cfg, name="mlp")(RMSNorm(self.cfg, name="mlp_norm")(x_BTSD))
+
+
+class Transformer(nn.Module):
+    """``Transformer(config.model).apply({"params": p}, tokens_BT)`` -> logits [B, T, V].
+
+    ``logits[:, i]`` predicts token i+1 and is read from the variant's logits
+    stream. Document ids come from EOS and pad tokens unless given.
+    """
+
+    config: Any
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return ModelConfig.from_config(self.config)
+
+    @nn.compact
+    def __call__(self, tokens_BT, positions_BT=None, doc_ids_BT=None, return_hidden=False):
+        c = self.cfg
+        check_tokens(tokens_BT, c)
+        B, T = tokens_BT.shape
+        if positions_BT is None:
+            positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        if doc_ids_BT is None:
+            doc_ids_BT = masks.document_ids(jnp.asarray(tokens_BT), c.eos_id, c.pad_id)
+        embed = self.param("embed", _normal(c.init_std), (c.vocab_size, c.d_model), _DTYPES[c.param_dtype])
+        x_BTD = embed[tokens_BT]
+        streams = [x_BTD]
+        if c.num_streams == 2:
+            # Every predict slot starts from the single <predict> embedding.
+            streams.append(jnp.broadcast_to(embed[c.predict_id], x_BTD.shape))
+        x_BTSD = jnp.stack(streams, axis=2).astype(c.compute_dtype)
+        # Zero-valued unless a "perturbations" collection is passed: its gradient is the
+        # per-slot gradient of the loss w.r.t. the layer-0 inputs (tests, probes).
+        x_BTSD = self.perturb("embeddings", x_BTSD)
+        block = nn.remat(Block) if c.remat else Block
+        for layer in range(c.num_layers):
+            x_BTSD = block(c, name=f"block_{layer}")(x_BTSD, positions_BT, doc_ids_BT)
+        h_BTD = RMSNorm(c, name="final_norm")(x_BTSD[:, :, c.logits_stream])
+        if return_hidden:
+            return h_BTD
+        return unembed(h_BTD, embed)
+
+
+def unembed(h_BTD, embed_VD):
+    """Tied unembedding with f32 accumulation."""
+    return jnp.einsum("btd,vd->btv", h_BTD, embed_VD.astype(h_BTD.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+def loss_weights(inputs_BT, targets_BT, eos_id, pad_id):
+    """1 where position i is trained to predict token i+1.
+
+    Positions whose input is EOS or pad are excluded (never predict the first
+    token of an unrelated document); predicting an EOS is kept.
+    """
+    keep = (inputs_BT != eos_id) & (inputs_BT != pad_id) & (targets_BT != pad_id)
+    return keep.astype(jnp.float32)
+
+
+def token_nll(logits_BTV, targets_BT):
+    """Per-position negative log-likelihood in f32."""
+    logits = logits_BTV.astype(jnp.float32)
+    target_logit = jnp.take_along_axis(logits, targets_BT[..., None], axis=-1)[..., 0]
+    return jax.nn.logsumexp(logits, axis=-1) - target_logit
+
+
+def loss_sums(model: Transformer, params, tokens_BT1, positions_BT=None):
+    """(sum of kept per-position NLL, number of kept positions) for windows of T+1 tokens.
+
+    Sums rather than means so that micro-batches and hosts add up to the
+    token-weighted mean over the global batch.
+    """
+    c = model.cfg
+    inputs_BT, targets_BT = tokens_BT1[:, :-1], tokens_BT1[:, 1:]
+    logits_BTV = model.apply({"params": params}, inputs_BT, positions_BT)
+    weights_BT = loss_weights(inputs_BT, targets_BT, c.eos_id, c.pad_id)
+    return (token_nll(logits_BTV, targets_BT) * weights_BT).sum(), weights_BT.sum()
+
+
+def loss_fn(model: Transformer, params, tokens_BT1):
+    """Token-weighted mean next-token loss over the kept positions of the batch."""
+    total, count = loss_sums(model, params, tokens_BT1)
+    return total / jnp.maximum(count, 1.0)
+
+
+def init_params(model: Transformer, rng):
+    """f32 parameters; shapes do not depend on the sequence length, so init on one token."""
+    return model.init(rng, jnp.zeros((1, 1), jnp.int32))["params"]
+
+
+def param_shapes(model: Transformer):
+    """Parameter ShapeDtypeStructs without allocating any weights."""
+    return jax.eval_shape(lambda rng: init_params(model, rng), jax.random.PRNGKey(0))
+
+
+def count_params(model: Transformer) -> int:
+    """Parameters with the tied embedding counted once (the paper's convention)."""
+    return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(param_shapes(model)))

@@ -1,0 +1,48 @@
+"""Config files, the SCALE,VARIANT[,WINDOW] argument and command-line overrides."""
+
+import pytest
+
+from sps_jax import config as sps_config
+from sps_jax import model as sps_model
+
+
+@pytest.mark.parametrize("scale", sorted(sps_config.SCALES))
+@pytest.mark.parametrize("variant", ["standard", "sps", "two_x_memory", "delayed_state", "reverse_sps"])
+def test_paper_config_builds_a_valid_model_config(scale, variant):
+    config = sps_config.load_config(f"configs/paper.py:{scale},{variant},16")
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    layers, d, heads = sps_config.SCALES[scale]
+    assert (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.head_dim) == (layers, d, heads, 3 * d, 64)
+    assert cfg.window == (None if variant in ("standard", "two_x_memory") else 16)
+    assert (cfg.vocab_size, cfg.seq_len) == (50304, 4096)
+
+
+def test_paper_defaults_and_training_recipe():
+    config = sps_config.load_config("configs/paper.py")
+    assert (config.model.variant, config.model.window, config.model.num_layers) == ("sps", 64, 12)
+    t = config.train
+    assert (t.b1, t.b2, t.weight_decay, t.grad_clip, t.peak_lr, t.final_lr) == (0.9, 0.95, 0.1, 1.0, 6e-4, 6e-5)
+    assert (t.global_batch, t.decay_fraction) == (96, 0.1)
+
+
+def test_overrides_parse_literals_and_keep_types():
+    config = sps_config.load_config(
+        "configs/tiny.py:delayed_state,4",
+        ["--config.model.window=None", "--config.train.peak_lr=1", "--config.model.attention=pallas"])
+    assert config.model.variant == "delayed_state"
+    assert config.model.window is None
+    assert config.train.peak_lr == 1.0 and isinstance(config.train.peak_lr, float)
+    assert config.model.attention == "pallas"
+
+
+def test_config_errors_are_one_clear_sentence():
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        sps_config.load_config("configs/nope.py")
+    with pytest.raises(ValueError, match="unknown variant|unknown attention variant"):
+        sps_config.load_config("configs/paper.py:s,spss")
+    with pytest.raises(ValueError, match="non-negative"):
+        sps_config.load_config("configs/paper.py:s,sps,-1")
+    with pytest.raises(ValueError, match="unknown scale"):
+        sps_config.load_config("configs/paper.py:xxl,sps")
+    with pytest.raises(ValueError, match="has no field"):
+        sps_config.load_config("configs/tiny.py", ["--config.model.windw=3"])

@@ -1,0 +1,145 @@
+"""The backbone: causality and isolation by gradients, loss exclusions, sizes, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sps_jax import config as sps_config
+from sps_jax import masks
+from sps_jax import model as sps_model
+from tests.conftest import SMALL, small_config
+
+EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
+
+
+def random_tokens(rng, B, T, eos_rate=0.15):
+    tokens = rng.integers(0, 50, size=(B, T))
+    tokens[rng.random((B, T)) < eos_rate] = EOS
+    return jnp.asarray(tokens, jnp.int32)
+
+
+def per_position_slot_grads(model, params, tokens_BT):
+    """[T, T, S]: |d nll_i / d layer-0 input of slot (j, s)|, summed over features."""
+    c = model.cfg
+    B, T = tokens_BT.shape
+    zeros = jnp.zeros((B, T, c.num_streams, c.d_model), jnp.float32)
+    targets = jnp.roll(tokens_BT, -1, axis=1)
+
+    def nll_at(i, perturb):
+        logits = model.apply({"params": params, "perturbations": {"embeddings": perturb}}, tokens_BT)
+        return sps_model.token_nll(logits, targets)[0, i]
+
+    grads = jax.vmap(lambda i: jax.grad(nll_at, argnums=1)(i, zeros))(jnp.arange(T))
+    return np.abs(np.asarray(grads[:, 0])).sum(-1)
+
+
+def reachable(variant, window, doc_ids_T, layers):
+    """Slots whose layer-0 input can influence each slot after `layers` layers (mask closure)."""
+    S = masks.num_streams(variant)
+    step = masks.dense_mask(variant, window, doc_ids_T[None])[0].astype(np.int64)
+    reach = np.eye(step.shape[0], dtype=np.int64)
+    for _ in range(layers):
+        reach = np.minimum(reach @ step + reach, 1)
+    T = doc_ids_T.shape[0]
+    return reach.reshape(T, S, T, S).astype(bool)
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+@pytest.mark.parametrize("layers,window", [(1, 0), (1, 3), (2, 2)])
+def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, window):
+    T = 14
+    model, params = make_model(variant, window, num_layers=layers, seq_len=T)
+    tokens = random_tokens(np.random.default_rng(3), 1, T)
+    grads_TTS = per_position_slot_grads(model, params, tokens)
+    doc = np.asarray(masks.document_ids(np.asarray(tokens), EOS, PAD))[0]
+    reach = reachable(variant, model.cfg.window, doc, layers)[:, model.cfg.logits_stream]  # [T, T, S]
+    for i in range(T):
+        hidden = ~reach[i]
+        assert (grads_TTS[i][hidden] == 0).all(), f"position {i} leaks gradient to hidden slots"
+        assert grads_TTS[i][i, model.cfg.logits_stream] > 0
+        # The closure never crosses into the future or into another document.
+        j = np.arange(T)[:, None].repeat(reach.shape[-1], 1)
+        assert not reach[i][(j > i) | (doc[j] != doc[i])].any()
+    if layers == 1 and variant == "sps":
+        # With one layer the predict slot of position j reaches losses at most w positions ahead.
+        i, j = np.nonzero(grads_TTS[:, :, 1] > 0)
+        assert (i - j <= window).all()
+
+
+def test_two_x_memory_is_sps_with_unbounded_window_bit_for_bit(make_model):
+    T = 20
+    model_2x, params = make_model("two_x_memory", None, seq_len=T)
+    model_sps, _ = make_model("sps", T, seq_len=T)
+    tokens = random_tokens(np.random.default_rng(0), 2, T)
+    a = model_2x.apply({"params": params}, tokens)
+    b = model_sps.apply({"params": params}, tokens)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_loss_excludes_eos_and_pad_inputs_but_trains_eos_targets(make_model):
+    model, params = make_model("sps", 2, seq_len=8)
+    tokens = jnp.asarray([[PAD, PAD, 5, 6, EOS, 7, 8, EOS, 9]], jnp.int32)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    weights = np.asarray(sps_model.loss_weights(inputs, targets, EOS, PAD))[0]
+    # pad inputs excluded; 5->6 and 6->EOS kept; EOS->7 excluded; 7->8 and 8->EOS kept.
+    np.testing.assert_array_equal(weights, [0, 0, 1, 1, 0, 1, 1, 0])
+    logits = np.asarray(model.apply({"params": params}, inputs), np.float64)[0]
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+        - logits.max(-1, keepdims=True)
+    nll = -logp[np.arange(8), np.asarray(targets)[0]]
+    total, count = sps_model.loss_sums(model, params, tokens)
+    assert count == 4
+    np.testing.assert_allclose(float(total), (nll * weights).sum(), rtol=1e-5)
+    np.testing.assert_allclose(float(sps_model.loss_fn(model, params, tokens)), (nll * weights).sum() / 4,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_left_padding_leaves_logits_of_the_real_suffix_unchanged(make_model, variant):
+    T, pad = 12, 5
+    model, params = make_model(variant, 3, seq_len=T + pad)
+    tokens = random_tokens(np.random.default_rng(1), 1, T)
+    padded = jnp.concatenate([jnp.full((1, pad), PAD, jnp.int32), tokens], axis=1)
+    plain = model.apply({"params": params}, tokens)
+    shifted = model.apply({"params": params}, padded)[:, pad:]
+    np.testing.assert_allclose(np.asarray(shifted), np.asarray(plain), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale,paper_millions", [("xs", 53), ("s", 131), ("m", 379), ("l", 831), ("xl", 1678)])
+def test_parameter_counts_match_the_paper(scale, paper_millions):
+    config = sps_config.paper_config(scale, "sps", 64)
+    n = sps_model.count_params(sps_model.Transformer(config.model))
+    assert abs(n / 1e6 - paper_millions) / paper_millions < 0.01
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_every_variant_has_the_same_parameter_shapes(variant):
+    base = sps_model.param_shapes(sps_model.Transformer(small_config("standard", None)))
+    other = sps_model.param_shapes(sps_model.Transformer(small_config(variant, 2)))
+    assert jax.tree_util.tree_map(lambda x: x.shape, base) == jax.tree_util.tree_map(lambda x: x.shape, other)
+
+
+def test_bf16_compute_keeps_f32_parameters_and_tracks_f32(make_model):
+    model32, params = make_model("sps", 2)
+    model16 = sps_model.Transformer(small_config("sps", 2, dtype="bfloat16"))
+    assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(params))
+    tokens = random_tokens(np.random.default_rng(2), 2, 16)
+    a = model32.apply({"params": params}, tokens)
+    b = model16.apply({"params": params}, tokens)
+    assert b.dtype == jnp.float32  # logits accumulate in f32
+    assert float(jnp.abs(a - b).max()) < 0.1 * float(jnp.abs(a).max())
+
+
+def test_bad_input_stops_with_a_clear_message(make_model):
+    model, params = make_model("sps", 2, seq_len=8)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.apply({"params": params}, jnp.asarray([[1, 2, 64]]))
+    with pytest.raises(ValueError, match="longer than the configured context"):
+        model.apply({"params": params}, jnp.zeros((1, 9), jnp.int32))
+    with pytest.raises(ValueError, match="unknown attention variant"):
+        small_config("sps2", 2)
+    with pytest.raises(ValueError, match="non-negative"):
+        small_config("sps", -3)
+    with pytest.raises(ValueError, match="unknown model config field"):
+        sps_model.ModelConfig.from_config({"varaint": "sps"})
