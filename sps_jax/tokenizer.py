@@ -1,0 +1,133 @@
+"""GPT-2 BPE through tiktoken, usable offline.
+
+``tiktoken.get_encoding("gpt2")`` downloads its ranks at run time. The identical
+ranks ship in the ``openai-whisper`` source distribution on the package index
+(``whisper/assets/gpt2.tiktoken``); ``python -m sps_jax.tokenizer provision``
+fetches that with pip, checks its sha256 and stores it where ``get_tokenizer``
+looks first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+EOS_TOKEN = "<|endoftext|>"
+EOS_ID = 50256
+RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+# GPT-2's pre-tokenisation pattern (tiktoken's r50k pattern).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+PROVISION_COMMAND = "python3 -m sps_jax.tokenizer provision"
+
+
+def default_ranks_path() -> str:
+    """$SPS_JAX_TOKENIZER, else ~/.cache/sps_jax/gpt2.tiktoken."""
+    return os.environ.get("SPS_JAX_TOKENIZER") or os.path.join(
+        os.path.expanduser("~"), ".cache", "sps_jax", "gpt2.tiktoken")
+
+
+class TokenizerMissing(RuntimeError):
+    pass
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def from_ranks_file(path: str):
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=load_tiktoken_bpe(path),
+                             special_tokens={EOS_TOKEN: EOS_ID})
+
+
+_CACHE = {}
+
+
+def get_tokenizer(ranks_path: str | None = None):
+    """The GPT-2 tiktoken Encoding: a local ranks file if present, else tiktoken's download."""
+    path = ranks_path or default_ranks_path()
+    if path in _CACHE:
+        return _CACHE[path]
+    if os.path.isfile(path):
+        enc = from_ranks_file(path)
+    elif ranks_path:
+        raise TokenizerMissing(f"tokenizer file {ranks_path!r} does not exist: run `{PROVISION_COMMAND}` "
+                               "or pass the path of a gpt2.tiktoken file.")
+    else:
+        import tiktoken
+
+        try:
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as exc:  # offline: tiktoken raises network errors of several kinds
+            raise TokenizerMissing(
+                f"the GPT-2 tokenizer is not available offline ({type(exc).__name__}): run "
+                f"`{PROVISION_COMMAND}` once (it needs only the package index), or set SPS_JAX_TOKENIZER "
+                "to a gpt2.tiktoken file.") from None
+    _CACHE[path] = enc
+    return enc
+
+
+def encode(text: str, ranks_path: str | None = None) -> list[int]:
+    """Ordinary text to ids; '<|endoftext|>' in the text is not turned into EOS."""
+    return get_tokenizer(ranks_path).encode_ordinary(text)
+
+
+def decode(ids, ranks_path: str | None = None) -> str:
+    return get_tokenizer(ranks_path).decode([int(i) for i in ids if int(i) < EOS_ID + 1])
+
+
+def provision(out: str | None = None) -> str:
+    """Fetch whisper's gpt2.tiktoken from the package index, verify it, store it atomically."""
+    out = out or default_ranks_path()
+    if os.path.isfile(out) and _sha256(out) == RANKS_SHA256:
+        print(f"tokenizer already provisioned at {out}")
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        print("downloading the openai-whisper source distribution (about 0.8 MB) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        "openai-whisper", "-d", tmp], check=True)
+        archives = [f for f in os.listdir(tmp) if f.endswith(".tar.gz")]
+        if not archives:
+            raise TokenizerMissing("pip did not return an openai-whisper source archive; cannot provision.")
+        with tarfile.open(os.path.join(tmp, archives[0])) as tar:
+            member = next((m for m in tar.getmembers() if m.name.endswith("whisper/assets/gpt2.tiktoken")), None)
+            if member is None:
+                raise TokenizerMissing(f"{archives[0]} holds no whisper/assets/gpt2.tiktoken; cannot provision.")
+            data = tar.extractfile(member).read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != RANKS_SHA256:
+        raise TokenizerMissing(f"gpt2.tiktoken has sha256 {digest}, expected {RANKS_SHA256}; refusing to use it.")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    partial = out + ".partial"
+    with open(partial, "wb") as f:
+        f.write(data)
+    os.replace(partial, out)
+    print(f"tokenizer provisioned at {out} (sha256 verified)")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("provision", help="fetch and verify the GPT-2 ranks for offline use")
+    p.add_argument("--out", default=None, help=f"where to store it (default {default_ranks_path()})")
+    e = sub.add_parser("encode", help="print the ids of a text")
+    e.add_argument("text")
+    args = parser.parse_args(argv)
+    if args.command == "provision":
+        provision(args.out)
+    else:
+        print(encode(args.text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
