@@ -159,3 +159,4 @@ class SPSLM(TemplateLM):
         if kwargs.get("do_sample") or float(kwargs.get("temperature", 0.0) or 0.0) > 0:
             warnings.warn("sps_jax decodes greedily; do_sample/temperature are ignored.")
         return list(until), max_toks
+
