@@ -75,7 +75,7 @@ def tokens_seen(workdir: str, step: int, config) -> int:
 
 
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
-                limit: int | None = None, include_defaults: bool = True) -> tuple[dict, dict]:
+                limit: int | None = None, include_defaults: bool = True, task_manager=None) -> tuple[dict, dict]:
     """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -83,7 +83,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     task_data = dict(task_data or {})
     with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir:
         paths = [paper_tasks.TASKS_DIR] + ([include_path] if include_path else [])
-        manager = TaskManager(include_path=paths, include_defaults=include_defaults)
+        manager = task_manager or TaskManager(include_path=paths, include_defaults=include_defaults)
         paper_tasks.check_known(keys, manager.all_tasks)
         names = {}
         for key in keys:
@@ -101,8 +101,9 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
 
 
 def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: str | None = None,
-                        val_tokens: int | None = None, task_data=None, include_path=None, limit=None,
-                        batch_size: int = 16, tokenizer=None, tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
+                        val_tokens: int | None = None, val_batch_size: int = 8, task_data=None,
+                        include_path=None, limit=None, batch_size: int = 16, tokenizer=None,
+                        tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
     """The results-JSON dict for one checkpoint (fields absent when not evaluated)."""
     t0 = time.time()
     if keys:  # resolve task names and the tokenizer before loading any weights
@@ -122,7 +123,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
               "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
     if tokens is not None:
         val_nll.read_split(val_data, cfg=net.cfg)  # eos id and vocabulary checks against this model
-        stats = val_nll.validation_nll(net, params, tokens, max_tokens=val_tokens)
+        stats = val_nll.validation_nll(net, params, tokens, batch_size=val_batch_size, max_tokens=val_tokens)
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
     if keys:
@@ -130,7 +131,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         from sps_jax import scoring
 
         lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=batch_size), tokenizer=tokenizer)
-        results, names = run_lm_eval(lm, keys, task_data, include_path, limit, include_defaults)
+        results, names = run_lm_eval(lm, keys, task_data, include_path, limit, include_defaults, manager)
         result.update(paper_tasks.summarize(results, keys, names))
         result["lm_eval_tasks"] = names
         if limit is not None:
@@ -171,6 +172,7 @@ def main_evaluate(argv) -> int:
     p.add_argument("--include-path", default=None, help="extra folder of lm-eval task YAMLs")
     p.add_argument("--val-data", default=None, help="prepared token folder (manifest.json + val.bin)")
     p.add_argument("--val-tokens", type=int, default=None, help="score only the first N validation tokens")
+    p.add_argument("--val-batch-size", type=int, default=8, help="validation windows per forward pass")
     p.add_argument("--limit", type=int, default=None, help="lm-eval: at most N documents per task (smoke tests)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
@@ -189,8 +191,8 @@ def main_evaluate(argv) -> int:
             p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json.")
     rows = []
     for step in steps:
-        result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, _task_data(args.task_data),
-                                     args.include_path, args.limit, args.batch_size,
+        result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
+                                     _task_data(args.task_data), args.include_path, args.limit, args.batch_size,
                                      tokenizer_path=args.tokenizer)
         out = args.out or os.path.join(result["workdir"], "eval", f"step_{result['step']}.json")
         write_json(out, result)

@@ -53,8 +53,9 @@ def _jitted(cfg: sps_model.ModelConfig):
 
     @jax.jit
     def next_token(params, tokens_BT, positions_BT):
-        logits_BTV = net.apply({"params": params}, tokens_BT, positions_BT)
-        return jnp.argmax(logits_BTV[:, -1], axis=-1)
+        # Unembed only the last position: [B, V] rather than [B, T, V] logits.
+        h_BTD = net.apply({"params": params}, tokens_BT, positions_BT, return_hidden=True)
+        return jnp.argmax(sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0], axis=-1)
 
     return target_logprobs, next_token
 
@@ -62,21 +63,31 @@ def _jitted(cfg: sps_model.ModelConfig):
 class Scorer:
     """Log-likelihoods and greedy continuations of token-id sequences under one model.
 
-    ``max_batch`` bounds the rows per forward pass; ``min_len`` is the smallest
-    length bucket (fewer tiny shapes to compile).
+    ``max_batch`` bounds the rows per forward pass and ``max_batch_tokens`` the
+    rows x length (scoring materialises [rows, length, vocab] f32 logits: 16384
+    tokens x 50304 ids is 3.3 GB); ``min_len`` is the smallest length bucket.
     """
 
-    def __init__(self, net: sps_model.Transformer, params, max_batch: int = 16, min_len: int = 16):
+    def __init__(self, net: sps_model.Transformer, params, max_batch: int = 16, min_len: int = 16,
+                 max_batch_tokens: int = 16384):
         self.net = net
         self.cfg = net.cfg
         self.params = params
         self.max_batch = int(max_batch)
         self.min_len = int(min_len)
+        self.max_batch_tokens = int(max_batch_tokens)
         self._target_logprobs, self._next_token = _jitted(self.cfg)
 
     @property
     def max_length(self) -> int:
         return self.cfg.seq_len
+
+    def rows_for(self, length: int) -> int:
+        """Rows per batch at this length bucket: a power of two within max_batch and max_batch_tokens."""
+        rows = 1
+        while rows * 2 <= self.max_batch and rows * 2 * length <= self.max_batch_tokens:
+            rows *= 2
+        return rows
 
     def _check_ids(self, ids: Sequence[int]) -> None:
         if ids and (min(ids) < 0 or max(ids) >= self.cfg.vocab_size):
@@ -107,10 +118,12 @@ class Scorer:
             rows.append((whole[:-1], whole[1:], len(cont)))
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
         out: list[tuple[float, bool] | None] = [None] * len(rows)
-        for start in range(0, len(order), self.max_batch):
-            chunk = order[start:start + self.max_batch]
-            length = bucket(len(rows[chunk[0]][0]), self.max_length, self.min_len)
-            batch = bucket(len(chunk), self.max_batch)
+        start = 0
+        while start < len(order):
+            length = bucket(len(rows[order[start]][0]), self.max_length, self.min_len)
+            chunk = order[start:start + self.rows_for(length)]
+            start += len(chunk)
+            batch = bucket(len(chunk), self.rows_for(length))
             inputs, positions = left_pad([rows[i][0] for i in chunk], length, batch, self.cfg.pad_id)
             targets, _ = left_pad([rows[i][1] for i in chunk], length, batch, self.cfg.pad_id)
             logprob_BT, greedy_BT = self._target_logprobs(self.params, inputs, positions, targets)
@@ -134,8 +147,10 @@ class Scorer:
         keep = max(self.max_length - max_new_tokens, 1)
         results: list[list[int]] = [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        for start in range(0, len(order), self.max_batch):
-            chunk = order[start:start + self.max_batch]
+        rows = self.rows_for(bucket(len(prompts[order[0]]) + max_new_tokens, self.max_length, self.min_len)) \
+            if order else 1
+        for start in range(0, len(order), rows):
+            chunk = order[start:start + rows]
             seqs = []
             for i in chunk:
                 prompt = list(prompts[i])[-keep:]
@@ -149,7 +164,7 @@ class Scorer:
                     break
                 live = [seqs[a][-self.max_length:] for a in active]
                 length = bucket(max(map(len, live)), self.max_length, self.min_len)
-                batch = bucket(len(live), self.max_batch)
+                batch = bucket(len(live), rows)
                 tokens, positions = left_pad(live, length, batch, self.cfg.pad_id)
                 next_ids = np.asarray(self._next_token(self.params, tokens, positions))
                 still = []

@@ -9,6 +9,7 @@ documents separated by EOS as in training.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -54,6 +55,13 @@ def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) 
     return np.arange(count, dtype=np.int64) * seq_len
 
 
+@functools.lru_cache(maxsize=None)
+def _loss_sums(cfg: sps_model.ModelConfig):
+    """Jitted loss sums per model config, so evaluating many checkpoints of a run compiles once."""
+    net = sps_model.Transformer(cfg)
+    return jax.jit(lambda params, tokens_BT1: sps_model.loss_sums(net, params, tokens_BT1))
+
+
 def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = 8,
                    max_tokens: int | None = None, log_every_s: float = 10.0) -> dict:
     """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
@@ -62,7 +70,7 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
     starts = window_starts(len(tokens), T, max_tokens)
     if not len(starts):
         raise ValueError(f"the validation split has {len(tokens)} tokens, fewer than one window of {T + 1}.")
-    sums = jax.jit(lambda p, x: sps_model.loss_sums(net, p, x))
+    sums = _loss_sums(cfg)
     total, count, t0, last = 0.0, 0.0, time.time(), time.time()
     for b in range(0, len(starts), batch_size):
         chunk = starts[b:b + batch_size]

@@ -144,8 +144,11 @@ def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row():
     np.testing.assert_allclose(padded, plain, rtol=1e-5, atol=1e-5)
 
 
-def test_shapes_are_bucketed_to_powers_of_two():
+def test_shapes_are_bucketed_to_powers_of_two_within_the_token_budget():
     assert [scoring.bucket(n, 64, 4) for n in (1, 4, 5, 17, 33, 100)] == [4, 4, 8, 32, 64, 64]
+    net, params = tiny("sps", 2)
+    scorer = scoring.Scorer(net, params, max_batch=16, max_batch_tokens=256)
+    assert [scorer.rows_for(n) for n in (8, 16, 32)] == [16, 16, 8]
 
 
 # --- lm-eval end to end ------------------------------------------------------------------------
@@ -345,3 +348,26 @@ def test_paper_task_groups_expand_to_the_papers_nine_tasks():
                                              "wikitext", "c4", "pile_books3", "govreport"]
     assert paper_tasks.expand(["zero_shot,wikitext"])[-1] == "wikitext"
     assert masks.PAD_ID == 50303  # the adapter pads with the model's pad id, 50303 for real checkpoints
+
+
+@pytest.mark.slow
+def test_lm_evals_own_command_line_runs_the_registered_model(tmp_path):
+    from sps_jax import config as sps_config
+
+    config = sps_config.load_config("configs/tiny.py:sps,4")
+    config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
+    net = sps_model.Transformer(config.model)
+    checkpoint.save_run(str(tmp_path / "run"), config, sps_model.init_params(net, jax.random.PRNGKey(0)), step=1)
+    (tmp_path / "books.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in ["Once upon a time.",
+                                                                                         "There were two."]))
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "cli_books.yaml").write_text(
+        f"include: {paper_tasks.TASKS_DIR}/sps_pile_books3.yaml\ntask: cli_books\ndataset_path: json\n"
+        f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'books.jsonl'}\n")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.lm_eval_cli", "--model", "sps_jax", "--model_args",
+                           f"workdir={tmp_path / 'run'}", "--batch_size", "2", "--tasks", "cli_books",
+                           "--include_path", str(tmp_path / "yaml")], cwd=REPO, env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "word_perplexity" in proc.stdout
