@@ -1,5 +1,6 @@
 """The paper's main table from results JSONs: per scale and method, validation NLL, corpus NLL and task
-accuracy with deltas to Standard at the same scale; and the per-corpus / per-task expansion. Markdown and LaTeX.
+accuracy with deltas to Standard at the same scale (best per column and scale in bold); and the per-corpus /
+per-task expansion. Markdown and LaTeX.
 """
 
 from __future__ import annotations
@@ -66,17 +67,19 @@ def _baseline(rows, scale):
     return max(std, key=lambda r: r.get("step", 0)) if std else None
 
 
-def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | None, str | None]]]]:
-    """Per row: (scale, method, [(value text, delta text or None)]) with deltas to Standard at that scale."""
+def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | None, str | None, bool]]]]:
+    """Per row: (scale, method, [(value text, delta to Standard or None, best in column at this scale)])."""
     out = []
     cols = _columns(full)
-    for row in _ordered(rows):
+    ordered = _ordered(rows)
+    for row in ordered:
         base = _baseline(rows, row.get("scale"))
+        peers = [r for r in ordered if r.get("scale") == row.get("scale")]
         texts = []
         for _, get, kind in cols:
             value = get(row)
             if value is None:
-                texts.append((None, None))
+                texts.append((None, None, False))
                 continue
             scale = 100.0 if kind == "acc" else 1.0
             fmt = "{:.1f}" if kind == "acc" else "{:.3f}"
@@ -84,7 +87,9 @@ def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | Non
             ref = get(base) if base is not None and base is not row else None
             if ref is not None:
                 delta = ("{:+.1f}" if kind == "acc" else "{:+.3f}").format((value - ref) * scale)
-            texts.append((fmt.format(value * scale), delta))
+            values = [v for v in map(get, peers) if v is not None]
+            best = len(values) > 1 and value == (max(values) if kind == "acc" else min(values))
+            texts.append((fmt.format(value * scale), delta, best))
         out.append((str(row.get("scale") or "-").upper(), method(row), texts))
     return out
 
@@ -93,7 +98,8 @@ def markdown(rows, full: bool = False) -> str:
     heads = [h for h, _, _ in _columns(full)]
     lines = ["| Size | Method | " + " | ".join(heads) + " |", "|---|---|" + "---:|" * len(heads)]
     for scale, name, texts in cells(rows, full):
-        vals = ["-" if v is None else (v if d is None else f"{v} ({d})") for v, d in texts]
+        vals = ["-" if v is None else (f"**{v}**" if b else v) + ("" if d is None else f" ({d})")
+                for v, d, b in texts]
         lines.append(f"| {scale} | {name} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
@@ -110,7 +116,8 @@ def latex(rows, full: bool = False) -> str:
     for scale, name, texts in cells(rows, full):
         if previous is not None and scale != previous:
             lines.append(r"\midrule")
-        vals = ["--" if v is None else (v if d is None else f"{v}\\,{{\\scriptsize ({d})}}") for v, d in texts]
+        vals = ["--" if v is None else (f"\\textbf{{{v}}}" if b else v) + ("" if d is None else f"\\,{{\\scriptsize ({d})}}")
+                for v, d, b in texts]
         lines.append(f"{scale if scale != previous else ''} & {_tex_escape(name)} & " + " & ".join(vals) + r" \\")
         previous = scale
     lines += [r"\bottomrule", r"\end{tabular}"]

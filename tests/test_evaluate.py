@@ -135,6 +135,16 @@ def test_generate_until_is_greedy_and_stops_at_the_first_stop_sequence():
     assert stop not in cut[1]
 
 
+def test_requests_of_many_lengths_compile_only_the_bucketed_shapes():
+    net, params = tiny("delayed_state", 3, d_model=16, num_heads=1, d_ff=48)  # a config of its own: fresh cache
+    scorer = scoring.Scorer(net, params, max_batch=4, min_len=16)
+    rng = np.random.default_rng(0)
+    pairs = [(list(rng.integers(0, 60, n)), list(rng.integers(0, 60, 2))) for n in range(1, 30)]
+    scorer.loglikelihood_tokens(pairs)
+    # 29 requests, 29 lengths; shapes (batch, length) in {4} x {16, 32} plus one final partial batch.
+    assert scorer._target_logprobs._cache_size() <= 3
+
+
 def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row():
     net, params = tiny("sps", 2)
     ids = [3, 4, 5, 60, 6, 7]  # with an EOS inside: documents still line up
@@ -282,7 +292,7 @@ def fixture_rows():
     return rows
 
 
-def test_results_table_has_values_and_deltas_to_standard_at_the_same_scale(tmp_path):
+def test_results_table_has_values_deltas_to_standard_and_the_best_in_bold(tmp_path):
     rows = fixture_rows()
     paths = []
     for i, row in enumerate(rows):
@@ -291,18 +301,32 @@ def test_results_table_has_values_and_deltas_to_standard_at_the_same_scale(tmp_p
     assert evaluate.main(["table", *paths, "--out", str(tmp_path / "table")]) == 0
     md = (tmp_path / "table.md").read_text()
     tex = (tmp_path / "table.tex").read_text()
-    std = {r["scale"]: r for r in rows if r["variant"] == "standard"}
-    sps = next(r for r in rows if r["variant"] == "sps" and r["scale"] == "s")
-    d_val = sps["val_nll"] - std["s"]["val_nll"]
-    d_acc = 100 * (sps["task_accuracy_avg"] - std["s"]["task_accuracy_avg"])
+    at_s = [r for r in rows if r["scale"] == "s"]
+    std = next(r for r in at_s if r["variant"] == "standard")
+    sps = next(r for r in at_s if r["variant"] == "sps")
+
+    def shown(value, text, best):
+        return f"**{text}**" if value == best else text
+
+    d_val = sps["val_nll"] - std["val_nll"]
+    d_acc = 100 * (sps["task_accuracy_avg"] - std["task_accuracy_avg"])
+    best_val = min(r["val_nll"] for r in at_s)
+    best_acc = max(r["task_accuracy_avg"] for r in at_s)
     line = next(l for l in md.splitlines() if l.startswith("| S | SPS (w=64) |"))
-    assert f"{sps['val_nll']:.3f} ({d_val:+.3f})" in line
-    assert f"{100 * sps['task_accuracy_avg']:.1f} ({d_acc:+.1f})" in line
-    d_c4 = sps["corpus_nll"]["c4"] - std["s"]["corpus_nll"]["c4"]
-    assert f"{sps['corpus_nll']['c4']:.3f}\\,{{\\scriptsize ({d_c4:+.3f})}}" in tex
-    # Scales in the paper's order, Standard first within a scale.
-    order = [l.split("|")[1:3] for l in md.splitlines()[2:8]]
+    val_text = f"{sps['val_nll']:.3f}"
+    assert f"{shown(sps['val_nll'], val_text, best_val)} ({d_val:+.3f})" in line
+    acc_text = f"{100 * sps['task_accuracy_avg']:.1f}"
+    assert f"{shown(sps['task_accuracy_avg'], acc_text, best_acc)} ({d_acc:+.1f})" in line
+    d_c4 = sps["corpus_nll"]["c4"] - std["corpus_nll"]["c4"]
+    c4_text = f"{sps['corpus_nll']['c4']:.3f}"
+    if sps["corpus_nll"]["c4"] == min(r["corpus_nll"]["c4"] for r in at_s):
+        c4_text = f"\\textbf{{{c4_text}}}"
+    assert f"{c4_text}\\,{{\\scriptsize ({d_c4:+.3f})}}" in tex
+    # Scales in the paper's order, Standard first within a scale and without a delta to itself.
+    order = [l.split("|")[1:4] for l in md.splitlines()[2:8]]
     assert [o[0].strip() for o in order] == ["XS"] * 3 + ["S"] * 3 and order[0][1].strip() == "Standard"
+    assert "(" not in order[0][2]
+    assert md.count("**") == 2 * 2 * (3 + 9)  # one best per column (3 main, 9 full) and scale (2)
 
 
 # --- bad input ------------------------------------------------------------------------------
