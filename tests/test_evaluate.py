@@ -245,9 +245,7 @@ def save_tiny_run(path, variant="sps", window=2, seed=0):
     return net, params
 
 
-def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
-    net, params = save_tiny_run(tmp_path / "run")
-    data = tmp_path / "data"
+def write_val_data(data):
     data.mkdir()
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 60, 200).astype("<u2")
@@ -255,7 +253,13 @@ def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     tokens.tofile(data / "val.bin")
     (data / "manifest.json").write_text(json.dumps({"tokenizer": "gpt2", "dtype": "uint16", "eos_id": 60, "splits": {
         "val": {"file": "val.bin", "tokens": 200, "documents": 4, "sha256": ""}}}))
-    result = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], val_data=str(data),
+    return tokens
+
+
+def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
+    net, params = save_tiny_run(tmp_path / "run")
+    tokens = write_val_data(tmp_path / "data")
+    result = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], val_data=str(tmp_path / "data"),
                                           include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
                                           include_defaults=False)
     assert result["step"] == 5 and result["variant"] == "sps" and result["window"] == 2
@@ -268,6 +272,28 @@ def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     assert result["val_tokens"] == int(count)
     assert set(result) >= {"run", "variant", "window", "scale", "step", "tokens_seen", "val_nll", "corpus_nll",
                            "corpus_nll_avg", "tasks", "task_accuracy_avg"}
+    assert result["other_tasks"]["tiny_mc"]["acc"] == pytest.approx(expected_mc(
+        lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params), tokenizer=CharTokenizer()))[0])
+
+
+def test_cli_writes_one_json_per_checkpoint(tmp_path):
+    save_tiny_run(tmp_path / "run", seed=0)
+    save_tiny_run(tmp_path / "other", seed=1)
+    # A second checkpoint in the same run with other weights.
+    _, params, _ = checkpoint.load_run(str(tmp_path / "other"))
+    checkpoint.save_run(str(tmp_path / "run"), checkpoint.read_config(str(tmp_path / "run")), params, step=9)
+    write_val_data(tmp_path / "data")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluate", "--workdir", str(tmp_path / "run"),
+                           "--val-data", str(tmp_path / "data"), "--all-steps"], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = {step: json.loads((tmp_path / "run" / "eval" / f"step_{step}.json").read_text()) for step in (5, 9)}
+    for step, result in written.items():
+        direct = evaluate.evaluate_checkpoint(str(tmp_path / "run"), step, val_data=str(tmp_path / "data"))
+        assert result["step"] == step and result["val_nll"] == pytest.approx(direct["val_nll"], rel=1e-5)
+    assert written[5]["val_nll"] != written[9]["val_nll"]
+    assert "| Size | Method |" in proc.stdout
 
 
 def test_validation_windows_are_fixed_and_non_overlapping():
