@@ -85,14 +85,13 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
         paths = [paper_tasks.TASKS_DIR] + ([include_path] if include_path else [])
         manager = task_manager or TaskManager(include_path=paths, include_defaults=include_defaults)
         paper_tasks.check_known(keys, manager.all_tasks)
+        paper_tasks.check_task_data(task_data, keys)
         names = {}
         for key in keys:
             names[key] = paper_tasks.lm_eval_name(key)
             if key in task_data:
                 base = manager.task_index[names[key]].yaml_path
                 names[key] = paper_tasks.write_local_override(key, str(base), task_data.pop(key), local_dir)
-        if task_data:
-            raise ValueError(f"--task-data given for task(s) not being run: {', '.join(task_data)}.")
         if any(n.startswith(paper_tasks.LOCAL_PREFIX) for n in names.values()):
             manager = TaskManager(include_path=paths + [local_dir], include_defaults=include_defaults)
         out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(names.values())), num_fewshot=0, limit=limit,
@@ -114,7 +113,10 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         manager = TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
                               include_defaults=include_defaults)
         paper_tasks.check_known(keys, manager.all_tasks)
+        paper_tasks.check_task_data(dict(task_data or {}), keys)
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
+    elif task_data:
+        raise ValueError("--task-data needs --tasks naming those tasks.")
     tokens = val_nll.read_split(val_data) if val_data else None
     net, params, step = load_model(path, step)
     info = run_info(path, step)

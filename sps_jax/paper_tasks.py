@@ -80,6 +80,17 @@ def _data_format(path: str) -> str:
     raise ValueError(f"local task data {path!r} must be a .jsonl/.json(.gz) or .parquet file.")
 
 
+def check_task_data(task_data: dict[str, str], keys) -> None:
+    """Every local file belongs to a task being run, exists, and has a readable format."""
+    for key, path in task_data.items():
+        if key not in keys:
+            raise ValueError(f"--task-data given for {key!r}, which is not among the tasks being run "
+                             f"({', '.join(keys) or 'none'}).")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}.")
+        _data_format(path)
+
+
 def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str) -> str:
     """A YAML that includes the task's own definition but reads its evaluation split from a local file.
 

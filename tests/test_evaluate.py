@@ -365,6 +365,21 @@ def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
     assert "unknown task(s) no_such_task" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, local_tasks):
+    common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
+    nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first
+    with pytest.raises(FileNotFoundError, match="local data for task 'tiny_mc' not found"):
+        evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "x.jsonl")},
+                                     **common)
+    with pytest.raises(ValueError, match="not among the tasks being run"):
+        evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"arc_easy": str(tmp_path / "x.jsonl")},
+                                     **common)
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=".jsonl/.json"):
+        evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "data.csv")},
+                                     **common)
+
+
 def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path):
     save_tiny_run(tmp_path / "run")
     config = json.loads((tmp_path / "run" / "config.json").read_text())
