@@ -59,11 +59,15 @@ def _int_or(value, default):
 
 @register_model("sps_jax")
 class SPSLM(TemplateLM):
-    """lm-eval model over a run folder (``workdir=`` or ``checkpoint=``) or an in-memory ``scorer=``."""
+    """lm-eval model over a run folder (``workdir=`` or ``checkpoint=``) or an in-memory ``scorer=``.
+
+    ``device`` and ``max_batch_size`` are accepted because lm-eval passes them to every model;
+    JAX places the weights on its default device and ``batch_size`` bounds the rows per batch.
+    """
 
     def __init__(self, workdir: str | None = None, checkpoint: str | None = None, step: Any = None,
                  batch_size: Any = 16, max_gen_toks: Any = DEFAULT_MAX_GEN_TOKS, tokenizer_path: str | None = None,
-                 scorer: scoring.Scorer | None = None, tokenizer=None, **_ignored):
+                 scorer: scoring.Scorer | None = None, tokenizer=None, device=None, max_batch_size=None):
         super().__init__()
         batch = _int_or(batch_size, 16)
         self.tok = tokenizer or GPT2Text(tokenizer_path)

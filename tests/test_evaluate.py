@@ -149,8 +149,9 @@ def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row():
     net, params = tiny("sps", 2)
     ids = [3, 4, 5, 60, 6, 7]  # with an EOS inside: documents still line up
     tokens, positions = scoring.left_pad([ids], 16, 2, net.cfg.pad_id)
-    padded = net.apply({"params": params}, jnp.asarray(tokens), jnp.asarray(positions))[0, -len(ids):]
-    plain = net.apply({"params": params}, jnp.asarray([ids], jnp.int32))[0]
+    apply = _apply(net.cfg)
+    padded = apply({"params": params}, jnp.asarray(tokens), jnp.asarray(positions))[0, -len(ids):]
+    plain = apply({"params": params}, jnp.asarray([ids], jnp.int32))[0]
     np.testing.assert_allclose(padded, plain, rtol=1e-5, atol=1e-5)
 
 
