@@ -1,0 +1,59 @@
+"""Training and validation curves of run folders (``workdir/metrics.jsonl``), side by side in one PNG."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def read_metrics(workdir: str) -> dict[str, list[dict]]:
+    """{"train": records with "loss", "val": records with "val_loss"}, each sorted by step."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{workdir!r} has no metrics.jsonl: it is not a training run folder "
+                                "(or training has not logged yet).")
+    train, val = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                # A run killed mid-write leaves one partial last line; anything else is a real problem.
+                if f.readline():
+                    raise ValueError(f"{path} line {n} is not JSON.") from None
+                break
+            if "loss" in rec:
+                train.append(rec)
+            if "val_loss" in rec:
+                val.append(rec)
+    return {"train": sorted(train, key=lambda r: r["step"]), "val": sorted(val, key=lambda r: r["step"])}
+
+
+def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
+    """Training loss and validation NLL against ``x`` for several runs ({label: workdir}); returns the figure."""
+    import matplotlib
+
+    if out_png:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, workdir in runs.items():
+        m = read_metrics(workdir)
+        if m["train"]:
+            ax_train.plot([r[x] for r in m["train"]], [r["loss"] for r in m["train"]], label=label, lw=1)
+        if m["val"]:
+            ax_val.plot([r[x] for r in m["val"]], [r["val_loss"] for r in m["val"]], marker="o", label=label)
+    for ax, title in ((ax_train, "training loss"), (ax_val, "validation NLL (nats/token)")):
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    if out_png:
+        os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
+        fig.savefig(out_png + ".partial.png", dpi=120)
+        os.replace(out_png + ".partial.png", out_png)
+    return fig

@@ -1,0 +1,247 @@
+"""Evaluate checkpoints: validation NLL, the paper's corpus NLL and zero-shot tasks, one JSON per checkpoint.
+
+  python -m sps_jax.evaluate --workdir RUN --tasks paper --val-data DATA_DIR
+  python -m sps_jax.evaluate --checkpoint RUN/checkpoints/2000 --tasks arc_easy,wikitext \
+      --task-data arc_easy=arc_easy_test.jsonl --out arc.json
+  python -m sps_jax.evaluate table RUN_A/eval/*.json RUN_B/eval/*.json --out results/main
+
+Tasks run through lm-evaluation-harness (``sps_jax.lm_eval_adapter``); see
+``sps_jax.paper_tasks`` for the task set and the corpus-NLL convention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from sps_jax import checkpoint, config as sps_config, model as sps_model, paper_tasks, results_table, val_nll
+
+
+def load_model(path: str, step: int | None = None):
+    """(Transformer, params, step) of a run folder or checkpoint, after checking params against config.json."""
+    config, params, step = checkpoint.load_run(path, step)
+    net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
+    check_params(net, params)
+    return net, params, step
+
+
+def check_params(net: sps_model.Transformer, params) -> None:
+    """Every parameter the config implies exists with the same shape (else one sentence naming the first)."""
+    want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
+    have = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
+    for key in sorted(set(want) | set(have)):
+        if want.get(key) != have.get(key):
+            raise ValueError(f"checkpoint does not match its config.json: parameter {key} has shape {have.get(key)} "
+                             f"but the config implies {want.get(key)}; the run folder's config was changed or "
+                             "belongs to another checkpoint.")
+
+
+def run_info(path: str, step: int) -> dict:
+    """Run name, variant, window, scale and tokens seen for the results JSON."""
+    workdir, _ = checkpoint._find_run(path)
+    config = checkpoint.read_config(workdir)
+    m = config.model
+    scale = next((name for name, dims in sps_config.SCALES.items()
+                  if dims == (m.num_layers, m.d_model, m.num_heads)), None)
+    return {"run": str(config.get("name", os.path.basename(workdir))), "workdir": workdir,
+            "variant": m.variant, "window": m.window, "scale": scale, "step": int(step),
+            "tokens_seen": tokens_seen(workdir, step, config)}
+
+
+def tokens_seen(workdir: str, step: int, config) -> int:
+    """From metrics.jsonl (the last record at or before the step), else step x global batch x seq_len."""
+    best = None
+    path = os.path.join(workdir, "metrics.jsonl")
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if "tokens_seen" in rec and rec.get("step", -1) <= step and (best is None or rec["step"] >= best[0]):
+                    best = (rec["step"], int(rec["tokens_seen"]))
+    if best is not None:
+        return best[1]
+    train = config.get("train", {})
+    return int(step) * int(train.get("global_batch", 0)) * int(config.model.seq_len)
+
+
+def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
+                limit: int | None = None, include_defaults: bool = True, task_manager=None) -> tuple[dict, dict]:
+    """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    task_data = dict(task_data or {})
+    with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir:
+        paths = [paper_tasks.TASKS_DIR] + ([include_path] if include_path else [])
+        manager = task_manager or TaskManager(include_path=paths, include_defaults=include_defaults)
+        paper_tasks.check_known(keys, manager.all_tasks)
+        paper_tasks.check_task_data(task_data, keys)
+        names = {}
+        for key in keys:
+            names[key] = paper_tasks.lm_eval_name(key)
+            if key in task_data:
+                base = manager.task_index[names[key]].yaml_path
+                names[key] = paper_tasks.write_local_override(key, str(base), task_data.pop(key), local_dir)
+        if any(n.startswith(paper_tasks.LOCAL_PREFIX) for n in names.values()):
+            manager = TaskManager(include_path=paths + [local_dir], include_defaults=include_defaults)
+        out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(names.values())), num_fewshot=0, limit=limit,
+                              task_manager=manager, log_samples=False, bootstrap_iters=0)
+    return out["results"], names
+
+
+def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: str | None = None,
+                        val_tokens: int | None = None, val_batch_size: int = 8, task_data=None,
+                        include_path=None, limit=None, batch_size: int = 16, tokenizer=None,
+                        tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
+    """The results-JSON dict for one checkpoint (fields absent when not evaluated)."""
+    t0 = time.time()
+    if keys:  # resolve task names and the tokenizer before loading any weights
+        from lm_eval.tasks import TaskManager
+
+        from sps_jax import lm_eval_adapter
+
+        manager = TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
+                              include_defaults=include_defaults)
+        paper_tasks.check_known(keys, manager.all_tasks)
+        paper_tasks.check_task_data(dict(task_data or {}), keys)
+        tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
+    elif task_data:
+        raise ValueError("--task-data needs --tasks naming those tasks.")
+    tokens = val_nll.read_split(val_data) if val_data else None
+    net, params, step = load_model(path, step)
+    info = run_info(path, step)
+    print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
+    result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},
+              "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
+    if tokens is not None:
+        val_nll.read_split(val_data, cfg=net.cfg)  # eos id and vocabulary checks against this model
+        stats = val_nll.validation_nll(net, params, tokens, batch_size=val_batch_size, max_tokens=val_tokens)
+        result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
+        print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
+    if keys:
+        lm_eval_adapter.check_tokenizer(tokenizer, net.cfg)
+        from sps_jax import scoring
+
+        lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=batch_size), tokenizer=tokenizer)
+        results, names = run_lm_eval(lm, keys, task_data, include_path, limit, include_defaults, manager)
+        result.update(paper_tasks.summarize(results, keys, names))
+        result["lm_eval_tasks"] = names
+        if limit is not None:
+            result["limit"] = limit
+    result["elapsed_s"] = time.time() - t0
+    return result
+
+
+def write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".partial", "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+    os.replace(path + ".partial", path)
+
+
+def _task_data(items) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError(f"--task-data {item!r} must look like TASK=PATH (e.g. arc_easy=arc_easy_test.jsonl).")
+        out[key.strip()] = path.strip()
+    return out
+
+
+def main_evaluate(argv) -> int:
+    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workdir", help="run folder (its latest checkpoint, or --step / --all-steps)")
+    src.add_argument("--checkpoint", help="a run folder or one RUN/checkpoints/<step> folder")
+    p.add_argument("--step", type=int, default=None)
+    p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
+    p.add_argument("--tasks", default="", help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
+                   "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
+    p.add_argument("--task-data", action="append", metavar="TASK=PATH",
+                   help="read TASK's evaluation split from a local .jsonl/.parquet file (repeatable)")
+    p.add_argument("--include-path", default=None, help="extra folder of lm-eval task YAMLs")
+    p.add_argument("--val-data", default=None, help="prepared token folder (manifest.json + val.bin)")
+    p.add_argument("--val-tokens", type=int, default=None, help="score only the first N validation tokens")
+    p.add_argument("--val-batch-size", type=int, default=8, help="validation windows per forward pass")
+    p.add_argument("--limit", type=int, default=None, help="lm-eval: at most N documents per task (smoke tests)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
+    p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
+    args = p.parse_args(argv)
+    keys = paper_tasks.expand([args.tasks]) if args.tasks else []
+    if not keys and not args.val_data:
+        p.error("nothing to evaluate: pass --tasks and/or --val-data.")
+    path = args.workdir or args.checkpoint
+    steps = [args.step]
+    if args.all_steps:
+        workdir, _ = checkpoint._find_run(path)
+        with checkpoint.manager(workdir, read_only=True) as mngr:
+            steps = sorted(mngr.all_steps())
+        if args.out:
+            p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json.")
+    rows = []
+    for step in steps:
+        result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
+                                     _task_data(args.task_data), args.include_path, args.limit, args.batch_size,
+                                     tokenizer_path=args.tokenizer)
+        out = args.out or os.path.join(result["workdir"], "eval", f"step_{result['step']}.json")
+        write_json(out, result)
+        print(f"wrote {out}", flush=True)
+        rows.append(result)
+    print(results_table.markdown(rows, full=True))
+    return 0
+
+
+def main_table(argv) -> int:
+    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluate table",
+                                description="The paper's main table (and per-task table) from results JSONs.")
+    p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluate")
+    p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
+    args = p.parse_args(argv)
+    rows = results_table.load(args.results)
+    md = results_table.markdown(rows) + "\n\n" + results_table.markdown(rows, full=True)
+    print(md)
+    if args.out:
+        for suffix, text in ((".md", md + "\n"), (".tex", results_table.latex(rows) + "\n\n"
+                                                   + results_table.latex(rows, full=True) + "\n")):
+            path = args.out + suffix
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path + ".partial", "w") as f:
+                f.write(text)
+            os.replace(path + ".partial", path)
+            print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "table":
+            return main_table(argv[1:])
+        return main_evaluate(argv)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from sps_jax.tokenizer import TokenizerMissing
+
+        if isinstance(exc, TokenizerMissing):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""An lm-evaluation-harness model backed by the JAX model: ``lm_eval --model sps_jax --model_args workdir=RUN``.
+
+Importing this module registers the model name ``sps_jax`` with lm-eval. The
+three request types map onto :class:`sps_jax.scoring.Scorer`:
+``loglikelihood`` (context, continuation) scores, ``loglikelihood_rolling``
+(lm-eval's disjoint rolling windows of the model's context, each document's
+first token conditioned on the EOS prefix), and ``generate_until`` (greedy).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from sps_jax import model as sps_model
+from sps_jax import scoring, tokenizer as sps_tokenizer
+
+DEFAULT_MAX_GEN_TOKS = 256
+
+
+class GPT2Text:
+    """The GPT-2 tokenizer as text <-> ids (ordinary text: '<|endoftext|>' in text is not special)."""
+
+    eos_id = sps_tokenizer.EOS_ID
+    vocab_size = sps_tokenizer.EOS_ID + 1
+
+    def __init__(self, ranks_path: str | None = None):
+        self.ranks_path = ranks_path
+        sps_tokenizer.get_tokenizer(ranks_path)  # fail now (TokenizerMissing) rather than mid-evaluation
+
+    def encode(self, text: str) -> list[int]:
+        return sps_tokenizer.encode(text, self.ranks_path)
+
+    def decode(self, ids) -> str:
+        return sps_tokenizer.decode(ids, self.ranks_path)
+
+
+def check_tokenizer(tok, cfg: sps_model.ModelConfig) -> None:
+    """The tokenizer must fit the checkpoint's vocabulary and share its EOS id."""
+    if tok.vocab_size > cfg.vocab_size:
+        raise ValueError(f"the tokenizer has {tok.vocab_size} ids but the checkpoint's vocabulary has only "
+                         f"{cfg.vocab_size}: this checkpoint was not trained with this tokenizer.")
+    if tok.eos_id != cfg.eos_id:
+        raise ValueError(f"the tokenizer's EOS id {tok.eos_id} differs from the checkpoint's eos_id {cfg.eos_id}.")
+
+
+def _int_or(value, default):
+    """lm-eval passes model_args as strings and may pass batch_size='auto'."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+@register_model("sps_jax")
+class SPSLM(TemplateLM):
+    """lm-eval model over a run folder (``workdir=`` or ``checkpoint=``) or an in-memory ``scorer=``.
+
+    ``device`` and ``max_batch_size`` are accepted because lm-eval passes them to every model;
+    JAX places the weights on its default device and ``batch_size`` bounds the rows per batch.
+    """
+
+    def __init__(self, workdir: str | None = None, checkpoint: str | None = None, step: Any = None,
+                 batch_size: Any = 16, max_gen_toks: Any = DEFAULT_MAX_GEN_TOKS, tokenizer_path: str | None = None,
+                 scorer: scoring.Scorer | None = None, tokenizer=None, device=None, max_batch_size=None):
+        super().__init__()
+        batch = _int_or(batch_size, 16)
+        self.tok = tokenizer or GPT2Text(tokenizer_path)
+        if scorer is None:
+            path = checkpoint or workdir
+            if path is None:
+                raise ValueError("sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP.")
+            from sps_jax import evaluate  # evaluate imports this module lazily, so import it lazily too
+
+            net, params, self.step = evaluate.load_model(path, step=_int_or(step, None))
+            check_tokenizer(self.tok, net.cfg)  # before building anything expensive
+            scorer = scoring.Scorer(net, params, max_batch=batch)
+        check_tokenizer(self.tok, scorer.cfg)
+        self.scorer = scorer
+        self.max_gen_toks = _int_or(max_gen_toks, DEFAULT_MAX_GEN_TOKS)
+
+    # --- TemplateLM interface -------------------------------------------------------------------
+    @property
+    def eot_token_id(self) -> int:
+        return self.scorer.cfg.eos_id
+
+    @property
+    def max_length(self) -> int:
+        return self.scorer.max_length
+
+    def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
+        return self.tok.encode(string)
+
+    def tok_decode(self, ids) -> str:
+        return self.tok.decode(ids)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+        pairs = [(ctx, cont) for _, ctx, cont in requests]
+        with tqdm(total=len(pairs), disable=disable_tqdm, desc="sps_jax loglikelihood") as bar:
+            results = self.scorer.loglikelihood_tokens(pairs, progress=bar.update)
+        for (key, _, _), res in zip(requests, results):
+            self.cache_hook.add_partial("loglikelihood", key, res)
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Total log-likelihood of each text over disjoint windows of the model's context."""
+        pairs, owner = [], []
+        for r, req in enumerate(requests):
+            (text,) = req.args
+            windows = get_rolling_token_windows(self.tok_encode(text), self.prefix_token_id,
+                                                self.max_length, context_len=1)
+            for window in map(make_disjoint_window, windows):
+                pairs.append(window)
+                owner.append(r)
+        totals = [0.0] * len(requests)
+        if pairs:
+            with tqdm(total=len(pairs), disable=disable_tqdm, desc="sps_jax rolling windows") as bar:
+                scores = self.scorer.loglikelihood_tokens(pairs, progress=bar.update)
+            for r, (logprob, _) in zip(owner, scores):
+                totals[r] += logprob
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Greedy continuations, cut at the first stop string (``until``) or EOS."""
+        groups: dict[tuple, list[int]] = {}
+        for r, req in enumerate(requests):
+            context, gen_kwargs = req.args
+            until, max_toks = self._generation_options(gen_kwargs)
+            groups.setdefault((tuple(until), max_toks), []).append(r)
+        out = [""] * len(requests)
+        bar = tqdm(total=len(requests), disable=disable_tqdm, desc="sps_jax generate_until")
+        for (until, max_toks), members in groups.items():
+            prompts = [self.tok_encode(requests[r].args[0]) or [self.prefix_token_id] for r in members]
+
+            def hit_stop(i, ids, until=until):
+                return any(s in self.tok_decode(ids) for s in until)
+
+            generated = self.scorer.greedy(prompts, max_toks, should_stop=hit_stop if until else None,
+                                           stop_ids=(self.eot_token_id,))
+            for r, ids in zip(members, generated):
+                text = self.tok_decode(ids)
+                for s in until:
+                    text = text.split(s)[0]
+                out[r] = text
+                self.cache_hook.add_partial("generate_until", requests[r].args, text)
+            bar.update(len(members))
+        bar.close()
+        return out
+
+    def _generation_options(self, gen_kwargs: dict) -> tuple[list[str], int]:
+        kwargs = dict(gen_kwargs or {})
+        until = kwargs.pop("until", None) or []
+        if isinstance(until, str):
+            until = [until]
+        max_toks = _int_or(kwargs.pop("max_gen_toks", None), self.max_gen_toks)
+        if kwargs.get("do_sample") or float(kwargs.get("temperature", 0.0) or 0.0) > 0:
+            warnings.warn("sps_jax decodes greedily; do_sample/temperature are ignored.")
+        return list(until), max_toks
+

@@ -1,0 +1,164 @@
+"""The paper's evaluation suite as lm-eval tasks, local dataset overrides, and metric extraction.
+
+Zero-shot accuracy (fraction 0..1): ARC-Easy, HellaSwag, PIQA, SciQ by acc_norm,
+LAMBADA (lm-eval's ``lambada_openai``) by acc. Corpus NLL: WikiText, C4
+(lm-eval's tasks), Pile-Books3 and GovReport (YAMLs shipped in ``sps_jax/tasks``).
+
+Corpus NLL convention: ln(word_perplexity) of lm-eval's ``loglikelihood_rolling``
+tasks, i.e. the summed negative log-likelihood of every document (each scored in
+disjoint windows of the model's context, its first token conditioned on EOS)
+divided by the corpus's whitespace-separated word count: nats per word,
+aggregated over the corpus (not a mean over documents).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+TASKS_DIR = str(Path(__file__).parent / "tasks")
+
+# result key -> (lm-eval task name, metric)
+ZERO_SHOT = {
+    "arc_easy": ("arc_easy", "acc_norm"),
+    "hellaswag": ("hellaswag", "acc_norm"),
+    "piqa": ("piqa", "acc_norm"),
+    "sciq": ("sciq", "acc_norm"),
+    "lambada": ("lambada_openai", "acc"),
+}
+CORPORA = {
+    "wikitext": "wikitext",
+    "c4": "c4",
+    "pile_books3": "sps_pile_books3",
+    "govreport": "sps_govreport",
+}
+CORPUS_METRIC = "word_perplexity"
+GROUPS = {
+    "paper": list(ZERO_SHOT) + list(CORPORA),
+    "zero_shot": list(ZERO_SHOT),
+    "corpus": list(CORPORA),
+}
+LOCAL_PREFIX = "sps_local_"
+
+
+def lm_eval_name(key: str) -> str:
+    """The lm-eval task behind a result key (other names are lm-eval task names already)."""
+    if key in ZERO_SHOT:
+        return ZERO_SHOT[key][0]
+    return CORPORA.get(key, key)
+
+
+def expand(names) -> list[str]:
+    """'paper', 'zero_shot', 'corpus' and comma-separated lists into result keys / lm-eval names, in order."""
+    out: list[str] = []
+    for item in names:
+        for name in str(item).split(","):
+            name = name.strip()
+            for key in GROUPS.get(name, [name] if name else []):
+                if key not in out:
+                    out.append(key)
+    return out
+
+
+def check_known(keys, known_tasks) -> None:
+    """Stop before any model loading when a task is neither a paper key nor an lm-eval task."""
+    known = set(known_tasks)
+    unknown = [k for k in keys if lm_eval_name(k) not in known]
+    if unknown:
+        raise ValueError(f"unknown task(s) {', '.join(unknown)}: use the paper's tasks "
+                         f"({', '.join(GROUPS['paper'])}), the groups {', '.join(GROUPS)}, or an lm-eval "
+                         "task name (`lm_eval ls tasks`); add --include-path DIR for your own YAMLs.")
+
+
+def _data_format(path: str) -> str:
+    name = path.lower()
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz")):
+        return "json"
+    raise ValueError(f"local task data {path!r} must be a .jsonl/.json(.gz) or .parquet file.")
+
+
+def check_task_data(task_data: dict[str, str], keys) -> None:
+    """Every local file belongs to a task being run, exists, and has a readable format."""
+    for key, path in task_data.items():
+        if key not in keys:
+            raise ValueError(f"--task-data given for {key!r}, which is not among the tasks being run "
+                             f"({', '.join(keys) or 'none'}).")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}.")
+        _data_format(path)
+
+
+def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str) -> str:
+    """A YAML that includes the task's own definition but reads its evaluation split from a local file.
+
+    Returns the new task's name (``sps_local_<key>``). The file must hold the
+    same fields as the hub dataset (e.g. arc_easy: question, choices, answerKey).
+    """
+    import yaml
+
+    if not os.path.isfile(data_path):
+        raise FileNotFoundError(f"local data for task {key!r} not found at {data_path!r}.")
+    name = LOCAL_PREFIX + key
+    override = {
+        "include": os.path.abspath(base_yaml),
+        "task": name,
+        "dataset_path": _data_format(data_path),
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {"test": os.path.abspath(data_path)}},
+        "training_split": None,
+        "validation_split": None,
+        "test_split": "test",
+        "fewshot_split": None,
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}.yaml")
+    with open(path + ".partial", "w") as f:
+        yaml.safe_dump(override, f, sort_keys=False)
+    os.replace(path + ".partial", path)
+    return name
+
+
+def task_result(results: dict, task: str, metric: str):
+    """lm-eval's value for (task, metric) under the default filter, or None if absent."""
+    entry = results.get(task, {})
+    value = entry.get(f"{metric},none", entry.get(metric))
+    return None if value is None or value == "N/A" else float(value)
+
+
+def summarize(results: dict, keys, task_names: dict[str, str]) -> dict:
+    """The results-JSON fields (tasks, corpus_nll, averages, other) from lm-eval's ``results`` dict.
+
+    ``task_names`` maps a key to the lm-eval task that was actually run (a
+    local override's name, or the default).
+    """
+    tasks, corpus, other = {}, {}, {}
+    for key in keys:
+        name = task_names.get(key, lm_eval_name(key))
+        if key in ZERO_SHOT:
+            value = task_result(results, name, ZERO_SHOT[key][1])
+            if value is not None:
+                tasks[key] = value
+        elif key in CORPORA:
+            ppl = task_result(results, name, CORPUS_METRIC)
+            if ppl is not None:
+                corpus[key] = math.log(ppl)
+        else:
+            other[key] = {m.split(",")[0]: v for m, v in results.get(name, {}).items()
+                          if isinstance(v, (int, float)) and not m.endswith("_stderr,none")}
+    return {
+        "corpus_nll": corpus,
+        "corpus_nll_avg": _mean_if_complete(corpus, CORPORA),
+        "tasks": tasks,
+        "task_accuracy_avg": _mean_if_complete(tasks, ZERO_SHOT),
+        "other_tasks": other,
+    }
+
+
+def _mean_if_complete(values: dict, expected) -> float | None:
+    """The paper averages all of its tasks; a partial average would not be comparable."""
+    if values and all(k in values for k in expected):
+        return sum(values[k] for k in expected) / len(expected)
+    return None

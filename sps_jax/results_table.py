@@ -1,0 +1,124 @@
+"""The paper's main table from results JSONs: per scale and method, validation NLL, corpus NLL and task
+accuracy with deltas to Standard at the same scale (best per column and scale in bold); and the per-corpus /
+per-task expansion. Markdown and LaTeX.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sps_jax import paper_tasks
+
+METHOD_NAMES = {
+    "standard": "Standard",
+    "two_x_memory": "2x Memory",
+    "delayed_state": "Delayed State",
+    "sps": "SPS",
+    "reverse_sps": "Reverse SPS",
+}
+METHOD_ORDER = list(METHOD_NAMES)
+SCALE_ORDER = ["xs", "s", "m", "l", "xl"]
+CORPUS_LABELS = {"wikitext": "WT", "c4": "C4", "pile_books3": "Books3", "govreport": "GR"}
+TASK_LABELS = {"arc_easy": "ARC-E", "hellaswag": "HS", "piqa": "PIQA", "sciq": "SciQ", "lambada": "LAMB"}
+
+
+def load(paths) -> list[dict]:
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            row = json.load(f)
+        for field in ("variant", "step"):
+            if field not in row:
+                raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluate: it has no {field!r}.")
+        rows.append(row)
+    return rows
+
+
+def method(row: dict) -> str:
+    name = METHOD_NAMES.get(row["variant"], row["variant"])
+    if row.get("window") is not None and row["variant"] not in ("standard", "two_x_memory"):
+        name += f" (w={row['window']})"
+    return name
+
+
+def _columns(full: bool):
+    """(header, getter, kind) per numeric column; kind 'nll' (3 decimals, lower better) or 'acc' (%)."""
+    if not full:
+        return [("Val NLL", lambda r: r.get("val_nll"), "nll"),
+                ("Corpus NLL", lambda r: r.get("corpus_nll_avg"), "nll"),
+                ("Task Acc (%)", lambda r: r.get("task_accuracy_avg"), "acc")]
+    cols = [(CORPUS_LABELS[k], (lambda r, k=k: r.get("corpus_nll", {}).get(k)), "nll") for k in paper_tasks.CORPORA]
+    cols += [(TASK_LABELS[k], (lambda r, k=k: r.get("tasks", {}).get(k)), "acc") for k in paper_tasks.ZERO_SHOT]
+    return cols
+
+
+def _ordered(rows):
+    def key(r):
+        scale = r.get("scale")
+        return (SCALE_ORDER.index(scale) if scale in SCALE_ORDER else len(SCALE_ORDER), str(scale),
+                METHOD_ORDER.index(r["variant"]) if r["variant"] in METHOD_ORDER else len(METHOD_ORDER),
+                r.get("window") or 0, r.get("step", 0))
+    return sorted(rows, key=key)
+
+
+def _baseline(rows, scale):
+    """The Standard row of a scale (the latest step if several), or None."""
+    std = [r for r in rows if r.get("scale") == scale and r["variant"] == "standard"]
+    return max(std, key=lambda r: r.get("step", 0)) if std else None
+
+
+def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | None, str | None, bool]]]]:
+    """Per row: (scale, method, [(value text, delta to Standard or None, best in column at this scale)])."""
+    out = []
+    cols = _columns(full)
+    ordered = _ordered(rows)
+    for row in ordered:
+        base = _baseline(rows, row.get("scale"))
+        peers = [r for r in ordered if r.get("scale") == row.get("scale")]
+        texts = []
+        for _, get, kind in cols:
+            value = get(row)
+            if value is None:
+                texts.append((None, None, False))
+                continue
+            scale = 100.0 if kind == "acc" else 1.0
+            fmt = "{:.1f}" if kind == "acc" else "{:.3f}"
+            delta = None
+            ref = get(base) if base is not None and base is not row else None
+            if ref is not None:
+                delta = ("{:+.1f}" if kind == "acc" else "{:+.3f}").format((value - ref) * scale)
+            values = [v for v in map(get, peers) if v is not None]
+            best = len(values) > 1 and value == (max(values) if kind == "acc" else min(values))
+            texts.append((fmt.format(value * scale), delta, best))
+        out.append((str(row.get("scale") or "-").upper(), method(row), texts))
+    return out
+
+
+def markdown(rows, full: bool = False) -> str:
+    heads = [h for h, _, _ in _columns(full)]
+    lines = ["| Size | Method | " + " | ".join(heads) + " |", "|---|---|" + "---:|" * len(heads)]
+    for scale, name, texts in cells(rows, full):
+        vals = ["-" if v is None else (f"**{v}**" if b else v) + ("" if d is None else f" ({d})")
+                for v, d, b in texts]
+        lines.append(f"| {scale} | {name} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
+
+
+def _tex_escape(text: str) -> str:
+    return text.replace("%", r"\%").replace("_", r"\_")
+
+
+def latex(rows, full: bool = False) -> str:
+    heads = [h for h, _, _ in _columns(full)]
+    lines = [r"\begin{tabular}{@{}ll" + "r" * len(heads) + "@{}}", r"\toprule",
+             "Size & Method & " + " & ".join(_tex_escape(h) for h in heads) + r" \\", r"\midrule"]
+    previous = None
+    for scale, name, texts in cells(rows, full):
+        if previous is not None and scale != previous:
+            lines.append(r"\midrule")
+        vals = ["--" if v is None else (f"\\textbf{{{v}}}" if b else v) + ("" if d is None else f"\\,{{\\scriptsize ({d})}}")
+                for v, d, b in texts]
+        lines.append(f"{scale if scale != previous else ''} & {_tex_escape(name)} & " + " & ".join(vals) + r" \\")
+        previous = scale
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""Scoring and greedy decoding of token sequences with the JAX model, batched and shape-bucketed.
+
+Rows are left-padded with the pad id, which is its own one-token document
+(masks.document_ids), so padding never changes the real tokens' logits; the real
+tokens get positions 0, 1, ... as if unpadded. Lengths and batch sizes are
+rounded up to powers of two (capped at the model's context), so a whole
+evaluation compiles a handful of shapes rather than one per request.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sps_jax import model as sps_model
+
+
+def bucket(n: int, cap: int, floor: int = 1) -> int:
+    """The smallest power of two >= max(n, floor), but at most cap."""
+    size = max(int(floor), 1)
+    while size < n:
+        size *= 2
+    return min(size, cap)
+
+
+def left_pad(rows: Sequence[Sequence[int]], length: int, batch: int, pad_id: int):
+    """int32 tokens [batch, length] and positions [batch, length]: rows right-aligned, extra rows all pad."""
+    tokens = np.full((batch, length), pad_id, np.int32)
+    positions = np.zeros((batch, length), np.int32)
+    for b, row in enumerate(rows):
+        n = len(row)
+        if n:
+            tokens[b, length - n:] = row
+            positions[b, length - n:] = np.arange(n)
+    return tokens, positions
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(cfg: sps_model.ModelConfig):
+    """Jitted functions of one model config (cached: a notebook re-creating a Scorer does not recompile)."""
+    net = sps_model.Transformer(cfg)
+
+    @jax.jit
+    def target_logprobs(params, tokens_BT, positions_BT, targets_BT):
+        logits_BTV = net.apply({"params": params}, tokens_BT, positions_BT)
+        logprob_BT = -sps_model.token_nll(logits_BTV, targets_BT)
+        greedy_BT = jnp.argmax(logits_BTV, axis=-1) == targets_BT
+        return logprob_BT, greedy_BT
+
+    @jax.jit
+    def next_token(params, tokens_BT, positions_BT):
+        # Unembed only the last position: [B, V] rather than [B, T, V] logits.
+        h_BTD = net.apply({"params": params}, tokens_BT, positions_BT, return_hidden=True)
+        return jnp.argmax(sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0], axis=-1)
+
+    return target_logprobs, next_token
+
+
+class Scorer:
+    """Log-likelihoods and greedy continuations of token-id sequences under one model.
+
+    ``max_batch`` bounds the rows per forward pass and ``max_batch_tokens`` the
+    rows x length (scoring materialises [rows, length, vocab] f32 logits: 16384
+    tokens x 50304 ids is 3.3 GB); ``min_len`` is the smallest length bucket.
+    """
+
+    def __init__(self, net: sps_model.Transformer, params, max_batch: int = 16, min_len: int = 16,
+                 max_batch_tokens: int = 16384):
+        self.net = net
+        self.cfg = net.cfg
+        self.params = params
+        self.max_batch = int(max_batch)
+        self.min_len = int(min_len)
+        self.max_batch_tokens = int(max_batch_tokens)
+        self._target_logprobs, self._next_token = _jitted(self.cfg)
+
+    @property
+    def max_length(self) -> int:
+        return self.cfg.seq_len
+
+    def rows_for(self, length: int) -> int:
+        """Rows per batch at this length bucket: a power of two within max_batch and max_batch_tokens."""
+        rows = 1
+        while rows * 2 <= self.max_batch and rows * 2 * length <= self.max_batch_tokens:
+            rows *= 2
+        return rows
+
+    def _check_ids(self, ids: Sequence[int]) -> None:
+        if ids and (min(ids) < 0 or max(ids) >= self.cfg.vocab_size):
+            raise ValueError(f"token id {max(ids) if max(ids) >= self.cfg.vocab_size else min(ids)} is outside "
+                             f"the model's vocabulary [0, {self.cfg.vocab_size}): the tokenizer does not match "
+                             "this checkpoint.")
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+                             progress: Callable[[int], None] | None = None) -> list[tuple[float, bool]]:
+        """(sum of log p(continuation | context), whether greedy decoding reproduces it) per pair.
+
+        Context + continuation longer than the model's context keeps its last
+        ``seq_len + 1`` tokens (the continuation must fit). Rows are sorted by
+        length so each batch pads little; results come back in input order.
+        """
+        rows = []
+        for ctx, cont in pairs:
+            if not cont:
+                raise ValueError("a continuation must have at least one token.")
+            if not ctx:
+                raise ValueError("a context must have at least one token (use the EOS id as a prefix).")
+            if len(cont) > self.max_length:
+                raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's context "
+                                 f"of {self.max_length}.")
+            whole = list(ctx) + list(cont)
+            whole = whole[-(self.max_length + 1):]
+            self._check_ids(whole)
+            rows.append((whole[:-1], whole[1:], len(cont)))
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
+        out: list[tuple[float, bool] | None] = [None] * len(rows)
+        start = 0
+        while start < len(order):
+            length = bucket(len(rows[order[start]][0]), self.max_length, self.min_len)
+            chunk = order[start:start + self.rows_for(length)]
+            start += len(chunk)
+            batch = bucket(len(chunk), self.rows_for(length))
+            inputs, positions = left_pad([rows[i][0] for i in chunk], length, batch, self.cfg.pad_id)
+            targets, _ = left_pad([rows[i][1] for i in chunk], length, batch, self.cfg.pad_id)
+            logprob_BT, greedy_BT = self._target_logprobs(self.params, inputs, positions, targets)
+            logprob_BT, greedy_BT = np.asarray(logprob_BT, np.float64), np.asarray(greedy_BT)
+            for b, i in enumerate(chunk):
+                n = rows[i][2]  # the continuation is the last n targets of the row
+                out[i] = (float(logprob_BT[b, -n:].sum()), bool(greedy_BT[b, -n:].all()))
+            if progress:
+                progress(len(chunk))
+        return out  # type: ignore[return-value]
+
+    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+               should_stop: Callable[[int, list[int]], bool] | None = None,
+               stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        """Greedy continuations (token ids) of each prompt by full forward passes.
+
+        A row stops at a token in ``stop_ids`` (not included), when
+        ``should_stop(row_index, generated)`` says so, or after ``max_new_tokens``.
+        Prompts are truncated from the left so prompt + generation fits the context.
+        """
+        keep = max(self.max_length - max_new_tokens, 1)
+        results: list[list[int]] = [[] for _ in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        rows = self.rows_for(bucket(len(prompts[order[0]]) + max_new_tokens, self.max_length, self.min_len)) \
+            if order else 1
+        for start in range(0, len(order), rows):
+            chunk = order[start:start + rows]
+            seqs = []
+            for i in chunk:
+                prompt = list(prompts[i])[-keep:]
+                if not prompt:
+                    raise ValueError("a generation prompt must have at least one token.")
+                self._check_ids(prompt)
+                seqs.append(prompt)
+            active = list(range(len(chunk)))
+            for _ in range(max_new_tokens):
+                if not active:
+                    break
+                live = [seqs[a][-self.max_length:] for a in active]
+                length = bucket(max(map(len, live)), self.max_length, self.min_len)
+                batch = bucket(len(live), rows)
+                tokens, positions = left_pad(live, length, batch, self.cfg.pad_id)
+                next_ids = np.asarray(self._next_token(self.params, tokens, positions))
+                still = []
+                for b, a in enumerate(active):
+                    tok = int(next_ids[b])
+                    if tok in stop_ids:
+                        continue
+                    seqs[a].append(tok)
+                    results[chunk[a]].append(tok)
+                    if should_stop is None or not should_stop(chunk[a], results[chunk[a]]):
+                        still.append(a)
+                active = still
+        return results

@@ -1,0 +1,88 @@
+"""Validation NLL on a prepared token file (``DIR/manifest.json`` + ``DIR/val.bin``).
+
+The split is cut into fixed windows of seq_len + 1 tokens starting every seq_len
+tokens (so every target is predicted exactly once, always from the same
+context), in file order, independent of batch size. The loss is
+``model.loss_sums``: token-weighted, positions whose input is EOS excluded,
+documents separated by EOS as in training.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from sps_jax import model as sps_model
+
+
+def read_split(data_dir: str, split: str = "val", cfg: sps_model.ModelConfig | None = None) -> np.ndarray:
+    """The split's tokens as a read-only uint16 memmap, after checking the manifest against the model."""
+    manifest_path = os.path.join(data_dir, "manifest.json")
+    if not os.path.isfile(manifest_path):
+        raise FileNotFoundError(f"{data_dir!r} has no manifest.json: prepare it with `python -m sps_jax.data prepare`.")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    if manifest.get("dtype") != "uint16":
+        raise ValueError(f"{manifest_path} says dtype {manifest.get('dtype')!r}; only uint16 token files are supported.")
+    info = manifest.get("splits", {}).get(split)
+    if info is None:
+        raise ValueError(f"{manifest_path} has no split {split!r}; it has {sorted(manifest.get('splits', {}))}.")
+    if cfg is not None and manifest.get("eos_id") != cfg.eos_id:
+        raise ValueError(f"the token file's eos_id {manifest.get('eos_id')} differs from the model's {cfg.eos_id}: "
+                         "it was prepared with another tokenizer.")
+    path = os.path.join(data_dir, info["file"])
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"token file {path!r} named in the manifest is missing.")
+    size = os.path.getsize(path)
+    if size != 2 * int(info["tokens"]):
+        raise ValueError(f"{path} has {size} bytes but the manifest says {info['tokens']} uint16 tokens: "
+                         "the file is truncated or from another preparation.")
+    tokens = np.memmap(path, dtype="<u2", mode="r")
+    if cfg is not None and tokens.size and int(tokens.max()) >= cfg.vocab_size:
+        raise ValueError(f"{path} holds token id {int(tokens.max())}, outside the model's vocabulary of {cfg.vocab_size}.")
+    return tokens
+
+
+def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:
+    """Starts of the fixed windows of seq_len + 1 tokens (stride seq_len), optionally the first max_tokens only."""
+    usable = num_tokens if max_tokens is None else min(num_tokens, int(max_tokens) + 1)
+    count = max((usable - 1) // seq_len, 0)
+    return np.arange(count, dtype=np.int64) * seq_len
+
+
+@functools.lru_cache(maxsize=None)
+def _loss_sums(cfg: sps_model.ModelConfig):
+    """Jitted loss sums per model config, so evaluating many checkpoints of a run compiles once."""
+    net = sps_model.Transformer(cfg)
+    return jax.jit(lambda params, tokens_BT1: sps_model.loss_sums(net, params, tokens_BT1))
+
+
+def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = 8,
+                   max_tokens: int | None = None, log_every_s: float = 10.0) -> dict:
+    """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
+    cfg = net.cfg
+    T = cfg.seq_len
+    starts = window_starts(len(tokens), T, max_tokens)
+    if not len(starts):
+        raise ValueError(f"the validation split has {len(tokens)} tokens, fewer than one window of {T + 1}.")
+    sums = _loss_sums(cfg)
+    total, count, t0, last = 0.0, 0.0, time.time(), time.time()
+    for b in range(0, len(starts), batch_size):
+        chunk = starts[b:b + batch_size]
+        # A fixed batch shape (one compile); filler rows are all pad and carry no weight.
+        batch = np.full((batch_size, T + 1), cfg.pad_id, np.int32)
+        for r, s in enumerate(chunk):
+            batch[r] = tokens[s:s + T + 1]
+        s_, c_ = sums(params, batch)
+        total += float(s_)
+        count += float(c_)
+        if time.time() - last > log_every_s:
+            print(f"  val: {b + len(chunk)}/{len(starts)} windows, nll so far {total / max(count, 1):.4f} "
+                  f"({time.time() - t0:.0f}s)", flush=True)
+            last = time.time()
+    return {"val_nll": total / max(count, 1.0), "val_tokens": int(count), "windows": int(len(starts))}

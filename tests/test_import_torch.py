@@ -1,0 +1,116 @@
+"""The authors' PyTorch checkpoint layout imports to a run folder that computes the same logits as an
+independent numpy forward of their state dict, in the paper's interleaved x0 rho0 x1 rho1 ... order."""
+
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sps_jax import evaluate, import_torch, masks  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+V, D, H, L, T = 64, 32, 2, 2, 12
+EOS, PREDICT, PAD = 60, 61, 63
+OVERRIDES = [f"--config.model.eos_id={EOS}", f"--config.model.predict_id={PREDICT}",
+             f"--config.model.pad_id={PAD}", "--config.model.attention=xla", "--config.model.dtype=float32"]
+
+
+def synthetic_state_dict(seed=0, compiled=True):
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=0.3):
+        return torch.randn(*shape, generator=g) * scale
+
+    p = "_orig_mod." if compiled else ""
+    sd = {p + "transformer.wte.weight": rnd(V, D, scale=1.0), p + "transformer.output_norm.weight": 1 + rnd(D)}
+    for i in range(L):
+        h = f"{p}transformer.h.{i}."
+        sd.update({h + "attention_norm.weight": 1 + rnd(D), h + "attn.c_attn.weight": rnd(3 * D, D),
+                   h + "attn.c_proj.weight": rnd(D, D), h + "mlp_norm.weight": 1 + rnd(D),
+                   h + "mlp.gate_proj.weight": rnd(3 * D, D), h + "mlp.up_proj.weight": rnd(3 * D, D),
+                   h + "mlp.down_proj.weight": rnd(D, 3 * D)})
+    sd[p + "lm_head.weight"] = sd[p + "transformer.wte.weight"]
+    return {k: v.contiguous() for k, v in sd.items()}
+
+
+def numpy_forward(sd, tokens, variant, window):
+    """Their model written out directly: interleaved slots, [out, in] Linear weights, interleaved RoPE pairs."""
+    sd = {k.replace("_orig_mod.", ""): v.numpy().astype(np.float64) for k, v in sd.items()}
+    S = masks.num_streams(variant)
+    K = D // H
+    wte = sd["transformer.wte.weight"]
+    slots = []
+    for t in tokens:  # x_i then rho_i at the same position
+        slots.append(wte[t])
+        if S == 2:
+            slots.append(wte[PREDICT])
+    x = np.stack(slots)                                        # [N, D], N = T * S
+    pos = np.repeat(np.arange(len(tokens)), S)
+    doc = masks.document_ids(np.asarray([tokens]), EOS, PAD)
+    allowed = masks.dense_mask(variant, window, doc)[0]         # [N, N]
+
+    def rms(v, w):
+        return v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-6) * w
+
+    def rope(v):                                               # [N, H, K], pairs (2k, 2k+1)
+        inv = 10000.0 ** (-np.arange(0, K, 2) / K)
+        ang = pos[:, None, None] * inv
+        a, b = v[..., 0::2], v[..., 1::2]
+        out = np.empty_like(v)
+        out[..., 0::2] = a * np.cos(ang) - b * np.sin(ang)
+        out[..., 1::2] = a * np.sin(ang) + b * np.cos(ang)
+        return out
+
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        h = rms(x, sd[p + "attention_norm.weight"])
+        qkv = h @ sd[p + "attn.c_attn.weight"].T
+        q, k, v = (qkv[:, j * D:(j + 1) * D].reshape(-1, H, K) for j in range(3))
+        q, k = rope(q), rope(k)
+        scores = np.einsum("qhk,shk->hqs", q, k) / np.sqrt(K)
+        scores = np.where(allowed[None], scores, -np.inf)
+        w = np.exp(scores - scores.max(-1, keepdims=True))
+        w /= w.sum(-1, keepdims=True)
+        x = x + np.einsum("hqs,shk->qhk", w, v).reshape(-1, D) @ sd[p + "attn.c_proj.weight"].T
+        h = rms(x, sd[p + "mlp_norm.weight"])
+        gate = h @ sd[p + "mlp.gate_proj.weight"].T
+        x = x + ((gate / (1 + np.exp(-gate))) * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[p + "mlp.down_proj.weight"].T
+    x = rms(x, sd["transformer.output_norm.weight"])
+    return x[masks.logits_stream(variant)::S] @ sd["lm_head.weight"].T
+
+
+@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1)])
+def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant, window):
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": sd, "model_args": {"n_head": H, "n_layer": L, "n_embd": D, "block_size": T},
+                "config": {"dataset": "fineweb-edu"}, "iter_num": 3}, path)
+    rc = import_torch.main([str(path), "--variant", variant, "--window", str(window),
+                            "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert rc == 0
+    net, params, step = evaluate.load_model(str(tmp_path / "run"))
+    assert step == 3 and net.cfg.num_heads == H and net.cfg.seq_len == T and net.cfg.variant == variant
+    tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
+    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+    np.testing.assert_allclose(ours, numpy_forward(sd, tokens, variant, window), rtol=2e-4, atol=2e-4)
+
+
+def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "config": {"odd": np.dtype("float32").type}}, path)
+    with pytest.raises(ValueError, match="--trust-pickle"):
+        import_torch.load_torch_checkpoint(str(path))
+    assert "model" in import_torch.load_torch_checkpoint(str(path), trust_pickle=True)
+
+
+def test_cli_reports_a_file_that_is_not_a_checkpoint(tmp_path):
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.import_torch", str(tmp_path / "other.pt"), "--variant",
+                           "sps", "--out", str(tmp_path / "run")], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "not an SPS PyTorch checkpoint" in proc.stderr

@@ -1,0 +1,62 @@
+"""notebooks/evaluate.ipynb executes top to bottom on a tiny run made here (random weights, synthetic metrics)."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+nbclient = pytest.importorskip("nbclient")
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("lm_eval")
+
+from sps_jax import checkpoint, config as sps_config, model as sps_model, tokenizer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_run(path, variant, seed):
+    config = sps_config.load_config(f"configs/tiny.py:{variant},4" if variant != "standard" else "configs/tiny.py:standard")
+    config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
+    net = sps_model.Transformer(config.model)
+    checkpoint.save_run(str(path), config, sps_model.init_params(net, jax.random.PRNGKey(seed)), step=40)
+    rng = np.random.default_rng(seed)
+    with open(path / "metrics.jsonl", "w") as f:
+        for step in range(0, 41, 10):
+            f.write(json.dumps({"step": step, "tokens_seen": step * 1024, "loss": 10 - step / 10 + rng.random(),
+                                "lr": 1e-3, "grad_norm": 1.0, "tokens_per_s": 1e4, "mfu": 0.1, "elapsed_s": step}) + "\n")
+            if step % 20 == 0:
+                f.write(json.dumps({"step": step, "tokens_seen": step * 1024, "val_loss": 10.5 - step / 10}) + "\n")
+
+
+def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    tokenizer.get_tokenizer()  # the notebook needs the provisioned GPT-2 tokenizer
+    make_run(tmp_path / "sps", "sps", 0)
+    make_run(tmp_path / "standard", "standard", 1)
+    data = tmp_path / "data"
+    data.mkdir()
+    ids = []
+    for doc in ["The state of a system is what persists.", "Predictions are made and then forgotten."] * 6:
+        ids += tokenizer.encode(doc) + [tokenizer.EOS_ID]
+    np.asarray(ids, "<u2").tofile(data / "val.bin")
+    (data / "manifest.json").write_text(json.dumps({"tokenizer": "gpt2", "dtype": "uint16", "eos_id": 50256,
+                                                   "splits": {"val": {"file": "val.bin", "tokens": len(ids)}}}))
+    books = tmp_path / "books.jsonl"
+    books.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["Once upon a time there was a model.",
+                                                                       "It read every book it could find."]))
+    out = tmp_path / "out"
+    for key, value in {"SPS_EVAL_RUN": str(tmp_path / "sps"), "SPS_EVAL_COMPARE": str(tmp_path / "standard"),
+                       "SPS_EVAL_TASKS": "pile_books3", "SPS_EVAL_TASK_DATA": f"pile_books3={books}",
+                       "SPS_EVAL_VAL_DATA": str(data), "SPS_EVAL_INCLUDE_DEFAULTS": "0", "SPS_EVAL_OUT": str(out),
+                       "SPS_EVAL_MAX_NEW_TOKENS": "4",
+                       "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}.items():
+        monkeypatch.setenv(key, value)
+    nb = nbformat.read(os.path.join(REPO, "notebooks", "evaluate.ipynb"), as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": REPO}}).execute()
+    result = json.loads((out / "step_40.json").read_text())
+    assert result["variant"] == "sps" and result["val_nll"] > 0 and result["corpus_nll"]["pile_books3"] > 0
+    assert (out / "curves.png").stat().st_size > 0
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "The state of a system is|" in printed and "tiny-standard" in printed
