@@ -133,13 +133,20 @@ def apply_rope(x_BTSHK, positions_BT, theta):
     return out.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
 
 
+# Probe hooks (sps_jax.probes): each parameterised op sows its input as
+# intermediates/<module>/<param> (only when "intermediates" is mutable) and passes its
+# output through perturb("<param>") (a no-op unless a "perturbations" collection is
+# given), so per-slot parameter gradients are input x output-gradient products.
+
+
 class RMSNorm(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
     def __call__(self, x):
         scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), _DTYPES[self.cfg.param_dtype])
-        return rms_norm(x, scale, self.cfg.norm_eps)
+        self.sow("intermediates", "scale", x)
+        return self.perturb("scale", rms_norm(x, scale, self.cfg.norm_eps))
 
 
 def _normal(std):
@@ -156,13 +163,15 @@ class Attention(nn.Module):
         H, K, D = c.num_heads, c.head_dim, c.d_model
         w_qkv = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
         w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
-        qkv = jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt))
+        self.sow("intermediates", "qkv", x_BTSD)
+        qkv = self.perturb("qkv", jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt)))
         q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
         attend = attention.get_backend(c.attention)
         o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, variant=c.variant,
                          window=c.window, persistent_window=c.persistent_window)
-        return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt))
+        self.sow("intermediates", "out", o_BTSHK)
+        return self.perturb("out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
 
 
 class MLP(nn.Module):
@@ -176,8 +185,11 @@ class MLP(nn.Module):
         w_up = self.param("up", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
         w_down = self.param("down", _normal(c.init_std), (c.d_ff, c.d_model), pdt)
         x = x_BTSD.astype(dt)
-        h = nn.silu(x @ w_gate.astype(dt)) * (x @ w_up.astype(dt))
-        return h @ w_down.astype(dt)
+        self.sow("intermediates", "gate", x)
+        self.sow("intermediates", "up", x)
+        h = nn.silu(self.perturb("gate", x @ w_gate.astype(dt))) * self.perturb("up", x @ w_up.astype(dt))
+        self.sow("intermediates", "down", h)
+        return self.perturb("down", h @ w_down.astype(dt))
 
 
 class Block(nn.Module):
