@@ -270,10 +270,12 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=4, log=
     full, cut = [], []
     start = time.time()
     for b0 in range(0, len(docs), batch):
-        inputs, targets, num_loss = document_rows(docs[b0:b0 + batch], context, cfg.pad_id)
-        valid = np.arange(context)[None, :] < num_loss[:, None]
-        full.append(np.where(valid, np.asarray(position_nll(model, params, inputs, targets)), np.nan))
-        cut.append(np.where(valid, np.asarray(position_nll(ablated, params, inputs, targets)), np.nan))
+        part = docs[b0:b0 + batch]
+        # A short last batch is filled with empty rows so every batch has one compiled shape.
+        inputs, targets, num_loss = document_rows(part + [part[0][:1]] * (batch - len(part)), context, cfg.pad_id)
+        valid = (np.arange(context)[None, :] < num_loss[:, None])[:len(part)]
+        full.append(np.where(valid, np.asarray(position_nll(model, params, inputs, targets))[:len(part)], np.nan))
+        cut.append(np.where(valid, np.asarray(position_nll(ablated, params, inputs, targets))[:len(part)], np.nan))
         log(f"  window-nll: {min(b0 + batch, len(docs))}/{len(docs)} documents ({time.time() - start:.0f}s)")
     full, cut = np.concatenate(full), np.concatenate(cut)
     return {"nll": full, "nll_ablated": cut, "delta": cut - full}

@@ -77,11 +77,14 @@ def brute_force_sq_norms(model, params, inputs, targets):
     """{param: [J, B, T, S]} squared norm of d l_j / d(copy at slot), one gradient per loss term."""
     cfg = model.cfg
     copies = per_slot_copies(cfg, params, inputs)
-    out = []
-    for j in range(inputs.shape[1]):
-        g = jax.grad(lambda c: reference_nll(cfg, params, c, inputs, targets)[:, j].sum())(copies)
-        out.append({k: jnp.sum(jnp.square(v).reshape(v.shape[:3] + (-1,)), -1) for k, v in g.items()})
-    return {k: np.stack([o[k] for o in out]) for k in out[0]}
+    # The full Jacobian: d nll[b, j] / d copy[b', i, s] for every loss term separately.
+    jac = jax.jit(jax.jacrev(lambda c: reference_nll(cfg, params, c, inputs, targets)))(copies)
+    out = {}
+    for name, g_BJBTS in jac.items():
+        b = np.arange(inputs.shape[0])
+        g_BJTS = g_BJBTS[b, :, b]  # each row's losses w.r.t. its own slots
+        out[name] = np.moveaxis(np.sum(np.square(g_BJTS).reshape(g_BJTS.shape[:4] + (-1,)), -1), 1, 0)
+    return out
 
 
 @pytest.mark.parametrize("variant", ["standard", "sps"])
@@ -91,14 +94,15 @@ def test_probe_matches_brute_force_per_slot_weight_copies(variant):
     inputs, targets, _ = probes.document_rows(docs, 10, PAD)
     cfg = model.cfg
     # The reference forward is the model: same logits.
-    ref = reference_nll(cfg, params, per_slot_copies(cfg, params, jnp.asarray(inputs)), inputs, targets)
+    ref = jax.jit(reference_nll, static_argnums=0)(cfg, params, per_slot_copies(cfg, params, jnp.asarray(inputs)),
+                                                   inputs, targets)
     np.testing.assert_allclose(ref, probes.position_nll(model, params, inputs, targets), rtol=1e-5, atol=1e-6)
 
     expected = brute_force_sq_norms(model, params, jnp.asarray(inputs), jnp.asarray(targets))
     T = inputs.shape[1]
     loss_JB = np.stack([np.arange(T)] * 2, axis=1)
     sources_BM = np.stack([np.arange(T)] * 2)
-    got = probes.slot_grad_sq_norms(model, params, inputs, targets, loss_JB, sources_BM, chunk=3)
+    got = probes.slot_grad_sq_norms(model, params, inputs, targets, loss_JB, sources_BM, chunk=5)
     assert sorted(got) == sorted(expected)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=2e-4, atol=1e-12, err_msg=name)
@@ -142,12 +146,12 @@ def test_standard_sends_nothing_from_earlier_losses_to_later_slots():
 
 # ---------------------------------------------------------------- persistent-window ablation
 
-@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("delayed_state", 2)])
+@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None)])
 def test_window_delta_is_zero_inside_omega_and_for_omega_at_least_T(variant, window):
     model, params = make(variant, window, seed=6)
     docs = random_docs([24, 13, 20], seed=1)
     omega = 4
-    out = probes.window_nll_deltas(model, params, docs, omega, context=20, batch=2, log=lambda *_: None)
+    out = probes.window_nll_deltas(model, params, docs, omega, context=20, batch=3, log=lambda *_: None)
     delta = out["delta"]
     assert np.all(delta[:, :omega + 1] == 0.0)  # every key of a position <= omega is within omega
     assert np.nanmax(np.abs(delta[:, omega + 1:])) > 1e-4  # the ablation does change later positions
@@ -158,7 +162,7 @@ def test_window_delta_is_zero_inside_omega_and_for_omega_at_least_T(variant, win
 
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("delayed_state", 1)])
 def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, variant, window):
-    model, params = make(variant, window)
+    model, params = make(variant, window, num_layers=1)
     omega, T = 3, 9
     tokens = np.array([[1, 2, 3, 4, EOS, 5, 6, 7, 8]])
     seen, dense = [], attention.xla_attention
@@ -228,16 +232,16 @@ def test_gradients_command_writes_means_and_figure(cli_fixture):
     root = cli_fixture
     out = str(root / "grad_out")
     rc = probes.main(["gradients", "--workdir", str(root / "std"), "--workdir", str(root / "sps"),
-                      "--val-data", str(root / "data"), "--docs", "3", "--positions-per-doc", "2",
-                      "--max-offset", "12", "--context", "24", "--out", out])
+                      "--val-data", str(root / "data"), "--docs", "2", "--positions-per-doc", "2",
+                      "--max-offset", "8", "--context", "16", "--out", out])
     assert rc == 0
     result = json.load(open(os.path.join(out, "gradients.json")))
     std, sps = result["runs"]
     assert set(std["mean_ratio"]) == {"x"} and set(sps["mean_ratio"]) == {"input", "predict"}
-    assert std["examples"] == 6 and std["offsets"] == list(range(13))
+    assert std["examples"] == 4 and std["offsets"] == list(range(9))
     assert std["mean_ratio"]["x"][0] == pytest.approx(1.0)
     lines = open(os.path.join(out, "gradients.csv")).read().splitlines()
-    assert len(lines) == 1 + 13 * 3
+    assert len(lines) == 1 + 9 * 3
     assert os.path.getsize(os.path.join(out, "gradients.png")) > 10_000
 
 
