@@ -28,7 +28,6 @@ The reverse passes for many loss terms reuse one forward (``jax.vjp``) and are b
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import functools
 import json
@@ -42,8 +41,12 @@ import numpy as np
 
 from sps_jax import masks
 from sps_jax import model as sps_model
+from sps_jax.plotting import pyplot, save_figure, smooth, write_csv, write_json
 
 STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
+THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, attn/qkv, attn/out, "
+           "mlp_norm/scale, mlp/gate, mlp/up, mlp/down as applied at the slot; excludes the LM head "
+           "(tied unembedding) and final_norm")
 
 
 # ----------------------------------------------------------------------------- data
@@ -291,62 +294,9 @@ def nan_mean_and_count(a, axis=0):
     return np.where(count > 0, mean, np.nan), count
 
 
-def smooth(y):
-    """Savitzky-Golay trend (window ~1/10 of the curve, odd, at least 5 points; NaNs kept out)."""
-    from scipy.signal import savgol_filter
-
-    y = np.asarray(y, np.float64)
-    ok = ~np.isnan(y)
-    if ok.sum() < 5:
-        return y
-    n = int(ok.sum())
-    window = max(5, (n // 10) | 1)
-    window = min(window, n if n % 2 else n - 1)
-    out = np.full_like(y, np.nan)
-    out[ok] = savgol_filter(y[ok], window, min(3, window - 1))
-    return out
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _write_atomic(path, write):
-    partial = path + ".partial"
-    write(partial)
-    os.replace(partial, path)
-
-
-def write_json(path, obj):
-    def write(p):
-        with open(p, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=True)
-    _write_atomic(path, write)
-
-
-def write_csv(path, header, rows):
-    def write(p):
-        with open(p, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(rows)
-    _write_atomic(path, write)
-
-
-def save_figure(fig, path):
-    def write(p):
-        fig.savefig(p, dpi=130, bbox_inches="tight", format="png")
-    _write_atomic(path, write)
-
-
 def plot_gradient_ratios(results, path):
     """Figure 5a: per-offset mean r(p, k), raw faint and smoothed bold, solid input / dotted predict."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     windows = set()
@@ -358,7 +308,7 @@ def plot_gradient_ratios(results, path):
             style = ":" if stream == "predict" else "-"
             label = res["label"] + ("" if stream == "x" else f" ({stream})")
             ax.plot(offsets, mean, style, color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(offsets, smooth(mean), style, color=color, linewidth=2.0, label=label)
+            ax.plot(offsets, smooth(mean, log=True), style, color=color, linewidth=2.0, label=label)
         if res.get("window") is not None and res["variant"] != "standard":
             windows.add(res["window"])
     for w in sorted(windows):
@@ -376,7 +326,7 @@ def plot_gradient_ratios(results, path):
 
 def plot_window_nll(results, path):
     """Figure 5b: mean delta l against document position, raw faint and smoothed bold."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     omegas = set()
@@ -495,11 +445,6 @@ def cmd_window_nll(args):
                for r in results for t, (m, c) in enumerate(zip(r["mean_delta"], r["count"]))])
     plot_window_nll(results, base + ".png")
     print(f"wrote {base}.json, {base}.csv, {base}.png")
-
-
-THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, attn/qkv, attn/out, "
-           "mlp_norm/scale, mlp/gate, mlp/up, mlp/down as applied at the slot; excludes the LM head "
-           "(tied unembedding) and final_norm")
 
 
 def build_parser():
