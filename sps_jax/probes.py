@@ -181,6 +181,13 @@ def slot_grad_sq_norms(model: sps_model.Transformer, params, inputs_BT, targets_
                jnp.asarray(source_pos_BM, jnp.int32))
 
 
+def _bucket(n: int, chunk: int) -> int:
+    """n rounded up to one of at most 8 sizes per power of two (<= 12.5% padding), a multiple of chunk."""
+    step = 1 << max(0, (n - 1).bit_length() - 4)
+    n = -(-n // step) * step
+    return -(-n // chunk) * chunk
+
+
 def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=None, seed=0,
                     batch=1, chunk=8, log=print):
     """r(p, k) for ``positions_per_doc`` random source positions of each document.
@@ -207,13 +214,13 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     start = time.time()
     for b0 in range(0, len(chosen), batch):
         part = chosen[b0:b0 + batch]
-        # Fixed batch rows and loss-list lengths in powers of two keep the compiled shapes few;
+        # Fixed batch rows and bucketed loss-list lengths keep the compiled shapes few;
         # filler rows and loss entries (-1) ask for no gradient and are dropped.
         filler = [docs[part[0][0]][:1]] * (batch - len(part))
         inputs, targets, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
         source_BM = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + offsets[None, :]).ravel()) for _, src in part]
-        J = 1 << (max(len(x) for x in loss_lists) - 1).bit_length()
+        J = _bucket(max(len(x) for x in loss_lists), chunk)
         loss_JB = np.full((J, batch), -1, np.int64)
         for b, lst in enumerate(loss_lists):
             loss_JB[:len(lst), b] = lst
@@ -375,17 +382,22 @@ def _data_dir(args, config):
     raise ValueError("no token folder: pass --val-data DIR (a folder written by `python -m sps_jax.data prepare`).")
 
 
-def _check_workdirs(workdirs):
-    from sps_jax import checkpoint
-
-    for w in workdirs:  # fail on a bad path before loading any weights
-        checkpoint.read_config(checkpoint._find_run(w)[0])
+def _check_inputs(args):
+    """Bad paths stop the command before any weights are loaded."""
+    for w in args.workdir:
+        if not os.path.exists(w):
+            raise FileNotFoundError(f"run folder {w!r} does not exist: pass --workdir of a training run.")
+    if args.val_data and not os.path.isfile(os.path.join(args.val_data, "manifest.json")):
+        raise FileNotFoundError(f"{args.val_data!r} has no manifest.json: pass a folder written by "
+                                "`python -m sps_jax.data prepare` (--val-data).")
+    if args.docs < 1:
+        raise ValueError("--docs must be at least 1.")
 
 
 def cmd_gradients(args):
-    if args.max_offset < 0 or args.positions_per_doc < 1 or args.docs < 1:
-        raise ValueError("--docs and --positions-per-doc must be >= 1 and --max-offset >= 0.")
-    _check_workdirs(args.workdir)
+    if args.max_offset < 0 or args.min_offset < 0 or args.positions_per_doc < 1:
+        raise ValueError("--positions-per-doc must be >= 1 and --max-offset/--min-offset >= 0.")
+    _check_inputs(args)
     offsets = np.arange(-args.min_offset, args.max_offset + 1)
     results = []
     for workdir in args.workdir:
@@ -419,7 +431,7 @@ def cmd_gradients(args):
 
 def cmd_window_nll(args):
     masks.check_window(args.omega, "--omega")
-    _check_workdirs(args.workdir)
+    _check_inputs(args)
     results = []
     for workdir in args.workdir:
         config, cfg, params, step, label = _load(workdir, args.attention)
