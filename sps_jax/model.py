@@ -135,8 +135,19 @@ def apply_rope(x_BTSHK, positions_BT, theta):
 
 # Probe hooks (sps_jax.probes): each parameterised op sows its input as
 # intermediates/<module>/<param> (only when "intermediates" is mutable) and passes its
-# output through perturb("<param>") (a no-op unless a "perturbations" collection is
-# given), so per-slot parameter gradients are input x output-gradient products.
+# output through _probe(..., "<param>"), so per-slot parameter gradients are input x
+# output-gradient products.
+
+
+def _probe(module: nn.Module, name: str, y):
+    """Add the zero perturbation ``name`` when the caller passes or creates one; otherwise y.
+
+    Unlike a bare ``perturb``, a "perturbations" collection that lacks this entry (e.g. only
+    the layer-0 "embeddings") is fine.
+    """
+    if module.is_mutable_collection("perturbations") or module.has_variable("perturbations", name):
+        return module.perturb(name, y)
+    return y
 
 
 class RMSNorm(nn.Module):
@@ -146,7 +157,7 @@ class RMSNorm(nn.Module):
     def __call__(self, x):
         scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), _DTYPES[self.cfg.param_dtype])
         self.sow("intermediates", "scale", x)
-        return self.perturb("scale", rms_norm(x, scale, self.cfg.norm_eps))
+        return _probe(self, "scale", rms_norm(x, scale, self.cfg.norm_eps))
 
 
 def _normal(std):
@@ -164,14 +175,14 @@ class Attention(nn.Module):
         w_qkv = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
         w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
         self.sow("intermediates", "qkv", x_BTSD)
-        qkv = self.perturb("qkv", jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt)))
+        qkv = _probe(self, "qkv", jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt)))
         q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
         attend = attention.get_backend(c.attention)
         o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, variant=c.variant,
                          window=c.window, persistent_window=c.persistent_window)
         self.sow("intermediates", "out", o_BTSHK)
-        return self.perturb("out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
+        return _probe(self, "out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
 
 
 class MLP(nn.Module):
@@ -187,9 +198,9 @@ class MLP(nn.Module):
         x = x_BTSD.astype(dt)
         self.sow("intermediates", "gate", x)
         self.sow("intermediates", "up", x)
-        h = nn.silu(self.perturb("gate", x @ w_gate.astype(dt))) * self.perturb("up", x @ w_up.astype(dt))
+        h = nn.silu(_probe(self, "gate", x @ w_gate.astype(dt))) * _probe(self, "up", x @ w_up.astype(dt))
         self.sow("intermediates", "down", h)
-        return self.perturb("down", h @ w_down.astype(dt))
+        return _probe(self, "down", h @ w_down.astype(dt))
 
 
 class Block(nn.Module):
