@@ -361,13 +361,15 @@ def plot_window_nll(results, path):
 # ----------------------------------------------------------------------------- CLI
 
 
-def _load(workdir, attention):
+def _load(workdir, attention, dtype):
     from sps_jax import checkpoint
 
     config, params, step = checkpoint.load_run(workdir)
     cfg = sps_model.ModelConfig.from_config(config.model)
-    if attention:
-        cfg = dataclasses.replace(cfg, attention=attention)
+    overrides = {k: v for k, v in (("attention", attention), ("dtype", dtype)) if v}
+    if overrides:
+        cfg = dataclasses.replace(cfg, **overrides)
+        cfg.validate()
     label = config.get("name") or os.path.basename(os.path.normpath(workdir))
     return config, cfg, params, step, label
 
@@ -401,7 +403,7 @@ def cmd_gradients(args):
     offsets = np.arange(-args.min_offset, args.max_offset + 1)
     results = []
     for workdir in args.workdir:
-        config, cfg, params, step, label = _load(workdir, args.attention)
+        config, cfg, params, step, label = _load(workdir, args.attention, args.dtype)
         context = min(args.context or cfg.seq_len, cfg.seq_len)
         docs = read_documents(_data_dir(args, config), args.docs,
                               min_tokens=args.min_offset + args.max_offset + args.positions_per_doc + 1,
@@ -434,7 +436,7 @@ def cmd_window_nll(args):
     _check_inputs(args)
     results = []
     for workdir in args.workdir:
-        config, cfg, params, step, label = _load(workdir, args.attention)
+        config, cfg, params, step, label = _load(workdir, args.attention, args.dtype)
         context = min(args.context or cfg.seq_len, cfg.seq_len)
         docs = read_documents(_data_dir(args, config), args.docs, min_tokens=args.min_tokens,
                               split=args.split, eos_id=cfg.eos_id)
@@ -471,6 +473,7 @@ def build_parser():
         p.add_argument("--docs", type=int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=int, default=None, help="positions per document (default model.seq_len)")
         p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, auto)")
+        p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
         p.add_argument("--out", default=out_default, help="output folder")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
