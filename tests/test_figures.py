@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -93,3 +95,15 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert figures.main(["curves", str(tmp_path), "--out", str(tmp_path / "c.pdf")]) == 2
     assert ".png" in capsys.readouterr().err
+
+
+def test_figures_module_runs_as_a_command(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [write_eval(str(tmp_path), "m-std", "m", "standard", None, 0.5),
+             write_eval(str(tmp_path), "m-sps", "m", "sps", 64, 0.52)]
+    out = str(tmp_path / "gain.png")
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.figures", "accuracy-gain", *paths, "--out", out],
+                          cwd=repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.isfile(out) and "wrote" in proc.stdout
