@@ -133,13 +133,31 @@ def apply_rope(x_BTSHK, positions_BT, theta):
     return out.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
 
 
+# Probe hooks (sps_jax.probes): each parameterised op sows its input as
+# intermediates/<module>/<param> (only when "intermediates" is mutable) and passes its
+# output through _probe(..., "<param>"), so per-slot parameter gradients are input x
+# output-gradient products.
+
+
+def _probe(module: nn.Module, name: str, y):
+    """Add the zero perturbation ``name`` when the caller passes or creates one; otherwise y.
+
+    Unlike a bare ``perturb``, a "perturbations" collection that lacks this entry (e.g. only
+    the layer-0 "embeddings") is fine.
+    """
+    if module.is_mutable_collection("perturbations") or module.has_variable("perturbations", name):
+        return module.perturb(name, y)
+    return y
+
+
 class RMSNorm(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
     def __call__(self, x):
         scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), _DTYPES[self.cfg.param_dtype])
-        return rms_norm(x, scale, self.cfg.norm_eps)
+        self.sow("intermediates", "scale", x)
+        return _probe(self, "scale", rms_norm(x, scale, self.cfg.norm_eps))
 
 
 def _normal(std):
@@ -156,13 +174,15 @@ class Attention(nn.Module):
         H, K, D = c.num_heads, c.head_dim, c.d_model
         w_qkv = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
         w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
-        qkv = jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt))
+        self.sow("intermediates", "qkv", x_BTSD)
+        qkv = _probe(self, "qkv", jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt)))
         q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
         attend = attention.get_backend(c.attention)
         o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, variant=c.variant,
                          window=c.window, persistent_window=c.persistent_window)
-        return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt))
+        self.sow("intermediates", "out", o_BTSHK)
+        return _probe(self, "out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
 
 
 class MLP(nn.Module):
@@ -176,8 +196,11 @@ class MLP(nn.Module):
         w_up = self.param("up", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
         w_down = self.param("down", _normal(c.init_std), (c.d_ff, c.d_model), pdt)
         x = x_BTSD.astype(dt)
-        h = nn.silu(x @ w_gate.astype(dt)) * (x @ w_up.astype(dt))
-        return h @ w_down.astype(dt)
+        self.sow("intermediates", "gate", x)
+        self.sow("intermediates", "up", x)
+        h = nn.silu(_probe(self, "gate", x @ w_gate.astype(dt))) * _probe(self, "up", x @ w_up.astype(dt))
+        self.sow("intermediates", "down", h)
+        return _probe(self, "down", h @ w_down.astype(dt))
 
 
 class Block(nn.Module):

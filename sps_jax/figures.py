@@ -1,0 +1,275 @@
+"""The paper's result figures from this project's own run folders and evaluation JSONs.
+
+  python -m sps_jax.figures curves RUN... --out F.png            (Figure 2: val NLL vs tokens and compute)
+  python -m sps_jax.figures window-ablation SRC... --out F.png   (Figure 4: final val NLL vs w per variant)
+  python -m sps_jax.figures accuracy-gain EVAL_JSON... --out F.png (Figure 3: accuracy gain over Standard)
+
+Each command also writes the plotted numbers next to the PNG (same name, .json).
+
+Compute convention (``train_flops_per_token``): training FLOPs per input token =
+3 x forward, forward = 2 x (matmul weights touched per slot) x S + 2 d V for the LM head
+once per position; attention score/value FLOPs (which depend on w and document lengths)
+are left out, so the compute axis is a lower bound that counts the two-stream variants'
+doubled slots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from sps_jax import config as sps_config
+from sps_jax import masks
+from sps_jax.plotting import pyplot, save_figure, write_json
+
+SCALE_ORDER = tuple(sps_config.SCALES)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def read_metrics(run: str) -> list[dict]:
+    """All records of ``run/metrics.jsonl`` (one JSON object per line; blank lines skipped)."""
+    path = os.path.join(run, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{run!r} has no metrics.jsonl: pass training run folders.")
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def validation_curve(records) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens_seen, val_loss) of the validation records, in order of tokens."""
+    val = sorted((r["tokens_seen"], r["val_loss"]) for r in records if r.get("val_loss") is not None)
+    if not val:
+        return np.zeros(0), np.zeros(0)
+    tokens, loss = zip(*val)
+    return np.asarray(tokens, np.float64), np.asarray(loss, np.float64)
+
+
+def train_flops_per_token(model_cfg) -> float:
+    """3 x forward matmul FLOPs per input token (see the module docstring for what is left out)."""
+    m = model_cfg
+    per_slot = m["num_layers"] * (4 * m["d_model"] ** 2 + 3 * m["d_model"] * m["d_ff"])
+    forward = 2 * per_slot * masks.num_streams(m["variant"]) + 2 * m["d_model"] * m["vocab_size"]
+    return 3.0 * forward
+
+
+def run_info(run: str) -> dict:
+    path = os.path.join(run, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{run!r} is not a run folder: it has no config.json.")
+    with open(path) as f:
+        config = json.load(f)
+    model = config.get("model", {})
+    name = config.get("name") or os.path.basename(os.path.normpath(run))
+    scale = name.split("-", 1)[0] if name.split("-", 1)[0] in SCALE_ORDER else None
+    return {"run": run, "label": name, "variant": model.get("variant"), "window": model.get("window"),
+            "scale": scale, "model": model}
+
+
+def final_point(source: str) -> dict:
+    """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
+    if os.path.isdir(source):
+        info = run_info(source)
+        tokens, loss = validation_curve(read_metrics(source))
+        if not len(loss):
+            raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl.")
+        return {**{k: info[k] for k in ("label", "variant", "window", "scale")},
+                "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1])}
+    ev = read_evaluation(source)
+    if ev.get("val_nll") is None:
+        raise ValueError(f"{source!r} has no val_nll.")
+    return {"label": os.path.basename(ev.get("run") or source), "variant": ev["variant"],
+            "window": ev.get("window"), "scale": ev.get("scale"), "val_nll": float(ev["val_nll"]),
+            "tokens_seen": ev.get("tokens_seen")}
+
+
+def read_evaluation(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path!r} does not exist: pass evaluation JSONs written by sps_jax.evaluate.")
+    with open(path) as f:
+        ev = json.load(f)
+    if "variant" not in ev:
+        raise ValueError(f"{path!r} is not an evaluation result: it has no 'variant'.")
+    masks.check_variant(ev["variant"])
+    return ev
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def curves(runs, out: str) -> dict:
+    """Figure 2 style: validation NLL against tokens seen and against training compute."""
+    series = []
+    for run in runs:
+        info = run_info(run)
+        tokens, loss = validation_curve(read_metrics(run))
+        flops = tokens * train_flops_per_token(info["model"]) if info["model"] else tokens * np.nan
+        series.append({"label": info["label"], "variant": info["variant"], "window": info["window"],
+                       "tokens_seen": tokens.tolist(), "train_flops": flops.tolist(), "val_loss": loss.tolist()})
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for s in series:
+        style = dict(marker="o", markersize=3, linewidth=1.5, label=s["label"])
+        axes[0].plot(s["tokens_seen"], s["val_loss"], **style)
+        axes[1].plot(s["train_flops"], s["val_loss"], **style)
+    axes[0].set_xlabel("tokens seen")
+    axes[1].set_xlabel("training compute (FLOPs, matmuls only)")
+    axes[0].set_ylabel("validation NLL (nats)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels collide on short ranges
+        ax.grid(alpha=0.3, which="both")
+    axes[1].legend(fontsize=8)
+    fig.suptitle("Validation NLL during training")
+    save_figure(fig, out)
+    plt.close(fig)
+    data = {"figure": out, "flops_convention": __doc__.split("Compute convention")[1].strip(), "runs": series}
+    write_json(os.path.splitext(out)[0] + ".json", data)
+    return data
+
+
+def window_ablation(sources, out: str) -> dict:
+    """Figure 4 style: final validation NLL against the <predict> window w, one line per variant.
+
+    Runs without a window (Standard, two_x_memory) are drawn as horizontal reference lines.
+    """
+    points = [final_point(s) for s in sources]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    windowed = sorted({p["variant"] for p in points if p["window"] is not None and p["variant"] != "standard"})
+    for variant in windowed:
+        pts = sorted((p["window"], p["val_nll"]) for p in points
+                     if p["variant"] == variant and p["window"] is not None)
+        ax.plot([w for w, _ in pts], [v for _, v in pts], marker="o", linewidth=1.8, label=variant)
+    for p in points:
+        if p["window"] is None or p["variant"] == "standard":
+            ax.axhline(p["val_nll"], linestyle="--", color="gray", linewidth=1)
+            ax.text(1.0, p["val_nll"], f" {p['variant']}", transform=ax.get_yaxis_transform(), va="center",
+                    fontsize=8, color="gray")
+    windows = sorted({p["window"] for p in points if p["window"] is not None and p["variant"] != "standard"})
+    ax.set_xscale("symlog", linthresh=max(1, min([w for w in windows if w > 0], default=1)))
+    ax.set_xticks(windows, [str(w) for w in windows])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.set_xlabel("<predict> window w")
+    ax.set_ylabel("final validation NLL (nats)")
+    ax.set_title("Window ablation")
+    ax.grid(alpha=0.3)
+    if windowed:
+        ax.legend(fontsize=8)
+    save_figure(fig, out)
+    plt.close(fig)
+    data = {"figure": out, "points": points}
+    write_json(os.path.splitext(out)[0] + ".json", data)
+    return data
+
+
+def accuracy_gains(evaluations, baseline: str = "standard") -> list[dict]:
+    """Per scale and variant: task_accuracy_avg minus the baseline's, in percentage points.
+
+    Each variant is compared with the baseline evaluation of the same scale at the largest
+    tokens_seen both have (so a longer-trained baseline is not mixed in by accident).
+    """
+    rows = []
+    by_key = {}
+    for ev in evaluations:
+        if ev.get("task_accuracy_avg") is None:
+            continue
+        by_key.setdefault((ev.get("scale"), ev["variant"]), {})[ev.get("tokens_seen")] = ev
+    for (scale, variant), evs in by_key.items():
+        if variant == baseline or (scale, baseline) not in by_key:
+            continue
+        common = set(evs) & set(by_key[(scale, baseline)])
+        if not common:
+            continue
+        tokens = max(common, key=lambda t: -1 if t is None else t)
+        ev, base = evs[tokens], by_key[(scale, baseline)][tokens]
+        rows.append({"scale": scale, "variant": variant, "window": ev.get("window"), "tokens_seen": tokens,
+                     "accuracy": ev["task_accuracy_avg"], "baseline_accuracy": base["task_accuracy_avg"],
+                     "gain_pp": 100.0 * (ev["task_accuracy_avg"] - base["task_accuracy_avg"])})
+    rank = {s: n for n, s in enumerate(SCALE_ORDER)}
+    rows.sort(key=lambda r: (rank.get(r["scale"], len(rank)), str(r["scale"]), r["variant"]))
+    return rows
+
+
+def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
+    """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
+    masks.check_variant(baseline)
+    rows = accuracy_gains([read_evaluation(p) for p in paths], baseline)
+    if not rows:
+        raise ValueError(f"no scale has both a {baseline!r} evaluation and another variant's with "
+                         "task_accuracy_avg at the same tokens_seen.")
+    scales = list(dict.fromkeys(r["scale"] for r in rows))
+    variants = sorted({r["variant"] for r in rows})
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    width = 0.8 / len(variants)
+    for n, variant in enumerate(variants):
+        xs, ys = [], []
+        for k, scale in enumerate(scales):
+            for r in rows:
+                if r["scale"] == scale and r["variant"] == variant:
+                    xs.append(k + (n - (len(variants) - 1) / 2) * width)
+                    ys.append(r["gain_pp"])
+        bars = ax.bar(xs, ys, width, label=variant)
+        ax.bar_label(bars, fmt="%+.1f", fontsize=7)
+    ax.axhline(0, color="black", linewidth=0.7)
+    ax.set_xticks(range(len(scales)), [str(s).upper() for s in scales])
+    ax.set_xlabel("scale")
+    ax.set_ylabel(f"avg. accuracy gain over {baseline} (pp)")
+    ax.set_title("Zero-shot accuracy gain by scale")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    save_figure(fig, out)
+    plt.close(fig)
+    data = {"figure": out, "baseline": baseline, "gains": rows}
+    write_json(os.path.splitext(out)[0] + ".json", data)
+    return data
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.figures", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
+    c.add_argument("runs", nargs="+", help="run folders with config.json and metrics.jsonl")
+    c.add_argument("--out", default="curves.png")
+    w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
+    w.add_argument("sources", nargs="+", help="run folders or evaluation JSONs")
+    w.add_argument("--out", default="window_ablation.png")
+    a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
+    a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluate")
+    a.add_argument("--baseline", default="standard")
+    a.add_argument("--out", default="accuracy_gain.png")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        if not args.out.endswith(".png"):
+            raise ValueError(f"--out must name a .png file, got {args.out!r}.")
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        if args.command == "curves":
+            for run in args.runs:
+                run_info(run), read_metrics(run)  # every input checked before plotting
+            curves(args.runs, args.out)
+        elif args.command == "window-ablation":
+            window_ablation(args.sources, args.out)
+        else:
+            accuracy_gain(args.evaluations, args.out, args.baseline)
+    except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

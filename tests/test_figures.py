@@ -1,0 +1,109 @@
+"""Figure commands over fixture run folders and evaluation JSONs (Figures 2, 3, 4 of the paper)."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import small_config
+from sps_jax import figures
+from sps_jax import model as sps_model
+
+
+def write_run(folder, name, variant, window, val_losses, tokens_per_eval=1000):
+    os.makedirs(folder, exist_ok=True)
+    cfg = dataclasses.asdict(small_config(variant, window))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"name": name, "model": cfg}, f)
+    with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+        for n, val in enumerate(val_losses, start=1):
+            f.write(json.dumps({"step": 10 * n, "tokens_seen": n * tokens_per_eval, "loss": val + 0.1,
+                                "lr": 1e-3}) + "\n")
+            f.write(json.dumps({"step": 10 * n, "tokens_seen": n * tokens_per_eval, "val_loss": val}) + "\n")
+    return str(folder)
+
+
+def write_eval(folder, name, scale, variant, window, acc, tokens=20_000, val_nll=3.0):
+    path = os.path.join(folder, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump({"run": name, "variant": variant, "window": window, "scale": scale, "step": 1,
+                   "tokens_seen": tokens, "val_nll": val_nll, "corpus_nll": {}, "corpus_nll_avg": None,
+                   "tasks": {}, "task_accuracy_avg": acc}, f)
+    return path
+
+
+def test_compute_axis_is_six_flops_per_matmul_weight_per_slot():
+    cfg = small_config("standard", None)
+    norms = (2 * cfg.num_layers + 1) * cfg.d_model
+    expected = 6 * (sps_model.count_params(sps_model.Transformer(cfg)) - norms)
+    assert figures.train_flops_per_token(dataclasses.asdict(cfg)) == expected
+    # Two streams touch every block weight twice per position; the LM head runs once.
+    sps = figures.train_flops_per_token(dataclasses.asdict(small_config("sps", 2)))
+    assert sps - expected == expected - 6 * cfg.d_model * cfg.vocab_size
+
+
+def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
+    std = write_run(tmp_path / "std", "tiny-standard", "standard", None, [4.0, 3.5, 3.2, 3.1])
+    sps = write_run(tmp_path / "sps", "tiny-sps-w2", "sps", 2, [3.9, 3.4, 3.1, 3.0])
+    out = str(tmp_path / "curves.png")
+    assert figures.main(["curves", std, sps, "--out", out]) == 0
+    data = json.load(open(out[:-4] + ".json"))
+    assert [r["label"] for r in data["runs"]] == ["tiny-standard", "tiny-sps-w2"]
+    assert data["runs"][1]["val_loss"] == [3.9, 3.4, 3.1, 3.0]
+    ratio = np.array(data["runs"][1]["train_flops"]) / np.array(data["runs"][1]["tokens_seen"])
+    np.testing.assert_allclose(ratio, figures.train_flops_per_token(dataclasses.asdict(small_config("sps", 2))))
+    assert os.path.getsize(out) > 10_000
+
+
+def test_window_ablation_command_reads_runs_and_evaluations(tmp_path):
+    sources = [write_run(tmp_path / f"sps{w}", f"s-sps-w{w}", "sps", w, [3.5, 3.0 + w / 1000]) for w in (0, 16, 64)]
+    sources.append(write_run(tmp_path / "std", "s-standard", "standard", None, [3.6, 3.2]))
+    sources += [write_eval(str(tmp_path), f"rev{w}", "s", "reverse_sps", w, None, val_nll=3.3 - w / 1000)
+                for w in (0, 16, 64)]
+    out = str(tmp_path / "window.png")
+    assert figures.main(["window-ablation", *sources, "--out", out]) == 0
+    points = json.load(open(out[:-4] + ".json"))["points"]
+    sps = sorted((p["window"], p["val_nll"]) for p in points if p["variant"] == "sps")
+    assert sps == [(0, 3.0), (16, 3.016), (64, 3.064)]
+    assert {p["variant"] for p in points} == {"sps", "standard", "reverse_sps"}
+    assert os.path.getsize(out) > 10_000
+
+
+def test_accuracy_gain_command_compares_with_standard_at_the_same_scale_and_tokens(tmp_path):
+    d = str(tmp_path)
+    paths = [write_eval(d, "xs-std", "xs", "standard", None, 0.40),
+             write_eval(d, "xs-sps", "xs", "sps", 64, 0.42),
+             write_eval(d, "s-std", "s", "standard", None, 0.45),
+             write_eval(d, "s-std-40b", "s", "standard", None, 0.50, tokens=40_000),
+             write_eval(d, "s-sps", "s", "sps", 64, 0.48),
+             write_eval(d, "s-delayed", "s", "delayed_state", 64, 0.46)]
+    out = str(tmp_path / "gain.png")
+    assert figures.main(["accuracy-gain", *paths, "--out", out]) == 0
+    gains = {(g["scale"], g["variant"]): g["gain_pp"] for g in json.load(open(out[:-4] + ".json"))["gains"]}
+    assert gains == pytest.approx({("xs", "sps"): 2.0, ("s", "sps"): 3.0, ("s", "delayed_state"): 1.0})
+    assert os.path.getsize(out) > 10_000
+
+
+def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
+    assert figures.main(["curves", str(tmp_path / "missing"), "--out", str(tmp_path / "c.png")]) == 2
+    assert "config.json" in capsys.readouterr().err
+    assert figures.main(["accuracy-gain", str(tmp_path / "x.json"), "--out", str(tmp_path / "a.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert figures.main(["curves", str(tmp_path), "--out", str(tmp_path / "c.pdf")]) == 2
+    assert ".png" in capsys.readouterr().err
+
+
+def test_figures_module_runs_as_a_command(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [write_eval(str(tmp_path), "m-std", "m", "standard", None, 0.5),
+             write_eval(str(tmp_path), "m-sps", "m", "sps", 64, 0.52)]
+    out = str(tmp_path / "gain.png")
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.figures", "accuracy-gain", *paths, "--out", out],
+                          cwd=repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.isfile(out) and "wrote" in proc.stdout
