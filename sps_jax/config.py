@@ -75,6 +75,7 @@ def train_config():
     t.eval_every = 1000            # steps between validation passes (and at the end)
     t.checkpoint_every = 1000      # steps between checkpoints; only the latest is kept ...
     t.milestone_every = 10000      # ... plus every step divisible by this (0: none)
+    t.stop_at_step = 0             # end this invocation (with a checkpoint) at this step; 0: run the whole schedule
     t.nonfinite = "stop"           # non-finite loss: "stop" the run or "skip" the update
     t.peak_flops_per_device = 989e12  # MFU denominator: H100 SXM dense bf16
     t.tensorboard = True           # also write TensorBoard events when the package is installed

@@ -219,7 +219,8 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     run_start = time.time()
     try:
         with _StopFlag() as stop:
-            while step < p["total_steps"]:
+            end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
+            while step < end:
                 tick = time.time()
                 local = next(iterator).reshape(p["accum"], local_rows, cfg.seq_len + 1)
                 params, opt_state, out = step_fn(params, opt_state, _global_batch(local, micro_sh, micro_shape))
@@ -250,7 +251,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                     val_loss = validate(params)
                     emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
                     log(f"step {step}: val_loss {val_loss:.4f}")
-                if step % t.checkpoint_every == 0 or step == p["total_steps"]:
+                if step % t.checkpoint_every == 0 or step == end:
                     save(step)
                 if on_step is not None:
                     on_step(step, record)

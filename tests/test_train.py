@@ -1,0 +1,165 @@
+"""Training: exact resume after a hard kill, the same losses on 8 devices and 2 processes as on 1,
+checkpoints that move between meshes, clean stops, and the README's command making the loss fall."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from sps_jax import checkpoint, config as sps_config, metrics, train as sps_train
+from train_utils import REPO, SMALL_OVERRIDES, env, losses, run_train, write_token_folder
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    return write_token_folder(str(tmp_path_factory.mktemp("tokens")))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tokens):
+    """STEPS updates on one device, uninterrupted."""
+    workdir = tmp_path_factory.mktemp("reference")
+    run_train(workdir, tokens, STEPS)
+    return workdir
+
+
+def final_params(workdir):
+    _, params, step = checkpoint.load_run(str(workdir))
+    assert step == STEPS
+    return params
+
+
+KILL_SCRIPT = """
+import os, signal, sys
+from sps_jax import config, train
+cfg = config.load_config("configs/tiny.py", sys.argv[3:])
+def on_step(step, record):
+    if step == int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no final save
+train.train(cfg, sys.argv[1], on_step=on_step)
+"""
+
+
+def test_resume_after_hard_kill_is_exact(tmp_path, tokens, reference):
+    workdir = tmp_path / "run"
+    args = [*SMALL_OVERRIDES, f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}"]
+    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(workdir), "5", *args],
+                            cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert max(losses(workdir)) == 5, "the killed run got past its last checkpoint (step 4 or 2)"
+    resumed = run_train(workdir, tokens, STEPS)
+    assert "resumed from" in resumed.stdout
+    # Bit-identical: same losses at every step (records after the checkpoint are replaced) and weights.
+    assert losses(workdir) == losses(reference)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, final_params(workdir), final_params(reference))
+
+
+def test_eight_devices_match_one_and_the_checkpoint_moves_to_one_device(tmp_path, tokens, reference):
+    workdir = tmp_path / "run"
+    out = run_train(workdir, tokens, STEPS, devices=8,
+                    extra=["--config.mesh.data=2", "--config.mesh.fsdp=4", "--config.train.stop_at_step=4"])
+    assert "data=2 x fsdp=4 on 8 cpu" in out.stdout
+    assert max(losses(workdir)) == 4
+    run_train(workdir, tokens, STEPS, devices=1)  # restores the (2, 4)-sharded checkpoint on one device
+    ref, got = losses(reference), losses(workdir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5),
+                           final_params(workdir), final_params(reference))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_and_one_resumes(tmp_path, tokens, reference):
+    workdir, port = tmp_path / "run", free_port()
+    cmd = [sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           "--coordinator", f"localhost:{port}", "--num-processes", "2", *SMALL_OVERRIDES,
+           f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}", "--config.train.stop_at_step=4"]
+    procs = [subprocess.Popen(cmd + ["--process-id", str(i)], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    assert "on 2 cpu device(s)" in outputs[0]
+    run_train(workdir, tokens, STEPS)
+    ref, got = losses(reference), losses(workdir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
+
+
+def small_config(tokens, steps, **train):
+    config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
+        f"--config.data.dir={tokens}", f"--config.train.total_tokens={steps * 256}"])
+    for key, value in train.items():
+        config.train[key] = value
+    return config
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, tokens):
+    def on_step(step, record):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+    summary = sps_train.train(small_config(tokens, 20), str(tmp_path), on_step=on_step, log=lambda m: None)
+    assert summary["stopped_by"] == "SIGTERM" and summary["step"] == 3
+    assert checkpoint.load_run(str(tmp_path))[2] == 3
+
+
+def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
+    # An absurd learning rate overflows the weights after the first real update.
+    with pytest.raises(sps_train.NonFiniteLoss, match=r"at step \d+"):
+        sps_train.train(small_config(tokens, 6, peak_lr=1e30), str(tmp_path / "stop"), log=lambda m: None)
+    summary = sps_train.train(small_config(tokens, 6, peak_lr=1e30, nonfinite="skip"), str(tmp_path / "skip"),
+                              log=lambda m: None)
+    records = [r for r in metrics.read(str(tmp_path / "skip")) if "loss" in r]
+    assert len(records) == 6 and any(r.get("skipped") for r in records)
+    params = checkpoint.load_run(str(tmp_path / "skip"))[1]
+    assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(params)), "skipped updates never land"
+    assert summary["step"] == 6
+
+
+def test_bad_settings_fail_before_compiling(tokens):
+    config = small_config(tokens, 4)
+    config.mesh.data, config.mesh.fsdp = 2, 2
+    with pytest.raises(ValueError, match="does not use the 1 devices"):
+        sps_train.plan(config, num_devices=1)
+    config = small_config(tokens, 4)
+    config.train.micro_batch = 5
+    with pytest.raises(ValueError, match="not a multiple of train.micro_batch"):
+        sps_train.plan(config, num_devices=1)
+    config = small_config(tokens, 4)
+    config.mesh.data = 3
+    with pytest.raises(ValueError, match="does not split over the 3x1 mesh"):
+        sps_train.plan(config, num_devices=3)
+
+
+def run_main_command(workdir, data_dir, steps):
+    """The README's command on the embedded corpus (tokenised on first use), shortened to ``steps``."""
+    cmd = [sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           f"--config.data.dir={data_dir}", f"--config.train.total_tokens={steps * 8 * 128}",
+           "--config.train.log_every=10", "--config.data.val_windows=16"]
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return [r["loss"] for r in metrics.read(str(workdir)) if "loss" in r], metrics.read(str(workdir))
+
+
+def test_main_command_trains_tiny_on_the_builtin_corpus_and_the_loss_falls(tmp_path):
+    steps, _ = run_main_command(tmp_path / "run", tmp_path / "builtin", 30)
+    assert len(steps) == 30
+    assert np.mean(steps[-5:]) < np.mean(steps[:5]) - 2.0  # from ln(50304) ~ 10.8 towards unigram statistics
+
+
+@pytest.mark.slow
+def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
+    losses_, records = run_main_command(tmp_path / "run", os.path.join(REPO, "data", "builtin"), 300)
+    val = [r["val_loss"] for r in records if "val_loss" in r]
+    assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.5
