@@ -75,7 +75,7 @@ def make_train_step(model, opt, accum: int, param_shardings):
         denom = jnp.maximum(count, 1.0)
         grads = jax.tree_util.tree_map(lambda g: g / denom, grad_sum)
         loss = loss_sum / denom
-        grad_norm = optax.global_norm(grads)
+        grad_norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
         updates, new_opt_state = opt.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         # A non-finite step never reaches the state, whether the run then stops or skips it.

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -41,8 +42,13 @@ def write_token_folder(folder, num_docs=200, seed=0, eos=60):
     return folder
 
 
+# One compilation cache per test session: repeated runs of the same program skip XLA compilation.
+_CACHE = tempfile.mkdtemp(prefix="sps_jax_test_jit_cache_")
+
+
 def env(devices=1):
     e = dict(os.environ)
+    e["JAX_COMPILATION_CACHE_DIR"] = _CACHE
     e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
     e["XLA_FLAGS"] = f"--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count={devices}"
     e["JAX_PLATFORMS"] = "cpu"
