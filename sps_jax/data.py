@@ -69,7 +69,8 @@ class _SplitWriter:
 
 
 def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str = "text",
-            hf_split: str = "train", max_documents: int | None = None, batch_documents: int = 256,
+            hf_split: str = "train", max_documents: int | None = None,
+            max_tokens: int | None = None, batch_documents: int = 256,
             force: bool = False, log=print) -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest."""
     if not 0.0 <= val_fraction < 1.0:
@@ -77,7 +78,8 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     corpus.check_source(source)
     enc = tokenizer.get_tokenizer()  # raises TokenizerMissing with the provisioning command
     settings = {"source": source, "val_fraction": val_fraction, "text_field": text_field,
-                "hf_split": hf_split, "max_documents": max_documents}
+                "hf_split": hf_split, "max_documents": max_documents,
+                "max_tokens": max_tokens}
     existing = read_manifest(out)
     if existing and existing.get("settings") == settings and not force:
         log(f"{out} already holds this corpus ({existing['splits']['train']['tokens']:,} train tokens); "
@@ -97,6 +99,8 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     batch = []
     for text in corpus.documents(source, text_field, hf_split):
         if max_documents is not None and docs >= max_documents:
+            break
+        if max_tokens is not None and sum(w.tokens for w in writers.values()) >= max_tokens:
             break
         if not text:
             continue
@@ -146,6 +150,8 @@ def main(argv=None) -> int:
     p.add_argument("--text-field", default="text", help="JSONL/Parquet/HF field holding the text")
     p.add_argument("--hf-split", default="train")
     p.add_argument("--max-documents", type=int, default=None, help="stop after this many documents")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="stop once about this many tokens (train + val) are written")
     p.add_argument("--force", action="store_true", help="rebuild even if the output is up to date")
     v = sub.add_parser("verify", help="check a prepared folder's sizes, ids and checksums")
     v.add_argument("dir")
@@ -153,7 +159,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "prepare":
             prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
-                    hf_split=args.hf_split, max_documents=args.max_documents, force=args.force)
+                    hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
+                    force=args.force)
         else:
             from sps_jax import loader
 

@@ -132,3 +132,12 @@ def test_grain_order_is_deterministic_sharded_and_resumable(tmp_path):
     state = json.loads(json.dumps(it.get_state()))
     resumed = loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), state)
     assert all((x == y).all() for x, y in zip(take(resumed, 9), a[3:]))
+
+
+def test_hugging_face_source_without_datasets_says_what_to_install(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("datasets") is not None:
+        pytest.skip("`datasets` is installed; streaming would need the network")
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[hf\]'"):
+        data.prepare("hf:HuggingFaceFW/fineweb-edu:sample-10BT", str(tmp_path / "fw"))

@@ -146,7 +146,7 @@ def run_main_command(workdir, data_dir, steps):
     """The README's command on the embedded corpus (tokenised on first use), shortened to ``steps``."""
     cmd = [sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir", str(workdir),
            f"--config.data.dir={data_dir}", f"--config.train.total_tokens={steps * 8 * 128}",
-           "--config.train.log_every=10", "--config.data.val_windows=16"]
+           "--config.train.log_every=10", "--config.data.val_windows=8"]
     out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
     return [r["loss"] for r in metrics.read(str(workdir)) if "loss" in r], metrics.read(str(workdir))
@@ -163,3 +163,21 @@ def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     losses_, records = run_main_command(tmp_path / "run", os.path.join(REPO, "data", "builtin"), 300)
     val = [r["val_loss"] for r in records if "val_loss" in r]
     assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.5
+
+
+def test_bench_train_reports_throughput_mfu_and_the_variant_ratio(tmp_path):
+    out_json = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "sps_jax.bench", "train", "--config", "configs/tiny.py", "--steps", "2",
+           "--warmup", "1", "--variants", "standard,sps", "--out", str(out_json), *SMALL_OVERRIDES]
+    out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    summary = json.loads(out_json.read_text())
+    standard, sps = summary["results"]
+    assert (standard["variant"], sps["variant"]) == ("standard", "sps")
+    assert sps["train_flops_per_token"] > standard["train_flops_per_token"]
+    for r in summary["results"]:
+        assert r["tokens_per_s"] == pytest.approx(16 * 16 / r["step_s_median"])
+        assert r["mfu"] == pytest.approx(r["train_flops_per_token"] * r["tokens_per_s"] / 989e12)
+    assert summary["step_time_ratio_to_first"]["sps"] == pytest.approx(sps["step_s_median"] / standard["step_s_median"])
