@@ -86,6 +86,8 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
             "pass --force to rebuild.")
         return existing
     os.makedirs(out, exist_ok=True)
+    if existing:  # a rebuild: the old manifest must not vouch for half-written files
+        os.remove(os.path.join(out, MANIFEST))
     writers = {split: _SplitWriter(out, split) for split in SPLITS}
     start = last_log = time.time()
     docs = 0

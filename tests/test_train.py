@@ -165,6 +165,7 @@ def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.5
 
 
+@pytest.mark.slow  # two cold compilations: over a minute on two busy cores
 def test_bench_train_reports_throughput_mfu_and_the_variant_ratio(tmp_path):
     out_json = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "sps_jax.bench", "train", "--config", "configs/tiny.py", "--steps", "2",
