@@ -59,3 +59,30 @@ class Writer:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def plot(workdir: str) -> str | None:
+    """``workdir/loss.png``: training and validation loss against tokens seen (needs matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    records = read(workdir)
+    train = [(r["tokens_seen"], r["loss"]) for r in records if "loss" in r]
+    val = [(r["tokens_seen"], r["val_loss"]) for r in records if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for points, label, style in ((train, "train loss", "-"), (val, "validation loss", "o-")):
+        if points:
+            ax.plot(*zip(*points), style, label=label)
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(os.path.basename(os.path.abspath(workdir)))
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = os.path.join(workdir, "loss.png")
+    fig.savefig(path + ".partial.png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(path + ".partial.png", path)
+    return path

@@ -266,6 +266,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
         mngr.close()
         if writer:
             writer.close()
+            metrics.plot(workdir)
     return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
             "workdir": workdir}
 

@@ -13,6 +13,8 @@ def test_jsonl_tensorboard_and_truncate(tmp_path):
     assert [r["step"] for r in metrics.read(str(tmp_path))] == [1, 2, 3, 4, 5]
     metrics.truncate(str(tmp_path), 3)
     assert [r["loss"] for r in metrics.read(str(tmp_path))] == [1.0, 0.5, 1.0 / 3]
+    if metrics.plot(str(tmp_path)) is not None:
+        assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

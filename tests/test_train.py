@@ -162,7 +162,7 @@ def test_main_command_trains_tiny_on_the_builtin_corpus_and_the_loss_falls(tmp_p
 def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     losses_, records = run_main_command(tmp_path / "run", os.path.join(REPO, "data", "builtin"), 300)
     val = [r["val_loss"] for r in records if "val_loss" in r]
-    assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.5
+    assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.0  # measured: 5.65 and 5.39
 
 
 @pytest.mark.slow  # two cold compilations: over a minute on two busy cores
