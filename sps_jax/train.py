@@ -173,12 +173,13 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
         init = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)
         params = init(jax.random.PRNGKey(t.seed))
         opt_state = jax.jit(opt.init, out_shardings=opt_sh)(params)
-        data_state, start_step = None, 0
+        data_state, start_step, elapsed_before = None, 0, 0.0
     else:
         as_target = lambda tree, sh: jax.tree_util.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
         params, opt_state, meta, data_state = checkpoint.restore_train_state(
             mngr, start_step, as_target(abstract_params, param_sh), as_target(abstract_opt, opt_sh))
+        elapsed_before = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
         log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
     if jax.process_index() == 0:
         metrics.truncate(workdir, start_step)
@@ -210,7 +211,8 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     def save(step):
         checkpoint.save_train_state(mngr, step, params, opt_state,
                                     {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
-                                     "process_count": jax.process_count()},
+                                     "process_count": jax.process_count(),
+                                     "elapsed_s": elapsed_before + time.time() - run_start},
                                     iterator.get_state())
 
     writer = metrics.Writer(workdir, t.tensorboard) if jax.process_index() == 0 else None
@@ -232,7 +234,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                           "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
                           "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
                           "mfu": flops_per_token * tokens_per_s / (len(devices) * t.peak_flops_per_device),
-                          "elapsed_s": time.time() - run_start}
+                          "elapsed_s": elapsed_before + time.time() - run_start}
                 if not out["finite"]:
                     record["skipped"] = True
                     if t.nonfinite == "stop":
