@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from sps_jax import corpus, data, loader, tokenizer
-from train_utils import write_token_folder
+from train_utils import ensure_tokenizer, write_token_folder
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpt2_tokenizer():
+    ensure_tokenizer()
 
 DOCS = [f"Document number {i}: the quick brown fox jumps over {i} lazy dogs.\nSecond line {i * i}." for i in range(60)]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sps_jax import checkpoint, config as sps_config, metrics, train as sps_train
-from train_utils import REPO, SMALL_OVERRIDES, env, losses, run_train, write_token_folder
+from train_utils import REPO, SMALL_OVERRIDES, ensure_tokenizer, env, losses, run_train, write_token_folder
 
 STEPS = 6
 
@@ -161,6 +161,7 @@ def run_main_command(workdir, data_dir, steps):
 
 
 def test_main_command_trains_tiny_on_the_builtin_corpus_and_the_loss_falls(tmp_path):
+    ensure_tokenizer()
     steps, _ = run_main_command(tmp_path / "run", tmp_path / "builtin", 20)
     assert len(steps) == 20
     assert np.mean(steps[-5:]) < np.mean(steps[:5]) - 1.0  # from ln(50304) ~ 10.8 towards unigram statistics
@@ -168,6 +169,7 @@ def test_main_command_trains_tiny_on_the_builtin_corpus_and_the_loss_falls(tmp_p
 
 @pytest.mark.slow
 def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
+    ensure_tokenizer()
     losses_, records = run_main_command(tmp_path / "run", os.path.join(REPO, "data", "builtin"), 300)
     val = [r["val_loss"] for r in records if "val_loss" in r]
     assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.0  # measured: 5.65 and 5.39

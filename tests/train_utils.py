@@ -71,3 +71,11 @@ def losses(workdir):
     from sps_jax import metrics
 
     return {r["step"]: r["loss"] for r in metrics.read(str(workdir)) if "loss" in r}
+
+
+def ensure_tokenizer():
+    """Provision the GPT-2 ranks file if this machine lacks it (needs only the package index)."""
+    from sps_jax import tokenizer
+
+    if not os.path.isfile(tokenizer.default_ranks_path()):
+        tokenizer.provision()
