@@ -21,4 +21,8 @@ def get_config(arg="sps,8"):
     t.total_tokens = 300 * 8 * 128
     t.warmup_tokens = 20 * 8 * 128
     t.peak_lr, t.final_lr = 3e-3, 3e-4
+    t.log_every, t.eval_every = 20, 100
+    t.checkpoint_every, t.milestone_every = 100, 0
+    config.data.dir = "data/builtin"  # prepared on first use, no download
+    config.data.val_windows = 64
     return config

@@ -87,3 +87,37 @@ def load_run(path: str, step: int | None = None):
         restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
     params = jax.tree_util.tree_map(jax.numpy.asarray, restored["params"])
     return config, params, step
+
+
+# Training checkpoints: the weights-only items above plus what resuming needs.
+TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
+
+
+def train_manager(workdir: str, milestone_every: int = 0, keep: int = 1) -> ocp.CheckpointManager:
+    """Asynchronous manager keeping the ``keep`` latest checkpoints plus every ``milestone_every``-th step."""
+    return manager(workdir, max_to_keep=keep, keep_period=milestone_every or None,
+                   enable_async_checkpointing=True)
+
+
+def save_train_state(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict,
+                     data_state: dict) -> None:
+    """Start an (asynchronous) save of everything a resumed run needs; ``meta`` is JSON (step, seed, ...)."""
+    mngr.save(step, args=ocp.args.Composite(
+        params=ocp.args.StandardSave(params),
+        opt_state=ocp.args.StandardSave(opt_state),
+        meta=ocp.args.JsonSave({"step": int(step), **meta}),
+        data=ocp.args.JsonSave(data_state)), force=True)
+
+
+def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state):
+    """(params, opt_state, meta, data_state) laid out as the abstract targets say.
+
+    The targets are ShapeDtypeStructs carrying the *current* shardings, so a
+    checkpoint written on one mesh or device count restores onto another.
+    """
+    restored = mngr.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract_params),
+        opt_state=ocp.args.StandardRestore(abstract_opt_state),
+        meta=ocp.args.JsonRestore(),
+        data=ocp.args.JsonRestore()))
+    return restored["params"], restored["opt_state"], restored["meta"], restored["data"]

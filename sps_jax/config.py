@@ -71,7 +71,34 @@ def train_config():
     t.eps = 1e-8
     t.weight_decay = 0.1           # matrices only
     t.grad_clip = 1.0
+    t.log_every = 10               # steps between console lines (metrics.jsonl gets every step)
+    t.eval_every = 1000            # steps between validation passes (and at the end)
+    t.checkpoint_every = 1000      # steps between checkpoints; only the latest is kept ...
+    t.milestone_every = 10000      # ... plus every step divisible by this (0: none)
+    t.stop_at_step = 0             # end this invocation (with a checkpoint) at this step; 0: run the whole schedule
+    t.nonfinite = "stop"           # non-finite loss: "stop" the run or "skip" the update
+    t.peak_flops_per_device = 989e12  # MFU denominator: H100 SXM dense bf16
+    t.tensorboard = True           # also write TensorBoard events when the package is installed
     return t
+
+
+def data_config(folder: str = "data/fineweb-edu"):
+    """Token files written by ``python -m sps_jax.data prepare`` (``builtin`` is prepared on demand)."""
+    d = ml_collections.ConfigDict()
+    d.dir = folder
+    d.val_windows = 256            # fixed validation windows of seq_len+1 tokens (the first ones of val.bin)
+    d.val_batch = 8                # sequences per validation forward pass
+    d.prefetch = 2                 # batches prepared ahead by a background thread
+    return d
+
+
+def mesh_config():
+    """(data, fsdp) device mesh; -1 = all remaining devices. Batches split over both axes,
+    parameters and optimizer state over fsdp."""
+    m = ml_collections.ConfigDict()
+    m.data = -1
+    m.fsdp = 1
+    return m
 
 
 def paper_config(scale: str = "s", variant: str = "sps", window: int | None = 64):
@@ -80,6 +107,8 @@ def paper_config(scale: str = "s", variant: str = "sps", window: int | None = 64
     config.name = f"{scale}-{variant}{suffix}"
     config.model = model_config(scale, variant, window)
     config.train = train_config()
+    config.data = data_config()
+    config.mesh = mesh_config()
     return config
 
 

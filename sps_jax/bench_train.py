@@ -1,0 +1,113 @@
+"""Training throughput: ``python -m sps_jax.bench train --config configs/paper.py:s,standard [--variants standard,sps]``.
+
+Times the real train step (the one ``sps_jax.train`` compiles: micro-batch scan,
+AdamW, FSDP shardings) on random tokens, after warm-up steps, and reports input
+tokens/s, step time and MFU (DESIGN.md section 4; 3 x forward model FLOPs over
+``train.peak_flops_per_device`` per device). With several variants the step-time
+ratio of each to the first is measured side by side in one run. JSON goes to
+stdout and ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+from sps_jax import config as sps_config, flops, mesh as sps_mesh, optim
+from sps_jax import model as sps_model
+from sps_jax import train as sps_train
+
+
+def bench_variant(config, steps: int, warmup: int) -> dict:
+    devices = jax.devices()
+    p = sps_train.plan(config, len(devices), jax.process_count())
+    cfg, t = p["model"], config.train
+    mesh = sps_mesh.make_mesh(config.mesh, devices)
+    model = sps_model.Transformer(cfg)
+    opt = optim.optimizer(t, p["tokens_per_step"])
+    abstract = sps_model.param_shapes(model)
+    param_sh = sps_mesh.state_shardings(mesh, abstract)
+    opt_sh = sps_mesh.state_shardings(mesh, jax.eval_shape(opt.init, abstract))
+    micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
+    params = jax.jit(lambda k: sps_model.init_params(model, k), out_shardings=param_sh)(jax.random.PRNGKey(0))
+    opt_state = jax.jit(opt.init, out_shardings=opt_sh)(params)
+    step = jax.jit(sps_train.make_train_step(model, opt, p["accum"], param_sh),
+                   in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, sps_mesh.replicated(mesh)),
+                   donate_argnums=(0, 1))
+    shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+    # Random ids below EOS: one document per window, the no-documents case the FLOP count assumes.
+    tokens = jax.device_put(np.random.default_rng(0).integers(0, cfg.eos_id, shape, dtype=np.int32), micro_sh)
+    t0 = time.time()
+    compiled = step.lower(params, opt_state, tokens).compile()
+    compile_s = time.time() - t0
+    for _ in range(warmup):
+        params, opt_state, out = compiled(params, opt_state, tokens)
+    jax.block_until_ready(out)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        params, opt_state, out = compiled(params, opt_state, tokens)
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - t0)
+    step_s = float(np.median(times))
+    tokens_per_s = p["tokens_per_step"] / step_s
+    return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
+            "global_batch": t.global_batch, "micro_batch": t.micro_batch, "attention": cfg.attention,
+            "dtype": cfg.dtype, "devices": len(devices), "platform": devices[0].platform,
+            "device_kind": devices[0].device_kind, "compile_s": compile_s, "step_s_median": step_s,
+            "step_s_all": times, "tokens_per_s": tokens_per_s,
+            "train_flops_per_token": flops.train_flops_per_token(cfg),
+            "mfu": flops.mfu(cfg, tokens_per_s, len(devices), t.peak_flops_per_device),
+            "mfu_convention": "3 x forward model FLOPs per input token (DESIGN.md 4) / (devices x peak)",
+            "peak_flops_per_device": t.peak_flops_per_device, "final_loss": float(out["loss"])}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    rest, overrides = sps_config.split_config_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated variants to time side by side (the first is the ratio's base)")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    args = parser.parse_args(rest)
+    try:
+        base = sps_config.load_config(args.config, overrides)
+        variants = args.variants.split(",") if args.variants else [base.model.variant]
+        window = base.model.window if base.model.window is not None else 64
+        results = []
+        for variant in variants:
+            config = sps_config.load_config(args.config, overrides)
+            config.model.variant = variant
+            config.model.window = None if variant in ("standard", "two_x_memory") else window
+            print(f"timing {variant} ...", file=sys.stderr, flush=True)
+            r = bench_variant(config, args.steps, args.warmup)
+            print(f"{variant}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
+                  f"MFU {r['mfu']:.1%}", file=sys.stderr, flush=True)
+            results.append(r)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = {"command": "python -m sps_jax.bench train " + " ".join(argv), "results": results,
+               "step_time_ratio_to_first": {r["variant"]: r["step_s_median"] / results[0]["step_s_median"]
+                                            for r in results}}
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out + ".partial", "w") as f:
+            f.write(text)
+        os.replace(args.out + ".partial", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

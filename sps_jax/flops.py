@@ -1,0 +1,61 @@
+"""Model FLOPs per input token and MFU (DESIGN.md section 4), pure functions.
+
+Convention ("model FLOPs", counted per *input* token, forward pass):
+
+    2 * (matmul parameters touched per slot) * S            projections and MLP, every stream
+  + 4 * d * (visible keys per query, summed over the S slots of a position) per layer
+  + 2 * d * V                                                 the tied LM head, once per position
+
+The embedding lookup is free. Visible keys are counted exactly from the
+visibility rule for a sequence of T positions in one document (no documents
+assumed, causal, the variant's window). Training = 3x forward; MFU = training
+FLOPs per second / (devices x peak), with the H100 SXM dense bf16 peak
+989 TFLOP/s unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sps_jax import masks
+
+H100_BF16_PEAK_FLOPS = 989e12
+
+
+def visible_keys_per_position(variant: str, window: int | None, seq_len: int) -> float:
+    """Mean over positions of the visible keys summed over the position's S query slots."""
+    persistent = masks.persistent_streams(variant)
+    S = len(persistent)
+    i = np.arange(seq_len, dtype=np.int64)
+    total = 0
+    for s in range(S):            # query stream
+        for t in range(S):        # key stream
+            # Causal in interleaved order 2j+t <= 2i+s: the query's own position only if t <= s.
+            hi = i if t <= s else i - 1
+            lo = np.zeros_like(i) if persistent[t] or window is None else np.maximum(0, i - window)
+            total += int(np.maximum(0, hi - lo + 1).sum())
+    return total / seq_len
+
+
+def matmul_params_per_slot(num_layers: int, d_model: int, d_ff: int) -> int:
+    """Weights each slot multiplies by in the blocks: qkv and output projections, SwiGLU gate/up/down."""
+    return num_layers * (4 * d_model * d_model + 3 * d_model * d_ff)
+
+
+def forward_flops_per_token(cfg) -> float:
+    """Forward model FLOPs per input token for a ModelConfig-like object (fields as in config.model)."""
+    S = masks.num_streams(cfg.variant)
+    d = cfg.d_model
+    matmul = 2 * matmul_params_per_slot(cfg.num_layers, d, cfg.d_ff) * S
+    attention = 4 * d * cfg.num_layers * visible_keys_per_position(cfg.variant, cfg.window, cfg.seq_len)
+    head = 2 * d * cfg.vocab_size
+    return float(matmul + attention + head)
+
+
+def train_flops_per_token(cfg) -> float:
+    return 3.0 * forward_flops_per_token(cfg)
+
+
+def mfu(cfg, tokens_per_s: float, num_devices: int = 1, peak_flops: float = H100_BF16_PEAK_FLOPS) -> float:
+    """Model FLOPs utilisation (fraction) of a training run at ``tokens_per_s`` input tokens/s."""
+    return train_flops_per_token(cfg) * tokens_per_s / (num_devices * peak_flops)

@@ -1,0 +1,118 @@
+"""grain input pipeline over memory-mapped token files.
+
+A split of N tokens is cut into ``(N - 1) // T`` windows of T+1 tokens that
+overlap by one token, so every token is a target exactly once per epoch.
+
+Training order is defined globally, independent of how many processes read it:
+window order = grain's per-epoch index shuffle by seed, repeated forever; global
+batch k = the next ``global_batch`` windows; process p of P reads rows
+``[p * G/P, (p+1) * G/P)`` of every global batch. The iterator state is then
+just the number of global batches consumed, so a checkpoint restores onto any
+process count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import grain
+import numpy as np
+
+from sps_jax import data as sps_data
+
+
+def open_tokens(folder: str, split: str, vocab_size: int, verify_checksum: bool = False,
+                scan_limit: int = 200_000_000) -> np.memmap:
+    """Memory-map ``folder/<split>.bin`` after checking it against the manifest (dtype, size, ids)."""
+    manifest = sps_data.read_manifest(folder)
+    if manifest is None:
+        raise FileNotFoundError(f"{folder!r} has no {sps_data.MANIFEST}: run "
+                                f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
+    if manifest.get("dtype") != sps_data.DTYPE:
+        raise ValueError(f"{folder}: token dtype {manifest.get('dtype')!r} is not uint16: re-run sps_jax.data prepare.")
+    if split not in manifest.get("splits", {}):
+        raise ValueError(f"{folder}: the manifest has no {split!r} split.")
+    info = manifest["splits"][split]
+    path = os.path.join(folder, info["file"])
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing: re-run sps_jax.data prepare for {folder}.")
+    size = os.path.getsize(path)
+    if size != 2 * info["tokens"]:
+        raise ValueError(f"{path} holds {size} bytes but the manifest says {info['tokens']} uint16 tokens "
+                         f"({2 * info['tokens']} bytes): the file is truncated or not uint16; re-run prepare.")
+    if info["tokens"] == 0:
+        return np.zeros((0,), np.uint16)
+    tokens = np.memmap(path, dtype="<u2", mode="r")
+    largest = info.get("max_id")
+    if largest is None or len(tokens) <= scan_limit:
+        largest = int(tokens.max())  # a cheap full scan on small files; the manifest's value on huge ones
+    if largest >= vocab_size:
+        raise ValueError(f"{path} holds token id {largest}, outside the model's vocabulary of {vocab_size}: "
+                         "the data was tokenised for another vocabulary.")
+    if verify_checksum:
+        sha = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 24), b""):
+                sha.update(chunk)
+        if sha.hexdigest() != info["sha256"]:
+            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; re-run prepare.")
+    return tokens
+
+
+class TokenWindows:
+    """grain RandomAccessDataSource: window i = tokens[i*T : i*T + T + 1] as int32."""
+
+    def __init__(self, tokens: np.ndarray, seq_len: int):
+        self.tokens, self.seq_len = tokens, seq_len
+        self.num_windows = max(0, (len(tokens) - 1) // seq_len)
+
+    def __len__(self) -> int:
+        return self.num_windows
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        start = int(index) * self.seq_len
+        return np.asarray(self.tokens[start:start + self.seq_len + 1], dtype=np.int32)
+
+    def __repr__(self) -> str:  # grain logs sources by repr; keep it short
+        return f"TokenWindows(windows={self.num_windows}, T={self.seq_len})"
+
+
+def train_dataset(tokens: np.ndarray, seq_len: int, global_batch: int, seed: int,
+                  process_index: int = 0, process_count: int = 1) -> grain.MapDataset:
+    """Infinite MapDataset of this process's [G/P, T+1] rows of each global batch."""
+    source = TokenWindows(tokens, seq_len)
+    if len(source) < global_batch:
+        raise ValueError(f"the training split has {len(source)} windows of {seq_len + 1} tokens, fewer than "
+                         f"one global batch of {global_batch}: prepare more data or shrink the batch.")
+    if global_batch % process_count:
+        raise ValueError(f"global batch {global_batch} does not split over {process_count} processes.")
+    local = global_batch // process_count
+    windows = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
+    # Consecutive chunks of `local` windows; chunk k*P + p is process p's share of global batch k.
+    return windows.batch(local, drop_remainder=True)[process_index::process_count]
+
+
+def train_iterator(ds: grain.MapDataset, state: dict | None = None, prefetch: int = 2):
+    """A checkpointable iterator (``get_state``/``set_state``) with background-thread prefetching."""
+    it = iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
+    if state:
+        it.set_state(state)
+    return it
+
+
+def val_batches(tokens: np.ndarray, seq_len: int, batch: int, max_windows: int,
+                process_index: int = 0, process_count: int = 1) -> list[np.ndarray]:
+    """The first ``max_windows`` validation windows (fixed, in order) as this process's rows of
+    [batch, T+1] arrays; the last partial batch is dropped so every batch has the same shape."""
+    source = TokenWindows(tokens, seq_len)
+    count = min(len(source), max_windows) // batch * batch
+    if count == 0:
+        raise ValueError(f"the validation split has {len(source)} windows of {seq_len + 1} tokens, fewer than one "
+                         f"evaluation batch of {batch}: lower data.val_batch or prepare a larger --val-fraction.")
+    local = batch // process_count
+    out = []
+    for start in range(0, count, batch):
+        rows = range(start + process_index * local, start + (process_index + 1) * local)
+        out.append(np.stack([source[i] for i in rows]))
+    return out

@@ -1,0 +1,64 @@
+"""The (data, fsdp) device mesh and FSDP-style shardings.
+
+Batches are split over both axes (every device holds different sequences);
+each parameter (and its Adam moments) is split along its largest dimension
+divisible by the fsdp axis size and replicated over data, so XLA all-gathers
+weights for the matmuls and reduce-scatters gradients.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+BATCH_AXES = ("data", "fsdp")
+
+
+def resolve_axes(mesh_cfg, num_devices: int) -> tuple[int, int]:
+    """(data, fsdp) sizes; -1 for one of them means 'all remaining devices'."""
+    data, fsdp = int(mesh_cfg.data), int(mesh_cfg.fsdp)
+    if data == -1 and fsdp == -1:
+        raise ValueError("mesh.data and mesh.fsdp cannot both be -1: set one of them.")
+    if data == -1:
+        data = num_devices // max(fsdp, 1)
+    if fsdp == -1:
+        fsdp = num_devices // max(data, 1)
+    if data < 1 or fsdp < 1 or data * fsdp != num_devices:
+        raise ValueError(f"mesh data={mesh_cfg.data} x fsdp={mesh_cfg.fsdp} does not use the {num_devices} devices "
+                         f"exactly: set --config.mesh.data/--config.mesh.fsdp so their product is {num_devices}.")
+    return data, fsdp
+
+
+def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    devices = jax.devices() if devices is None else devices
+    data, fsdp = resolve_axes(mesh_cfg, len(devices))
+    return Mesh(np.asarray(devices).reshape(data, fsdp), BATCH_AXES)
+
+
+def param_spec(shape, fsdp: int) -> P:
+    """Shard the largest dimension divisible by ``fsdp`` (ties: the first); replicate otherwise."""
+    if fsdp == 1 or not shape:
+        return P()
+    candidates = [(size, -axis) for axis, size in enumerate(shape) if size % fsdp == 0]
+    if not candidates:
+        return P()
+    axis = -max(candidates)[1]
+    spec = [None] * len(shape)
+    spec[axis] = "fsdp"
+    return P(*spec)
+
+
+def state_shardings(mesh: Mesh, abstract_tree):
+    """NamedShardings for any pytree of arrays/ShapeDtypeStructs (params, optimizer state)."""
+    fsdp = mesh.shape["fsdp"]
+    return jax.tree_util.tree_map(lambda x: NamedSharding(mesh, param_spec(x.shape, fsdp)), abstract_tree)
+
+
+def batch_sharding(mesh: Mesh, leading_axes: int = 0) -> NamedSharding:
+    """Sequences split over (data, fsdp); ``leading_axes`` unsplit axes before the batch axis."""
+    return NamedSharding(mesh, P(*([None] * leading_axes), BATCH_AXES))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())

@@ -1,0 +1,88 @@
+"""Run metrics: ``workdir/metrics.jsonl`` (one JSON object per line, each with "step" and
+"tokens_seen") and, when the ``tensorboard`` package is installed, TensorBoard event files
+under ``workdir/tensorboard`` (written with tensorboard's own writer; no TensorFlow needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def truncate(workdir: str, last_step: int) -> None:
+    """Drop records after ``last_step`` (left by a run killed after its last checkpoint), atomically."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path) as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
+    with open(path + ".partial", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".partial", path)
+
+
+def read(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Writer:
+    """Appends records to metrics.jsonl (flushed per record) and mirrors scalars to TensorBoard."""
+
+    def __init__(self, workdir: str, tensorboard: bool = True):
+        self.file = open(os.path.join(workdir, METRICS_FILE), "a")
+        self.tb = None
+        if tensorboard:
+            try:
+                from tensorboard.compat.proto import event_pb2, summary_pb2
+                from tensorboard.summary.writer.event_file_writer import EventFileWriter
+            except ImportError:
+                return
+            self.tb = EventFileWriter(os.path.join(workdir, "tensorboard"))
+            self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            values = [self._summary.Value(tag=k, simple_value=float(v)) for k, v in record.items()
+                      if k != "step" and isinstance(v, (int, float))]
+            self.tb.add_event(self._event(wall_time=time.time(), step=int(record["step"]),
+                                          summary=self._summary(value=values)))
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def plot(workdir: str) -> str | None:
+    """``workdir/loss.png``: training and validation loss against tokens seen (needs matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    records = read(workdir)
+    train = [(r["tokens_seen"], r["loss"]) for r in records if "loss" in r]
+    val = [(r["tokens_seen"], r["val_loss"]) for r in records if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for points, label, style in ((train, "train loss", "-"), (val, "validation loss", "o-")):
+        if points:
+            ax.plot(*zip(*points), style, label=label)
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(os.path.basename(os.path.abspath(workdir)))
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = os.path.join(workdir, "loss.png")
+    fig.savefig(path + ".partial.png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(path + ".partial.png", path)
+    return path

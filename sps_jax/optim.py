@@ -1,0 +1,44 @@
+"""The paper's optimiser: AdamW (0.9, 0.95), weight decay on matrices only, clipping, and a
+token-based schedule (linear warmup, constant, linear decay over the final fraction of tokens)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def learning_rate(tokens, *, peak_lr, final_lr, warmup_tokens, total_tokens, decay_fraction):
+    """Learning rate after ``tokens`` training tokens (works on Python numbers and jax arrays).
+
+    0 -> peak linearly over ``warmup_tokens``; peak until ``(1 - decay_fraction) * total_tokens``;
+    then linearly to ``final_lr`` at ``total_tokens`` and constant after.
+    """
+    tokens = jnp.asarray(tokens, jnp.float32)
+    decay_start = (1.0 - decay_fraction) * total_tokens
+    warm = peak_lr * tokens / max(warmup_tokens, 1)
+    frac = jnp.clip((tokens - decay_start) / max(total_tokens - decay_start, 1), 0.0, 1.0)
+    decayed = peak_lr + (final_lr - peak_lr) * frac
+    return jnp.where(tokens < warmup_tokens, warm, decayed)
+
+
+def schedule(train_cfg, tokens_per_step: int):
+    """An optax schedule over update counts; the lr of update k is the lr after k * tokens_per_step tokens."""
+    def lr(count):
+        return learning_rate(count * tokens_per_step, peak_lr=train_cfg.peak_lr, final_lr=train_cfg.final_lr,
+                             warmup_tokens=train_cfg.warmup_tokens, total_tokens=train_cfg.total_tokens,
+                             decay_fraction=train_cfg.decay_fraction)
+    return lr
+
+
+def decay_mask(params):
+    """True for matrices (ndim >= 2: projections, MLP, the tied embedding), False for norm scales."""
+    return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
+
+
+def optimizer(train_cfg, tokens_per_step: int) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(train_cfg.grad_clip),
+        optax.adamw(schedule(train_cfg, tokens_per_step), b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
+                    weight_decay=train_cfg.weight_decay, mask=decay_mask),
+    )

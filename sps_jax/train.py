@@ -1,0 +1,323 @@
+"""Train a model: ``python -m sps_jax.train --config configs/tiny.py --workdir runs/tiny [--config.a.b=v]``.
+
+One jitted, donated train step per update: a ``lax.scan`` over micro-batches
+sums token-weighted losses and gradients (f32), then AdamW updates the f32
+master weights (compute in ``model.dtype``). Parameters and optimizer state are
+sharded FSDP-style over the mesh's ``fsdp`` axis, batches over (data, fsdp).
+The run resumes automatically from the workdir's latest checkpoint, on any
+mesh; SIGTERM/SIGINT save a checkpoint and exit. ``train(config, workdir)`` is
+the importable entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from sps_jax import checkpoint, config as sps_config, data as sps_data, flops, loader, mesh as sps_mesh, metrics
+from sps_jax import model as sps_model
+from sps_jax import optim, tokenizer
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+def plan(config, num_devices: int, process_count: int = 1) -> dict:
+    """Validate the config against the devices and return derived sizes (one clear sentence on error)."""
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    t = config.train
+    data, fsdp = sps_mesh.resolve_axes(config.mesh, num_devices)
+    if t.global_batch % t.micro_batch:
+        raise ValueError(f"train.global_batch={t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}.")
+    if t.micro_batch % (data * fsdp):
+        raise ValueError(f"train.micro_batch={t.micro_batch} does not split over the {data}x{fsdp} mesh's "
+                         f"{data * fsdp} devices: make it a multiple of {data * fsdp}.")
+    if t.micro_batch % process_count:
+        raise ValueError(f"train.micro_batch={t.micro_batch} does not split over {process_count} processes.")
+    if config.data.val_batch % (data * fsdp):
+        raise ValueError(f"data.val_batch={config.data.val_batch} must be a multiple of the {data * fsdp} devices.")
+    if t.nonfinite not in ("stop", "skip"):
+        raise ValueError(f"train.nonfinite={t.nonfinite!r} must be 'stop' or 'skip'.")
+    tokens_per_step = t.global_batch * cfg.seq_len
+    total_steps = math.ceil(t.total_tokens / tokens_per_step)
+    if total_steps < 1:
+        raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens.")
+    return {"model": cfg, "data": data, "fsdp": fsdp, "accum": t.global_batch // t.micro_batch,
+            "tokens_per_step": tokens_per_step, "total_steps": total_steps}
+
+
+def make_train_step(model, opt, accum: int, param_shardings):
+    """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it."""
+
+    def step(params, opt_state, tokens_AMT1):
+        def micro(carry, tokens_MT1):
+            grad_sum, loss_sum, count = carry
+            (total, n), grads = jax.value_and_grad(
+                lambda p: sps_model.loss_sums(model, p, tokens_MT1), has_aux=True)(params)
+            grad_sum = jax.tree_util.tree_map(jnp.add, grad_sum, grads)
+            grad_sum = jax.lax.with_sharding_constraint(grad_sum, param_shardings)
+            return (grad_sum, loss_sum + total, count + n), None
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        (grad_sum, loss_sum, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), tokens_AMT1)
+        # Sums over the whole global batch, divided once: the token-weighted mean.
+        denom = jnp.maximum(count, 1.0)
+        grads = jax.tree_util.tree_map(lambda g: g / denom, grad_sum)
+        loss = loss_sum / denom
+        grad_norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
+        updates, new_opt_state = opt.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        # A non-finite step never reaches the state, whether the run then stops or skips it.
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+        return keep(new_params, params), keep(new_opt_state, opt_state), {
+            "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite}
+
+    return step
+
+
+def make_eval_step(model):
+    def step(params, tokens_BT1):
+        return sps_model.loss_sums(model, params, tokens_BT1)
+    return step
+
+
+def _global_batch(local_BT1, sharding, global_shape):
+    return jax.make_array_from_process_local_data(sharding, local_BT1, global_shape)
+
+
+def _ensure_data(config, log) -> None:
+    folder = config.data.dir
+    if sps_data.read_manifest(folder) is None and os.path.basename(os.path.normpath(folder)) == "builtin":
+        if jax.process_index() == 0:
+            sps_data.ensure_builtin(folder, log=log)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices("sps_jax.data.builtin")
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+
+    def __init__(self):
+        self.signal = None
+        self.previous = {}
+
+    def __enter__(self):
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signal = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _log(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
+def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
+    """Train (or resume) the run in ``workdir``; returns a summary dict.
+
+    ``on_step(step, record)`` is called after every update (notebooks, tests).
+    """
+    devices = jax.devices()
+    p = plan(config, len(devices), jax.process_count())
+    cfg, t = p["model"], config.train
+    _ensure_data(config, log)
+    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size)
+    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size)
+    dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
+                                   jax.process_index(), jax.process_count())
+    val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
+                             jax.process_index(), jax.process_count())
+
+    mesh = sps_mesh.make_mesh(config.mesh, devices)
+    model = sps_model.Transformer(cfg)
+    opt = optim.optimizer(t, p["tokens_per_step"])
+    abstract_params = sps_model.param_shapes(model)
+    abstract_opt = jax.eval_shape(opt.init, abstract_params)
+    param_sh = sps_mesh.state_shardings(mesh, abstract_params)
+    opt_sh = sps_mesh.state_shardings(mesh, abstract_opt)
+    micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
+    val_sh = sps_mesh.batch_sharding(mesh)
+    repl = sps_mesh.replicated(mesh)
+
+    os.makedirs(workdir, exist_ok=True)
+    mngr = checkpoint.train_manager(workdir, t.milestone_every)
+    start_step = mngr.latest_step()
+    if start_step is not None:
+        _check_same_model(workdir, config)
+    if jax.process_index() == 0:
+        checkpoint.write_config(workdir, config)
+
+    if start_step is None:
+        init = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)
+        params = init(jax.random.PRNGKey(t.seed))
+        opt_state = jax.jit(opt.init, out_shardings=opt_sh)(params)
+        data_state, start_step, elapsed_before = None, 0, 0.0
+    else:
+        as_target = lambda tree, sh: jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
+        params, opt_state, meta, data_state = checkpoint.restore_train_state(
+            mngr, start_step, as_target(abstract_params, param_sh), as_target(abstract_opt, opt_sh))
+        elapsed_before = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
+        log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
+    if jax.process_index() == 0:
+        metrics.truncate(workdir, start_step)
+    iterator = loader.train_iterator(dataset, data_state, config.data.prefetch)
+
+    step_fn = jax.jit(make_train_step(model, opt, p["accum"], param_sh),
+                      in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
+                      donate_argnums=(0, 1))
+    eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh), out_shardings=(repl, repl))
+    micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+    local_rows = t.micro_batch // jax.process_count()
+
+    t0 = time.time()
+    example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
+    step_fn = step_fn.lower(params, opt_state, example).compile()
+    flops_per_token = flops.train_flops_per_token(cfg)
+    log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
+        f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
+        f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
+        f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
+
+    def validate(params):
+        total = count = 0.0
+        for batch in val:
+            s, n = eval_fn(params, _global_batch(batch, val_sh, (config.data.val_batch, cfg.seq_len + 1)))
+            total, count = total + float(s), count + float(n)
+        return total / max(count, 1.0)
+
+    def save(step):
+        checkpoint.save_train_state(mngr, step, params, opt_state,
+                                    {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
+                                     "process_count": jax.process_count(),
+                                     "elapsed_s": elapsed_before + time.time() - run_start},
+                                    iterator.get_state())
+
+    writer = metrics.Writer(workdir, t.tensorboard) if jax.process_index() == 0 else None
+    emit = writer.write if writer else (lambda record: None)
+    step, record, val_loss, stopped_by = start_step, {}, None, None
+    run_start = time.time()
+    try:
+        with _StopFlag() as stop:
+            end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
+            while step < end:
+                tick = time.time()
+                local = next(iterator).reshape(p["accum"], local_rows, cfg.seq_len + 1)
+                params, opt_state, out = step_fn(params, opt_state, _global_batch(local, micro_sh, micro_shape))
+                out = jax.device_get(out)
+                step += 1
+                seconds = time.time() - tick
+                tokens_per_s = p["tokens_per_step"] / seconds
+                record = {"step": step, "tokens_seen": step * p["tokens_per_step"], "loss": float(out["loss"]),
+                          "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
+                          "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
+                          "mfu": flops_per_token * tokens_per_s / (len(devices) * t.peak_flops_per_device),
+                          "elapsed_s": elapsed_before + time.time() - run_start}
+                if not out["finite"]:
+                    record["skipped"] = True
+                    if t.nonfinite == "stop":
+                        raise NonFiniteLoss(
+                            f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
+                            f"{step}; the last checkpoint is step {mngr.latest_step()}. Lower train.peak_lr, or set "
+                            "--config.train.nonfinite=skip to skip such updates.")
+                    log(f"step {step}: non-finite loss, update skipped")
+                emit(record)
+                if step % t.log_every == 0 or step == start_step + 1:
+                    eta = (p["total_steps"] - step) * (time.time() - run_start) / (step - start_step)
+                    log(f"step {step}/{p['total_steps']}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+                        f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
+                        f"mfu {record['mfu']:.2%}  eta {eta:.0f}s")
+                if step % t.eval_every == 0 or step == p["total_steps"]:
+                    val_loss = validate(params)
+                    emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
+                    log(f"step {step}: val_loss {val_loss:.4f}")
+                if step % t.checkpoint_every == 0 or step == end:
+                    save(step)
+                if on_step is not None:
+                    on_step(step, record)
+                if stop.signal:
+                    stopped_by = stop.signal
+                    if mngr.latest_step() != step:
+                        save(step)
+                    log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
+                    break
+    finally:
+        mngr.wait_until_finished()
+        mngr.close()
+        if writer:
+            writer.close()
+            metrics.plot(workdir)
+    return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
+            "workdir": workdir}
+
+
+def _check_same_model(workdir: str, config) -> None:
+    try:
+        saved = checkpoint.read_config(workdir)
+    except FileNotFoundError:
+        return
+    old = json.loads(saved.model.to_json())
+    new = json.loads(config.model.to_json())
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if changed:
+        raise ValueError(f"{workdir} holds a run with a different model ({', '.join(changed)} changed): "
+                         "use a new --workdir or the original model settings to resume.")
+
+
+def initialize_distributed(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:
+    """``jax.distributed.initialize`` (explicit flags, else the cluster's own environment: SLURM, ...)."""
+    if jax.config.jax_platforms in (None, "", "cpu") and hasattr(jax.config, "jax_cpu_collectives_implementation"):
+        # Multi-process CPU runs (tests, laptops) need a collectives backend.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    rest, overrides = sps_config.split_config_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
+    parser.add_argument("--workdir", required=True, help="run folder: config.json, checkpoints/, metrics.jsonl")
+    parser.add_argument("--distributed", action="store_true",
+                        help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
+    parser.add_argument("--coordinator", default=os.environ.get("SPS_JAX_COORDINATOR"),
+                        help="host:port of process 0 (implies --distributed)")
+    parser.add_argument("--num-processes", type=int, default=os.environ.get("SPS_JAX_NUM_PROCESSES"))
+    parser.add_argument("--process-id", type=int, default=os.environ.get("SPS_JAX_PROCESS_ID"))
+    args = parser.parse_args(rest)
+    try:
+        config = sps_config.load_config(args.config, overrides)
+        if args.distributed or args.coordinator:
+            initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+        summary = train(config, args.workdir)
+    except (ValueError, FileNotFoundError, NonFiniteLoss, tokenizer.TokenizerMissing) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    _log(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Helpers shared by the data/training tests: synthetic token folders and subprocess runs."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A small-vocabulary model (ids as in conftest.SMALL) that trains in seconds on CPU.
+SMALL_OVERRIDES = [
+    "--config.model.vocab_size=64", "--config.model.eos_id=60", "--config.model.predict_id=61",
+    "--config.model.pad_id=63", "--config.model.d_model=32", "--config.model.num_heads=2",
+    "--config.model.d_ff=96", "--config.model.num_layers=2", "--config.model.seq_len=16",
+    "--config.train.global_batch=16", "--config.train.micro_batch=8", "--config.train.warmup_tokens=256",
+    "--config.train.log_every=1", "--config.train.eval_every=4", "--config.train.checkpoint_every=2",
+    "--config.data.val_windows=8", "--config.data.val_batch=8", "--config.train.tensorboard=False",
+]
+
+
+def write_token_folder(folder, num_docs=200, seed=0, eos=60):
+    """A token folder in the prepare format: documents counting upwards mod 60 (learnable), EOS after each."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    manifest = {"tokenizer": "synthetic", "dtype": "uint16", "eos_id": eos, "splits": {}}
+    for split, docs in (("train", num_docs), ("val", max(num_docs // 4, 20))):
+        pieces = []
+        for _ in range(docs):
+            start, length = rng.integers(0, 60), rng.integers(5, 40)
+            pieces += [(start + np.arange(length)) % 60, [eos]]
+        tokens = np.concatenate(pieces).astype("<u2")
+        tokens.tofile(os.path.join(folder, f"{split}.bin"))
+        manifest["splits"][split] = {"file": f"{split}.bin", "tokens": int(tokens.size), "documents": docs,
+                                     "max_id": int(tokens.max()),
+                                     "sha256": hashlib.sha256(tokens.tobytes()).hexdigest()}
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    return folder
+
+
+# One compilation cache per test session: repeated runs of the same program skip XLA compilation.
+_CACHE = tempfile.mkdtemp(prefix="sps_jax_test_jit_cache_")
+
+
+def env(devices=1):
+    e = dict(os.environ)
+    e["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+    e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
+    e["XLA_FLAGS"] = f"--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count={devices}"
+    e["JAX_PLATFORMS"] = "cpu"
+    e["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
+    return e
+
+
+def run_train(workdir, data_dir, steps, extra=(), devices=1, check=True, args=()):
+    """``python -m sps_jax.train`` on the small model for ``steps`` updates of 16 x 16 tokens."""
+    cmd = [sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           *args, *SMALL_OVERRIDES, f"--config.data.dir={data_dir}",
+           f"--config.train.total_tokens={steps * 16 * 16}", *extra]
+    out = subprocess.run(cmd, cwd=REPO, env=env(devices), capture_output=True, text=True, timeout=600)
+    if check and out.returncode != 0:
+        raise AssertionError(f"training failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def losses(workdir):
+    from sps_jax import metrics
+
+    return {r["step"]: r["loss"] for r in metrics.read(str(workdir)) if "loss" in r}
+
+
+def ensure_tokenizer():
+    """Provision the GPT-2 ranks file if this machine lacks it (needs only the package index)."""
+    from sps_jax import tokenizer
+
+    if not os.path.isfile(tokenizer.default_ranks_path()):
+        tokenizer.provision()
