@@ -68,14 +68,19 @@ def _doc_bounds(doc_ids_BT):
 
     Documents must be contiguous runs of equal ids (as masks.document_ids makes them).
     """
+    xp = masks._xp(doc_ids_BT)
     B, T = doc_ids_BT.shape
-    pos = jnp.arange(T, dtype=jnp.int32)
+    pos = xp.arange(T, dtype=xp.int32)
     change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]  # [B, T-1]: a new document at i+1
-    first = jnp.concatenate([jnp.ones((B, 1), bool), change], axis=1)
-    last = jnp.concatenate([change, jnp.ones((B, 1), bool)], axis=1)
-    start = lax.cummax(jnp.where(first, pos, 0), axis=1)
-    end = lax.cummin(jnp.where(last, pos + 1, T), axis=1, reverse=True)
-    return start.astype(jnp.int32), end.astype(jnp.int32)
+    first = xp.concatenate([xp.ones((B, 1), bool), change], axis=1)
+    last = xp.concatenate([change, xp.ones((B, 1), bool)], axis=1)
+    starts, ends = xp.where(first, pos, 0), xp.where(last, pos + 1, T)
+    if xp is np:
+        start = np.maximum.accumulate(starts, axis=1)
+        end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]
+    else:
+        start, end = lax.cummax(starts, axis=1), lax.cummin(ends, axis=1, reverse=True)
+    return start.astype(xp.int32), end.astype(xp.int32)
 
 
 def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded_len=None):
@@ -86,32 +91,34 @@ def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded
       r = S*i + s, query (i, s) sees keys (j, t) exactly for q_lo <= j < q_hi.
     - ``k_lo, k_hi`` ``[B, S*Tp]``: for key row t*Tp + j (stream-major), key (j, t)
       is seen by exactly the interleaved query rows k_lo <= r < k_hi.
-    Rows past T (padding up to ``padded_len``) get empty intervals.
+    Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
+    out (fast host-side counting); jax in, jax out (the kernels' on-device path).
     """
+    xp = masks._xp(doc_ids_BT)
     S = masks.num_streams(variant)
     B, T = doc_ids_BT.shape
     Tp = T if padded_len is None else padded_len
-    start_BT, end_BT = _doc_bounds(jnp.asarray(doc_ids_BT))
-    pos = jnp.arange(T, dtype=jnp.int32)
+    start_BT, end_BT = _doc_bounds(doc_ids_BT)
+    pos = xp.arange(T, dtype=xp.int32)
     pad = [(0, 0), (0, Tp - T)]
     q_lo, q_hi, k_lo, k_hi = [], [], [], []
     for t in range(S):
         w = _stream_window(variant, window, persistent_window, t)
-        lo_BT = start_BT if w is None else jnp.maximum(start_BT, pos - w)
+        lo_BT = start_BT if w is None else xp.maximum(start_BT, pos - w)
         per_stream_lo, per_stream_hi = [], []
         for s in range(S):
             hi_T = pos + 1 if t <= s else pos
-            per_stream_lo.append(jnp.pad(lo_BT, pad))
-            per_stream_hi.append(jnp.pad(jnp.broadcast_to(hi_T, (B, T)), pad))
+            per_stream_lo.append(xp.pad(lo_BT, pad))
+            per_stream_hi.append(xp.pad(xp.broadcast_to(hi_T, (B, T)), pad))
         # [B, Tp, S] -> [B, Tp*S]: interleaved query rows.
-        q_lo.append(jnp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
-        q_hi.append(jnp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
-        seen_until = end_BT if w is None else jnp.minimum(end_BT, pos + w + 1)
-        k_lo.append(jnp.pad(jnp.broadcast_to(S * pos + t, (B, T)), pad))
-        k_hi.append(jnp.pad(S * seen_until, pad))
-    return (jnp.stack(q_lo, axis=1).astype(jnp.int32), jnp.stack(q_hi, axis=1).astype(jnp.int32),
-            jnp.concatenate(k_lo, axis=1).astype(jnp.int32),
-            jnp.concatenate(k_hi, axis=1).astype(jnp.int32))
+        q_lo.append(xp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
+        q_hi.append(xp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
+        seen_until = end_BT if w is None else xp.minimum(end_BT, pos + w + 1)
+        k_lo.append(xp.pad(xp.broadcast_to(S * pos + t, (B, T)), pad))
+        k_hi.append(xp.pad(S * seen_until, pad))
+    return (xp.stack(q_lo, axis=1).astype(xp.int32), xp.stack(q_hi, axis=1).astype(xp.int32),
+            xp.concatenate(k_lo, axis=1).astype(xp.int32),
+            xp.concatenate(k_hi, axis=1).astype(xp.int32))
 
 
 def _ranges(lo_XR, hi_XR, block):
@@ -120,16 +127,17 @@ def _ranges(lo_XR, hi_XR, block):
     Needed blocks hull every non-empty row interval; fully visible blocks lie inside
     every row's interval (an empty row makes the full sub-range empty).
     """
-    big = jnp.iinfo(jnp.int32).max
+    xp = masks._xp(lo_XR)
+    big = np.iinfo(np.int32).max
     nonempty = lo_XR < hi_XR
     any_row = nonempty.any(axis=-1)
-    first = jnp.where(nonempty, lo_XR, big).min(axis=-1) // block
-    end = -(-jnp.where(nonempty, hi_XR, 0).max(axis=-1) // block)
-    first = jnp.where(any_row, first, 0)
-    end = jnp.where(any_row, end, 0)
-    full_first = jnp.clip(-(-lo_XR.max(axis=-1) // block), first, end)
-    full_end = jnp.clip(hi_XR.min(axis=-1) // block, full_first, end)
-    return jnp.stack([first, full_first, full_end, end], axis=-1).astype(jnp.int32)
+    first = xp.where(nonempty, lo_XR, big).min(axis=-1) // block
+    end = -(-xp.where(nonempty, hi_XR, 0).max(axis=-1) // block)
+    first = xp.where(any_row, first, 0)
+    end = xp.where(any_row, end, 0)
+    full_first = xp.clip(-(-lo_XR.max(axis=-1) // block), first, end)
+    full_end = xp.clip(hi_XR.min(axis=-1) // block, full_first, end)
+    return xp.stack([first, full_first, full_end, end], axis=-1).astype(xp.int32)
 
 
 def block_tables(doc_ids_BT, *, variant, window, persistent_window=None,
@@ -155,7 +163,7 @@ def block_tables(doc_ids_BT, *, variant, window, persistent_window=None,
     nQ, nK = Tp // block_q, Tp // block_k
     q_tab = _ranges(q_lo.reshape(B, S, nQ, R), q_hi.reshape(B, S, nQ, R), block_k)
     k_tab = _ranges(k_lo.reshape(B, S, nK, block_k), k_hi.reshape(B, S, nK, block_k), R)
-    return jnp.swapaxes(q_tab, 1, 2), k_tab
+    return q_tab.swapaxes(1, 2), k_tab
 
 
 def _padded_len(T, block_q, block_k):
@@ -464,7 +472,7 @@ def score_counts(doc_ids_BT, *, variant, window, persistent_window=None,
     """Scores for batch row 0 and one head: visible pairs, computed by the forward
     kernel, and computed by a dense causal kernel over the T*S interleaved slots
     (N(N+1)/2, N = T*S). Returns a dict of Python ints."""
-    doc_ids_BT = jnp.asarray(doc_ids_BT, jnp.int32)[:1]
+    doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]  # host-side: O(T) numpy
     S = masks.num_streams(variant)
     T = doc_ids_BT.shape[1]
     Tp = _padded_len(T, block_q, block_k)
@@ -473,7 +481,7 @@ def score_counts(doc_ids_BT, *, variant, window, persistent_window=None,
     q_tab, k_tab = block_tables(doc_ids_BT, variant=variant, window=window,
                                 persistent_window=persistent_window,
                                 block_q=block_q, block_k=block_k)
-    visible = int(jnp.maximum(q_hi - q_lo, 0).sum())
+    visible = int(np.maximum(q_hi - q_lo, 0).sum())
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
     blocks_dkv = int((k_tab[..., 3] - k_tab[..., 0]).sum())
     masked_fwd = blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum())

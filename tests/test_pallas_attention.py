@@ -220,13 +220,14 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
     assert (out[0, 20:25] == 0).all() and (dq[0, 20:25] == 0).all()
 
 
-def dense_block_classes(variant, window, doc, block_q, block_k):
+def dense_block_classes(variant, window, doc, block_q, block_k, persistent_window=None):
     """From masks.dense_mask: per (row, query tile, key stream, key block) any/all visible."""
     S = masks.num_streams(variant)
     B, T = doc.shape
     Tp = pa._padded_len(T, block_q, block_k)
     dense = np.zeros((B, Tp * S, Tp, S), bool)  # query row, key position, key stream
-    dense[:, :T * S, :T] = np.asarray(masks.dense_mask(variant, window, doc)).reshape(B, T * S, T, S)
+    dense[:, :T * S, :T] = np.asarray(
+        masks.dense_mask(variant, window, doc, persistent_window)).reshape(B, T * S, T, S)
     nQ, nK = Tp // block_q, Tp // block_k
     blocks = dense.reshape(B, nQ, block_q * S, nK, block_k, S)
     return blocks.any(axis=(2, 4)).transpose(0, 1, 3, 2), blocks.all(axis=(2, 4)).transpose(0, 1, 3, 2)
@@ -235,15 +236,16 @@ def dense_block_classes(variant, window, doc, block_q, block_k):
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(variant):
     rng = np.random.default_rng(5)
-    for trial in range(6):
+    for trial in range(30):
         T_ = int(rng.integers(5, 70))
-        bq, bk = (4, 8) if trial % 2 else (8, 4)
+        bq, bk = [(4, 8), (8, 4), (8, 8), (2, 16)][trial % 4]
         window = [0, 1, 3, 8, None][trial % 5]
+        omega = [None, None, 0, 5][trial % 4]
         starts = rng.random((2, T_)) < rng.choice([0.02, 0.1, 0.4])
         doc = np.cumsum(starts, axis=1).astype(np.int32)
-        any_vis, all_vis = dense_block_classes(variant, window, doc, bq, bk)  # [B, nQ, S, nK]
-        q_tab, k_tab = map(np.asarray, pa.block_tables(doc, variant=variant, window=window,
-                                                        block_q=bq, block_k=bk))
+        any_vis, all_vis = dense_block_classes(variant, window, doc, bq, bk, omega)  # [B, nQ, S, nK]
+        q_tab, k_tab = pa.block_tables(doc, variant=variant, window=window, persistent_window=omega,
+                                       block_q=bq, block_k=bk)
         kb = np.arange(any_vis.shape[-1])
         first, full_first, full_end, end = (q_tab[..., i, None] for i in range(4))
         needed = (kb >= first) & (kb < end)
@@ -261,6 +263,11 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         first, full_first, full_end, end = (k_tab[..., i, None] for i in range(4))
         assert (((qt >= first) & (qt < end)) | ~any_T).all()
         assert (all_T | ~((qt >= full_first) & (qt < full_end))).all()
+    # The kernels build the same tables on device (jax path) as the host (numpy path).
+    on_device = jax.jit(functools.partial(pa.block_tables, variant=variant, window=window, persistent_window=omega,
+                                          block_q=bq, block_k=bk))(jnp.asarray(doc))
+    for host, dev in zip((q_tab, k_tab), on_device):
+        np.testing.assert_array_equal(host, np.asarray(dev))
 
 
 def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_slots():
@@ -296,7 +303,7 @@ def random_tokens(seed, B=2, T=32):
     return jnp.asarray(tokens, jnp.int32)
 
 
-@pytest.mark.parametrize("variant", ("standard", "sps"))
+@pytest.mark.parametrize("variant", [pytest.param("standard", marks=pytest.mark.slow), "sps"])
 def test_model_loss_and_gradients_with_pallas_equal_xla(variant):
     tokens = random_tokens(7)
     xla_model = sps_model.Transformer(small_config(variant, 2))
