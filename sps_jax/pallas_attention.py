@@ -104,6 +104,7 @@ def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded
     q_lo, q_hi, k_lo, k_hi = [], [], [], []
     for t in range(S):
         w = _stream_window(variant, window, persistent_window, t)
+        w = None if w is None else min(int(w), T)  # a window >= T is unbounded; keeps int32 safe
         lo_BT = start_BT if w is None else xp.maximum(start_BT, pos - w)
         per_stream_lo, per_stream_hi = [], []
         for s in range(S):

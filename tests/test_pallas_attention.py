@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import SMALL, small_config
+from tests.conftest import SMALL, small_config
 from sps_jax import attention, masks, model as sps_model
 from sps_jax import pallas_attention as pa
 
