@@ -46,8 +46,11 @@ from sps_jax import masks
 
 # Finite, so masked logits never produce inf - inf = NaN in the running max.
 _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
-# lse of an empty row: exp(s - lse) underflows to exactly 0 for any finite score.
+# lse of an empty row: exp2(s - lse) underflows to exactly 0 for any finite score.
 _EMPTY_LSE = 1e30
+# Softmax runs in base 2 (exp2 is the GPU's native exponential): logits are scaled by
+# log2(e) and the saved log-sum-exp is base 2; gradients are unchanged.
+_LOG2E = math.log2(math.e)
 # GPU defaults: a query tile of 64 positions x 2 streams = 128 rows against 64-key
 # blocks keeps the window band of SPS (w=64) to two or three key blocks per tile.
 DEFAULT_BLOCK_Q = 64
@@ -200,6 +203,7 @@ def _three_loops(table_ref, t, body, carry):
 def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
                     streams, block_k, padded_len, scale):
     q = q_ref[...]  # [R, Dh], R = block_q * S interleaved rows
+    log2_scale = scale * _LOG2E
     rows = q.shape[0]
     acc = jnp.zeros(q.shape, jnp.float32)
     m = jnp.full((rows,), _MASK_VALUE, jnp.float32)
@@ -211,16 +215,16 @@ def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_r
             acc, m, l = carry
             keys = pl.ds(t * padded_len + kb * block_k, block_k)
             k, v = k_ref[keys, :], v_ref[keys, :]
-            s = _dot(q, k, trans_b=True) * scale  # [R, block_k]
+            s = _dot(q, k, trans_b=True) * log2_scale  # [R, block_k], base-2 logits
             if masked:
                 j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
                 vis = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
                 s = jnp.where(vis, s, _MASK_VALUE)
             m_new = jnp.maximum(m, s.max(axis=1))
-            p = jnp.exp(s - m_new[:, None])
+            p = jnp.exp2(s - m_new[:, None])
             if masked:  # rows with nothing visible yet have m_new == _MASK_VALUE: p would be 1
                 p = jnp.where(vis, p, 0.0)
-            alpha = jnp.exp(m - m_new)
+            alpha = jnp.exp2(m - m_new)
             l = l * alpha + p.sum(axis=1)
             acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v)
             return acc, m_new, l
@@ -228,13 +232,14 @@ def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_r
         acc, m, l = _three_loops(table_ref, t, body, (acc, m, l))
     seen = l > 0
     o_ref[...] = (acc / jnp.where(seen, l, 1.0)[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), _EMPTY_LSE)
+    lse_ref[...] = jnp.where(seen, m + jnp.log2(jnp.where(seen, l, 1.0)), _EMPTY_LSE)
 
 
 def _dq_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref,
                dq_ref, *, streams, block_k, padded_len, scale):
     q, do = q_ref[...], do_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
+    log2_scale = scale * _LOG2E
     dq = jnp.zeros(q.shape, jnp.float32)
     for t in range(streams):
         lo, hi = lo_ref[t, :], hi_ref[t, :]
@@ -242,7 +247,7 @@ def _dq_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, 
         def body(kb, dq, masked):
             keys = pl.ds(t * padded_len + kb * block_k, block_k)
             k, v = k_ref[keys, :], v_ref[keys, :]
-            p = jnp.exp(_dot(q, k, trans_b=True) * scale - lse[:, None])
+            p = jnp.exp2(_dot(q, k, trans_b=True) * log2_scale - lse[:, None])
             if masked:
                 j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
                 p = jnp.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
@@ -258,6 +263,7 @@ def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref,
     # Transposed formulation: scores as [block_k, R] so no in-kernel transposes of p.
     k, v = k_ref[...], v_ref[...]
     lo, hi = lo_ref[...], hi_ref[...]
+    log2_scale = scale * _LOG2E
     dk = jnp.zeros(k.shape, jnp.float32)
     dv = jnp.zeros(v.shape, jnp.float32)
 
@@ -266,7 +272,7 @@ def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref,
         rows = pl.ds(qt * rows_per_tile, rows_per_tile)
         q, do = q_ref[rows, :], do_ref[rows, :]
         lse, delta = lse_ref[rows], delta_ref[rows]
-        p = jnp.exp(_dot(k, q, trans_b=True) * scale - lse[None, :])  # [block_k, R]
+        p = jnp.exp2(_dot(k, q, trans_b=True) * log2_scale - lse[None, :])  # [block_k, R]
         if masked:
             r = qt * rows_per_tile + jnp.arange(rows_per_tile, dtype=jnp.int32)
             p = jnp.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
