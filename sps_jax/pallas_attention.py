@@ -421,11 +421,14 @@ def _check_inputs(q, k, v, doc_ids_BT, variant, window, persistent_window):
         raise ValueError(f"doc_ids_BT must be [B, T] = {q.shape[:2]}, got {doc_ids_BT.shape}.")
     if not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must be floating point, got {q.dtype}.")
-    if not isinstance(doc_ids_BT, jax.core.Tracer):
+    try:
         d = np.asarray(doc_ids_BT)
-        if (np.diff(d, axis=1) < 0).any():
-            raise ValueError("doc_ids_BT must be non-decreasing along T (contiguous documents, "
-                             "as masks.document_ids makes them).")
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return  # traced under jit: the values are checked where they are made (masks.document_ids)
+    runs = 1 + (d[:, 1:] != d[:, :-1]).sum(axis=1)
+    if any(r != len(np.unique(row)) for r, row in zip(runs, d)):
+        raise ValueError("doc_ids_BT must give each document one contiguous run of positions "
+                         "(as masks.document_ids makes them).")
 
 
 @functools.partial(jax.jit, static_argnames=("variant", "window", "persistent_window",
