@@ -1,0 +1,222 @@
+"""``python -m sps_jax.bench attention``: the Pallas kernel vs jax.nn.dot_product_attention.
+
+For each variant: forward and forward+backward time of the Pallas kernel, next to
+``jax.nn.dot_product_attention`` causal over the same T*S interleaved slots (cuDNN
+where available, else XLA) and causal over T (what a Standard model pays).
+TFLOP/s use computed scores (DESIGN.md section 4): 4*B*H*Dh*N_computed forward and
+2.5x that backward; the dense baselines count their causal half, N(N+1)/2 per head.
+Timings are only meaningful side by side in one run on one GPU.
+
+On a machine without a GPU it prints the score counts at the requested shape and
+checks the kernel in interpret mode on a small shape (correctness, not speed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sps_jax import attention, masks
+from sps_jax import pallas_attention as pa
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
+    p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS)
+    p.add_argument("--batch", type=int, default=6)
+    p.add_argument("--seq-len", type=int, default=4096, help="T, input positions")
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--window", type=int, default=64)
+    p.add_argument("--block-q", type=int, default=pa.DEFAULT_BLOCK_Q)
+    p.add_argument("--block-k", type=int, default=pa.DEFAULT_BLOCK_K)
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
+    p.add_argument("--json", default=None, help="write the results here (JSON)")
+    args = p.parse_args(argv)
+    for name in ("batch", "seq_len", "heads", "head_dim", "iters"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be a positive integer.")
+    if args.window < 0:
+        p.error("--window must be a non-negative integer.")
+    return args
+
+
+def median_seconds(fn, *args, iters):
+    jax.block_until_ready(fn(*args))  # compile + warm up
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def forward_and_backward(fn):
+    """(jit forward, jit forward+backward with a fixed cotangent)."""
+    def fwd_bwd(q, k, v, ct):
+        out, vjp = jax.vjp(fn, q, k, v)
+        return vjp(ct)
+    return jax.jit(fn), jax.jit(fwd_bwd)
+
+
+def dense_causal(implementation):
+    def fn(q_BNHK, k_BNHK, v_BNHK):
+        return jax.nn.dot_product_attention(q_BNHK, k_BNHK, v_BNHK, is_causal=True,
+                                            implementation=implementation)
+    return fn
+
+
+def time_pair(fn, q, k, v, iters):
+    fwd, fwd_bwd = forward_and_backward(fn)
+    ct = jnp.ones_like(q)
+    t_f = median_seconds(fwd, q, k, v, iters=iters)
+    t_fb = median_seconds(fwd_bwd, q, k, v, ct, iters=iters)
+    return t_f, t_fb
+
+
+def row(name, scores, B, H, Dh, t_f, t_fb):
+    flops_f = 4 * B * H * Dh * scores
+    return {"name": name, "scores_per_head": scores, "fwd_ms": 1e3 * t_f, "fwd_bwd_ms": 1e3 * t_fb,
+            "fwd_tflops": flops_f / t_f / 1e12, "fwd_bwd_tflops": 3.5 * flops_f / t_fb / 1e12}
+
+
+def baseline_rows(args, dtype, key):
+    """jax.nn.dot_product_attention causal over T*2 slots and over T."""
+    B, T, H, Dh = args.batch, args.seq_len, args.heads, args.head_dim
+    rows = {}
+    for slots, label in ((2 * T, "2T"), (T, "T")):
+        q, k, v = (jax.random.normal(kk, (B, slots, H, Dh), dtype) for kk in jax.random.split(key, 3))
+        for impl in ("cudnn", "xla"):
+            try:
+                t_f, t_fb = time_pair(dense_causal(impl), q, k, v, args.iters)
+            except Exception as e:  # cuDNN unavailable for this dtype/shape/driver: fall back
+                print(f"  dot_product_attention implementation={impl} over {label} failed: "
+                      f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            rows[label] = row(f"dot_product_attention[{impl}] causal {label}", slots * (slots + 1) // 2,
+                              B, H, Dh, t_f, t_fb)
+            rows[label]["implementation"] = impl
+            print(f"  {rows[label]['name']}: fwd {rows[label]['fwd_ms']:.3f} ms, "
+                  f"fwd+bwd {rows[label]['fwd_bwd_ms']:.3f} ms", flush=True)
+            break
+    return rows
+
+
+def print_table(rows):
+    head = f"{'kernel':48s} {'scores/head':>12s} {'fwd ms':>9s} {'fwd+bwd ms':>11s} {'fwd TF/s':>9s} {'f+b TF/s':>9s}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['name']:48s} {r['scores_per_head']:12d} {r['fwd_ms']:9.3f} {r['fwd_bwd_ms']:11.3f} "
+              f"{r['fwd_tflops']:9.1f} {r['fwd_bwd_tflops']:9.1f}")
+
+
+def timing_table(args, interpret=False):
+    """Times every variant and the baselines (interpret=True only to test this plumbing on CPU)."""
+    dtype = jnp.dtype(args.dtype)
+    B, T, H, Dh, w = args.batch, args.seq_len, args.heads, args.head_dim, args.window
+    key = jax.random.PRNGKey(0)
+    doc = jnp.zeros((B, T), jnp.int32)  # one document per row, as in DESIGN's estimate
+    print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}",
+          flush=True)
+    base = baseline_rows(args, dtype, key)
+    results = {"rows": [], "baselines": base}
+    for variant in args.variants:
+        S = masks.num_streams(variant)
+        counts = pa.score_counts(doc, variant=variant, window=w, block_q=args.block_q, block_k=args.block_k)
+        q, k, v = (jax.random.normal(kk, (B, T, S, H, Dh), dtype) for kk in jax.random.split(key, 3))
+
+        def fn(q, k, v, variant=variant):
+            return pa.attention(q, k, v, doc, variant=variant, window=w, interpret=interpret,
+                                block_q=args.block_q, block_k=args.block_k)
+
+        print(f"pallas {variant}: timing ...", flush=True)
+        t_f, t_fb = time_pair(fn, q, k, v, args.iters)
+        r = row(f"pallas {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
+        r.update(variant=variant, counts=counts)
+        for label, ref in base.items():
+            r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
+            r[f"fwd_time_vs_dense_{label}"] = r["fwd_ms"] / ref["fwd_ms"]
+            r[f"fwd_tflops_vs_dense_{label}"] = r["fwd_tflops"] / ref["fwd_tflops"]
+        results["rows"].append(r)
+    print()
+    print_table(list(base.values()) + results["rows"])
+    print()
+    for r in results["rows"]:
+        if "fwd_bwd_time_vs_dense_2T" in r:
+            print(f"{r['variant']:14s} time fwd+bwd / dense causal 2T = {r['fwd_bwd_time_vs_dense_2T']:.3f}, "
+                  f"fwd TFLOP/s (computed) / dense causal 2T = {r['fwd_tflops_vs_dense_2T']:.3f}, "
+                  f"time fwd+bwd / dense causal T = {r.get('fwd_bwd_time_vs_dense_T', float('nan')):.3f}")
+    return results
+
+
+def cpu_report(args):
+    B, T, w = args.batch, args.seq_len, args.window
+    doc = np.zeros((1, T), np.int32)
+    print(f"no GPU ({jax.default_backend()}): score counts at T={T}, w={w}, one document, "
+          f"block_q={args.block_q}, block_k={args.block_k} (per row and head)")
+    results = {"counts": {}, "interpret_check": {}}
+    for variant in args.variants:
+        c = pa.score_counts(doc, variant=variant, window=w, block_q=args.block_q, block_k=args.block_k)
+        c["computed_over_dense_causal"] = c["computed"] / c["dense_causal"]
+        results["counts"][variant] = c
+        print(f"  {variant:14s} visible {c['visible']:>10d}  computed {c['computed']:>10d}  "
+              f"dense causal T*S {c['dense_causal']:>10d}  computed/dense {c['computed_over_dense_causal']:.4f}")
+    small = dict(B=1, T=48, H=2, Dh=16, block=16, window=min(w, 20))
+    print(f"interpret-mode check on a small shape {small} (correctness only, not speed):")
+    rng = np.random.default_rng(0)
+    doc = np.zeros((small["B"], small["T"]), np.int32)
+    doc[:, 30:] = 1
+    for variant in args.variants:
+        S = masks.num_streams(variant)
+        q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], S, small["H"], small["Dh"])),
+                               jnp.float32) for _ in range(3))
+        t0 = time.perf_counter()
+        got = pa.attention(q, k, v, doc, variant=variant, window=small["window"], interpret=True,
+                           block_q=small["block"], block_k=small["block"])
+        seconds = time.perf_counter() - t0
+        want = attention.xla_attention(q, k, v, jnp.asarray(doc), variant=variant, window=small["window"])
+        err = float(jnp.abs(got - want).max())
+        results["interpret_check"][variant] = {"max_abs_error_vs_xla": err, "seconds": seconds}
+        print(f"  {variant:14s} max |pallas - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
+    print("GPU timings need a GPU: run the same command on one.")
+    return results
+
+
+def write_json(path, obj):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    for name, b in (("--block-q", args.block_q), ("--block-k", args.block_k)):
+        if b < 1 or b & (b - 1):
+            print(f"{name} must be a positive power of two, got {b}.", file=sys.stderr)
+            return 2
+    on_gpu = jax.default_backend() == "gpu"
+    results = timing_table(args) if on_gpu else cpu_report(args)
+    results.update(config=vars(args), backend=jax.default_backend(),
+                   device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
+    if args.json:
+        write_json(args.json, results)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

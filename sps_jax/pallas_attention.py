@@ -1,0 +1,502 @@
+"""Flash attention in Pallas for all five attention patterns, skipping masked blocks.
+
+Layout (DESIGN.md sections 2-3). q, k, v are ``[B, T, S, H, Dh]``; flattening
+(T, S) gives the paper's interleaved order, so a *query tile* is a run of
+``block_q`` positions x all S streams (``block_q * S`` rows) with no copy. Keys
+are walked per stream: k and v are regrouped to ``[B, S*Tp, H, Dh]`` (stream-
+major), so a *key block* is ``block_k`` positions of one stream.
+
+Why per stream: persistent keys (x in SPS) sit in every interleaved block, so a
+causal-only kernel over the T*S slots cannot skip anything but the future. Per
+query row and key stream the visible keys form one interval ``[lo, hi)``:
+
+    lo = max(doc_start(i), i - w_t)      (w_t: the window for a windowed stream,
+                                          persistent_window or none otherwise)
+    hi = i + 1 if t <= s else i          (causal in interleaved order 2j+t <= 2i+s)
+
+and per key row (j, t) the query rows that see it are the interval
+``[S*j + t, S*min(doc_end(j), j + w_t + 1))`` of interleaved query rows. From these
+row intervals, O(T) reductions give per (query tile, key stream) the range of key
+blocks with any visible pair and the sub-range that is fully visible
+(:func:`block_tables`); the kernels loop only over that range, applying the
+elementwise mask only outside the fully visible sub-range. The dK/dV kernel uses
+the transposed tables built the same way from the key-side intervals, so all three
+kernels visit exactly the blocks that hold visible pairs (up to interval hulls).
+
+Rows with no visible key (only tile padding under the visibility rule, but the
+kernels accept any intervals) produce zero output and zero gradients, never NaN.
+
+The kernels are Triton-style ``pl.pallas_call`` kernels (scalar loads of loop
+bounds, ``pl.ds`` slices of full-length refs), lowered for NVIDIA GPUs and run
+under ``interpret=True`` on CPU, which is how the tests check them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+
+from sps_jax import masks
+
+# Finite, so masked logits never produce inf - inf = NaN in the running max.
+_MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+# lse of an empty row: exp2(s - lse) underflows to exactly 0 for any finite score.
+_EMPTY_LSE = 1e30
+# Softmax runs in base 2 (exp2 is the GPU's native exponential): logits are scaled by
+# log2(e) and the saved log-sum-exp is base 2; gradients are unchanged.
+_LOG2E = math.log2(math.e)
+# GPU defaults: a query tile of 64 positions x 2 streams = 128 rows against 64-key
+# blocks keeps the window band of SPS (w=64) to two or three key blocks per tile.
+DEFAULT_BLOCK_Q = 64
+DEFAULT_BLOCK_K = 64
+
+
+# ----------------------------------------------------------------------------
+# Row intervals and block tables (pure, O(T) on device)
+# ----------------------------------------------------------------------------
+
+def _stream_window(variant, window, persistent_window, t):
+    """How far back (in positions) stream t's keys stay visible; None = unbounded."""
+    return persistent_window if masks.persistent_streams(variant)[t] else window
+
+
+def _doc_bounds(doc_ids_BT):
+    """(start, end) per position: the first and one-past-last position of its document.
+
+    Documents must be contiguous runs of equal ids (as masks.document_ids makes them).
+    """
+    xp = masks._xp(doc_ids_BT)
+    B, T = doc_ids_BT.shape
+    pos = xp.arange(T, dtype=xp.int32)
+    change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]  # [B, T-1]: a new document at i+1
+    first = xp.concatenate([xp.ones((B, 1), bool), change], axis=1)
+    last = xp.concatenate([change, xp.ones((B, 1), bool)], axis=1)
+    starts, ends = xp.where(first, pos, 0), xp.where(last, pos + 1, T)
+    if xp is np:
+        start = np.maximum.accumulate(starts, axis=1)
+        end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]
+    else:
+        start, end = lax.cummax(starts, axis=1), lax.cummin(ends, axis=1, reverse=True)
+    return start.astype(xp.int32), end.astype(xp.int32)
+
+
+def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded_len=None):
+    """Visible intervals of the visibility rule, both ways, as int32 arrays.
+
+    Returns ``(q_lo, q_hi, k_lo, k_hi)``:
+    - ``q_lo, q_hi`` ``[B, S, Tp*S]``: for key stream t and interleaved query row
+      r = S*i + s, query (i, s) sees keys (j, t) exactly for q_lo <= j < q_hi.
+    - ``k_lo, k_hi`` ``[B, S*Tp]``: for key row t*Tp + j (stream-major), key (j, t)
+      is seen by exactly the interleaved query rows k_lo <= r < k_hi.
+    Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
+    out (fast host-side counting); jax in, jax out (the kernels' on-device path).
+    """
+    xp = masks._xp(doc_ids_BT)
+    S = masks.num_streams(variant)
+    B, T = doc_ids_BT.shape
+    Tp = T if padded_len is None else padded_len
+    start_BT, end_BT = _doc_bounds(doc_ids_BT)
+    pos = xp.arange(T, dtype=xp.int32)
+    pad = [(0, 0), (0, Tp - T)]
+    q_lo, q_hi, k_lo, k_hi = [], [], [], []
+    for t in range(S):
+        w = _stream_window(variant, window, persistent_window, t)
+        w = None if w is None else min(int(w), T)  # a window >= T is unbounded; keeps int32 safe
+        lo_BT = start_BT if w is None else xp.maximum(start_BT, pos - w)
+        per_stream_lo, per_stream_hi = [], []
+        for s in range(S):
+            hi_T = pos + 1 if t <= s else pos
+            per_stream_lo.append(xp.pad(lo_BT, pad))
+            per_stream_hi.append(xp.pad(xp.broadcast_to(hi_T, (B, T)), pad))
+        # [B, Tp, S] -> [B, Tp*S]: interleaved query rows.
+        q_lo.append(xp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
+        q_hi.append(xp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
+        seen_until = end_BT if w is None else xp.minimum(end_BT, pos + w + 1)
+        k_lo.append(xp.pad(xp.broadcast_to(S * pos + t, (B, T)), pad))
+        k_hi.append(xp.pad(S * seen_until, pad))
+    return (xp.stack(q_lo, axis=1).astype(xp.int32), xp.stack(q_hi, axis=1).astype(xp.int32),
+            xp.concatenate(k_lo, axis=1).astype(xp.int32),
+            xp.concatenate(k_hi, axis=1).astype(xp.int32))
+
+
+def _ranges(lo_XR, hi_XR, block):
+    """Per tile (leading axes X, rows R): [first, full_first, full_end, end) block indices.
+
+    Needed blocks hull every non-empty row interval; fully visible blocks lie inside
+    every row's interval (an empty row makes the full sub-range empty).
+    """
+    xp = masks._xp(lo_XR)
+    big = np.iinfo(np.int32).max
+    nonempty = lo_XR < hi_XR
+    any_row = nonempty.any(axis=-1)
+    first = xp.where(nonempty, lo_XR, big).min(axis=-1) // block
+    end = -(-xp.where(nonempty, hi_XR, 0).max(axis=-1) // block)
+    first = xp.where(any_row, first, 0)
+    end = xp.where(any_row, end, 0)
+    full_first = xp.clip(-(-lo_XR.max(axis=-1) // block), first, end)
+    full_end = xp.clip(hi_XR.min(axis=-1) // block, full_first, end)
+    return xp.stack([first, full_first, full_end, end], axis=-1).astype(xp.int32)
+
+
+def block_tables(doc_ids_BT, *, variant, window, persistent_window=None,
+                 block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+    """Block-skipping tables for the kernels (pure; exposed for tests).
+
+    Returns ``(q_tables, k_tables)``:
+    - ``q_tables`` int32 ``[B, nQ, S, 4]``: for query tile qt (positions
+      [qt*block_q, (qt+1)*block_q) x all streams) and key stream t, key blocks
+      (of ``block_k`` positions of stream t) ``[first, end)`` hold every visible pair
+      and ``[full_first, full_end)`` need no elementwise mask.
+    - ``k_tables`` int32 ``[B, S, nK, 4]``: for key block kb of stream t, the same
+      four numbers over query tiles (used by the dK/dV kernel).
+    T is padded to a multiple of both block sizes.
+    """
+    _check_blocks(block_q, block_k)
+    S = masks.num_streams(variant)
+    B, T = doc_ids_BT.shape
+    Tp = _padded_len(T, block_q, block_k)
+    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, variant=variant, window=window,
+                                           persistent_window=persistent_window, padded_len=Tp)
+    R = block_q * S
+    nQ, nK = Tp // block_q, Tp // block_k
+    q_tab = _ranges(q_lo.reshape(B, S, nQ, R), q_hi.reshape(B, S, nQ, R), block_k)
+    k_tab = _ranges(k_lo.reshape(B, S, nK, block_k), k_hi.reshape(B, S, nK, block_k), R)
+    return q_tab.swapaxes(1, 2), k_tab
+
+
+def _padded_len(T, block_q, block_k):
+    step = max(block_q, block_k)  # both powers of two: the larger is a multiple of the smaller
+    return -(-T // step) * step
+
+
+def _check_blocks(block_q, block_k):
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if not isinstance(b, (int, np.integer)) or b < 1 or b & (b - 1):
+            raise ValueError(f"{name} must be a positive power of two (Triton tiles), got {b!r}.")
+
+
+# ----------------------------------------------------------------------------
+# Kernels
+# ----------------------------------------------------------------------------
+
+def _dot(a, b, *, trans_b=False):
+    """a @ b (or a @ b.T) accumulated in f32."""
+    dims = (((1,), (1,)), ((), ())) if trans_b else (((1,), (0,)), ((), ()))
+    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def _three_loops(table_ref, t, body, carry):
+    """Masked blocks, fully visible blocks, masked blocks, for key stream t."""
+    first, full_first = table_ref[4 * t], table_ref[4 * t + 1]
+    full_end, end = table_ref[4 * t + 2], table_ref[4 * t + 3]
+    carry = lax.fori_loop(first, full_first, functools.partial(body, masked=True), carry)
+    carry = lax.fori_loop(full_first, full_end, functools.partial(body, masked=False), carry)
+    return lax.fori_loop(full_end, end, functools.partial(body, masked=True), carry)
+
+
+def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
+                    streams, block_k, padded_len, scale):
+    q = q_ref[...]  # [R, Dh], R = block_q * S interleaved rows
+    log2_scale = scale * _LOG2E
+    rows = q.shape[0]
+    acc = jnp.zeros(q.shape, jnp.float32)
+    m = jnp.full((rows,), _MASK_VALUE, jnp.float32)
+    l = jnp.zeros((rows,), jnp.float32)
+    for t in range(streams):
+        lo, hi = lo_ref[t, :], hi_ref[t, :]
+
+        def body(kb, carry, masked):
+            acc, m, l = carry
+            keys = pl.ds(t * padded_len + kb * block_k, block_k)
+            k, v = k_ref[keys, :], v_ref[keys, :]
+            s = _dot(q, k, trans_b=True) * log2_scale  # [R, block_k], base-2 logits
+            if masked:
+                j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
+                vis = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
+                s = jnp.where(vis, s, _MASK_VALUE)
+            m_new = jnp.maximum(m, s.max(axis=1))
+            p = jnp.exp2(s - m_new[:, None])
+            if masked:  # rows with nothing visible yet have m_new == _MASK_VALUE: p would be 1
+                p = jnp.where(vis, p, 0.0)
+            alpha = jnp.exp2(m - m_new)
+            l = l * alpha + p.sum(axis=1)
+            acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v)
+            return acc, m_new, l
+
+        acc, m, l = _three_loops(table_ref, t, body, (acc, m, l))
+    seen = l > 0
+    o_ref[...] = (acc / jnp.where(seen, l, 1.0)[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(seen, m + jnp.log2(jnp.where(seen, l, 1.0)), _EMPTY_LSE)
+
+
+def _dq_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref,
+               dq_ref, *, streams, block_k, padded_len, scale):
+    q, do = q_ref[...], do_ref[...]
+    lse, delta = lse_ref[...], delta_ref[...]
+    log2_scale = scale * _LOG2E
+    dq = jnp.zeros(q.shape, jnp.float32)
+    for t in range(streams):
+        lo, hi = lo_ref[t, :], hi_ref[t, :]
+
+        def body(kb, dq, masked):
+            keys = pl.ds(t * padded_len + kb * block_k, block_k)
+            k, v = k_ref[keys, :], v_ref[keys, :]
+            p = jnp.exp2(_dot(q, k, trans_b=True) * log2_scale - lse[:, None])
+            if masked:
+                j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
+                p = jnp.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
+            ds = p * (_dot(do, v, trans_b=True) - delta[:, None])
+            return dq + _dot(ds.astype(k.dtype), k)
+
+        dq = _three_loops(table_ref, t, body, dq)
+    dq_ref[...] = (dq * scale).astype(dq_ref.dtype)
+
+
+def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref, delta_ref,
+                dk_ref, dv_ref, *, rows_per_tile, scale):
+    # Transposed formulation: scores as [block_k, R] so no in-kernel transposes of p.
+    k, v = k_ref[...], v_ref[...]
+    lo, hi = lo_ref[...], hi_ref[...]
+    log2_scale = scale * _LOG2E
+    dk = jnp.zeros(k.shape, jnp.float32)
+    dv = jnp.zeros(v.shape, jnp.float32)
+
+    def body(qt, carry, masked):
+        dk, dv = carry
+        rows = pl.ds(qt * rows_per_tile, rows_per_tile)
+        q, do = q_ref[rows, :], do_ref[rows, :]
+        lse, delta = lse_ref[rows], delta_ref[rows]
+        p = jnp.exp2(_dot(k, q, trans_b=True) * log2_scale - lse[None, :])  # [block_k, R]
+        if masked:
+            r = qt * rows_per_tile + jnp.arange(rows_per_tile, dtype=jnp.int32)
+            p = jnp.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
+        dv = dv + _dot(p.astype(do.dtype), do)
+        ds = p * (_dot(v, do, trans_b=True) - delta[None, :])
+        return dk + _dot(ds.astype(q.dtype), q), dv
+
+    dk, dv = _three_loops(table_ref, 0, body, (dk, dv))
+    dk_ref[...] = (dk * scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _compiler_params(interpret):
+    if interpret:
+        return None
+    from jax.experimental.pallas import triton as plgpu
+
+    return plgpu.CompilerParams(num_warps=4, num_stages=2)
+
+
+# ----------------------------------------------------------------------------
+# pallas_call wrappers and the custom VJP
+# ----------------------------------------------------------------------------
+
+def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi):
+    S, block_q, block_k, Tp, scale, interpret = plan
+    B, N, H, Dh = q_BNHK.shape
+    R, M = block_q * S, S * Tp
+    grid = (B, H, N // R)
+    tile = lambda b, h, i: (b, i, h, 0)  # noqa: E731
+    whole_k = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
+    kernel = functools.partial(_forward_kernel, streams=S, block_k=block_k, padded_len=Tp,
+                               scale=scale)
+    return pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=[
+            pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
+            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
+            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
+            pl.BlockSpec((None, R, None, Dh), tile),
+            pl.BlockSpec((None, M, None, Dh), whole_k),
+            pl.BlockSpec((None, M, None, Dh), whole_k),
+        ],
+        out_specs=[
+            pl.BlockSpec((None, R, None, Dh), tile),
+            pl.BlockSpec((None, None, R), lambda b, h, i: (b, h, i)),
+        ],
+        out_shape=[jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
+                   jax.ShapeDtypeStruct((B, H, N), jnp.float32)],
+        interpret=interpret,
+        compiler_params=_compiler_params(interpret),
+        name="sps_flash_forward",
+    )(q_tab.reshape(B, N // R, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
+
+
+def _backward(plan, res, do_BNHK):
+    S, block_q, block_k, Tp, scale, interpret = plan
+    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi = res
+    B, N, H, Dh = q_BNHK.shape
+    R, M = block_q * S, S * Tp
+    # delta_r = sum_d dO * O: an O(N*Dh) row reduction, left to XLA.
+    delta_BHN = jnp.einsum("bnhd,bnhd->bhn", do_BNHK.astype(jnp.float32),
+                           o_BNHK.astype(jnp.float32))
+    whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
+    tile = lambda b, h, i: (b, i, h, 0)  # noqa: E731
+    row_vec = pl.BlockSpec((None, None, R), lambda b, h, i: (b, h, i))
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, streams=S, block_k=block_k, padded_len=Tp, scale=scale),
+        grid=(B, H, N // R),
+        in_specs=[
+            pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
+            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
+            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
+            pl.BlockSpec((None, R, None, Dh), tile),
+            pl.BlockSpec((None, M, None, Dh), whole),
+            pl.BlockSpec((None, M, None, Dh), whole),
+            pl.BlockSpec((None, R, None, Dh), tile),
+            row_vec, row_vec,
+        ],
+        out_specs=pl.BlockSpec((None, R, None, Dh), tile),
+        out_shape=jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
+        interpret=interpret,
+        compiler_params=_compiler_params(interpret),
+        name="sps_flash_dq",
+    )(q_tab.reshape(B, N // R, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
+      lse_BHN, delta_BHN)
+    key_tile = lambda b, h, i: (b, i, h, 0)  # noqa: E731
+    whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkv_kernel, rows_per_tile=R, scale=scale),
+        grid=(B, H, M // block_k),
+        in_specs=[
+            pl.BlockSpec((None, None, 4), lambda b, h, i: (b, i, 0)),
+            pl.BlockSpec((None, block_k), lambda b, h, i: (b, i)),
+            pl.BlockSpec((None, block_k), lambda b, h, i: (b, i)),
+            pl.BlockSpec((None, block_k, None, Dh), key_tile),
+            pl.BlockSpec((None, block_k, None, Dh), key_tile),
+            pl.BlockSpec((None, N, None, Dh), whole),
+            pl.BlockSpec((None, N, None, Dh), whole),
+            whole_rows, whole_rows,
+        ],
+        out_specs=[pl.BlockSpec((None, block_k, None, Dh), key_tile)] * 2,
+        out_shape=[jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype),
+                   jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)],
+        interpret=interpret,
+        compiler_params=_compiler_params(interpret),
+        name="sps_flash_dkv",
+    )(k_tab.reshape(B, M // block_k, 4), k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK,
+      lse_BHN, delta_BHN)
+    return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _flash(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi):
+    return _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi)[0]
+
+
+def _flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi):
+    o_BNHK, lse_BHN = _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi)
+    return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
+
+
+def _flash_bwd(plan, res, do_BNHK):
+    dq, dk, dv = _backward(plan, res, do_BNHK)
+    return (dq, dk, dv) + (None,) * 6
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ----------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------
+
+def _check_inputs(q, k, v, doc_ids_BT, variant, window, persistent_window):
+    masks.check_variant(variant)
+    masks.check_window(window)
+    masks.check_window(persistent_window, "persistent_window")
+    S = masks.num_streams(variant)
+    if q.ndim != 5 or q.shape[2] != S:
+        raise ValueError(f"q must be [B, T, S={S}, H, Dh] for variant {variant!r}, got shape {q.shape}.")
+    if k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k and v must have the same shape, got {q.shape}, {k.shape}, {v.shape}.")
+    if doc_ids_BT.shape != q.shape[:2]:
+        raise ValueError(f"doc_ids_BT must be [B, T] = {q.shape[:2]}, got {doc_ids_BT.shape}.")
+    if not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"q, k, v must be floating point, got {q.dtype}.")
+    try:
+        d = np.asarray(doc_ids_BT)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return  # traced under jit: the values are checked where they are made (masks.document_ids)
+    runs = 1 + (d[:, 1:] != d[:, :-1]).sum(axis=1)
+    if any(r != len(np.unique(row)) for r, row in zip(runs, d)):
+        raise ValueError("doc_ids_BT must give each document one contiguous run of positions "
+                         "(as masks.document_ids makes them).")
+
+
+@functools.partial(jax.jit, static_argnames=("variant", "window", "persistent_window",
+                                             "interpret", "block_q", "block_k"))
+def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window, persistent_window,
+               interpret, block_q, block_k):
+    B, T, S, H, Dh = q_BTSHK.shape
+    Tp = _padded_len(T, block_q, block_k)
+    Dp = pl.next_power_of_2(Dh)  # Triton tiles need power-of-two extents; zero columns are inert
+    pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, Dp - Dh)]
+    q_BNHK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, Dp)
+    # Stream-major keys, so a key block is block_k positions of one stream.
+    to_keys = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(B, S * Tp, H, Dp)  # noqa: E731
+    q_tab, k_tab = block_tables(doc_ids_BT, variant=variant, window=window,
+                                persistent_window=persistent_window,
+                                block_q=block_q, block_k=block_k)
+    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, variant=variant, window=window,
+                                           persistent_window=persistent_window, padded_len=Tp)
+    plan = (S, block_q, block_k, Tp, Dh ** -0.5, interpret)
+    o_BNHK = _flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK),
+                    q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
+    return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
+
+
+def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window, persistent_window=None,
+              interpret=False, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+    """Flash attention under the visibility rule of ``variant`` (differentiable).
+
+    q, k, v ``[B, T, S, H, Dh]``; returns the same shape and dtype as q, scaled by
+    1/sqrt(Dh) inside. ``block_q`` positions (x S streams) per query tile, ``block_k``
+    positions of one stream per key block, both powers of two; T need not be a
+    multiple. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
+    """
+    _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, variant, window, persistent_window)
+    _check_blocks(block_q, block_k)
+    return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32),
+                      variant=variant, window=window, persistent_window=persistent_window,
+                      interpret=bool(interpret), block_q=int(block_q), block_k=int(block_k))
+
+
+def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window,
+                  persistent_window=None):
+    """The ``pallas`` backend of sps_jax.attention: interpret mode off GPU."""
+    return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, variant=variant, window=window,
+                     persistent_window=persistent_window,
+                     interpret=jax.default_backend() != "gpu")
+
+
+def score_counts(doc_ids_BT, *, variant, window, persistent_window=None,
+                 block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+    """Scores for batch row 0 and one head: visible pairs, computed by the forward
+    kernel, and computed by a dense causal kernel over the T*S interleaved slots
+    (N(N+1)/2, N = T*S). Returns a dict of Python ints."""
+    doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]  # host-side: O(T) numpy
+    S = masks.num_streams(variant)
+    T = doc_ids_BT.shape[1]
+    Tp = _padded_len(T, block_q, block_k)
+    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, variant=variant, window=window,
+                                           persistent_window=persistent_window, padded_len=Tp)
+    q_tab, k_tab = block_tables(doc_ids_BT, variant=variant, window=window,
+                                persistent_window=persistent_window,
+                                block_q=block_q, block_k=block_k)
+    visible = int(np.maximum(q_hi - q_lo, 0).sum())
+    blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
+    blocks_dkv = int((k_tab[..., 3] - k_tab[..., 0]).sum())
+    masked_fwd = blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum())
+    N = T * S
+    tile = block_q * S * block_k
+    return {"visible": visible, "computed": blocks_fwd * tile, "computed_dkv": blocks_dkv * tile,
+            "masked_blocks": masked_fwd, "blocks": blocks_fwd,
+            "dense_causal": N * (N + 1) // 2}

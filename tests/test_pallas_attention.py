@@ -1,0 +1,383 @@
+"""The Pallas kernel (interpret mode) against the dense XLA reference, block skipping, isolation.
+
+Shapes are tiny because the Pallas interpreter is slow. Default tests use 8-position
+blocks, so windows 7, 8, 9 play the role of 63, 64, 65 with the GPU's 64-key blocks
+(a window band one key short of, exactly at, and one past a block edge); the slow
+test repeats the literal 63/64/65 with 64-key blocks.
+"""
+
+import functools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from tests.conftest import SMALL, small_config
+from sps_jax import attention, masks, model as sps_model
+from sps_jax import pallas_attention as pa
+
+BLOCK = 8
+T = 27  # not a multiple of the block size
+EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
+
+
+def layout_doc_ids(T=T):
+    """Row 0: documents starting exactly at tile edges (8, 16) and one off (9, 17, 25).
+    Row 1: left padding (each pad its own document), one-token documents, a long tail."""
+    row0 = np.zeros(T, np.int32)
+    for start in (8, 9, 16, 17, 25):
+        row0[start:] += 1
+    tokens = np.full(T, 5, np.int32)
+    tokens[:3] = PAD
+    tokens[[3, 4, 5, 11]] = EOS  # documents [3], [4], [5], [6..11], [12..]
+    row1 = np.asarray(masks.document_ids(tokens[None], EOS, PAD))[0]
+    return np.stack([row0, row1])
+
+
+def random_qkv(seed, variant, T=T, B=2, H=2, Dh=8, dtype=jnp.float32):
+    S = masks.num_streams(variant)
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.normal(size=(B, T, S, H, Dh)), dtype) for _ in range(4)]
+
+
+def outputs_and_grads(fn, q, k, v, ct):
+    out, vjp = jax.vjp(fn, q, k, v)
+    return (out,) + vjp(ct)
+
+
+def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK):
+    return functools.partial(pa.attention, doc_ids_BT=doc, variant=variant, window=window,
+                             persistent_window=persistent_window, interpret=True,
+                             block_q=block_q, block_k=block_k)
+
+
+def xla_fn(doc, variant, window, persistent_window=None):
+    return functools.partial(attention.xla_attention, doc_ids_BT=jnp.asarray(doc), variant=variant,
+                             window=window, persistent_window=persistent_window)
+
+
+def assert_matches_reference(variant, window, persistent_window=None, T=T, block=BLOCK, tol=2e-5):
+    doc = layout_doc_ids(T)
+    q, k, v, ct = random_qkv(0, variant, T)
+    got = outputs_and_grads(pallas_fn(doc, variant, window, persistent_window, block, block), q, k, v, ct)
+    want = outputs_and_grads(xla_fn(doc, variant, window, persistent_window), q, k, v, ct)
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=tol, rtol=tol, err_msg=name)
+
+
+WINDOWS = (0, 1, BLOCK - 1, BLOCK, BLOCK + 1, T, None)
+# Every window for SPS by default; the other windowed variants get two each by default
+# (their windowed stream differs) and the full sweep under -m slow.
+DEFAULT_WINDOWS = {"sps": WINDOWS, "delayed_state": (1, BLOCK + 1), "reverse_sps": (0, BLOCK - 1)}
+WINDOW_CASES = [
+    pytest.param(variant, window, marks=() if window in DEFAULT_WINDOWS[variant] else pytest.mark.slow)
+    for variant in DEFAULT_WINDOWS for window in WINDOWS
+]
+
+
+@pytest.mark.parametrize("variant, window", WINDOW_CASES)
+def test_output_and_gradients_match_reference_for_every_window(variant, window):
+    assert_matches_reference(variant, window)
+
+
+@pytest.mark.parametrize("variant", ("standard", "two_x_memory"))
+def test_variants_without_a_windowed_stream_match_reference(variant):
+    assert_matches_reference(variant, BLOCK)
+
+
+@pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=() if v in ("sps", "reverse_sps") else pytest.mark.slow) for v in masks.VARIANTS])
+def test_persistent_window_matches_reference(variant):
+    assert_matches_reference(variant, 3, persistent_window=BLOCK + 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", (0, 1, 63, 64, 65, 200))
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_gpu_block_size_and_literal_windows_match_reference(variant, window):
+    assert_matches_reference(variant, window, T=150, block=64)
+
+
+def bf16_reference(doc, variant, window):
+    """The dense reference with the kernel's rounding points: bf16 matmul operands, f32
+    accumulation and softmax (autodiff rounds the cotangents of bf16 operands the same way)."""
+    mask = masks.dense_mask(variant, window, jnp.asarray(doc))[:, None]  # [B, 1, N, N]
+
+    def fn(q, k, v):
+        B, T_, S, H, Dh = q.shape
+        q, k, v = (x.reshape(B, T_ * S, H, Dh) for x in (q, k, v))
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * Dh ** -0.5
+        p = jax.nn.softmax(jnp.where(mask, s, -1e30), axis=-1)
+        o = jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return o.astype(q.dtype).reshape(B, T_, S, H, Dh)
+    return fn
+
+
+@pytest.mark.parametrize("variant", ("standard", "sps"))
+def test_bf16_error_is_within_twice_the_reference_bf16_error(variant):
+    doc = layout_doc_ids()
+    q, k, v, ct = random_qkv(1, variant)
+    exact = outputs_and_grads(xla_fn(doc, variant, BLOCK), q, k, v, ct)
+    low = [x.astype(jnp.bfloat16) for x in (q, k, v, ct)]
+    got = outputs_and_grads(pallas_fn(doc, variant, BLOCK), *low)
+    ref = outputs_and_grads(bf16_reference(doc, variant, BLOCK), *low)
+    for name, g, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
+        assert g.dtype == jnp.bfloat16
+        err = np.abs(np.asarray(g, np.float32) - np.asarray(e)).max()
+        ref_err = np.abs(np.asarray(r, np.float32) - np.asarray(e)).max()
+        assert err <= 2 * ref_err + 1e-6, (name, err, ref_err)
+
+
+@pytest.mark.parametrize("variant", ("sps", "reverse_sps"))
+def test_other_documents_cannot_leak_in(variant):
+    doc = layout_doc_ids()
+    q, k, v, _ = random_qkv(2, variant)
+    fn = pallas_fn(doc, variant, BLOCK)
+    base = np.asarray(fn(q, k, v))
+    # Scale document 2 (row 0: positions 9..15, at a tile edge and one off; row 1: a pad) by 1e4.
+    other = jnp.asarray((doc == 2)[:, :, None, None, None])
+    loud = np.asarray(fn(q, jnp.where(other, k * 1e4, k), jnp.where(other, v * 1e4, v)))
+    keep = ~(doc == 2)
+    np.testing.assert_array_equal(loud[keep], base[keep])
+
+
+@pytest.mark.parametrize("variant", ("sps", "delayed_state"))
+def test_gradients_to_hidden_slots_are_exactly_zero(variant):
+    S = masks.num_streams(variant)
+    doc = layout_doc_ids()
+    q, k, v, _ = random_qkv(3, variant)
+    dense = np.asarray(masks.dense_mask(variant, BLOCK - 1, doc))  # [B, N, N]
+    b, i, s = 0, 19, S - 1  # a query inside document [17, 25) with the window cutting in
+    row = b, i * S + s
+
+    def loss(q, k, v):
+        return pallas_fn(doc, variant, BLOCK - 1)(q, k, v)[b, i, s].sum()
+
+    dq, dk, dv = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    B, _, _, H, Dh = q.shape
+    seen = dense[row].reshape(T, S)
+    for g in (dk, dv):
+        g = np.asarray(g)[b]
+        assert (g[~seen] == 0).all()
+        assert (np.abs(g[seen]).sum(axis=(-1, -2)) > 0).all()
+    dq = np.asarray(dq)
+    mine = np.zeros(dq.shape[:3], bool)
+    mine[b, i, s] = True
+    assert (dq[~mine] == 0).all()
+
+
+def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
+    """The kernels take any row intervals; empty some rows and check against a dense masked softmax."""
+    variant, S, Tp = "sps", 2, 32
+    doc = layout_doc_ids()[:1]
+    q, k, v, ct = [x[:1] for x in random_qkv(4, variant)]
+    q_lo, q_hi, k_lo, k_hi = pa.row_intervals(doc, variant=variant, window=3, padded_len=Tp)
+    # Empty the query rows of positions 20..24 (the end of document [17, 25)), both ways.
+    empty = np.zeros(Tp * S, bool)
+    empty[20 * S:25 * S] = True
+    q_lo = jnp.where(empty, 0, q_lo)
+    q_hi = jnp.where(empty, 0, q_hi)
+    key_doc = np.tile(np.pad(doc[0], (0, Tp - T), constant_values=-1) == 3, S)[None]
+    k_hi = jnp.where(key_doc, jnp.minimum(k_hi, 20 * S), k_hi)
+    k_lo = jnp.where(k_lo < k_hi, k_lo, 0)
+    k_hi = jnp.where(k_lo < k_hi, k_hi, 0)
+    R = BLOCK * S
+    q_tab = jnp.swapaxes(pa._ranges(q_lo.reshape(1, S, Tp // BLOCK, R),
+                                    q_hi.reshape(1, S, Tp // BLOCK, R), BLOCK), 1, 2)
+    k_tab = pa._ranges(k_lo.reshape(1, S, Tp // BLOCK, BLOCK), k_hi.reshape(1, S, Tp // BLOCK, BLOCK), R)
+    plan = (S, BLOCK, BLOCK, Tp, 8 ** -0.5, True)
+    pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, 0)]
+    to_q = lambda x: jnp.pad(x, pad).reshape(1, Tp * S, 2, 8)  # noqa: E731
+    to_k = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(1, S * Tp, 2, 8)  # noqa: E731
+
+    def kernel(q, k, v):
+        o = pa._flash(plan, to_q(q), to_k(k), to_k(v), q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
+        return o.reshape(1, Tp, S, 2, 8)[:, :T]
+
+    # Dense reference over the same intervals: visible[r, (j, t)] = q_lo[t, r] <= j < q_hi[t, r].
+    j = np.arange(T)
+    vis = np.stack([(np.asarray(q_lo)[0, t, :T * S, None] <= j) & (j < np.asarray(q_hi)[0, t, :T * S, None])
+                    for t in range(S)], axis=-1).reshape(T * S, T * S)
+
+    def reference(q, k, v):
+        qf, kf, vf = (x.reshape(T * S, 2, 8) for x in (q, k, v))
+        s = jnp.einsum("qhd,khd->hqk", qf, kf) * 8 ** -0.5
+        s = jnp.where(vis, s, -1e30)
+        p = jnp.exp(s - s.max(-1, keepdims=True)) * vis
+        p = p / jnp.maximum(p.sum(-1, keepdims=True), 1e-30)
+        return jnp.einsum("hqk,khd->qhd", p, vf).reshape(1, T, S, 2, 8)
+
+    got = outputs_and_grads(kernel, q, k, v, ct)
+    want = outputs_and_grads(reference, q, k, v, ct)
+    for g, w in zip(got, want):
+        assert np.isfinite(np.asarray(g)).all()
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-5, rtol=2e-5)
+    out, dq = np.asarray(got[0]), np.asarray(got[1])
+    assert (out[0, 20:25] == 0).all() and (dq[0, 20:25] == 0).all()
+
+
+def dense_block_classes(variant, window, doc, block_q, block_k, persistent_window=None):
+    """From masks.dense_mask: per (row, query tile, key stream, key block) any/all visible."""
+    S = masks.num_streams(variant)
+    B, T = doc.shape
+    Tp = pa._padded_len(T, block_q, block_k)
+    dense = np.zeros((B, Tp * S, Tp, S), bool)  # query row, key position, key stream
+    dense[:, :T * S, :T] = np.asarray(
+        masks.dense_mask(variant, window, doc, persistent_window)).reshape(B, T * S, T, S)
+    nQ, nK = Tp // block_q, Tp // block_k
+    blocks = dense.reshape(B, nQ, block_q * S, nK, block_k, S)
+    return blocks.any(axis=(2, 4)).transpose(0, 1, 3, 2), blocks.all(axis=(2, 4)).transpose(0, 1, 3, 2)
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(variant):
+    rng = np.random.default_rng(5)
+    for trial in range(30):
+        T_ = int(rng.integers(5, 70))
+        bq, bk = [(4, 8), (8, 4), (8, 8), (2, 16)][trial % 4]
+        window = [0, 1, 3, 8, None][trial % 5]
+        omega = [None, None, 0, 5][trial % 4]
+        starts = rng.random((2, T_)) < rng.choice([0.02, 0.1, 0.4])
+        doc = np.cumsum(starts, axis=1).astype(np.int32)
+        any_vis, all_vis = dense_block_classes(variant, window, doc, bq, bk, omega)  # [B, nQ, S, nK]
+        q_tab, k_tab = pa.block_tables(doc, variant=variant, window=window, persistent_window=omega,
+                                       block_q=bq, block_k=bk)
+        kb = np.arange(any_vis.shape[-1])
+        first, full_first, full_end, end = (q_tab[..., i, None] for i in range(4))
+        needed = (kb >= first) & (kb < end)
+        full = (kb >= full_first) & (kb < full_end)
+        assert (needed | ~any_vis).all(), "a visible pair falls outside the needed key blocks"
+        assert (all_vis | ~full).all(), "a block marked fully visible hides a pair"
+        assert ((first <= full_first) & (full_first <= full_end) & (full_end <= end)).all()
+        # The needed range is tight: its first and last blocks hold a visible pair.
+        nonempty = end[..., 0] > first[..., 0]
+        at = lambda x: np.take_along_axis(any_vis, np.clip(x, 0, len(kb) - 1), -1)[..., 0]  # noqa: E731
+        assert (at(first) | ~nonempty).all() and (at(end - 1) | ~nonempty).all()
+        # Transposed tables (dK/dV): per key block of stream t, query tiles.
+        any_T, all_T = any_vis.transpose(0, 2, 3, 1), all_vis.transpose(0, 2, 3, 1)  # [B, S, nK, nQ]
+        qt = np.arange(any_T.shape[-1])
+        first, full_first, full_end, end = (k_tab[..., i, None] for i in range(4))
+        assert (((qt >= first) & (qt < end)) | ~any_T).all()
+        assert (all_T | ~((qt >= full_first) & (qt < full_end))).all()
+    # The kernels build the same tables on device (jax path) as the host (numpy path).
+    on_device = jax.jit(functools.partial(pa.block_tables, variant=variant, window=window, persistent_window=omega,
+                                          block_q=bq, block_k=bk))(jnp.asarray(doc))
+    for host, dev in zip((q_tab, k_tab), on_device):
+        np.testing.assert_array_equal(host, np.asarray(dev))
+
+
+def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_slots():
+    counts = pa.score_counts(np.zeros((1, 4096), np.int32), variant="sps", window=64)
+    assert counts["visible"] <= counts["computed"]
+    assert counts["computed"] / counts["dense_causal"] <= 0.57
+    with_docs = pa.score_counts(np.repeat(np.arange(8, dtype=np.int32), 512)[None], variant="sps", window=64)
+    assert with_docs["computed"] < 0.6 * counts["computed"]  # blocks across documents are skipped
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
+    doc = layout_doc_ids()
+    counts = pa.score_counts(doc, variant=variant, window=3, block_q=4, block_k=4)
+    assert counts["visible"] == int(np.asarray(masks.dense_mask(variant, 3, doc[:1])).sum())
+    assert counts["visible"] <= counts["computed"]
+
+
+def test_runs_are_deterministic():
+    doc = layout_doc_ids()
+    q, k, v, ct = random_qkv(6, "sps")
+    fn = pallas_fn(doc, "sps", BLOCK)
+    first = outputs_and_grads(fn, q, k, v, ct)
+    second = outputs_and_grads(fn, q, k, v, ct)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def random_tokens(seed, B=2, T=32):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 58, size=(B, T))
+    tokens[rng.random((B, T)) < 0.1] = EOS
+    return jnp.asarray(tokens, jnp.int32)
+
+
+@pytest.mark.parametrize("variant", [pytest.param("standard", marks=pytest.mark.slow), "sps"])
+def test_model_loss_and_gradients_with_pallas_equal_xla(variant):
+    tokens = random_tokens(7)
+    xla_model = sps_model.Transformer(small_config(variant, 2))
+    pallas_model = sps_model.Transformer(small_config(variant, 2, attention="pallas"))
+    params = sps_model.init_params(xla_model, jax.random.PRNGKey(0))
+    grad = lambda m: jax.value_and_grad(lambda p: sps_model.loss_fn(m, p, tokens))(params)  # noqa: E731
+    (loss_x, g_x), (loss_p, g_p) = grad(xla_model), grad(pallas_model)
+    np.testing.assert_allclose(float(loss_p), float(loss_x), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(g_p), jax.tree.leaves(g_x)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=2e-4)
+
+
+def test_a_few_training_steps_with_pallas_reduce_the_loss():
+    model = sps_model.Transformer(small_config("sps", 2, attention="pallas"))
+    params = sps_model.init_params(model, jax.random.PRNGKey(1))
+    tokens = random_tokens(8)
+    opt = optax.adam(3e-3)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        loss, g = jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens))(params)
+        updates, state = opt.update(g, state)
+        return optax.apply_updates(params, updates), state, loss
+
+    losses = []
+    for _ in range(5):
+        params, state, loss = step(params, state)
+        losses.append(float(loss))
+    assert losses[-1] < losses[0] - 0.05, losses
+
+
+def test_bad_input_stops_with_a_clear_message():
+    doc = layout_doc_ids()
+    q, k, v, _ = random_qkv(9, "sps")
+    with pytest.raises(ValueError, match="unknown attention variant"):
+        pa.attention(q, k, v, doc, variant="nope", window=2, interpret=True)
+    with pytest.raises(ValueError, match="power of two"):
+        pa.attention(q, k, v, doc, variant="sps", window=2, interpret=True, block_q=6)
+    with pytest.raises(ValueError, match="S=1"):
+        pa.attention(q, k, v, doc, variant="standard", window=2, interpret=True)
+    split = doc.copy()
+    split[0, -1] = 0  # document 0 again after others: not one contiguous run
+    with pytest.raises(ValueError, match="contiguous run"):
+        pa.attention(q, k, v, split, variant="sps", window=2, interpret=True)
+
+
+def test_kernels_lower_to_triton_for_nvidia_gpus():
+    """Cross-platform lowering runs the Pallas->Triton lowering of all three kernels without a GPU."""
+    q = jnp.zeros((1, 256, 2, 2, 64), jnp.bfloat16)
+    doc = jnp.zeros((1, 256), jnp.int32)
+
+    def loss(q, k, v):
+        out = pa._attention(q, k, v, doc, variant="sps", window=64, persistent_window=None,
+                            interpret=False, block_q=64, block_k=64)
+        return out.astype(jnp.float32).sum()
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q).lower(
+        lowering_platforms=("cuda",)).as_text()
+    assert text.count("__gpu$xla.gpu.triton") == 3  # forward, dQ, dK/dV
+
+
+def test_benchmark_tables_and_json(tmp_path):
+    from sps_jax import bench_attention
+
+    args = bench_attention.parse_args(["--variants", "sps", "--batch", "1", "--seq-len", "16", "--heads", "1",
+                                       "--head-dim", "8", "--window", "4", "--block-q", "8", "--block-k", "8",
+                                       "--dtype", "float32", "--iters", "1"])
+    result = bench_attention.timing_table(args, interpret=True)
+    (r,) = result["rows"]
+    assert r["variant"] == "sps" and r["scores_per_head"] == r["counts"]["computed"] > 0
+    assert set(result["baselines"]) == {"2T", "T"} and r["fwd_bwd_time_vs_dense_2T"] > 0
+    out = tmp_path / "bench.json"
+    assert bench_attention.main(["--variants", "sps", "--seq-len", "1024", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["counts"]["sps"]["computed"] < saved["counts"]["sps"]["dense_causal"]
+    assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
