@@ -26,16 +26,27 @@ def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window,
     k_BNHK = k_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
     v_BNHK = v_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
     mask_BNN = masks.dense_mask(variant, window, doc_ids_BT, persistent_window)
-    scores_BHNN = jnp.einsum("bqhk,bshk->bhqs", q_BNHK, k_BNHK) * (K ** -0.5)
+    o_BNHK = masked_attention(q_BNHK, k_BNHK, v_BNHK, mask_BNN)
+    return o_BNHK.reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
+
+
+def masked_attention(q_BQHK, k_BNHK, v_BNHK, mask_BQN):
+    """Softmax attention of Q queries over N keys under a boolean mask, f32 scores and output.
+
+    Shared by the dense reference and the KV-cache decode step (sps_jax.generate).
+    """
+    K = q_BQHK.shape[-1]
+    scores_BHQN = jnp.einsum("bqhk,bshk->bhqs", q_BQHK, k_BNHK,
+                             preferred_element_type=jnp.float32) * (K ** -0.5)
     # A finite fill plus multiplying by the mask keeps fully hidden rows at exactly
     # zero output and zero gradient instead of NaN.
-    scores_BHNN = jnp.where(mask_BNN[:, None], scores_BHNN, -1e30)
-    row_max = jax.lax.stop_gradient(scores_BHNN.max(axis=-1, keepdims=True))
-    p_BHNN = jnp.exp(scores_BHNN - row_max) * mask_BNN[:, None]
-    denom = p_BHNN.sum(axis=-1, keepdims=True)
-    p_BHNN = p_BHNN / jnp.where(denom > 0, denom, 1.0)
-    o_BNHK = jnp.einsum("bhqs,bshk->bqhk", p_BHNN, v_BNHK)
-    return o_BNHK.reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
+    scores_BHQN = jnp.where(mask_BQN[:, None], scores_BHQN, -1e30)
+    row_max = jax.lax.stop_gradient(scores_BHQN.max(axis=-1, keepdims=True))
+    p_BHQN = jnp.exp(scores_BHQN - row_max) * mask_BQN[:, None]
+    denom = p_BHQN.sum(axis=-1, keepdims=True)
+    p_BHQN = p_BHQN / jnp.where(denom > 0, denom, 1.0)
+    return jnp.einsum("bhqs,bshk->bqhk", p_BHQN.astype(v_BNHK.dtype), v_BNHK,
+                      preferred_element_type=jnp.float32)
 
 
 def get_backend(name: str):
