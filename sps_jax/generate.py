@@ -121,9 +121,10 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
 
 
 def cache_bytes(cache: Cache) -> dict:
-    """Bytes of the persistent part and of the ring buffers, summed over layers."""
-    persistent = sum(l.k_BTPHK.nbytes + l.v_BTPHK.nbytes for l in cache.layers)
-    ring = sum(l.k_BRHK.nbytes + l.v_BRHK.nbytes for l in cache.layers)
+    """Bytes of the persistent part and of the ring buffers, summed over layers (arrays or shapes)."""
+    nbytes = lambda x: int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
+    persistent = sum(nbytes(l.k_BTPHK) + nbytes(l.v_BTPHK) for l in cache.layers)
+    ring = sum(nbytes(l.k_BRHK) + nbytes(l.v_BRHK) for l in cache.layers)
     return {"persistent": int(persistent), "ring": int(ring), "total": int(persistent + ring)}
 
 
