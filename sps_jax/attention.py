@@ -22,22 +22,25 @@ def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window,
     B, T, S, H, K = q_BTSHK.shape
     N = T * S
     # Flattening (T, S) is exactly the paper's interleaved order: no permutation needed.
-    q_BNHK = q_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
-    k_BNHK = k_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
-    v_BNHK = v_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
+    heads_first = lambda x: jnp.swapaxes(x.reshape(B, N, H, K).astype(jnp.float32), 1, 2)
     mask_BNN = masks.dense_mask(variant, window, doc_ids_BT, persistent_window)
-    o_BNHK = masked_attention(q_BNHK, k_BNHK, v_BNHK, mask_BNN)
-    return o_BNHK.reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
+    o_BHNK = masked_attention(heads_first(q_BTSHK), heads_first(k_BTSHK), heads_first(v_BTSHK), mask_BNN)
+    return jnp.swapaxes(o_BHNK, 1, 2).reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
 
 
-def masked_attention(q_BQHK, k_BNHK, v_BNHK, mask_BQN):
-    """Softmax attention of Q queries over N keys under a boolean mask, f32 scores and output.
+def masked_attention(q_BHQK, k_BHNK, v_BHNK, mask_BQN):
+    """Softmax attention of Q queries over N keys under a boolean mask, f32 scores and output [B, H, Q, K].
 
     Shared by the dense reference and the KV-cache decode step (sps_jax.generate).
+    ``k_BHNK``/``v_BHNK`` may also be sequences of key blocks [B, H, N_i, K], logically
+    concatenated along N: only the small score rows are concatenated, never the cached keys.
     """
-    K = q_BQHK.shape[-1]
-    scores_BHQN = jnp.einsum("bqhk,bshk->bhqs", q_BQHK, k_BNHK,
-                             preferred_element_type=jnp.float32) * (K ** -0.5)
+    k_blocks = k_BHNK if isinstance(k_BHNK, (list, tuple)) else [k_BHNK]
+    v_blocks = v_BHNK if isinstance(v_BHNK, (list, tuple)) else [v_BHNK]
+    K = q_BHQK.shape[-1]
+    scores_BHQN = jnp.concatenate(
+        [jnp.einsum("bhqk,bhsk->bhqs", q_BHQK, k, preferred_element_type=jnp.float32) for k in k_blocks],
+        axis=-1) * (K ** -0.5)
     # A finite fill plus multiplying by the mask keeps fully hidden rows at exactly
     # zero output and zero gradient instead of NaN.
     scores_BHQN = jnp.where(mask_BQN[:, None], scores_BHQN, -1e30)
@@ -45,8 +48,13 @@ def masked_attention(q_BQHK, k_BNHK, v_BNHK, mask_BQN):
     p_BHQN = jnp.exp(scores_BHQN - row_max) * mask_BQN[:, None]
     denom = p_BHQN.sum(axis=-1, keepdims=True)
     p_BHQN = p_BHQN / jnp.where(denom > 0, denom, 1.0)
-    return jnp.einsum("bhqs,bshk->bqhk", p_BHQN.astype(v_BNHK.dtype), v_BNHK,
-                      preferred_element_type=jnp.float32)
+    o_BHQK, start = 0.0, 0
+    for v in v_blocks:
+        n = v.shape[2]
+        o_BHQK = o_BHQK + jnp.einsum("bhqs,bhsk->bhqk", p_BHQN[..., start:start + n].astype(v.dtype), v,
+                                     preferred_element_type=jnp.float32)
+        start += n
+    return o_BHQK
 
 
 def get_backend(name: str):

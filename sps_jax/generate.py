@@ -74,12 +74,16 @@ def _take_streams(x_BTS___, streams):
 
 @struct.dataclass
 class LayerKV:
-    """One layer's stored keys/values (post-RoPE, compute dtype)."""
+    """One layer's stored keys/values (post-RoPE, compute dtype), head-major.
 
-    k_BTPHK: jax.Array  # persistent streams, one slot per cache position
-    v_BTPHK: jax.Array
-    k_BRHK: jax.Array   # windowed stream, ring of R slots (slot of cache position t: t % R)
-    v_BRHK: jax.Array
+    Head-major ([.., H, slots, K]) makes the decode step's score and value products
+    plain batched matmuls over the stored layout, with no per-step transpose copy.
+    """
+
+    k_BPHTK: jax.Array  # persistent streams P, one slot per cache position T
+    v_BPHTK: jax.Array
+    k_BHRK: jax.Array   # windowed stream, ring of R slots (cache position t lives in slot t % R)
+    v_BHRK: jax.Array
 
 
 @struct.dataclass
@@ -111,9 +115,9 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
     R = ring_slots(cfg, max_len)
     H, K, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
     zeros = functools.partial(jnp.zeros, dtype=dt)
-    layer = lambda: LayerKV(zeros((batch, max_len, len(persistent), H, K)),
-                            zeros((batch, max_len, len(persistent), H, K)),
-                            zeros((batch, R, H, K)), zeros((batch, R, H, K)))
+    layer = lambda: LayerKV(zeros((batch, len(persistent), H, max_len, K)),
+                            zeros((batch, len(persistent), H, max_len, K)),
+                            zeros((batch, H, R, K)), zeros((batch, H, R, K)))
     empty = lambda n: jnp.full((batch, n), -1, jnp.int32)
     zero_B = jnp.zeros((batch,), jnp.int32)
     return Cache(tuple(layer() for _ in range(cfg.num_layers)), empty(max_len), empty(max_len),
@@ -123,8 +127,8 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
 def cache_bytes(cache: Cache) -> dict:
     """Bytes of the persistent part and of the ring buffers, summed over layers (arrays or shapes)."""
     nbytes = lambda x: int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
-    persistent = sum(nbytes(l.k_BTPHK) + nbytes(l.v_BTPHK) for l in cache.layers)
-    ring = sum(nbytes(l.k_BRHK) + nbytes(l.v_BRHK) for l in cache.layers)
+    persistent = sum(nbytes(l.k_BPHTK) + nbytes(l.v_BPHTK) for l in cache.layers)
+    ring = sum(nbytes(l.k_BHRK) + nbytes(l.v_BHRK) for l in cache.layers)
     return {"persistent": int(persistent), "ring": int(ring), "total": int(persistent + ring)}
 
 
@@ -158,15 +162,19 @@ class _LayerView:
                          persistent_window=c.persistent_window)
         persistent, windowed = cache_streams(c.variant)
         T = k_BTSHK.shape[1]
-        put = lambda buf, new: jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), (0,) * buf.ndim)
-        kv = self.kv.replace(k_BTPHK=put(self.kv.k_BTPHK, _take_streams(k_BTSHK, persistent)),
-                             v_BTPHK=put(self.kv.v_BTPHK, _take_streams(v_BTSHK, persistent)))
-        R = self.kv.k_BRHK.shape[1]
+        # [B, T, P, H, K] -> [B, P, H, T, K], written at cache positions [0, T).
+        put = lambda buf, new: jax.lax.dynamic_update_slice(
+            buf, jnp.transpose(new, (0, 2, 3, 1, 4)).astype(buf.dtype), (0,) * buf.ndim)
+        kv = self.kv.replace(k_BPHTK=put(self.kv.k_BPHTK, _take_streams(k_BTSHK, persistent)),
+                             v_BPHTK=put(self.kv.v_BPHTK, _take_streams(v_BTSHK, persistent)))
+        R = self.kv.k_BHRK.shape[2]
         if R:
             n = min(R, T)
             ring_idx = np.arange(T - n, T) % R
-            kv = kv.replace(k_BRHK=kv.k_BRHK.at[:, ring_idx].set(k_BTSHK[:, T - n:, windowed[0]]),
-                            v_BRHK=kv.v_BRHK.at[:, ring_idx].set(v_BTSHK[:, T - n:, windowed[0]]))
+            ring = lambda buf, new_BTHK: buf.at[:, :, ring_idx].set(
+                jnp.swapaxes(new_BTHK[:, T - n:], 1, 2).astype(buf.dtype))
+            kv = kv.replace(k_BHRK=ring(kv.k_BHRK, k_BTSHK[:, :, windowed[0]]),
+                            v_BHRK=ring(kv.v_BHRK, v_BTSHK[:, :, windowed[0]]))
         return o_BTSHK, kv
 
     def _decode(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
@@ -176,33 +184,31 @@ class _LayerView:
         assert T == 1, "a decode step forwards exactly one position"
         persistent, windowed = cache_streams(c.variant)
         t = self.index
-        k_BTPHK = jax.lax.dynamic_update_slice(
-            self.kv.k_BTPHK, _take_streams(k_BTSHK, persistent).astype(self.kv.k_BTPHK.dtype), (0, t, 0, 0, 0))
-        v_BTPHK = jax.lax.dynamic_update_slice(
-            self.kv.v_BTPHK, _take_streams(v_BTSHK, persistent).astype(self.kv.v_BTPHK.dtype), (0, t, 0, 0, 0))
-        Tmax, P = k_BTPHK.shape[1], len(persistent)
-        # Keys in one flat axis: persistent slots (position-major), ring slots, this step's windowed slot.
-        keys = [k_BTPHK.reshape(B, Tmax * P, H, K)]
-        values = [v_BTPHK.reshape(B, Tmax * P, H, K)]
-        k_pos = [jnp.repeat(self.slot_pos_BT, P, axis=1)]
-        k_doc = [jnp.repeat(self.slot_doc_BT, P, axis=1)]
-        k_stream = [np.tile(np.asarray(persistent), Tmax)]
-        kv = self.kv.replace(k_BTPHK=k_BTPHK, v_BTPHK=v_BTPHK)
-        R = self.kv.k_BRHK.shape[1]
+        dt = self.kv.k_BPHTK.dtype
+        write = lambda buf, new_BSHK: jax.lax.dynamic_update_slice(
+            buf, _take_streams(new_BSHK[:, None], persistent)[:, 0, :, :, None].astype(dt), (0, 0, 0, t, 0))
+        kv = self.kv.replace(k_BPHTK=write(self.kv.k_BPHTK, k_BTSHK[:, 0]),
+                             v_BPHTK=write(self.kv.v_BPHTK, v_BTSHK[:, 0]))
+        # Key blocks [B, H, N_i, K]: each persistent stream, then the ring, then this step's windowed slot.
+        keys = [kv.k_BPHTK[:, p] for p in range(len(persistent))]
+        values = [kv.v_BPHTK[:, p] for p in range(len(persistent))]
+        k_pos = [self.slot_pos_BT] * len(persistent)
+        k_doc = [self.slot_doc_BT] * len(persistent)
+        Tmax = self.slot_pos_BT.shape[1]
+        k_stream = [np.full(Tmax, s) for s in persistent]
+        R = self.kv.k_BHRK.shape[2]
         if R:
             w = windowed[0]
-            k_new_BHK, v_new_BHK = k_BTSHK[:, 0, w], v_BTSHK[:, 0, w]
-            keys += [self.kv.k_BRHK.astype(k_new_BHK.dtype), k_new_BHK[:, None]]
-            values += [self.kv.v_BRHK.astype(v_new_BHK.dtype), v_new_BHK[:, None]]
+            k_new_BH1K = k_BTSHK[:, 0, w][:, :, None].astype(dt)
+            v_new_BH1K = v_BTSHK[:, 0, w][:, :, None].astype(dt)
+            keys += [self.kv.k_BHRK, k_new_BH1K]
+            values += [self.kv.v_BHRK, v_new_BH1K]
             k_pos += [self.ring_pos_BR, positions_BT]
             k_doc += [self.ring_doc_BR, doc_ids_BT]
             k_stream += [np.full(R + 1, w)]
-            slot = (0, t % R, 0, 0)
-            kv = kv.replace(
-                k_BRHK=jax.lax.dynamic_update_slice(kv.k_BRHK, k_new_BHK[:, None].astype(kv.k_BRHK.dtype), slot),
-                v_BRHK=jax.lax.dynamic_update_slice(kv.v_BRHK, v_new_BHK[:, None].astype(kv.v_BRHK.dtype), slot))
-        k_BNHK = jnp.concatenate([k.astype(q_BTSHK.dtype) for k in keys], axis=1)
-        v_BNHK = jnp.concatenate([v.astype(q_BTSHK.dtype) for v in values], axis=1)
+            slot = (0, 0, t % R, 0)
+            kv = kv.replace(k_BHRK=jax.lax.dynamic_update_slice(kv.k_BHRK, k_new_BH1K, slot),
+                            v_BHRK=jax.lax.dynamic_update_slice(kv.v_BHRK, v_new_BH1K, slot))
         k_pos_BN = jnp.concatenate(k_pos, axis=1)
         k_doc_BN = jnp.concatenate(k_doc, axis=1)
         k_stream_N = jnp.asarray(np.concatenate(k_stream))
@@ -212,8 +218,10 @@ class _LayerView:
                                  positions_BT[:, :, None], q_stream_S[None, :, None], doc_ids_BT[:, :, None],
                                  k_pos_BN[:, None, :], k_stream_N[None, None, :], k_doc_BN[:, None, :],
                                  persistent_window=c.persistent_window)
-        o_BSHK = attention.masked_attention(q_BTSHK[:, 0], k_BNHK, v_BNHK, mask_BSN)
-        return o_BSHK[:, None].astype(q_BTSHK.dtype), kv
+        # Key blocks stay separate: concatenating them would copy the whole cache every step.
+        q_BHSK = jnp.swapaxes(q_BTSHK[:, 0], 1, 2).astype(dt)
+        o_BHSK = attention.masked_attention(q_BHSK, keys, values, mask_BSN)
+        return jnp.swapaxes(o_BHSK, 1, 2)[:, None].astype(q_BTSHK.dtype), kv
 
 
 def _views(cfg, cache: Cache, slot_pos_BT, slot_doc_BT, prefill: bool):

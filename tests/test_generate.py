@@ -140,15 +140,15 @@ def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
     assert sizes["standard"]["ring"] == sizes["two_x_memory"]["ring"] == 0
     cache = gen.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
     for layer in cache.layers:
-        assert layer.k_BRHK.shape[1] == layer.v_BRHK.shape[1] == min(max(window, 1), T)
-        assert layer.k_BTPHK.shape[1] == T and layer.k_BTPHK.dtype == jnp.bfloat16
+        assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(max(window, 1), T)
+        assert layer.k_BPHTK.shape[3] == T and layer.k_BPHTK.dtype == jnp.bfloat16
 
 
 def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
     cfg, _, params = model_and_params("sps", 3, dtype="bfloat16")
     cache, _ = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
     layer = cache.layers[0]
-    assert layer.k_BTPHK.dtype == layer.k_BRHK.dtype == jnp.bfloat16
+    assert layer.k_BPHTK.dtype == layer.k_BHRK.dtype == jnp.bfloat16
     assert (np.asarray(cache.slot_doc_BT)[0, 4:] == -1).all()  # unwritten slots are empty
 
 
