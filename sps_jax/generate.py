@@ -67,21 +67,17 @@ def ring_slots(cfg: sps_model.ModelConfig, max_len: int) -> int:
     return max(1, min(window, max_len))
 
 
-def _take_streams(x_BTS___, streams):
-    """Static slice of a contiguous run of streams (axis 2) without a gather."""
-    return x_BTS___[:, :, streams[0]:streams[-1] + 1] if streams else x_BTS___[:, :, :0]
-
-
 @struct.dataclass
 class LayerKV:
     """One layer's stored keys/values (post-RoPE, compute dtype), head-major.
 
-    Head-major ([.., H, slots, K]) makes the decode step's score and value products
-    plain batched matmuls over the stored layout, with no per-step transpose copy.
+    Head-major [B, H, slots, K] arrays, one per stream, make the decode step's score
+    and value products plain batched matmuls over the stored buffers: no per-step
+    transpose or reshape, so the loop updates the cache in place.
     """
 
-    k_BPHTK: jax.Array  # persistent streams P, one slot per cache position T
-    v_BPHTK: jax.Array
+    k_BHTK: tuple  # per persistent stream, one slot per cache position T
+    v_BHTK: tuple
     k_BHRK: jax.Array   # windowed stream, ring of R slots (cache position t lives in slot t % R)
     v_BHRK: jax.Array
 
@@ -115,8 +111,8 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
     R = ring_slots(cfg, max_len)
     H, K, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
     zeros = functools.partial(jnp.zeros, dtype=dt)
-    layer = lambda: LayerKV(zeros((batch, len(persistent), H, max_len, K)),
-                            zeros((batch, len(persistent), H, max_len, K)),
+    per_stream = lambda: tuple(zeros((batch, H, max_len, K)) for _ in persistent)
+    layer = lambda: LayerKV(per_stream(), per_stream(),
                             zeros((batch, H, R, K)), zeros((batch, H, R, K)))
     empty = lambda n: jnp.full((batch, n), -1, jnp.int32)
     zero_B = jnp.zeros((batch,), jnp.int32)
@@ -127,7 +123,7 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
 def cache_bytes(cache: Cache) -> dict:
     """Bytes of the persistent part and of the ring buffers, summed over layers (arrays or shapes)."""
     nbytes = lambda x: int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
-    persistent = sum(nbytes(l.k_BPHTK) + nbytes(l.v_BPHTK) for l in cache.layers)
+    persistent = sum(nbytes(x) for l in cache.layers for x in l.k_BHTK + l.v_BHTK)
     ring = sum(nbytes(l.k_BHRK) + nbytes(l.v_BHRK) for l in cache.layers)
     return {"persistent": int(persistent), "ring": int(ring), "total": int(persistent + ring)}
 
@@ -162,11 +158,11 @@ class _LayerView:
                          persistent_window=c.persistent_window)
         persistent, windowed = cache_streams(c.variant)
         T = k_BTSHK.shape[1]
-        # [B, T, P, H, K] -> [B, P, H, T, K], written at cache positions [0, T).
-        put = lambda buf, new: jax.lax.dynamic_update_slice(
-            buf, jnp.transpose(new, (0, 2, 3, 1, 4)).astype(buf.dtype), (0,) * buf.ndim)
-        kv = self.kv.replace(k_BPHTK=put(self.kv.k_BPHTK, _take_streams(k_BTSHK, persistent)),
-                             v_BPHTK=put(self.kv.v_BPHTK, _take_streams(v_BTSHK, persistent)))
+        # Stream s of [B, T, S, H, K] -> [B, H, T, K], written at cache positions [0, T).
+        put = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(
+            buf, jnp.swapaxes(new_BTSHK[:, :, s], 1, 2).astype(buf.dtype), (0, 0, 0, 0))
+            for buf, s in zip(bufs, persistent))
+        kv = self.kv.replace(k_BHTK=put(self.kv.k_BHTK, k_BTSHK), v_BHTK=put(self.kv.v_BHTK, v_BTSHK))
         R = self.kv.k_BHRK.shape[2]
         if R:
             n = min(R, T)
@@ -184,14 +180,13 @@ class _LayerView:
         assert T == 1, "a decode step forwards exactly one position"
         persistent, windowed = cache_streams(c.variant)
         t = self.index
-        dt = self.kv.k_BPHTK.dtype
-        write = lambda buf, new_BSHK: jax.lax.dynamic_update_slice(
-            buf, _take_streams(new_BSHK[:, None], persistent)[:, 0, :, :, None].astype(dt), (0, 0, 0, t, 0))
-        kv = self.kv.replace(k_BPHTK=write(self.kv.k_BPHTK, k_BTSHK[:, 0]),
-                             v_BPHTK=write(self.kv.v_BPHTK, v_BTSHK[:, 0]))
+        dt = q_BTSHK.dtype
+        write = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(
+            buf, new_BTSHK[:, 0, s][:, :, None].astype(buf.dtype), (0, 0, t, 0))
+            for buf, s in zip(bufs, persistent))
+        kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_BTSHK), v_BHTK=write(self.kv.v_BHTK, v_BTSHK))
         # Key blocks [B, H, N_i, K]: each persistent stream, then the ring, then this step's windowed slot.
-        keys = [kv.k_BPHTK[:, p] for p in range(len(persistent))]
-        values = [kv.v_BPHTK[:, p] for p in range(len(persistent))]
+        keys, values = list(kv.k_BHTK), list(kv.v_BHTK)
         k_pos = [self.slot_pos_BT] * len(persistent)
         k_doc = [self.slot_doc_BT] * len(persistent)
         Tmax = self.slot_pos_BT.shape[1]

@@ -141,14 +141,14 @@ def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
     cache = gen.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
     for layer in cache.layers:
         assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(max(window, 1), T)
-        assert layer.k_BPHTK.shape[3] == T and layer.k_BPHTK.dtype == jnp.bfloat16
+        assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
 
 
 def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
     cfg, _, params = model_and_params("sps", 3, dtype="bfloat16")
     cache, _ = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
     layer = cache.layers[0]
-    assert layer.k_BPHTK.dtype == layer.k_BHRK.dtype == jnp.bfloat16
+    assert layer.k_BHTK[0].dtype == layer.k_BHRK.dtype == jnp.bfloat16
     assert (np.asarray(cache.slot_doc_BT)[0, 4:] == -1).all()  # unwritten slots are empty
 
 
