@@ -170,7 +170,7 @@ def _ratios(results: list[dict]) -> None:
 
 
 def _table(results: list[dict]) -> str:
-    fmt = lambda x, spec: "n/a" if x is None else format(x, spec)
+    fmt = lambda x, spec: format("n/a", ">" + spec.split(".")[0]) if x is None else format(x, spec)
     rows = [f"{'variant':14s} {'window':>6s} {'tokens/s':>10s} {'x thru':>7s} {'peak MiB':>9s} "
             f"{'x peak':>7s} {'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
     for r in results:

@@ -475,6 +475,9 @@ def main(argv=None) -> int:
         parser.error("--batch-size must be at least 1.")
     records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
     prompts = [tokenizer.encode(r["prompt"]) for r in records]
+    empty = next((n for n, p in enumerate(prompts) if not p), None)
+    if empty is not None:  # before loading any weights
+        raise ValueError(f"prompt {empty} is empty: generation needs at least one prompt token.")
     config, params, step = checkpoint.load_run(args.workdir or args.checkpoint)
     model_cfg = dict(config.model)
     if args.attention:
