@@ -100,10 +100,6 @@ class Cache:
     last_pos_B: jax.Array
     last_doc_B: jax.Array
 
-    @property
-    def max_len(self) -> int:
-        return self.slot_pos_BT.shape[1]
-
 
 def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
     """An empty cache for ``batch`` rows of up to ``max_len`` positions (prompt padding included)."""
