@@ -220,3 +220,14 @@ def test_generation_benchmark_reports_ratios_to_standard(tmp_path):
     assert results["sps"]["persistent_cache_ratio"] == 1.0
     assert results["two_x_memory"]["persistent_cache_ratio"] == 2.0
     assert results["sps"]["cache_ring_bytes"] > 0 == results["standard"]["cache_ring_bytes"]
+
+
+def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
+    cfg, _, params = model_and_params("sps", 2)
+    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3]], jnp.int32), max_len=8)
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    jaxpr = jax.make_jaxpr(lambda c: gen.decode_loop(cfg, params, c, logits_BV, jax.random.PRNGKey(0),
+                                                     max_new_tokens=6))(cache)
+    assert "while[" in str(jaxpr)  # the token loop runs on device, no host round trip per token
+    gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
+    assert cache.layers[0].k_BHTK[0].is_deleted()  # donated: updated in place, not copied
