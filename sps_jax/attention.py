@@ -22,20 +22,39 @@ def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window,
     B, T, S, H, K = q_BTSHK.shape
     N = T * S
     # Flattening (T, S) is exactly the paper's interleaved order: no permutation needed.
-    q_BNHK = q_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
-    k_BNHK = k_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
-    v_BNHK = v_BTSHK.reshape(B, N, H, K).astype(jnp.float32)
+    heads_first = lambda x: jnp.swapaxes(x.reshape(B, N, H, K).astype(jnp.float32), 1, 2)
     mask_BNN = masks.dense_mask(variant, window, doc_ids_BT, persistent_window)
-    scores_BHNN = jnp.einsum("bqhk,bshk->bhqs", q_BNHK, k_BNHK) * (K ** -0.5)
+    o_BHNK = masked_attention(heads_first(q_BTSHK), heads_first(k_BTSHK), heads_first(v_BTSHK), mask_BNN)
+    return jnp.swapaxes(o_BHNK, 1, 2).reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
+
+
+def masked_attention(q_BHQK, k_BHNK, v_BHNK, mask_BQN):
+    """Softmax attention of Q queries over N keys under a boolean mask, f32 scores and output [B, H, Q, K].
+
+    Shared by the dense reference and the KV-cache decode step (sps_jax.generate).
+    ``k_BHNK``/``v_BHNK`` may also be sequences of key blocks [B, H, N_i, K], logically
+    concatenated along N: only the small score rows are concatenated, never the cached keys.
+    """
+    k_blocks = k_BHNK if isinstance(k_BHNK, (list, tuple)) else [k_BHNK]
+    v_blocks = v_BHNK if isinstance(v_BHNK, (list, tuple)) else [v_BHNK]
+    K = q_BHQK.shape[-1]
+    scores_BHQN = jnp.concatenate(
+        [jnp.einsum("bhqk,bhsk->bhqs", q_BHQK, k, preferred_element_type=jnp.float32) for k in k_blocks],
+        axis=-1) * (K ** -0.5)
     # A finite fill plus multiplying by the mask keeps fully hidden rows at exactly
     # zero output and zero gradient instead of NaN.
-    scores_BHNN = jnp.where(mask_BNN[:, None], scores_BHNN, -1e30)
-    row_max = jax.lax.stop_gradient(scores_BHNN.max(axis=-1, keepdims=True))
-    p_BHNN = jnp.exp(scores_BHNN - row_max) * mask_BNN[:, None]
-    denom = p_BHNN.sum(axis=-1, keepdims=True)
-    p_BHNN = p_BHNN / jnp.where(denom > 0, denom, 1.0)
-    o_BNHK = jnp.einsum("bhqs,bshk->bqhk", p_BHNN, v_BNHK)
-    return o_BNHK.reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
+    scores_BHQN = jnp.where(mask_BQN[:, None], scores_BHQN, -1e30)
+    row_max = jax.lax.stop_gradient(scores_BHQN.max(axis=-1, keepdims=True))
+    p_BHQN = jnp.exp(scores_BHQN - row_max) * mask_BQN[:, None]
+    denom = p_BHQN.sum(axis=-1, keepdims=True)
+    p_BHQN = p_BHQN / jnp.where(denom > 0, denom, 1.0)
+    o_BHQK, start = 0.0, 0
+    for v in v_blocks:
+        n = v.shape[2]
+        o_BHQK = o_BHQK + jnp.einsum("bhqs,bhsk->bhqk", p_BHQN[..., start:start + n].astype(v.dtype), v,
+                                     preferred_element_type=jnp.float32)
+        start += n
+    return o_BHQK
 
 
 def get_backend(name: str):

@@ -168,7 +168,7 @@ class Attention(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x_BTSD, positions_BT, doc_ids_BT):
+    def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None):
         c = self.cfg
         dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
         H, K, D = c.num_heads, c.head_dim, c.d_model
@@ -178,6 +178,11 @@ class Attention(nn.Module):
         qkv = _probe(self, "qkv", jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt)))
         q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
+        if cache is not None:
+            # Inference (sps_jax.generate): the cache attends over its stored keys and
+            # returns itself updated with this call's post-RoPE keys and values.
+            o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, qkv[2], positions_BT, doc_ids_BT)
+            return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)), cache
         attend = attention.get_backend(c.attention)
         o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, variant=c.variant,
                          window=c.window, persistent_window=c.persistent_window)
@@ -207,10 +212,14 @@ class Block(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x_BTSD, positions_BT, doc_ids_BT):
-        x_BTSD = x_BTSD + Attention(self.cfg, name="attn")(
-            RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT)
-        return x_BTSD + MLP(self.cfg, name="mlp")(RMSNorm(self.cfg, name="mlp_norm")(x_BTSD))
+    def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None):
+        attn = Attention(self.cfg, name="attn")(
+            RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT, cache)
+        if cache is not None:
+            attn, cache = attn
+        x_BTSD = x_BTSD + attn
+        x_BTSD = x_BTSD + MLP(self.cfg, name="mlp")(RMSNorm(self.cfg, name="mlp_norm")(x_BTSD))
+        return x_BTSD if cache is None else (x_BTSD, cache)
 
 
 class Transformer(nn.Module):
@@ -218,6 +227,8 @@ class Transformer(nn.Module):
 
     ``logits[:, i]`` predicts token i+1 and is read from the variant's logits
     stream. Document ids come from EOS and pad tokens unless given.
+    With ``cache`` (one per-layer cache object with an ``attend`` method, see
+    ``sps_jax.generate``) it returns ``(output, new per-layer caches)``.
     """
 
     config: Any
@@ -227,7 +238,7 @@ class Transformer(nn.Module):
         return ModelConfig.from_config(self.config)
 
     @nn.compact
-    def __call__(self, tokens_BT, positions_BT=None, doc_ids_BT=None, return_hidden=False):
+    def __call__(self, tokens_BT, positions_BT=None, doc_ids_BT=None, return_hidden=False, cache=None):
         c = self.cfg
         check_tokens(tokens_BT, c)
         B, T = tokens_BT.shape
@@ -245,13 +256,18 @@ class Transformer(nn.Module):
         # Zero-valued unless a "perturbations" collection is passed: its gradient is the
         # per-slot gradient of the loss w.r.t. the layer-0 inputs (tests, probes).
         x_BTSD = self.perturb("embeddings", x_BTSD)
-        block = nn.remat(Block) if c.remat else Block
+        block = nn.remat(Block) if c.remat and cache is None else Block
+        new_cache = []
         for layer in range(c.num_layers):
-            x_BTSD = block(c, name=f"block_{layer}")(x_BTSD, positions_BT, doc_ids_BT)
+            if cache is None:
+                x_BTSD = block(c, name=f"block_{layer}")(x_BTSD, positions_BT, doc_ids_BT)
+            else:
+                x_BTSD, layer_cache = block(c, name=f"block_{layer}")(
+                    x_BTSD, positions_BT, doc_ids_BT, cache[layer])
+                new_cache.append(layer_cache)
         h_BTD = RMSNorm(c, name="final_norm")(x_BTSD[:, :, c.logits_stream])
-        if return_hidden:
-            return h_BTD
-        return unembed(h_BTD, embed)
+        out = h_BTD if return_hidden else unembed(h_BTD, embed)
+        return out if cache is None else (out, tuple(new_cache))
 
 
 def unembed(h_BTD, embed_VD):

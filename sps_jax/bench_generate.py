@@ -1,0 +1,245 @@
+"""Generation benchmark: end-to-end tokens/s and peak memory of every variant, as ratios to Standard.
+
+The paper's workload (section 4): a batch of 16 prompts of 1024 tokens, then
+3072 decode steps, on one GPU, for every variant on the same shapes. Random
+weights suffice (throughput does not depend on their values)::
+
+    python -m sps_jax.bench generate --config configs/paper.py:s,sps,64 --json gen.json
+    python -m sps_jax.bench generate --config configs/tiny.py --batch 4 --prefill 64 --decode 64   # CPU
+
+Throughput: all variants are compiled in one process and timed in interleaved
+rounds (the fastest round counts), so load drifting over time hits them alike.
+Peak memory: the device's counter (``device.memory_stats()["peak_bytes_in_use"]``)
+never resets, so each variant runs once more in its own fresh process. Where the
+device has no such counter (CPU) the peak is reported as unavailable and the
+KV-cache bytes and XLA's compiled buffer sizes of the decode loop are given instead.
+Windowed variants take the window of ``--config`` (default 64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+RESULT_PREFIX = "BENCH_RESULT "
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/paper.py:s,sps,64",
+                        help="model shapes (and the window of windowed variants)")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--prefill", type=int, default=1024, help="prompt tokens per row")
+    parser.add_argument("--decode", type=int, default=3072, help="decode steps (one forward each)")
+    parser.add_argument("--variants", default="standard,sps,two_x_memory,delayed_state,reverse_sps",
+                        help="comma-separated; ratios need standard among them")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds over all variants (the fastest counts)")
+    parser.add_argument("--attention", default=None, help="override model.attention for the prefill")
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
+    return parser.parse_known_args(argv)
+
+
+def _model_config(args, overrides, variant):
+    from sps_jax import config as sps_config
+    from sps_jax import model as sps_model
+
+    config = sps_config.load_config(args.config, overrides)
+    fields = dict(config.model)
+    base_window = fields.get("window")
+    fields["variant"] = variant
+    if variant in ("standard", "two_x_memory"):
+        fields["window"] = None
+    else:
+        fields["window"] = 64 if base_window is None else base_window
+    fields["seq_len"] = max(fields["seq_len"], args.prefill)
+    if args.attention:
+        fields["attention"] = args.attention
+    return sps_model.ModelConfig.from_config(fields)
+
+
+class VariantRun:
+    """One variant compiled for the workload; ``run()`` times prefill + decode loop end to end."""
+
+    def __init__(self, args, overrides, variant):
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        from sps_jax import generate as gen
+        from sps_jax import model as sps_model
+
+        self.args, self.variant = args, variant
+        self.cfg = cfg = _model_config(args, overrides, variant)
+        self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
+        self.tokens_BT = jnp.asarray(
+            np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch, args.prefill)), jnp.int32)
+        self.new_tokens = args.decode + 1  # the prefill's logits give the first token, each decode step one more
+        max_len = args.prefill + args.decode
+        self.rng = jax.random.PRNGKey(0)
+
+        def last_logits(params, h_BTD):
+            return sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+
+        t0 = time.perf_counter()
+        self.prefill = gen.prefill.lower(cfg, self.params, self.tokens_BT, max_len=max_len).compile()
+        cache_shape, h_shape = jax.eval_shape(lambda p, t: gen.prefill(cfg, p, t, max_len=max_len),
+                                              self.params, self.tokens_BT)
+        self.logits = jax.jit(last_logits).lower(self.params, h_shape).compile()
+        logits_shape = jax.ShapeDtypeStruct((args.batch, cfg.vocab_size), jnp.float32)
+        self.decode = gen.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
+                                            max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
+        self.compile_s = time.perf_counter() - t0
+        self.cache_sizes = gen.cache_bytes(cache_shape)
+        memory = self.decode.memory_analysis()
+        self.decode_compiled_bytes = None if memory is None else int(
+            memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+            + memory.temp_size_in_bytes)
+        self.best = None
+        print(f"[{variant}] compiled in {self.compile_s:.1f} s", file=sys.stderr, flush=True)
+
+    def run(self) -> dict:
+        import jax
+
+        start = time.perf_counter()
+        cache, h_BTD = self.prefill(self.params, self.tokens_BT)
+        logits_BV = self.logits(self.params, h_BTD)
+        jax.block_until_ready(logits_BV)
+        prefilled = time.perf_counter()
+        out, steps, cache = self.decode(self.params, cache, logits_BV, self.rng)
+        jax.block_until_ready(out)
+        end = time.perf_counter()
+        assert int(steps) == self.args.decode, "every row must run every decode step"
+        del cache, out
+        timing = {"prefill_s": prefilled - start, "decode_s": end - prefilled, "total_s": end - start}
+        if self.best is None or timing["total_s"] < self.best["total_s"]:
+            self.best = timing
+        return timing
+
+    def result(self) -> dict:
+        import jax
+
+        a, best = self.args, self.best
+        return {
+            "variant": self.variant, "window": self.cfg.window, "device": str(jax.devices()[0].device_kind),
+            "batch": a.batch, "prefill": a.prefill, "decode_steps": a.decode, "compile_s": self.compile_s,
+            **best,
+            "tokens_per_s": a.batch * self.new_tokens / best["total_s"],
+            "decode_tokens_per_s": a.batch * a.decode / best["decode_s"],
+            "peak_bytes": None,
+            "cache_persistent_bytes": self.cache_sizes["persistent"], "cache_ring_bytes": self.cache_sizes["ring"],
+            "cache_bytes": self.cache_sizes["total"], "decode_compiled_bytes": self.decode_compiled_bytes,
+        }
+
+
+def peak_bytes_worker(args, overrides, variant):
+    """In a fresh process: the device's peak bytes in use over one run of the workload."""
+    import jax
+
+    VariantRun(args, overrides, variant).run()
+    return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+
+
+def _spawn_peak(argv, variant):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.bench_generate", *argv, "--worker", variant],
+                          stdout=subprocess.PIPE, stderr=None, text=True, env=env)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT_PREFIX)]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"the {variant} peak-memory process failed (exit code {proc.returncode}); see its "
+                           "output above.")
+    return json.loads(lines[-1][len(RESULT_PREFIX):])
+
+
+def _ratios(results: list[dict]) -> None:
+    base = next((r for r in results if r["variant"] == "standard"), None)
+    for r in results:
+        if base is None:
+            continue
+        r["throughput_ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["peak_memory_ratio"] = (r["peak_bytes"] / base["peak_bytes"]
+                                  if r["peak_bytes"] and base["peak_bytes"] else None)
+        r["cache_bytes_ratio"] = r["cache_bytes"] / base["cache_bytes"]
+        r["persistent_cache_ratio"] = r["cache_persistent_bytes"] / base["cache_persistent_bytes"]
+
+
+def _table(results: list[dict]) -> str:
+    fmt = lambda x, spec: format("n/a", ">" + spec.split(".")[0]) if x is None else format(x, spec)
+    rows = [f"{'variant':14s} {'window':>6s} {'tokens/s':>10s} {'x thru':>7s} {'peak MiB':>9s} "
+            f"{'x peak':>7s} {'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
+    for r in results:
+        rows.append(f"{r['variant']:14s} {str(r['window']):>6s} {r['tokens_per_s']:10.1f} "
+                    f"{fmt(r.get('throughput_ratio'), '7.3f')} "
+                    f"{fmt(None if r['peak_bytes'] is None else r['peak_bytes'] / 2**20, '9.1f')} "
+                    f"{fmt(r.get('peak_memory_ratio'), '7.3f')} {r['cache_bytes'] / 2**20:9.2f} "
+                    f"{fmt(r.get('cache_bytes_ratio'), '7.3f')} {fmt(r.get('persistent_cache_ratio'), '9.3f')}")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, rest = _parse(argv)
+    from sps_jax import config as sps_config
+    from sps_jax import masks
+
+    _, overrides = sps_config.split_config_args(rest)
+    unknown = [a for a in rest if not a.startswith("--config.")]
+    if unknown:
+        raise SystemExit(f"unknown argument(s) {unknown}: see --help.")
+    if args.worker:
+        print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
+        return 0
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in variants:
+        masks.check_variant(v)
+    if min(args.batch, args.prefill, args.decode, args.repeats) < 1:
+        raise SystemExit("--batch, --prefill, --decode and --repeats must be at least 1.")
+    _model_config(args, overrides, variants[0])  # config errors before any compilation
+
+    import jax
+
+    print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
+          f"{args.repeats} timed rounds; variants {', '.join(variants)}", file=sys.stderr, flush=True)
+    runs = [VariantRun(args, overrides, v) for v in variants]
+    for r in runs:
+        r.run()  # warm-up: first-execution costs (allocations, autotuning) are not timed
+        r.best = None
+    # Rounds interleave the variants so that load drifting over time hits them alike; the fastest counts.
+    for round_ in range(args.repeats):
+        for r in runs:
+            timing = r.run()
+            print(f"[{r.variant}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s",
+                  file=sys.stderr, flush=True)
+    results = [r.result() for r in runs]
+    del runs
+    if jax.devices()[0].memory_stats() is not None:
+        # The peak counter never resets, so each variant's peak comes from a fresh process.
+        worker_argv = [a for a in argv if a != "--json" and not a.startswith("--json=") and a != args.json]
+        for r in results:
+            print(f"[{r['variant']}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
+            r["peak_bytes"] = _spawn_peak(worker_argv, r["variant"])
+    _ratios(results)
+    print(_table(results))
+    if results[0]["peak_bytes"] is None:
+        print("peak device memory is unavailable on this device (no memory_stats); "
+              "'x cache' compares KV-cache bytes instead.")
+    if args.json:
+        report = {"command": "python -m sps_jax.bench generate " + " ".join(argv), "config": args.config,
+                  "results": results}
+        partial = args.json + ".partial"
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(partial, "w") as f:
+            json.dump(report, f, indent=2)
+        os.replace(partial, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

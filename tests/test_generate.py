@@ -1,0 +1,233 @@
+"""Generation: the KV cache (persistent slots + w-slot ring) reproduces the full forward exactly."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sps_jax import checkpoint, masks, tokenizer
+from sps_jax import config as sps_config
+from sps_jax import generate as gen
+from sps_jax import model as sps_model
+from tests.conftest import SMALL, small_config
+
+EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+decode_step = jax.jit(gen.decode_step, static_argnums=0)
+
+
+def model_and_params(variant, window, seed=0, **overrides):
+    cfg = small_config(variant, window, **overrides)
+    model = sps_model.Transformer(cfg)
+    return cfg, model, sps_model.init_params(model, jax.random.PRNGKey(seed))
+
+
+def cached_logits(cfg, params, tokens_BT, prompt_len):
+    """Prefill the first prompt_len tokens, then force-feed the rest one decode step at a time."""
+    T = tokens_BT.shape[1]
+    cache, h_BTD = gen.prefill(cfg, params, tokens_BT[:, :prompt_len], max_len=T)
+    logits = [sps_model.unembed(h_BTD, params["embed"])]
+    for i in range(prompt_len, T):
+        step_logits_BV, cache = decode_step(cfg, params, cache, tokens_BT[:, i])
+        logits.append(step_logits_BV[:, None])
+    return jnp.concatenate(logits, axis=1), cache
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+@pytest.mark.parametrize("window", [0, 1, 3, 40])  # 40 >= T: nothing is ever evicted
+def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, window):
+    cfg, model, params = model_and_params(variant, window)
+    T, prompt_len = 20, 7
+    tokens = np.random.default_rng(1).integers(0, 50, (2, T))
+    tokens[0, 3] = EOS    # an EOS inside the prompt
+    tokens[0, 12] = EOS   # decoding across an EOS
+    tokens[1, 6] = EOS    # the prompt ends with EOS: decoding starts a new document
+    tokens[1, 16] = EOS
+    tokens = jnp.asarray(tokens, jnp.int32)
+    full_BTV = model.apply({"params": params}, tokens)
+    got_BTV, cache = cached_logits(cfg, params, tokens, prompt_len)
+    # 13 decode steps through a ring of max(w, 1) slots wrap around several times for small w.
+    np.testing.assert_allclose(np.asarray(got_BTV), np.asarray(full_BTV), rtol=1e-5, atol=1e-5)
+    assert int(cache.length) == T
+
+
+def test_a_cache_missing_the_ring_would_change_the_logits():
+    """The equality above is sensitive: dropping the ring's entries changes SPS's decode logits."""
+    cfg, model, params = model_and_params("sps", 3)
+    tokens = jnp.asarray(np.random.default_rng(2).integers(0, 50, (1, 12)), jnp.int32)
+    cache, _ = gen.prefill(cfg, params, tokens[:, :8], max_len=12)
+    good_BV, _ = decode_step(cfg, params, cache, tokens[:, 8])
+    blind = cache.replace(ring_doc_BR=jnp.full_like(cache.ring_doc_BR, -1))
+    blind_BV, _ = decode_step(cfg, params, blind, tokens[:, 8])
+    full_BV = model.apply({"params": params}, tokens[:, :9])[:, -1]
+    np.testing.assert_allclose(np.asarray(good_BV), np.asarray(full_BV), rtol=1e-5, atol=1e-5)
+    assert np.abs(np.asarray(blind_BV) - np.asarray(full_BV)).max() > 1e-3
+
+
+@pytest.mark.parametrize("variant", ["standard", "sps", "delayed_state"])
+def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
+    cfg, model, params = model_and_params(variant, 2)
+    prompt = [5, 17, 3, EOS, 22, 9]
+    new = 12
+    out = gen.generate(cfg, params, [prompt], max_new_tokens=new, stop_on_eos=False)[0]
+    # One compiled full forward over a fixed length: causality makes the filler after i irrelevant to i.
+    forward = jax.jit(lambda tokens: model.apply({"params": params}, tokens))
+    seq = np.zeros((1, len(prompt) + new), np.int32)
+    seq[0, :len(prompt)] = prompt
+    for i in range(len(prompt), len(prompt) + new):
+        logits_V = forward(jnp.asarray(seq))[0, i - 1]
+        seq[0, i] = int(jnp.argmax(logits_V[:EOS + 1]))  # generation never emits <predict> or padding
+    assert out == seq[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_batched_left_padded_generation_equals_per_row_generation(variant):
+    cfg, _, params = model_and_params(variant, 2)
+    prompts = [[4, 8, 15, 16, 23, 42], [7, EOS, 1]]
+    batched = gen.generate(cfg, params, prompts, max_new_tokens=8, stop_on_eos=False, pad_to_multiple=8)
+    alone = [gen.generate(cfg, params, [p], max_new_tokens=8, stop_on_eos=False)[0] for p in prompts]
+    assert batched == alone
+
+
+def test_rows_stop_on_eos_independently_and_idle_on_pad():
+    cfg, _, params = model_and_params("sps", 2)
+    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32), max_len=8)
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    logits_BV = logits_BV.at[0, EOS].set(1e4)  # row 0's first token is EOS
+    logits_BV = logits_BV.at[1, EOS].set(-1e4)
+    out, steps, _ = gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
+    out = np.asarray(out)
+    assert out[0, 0] == EOS and (out[0, 1:] == PAD).all()
+    assert out[1, 0] != EOS
+    row1 = out[1].tolist()
+    end = row1.index(EOS) if EOS in row1 else len(row1) - 1
+    assert PAD not in row1[:end + 1] and all(t == PAD for t in row1[end + 1:])
+    assert int(steps) == end  # the loop ran exactly until the last row was done
+
+
+def test_sampling_filters():
+    logits_BV = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05, 0.0]]))
+    draws = lambda s: {int(gen.sample_logits(logits_BV, jax.random.PRNGKey(k), s, 4)[0]) for k in range(64)}
+    assert draws(gen.Sampling()) == {0}
+    assert draws(gen.Sampling(temperature=1.0, top_k=2)) == {0, 1}
+    assert draws(gen.Sampling(temperature=1.0, top_p=0.7)) == {0, 1}  # 0.5 < 0.7 <= 0.8
+    assert draws(gen.Sampling(temperature=1.0)) == {0, 1, 2, 3}       # id 4 is past num_tokens
+    with pytest.raises(ValueError, match="top_p"):
+        gen.Sampling(top_p=0.0).validate()
+
+
+def test_sampled_generation_is_reproducible_from_the_seed():
+    cfg, _, params = model_and_params("sps", 2)
+    sample = lambda seed: gen.generate(cfg, params, [[1, 2, 3]], 10, sampling=gen.Sampling(1.0, 20, 0.9),
+                                       seed=seed, stop_on_eos=False)
+    assert sample(3) == sample(3)
+    assert sample(3) != sample(4)
+
+
+@pytest.mark.parametrize("window", [0, 1, 3, 100])
+def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
+    T = 64
+    sizes = {v: gen.cache_bytes(gen.init_cache(small_config(v, window, dtype="bfloat16"), 2, T))
+             for v in masks.VARIANTS}
+    assert sizes["sps"]["persistent"] == sizes["standard"]["persistent"]
+    assert sizes["delayed_state"]["persistent"] == sizes["standard"]["persistent"]
+    assert sizes["two_x_memory"]["persistent"] == 2 * sizes["standard"]["persistent"]
+    assert sizes["standard"]["ring"] == sizes["two_x_memory"]["ring"] == 0
+    cache = gen.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
+    for layer in cache.layers:
+        assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(max(window, 1), T)
+        assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
+
+
+def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
+    cfg, _, params = model_and_params("sps", 3, dtype="bfloat16")
+    cache, _ = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
+    layer = cache.layers[0]
+    assert layer.k_BHTK[0].dtype == layer.k_BHRK.dtype == jnp.bfloat16
+    assert (np.asarray(cache.slot_doc_BT)[0, 4:] == -1).all()  # unwritten slots are empty
+
+
+def test_bad_input_gives_clear_errors(tmp_path):
+    cfg, _, params = model_and_params("sps", 2)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        gen.generate(cfg, params, [[1, 2], []], 4)
+    with pytest.raises(ValueError, match="more than the model's context"):
+        gen.generate(cfg, params, [list(range(cfg.seq_len + 1))], 4)
+    with pytest.raises(ValueError, match="lower max_new_tokens"):
+        gen.generate(cfg, params, [[1, 2, 3]], cfg.seq_len)
+    with pytest.raises(ValueError, match="outside the text vocabulary"):
+        gen.generate(cfg, params, [[1, PAD]], 4)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        checkpoint.load_run(str(tmp_path / "no_such_run"))
+
+
+def _tiny_run(tmp_path):
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=64"])
+    params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
+    workdir = str(tmp_path / "run")
+    checkpoint.save_run(workdir, config, params, step=3)
+    return workdir
+
+
+def _cli(*args):
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "sps_jax.generate", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_end_to_end_on_a_saved_run(tmp_path):
+    try:
+        tokenizer.get_tokenizer()
+    except tokenizer.TokenizerMissing:
+        pytest.skip("GPT-2 tokenizer not provisioned (python3 -m sps_jax.tokenizer provision)")
+    workdir = _tiny_run(tmp_path)
+    one = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "5")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.startswith("The cat")
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "Hello world"}) + "\n"
+                       + json.dumps({"id": "b", "prompt": "One"}) + "\n")
+    out = tmp_path / "results.jsonl"
+    batch = _cli("--checkpoint", os.path.join(workdir, "checkpoints", "3"), "--prompts-file", str(prompts),
+                 "--out", str(out), "--max-new-tokens", "4", "--temperature", "0.8", "--top-k", "50")
+    assert batch.returncode == 0, batch.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in records] == ["a", "b"]
+    assert [r["prompt_tokens"] for r in records] == [2, 1]
+    assert all(1 <= r["new_tokens"] <= 4 and r["step"] == 3 for r in records)
+
+    missing = _cli("--workdir", str(tmp_path / "nowhere"), "--prompt", "x")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_generation_benchmark_reports_ratios_to_standard(tmp_path):
+    from sps_jax import bench_generate
+
+    out = tmp_path / "bench.json"
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "2", "--prefill", "8",
+                         "--decode", "4", "--variants", "standard,sps,two_x_memory", "--repeats", "1",
+                         "--json", str(out)])
+    results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["standard"]["throughput_ratio"] == 1.0
+    assert all(r["tokens_per_s"] > 0 and r["decode_steps"] == 4 for r in results.values())
+    assert results["sps"]["persistent_cache_ratio"] == 1.0
+    assert results["two_x_memory"]["persistent_cache_ratio"] == 2.0
+    assert results["sps"]["cache_ring_bytes"] > 0 == results["standard"]["cache_ring_bytes"]
+
+
+def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
+    cfg, _, params = model_and_params("sps", 2)
+    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3]], jnp.int32), max_len=8)
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    jaxpr = jax.make_jaxpr(lambda c: gen.decode_loop(cfg, params, c, logits_BV, jax.random.PRNGKey(0),
+                                                     max_new_tokens=6))(cache)
+    assert "while[" in str(jaxpr)  # the token loop runs on device, no host round trip per token
+    gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
+    assert cache.layers[0].k_BHTK[0].is_deleted()  # donated: updated in place, not copied
