@@ -139,10 +139,17 @@ def test_grain_order_is_deterministic_sharded_and_resumable(tmp_path):
     assert all((x == y).all() for x, y in zip(take(resumed, 9), a[3:]))
 
 
-def test_hugging_face_source_without_datasets_says_what_to_install(tmp_path):
+def test_hugging_face_source_streams_through_datasets_or_says_what_to_install(tmp_path):
     import importlib.util
 
-    if importlib.util.find_spec("datasets") is not None:
-        pytest.skip("`datasets` is installed; streaming would need the network")
-    with pytest.raises(ImportError, match=r"pip install -e '\.\[hf\]'"):
-        data.prepare("hf:HuggingFaceFW/fineweb-edu:sample-10BT", str(tmp_path / "fw"))
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(ImportError, match=r"pip install -e '\.\[hf\]'"):
+            data.prepare("hf:HuggingFaceFW/fineweb-edu:sample-10BT", str(tmp_path / "fw"))
+        return
+    # `datasets` streams a local dataset folder offline through the same code path as the hub.
+    folder = tmp_path / "hf_dataset"
+    folder.mkdir()
+    os.replace(write_sources(tmp_path)["jsonl"], folder / "train.jsonl")
+    data.prepare(f"hf:{folder}", str(tmp_path / "hf"), val_fraction=0.2, log=lambda *a: None)
+    assert sorted(read_docs(tmp_path / "hf", "train") + read_docs(tmp_path / "hf", "val")) == sorted(DOCS)
+    assert read_docs(tmp_path / "hf", "train") == [d for d in DOCS if not data.is_val_document(d, 0.2)]
