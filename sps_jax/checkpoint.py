@@ -55,8 +55,12 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
         mngr.wait_until_finished()
 
 
-def _find_run(path: str) -> tuple[str, int | None]:
-    """Accept a run folder, its checkpoints/ folder, or one checkpoints/<step> folder."""
+def find_run(path: str) -> tuple[str, int | None]:
+    """(run folder, step the path names or None) of a run folder, its checkpoints/ or a checkpoints/<step> folder.
+
+    Every command that takes ``--workdir``/``--checkpoint`` resolves it here. Raises
+    FileNotFoundError (one sentence) when the path does not exist or is none of these.
+    """
     path = os.path.abspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint path {path!r} does not exist: pass a run folder (--workdir) "
@@ -74,7 +78,7 @@ def _find_run(path: str) -> tuple[str, int | None]:
 
 def load_run(path: str, step: int | None = None):
     """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
-    workdir, path_step = _find_run(path)
+    workdir, path_step = find_run(path)
     config = read_config(workdir)
     step = step if step is not None else path_step
     with manager(workdir, read_only=True) as mngr:

@@ -45,7 +45,7 @@ def check_params(net: sps_model.Transformer, params) -> None:
 
 def run_info(path: str, step: int) -> dict:
     """Run name, variant, window, scale and tokens seen for the results JSON."""
-    workdir, _ = checkpoint._find_run(path)
+    workdir, _ = checkpoint.find_run(path)
     config = checkpoint.read_config(workdir)
     m = config.model
     scale = next((name for name, dims in sps_config.SCALES.items()
@@ -186,7 +186,7 @@ def main_evaluate(argv) -> int:
     path = args.workdir or args.checkpoint
     steps = [args.step]
     if args.all_steps:
-        workdir, _ = checkpoint._find_run(path)
+        workdir, _ = checkpoint.find_run(path)
         with checkpoint.manager(workdir, read_only=True) as mngr:
             steps = sorted(mngr.all_steps())
         if args.out:

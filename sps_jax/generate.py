@@ -38,7 +38,7 @@ import json
 import os
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,7 @@ from flax import struct
 
 from sps_jax import attention, masks
 from sps_jax import model as sps_model
+from sps_jax.scoring import bucket
 
 
 # ----------------------------------------------------------------------------- cache layout
@@ -320,13 +321,16 @@ def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
                    donate_argnames=("cache",))
 def decode_loop(cfg: sps_model.ModelConfig, params, cache: Cache, logits_BV, rng, *, max_new_tokens: int,
-                sampling: Sampling = Sampling(), stop_on_eos: bool = True):
+                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
     """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
 
-    ``logits_BV`` are the prompt's last-position logits. Returns (tokens [B, N] with
-    ``pad_id`` after a row's EOS, number of decode steps run, the final cache).
+    ``logits_BV`` are the prompt's last-position logits. ``limit`` (a traced int, optional)
+    stops after that many tokens instead, so one compilation with a bucketed
+    ``max_new_tokens`` serves every smaller count. Returns (tokens [B, N] with
+    ``pad_id`` after a row's EOS or past ``limit``, number of decode steps run, the final cache).
     """
     B = logits_BV.shape[0]
+    limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
     num_tokens = cfg.eos_id + 1
 
     def pick(i, logits, out, done):
@@ -342,7 +346,7 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: Cache, logits_BV, rng
 
     def cond(state):
         i, _, _, _, done = state
-        return (i < max_new_tokens) & ~jnp.all(done)
+        return (i < limit) & ~jnp.all(done)
 
     def body(state):
         i, token, cache, out, done = state
@@ -386,10 +390,29 @@ def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, length: Optional[
     return out
 
 
+def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
+                     buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool) -> list[list[int]]:
+    """Prompts left-padded to ``length`` in a batch of ``rows`` (extra rows repeat the last prompt),
+    a ``buffer``-token output (>= max_new_tokens); the shapes are the caller's choice."""
+    filled = list(prompts) + [prompts[-1]] * (rows - len(prompts))
+    tokens_BT = jnp.asarray(pad_prompts(filled, cfg.pad_id, length))
+    cache, h_BTD = prefill(cfg, params, tokens_BT, max_len=length + buffer - 1)
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    limit = None if buffer == max_new_tokens else jnp.asarray(max_new_tokens, jnp.int32)
+    out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
+                            sampling=sampling, stop_on_eos=stop_on_eos, limit=limit)
+    results = []
+    for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
+        if stop_on_eos and cfg.eos_id in row:
+            row = row[:row.index(cfg.eos_id) + 1]
+        results.append(row)
+    return results
+
+
 def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
              sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
              pad_to_multiple: int = 1) -> list[list[int]]:
-    """Generated token ids per prompt (EOS included when a row stops on it).
+    """Generated token ids per prompt (EOS included when a row stops on it), all prompts in one batch.
 
     Prompts are left-padded to the longest (rounded up to ``pad_to_multiple`` to
     reuse compilations, never beyond the context).
@@ -399,17 +422,42 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     check_prompts(cfg, prompts, max_new_tokens)
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
-    tokens_BT = jnp.asarray(pad_prompts(prompts, cfg.pad_id, length))
-    cache, h_BTD = prefill(cfg, params, tokens_BT, max_len=length + max_new_tokens - 1)
-    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
-    out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed),
-                            max_new_tokens=max_new_tokens, sampling=sampling, stop_on_eos=stop_on_eos)
-    results = []
-    for row in np.asarray(out).tolist():
-        if stop_on_eos and cfg.eos_id in row:
-            row = row[:row.index(cfg.eos_id) + 1]
-        results.append(row)
-    return results
+    return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
+                            buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
+
+
+def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, max_batch: int = 16,
+                      min_len: int = 16, sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+                      progress: Optional[Callable[[int], None]] = None) -> list[list[int]]:
+    """Like :func:`generate` for any number of prompts of mixed lengths, with a bounded set of compiled shapes.
+
+    Prompts are sorted by length (longest first) and generated in batches of at most
+    ``max_batch`` rows; the padded prompt length (at least ``min_len``), the rows per
+    batch and the output buffer are rounded up to powers of two (capped at the
+    context and ``max_batch``), and the decode loop stops at ``max_new_tokens``
+    whatever the buffer, so a stream of requests compiles a few shapes rather than
+    one per request. Results come back in input order; ``progress(n)`` after each batch.
+    """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    sampling.validate()
+    check_prompts(cfg, prompts, max_new_tokens)
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be at least 1, got {max_batch}.")
+    buffer = bucket(max_new_tokens, cfg.seq_len)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    results: list[Optional[list[int]]] = [None] * len(prompts)
+    for first in range(0, len(order), max_batch):
+        chunk = order[first:first + max_batch]
+        batch = [prompts[i] for i in chunk]
+        outs = _generate_padded(cfg, params, batch, max_new_tokens,
+                                length=bucket(len(batch[0]), cfg.seq_len, min_len),
+                                rows=bucket(len(batch), max_batch), buffer=buffer, sampling=sampling,
+                                seed=seed + first, stop_on_eos=stop_on_eos)
+        for i, ids in zip(chunk, outs):
+            results[i] = ids
+        if progress:
+            progress(len(chunk))
+    return results  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------- CLI

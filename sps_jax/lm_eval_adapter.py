@@ -1,10 +1,11 @@
 """An lm-evaluation-harness model backed by the JAX model: ``lm_eval --model sps_jax --model_args workdir=RUN``.
 
 Importing this module registers the model name ``sps_jax`` with lm-eval. The
-three request types map onto :class:`sps_jax.scoring.Scorer`:
-``loglikelihood`` (context, continuation) scores, ``loglikelihood_rolling``
-(lm-eval's disjoint rolling windows of the model's context, each document's
-first token conditioned on the EOS prefix), and ``generate_until`` (greedy).
+request types map onto :class:`sps_jax.scoring.Scorer` (``loglikelihood``:
+(context, continuation) scores; ``loglikelihood_rolling``: lm-eval's disjoint
+rolling windows of the model's context, each document's first token conditioned
+on the EOS prefix) and onto the KV-cache decoder :mod:`sps_jax.generate`
+(``generate_until``: greedy).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
-from sps_jax import scoring, tokenizer as sps_tokenizer
+from sps_jax import generate, scoring, tokenizer as sps_tokenizer
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -128,30 +129,37 @@ class SPSLM(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Greedy continuations, cut at the first stop string (``until``) or EOS."""
+        """Greedy continuations by the KV-cache decoder, cut at the first stop string (``until``) or EOS.
+
+        Rows stop early only on EOS; stop strings cut the decoded text afterwards (the
+        text before the first occurrence is the same). Generation ends at the model's
+        context: ``max_gen_toks`` is capped at ``max_length - 1`` and the context keeps
+        its last ``max_length - max_gen_toks`` tokens.
+        """
         groups: dict[tuple, list[int]] = {}
         for r, req in enumerate(requests):
             context, gen_kwargs = req.args
             until, max_toks = self._generation_options(gen_kwargs)
             groups.setdefault((tuple(until), max_toks), []).append(r)
         out = [""] * len(requests)
-        bar = tqdm(total=len(requests), disable=disable_tqdm, desc="sps_jax generate_until")
-        for (until, max_toks), members in groups.items():
-            prompts = [self.tok_encode(requests[r].args[0]) or [self.prefix_token_id] for r in members]
-
-            def hit_stop(i, ids, until=until):
-                return any(s in self.tok_decode(ids) for s in until)
-
-            generated = self.scorer.greedy(prompts, max_toks, should_stop=hit_stop if until else None,
-                                           stop_ids=(self.eot_token_id,))
-            for r, ids in zip(members, generated):
-                text = self.tok_decode(ids)
-                for s in until:
-                    text = text.split(s)[0]
-                out[r] = text
-                self.cache_hook.add_partial("generate_until", requests[r].args, text)
-            bar.update(len(members))
-        bar.close()
+        eos = self.eot_token_id
+        with tqdm(total=len(requests), disable=disable_tqdm, desc="sps_jax generate_until") as bar:
+            for (until, max_toks), members in groups.items():
+                if max_toks < 1:  # nothing to generate: empty continuations
+                    bar.update(len(members))
+                    continue
+                max_toks = min(max_toks, self.max_length - 1)
+                keep = self.max_length - max_toks
+                prompts = [(self.tok_encode(requests[r].args[0]) or [self.prefix_token_id])[-keep:] for r in members]
+                generated = generate.generate_bucketed(self.scorer.cfg, self.scorer.params, prompts, max_toks,
+                                                       max_batch=self.scorer.max_batch, min_len=self.scorer.min_len,
+                                                       progress=bar.update)
+                for r, ids in zip(members, generated):
+                    text = self.tok_decode(ids[:-1] if ids and ids[-1] == eos else ids)
+                    for s in until:
+                        text = text.split(s)[0]
+                    out[r] = text
+                    self.cache_hook.add_partial("generate_until", requests[r].args, text)
         return out
 
     def _generation_options(self, gen_kwargs: dict) -> tuple[list[str], int]:

@@ -1,4 +1,4 @@
-"""Scoring and greedy decoding of token sequences with the JAX model, batched and shape-bucketed.
+"""Scoring of token sequences with the JAX model, batched and shape-bucketed (generation: sps_jax.generate).
 
 Rows are left-padded with the pad id, which is its own one-token document
 (masks.document_ids), so padding never changes the real tokens' logits; the real
@@ -41,7 +41,7 @@ def left_pad(rows: Sequence[Sequence[int]], length: int, batch: int, pad_id: int
 
 @functools.lru_cache(maxsize=None)
 def _jitted(cfg: sps_model.ModelConfig):
-    """Jitted functions of one model config (cached: a notebook re-creating a Scorer does not recompile)."""
+    """The jitted scoring function of one model config (cached: a notebook re-creating a Scorer does not recompile)."""
     net = sps_model.Transformer(cfg)
 
     @jax.jit
@@ -51,17 +51,11 @@ def _jitted(cfg: sps_model.ModelConfig):
         greedy_BT = jnp.argmax(logits_BTV, axis=-1) == targets_BT
         return logprob_BT, greedy_BT
 
-    @jax.jit
-    def next_token(params, tokens_BT, positions_BT):
-        # Unembed only the last position: [B, V] rather than [B, T, V] logits.
-        h_BTD = net.apply({"params": params}, tokens_BT, positions_BT, return_hidden=True)
-        return jnp.argmax(sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0], axis=-1)
-
-    return target_logprobs, next_token
+    return target_logprobs
 
 
 class Scorer:
-    """Log-likelihoods and greedy continuations of token-id sequences under one model.
+    """Log-likelihoods of token-id sequences under one model (and the weights generation uses).
 
     ``max_batch`` bounds the rows per forward pass and ``max_batch_tokens`` the
     rows x length (scoring materialises [rows, length, vocab] f32 logits: 16384
@@ -76,7 +70,7 @@ class Scorer:
         self.max_batch = int(max_batch)
         self.min_len = int(min_len)
         self.max_batch_tokens = int(max_batch_tokens)
-        self._target_logprobs, self._next_token = _jitted(self.cfg)
+        self._target_logprobs = _jitted(self.cfg)
 
     @property
     def max_length(self) -> int:
@@ -134,47 +128,3 @@ class Scorer:
             if progress:
                 progress(len(chunk))
         return out  # type: ignore[return-value]
-
-    def greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-               should_stop: Callable[[int, list[int]], bool] | None = None,
-               stop_ids: Sequence[int] = ()) -> list[list[int]]:
-        """Greedy continuations (token ids) of each prompt by full forward passes.
-
-        A row stops at a token in ``stop_ids`` (not included), when
-        ``should_stop(row_index, generated)`` says so, or after ``max_new_tokens``.
-        Prompts are truncated from the left so prompt + generation fits the context.
-        """
-        keep = max(self.max_length - max_new_tokens, 1)
-        results: list[list[int]] = [[] for _ in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        rows = self.rows_for(bucket(len(prompts[order[0]]) + max_new_tokens, self.max_length, self.min_len)) \
-            if order else 1
-        for start in range(0, len(order), rows):
-            chunk = order[start:start + rows]
-            seqs = []
-            for i in chunk:
-                prompt = list(prompts[i])[-keep:]
-                if not prompt:
-                    raise ValueError("a generation prompt must have at least one token.")
-                self._check_ids(prompt)
-                seqs.append(prompt)
-            active = list(range(len(chunk)))
-            for _ in range(max_new_tokens):
-                if not active:
-                    break
-                live = [seqs[a][-self.max_length:] for a in active]
-                length = bucket(max(map(len, live)), self.max_length, self.min_len)
-                batch = bucket(len(live), rows)
-                tokens, positions = left_pad(live, length, batch, self.cfg.pad_id)
-                next_ids = np.asarray(self._next_token(self.params, tokens, positions))
-                still = []
-                for b, a in enumerate(active):
-                    tok = int(next_ids[b])
-                    if tok in stop_ids:
-                        continue
-                    seqs[a].append(tok)
-                    results[chunk[a]].append(tok)
-                    if should_stop is None or not should_stop(chunk[a], results[chunk[a]]):
-                        still.append(a)
-                active = still
-        return results

@@ -18,6 +18,10 @@ def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
         loaded_config, loaded, step = checkpoint.load_run(str(path))
         assert step == 7 and loaded_config.model.variant == "delayed_state" and loaded_config.model.window == 4
         jax.tree_util.tree_map(np.testing.assert_array_equal, params, loaded)
+    run = str(tmp_path / "run")
+    assert checkpoint.find_run(run) == (run, None)
+    assert checkpoint.find_run(os.path.join(run, "checkpoints")) == (run, None)
+    assert checkpoint.find_run(os.path.join(run, "checkpoints", "7")) == (run, 7)
 
 
 def test_load_run_of_a_missing_path_is_a_clear_error(tmp_path):
@@ -26,6 +30,8 @@ def test_load_run_of_a_missing_path_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="neither a run folder"):
         checkpoint.load_run(str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="neither a run folder"):
+        checkpoint.find_run(str(tmp_path / "empty"))
 
 
 @pytest.fixture(scope="session")

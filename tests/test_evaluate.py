@@ -112,9 +112,10 @@ def test_rolling_loglikelihood_scores_every_token_of_a_document_longer_than_the_
 
 
 def greedy_direct(net, params, ids, n):
+    """Repeated full forward + argmax over the text ids and EOS (generation never emits <predict> or padding)."""
     ids = list(ids)
     for _ in range(n):
-        ids.append(int(np.argmax(direct_logits(net, params, ids)[-1])))
+        ids.append(int(np.argmax(direct_logits(net, params, ids)[-1][:net.cfg.eos_id + 1])))
     return ids
 
 
@@ -143,6 +144,28 @@ def test_requests_of_many_lengths_compile_only_the_bucketed_shapes():
     scorer.loglikelihood_tokens(pairs)
     # 29 requests, 29 lengths; shapes (batch, length) in {4} x {16, 32} plus one final partial batch.
     assert scorer._target_logprobs._cache_size() <= 3
+
+
+def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
+    from sps_jax import generate as gen
+
+    net, params = tiny("sps", 3, d_model=24, num_heads=1, d_ff=48)  # a config of its own: fresh cache entries
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=4, min_len=8), tokenizer=CharTokenizer())
+    rng = np.random.default_rng(0)
+    text = lambda n: "".join(rng.choice(list(CharTokenizer.alphabet[:26]), n))
+    # 24 prompt lengths with one max_gen_toks, then three max_gen_toks values on one prompt length.
+    args = [(text(n), {"until": ["."], "max_gen_toks": 3}) for n in range(1, 25)]
+    args += [(text(5), {"until": ["."], "max_gen_toks": m}) for m in (5, 6, 7)]
+    before = gen.prefill._cache_size(), gen.decode_loop._cache_size()
+    out = lm.generate_until(requests("generate_until", args), disable_tqdm=True)
+    assert len(out) == len(args) and all("." not in t for t in out)
+    assert all(len(t) <= 3 for t in out[:24]) and all(len(t) <= m for t, m in zip(out[24:], (5, 6, 7)))
+    # Batches of 4 prompts of lengths 24..21, 20..17 (-> 32), 16..13, 12..9 (-> 16), 8..5, 4..1 (-> 8): three
+    # shapes for six batches; max_gen_toks 5, 6, 7 share the 8-token buffer: one more shape, not three.
+    grew = gen.prefill._cache_size() - before[0], gen.decode_loop._cache_size() - before[1]
+    assert grew[0] <= 4 and grew[1] <= 4, grew
+    assert lm.generate_until(requests("generate_until", args), disable_tqdm=True) == out
+    assert (gen.prefill._cache_size() - before[0], gen.decode_loop._cache_size() - before[1]) == grew
 
 
 def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row():

@@ -94,6 +94,31 @@ def test_batched_left_padded_generation_equals_per_row_generation(variant):
     assert batched == alone
 
 
+@pytest.mark.parametrize("variant", ["sps", "reverse_sps"])
+def test_bucketed_generation_of_mixed_prompts_equals_generating_each_prompt_alone(variant):
+    cfg, _, params = model_and_params(variant, 2)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 50, n).tolist() for n in (3, 11, 1, 7, 5)]
+    prompts[1][4] = EOS
+    # Batches of 2 (the last one padded with a repeated row), lengths bucketed to 4, 8, 16, buffer 8 > 5 tokens.
+    bucketed = gen.generate_bucketed(cfg, params, prompts, max_new_tokens=5, max_batch=2, min_len=4,
+                                     stop_on_eos=False)
+    alone = [gen.generate(cfg, params, [p], max_new_tokens=5, stop_on_eos=False)[0] for p in prompts]
+    assert bucketed == alone and all(len(out) == 5 for out in bucketed)
+
+
+def test_decode_loop_limit_stops_before_the_end_of_its_buffer():
+    cfg, _, params = model_and_params("sps", 2)
+    prompt = [[9, 8, 7, 6]]
+    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray(prompt, jnp.int32), max_len=4 + 8 - 1)
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    out, steps, _ = gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=8,
+                                    stop_on_eos=False, limit=jnp.asarray(3, jnp.int32))
+    out = np.asarray(out)[0].tolist()
+    assert int(steps) == 2 and out[3:] == [PAD] * 5
+    assert out[:3] == gen.generate(cfg, params, prompt, max_new_tokens=3, stop_on_eos=False)[0]
+
+
 def test_rows_stop_on_eos_independently_and_idle_on_pad():
     cfg, _, params = model_and_params("sps", 2)
     cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32), max_len=8)
