@@ -42,7 +42,12 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
 def manager(workdir: str, **options) -> ocp.CheckpointManager:
     """An Orbax CheckpointManager over ``workdir/checkpoints`` (options: CheckpointManagerOptions fields)."""
     directory = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
-    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=True, **options))
+    if options.get("read_only"):
+        # Orbax warns about each of these unless a read-only manager asks for them itself.
+        options = {"create": False, "save_interval_steps": 0, **options}
+    else:
+        options = {"create": True, **options}
+    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(**options))
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
