@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
+
+from sps_jax import metrics
 
 
 def read_metrics(workdir: str) -> dict[str, list[dict]]:
-    """{"train": records with "loss", "val": records with "val_loss"}, each sorted by step."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{workdir!r} has no metrics.jsonl: it is not a training run folder "
-                                "(or training has not logged yet).")
-    train, val = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                # A run killed mid-write leaves one partial last line; anything else is a real problem.
-                if f.readline():
-                    raise ValueError(f"{path} line {n} is not JSON.") from None
-                break
-            if "loss" in rec:
-                train.append(rec)
-            if "val_loss" in rec:
-                val.append(rec)
-    return {"train": sorted(train, key=lambda r: r["step"]), "val": sorted(val, key=lambda r: r["step"])}
+    """{"train": records with "loss", "val": records with "val_loss"} of ``metrics.read``, each sorted by step."""
+    records = sorted(metrics.read(workdir, required=True), key=lambda r: r["step"])
+    return {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
 
 
 def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):

@@ -16,19 +16,36 @@ def truncate(workdir: str, last_step: int) -> None:
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
         return
-    with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
+    kept = [r for r in read(workdir) if r["step"] <= last_step]
     with open(path + ".partial", "w") as f:
-        f.writelines(kept)
+        f.writelines(json.dumps(r) + "\n" for r in kept)
     os.replace(path + ".partial", path)
 
 
-def read(workdir: str) -> list[dict]:
+def read(workdir: str, required: bool = False) -> list[dict]:
+    """All records of ``workdir/metrics.jsonl`` in file order (the one reader of run metrics).
+
+    A missing file is no records, or with ``required`` a FileNotFoundError. A run killed
+    mid-write leaves one partial last line, which is dropped; any other bad line is an error.
+    """
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
+        if required:
+            raise FileNotFoundError(f"{workdir!r} has no {METRICS_FILE}: it is not a training run folder "
+                                    "(or training has not logged yet).")
         return []
+    records = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if f.readline():
+                    raise ValueError(f"{path} line {n} is not JSON.") from None
+                break
+    return records
 
 
 class Writer:

@@ -41,7 +41,8 @@ import numpy as np
 from sps_jax import data as sps_data
 from sps_jax import loader, masks
 from sps_jax import model as sps_model
-from sps_jax.plotting import pyplot, save_figure, smooth, write_csv, write_json
+from sps_jax.files import write_csv, write_json
+from sps_jax.plotting import pyplot, save_figure, smooth
 
 STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
 THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, attn/qkv, attn/out, "
