@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import jax
 import numpy as np
 
-from sps_jax import config as sps_config, flops, mesh as sps_mesh, optim
+from sps_jax import config as sps_config, files, flops, mesh as sps_mesh, optim
 from sps_jax import model as sps_model
 from sps_jax import train as sps_train
 
@@ -102,10 +101,7 @@ def main(argv=None) -> int:
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out + ".partial", "w") as f:
-            f.write(text)
-        os.replace(args.out + ".partial", args.out)
+        files.write_text(args.out, text)
     return 0
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from sps_jax import metrics
+from sps_jax import metrics, plotting
 
 
 def read_metrics(workdir: str) -> dict[str, list[dict]]:
@@ -15,12 +13,7 @@ def read_metrics(workdir: str) -> dict[str, list[dict]]:
 
 def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
     """Training loss and validation NLL against ``x`` for several runs ({label: workdir}); returns the figure."""
-    import matplotlib
-
-    if out_png:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
+    plt = plotting.pyplot(headless=bool(out_png))
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for label, workdir in runs.items():
         m = read_metrics(workdir)
@@ -35,7 +28,5 @@ def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "toke
         ax.legend()
     fig.tight_layout()
     if out_png:
-        os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-        fig.savefig(out_png + ".partial.png", dpi=120)
-        os.replace(out_png + ".partial.png", out_png)
+        plotting.save_figure(fig, out_png, dpi=120)
     return fig

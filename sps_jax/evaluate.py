@@ -12,7 +12,6 @@ Tasks run through lm-evaluation-harness (``sps_jax.lm_eval_adapter``); see
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import checkpoint, config as sps_config, loader, metrics, model as sps_model, paper_tasks, results_table, val_nll
+from sps_jax import checkpoint, config as sps_config, files, loader, metrics, model as sps_model, paper_tasks, results_table, val_nll
 
 
 def load_model(path: str, step: int | None = None):
@@ -136,10 +135,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
 
 
 def write_json(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".partial", "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(path + ".partial", path)
+    """An evaluation results JSON (indented, sorted keys; NaN as null), atomically."""
+    files.write_json(path, obj, indent=2, sort_keys=True)
 
 
 def _task_data(items) -> dict[str, str]:
@@ -210,10 +207,7 @@ def main_table(argv) -> int:
         for suffix, text in ((".md", md + "\n"), (".tex", results_table.latex(rows) + "\n\n"
                                                    + results_table.latex(rows, full=True) + "\n")):
             path = args.out + suffix
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path + ".partial", "w") as f:
-                f.write(text)
-            os.replace(path + ".partial", path)
+            files.write_text(path, text)
             print(f"wrote {path}")
     return 0
 

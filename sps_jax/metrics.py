@@ -8,6 +8,8 @@ import json
 import os
 import time
 
+from sps_jax import files
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -17,9 +19,8 @@ def truncate(workdir: str, last_step: int) -> None:
     if not os.path.isfile(path):
         return
     kept = [r for r in read(workdir) if r["step"] <= last_step]
-    with open(path + ".partial", "w") as f:
+    with files.atomic_open(path) as f:
         f.writelines(json.dumps(r) + "\n" for r in kept)
-    os.replace(path + ".partial", path)
 
 
 def read(workdir: str, required: bool = False) -> list[dict]:
@@ -79,27 +80,15 @@ class Writer:
 
 
 def plot(workdir: str) -> str | None:
-    """``workdir/loss.png``: training and validation loss against tokens seen (needs matplotlib)."""
+    """``workdir/loss.png``: training loss and validation NLL against tokens seen, drawn by
+    ``curves.plot_curves`` (None when matplotlib is not installed)."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401  (an optional extra; training runs without it)
     except ImportError:
         return None
-    records = read(workdir)
-    train = [(r["tokens_seen"], r["loss"]) for r in records if "loss" in r]
-    val = [(r["tokens_seen"], r["val_loss"]) for r in records if "val_loss" in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for points, label, style in ((train, "train loss", "-"), (val, "validation loss", "o-")):
-        if points:
-            ax.plot(*zip(*points), style, label=label)
-    ax.set_xlabel("tokens seen")
-    ax.set_ylabel("loss (nats/token)")
-    ax.set_title(os.path.basename(os.path.abspath(workdir)))
-    ax.legend()
-    ax.grid(alpha=0.3)
+    from sps_jax import curves, plotting  # curves reads through this module
+
     path = os.path.join(workdir, "loss.png")
-    fig.savefig(path + ".partial.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(path + ".partial.png", path)
+    fig = curves.plot_curves({os.path.basename(os.path.abspath(workdir)): workdir}, path)
+    plotting.pyplot().close(fig)
     return path

@@ -21,7 +21,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from sps_jax import checkpoint, config as sps_config, data as sps_data, flops, loader, mesh as sps_mesh, metrics
