@@ -22,7 +22,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import config as sps_config
+from sps_jax import checkpoint, config as sps_config
 from sps_jax import flops, masks, metrics
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
@@ -43,12 +43,8 @@ def validation_curve(records) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_info(run: str) -> dict:
-    path = os.path.join(run, "config.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{run!r} is not a run folder: it has no config.json.")
-    with open(path) as f:
-        config = json.load(f)
-    model = config.get("model", {})
+    config = checkpoint.read_config(run)
+    model = config.get("model") or ml_collections.ConfigDict()
     name = config.get("name") or os.path.basename(os.path.normpath(run))
     scale = name.split("-", 1)[0] if name.split("-", 1)[0] in SCALE_ORDER else None
     return {"run": run, "label": name, "variant": model.get("variant"), "window": model.get("window"),
@@ -92,7 +88,7 @@ def curves(runs, out: str) -> dict:
     for run in runs:
         info = run_info(run)
         tokens, loss = validation_curve(metrics.read(run, required=True))
-        per_token = flops.train_flops_per_token(ml_collections.ConfigDict(info["model"])) if info["model"] else np.nan
+        per_token = flops.train_flops_per_token(info["model"]) if info["model"] else np.nan
         train_flops = tokens * per_token
         series.append({"label": info["label"], "variant": info["variant"], "window": info["window"],
                        "tokens_seen": tokens.tolist(), "train_flops": train_flops.tolist(), "val_loss": loss.tolist()})
