@@ -25,7 +25,8 @@ def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "toke
         ax.set_xlabel(x.replace("_", " "))
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a run without validation yet leaves that panel empty
+            ax.legend()
     fig.tight_layout()
     if out_png:
         plotting.save_figure(fig, out_png, dpi=120)
