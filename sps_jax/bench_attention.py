@@ -14,18 +14,15 @@ checks the kernel in interpret mode on a small shape (correctness, not speed).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, masks
+from sps_jax import attention, files, masks
 from sps_jax import pallas_attention as pa
 
 
@@ -193,15 +190,6 @@ def cpu_report(args):
     return results
 
 
-def write_json(path, obj):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     for name, b in (("--block-q", args.block_q), ("--block-k", args.block_k)):
@@ -213,7 +201,7 @@ def main(argv=None):
     results.update(config=vars(args), backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     if args.json:
-        write_json(args.json, results)
+        files.write_json(args.json, results, indent=2)
         print(f"wrote {args.json}")
     return 0
 

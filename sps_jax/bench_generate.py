@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from sps_jax import files
+
 RESULT_PREFIX = "BENCH_RESULT "
 
 
@@ -232,11 +234,7 @@ def main(argv=None) -> int:
     if args.json:
         report = {"command": "python -m sps_jax.bench generate " + " ".join(argv), "config": args.config,
                   "results": results}
-        partial = args.json + ".partial"
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(partial, "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(partial, args.json)
+        files.write_json(args.json, report, indent=2)
         print(f"wrote {args.json}")
     return 0
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import jax
 import numpy as np
 
-from sps_jax import config as sps_config, flops, mesh as sps_mesh, optim
-from sps_jax import model as sps_model
+from sps_jax import config as sps_config, files, flops
 from sps_jax import train as sps_train
 
 
@@ -28,18 +26,9 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
     devices = jax.devices()
     p = sps_train.plan(config, len(devices), jax.process_count())
     cfg, t = p["model"], config.train
-    mesh = sps_mesh.make_mesh(config.mesh, devices)
-    model = sps_model.Transformer(cfg)
-    opt = optim.optimizer(t, p["tokens_per_step"])
-    abstract = sps_model.param_shapes(model)
-    param_sh = sps_mesh.state_shardings(mesh, abstract)
-    opt_sh = sps_mesh.state_shardings(mesh, jax.eval_shape(opt.init, abstract))
-    micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
-    params = jax.jit(lambda k: sps_model.init_params(model, k), out_shardings=param_sh)(jax.random.PRNGKey(0))
-    opt_state = jax.jit(opt.init, out_shardings=opt_sh)(params)
-    step = jax.jit(sps_train.make_train_step(model, opt, p["accum"], param_sh),
-                   in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, sps_mesh.replicated(mesh)),
-                   donate_argnums=(0, 1))
+    run = sps_train.setup(config, p, devices)  # the same state, shardings and step training uses
+    params, opt_state = run.init_state(0)
+    step, micro_sh = run.step_fn, run.micro_sh
     shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
     # Random ids below EOS: one document per window, the no-documents case the FLOP count assumes.
     tokens = jax.device_put(np.random.default_rng(0).integers(0, cfg.eos_id, shape, dtype=np.int32), micro_sh)
@@ -102,10 +91,7 @@ def main(argv=None) -> int:
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out + ".partial", "w") as f:
-            f.write(text)
-        os.replace(args.out + ".partial", args.out)
+        files.write_text(args.out, text)
     return 0
 
 

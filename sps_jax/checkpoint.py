@@ -16,18 +16,16 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from sps_jax import files
+
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
 
 
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     """Write the resolved config atomically (write then rename)."""
-    os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, CONFIG_FILE)
-    partial = path + ".partial"
-    with open(partial, "w") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-    os.replace(partial, path)
+    files.write_text(path, config.to_json_best_effort(indent=2, sort_keys=True))
     return path
 
 

@@ -2,43 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
+from sps_jax import metrics, plotting
 
 
 def read_metrics(workdir: str) -> dict[str, list[dict]]:
-    """{"train": records with "loss", "val": records with "val_loss"}, each sorted by step."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{workdir!r} has no metrics.jsonl: it is not a training run folder "
-                                "(or training has not logged yet).")
-    train, val = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                # A run killed mid-write leaves one partial last line; anything else is a real problem.
-                if f.readline():
-                    raise ValueError(f"{path} line {n} is not JSON.") from None
-                break
-            if "loss" in rec:
-                train.append(rec)
-            if "val_loss" in rec:
-                val.append(rec)
-    return {"train": sorted(train, key=lambda r: r["step"]), "val": sorted(val, key=lambda r: r["step"])}
+    """{"train": records with "loss", "val": records with "val_loss"} of ``metrics.read``, each sorted by step."""
+    records = sorted(metrics.read(workdir, required=True), key=lambda r: r["step"])
+    return {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
 
 
 def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
     """Training loss and validation NLL against ``x`` for several runs ({label: workdir}); returns the figure."""
-    import matplotlib
-
-    if out_png:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
+    plt = plotting.pyplot(headless=bool(out_png))
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for label, workdir in runs.items():
         m = read_metrics(workdir)
@@ -50,10 +25,9 @@ def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "toke
         ax.set_xlabel(x.replace("_", " "))
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a run without validation yet leaves that panel empty
+            ax.legend()
     fig.tight_layout()
     if out_png:
-        os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-        fig.savefig(out_png + ".partial.png", dpi=120)
-        os.replace(out_png + ".partial.png", out_png)
+        plotting.save_figure(fig, out_png, dpi=120)
     return fig

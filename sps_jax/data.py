@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from sps_jax import corpus, tokenizer
+from sps_jax import corpus, files, tokenizer
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
@@ -122,10 +122,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
                 "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
     if manifest["splits"]["train"]["tokens"] == 0:
         raise ValueError(f"source {source!r} produced no training tokens: check the source and --val-fraction.")
-    path = os.path.join(out, MANIFEST)
-    with open(path + ".partial", "w") as f:
-        json.dump(manifest, f, indent=2)
-    os.replace(path + ".partial", path)
+    files.write_json(os.path.join(out, MANIFEST), manifest, indent=2)
     s = manifest["splits"]
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")

@@ -12,7 +12,6 @@ Tasks run through lm-evaluation-harness (``sps_jax.lm_eval_adapter``); see
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import checkpoint, config as sps_config, model as sps_model, paper_tasks, results_table, val_nll
+from sps_jax import checkpoint, config as sps_config, files, loader, metrics, model as sps_model, paper_tasks, results_table, val_nll
 
 
 def load_model(path: str, step: int | None = None):
@@ -58,16 +57,9 @@ def run_info(path: str, step: int) -> dict:
 def tokens_seen(workdir: str, step: int, config) -> int:
     """From metrics.jsonl (the last record at or before the step), else step x global batch x seq_len."""
     best = None
-    path = os.path.join(workdir, "metrics.jsonl")
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if "tokens_seen" in rec and rec.get("step", -1) <= step and (best is None or rec["step"] >= best[0]):
-                    best = (rec["step"], int(rec["tokens_seen"]))
+    for rec in metrics.read(workdir):
+        if "tokens_seen" in rec and rec.get("step", -1) <= step and (best is None or rec["step"] >= best[0]):
+            best = (rec["step"], int(rec["tokens_seen"]))
     if best is not None:
         return best[1]
     train = config.get("train", {})
@@ -117,14 +109,14 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
     elif task_data:
         raise ValueError("--task-data needs --tasks naming those tasks.")
-    tokens = val_nll.read_split(val_data) if val_data else None
+    tokens = loader.open_tokens(val_data, "val") if val_data else None  # manifest and size, before any weights
     net, params, step = load_model(path, step)
     info = run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
     result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},
               "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
     if tokens is not None:
-        val_nll.read_split(val_data, cfg=net.cfg)  # eos id and vocabulary checks against this model
+        loader.open_tokens(val_data, "val", vocab_size=net.cfg.vocab_size, eos_id=net.cfg.eos_id)  # vs this model
         stats = val_nll.validation_nll(net, params, tokens, batch_size=val_batch_size, max_tokens=val_tokens)
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
@@ -143,10 +135,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
 
 
 def write_json(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".partial", "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(path + ".partial", path)
+    """An evaluation results JSON (indented, sorted keys; NaN as null), atomically."""
+    files.write_json(path, obj, indent=2, sort_keys=True)
 
 
 def _task_data(items) -> dict[str, str]:
@@ -217,10 +207,7 @@ def main_table(argv) -> int:
         for suffix, text in ((".md", md + "\n"), (".tex", results_table.latex(rows) + "\n\n"
                                                    + results_table.latex(rows, full=True) + "\n")):
             path = args.out + suffix
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path + ".partial", "w") as f:
-                f.write(text)
-            os.replace(path + ".partial", path)
+            files.write_text(path, text)
             print(f"wrote {path}")
     return 0
 

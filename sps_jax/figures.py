@@ -6,11 +6,10 @@
 
 Each command also writes the plotted numbers next to the PNG (same name, .json).
 
-Compute convention (``train_flops_per_token``): training FLOPs per input token =
-3 x forward, forward = 2 x (matmul weights touched per slot) x S + 2 d V for the LM head
-once per position; attention score/value FLOPs (which depend on w and document lengths)
-are left out, so the compute axis is a lower bound that counts the two-stream variants'
-doubled slots.
+Compute convention: ``sps_jax.flops.train_flops_per_token`` (DESIGN.md section 4), the
+counter training's MFU uses: training FLOPs per input token = 3 x forward, forward =
+2 x (block matmul weights) x S + 4 d (visible keys per position, summed over its S slots,
+one document of seq_len positions) per layer + 2 d V for the LM head once per position.
 """
 
 from __future__ import annotations
@@ -20,25 +19,18 @@ import json
 import os
 import sys
 
+import ml_collections
 import numpy as np
 
-from sps_jax import config as sps_config
-from sps_jax import masks
-from sps_jax.plotting import pyplot, save_figure, write_json
+from sps_jax import checkpoint, config as sps_config
+from sps_jax import flops, masks, metrics
+from sps_jax.files import write_json
+from sps_jax.plotting import pyplot, save_figure
 
 SCALE_ORDER = tuple(sps_config.SCALES)
 
 
 # ----------------------------------------------------------------------------- inputs
-
-
-def read_metrics(run: str) -> list[dict]:
-    """All records of ``run/metrics.jsonl`` (one JSON object per line; blank lines skipped)."""
-    path = os.path.join(run, "metrics.jsonl")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{run!r} has no metrics.jsonl: pass training run folders.")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def validation_curve(records) -> tuple[np.ndarray, np.ndarray]:
@@ -50,21 +42,9 @@ def validation_curve(records) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(tokens, np.float64), np.asarray(loss, np.float64)
 
 
-def train_flops_per_token(model_cfg) -> float:
-    """3 x forward matmul FLOPs per input token (see the module docstring for what is left out)."""
-    m = model_cfg
-    per_slot = m["num_layers"] * (4 * m["d_model"] ** 2 + 3 * m["d_model"] * m["d_ff"])
-    forward = 2 * per_slot * masks.num_streams(m["variant"]) + 2 * m["d_model"] * m["vocab_size"]
-    return 3.0 * forward
-
-
 def run_info(run: str) -> dict:
-    path = os.path.join(run, "config.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{run!r} is not a run folder: it has no config.json.")
-    with open(path) as f:
-        config = json.load(f)
-    model = config.get("model", {})
+    config = checkpoint.read_config(run)
+    model = config.get("model") or ml_collections.ConfigDict()
     name = config.get("name") or os.path.basename(os.path.normpath(run))
     scale = name.split("-", 1)[0] if name.split("-", 1)[0] in SCALE_ORDER else None
     return {"run": run, "label": name, "variant": model.get("variant"), "window": model.get("window"),
@@ -75,7 +55,7 @@ def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
     if os.path.isdir(source):
         info = run_info(source)
-        tokens, loss = validation_curve(read_metrics(source))
+        tokens, loss = validation_curve(metrics.read(source, required=True))
         if not len(loss):
             raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl.")
         return {**{k: info[k] for k in ("label", "variant", "window", "scale")},
@@ -107,10 +87,11 @@ def curves(runs, out: str) -> dict:
     series = []
     for run in runs:
         info = run_info(run)
-        tokens, loss = validation_curve(read_metrics(run))
-        flops = tokens * train_flops_per_token(info["model"]) if info["model"] else tokens * np.nan
+        tokens, loss = validation_curve(metrics.read(run, required=True))
+        per_token = flops.train_flops_per_token(info["model"]) if info["model"] else np.nan
+        train_flops = tokens * per_token
         series.append({"label": info["label"], "variant": info["variant"], "window": info["window"],
-                       "tokens_seen": tokens.tolist(), "train_flops": flops.tolist(), "val_loss": loss.tolist()})
+                       "tokens_seen": tokens.tolist(), "train_flops": train_flops.tolist(), "val_loss": loss.tolist()})
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for s in series:
@@ -118,7 +99,7 @@ def curves(runs, out: str) -> dict:
         axes[0].plot(s["tokens_seen"], s["val_loss"], **style)
         axes[1].plot(s["train_flops"], s["val_loss"], **style)
     axes[0].set_xlabel("tokens seen")
-    axes[1].set_xlabel("training compute (FLOPs, matmuls only)")
+    axes[1].set_xlabel("training compute (FLOPs: 3 x forward incl. attention, sps_jax.flops)")
     axes[0].set_ylabel("validation NLL (nats)")
     for ax in axes:
         ax.set_xscale("log")
@@ -128,7 +109,7 @@ def curves(runs, out: str) -> dict:
     fig.suptitle("Validation NLL during training")
     save_figure(fig, out)
     plt.close(fig)
-    data = {"figure": out, "flops_convention": __doc__.split("Compute convention")[1].strip(), "runs": series}
+    data = {"figure": out, "flops_convention": __doc__.split("Compute convention: ")[1].strip(), "runs": series}
     write_json(os.path.splitext(out)[0] + ".json", data)
     return data
 
@@ -258,7 +239,7 @@ def main(argv=None):
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         if args.command == "curves":
             for run in args.runs:
-                run_info(run), read_metrics(run)  # every input checked before plotting
+                run_info(run), metrics.read(run, required=True)  # every input checked before plotting
             curves(args.runs, args.out)
         elif args.command == "window-ablation":
             window_ablation(args.sources, args.out)

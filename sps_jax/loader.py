@@ -22,18 +22,28 @@ import numpy as np
 from sps_jax import data as sps_data
 
 
-def open_tokens(folder: str, split: str, vocab_size: int, verify_checksum: bool = False,
-                scan_limit: int = 200_000_000) -> np.memmap:
-    """Memory-map ``folder/<split>.bin`` after checking it against the manifest (dtype, size, ids)."""
+def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: int | None = None,
+                verify_checksum: bool = False, scan_limit: int = 200_000_000) -> np.memmap:
+    """``folder/<split>.bin`` as a read-only uint16 memmap, after checking it against the manifest.
+
+    The one reader of prepared token folders (training, evaluation and the probes all open
+    splits here). Always checked: manifest, dtype, split, file presence and size. With
+    ``vocab_size``: every id is inside the vocabulary; with ``eos_id``: the manifest's EOS id
+    is the model's; with ``verify_checksum``: the file's sha256.
+    """
     manifest = sps_data.read_manifest(folder)
     if manifest is None:
         raise FileNotFoundError(f"{folder!r} has no {sps_data.MANIFEST}: run "
                                 f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
     if manifest.get("dtype") != sps_data.DTYPE:
         raise ValueError(f"{folder}: token dtype {manifest.get('dtype')!r} is not uint16: re-run sps_jax.data prepare.")
-    if split not in manifest.get("splits", {}):
-        raise ValueError(f"{folder}: the manifest has no {split!r} split.")
-    info = manifest["splits"][split]
+    splits = manifest.get("splits", {})
+    if split not in splits:
+        raise ValueError(f"{folder}: the manifest has no {split!r} split; it has {sorted(splits)}.")
+    if eos_id is not None and manifest.get("eos_id") != eos_id:
+        raise ValueError(f"{folder}: the token file's eos_id {manifest.get('eos_id')} differs from the model's "
+                         f"{eos_id}: it was prepared with another tokenizer.")
+    info = splits[split]
     path = os.path.join(folder, info["file"])
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is missing: re-run sps_jax.data prepare for {folder}.")
@@ -44,12 +54,13 @@ def open_tokens(folder: str, split: str, vocab_size: int, verify_checksum: bool 
     if info["tokens"] == 0:
         return np.zeros((0,), np.uint16)
     tokens = np.memmap(path, dtype="<u2", mode="r")
-    largest = info.get("max_id")
-    if largest is None or len(tokens) <= scan_limit:
-        largest = int(tokens.max())  # a cheap full scan on small files; the manifest's value on huge ones
-    if largest >= vocab_size:
-        raise ValueError(f"{path} holds token id {largest}, outside the model's vocabulary of {vocab_size}: "
-                         "the data was tokenised for another vocabulary.")
+    if vocab_size is not None:
+        largest = info.get("max_id")
+        if largest is None or len(tokens) <= scan_limit:
+            largest = int(tokens.max())  # a cheap full scan on small files; the manifest's value on huge ones
+        if largest >= vocab_size:
+            raise ValueError(f"{path} holds token id {largest}, outside the model's vocabulary of {vocab_size}: "
+                             "the data was tokenised for another vocabulary.")
     if verify_checksum:
         sha = hashlib.sha256()
         with open(path, "rb") as f:

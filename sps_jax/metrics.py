@@ -8,6 +8,8 @@ import json
 import os
 import time
 
+from sps_jax import files
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -16,19 +18,35 @@ def truncate(workdir: str, last_step: int) -> None:
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
         return
-    with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
-    with open(path + ".partial", "w") as f:
-        f.writelines(kept)
-    os.replace(path + ".partial", path)
+    kept = [r for r in read(workdir) if r["step"] <= last_step]
+    with files.atomic_open(path) as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
 
 
-def read(workdir: str) -> list[dict]:
+def read(workdir: str, required: bool = False) -> list[dict]:
+    """All records of ``workdir/metrics.jsonl`` in file order (the one reader of run metrics).
+
+    A missing file is no records, or with ``required`` a FileNotFoundError. A run killed
+    mid-write leaves one partial last line, which is dropped; any other bad line is an error.
+    """
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
+        if required:
+            raise FileNotFoundError(f"{workdir!r} has no {METRICS_FILE}: it is not a training run folder "
+                                    "(or training has not logged yet).")
         return []
+    records = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if f.readline():
+                    raise ValueError(f"{path} line {n} is not JSON.") from None
+                break
+    return records
 
 
 class Writer:
@@ -62,27 +80,15 @@ class Writer:
 
 
 def plot(workdir: str) -> str | None:
-    """``workdir/loss.png``: training and validation loss against tokens seen (needs matplotlib)."""
+    """``workdir/loss.png``: training loss and validation NLL against tokens seen, drawn by
+    ``curves.plot_curves`` (None when matplotlib is not installed)."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401  (an optional extra; training runs without it)
     except ImportError:
         return None
-    records = read(workdir)
-    train = [(r["tokens_seen"], r["loss"]) for r in records if "loss" in r]
-    val = [(r["tokens_seen"], r["val_loss"]) for r in records if "val_loss" in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for points, label, style in ((train, "train loss", "-"), (val, "validation loss", "o-")):
-        if points:
-            ax.plot(*zip(*points), style, label=label)
-    ax.set_xlabel("tokens seen")
-    ax.set_ylabel("loss (nats/token)")
-    ax.set_title(os.path.basename(os.path.abspath(workdir)))
-    ax.legend()
-    ax.grid(alpha=0.3)
+    from sps_jax import curves, plotting  # curves reads through this module
+
     path = os.path.join(workdir, "loss.png")
-    fig.savefig(path + ".partial.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(path + ".partial.png", path)
+    fig = curves.plot_curves({os.path.basename(os.path.abspath(workdir)): workdir}, path)
+    plotting.pyplot().close(fig)
     return path

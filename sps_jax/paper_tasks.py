@@ -17,6 +17,8 @@ import math
 import os
 from pathlib import Path
 
+from sps_jax import files
+
 TASKS_DIR = str(Path(__file__).parent / "tasks")
 
 # result key -> (lm-eval task name, metric)
@@ -113,11 +115,9 @@ def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str)
         "test_split": "test",
         "fewshot_split": None,
     }
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.yaml")
-    with open(path + ".partial", "w") as f:
+    with files.atomic_open(path) as f:
         yaml.safe_dump(override, f, sort_keys=False)
-    os.replace(path + ".partial", path)
     return name
 
 

@@ -1,12 +1,10 @@
-"""Small output helpers shared by the analysis commands: atomic JSON/CSV/PNG writes and smoothing."""
+"""Plotting helpers shared by every figure: the Agg pyplot, atomic PNG writes and smoothing."""
 
 from __future__ import annotations
 
-import csv
-import json
-import os
-
 import numpy as np
+
+from sps_jax.files import atomic_open
 
 
 def smooth(y, log=False):
@@ -30,49 +28,19 @@ def smooth(y, log=False):
     return out
 
 
-def pyplot():
+def pyplot(headless: bool = True):
+    """matplotlib.pyplot, switched to the file-only Agg backend unless ``headless=False`` (a
+    notebook that wants its inline figures)."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if headless:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
 
 
-def _write_atomic(path, write):
-    partial = path + ".partial"
-    write(partial)
-    os.replace(partial, path)
-
-
-def _finite(obj):
-    """NaN/inf -> None, so the files are strict JSON."""
-    if isinstance(obj, float):
-        return obj if np.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def write_json(path, obj):
-    def write(p):
-        with open(p, "w") as f:
-            json.dump(_finite(obj), f, indent=1, allow_nan=False)
-    _write_atomic(path, write)
-
-
-def write_csv(path, header, rows):
-    def write(p):
-        with open(p, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(rows)
-    _write_atomic(path, write)
-
-
-def save_figure(fig, path):
-    def write(p):
-        fig.savefig(p, dpi=130, bbox_inches="tight", format="png")
-    _write_atomic(path, write)
+def save_figure(fig, path: str, dpi: int = 130) -> None:
+    """The figure as a PNG at ``path``, atomically."""
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, dpi=dpi, bbox_inches="tight", format="png")

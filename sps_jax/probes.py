@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import sys
 import time
@@ -39,9 +38,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import masks
+from sps_jax import data as sps_data
+from sps_jax import loader, masks
 from sps_jax import model as sps_model
-from sps_jax.plotting import pyplot, save_figure, smooth, write_csv, write_json
+from sps_jax.files import write_csv, write_json
+from sps_jax.plotting import pyplot, save_figure, smooth
 
 STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
 THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, attn/qkv, attn/out, "
@@ -55,22 +56,9 @@ THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, a
 def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "val",
                    eos_id: int | None = None) -> list[np.ndarray]:
     """The first ``num_docs`` documents of a prepared token file with at least ``min_tokens``
-    tokens (each ends with its EOS), read through ``np.memmap``."""
-    manifest_path = os.path.join(data_dir, "manifest.json")
-    if not os.path.isfile(manifest_path):
-        raise FileNotFoundError(f"{data_dir!r} has no manifest.json: pass a folder written by "
-                                "`python -m sps_jax.data prepare` (--val-data).")
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    if split not in manifest.get("splits", {}):
-        raise ValueError(f"{manifest_path} has no {split!r} split: it has {sorted(manifest.get('splits', {}))}.")
-    if manifest.get("dtype") != "uint16":
-        raise ValueError(f"{manifest_path} says dtype {manifest.get('dtype')!r}; token files must be uint16.")
-    file_eos = int(manifest.get("eos_id", masks.EOS_ID))
-    if eos_id is not None and file_eos != eos_id:
-        raise ValueError(f"the token file's eos_id {file_eos} differs from the model's {eos_id}: "
-                         "the data was prepared for another tokenizer.")
-    tokens = np.memmap(os.path.join(data_dir, manifest["splits"][split]["file"]), dtype="<u2", mode="r")
+    tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens``."""
+    tokens = loader.open_tokens(data_dir, split, eos_id=eos_id)
+    file_eos = eos_id if eos_id is not None else sps_data.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)
     starts = np.concatenate([[0], ends[:-1] + 1])
     docs = []
@@ -389,9 +377,8 @@ def _check_inputs(args):
     for w in args.workdir:
         if not os.path.exists(w):
             raise FileNotFoundError(f"run folder {w!r} does not exist: pass --workdir of a training run.")
-    if args.val_data and not os.path.isfile(os.path.join(args.val_data, "manifest.json")):
-        raise FileNotFoundError(f"{args.val_data!r} has no manifest.json: pass a folder written by "
-                                "`python -m sps_jax.data prepare` (--val-data).")
+    if args.val_data:
+        loader.open_tokens(args.val_data, args.split)
     if args.docs < 1:
         raise ValueError("--docs must be at least 1.")
 

@@ -17,6 +17,8 @@ import sys
 import tarfile
 import tempfile
 
+from sps_jax import files
+
 EOS_TOKEN = "<|endoftext|>"
 EOS_ID = 50256
 RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
@@ -105,11 +107,8 @@ def provision(out: str | None = None) -> str:
     digest = hashlib.sha256(data).hexdigest()
     if digest != RANKS_SHA256:
         raise TokenizerMissing(f"gpt2.tiktoken has sha256 {digest}, expected {RANKS_SHA256}; refusing to use it.")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    partial = out + ".partial"
-    with open(partial, "wb") as f:
+    with files.atomic_open(out, "wb") as f:
         f.write(data)
-    os.replace(partial, out)
     print(f"tokenizer provisioned at {out} (sha256 verified)")
     return out
 

@@ -18,10 +18,10 @@ import os
 import signal
 import sys
 import time
+import types
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from sps_jax import checkpoint, config as sps_config, data as sps_data, flops, loader, mesh as sps_mesh, metrics
@@ -87,6 +87,31 @@ def make_train_step(model, opt, accum: int, param_shardings):
     return step
 
 
+def setup(config, p: dict, devices) -> types.SimpleNamespace:
+    """What a run trains with, shared by ``train`` and ``bench train``: the mesh, model, optimizer,
+    abstract state and its shardings, ``init_state(seed)`` and the jitted, donated train step."""
+    mesh = sps_mesh.make_mesh(config.mesh, devices)
+    model = sps_model.Transformer(p["model"])
+    opt = optim.optimizer(config.train, p["tokens_per_step"])
+    abstract_params = sps_model.param_shapes(model)
+    abstract_opt = jax.eval_shape(opt.init, abstract_params)
+    param_sh = sps_mesh.state_shardings(mesh, abstract_params)
+    opt_sh = sps_mesh.state_shardings(mesh, abstract_opt)
+    micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
+    repl = sps_mesh.replicated(mesh)
+
+    def init_state(seed: int):
+        params = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)(jax.random.PRNGKey(seed))
+        return params, jax.jit(opt.init, out_shardings=opt_sh)(params)
+
+    step_fn = jax.jit(make_train_step(model, opt, p["accum"], param_sh),
+                      in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
+                      donate_argnums=(0, 1))
+    return types.SimpleNamespace(mesh=mesh, model=model, opt=opt, abstract_params=abstract_params,
+                                 abstract_opt=abstract_opt, param_sh=param_sh, opt_sh=opt_sh, micro_sh=micro_sh,
+                                 repl=repl, init_state=init_state, step_fn=step_fn)
+
+
 def make_eval_step(model):
     def step(params, tokens_BT1):
         return sps_model.loss_sums(model, params, tokens_BT1)
@@ -150,16 +175,9 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
                              jax.process_index(), jax.process_count())
 
-    mesh = sps_mesh.make_mesh(config.mesh, devices)
-    model = sps_model.Transformer(cfg)
-    opt = optim.optimizer(t, p["tokens_per_step"])
-    abstract_params = sps_model.param_shapes(model)
-    abstract_opt = jax.eval_shape(opt.init, abstract_params)
-    param_sh = sps_mesh.state_shardings(mesh, abstract_params)
-    opt_sh = sps_mesh.state_shardings(mesh, abstract_opt)
-    micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
-    val_sh = sps_mesh.batch_sharding(mesh)
-    repl = sps_mesh.replicated(mesh)
+    run = setup(config, p, devices)
+    model, param_sh, opt_sh, micro_sh, repl = run.model, run.param_sh, run.opt_sh, run.micro_sh, run.repl
+    val_sh = sps_mesh.batch_sharding(run.mesh)
 
     os.makedirs(workdir, exist_ok=True)
     mngr = checkpoint.train_manager(workdir, t.milestone_every)
@@ -170,31 +188,26 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
         checkpoint.write_config(workdir, config)
 
     if start_step is None:
-        init = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)
-        params = init(jax.random.PRNGKey(t.seed))
-        opt_state = jax.jit(opt.init, out_shardings=opt_sh)(params)
+        params, opt_state = run.init_state(t.seed)
         data_state, start_step, elapsed_before = None, 0, 0.0
     else:
         as_target = lambda tree, sh: jax.tree_util.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
         params, opt_state, meta, data_state = checkpoint.restore_train_state(
-            mngr, start_step, as_target(abstract_params, param_sh), as_target(abstract_opt, opt_sh))
+            mngr, start_step, as_target(run.abstract_params, param_sh), as_target(run.abstract_opt, opt_sh))
         elapsed_before = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
         log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
     if jax.process_index() == 0:
         metrics.truncate(workdir, start_step)
     iterator = loader.train_iterator(dataset, data_state, config.data.prefetch)
 
-    step_fn = jax.jit(make_train_step(model, opt, p["accum"], param_sh),
-                      in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
-                      donate_argnums=(0, 1))
     eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh), out_shardings=(repl, repl))
     micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
     local_rows = t.micro_batch // jax.process_count()
 
     t0 = time.time()
     example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
-    step_fn = step_fn.lower(params, opt_state, example).compile()
+    step_fn = run.step_fn.lower(params, opt_state, example).compile()
     flops_per_token = flops.train_flops_per_token(cfg)
     log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
         f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "

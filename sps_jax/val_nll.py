@@ -1,4 +1,5 @@
-"""Validation NLL on a prepared token file (``DIR/manifest.json`` + ``DIR/val.bin``).
+"""Validation NLL on a prepared token file (``DIR/manifest.json`` + ``DIR/val.bin``, opened with
+``sps_jax.loader.open_tokens``).
 
 The split is cut into fixed windows of seq_len + 1 tokens starting every seq_len
 tokens (so every target is predicted exactly once, always from the same
@@ -10,42 +11,12 @@ documents separated by EOS as in training.
 from __future__ import annotations
 
 import functools
-import json
-import os
 import time
 
 import jax
 import numpy as np
 
 from sps_jax import model as sps_model
-
-
-def read_split(data_dir: str, split: str = "val", cfg: sps_model.ModelConfig | None = None) -> np.ndarray:
-    """The split's tokens as a read-only uint16 memmap, after checking the manifest against the model."""
-    manifest_path = os.path.join(data_dir, "manifest.json")
-    if not os.path.isfile(manifest_path):
-        raise FileNotFoundError(f"{data_dir!r} has no manifest.json: prepare it with `python -m sps_jax.data prepare`.")
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    if manifest.get("dtype") != "uint16":
-        raise ValueError(f"{manifest_path} says dtype {manifest.get('dtype')!r}; only uint16 token files are supported.")
-    info = manifest.get("splits", {}).get(split)
-    if info is None:
-        raise ValueError(f"{manifest_path} has no split {split!r}; it has {sorted(manifest.get('splits', {}))}.")
-    if cfg is not None and manifest.get("eos_id") != cfg.eos_id:
-        raise ValueError(f"the token file's eos_id {manifest.get('eos_id')} differs from the model's {cfg.eos_id}: "
-                         "it was prepared with another tokenizer.")
-    path = os.path.join(data_dir, info["file"])
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"token file {path!r} named in the manifest is missing.")
-    size = os.path.getsize(path)
-    if size != 2 * int(info["tokens"]):
-        raise ValueError(f"{path} has {size} bytes but the manifest says {info['tokens']} uint16 tokens: "
-                         "the file is truncated or from another preparation.")
-    tokens = np.memmap(path, dtype="<u2", mode="r")
-    if cfg is not None and tokens.size and int(tokens.max()) >= cfg.vocab_size:
-        raise ValueError(f"{path} holds token id {int(tokens.max())}, outside the model's vocabulary of {cfg.vocab_size}.")
-    return tokens
 
 
 def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import small_config
-from sps_jax import figures
+from sps_jax import figures, flops, masks
 from sps_jax import model as sps_model
 
 
@@ -36,14 +36,22 @@ def write_eval(folder, name, scale, variant, window, acc, tokens=20_000, val_nll
     return path
 
 
-def test_compute_axis_is_six_flops_per_matmul_weight_per_slot():
-    cfg = small_config("standard", None)
+@pytest.mark.parametrize("variant, window", [("standard", None), ("sps", 2)])
+def test_compute_axis_is_design_section_4_training_flops(tmp_path, variant, window):
+    cfg = small_config(variant, window)
+    run = write_run(tmp_path / "run", "tiny", variant, window, [4.0, 3.5, 3.2])
+    data = figures.curves([run], str(tmp_path / "c.png"))
+    # DESIGN.md section 4, counted independently: 3 x (2 x block matmul weights x S
+    # + 4 d x visible keys per position (from the dense mask) per layer + 2 d V for the head).
     norms = (2 * cfg.num_layers + 1) * cfg.d_model
-    expected = 6 * (sps_model.count_params(sps_model.Transformer(cfg)) - norms)
-    assert figures.train_flops_per_token(dataclasses.asdict(cfg)) == expected
-    # Two streams touch every block weight twice per position; the LM head runs once.
-    sps = figures.train_flops_per_token(dataclasses.asdict(small_config("sps", 2)))
-    assert sps - expected == expected - 6 * cfg.d_model * cfg.vocab_size
+    block_matmul = sps_model.count_params(sps_model.Transformer(cfg)) - norms - cfg.vocab_size * cfg.d_model
+    S = masks.num_streams(variant)
+    T = cfg.seq_len
+    keys = masks.dense_mask(variant, window, np.zeros((1, T), np.int32)).sum() / T
+    forward = 2 * block_matmul * S + 4 * cfg.d_model * cfg.num_layers * keys + 2 * cfg.d_model * cfg.vocab_size
+    run_data = data["runs"][0]
+    np.testing.assert_allclose(np.array(run_data["train_flops"]) / np.array(run_data["tokens_seen"]), 3 * forward)
+    assert "sps_jax.flops" in data["flops_convention"]
 
 
 def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
@@ -55,7 +63,7 @@ def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
     assert [r["label"] for r in data["runs"]] == ["tiny-standard", "tiny-sps-w2"]
     assert data["runs"][1]["val_loss"] == [3.9, 3.4, 3.1, 3.0]
     ratio = np.array(data["runs"][1]["train_flops"]) / np.array(data["runs"][1]["tokens_seen"])
-    np.testing.assert_allclose(ratio, figures.train_flops_per_token(dataclasses.asdict(small_config("sps", 2))))
+    np.testing.assert_allclose(ratio, flops.train_flops_per_token(small_config("sps", 2)))
     assert os.path.getsize(out) > 10_000
 
 
