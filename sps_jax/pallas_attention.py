@@ -297,28 +297,38 @@ def _compiler_params(interpret):
 # pallas_call wrappers and the custom VJP
 # ----------------------------------------------------------------------------
 
+def _row_block(b, h, i):
+    """Block i of the rows (queries or keys) of batch b, head h."""
+    return (b, i, h, 0)
+
+
+def _query_tile_specs(S, R, M, Dh):
+    """Inputs shared by the forward and dQ kernels, which walk the same query-side tables:
+    the tile's block table, its rows' [lo, hi) intervals, the query tile, and all of K and V."""
+    whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
+    return [
+        pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
+        pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
+        pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
+        pl.BlockSpec((None, R, None, Dh), _row_block),
+        pl.BlockSpec((None, M, None, Dh), whole),
+        pl.BlockSpec((None, M, None, Dh), whole),
+    ]
+
+
 def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi):
     S, block_q, block_k, Tp, scale, interpret = plan
     B, N, H, Dh = q_BNHK.shape
     R, M = block_q * S, S * Tp
     grid = (B, H, N // R)
-    tile = lambda b, h, i: (b, i, h, 0)  # noqa: E731
-    whole_k = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     kernel = functools.partial(_forward_kernel, streams=S, block_k=block_k, padded_len=Tp,
                                scale=scale)
     return pl.pallas_call(
         kernel,
         grid=grid,
-        in_specs=[
-            pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
-            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
-            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
-            pl.BlockSpec((None, R, None, Dh), tile),
-            pl.BlockSpec((None, M, None, Dh), whole_k),
-            pl.BlockSpec((None, M, None, Dh), whole_k),
-        ],
+        in_specs=_query_tile_specs(S, R, M, Dh),
         out_specs=[
-            pl.BlockSpec((None, R, None, Dh), tile),
+            pl.BlockSpec((None, R, None, Dh), _row_block),
             pl.BlockSpec((None, None, R), lambda b, h, i: (b, h, i)),
         ],
         out_shape=[jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
@@ -338,29 +348,21 @@ def _backward(plan, res, do_BNHK):
     delta_BHN = jnp.einsum("bnhd,bnhd->bhn", do_BNHK.astype(jnp.float32),
                            o_BNHK.astype(jnp.float32))
     whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
-    tile = lambda b, h, i: (b, i, h, 0)  # noqa: E731
     row_vec = pl.BlockSpec((None, None, R), lambda b, h, i: (b, h, i))
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, streams=S, block_k=block_k, padded_len=Tp, scale=scale),
         grid=(B, H, N // R),
-        in_specs=[
-            pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
-            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
-            pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
-            pl.BlockSpec((None, R, None, Dh), tile),
-            pl.BlockSpec((None, M, None, Dh), whole),
-            pl.BlockSpec((None, M, None, Dh), whole),
-            pl.BlockSpec((None, R, None, Dh), tile),
+        in_specs=_query_tile_specs(S, R, M, Dh) + [
+            pl.BlockSpec((None, R, None, Dh), _row_block),
             row_vec, row_vec,
         ],
-        out_specs=pl.BlockSpec((None, R, None, Dh), tile),
+        out_specs=pl.BlockSpec((None, R, None, Dh), _row_block),
         out_shape=jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
         interpret=interpret,
         compiler_params=_compiler_params(interpret),
         name="sps_flash_dq",
     )(q_tab.reshape(B, N // R, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
       lse_BHN, delta_BHN)
-    key_tile = lambda b, h, i: (b, i, h, 0)  # noqa: E731
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, rows_per_tile=R, scale=scale),
@@ -369,13 +371,13 @@ def _backward(plan, res, do_BNHK):
             pl.BlockSpec((None, None, 4), lambda b, h, i: (b, i, 0)),
             pl.BlockSpec((None, block_k), lambda b, h, i: (b, i)),
             pl.BlockSpec((None, block_k), lambda b, h, i: (b, i)),
-            pl.BlockSpec((None, block_k, None, Dh), key_tile),
-            pl.BlockSpec((None, block_k, None, Dh), key_tile),
+            pl.BlockSpec((None, block_k, None, Dh), _row_block),
+            pl.BlockSpec((None, block_k, None, Dh), _row_block),
             pl.BlockSpec((None, N, None, Dh), whole),
             pl.BlockSpec((None, N, None, Dh), whole),
             whole_rows, whole_rows,
         ],
-        out_specs=[pl.BlockSpec((None, block_k, None, Dh), key_tile)] * 2,
+        out_specs=[pl.BlockSpec((None, block_k, None, Dh), _row_block)] * 2,
         out_shape=[jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype),
                    jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)],
         interpret=interpret,
