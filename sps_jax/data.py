@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from sps_jax import corpus, files, tokenizer
+from sps_jax import corpus, files, tokenizer, vocab
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
@@ -95,7 +95,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     def flush(batch):
         # Encoding a batch uses tiktoken's threads; memory stays bounded by the batch size.
         for text, ids in zip(batch, enc.encode_ordinary_batch(batch)):
-            ids.append(tokenizer.EOS_ID)
+            ids.append(vocab.EOS_ID)
             writers["val" if is_val_document(text, val_fraction) else "train"].write(ids)
 
     batch = []
@@ -118,7 +118,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
                     f"{tokens / (last_log - start):,.0f} tokens/s")
     if batch:
         flush(batch)
-    manifest = {"tokenizer": "gpt2", "dtype": DTYPE, "eos_id": tokenizer.EOS_ID,
+    manifest = {"tokenizer": "gpt2", "dtype": DTYPE, "eos_id": vocab.EOS_ID,
                 "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
     if manifest["splits"]["train"]["tokens"] == 0:
         raise ValueError(f"source {source!r} produced no training tokens: check the source and --val-fraction.")
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
             from sps_jax import loader
 
             for split in SPLITS:
-                tokens = loader.open_tokens(args.dir, split, vocab_size=50304, verify_checksum=True)
+                tokens = loader.open_tokens(args.dir, split, vocab_size=vocab.VOCAB_SIZE, verify_checksum=True)
                 print(f"{split}: {len(tokens):,} tokens ok")
     except (ValueError, FileNotFoundError, ImportError, ConnectionError, tokenizer.TokenizerMissing) as e:
         print(f"error: {e}", file=sys.stderr)

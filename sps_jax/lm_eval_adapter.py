@@ -19,7 +19,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
-from sps_jax import generate, scoring, tokenizer as sps_tokenizer
+from sps_jax import generate, scoring, tokenizer as sps_tokenizer, vocab
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -27,8 +27,8 @@ DEFAULT_MAX_GEN_TOKS = 256
 class GPT2Text:
     """The GPT-2 tokenizer as text <-> ids (ordinary text: '<|endoftext|>' in text is not special)."""
 
-    eos_id = sps_tokenizer.EOS_ID
-    vocab_size = sps_tokenizer.EOS_ID + 1
+    eos_id = vocab.EOS_ID
+    vocab_size = vocab.TEXT_VOCAB
 
     def __init__(self, ranks_path: str | None = None):
         self.ranks_path = ranks_path

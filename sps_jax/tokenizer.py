@@ -17,10 +17,9 @@ import sys
 import tarfile
 import tempfile
 
-from sps_jax import files
+from sps_jax import files, vocab
 
 EOS_TOKEN = "<|endoftext|>"
-EOS_ID = 50256
 RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 # GPT-2's pre-tokenisation pattern (tiktoken's r50k pattern).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -47,7 +46,7 @@ def from_ranks_file(path: str):
     from tiktoken.load import load_tiktoken_bpe
 
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=load_tiktoken_bpe(path),
-                             special_tokens={EOS_TOKEN: EOS_ID})
+                             special_tokens={EOS_TOKEN: vocab.EOS_ID})
 
 
 _CACHE = {}
@@ -83,7 +82,7 @@ def encode(text: str, ranks_path: str | None = None) -> list[int]:
 
 
 def decode(ids, ranks_path: str | None = None) -> str:
-    return get_tokenizer(ranks_path).decode([int(i) for i in ids if int(i) < EOS_ID + 1])
+    return get_tokenizer(ranks_path).decode([int(i) for i in ids if int(i) < vocab.TEXT_VOCAB])
 
 
 def provision(out: str | None = None) -> str:

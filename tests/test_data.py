@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from sps_jax import corpus, data, loader, tokenizer
+from sps_jax import corpus, data, loader, tokenizer, vocab
 from train_utils import ensure_tokenizer, write_token_folder
 
 
@@ -20,9 +20,9 @@ DOCS = [f"Document number {i}: the quick brown fox jumps over {i} lazy dogs.\nSe
 def read_docs(folder, split):
     """Decode a split back into its documents by cutting at EOS."""
     ids = np.fromfile(os.path.join(folder, f"{split}.bin"), dtype="<u2")
-    assert ids.size == 0 or ids[-1] == tokenizer.EOS_ID, "every document, the last included, ends with EOS"
+    assert ids.size == 0 or ids[-1] == vocab.EOS_ID, "every document, the last included, ends with EOS"
     docs, start = [], 0
-    for end in np.flatnonzero(ids == tokenizer.EOS_ID):
+    for end in np.flatnonzero(ids == vocab.EOS_ID):
         docs.append(tokenizer.decode(ids[start:end].tolist()))
         start = end + 1
     return docs

@@ -19,7 +19,7 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
-from sps_jax import checkpoint, evaluate, lm_eval_adapter, masks, paper_tasks, results_table  # noqa: E402
+from sps_jax import checkpoint, evaluate, lm_eval_adapter, paper_tasks, results_table, vocab  # noqa: E402
 from sps_jax import model as sps_model, scoring, val_nll  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -436,7 +436,7 @@ def test_paper_task_groups_expand_to_the_papers_nine_tasks():
     assert paper_tasks.expand(["paper"]) == ["arc_easy", "hellaswag", "piqa", "sciq", "lambada",
                                              "wikitext", "c4", "pile_books3", "govreport"]
     assert paper_tasks.expand(["zero_shot,wikitext"])[-1] == "wikitext"
-    assert masks.PAD_ID == 50303  # the adapter pads with the model's pad id, 50303 for real checkpoints
+    assert vocab.PAD_ID == 50303  # the adapter pads with the model's pad id, 50303 for real checkpoints
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("lm_eval")
 
-from sps_jax import checkpoint, config as sps_config, model as sps_model, tokenizer  # noqa: E402
+from sps_jax import checkpoint, config as sps_config, model as sps_model, tokenizer, vocab  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,7 +38,7 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     data.mkdir()
     ids = []
     for doc in ["The state of a system is what persists.", "Predictions are made and then forgotten."] * 6:
-        ids += tokenizer.encode(doc) + [tokenizer.EOS_ID]
+        ids += tokenizer.encode(doc) + [vocab.EOS_ID]
     np.asarray(ids, "<u2").tofile(data / "val.bin")
     (data / "manifest.json").write_text(json.dumps({"tokenizer": "gpt2", "dtype": "uint16", "eos_id": 50256,
                                                    "splits": {"val": {"file": "val.bin", "tokens": len(ids)}}}))
