@@ -208,7 +208,6 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     t0 = time.time()
     example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
     step_fn = run.step_fn.lower(params, opt_state, example).compile()
-    flops_per_token = flops.train_flops_per_token(cfg)
     log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
         f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
         f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
@@ -246,7 +245,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                 record = {"step": step, "tokens_seen": step * p["tokens_per_step"], "loss": float(out["loss"]),
                           "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
                           "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
-                          "mfu": flops_per_token * tokens_per_s / (len(devices) * t.peak_flops_per_device),
+                          "mfu": flops.mfu(cfg, tokens_per_s, len(devices), t.peak_flops_per_device),
                           "elapsed_s": elapsed_before + time.time() - run_start}
                 if not out["finite"]:
                     record["skipped"] = True
