@@ -33,7 +33,7 @@ def parse_args(argv):
     p.add_argument("--seq-len", type=int, default=4096, help="T, input positions")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--window", type=int, default=64)
+    p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
     p.add_argument("--block-q", type=int, default=pa.DEFAULT_BLOCK_Q)
     p.add_argument("--block-k", type=int, default=pa.DEFAULT_BLOCK_K)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
@@ -129,13 +129,12 @@ def timing_table(args, interpret=False):
     base = baseline_rows(args, dtype, key)
     results = {"rows": [], "baselines": base}
     for variant in args.variants:
-        S = masks.num_streams(variant)
-        counts = pa.score_counts(doc, variant=variant, window=w, block_q=args.block_q, block_k=args.block_k)
-        q, k, v = (jax.random.normal(kk, (B, T, S, H, Dh), dtype) for kk in jax.random.split(key, 3))
+        vis = masks.Visibility(variant, w)
+        counts = pa.score_counts(doc, vis, block_q=args.block_q, block_k=args.block_k)
+        q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
 
-        def fn(q, k, v, variant=variant):
-            return pa.attention(q, k, v, doc, variant=variant, window=w, interpret=interpret,
-                                block_q=args.block_q, block_k=args.block_k)
+        def fn(q, k, v, vis=vis):
+            return pa.attention(q, k, v, doc, vis, interpret=interpret, block_q=args.block_q, block_k=args.block_k)
 
         print(f"pallas {variant}: timing ...", flush=True)
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
@@ -164,7 +163,7 @@ def cpu_report(args):
           f"block_q={args.block_q}, block_k={args.block_k} (per row and head)")
     results = {"counts": {}, "interpret_check": {}}
     for variant in args.variants:
-        c = pa.score_counts(doc, variant=variant, window=w, block_q=args.block_q, block_k=args.block_k)
+        c = pa.score_counts(doc, masks.Visibility(variant, w), block_q=args.block_q, block_k=args.block_k)
         c["computed_over_dense_causal"] = c["computed"] / c["dense_causal"]
         results["counts"][variant] = c
         print(f"  {variant:14s} visible {c['visible']:>10d}  computed {c['computed']:>10d}  "
@@ -175,14 +174,13 @@ def cpu_report(args):
     doc = np.zeros((small["B"], small["T"]), np.int32)
     doc[:, 30:] = 1
     for variant in args.variants:
-        S = masks.num_streams(variant)
-        q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], S, small["H"], small["Dh"])),
+        vis = masks.Visibility(variant, small["window"])
+        q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], vis.num_streams, small["H"], small["Dh"])),
                                jnp.float32) for _ in range(3))
         t0 = time.perf_counter()
-        got = pa.attention(q, k, v, doc, variant=variant, window=small["window"], interpret=True,
-                           block_q=small["block"], block_k=small["block"])
+        got = pa.attention(q, k, v, doc, vis, interpret=True, block_q=small["block"], block_k=small["block"])
         seconds = time.perf_counter() - t0
-        want = attention.xla_attention(q, k, v, jnp.asarray(doc), variant=variant, window=small["window"])
+        want = attention.xla_attention(q, k, v, jnp.asarray(doc), vis)
         err = float(jnp.abs(got - want).max())
         results["interpret_check"][variant] = {"max_abs_error_vs_xla": err, "seconds": seconds}
         print(f"  {variant:14s} max |pallas - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")

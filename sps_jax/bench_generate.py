@@ -49,16 +49,13 @@ def _parse(argv):
 
 def _model_config(args, overrides, variant):
     from sps_jax import config as sps_config
+    from sps_jax import masks
     from sps_jax import model as sps_model
 
     config = sps_config.load_config(args.config, overrides)
     fields = dict(config.model)
-    base_window = fields.get("window")
-    fields["variant"] = variant
-    if variant in ("standard", "two_x_memory"):
-        fields["window"] = None
-    else:
-        fields["window"] = 64 if base_window is None else base_window
+    vis = masks.Visibility(fields["variant"], fields["window"]).with_variant(variant)
+    fields["variant"], fields["window"] = vis.variant, vis.window
     fields["seq_len"] = max(fields["seq_len"], args.prefill)
     if args.attention:
         fields["attention"] = args.attention
@@ -199,7 +196,7 @@ def main(argv=None) -> int:
         return 0
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
-        masks.check_variant(v)
+        masks.Visibility(v)  # an unknown variant stops here, before any compilation
     if min(args.batch, args.prefill, args.decode, args.repeats) < 1:
         raise SystemExit("--batch, --prefill, --decode and --repeats must be at least 1.")
     _model_config(args, overrides, variants[0])  # config errors before any compilation

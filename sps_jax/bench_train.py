@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import config as sps_config, files, flops
+from sps_jax import config as sps_config, files, flops, masks
 from sps_jax import train as sps_train
 
 
@@ -71,12 +71,12 @@ def main(argv=None) -> int:
     try:
         base = sps_config.load_config(args.config, overrides)
         variants = args.variants.split(",") if args.variants else [base.model.variant]
-        window = base.model.window if base.model.window is not None else 64
+        base_vis = masks.Visibility(base.model.variant, base.model.window)
         results = []
         for variant in variants:
             config = sps_config.load_config(args.config, overrides)
-            config.model.variant = variant
-            config.model.window = None if variant in ("standard", "two_x_memory") else window
+            vis = base_vis.with_variant(variant)
+            config.model.variant, config.model.window = vis.variant, vis.window
             print(f"timing {variant} ...", file=sys.stderr, flush=True)
             r = bench_variant(config, args.steps, args.warmup)
             print(f"{variant}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "

@@ -7,13 +7,15 @@ notebook can build the same ConfigDicts without any file.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import os
 from typing import Sequence
 
 import ml_collections
 
-from sps_jax import masks
+from sps_jax import flops, masks
+from sps_jax import model as sps_model
 
 # (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = 64 everywhere.
 SCALES = {
@@ -25,34 +27,20 @@ SCALES = {
 }
 
 
-def model_config(scale: str = "s", variant: str = "sps", window: int | None = 64):
+def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
+    """The paper scale with these dimensions, or None."""
+    return next((name for name, dims in SCALES.items() if dims == (num_layers, d_model, num_heads)), None)
+
+
+def model_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
+    """The paper's model at a scale: ``ModelConfig``'s defaults (the only ones) with the scale's
+    dimensions, T = 4096, bf16 compute and the Pallas kernel on GPU."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}.")
-    masks.check_variant(variant)
-    masks.check_window(window)
     layers, d, heads = SCALES[scale]
-    m = ml_collections.ConfigDict()
-    m.variant = variant
-    # Standard has no windowed stream and two_x_memory is sps with an unbounded window.
-    m.window = None if variant in ("standard", "two_x_memory") else window
-    m.num_layers = layers
-    m.d_model = d
-    m.num_heads = heads
-    m.d_ff = 3 * d
-    m.vocab_size = 50304
-    m.seq_len = 4096
-    m.attention = "auto"  # Pallas on GPU, the XLA reference elsewhere.
-    m.dtype = "bfloat16"
-    m.param_dtype = "float32"
-    m.rope_theta = 10000.0
-    m.init_std = 0.02
-    m.norm_eps = 1e-6
-    m.eos_id = masks.EOS_ID
-    m.predict_id = masks.PREDICT_ID
-    m.pad_id = masks.PAD_ID
-    m.persistent_window = None
-    m.remat = False
-    return m
+    cfg = sps_model.ModelConfig(variant=variant, window=window, num_layers=layers, d_model=d, num_heads=heads,
+                                d_ff=3 * d, seq_len=4096, attention="auto", dtype="bfloat16")
+    return ml_collections.ConfigDict(dataclasses.asdict(cfg))
 
 
 def train_config():
@@ -77,7 +65,7 @@ def train_config():
     t.milestone_every = 10000      # ... plus every step divisible by this (0: none)
     t.stop_at_step = 0             # end this invocation (with a checkpoint) at this step; 0: run the whole schedule
     t.nonfinite = "stop"           # non-finite loss: "stop" the run or "skip" the update
-    t.peak_flops_per_device = 989e12  # MFU denominator: H100 SXM dense bf16
+    t.peak_flops_per_device = flops.H100_BF16_PEAK_FLOPS  # MFU denominator
     t.tensorboard = True           # also write TensorBoard events when the package is installed
     return t
 
@@ -101,11 +89,11 @@ def mesh_config():
     return m
 
 
-def paper_config(scale: str = "s", variant: str = "sps", window: int | None = 64):
+def paper_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     config = ml_collections.ConfigDict()
-    suffix = "" if variant in ("standard", "two_x_memory") else f"-w{window}"
-    config.name = f"{scale}-{variant}{suffix}"
     config.model = model_config(scale, variant, window)
+    windowed = masks.Visibility(variant).windowed  # the name carries w only where w applies
+    config.name = f"{scale}-{variant}" + (f"-w{config.model.window}" if windowed else "")
     config.train = train_config()
     config.data = data_config()
     config.mesh = mesh_config()

@@ -24,6 +24,7 @@ import numpy as np
 
 from sps_jax import checkpoint, config as sps_config
 from sps_jax import flops, masks, metrics
+from sps_jax import model as sps_model
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
 
@@ -47,7 +48,8 @@ def run_info(run: str) -> dict:
     model = config.get("model") or ml_collections.ConfigDict()
     name = config.get("name") or os.path.basename(os.path.normpath(run))
     scale = name.split("-", 1)[0] if name.split("-", 1)[0] in SCALE_ORDER else None
-    return {"run": run, "label": name, "variant": model.get("variant"), "window": model.get("window"),
+    window = masks.Visibility(model.variant, model.get("window")).window
+    return {"run": run, "label": name, "variant": model.get("variant"), "window": window,
             "scale": scale, "model": model}
 
 
@@ -75,7 +77,7 @@ def read_evaluation(path: str) -> dict:
         ev = json.load(f)
     if "variant" not in ev:
         raise ValueError(f"{path!r} is not an evaluation result: it has no 'variant'.")
-    masks.check_variant(ev["variant"])
+    ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # validated, normalised
     return ev
 
 
@@ -88,7 +90,7 @@ def curves(runs, out: str) -> dict:
     for run in runs:
         info = run_info(run)
         tokens, loss = validation_curve(metrics.read(run, required=True))
-        per_token = flops.train_flops_per_token(info["model"]) if info["model"] else np.nan
+        per_token = flops.train_flops_per_token(sps_model.ModelConfig.from_config(info["model"]))
         train_flops = tokens * per_token
         series.append({"label": info["label"], "variant": info["variant"], "window": info["window"],
                        "tokens_seen": tokens.tolist(), "train_flops": train_flops.tolist(), "val_loss": loss.tolist()})
@@ -122,17 +124,17 @@ def window_ablation(sources, out: str) -> dict:
     points = [final_point(s) for s in sources]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    windowed = sorted({p["variant"] for p in points if p["window"] is not None and p["variant"] != "standard"})
+    windowed = sorted({p["variant"] for p in points if p["window"] is not None})
     for variant in windowed:
         pts = sorted((p["window"], p["val_nll"]) for p in points
                      if p["variant"] == variant and p["window"] is not None)
         ax.plot([w for w, _ in pts], [v for _, v in pts], marker="o", linewidth=1.8, label=variant)
     for p in points:
-        if p["window"] is None or p["variant"] == "standard":
+        if p["window"] is None:
             ax.axhline(p["val_nll"], linestyle="--", color="gray", linewidth=1)
             ax.text(1.0, p["val_nll"], f" {p['variant']}", transform=ax.get_yaxis_transform(), va="center",
                     fontsize=8, color="gray")
-    windows = sorted({p["window"] for p in points if p["window"] is not None and p["variant"] != "standard"})
+    windows = sorted({p["window"] for p in points if p["window"] is not None})
     ax.set_xscale("symlog", linthresh=max(1, min([w for w in windows if w > 0], default=1)))
     ax.set_xticks(windows, [str(w) for w in windows])
     ax.xaxis.set_minor_locator(plt.NullLocator())
@@ -179,7 +181,7 @@ def accuracy_gains(evaluations, baseline: str = "standard") -> list[dict]:
 
 def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
-    masks.check_variant(baseline)
+    masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
     rows = accuracy_gains([read_evaluation(p) for p in paths], baseline)
     if not rows:
         raise ValueError(f"no scale has both a {baseline!r} evaluation and another variant's with "

@@ -1,4 +1,4 @@
-"""Model FLOPs per input token and MFU (DESIGN.md section 4), pure functions.
+"""Model FLOPs per input token and MFU (docs/design.md section 7), pure functions.
 
 Convention ("model FLOPs", counted per *input* token, forward pass):
 
@@ -15,24 +15,27 @@ FLOPs per second / (devices x peak), with the H100 SXM dense bf16 peak
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from sps_jax import masks
 
-H100_BF16_PEAK_FLOPS = 989e12
+H100_BF16_PEAK_FLOPS = 989e12  # H100 SXM, dense bf16: the MFU denominator of every report
 
 
-def visible_keys_per_position(variant: str, window: int | None, seq_len: int) -> float:
+@functools.lru_cache(maxsize=None)
+def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     """Mean over positions of the visible keys summed over the position's S query slots."""
-    persistent = masks.persistent_streams(variant)
-    S = len(persistent)
+    S = vis.num_streams
     i = np.arange(seq_len, dtype=np.int64)
     total = 0
     for s in range(S):            # query stream
         for t in range(S):        # key stream
             # Causal in interleaved order 2j+t <= 2i+s: the query's own position only if t <= s.
             hi = i if t <= s else i - 1
-            lo = np.zeros_like(i) if persistent[t] or window is None else np.maximum(0, i - window)
+            w = vis.stream_window(t)
+            lo = np.zeros_like(i) if w is None else np.maximum(0, i - w)
             total += int(np.maximum(0, hi - lo + 1).sum())
     return total / seq_len
 
@@ -43,11 +46,11 @@ def matmul_params_per_slot(num_layers: int, d_model: int, d_ff: int) -> int:
 
 
 def forward_flops_per_token(cfg) -> float:
-    """Forward model FLOPs per input token for a ModelConfig-like object (fields as in config.model)."""
-    S = masks.num_streams(cfg.variant)
+    """Forward model FLOPs per input token of a ``sps_jax.model.ModelConfig``."""
+    vis = cfg.visibility
     d = cfg.d_model
-    matmul = 2 * matmul_params_per_slot(cfg.num_layers, d, cfg.d_ff) * S
-    attention = 4 * d * cfg.num_layers * visible_keys_per_position(cfg.variant, cfg.window, cfg.seq_len)
+    matmul = 2 * matmul_params_per_slot(cfg.num_layers, d, cfg.d_ff) * vis.num_streams
+    attention = 4 * d * cfg.num_layers * visible_keys_per_position(vis, cfg.seq_len)
     head = 2 * d * cfg.vocab_size
     return float(matmul + attention + head)
 

@@ -52,19 +52,18 @@ from sps_jax.scoring import bucket
 
 # ----------------------------------------------------------------------------- cache layout
 
-def cache_streams(variant: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(persistent stream indices, windowed stream indices) of a variant; each a contiguous run."""
-    persist = masks.persistent_streams(variant)
+def cache_streams(vis: masks.Visibility) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(persistent stream indices, windowed stream indices); each a contiguous run."""
+    persist = vis.persistent_streams
     return (tuple(s for s, p in enumerate(persist) if p),
             tuple(s for s, p in enumerate(persist) if not p))
 
 
-def ring_slots(cfg: sps_model.ModelConfig, max_len: int) -> int:
+def ring_slots(vis: masks.Visibility, max_len: int) -> int:
     """Ring-buffer slots per layer: max(w, 1) (at most max_len); 0 without a windowed stream."""
-    _, windowed = cache_streams(cfg.variant)
-    if not windowed:
+    if not vis.windowed:
         return 0
-    window = max_len if cfg.window is None else cfg.window
+    window = max_len if vis.window is None else vis.window
     return max(1, min(window, max_len))
 
 
@@ -104,8 +103,8 @@ class Cache:
 
 def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
     """An empty cache for ``batch`` rows of up to ``max_len`` positions (prompt padding included)."""
-    persistent, _ = cache_streams(cfg.variant)
-    R = ring_slots(cfg, max_len)
+    persistent, _ = cache_streams(cfg.visibility)
+    R = ring_slots(cfg.visibility, max_len)
     H, K, dt = cfg.num_heads, cfg.head_dim, cfg.compute_dtype
     zeros = functools.partial(jnp.zeros, dtype=dt)
     per_stream = lambda: tuple(zeros((batch, H, max_len, K)) for _ in persistent)
@@ -151,9 +150,8 @@ class _LayerView:
         """Training attention over the prompt (the cache starts empty), then store its K/V."""
         c = self.cfg
         attend = attention.get_backend(c.attention)
-        o_BTSHK = attend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, variant=c.variant, window=c.window,
-                         persistent_window=c.persistent_window)
-        persistent, windowed = cache_streams(c.variant)
+        o_BTSHK = attend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, c.visibility)
+        persistent, windowed = cache_streams(c.visibility)
         T = k_BTSHK.shape[1]
         # Stream s of [B, T, S, H, K] -> [B, H, T, K], written at cache positions [0, T).
         put = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(
@@ -175,7 +173,7 @@ class _LayerView:
         c = self.cfg
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"
-        persistent, windowed = cache_streams(c.variant)
+        persistent, windowed = cache_streams(c.visibility)
         t = self.index
         dt = q_BTSHK.dtype
         write = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(
@@ -206,10 +204,9 @@ class _LayerView:
         k_stream_N = jnp.asarray(np.concatenate(k_stream))
         q_stream_S = jnp.arange(S)
         # The training rule, queried per (query stream, key slot); empty slots have document -1.
-        mask_BSN = masks.visible(c.variant, c.window,
+        mask_BSN = masks.visible(c.visibility,
                                  positions_BT[:, :, None], q_stream_S[None, :, None], doc_ids_BT[:, :, None],
-                                 k_pos_BN[:, None, :], k_stream_N[None, None, :], k_doc_BN[:, None, :],
-                                 persistent_window=c.persistent_window)
+                                 k_pos_BN[:, None, :], k_stream_N[None, None, :], k_doc_BN[:, None, :])
         # Key blocks stay separate: concatenating them would copy the whole cache every step.
         q_BHSK = jnp.swapaxes(q_BTSHK[:, 0], 1, 2).astype(dt)
         o_BHSK = attention.masked_attention(q_BHSK, keys, values, mask_BSN)

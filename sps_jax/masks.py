@@ -1,9 +1,12 @@
-"""The paper's visibility rule as pure functions (DESIGN.md section 1).
+"""The paper's visibility rule as pure functions (docs/design.md section 1).
 
 Slots are indexed by (position i, stream s): s=0 is the input token x_i, s=1 the
 predict token rho_i. Flattening (T, S) gives the paper's interleaved order
 x0 rho0 x1 rho1 ..., so slot (i, s) sits at index 2i+s (i for Standard).
 
+:class:`Visibility` is the one value that says who sees whom (variant, window,
+persistent window); it is validated once, when it is made, and travels unchanged
+through the attention backends, the Pallas kernel, the KV cache and the probes.
 Every function here works on numpy and jax arrays alike (only elementwise
 operators and ``xp.cumsum``), so the same rule builds the dense reference mask,
 checks the Pallas block tables, and masks the KV cache at decode time.
@@ -11,60 +14,85 @@ checks the Pallas block tables, and masks the KV cache at decode time.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-VARIANTS = ("standard", "sps", "two_x_memory", "delayed_state", "reverse_sps")
+from sps_jax import vocab
 
-# Per variant: which streams are persistent (never windowed), and which stream
-# the next-token logits are read from.
-_PERSISTENT = {
-    "standard": (True,),
-    "sps": (True, False),
-    "two_x_memory": (True, True),
-    "delayed_state": (False, True),
-    "reverse_sps": (False, True),
+# Per variant: which streams are persistent (never windowed), and the stream the
+# next-token logits are read from.
+_VARIANTS = {
+    "standard": ((True,), 0),
+    "sps": ((True, False), 1),
+    "two_x_memory": ((True, True), 1),
+    "delayed_state": ((False, True), 1),
+    "reverse_sps": ((False, True), 0),
 }
-_LOGITS_STREAM = {
-    "standard": 0,
-    "sps": 1,
-    "two_x_memory": 1,
-    "delayed_state": 1,
-    "reverse_sps": 0,
-}
+VARIANTS = tuple(_VARIANTS)
 
-EOS_ID = 50256
-PREDICT_ID = 50257
-PAD_ID = 50303
+# The window of a variant's windowed stream when none is given (the paper's w).
+DEFAULT_WINDOW = 64
 
 
-def check_variant(variant: str) -> None:
-    if variant not in _PERSISTENT:
-        raise ValueError(
-            f"unknown attention variant {variant!r}: choose one of {', '.join(VARIANTS)}."
-        )
+def _check_window(value, name: str):
+    """A window as a plain int (or None, unbounded), else one clear sentence."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer or None (unbounded), got {value!r}.")
+    return int(value)
 
 
-def check_window(window, name: str = "window") -> None:
-    if window is not None and (not isinstance(window, (int, np.integer)) or window < 0):
-        raise ValueError(
-            f"{name} must be a non-negative integer or None (unbounded), got {window!r}."
-        )
+@dataclasses.dataclass(frozen=True)
+class Visibility:
+    """Who sees whom: an attention variant, its window w and the analysis-only persistent window.
 
+    Frozen and hashable, so it is a static argument of ``jax.jit``. A variant
+    without a windowed stream (``standard``, ``two_x_memory``) has no use for w:
+    any window given to it is normalised to None, so equal rules compare equal.
+    """
 
-def num_streams(variant: str) -> int:
-    check_variant(variant)
-    return len(_PERSISTENT[variant])
+    variant: str
+    window: int | None = DEFAULT_WINDOW
+    persistent_window: int | None = None
 
+    def __post_init__(self):
+        if self.variant not in _VARIANTS:
+            raise ValueError(
+                f"unknown attention variant {self.variant!r}: choose one of {', '.join(VARIANTS)}.")
+        window = _check_window(self.window, "window")
+        object.__setattr__(self, "window", window if self.windowed else None)
+        object.__setattr__(self, "persistent_window",
+                           _check_window(self.persistent_window, "persistent_window"))
 
-def logits_stream(variant: str) -> int:
-    check_variant(variant)
-    return _LOGITS_STREAM[variant]
+    @property
+    def persistent_streams(self) -> tuple[bool, ...]:
+        """Per stream: True if its keys are never evicted by the window w."""
+        return _VARIANTS[self.variant][0]
 
+    @property
+    def num_streams(self) -> int:
+        return len(self.persistent_streams)
 
-def persistent_streams(variant: str) -> tuple[bool, ...]:
-    """Per stream: True if its keys are never evicted by the window w."""
-    check_variant(variant)
-    return _PERSISTENT[variant]
+    @property
+    def logits_stream(self) -> int:
+        return _VARIANTS[self.variant][1]
+
+    @property
+    def windowed(self) -> bool:
+        """True if the variant has a windowed stream (the one w applies to)."""
+        return not all(self.persistent_streams)
+
+    def stream_window(self, t: int) -> int | None:
+        """How many positions back the keys of stream t stay visible (None: unbounded)."""
+        return self.persistent_window if self.persistent_streams[t] else self.window
+
+    def with_variant(self, variant: str) -> Visibility:
+        """The same rule for another variant in a side-by-side sweep: a windowed variant keeps
+        this window, or takes :data:`DEFAULT_WINDOW` when this one has none."""
+        window = self.window if self.window is not None else DEFAULT_WINDOW
+        return Visibility(variant, window, self.persistent_window)
 
 
 def _xp(x):
@@ -76,19 +104,14 @@ def _xp(x):
     return jnp
 
 
-def visible(variant, window, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc,
-            persistent_window=None):
+def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
     """True where query slot (q_pos, q_stream) may attend to key slot (k_pos, k_stream).
 
-    Elementwise with broadcasting. ``window=None`` means unbounded; streams are
-    0 (input x) and 1 (predict rho), always 0 for ``standard``.
-    ``persistent_window`` (analysis only) also restricts persistent keys to the
-    last ``persistent_window`` positions; a query always sees its own slot.
+    Elementwise with broadcasting. Streams are 0 (input x) and 1 (predict rho),
+    always 0 for ``standard``. A persistent window also restricts persistent keys
+    to the last ``vis.persistent_window`` positions; a query always sees its own slot.
     """
-    check_variant(variant)
-    check_window(window)
-    check_window(persistent_window, "persistent_window")
-    persist = _PERSISTENT[variant]
+    persist = vis.persistent_streams
     n = len(persist)
     delta = q_pos - k_pos
     causal = n * k_pos + k_stream <= n * q_pos + q_stream
@@ -99,16 +122,16 @@ def visible(variant, window, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc,
     if n == 2:
         key_persistent = key_persistent | ((k_stream == 1) & persist[1])
         key_windowed = key_windowed | ((k_stream == 1) & (not persist[1]))
-    in_window = True if window is None else delta <= window
-    if persistent_window is None:
+    in_window = True if vis.window is None else delta <= vis.window
+    if vis.persistent_window is None:
         in_omega = True
     else:
-        in_omega = (delta <= persistent_window) | ((delta == 0) & (k_stream == q_stream))
+        in_omega = (delta <= vis.persistent_window) | ((delta == 0) & (k_stream == q_stream))
     allowed = (key_persistent & in_omega) | (key_windowed & in_window)
     return causal & same_doc & allowed
 
 
-def document_ids(tokens_BT, eos_id: int = EOS_ID, pad_id: int = PAD_ID):
+def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_ID):
     """int32 [B, T] document index per position.
 
     An EOS belongs to the document it ends (a new document starts after it);
@@ -132,16 +155,12 @@ def slot_coordinates(num_positions: int, streams: int, xp=np):
     return idx // streams, idx % streams
 
 
-def dense_mask(variant, window, doc_ids_BT, persistent_window=None):
-    """bool [B, T*S, T*S] in the paper's interleaved order (x0, rho0, x1, rho1, ...)."""
+def dense_mask(vis: Visibility, doc_ids_BT):
+    """bool [B, N, N] over the N = T*S slots in the paper's interleaved order (x0, rho0, x1, rho1, ...)."""
     xp = _xp(doc_ids_BT)
-    S = num_streams(variant)
+    S = vis.num_streams
     T = doc_ids_BT.shape[1]
     pos, stream = slot_coordinates(T, S, xp)
-    doc = xp.repeat(doc_ids_BT, S, axis=1)  # [B, T*S]
-    return visible(
-        variant, window,
-        pos[:, None], stream[:, None], doc[:, :, None],
-        pos[None, :], stream[None, :], doc[:, None, :],
-        persistent_window=persistent_window,
-    )
+    doc_BN = xp.repeat(doc_ids_BT, S, axis=1)
+    return visible(vis, pos[:, None], stream[:, None], doc_BN[:, :, None],
+                   pos[None, :], stream[None, :], doc_BN[:, None, :])

@@ -17,22 +17,28 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from sps_jax import attention, masks
+from sps_jax import attention, masks, vocab
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Hashable, validated model hyper-parameters (built from ``config.model``)."""
+    """Hashable model hyper-parameters (built from ``config.model``), validated when made.
+
+    These defaults are the only ones: ``sps_jax.config.model_config`` starts from them.
+    ``variant``, ``window`` and ``persistent_window`` form :attr:`visibility`; a window
+    given to a variant without a windowed stream is normalised to None (docs/design.md
+    section 1).
+    """
 
     variant: str = "sps"
-    window: Optional[int] = 64
+    window: Optional[int] = masks.DEFAULT_WINDOW
     num_layers: int = 2
     d_model: int = 64
     num_heads: int = 2
     d_ff: int = 192
-    vocab_size: int = 50304
+    vocab_size: int = vocab.VOCAB_SIZE
     seq_len: int = 128
     attention: str = "xla"
     dtype: str = "float32"
@@ -40,19 +46,40 @@ class ModelConfig:
     rope_theta: float = 10000.0
     init_std: float = 0.02
     norm_eps: float = 1e-6
-    eos_id: int = masks.EOS_ID
-    predict_id: int = masks.PREDICT_ID
-    pad_id: int = masks.PAD_ID
+    eos_id: int = vocab.EOS_ID
+    predict_id: int = vocab.PREDICT_ID
+    pad_id: int = vocab.PAD_ID
     persistent_window: Optional[int] = None
     remat: bool = False
 
+    def __post_init__(self):
+        vis = masks.Visibility(self.variant, self.window, self.persistent_window)
+        object.__setattr__(self, "window", vis.window)
+        object.__setattr__(self, "persistent_window", vis.persistent_window)
+        if self.attention not in attention.BACKENDS:
+            raise ValueError(
+                f"unknown attention backend {self.attention!r}: choose one of {', '.join(attention.BACKENDS)}.")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}.")
+        if self.d_model % self.num_heads or self.head_dim % 2:
+            raise ValueError(
+                f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")
+        for name in ("eos_id", "predict_id", "pad_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")
+
+    @property
+    def visibility(self) -> masks.Visibility:
+        return masks.Visibility(self.variant, self.window, self.persistent_window)
+
     @property
     def num_streams(self) -> int:
-        return masks.num_streams(self.variant)
+        return self.visibility.num_streams
 
     @property
     def logits_stream(self) -> int:
-        return masks.logits_stream(self.variant)
+        return self.visibility.logits_stream
 
     @property
     def head_dim(self) -> int:
@@ -71,26 +98,7 @@ class ModelConfig:
         unknown = sorted(set(items) - known)
         if unknown:
             raise ValueError(f"unknown model config field(s) {unknown}: valid fields are {sorted(known)}.")
-        out = cls(**items)
-        out.validate()
-        return out
-
-    def validate(self) -> None:
-        masks.check_variant(self.variant)
-        masks.check_window(self.window)
-        masks.check_window(self.persistent_window, "persistent_window")
-        if self.attention not in attention.BACKENDS:
-            raise ValueError(
-                f"unknown attention backend {self.attention!r}: choose one of {', '.join(attention.BACKENDS)}.")
-        for name in ("dtype", "param_dtype"):
-            if getattr(self, name) not in _DTYPES:
-                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}.")
-        if self.d_model % self.num_heads or self.head_dim % 2:
-            raise ValueError(
-                f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")
-        for name in ("eos_id", "predict_id", "pad_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")
+        return cls(**items)
 
 
 def check_tokens(tokens_BT, cfg: ModelConfig) -> None:
@@ -124,9 +132,9 @@ def apply_rope(x_BTSHK, positions_BT, theta):
     """Rotate interleaved feature pairs (2k, 2k+1) of each head by position (shared by both streams)."""
     K = x_BTSHK.shape[-1]
     inv_freq = theta ** (-jnp.arange(0, K, 2, dtype=jnp.float32) / K)
-    angle_BTk = positions_BT.astype(jnp.float32)[..., None] * inv_freq
-    cos = jnp.cos(angle_BTk)[:, :, None, None, :]
-    sin = jnp.sin(angle_BTk)[:, :, None, None, :]
+    angle_BTP = positions_BT.astype(jnp.float32)[..., None] * inv_freq
+    cos = jnp.cos(angle_BTP)[:, :, None, None, :]
+    sin = jnp.sin(angle_BTP)[:, :, None, None, :]
     x = x_BTSHK.astype(jnp.float32)
     even, odd = x[..., 0::2], x[..., 1::2]
     out = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
@@ -184,8 +192,7 @@ class Attention(nn.Module):
             o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, qkv[2], positions_BT, doc_ids_BT)
             return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)), cache
         attend = attention.get_backend(c.attention)
-        o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, variant=c.variant,
-                         window=c.window, persistent_window=c.persistent_window)
+        o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, c.visibility)
         self.sow("intermediates", "out", o_BTSHK)
         return _probe(self, "out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
 

@@ -1,10 +1,11 @@
 """Flash attention in Pallas for all five attention patterns, skipping masked blocks.
 
-Layout (DESIGN.md sections 2-3). q, k, v are ``[B, T, S, H, Dh]``; flattening
-(T, S) gives the paper's interleaved order, so a *query tile* is a run of
-``block_q`` positions x all S streams (``block_q * S`` rows) with no copy. Keys
-are walked per stream: k and v are regrouped to ``[B, S*Tp, H, Dh]`` (stream-
-major), so a *key block* is ``block_k`` positions of one stream.
+Layout (docs/design.md sections 2 and 6). q, k, v are ``[B, T, S, H, K]`` (K = Dh, the
+head dimension); flattening (T, S) gives the paper's interleaved order (N slots), so a
+*query tile* is a run of ``block_q`` positions x all S streams (``block_q * S`` rows)
+with no copy. Keys are walked per stream: k and v are regrouped to ``[B, M, H, K]``
+(M: the same slots stream-major, T padded to Tp), so a *key block* is ``block_k``
+positions of one stream.
 
 Why per stream: persistent keys (x in SPS) sit in every interleaved block, so a
 causal-only kernel over the T*S slots cannot skip anything but the future. Per
@@ -61,11 +62,6 @@ DEFAULT_BLOCK_K = 64
 # Row intervals and block tables (pure, O(T) on device)
 # ----------------------------------------------------------------------------
 
-def _stream_window(variant, window, persistent_window, t):
-    """How far back (in positions) stream t's keys stay visible; None = unbounded."""
-    return persistent_window if masks.persistent_streams(variant)[t] else window
-
-
 def _doc_bounds(doc_ids_BT):
     """(start, end) per position: the first and one-past-last position of its document.
 
@@ -86,7 +82,7 @@ def _doc_bounds(doc_ids_BT):
     return start.astype(xp.int32), end.astype(xp.int32)
 
 
-def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded_len=None):
+def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     """Visible intervals of the visibility rule, both ways, as int32 arrays.
 
     Returns ``(q_lo, q_hi, k_lo, k_hi)``:
@@ -98,7 +94,7 @@ def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded
     out (fast host-side counting); jax in, jax out (the kernels' on-device path).
     """
     xp = masks._xp(doc_ids_BT)
-    S = masks.num_streams(variant)
+    S = vis.num_streams
     B, T = doc_ids_BT.shape
     Tp = T if padded_len is None else padded_len
     start_BT, end_BT = _doc_bounds(doc_ids_BT)
@@ -106,7 +102,7 @@ def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded
     pad = [(0, 0), (0, Tp - T)]
     q_lo, q_hi, k_lo, k_hi = [], [], [], []
     for t in range(S):
-        w = _stream_window(variant, window, persistent_window, t)
+        w = vis.stream_window(t)
         w = None if w is None else min(int(w), T)  # a window >= T is unbounded; keeps int32 safe
         lo_BT = start_BT if w is None else xp.maximum(start_BT, pos - w)
         per_stream_lo, per_stream_hi = [], []
@@ -125,27 +121,26 @@ def row_intervals(doc_ids_BT, *, variant, window, persistent_window=None, padded
             xp.concatenate(k_hi, axis=1).astype(xp.int32))
 
 
-def _ranges(lo_XR, hi_XR, block):
-    """Per tile (leading axes X, rows R): [first, full_first, full_end, end) block indices.
+def _ranges(lo, hi, block):
+    """Per tile ([..., rows of the tile] intervals): [first, full_first, full_end, end) block indices.
 
     Needed blocks hull every non-empty row interval; fully visible blocks lie inside
     every row's interval (an empty row makes the full sub-range empty).
     """
-    xp = masks._xp(lo_XR)
+    xp = masks._xp(lo)
     big = np.iinfo(np.int32).max
-    nonempty = lo_XR < hi_XR
+    nonempty = lo < hi
     any_row = nonempty.any(axis=-1)
-    first = xp.where(nonempty, lo_XR, big).min(axis=-1) // block
-    end = -(-xp.where(nonempty, hi_XR, 0).max(axis=-1) // block)
+    first = xp.where(nonempty, lo, big).min(axis=-1) // block
+    end = -(-xp.where(nonempty, hi, 0).max(axis=-1) // block)
     first = xp.where(any_row, first, 0)
     end = xp.where(any_row, end, 0)
-    full_first = xp.clip(-(-lo_XR.max(axis=-1) // block), first, end)
-    full_end = xp.clip(hi_XR.min(axis=-1) // block, full_first, end)
+    full_first = xp.clip(-(-lo.max(axis=-1) // block), first, end)
+    full_end = xp.clip(hi.min(axis=-1) // block, full_first, end)
     return xp.stack([first, full_first, full_end, end], axis=-1).astype(xp.int32)
 
 
-def block_tables(doc_ids_BT, *, variant, window, persistent_window=None,
-                 block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+def block_tables(doc_ids_BT, vis: masks.Visibility, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
     """Block-skipping tables for the kernels (pure; exposed for tests).
 
     Returns ``(q_tables, k_tables)``:
@@ -158,15 +153,14 @@ def block_tables(doc_ids_BT, *, variant, window, persistent_window=None,
     T is padded to a multiple of both block sizes.
     """
     _check_blocks(block_q, block_k)
-    S = masks.num_streams(variant)
+    S = vis.num_streams
     B, T = doc_ids_BT.shape
     Tp = _padded_len(T, block_q, block_k)
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, variant=variant, window=window,
-                                           persistent_window=persistent_window, padded_len=Tp)
-    R = block_q * S
+    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    rows = block_q * S
     nQ, nK = Tp // block_q, Tp // block_k
-    q_tab = _ranges(q_lo.reshape(B, S, nQ, R), q_hi.reshape(B, S, nQ, R), block_k)
-    k_tab = _ranges(k_lo.reshape(B, S, nK, block_k), k_hi.reshape(B, S, nK, block_k), R)
+    q_tab = _ranges(q_lo.reshape(B, S, nQ, rows), q_hi.reshape(B, S, nQ, rows), block_k)
+    k_tab = _ranges(k_lo.reshape(B, S, nK, block_k), k_hi.reshape(B, S, nK, block_k), rows)
     return q_tab.swapaxes(1, 2), k_tab
 
 
@@ -202,7 +196,7 @@ def _three_loops(table_ref, t, body, carry):
 
 def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
                     streams, block_k, padded_len, scale):
-    q = q_ref[...]  # [R, Dh], R = block_q * S interleaved rows
+    q = q_ref[...]  # [block_q * S interleaved rows, K]
     log2_scale = scale * _LOG2E
     rows = q.shape[0]
     acc = jnp.zeros(q.shape, jnp.float32)
@@ -215,7 +209,7 @@ def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_r
             acc, m, l = carry
             keys = pl.ds(t * padded_len + kb * block_k, block_k)
             k, v = k_ref[keys, :], v_ref[keys, :]
-            s = _dot(q, k, trans_b=True) * log2_scale  # [R, block_k], base-2 logits
+            s = _dot(q, k, trans_b=True) * log2_scale  # [rows, block_k], base-2 logits
             if masked:
                 j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
                 vis = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
@@ -260,7 +254,7 @@ def _dq_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, 
 
 def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref, delta_ref,
                 dk_ref, dv_ref, *, rows_per_tile, scale):
-    # Transposed formulation: scores as [block_k, R] so no in-kernel transposes of p.
+    # Transposed formulation: scores as [block_k, query rows] so no in-kernel transposes of p.
     k, v = k_ref[...], v_ref[...]
     lo, hi = lo_ref[...], hi_ref[...]
     log2_scale = scale * _LOG2E
@@ -272,7 +266,7 @@ def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref,
         rows = pl.ds(qt * rows_per_tile, rows_per_tile)
         q, do = q_ref[rows, :], do_ref[rows, :]
         lse, delta = lse_ref[rows], delta_ref[rows]
-        p = jnp.exp2(_dot(k, q, trans_b=True) * log2_scale - lse[None, :])  # [block_k, R]
+        p = jnp.exp2(_dot(k, q, trans_b=True) * log2_scale - lse[None, :])  # [block_k, rows_per_tile]
         if masked:
             r = qt * rows_per_tile + jnp.arange(rows_per_tile, dtype=jnp.int32)
             p = jnp.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
@@ -302,15 +296,15 @@ def _row_block(b, h, i):
     return (b, i, h, 0)
 
 
-def _query_tile_specs(S, R, M, Dh):
+def _query_tile_specs(S, rows, M, Dh):
     """Inputs shared by the forward and dQ kernels, which walk the same query-side tables:
     the tile's block table, its rows' [lo, hi) intervals, the query tile, and all of K and V."""
     whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     return [
         pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
-        pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
-        pl.BlockSpec((None, S, R), lambda b, h, i: (b, 0, i)),
-        pl.BlockSpec((None, R, None, Dh), _row_block),
+        pl.BlockSpec((None, S, rows), lambda b, h, i: (b, 0, i)),
+        pl.BlockSpec((None, S, rows), lambda b, h, i: (b, 0, i)),
+        pl.BlockSpec((None, rows, None, Dh), _row_block),
         pl.BlockSpec((None, M, None, Dh), whole),
         pl.BlockSpec((None, M, None, Dh), whole),
     ]
@@ -319,53 +313,53 @@ def _query_tile_specs(S, R, M, Dh):
 def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi):
     S, block_q, block_k, Tp, scale, interpret = plan
     B, N, H, Dh = q_BNHK.shape
-    R, M = block_q * S, S * Tp
-    grid = (B, H, N // R)
+    rows, M = block_q * S, S * Tp
+    grid = (B, H, N // rows)
     kernel = functools.partial(_forward_kernel, streams=S, block_k=block_k, padded_len=Tp,
                                scale=scale)
     return pl.pallas_call(
         kernel,
         grid=grid,
-        in_specs=_query_tile_specs(S, R, M, Dh),
+        in_specs=_query_tile_specs(S, rows, M, Dh),
         out_specs=[
-            pl.BlockSpec((None, R, None, Dh), _row_block),
-            pl.BlockSpec((None, None, R), lambda b, h, i: (b, h, i)),
+            pl.BlockSpec((None, rows, None, Dh), _row_block),
+            pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i)),
         ],
         out_shape=[jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
                    jax.ShapeDtypeStruct((B, H, N), jnp.float32)],
         interpret=interpret,
         compiler_params=_compiler_params(interpret),
         name="sps_flash_forward",
-    )(q_tab.reshape(B, N // R, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
+    )(q_tab.reshape(B, N // rows, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
 
 
 def _backward(plan, res, do_BNHK):
     S, block_q, block_k, Tp, scale, interpret = plan
     q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi = res
     B, N, H, Dh = q_BNHK.shape
-    R, M = block_q * S, S * Tp
+    rows, M = block_q * S, S * Tp
     # delta_r = sum_d dO * O: an O(N*Dh) row reduction, left to XLA.
     delta_BHN = jnp.einsum("bnhd,bnhd->bhn", do_BNHK.astype(jnp.float32),
                            o_BNHK.astype(jnp.float32))
     whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
-    row_vec = pl.BlockSpec((None, None, R), lambda b, h, i: (b, h, i))
+    row_vec = pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, streams=S, block_k=block_k, padded_len=Tp, scale=scale),
-        grid=(B, H, N // R),
-        in_specs=_query_tile_specs(S, R, M, Dh) + [
-            pl.BlockSpec((None, R, None, Dh), _row_block),
+        grid=(B, H, N // rows),
+        in_specs=_query_tile_specs(S, rows, M, Dh) + [
+            pl.BlockSpec((None, rows, None, Dh), _row_block),
             row_vec, row_vec,
         ],
-        out_specs=pl.BlockSpec((None, R, None, Dh), _row_block),
+        out_specs=pl.BlockSpec((None, rows, None, Dh), _row_block),
         out_shape=jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
         interpret=interpret,
         compiler_params=_compiler_params(interpret),
         name="sps_flash_dq",
-    )(q_tab.reshape(B, N // R, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
+    )(q_tab.reshape(B, N // rows, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
       lse_BHN, delta_BHN)
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
     dk, dv = pl.pallas_call(
-        functools.partial(_dkv_kernel, rows_per_tile=R, scale=scale),
+        functools.partial(_dkv_kernel, rows_per_tile=rows, scale=scale),
         grid=(B, H, M // block_k),
         in_specs=[
             pl.BlockSpec((None, None, 4), lambda b, h, i: (b, i, 0)),
@@ -410,13 +404,12 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 # Public API
 # ----------------------------------------------------------------------------
 
-def _check_inputs(q, k, v, doc_ids_BT, variant, window, persistent_window):
-    masks.check_variant(variant)
-    masks.check_window(window)
-    masks.check_window(persistent_window, "persistent_window")
-    S = masks.num_streams(variant)
+def _check_inputs(q, k, v, doc_ids_BT, vis):
+    if not isinstance(vis, masks.Visibility):
+        raise TypeError(f"vis must be a masks.Visibility, got {type(vis).__name__}.")
+    S = vis.num_streams
     if q.ndim != 5 or q.shape[2] != S:
-        raise ValueError(f"q must be [B, T, S={S}, H, Dh] for variant {variant!r}, got shape {q.shape}.")
+        raise ValueError(f"q must be [B, T, S={S}, H, K] for variant {vis.variant!r}, got shape {q.shape}.")
     if k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"q, k and v must have the same shape, got {q.shape}, {k.shape}, {v.shape}.")
     if doc_ids_BT.shape != q.shape[:2]:
@@ -433,10 +426,8 @@ def _check_inputs(q, k, v, doc_ids_BT, variant, window, persistent_window):
                          "(as masks.document_ids makes them).")
 
 
-@functools.partial(jax.jit, static_argnames=("variant", "window", "persistent_window",
-                                             "interpret", "block_q", "block_k"))
-def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window, persistent_window,
-               interpret, block_q, block_k):
+@functools.partial(jax.jit, static_argnames=("vis", "interpret", "block_q", "block_k"))
+def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, interpret, block_q, block_k):
     B, T, S, H, Dh = q_BTSHK.shape
     Tp = _padded_len(T, block_q, block_k)
     Dp = pl.next_power_of_2(Dh)  # Triton tiles need power-of-two extents; zero columns are inert
@@ -444,61 +435,49 @@ def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window, persis
     q_BNHK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, Dp)
     # Stream-major keys, so a key block is block_k positions of one stream.
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(B, S * Tp, H, Dp)  # noqa: E731
-    q_tab, k_tab = block_tables(doc_ids_BT, variant=variant, window=window,
-                                persistent_window=persistent_window,
-                                block_q=block_q, block_k=block_k)
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, variant=variant, window=window,
-                                           persistent_window=persistent_window, padded_len=Tp)
+    q_tab, k_tab = block_tables(doc_ids_BT, vis, block_q=block_q, block_k=block_k)
+    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
     plan = (S, block_q, block_k, Tp, Dh ** -0.5, interpret)
     o_BNHK = _flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK),
                     q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
 
 
-def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window, persistent_window=None,
-              interpret=False, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
-    """Flash attention under the visibility rule of ``variant`` (differentiable).
+def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, interpret=False,
+              block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+    """Flash attention under the visibility rule ``vis`` (differentiable).
 
-    q, k, v ``[B, T, S, H, Dh]``; returns the same shape and dtype as q, scaled by
-    1/sqrt(Dh) inside. ``block_q`` positions (x S streams) per query tile, ``block_k``
+    q, k, v ``[B, T, S, H, K]``; returns the same shape and dtype as q, scaled by
+    1/sqrt(K) inside. ``block_q`` positions (x S streams) per query tile, ``block_k``
     positions of one stream per key block, both powers of two; T need not be a
     multiple. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
     """
-    _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, variant, window, persistent_window)
+    _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
     _check_blocks(block_q, block_k)
-    return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32),
-                      variant=variant, window=window, persistent_window=persistent_window,
+    return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis,
                       interpret=bool(interpret), block_q=int(block_q), block_k=int(block_k))
 
 
-def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, *, variant, window,
-                  persistent_window=None):
+def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     """The ``pallas`` backend of sps_jax.attention: interpret mode off GPU."""
-    return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, variant=variant, window=window,
-                     persistent_window=persistent_window,
-                     interpret=jax.default_backend() != "gpu")
+    return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, interpret=jax.default_backend() != "gpu")
 
 
-def score_counts(doc_ids_BT, *, variant, window, persistent_window=None,
-                 block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+def score_counts(doc_ids_BT, vis: masks.Visibility, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
     """Scores for batch row 0 and one head: visible pairs, computed by the forward
-    kernel, and computed by a dense causal kernel over the T*S interleaved slots
-    (N(N+1)/2, N = T*S). Returns a dict of Python ints."""
+    kernel, and computed by a dense causal kernel over the N = T*S interleaved slots
+    (N(N+1)/2). Returns a dict of Python ints."""
     doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]  # host-side: O(T) numpy
-    S = masks.num_streams(variant)
     T = doc_ids_BT.shape[1]
     Tp = _padded_len(T, block_q, block_k)
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, variant=variant, window=window,
-                                           persistent_window=persistent_window, padded_len=Tp)
-    q_tab, k_tab = block_tables(doc_ids_BT, variant=variant, window=window,
-                                persistent_window=persistent_window,
-                                block_q=block_q, block_k=block_k)
+    q_lo, q_hi, _, _ = row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    q_tab, k_tab = block_tables(doc_ids_BT, vis, block_q=block_q, block_k=block_k)
     visible = int(np.maximum(q_hi - q_lo, 0).sum())
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
     blocks_dkv = int((k_tab[..., 3] - k_tab[..., 0]).sum())
     masked_fwd = blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum())
-    N = T * S
-    tile = block_q * S * block_k
+    N = T * vis.num_streams
+    tile = block_q * vis.num_streams * block_k
     return {"visible": visible, "computed": blocks_fwd * tile, "computed_dkv": blocks_dkv * tile,
             "masked_blocks": masked_fwd, "blocks": blocks_fwd,
             "dense_causal": N * (N + 1) // 2}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from sps_jax import paper_tasks
+from sps_jax import config as sps_config, masks, paper_tasks
 
 METHOD_NAMES = {
     "standard": "Standard",
@@ -17,7 +17,6 @@ METHOD_NAMES = {
     "reverse_sps": "Reverse SPS",
 }
 METHOD_ORDER = list(METHOD_NAMES)
-SCALE_ORDER = ["xs", "s", "m", "l", "xl"]
 CORPUS_LABELS = {"wikitext": "WT", "c4": "C4", "pile_books3": "Books3", "govreport": "GR"}
 TASK_LABELS = {"arc_easy": "ARC-E", "hellaswag": "HS", "piqa": "PIQA", "sciq": "SciQ", "lambada": "LAMB"}
 
@@ -36,9 +35,8 @@ def load(paths) -> list[dict]:
 
 def method(row: dict) -> str:
     name = METHOD_NAMES.get(row["variant"], row["variant"])
-    if row.get("window") is not None and row["variant"] not in ("standard", "two_x_memory"):
-        name += f" (w={row['window']})"
-    return name
+    window = masks.Visibility(row["variant"], row.get("window")).window
+    return name if window is None else f"{name} (w={window})"
 
 
 def _columns(full: bool):
@@ -53,9 +51,11 @@ def _columns(full: bool):
 
 
 def _ordered(rows):
+    scales = list(sps_config.SCALES)
+
     def key(r):
         scale = r.get("scale")
-        return (SCALE_ORDER.index(scale) if scale in SCALE_ORDER else len(SCALE_ORDER), str(scale),
+        return (scales.index(scale) if scale in scales else len(scales), str(scale),
                 METHOD_ORDER.index(r["variant"]) if r["variant"] in METHOD_ORDER else len(METHOD_ORDER),
                 r.get("window") or 0, r.get("step", 0))
     return sorted(rows, key=key)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -22,12 +23,11 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
     """Loss and gradient norm at init for each variant on random GPT-2-range tokens."""
     results = []
     T = config.model.seq_len
-    tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, masks.EOS_ID + 1)
+    base = sps_model.ModelConfig.from_config(config.model)
+    tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
     for variant in masks.VARIANTS:
-        cfg = config.model.copy_and_resolve_references()
-        cfg.variant = variant
-        if variant in ("standard", "two_x_memory"):
-            cfg.window = None
+        vis = base.visibility.with_variant(variant)
+        cfg = dataclasses.replace(base, variant=vis.variant, window=vis.window)
         model = sps_model.Transformer(cfg)
         params = sps_model.init_params(model, jax.random.PRNGKey(seed))
         start = time.perf_counter()

@@ -45,9 +45,9 @@ def test_compute_axis_is_design_section_4_training_flops(tmp_path, variant, wind
     # + 4 d x visible keys per position (from the dense mask) per layer + 2 d V for the head).
     norms = (2 * cfg.num_layers + 1) * cfg.d_model
     block_matmul = sps_model.count_params(sps_model.Transformer(cfg)) - norms - cfg.vocab_size * cfg.d_model
-    S = masks.num_streams(variant)
+    S = masks.Visibility(variant).num_streams
     T = cfg.seq_len
-    keys = masks.dense_mask(variant, window, np.zeros((1, T), np.int32)).sum() / T
+    keys = masks.dense_mask(masks.Visibility(variant, window), np.zeros((1, T), np.int32)).sum() / T
     forward = 2 * block_matmul * S + 4 * cfg.d_model * cfg.num_layers * keys + 2 * cfg.d_model * cfg.vocab_size
     run_data = data["runs"][0]
     np.testing.assert_allclose(np.array(run_data["train_flops"]) / np.array(run_data["tokens_seen"]), 3 * forward)

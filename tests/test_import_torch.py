@@ -41,7 +41,8 @@ def synthetic_state_dict(seed=0, compiled=True):
 def numpy_forward(sd, tokens, variant, window):
     """Their model written out directly: interleaved slots, [out, in] Linear weights, interleaved RoPE pairs."""
     sd = {k.replace("_orig_mod.", ""): v.numpy().astype(np.float64) for k, v in sd.items()}
-    S = masks.num_streams(variant)
+    vis = masks.Visibility(variant, window)
+    S = vis.num_streams
     K = D // H
     wte = sd["transformer.wte.weight"]
     slots = []
@@ -52,7 +53,7 @@ def numpy_forward(sd, tokens, variant, window):
     x = np.stack(slots)                                        # [N, D], N = T * S
     pos = np.repeat(np.arange(len(tokens)), S)
     doc = masks.document_ids(np.asarray([tokens]), EOS, PAD)
-    allowed = masks.dense_mask(variant, window, doc)[0]         # [N, N]
+    allowed = masks.dense_mask(vis, doc)[0]                     # [N, N]
 
     def rms(v, w):
         return v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-6) * w
@@ -81,7 +82,7 @@ def numpy_forward(sd, tokens, variant, window):
         gate = h @ sd[p + "mlp.gate_proj.weight"].T
         x = x + ((gate / (1 + np.exp(-gate))) * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[p + "mlp.down_proj.weight"].T
     x = rms(x, sd["transformer.output_norm.weight"])
-    return x[masks.logits_stream(variant)::S] @ sd["lm_head.weight"].T
+    return x[vis.logits_stream::S] @ sd["lm_head.weight"].T
 
 
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1)])

@@ -1,14 +1,17 @@
 """The visibility rule against literal transcriptions of the paper's attention sets."""
 
+import dataclasses
+import functools
 import itertools
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import masks
+from sps_jax import masks, vocab
 
 T = 9
+Vis = masks.Visibility
 WINDOWS = (0, 1, 3, T, None)
 
 
@@ -44,13 +47,14 @@ def random_docs(rng, n):
 @pytest.mark.parametrize("window", WINDOWS)
 def test_visible_matches_paper_sets(variant, window):
     rng = np.random.default_rng(0)
-    S = masks.num_streams(variant)
+    vis = Vis(variant, window)
+    S = vis.num_streams
     for layout in range(4):
         doc = np.zeros(T, np.int32) if layout == 0 else random_docs(rng, T)
         for i, s in itertools.product(range(T), range(S)):
             expected = {(k, t) for (k, t) in paper_sets(variant, window, i, s) if doc[k] == doc[i]}
             got = {(j, t) for j, t in itertools.product(range(T), range(S))
-                   if masks.visible(variant, window, i, s, doc[i], j, t, doc[j])}
+                   if masks.visible(vis, i, s, doc[i], j, t, doc[j])}
             assert got == expected, (variant, window, layout, i, s)
 
 
@@ -58,23 +62,24 @@ def test_visible_matches_paper_sets(variant, window):
 @pytest.mark.parametrize("omega", (0, 2, 5))
 def test_persistent_window_restricts_only_persistent_keys(variant, omega):
     window = 3
-    S = masks.num_streams(variant)
-    persistent = masks.persistent_streams(variant)
+    vis = Vis(variant, window, persistent_window=omega)
+    S = vis.num_streams
+    persistent = vis.persistent_streams
     for i, s in itertools.product(range(T), range(S)):
         full = paper_sets(variant, window, i, s)
         expected = {(k, t) for (k, t) in full
                     if not persistent[t] or i - k <= omega or (k, t) == (i, s)}
         got = {(j, t) for j, t in itertools.product(range(T), range(S))
-               if masks.visible(variant, window, i, s, 0, j, t, 0, persistent_window=omega)}
+               if masks.visible(vis, i, s, 0, j, t, 0)}
         assert got == expected
 
 
 def test_window_at_least_T_equals_unbounded():
     doc = np.zeros((1, T), np.int32)
     for variant in masks.VARIANTS:
-        assert (masks.dense_mask(variant, T, doc) == masks.dense_mask(variant, None, doc)).all()
+        assert (masks.dense_mask(Vis(variant, T), doc) == masks.dense_mask(Vis(variant, None), doc)).all()
     # two_x_memory is sps with an unbounded window.
-    assert (masks.dense_mask("two_x_memory", 3, doc) == masks.dense_mask("sps", None, doc)).all()
+    assert (masks.dense_mask(Vis("two_x_memory", 3), doc) == masks.dense_mask(Vis("sps", None), doc)).all()
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
@@ -82,20 +87,21 @@ def test_window_at_least_T_equals_unbounded():
 def test_dense_mask_agrees_with_visible_in_interleaved_order(variant, window):
     rng = np.random.default_rng(1)
     doc_BT = np.stack([random_docs(rng, T) for _ in range(3)])
-    S = masks.num_streams(variant)
-    mask = masks.dense_mask(variant, window, doc_BT, persistent_window=4)
+    vis = Vis(variant, window, persistent_window=4)
+    S = vis.num_streams
+    mask = masks.dense_mask(vis, doc_BT)
     assert mask.shape == (3, T * S, T * S) and mask.dtype == bool
     for b, i, s, j, t in itertools.product(range(3), range(T), range(S), range(T), range(S)):
-        expected = masks.visible(variant, window, i, s, doc_BT[b, i], j, t, doc_BT[b, j], persistent_window=4)
+        expected = masks.visible(vis, i, s, doc_BT[b, i], j, t, doc_BT[b, j])
         assert mask[b, S * i + s, S * j + t] == expected
     # Same answer from jax arrays, and every slot sees itself (no empty rows).
-    jmask = masks.dense_mask(variant, window, jnp.asarray(doc_BT), persistent_window=4)
+    jmask = masks.dense_mask(vis, jnp.asarray(doc_BT))
     np.testing.assert_array_equal(np.asarray(jmask), mask)
     assert mask[:, np.arange(T * S), np.arange(T * S)].all()
 
 
 def test_document_ids_eos_belongs_to_the_document_it_ends():
-    E, P = masks.EOS_ID, masks.PAD_ID
+    E, P = vocab.EOS_ID, vocab.PAD_ID
     tokens = np.array([[5, 6, E, 7, E, E, 8],
                        [P, P, 9, 9, E, 1, 2]])
     expected = np.array([[0, 0, 0, 1, 1, 2, 3],
@@ -109,12 +115,54 @@ def test_document_ids_eos_belongs_to_the_document_it_ends():
 
 
 def test_streams_and_logits_streams():
-    assert [masks.num_streams(v) for v in masks.VARIANTS] == [1, 2, 2, 2, 2]
-    assert [masks.logits_stream(v) for v in masks.VARIANTS] == [0, 1, 1, 1, 0]
+    assert [Vis(v).num_streams for v in masks.VARIANTS] == [1, 2, 2, 2, 2]
+    assert [Vis(v).logits_stream for v in masks.VARIANTS] == [0, 1, 1, 1, 0]
+    assert [Vis(v).windowed for v in masks.VARIANTS] == [False, True, False, True, True]
 
 
-def test_bad_variant_and_window_are_clear_errors():
-    with pytest.raises(ValueError, match="unknown attention variant 'spss'"):
-        masks.dense_mask("spss", 3, np.zeros((1, 4), np.int32))
-    with pytest.raises(ValueError, match="non-negative"):
-        masks.visible("sps", -1, 0, 0, 0, 0, 0, 0)
+def test_bad_variant_and_windows_are_one_sentence_errors_at_construction():
+    with pytest.raises(ValueError, match=r"^unknown attention variant 'spss': choose one of standard, sps, "
+                                         r"two_x_memory, delayed_state, reverse_sps\.$"):
+        Vis("spss", 3)
+    with pytest.raises(ValueError, match=r"^window must be a non-negative integer or None \(unbounded\), got -1\.$"):
+        Vis("sps", -1)
+    with pytest.raises(ValueError, match=r"^persistent_window must be a non-negative integer .* got 2\.5\.$"):
+        Vis("sps", 3, persistent_window=2.5)
+    with pytest.raises(ValueError, match="window must be"):
+        Vis("sps", True)  # a bool is not a window
+    # The bad window of a variant without a windowed stream is still refused, not silently dropped.
+    with pytest.raises(ValueError, match="window must be"):
+        Vis("standard", -1)
+
+
+def test_the_default_window_is_64_for_windowed_variants_and_none_for_the_others():
+    assert masks.DEFAULT_WINDOW == 64
+    assert {v: Vis(v).window for v in masks.VARIANTS} == {
+        "standard": None, "sps": 64, "two_x_memory": None, "delayed_state": 64, "reverse_sps": 64}
+    # A window given to standard or two_x_memory is normalised away: equal rules compare equal.
+    assert Vis("two_x_memory", 3) == Vis("two_x_memory", None) and Vis("standard", 8).window is None
+    assert Vis("sps", np.int64(3)).window == 3 and type(Vis("sps", np.int64(3)).window) is int
+    # Switching variants in a sweep keeps a window where one applies, else takes the default.
+    assert Vis("sps", 8).with_variant("delayed_state") == Vis("delayed_state", 8)
+    assert Vis("standard").with_variant("reverse_sps") == Vis("reverse_sps", 64)
+    assert Vis("sps", 8).with_variant("two_x_memory").window is None
+
+
+def test_visibility_is_hashable_and_a_static_jit_argument():
+    import jax
+
+    assert hash(Vis("sps", 3)) == hash(Vis("sps", np.int64(3))) and len({Vis("sps", 3), Vis("sps", 3)}) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Vis("sps").window = 3
+
+    @functools.partial(jax.jit, static_argnames="vis")
+    def count_visible(doc_ids_BT, vis):
+        return masks.dense_mask(vis, doc_ids_BT).sum()
+
+    doc = jnp.zeros((1, 5), jnp.int32)
+    assert int(count_visible(doc, vis=Vis("sps", 1))) == int(masks.dense_mask(Vis("sps", 1), np.zeros((1, 5), np.int32)).sum())
+    count_visible(doc, vis=Vis("sps", 1))
+    count_visible(doc, vis=Vis("sps", np.int64(1)))  # an equal rule: the same compilation
+    assert count_visible._cache_size() == 1
+    count_visible(doc, vis=Vis("sps", 2))
+    assert count_visible._cache_size() == 2

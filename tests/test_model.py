@@ -36,8 +36,9 @@ def per_position_slot_grads(model, params, tokens_BT):
 
 def reachable(variant, window, doc_ids_T, layers):
     """Slots whose layer-0 input can influence each slot after `layers` layers (mask closure)."""
-    S = masks.num_streams(variant)
-    step = masks.dense_mask(variant, window, doc_ids_T[None])[0].astype(np.int64)
+    vis = masks.Visibility(variant, window)
+    S = vis.num_streams
+    step = masks.dense_mask(vis, doc_ids_T[None])[0].astype(np.int64)
     reach = np.eye(step.shape[0], dtype=np.int64)
     for _ in range(layers):
         reach = np.minimum(reach @ step + reach, 1)

@@ -50,8 +50,9 @@ def test_weight_decay_applies_to_matrices_only(make_model):
                                              ("delayed_state", 2), ("reverse_sps", 0), ("sps", 50)])
 def test_visible_keys_match_the_dense_mask(variant, window):
     T = 23
-    dense = masks.dense_mask(variant, window, np.zeros((1, T), np.int32))
-    assert flops.visible_keys_per_position(variant, window, T) == pytest.approx(dense.sum() / T)
+    vis = masks.Visibility(variant, window)
+    dense = masks.dense_mask(vis, np.zeros((1, T), np.int32))
+    assert flops.visible_keys_per_position(vis, T) == pytest.approx(dense.sum() / T)
 
 
 def test_flops_formula_for_standard():
@@ -66,7 +67,7 @@ def test_flops_formula_for_standard():
 
 
 def test_sps_costs_less_than_twice_standard_attention_at_small_windows():
-    sps = flops.visible_keys_per_position("sps", 64, 4096)
-    standard = flops.visible_keys_per_position("standard", None, 4096)
+    sps = flops.visible_keys_per_position(masks.Visibility("sps", 64), 4096)
+    standard = flops.visible_keys_per_position(masks.Visibility("standard"), 4096)
     # x sees T/2 inputs + ~64 predicts; rho the same plus itself: about 1 + 128/T of two standard streams.
     assert 2 * standard < sps < 2 * standard + 130

@@ -22,6 +22,7 @@ from sps_jax import pallas_attention as pa
 BLOCK = 8
 T = 27  # not a multiple of the block size
 EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
+Vis = masks.Visibility
 
 
 def layout_doc_ids(T=T):
@@ -38,7 +39,7 @@ def layout_doc_ids(T=T):
 
 
 def random_qkv(seed, variant, T=T, B=2, H=2, Dh=8, dtype=jnp.float32):
-    S = masks.num_streams(variant)
+    S = Vis(variant).num_streams
     rng = np.random.default_rng(seed)
     return [jnp.asarray(rng.normal(size=(B, T, S, H, Dh)), dtype) for _ in range(4)]
 
@@ -49,14 +50,13 @@ def outputs_and_grads(fn, q, k, v, ct):
 
 
 def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK):
-    return functools.partial(pa.attention, doc_ids_BT=doc, variant=variant, window=window,
-                             persistent_window=persistent_window, interpret=True,
-                             block_q=block_q, block_k=block_k)
+    return functools.partial(pa.attention, doc_ids_BT=doc, vis=Vis(variant, window, persistent_window),
+                             interpret=True, block_q=block_q, block_k=block_k)
 
 
 def xla_fn(doc, variant, window, persistent_window=None):
-    return functools.partial(attention.xla_attention, doc_ids_BT=jnp.asarray(doc), variant=variant,
-                             window=window, persistent_window=persistent_window)
+    return functools.partial(attention.xla_attention, doc_ids_BT=jnp.asarray(doc),
+                             vis=Vis(variant, window, persistent_window))
 
 
 def assert_matches_reference(variant, window, persistent_window=None, T=T, block=BLOCK, tol=2e-5):
@@ -105,7 +105,7 @@ def test_gpu_block_size_and_literal_windows_match_reference(variant, window):
 def bf16_reference(doc, variant, window):
     """The dense reference with the kernel's rounding points: bf16 matmul operands, f32
     accumulation and softmax (autodiff rounds the cotangents of bf16 operands the same way)."""
-    mask = masks.dense_mask(variant, window, jnp.asarray(doc))[:, None]  # [B, 1, N, N]
+    mask = masks.dense_mask(Vis(variant, window), jnp.asarray(doc))[:, None]  # [B, 1, N, N]
 
     def fn(q, k, v):
         B, T_, S, H, Dh = q.shape
@@ -147,10 +147,10 @@ def test_other_documents_cannot_leak_in(variant):
 
 @pytest.mark.parametrize("variant", ("sps", "delayed_state"))
 def test_gradients_to_hidden_slots_are_exactly_zero(variant):
-    S = masks.num_streams(variant)
+    S = Vis(variant).num_streams
     doc = layout_doc_ids()
     q, k, v, _ = random_qkv(3, variant)
-    dense = np.asarray(masks.dense_mask(variant, BLOCK - 1, doc))  # [B, N, N]
+    dense = np.asarray(masks.dense_mask(Vis(variant, BLOCK - 1), doc))  # [B, N, N]
     b, i, s = 0, 19, S - 1  # a query inside document [17, 25) with the window cutting in
     row = b, i * S + s
 
@@ -175,7 +175,7 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
     variant, S, Tp = "sps", 2, 32
     doc = layout_doc_ids()[:1]
     q, k, v, ct = [x[:1] for x in random_qkv(4, variant)]
-    q_lo, q_hi, k_lo, k_hi = pa.row_intervals(doc, variant=variant, window=3, padded_len=Tp)
+    q_lo, q_hi, k_lo, k_hi = pa.row_intervals(doc, Vis(variant, 3), padded_len=Tp)
     # Empty the query rows of positions 20..24 (the end of document [17, 25)), both ways.
     empty = np.zeros(Tp * S, bool)
     empty[20 * S:25 * S] = True
@@ -222,12 +222,12 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
 
 def dense_block_classes(variant, window, doc, block_q, block_k, persistent_window=None):
     """From masks.dense_mask: per (row, query tile, key stream, key block) any/all visible."""
-    S = masks.num_streams(variant)
+    vis = Vis(variant, window, persistent_window)
+    S = vis.num_streams
     B, T = doc.shape
     Tp = pa._padded_len(T, block_q, block_k)
     dense = np.zeros((B, Tp * S, Tp, S), bool)  # query row, key position, key stream
-    dense[:, :T * S, :T] = np.asarray(
-        masks.dense_mask(variant, window, doc, persistent_window)).reshape(B, T * S, T, S)
+    dense[:, :T * S, :T] = np.asarray(masks.dense_mask(vis, doc)).reshape(B, T * S, T, S)
     nQ, nK = Tp // block_q, Tp // block_k
     blocks = dense.reshape(B, nQ, block_q * S, nK, block_k, S)
     return blocks.any(axis=(2, 4)).transpose(0, 1, 3, 2), blocks.all(axis=(2, 4)).transpose(0, 1, 3, 2)
@@ -244,8 +244,7 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         starts = rng.random((2, T_)) < rng.choice([0.02, 0.1, 0.4])
         doc = np.cumsum(starts, axis=1).astype(np.int32)
         any_vis, all_vis = dense_block_classes(variant, window, doc, bq, bk, omega)  # [B, nQ, S, nK]
-        q_tab, k_tab = pa.block_tables(doc, variant=variant, window=window, persistent_window=omega,
-                                       block_q=bq, block_k=bk)
+        q_tab, k_tab = pa.block_tables(doc, Vis(variant, window, omega), block_q=bq, block_k=bk)
         kb = np.arange(any_vis.shape[-1])
         first, full_first, full_end, end = (q_tab[..., i, None] for i in range(4))
         needed = (kb >= first) & (kb < end)
@@ -264,25 +263,25 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         assert (((qt >= first) & (qt < end)) | ~any_T).all()
         assert (all_T | ~((qt >= full_first) & (qt < full_end))).all()
     # The kernels build the same tables on device (jax path) as the host (numpy path).
-    on_device = jax.jit(functools.partial(pa.block_tables, variant=variant, window=window, persistent_window=omega,
+    on_device = jax.jit(functools.partial(pa.block_tables, vis=Vis(variant, window, omega),
                                           block_q=bq, block_k=bk))(jnp.asarray(doc))
     for host, dev in zip((q_tab, k_tab), on_device):
         np.testing.assert_array_equal(host, np.asarray(dev))
 
 
 def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_slots():
-    counts = pa.score_counts(np.zeros((1, 4096), np.int32), variant="sps", window=64)
+    counts = pa.score_counts(np.zeros((1, 4096), np.int32), Vis("sps", 64))
     assert counts["visible"] <= counts["computed"]
     assert counts["computed"] / counts["dense_causal"] <= 0.57
-    with_docs = pa.score_counts(np.repeat(np.arange(8, dtype=np.int32), 512)[None], variant="sps", window=64)
+    with_docs = pa.score_counts(np.repeat(np.arange(8, dtype=np.int32), 512)[None], Vis("sps", 64))
     assert with_docs["computed"] < 0.6 * counts["computed"]  # blocks across documents are skipped
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
     doc = layout_doc_ids()
-    counts = pa.score_counts(doc, variant=variant, window=3, block_q=4, block_k=4)
-    assert counts["visible"] == int(np.asarray(masks.dense_mask(variant, 3, doc[:1])).sum())
+    counts = pa.score_counts(doc, Vis(variant, 3), block_q=4, block_k=4)
+    assert counts["visible"] == int(np.asarray(masks.dense_mask(Vis(variant, 3), doc[:1])).sum())
     assert counts["visible"] <= counts["computed"]
 
 
@@ -339,16 +338,16 @@ def test_a_few_training_steps_with_pallas_reduce_the_loss():
 def test_bad_input_stops_with_a_clear_message():
     doc = layout_doc_ids()
     q, k, v, _ = random_qkv(9, "sps")
-    with pytest.raises(ValueError, match="unknown attention variant"):
-        pa.attention(q, k, v, doc, variant="nope", window=2, interpret=True)
+    with pytest.raises(TypeError, match="masks.Visibility"):
+        pa.attention(q, k, v, doc, "sps", interpret=True)
     with pytest.raises(ValueError, match="power of two"):
-        pa.attention(q, k, v, doc, variant="sps", window=2, interpret=True, block_q=6)
+        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, block_q=6)
     with pytest.raises(ValueError, match="S=1"):
-        pa.attention(q, k, v, doc, variant="standard", window=2, interpret=True)
+        pa.attention(q, k, v, doc, Vis("standard"), interpret=True)
     split = doc.copy()
     split[0, -1] = 0  # document 0 again after others: not one contiguous run
     with pytest.raises(ValueError, match="contiguous run"):
-        pa.attention(q, k, v, split, variant="sps", window=2, interpret=True)
+        pa.attention(q, k, v, split, Vis("sps", 2), interpret=True)
 
 
 def test_kernels_lower_to_triton_for_nvidia_gpus():
@@ -357,8 +356,7 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
     doc = jnp.zeros((1, 256), jnp.int32)
 
     def loss(q, k, v):
-        out = pa._attention(q, k, v, doc, variant="sps", window=64, persistent_window=None,
-                            interpret=False, block_q=64, block_k=64)
+        out = pa._attention(q, k, v, doc, Vis("sps", 64), interpret=False, block_q=64, block_k=64)
         return out.astype(jnp.float32).sum()
 
     text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q).lower(

@@ -63,7 +63,7 @@ def reference_nll(cfg, params, copies, tokens_BT, targets_BT):
         qkv = jnp.einsum("btsd,btsdchk->cbtshk", h, c["attn/qkv"])
         q = sps_model.apply_rope(qkv[0], positions, cfg.rope_theta)
         k = sps_model.apply_rope(qkv[1], positions, cfg.rope_theta)
-        o = attention.xla_attention(q, k, qkv[2], doc_ids, variant=cfg.variant, window=cfg.window)
+        o = attention.xla_attention(q, k, qkv[2], doc_ids, cfg.visibility)
         x = x + jnp.einsum("btshk,btshkd->btsd", o, c["attn/out"])
         h = norm(x, c["mlp_norm/scale"])
         a = jax.nn.silu(jnp.einsum("btsd,btsdf->btsf", h, c["mlp/gate"])) * jnp.einsum(
@@ -167,9 +167,9 @@ def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, vari
     tokens = np.array([[1, 2, 3, 4, EOS, 5, 6, 7, 8]])
     seen, dense = [], attention.xla_attention
 
-    def recording(q, k, v, doc_ids, *, variant, window, persistent_window=None):
-        seen.append(np.asarray(masks.dense_mask(variant, window, np.asarray(doc_ids), persistent_window)))
-        return dense(q, k, v, doc_ids, variant=variant, window=window, persistent_window=persistent_window)
+    def recording(q, k, v, doc_ids, vis):
+        seen.append(np.asarray(masks.dense_mask(vis, np.asarray(doc_ids))))
+        return dense(q, k, v, doc_ids, vis)
 
     monkeypatch.setattr(attention, "xla_attention", recording)
     # Not jitted, so the backend sees concrete document ids.
@@ -179,7 +179,7 @@ def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, vari
     # Expected mask from the rule in words: causal, same document, a persistent key within omega
     # positions (or the query's own slot), a windowed key within w positions.
     S = model.cfg.num_streams
-    persistent = masks.persistent_streams(variant)
+    persistent = masks.Visibility(variant).persistent_streams
     doc = masks.document_ids(tokens, EOS, PAD)[0]
     expected = np.zeros((T * S, T * S), bool)
     for qi in range(T):
@@ -196,8 +196,8 @@ def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, vari
     for mask in seen:
         np.testing.assert_array_equal(mask[0], expected)
     # The unablated reference M runs with a window of T positions: exactly the vanilla mask.
-    np.testing.assert_array_equal(masks.dense_mask(variant, window, doc[None], persistent_window=T),
-                                  masks.dense_mask(variant, window, doc[None]))
+    np.testing.assert_array_equal(masks.dense_mask(masks.Visibility(variant, window, persistent_window=T), doc[None]),
+                                  masks.dense_mask(masks.Visibility(variant, window), doc[None]))
 
 
 # ---------------------------------------------------------------- command line
