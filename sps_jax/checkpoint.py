@@ -1,40 +1,19 @@
-"""Run folders: the resolved config plus Orbax checkpoints, and loading a run for inference.
+"""Orbax checkpoints of a run folder: ``<workdir>/checkpoints/<step>/``.
 
-A run folder (``--workdir``) holds ``config.json`` (the resolved ConfigDict) and
-``checkpoints/<step>/`` written by an Orbax CheckpointManager with (at least) the
-items ``params`` (the f32 parameter pytree) and ``meta`` (JSON: step, tokens seen).
-Training adds more items (optimizer state, RNG, data iterator); anything that only
-needs the weights goes through :func:`load_run`.
+Every checkpoint holds (at least) the items ``params`` (the f32 parameter pytree) and
+``meta`` (JSON: step, tokens seen, ...); training adds the optimizer state and the data
+iterator. The run folder around them (``config.json``, finding a run, loading a model) is
+``sps_jax.runs``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 import jax
-import ml_collections
 import orbax.checkpoint as ocp
 
-from sps_jax import files
-
-CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoints"
-
-
-def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
-    """Write the resolved config atomically (write then rename)."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    files.write_text(path, config.to_json_best_effort(indent=2, sort_keys=True))
-    return path
-
-
-def read_config(workdir: str) -> ml_collections.ConfigDict:
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
 
 
 def manager(workdir: str, **options) -> ocp.CheckpointManager:
@@ -48,9 +27,14 @@ def manager(workdir: str, **options) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(**options))
 
 
-def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
-    """Write a loadable run folder with just the weights (conversions, tests, exports)."""
-    write_config(workdir, config)
+def steps(workdir: str) -> list[int]:
+    """The steps that have a checkpoint, in order."""
+    with manager(workdir, read_only=True) as mngr:
+        return sorted(mngr.all_steps())
+
+
+def save_params(workdir: str, step: int, params, meta: dict | None = None) -> None:
+    """A weights-only checkpoint at ``step`` (written synchronously)."""
     with manager(workdir, enable_async_checkpointing=False) as mngr:
         mngr.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params),
@@ -58,32 +42,8 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
         mngr.wait_until_finished()
 
 
-def find_run(path: str) -> tuple[str, int | None]:
-    """(run folder, step the path names or None) of a run folder, its checkpoints/ or a checkpoints/<step> folder.
-
-    Every command that takes ``--workdir``/``--checkpoint`` resolves it here. Raises
-    FileNotFoundError (one sentence) when the path does not exist or is none of these.
-    """
-    path = os.path.abspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint path {path!r} does not exist: pass a run folder (--workdir) "
-                                "or one of its checkpoints/<step> folders.")
-    if os.path.isfile(os.path.join(path, CONFIG_FILE)):
-        return path, None
-    parent = os.path.dirname(path)
-    if os.path.basename(path) == CHECKPOINT_DIR and os.path.isfile(os.path.join(parent, CONFIG_FILE)):
-        return parent, None
-    run = os.path.dirname(parent)
-    if os.path.basename(parent) == CHECKPOINT_DIR and os.path.basename(path).isdigit():
-        return run, int(os.path.basename(path))
-    raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> folder.")
-
-
-def load_run(path: str, step: int | None = None):
-    """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
-    workdir, path_step = find_run(path)
-    config = read_config(workdir)
-    step = step if step is not None else path_step
+def restore_params(workdir: str, step: int | None = None):
+    """(params, step) of the latest (or the given) checkpoint, params on the host's devices."""
     with manager(workdir, read_only=True) as mngr:
         step = mngr.latest_step() if step is None else step
         if step is None:
@@ -92,12 +52,7 @@ def load_run(path: str, step: int | None = None):
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
                                     f"it has {sorted(mngr.all_steps())}.")
         restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
-    params = jax.tree_util.tree_map(jax.numpy.asarray, restored["params"])
-    return config, params, step
-
-
-# Training checkpoints: the weights-only items above plus what resuming needs.
-TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
+    return jax.tree_util.tree_map(jax.numpy.asarray, restored["params"]), step
 
 
 def train_manager(workdir: str, milestone_every: int = 0, keep: int = 1) -> ocp.CheckpointManager:

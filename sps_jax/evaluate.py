@@ -17,53 +17,7 @@ import sys
 import tempfile
 import time
 
-import jax
-import numpy as np
-
-from sps_jax import checkpoint, config as sps_config, files, loader, metrics, model as sps_model, paper_tasks, results_table, val_nll
-
-
-def load_model(path: str, step: int | None = None):
-    """(Transformer, params, step) of a run folder or checkpoint, after checking params against config.json."""
-    config, params, step = checkpoint.load_run(path, step)
-    net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
-    check_params(net, params)
-    return net, params, step
-
-
-def check_params(net: sps_model.Transformer, params) -> None:
-    """Every parameter the config implies exists with the same shape (else one sentence naming the first)."""
-    want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
-    have = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
-    for key in sorted(set(want) | set(have)):
-        if want.get(key) != have.get(key):
-            raise ValueError(f"checkpoint does not match its config.json: parameter {key} has shape {have.get(key)} "
-                             f"but the config implies {want.get(key)}; the run folder's config was changed or "
-                             "belongs to another checkpoint.")
-
-
-def run_info(path: str, step: int) -> dict:
-    """Run name, variant, window, scale and tokens seen for the results JSON."""
-    workdir, _ = checkpoint.find_run(path)
-    config = checkpoint.read_config(workdir)
-    m = config.model
-    scale = next((name for name, dims in sps_config.SCALES.items()
-                  if dims == (m.num_layers, m.d_model, m.num_heads)), None)
-    return {"run": str(config.get("name", os.path.basename(workdir))), "workdir": workdir,
-            "variant": m.variant, "window": m.window, "scale": scale, "step": int(step),
-            "tokens_seen": tokens_seen(workdir, step, config)}
-
-
-def tokens_seen(workdir: str, step: int, config) -> int:
-    """From metrics.jsonl (the last record at or before the step), else step x global batch x seq_len."""
-    best = None
-    for rec in metrics.read(workdir):
-        if "tokens_seen" in rec and rec.get("step", -1) <= step and (best is None or rec["step"] >= best[0]):
-            best = (rec["step"], int(rec["tokens_seen"]))
-    if best is not None:
-        return best[1]
-    train = config.get("train", {})
-    return int(step) * int(train.get("global_batch", 0)) * int(config.model.seq_len)
+from sps_jax import checkpoint, files, loader, paper_tasks, results_table, runs, val_nll
 
 
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
@@ -110,8 +64,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     elif task_data:
         raise ValueError("--task-data needs --tasks naming those tasks.")
     tokens = loader.open_tokens(val_data, "val") if val_data else None  # manifest and size, before any weights
-    net, params, step = load_model(path, step)
-    info = run_info(path, step)
+    net, params, step = runs.load_model(path, step)
+    info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
     result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},
               "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
@@ -176,9 +130,7 @@ def main_evaluate(argv) -> int:
     path = args.workdir or args.checkpoint
     steps = [args.step]
     if args.all_steps:
-        workdir, _ = checkpoint.find_run(path)
-        with checkpoint.manager(workdir, read_only=True) as mngr:
-            steps = sorted(mngr.all_steps())
+        steps = checkpoint.steps(runs.find_run(path)[0])
         if args.out:
             p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json.")
     rows = []

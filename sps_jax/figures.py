@@ -19,48 +19,33 @@ import json
 import os
 import sys
 
-import ml_collections
 import numpy as np
 
-from sps_jax import checkpoint, config as sps_config
-from sps_jax import flops, masks, metrics
+from sps_jax import config as sps_config
+from sps_jax import flops, masks, metrics, runs
 from sps_jax import model as sps_model
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
-
-SCALE_ORDER = tuple(sps_config.SCALES)
 
 
 # ----------------------------------------------------------------------------- inputs
 
 
-def validation_curve(records) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens_seen, val_loss) of the validation records, in order of tokens."""
-    val = sorted((r["tokens_seen"], r["val_loss"]) for r in records if r.get("val_loss") is not None)
-    if not val:
-        return np.zeros(0), np.zeros(0)
-    tokens, loss = zip(*val)
-    return np.asarray(tokens, np.float64), np.asarray(loss, np.float64)
-
-
-def run_info(run: str) -> dict:
-    config = checkpoint.read_config(run)
-    model = config.get("model") or ml_collections.ConfigDict()
-    name = config.get("name") or os.path.basename(os.path.normpath(run))
-    scale = name.split("-", 1)[0] if name.split("-", 1)[0] in SCALE_ORDER else None
-    window = masks.Visibility(model.variant, model.get("window")).window
-    return {"run": run, "label": name, "variant": model.get("variant"), "window": window,
-            "scale": scale, "model": model}
+def validation_curve(run: str) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens_seen, val_loss) of a run's validation records, in order."""
+    val = metrics.curves(run)["val"]
+    return (np.asarray([r["tokens_seen"] for r in val], np.float64),
+            np.asarray([r["val_loss"] for r in val], np.float64))
 
 
 def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
     if os.path.isdir(source):
-        info = run_info(source)
-        tokens, loss = validation_curve(metrics.read(source, required=True))
+        info = runs.run_info(source)
+        tokens, loss = validation_curve(source)
         if not len(loss):
             raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl.")
-        return {**{k: info[k] for k in ("label", "variant", "window", "scale")},
+        return {"label": info["run"], **{k: info[k] for k in ("variant", "window", "scale")},
                 "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1])}
     ev = read_evaluation(source)
     if ev.get("val_nll") is None:
@@ -84,15 +69,15 @@ def read_evaluation(path: str) -> dict:
 # ----------------------------------------------------------------------------- figures
 
 
-def curves(runs, out: str) -> dict:
+def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
     series = []
-    for run in runs:
-        info = run_info(run)
-        tokens, loss = validation_curve(metrics.read(run, required=True))
-        per_token = flops.train_flops_per_token(sps_model.ModelConfig.from_config(info["model"]))
+    for run in run_folders:
+        info = runs.run_info(run)
+        tokens, loss = validation_curve(run)
+        per_token = flops.train_flops_per_token(sps_model.ModelConfig.from_config(runs.read_config(run).model))
         train_flops = tokens * per_token
-        series.append({"label": info["label"], "variant": info["variant"], "window": info["window"],
+        series.append({"label": info["run"], "variant": info["variant"], "window": info["window"],
                        "tokens_seen": tokens.tolist(), "train_flops": train_flops.tolist(), "val_loss": loss.tolist()})
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
@@ -174,7 +159,7 @@ def accuracy_gains(evaluations, baseline: str = "standard") -> list[dict]:
         rows.append({"scale": scale, "variant": variant, "window": ev.get("window"), "tokens_seen": tokens,
                      "accuracy": ev["task_accuracy_avg"], "baseline_accuracy": base["task_accuracy_avg"],
                      "gain_pp": 100.0 * (ev["task_accuracy_avg"] - base["task_accuracy_avg"])})
-    rank = {s: n for n, s in enumerate(SCALE_ORDER)}
+    rank = {s: n for n, s in enumerate(sps_config.SCALES)}
     rows.sort(key=lambda r: (rank.get(r["scale"], len(rank)), str(r["scale"]), r["variant"]))
     return rows
 
@@ -241,7 +226,7 @@ def main(argv=None):
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         if args.command == "curves":
             for run in args.runs:
-                run_info(run), metrics.read(run, required=True)  # every input checked before plotting
+                runs.run_info(run), metrics.read(run, required=True)  # every input checked before plotting
             curves(args.runs, args.out)
         elif args.command == "window-ablation":
             window_ablation(args.sources, args.out)

@@ -58,3 +58,9 @@ def write_csv(path: str, header, rows) -> None:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
+
+
+def write_jsonl(path: str, records) -> None:
+    """One JSON object per line, atomically."""
+    with atomic_open(path) as f:
+        f.writelines(json.dumps(record) + "\n" for record in records)

@@ -508,7 +508,7 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
     args = parser.parse_args(argv)
 
-    from sps_jax import checkpoint, tokenizer
+    from sps_jax import runs, tokenizer
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     sampling.validate()
@@ -519,7 +519,7 @@ def main(argv=None) -> int:
     empty = next((n for n, p in enumerate(prompts) if not p), None)
     if empty is not None:  # before loading any weights
         raise ValueError(f"prompt {empty} is empty: generation needs at least one prompt token.")
-    config, params, step = checkpoint.load_run(args.workdir or args.checkpoint)
+    config, params, step = runs.load_run(args.workdir or args.checkpoint)
     model_cfg = dict(config.model)
     if args.attention:
         model_cfg["attention"] = args.attention

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import checkpoint, config as sps_config, model as sps_model
+from sps_jax import config as sps_config, model as sps_model, runs
 
 PREFIX = "_orig_mod."
 
@@ -116,12 +116,10 @@ def import_checkpoint(path: str, out: str, variant: str, window, num_heads=None,
                           name=f"import-{os.path.splitext(os.path.basename(path))[0]}")
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
     params = convert_state_dict(sd, config.model.num_heads)
-    from sps_jax import evaluate
-
-    evaluate.check_params(net, params)
+    runs.check_params(net, params)
     if step is None:
         step = int(ckpt.get("iter_num", 0)) if isinstance(ckpt, dict) else 0
-    checkpoint.save_run(out, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
+    runs.save_run(out, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
     return config, params
 
 

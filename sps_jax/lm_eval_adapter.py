@@ -19,7 +19,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
-from sps_jax import generate, scoring, tokenizer as sps_tokenizer, vocab
+from sps_jax import generate, runs, scoring, tokenizer as sps_tokenizer, vocab
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -76,9 +76,7 @@ class SPSLM(TemplateLM):
             path = checkpoint or workdir
             if path is None:
                 raise ValueError("sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP.")
-            from sps_jax import evaluate  # evaluate imports this module lazily, so import it lazily too
-
-            net, params, self.step = evaluate.load_model(path, step=_int_or(step, None))
+            net, params, self.step = runs.load_model(path, step=_int_or(step, None))
             check_tokenizer(self.tok, net.cfg)  # before building anything expensive
             scorer = scoring.Scorer(net, params, max_batch=batch)
         check_tokenizer(self.tok, scorer.cfg)

@@ -1,6 +1,7 @@
 """Run metrics: ``workdir/metrics.jsonl`` (one JSON object per line, each with "step" and
-"tokens_seen") and, when the ``tensorboard`` package is installed, TensorBoard event files
-under ``workdir/tensorboard`` (written with tensorboard's own writer; no TensorFlow needed)."""
+"tokens_seen"), TensorBoard event files under ``workdir/tensorboard`` when the ``tensorboard``
+package is installed (written with its own writer; no TensorFlow needed), and the training
+curves drawn from them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import os
 import time
 
-from sps_jax import files
+from sps_jax import files, plotting
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -18,9 +19,7 @@ def truncate(workdir: str, last_step: int) -> None:
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
         return
-    kept = [r for r in read(workdir) if r["step"] <= last_step]
-    with files.atomic_open(path) as f:
-        f.writelines(json.dumps(r) + "\n" for r in kept)
+    files.write_jsonl(path, [r for r in read(workdir) if r["step"] <= last_step])
 
 
 def read(workdir: str, required: bool = False) -> list[dict]:
@@ -47,6 +46,12 @@ def read(workdir: str, required: bool = False) -> list[dict]:
                     raise ValueError(f"{path} line {n} is not JSON.") from None
                 break
     return records
+
+
+def curves(workdir: str) -> dict[str, list[dict]]:
+    """{"train": records with "loss", "val": records with "val_loss"} of a run, each sorted by step."""
+    records = sorted(read(workdir, required=True), key=lambda r: r["step"])
+    return {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
 
 
 class Writer:
@@ -79,16 +84,36 @@ class Writer:
             self.tb.close()
 
 
+def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
+    """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by
+    side; returns the figure (and writes it to ``out_png`` when given)."""
+    plt = plotting.pyplot(headless=bool(out_png))
+    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, workdir in runs.items():
+        m = curves(workdir)
+        if m["train"]:
+            ax_train.plot([r[x] for r in m["train"]], [r["loss"] for r in m["train"]], label=label, lw=1)
+        if m["val"]:
+            ax_val.plot([r[x] for r in m["val"]], [r["val_loss"] for r in m["val"]], marker="o", label=label)
+    for ax, title in ((ax_train, "training loss"), (ax_val, "validation NLL (nats/token)")):
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if ax.lines:  # a run without validation yet leaves that panel empty
+            ax.legend()
+    fig.tight_layout()
+    if out_png:
+        plotting.save_figure(fig, out_png, dpi=120)
+    return fig
+
+
 def plot(workdir: str) -> str | None:
-    """``workdir/loss.png``: training loss and validation NLL against tokens seen, drawn by
-    ``curves.plot_curves`` (None when matplotlib is not installed)."""
+    """``workdir/loss.png`` of one run by :func:`plot_curves` (None when matplotlib is not installed)."""
     try:
         import matplotlib  # noqa: F401  (an optional extra; training runs without it)
     except ImportError:
         return None
-    from sps_jax import curves, plotting  # curves reads through this module
-
     path = os.path.join(workdir, "loss.png")
-    fig = curves.plot_curves({os.path.basename(os.path.abspath(workdir)): workdir}, path)
+    fig = plot_curves({os.path.basename(os.path.abspath(workdir)): workdir}, path)
     plotting.pyplot().close(fig)
     return path

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sps_jax import data as sps_data
-from sps_jax import loader, masks
+from sps_jax import loader, runs
 from sps_jax import model as sps_model
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
@@ -349,9 +349,7 @@ def plot_window_nll(results, path):
 
 
 def _load(workdir, attention, dtype):
-    from sps_jax import checkpoint
-
-    config, params, step = checkpoint.load_run(workdir)
+    config, params, step = runs.load_run(workdir)
     cfg = sps_model.ModelConfig.from_config(config.model)
     overrides = {k: v for k, v in (("attention", attention), ("dtype", dtype)) if v}
     if overrides:

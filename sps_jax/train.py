@@ -26,7 +26,7 @@ import optax
 
 from sps_jax import checkpoint, config as sps_config, data as sps_data, flops, loader, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, tokenizer
+from sps_jax import optim, runs, tokenizer
 
 
 class NonFiniteLoss(RuntimeError):
@@ -185,7 +185,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     if start_step is not None:
         _check_same_model(workdir, config)
     if jax.process_index() == 0:
-        checkpoint.write_config(workdir, config)
+        runs.write_config(workdir, config)
 
     if start_step is None:
         params, opt_state = run.init_state(t.seed)
@@ -287,7 +287,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
 
 def _check_same_model(workdir: str, config) -> None:
     try:
-        saved = checkpoint.read_config(workdir)
+        saved = runs.read_config(workdir)
     except FileNotFoundError:
         return
     old = json.loads(saved.model.to_json())

@@ -6,32 +6,32 @@ import jax
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config as sps_config, model as sps_model, tokenizer
+from sps_jax import config as sps_config, model as sps_model, runs, tokenizer
 
 
 def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
     config = sps_config.load_config("configs/tiny.py:delayed_state,4")
     net = sps_model.Transformer(config.model)
     params = sps_model.init_params(net, jax.random.PRNGKey(0))
-    checkpoint.save_run(str(tmp_path / "run"), config, params, step=7)
+    runs.save_run(str(tmp_path / "run"), config, params, step=7)
     for path in (tmp_path / "run", tmp_path / "run" / "checkpoints" / "7"):
-        loaded_config, loaded, step = checkpoint.load_run(str(path))
+        loaded_config, loaded, step = runs.load_run(str(path))
         assert step == 7 and loaded_config.model.variant == "delayed_state" and loaded_config.model.window == 4
         jax.tree_util.tree_map(np.testing.assert_array_equal, params, loaded)
     run = str(tmp_path / "run")
-    assert checkpoint.find_run(run) == (run, None)
-    assert checkpoint.find_run(os.path.join(run, "checkpoints")) == (run, None)
-    assert checkpoint.find_run(os.path.join(run, "checkpoints", "7")) == (run, 7)
+    assert runs.find_run(run) == (run, None)
+    assert runs.find_run(os.path.join(run, "checkpoints")) == (run, None)
+    assert runs.find_run(os.path.join(run, "checkpoints", "7")) == (run, 7)
 
 
 def test_load_run_of_a_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        checkpoint.load_run(str(tmp_path / "nowhere"))
+        runs.load_run(str(tmp_path / "nowhere"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="neither a run folder"):
-        checkpoint.load_run(str(tmp_path / "empty"))
+        runs.load_run(str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="neither a run folder"):
-        checkpoint.find_run(str(tmp_path / "empty"))
+        runs.find_run(str(tmp_path / "empty"))
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
-from sps_jax import checkpoint, evaluate, lm_eval_adapter, paper_tasks, results_table, vocab  # noqa: E402
+from sps_jax import evaluate, lm_eval_adapter, paper_tasks, results_table, runs, vocab  # noqa: E402
 from sps_jax import model as sps_model, scoring, val_nll  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -265,7 +265,7 @@ def save_tiny_run(path, variant="sps", window=2, seed=0):
     config = ml_collections.ConfigDict({"name": f"tiny-{variant}", "model": {
         f: getattr(cfg, f) for f in cfg.__dataclass_fields__}, "train": {"global_batch": 2}})
     net, params = tiny(variant, window, seed)
-    checkpoint.save_run(str(path), config, params, step=5)
+    runs.save_run(str(path), config, params, step=5)
     return net, params
 
 
@@ -304,8 +304,8 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
     save_tiny_run(tmp_path / "run", seed=0)
     save_tiny_run(tmp_path / "other", seed=1)
     # A second checkpoint in the same run with other weights.
-    _, params, _ = checkpoint.load_run(str(tmp_path / "other"))
-    checkpoint.save_run(str(tmp_path / "run"), checkpoint.read_config(str(tmp_path / "run")), params, step=9)
+    _, params, _ = runs.load_run(str(tmp_path / "other"))
+    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params, step=9)
     write_val_data(tmp_path / "data")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluate", "--workdir", str(tmp_path / "run"),
@@ -410,7 +410,7 @@ def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path):
     config["model"]["d_model"] = 64
     (tmp_path / "run" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="does not match its config.json"):
-        evaluate.load_model(str(tmp_path / "run"))
+        runs.load_model(str(tmp_path / "run"))
 
 
 def test_missing_tokenizer_and_mismatched_vocabulary_are_clear_errors(tmp_path):
@@ -446,7 +446,7 @@ def test_lm_evals_own_command_line_runs_the_registered_model(tmp_path):
     config = sps_config.load_config("configs/tiny.py:sps,4")
     config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
     net = sps_model.Transformer(config.model)
-    checkpoint.save_run(str(tmp_path / "run"), config, sps_model.init_params(net, jax.random.PRNGKey(0)), step=1)
+    runs.save_run(str(tmp_path / "run"), config, sps_model.init_params(net, jax.random.PRNGKey(0)), step=1)
     (tmp_path / "books.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in ["Once upon a time.",
                                                                                          "There were two."]))
     (tmp_path / "yaml").mkdir()

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, masks, tokenizer
+from sps_jax import masks, runs, tokenizer
 from sps_jax import config as sps_config
 from sps_jax import generate as gen
 from sps_jax import model as sps_model
@@ -188,14 +188,14 @@ def test_bad_input_gives_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="outside the text vocabulary"):
         gen.generate(cfg, params, [[1, PAD]], 4)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        checkpoint.load_run(str(tmp_path / "no_such_run"))
+        runs.load_run(str(tmp_path / "no_such_run"))
 
 
 def _tiny_run(tmp_path):
     config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=64"])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
     workdir = str(tmp_path / "run")
-    checkpoint.save_run(workdir, config, params, step=3)
+    runs.save_run(workdir, config, params, step=3)
     return workdir
 
 

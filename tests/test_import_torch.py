@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sps_jax import evaluate, import_torch, masks  # noqa: E402
+from sps_jax import import_torch, masks, runs  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V, D, H, L, T = 64, 32, 2, 2, 12
@@ -94,7 +94,7 @@ def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant,
     rc = import_torch.main([str(path), "--variant", variant, "--window", str(window),
                             "--out", str(tmp_path / "run"), *OVERRIDES])
     assert rc == 0
-    net, params, step = evaluate.load_model(str(tmp_path / "run"))
+    net, params, step = runs.load_model(str(tmp_path / "run"))
     assert step == 3 and net.cfg.num_heads == H and net.cfg.seq_len == T and net.cfg.variant == variant
     tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
     ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])

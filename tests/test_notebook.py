@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("lm_eval")
 
-from sps_jax import checkpoint, config as sps_config, model as sps_model, tokenizer, vocab  # noqa: E402
+from sps_jax import config as sps_config, model as sps_model, runs, tokenizer, vocab  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,7 +20,7 @@ def make_run(path, variant, seed):
     config = sps_config.load_config(f"configs/tiny.py:{variant},4" if variant != "standard" else "configs/tiny.py:standard")
     config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
     net = sps_model.Transformer(config.model)
-    checkpoint.save_run(str(path), config, sps_model.init_params(net, jax.random.PRNGKey(seed)), step=40)
+    runs.save_run(str(path), config, sps_model.init_params(net, jax.random.PRNGKey(seed)), step=40)
     rng = np.random.default_rng(seed)
     with open(path / "metrics.jsonl", "w") as f:
         for step in range(0, 41, 10):

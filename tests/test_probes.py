@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL, small_config
-from sps_jax import attention, checkpoint, masks, probes
+from sps_jax import attention, masks, probes, runs
 from sps_jax import model as sps_model
 
 EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
@@ -216,7 +216,7 @@ def write_token_folder(folder, docs):
 def write_run(folder, variant, window, seed):
     model, params = make(variant, window, seed=seed)
     config = ml_collections.ConfigDict({"name": f"tiny-{variant}", "model": dataclasses.asdict(model.cfg)})
-    checkpoint.save_run(folder, config, params, step=7)
+    runs.save_run(folder, config, params, step=7)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config as sps_config, metrics, train as sps_train
+from sps_jax import config as sps_config, metrics, runs, train as sps_train
 from train_utils import REPO, SMALL_OVERRIDES, ensure_tokenizer, env, losses, run_train, write_token_folder
 
 STEPS = 6
@@ -31,7 +31,7 @@ def reference(tmp_path_factory, tokens):
 
 
 def final_params(workdir):
-    _, params, step = checkpoint.load_run(str(workdir))
+    _, params, step = runs.load_run(str(workdir))
     assert step == STEPS
     return params
 
@@ -119,7 +119,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, tokens, referenc
                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "SIGTERM: saved a checkpoint at step 3" in out.stdout and "'stopped_by': 'SIGTERM'" in out.stdout
-    assert checkpoint.load_run(str(tmp_path))[2] == 3
+    assert runs.load_run(str(tmp_path))[2] == 3
     assert max(losses(tmp_path)) == 3
 
 
@@ -131,7 +131,7 @@ def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
     run_train(tmp_path / "skip", tokens, 4, extra=bad_lr + ["--config.train.nonfinite=skip"])
     records = [r for r in metrics.read(str(tmp_path / "skip")) if "loss" in r]
     assert len(records) == 4 and [bool(r.get("skipped")) for r in records] == [False, True, True, True]
-    params = checkpoint.load_run(str(tmp_path / "skip"))[1]
+    params = runs.load_run(str(tmp_path / "skip"))[1]
     assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(params)), "skipped updates never land"
 
 

@@ -1,0 +1,114 @@
+"""Run folders (docs/design.md section 9): finding one, its config, its weights, and what it is.
+
+A run folder (``--workdir``) holds ``config.json`` (the resolved ConfigDict), ``metrics.jsonl``
+(``sps_jax.metrics``) and ``checkpoints/<step>/`` (Orbax, ``sps_jax.checkpoint``). Every command
+that takes ``--workdir`` or ``--checkpoint`` resolves it with :func:`find_run`; anything that
+needs a run's weights, model, name, scale or tokens seen asks this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+
+from sps_jax import checkpoint, config as sps_config, files, metrics
+from sps_jax import model as sps_model
+
+CONFIG_FILE = "config.json"
+
+
+def find_run(path: str) -> tuple[str, int | None]:
+    """(run folder, step the path names or None) of a run folder, its checkpoints/ or a checkpoints/<step> folder.
+
+    Raises FileNotFoundError (one sentence) when the path does not exist or is none of these.
+    """
+    path = os.path.abspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path!r} does not exist: pass a run folder (the one holding {CONFIG_FILE}) "
+                                "or one of its checkpoints/<step> folders.")
+    if os.path.isfile(os.path.join(path, CONFIG_FILE)):
+        return path, None
+    parent = os.path.dirname(path)
+    if os.path.basename(path) == checkpoint.CHECKPOINT_DIR and os.path.isfile(os.path.join(parent, CONFIG_FILE)):
+        return parent, None
+    if os.path.basename(parent) == checkpoint.CHECKPOINT_DIR and os.path.basename(path).isdigit():
+        return os.path.dirname(parent), int(os.path.basename(path))
+    raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> folder.")
+
+
+def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
+    """Write the resolved config atomically."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    files.write_text(path, config.to_json_best_effort(indent=2, sort_keys=True))
+    return path
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
+    """Write a loadable run folder with just the weights (conversions, tests, exports)."""
+    write_config(workdir, config)
+    checkpoint.save_params(workdir, step, params, meta)
+
+
+def load_run(path: str, step: int | None = None):
+    """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
+    workdir, path_step = find_run(path)
+    config = read_config(workdir)
+    params, step = checkpoint.restore_params(workdir, step if step is not None else path_step)
+    return config, params, step
+
+
+def check_params(net: sps_model.Transformer, params) -> None:
+    """Every parameter the config implies exists with the same shape (else one sentence naming the first)."""
+    want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
+    have = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
+    for key in sorted(set(want) | set(have)):
+        if want.get(key) != have.get(key):
+            raise ValueError(f"checkpoint does not match its config.json: parameter {key} has shape {have.get(key)} "
+                             f"but the config implies {want.get(key)}; the run folder's config was changed or "
+                             "belongs to another checkpoint.")
+
+
+def load_model(path: str, step: int | None = None):
+    """(Transformer, params, step) of a run folder or checkpoint, after checking params against config.json."""
+    config, params, step = load_run(path, step)
+    net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
+    check_params(net, params)
+    return net, params, step
+
+
+def run_info(path: str, step: int | None = None) -> dict:
+    """Name, folder, variant, window and paper scale (None off the paper's scales) of a run, from
+    its config.json; with ``step`` also the step and the tokens seen by then."""
+    workdir, _ = find_run(path)
+    config = read_config(workdir)
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    info = {"run": str(config.get("name") or os.path.basename(workdir)), "workdir": workdir,
+            "variant": cfg.variant, "window": cfg.window,
+            "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}
+    if step is not None:
+        info.update(step=int(step), tokens_seen=tokens_seen(workdir, step, config))
+    return info
+
+
+def tokens_seen(workdir: str, step: int, config) -> int:
+    """From metrics.jsonl (the last record at or before the step), else step x global batch x seq_len."""
+    best = None
+    for rec in metrics.read(workdir):
+        if "tokens_seen" in rec and rec.get("step", -1) <= step and (best is None or rec["step"] >= best[0]):
+            best = (rec["step"], int(rec["tokens_seen"]))
+    if best is not None:
+        return best[1]
+    train = config.get("train", {})
+    return int(step) * int(train.get("global_batch", 0)) * int(config.model.seq_len)
