@@ -17,7 +17,8 @@ import sys
 import tempfile
 import time
 
-from sps_jax import checkpoint, files, loader, paper_tasks, results_table, runs, val_nll
+from sps_jax import checkpoint, files, paper_tasks, results_table, runs, val_nll
+from sps_jax.data import loader
 
 
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from sps_jax.tokenizer import TokenizerMissing
+        from sps_jax.data.tokenizer import TokenizerMissing
 
         if isinstance(exc, TokenizerMissing):
             print(f"error: {exc}", file=sys.stderr)

@@ -508,7 +508,8 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
     args = parser.parse_args(argv)
 
-    from sps_jax import runs, tokenizer
+    from sps_jax import runs
+    from sps_jax.data import tokenizer
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     sampling.validate()

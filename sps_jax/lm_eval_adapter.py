@@ -19,7 +19,8 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
-from sps_jax import generate, runs, scoring, tokenizer as sps_tokenizer, vocab
+from sps_jax import generate, runs, scoring, vocab
+from sps_jax.data import tokenizer as sps_tokenizer
 
 DEFAULT_MAX_GEN_TOKS = 256
 

@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import data as sps_data
-from sps_jax import loader, runs
+from sps_jax import runs
+from sps_jax.data import loader
 from sps_jax import model as sps_model
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
@@ -58,7 +58,7 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
     """The first ``num_docs`` documents of a prepared token file with at least ``min_tokens``
     tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens``."""
     tokens = loader.open_tokens(data_dir, split, eos_id=eos_id)
-    file_eos = eos_id if eos_id is not None else sps_data.read_manifest(data_dir)["eos_id"]
+    file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)
     starts = np.concatenate([[0], ends[:-1] + 1])
     docs = []

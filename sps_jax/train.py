@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from sps_jax import checkpoint, config as sps_config, data as sps_data, flops, loader, mesh as sps_mesh, metrics
+from sps_jax import checkpoint, config as sps_config, flops, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, runs, tokenizer
+from sps_jax import optim, runs
+from sps_jax.data import loader, prepare, tokenizer
 
 
 class NonFiniteLoss(RuntimeError):
@@ -124,9 +125,9 @@ def _global_batch(local_BT1, sharding, global_shape):
 
 def _ensure_data(config, log) -> None:
     folder = config.data.dir
-    if sps_data.read_manifest(folder) is None and os.path.basename(os.path.normpath(folder)) == "builtin":
+    if loader.read_manifest(folder) is None and os.path.basename(os.path.normpath(folder)) == "builtin":
         if jax.process_index() == 0:
-            sps_data.ensure_builtin(folder, log=log)
+            prepare.ensure_builtin(folder, log=log)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
             multihost_utils.sync_global_devices("sps_jax.data.builtin")

@@ -1,5 +1,5 @@
 """Validation NLL on a prepared token file (``DIR/manifest.json`` + ``DIR/val.bin``, opened with
-``sps_jax.loader.open_tokens``).
+``sps_jax.data.loader.open_tokens``).
 
 The split is cut into fixed windows of seq_len + 1 tokens starting every seq_len
 tokens (so every target is predicted exactly once, always from the same

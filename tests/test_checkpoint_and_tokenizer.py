@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from sps_jax import config as sps_config, model as sps_model, runs, tokenizer
+from sps_jax import config as sps_config, model as sps_model, runs
+from sps_jax.data import tokenizer
 
 
 def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
@@ -52,5 +53,5 @@ def test_provisioned_tokenizer_encodes_like_gpt2(ranks_file):
 
 
 def test_missing_tokenizer_file_names_the_command_to_run(tmp_path):
-    with pytest.raises(tokenizer.TokenizerMissing, match="python3 -m sps_jax.tokenizer provision"):
+    with pytest.raises(tokenizer.TokenizerMissing, match="python3 -m sps_jax.data provision-tokenizer"):
         tokenizer.get_tokenizer(str(tmp_path / "missing.tiktoken"))

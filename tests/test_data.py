@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from sps_jax import corpus, data, loader, tokenizer, vocab
+from sps_jax import vocab
+from sps_jax.data import __main__ as data_cli, corpus, loader, prepare, tokenizer
 from train_utils import ensure_tokenizer, write_token_folder
 
 
@@ -47,11 +48,11 @@ def write_sources(tmp_path):
 def test_prepare_round_trip(tmp_path, kind):
     source = write_sources(tmp_path)[kind]
     out = tmp_path / "out"
-    manifest = data.prepare(str(source), str(out), val_fraction=0.2, batch_documents=16, log=lambda *a: None)
+    manifest = prepare.prepare(str(source), str(out), val_fraction=0.2, batch_documents=16, log=lambda *a: None)
     train, val = read_docs(out, "train"), read_docs(out, "val")
     # Every document comes back exactly once, in its split, in source order.
     assert sorted(train + val) == sorted(DOCS)
-    assert train == [d for d in DOCS if not data.is_val_document(d, 0.2)]
+    assert train == [d for d in DOCS if not prepare.is_val_document(d, 0.2)]
     assert 0 < len(val) < len(DOCS)
     s = manifest["splits"]
     assert s["train"]["documents"] == len(train) and s["val"]["documents"] == len(val)
@@ -59,7 +60,7 @@ def test_prepare_round_trip(tmp_path, kind):
     assert json.loads((out / "manifest.json").read_text())["dtype"] == "uint16"
     assert not [f for f in os.listdir(out) if f.endswith(".partial")]
     # The verify command re-hashes the files against the manifest.
-    assert data.main(["verify", str(out)]) == 0
+    assert data_cli.main(["verify", str(out)]) == 0
 
 
 def test_split_is_stable_under_reordering_and_additions(tmp_path):
@@ -67,21 +68,21 @@ def test_split_is_stable_under_reordering_and_additions(tmp_path):
     extra = [f"another document {i}" for i in range(40)]
     a.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
     b.write_text("".join(json.dumps({"text": d}) + "\n" for d in extra + DOCS[::-1]))
-    data.prepare(str(a), str(tmp_path / "A"), val_fraction=0.3, log=lambda *a: None)
-    data.prepare(str(b), str(tmp_path / "B"), val_fraction=0.3, log=lambda *a: None)
+    prepare.prepare(str(a), str(tmp_path / "A"), val_fraction=0.3, log=lambda *a: None)
+    prepare.prepare(str(b), str(tmp_path / "B"), val_fraction=0.3, log=lambda *a: None)
     assert set(read_docs(tmp_path / "A", "val")) == set(read_docs(tmp_path / "B", "val")) & set(DOCS)
 
 
 def test_prepare_is_skipped_when_up_to_date_and_rejects_bad_input(tmp_path):
     src = write_sources(tmp_path)["jsonl"]
-    data.prepare(str(src), str(tmp_path / "o"), log=lambda *a: None)
+    prepare.prepare(str(src), str(tmp_path / "o"), log=lambda *a: None)
     messages = []
-    data.prepare(str(src), str(tmp_path / "o"), log=messages.append)
+    prepare.prepare(str(src), str(tmp_path / "o"), log=messages.append)
     assert "already holds" in messages[0]
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        data.prepare(str(tmp_path / "missing"), str(tmp_path / "x"))
+        prepare.prepare(str(tmp_path / "missing"), str(tmp_path / "x"))
     with pytest.raises(ValueError, match="no 'body' field"):
-        data.prepare(str(src), str(tmp_path / "y"), text_field="body")
+        prepare.prepare(str(src), str(tmp_path / "y"), text_field="body")
 
 
 def test_builtin_corpus_is_english_prose_shipped_with_python():
@@ -144,12 +145,12 @@ def test_hugging_face_source_streams_through_datasets_or_says_what_to_install(tm
 
     if importlib.util.find_spec("datasets") is None:
         with pytest.raises(ImportError, match=r"pip install -e '\.\[hf\]'"):
-            data.prepare("hf:HuggingFaceFW/fineweb-edu:sample-10BT", str(tmp_path / "fw"))
+            prepare.prepare("hf:HuggingFaceFW/fineweb-edu:sample-10BT", str(tmp_path / "fw"))
         return
     # `datasets` streams a local dataset folder offline through the same code path as the hub.
     folder = tmp_path / "hf_dataset"
     folder.mkdir()
     os.replace(write_sources(tmp_path)["jsonl"], folder / "train.jsonl")
-    data.prepare(f"hf:{folder}", str(tmp_path / "hf"), val_fraction=0.2, log=lambda *a: None)
+    prepare.prepare(f"hf:{folder}", str(tmp_path / "hf"), val_fraction=0.2, log=lambda *a: None)
     assert sorted(read_docs(tmp_path / "hf", "train") + read_docs(tmp_path / "hf", "val")) == sorted(DOCS)
-    assert read_docs(tmp_path / "hf", "train") == [d for d in DOCS if not data.is_val_document(d, 0.2)]
+    assert read_docs(tmp_path / "hf", "train") == [d for d in DOCS if not prepare.is_val_document(d, 0.2)]

@@ -414,7 +414,7 @@ def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path):
 
 
 def test_missing_tokenizer_and_mismatched_vocabulary_are_clear_errors(tmp_path):
-    from sps_jax.tokenizer import TokenizerMissing
+    from sps_jax.data.tokenizer import TokenizerMissing
 
     save_tiny_run(tmp_path / "run")
     with pytest.raises(TokenizerMissing, match="provision"):

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import masks, runs, tokenizer
+from sps_jax import masks, runs
+from sps_jax.data import tokenizer
 from sps_jax import config as sps_config
 from sps_jax import generate as gen
 from sps_jax import model as sps_model
@@ -209,7 +210,7 @@ def test_cli_end_to_end_on_a_saved_run(tmp_path):
     try:
         tokenizer.get_tokenizer()
     except tokenizer.TokenizerMissing:
-        pytest.skip("GPT-2 tokenizer not provisioned (python3 -m sps_jax.tokenizer provision)")
+        pytest.skip("GPT-2 tokenizer not provisioned (python3 -m sps_jax.data provision-tokenizer)")
     workdir = _tiny_run(tmp_path)
     one = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "5")
     assert one.returncode == 0, one.stderr

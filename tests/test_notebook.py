@@ -11,7 +11,8 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("lm_eval")
 
-from sps_jax import config as sps_config, model as sps_model, runs, tokenizer, vocab  # noqa: E402
+from sps_jax import config as sps_config, model as sps_model, runs, vocab  # noqa: E402
+from sps_jax.data import tokenizer  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

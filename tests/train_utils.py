@@ -75,7 +75,7 @@ def losses(workdir):
 
 def ensure_tokenizer():
     """Provision the GPT-2 ranks file if this machine lacks it (needs only the package index)."""
-    from sps_jax import tokenizer
+    from sps_jax.data import tokenizer
 
     if not os.path.isfile(tokenizer.default_ranks_path()):
         tokenizer.provision()

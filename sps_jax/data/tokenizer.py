@@ -2,14 +2,13 @@
 
 ``tiktoken.get_encoding("gpt2")`` downloads its ranks at run time. The identical
 ranks ship in the ``openai-whisper`` source distribution on the package index
-(``whisper/assets/gpt2.tiktoken``); ``python -m sps_jax.tokenizer provision``
-fetches that with pip, checks its sha256 and stores it where ``get_tokenizer``
-looks first.
+(``whisper/assets/gpt2.tiktoken``); :func:`provision` (the command
+``python -m sps_jax.data provision-tokenizer``) fetches that with pip, checks its
+sha256 and stores it where ``get_tokenizer`` looks first.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import subprocess
@@ -23,7 +22,7 @@ EOS_TOKEN = "<|endoftext|>"
 RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 # GPT-2's pre-tokenisation pattern (tiktoken's r50k pattern).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-PROVISION_COMMAND = "python3 -m sps_jax.tokenizer provision"
+PROVISION_COMMAND = "python3 -m sps_jax.data provision-tokenizer"
 
 
 def default_ranks_path() -> str:
@@ -110,22 +109,3 @@ def provision(out: str | None = None) -> str:
         f.write(data)
     print(f"tokenizer provisioned at {out} (sha256 verified)")
     return out
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("provision", help="fetch and verify the GPT-2 ranks for offline use")
-    p.add_argument("--out", default=None, help=f"where to store it (default {default_ranks_path()})")
-    e = sub.add_parser("encode", help="print the ids of a text")
-    e.add_argument("text")
-    args = parser.parse_args(argv)
-    if args.command == "provision":
-        provision(args.out)
-    else:
-        print(encode(args.text))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

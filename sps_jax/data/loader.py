@@ -1,4 +1,10 @@
-"""grain input pipeline over memory-mapped token files.
+"""Token folders: the format, its one reader, and the grain input pipeline over them.
+
+A token folder holds ``manifest.json`` and, per split, ``<split>.bin``: flat
+little-endian uint16 token ids with an EOS after every document (written by
+:mod:`sps_jax.data.prepare`). The manifest records the tokenizer, the dtype, the
+EOS id and, per split, the file, its token and document counts, its largest id
+and its sha256.
 
 A split of N tokens is cut into ``(N - 1) // T`` windows of T+1 tokens that
 overlap by one token, so every token is a target exactly once per epoch.
@@ -14,12 +20,24 @@ process count.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import grain
 import numpy as np
 
-from sps_jax import data as sps_data
+MANIFEST = "manifest.json"
+SPLITS = ("train", "val")
+DTYPE = "uint16"
+
+
+def read_manifest(folder: str) -> dict | None:
+    """The folder's manifest, or None when it has none (not prepared yet)."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: int | None = None,
@@ -31,11 +49,11 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     ``vocab_size``: every id is inside the vocabulary; with ``eos_id``: the manifest's EOS id
     is the model's; with ``verify_checksum``: the file's sha256.
     """
-    manifest = sps_data.read_manifest(folder)
+    manifest = read_manifest(folder)
     if manifest is None:
-        raise FileNotFoundError(f"{folder!r} has no {sps_data.MANIFEST}: run "
+        raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
                                 f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
-    if manifest.get("dtype") != sps_data.DTYPE:
+    if manifest.get("dtype") != DTYPE:
         raise ValueError(f"{folder}: token dtype {manifest.get('dtype')!r} is not uint16: re-run sps_jax.data prepare.")
     splits = manifest.get("splits", {})
     if split not in splits:

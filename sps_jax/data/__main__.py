@@ -1,0 +1,64 @@
+"""``python -m sps_jax.data`` (``sps-data``): prepare and verify token folders, provision the tokenizer.
+
+  python -m sps_jax.data prepare --source builtin --out data/builtin
+  python -m sps_jax.data verify data/builtin
+  python -m sps_jax.data provision-tokenizer
+  python -m sps_jax.data encode "Hello world"
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sps_jax import vocab
+from sps_jax.data import loader, prepare, tokenizer
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="tokenise a corpus into train.bin/val.bin + manifest.json")
+    p.add_argument("--source", required=True,
+                   help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--val-fraction", type=float, default=0.01)
+    p.add_argument("--text-field", default="text", help="JSONL/Parquet/HF field holding the text")
+    p.add_argument("--hf-split", default="train")
+    p.add_argument("--max-documents", type=int, default=None, help="stop after this many documents")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="stop once about this many tokens (train + val) are written")
+    p.add_argument("--force", action="store_true", help="rebuild even if the output is up to date")
+    v = sub.add_parser("verify", help="check a prepared folder's sizes, ids and checksums")
+    v.add_argument("dir")
+    t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
+    t.add_argument("--out", default=None, help=f"where to store it (default {tokenizer.default_ranks_path()})")
+    e = sub.add_parser("encode", help="print the GPT-2 ids of a text")
+    e.add_argument("text")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "prepare":
+            prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
+                            hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
+                            force=args.force)
+        elif args.command == "verify":
+            for split in loader.SPLITS:
+                tokens = loader.open_tokens(args.dir, split, vocab_size=vocab.VOCAB_SIZE, verify_checksum=True)
+                print(f"{split}: {len(tokens):,} tokens ok")
+        elif args.command == "provision-tokenizer":
+            tokenizer.provision(args.out)
+        else:
+            print(tokenizer.encode(args.text))
+    except (ValueError, FileNotFoundError, ImportError, ConnectionError, tokenizer.TokenizerMissing) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
