@@ -70,7 +70,7 @@ class VariantRun:
         import jax.numpy as jnp
         import numpy as np
 
-        from sps_jax import generate as gen
+        from sps_jax.inference import generate as gen, kv_cache
         from sps_jax import model as sps_model
 
         self.args, self.variant = args, variant
@@ -94,7 +94,7 @@ class VariantRun:
         self.decode = gen.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
                                             max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
         self.compile_s = time.perf_counter() - t0
-        self.cache_sizes = gen.cache_bytes(cache_shape)
+        self.cache_sizes = kv_cache.cache_bytes(cache_shape)
         memory = self.decode.memory_analysis()
         self.decode_compiled_bytes = None if memory is None else int(
             memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes

@@ -77,7 +77,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
     if keys:
         lm_eval_adapter.check_tokenizer(tokenizer, net.cfg)
-        from sps_jax import scoring
+        from sps_jax.inference import scoring
 
         lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=batch_size), tokenizer=tokenizer)
         results, names = run_lm_eval(lm, keys, task_data, include_path, limit, include_defaults, manager)

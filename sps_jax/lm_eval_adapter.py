@@ -1,10 +1,10 @@
 """An lm-evaluation-harness model backed by the JAX model: ``lm_eval --model sps_jax --model_args workdir=RUN``.
 
 Importing this module registers the model name ``sps_jax`` with lm-eval. The
-request types map onto :class:`sps_jax.scoring.Scorer` (``loglikelihood``:
+request types map onto :class:`sps_jax.inference.scoring.Scorer` (``loglikelihood``:
 (context, continuation) scores; ``loglikelihood_rolling``: lm-eval's disjoint
 rolling windows of the model's context, each document's first token conditioned
-on the EOS prefix) and onto the KV-cache decoder :mod:`sps_jax.generate`
+on the EOS prefix) and onto the KV-cache decoder :mod:`sps_jax.inference.generate`
 (``generate_until``: greedy).
 """
 
@@ -19,7 +19,8 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
-from sps_jax import generate, runs, scoring, vocab
+from sps_jax import runs, vocab
+from sps_jax.inference import generate, scoring
 from sps_jax.data import tokenizer as sps_tokenizer
 
 DEFAULT_MAX_GEN_TOKS = 256

@@ -187,7 +187,7 @@ class Attention(nn.Module):
         q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
         if cache is not None:
-            # Inference (sps_jax.generate): the cache attends over its stored keys and
+            # Inference (sps_jax.inference.kv_cache): the cache attends over its stored keys and
             # returns itself updated with this call's post-RoPE keys and values.
             o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, qkv[2], positions_BT, doc_ids_BT)
             return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)), cache
@@ -235,7 +235,7 @@ class Transformer(nn.Module):
     ``logits[:, i]`` predicts token i+1 and is read from the variant's logits
     stream. Document ids come from EOS and pad tokens unless given.
     With ``cache`` (one per-layer cache object with an ``attend`` method, see
-    ``sps_jax.generate``) it returns ``(output, new per-layer caches)``.
+    ``sps_jax.inference.kv_cache.views``) it returns ``(output, new per-layer caches)``.
     """
 
     config: Any

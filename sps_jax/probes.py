@@ -40,6 +40,7 @@ import numpy as np
 
 from sps_jax import runs
 from sps_jax.data import loader
+from sps_jax.inference.batching import bucket
 from sps_jax import model as sps_model
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
@@ -169,13 +170,6 @@ def slot_grad_sq_norms(model: sps_model.Transformer, params, inputs_BT, targets_
                jnp.asarray(source_pos_BM, jnp.int32))
 
 
-def _bucket(n: int, chunk: int) -> int:
-    """n rounded up to one of at most 8 sizes per power of two (<= 12.5% padding), a multiple of chunk."""
-    step = 1 << max(0, (n - 1).bit_length() - 4)
-    n = -(-n // step) * step
-    return -(-n // chunk) * chunk
-
-
 def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=None, seed=0,
                     batch=1, chunk=8, log=print):
     """r(p, k) for ``positions_per_doc`` random source positions of each document.
@@ -208,7 +202,8 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         inputs, targets, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
         source_BM = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + offsets[None, :]).ravel()) for _, src in part]
-        J = _bucket(max(len(x) for x in loss_lists), chunk)
+        # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%.
+        J = -(-bucket(max(len(x) for x in loss_lists), sizes_per_octave=8) // chunk) * chunk
         loss_JB = np.full((J, batch), -1, np.int64)
         for b, lst in enumerate(loss_lists):
             loss_JB[:len(lst), b] = lst

@@ -20,7 +20,8 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 from sps_jax import evaluate, lm_eval_adapter, paper_tasks, results_table, runs, vocab  # noqa: E402
-from sps_jax import model as sps_model, scoring, val_nll  # noqa: E402
+from sps_jax import model as sps_model, val_nll  # noqa: E402
+from sps_jax.inference import batching, scoring  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -147,7 +148,7 @@ def test_requests_of_many_lengths_compile_only_the_bucketed_shapes():
 
 
 def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
-    from sps_jax import generate as gen
+    from sps_jax.inference import generate as gen
 
     net, params = tiny("sps", 3, d_model=24, num_heads=1, d_ff=48)  # a config of its own: fresh cache entries
     lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=4, min_len=8), tokenizer=CharTokenizer())
@@ -171,7 +172,7 @@ def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
 def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row():
     net, params = tiny("sps", 2)
     ids = [3, 4, 5, 60, 6, 7]  # with an EOS inside: documents still line up
-    tokens, positions = scoring.left_pad([ids], 16, 2, net.cfg.pad_id)
+    tokens, positions = batching.left_pad([ids], 16, 2, net.cfg.pad_id)
     apply = _apply(net.cfg)
     padded = apply({"params": params}, jnp.asarray(tokens), jnp.asarray(positions))[0, -len(ids):]
     plain = apply({"params": params}, jnp.asarray([ids], jnp.int32))[0]
@@ -179,7 +180,7 @@ def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row():
 
 
 def test_shapes_are_bucketed_to_powers_of_two_within_the_token_budget():
-    assert [scoring.bucket(n, 64, 4) for n in (1, 4, 5, 17, 33, 100)] == [4, 4, 8, 32, 64, 64]
+    assert [batching.bucket(n, 64, 4) for n in (1, 4, 5, 17, 33, 100)] == [4, 4, 8, 32, 64, 64]
     net, params = tiny("sps", 2)
     scorer = scoring.Scorer(net, params, max_batch=16, max_batch_tokens=256)
     assert [scorer.rows_for(n) for n in (8, 16, 32)] == [16, 16, 8]

@@ -13,7 +13,8 @@ import pytest
 from sps_jax import masks, runs
 from sps_jax.data import tokenizer
 from sps_jax import config as sps_config
-from sps_jax import generate as gen
+from sps_jax.inference import generate as gen, kv_cache
+from sps_jax.inference.sampling import Sampling, sample_logits
 from sps_jax import model as sps_model
 from tests.conftest import SMALL, small_config
 
@@ -138,18 +139,18 @@ def test_rows_stop_on_eos_independently_and_idle_on_pad():
 
 def test_sampling_filters():
     logits_BV = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05, 0.0]]))
-    draws = lambda s: {int(gen.sample_logits(logits_BV, jax.random.PRNGKey(k), s, 4)[0]) for k in range(64)}
-    assert draws(gen.Sampling()) == {0}
-    assert draws(gen.Sampling(temperature=1.0, top_k=2)) == {0, 1}
-    assert draws(gen.Sampling(temperature=1.0, top_p=0.7)) == {0, 1}  # 0.5 < 0.7 <= 0.8
-    assert draws(gen.Sampling(temperature=1.0)) == {0, 1, 2, 3}       # id 4 is past num_tokens
+    draws = lambda s: {int(sample_logits(logits_BV, jax.random.PRNGKey(k), s, 4)[0]) for k in range(64)}
+    assert draws(Sampling()) == {0}
+    assert draws(Sampling(temperature=1.0, top_k=2)) == {0, 1}
+    assert draws(Sampling(temperature=1.0, top_p=0.7)) == {0, 1}  # 0.5 < 0.7 <= 0.8
+    assert draws(Sampling(temperature=1.0)) == {0, 1, 2, 3}       # id 4 is past num_tokens
     with pytest.raises(ValueError, match="top_p"):
-        gen.Sampling(top_p=0.0).validate()
+        Sampling(top_p=0.0).validate()
 
 
 def test_sampled_generation_is_reproducible_from_the_seed():
     cfg, _, params = model_and_params("sps", 2)
-    sample = lambda seed: gen.generate(cfg, params, [[1, 2, 3]], 10, sampling=gen.Sampling(1.0, 20, 0.9),
+    sample = lambda seed: gen.generate(cfg, params, [[1, 2, 3]], 10, sampling=Sampling(1.0, 20, 0.9),
                                        seed=seed, stop_on_eos=False)
     assert sample(3) == sample(3)
     assert sample(3) != sample(4)
@@ -158,13 +159,13 @@ def test_sampled_generation_is_reproducible_from_the_seed():
 @pytest.mark.parametrize("window", [0, 1, 3, 100])
 def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
     T = 64
-    sizes = {v: gen.cache_bytes(gen.init_cache(small_config(v, window, dtype="bfloat16"), 2, T))
+    sizes = {v: kv_cache.cache_bytes(kv_cache.init_cache(small_config(v, window, dtype="bfloat16"), 2, T))
              for v in masks.VARIANTS}
     assert sizes["sps"]["persistent"] == sizes["standard"]["persistent"]
     assert sizes["delayed_state"]["persistent"] == sizes["standard"]["persistent"]
     assert sizes["two_x_memory"]["persistent"] == 2 * sizes["standard"]["persistent"]
     assert sizes["standard"]["ring"] == sizes["two_x_memory"]["ring"] == 0
-    cache = gen.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
+    cache = kv_cache.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
     for layer in cache.layers:
         assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(max(window, 1), T)
         assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
@@ -202,7 +203,7 @@ def _tiny_run(tmp_path):
 
 def _cli(*args):
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "sps_jax.generate", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "sps_jax.inference.generate", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -1,10 +1,9 @@
-"""Scoring of token sequences with the JAX model, batched and shape-bucketed (generation: sps_jax.generate).
+"""Log-likelihoods of token sequences under the JAX model, batched and shape-bucketed.
 
-Rows are left-padded with the pad id, which is its own one-token document
-(masks.document_ids), so padding never changes the real tokens' logits; the real
-tokens get positions 0, 1, ... as if unpadded. Lengths and batch sizes are
-rounded up to powers of two (capped at the model's context), so a whole
-evaluation compiles a handful of shapes rather than one per request.
+Rows are left-padded (:func:`sps_jax.inference.batching.left_pad`: padding never
+changes the real tokens' logits) and lengths and batch sizes are rounded up to powers
+of two (capped at the model's context), so a whole evaluation compiles a handful of
+shapes rather than one per request. Generation is :mod:`sps_jax.inference.generate`.
 """
 
 from __future__ import annotations
@@ -17,26 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sps_jax import model as sps_model
-
-
-def bucket(n: int, cap: int, floor: int = 1) -> int:
-    """The smallest power of two >= max(n, floor), but at most cap."""
-    size = max(int(floor), 1)
-    while size < n:
-        size *= 2
-    return min(size, cap)
-
-
-def left_pad(rows: Sequence[Sequence[int]], length: int, batch: int, pad_id: int):
-    """int32 tokens [batch, length] and positions [batch, length]: rows right-aligned, extra rows all pad."""
-    tokens = np.full((batch, length), pad_id, np.int32)
-    positions = np.zeros((batch, length), np.int32)
-    for b, row in enumerate(rows):
-        n = len(row)
-        if n:
-            tokens[b, length - n:] = row
-            positions[b, length - n:] = np.arange(n)
-    return tokens, positions
+from sps_jax.inference.batching import bucket, left_pad
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,40 @@
+"""Batch shapes for requests of mixed lengths: geometric size buckets and left padding.
+
+Rounding lengths and batch sizes up to a few sizes keeps the number of compiled shapes
+small (scoring, generation, the gradient probe). Left padding uses the pad id, which is
+its own one-token document (docs/design.md section 3), so padding never changes the
+real tokens' logits; the real tokens get positions 0, 1, ... as if unpadded.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def bucket(n: int, cap: int | None = None, floor: int = 1, sizes_per_octave: int = 1) -> int:
+    """The smallest bucket size >= max(n, floor), at most ``cap``.
+
+    Buckets are the powers of two, or with ``sizes_per_octave`` = 2**s the 2**s evenly spaced
+    sizes of each octave (2**b, 2**(b+1)] (padding at most 1/2**s of the size).
+    """
+    if sizes_per_octave < 1 or sizes_per_octave & (sizes_per_octave - 1):
+        raise ValueError(f"sizes_per_octave must be a power of two, got {sizes_per_octave}.")
+    n = max(int(n), int(floor), 1)
+    step = 1 << max(0, (n - 1).bit_length() - sizes_per_octave.bit_length())
+    size = -(-n // step) * step
+    return size if cap is None else min(size, cap)
+
+
+def left_pad(rows: Sequence[Sequence[int]], length: int, batch: int, pad_id: int):
+    """int32 tokens [batch, length] and positions [batch, length]: rows right-aligned (extra rows
+    all pad), positions counted from each row's first real token (pads at 0)."""
+    tokens_BT = np.full((batch, length), pad_id, np.int32)
+    positions_BT = np.zeros((batch, length), np.int32)
+    for b, row in enumerate(rows):
+        n = len(row)
+        if n:
+            tokens_BT[b, length - n:] = row
+            positions_BT[b, length - n:] = np.arange(n)
+    return tokens_BT, positions_BT

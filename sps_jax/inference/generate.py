@@ -1,0 +1,313 @@
+"""Generation with the KV cache (the paper's "Inference Efficiency"): prefill, decode, the loop, the CLI.
+
+A decode step forwards the pair (x_i, rho_i) at position i through the same Linen
+modules as training (``Transformer(..., cache=...)``, see :mod:`sps_jax.inference.kv_cache`),
+reading the next-token logits from the variant's logits stream. Prefill is one
+forward pass over the left-padded prompts with the training attention backend; the
+decode loop is one ``lax.while_loop`` under ``jit`` with the cache donated.
+
+CLI::
+
+    python -m sps_jax.inference.generate --workdir RUN --prompt "Once upon a time"
+    python -m sps_jax.inference.generate --checkpoint RUN/checkpoints/1000 --prompts-file p.txt --out results.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sps_jax import files, masks
+from sps_jax import model as sps_model
+from sps_jax.inference import kv_cache
+from sps_jax.inference.batching import bucket, left_pad
+from sps_jax.inference.sampling import Sampling, sample_logits
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
+def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
+    """One forward pass over prompts [B, T] -> (filled cache, hidden states [B, T, D]).
+
+    Left-padded prompts pass the positions :func:`sps_jax.inference.batching.left_pad`
+    gives them; by default positions are 0..T-1 (unpadded prompts). The next-token logits
+    of position t are ``model.unembed(h[:, t:t+1], params["embed"])``.
+    """
+    B, T = tokens_BT.shape
+    if positions_BT is None:
+        positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    doc_ids_BT = masks.document_ids(tokens_BT, cfg.eos_id, cfg.pad_id)
+    cache = kv_cache.init_cache(cfg, B, max_len)
+    put = lambda buf, new: jax.lax.dynamic_update_slice(buf, new, (0, 0))
+    slot_pos, slot_doc = put(cache.slot_pos_BT, positions_BT), put(cache.slot_doc_BT, doc_ids_BT)
+    h_BTD, layers = sps_model.Transformer(cfg).apply(
+        {"params": params}, tokens_BT, positions_BT, doc_ids_BT, return_hidden=True,
+        cache=kv_cache.views(cfg, cache, slot_pos, slot_doc, prefill=True))
+    cache = kv_cache.Cache(layers, slot_pos, slot_doc, kv_cache.fill_ring(cache.ring_pos_BR, positions_BT, axis=1),
+                           kv_cache.fill_ring(cache.ring_doc_BR, doc_ids_BT, axis=1), jnp.asarray(T, jnp.int32),
+                           tokens_BT[:, -1], positions_BT[:, -1], doc_ids_BT[:, -1])
+    return cache, h_BTD
+
+
+def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_B):
+    """Forward one token per row (the pair x_i, rho_i at position i) -> (logits [B, V] f32, cache)."""
+    # Same document rule as training: a document starts after an EOS, at a pad and after a pad.
+    pair_B2 = jnp.stack([cache.last_token_B, tokens_B], axis=1)
+    doc_B = cache.last_doc_B + masks.document_ids(pair_B2, cfg.eos_id, cfg.pad_id)[:, 1]
+    pos_B = cache.last_pos_B + 1
+    t = cache.length
+    slot_pos = jax.lax.dynamic_update_slice(cache.slot_pos_BT, pos_B[:, None], (0, t))
+    slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc_BT, doc_B[:, None], (0, t))
+    h_B1D, layers = sps_model.Transformer(cfg).apply(
+        {"params": params}, tokens_B[:, None], pos_B[:, None], doc_B[:, None], return_hidden=True,
+        cache=kv_cache.views(cfg, cache, slot_pos, slot_doc, prefill=False))
+    logits_BV = sps_model.unembed(h_B1D, params["embed"])[:, 0]
+    ring_pos, ring_doc = cache.ring_pos_BR, cache.ring_doc_BR
+    R = ring_pos.shape[1]
+    if R:
+        ring_pos = jax.lax.dynamic_update_slice_in_dim(ring_pos, pos_B[:, None], t % R, axis=1)
+        ring_doc = jax.lax.dynamic_update_slice_in_dim(ring_doc, doc_B[:, None], t % R, axis=1)
+    cache = kv_cache.Cache(layers, slot_pos, slot_doc, ring_pos, ring_doc, t + 1, tokens_B, pos_B, doc_B)
+    return logits_BV, cache
+
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
+                   donate_argnames=("cache",))
+def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
+                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
+    """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
+
+    ``logits_BV`` are the prompt's last-position logits. ``limit`` (a traced int, optional)
+    stops after that many tokens instead, so one compilation with a bucketed
+    ``max_new_tokens`` serves every smaller count. Returns (tokens [B, max_new_tokens] with
+    ``pad_id`` after a row's EOS or past ``limit``, number of decode steps run, the final cache).
+    """
+    B = logits_BV.shape[0]
+    limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
+    num_tokens = cfg.eos_id + 1
+
+    def pick(i, logits, out, done):
+        token = sample_logits(logits, jax.random.fold_in(rng, i), sampling, num_tokens)
+        token = jnp.where(done, cfg.pad_id, token)  # finished rows idle on pad (its own document)
+        out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
+        if stop_on_eos:
+            done = done | (token == cfg.eos_id)
+        return token, out, done
+
+    out = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)
+    token, out, done = pick(0, logits_BV, out, jnp.zeros((B,), bool))
+
+    def cond(state):
+        i, _, _, _, done = state
+        return (i < limit) & ~jnp.all(done)
+
+    def body(state):
+        i, token, cache, out, done = state
+        logits, cache = decode_step(cfg, params, cache, token)
+        token, out, done = pick(i, logits, out, done)
+        return i + 1, token, cache, out, done
+
+    steps, _, cache, out, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), token, cache, out, done))
+    return out, steps - 1, cache
+
+
+# ----------------------------------------------------------------------------- host-level API
+
+def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+    """Clear errors before any compilation."""
+    if not len(prompts):
+        raise ValueError("no prompts given: pass at least one prompt.")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+    for n, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {n} is empty: generation needs at least one prompt token.")
+        if len(prompt) > cfg.seq_len:
+            raise ValueError(f"prompt {n} has {len(prompt)} tokens, more than the model's context of "
+                             f"{cfg.seq_len}: shorten it.")
+        if len(prompt) + max_new_tokens > cfg.seq_len:
+            raise ValueError(f"prompt {n} ({len(prompt)} tokens) plus max_new_tokens={max_new_tokens} exceeds "
+                             f"the model's context of {cfg.seq_len}: lower max_new_tokens or shorten the prompt.")
+        bad = [t for t in prompt if not 0 <= int(t) <= cfg.eos_id]
+        if bad:
+            raise ValueError(f"prompt {n} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "
+                             "check the tokenizer.")
+
+
+def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
+                     buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool) -> list[list[int]]:
+    """Prompts left-padded to ``length`` in a batch of ``rows`` (extra rows all pad), a
+    ``buffer``-token output (>= max_new_tokens); the shapes are the caller's choice."""
+    tokens_BT, positions_BT = left_pad(prompts, length, rows, cfg.pad_id)
+    cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=length + buffer - 1,
+                           positions_BT=jnp.asarray(positions_BT))
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    limit = None if buffer == max_new_tokens else jnp.asarray(max_new_tokens, jnp.int32)
+    out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
+                            sampling=sampling, stop_on_eos=stop_on_eos, limit=limit)
+    results = []
+    for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
+        if stop_on_eos and cfg.eos_id in row:
+            row = row[:row.index(cfg.eos_id) + 1]
+        results.append(row)
+    return results
+
+
+def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+             sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+             pad_to_multiple: int = 1) -> list[list[int]]:
+    """Generated token ids per prompt (EOS included when a row stops on it), all prompts in one batch.
+
+    Prompts are left-padded to the longest (rounded up to ``pad_to_multiple`` to
+    reuse compilations, never beyond the context).
+    """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    sampling.validate()
+    check_prompts(cfg, prompts, max_new_tokens)
+    longest = max(len(p) for p in prompts)
+    length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
+    return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
+                            buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
+
+
+def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, max_batch: int = 16,
+                      min_len: int = 16, sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+                      progress: Optional[Callable[[int], None]] = None) -> list[list[int]]:
+    """Like :func:`generate` for any number of prompts of mixed lengths, with a bounded set of compiled shapes.
+
+    Prompts are sorted by length (longest first) and generated in batches of at most
+    ``max_batch`` rows; the padded prompt length (at least ``min_len``), the rows per
+    batch and the output buffer are rounded up to powers of two (capped at the
+    context and ``max_batch``), and the decode loop stops at ``max_new_tokens``
+    whatever the buffer, so a stream of requests compiles a few shapes rather than
+    one per request. Results come back in input order; ``progress(n)`` after each batch.
+    """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    sampling.validate()
+    check_prompts(cfg, prompts, max_new_tokens)
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be at least 1, got {max_batch}.")
+    buffer = bucket(max_new_tokens, cfg.seq_len)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    results: list[Optional[list[int]]] = [None] * len(prompts)
+    for first in range(0, len(order), max_batch):
+        chunk = order[first:first + max_batch]
+        batch = [prompts[i] for i in chunk]
+        outs = _generate_padded(cfg, params, batch, max_new_tokens,
+                                length=bucket(len(batch[0]), cfg.seq_len, min_len),
+                                rows=bucket(len(batch), max_batch), buffer=buffer, sampling=sampling,
+                                seed=seed + first, stop_on_eos=stop_on_eos)
+        for i, ids in zip(chunk, outs):
+            results[i] = ids
+        if progress:
+            progress(len(chunk))
+    return results  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def _read_prompts(path: str) -> list[dict]:
+    """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"prompts file {path!r} does not exist.")
+    records = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if path.endswith(".jsonl"):
+                record = json.loads(line)
+                if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+                    raise ValueError(f"{path}:{n} must be a JSON object with a string field \"prompt\".")
+                records.append(record)
+            else:
+                records.append({"prompt": line.rstrip("\n")})
+    if not records:
+        raise ValueError(f"prompts file {path!r} holds no prompts.")
+    return records
+
+
+def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # TokenizerMissing is a RuntimeError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--workdir", help="run folder (latest checkpoint)")
+    where.add_argument("--checkpoint", help="a run folder or one of its checkpoints/<step> folders")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="one prompt; the completion is printed")
+    what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
+    parser.add_argument("--out", help="JSONL results for --prompts-file (default: print)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation batch")
+    parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
+    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
+    args = parser.parse_args(argv)
+
+    from sps_jax import runs
+    from sps_jax.data import tokenizer
+
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    sampling.validate()
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1.")
+    records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
+    prompts = [tokenizer.encode(r["prompt"]) for r in records]
+    empty = next((n for n, p in enumerate(prompts) if not p), None)
+    if empty is not None:  # before loading any weights
+        raise ValueError(f"prompt {empty} is empty: generation needs at least one prompt token.")
+    config, params, step = runs.load_run(args.workdir or args.checkpoint)
+    model_cfg = dict(config.model)
+    if args.attention:
+        model_cfg["attention"] = args.attention
+    cfg = sps_model.ModelConfig.from_config(model_cfg)
+    check_prompts(cfg, prompts, args.max_new_tokens)
+    print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
+
+    start = time.perf_counter()
+    results = []
+    for first in range(0, len(prompts), args.batch_size):
+        batch = prompts[first:first + args.batch_size]
+        outs = generate(cfg, params, batch, args.max_new_tokens, sampling=sampling, seed=args.seed + first,
+                        stop_on_eos=not args.no_stop_on_eos, pad_to_multiple=32)
+        for record, prompt, ids in zip(records[first:first + args.batch_size], batch, outs):
+            stopped = bool(ids) and ids[-1] == cfg.eos_id and not args.no_stop_on_eos
+            text_ids = ids[:-1] if stopped else ids
+            results.append({**record, "completion": tokenizer.decode(text_ids), "prompt_tokens": len(prompt),
+                            "new_tokens": len(ids), "stopped_on_eos": stopped, "step": int(step)})
+        print(f"generated {min(first + args.batch_size, len(prompts))}/{len(prompts)} "
+              f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+
+    if args.prompt is not None:
+        print(args.prompt + results[0]["completion"])
+    elif args.out:
+        files.write_jsonl(args.out, results)
+        print(f"wrote {len(results)} results to {args.out}", file=sys.stderr)
+    else:
+        for record in results:
+            print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Sampling the next token from logits: greedy, temperature, top-k and top-p."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """temperature 0 is greedy; top_k 0 and top_p 1 switch those filters off."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def validate(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}.")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {self.top_k}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+
+
+def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
+    """Next token per row from the first ``num_tokens`` ids (text tokens and EOS; never <predict> or padding)."""
+    logits = logits_BV[:, :num_tokens].astype(jnp.float32)
+    if sampling.temperature == 0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits / sampling.temperature
+    if 0 < sampling.top_k < num_tokens:
+        kth_B1 = jax.lax.top_k(logits, sampling.top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth_B1, -jnp.inf, logits)
+    if sampling.top_p < 1:
+        sorted_BV = jnp.sort(logits, axis=-1)[:, ::-1]
+        probs_BV = jax.nn.softmax(sorted_BV, axis=-1)
+        mass_before_BV = jnp.cumsum(probs_BV, axis=-1) - probs_BV
+        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
+        cutoff_B1 = jnp.min(jnp.where(mass_before_BV < sampling.top_p, sorted_BV, jnp.inf), axis=-1,
+                            keepdims=True)
+        logits = jnp.where(logits < cutoff_B1, -jnp.inf, logits)
+    return jax.random.categorical(rng, logits, axis=-1).astype(jnp.int32)
