@@ -57,7 +57,7 @@ def final_point(source: str) -> dict:
 
 def read_evaluation(path: str) -> dict:
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r} does not exist: pass evaluation JSONs written by sps_jax.evaluate.")
+        raise FileNotFoundError(f"{path!r} does not exist: pass evaluation JSONs written by sps_jax.evaluation.evaluate.")
     with open(path) as f:
         ev = json.load(f)
     if "variant" not in ev:
@@ -212,7 +212,7 @@ def build_parser():
     w.add_argument("sources", nargs="+", help="run folders or evaluation JSONs")
     w.add_argument("--out", default="window_ablation.png")
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
-    a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluate")
+    a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluation.evaluate")
     a.add_argument("--baseline", default="standard")
     a.add_argument("--out", default="accuracy_gain.png")
     return parser

@@ -3,7 +3,6 @@ validation NLL is the training loss on fixed windows, the results table follows 
 
 import functools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,8 +18,10 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
-from sps_jax import evaluate, lm_eval_adapter, paper_tasks, results_table, runs, vocab  # noqa: E402
-from sps_jax import model as sps_model, val_nll  # noqa: E402
+from sps_jax import runs, vocab  # noqa: E402
+from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks  # noqa: E402
+from sps_jax import model as sps_model  # noqa: E402
+from sps_jax.evaluation import val_nll  # noqa: E402
 from sps_jax.inference import batching, scoring  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -309,7 +310,7 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
     runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params, step=9)
     write_val_data(tmp_path / "data")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluate", "--workdir", str(tmp_path / "run"),
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluation.evaluate", "--workdir", str(tmp_path / "run"),
                            "--val-data", str(tmp_path / "data"), "--all-steps"], cwd=REPO, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -384,7 +385,7 @@ def test_results_table_has_values_deltas_to_standard_and_the_best_in_bold(tmp_pa
 
 def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluate", "--workdir", str(tmp_path / "nowhere"),
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluation.evaluate", "--workdir", str(tmp_path / "nowhere"),
                            "--tasks", "arc_easy,no_such_task"], cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "unknown task(s) no_such_task" in proc.stderr and "Traceback" not in proc.stderr
@@ -455,7 +456,7 @@ def test_lm_evals_own_command_line_runs_the_registered_model(tmp_path):
         f"include: {paper_tasks.TASKS_DIR}/sps_pile_books3.yaml\ntask: cli_books\ndataset_path: json\n"
         f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'books.jsonl'}\n")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.lm_eval_cli", "--model", "sps_jax", "--model_args",
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluation.lm_eval_cli", "--model", "sps_jax", "--model_args",
                            f"workdir={tmp_path / 'run'}", "--batch_size", "2", "--tasks", "cli_books",
                            "--include_path", str(tmp_path / "yaml")], cwd=REPO, env=env, capture_output=True,
                           text=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from sps_jax import config as sps_config, masks, paper_tasks
+from sps_jax import config as sps_config, masks
+from sps_jax.evaluation import paper_tasks
 
 METHOD_NAMES = {
     "standard": "Standard",
@@ -28,7 +29,7 @@ def load(paths) -> list[dict]:
             row = json.load(f)
         for field in ("variant", "step"):
             if field not in row:
-                raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluate: it has no {field!r}.")
+                raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: it has no {field!r}.")
         rows.append(row)
     return rows
 

@@ -1,12 +1,12 @@
 """Evaluate checkpoints: validation NLL, the paper's corpus NLL and zero-shot tasks, one JSON per checkpoint.
 
-  python -m sps_jax.evaluate --workdir RUN --tasks paper --val-data DATA_DIR
-  python -m sps_jax.evaluate --checkpoint RUN/checkpoints/2000 --tasks arc_easy,wikitext \
+  python -m sps_jax.evaluation.evaluate --workdir RUN --tasks paper --val-data DATA_DIR
+  python -m sps_jax.evaluation.evaluate --checkpoint RUN/checkpoints/2000 --tasks arc_easy,wikitext \
       --task-data arc_easy=arc_easy_test.jsonl --out arc.json
-  python -m sps_jax.evaluate table RUN_A/eval/*.json RUN_B/eval/*.json --out results/main
+  python -m sps_jax.evaluation.evaluate table RUN_A/eval/*.json RUN_B/eval/*.json --out results/main
 
-Tasks run through lm-evaluation-harness (``sps_jax.lm_eval_adapter``); see
-``sps_jax.paper_tasks`` for the task set and the corpus-NLL convention.
+Tasks run through lm-evaluation-harness (``sps_jax.evaluation.lm_eval_adapter``); see
+``sps_jax.evaluation.paper_tasks`` for the task set and the corpus-NLL convention.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 import tempfile
 import time
 
-from sps_jax import checkpoint, files, paper_tasks, results_table, runs, val_nll
+from sps_jax import checkpoint, files, runs
+from sps_jax.evaluation import paper_tasks, results_table, val_nll
 from sps_jax.data import loader
 
 
@@ -55,7 +56,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if keys:  # resolve task names and the tokenizer before loading any weights
         from lm_eval.tasks import TaskManager
 
-        from sps_jax import lm_eval_adapter
+        from sps_jax.evaluation import lm_eval_adapter
 
         manager = TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
                               include_defaults=include_defaults)
@@ -105,7 +106,7 @@ def _task_data(items) -> dict[str, str]:
 
 
 def main_evaluate(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluate", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--workdir", help="run folder (its latest checkpoint, or --step / --all-steps)")
@@ -148,9 +149,9 @@ def main_evaluate(argv) -> int:
 
 
 def main_table(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluate table",
+    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
                                 description="The paper's main table (and per-task table) from results JSONs.")
-    p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluate")
+    p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
     args = p.parse_args(argv)
     rows = results_table.load(args.results)

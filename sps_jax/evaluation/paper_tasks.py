@@ -2,7 +2,7 @@
 
 Zero-shot accuracy (fraction 0..1): ARC-Easy, HellaSwag, PIQA, SciQ by acc_norm,
 LAMBADA (lm-eval's ``lambada_openai``) by acc. Corpus NLL: WikiText, C4
-(lm-eval's tasks), Pile-Books3 and GovReport (YAMLs shipped in ``sps_jax/tasks``).
+(lm-eval's tasks), Pile-Books3 and GovReport (YAMLs shipped in ``sps_jax/evaluation/tasks``).
 
 Corpus NLL convention: ln(word_perplexity) of lm-eval's ``loglikelihood_rolling``
 tasks, i.e. the summed negative log-likelihood of every document (each scored in

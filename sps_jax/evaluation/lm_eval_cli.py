@@ -1,7 +1,7 @@
 """lm-eval's own command line with the ``sps_jax`` model registered.
 
-  python -m sps_jax.lm_eval_cli --model sps_jax --model_args workdir=RUN --tasks arc_easy,wikitext \
-      --include_path sps_jax/tasks --batch_size 16
+  python -m sps_jax.evaluation.lm_eval_cli --model sps_jax --model_args workdir=RUN --tasks arc_easy,wikitext \
+      --include_path sps_jax/evaluation/tasks --batch_size 16
 
 The plain ``lm_eval`` command never imports sps_jax, so it cannot know the model;
 this wrapper imports the adapter (which registers it) and hands over to lm-eval.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-import sps_jax.lm_eval_adapter  # noqa: F401  (registers "sps_jax")
+from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_jax")
 
 
 def main(argv=None) -> None:
