@@ -141,7 +141,7 @@ def apply_rope(x_BTSHK, positions_BT, theta):
     return out.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
 
 
-# Probe hooks (sps_jax.probes): each parameterised op sows its input as
+# Probe hooks (sps_jax.analysis.gradient_probe): each parameterised op sows its input as
 # intermediates/<module>/<param> (only when "intermediates" is mutable) and passes its
 # output through _probe(..., "<param>"), so per-slot parameter gradients are input x
 # output-gradient products.

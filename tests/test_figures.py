@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import small_config
-from sps_jax import figures, flops, masks
+from sps_jax import flops, masks
+from sps_jax.analysis import figures
 from sps_jax import model as sps_model
 
 
@@ -111,7 +112,7 @@ def test_figures_module_runs_as_a_command(tmp_path):
              write_eval(str(tmp_path), "m-sps", "m", "sps", 64, 0.52)]
     out = str(tmp_path / "gain.png")
     env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.figures", "accuracy-gain", *paths, "--out", out],
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.analysis.figures", "accuracy-gain", *paths, "--out", out],
                           cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert os.path.isfile(out) and "wrote" in proc.stdout

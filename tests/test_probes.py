@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import SMALL, small_config
-from sps_jax import attention, masks, probes, runs
+from sps_jax import attention, masks, runs
+from sps_jax.analysis import gradient_probe, probes, window_nll
+from sps_jax.analysis.documents import document_rows
 from sps_jax import model as sps_model
 
 EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
@@ -91,25 +93,25 @@ def brute_force_sq_norms(model, params, inputs, targets):
 def test_probe_matches_brute_force_per_slot_weight_copies(variant):
     model, params = make(variant, 2, seed=1)
     docs = random_docs([11, 9], seed=2)
-    inputs, targets, _ = probes.document_rows(docs, 10, PAD)
+    inputs, targets, _ = document_rows(docs, 10, PAD)
     cfg = model.cfg
     # The reference forward is the model: same logits.
     ref = jax.jit(reference_nll, static_argnums=0)(cfg, params, per_slot_copies(cfg, params, jnp.asarray(inputs)),
                                                    inputs, targets)
-    np.testing.assert_allclose(ref, probes.position_nll(model, params, inputs, targets), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ref, window_nll.position_nll(model, params, inputs, targets), rtol=1e-5, atol=1e-6)
 
     expected = brute_force_sq_norms(model, params, jnp.asarray(inputs), jnp.asarray(targets))
     T = inputs.shape[1]
     loss_JB = np.stack([np.arange(T)] * 2, axis=1)
-    sources_BM = np.stack([np.arange(T)] * 2)
-    got = probes.slot_grad_sq_norms(model, params, inputs, targets, loss_JB, sources_BM, chunk=5)
+    sources_BI = np.stack([np.arange(T)] * 2)
+    got = gradient_probe.slot_grad_sq_norms(model, params, inputs, targets, loss_JB, sources_BI, chunk=5)
     assert sorted(got) == sorted(expected)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=2e-4, atol=1e-12, err_msg=name)
 
     # The ratio r(p, k) on random source positions equals the brute-force one.
     offsets = np.arange(0, 4)
-    res = probes.gradient_ratios(model, params, docs, offsets, 3, context=10, seed=3, batch=2, chunk=4,
+    res = gradient_probe.gradient_ratios(model, params, docs, offsets, 3, context=10, seed=3, batch=2, chunk=4,
                                  log=lambda *_: None)
     total = sum(expected.values())  # [J, B, T, S]
     for e, (d, i) in enumerate(res["examples"]):
@@ -120,9 +122,9 @@ def test_probe_matches_brute_force_per_slot_weight_copies(variant):
 def test_sps_single_layer_predict_slot_gets_nothing_beyond_the_window():
     w = 2
     model, params = make("sps", w, seed=4, num_layers=1)
-    inputs, targets, _ = probes.document_rows(random_docs([17]), 16, PAD)
+    inputs, targets, _ = document_rows(random_docs([17]), 16, PAD)
     T = inputs.shape[1]
-    norms = probes.slot_grad_sq_norms(model, params, inputs, targets, np.arange(T)[:, None],
+    norms = gradient_probe.slot_grad_sq_norms(model, params, inputs, targets, np.arange(T)[:, None],
                                       np.arange(T)[None], chunk=4)
     total = np.asarray(sum(norms.values()))[:, 0]  # [j, i, s]
     j, i = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
@@ -136,7 +138,7 @@ def test_sps_single_layer_predict_slot_gets_nothing_beyond_the_window():
 def test_standard_sends_nothing_from_earlier_losses_to_later_slots():
     model, params = make("standard", None, seed=5)
     docs = random_docs([20, 18])
-    res = probes.gradient_ratios(model, params, docs, np.arange(-4, 5), 4, context=16, seed=0, batch=2,
+    res = gradient_probe.gradient_ratios(model, params, docs, np.arange(-4, 5), 4, context=16, seed=0, batch=2,
                                  log=lambda *_: None)
     negative = res["offsets"] < 0
     assert np.all(res["ratio"][:, negative] == 0.0)
@@ -151,12 +153,12 @@ def test_window_delta_is_zero_inside_omega_and_for_omega_at_least_T(variant, win
     model, params = make(variant, window, seed=6)
     docs = random_docs([24, 13, 20], seed=1)
     omega = 4
-    out = probes.window_nll_deltas(model, params, docs, omega, context=20, batch=3, log=lambda *_: None)
+    out = window_nll.window_nll_deltas(model, params, docs, omega, context=20, batch=3, log=lambda *_: None)
     delta = out["delta"]
     assert np.all(delta[:, :omega + 1] == 0.0)  # every key of a position <= omega is within omega
     assert np.nanmax(np.abs(delta[:, omega + 1:])) > 1e-4  # the ablation does change later positions
     assert np.all(np.isnan(delta[1, 12:])) and not np.any(np.isnan(delta[1, :12]))
-    full = probes.window_nll_deltas(model, params, docs, 20, context=20, batch=3, log=lambda *_: None)
+    full = window_nll.window_nll_deltas(model, params, docs, 20, context=20, batch=3, log=lambda *_: None)
     assert np.all(full["delta"][~np.isnan(full["delta"])] == 0.0)
 
 
@@ -173,7 +175,7 @@ def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, vari
 
     monkeypatch.setattr(attention, "xla_attention", recording)
     # Not jitted, so the backend sees concrete document ids.
-    sps_model.Transformer(probes.ablated_config(model.cfg, omega)).apply({"params": params}, tokens)
+    sps_model.Transformer(window_nll.ablated_config(model.cfg, omega)).apply({"params": params}, tokens)
     assert len(seen) == model.cfg.num_layers
 
     # Expected mask from the rule in words: causal, same document, a persistent key within omega

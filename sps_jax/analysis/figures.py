@@ -1,8 +1,8 @@
 """The paper's result figures from this project's own run folders and evaluation JSONs.
 
-  python -m sps_jax.figures curves RUN... --out F.png            (Figure 2: val NLL vs tokens and compute)
-  python -m sps_jax.figures window-ablation SRC... --out F.png   (Figure 4: final val NLL vs w per variant)
-  python -m sps_jax.figures accuracy-gain EVAL_JSON... --out F.png (Figure 3: accuracy gain over Standard)
+  python -m sps_jax.analysis.figures curves RUN... --out F.png            (Figure 2: val NLL vs tokens and compute)
+  python -m sps_jax.analysis.figures window-ablation SRC... --out F.png   (Figure 4: final val NLL vs w per variant)
+  python -m sps_jax.analysis.figures accuracy-gain EVAL_JSON... --out F.png (Figure 3: accuracy gain over Standard)
 
 Each command also writes the plotted numbers next to the PNG (same name, .json).
 
@@ -203,7 +203,7 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.figures", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
     c.add_argument("runs", nargs="+", help="run folders with config.json and metrics.jsonl")

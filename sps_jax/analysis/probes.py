@@ -1,0 +1,239 @@
+"""The analysis probes as one command: ``python -m sps_jax.analysis.probes gradients | window-nll``.
+
+* ``gradients``: the per-offset gradient ratio r(p, k) (Figure 5a, :mod:`sps_jax.analysis.gradient_probe`).
+* ``window-nll``: the persistent-window ablation delta l_i (Figure 5b, :mod:`sps_jax.analysis.window_nll`).
+
+Each writes JSON, CSV and a PNG to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+import numpy as np
+
+from sps_jax import model as sps_model
+from sps_jax import runs
+from sps_jax.analysis.documents import read_documents
+from sps_jax.analysis.gradient_probe import THETA_P, gradient_ratios
+from sps_jax.analysis.window_nll import window_nll_deltas
+from sps_jax.data import loader
+from sps_jax.files import write_csv, write_json
+from sps_jax.plotting import pyplot, save_figure, smooth
+
+STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
+
+
+def nan_mean_and_count(a, axis=0):
+    count = np.sum(~np.isnan(a), axis=axis)
+    with np.errstate(invalid="ignore"):
+        mean = np.nansum(a, axis=axis) / np.maximum(count, 1)
+    return np.where(count > 0, mean, np.nan), count
+
+
+def plot_gradient_ratios(results, path):
+    """Figure 5a: per-offset mean r(p, k), raw faint and smoothed bold, solid input / dotted predict."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    windows = set()
+    for n, res in enumerate(results):
+        color = colors[n % len(colors)]
+        offsets = np.asarray(res["offsets"])
+        for stream, mean in res["mean_ratio"].items():
+            mean = np.asarray(mean, np.float64)
+            style = ":" if stream == "predict" else "-"
+            label = res["label"] + ("" if stream == "x" else f" ({stream})")
+            ax.plot(offsets, mean, style, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(offsets, smooth(mean, log=True), style, color=color, linewidth=2.0, label=label)
+        if res.get("window") is not None:
+            windows.add(res["window"])
+    for w in sorted(windows):
+        ax.axvline(w, color="gray", linestyle="--", linewidth=1)
+        ax.text(w, 1.0, f" w={w}", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="gray")
+    ax.set_yscale("log")
+    ax.set_xlabel("offset k (loss position i + k)")
+    ax.set_ylabel(r"$r(p,k)=\|\nabla_{\theta_p}\ell_{i+k}\| / \|\nabla_{\theta_p}\ell_i\|$")
+    ax.set_title("Per-offset gradient ratio (mean over source positions)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_window_nll(results, path):
+    """Figure 5b: mean delta l against document position, raw faint and smoothed bold."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    omegas = set()
+    for n, res in enumerate(results):
+        color = colors[n % len(colors)]
+        mean = np.asarray(res["mean_delta"], np.float64)
+        pos = np.arange(len(mean))
+        ax.plot(pos, mean, color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(pos, smooth(mean), color=color, linewidth=2.0, label=res["label"])
+        omegas.add(res["omega"])
+    for omega in sorted(omegas):
+        ax.axvline(omega, color="gray", linestyle="--", linewidth=1)
+        ax.text(omega, 1.0, f" ω={omega}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
+                color="gray")
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xlabel("document position t")
+    ax.set_ylabel(r"mean $\Delta\ell_t = \ell_t(M_\omega) - \ell_t(M)$ (nats)")
+    ax.set_title("NLL increase with the persistent state restricted to the last ω positions")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _load(workdir, attention, dtype):
+    config, params, step = runs.load_run(workdir)
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    overrides = {k: v for k, v in (("attention", attention), ("dtype", dtype)) if v}
+    if overrides:
+        cfg = dataclasses.replace(cfg, **overrides)
+    label = config.get("name") or os.path.basename(os.path.normpath(workdir))
+    return config, cfg, params, step, label
+
+
+def _data_dir(args, config):
+    if args.val_data:
+        return args.val_data
+    data = config.get("data") or {}
+    for key in ("dir", "path", "data_dir"):
+        if data.get(key):
+            return data[key]
+    raise ValueError("no token folder: pass --val-data DIR (a folder written by `python -m sps_jax.data prepare`).")
+
+
+def _check_inputs(args):
+    """Bad paths stop the command before any weights are loaded."""
+    for w in args.workdir:
+        if not os.path.exists(w):
+            raise FileNotFoundError(f"run folder {w!r} does not exist: pass --workdir of a training run.")
+    if args.val_data:
+        loader.open_tokens(args.val_data, args.split)
+    if args.docs < 1:
+        raise ValueError("--docs must be at least 1.")
+
+
+def cmd_gradients(args):
+    if args.max_offset < 0 or args.min_offset < 0 or args.positions_per_doc < 1:
+        raise ValueError("--positions-per-doc must be >= 1 and --max-offset/--min-offset >= 0.")
+    _check_inputs(args)
+    offsets = np.arange(-args.min_offset, args.max_offset + 1)
+    results = []
+    for workdir in args.workdir:
+        config, cfg, params, step, label = _load(workdir, args.attention, args.dtype)
+        context = min(args.context or cfg.seq_len, cfg.seq_len)
+        docs = read_documents(_data_dir(args, config), args.docs,
+                              min_tokens=args.min_offset + args.max_offset + args.positions_per_doc + 1,
+                              split=args.split, eos_id=cfg.eos_id)
+        print(f"{label}: step {step}, {len(docs)} documents, offsets {offsets[0]}..{offsets[-1]}, "
+              f"context {context}", flush=True)
+        out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
+                              context=context, seed=args.seed, batch=args.batch, chunk=args.chunk)
+        mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [K, S]
+        names = STREAM_NAMES[cfg.num_streams]
+        results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
+                        "window": cfg.window, "step": int(step), "examples": len(out["examples"]),
+                        "offsets": offsets.tolist(),
+                        "mean_ratio": {s: mean[:, n].tolist() for n, s in enumerate(names)},
+                        "count": {s: count[:, n].tolist() for n, s in enumerate(names)}})
+    os.makedirs(args.out, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "func"}
+    base = os.path.join(args.out, "gradients")
+    write_json(base + ".json", {"settings": settings, "theta_p": THETA_P, "runs": results})
+    write_csv(base + ".csv", ["label", "variant", "window", "stream", "offset", "mean_ratio", "count"],
+              [(r["label"], r["variant"], r["window"], s, k, m, c)
+               for r in results for s in r["mean_ratio"]
+               for k, m, c in zip(r["offsets"], r["mean_ratio"][s], r["count"][s])])
+    plot_gradient_ratios(results, base + ".png")
+    print(f"wrote {base}.json, {base}.csv, {base}.png")
+
+
+def cmd_window_nll(args):
+    if args.omega < 0:
+        raise ValueError(f"--omega must be a non-negative integer, got {args.omega}.")
+    _check_inputs(args)
+    results = []
+    for workdir in args.workdir:
+        config, cfg, params, step, label = _load(workdir, args.attention, args.dtype)
+        context = min(args.context or cfg.seq_len, cfg.seq_len)
+        docs = read_documents(_data_dir(args, config), args.docs, min_tokens=args.min_tokens,
+                              split=args.split, eos_id=cfg.eos_id)
+        print(f"{label}: step {step}, {len(docs)} documents, omega {args.omega}, context {context}", flush=True)
+        out = window_nll_deltas(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
+                                batch=args.batch)
+        mean, count = nan_mean_and_count(out["delta"])
+        results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
+                        "window": cfg.window, "omega": args.omega, "step": int(step), "documents": len(docs),
+                        "mean_delta": mean.tolist(), "count": count.tolist(),
+                        "mean_nll": float(np.nanmean(out["nll"])),
+                        "mean_nll_ablated": float(np.nanmean(out["nll_ablated"]))})
+        print(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
+    os.makedirs(args.out, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "func"}
+    base = os.path.join(args.out, f"window_nll_omega{args.omega}")
+    write_json(base + ".json", {"settings": settings, "runs": results})
+    write_csv(base + ".csv", ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
+              [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)
+               for r in results for t, (m, c) in enumerate(zip(r["mean_delta"], r["count"]))])
+    plot_window_nll(results, base + ".png")
+    print(f"wrote {base}.json, {base}.csv, {base}.png")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.analysis.probes", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p, out_default):
+        p.add_argument("--workdir", action="append", required=True,
+                       help="run folder (or checkpoints/<step>); repeat to overlay variants")
+        p.add_argument("--val-data", default=None, help="token folder with manifest.json (default: config.data)")
+        p.add_argument("--split", default="val")
+        p.add_argument("--docs", type=int, default=100, help="documents, anchored at their start")
+        p.add_argument("--context", type=int, default=None, help="positions per document (default model.seq_len)")
+        p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, auto)")
+        p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
+        p.add_argument("--out", default=out_default, help="output folder")
+
+    g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
+    common(g, "probes_out")
+    g.add_argument("--positions-per-doc", type=int, default=8)
+    g.add_argument("--max-offset", type=int, default=64)
+    g.add_argument("--min-offset", type=int, default=0, help="also probe offsets -min..-1 (zero by causality)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--batch", type=int, default=1, help="documents per forward pass")
+    g.add_argument("--chunk", type=int, default=8, help="loss terms per batched reverse pass")
+    g.set_defaults(func=cmd_gradients)
+
+    w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
+    common(w, "probes_out")
+    w.add_argument("--omega", type=int, default=64)
+    w.add_argument("--min-tokens", type=int, default=2, help="skip shorter documents")
+    w.add_argument("--batch", type=int, default=4)
+    w.set_defaults(func=cmd_window_nll)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
