@@ -235,7 +235,7 @@ def test_cli_end_to_end_on_a_saved_run(tmp_path):
 
 
 def test_generation_benchmark_reports_ratios_to_standard(tmp_path):
-    from sps_jax import bench_generate
+    from sps_jax.bench import generate as bench_generate
 
     out = tmp_path / "bench.json"
     bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "2", "--prefill", "8",

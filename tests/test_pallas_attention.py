@@ -365,7 +365,7 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
 
 
 def test_benchmark_tables_and_json(tmp_path):
-    from sps_jax import bench_attention
+    from sps_jax.bench import attention as bench_attention
 
     args = bench_attention.parse_args(["--variants", "sps", "--batch", "1", "--seq-len", "16", "--heads", "1",
                                        "--head-dim", "8", "--window", "4", "--block-q", "8", "--block-k", "8",

@@ -179,7 +179,7 @@ def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
 def test_bench_train_reports_throughput_mfu_and_the_variant_ratio(tmp_path):
     out_json = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "sps_jax.bench", "train", "--config", "configs/tiny.py", "--steps", "2",
-           "--warmup", "1", "--variants", "standard,sps", "--out", str(out_json), *SMALL_OVERRIDES]
+           "--warmup", "1", "--variants", "standard,sps", "--json", str(out_json), *SMALL_OVERRIDES]
     out = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     import json

@@ -1,6 +1,8 @@
 """Forward, loss and gradient of every variant on a config: a one-minute health check.
 
-    python -m sps_jax.smoke --config configs/tiny.py [--config.model.attention=pallas]
+    python -m sps_jax.bench smoke --config configs/tiny.py [--config.model.attention=pallas]
+
+The windowed variants take the config's window (or the default one, docs/design.md section 1).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from sps_jax import config as sps_config
+from sps_jax import bench, config as sps_config
 from sps_jax import masks
 from sps_jax import model as sps_model
 
@@ -42,11 +44,14 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
 
 def main(argv=None) -> int:
     rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
     parser.add_argument("--batch-size", type=int, default=2)
+    bench.add_json_flag(parser)
     args = parser.parse_args(rest)
     results = smoke(sps_config.load_config(args.config, overrides), args.batch_size)
+    bench.write_results(args.json, results)
     bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]
     if bad:
         print(f"non-finite loss for {bad}", file=sys.stderr)

@@ -2,10 +2,10 @@
 
 Times the real train step (the one ``sps_jax.train`` compiles: micro-batch scan,
 AdamW, FSDP shardings) on random tokens, after warm-up steps, and reports input
-tokens/s, step time and MFU (DESIGN.md section 4; 3 x forward model FLOPs over
+tokens/s, step time and MFU (docs/design.md section 7; 3 x forward model FLOPs over
 ``train.peak_flops_per_device`` per device). With several variants the step-time
 ratio of each to the first is measured side by side in one run. JSON goes to
-stdout and ``--out``.
+stdout and ``--json``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import config as sps_config, files, flops, masks
+from sps_jax import bench, config as sps_config, flops, masks
 from sps_jax import train as sps_train
 
 
@@ -53,7 +53,7 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
             "step_s_all": times, "tokens_per_s": tokens_per_s,
             "train_flops_per_token": flops.train_flops_per_token(cfg),
             "mfu": flops.mfu(cfg, tokens_per_s, len(devices), t.peak_flops_per_device),
-            "mfu_convention": "3 x forward model FLOPs per input token (DESIGN.md 4) / (devices x peak)",
+            "mfu_convention": "3 x forward model FLOPs per input token (docs/design.md section 7) / (devices x peak)",
             "peak_flops_per_device": t.peak_flops_per_device, "final_loss": float(out["loss"])}
 
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
     parser.add_argument("--variants", default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base)")
-    parser.add_argument("--out", default=None, help="also write the JSON here")
+    bench.add_json_flag(parser)
     args = parser.parse_args(rest)
     try:
         base = sps_config.load_config(args.config, overrides)
@@ -88,10 +88,8 @@ def main(argv=None) -> int:
     summary = {"command": "python -m sps_jax.bench train " + " ".join(argv), "results": results,
                "step_time_ratio_to_first": {r["variant"]: r["step_s_median"] / results[0]["step_s_median"]
                                             for r in results}}
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out:
-        files.write_text(args.out, text)
+    print(json.dumps(summary, indent=2))
+    bench.write_results(args.json, summary)
     return 0
 
 

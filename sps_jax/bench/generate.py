@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 
-from sps_jax import files
+import sps_jax
+from sps_jax import bench
 
 RESULT_PREFIX = "BENCH_RESULT "
 
@@ -42,7 +43,7 @@ def _parse(argv):
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds over all variants (the fastest counts)")
     parser.add_argument("--attention", default=None, help="override model.attention for the prefill")
-    parser.add_argument("--json", default=None, help="write the results here")
+    bench.add_json_flag(parser)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
     return parser.parse_known_args(argv)
 
@@ -145,9 +146,9 @@ def peak_bytes_worker(args, overrides, variant):
 
 
 def _spawn_peak(argv, variant):
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(sps_jax.__file__)))
     env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.bench_generate", *argv, "--worker", variant],
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.bench", "generate", *argv, "--worker", variant],
                           stdout=subprocess.PIPE, stderr=None, text=True, env=env)
     lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT_PREFIX)]
     if proc.returncode or not lines:
@@ -228,11 +229,8 @@ def main(argv=None) -> int:
     if results[0]["peak_bytes"] is None:
         print("peak device memory is unavailable on this device (no memory_stats); "
               "'x cache' compares KV-cache bytes instead.")
-    if args.json:
-        report = {"command": "python -m sps_jax.bench generate " + " ".join(argv), "config": args.config,
-                  "results": results}
-        files.write_json(args.json, report, indent=2)
-        print(f"wrote {args.json}")
+    bench.write_results(args.json, {"command": "python -m sps_jax.bench generate " + " ".join(argv),
+                                    "config": args.config, "results": results})
     return 0
 
 

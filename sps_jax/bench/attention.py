@@ -3,7 +3,7 @@
 For each variant: forward and forward+backward time of the Pallas kernel, next to
 ``jax.nn.dot_product_attention`` causal over the same T*S interleaved slots (cuDNN
 where available, else XLA) and causal over T (what a Standard model pays).
-TFLOP/s use computed scores (DESIGN.md section 4): 4*B*H*Dh*N_computed forward and
+TFLOP/s use computed scores (docs/design.md section 7): 4*B*H*K*N_computed forward and
 2.5x that backward; the dense baselines count their causal half, N(N+1)/2 per head.
 Timings are only meaningful side by side in one run on one GPU.
 
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, files, masks
+from sps_jax import attention, bench, masks
 from sps_jax import pallas_attention as pa
 
 
@@ -38,7 +38,7 @@ def parse_args(argv):
     p.add_argument("--block-k", type=int, default=pa.DEFAULT_BLOCK_K)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
-    p.add_argument("--json", default=None, help="write the results here (JSON)")
+    bench.add_json_flag(p)
     args = p.parse_args(argv)
     for name in ("batch", "seq_len", "heads", "head_dim", "iters"):
         if getattr(args, name) < 1:
@@ -123,7 +123,7 @@ def timing_table(args, interpret=False):
     dtype = jnp.dtype(args.dtype)
     B, T, H, Dh, w = args.batch, args.seq_len, args.heads, args.head_dim, args.window
     key = jax.random.PRNGKey(0)
-    doc = jnp.zeros((B, T), jnp.int32)  # one document per row, as in DESIGN's estimate
+    doc = jnp.zeros((B, T), jnp.int32)  # one document per row: the case the score counts quote
     print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}",
           flush=True)
     base = baseline_rows(args, dtype, key)
@@ -157,7 +157,7 @@ def timing_table(args, interpret=False):
 
 
 def cpu_report(args):
-    B, T, w = args.batch, args.seq_len, args.window
+    T, w = args.seq_len, args.window
     doc = np.zeros((1, T), np.int32)
     print(f"no GPU ({jax.default_backend()}): score counts at T={T}, w={w}, one document, "
           f"block_q={args.block_q}, block_k={args.block_k} (per row and head)")
@@ -198,9 +198,7 @@ def main(argv=None):
     results = timing_table(args) if on_gpu else cpu_report(args)
     results.update(config=vars(args), backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
-    if args.json:
-        files.write_json(args.json, results, indent=2)
-        print(f"wrote {args.json}")
+    bench.write_results(args.json, results)
     return 0
 
 

@@ -1,0 +1,40 @@
+"""Benchmarks: ``python -m sps_jax.bench {attention,train,generate,smoke} ...`` (``sps-bench``).
+
+Each command lives in its own module (``sps_jax.bench.<name>``, a ``main(argv)``), so this
+entry point stays a thin dispatcher. Figures are ratios measured side by side in one run;
+never compare numbers across machines.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "attention": "Pallas attention vs jax.nn.dot_product_attention, forward and backward",
+    "train": "training step throughput (input tokens/s) and MFU",
+    "generate": "prefill + decode throughput and peak memory of every variant vs Standard",
+    "smoke": "forward, loss and gradient of every variant on a config (a quick health check)",
+}
+
+
+def usage() -> str:
+    lines = "\n".join(f"  {name:10s} {text}" for name, text in COMMANDS.items())
+    return (f"usage: python -m sps_jax.bench COMMAND [options]   (COMMAND --help for its options)\n\n"
+            f"commands:\n{lines}")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage())
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        print(usage(), file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"sps_jax.bench.{argv[0]}")
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
