@@ -1,10 +1,6 @@
 """The authors' PyTorch checkpoint layout imports to a run folder that computes the same logits as an
 independent numpy forward of their state dict, in the paper's interleaved x0 rho0 x1 rho1 ... order."""
 
-import os
-import subprocess
-import sys
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sps_jax import import_torch, masks, runs  # noqa: E402
+from tests.helpers import run_module  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V, D, H, L, T = 64, 32, 2, 2, 12
 EOS, PREDICT, PAD = 60, 61, 63
 OVERRIDES = [f"--config.model.eos_id={EOS}", f"--config.model.predict_id={PREDICT}",
@@ -111,7 +107,5 @@ def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
 
 def test_cli_reports_a_file_that_is_not_a_checkpoint(tmp_path):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.import_torch", str(tmp_path / "other.pt"), "--variant",
-                           "sps", "--out", str(tmp_path / "run")], cwd=REPO, env=env, capture_output=True, text=True)
+    proc = run_module("sps_jax.import_torch", tmp_path / "other.pt", "--variant", "sps", "--out", tmp_path / "run")
     assert proc.returncode == 2 and "not an SPS PyTorch checkpoint" in proc.stderr

@@ -8,9 +8,7 @@ import pytest
 from sps_jax import config as sps_config
 from sps_jax import masks
 from sps_jax import model as sps_model
-from tests.conftest import SMALL, small_config
-
-EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
+from tests.helpers import EOS, PAD, small_config
 
 
 def random_tokens(rng, B, T, eos_rate=0.15):

@@ -13,8 +13,8 @@ pytest.importorskip("lm_eval")
 
 from sps_jax import config as sps_config, model as sps_model, runs, vocab  # noqa: E402
 from sps_jax.data import tokenizer  # noqa: E402
+from tests.helpers import REPO  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_run(path, variant, seed):

@@ -7,7 +7,6 @@ test repeats the literal 63/64/65 with 64-key blocks.
 """
 
 import functools
-import json
 
 import jax
 import jax.numpy as jnp
@@ -15,13 +14,12 @@ import numpy as np
 import optax
 import pytest
 
-from tests.conftest import SMALL, small_config
 from sps_jax import attention, masks, model as sps_model
 from sps_jax import pallas_attention as pa
+from tests.helpers import EOS, PAD, small_config
 
 BLOCK = 8
 T = 27  # not a multiple of the block size
-EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
 Vis = masks.Visibility
 
 
@@ -362,20 +360,3 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
     text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q).lower(
         lowering_platforms=("cuda",)).as_text()
     assert text.count("__gpu$xla.gpu.triton") == 3  # forward, dQ, dK/dV
-
-
-def test_benchmark_tables_and_json(tmp_path):
-    from sps_jax.bench import attention as bench_attention
-
-    args = bench_attention.parse_args(["--variants", "sps", "--batch", "1", "--seq-len", "16", "--heads", "1",
-                                       "--head-dim", "8", "--window", "4", "--block-q", "8", "--block-k", "8",
-                                       "--dtype", "float32", "--iters", "1"])
-    result = bench_attention.timing_table(args, interpret=True)
-    (r,) = result["rows"]
-    assert r["variant"] == "sps" and r["scores_per_head"] == r["counts"]["computed"] > 0
-    assert set(result["baselines"]) == {"2T", "T"} and r["fwd_bwd_time_vs_dense_2T"] > 0
-    out = tmp_path / "bench.json"
-    assert bench_attention.main(["--variants", "sps", "--seq-len", "1024", "--json", str(out)]) == 0
-    saved = json.loads(out.read_text())
-    assert saved["counts"]["sps"]["computed"] < saved["counts"]["sps"]["dense_causal"]
-    assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4

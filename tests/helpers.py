@@ -1,4 +1,4 @@
-"""Helpers shared by the data/training tests: synthetic token folders and subprocess runs."""
+"""Helpers shared by the tests: a small model config, synthetic token folders, subprocess runs."""
 
 import hashlib
 import json
@@ -7,11 +7,33 @@ import subprocess
 import sys
 import tempfile
 
+import jax
 import numpy as np
+
+from sps_jax import model as sps_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A small-vocabulary model (ids as in conftest.SMALL) that trains in seconds on CPU.
+# A small vocabulary keeps tests fast; the special ids sit where a real vocabulary puts them.
+SMALL = dict(vocab_size=64, eos_id=60, predict_id=61, pad_id=63)
+EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
+
+
+def small_config(variant="sps", window=2, **overrides):
+    fields = dict(variant=variant, window=window, num_layers=2, d_model=32, num_heads=2, d_ff=96,
+                  seq_len=32, attention="xla", dtype="float32", **SMALL)
+    fields.update(overrides)
+    return sps_model.ModelConfig.from_config(fields)
+
+
+def small_model(variant="sps", window=2, seed=0, **overrides):
+    """(config, Transformer, f32 parameters) of the small model."""
+    cfg = small_config(variant, window, **overrides)
+    model = sps_model.Transformer(cfg)
+    return cfg, model, sps_model.init_params(model, jax.random.PRNGKey(seed))
+
+
+# The same small model as command-line overrides of configs/tiny.py; it trains in seconds on CPU.
 SMALL_OVERRIDES = [
     "--config.model.vocab_size=64", "--config.model.eos_id=60", "--config.model.predict_id=61",
     "--config.model.pad_id=63", "--config.model.d_model=32", "--config.model.num_heads=2",
@@ -47,6 +69,7 @@ _CACHE = tempfile.mkdtemp(prefix="sps_jax_test_jit_cache_")
 
 
 def env(devices=1):
+    """The environment of a command a test runs: this checkout first, CPU, f32-exact matmuls."""
     e = dict(os.environ)
     e["JAX_COMPILATION_CACHE_DIR"] = _CACHE
     e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
@@ -56,12 +79,17 @@ def env(devices=1):
     return e
 
 
+def run_module(module, *args, devices=1, timeout=600):
+    """``python -m module args...`` from the repository root; the CompletedProcess (text output)."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=env(devices),
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def run_train(workdir, data_dir, steps, extra=(), devices=1, check=True, args=()):
     """``python -m sps_jax.train`` on the small model for ``steps`` updates of 16 x 16 tokens."""
-    cmd = [sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir", str(workdir),
-           *args, *SMALL_OVERRIDES, f"--config.data.dir={data_dir}",
-           f"--config.train.total_tokens={steps * 16 * 16}", *extra]
-    out = subprocess.run(cmd, cwd=REPO, env=env(devices), capture_output=True, text=True, timeout=600)
+    out = run_module("sps_jax.train", "--config", "configs/tiny.py", "--workdir", workdir, *args,
+                     *SMALL_OVERRIDES, f"--config.data.dir={data_dir}",
+                     f"--config.train.total_tokens={steps * 16 * 16}", *extra, devices=devices)
     if check and out.returncode != 0:
         raise AssertionError(f"training failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return out

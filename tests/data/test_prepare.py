@@ -1,4 +1,4 @@
-"""Token files: prepare round-trips, EOS placement, a stable split, validation on open, grain order/resume."""
+"""Token folders from text, JSONL, Parquet and Hugging Face sources: round trips, EOS placement, a stable split."""
 
 import json
 import os
@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 
 from sps_jax import vocab
-from sps_jax.data import __main__ as data_cli, corpus, loader, prepare, tokenizer
-from train_utils import ensure_tokenizer, write_token_folder
+from sps_jax.data import __main__ as data_cli
+from sps_jax.data import prepare, tokenizer
+from tests.helpers import ensure_tokenizer
 
 
 @pytest.fixture(scope="module", autouse=True)
 def gpt2_tokenizer():
     ensure_tokenizer()
+
 
 DOCS = [f"Document number {i}: the quick brown fox jumps over {i} lazy dogs.\nSecond line {i * i}." for i in range(60)]
 
@@ -83,61 +85,6 @@ def test_prepare_is_skipped_when_up_to_date_and_rejects_bad_input(tmp_path):
         prepare.prepare(str(tmp_path / "missing"), str(tmp_path / "x"))
     with pytest.raises(ValueError, match="no 'body' field"):
         prepare.prepare(str(src), str(tmp_path / "y"), text_field="body")
-
-
-def test_builtin_corpus_is_english_prose_shipped_with_python():
-    docs = corpus.builtin_documents()
-    first = [next(docs) for _ in range(3)]
-    assert all(len(d) > 100 for d in first)
-    assert sum(1 for _ in docs) > 300
-
-
-def test_open_validates_size_and_vocabulary(tmp_path):
-    folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
-    assert loader.open_tokens(folder, "train", vocab_size=64).dtype == np.uint16
-    with pytest.raises(ValueError, match="outside the model's vocabulary of 60"):
-        loader.open_tokens(folder, "train", vocab_size=60)
-    with open(os.path.join(folder, "train.bin"), "ab") as f:
-        f.write(b"\x00")
-    with pytest.raises(ValueError, match="truncated or not uint16"):
-        loader.open_tokens(folder, "train", vocab_size=64)
-    with pytest.raises(FileNotFoundError, match="sps_jax.data prepare"):
-        loader.open_tokens(str(tmp_path / "nothing"), "train", vocab_size=64)
-
-
-def test_windows_overlap_by_one_token_so_every_token_is_a_target_once():
-    tokens = np.arange(50, dtype=np.uint16)
-    windows = loader.TokenWindows(tokens, seq_len=8)
-    assert len(windows) == 6
-    assert windows[0].tolist() == list(range(9)) and windows[1][0] == 8
-    targets = np.concatenate([windows[i][1:] for i in range(len(windows))])
-    assert targets.tolist() == list(range(1, 49))
-
-
-def take(it, n):
-    return [next(it) for _ in range(n)]
-
-
-def test_grain_order_is_deterministic_sharded_and_resumable(tmp_path):
-    tokens = np.arange(16 * 40 + 1, dtype=np.uint16)  # 40 windows of 17 tokens
-    ds = loader.train_dataset(tokens, 16, global_batch=8, seed=3)
-    a = take(loader.train_iterator(ds), 12)  # 96 windows: more than two epochs
-    b = take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3)), 12)
-    other = take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=4)), 12)
-    assert all((x == y).all() for x, y in zip(a, b))
-    assert not all((x == y).all() for x, y in zip(a, other))
-    starts = np.concatenate([batch[:, 0] for batch in a[:5]]) // 16
-    assert sorted(starts.tolist()) == list(range(40)), "one epoch visits every window once"
-    assert starts.tolist() != list(range(40)), "in shuffled order"
-    # Two processes read disjoint halves of the same global batches.
-    halves = [take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, 3, p, 2)), 12) for p in range(2)]
-    assert all((np.concatenate([h0, h1]) == g).all() for h0, h1, g in zip(*halves, a))
-    # Mid-epoch resume from the saved iterator state continues the same sequence.
-    it = loader.train_iterator(ds)
-    take(it, 3)
-    state = json.loads(json.dumps(it.get_state()))
-    resumed = loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), state)
-    assert all((x == y).all() for x, y in zip(take(resumed, 9), a[3:]))
 
 
 def test_hugging_face_source_streams_through_datasets_or_says_what_to_install(tmp_path):

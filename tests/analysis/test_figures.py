@@ -3,16 +3,14 @@
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import small_config
 from sps_jax import flops, masks
-from sps_jax.analysis import figures
 from sps_jax import model as sps_model
+from sps_jax.analysis import figures
+from tests.helpers import run_module, small_config
 
 
 def write_run(folder, name, variant, window, val_losses, tokens_per_eval=1000):
@@ -38,11 +36,11 @@ def write_eval(folder, name, scale, variant, window, acc, tokens=20_000, val_nll
 
 
 @pytest.mark.parametrize("variant, window", [("standard", None), ("sps", 2)])
-def test_compute_axis_is_design_section_4_training_flops(tmp_path, variant, window):
+def test_compute_axis_is_the_design_documents_training_flops(tmp_path, variant, window):
     cfg = small_config(variant, window)
     run = write_run(tmp_path / "run", "tiny", variant, window, [4.0, 3.5, 3.2])
     data = figures.curves([run], str(tmp_path / "c.png"))
-    # DESIGN.md section 4, counted independently: 3 x (2 x block matmul weights x S
+    # docs/design.md section 7, counted independently: 3 x (2 x block matmul weights x S
     # + 4 d x visible keys per position (from the dense mask) per layer + 2 d V for the head).
     norms = (2 * cfg.num_layers + 1) * cfg.d_model
     block_matmul = sps_model.count_params(sps_model.Transformer(cfg)) - norms - cfg.vocab_size * cfg.d_model
@@ -107,12 +105,9 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
 
 
 def test_figures_module_runs_as_a_command(tmp_path):
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [write_eval(str(tmp_path), "m-std", "m", "standard", None, 0.5),
              write_eval(str(tmp_path), "m-sps", "m", "sps", 64, 0.52)]
     out = str(tmp_path / "gain.png")
-    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "sps_jax.analysis.figures", "accuracy-gain", *paths, "--out", out],
-                          cwd=repo, env=env, capture_output=True, text=True)
+    proc = run_module("sps_jax.analysis.figures", "accuracy-gain", *paths, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert os.path.isfile(out) and "wrote" in proc.stdout

@@ -1,32 +1,23 @@
-"""Generation: the KV cache (persistent slots + w-slot ring) reproduces the full forward exactly."""
+"""Generation: prefill plus decode through the KV cache reproduces the full forward exactly; the loop, batching,
+stopping and the command line."""
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import masks, runs
-from sps_jax.data import tokenizer
 from sps_jax import config as sps_config
-from sps_jax.inference import generate as gen, kv_cache
-from sps_jax.inference.sampling import Sampling, sample_logits
+from sps_jax import masks, runs
 from sps_jax import model as sps_model
-from tests.conftest import SMALL, small_config
+from sps_jax.data import tokenizer
+from sps_jax.inference import generate as gen
+from sps_jax.inference.sampling import Sampling
+from tests.helpers import EOS, PAD, REPO, run_module, small_model
 
-EOS, PAD = SMALL["eos_id"], SMALL["pad_id"]
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 decode_step = jax.jit(gen.decode_step, static_argnums=0)
-
-
-def model_and_params(variant, window, seed=0, **overrides):
-    cfg = small_config(variant, window, **overrides)
-    model = sps_model.Transformer(cfg)
-    return cfg, model, sps_model.init_params(model, jax.random.PRNGKey(seed))
 
 
 def cached_logits(cfg, params, tokens_BT, prompt_len):
@@ -43,7 +34,7 @@ def cached_logits(cfg, params, tokens_BT, prompt_len):
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 @pytest.mark.parametrize("window", [0, 1, 3, 40])  # 40 >= T: nothing is ever evicted
 def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, window):
-    cfg, model, params = model_and_params(variant, window)
+    cfg, model, params = small_model(variant, window)
     T, prompt_len = 20, 7
     tokens = np.random.default_rng(1).integers(0, 50, (2, T))
     tokens[0, 3] = EOS    # an EOS inside the prompt
@@ -60,7 +51,7 @@ def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, wind
 
 def test_a_cache_missing_the_ring_would_change_the_logits():
     """The equality above is sensitive: dropping the ring's entries changes SPS's decode logits."""
-    cfg, model, params = model_and_params("sps", 3)
+    cfg, model, params = small_model("sps", 3)
     tokens = jnp.asarray(np.random.default_rng(2).integers(0, 50, (1, 12)), jnp.int32)
     cache, _ = gen.prefill(cfg, params, tokens[:, :8], max_len=12)
     good_BV, _ = decode_step(cfg, params, cache, tokens[:, 8])
@@ -73,7 +64,7 @@ def test_a_cache_missing_the_ring_would_change_the_logits():
 
 @pytest.mark.parametrize("variant", ["standard", "sps", "delayed_state"])
 def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
-    cfg, model, params = model_and_params(variant, 2)
+    cfg, model, params = small_model(variant, 2)
     prompt = [5, 17, 3, EOS, 22, 9]
     new = 12
     out = gen.generate(cfg, params, [prompt], max_new_tokens=new, stop_on_eos=False)[0]
@@ -89,7 +80,7 @@ def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_batched_left_padded_generation_equals_per_row_generation(variant):
-    cfg, _, params = model_and_params(variant, 2)
+    cfg, _, params = small_model(variant, 2)
     prompts = [[4, 8, 15, 16, 23, 42], [7, EOS, 1]]
     batched = gen.generate(cfg, params, prompts, max_new_tokens=8, stop_on_eos=False, pad_to_multiple=8)
     alone = [gen.generate(cfg, params, [p], max_new_tokens=8, stop_on_eos=False)[0] for p in prompts]
@@ -98,7 +89,7 @@ def test_batched_left_padded_generation_equals_per_row_generation(variant):
 
 @pytest.mark.parametrize("variant", ["sps", "reverse_sps"])
 def test_bucketed_generation_of_mixed_prompts_equals_generating_each_prompt_alone(variant):
-    cfg, _, params = model_and_params(variant, 2)
+    cfg, _, params = small_model(variant, 2)
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, 50, n).tolist() for n in (3, 11, 1, 7, 5)]
     prompts[1][4] = EOS
@@ -110,7 +101,7 @@ def test_bucketed_generation_of_mixed_prompts_equals_generating_each_prompt_alon
 
 
 def test_decode_loop_limit_stops_before_the_end_of_its_buffer():
-    cfg, _, params = model_and_params("sps", 2)
+    cfg, _, params = small_model("sps", 2)
     prompt = [[9, 8, 7, 6]]
     cache, h_BTD = gen.prefill(cfg, params, jnp.asarray(prompt, jnp.int32), max_len=4 + 8 - 1)
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
@@ -122,7 +113,7 @@ def test_decode_loop_limit_stops_before_the_end_of_its_buffer():
 
 
 def test_rows_stop_on_eos_independently_and_idle_on_pad():
-    cfg, _, params = model_and_params("sps", 2)
+    cfg, _, params = small_model("sps", 2)
     cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32), max_len=8)
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
     logits_BV = logits_BV.at[0, EOS].set(1e4)  # row 0's first token is EOS
@@ -137,50 +128,16 @@ def test_rows_stop_on_eos_independently_and_idle_on_pad():
     assert int(steps) == end  # the loop ran exactly until the last row was done
 
 
-def test_sampling_filters():
-    logits_BV = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05, 0.0]]))
-    draws = lambda s: {int(sample_logits(logits_BV, jax.random.PRNGKey(k), s, 4)[0]) for k in range(64)}
-    assert draws(Sampling()) == {0}
-    assert draws(Sampling(temperature=1.0, top_k=2)) == {0, 1}
-    assert draws(Sampling(temperature=1.0, top_p=0.7)) == {0, 1}  # 0.5 < 0.7 <= 0.8
-    assert draws(Sampling(temperature=1.0)) == {0, 1, 2, 3}       # id 4 is past num_tokens
-    with pytest.raises(ValueError, match="top_p"):
-        Sampling(top_p=0.0).validate()
-
-
 def test_sampled_generation_is_reproducible_from_the_seed():
-    cfg, _, params = model_and_params("sps", 2)
+    cfg, _, params = small_model("sps", 2)
     sample = lambda seed: gen.generate(cfg, params, [[1, 2, 3]], 10, sampling=Sampling(1.0, 20, 0.9),
                                        seed=seed, stop_on_eos=False)
     assert sample(3) == sample(3)
     assert sample(3) != sample(4)
 
 
-@pytest.mark.parametrize("window", [0, 1, 3, 100])
-def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
-    T = 64
-    sizes = {v: kv_cache.cache_bytes(kv_cache.init_cache(small_config(v, window, dtype="bfloat16"), 2, T))
-             for v in masks.VARIANTS}
-    assert sizes["sps"]["persistent"] == sizes["standard"]["persistent"]
-    assert sizes["delayed_state"]["persistent"] == sizes["standard"]["persistent"]
-    assert sizes["two_x_memory"]["persistent"] == 2 * sizes["standard"]["persistent"]
-    assert sizes["standard"]["ring"] == sizes["two_x_memory"]["ring"] == 0
-    cache = kv_cache.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
-    for layer in cache.layers:
-        assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(max(window, 1), T)
-        assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
-
-
-def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
-    cfg, _, params = model_and_params("sps", 3, dtype="bfloat16")
-    cache, _ = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
-    layer = cache.layers[0]
-    assert layer.k_BHTK[0].dtype == layer.k_BHRK.dtype == jnp.bfloat16
-    assert (np.asarray(cache.slot_doc_BT)[0, 4:] == -1).all()  # unwritten slots are empty
-
-
 def test_bad_input_gives_clear_errors(tmp_path):
-    cfg, _, params = model_and_params("sps", 2)
+    cfg, _, params = small_model("sps", 2)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         gen.generate(cfg, params, [[1, 2], []], 4)
     with pytest.raises(ValueError, match="more than the model's context"):
@@ -202,9 +159,7 @@ def _tiny_run(tmp_path):
 
 
 def _cli(*args):
-    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "sps_jax.inference.generate", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_module("sps_jax.inference.generate", *args, timeout=300)
 
 
 def test_cli_end_to_end_on_a_saved_run(tmp_path):
@@ -234,23 +189,8 @@ def test_cli_end_to_end_on_a_saved_run(tmp_path):
     assert "Traceback" not in missing.stderr
 
 
-def test_generation_benchmark_reports_ratios_to_standard(tmp_path):
-    from sps_jax.bench import generate as bench_generate
-
-    out = tmp_path / "bench.json"
-    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "2", "--prefill", "8",
-                         "--decode", "4", "--variants", "standard,sps,two_x_memory", "--repeats", "1",
-                         "--json", str(out)])
-    results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
-    assert results["standard"]["throughput_ratio"] == 1.0
-    assert all(r["tokens_per_s"] > 0 and r["decode_steps"] == 4 for r in results.values())
-    assert results["sps"]["persistent_cache_ratio"] == 1.0
-    assert results["two_x_memory"]["persistent_cache_ratio"] == 2.0
-    assert results["sps"]["cache_ring_bytes"] > 0 == results["standard"]["cache_ring_bytes"]
-
-
 def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
-    cfg, _, params = model_and_params("sps", 2)
+    cfg, _, params = small_model("sps", 2)
     cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3]], jnp.int32), max_len=8)
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
     jaxpr = jax.make_jaxpr(lambda c: gen.decode_loop(cfg, params, c, logits_BV, jax.random.PRNGKey(0),

@@ -1,0 +1,127 @@
+"""The gradient probe against a brute-force reference in which every slot reads its own copy of every weight."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sps_jax import attention, masks
+from sps_jax import model as sps_model
+from sps_jax.analysis import gradient_probe, window_nll
+from sps_jax.analysis.documents import document_rows
+from tests.analysis.helpers import make, random_docs
+from tests.helpers import PAD
+
+
+def per_slot_copies(cfg, params, tokens_BT):
+    """Every parameter in theta_p copied once per slot [B, T, S, ...] (the embedding as the row it looks up)."""
+    B, T = tokens_BT.shape
+    S = cfg.num_streams
+    rows = [params["embed"][tokens_BT]]
+    if S == 2:
+        rows.append(jnp.broadcast_to(params["embed"][cfg.predict_id], rows[0].shape))
+    copies = {"embed": jnp.stack(rows, axis=2)}
+    for layer in range(cfg.num_layers):
+        blk = params[f"block_{layer}"]
+        for module, name in (("attn_norm", "scale"), ("attn", "qkv"), ("attn", "out"),
+                             ("mlp_norm", "scale"), ("mlp", "gate"), ("mlp", "up"), ("mlp", "down")):
+            w = blk[module][name]
+            copies[f"block_{layer}/{module}/{name}"] = jnp.broadcast_to(w, (B, T, S) + w.shape)
+    return copies
+
+
+def reference_nll(cfg, params, copies, tokens_BT, targets_BT):
+    """The model's forward written so that slot (b, i, s) reads only its own weight copies."""
+    B, T = tokens_BT.shape
+    positions = jnp.broadcast_to(jnp.arange(T), (B, T))
+    doc_ids = masks.document_ids(tokens_BT, cfg.eos_id, cfg.pad_id)
+
+    def norm(x, scale_BTSD):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + cfg.norm_eps) * scale_BTSD
+
+    x = copies["embed"]
+    for layer in range(cfg.num_layers):
+        c = {k.split("/", 1)[1]: v for k, v in copies.items() if k.startswith(f"block_{layer}/")}
+        h = norm(x, c["attn_norm/scale"])
+        qkv = jnp.einsum("btsd,btsdchk->cbtshk", h, c["attn/qkv"])
+        q = sps_model.apply_rope(qkv[0], positions, cfg.rope_theta)
+        k = sps_model.apply_rope(qkv[1], positions, cfg.rope_theta)
+        o = attention.xla_attention(q, k, qkv[2], doc_ids, cfg.visibility)
+        x = x + jnp.einsum("btshk,btshkd->btsd", o, c["attn/out"])
+        h = norm(x, c["mlp_norm/scale"])
+        a = jax.nn.silu(jnp.einsum("btsd,btsdf->btsf", h, c["mlp/gate"])) * jnp.einsum(
+            "btsd,btsdf->btsf", h, c["mlp/up"])
+        x = x + jnp.einsum("btsf,btsfd->btsd", a, c["mlp/down"])
+    h = sps_model.rms_norm(x[:, :, cfg.logits_stream], params["final_norm"]["scale"], cfg.norm_eps)
+    return sps_model.token_nll(sps_model.unembed(h, params["embed"]), targets_BT)
+
+
+def brute_force_sq_norms(model, params, inputs, targets):
+    """{param: [J, B, T, S]} squared norm of d l_j / d(copy at slot), one gradient per loss term."""
+    cfg = model.cfg
+    copies = per_slot_copies(cfg, params, inputs)
+    # The full Jacobian: d nll[b, j] / d copy[b', i, s] for every loss term separately.
+    jac = jax.jit(jax.jacrev(lambda c: reference_nll(cfg, params, c, inputs, targets)))(copies)
+    out = {}
+    for name, g_BJBTS in jac.items():
+        b = np.arange(inputs.shape[0])
+        g_BJTS = g_BJBTS[b, :, b]  # each row's losses w.r.t. its own slots
+        out[name] = np.moveaxis(np.sum(np.square(g_BJTS).reshape(g_BJTS.shape[:4] + (-1,)), -1), 1, 0)
+    return out
+
+
+@pytest.mark.parametrize("variant", ["standard", "sps"])
+def test_probe_matches_brute_force_per_slot_weight_copies(variant):
+    model, params = make(variant, 2, seed=1)
+    docs = random_docs([11, 9], seed=2)
+    inputs, targets, _ = document_rows(docs, 10, PAD)
+    cfg = model.cfg
+    # The reference forward is the model: same logits.
+    ref = jax.jit(reference_nll, static_argnums=0)(cfg, params, per_slot_copies(cfg, params, jnp.asarray(inputs)),
+                                                   inputs, targets)
+    np.testing.assert_allclose(ref, window_nll.position_nll(model, params, inputs, targets), rtol=1e-5, atol=1e-6)
+
+    expected = brute_force_sq_norms(model, params, jnp.asarray(inputs), jnp.asarray(targets))
+    T = inputs.shape[1]
+    loss_JB = np.stack([np.arange(T)] * 2, axis=1)
+    sources_BI = np.stack([np.arange(T)] * 2)
+    got = gradient_probe.slot_grad_sq_norms(model, params, inputs, targets, loss_JB, sources_BI, chunk=5)
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=2e-4, atol=1e-12, err_msg=name)
+
+    # The ratio r(p, k) on random source positions equals the brute-force one.
+    offsets = np.arange(0, 4)
+    res = gradient_probe.gradient_ratios(model, params, docs, offsets, 3, context=10, seed=3, batch=2, chunk=4,
+                                 log=lambda *_: None)
+    total = sum(expected.values())  # [J, B, T, S]
+    for e, (d, i) in enumerate(res["examples"]):
+        want = np.sqrt(total[i + offsets, d, i] / total[i, d, i])
+        np.testing.assert_allclose(res["ratio"][e], want, rtol=2e-4)
+
+
+def test_sps_single_layer_predict_slot_gets_nothing_beyond_the_window():
+    w = 2
+    model, params = make("sps", w, seed=4, num_layers=1)
+    inputs, targets, _ = document_rows(random_docs([17]), 16, PAD)
+    T = inputs.shape[1]
+    norms = gradient_probe.slot_grad_sq_norms(model, params, inputs, targets, np.arange(T)[:, None],
+                                      np.arange(T)[None], chunk=4)
+    total = np.asarray(sum(norms.values()))[:, 0]  # [j, i, s]
+    j, i = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    predict = total[..., 1]
+    assert np.all(predict[j > i + w] == 0.0)
+    assert np.all(predict[(j >= i) & (j <= i + w)] > 0)
+    # The persistent input slot keeps receiving gradient from every later loss.
+    assert np.all(total[..., 0][j >= i] > 0)
+
+
+def test_standard_sends_nothing_from_earlier_losses_to_later_slots():
+    model, params = make("standard", None, seed=5)
+    docs = random_docs([20, 18])
+    res = gradient_probe.gradient_ratios(model, params, docs, np.arange(-4, 5), 4, context=16, seed=0, batch=2,
+                                 log=lambda *_: None)
+    negative = res["offsets"] < 0
+    assert np.all(res["ratio"][:, negative] == 0.0)
+    assert np.all(res["ratio"][:, ~negative] > 0)
+    np.testing.assert_allclose(res["ratio"][:, res["offsets"] == 0], 1.0, rtol=1e-6)

@@ -1,0 +1,56 @@
+"""The probes command writes its JSON, CSV and PNG and rejects bad input with one sentence."""
+
+import json
+import os
+
+import pytest
+
+from sps_jax.analysis import probes
+from tests.analysis.helpers import random_docs, write_documents_folder, write_run
+
+
+@pytest.fixture(scope="module")
+def cli_fixture(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probes_cli")
+    write_documents_folder(str(root / "data"), random_docs([30, 5, 40, 33, 28], seed=9))
+    write_run(str(root / "std"), "standard", None, 0)
+    write_run(str(root / "sps"), "sps", 4, 1)
+    return root
+
+
+def test_gradients_command_writes_means_and_figure(cli_fixture):
+    root = cli_fixture
+    out = str(root / "grad_out")
+    rc = probes.main(["gradients", "--workdir", str(root / "std"), "--workdir", str(root / "sps"),
+                      "--val-data", str(root / "data"), "--docs", "2", "--positions-per-doc", "2",
+                      "--max-offset", "8", "--context", "16", "--out", out])
+    assert rc == 0
+    result = json.load(open(os.path.join(out, "gradients.json")))
+    std, sps = result["runs"]
+    assert set(std["mean_ratio"]) == {"x"} and set(sps["mean_ratio"]) == {"input", "predict"}
+    assert std["examples"] == 4 and std["offsets"] == list(range(9))
+    assert std["mean_ratio"]["x"][0] == pytest.approx(1.0)
+    lines = open(os.path.join(out, "gradients.csv")).read().splitlines()
+    assert len(lines) == 1 + 9 * 3
+    assert os.path.getsize(os.path.join(out, "gradients.png")) > 10_000
+
+
+def test_window_nll_command_writes_means_and_figure(cli_fixture):
+    root = cli_fixture
+    out = str(root / "nll_out")
+    rc = probes.main(["window-nll", "--workdir", str(root / "std"), "--workdir", str(root / "sps"),
+                      "--val-data", str(root / "data"), "--docs", "4", "--omega", "6", "--out", out])
+    assert rc == 0
+    result = json.load(open(os.path.join(out, "window_nll_omega6.json")))
+    for run in result["runs"]:
+        assert run["documents"] == 4 and run["mean_delta"][:7] == [0.0] * 7
+        assert run["count"][0] == 4
+    assert os.path.getsize(os.path.join(out, "window_nll_omega6.png")) > 10_000
+
+
+def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
+    root = cli_fixture
+    assert probes.main(["window-nll", "--workdir", str(root / "nope"), "--val-data", str(root / "data")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert probes.main(["gradients", "--workdir", str(root / "std"), "--val-data", str(root)]) == 2
+    assert "manifest.json" in capsys.readouterr().err

@@ -1,0 +1,64 @@
+"""The persistent-window ablation: delta is exactly zero where the masks agree, and M_omega uses the rule's mask."""
+
+import numpy as np
+import pytest
+
+from sps_jax import attention, masks
+from sps_jax import model as sps_model
+from sps_jax.analysis import window_nll
+from tests.analysis.helpers import make, random_docs
+from tests.helpers import EOS, PAD
+
+
+@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None)])
+def test_window_delta_is_zero_inside_omega_and_for_omega_at_least_T(variant, window):
+    model, params = make(variant, window, seed=6)
+    docs = random_docs([24, 13, 20], seed=1)
+    omega = 4
+    out = window_nll.window_nll_deltas(model, params, docs, omega, context=20, batch=3, log=lambda *_: None)
+    delta = out["delta"]
+    assert np.all(delta[:, :omega + 1] == 0.0)  # every key of a position <= omega is within omega
+    assert np.nanmax(np.abs(delta[:, omega + 1:])) > 1e-4  # the ablation does change later positions
+    assert np.all(np.isnan(delta[1, 12:])) and not np.any(np.isnan(delta[1, :12]))
+    full = window_nll.window_nll_deltas(model, params, docs, 20, context=20, batch=3, log=lambda *_: None)
+    assert np.all(full["delta"][~np.isnan(full["delta"])] == 0.0)
+
+
+@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("delayed_state", 1)])
+def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, variant, window):
+    model, params = make(variant, window, num_layers=1)
+    omega, T = 3, 9
+    tokens = np.array([[1, 2, 3, 4, EOS, 5, 6, 7, 8]])
+    seen, dense = [], attention.xla_attention
+
+    def recording(q, k, v, doc_ids, vis):
+        seen.append(np.asarray(masks.dense_mask(vis, np.asarray(doc_ids))))
+        return dense(q, k, v, doc_ids, vis)
+
+    monkeypatch.setattr(attention, "xla_attention", recording)
+    # Not jitted, so the backend sees concrete document ids.
+    sps_model.Transformer(window_nll.ablated_config(model.cfg, omega)).apply({"params": params}, tokens)
+    assert len(seen) == model.cfg.num_layers
+
+    # Expected mask from the rule in words: causal, same document, a persistent key within omega
+    # positions (or the query's own slot), a windowed key within w positions.
+    S = model.cfg.num_streams
+    persistent = masks.Visibility(variant).persistent_streams
+    doc = masks.document_ids(tokens, EOS, PAD)[0]
+    expected = np.zeros((T * S, T * S), bool)
+    for qi in range(T):
+        for qs in range(S):
+            for ki in range(T):
+                for ks in range(S):
+                    if S * ki + ks > S * qi + qs or doc[ki] != doc[qi]:
+                        continue
+                    if persistent[ks]:
+                        ok = qi - ki <= omega or (ki, ks) == (qi, qs)
+                    else:
+                        ok = window is None or qi - ki <= window
+                    expected[S * qi + qs, S * ki + ks] = ok
+    for mask in seen:
+        np.testing.assert_array_equal(mask[0], expected)
+    # The unablated reference M runs with a window of T positions: exactly the vanilla mask.
+    np.testing.assert_array_equal(masks.dense_mask(masks.Visibility(variant, window, persistent_window=T), doc[None]),
+                                  masks.dense_mask(masks.Visibility(variant, window), doc[None]))

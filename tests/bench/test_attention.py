@@ -1,0 +1,20 @@
+"""The attention benchmark's tables and JSON, its timing plumbing run in interpret mode."""
+
+import json
+
+from sps_jax.bench import attention as bench_attention
+
+
+def test_benchmark_tables_and_json(tmp_path):
+    args = bench_attention.parse_args(["--variants", "sps", "--batch", "1", "--seq-len", "16", "--heads", "1",
+                                       "--head-dim", "8", "--window", "4", "--block-q", "8", "--block-k", "8",
+                                       "--dtype", "float32", "--iters", "1"])
+    result = bench_attention.timing_table(args, interpret=True)
+    (r,) = result["rows"]
+    assert r["variant"] == "sps" and r["scores_per_head"] == r["counts"]["computed"] > 0
+    assert set(result["baselines"]) == {"2T", "T"} and r["fwd_bwd_time_vs_dense_2T"] > 0
+    out = tmp_path / "bench.json"
+    assert bench_attention.main(["--variants", "sps", "--seq-len", "1024", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["counts"]["sps"]["computed"] < saved["counts"]["sps"]["dense_causal"]
+    assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4

@@ -1,0 +1,20 @@
+"""The generation benchmark reports throughput and cache ratios to Standard."""
+
+import json
+import os
+
+from sps_jax.bench import generate as bench_generate
+from tests.helpers import REPO
+
+
+def test_generation_benchmark_reports_ratios_to_standard(tmp_path):
+    out = tmp_path / "bench.json"
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "2", "--prefill", "8",
+                         "--decode", "4", "--variants", "standard,sps,two_x_memory", "--repeats", "1",
+                         "--json", str(out)])
+    results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["standard"]["throughput_ratio"] == 1.0
+    assert all(r["tokens_per_s"] > 0 and r["decode_steps"] == 4 for r in results.values())
+    assert results["sps"]["persistent_cache_ratio"] == 1.0
+    assert results["two_x_memory"]["persistent_cache_ratio"] == 2.0
+    assert results["sps"]["cache_ring_bytes"] > 0 == results["standard"]["cache_ring_bytes"]

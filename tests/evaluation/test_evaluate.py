@@ -1,0 +1,75 @@
+"""Evaluating a checkpoint writes the results-JSON contract, one per checkpoint from the command line; bad input is
+a clear error before any weights are loaded."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("lm_eval")
+
+from sps_jax import model as sps_model, runs  # noqa: E402
+from sps_jax.evaluation import evaluate, lm_eval_adapter  # noqa: E402
+from sps_jax.inference import scoring  # noqa: E402
+from tests.evaluation.helpers import CharTokenizer, expected_mc, save_tiny_run, write_val_data  # noqa: E402
+from tests.helpers import run_module  # noqa: E402
+
+
+def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
+    net, params = save_tiny_run(tmp_path / "run")
+    tokens = write_val_data(tmp_path / "data")
+    result = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], val_data=str(tmp_path / "data"),
+                                          include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
+                                          include_defaults=False)
+    assert result["step"] == 5 and result["variant"] == "sps" and result["window"] == 2
+    assert result["tokens_seen"] == 5 * 2 * 32
+    # Validation NLL is the training loss over the fixed windows, computed here without the helper.
+    T = net.cfg.seq_len
+    windows = np.stack([tokens[s:s + T + 1] for s in range(0, 200 - T, T)]).astype(np.int32)
+    total, count = sps_model.loss_sums(net, params, jnp.asarray(windows))
+    assert result["val_nll"] == pytest.approx(float(total / count), rel=1e-5)
+    assert result["val_tokens"] == int(count)
+    assert set(result) >= {"run", "variant", "window", "scale", "step", "tokens_seen", "val_nll", "corpus_nll",
+                           "corpus_nll_avg", "tasks", "task_accuracy_avg"}
+    assert result["other_tasks"]["tiny_mc"]["acc"] == pytest.approx(expected_mc(
+        lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params), tokenizer=CharTokenizer()))[0])
+
+
+def test_cli_writes_one_json_per_checkpoint(tmp_path):
+    save_tiny_run(tmp_path / "run", seed=0)
+    save_tiny_run(tmp_path / "other", seed=1)
+    # A second checkpoint in the same run with other weights.
+    _, params, _ = runs.load_run(str(tmp_path / "other"))
+    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params, step=9)
+    write_val_data(tmp_path / "data")
+    proc = run_module("sps_jax.evaluation.evaluate", "--workdir", tmp_path / "run", "--val-data", tmp_path / "data",
+                      "--all-steps")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = {step: json.loads((tmp_path / "run" / "eval" / f"step_{step}.json").read_text()) for step in (5, 9)}
+    for step, result in written.items():
+        direct = evaluate.evaluate_checkpoint(str(tmp_path / "run"), step, val_data=str(tmp_path / "data"))
+        assert result["step"] == step and result["val_nll"] == pytest.approx(direct["val_nll"], rel=1e-5)
+    assert written[5]["val_nll"] != written[9]["val_nll"]
+    assert "| Size | Method |" in proc.stdout
+
+
+def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
+    proc = run_module("sps_jax.evaluation.evaluate", "--workdir", tmp_path / "nowhere", "--tasks", "arc_easy,no_such_task")
+    assert proc.returncode == 2
+    assert "unknown task(s) no_such_task" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, local_tasks):
+    common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
+    nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first
+    with pytest.raises(FileNotFoundError, match="local data for task 'tiny_mc' not found"):
+        evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "x.jsonl")},
+                                     **common)
+    with pytest.raises(ValueError, match="not among the tasks being run"):
+        evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"arc_easy": str(tmp_path / "x.jsonl")},
+                                     **common)
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=".jsonl/.json"):
+        evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "data.csv")},
+                                     **common)

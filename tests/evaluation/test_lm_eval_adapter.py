@@ -1,0 +1,164 @@
+"""The lm-eval adapter scores what the model computes, and lm-eval's own runner and command line work end to end."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("lm_eval")
+
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
+
+from sps_jax import model as sps_model, runs  # noqa: E402
+from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks  # noqa: E402
+from sps_jax.inference import scoring  # noqa: E402
+from tests.evaluation.helpers import (CharTokenizer, CORPUS_DOCS, direct_logits, direct_logprobs,  # noqa: E402
+                                      expected_mc, requests, save_tiny_run, tiny)
+from tests.helpers import run_module  # noqa: E402
+
+
+def adapter(variant="sps", window=2, batch=8, **kw):
+    net, params = tiny(variant, window, **kw)
+    return lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=batch, min_len=16),
+                                 tokenizer=CharTokenizer()), net, params
+
+
+PAIRS = [("the cat sat on", " the mat"), ("a", " b"), ("question: why?\nanswer:", " because it is so."),
+         ("hello there", " friend"), ("one two three four five six", " seven")]
+
+
+@pytest.mark.parametrize("variant,window", [("standard", None), ("sps", 2), ("two_x_memory", None),
+                                            ("delayed_state", 1), ("reverse_sps", 3)])
+def test_loglikelihood_is_the_models_summed_token_logprob_batched_or_not(variant, window):
+    lm, net, params = adapter(variant, window)
+    tok = CharTokenizer()
+    batched = lm.loglikelihood(requests("loglikelihood", PAIRS), disable_tqdm=True)
+    for (ctx, cont), (ll, greedy) in zip(PAIRS, batched):
+        ids = tok.encode(ctx + cont)[-(net.cfg.seq_len + 1):]  # too long: the last seq_len + 1 tokens count
+        logits = direct_logits(net, params, ids[:-1])
+        logp = jax.nn.log_softmax(logits, axis=-1)[np.arange(len(ids) - 1), np.asarray(ids[1:])][-len(cont):]
+        np.testing.assert_allclose(ll, logp.sum(), rtol=1e-4, atol=1e-4)
+        assert greedy == bool((np.argmax(logits, -1)[-len(cont):] == np.asarray(ids[-len(cont):])).all())
+        (single,) = lm.loglikelihood(requests("loglikelihood", [(ctx, cont)]), disable_tqdm=True)
+        np.testing.assert_allclose(single[0], ll, rtol=1e-5, atol=1e-5)
+
+
+def test_rolling_loglikelihood_scores_every_token_of_a_document_longer_than_the_context():
+    lm, net, params = adapter("sps", 2)
+    tok = CharTokenizer()
+    text = "the quick brown fox jumps over the lazy dog. " * 3  # 135 characters, context 32
+    ids = tok.encode(text)
+    assert len(ids) > 4 * net.cfg.seq_len
+    (total,) = lm.loglikelihood_rolling(requests("loglikelihood_rolling", [(text,)]), disable_tqdm=True)
+    expected, scored = 0.0, 0
+    for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(ids, tok.eos_id, net.cfg.seq_len, 1)):
+        expected += direct_logprobs(net, params, ctx + cont)[-len(cont):].sum()
+        scored += len(cont)
+    assert scored == len(ids)
+    np.testing.assert_allclose(total, expected, rtol=1e-4)
+
+
+def greedy_direct(net, params, ids, n):
+    """Repeated full forward + argmax over the text ids and EOS (generation never emits <predict> or padding)."""
+    ids = list(ids)
+    for _ in range(n):
+        ids.append(int(np.argmax(direct_logits(net, params, ids)[-1][:net.cfg.eos_id + 1])))
+    return ids
+
+
+def test_generate_until_is_greedy_and_stops_at_the_first_stop_sequence():
+    lm, net, params = adapter("sps", 2)
+    tok = CharTokenizer()
+    prompt = "the cat"
+    raw = lm.generate_until(requests("generate_until", [(prompt, {"until": [], "max_gen_toks": 12})]),
+                            disable_tqdm=True)[0]
+    direct = greedy_direct(net, params, tok.encode(prompt), 12)[len(prompt):]
+    assert raw == tok.decode(direct[:direct.index(tok.eos_id)] if tok.eos_id in direct else direct)
+    assert len(raw) >= 6, "the test model should not emit EOS this early"
+    stop = raw[3:5]
+    cut = lm.generate_until(requests("generate_until", [(prompt, {"until": [stop], "max_gen_toks": 12}),
+                                                        ("a", {"until": [stop], "max_gen_toks": 5})]),
+                            disable_tqdm=True)
+    assert cut[0] == raw[:raw.index(stop)]
+    assert stop not in cut[1]
+
+
+def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
+    from sps_jax.inference import generate as gen
+
+    net, params = tiny("sps", 3, d_model=24, num_heads=1, d_ff=48)  # a config of its own: fresh cache entries
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=4, min_len=8), tokenizer=CharTokenizer())
+    rng = np.random.default_rng(0)
+    text = lambda n: "".join(rng.choice(list(CharTokenizer.alphabet[:26]), n))
+    # 24 prompt lengths with one max_gen_toks, then three max_gen_toks values on one prompt length.
+    args = [(text(n), {"until": ["."], "max_gen_toks": 3}) for n in range(1, 25)]
+    args += [(text(5), {"until": ["."], "max_gen_toks": m}) for m in (5, 6, 7)]
+    before = gen.prefill._cache_size(), gen.decode_loop._cache_size()
+    out = lm.generate_until(requests("generate_until", args), disable_tqdm=True)
+    assert len(out) == len(args) and all("." not in t for t in out)
+    assert all(len(t) <= 3 for t in out[:24]) and all(len(t) <= m for t, m in zip(out[24:], (5, 6, 7)))
+    # Batches of 4 prompts of lengths 24..21, 20..17 (-> 32), 16..13, 12..9 (-> 16), 8..5, 4..1 (-> 8): three
+    # shapes for six batches; max_gen_toks 5, 6, 7 share the 8-token buffer: one more shape, not three.
+    grew = gen.prefill._cache_size() - before[0], gen.decode_loop._cache_size() - before[1]
+    assert grew[0] <= 4 and grew[1] <= 4, grew
+    assert lm.generate_until(requests("generate_until", args), disable_tqdm=True) == out
+    assert (gen.prefill._cache_size() - before[0], gen.decode_loop._cache_size() - before[1]) == grew
+
+
+def test_lm_eval_runs_local_tasks_end_to_end(local_tasks):
+    lm, _, _ = adapter("sps", 2)
+    results, names = evaluate.run_lm_eval(lm, ["tiny_mc", "pile_books3"],
+                                          task_data={"pile_books3": str(local_tasks / "books.jsonl")},
+                                          include_path=str(local_tasks / "yaml"), include_defaults=False)
+    assert names == {"tiny_mc": "tiny_mc", "pile_books3": "sps_local_pile_books3"}
+    acc, acc_norm = expected_mc(lm)
+    assert results["tiny_mc"]["acc,none"] == pytest.approx(acc)
+    assert results["tiny_mc"]["acc_norm,none"] == pytest.approx(acc_norm)
+    texts = [d["text"] for d in CORPUS_DOCS]
+    lls = lm.loglikelihood_rolling(requests("loglikelihood_rolling", [(t,) for t in texts]), disable_tqdm=True)
+    words = sum(len(t.split()) for t in texts)
+    summary = paper_tasks.summarize(results, ["tiny_mc", "pile_books3"], names)
+    assert summary["corpus_nll"]["pile_books3"] == pytest.approx(-sum(lls) / words, rel=1e-6)
+    assert summary["corpus_nll_avg"] is None  # three corpora missing: no partial average
+    assert set(summary["other_tasks"]["tiny_mc"]) >= {"acc", "acc_norm"}
+
+
+def test_missing_tokenizer_and_mismatched_vocabulary_are_clear_errors(tmp_path):
+    from sps_jax.data.tokenizer import TokenizerMissing
+
+    save_tiny_run(tmp_path / "run")
+    with pytest.raises(TokenizerMissing, match="provision"):
+        lm_eval_adapter.SPSLM(workdir=str(tmp_path / "run"), tokenizer_path=str(tmp_path / "missing.tiktoken"))
+
+    class Big(CharTokenizer):
+        vocab_size = 50257
+    with pytest.raises(ValueError, match="vocabulary has only 64"):
+        lm_eval_adapter.SPSLM(workdir=str(tmp_path / "run"), tokenizer=Big())
+
+
+def test_lm_eval_registry_knows_the_model():
+    from lm_eval.api.registry import get_model
+
+    assert get_model("sps_jax") is lm_eval_adapter.SPSLM
+
+
+@pytest.mark.slow
+def test_lm_evals_own_command_line_runs_the_registered_model(tmp_path):
+    from sps_jax import config as sps_config
+
+    config = sps_config.load_config("configs/tiny.py:sps,4")
+    config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
+    net = sps_model.Transformer(config.model)
+    runs.save_run(str(tmp_path / "run"), config, sps_model.init_params(net, jax.random.PRNGKey(0)), step=1)
+    (tmp_path / "books.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in ["Once upon a time.",
+                                                                                         "There were two."]))
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "cli_books.yaml").write_text(
+        f"include: {paper_tasks.TASKS_DIR}/sps_pile_books3.yaml\ntask: cli_books\ndataset_path: json\n"
+        f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'books.jsonl'}\n")
+    proc = run_module("sps_jax.evaluation.lm_eval_cli", "--model", "sps_jax", "--model_args",
+                      f"workdir={tmp_path / 'run'}", "--batch_size", "2", "--tasks", "cli_books",
+                      "--include_path", tmp_path / "yaml")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "word_perplexity" in proc.stdout

@@ -1,0 +1,56 @@
+"""The paper's main table follows its input JSONs: values, deltas to Standard, the best in bold."""
+
+import numpy as np
+
+from sps_jax.evaluation import evaluate, paper_tasks
+
+
+def fixture_rows():
+    rng = np.random.default_rng(1)
+    rows = []
+    for scale in ("s", "xs"):
+        for variant, window in (("sps", 64), ("standard", None), ("delayed_state", 64)):
+            corpus = {k: float(rng.uniform(3, 5)) for k in paper_tasks.CORPORA}
+            tasks = {k: float(rng.uniform(0.2, 0.8)) for k in paper_tasks.ZERO_SHOT}
+            rows.append({"run": f"{scale}-{variant}", "variant": variant, "window": window, "scale": scale,
+                         "step": 100, "tokens_seen": 1000, "val_nll": float(rng.uniform(2.5, 3.2)),
+                         "corpus_nll": corpus, "corpus_nll_avg": float(np.mean(list(corpus.values()))),
+                         "tasks": tasks, "task_accuracy_avg": float(np.mean(list(tasks.values())))})
+    return rows
+
+
+def test_results_table_has_values_deltas_to_standard_and_the_best_in_bold(tmp_path):
+    rows = fixture_rows()
+    paths = []
+    for i, row in enumerate(rows):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        evaluate.write_json(paths[-1], row)
+    assert evaluate.main(["table", *paths, "--out", str(tmp_path / "table")]) == 0
+    md = (tmp_path / "table.md").read_text()
+    tex = (tmp_path / "table.tex").read_text()
+    at_s = [r for r in rows if r["scale"] == "s"]
+    std = next(r for r in at_s if r["variant"] == "standard")
+    sps = next(r for r in at_s if r["variant"] == "sps")
+
+    def shown(value, text, best):
+        return f"**{text}**" if value == best else text
+
+    d_val = sps["val_nll"] - std["val_nll"]
+    d_acc = 100 * (sps["task_accuracy_avg"] - std["task_accuracy_avg"])
+    best_val = min(r["val_nll"] for r in at_s)
+    best_acc = max(r["task_accuracy_avg"] for r in at_s)
+    line = next(l for l in md.splitlines() if l.startswith("| S | SPS (w=64) |"))
+    val_text = f"{sps['val_nll']:.3f}"
+    assert f"{shown(sps['val_nll'], val_text, best_val)} ({d_val:+.3f})" in line
+    acc_text = f"{100 * sps['task_accuracy_avg']:.1f}"
+    assert f"{shown(sps['task_accuracy_avg'], acc_text, best_acc)} ({d_acc:+.1f})" in line
+    d_c4 = sps["corpus_nll"]["c4"] - std["corpus_nll"]["c4"]
+    c4_text = f"{sps['corpus_nll']['c4']:.3f}"
+    if sps["corpus_nll"]["c4"] == min(r["corpus_nll"]["c4"] for r in at_s):
+        c4_text = f"\\textbf{{{c4_text}}}"
+    assert f"{c4_text}\\,{{\\scriptsize ({d_c4:+.3f})}}" in tex
+    # Scales in the paper's order, Standard first within a scale and without a delta to itself.
+    order = [l.split("|")[1:4] for l in md.splitlines()[2:8]]
+    assert [o[0].strip() for o in order] == ["XS"] * 3 + ["S"] * 3 and order[0][1].strip() == "Standard"
+    assert "(" not in order[0][2]
+    assert md.count("**") == 2 * 2 * (3 + 9)  # one best per column (3 main, 9 full) and scale (2)

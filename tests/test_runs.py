@@ -1,0 +1,76 @@
+"""Run folders: weights round-trip, paths resolve, and bad or mismatched folders are clear errors."""
+
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from sps_jax import config as sps_config, model as sps_model, runs
+from tests.helpers import small_model
+
+
+def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
+    config = sps_config.load_config("configs/tiny.py:delayed_state,4")
+    net = sps_model.Transformer(config.model)
+    params = sps_model.init_params(net, jax.random.PRNGKey(0))
+    runs.save_run(str(tmp_path / "run"), config, params, step=7)
+    for path in (tmp_path / "run", tmp_path / "run" / "checkpoints" / "7"):
+        loaded_config, loaded, step = runs.load_run(str(path))
+        assert step == 7 and loaded_config.model.variant == "delayed_state" and loaded_config.model.window == 4
+        jax.tree_util.tree_map(np.testing.assert_array_equal, params, loaded)
+    run = str(tmp_path / "run")
+    assert runs.find_run(run) == (run, None)
+    assert runs.find_run(os.path.join(run, "checkpoints")) == (run, None)
+    assert runs.find_run(os.path.join(run, "checkpoints", "7")) == (run, 7)
+
+
+def test_load_run_of_a_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        runs.load_run(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither a run folder"):
+        runs.load_run(str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="neither a run folder"):
+        runs.find_run(str(tmp_path / "empty"))
+
+
+def save_small_run(path, variant="sps", window=2, name="tiny-run", metrics_lines=()):
+    cfg, model, params = small_model(variant, window)
+    config = ml_collections.ConfigDict({"name": name, "model": dataclasses.asdict(cfg),
+                                        "train": {"global_batch": 2}})
+    runs.save_run(str(path), config, params, step=5)
+    if metrics_lines:
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_lines))
+    return params
+
+
+def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path):
+    save_small_run(tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    config["model"]["d_model"] = 64
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="does not match its config.json"):
+        runs.load_model(str(tmp_path / "run"))
+
+
+def test_run_info_names_the_scale_from_the_dimensions_and_counts_tokens_seen(tmp_path):
+    save_small_run(tmp_path / "run", "standard", 8, metrics_lines=[
+        {"step": 2, "tokens_seen": 100, "loss": 3.0}, {"step": 4, "tokens_seen": 180, "loss": 2.5},
+        {"step": 6, "tokens_seen": 260, "loss": 2.0}])
+    info = runs.run_info(str(tmp_path / "run" / "checkpoints" / "5"), step=5)
+    # Off the paper's scales; a window given to standard is normalised away; the last record at or
+    # before step 5 says how many tokens were seen.
+    assert info == {"run": "tiny-run", "workdir": str(tmp_path / "run"), "variant": "standard", "window": None,
+                    "scale": None, "step": 5, "tokens_seen": 180}
+    # Without metrics.jsonl: step x global batch x seq_len (5 x 2 x 32).
+    save_small_run(tmp_path / "bare", "sps", 4)
+    assert runs.run_info(str(tmp_path / "bare"), step=5)["tokens_seen"] == 320
+    assert "step" not in runs.run_info(str(tmp_path / "bare"))
+    # A run at a paper scale says which.
+    config = sps_config.load_config("configs/paper.py:xs,sps,16")
+    runs.write_config(str(tmp_path / "xs"), config)
+    assert runs.run_info(str(tmp_path / "xs"))["scale"] == "xs" and runs.run_info(str(tmp_path / "xs"))["window"] == 16
