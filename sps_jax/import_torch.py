@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import config as sps_config, model as sps_model, runs
+from sps_jax import config as sps_config, masks, model as sps_model, runs
 
 PREFIX = "_orig_mod."
 
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="the authors' .pt file")
     p.add_argument("--variant", required=True, help="standard, sps, two_x_memory, delayed_state, reverse_sps")
-    p.add_argument("--window", default="64", help="predict window w ('none' for unbounded)")
+    p.add_argument("--window", default=str(masks.DEFAULT_WINDOW), help="predict window w ('none' for unbounded)")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--num-heads", type=int, default=None)
     p.add_argument("--seq-len", type=int, default=None)

@@ -300,22 +300,22 @@ def token_nll(logits_BTV, targets_BT):
     return jax.nn.logsumexp(logits, axis=-1) - target_logit
 
 
-def loss_sums(model: Transformer, params, tokens_BT1, positions_BT=None):
+def loss_sums(model: Transformer, params, tokens_BL, positions_BT=None):
     """(sum of kept per-position NLL, number of kept positions) for windows of T+1 tokens.
 
     Sums rather than means so that micro-batches and hosts add up to the
     token-weighted mean over the global batch.
     """
     c = model.cfg
-    inputs_BT, targets_BT = tokens_BT1[:, :-1], tokens_BT1[:, 1:]
+    inputs_BT, targets_BT = tokens_BL[:, :-1], tokens_BL[:, 1:]
     logits_BTV = model.apply({"params": params}, inputs_BT, positions_BT)
     weights_BT = loss_weights(inputs_BT, targets_BT, c.eos_id, c.pad_id)
     return (token_nll(logits_BTV, targets_BT) * weights_BT).sum(), weights_BT.sum()
 
 
-def loss_fn(model: Transformer, params, tokens_BT1):
+def loss_fn(model: Transformer, params, tokens_BL):
     """Token-weighted mean next-token loss over the kept positions of the batch."""
-    total, count = loss_sums(model, params, tokens_BT1)
+    total, count = loss_sums(model, params, tokens_BL)
     return total / jnp.maximum(count, 1.0)
 
 

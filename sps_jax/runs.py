@@ -40,6 +40,18 @@ def find_run(path: str) -> tuple[str, int | None]:
     raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> folder.")
 
 
+def add_run_arguments(parser) -> None:
+    """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--workdir", help="run folder (its latest checkpoint)")
+    where.add_argument("--checkpoint", help="a run folder or one of its checkpoints/<step> folders")
+
+
+def run_argument(args) -> str:
+    """The run folder or checkpoint that :func:`add_run_arguments` parsed."""
+    return args.workdir or args.checkpoint
+
+
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     """Write the resolved config atomically."""
     path = os.path.join(workdir, CONFIG_FILE)

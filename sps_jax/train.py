@@ -61,17 +61,17 @@ def plan(config, num_devices: int, process_count: int = 1) -> dict:
 def make_train_step(model, opt, accum: int, param_shardings):
     """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it."""
 
-    def step(params, opt_state, tokens_AMT1):
-        def micro(carry, tokens_MT1):
+    def step(params, opt_state, tokens_ABL):
+        def micro(carry, tokens_BL):
             grad_sum, loss_sum, count = carry
             (total, n), grads = jax.value_and_grad(
-                lambda p: sps_model.loss_sums(model, p, tokens_MT1), has_aux=True)(params)
+                lambda p: sps_model.loss_sums(model, p, tokens_BL), has_aux=True)(params)
             grad_sum = jax.tree_util.tree_map(jnp.add, grad_sum, grads)
             grad_sum = jax.lax.with_sharding_constraint(grad_sum, param_shardings)
             return (grad_sum, loss_sum + total, count + n), None
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        (grad_sum, loss_sum, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), tokens_AMT1)
+        (grad_sum, loss_sum, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), tokens_ABL)
         # Sums over the whole global batch, divided once: the token-weighted mean.
         denom = jnp.maximum(count, 1.0)
         grads = jax.tree_util.tree_map(lambda g: g / denom, grad_sum)
@@ -114,13 +114,13 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
 
 
 def make_eval_step(model):
-    def step(params, tokens_BT1):
-        return sps_model.loss_sums(model, params, tokens_BT1)
+    def step(params, tokens_BL):
+        return sps_model.loss_sums(model, params, tokens_BL)
     return step
 
 
-def _global_batch(local_BT1, sharding, global_shape):
-    return jax.make_array_from_process_local_data(sharding, local_BT1, global_shape)
+def _global_batch(local_BL, sharding, global_shape):
+    return jax.make_array_from_process_local_data(sharding, local_BL, global_shape)
 
 
 def _ensure_data(config, log) -> None:

@@ -6,7 +6,7 @@
 
 Each command also writes the plotted numbers next to the PNG (same name, .json).
 
-Compute convention: ``sps_jax.flops.train_flops_per_token`` (DESIGN.md section 4), the
+Compute convention: ``sps_jax.flops.train_flops_per_token`` (docs/design.md section 7), the
 counter training's MFU uses: training FLOPs per input token = 3 x forward, forward =
 2 x (block matmul weights) x S + 4 d (visible keys per position, summed over its S slots,
 one document of seq_len positions) per layer + 2 d V for the LM head once per position.

@@ -34,61 +34,61 @@ def nan_mean_and_count(a, axis=0):
     return np.where(count > 0, mean, np.nan), count
 
 
-def plot_gradient_ratios(results, path):
-    """Figure 5a: per-offset mean r(p, k), raw faint and smoothed bold, solid input / dotted predict."""
+def _figure():
+    """(pyplot, figure, axes, colour cycle) of one probe plot."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    windows = set()
+    return plt, fig, ax, plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def _raw_and_trend(ax, x, y, color, label, style="-", log=False):
+    """The raw curve faint, its Savitzky-Golay trend bold."""
+    ax.plot(x, y, style, color=color, alpha=0.25, linewidth=0.8)
+    ax.plot(x, smooth(y, log=log), style, color=color, linewidth=2.0, label=label)
+
+
+def _mark(ax, values, text):
+    """A dashed vertical line at each value, labelled ``text.format(value)`` at the top."""
+    for v in sorted(values):
+        ax.axvline(v, color="gray", linestyle="--", linewidth=1)
+        ax.text(v, 1.0, text.format(v), transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="gray")
+
+
+def _save(plt, fig, ax, path):
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_gradient_ratios(results, path):
+    """Figure 5a: per-offset mean r(p, k), raw faint and smoothed bold, solid input / dotted predict."""
+    plt, fig, ax, colors = _figure()
     for n, res in enumerate(results):
-        color = colors[n % len(colors)]
-        offsets = np.asarray(res["offsets"])
         for stream, mean in res["mean_ratio"].items():
-            mean = np.asarray(mean, np.float64)
-            style = ":" if stream == "predict" else "-"
             label = res["label"] + ("" if stream == "x" else f" ({stream})")
-            ax.plot(offsets, mean, style, color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(offsets, smooth(mean, log=True), style, color=color, linewidth=2.0, label=label)
-        if res.get("window") is not None:
-            windows.add(res["window"])
-    for w in sorted(windows):
-        ax.axvline(w, color="gray", linestyle="--", linewidth=1)
-        ax.text(w, 1.0, f" w={w}", transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="gray")
+            _raw_and_trend(ax, np.asarray(res["offsets"]), np.asarray(mean, np.float64), colors[n % len(colors)],
+                           label, ":" if stream == "predict" else "-", log=True)
+    _mark(ax, {res["window"] for res in results if res.get("window") is not None}, " w={}")
     ax.set_yscale("log")
     ax.set_xlabel("offset k (loss position i + k)")
     ax.set_ylabel(r"$r(p,k)=\|\nabla_{\theta_p}\ell_{i+k}\| / \|\nabla_{\theta_p}\ell_i\|$")
     ax.set_title("Per-offset gradient ratio (mean over source positions)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    save_figure(fig, path)
-    plt.close(fig)
+    _save(plt, fig, ax, path)
 
 
 def plot_window_nll(results, path):
     """Figure 5b: mean delta l against document position, raw faint and smoothed bold."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    omegas = set()
+    plt, fig, ax, colors = _figure()
     for n, res in enumerate(results):
-        color = colors[n % len(colors)]
         mean = np.asarray(res["mean_delta"], np.float64)
-        pos = np.arange(len(mean))
-        ax.plot(pos, mean, color=color, alpha=0.25, linewidth=0.8)
-        ax.plot(pos, smooth(mean), color=color, linewidth=2.0, label=res["label"])
-        omegas.add(res["omega"])
-    for omega in sorted(omegas):
-        ax.axvline(omega, color="gray", linestyle="--", linewidth=1)
-        ax.text(omega, 1.0, f" ω={omega}", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
-                color="gray")
+        _raw_and_trend(ax, np.arange(len(mean)), mean, colors[n % len(colors)], res["label"])
+    _mark(ax, {res["omega"] for res in results}, " ω={}")
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xlabel("document position t")
     ax.set_ylabel(r"mean $\Delta\ell_t = \ell_t(M_\omega) - \ell_t(M)$ (nats)")
     ax.set_title("NLL increase with the persistent state restricted to the last ω positions")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    save_figure(fig, path)
-    plt.close(fig)
+    _save(plt, fig, ax, path)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -141,7 +141,7 @@ def cmd_gradients(args):
               f"context {context}", flush=True)
         out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
                               context=context, seed=args.seed, batch=args.batch, chunk=args.chunk)
-        mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [K, S]
+        mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [O, S]
         names = STREAM_NAMES[cfg.num_streams]
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
                         "window": cfg.window, "step": int(step), "examples": len(out["examples"]),

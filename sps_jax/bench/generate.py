@@ -13,7 +13,7 @@ Peak memory: the device's counter (``device.memory_stats()["peak_bytes_in_use"]`
 never resets, so each variant runs once more in its own fresh process. Where the
 device has no such counter (CPU) the peak is reported as unavailable and the
 KV-cache bytes and XLA's compiled buffer sizes of the decode loop are given instead.
-Windowed variants take the window of ``--config`` (default 64).
+Windowed variants take the window of ``--config`` (or ``masks.DEFAULT_WINDOW`` when it has none).
 """
 
 from __future__ import annotations

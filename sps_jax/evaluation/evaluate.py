@@ -108,10 +108,8 @@ def _task_data(items) -> dict[str, str]:
 def main_evaluate(argv) -> int:
     p = argparse.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workdir", help="run folder (its latest checkpoint, or --step / --all-steps)")
-    src.add_argument("--checkpoint", help="a run folder or one RUN/checkpoints/<step> folder")
-    p.add_argument("--step", type=int, default=None)
+    runs.add_run_arguments(p)
+    p.add_argument("--step", type=int, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", default="", help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
                    "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
@@ -129,7 +127,7 @@ def main_evaluate(argv) -> int:
     keys = paper_tasks.expand([args.tasks]) if args.tasks else []
     if not keys and not args.val_data:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")
-    path = args.workdir or args.checkpoint
+    path = runs.run_argument(args)
     steps = [args.step]
     if args.all_steps:
         steps = checkpoint.steps(runs.find_run(path)[0])

@@ -30,7 +30,7 @@ def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) 
 def _loss_sums(cfg: sps_model.ModelConfig):
     """Jitted loss sums per model config, so evaluating many checkpoints of a run compiles once."""
     net = sps_model.Transformer(cfg)
-    return jax.jit(lambda params, tokens_BT1: sps_model.loss_sums(net, params, tokens_BT1))
+    return jax.jit(lambda params, tokens_BL: sps_model.loss_sums(net, params, tokens_BL))
 
 
 def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = 8,

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import files, masks
+from sps_jax import files, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference.batching import bucket, left_pad
@@ -247,9 +247,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--workdir", help="run folder (latest checkpoint)")
-    where.add_argument("--checkpoint", help="a run folder or one of its checkpoints/<step> folders")
+    runs.add_run_arguments(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
     what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
@@ -264,7 +262,6 @@ def _main(argv) -> int:
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
     args = parser.parse_args(argv)
 
-    from sps_jax import runs
     from sps_jax.data import tokenizer
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
@@ -276,7 +273,7 @@ def _main(argv) -> int:
     empty = next((n for n, p in enumerate(prompts) if not p), None)
     if empty is not None:  # before loading any weights
         raise ValueError(f"prompt {empty} is empty: generation needs at least one prompt token.")
-    config, params, step = runs.load_run(args.workdir or args.checkpoint)
+    config, params, step = runs.load_run(runs.run_argument(args))
     model_cfg = dict(config.model)
     if args.attention:
         model_cfg["attention"] = args.attention
