@@ -16,7 +16,7 @@ WINDOWS = (0, 1, 3, T, None)
 
 
 def paper_sets(variant, w, i, s):
-    """A(i, q) as written in the paper (sps) and DESIGN.md's table (the others), ignoring documents.
+    """A(i, q) as written in the paper (sps) and docs/design.md's table (the others), ignoring documents.
 
     Returns the set of visible (k, stream) slots for query slot (i, s).
     """
