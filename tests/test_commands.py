@@ -1,0 +1,72 @@
+"""Every documented command answers --help with exit code 0: each ``python -m`` module named in the README
+and docs/, run once as a subprocess; each of its documented subcommands, in process; and each console
+script of pyproject.toml, as installed."""
+
+import importlib
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.helpers import REPO, env
+
+DOCS = [pathlib.Path(REPO, "README.md"), *sorted(pathlib.Path(REPO, "docs").glob("*.md"))]
+# "python3 -m sps_jax.x.y [word]": the module, and the word after it when it names a subcommand.
+COMMAND = re.compile(r"python3? -m (sps_jax(?:\.\w+)*)(?: ([a-z][a-z-]*)\b(?![./]))?")
+SCRIPTS = tomllib.loads(pathlib.Path(REPO, "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def documented() -> dict[str, set[str]]:
+    """{module: subcommand words written after it} over the README and docs/."""
+    out: dict[str, set[str]] = {}
+    for path in DOCS:
+        for module, word in COMMAND.findall(path.read_text()):
+            out.setdefault(module, set()).update([word] if word else [])
+    return out
+
+
+def main_of(module: str):
+    """The ``main`` that ``python -m module`` runs (a package runs its ``__main__``)."""
+    try:
+        return importlib.import_module(module + ".__main__").main
+    except ModuleNotFoundError as err:
+        if err.name != module + ".__main__":
+            raise
+        return importlib.import_module(module).main
+
+
+def run_help(argv) -> subprocess.CompletedProcess:
+    return subprocess.run([*argv, "--help"], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+
+
+def test_the_docs_name_every_console_scripts_module():
+    modules = documented()
+    assert {"sps_jax.train", "sps_jax.data", "sps_jax.bench", "sps_jax.evaluation.evaluate"} <= set(modules)
+    for script, target in SCRIPTS.items():
+        module = target.split(":")[0].removesuffix(".__main__")
+        assert module in modules, f"{script} runs {module}, which no document shows as python -m {module}"
+
+
+@pytest.mark.parametrize("module", sorted(documented()))
+def test_python_m_commands_answer_help(module):
+    if module.startswith("sps_jax.evaluation.lm_eval"):
+        pytest.importorskip("lm_eval")
+    proc = run_help([sys.executable, "-m", module])
+    assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr[-2000:]
+    for word in sorted(documented()[module]):
+        with pytest.raises(SystemExit) as exit_:
+            main_of(module)([word, "--help"])
+        assert exit_.value.code in (0, None), f"python -m {module} {word} --help"
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_console_scripts_answer_help(script):
+    path = shutil.which(script, path=os.path.dirname(sys.executable))
+    assert path, f"console script {script} is not installed: run python3 -m pip install -e . again."
+    proc = run_help([path])
+    assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr[-2000:]

@@ -1,0 +1,129 @@
+"""The package's import graph, read from the source like a static check: every module imports, there is no
+import cycle, no subpackage imports a module that imports it, and the low-level modules import nothing above
+them (docs/design.md section 9)."""
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+import sps_jax
+
+ROOT = pathlib.Path(sps_jax.__file__).parent
+# What each low-level module may import from the package (nothing else).
+LOW_LEVEL = {
+    "sps_jax.vocab": set(),
+    "sps_jax.files": set(),
+    "sps_jax.mesh": set(),
+    "sps_jax.optim": set(),
+    "sps_jax.masks": {"sps_jax.vocab"},
+    "sps_jax.flops": {"sps_jax.masks"},
+    "sps_jax.plotting": {"sps_jax.files"},
+}
+
+
+def module_files() -> dict[str, pathlib.Path]:
+    """{module name: source file} of every module of the package. The lm-eval task hooks under
+    evaluation/tasks are data that lm-eval loads from the YAML folder, not modules of the package."""
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        if "tasks" in parts:
+            continue
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imported_modules(name: str, path: pathlib.Path, modules) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its source, lazy imports included.
+
+    ``from a import b`` counts as importing module ``a.b`` when that is a module, else ``a``;
+    the parent packages Python imports on the way are not counted.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {m for m in found if m in modules and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one member (Tarjan's algorithm)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def unit(module: str) -> str:
+    """The top-level module or subpackage a module belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_cycle_check_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert unit("sps_jax.inference.kv_cache") == "sps_jax.inference" and unit("sps_jax.masks") == "sps_jax.masks"
+
+
+def test_every_module_imports():
+    for name in module_files():
+        if name.startswith("sps_jax.evaluation.lm_eval"):
+            pytest.importorskip("lm_eval")
+        importlib.import_module(name)
+
+
+def test_no_module_imports_one_that_imports_it():
+    graph = import_graph()
+    assert len(graph) > 40 and graph["sps_jax.train"] >= {"sps_jax.model", "sps_jax.data.loader"}
+    assert cycles(graph) == []
+
+
+def test_no_subpackage_imports_a_module_that_imports_the_subpackage():
+    units: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        units.setdefault(unit(module), set()).update(unit(m) for m in imported if unit(m) != unit(module))
+    assert cycles(units) == []
+
+
+def test_low_level_modules_import_nothing_above_them():
+    graph = import_graph()
+    for module, allowed in LOW_LEVEL.items():
+        assert graph[module] <= allowed, f"{module} imports {sorted(graph[module] - allowed)}"
