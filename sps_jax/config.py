@@ -14,7 +14,7 @@ from typing import Sequence
 
 import ml_collections
 
-from sps_jax import flops, masks
+from sps_jax import masks
 from sps_jax import model as sps_model
 
 # (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = 64 everywhere.
@@ -65,7 +65,7 @@ def train_config():
     t.milestone_every = 10000      # ... plus every step divisible by this (0: none)
     t.stop_at_step = 0             # end this invocation (with a checkpoint) at this step; 0: run the whole schedule
     t.nonfinite = "stop"           # non-finite loss: "stop" the run or "skip" the update
-    t.peak_flops_per_device = flops.H100_BF16_PEAK_FLOPS  # MFU denominator
+    t.peak_flops_per_device = None  # MFU denominator; None: the device's dense bf16 peak (sps_jax.hardware), no MFU where unknown
     t.tensorboard = True           # also write TensorBoard events when the package is installed
     return t
 

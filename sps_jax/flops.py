@@ -9,8 +9,8 @@ Convention ("model FLOPs", counted per *input* token, forward pass):
 The embedding lookup is free. Visible keys are counted exactly from the
 visibility rule for a sequence of T positions in one document (no documents
 assumed, causal, the variant's window). Training = 3x forward; MFU = training
-FLOPs per second / (devices x peak), with the H100 SXM dense bf16 peak
-989 TFLOP/s unless told otherwise.
+FLOPs per second / (devices x peak), the peak being the device's dense bf16
+figure from ``sps_jax.hardware`` (or ``train.peak_flops_per_device``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,7 @@ import functools
 
 import numpy as np
 
-from sps_jax import masks
-
-H100_BF16_PEAK_FLOPS = 989e12  # H100 SXM, dense bf16: the MFU denominator of every report
-
+from sps_jax import hardware, masks
 
 @functools.lru_cache(maxsize=None)
 def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
@@ -59,6 +56,14 @@ def train_flops_per_token(cfg) -> float:
     return 3.0 * forward_flops_per_token(cfg)
 
 
-def mfu(cfg, tokens_per_s: float, num_devices: int = 1, peak_flops: float = H100_BF16_PEAK_FLOPS) -> float:
-    """Model FLOPs utilisation (fraction) of a training run at ``tokens_per_s`` input tokens/s."""
+def mfu(cfg, tokens_per_s: float, num_devices: int, peak_flops: float | None) -> float | None:
+    """Model FLOPs utilisation (fraction) at ``tokens_per_s`` input tokens/s; None without a peak
+    (a CPU, or an accelerator ``sps_jax.hardware`` does not know): no made-up denominator."""
+    if not peak_flops:
+        return None
     return train_flops_per_token(cfg) * tokens_per_s / (num_devices * peak_flops)
+
+
+def peak_flops_per_device(configured: float | None, device_kind: str) -> float | None:
+    """The MFU denominator: ``train.peak_flops_per_device`` when set, else the device's known peak."""
+    return configured or hardware.peak_flops(device_kind)

@@ -232,6 +232,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     emit = writer.write if writer else (lambda record: None)
     step, record, val_loss, stopped_by = start_step, {}, None, None
     run_start = time.time()
+    peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
     try:
         with _StopFlag() as stop:
             end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
@@ -246,8 +247,9 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                 record = {"step": step, "tokens_seen": step * p["tokens_per_step"], "loss": float(out["loss"]),
                           "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
                           "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
-                          "mfu": flops.mfu(cfg, tokens_per_s, len(devices), t.peak_flops_per_device),
                           "elapsed_s": elapsed_before + time.time() - run_start}
+                if peak_flops:  # MFU only against a known peak: none on CPU
+                    record["mfu"] = flops.mfu(cfg, tokens_per_s, len(devices), peak_flops)
                 if not out["finite"]:
                     record["skipped"] = True
                     if t.nonfinite == "stop":
@@ -261,7 +263,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                     eta = (p["total_steps"] - step) * (time.time() - run_start) / (step - start_step)
                     log(f"step {step}/{p['total_steps']}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
                         f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
-                        f"mfu {record['mfu']:.2%}  eta {eta:.0f}s")
+                        + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta:.0f}s")
                 if step % t.eval_every == 0 or step == p["total_steps"]:
                     val_loss = validate(params)
                     emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})

@@ -33,3 +33,12 @@ def test_sps_costs_less_than_twice_standard_attention_at_small_windows():
     standard = flops.visible_keys_per_position(masks.Visibility("standard"), 4096)
     # x sees T/2 inputs + ~64 predicts; rho the same plus itself: about 1 + 128/T of two standard streams.
     assert 2 * standard < sps < 2 * standard + 130
+
+
+def test_mfu_needs_a_known_peak():
+    cfg = small_config("sps", 2)
+    assert flops.mfu(cfg, 1e6, num_devices=1, peak_flops=None) is None
+    # A CPU has no published bf16 peak: no MFU rather than one against an H100 denominator.
+    assert flops.peak_flops_per_device(None, "cpu") is None
+    assert flops.peak_flops_per_device(None, "NVIDIA H100 80GB HBM3") == 989e12
+    assert flops.peak_flops_per_device(5e14, "NVIDIA H100 80GB HBM3") == 5e14  # the config wins

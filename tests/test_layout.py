@@ -17,8 +17,9 @@ LOW_LEVEL = {
     "sps_jax.files": set(),
     "sps_jax.mesh": set(),
     "sps_jax.optim": set(),
+    "sps_jax.hardware": set(),
     "sps_jax.masks": {"sps_jax.vocab"},
-    "sps_jax.flops": {"sps_jax.masks"},
+    "sps_jax.flops": {"sps_jax.masks", "sps_jax.hardware"},
     "sps_jax.plotting": {"sps_jax.files"},
 }
 

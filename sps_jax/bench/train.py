@@ -2,8 +2,8 @@
 
 Times the real train step (the one ``sps_jax.train`` compiles: micro-batch scan,
 AdamW, FSDP shardings) on random tokens, after warm-up steps, and reports input
-tokens/s, step time and MFU (docs/design.md section 7; 3 x forward model FLOPs over
-``train.peak_flops_per_device`` per device). With several variants the step-time
+tokens/s, step time and MFU (docs/design.md section 7; 3 x forward model FLOPs over the
+device's peak from ``sps_jax.hardware``, or ``train.peak_flops_per_device``; none on a CPU). With several variants the step-time
 ratio of each to the first is measured side by side in one run. JSON goes to
 stdout and ``--json``.
 """
@@ -45,6 +45,7 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
         jax.block_until_ready(out)
         times.append(time.perf_counter() - t0)
     step_s = float(np.median(times))
+    peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
     tokens_per_s = p["tokens_per_step"] / step_s
     return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
             "global_batch": t.global_batch, "micro_batch": t.micro_batch, "attention": cfg.attention,
@@ -52,9 +53,9 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
             "device_kind": devices[0].device_kind, "compile_s": compile_s, "step_s_median": step_s,
             "step_s_all": times, "tokens_per_s": tokens_per_s,
             "train_flops_per_token": flops.train_flops_per_token(cfg),
-            "mfu": flops.mfu(cfg, tokens_per_s, len(devices), t.peak_flops_per_device),
+            "mfu": flops.mfu(cfg, tokens_per_s, len(devices), peak_flops),
             "mfu_convention": "3 x forward model FLOPs per input token (docs/design.md section 7) / (devices x peak)",
-            "peak_flops_per_device": t.peak_flops_per_device, "final_loss": float(out["loss"])}
+            "peak_flops_per_device": peak_flops, "final_loss": float(out["loss"])}
 
 
 def main(argv=None) -> int:
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
             print(f"timing {variant} ...", file=sys.stderr, flush=True)
             r = bench_variant(config, args.steps, args.warmup)
             print(f"{variant}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
-                  f"MFU {r['mfu']:.1%}", file=sys.stderr, flush=True)
+                  + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"), file=sys.stderr, flush=True)
             results.append(r)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,49 @@
+"""Accelerator facts: device kinds map to the right card, and GPU descriptions carry what XLA requires."""
+
+import re
+
+import pytest
+
+from sps_jax import hardware
+
+
+@pytest.mark.parametrize("device_kind, name", [
+    ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H100 PCIe", "h100-pcie"),    # the longer prefix wins: a PCIe card is not an SXM one
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA B200", "b200"),
+    ("NVIDIA A100-SXM4-80GB", "a100"),
+    ("TPU v5 lite", "tpu-v5e"),
+    ("TPU v6 lite", "tpu-v6e"),
+])
+def test_device_kinds_name_their_card(device_kind, name):
+    assert hardware.find(device_kind).name == name
+
+
+@pytest.mark.parametrize("device_kind", ["cpu", "NVIDIA GeForce RTX 4090", ""])
+def test_unknown_devices_have_no_peak(device_kind):
+    assert hardware.find(device_kind) is None
+    assert hardware.peak_flops(device_kind) is None
+
+
+def test_published_peaks_and_memory():
+    acc = hardware.ACCELERATORS
+    assert acc["h100"].peak_flops == 989e12 and acc["h100"].memory_bytes == 80 * 2 ** 30
+    assert acc["b200"].compute_capability == (10, 0) and acc["b200"].sm_arch == "sm_100a"
+    assert acc["tpu-v5e"].memory_bytes == 16 * 2 ** 30 and acc["tpu-v6e"].memory_bytes == 32 * 2 ** 30
+
+
+@pytest.mark.parametrize("name", ["h100", "b200"])
+def test_gpu_target_config_has_the_fields_xla_requires(name):
+    text = hardware.gpu_target_config(hardware.ACCELERATORS[name])
+    acc = hardware.ACCELERATORS[name]
+    major, minor = acc.compute_capability
+    assert f"cuda_compute_capability {{ major: {major} minor: {minor} }}" in text
+    for field in ("threads_per_warp: 32", "block_dim_limit_x:", "shared_memory_per_block_optin: 232448"):
+        assert field in text
+    assert re.search(r'device_description_str: "NVIDIA (H100|B200)"', text)
+
+
+def test_a_tpu_has_no_gpu_description():
+    with pytest.raises(ValueError, match="not a GPU"):
+        hardware.gpu_target_config(hardware.ACCELERATORS["tpu-v5e"])
