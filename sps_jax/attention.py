@@ -11,9 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from sps_jax import masks
+from sps_jax import masks, mesh as sps_mesh
 
-BACKENDS = ("xla", "pallas", "auto")
+BACKENDS = ("xla", "pallas", "splash", "auto")
 
 
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
@@ -57,14 +57,29 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     return o_BHQK
 
 
+def resolve_backend(name: str, platform: str | None = None) -> str:
+    """The backend a name stands for: 'auto' is splash on TPU, pallas on GPU and xla elsewhere.
+
+    ``platform`` defaults to the one the program is traced for (``sps_jax.mesh.target_platform``:
+    the context mesh's devices, else the default backend).
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}: choose one of {', '.join(BACKENDS)}.")
+    if name != "auto":
+        return name
+    platform = sps_mesh.target_platform() if platform is None else platform
+    return {"tpu": "splash", "gpu": "pallas", "cuda": "pallas", "rocm": "pallas"}.get(platform, "xla")
+
+
 def get_backend(name: str):
-    """The attention function for a backend name ('auto' is Pallas on GPU, else XLA)."""
-    if name == "auto":
-        name = "pallas" if jax.default_backend() == "gpu" else "xla"
-    if name == "xla":
-        return xla_attention
+    """The attention function for a backend name (``resolve_backend`` says what 'auto' is)."""
+    name = resolve_backend(name)
     if name == "pallas":
         from sps_jax import pallas_attention
 
         return pallas_attention.model_backend
-    raise ValueError(f"unknown attention backend {name!r}: choose one of {', '.join(BACKENDS)}.")
+    if name == "splash":
+        from sps_jax import splash_attention
+
+        return splash_attention.model_backend
+    return xla_attention

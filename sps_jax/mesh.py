@@ -62,3 +62,21 @@ def batch_sharding(mesh: Mesh, leading_axes: int = 0) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
+
+
+def context_mesh():
+    """The abstract mesh set with ``jax.set_mesh`` around tracing, or None.
+
+    Kernels that XLA cannot partition (Mosaic's) read it to run per batch shard (``shard_map``),
+    and :func:`target_platform` reads its devices' platform.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh
+
+
+def target_platform() -> str:
+    """The platform a program is being traced for: that of the context mesh's devices (a deviceless
+    compile sets a mesh of abstract TPU or GPU devices on a CPU host), else the default backend's."""
+    mesh = context_mesh()
+    device = None if mesh is None else getattr(mesh, "abstract_device", None)
+    return device.platform if device is not None else jax.default_backend()

@@ -22,9 +22,10 @@ import types
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
-from sps_jax import checkpoint, config as sps_config, flops, mesh as sps_mesh, metrics
+from sps_jax import attention, checkpoint, config as sps_config, flops, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
 from sps_jax import optim, runs
 from sps_jax.data import loader, prepare, tokenizer
@@ -168,6 +169,9 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count())
     cfg, t = p["model"], config.train
+    backend = attention.resolve_backend(cfg.attention, devices[0].platform)
+    log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
+        f"on {devices[0].platform}")
     _ensure_data(config, log)
     train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size)
     val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size)
@@ -186,7 +190,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     if start_step is not None:
         _check_same_model(workdir, config)
     if jax.process_index() == 0:
-        runs.write_config(workdir, config)
+        runs.write_config(workdir, with_resolved(config, attention=backend))
 
     if start_step is None:
         params, opt_state = run.init_state(t.seed)
@@ -202,13 +206,16 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
         metrics.truncate(workdir, start_step)
     iterator = loader.train_iterator(dataset, data_state, config.data.prefetch)
 
-    eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh), out_shardings=(repl, repl))
     micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
     local_rows = t.micro_batch // jax.process_count()
 
     t0 = time.time()
     example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
-    step_fn = run.step_fn.lower(params, opt_state, example).compile()
+    val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
+    with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
+        step_fn = run.step_fn.lower(params, opt_state, example).compile()
+        eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
+                          out_shardings=(repl, repl)).lower(params, val_example).compile()
     log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
         f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
         f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
@@ -288,6 +295,18 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
             "workdir": workdir}
 
 
+def with_resolved(config, **resolved):
+    """A copy of ``config`` with a ``resolved`` section: what this run's settings stood for here
+    (``attention``: the backend ``model.attention`` resolved to). ``config.json`` keeps both."""
+    out = ml_collections.ConfigDict(config.to_dict())
+    out.resolved = ml_collections.ConfigDict(resolved)
+    return out
+
+
+# How a model is computed, not what it computes: a run may resume with another setting of these.
+_NOT_THE_MODEL = ("attention",)
+
+
 def _check_same_model(workdir: str, config) -> None:
     try:
         saved = runs.read_config(workdir)
@@ -295,7 +314,7 @@ def _check_same_model(workdir: str, config) -> None:
         return
     old = json.loads(saved.model.to_json())
     new = json.loads(config.model.to_json())
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in _NOT_THE_MODEL)
     if changed:
         raise ValueError(f"{workdir} holds a run with a different model ({', '.join(changed)} changed): "
                          "use a new --workdir or the original model settings to resume.")

@@ -10,7 +10,7 @@ import tempfile
 import jax
 import numpy as np
 
-from sps_jax import model as sps_model
+from sps_jax import masks, model as sps_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,6 +24,19 @@ def small_config(variant="sps", window=2, **overrides):
                   seq_len=32, attention="xla", dtype="float32", **SMALL)
     fields.update(overrides)
     return sps_model.ModelConfig.from_config(fields)
+
+
+def two_row_layout(T, starts, eos_at):
+    """Document ids [2, T] of attention tests. Row 0: documents starting at ``starts``. Row 1: three
+    left pads (each its own document), then EOS at ``eos_at`` (one-token documents where adjacent)."""
+    row0 = np.zeros(T, np.int32)
+    for start in starts:
+        row0[start:] += 1
+    tokens = np.full(T, 5, np.int32)
+    tokens[:3] = PAD
+    tokens[list(eos_at)] = EOS
+    row1 = np.asarray(masks.document_ids(tokens[None], EOS, PAD))[0]
+    return np.stack([row0, row1])
 
 
 def small_model(variant="sps", window=2, seed=0, **overrides):
