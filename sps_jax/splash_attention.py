@@ -81,7 +81,7 @@ def _check_block_sizes(bs) -> None:
         raise ValueError("block_sizes must give the dQ and dK/dV blocks too (splash_attention.block_sizes does).")
     for b in sum(_query_and_key_blocks(bs), ()):
         if not isinstance(b, (int, np.integer)) or b < LANES or b % LANES:
-            raise ValueError(f"every splash block must be a positive multiple of {LANES}, got {b!r} in {bs}.")
+            raise ValueError(f"every splash block must be a positive multiple of {LANES}, got {b!r}.")
 
 
 def padded_len(T: int, streams: int, bs: splash.BlockSizes = DEFAULT_BLOCK_SIZES) -> int:
