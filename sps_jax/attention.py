@@ -57,23 +57,24 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     return o_BHQK
 
 
-def resolve_backend(name: str, platform: str | None = None) -> str:
-    """The backend a name stands for: 'auto' is splash on TPU, pallas on GPU and xla elsewhere.
+# What "auto" means on each platform; anything not listed gets the dense reference.
+AUTO = {"tpu": "splash", "gpu": "pallas"}
 
-    ``platform`` defaults to the one the program is traced for (``sps_jax.mesh.target_platform``:
-    the context mesh's devices, else the default backend).
-    """
+
+def resolve(name: str, platform: str | None = None) -> str:
+    """The backend ``name`` stands for on ``platform``: 'auto' is splash on TPU, pallas on GPU and xla
+    elsewhere (:data:`AUTO`). ``platform`` defaults to the one the program is traced for
+    (``sps_jax.mesh.target_platform``: the context mesh's devices, else the default backend)."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}: choose one of {', '.join(BACKENDS)}.")
     if name != "auto":
         return name
-    platform = sps_mesh.target_platform() if platform is None else platform
-    return {"tpu": "splash", "gpu": "pallas", "cuda": "pallas", "rocm": "pallas"}.get(platform, "xla")
+    return AUTO.get(platform or sps_mesh.target_platform(), "xla")
 
 
 def get_backend(name: str):
-    """The attention function for a backend name (``resolve_backend`` says what 'auto' is)."""
-    name = resolve_backend(name)
+    """The attention function for a backend name ('auto': see :func:`resolve`)."""
+    name = resolve(name)
     if name == "pallas":
         from sps_jax import pallas_attention
 

@@ -169,7 +169,7 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count())
     cfg, t = p["model"], config.train
-    backend = attention.resolve_backend(cfg.attention, devices[0].platform)
+    backend = attention.resolve(cfg.attention, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
         f"on {devices[0].platform}")
     _ensure_data(config, log)

@@ -166,12 +166,12 @@ def test_a_few_training_steps_with_splash_reduce_the_loss():
 
 
 def test_auto_is_splash_on_tpu_pallas_on_gpu_and_xla_elsewhere():
-    assert [attention.resolve_backend("auto", p) for p in ("tpu", "gpu", "cpu")] == ["splash", "pallas", "xla"]
-    assert attention.resolve_backend("splash", "cpu") == "splash"
-    assert attention.resolve_backend("auto") == "xla"  # these tests run on CPU
+    assert [attention.resolve("auto", p) for p in ("tpu", "gpu", "cpu")] == ["splash", "pallas", "xla"]
+    assert attention.resolve("splash", "cpu") == "splash"
+    assert attention.resolve("auto") == "xla"  # these tests run on CPU
     assert attention.get_backend("splash") is sp.model_backend
     with pytest.raises(ValueError, match="unknown attention backend"):
-        attention.resolve_backend("flash")
+        attention.resolve("flash")
 
 
 def test_bad_input_stops_with_a_clear_message():
@@ -240,7 +240,7 @@ def test_mesh_code_builds_the_data_fsdp_mesh_from_tpu_devices_and_the_kernel_run
     doc = jax.ShapeDtypeStruct((8, 256), jnp.int32, sharding=batch)
     # A deviceless compile names the mesh abstractly (jax.set_mesh would place arrays on its devices).
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), jax.default_matmul_precision("default"):
-        assert sps_mesh.target_platform() == "tpu" and attention.resolve_backend("auto") == "splash"
+        assert sps_mesh.target_platform() == "tpu" and attention.resolve("auto") == "splash"
         compiled = jax.jit(lambda q, k, v, doc: attention.get_backend("auto")(q, k, v, doc, Vis("sps", 64)),
                            out_shardings=batch).lower(x, x, x, doc).compile()
     text = compiled.as_text()

@@ -50,7 +50,8 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
     tokens_per_s = p["tokens_per_step"] / step_s
     return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
             "global_batch": t.global_batch, "micro_batch": t.micro_batch, "attention": cfg.attention,
-            "attention_backend": attention.resolve_backend(cfg.attention, devices[0].platform), "dtype": cfg.dtype, "devices": len(devices), "platform": devices[0].platform,
+            "attention_backend": attention.resolve(cfg.attention, devices[0].platform), "dtype": cfg.dtype,
+            "devices": len(devices), "platform": devices[0].platform,
             "device_kind": devices[0].device_kind, "compile_s": compile_s, "step_s_median": step_s,
             "step_s_all": times, "tokens_per_s": tokens_per_s,
             "train_flops_per_token": flops.train_flops_per_token(cfg),
