@@ -31,8 +31,11 @@ def resolve_axes(mesh_cfg, num_devices: int) -> tuple[int, int]:
 
 
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    """The (data, fsdp) mesh. Devices go host by host, so on a multi-host slice (a TPU VM pod) an
+    fsdp group that divides a host's devices stays on that host and data parallelism spans hosts."""
     devices = jax.devices() if devices is None else devices
     data, fsdp = resolve_axes(mesh_cfg, len(devices))
+    devices = sorted(devices, key=lambda d: (d.process_index, d.id))
     return Mesh(np.asarray(devices).reshape(data, fsdp), BATCH_AXES)
 
 

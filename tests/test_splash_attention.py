@@ -230,11 +230,14 @@ def test_forward_and_backward_compile_for_tpu_with_the_default_blocks(topology, 
 
 @needs_libtpu
 def test_mesh_code_builds_the_data_fsdp_mesh_from_tpu_devices_and_the_kernel_runs_per_shard():
-    devices = tpu_devices("v5e:2x4")
+    devices = tpu_devices("v5e:2x4")  # two hosts of four chips
     assert len(devices) == 8 and all(d.platform == "tpu" and len(d.coords) == 3 for d in devices)
+    assert sorted({d.process_index for d in devices}) == [0, 1]
     mesh_cfg = type("MeshConfig", (), {"data": -1, "fsdp": 4})
-    mesh = sps_mesh.make_mesh(mesh_cfg, devices)
+    mesh = sps_mesh.make_mesh(mesh_cfg, list(reversed(devices)))
     assert dict(mesh.shape) == {"data": 2, "fsdp": 4}
+    # Each fsdp group (its parameter all-gathers) is one host's chips; data parallelism spans the hosts.
+    assert [{d.process_index for d in row} for row in mesh.devices] == [{0}, {1}]
     batch = sps_mesh.batch_sharding(mesh)
     x = jax.ShapeDtypeStruct((8, 256, 2, 2, 64), jnp.bfloat16, sharding=batch)
     doc = jax.ShapeDtypeStruct((8, 256), jnp.int32, sharding=batch)
