@@ -9,6 +9,7 @@ import tempfile
 
 import jax
 import numpy as np
+import pytest
 
 from sps_jax import masks, model as sps_model
 
@@ -44,6 +45,18 @@ def small_model(variant="sps", window=2, seed=0, **overrides):
     cfg = small_config(variant, window, **overrides)
     model = sps_model.Transformer(cfg)
     return cfg, model, sps_model.init_params(model, jax.random.PRNGKey(seed))
+
+
+def _have_libtpu() -> bool:
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# Deviceless TPU compiles need libtpu (the .[tpu] extra, which CI installs); without it they skip, saying why.
+needs_libtpu = pytest.mark.skipif(not _have_libtpu(), reason='libtpu is not installed: pip install -e ".[tpu]"')
 
 
 # The same small model as command-line overrides of configs/tiny.py; it trains in seconds on CPU.

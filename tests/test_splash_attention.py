@@ -17,7 +17,7 @@ import pytest
 from sps_jax import attention, masks, mesh as sps_mesh
 from sps_jax import splash_attention as sp
 from tests import attention_checks as checks
-from tests.helpers import two_row_layout
+from tests.helpers import needs_libtpu, two_row_layout
 from tests.test_pallas_attention import random_qkv
 
 T = 150
@@ -194,15 +194,6 @@ def test_bad_input_stops_with_a_clear_message():
 # ----------------------------------------------------------------------------
 # Deviceless compilation for TPU (needs libtpu: the .[tpu] extra, which CI installs)
 # ----------------------------------------------------------------------------
-
-try:
-    import libtpu  # noqa: F401
-
-    HAVE_LIBTPU = True
-except ImportError:
-    HAVE_LIBTPU = False
-needs_libtpu = pytest.mark.skipif(not HAVE_LIBTPU, reason='libtpu is not installed: pip install -e ".[tpu]"')
-
 
 def tpu_devices(topology):
     from jax.experimental import topologies
