@@ -295,7 +295,8 @@ def _check_same_model(workdir: str, config) -> None:
         return
     old = json.loads(saved.model.to_json())
     new = json.loads(config.model.to_json())
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    changed = sorted(k for k in set(old) | set(new)
+                     if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
     if changed:
         raise ValueError(f"{workdir} holds a run with a different model ({', '.join(changed)} changed): "
                          "use a new --workdir or the original model settings to resume.")
