@@ -67,6 +67,7 @@ def sinks(workdir: str, config) -> list:
         reason = (str(exc).strip().splitlines() or [""])[0]
         raise ValueError(f"W&B could not start {'a run' if new else 'run ' + run_id} ({type(exc).__name__}: "
                          f"{reason}); run `wandb login`, or pass --config.metrics.wandb_mode=offline.") from None
-    if new:  # only once the run exists, so that a failed start never leaves an id whose run lacks the config
+    # Kept only once a real run exists, so that no kept id belongs to a run that lacks the config.
+    if new and run.settings.mode != "disabled":
         files.write_text(id_path, run.id + "\n")
     return [WandbSink(run)]

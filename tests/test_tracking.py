@@ -130,6 +130,15 @@ def test_a_missing_wandb_package_stops_training_before_it_starts(tmp_path, monke
     assert not (tmp_path / "run").exists()
 
 
+def test_a_disabled_wandb_run_keeps_no_run_id(tmp_path, wandb_home):
+    config = sps_config.load_config("configs/tiny.py", ["--config.metrics.wandb=True",
+                                                        "--config.metrics.wandb_mode=disabled"])
+    (sink,) = tracking.sinks(str(tmp_path), config)
+    sink.write({"step": 1, "loss": 1.0})
+    sink.close()
+    assert not (tmp_path / tracking.RUN_ID_FILE).exists() and not (tmp_path / "wandb").exists()
+
+
 def test_wandb_is_off_by_default():
     config = sps_config.load_config("configs/tiny.py")
     assert not tracking.enabled(config) and tracking.sinks("/nonexistent", config) == []
