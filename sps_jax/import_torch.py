@@ -56,7 +56,8 @@ def _load_safetensors(path: str) -> dict:
     try:
         from safetensors import safe_open
     except ImportError:
-        raise ImportError("reading .safetensors files needs the safetensors package: pip install -e '.[safetensors]'.") from None
+        raise ImportError("reading .safetensors files needs the safetensors package: "
+                          "pip install -e '.[safetensors]'.") from None
     if not os.path.isfile(path):
         raise FileNotFoundError(f"safetensors file {path!r} does not exist.")
     with safe_open(path, framework="numpy") as f:

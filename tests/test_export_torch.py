@@ -163,5 +163,6 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     assert export_torch.main([run, "--out", str(out), "--force"]) == 0
     assert "wrote" in capsys.readouterr().out and out.read_bytes() != b"precious"
     assert not list(tmp_path.glob("*.partial"))
-    assert export_torch.main([run, "--out", str(tmp_path / "ckpt.bin")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: --out '{tmp_path / 'ckpt.bin'}' must end in .pt (torch) or .safetensors."
+    bad = tmp_path / "ckpt.bin"
+    assert export_torch.main([run, "--out", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out '{bad}' must end in .pt (torch) or .safetensors."
