@@ -4,35 +4,42 @@
       [--num-heads H] [--seq-len T] [--config.model.FIELD=VALUE ...] [--trust-pickle]
 
 Their file is a ``torch.save``d dict whose ``"model"`` entry is the state dict
-(keys possibly prefixed ``_orig_mod.`` by torch.compile). Linear weights are
-[out, in]; ``c_attn`` stacks q, k, v rows with each head's features contiguous;
-RoPE rotates interleaved pairs (2k, 2k+1) exactly as this project does, so no
-q/k permutation is needed. Dimensions come from the tensors; the head count
-from ``model_args["n_head"]`` when present, else d / 64 (the paper's head size).
-The file is read with ``torch.load(weights_only=True)``; pickles holding
+(keys possibly prefixed ``_orig_mod.`` by torch.compile); ``sps_jax.torch_layout``
+maps its keys and shapes to this project's parameters (RoPE pairs and the qkv
+layout match, so no permutation is needed). Dimensions come from the tensors; the
+head count from ``model_args["n_head"]`` when present, else d / 64 (the paper's
+head size); the window and ``<predict>`` id from ``model_args`` when present.
+A file written by ``python -m sps_jax.export_torch`` (``.pt`` or ``.safetensors``)
+also carries the run's config, which the import starts from: no --variant needed.
+A ``.pt`` file is read with ``torch.load(weights_only=True)``; pickles holding
 arbitrary objects are refused unless ``--trust-pickle`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import sys
 
+import ml_collections
 import numpy as np
 
-from sps_jax import config as sps_config, masks, model as sps_model, runs
+from sps_jax import config as sps_config, masks, model as sps_model, runs, torch_layout
 
-PREFIX = "_orig_mod."
+# The default of --variant and --window: what the file says (model_args, or the config it carries).
+FROM_FILE = "from the file"
 
 
 def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
-    """The saved dict (``{"model": state_dict, "model_args": ..., "config": ...}``) with tensors."""
+    """The saved dict (``{"model": state_dict, "model_args": ..., "config": ...}``) with tensors;
+    a ``.safetensors`` file gives the same layout (numpy arrays, no torch needed)."""
+    if path.endswith(".safetensors"):
+        return _load_safetensors(path)
     try:
         import torch
     except ImportError:
-        raise ImportError("importing PyTorch checkpoints needs torch: pip install -e '.[eval]' "
+        raise ImportError("importing PyTorch checkpoints needs torch: pip install -e '.[torch]' "
                           "(or pip install torch==2.13.0).") from None
     if not os.path.isfile(path):
         raise FileNotFoundError(f"PyTorch checkpoint {path!r} does not exist.")
@@ -45,80 +52,83 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
                          "when loaded: pass --trust-pickle only if you trust where the file came from.") from None
 
 
+def _load_safetensors(path: str) -> dict:
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError("reading .safetensors files needs the safetensors package: "
+                          "pip install -e '.[safetensors]'.") from None
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"safetensors file {path!r} does not exist.")
+    with safe_open(path, framework="numpy") as f:
+        return torch_layout.from_safetensors({k: f.get_tensor(k) for k in f.keys()}, f.metadata())
+
+
 def state_dict_of(ckpt) -> dict[str, np.ndarray]:
     """The model state dict as float32 numpy arrays, ``_orig_mod.`` prefixes removed."""
-    sd = ckpt.get("model", ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(sd, dict) or "transformer.wte.weight" not in {k.replace(PREFIX, "") for k in sd}:
+    sd = ckpt.get(torch_layout.MODEL, ckpt) if isinstance(ckpt, dict) else None
+    prefix = torch_layout.PREFIX
+    if not isinstance(sd, dict) or torch_layout.EMBED not in {k.replace(prefix, "") for k in sd}:
         raise ValueError("not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict "
-                         "with 'transformer.wte.weight'.")
+                         f"with '{torch_layout.EMBED}'.")
     out = {}
     for key, tensor in sd.items():
         value = tensor.detach().float().cpu().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
-        out[key.replace(PREFIX, "")] = value.astype(np.float32)
+        out[key.replace(prefix, "")] = value.astype(np.float32)
     return out
 
 
-def convert_state_dict(sd: dict[str, np.ndarray], num_heads: int) -> dict:
-    """This project's parameter tree from the authors' state dict (shapes checked by the caller)."""
-    wte = sd["transformer.wte.weight"]
-    if "lm_head.weight" in sd and not np.array_equal(sd["lm_head.weight"], wte):
-        raise ValueError("lm_head.weight differs from transformer.wte.weight; this project ties them.")
-    V, D = wte.shape
-    K = D // num_heads
-    layers = sorted({int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))})
-    if layers != list(range(len(layers))):
-        raise ValueError(f"layer indices {layers} are not 0..L-1.")
-    params = {"embed": wte, "final_norm": {"scale": sd["transformer.output_norm.weight"]}}
-    for i in layers:
-        p = f"transformer.h.{i}."
-        c_attn = sd[p + "attn.c_attn.weight"]  # [3D, D]: rows q | k | v, heads contiguous
-        params[f"block_{i}"] = {
-            "attn_norm": {"scale": sd[p + "attention_norm.weight"]},
-            "mlp_norm": {"scale": sd[p + "mlp_norm.weight"]},
-            "attn": {
-                "qkv": c_attn.reshape(3, num_heads, K, D).transpose(3, 0, 1, 2),  # [D, 3, H, K]
-                "out": sd[p + "attn.c_proj.weight"].T.reshape(num_heads, K, D),  # [H, K, D]
-            },
-            "mlp": {
-                "gate": sd[p + "mlp.gate_proj.weight"].T,
-                "up": sd[p + "mlp.up_proj.weight"].T,
-                "down": sd[p + "mlp.down_proj.weight"].T,
-            },
-        }
-    return params
+def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),
+                 name="imported", stored_config: str | None = None):
+    """A run config whose model matches the state dict's shapes.
 
-
-def build_config(sd, model_args, variant: str, window, num_heads=None, seq_len=None, overrides=(), name="imported"):
-    """A run config whose model matches the state dict's shapes."""
-    V, D = sd["transformer.wte.weight"].shape
-    L = len({k.split(".")[2] for k in sd if k.startswith("transformer.h.")})
-    model_args = model_args if isinstance(model_args, dict) else {}
-    heads = int(num_heads or model_args.get("n_head") or max(D // 64, 1))
-    config = sps_config.paper_config("s", variant, window)
-    config.name = name
+    It starts from ``stored_config`` (the JSON config an exported file carries) when given, else from
+    the paper's config of ``variant`` with ``model_args``' window and ``<predict>`` id; ``variant``
+    and ``window`` left at ``FROM_FILE`` keep what the file says.
+    """
+    V, D = sd[torch_layout.EMBED].shape
+    fields = torch_layout.model_fields(model_args)
+    if stored_config is not None:
+        config = ml_collections.ConfigDict(json.loads(stored_config))
+    elif variant == FROM_FILE:
+        raise ValueError("the checkpoint does not say which variant it is: pass --variant (standard, sps, "
+                         "two_x_memory, delayed_state, reverse_sps).")
+    else:
+        config = sps_config.paper_config("s", variant)
+        config.name = name
+        for field in ("window", "predict_id"):
+            if field in fields:
+                config.model[field] = fields[field]
     m = config.model
-    m.num_layers, m.d_model, m.num_heads = L, D, heads
-    m.d_ff = sd["transformer.h.0.mlp.up_proj.weight"].shape[0]
-    m.vocab_size = V
-    m.seq_len = int(seq_len or model_args.get("block_size") or m.seq_len)
+    if variant != FROM_FILE:
+        m.variant = variant
+    if window != FROM_FILE:
+        m.window = window
+    if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
+        m.window = masks.Visibility(m.variant, m.window).window  # None where the variant has no window
+    m.num_layers, m.d_model, m.vocab_size = torch_layout.num_layers(sd), D, V
+    m.num_heads = int(num_heads or fields.get("num_heads") or (m.num_heads if stored_config else max(D // 64, 1)))
+    m.d_ff = sd[torch_layout.block_key(0, "mlp.up_proj.weight")].shape[0]
+    m.seq_len = int(seq_len or fields.get("seq_len") or m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
     return config
 
 
-def import_checkpoint(path: str, out: str, variant: str, window, num_heads=None, seq_len=None, overrides=(),
-                      trust_pickle: bool = False, step: int | None = None):
+def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
+                      overrides=(), trust_pickle: bool = False, step: int | None = None):
     """Convert and write a run folder; returns (config, params)."""
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)
-    args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
-    config = build_config(sd, args, variant, window, num_heads, seq_len, overrides,
-                          name=f"import-{os.path.splitext(os.path.basename(path))[0]}")
+    get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
+    config = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
+                          name=f"import-{os.path.splitext(os.path.basename(path))[0]}",
+                          stored_config=get(torch_layout.CONFIG))
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
-    params = convert_state_dict(sd, config.model.num_heads)
+    params = torch_layout.to_params(sd, config.model.num_heads)
     runs.check_params(net, params)
     if step is None:
-        step = int(ckpt.get("iter_num", 0)) if isinstance(ckpt, dict) else 0
+        step = int(get(torch_layout.STEP, 0))
     runs.save_run(out, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
     return config, params
 
@@ -128,9 +138,11 @@ def main(argv=None) -> int:
     argv, overrides = sps_config.split_config_args(argv)
     p = argparse.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="the authors' .pt file")
-    p.add_argument("--variant", required=True, help="standard, sps, two_x_memory, delayed_state, reverse_sps")
-    p.add_argument("--window", default=str(masks.DEFAULT_WINDOW), help="predict window w ('none' for unbounded)")
+    p.add_argument("checkpoint", help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
+    p.add_argument("--variant", default=FROM_FILE,
+                   help="standard, sps, two_x_memory, delayed_state, reverse_sps (default: the file's)")
+    p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
+                   f"else {masks.DEFAULT_WINDOW})")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--num-heads", type=int, default=None)
     p.add_argument("--seq-len", type=int, default=None)
@@ -138,7 +150,8 @@ def main(argv=None) -> int:
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     args = p.parse_args(argv)
     try:
-        config, params = import_checkpoint(args.checkpoint, args.out, args.variant, sps_config.parse_window(args.window),
+        window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
+        config, params = import_checkpoint(args.checkpoint, args.out, args.variant, window,
                                            args.num_heads, args.seq_len, overrides, args.trust_pickle, args.step)
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)

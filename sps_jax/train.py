@@ -27,7 +27,7 @@ import optax
 
 from sps_jax import attention, checkpoint, config as sps_config, flops, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, runs
+from sps_jax import optim, runs, tracking
 from sps_jax.data import loader, prepare, tokenizer
 
 
@@ -172,6 +172,8 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     backend = attention.resolve(cfg.attention, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
         f"on {devices[0].platform}")
+    if tracking.enabled(config):
+        tracking.require()  # a missing package stops the run here, before any data or compilation
     _ensure_data(config, log)
     train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size)
     val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size)
@@ -235,7 +237,9 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                                      "elapsed_s": elapsed_before + time.time() - run_start},
                                     iterator.get_state())
 
-    writer = metrics.Writer(workdir, t.tensorboard) if jax.process_index() == 0 else None
+    writer = None
+    if jax.process_index() == 0:
+        writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
     emit = writer.write if writer else (lambda record: None)
     step, record, val_loss, stopped_by = start_step, {}, None, None
     run_start = time.time()
@@ -303,10 +307,6 @@ def with_resolved(config, **resolved):
     return out
 
 
-# How a model is computed, not what it computes: a run may resume with another setting of these.
-_NOT_THE_MODEL = ("attention",)
-
-
 def _check_same_model(workdir: str, config) -> None:
     try:
         saved = runs.read_config(workdir)
@@ -314,7 +314,8 @@ def _check_same_model(workdir: str, config) -> None:
         return
     old = json.loads(saved.model.to_json())
     new = json.loads(config.model.to_json())
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in _NOT_THE_MODEL)
+    changed = sorted(k for k in set(old) | set(new)
+                     if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
     if changed:
         raise ValueError(f"{workdir} holds a run with a different model ({', '.join(changed)} changed): "
                          "use a new --workdir or the original model settings to resume.")

@@ -7,8 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sps_jax import import_torch, masks, runs  # noqa: E402
+from sps_jax import import_torch, runs  # noqa: E402
 from tests.helpers import run_module  # noqa: E402
+from tests.torch_reference import numpy_forward  # noqa: E402
 
 V, D, H, L, T = 64, 32, 2, 2, 12
 EOS, PREDICT, PAD = 60, 61, 63
@@ -34,53 +35,6 @@ def synthetic_state_dict(seed=0, compiled=True):
     return {k: v.contiguous() for k, v in sd.items()}
 
 
-def numpy_forward(sd, tokens, variant, window):
-    """Their model written out directly: interleaved slots, [out, in] Linear weights, interleaved RoPE pairs."""
-    sd = {k.replace("_orig_mod.", ""): v.numpy().astype(np.float64) for k, v in sd.items()}
-    vis = masks.Visibility(variant, window)
-    S = vis.num_streams
-    K = D // H
-    wte = sd["transformer.wte.weight"]
-    slots = []
-    for t in tokens:  # x_i then rho_i at the same position
-        slots.append(wte[t])
-        if S == 2:
-            slots.append(wte[PREDICT])
-    x = np.stack(slots)                                        # [N, D], N = T * S
-    pos = np.repeat(np.arange(len(tokens)), S)
-    doc = masks.document_ids(np.asarray([tokens]), EOS, PAD)
-    allowed = masks.dense_mask(vis, doc)[0]                     # [N, N]
-
-    def rms(v, w):
-        return v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-6) * w
-
-    def rope(v):                                               # [N, H, K], pairs (2k, 2k+1)
-        inv = 10000.0 ** (-np.arange(0, K, 2) / K)
-        ang = pos[:, None, None] * inv
-        a, b = v[..., 0::2], v[..., 1::2]
-        out = np.empty_like(v)
-        out[..., 0::2] = a * np.cos(ang) - b * np.sin(ang)
-        out[..., 1::2] = a * np.sin(ang) + b * np.cos(ang)
-        return out
-
-    for i in range(L):
-        p = f"transformer.h.{i}."
-        h = rms(x, sd[p + "attention_norm.weight"])
-        qkv = h @ sd[p + "attn.c_attn.weight"].T
-        q, k, v = (qkv[:, j * D:(j + 1) * D].reshape(-1, H, K) for j in range(3))
-        q, k = rope(q), rope(k)
-        scores = np.einsum("qhk,shk->hqs", q, k) / np.sqrt(K)
-        scores = np.where(allowed[None], scores, -np.inf)
-        w = np.exp(scores - scores.max(-1, keepdims=True))
-        w /= w.sum(-1, keepdims=True)
-        x = x + np.einsum("hqs,shk->qhk", w, v).reshape(-1, D) @ sd[p + "attn.c_proj.weight"].T
-        h = rms(x, sd[p + "mlp_norm.weight"])
-        gate = h @ sd[p + "mlp.gate_proj.weight"].T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[p + "mlp.down_proj.weight"].T
-    x = rms(x, sd["transformer.output_norm.weight"])
-    return x[vis.logits_stream::S] @ sd["lm_head.weight"].T
-
-
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1)])
 def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant, window):
     sd = synthetic_state_dict()
@@ -94,7 +48,9 @@ def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant,
     assert step == 3 and net.cfg.num_heads == H and net.cfg.seq_len == T and net.cfg.variant == variant
     tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
     ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
-    np.testing.assert_allclose(ours, numpy_forward(sd, tokens, variant, window), rtol=2e-4, atol=2e-4)
+    theirs = numpy_forward({k.replace("_orig_mod.", ""): v.numpy() for k, v in sd.items()}, tokens, variant, window,
+                           H, PREDICT, EOS, PAD)
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-4)
 
 
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):

@@ -16,6 +16,7 @@ shape (correctness, not speed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -41,12 +42,13 @@ def parse_args(argv):
     p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
     p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
-    p.add_argument("--block-q", type=int, default=None,
-                   help=f"query block: pallas positions per tile (default {pa.DEFAULT_BLOCK_Q}, a power of two), "
-                        f"splash interleaved rows (default {sp.DEFAULT_BLOCK}, a multiple of {sp.LANES})")
-    p.add_argument("--block-k", type=int, default=None,
-                   help=f"key block, positions of one stream (pallas default {pa.DEFAULT_BLOCK_K}, "
-                        f"splash {sp.DEFAULT_BLOCK})")
+    tiles = p.add_argument_group(
+        "tiles", "override every kernel's launch (default: pallas, the per-target table pallas_attention.TUNING "
+        f"for the head dim; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas: positions per tile, "
+        f"powers of two; splash: --block-q interleaved rows and --block-k keys, multiples of {sp.LANES}; "
+        "--num-warps and --num-stages are pallas's only")
+    for name in ("block-q", "block-k", "num-warps", "num-stages"):
+        tiles.add_argument(f"--{name}", type=int, default=None)
     p.add_argument("--documents", type=int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
@@ -60,22 +62,49 @@ def parse_args(argv):
         p.error("--window must be a non-negative integer.")
     if args.backend == "auto":
         args.backend = "splash" if jax.default_backend() == "tpu" else "pallas"
+    if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):
+        p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
     try:
+        args.tuning = tuning_from_args(args) if args.backend == "pallas" else None
         make_kernel(args)
     except ValueError as e:
         p.error(str(e))
     return args
 
 
+def tuning_from_args(args) -> pa.Tuning:
+    """The target's default tiles for the head dim, with any flag given replacing that field in all
+    three kernels."""
+    base = pa.default_tuning(args.head_dim)
+    given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
+             if getattr(args, f) is not None}
+    if not given:
+        return base
+    return pa.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
+
+
+def describe(args) -> str:
+    """The kernel's tiles, for the console."""
+    if args.backend == "splash":
+        bs = splash_blocks(args)
+        return f"splash blocks {bs.block_q}x{bs.block_kv}"
+    t = args.tuning
+    return "pallas tiles " + ", ".join(f"{name} {t.block_q}x{t.block_k} w{t.num_warps} s{t.num_stages}"
+                                       for name, t in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
+
+
+def splash_blocks(args):
+    return sp.block_sizes(args.block_q or sp.DEFAULT_BLOCK, args.block_k or sp.DEFAULT_BLOCK)
+
+
 def make_kernel(args):
-    """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.backend`` with its blocks."""
+    """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.backend`` with its tiles."""
     if args.backend == "pallas":
-        bq, bk = args.block_q or pa.DEFAULT_BLOCK_Q, args.block_k or pa.DEFAULT_BLOCK_K
-        pa._check_blocks(bq, bk)
+        tuning = args.tuning
         return (lambda q, k, v, doc, vis, interpret: pa.attention(q, k, v, doc, vis, interpret=interpret,
-                                                                   block_q=bq, block_k=bk),
-                lambda doc, vis: pa.score_counts(doc, vis, block_q=bq, block_k=bk))
-    bs = sp.block_sizes(args.block_q or sp.DEFAULT_BLOCK, args.block_k or sp.DEFAULT_BLOCK)
+                                                                   tuning=tuning),
+                lambda doc, vis: pa.score_counts(doc, vis, tuning))
+    bs = splash_blocks(args)
     sp._check_block_sizes(bs)
     return (lambda q, k, v, doc, vis, interpret: sp.attention(q, k, v, doc, vis, block_sizes=bs,
                                                                interpret=interpret),
@@ -186,8 +215,8 @@ def timing_table(args, interpret=False):
     key = jax.random.PRNGKey(0)
     doc = jnp.asarray(document_ids(B, T, args.documents))  # one document per row by default: the counts' case
     kernel, score_counts = make_kernel(args)
-    print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}",
-          flush=True)
+    print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}; "
+          f"{describe(args)}", flush=True)
     base = baseline_rows(args, dtype, key)
     results = {"rows": [], "baselines": base, "kernel": args.backend}
     for variant in args.variants:
@@ -239,16 +268,16 @@ def count_rows(args, score_counts, documents: int) -> dict:
 def cpu_report(args):
     T, w = args.seq_len, args.window
     _, score_counts = make_kernel(args)
-    blocks = f"block_q={args.block_q or 'default'}, block_k={args.block_k or 'default'}"
-    print(f"no GPU or TPU ({jax.default_backend()}): {args.backend} score counts at T={T}, w={w}, {blocks} "
+    print(f"no GPU or TPU ({jax.default_backend()}): {args.backend} score counts at T={T}, w={w}, {describe(args)} "
           "(per row and head), one document:")
     results = {"kernel": args.backend, "counts": count_rows(args, score_counts, 1), "interpret_check": {}}
     if args.documents > 1:
         print(f"  ... and {args.documents} documents of {-(-T // args.documents)} positions:")
         results["counts_documents"] = count_rows(args, score_counts, args.documents)
     small = SMALL[args.backend]
-    kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), "block_q": small["block_q"],
-                                                  "block_k": small["block_k"]}))
+    blocks = {"block_q": small["block_q"], "block_k": small["block_k"]}
+    kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks, "tuning": pa.Tuning.uniform(
+        small["block_q"], small["block_k"])}))
     window = min(w, 20)
     print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
     rng = np.random.default_rng(0)
@@ -273,7 +302,10 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     on_device = jax.default_backend() in ("gpu", "tpu")
     results = timing_table(args) if on_device else cpu_report(args)
-    results.update(config=vars(args), backend=jax.default_backend(),
+    config = {k: v for k, v in vars(args).items() if k != "tuning"}
+    tiles = (dataclasses.asdict(args.tuning) if args.tuning else  # splash: its block sizes (not its layouts)
+             {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})
+    results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     bench.write_results(args.json, results)
     return 0

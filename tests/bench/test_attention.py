@@ -37,3 +37,20 @@ def test_splash_tables_json_and_documents(tmp_path):
     assert one["computed"] == eight["computed"] and eight["visible"] < one["visible"]  # splash: static blocks only
     assert one["computed_over_dense_causal"] <= 0.57
     assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
+
+
+def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence(capsys):
+    import pytest
+    from sps_jax import pallas_attention as pa
+
+    args = bench_attention.parse_args(["--head-dim", "128", "--num-warps", "8"])
+    default = pa.default_tuning(128)
+    for got, base in zip((args.tuning.forward, args.tuning.dq, args.tuning.dkv),
+                         (default.forward, default.dq, default.dkv)):
+        assert got.num_warps == 8 and (got.block_q, got.block_k, got.num_stages) == (
+            base.block_q, base.block_k, base.num_stages)
+    assert bench_attention.parse_args([]).tuning == pa.default_tuning(64)
+    with pytest.raises(SystemExit) as e:
+        bench_attention.parse_args(["--block-q", "48"])
+    assert e.value.code == 2
+    assert "block_q must be a positive power of two" in capsys.readouterr().err
