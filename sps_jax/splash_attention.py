@@ -219,3 +219,18 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, block_sizes: splash.BlockSiz
         counts["blocks" + name] = blocks
         counts["computed" + name] = blocks * bq * bkv
     return counts
+
+
+def kernel_flops(vis: masks.Visibility, seq_len: int, rows_x_heads: int, head_dim: int,
+                 block_sizes: splash.BlockSizes = DEFAULT_BLOCK_SIZES, *, backward: bool = True,
+                 forwards: int = 1) -> float:
+    """FLOPs of splash's kernels for ``rows_x_heads`` (batch rows x heads) calls at T = ``seq_len``
+    (XLA's cost model counts a Mosaic kernel as nothing). Per computed score and head dim: 4 in each
+    of ``forwards`` forward passes (2 where remat recomputes the forward); if ``backward``, 6 in the
+    dQ kernel and 8 in the dK/dV kernel (each recomputes the scores), as the GPU kernels' cost
+    estimates count them. Documents do not change it (splash skips static blocks only)."""
+    c = score_counts(np.zeros((1, seq_len), np.int32), vis, block_sizes)
+    per_head_dim = 4 * forwards * c["computed"]
+    if backward:
+        per_head_dim += 6 * c.get("computed_dq", c["computed_dkv"]) + 8 * c["computed_dkv"]
+    return float(per_head_dim * rows_x_heads * head_dim)

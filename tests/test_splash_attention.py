@@ -1,5 +1,5 @@
-"""The splash backend (interpret mode) against the dense XLA reference, its score counts, and its
-deviceless compilation for TPU v5e and v6e.
+"""The splash backend (interpret mode) against the dense XLA reference, and its score counts (its
+deviceless compilation for TPU v5e and v6e: tests/aot/test_tpu.py).
 
 Splash's blocks are multiples of 128 (it masks 128 lanes at a time), so the layouts here are
 T = 150 positions (not a multiple of 128; padded to 256): a query block is 64 positions x 2
@@ -9,15 +9,14 @@ at, and one past a key-block edge, and documents start at query- and key-block e
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import attention, masks, mesh as sps_mesh
+from sps_jax import attention, masks
 from sps_jax import splash_attention as sp
 from tests import attention_checks as checks
-from tests.helpers import needs_libtpu, two_row_layout
+from tests.helpers import two_row_layout
 from tests.test_pallas_attention import random_qkv
 
 T = 150
@@ -189,53 +188,3 @@ def test_bad_input_stops_with_a_clear_message():
         sp.attention(q, k, v, doc, Vis("standard"), interpret=True)
     with pytest.raises(ValueError, match="doc_ids_BT"):
         sp.attention(q, k, v, doc[:, :10], Vis("sps", 2), interpret=True)
-
-
-# ----------------------------------------------------------------------------
-# Deviceless compilation for TPU (needs libtpu: the .[tpu] extra, which CI installs)
-# ----------------------------------------------------------------------------
-
-def tpu_devices(topology):
-    from jax.experimental import topologies
-
-    return topologies.get_topology_desc(topology, "tpu").devices
-
-
-@needs_libtpu
-@pytest.mark.parametrize("topology", ("v5e:2x2", "v6e:2x2"))
-@pytest.mark.parametrize("head_dim", (64, 128))
-def test_forward_and_backward_compile_for_tpu_with_the_default_blocks(topology, head_dim):
-    """Mosaic allocates each kernel's VMEM when it compiles: the default blocks fit on v5e and v6e."""
-    device = tpu_devices(topology)[0]
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    x = jax.ShapeDtypeStruct((1, 4096, 2, 12 * 64 // head_dim, head_dim), jnp.bfloat16, sharding=sharding)
-    doc = jax.ShapeDtypeStruct((1, 4096), jnp.int32, sharding=sharding)
-
-    def loss(q, k, v, doc):
-        return sp.attention(q, k, v, doc, Vis("sps", 64)).astype(jnp.float32).sum()
-
-    with jax.default_matmul_precision("default"):  # the tests' 'highest' is refused by Mosaic for bf16
-        compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, x, x, doc).compile()
-    assert compiled.as_text().count('custom_call_target="tpu_custom_call"') == 3  # forward, dQ, dK/dV
-
-
-@needs_libtpu
-def test_mesh_code_builds_the_data_fsdp_mesh_from_tpu_devices_and_the_kernel_runs_per_shard():
-    devices = tpu_devices("v5e:2x4")  # two hosts of four chips
-    assert len(devices) == 8 and all(d.platform == "tpu" and len(d.coords) == 3 for d in devices)
-    assert sorted({d.process_index for d in devices}) == [0, 1]
-    mesh_cfg = type("MeshConfig", (), {"data": -1, "fsdp": 4})
-    mesh = sps_mesh.make_mesh(mesh_cfg, list(reversed(devices)))
-    assert dict(mesh.shape) == {"data": 2, "fsdp": 4}
-    # Each fsdp group (its parameter all-gathers) is one host's chips; data parallelism spans the hosts.
-    assert [{d.process_index for d in row} for row in mesh.devices] == [{0}, {1}]
-    batch = sps_mesh.batch_sharding(mesh)
-    x = jax.ShapeDtypeStruct((8, 256, 2, 2, 64), jnp.bfloat16, sharding=batch)
-    doc = jax.ShapeDtypeStruct((8, 256), jnp.int32, sharding=batch)
-    # A deviceless compile names the mesh abstractly (jax.set_mesh would place arrays on its devices).
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), jax.default_matmul_precision("default"):
-        assert sps_mesh.target_platform() == "tpu" and attention.resolve("auto") == "splash"
-        compiled = jax.jit(lambda q, k, v, doc: attention.get_backend("auto")(q, k, v, doc, Vis("sps", 64)),
-                           out_shardings=batch).lower(x, x, x, doc).compile()
-    text = compiled.as_text()
-    assert 'custom_call_target="tpu_custom_call"' in text and "all-gather" not in text

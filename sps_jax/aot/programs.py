@@ -1,17 +1,23 @@
 """Whole programs compiled for an accelerator that is not attached: the sharded train step, prefill
 and the decode loop. Each report gives per-device memory from ``compiled.memory_analysis()`` and
 FLOPs from XLA's cost model, beside the model FLOPs of ``sps_jax.flops``.
+
+On TPU the ``splash`` backend's Mosaic kernels are invisible to XLA's cost model: a report then
+counts them (``mosaic_kernels``), gives their FLOPs from splash's computed blocks
+(``kernel_flops``, ``splash_attention.kernel_flops``) and ``flops`` is XLA's count plus those.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import jax
 import jax.numpy as jnp
 
 from sps_jax import attention, flops, hardware
+from sps_jax import splash_attention
 from sps_jax import model as sps_model
 from sps_jax import train as sps_train
 from sps_jax.aot import topology
@@ -56,6 +62,20 @@ def cost_flops(compiled) -> float | None:
         return None
 
 
+def mosaic_kernels(compiled) -> int:
+    """How many Mosaic (Pallas TPU) kernel calls a compiled TPU program makes."""
+    return compiled.as_text().count('custom_call_target="tpu_custom_call"')
+
+
+def _splash_flops(cfg: sps_model.ModelConfig, rows: int, seq_len: int, *, backward: bool) -> float:
+    """FLOPs of the splash kernels of all layers for ``rows`` sequences (0 for other backends)."""
+    if cfg.attention != "splash":
+        return 0.0
+    return cfg.num_layers * splash_attention.kernel_flops(cfg.visibility, seq_len, rows * cfg.num_heads,
+                                                          cfg.head_dim, backward=backward,
+                                                          forwards=2 if backward and cfg.remat else 1)
+
+
 def _for_target(acc, config):
     """The config as it would run on ``acc``: "auto" attention resolved for its platform, not for
     the CPU this compiles on."""
@@ -68,10 +88,38 @@ def _abstract(tree, shardings):
     return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def _report(acc, compiled, compile_s, **fields) -> dict:
+def _report(acc, compiled, compile_s, kernel_flops=0.0, **fields) -> dict:
     mem = memory(compiled)
-    return {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
-            "fits": mem["peak_bytes"] <= acc.memory_bytes, "device_memory_bytes": acc.memory_bytes}
+    report = {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
+              "fits": mem["peak_bytes"] <= acc.memory_bytes, "device_memory_bytes": acc.memory_bytes}
+    if acc.platform == "tpu":
+        report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
+        report["flops"] = None if report["xla_flops"] is None else report["xla_flops"] + kernel_flops
+    return report
+
+
+_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+
+
+def _compile(acc, lowered, start, **fields):
+    """(compiled, None), or (None, a report) for a program the compiler refuses for lack of memory.
+
+    A deviceless GPU compile never fails for memory (compare ``peak_bytes`` with the card); the TPU
+    compiler refuses a program whose buffers exceed the chip's HBM. Its message gives the bytes of
+    the temporaries alone, so ``required_bytes`` is a lower bound of the peak and ``peak_bytes`` is None.
+    """
+    try:
+        return lowered.compile(), None
+    except jax.errors.JaxRuntimeError as e:
+        text = " ".join(str(e).split())
+        if "RESOURCE_EXHAUSTED" not in text:
+            raise
+    text = text[text.index("RESOURCE_EXHAUSTED"):]
+    sizes = [float(n) * _UNITS.get(u, 1) for n, u in re.findall(r"\((\d+(?:\.\d+)?)([KMGT])?\)", text)]
+    report = {**fields, "peak_bytes": None, "required_bytes": int(sizes[0]) if sizes else None, "fits": False,
+              "flops": None, "compile_s": round(time.perf_counter() - start, 1),
+              "device_memory_bytes": acc.memory_bytes, "error": text[:300]}
+    return None, report
 
 
 def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
@@ -88,12 +136,16 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     with topology.lowering_context(acc, run.mesh):
         lowered = run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
                                     _abstract(run.abstract_opt, run.opt_sh), tokens)
-    compiled = lowered.compile()
     model_flops = flops.train_flops_per_token(cfg) * plan["tokens_per_step"] / len(devices)
-    return _report(acc, compiled, time.perf_counter() - start, program="train_step", variant=cfg.variant,
-                   window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
-                   micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len,
-                   model_flops=model_flops)
+    rows = plan["tokens_per_step"] // cfg.seq_len // len(devices)  # sequences per device and step
+    fields = dict(program="train_step", variant=cfg.variant, window=cfg.window, attention=cfg.attention,
+                  remat=bool(cfg.remat), micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len,
+                  model_flops=model_flops)
+    compiled, refused = _compile(acc, lowered, start, **fields)
+    if refused:
+        return refused
+    return _report(acc, compiled, time.perf_counter() - start, _splash_flops(cfg, rows, cfg.seq_len, backward=True),
+                   **fields)
 
 
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
@@ -107,14 +159,16 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
                        jax.tree_util.tree_map(lambda _: sharding, sps_model.param_shapes(sps_model.Transformer(cfg))))
     tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
     max_len = prompt_len + new_tokens
-    fields = dict(variant=cfg.variant, window=cfg.window, batch=batch, prompt_len=prompt_len,
-                  new_tokens=new_tokens)
+    fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch=batch,
+                  prompt_len=prompt_len, new_tokens=new_tokens)
     reports = []
     start = time.perf_counter()
     with topology.lowering_context(acc):
         lowered = generate.prefill.lower(cfg, params, tokens, max_len=max_len)
-    compiled = lowered.compile()
-    reports.append(_report(acc, compiled, time.perf_counter() - start, program="prefill", **fields))
+    compiled, refused = _compile(acc, lowered, start, program="prefill", **fields)
+    reports.append(refused or _report(acc, compiled, time.perf_counter() - start,
+                                      _splash_flops(cfg, batch, prompt_len, backward=False), program="prefill",
+                                      **fields))
     cache = jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len))
     cache = _abstract(cache, jax.tree_util.tree_map(lambda _: sharding, cache))
     logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
@@ -123,7 +177,7 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     with topology.lowering_context(acc):
         lowered = generate.decode_loop.lower(cfg, params, cache, logits, rng, max_new_tokens=new_tokens,
                                              stop_on_eos=False)
-    compiled = lowered.compile()
-    reports.append(_report(acc, compiled, time.perf_counter() - start, program="decode_loop", **fields,
-                           cache_bytes=kv_cache.cache_bytes(cache)["total"]))
+    fields.update(program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"])
+    compiled, refused = _compile(acc, lowered, start, **fields)
+    reports.append(refused or _report(acc, compiled, time.perf_counter() - start, **fields))
     return reports

@@ -48,7 +48,8 @@ def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch):
         mb = config.train.micro_batch
         compiled.append(mb)
         peak = 10 + 3 * mb
-        return {"variant": config.model.variant, "micro_batch": mb, "remat": bool(config.model.remat),
+        return {"variant": config.model.variant, "attention": config.model.attention, "micro_batch": mb,
+                "remat": bool(config.model.remat),
                 "peak_bytes": peak, "fits": peak <= 40, "flops": 1.0, "model_flops": 1.0, "compile_s": 0.0}
 
     from sps_jax.aot import programs
@@ -57,6 +58,6 @@ def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch):
                                      "--micro-batches", "1,2", "--remat", "off"])
     rows, largest = bench_compile.train_rows(hardware.ACCELERATORS["h100"], args)
     brute = max(mb for mb in range(1, 100) if 10 + 3 * mb <= 40)
-    assert largest == [{"variant": "sps", "remat": False, "largest_micro_batch": brute,
+    assert largest == [{"variant": "sps", "attention": "auto", "remat": False, "largest_micro_batch": brute,
                         "first_that_does_not_fit": brute + 1, "peak_bytes_at_largest": 10 + 3 * brute}]
     assert len(compiled) == len(set(compiled))  # no micro-batch compiled twice
