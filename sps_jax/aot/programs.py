@@ -91,7 +91,7 @@ def _abstract(tree, shardings):
 def _report(acc, compiled, compile_s, kernel_flops=0.0, **fields) -> dict:
     mem = memory(compiled)
     report = {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
-              "fits": mem["peak_bytes"] <= acc.memory_bytes, "device_memory_bytes": acc.memory_bytes}
+              "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
     if acc.platform == "tpu":
         report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
         report["flops"] = None if report["xla_flops"] is None else report["xla_flops"] + kernel_flops
@@ -118,7 +118,7 @@ def _compile(acc, lowered, start, **fields):
     sizes = [float(n) * _UNITS.get(u, 1) for n, u in re.findall(r"\((\d+(?:\.\d+)?)([KMGT])?\)", text)]
     report = {**fields, "peak_bytes": None, "required_bytes": int(sizes[0]) if sizes else None, "fits": False,
               "flops": None, "compile_s": round(time.perf_counter() - start, 1),
-              "device_memory_bytes": acc.memory_bytes, "error": text[:300]}
+              "usable_bytes": acc.usable_bytes, "error": text[:300]}
     return None, report
 
 

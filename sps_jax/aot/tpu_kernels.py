@@ -66,6 +66,6 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     xla_flops = programs.cost_flops(compiled) or 0.0
     kernel_flops = sp.kernel_flops(vis, shape.seq_len, shape.heads, shape.head_dim, block_sizes)
     report.update(mem, mosaic_kernels=programs.mosaic_kernels(compiled), xla_flops=xla_flops, kernel_flops=kernel_flops,
-                  flops=xla_flops + kernel_flops, fits=mem["peak_bytes"] <= acc.memory_bytes,
+                  flops=xla_flops + kernel_flops, fits=mem["peak_bytes"] <= acc.usable_bytes,
                   compile_s=round(time.perf_counter() - start, 1))
     return report
