@@ -14,7 +14,8 @@ ROOT = pathlib.Path(sps_jax.__file__).parent
 # What each low-level module may import from the package (nothing else).
 LOW_LEVEL = {
     "sps_jax.vocab": set(),
-    "sps_jax.files": set(),
+    "sps_jax.cli": set(),
+    "sps_jax.files": {"sps_jax.cli"},
     "sps_jax.mesh": set(),
     "sps_jax.optim": set(),
     "sps_jax.hardware": set(),
