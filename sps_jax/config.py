@@ -222,7 +222,7 @@ def _fit(old, value, text: str, item: str):
 
 # The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
 RANGES = {
-    "train.seed": (int, 0, None, False), "train.global_batch": (int, 1, None, False),
+    "train.seed": (int, 0, 2 ** 32 - 1, False), "train.global_batch": (int, 1, None, False),
     "train.micro_batch": (int, 1, None, False), "train.total_tokens": (int, 1, None, False),
     "train.warmup_tokens": (int, 0, None, False), "train.decay_fraction": (float, 0, 1, False),
     "train.peak_lr": (float, 0, None, False), "train.final_lr": (float, 0, None, False),
