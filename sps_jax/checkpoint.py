@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import jax
 import orbax.checkpoint as ocp
@@ -27,6 +28,34 @@ CHECKPOINT_DIR = "checkpoints"
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
 TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
+
+
+class _QuietOrbax(logging.Filter):
+    """Orbax logs warnings ("Given directory is read only") and errors with tracebacks from its threads;
+    every failure among them reaches the caller as an exception, which the command says in one sentence."""
+
+    def filter(self, record):
+        return not (record.levelno >= logging.WARNING and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+logging.getLogger("absl").addFilter(_QuietOrbax())
+
+
+def _quiet_orbax_unraisable(hook):
+    """A failed restore leaves Orbax's other reads running: their coroutines are collected later, each
+    printing its copy of the error ("Exception ignored in: <coroutine ...>"), and tensorstore's threads
+    call back into the closed event loop ("Event loop is closed"). The caller already said it once."""
+    def unraisable(info):
+        code = getattr(info.object, "cr_code", None)
+        orbax_coroutine = code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+        late_callback = (info.object is None and isinstance(info.exc_value, RuntimeError)
+                         and str(info.exc_value) == "Event loop is closed")
+        if not (orbax_coroutine or late_callback):
+            hook(info)
+    return unraisable
+
+
+sys.unraisablehook = _quiet_orbax_unraisable(sys.unraisablehook)
 
 
 def manager(workdir: str, **options) -> ocp.CheckpointManager:
@@ -73,7 +102,7 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
             try:
                 files.read_json(path)
             except (ValueError, OSError) as e:
-                return f"{name} is unreadable: {cli.sentence(e)}"
+                return f"{name} is unreadable: {cli.sentence(e).rstrip('.')}"
         elif os.path.getsize(path) == 0:
             return f"{name} is empty"
     return None
@@ -157,13 +186,6 @@ class _Retention:
                 or bool(self.milestone_every and c.step % self.milestone_every == 0) for c in checkpoints]
 
 
-class _QuietOrbaxErrors(logging.Filter):
-    """Orbax logs each failed save with tracebacks from its threads; the run says it in one sentence."""
-
-    def filter(self, record):
-        return not (record.levelno >= logging.ERROR and f"{os.sep}orbax{os.sep}" in record.pathname)
-
-
 class SaveFailed(UserError):
     """A checkpoint could not be written; the run stops and keeps its last good checkpoint."""
 
@@ -177,8 +199,6 @@ class TrainCheckpoints:
         self.broken: set[int] = set()
         self.good: int | None = None      # the newest checkpoint known complete (restored or saved)
         self.pending: int | None = None   # a save started and not yet known complete
-        self.quiet = _QuietOrbaxErrors()
-        logging.getLogger("absl").addFilter(self.quiet)
         # Leftover temporary folders of a save that was killed or failed are removed on start.
         self.mngr = manager(workdir, preservation_policy=_Retention(keep, milestone_every, self.broken),
                             enable_async_checkpointing=True, cleanup_tmp_directories=True)
@@ -282,5 +302,3 @@ class TrainCheckpoints:
             self.mngr.close()
         except Exception:
             pass  # only reached when the run is already stopping on an error of its own
-        finally:
-            logging.getLogger("absl").removeFilter(self.quiet)

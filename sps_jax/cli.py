@@ -68,7 +68,7 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`."""
 
     def error(self, message):
-        raise UserError(f"{self.prog}: {message} (see --help).")
+        raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
 
 
 def _integer(text: str, least: int, what: str) -> int:

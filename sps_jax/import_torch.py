@@ -54,7 +54,7 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
                             "from.") from None
         first = " ".join(text.split())[:120]
         raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read "
-                        f"({type(exc).__name__}: {first}).") from None
+                        f"({type(exc).__name__}{': ' + first if first else ''}).") from None
 
 
 def state_dict_of(ckpt) -> dict[str, np.ndarray]:
