@@ -107,3 +107,13 @@ def ensure_tokenizer():
 
     if not os.path.isfile(tokenizer.default_ranks_path()):
         tokenizer.provision()
+
+
+def decoded_png(path):
+    """The pixels of a PNG (matplotlib reads it back), checked to be a drawn image, not a blank or broken file."""
+    from matplotlib import image
+
+    pixels = image.imread(str(path))
+    assert pixels.ndim == 3 and pixels.shape[2] in (3, 4), pixels.shape
+    assert pixels[..., :3].std() > 0.05, f"{path} is blank"
+    return pixels
