@@ -96,6 +96,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
     has_checkpoints = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+    records = metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
     other = None
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         try:
@@ -105,8 +106,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
             if changed:
                 other = f"a run of another model ({', '.join(changed)} differ)"
         except (ValueError, OSError) as e:
-            other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e)})"
-    elif metrics.read(workdir):
+            other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
+    elif records and not has_checkpoints:  # with checkpoints, their restore checks the model
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
@@ -114,7 +115,6 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE} and {metrics.METRICS_FILE} are replaced).")
-    metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:

@@ -145,7 +145,7 @@ def _existing(out: str, settings: dict, force: bool) -> dict | None:
         for split in loader.SPLITS:
             loader.open_tokens(out, split)  # the files the manifest vouches for are there, with their sizes
     except (ValueError, OSError) as e:
-        manifest, problem = None, cli.sentence(e)
+        manifest, problem = None, cli.sentence(e).rstrip('.')
     if manifest is not None and manifest.get("settings") == settings and not force:
         return manifest
     if not force:
