@@ -155,7 +155,7 @@ def main_evaluate(argv) -> int:
 
 def main_table(argv) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
-                                description="The paper's main table (and per-task table) from results JSONs.")
+                           description="The paper's main table (and per-task table) from results JSONs.")
     p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
     args = p.parse_args(argv)
