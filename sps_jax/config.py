@@ -91,6 +91,17 @@ def mesh_config():
     return m
 
 
+def metrics_config():
+    """Optional Weights & Biases tracking beside metrics.jsonl (docs/interop.md; needs the ``wandb`` extra)."""
+    m = ml_collections.ConfigDict()
+    m.wandb = False                # log every metrics.jsonl record to a W&B run, resumed with the training run
+    m.wandb_project = "sps-jax"
+    m.wandb_entity = None          # None: the W&B account's default entity
+    m.wandb_name = None            # None: the config's name
+    m.wandb_mode = None            # "online", "offline" or "disabled"; None: WANDB_MODE, else online
+    return m
+
+
 def paper_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     config = ml_collections.ConfigDict()
     config.model = model_config(scale, variant, window)
@@ -99,6 +110,7 @@ def paper_config(scale: str = "s", variant: str = "sps", window: int | None = ma
     config.train = train_config()
     config.data = data_config()
     config.mesh = mesh_config()
+    config.metrics = metrics_config()
     return config
 
 

@@ -21,18 +21,25 @@ from sps_jax.cli import UserError
 
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w", **open_kwargs):
-    """``open(path, mode)`` that writes ``<path>.partial`` and renames it into place on success."""
+def atomic_path(path: str):
+    """The name to write ``path`` under (``<path>.partial``), renamed into place on success; for
+    writers that take a file name rather than a file object."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     partial = path + ".partial"
     try:
-        with open(partial, mode, **open_kwargs) as f:
-            yield f
+        yield partial
     except BaseException:
         if os.path.exists(partial):
             os.remove(partial)
         raise
     os.replace(partial, path)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w", **open_kwargs):
+    """``open(path, mode)`` that writes ``<path>.partial`` and renames it into place on success."""
+    with atomic_path(path) as partial, open(partial, mode, **open_kwargs) as f:
+        yield f
 
 
 def write_text(path: str, text: str) -> None:

@@ -4,46 +4,45 @@
       [--num-heads H] [--seq-len T] [--config.model.FIELD=VALUE ...] [--trust-pickle] [--force]
 
 Their file is a ``torch.save``d dict whose ``"model"`` entry is the state dict
-(keys possibly prefixed ``_orig_mod.`` by torch.compile). Linear weights are
-[out, in]; ``c_attn`` stacks q, k, v rows with each head's features contiguous;
-RoPE rotates interleaved pairs (2k, 2k+1) exactly as this project does, so no
-q/k permutation is needed. Dimensions come from the tensors; the head count
-from ``--num-heads``, else ``model_args["n_head"]``, else d / 64 (the paper's head
-size), and the context from ``--seq-len``, else ``model_args["block_size"]``, else
-4096 (the output says when a default was used). Every tensor's shape is checked
-before conversion. The file is read with ``torch.load(weights_only=True)``; pickles
-holding arbitrary objects are refused unless ``--trust-pickle`` is given. The run
-folder is built aside and swapped in whole; an ``--out`` that holds files is
-refused unless ``--force``.
+(keys possibly prefixed ``_orig_mod.`` by torch.compile); ``sps_jax.torch_layout``
+maps its keys and shapes to this project's parameters (RoPE pairs and the qkv
+layout match, so no permutation is needed) and checks every tensor's shape before
+conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
+else ``model_args["n_head"]``, else d / 64 (the paper's head size), and the context
+from ``--seq-len``, else ``model_args["block_size"]``, else 4096 (the output says when
+a default was used); the window and ``<predict>`` id from ``model_args`` when present.
+A file written by ``python -m sps_jax.export_torch`` (``.pt`` or ``.safetensors``)
+also carries the run's config, which the import starts from: no --variant needed.
+A ``.pt`` file is read with ``torch.load(weights_only=True)``; pickles holding
+arbitrary objects are refused unless ``--trust-pickle`` is given. The run folder is
+built aside and swapped in whole; an ``--out`` that holds files is refused unless
+``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
-import re
 import sys
 
+import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, model as sps_model, runs
+from sps_jax import cli, config as sps_config, files, masks, model as sps_model, runs, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
-PREFIX = "_orig_mod."
-LAYER = re.compile(r"transformer\.h\.(\d+)\.")
-LAYER_KEYS = ("attention_norm.weight", "attn.c_attn.weight", "attn.c_proj.weight", "mlp_norm.weight",
-              "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+# The default of --variant and --window: what the file says (model_args, or the config it carries).
+FROM_FILE = "from the file"
 
 
 def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
-    """The saved dict (``{"model": state_dict, "model_args": ..., "config": ...}``) with tensors."""
-    try:
-        import torch
-    except ImportError:
-        raise MissingPackage("importing PyTorch checkpoints needs torch: pip install -e '.[eval]' "
-                             "(or pip install torch==2.13.0).") from None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"PyTorch checkpoint {path!r} does not exist.")
+    """The saved dict (``{"model": state_dict, "model_args": ..., "config": ...}``) with tensors;
+    a ``.safetensors`` file gives the same layout (numpy arrays, no torch needed)."""
+    if path.endswith(".safetensors"):
+        return _load_safetensors(path)
+    torch = _reader("torch", "PyTorch checkpoint", path)
     try:
         return torch.load(path, map_location="cpu", weights_only=not trust_pickle)
     except Exception as exc:  # torch raises errors of many kinds (pickle, zip, EOF) that vary by version
@@ -52,93 +51,62 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
             raise UserError(f"{path} holds Python objects beyond tensors and plain containers, which could run "
                             "code when loaded: pass --trust-pickle only if you trust where the file came "
                             "from.") from None
-        first = " ".join(text.split())[:120]
-        raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read "
-                        f"({type(exc).__name__}{': ' + first if first else ''}).") from None
+        raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read ({_reason(exc)}).") from None
+
+
+def _reader(package: str, what: str, path: str):
+    """The package that reads ``path`` (a ``what``), once both are there; else one sentence: the extra to
+    install (named as the package), or the missing file."""
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        raise MissingPackage(f"reading a {what} needs the {package} package: pip install -e '.[{package}]'.") from None
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} {path!r} does not exist.")
+    return module
+
+
+def _reason(exc: BaseException) -> str:
+    first = " ".join(str(exc).split())[:120]
+    return f"{type(exc).__name__}{': ' + first if first else ''}"
+
+
+def _load_safetensors(path: str) -> dict:
+    safetensors = _reader("safetensors", "safetensors file", path)
+    try:
+        with safetensors.safe_open(path, framework="numpy") as f:
+            tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    except Exception as exc:  # safetensors raises its own SafetensorError (and OS errors) on bad files
+        raise UserError(f"{path} is not a safetensors file that safetensors can read ({_reason(exc)}).") from None
+    try:
+        return torch_layout.from_safetensors(tensors, metadata)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: its metadata (model_args, iter_num) is not the export's ({_reason(exc)}).") from None
 
 
 def state_dict_of(ckpt) -> dict[str, np.ndarray]:
     """The model state dict as float32 numpy arrays, ``_orig_mod.`` prefixes removed."""
-    sd = ckpt.get("model", ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(sd, dict) or "transformer.wte.weight" not in {str(k).replace(PREFIX, "") for k in sd}:
+    sd = ckpt.get(torch_layout.MODEL, ckpt) if isinstance(ckpt, dict) else None
+    prefix = torch_layout.PREFIX
+    if not isinstance(sd, dict) or torch_layout.EMBED not in {str(k).replace(prefix, "") for k in sd}:
         raise UserError("not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict "
-                        "with 'transformer.wte.weight'.")
+                        f"with '{torch_layout.EMBED}'.")
     out = {}
     for key, tensor in sd.items():
-        key = str(key).replace(PREFIX, "")
+        key = str(key).replace(prefix, "")
         if hasattr(tensor, "detach"):
             out[key] = tensor.detach().float().cpu().numpy()
-        elif isinstance(tensor, np.ndarray) and np.issubdtype(tensor.dtype, np.number):
-            out[key] = tensor.astype(np.float32)
+        elif isinstance(tensor, np.ndarray):
+            try:  # bfloat16 (a .safetensors export) is no np.number but converts
+                out[key] = tensor.astype(np.float32)
+            except (TypeError, ValueError):  # not numbers: not a parameter
+                continue
     return out
 
 
-def layers_of(sd) -> int:
-    """The number of blocks, after checking their indices are 0..L-1."""
-    layers = sorted({int(m.group(1)) for k in sd if (m := LAYER.match(k))})
-    if not layers or layers != list(range(len(layers))):
-        raise UserError(f"layer indices {layers} of the state dict are not 0..L-1 (L >= 1).")
-    return len(layers)
-
-
-def check_state_dict(sd: dict[str, np.ndarray]) -> None:
-    """Every tensor the model needs is there with the shape the embedding and layer 0 imply;
-    else one sentence naming the parameter with the expected and the actual shape."""
-    wte = sd["transformer.wte.weight"]
-    if wte.ndim != 2:
-        raise UserError(f"transformer.wte.weight has shape {tuple(wte.shape)}, not [vocabulary, d].")
-    V, D = wte.shape
-    up = sd.get("transformer.h.0.mlp.up_proj.weight")
-    F = up.shape[0] if up is not None and up.ndim == 2 else 3 * D
-    want = {"transformer.output_norm.weight": (D,)}
-    if "lm_head.weight" in sd:
-        want["lm_head.weight"] = (V, D)
-    shapes = {"attention_norm.weight": (D,), "attn.c_attn.weight": (3 * D, D), "attn.c_proj.weight": (D, D),
-              "mlp_norm.weight": (D,), "mlp.gate_proj.weight": (F, D), "mlp.up_proj.weight": (F, D),
-              "mlp.down_proj.weight": (D, F)}
-    for i in range(layers_of(sd)):
-        want.update({f"transformer.h.{i}.{k}": shapes[k] for k in LAYER_KEYS})
-    missing = [k for k in want if k not in sd]
-    if missing:
-        raise UserError(f"the state dict lacks {len(missing)} tensor(s) the model needs, e.g. "
-                        f"{', '.join(missing[:3])}: it is not a complete SPS checkpoint.")
-    for key, shape in want.items():
-        if tuple(sd[key].shape) != shape:
-            raise UserError(f"{key} has shape {tuple(sd[key].shape)} but the model (d={D}, d_ff={F}, vocabulary "
-                            f"{V}) needs {shape}.")
-
-
-def convert_state_dict(sd: dict[str, np.ndarray], num_heads: int) -> dict:
-    """This project's parameter tree from the authors' state dict (checked by :func:`check_state_dict`)."""
-    check_state_dict(sd)
-    wte = sd["transformer.wte.weight"]
-    if "lm_head.weight" in sd and not np.array_equal(sd["lm_head.weight"], wte):
-        raise UserError("lm_head.weight differs from transformer.wte.weight; this project ties them.")
-    V, D = wte.shape
-    K = D // num_heads
-    params = {"embed": wte, "final_norm": {"scale": sd["transformer.output_norm.weight"]}}
-    for i in range(layers_of(sd)):
-        p = f"transformer.h.{i}."
-        c_attn = sd[p + "attn.c_attn.weight"]  # [3D, D]: rows q | k | v, heads contiguous
-        params[f"block_{i}"] = {
-            "attn_norm": {"scale": sd[p + "attention_norm.weight"]},
-            "mlp_norm": {"scale": sd[p + "mlp_norm.weight"]},
-            "attn": {
-                "qkv": c_attn.reshape(3, num_heads, K, D).transpose(3, 0, 1, 2),  # [D, 3, H, K]
-                "out": sd[p + "attn.c_proj.weight"].T.reshape(num_heads, K, D),  # [H, K, D]
-            },
-            "mlp": {
-                "gate": sd[p + "mlp.gate_proj.weight"].T,
-                "up": sd[p + "mlp.up_proj.weight"].T,
-                "down": sd[p + "mlp.down_proj.weight"].T,
-            },
-        }
-    return params
-
-
-def _given(model_args: dict, key: str, flag: str):
-    """A positive integer of model_args, or None when absent."""
-    value = model_args.get(key)
+def _given(fields: dict, field: str, key: str, flag: str):
+    """A positive integer of model_args (``key``, read as ModelConfig ``field``), or None when absent."""
+    value = fields.get(field)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -146,29 +114,59 @@ def _given(model_args: dict, key: str, flag: str):
     return value
 
 
-def build_config(sd, model_args, variant: str, window, num_heads=None, seq_len=None, overrides=(), name="imported"):
-    """A run config whose model matches the state dict's shapes, and notes on what was not in the file."""
-    check_state_dict(sd)
-    V, D = sd["transformer.wte.weight"].shape
-    model_args = model_args if isinstance(model_args, dict) else {}
+def _stored(text) -> ml_collections.ConfigDict:
+    """The run config an exported file carries (one sentence when it is not one)."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not JSON ({_reason(exc)}).") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: it has no 'model' section.")
+    return ml_collections.ConfigDict(data)
+
+
+def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),
+                 name="imported", stored_config: str | None = None):
+    """A run config whose model matches the state dict's shapes, and notes on what was not in the file.
+
+    It starts from ``stored_config`` (the JSON config an exported file carries) when given, else from
+    the paper's config of ``variant`` with ``model_args``' window and ``<predict>`` id; ``variant``
+    and ``window`` left at ``FROM_FILE`` keep what the file says. ``num_heads`` and ``seq_len`` win
+    over ``model_args``, which wins over the stored config, else the defaults (said in the notes).
+    """
+    dims = torch_layout.check(sd)
+    fields = torch_layout.model_fields(model_args)
     notes = []
-    heads = num_heads or _given(model_args, "n_head", "--num-heads")
-    if heads is None:
-        heads = max(D // 64, 1)
+    if stored_config is not None:
+        config = _stored(stored_config)
+    elif variant == FROM_FILE:
+        raise UserError("the checkpoint does not say which variant it is: pass --variant (standard, sps, "
+                        "two_x_memory, delayed_state, reverse_sps).")
+    else:
+        config = sps_config.paper_config("s", variant)
+        config.name = name
+        for field in ("window", "predict_id"):
+            if field in fields:
+                config.model[field] = fields[field]
+    m = config.model
+    if variant != FROM_FILE:
+        m.variant = variant
+    if window != FROM_FILE:
+        m.window = window
+    if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
+        m.window = masks.Visibility(m.variant, m.window).window  # None where the variant has no window
+    heads = num_heads or _given(fields, "num_heads", "n_head", "--num-heads")
+    if heads is None and stored_config is None:
+        heads = max(dims["D"] // 64, 1)
         notes.append(f"the checkpoint has no model_args['n_head']: using d/64 = {heads} heads (pass --num-heads to "
                      "set them)")
-    context = seq_len or _given(model_args, "block_size", "--seq-len")
-    config = sps_config.paper_config("s", variant, window)
-    if context is None:
-        context = config.model.seq_len
-        notes.append(f"the checkpoint has no model_args['block_size']: using a context of {context} (pass "
+    context = seq_len or _given(fields, "seq_len", "block_size", "--seq-len")
+    if context is None and stored_config is None:
+        notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
                      "--seq-len to set it)")
-    config.name = name
-    m = config.model
-    m.num_layers, m.d_model, m.num_heads = layers_of(sd), int(D), int(heads)
-    m.d_ff = int(sd["transformer.h.0.mlp.up_proj.weight"].shape[0])
-    m.vocab_size = int(V)
-    m.seq_len = int(context)
+    m.num_layers, m.d_model, m.d_ff, m.vocab_size = dims["L"], dims["D"], dims["F"], dims["V"]
+    m.num_heads = int(heads or m.num_heads)
+    m.seq_len = int(context or m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
     return config, notes
@@ -184,22 +182,23 @@ def check_out(out: str, force: bool) -> None:
                         "--force to replace that folder with the imported run (it is swapped in only when complete).")
 
 
-def import_checkpoint(path: str, out: str, variant: str, window, num_heads=None, seq_len=None, overrides=(),
-                      trust_pickle: bool = False, step: int | None = None, force: bool = False):
+def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
+                      overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
     """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
     check_out(out, force)
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)
-    args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
-    config, notes = build_config(sd, args, variant, window, num_heads, seq_len, overrides,
-                                 name=f"import-{os.path.splitext(os.path.basename(path))[0]}")
+    get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
+    config, notes = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
+                                 name=f"import-{os.path.splitext(os.path.basename(path))[0]}",
+                                 stored_config=get(torch_layout.CONFIG))
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
-    params = convert_state_dict(sd, config.model.num_heads)
+    params = torch_layout.to_params(sd, config.model.num_heads)
     runs.check_params(net, params)
     if step is None:
-        step = ckpt.get("iter_num", 0) if isinstance(ckpt, dict) else 0
+        step = get(torch_layout.STEP, 0)
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise UserError(f"the checkpoint's iter_num {step!r} is not a step: pass --step.")
+            raise UserError(f"the checkpoint's {torch_layout.STEP} {step!r} is not a step: pass --step.")
     with files.replace_folder(out) as building:
         runs.save_run(building, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
     return config, params, notes
@@ -211,9 +210,11 @@ def main(argv=None) -> int:
     argv, overrides = sps_config.split_config_args(argv)
     p = cli.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="the authors' .pt file")
-    p.add_argument("--variant", required=True, help="standard, sps, two_x_memory, delayed_state, reverse_sps")
-    p.add_argument("--window", default=str(masks.DEFAULT_WINDOW), help="predict window w ('none' for unbounded)")
+    p.add_argument("checkpoint", help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
+    p.add_argument("--variant", default=FROM_FILE,
+                   help="standard, sps, two_x_memory, delayed_state, reverse_sps (default: the file's)")
+    p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
+                   f"else {masks.DEFAULT_WINDOW})")
     p.add_argument("--out", required=True, help="run folder to write (new or empty, or replaced with --force)")
     p.add_argument("--num-heads", type=cli.positive_int, default=None,
                    help="attention heads (default: the file's model_args n_head, else d/64)")
@@ -224,9 +225,9 @@ def main(argv=None) -> int:
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
     args = p.parse_args(argv)
-    config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant,
-                                         sps_config.parse_window(args.window), args.num_heads, args.seq_len,
-                                         overrides, args.trust_pickle, args.step, args.force)
+    window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
+    config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
+                                         args.seq_len, overrides, args.trust_pickle, args.step, args.force)
     for note in notes:
         print(f"note: {note}.")
     m = config.model

@@ -1,7 +1,7 @@
 """Run metrics: ``workdir/metrics.jsonl`` (one JSON object per line, each with "step" and
 "tokens_seen"), TensorBoard event files under ``workdir/tensorboard`` when the ``tensorboard``
-package is installed (written with its own writer; no TensorFlow needed), and the training
-curves drawn from them."""
+package is installed (written with its own writer; no TensorFlow needed), optional further sinks
+(W&B, ``sps_jax.tracking``), and the training curves drawn from them."""
 
 from __future__ import annotations
 
@@ -59,10 +59,12 @@ def curves(workdir: str) -> dict[str, list[dict]]:
 
 
 class Writer:
-    """Appends records to metrics.jsonl (flushed per record) and mirrors scalars to TensorBoard."""
+    """Appends records to metrics.jsonl (flushed per record) and mirrors scalars to TensorBoard and to
+    ``sinks`` (objects with ``write(record)`` and ``close()``: the W&B run of ``sps_jax.tracking``)."""
 
-    def __init__(self, workdir: str, tensorboard: bool = True):
+    def __init__(self, workdir: str, tensorboard: bool = True, sinks=()):
         self.file = open(os.path.join(workdir, METRICS_FILE), "a")
+        self.sinks = list(sinks)
         self.tb = None
         if tensorboard:
             try:
@@ -81,11 +83,15 @@ class Writer:
                       if k != "step" and isinstance(v, (int, float))]
             self.tb.add_event(self._event(wall_time=time.time(), step=int(record["step"]),
                                           summary=self._summary(value=values)))
+        for sink in self.sinks:
+            sink.write(record)
 
     def close(self) -> None:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):

@@ -17,9 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from sps_jax import attention, masks, vocab
+from sps_jax import attention, cross_entropy, masks, vocab
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+# Fields that say how the model is computed, not what it is: a run may resume with other values.
+EXECUTION_FIELDS = ("attention", "remat", "loss_chunk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,9 @@ class ModelConfig:
     pad_id: int = vocab.PAD_ID
     persistent_window: Optional[int] = None
     remat: bool = False
+    # Positions per chunk of the fused LM head + cross-entropy (sps_jax/cross_entropy.py); 0 keeps
+    # the plain path, which materialises the [B, T, V] f32 logits.
+    loss_chunk: int = 4096
 
     def __post_init__(self):
         # Types first: a hand-edited config.json must fail here in one sentence, not deep in the model.
@@ -78,6 +85,8 @@ class ModelConfig:
         if self.d_model % self.num_heads or self.head_dim % 2:
             raise ValueError(
                 f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")
+        if isinstance(self.loss_chunk, bool) or not isinstance(self.loss_chunk, int) or self.loss_chunk < 0:
+            raise ValueError(f"model.loss_chunk must be a non-negative integer (0: unchunked), got {self.loss_chunk!r}.")
         for name in ("eos_id", "predict_id", "pad_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")
@@ -321,15 +330,28 @@ def loss_sums(model: Transformer, params, tokens_BL, positions_BT=None):
     """
     c = model.cfg
     inputs_BT, targets_BT = tokens_BL[:, :-1], tokens_BL[:, 1:]
-    logits_BTV = model.apply({"params": params}, inputs_BT, positions_BT)
     weights_BT = loss_weights(inputs_BT, targets_BT, c.eos_id, c.pad_id)
-    return (token_nll(logits_BTV, targets_BT) * weights_BT).sum(), weights_BT.sum()
+    if not c.loss_chunk:
+        logits_BTV = model.apply({"params": params}, inputs_BT, positions_BT)
+        return (token_nll(logits_BTV, targets_BT) * weights_BT).sum(), weights_BT.sum()
+    h_BTD = model.apply({"params": params}, inputs_BT, positions_BT, return_hidden=True)
+    total = cross_entropy.linear_cross_entropy(h_BTD.reshape(-1, c.d_model), params["embed"],
+                                               targets_BT.reshape(-1), weights_BT.reshape(-1), c.loss_chunk)
+    return total, weights_BT.sum()
 
 
 def loss_fn(model: Transformer, params, tokens_BL):
     """Token-weighted mean next-token loss over the kept positions of the batch."""
     total, count = loss_sums(model, params, tokens_BL)
     return total / jnp.maximum(count, 1.0)
+
+
+def compute_params(params, cfg: ModelConfig):
+    """The weight matrices in the compute dtype, norm scales as they are: what every forward casts
+    them to anyway (so results are bit-identical), done once. Inference loops take these, so a
+    decode step reads bf16 weights instead of converting f32 ones at every step."""
+    cast = lambda x: x.astype(cfg.compute_dtype) if x.ndim >= 2 else x  # noqa: E731
+    return jax.tree_util.tree_map(cast, params)
 
 
 def init_params(model: Transformer, rng):

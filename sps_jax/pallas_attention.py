@@ -34,6 +34,9 @@ under ``interpret=True`` on CPU, which is how the tests check them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import functools
 import math
 
@@ -52,10 +55,94 @@ _EMPTY_LSE = 1e30
 # Softmax runs in base 2 (exp2 is the GPU's native exponential): logits are scaled by
 # log2(e) and the saved log-sum-exp is base 2; gradients are unchanged.
 _LOG2E = math.log2(math.e)
-# GPU defaults: a query tile of 64 positions x 2 streams = 128 rows against 64-key
-# blocks keeps the window band of SPS (w=64) to two or three key blocks per tile.
-DEFAULT_BLOCK_Q = 64
-DEFAULT_BLOCK_K = 64
+
+
+# ----------------------------------------------------------------------------
+# Launch configuration: tiles, warps and pipeline stages per kernel and GPU
+# ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """One kernel's launch: ``block_q`` positions (x S streams) per query tile, ``block_k``
+    positions of one key stream per key block, and Triton's warps and pipeline stages."""
+
+    block_q: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self):
+        for name in ("block_q", "block_k"):
+            b = getattr(self, name)
+            if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 or b & (b - 1):
+                raise ValueError(f"{name} must be a positive power of two (Triton tiles), got {b!r}.")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}.")
+        if not isinstance(self.num_stages, (int, np.integer)) or self.num_stages < 1:
+            raise ValueError(f"num_stages must be a positive integer, got {self.num_stages!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Tiles of the three kernels. Each kernel gets its own: the dK/dV kernel keeps two
+    [block_k, K] f32 accumulators live, so it runs out of registers before the others."""
+
+    forward: Tiles
+    dq: Tiles
+    dkv: Tiles
+
+    @classmethod
+    def uniform(cls, block_q: int, block_k: int, num_warps: int = 4, num_stages: int = 2) -> "Tuning":
+        tiles = Tiles(block_q, block_k, num_warps, num_stages)
+        return cls(tiles, tiles, tiles)
+
+    @property
+    def padded_multiple(self) -> int:
+        """T is padded to a multiple of every block (powers of two: the largest one)."""
+        return max(max(t.block_q, t.block_k) for t in (self.forward, self.dq, self.dkv))
+
+
+# Per (compute capability major, head dim padded to a power of two): the defaults. Each has zero
+# register spills in all three kernels for bf16 and f16 on sm_90a and sm_100a (`python -m
+# sps_jax.bench compile`); among those, the H100 entries are the fastest measured against cuDNN
+# (docs/pallas.md, "Per-target defaults"). Unlisted architectures use the Hopper entries.
+TUNING = {
+    (9, 64): Tuning.uniform(32, 64, num_warps=4, num_stages=3),
+    (9, 128): Tuning(forward=Tiles(32, 64, 4, 2), dq=Tiles(32, 64, 4, 2), dkv=Tiles(32, 32, 4, 2)),
+    (10, 64): Tuning.uniform(32, 64, num_warps=4, num_stages=3),
+    (10, 128): Tuning.uniform(32, 64, num_warps=4, num_stages=2),
+}
+# Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
+_WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
+
+# The GPU a lowering is for when no GPU is attached (deviceless compiles set it; see `lowering_for`).
+_TARGET_CC = contextvars.ContextVar("sps_jax_pallas_target_cc", default=None)
+
+
+@contextlib.contextmanager
+def lowering_for(compute_capability: str):
+    """Pick the defaults of ``compute_capability`` (e.g. "9.0") while lowering without that GPU."""
+    token = _TARGET_CC.set(str(compute_capability))
+    try:
+        yield
+    finally:
+        _TARGET_CC.reset(token)
+
+
+def _target_major() -> int:
+    cc = _TARGET_CC.get()
+    if cc is None:
+        cc = getattr(jax.devices()[0], "compute_capability", None)  # "9.0" on a CUDA device
+    return int(str(cc).split(".")[0]) if cc else 9  # interpret mode: any entry serves
+
+
+def default_tuning(head_dim: int, major: int | None = None) -> Tuning:
+    """The tiles for ``head_dim`` on a GPU of compute capability ``major`` (default: the target)."""
+    major = _target_major() if major is None else major
+    width = pl.next_power_of_2(head_dim)
+    if width > 128:
+        return _WIDE_HEADS
+    return TUNING.get((major, max(width, 64))) or TUNING[(9, max(width, 64))]
 
 
 # ----------------------------------------------------------------------------
@@ -140,7 +227,24 @@ def _ranges(lo, hi, block):
     return xp.stack([first, full_first, full_end, end], axis=-1).astype(xp.int32)
 
 
-def block_tables(doc_ids_BT, vis: masks.Visibility, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+def _query_blocks(q_lo, q_hi, streams: int, block_q: int, block_k: int):
+    """[B, nQ, S, 4] per query tile (block_q positions x S streams) and key stream t: key blocks
+    (block_k positions of stream t) [first, end) hold every visible pair, [full_first, full_end)
+    need no elementwise mask."""
+    B, S, rows_all = q_lo.shape
+    rows = block_q * streams
+    shape = (B, S, rows_all // rows, rows)
+    return _ranges(q_lo.reshape(shape), q_hi.reshape(shape), block_k).swapaxes(1, 2)
+
+
+def _key_blocks(k_lo, k_hi, streams: int, block_q: int, block_k: int):
+    """[B, S, nK, 4] per key block of stream t: the same four numbers over query tiles."""
+    B, keys = k_lo.shape
+    shape = (B, streams, keys // (streams * block_k), block_k)
+    return _ranges(k_lo.reshape(shape), k_hi.reshape(shape), block_q * streams)
+
+
+def block_tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded_len=None):
     """Block-skipping tables for the kernels (pure; exposed for tests).
 
     Returns ``(q_tables, k_tables)``:
@@ -150,29 +254,18 @@ def block_tables(doc_ids_BT, vis: masks.Visibility, block_q=DEFAULT_BLOCK_Q, blo
       and ``[full_first, full_end)`` need no elementwise mask.
     - ``k_tables`` int32 ``[B, S, nK, 4]``: for key block kb of stream t, the same
       four numbers over query tiles (used by the dK/dV kernel).
-    T is padded to a multiple of both block sizes.
+    T is padded to ``padded_len``, by default the next multiple of both block sizes.
     """
-    _check_blocks(block_q, block_k)
-    S = vis.num_streams
-    B, T = doc_ids_BT.shape
-    Tp = _padded_len(T, block_q, block_k)
+    Tiles(block_q, block_k)  # validates the blocks
+    T = doc_ids_BT.shape[1]
+    Tp = _padded_len(T, max(block_q, block_k)) if padded_len is None else padded_len
     q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
-    rows = block_q * S
-    nQ, nK = Tp // block_q, Tp // block_k
-    q_tab = _ranges(q_lo.reshape(B, S, nQ, rows), q_hi.reshape(B, S, nQ, rows), block_k)
-    k_tab = _ranges(k_lo.reshape(B, S, nK, block_k), k_hi.reshape(B, S, nK, block_k), rows)
-    return q_tab.swapaxes(1, 2), k_tab
+    S = vis.num_streams
+    return (_query_blocks(q_lo, q_hi, S, block_q, block_k), _key_blocks(k_lo, k_hi, S, block_q, block_k))
 
 
-def _padded_len(T, block_q, block_k):
-    step = max(block_q, block_k)  # both powers of two: the larger is a multiple of the smaller
-    return -(-T // step) * step
-
-
-def _check_blocks(block_q, block_k):
-    for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if not isinstance(b, (int, np.integer)) or b < 1 or b & (b - 1):
-            raise ValueError(f"{name} must be a positive power of two (Triton tiles), got {b!r}.")
+def _padded_len(T, multiple):
+    return -(-T // multiple) * multiple
 
 
 # ----------------------------------------------------------------------------
@@ -279,17 +372,54 @@ def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref,
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def _compiler_params(interpret):
+def _compiler_params(interpret, tiles: Tiles):
     if interpret:
         return None
     from jax.experimental.pallas import triton as plgpu
 
-    return plgpu.CompilerParams(num_warps=4, num_stages=2)
+    return plgpu.CompilerParams(num_warps=tiles.num_warps, num_stages=tiles.num_stages)
 
 
 # ----------------------------------------------------------------------------
 # pallas_call wrappers and the custom VJP
 # ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Static facts of one call: streams, padded length, softmax scale, interpret mode, tiles."""
+
+    streams: int
+    padded_len: int
+    scale: float
+    interpret: bool
+    tuning: Tuning
+    scores: tuple  # (forward, dQ, dK/dV) scores computed per batch row and head, one document
+
+
+# Matmul FLOPs per computed score and head dim: forward QK^T and PV; dQ recomputes QK^T and adds
+# dO V^T and dS K; dK/dV recomputes K Q^T and adds P^T dO, V dO^T and dS^T Q.
+_FLOPS_PER_SCORE = {"sps_flash_forward": 4, "sps_flash_dq": 6, "sps_flash_dkv": 8}
+
+
+@functools.lru_cache(maxsize=256)
+def _computed_scores(vis, T, Tp, tuning):
+    """Scores each kernel computes for one document of T positions (what XLA's cost model is
+    told: an upper bound, since documents only remove blocks)."""
+    doc = np.zeros((1, T), np.int32)
+    counts = []
+    for tiles, side in ((tuning.forward, 0), (tuning.dq, 0), (tuning.dkv, 1)):
+        tab = block_tables(doc, vis, tiles.block_q, tiles.block_k, padded_len=Tp)[side]
+        counts.append(int((tab[..., 3] - tab[..., 0]).sum()) * tiles.block_q * vis.num_streams * tiles.block_k)
+    return tuple(counts)
+
+
+def _cost(name, scores, q_BNHK, *others):
+    """Tell XLA what a kernel costs (it counts a custom kernel as free otherwise)."""
+    B, _, H, Dh = q_BNHK.shape
+    io_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in (q_BNHK,) + others)
+    return pl.CostEstimate(flops=_FLOPS_PER_SCORE[name] * Dh * scores * B * H,
+                           transcendentals=scores * B * H, bytes_accessed=io_bytes)
+
 
 def _row_block(b, h, i):
     """Block i of the rows (queries or keys) of batch b, head h."""
@@ -297,7 +427,7 @@ def _row_block(b, h, i):
 
 
 def _query_tile_specs(S, rows, M, Dh):
-    """Inputs shared by the forward and dQ kernels, which walk the same query-side tables:
+    """Inputs shared by the forward and dQ kernels, which walk the same kind of query-side tables:
     the tile's block table, its rows' [lo, hi) intervals, the query tile, and all of K and V."""
     whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     return [
@@ -310,16 +440,22 @@ def _query_tile_specs(S, rows, M, Dh):
     ]
 
 
-def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi):
-    S, block_q, block_k, Tp, scale, interpret = plan
+def _query_table(plan, tiles, q_lo, q_hi):
+    """[B, tiles, 4 * S] block table of a query-side kernel (forward or dQ) with ``tiles``."""
+    q_tab = _query_blocks(q_lo, q_hi, plan.streams, tiles.block_q, tiles.block_k)
+    B, nQ = q_tab.shape[:2]
+    return q_tab.reshape(B, nQ, 4 * plan.streams)
+
+
+def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
+    S, Tp, tiles = plan.streams, plan.padded_len, plan.tuning.forward
     B, N, H, Dh = q_BNHK.shape
-    rows, M = block_q * S, S * Tp
-    grid = (B, H, N // rows)
-    kernel = functools.partial(_forward_kernel, streams=S, block_k=block_k, padded_len=Tp,
-                               scale=scale)
+    rows, M = tiles.block_q * S, S * Tp
+    kernel = functools.partial(_forward_kernel, streams=S, block_k=tiles.block_k, padded_len=Tp,
+                               scale=plan.scale)
     return pl.pallas_call(
         kernel,
-        grid=grid,
+        grid=(B, H, N // rows),
         in_specs=_query_tile_specs(S, rows, M, Dh),
         out_specs=[
             pl.BlockSpec((None, rows, None, Dh), _row_block),
@@ -327,24 +463,26 @@ def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi):
         ],
         out_shape=[jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
                    jax.ShapeDtypeStruct((B, H, N), jnp.float32)],
-        interpret=interpret,
-        compiler_params=_compiler_params(interpret),
+        interpret=plan.interpret,
+        compiler_params=_compiler_params(plan.interpret, tiles),
+        cost_estimate=_cost("sps_flash_forward", plan.scores[0], q_BNHK, k_BMHK, v_BMHK, q_BNHK),
         name="sps_flash_forward",
-    )(q_tab.reshape(B, N // rows, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
+    )(_query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
 
 
 def _backward(plan, res, do_BNHK):
-    S, block_q, block_k, Tp, scale, interpret = plan
-    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi = res
+    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi = res
+    S, Tp = plan.streams, plan.padded_len
     B, N, H, Dh = q_BNHK.shape
-    rows, M = block_q * S, S * Tp
+    M = S * Tp
     # delta_r = sum_d dO * O: an O(N*Dh) row reduction, left to XLA.
     delta_BHN = jnp.einsum("bnhd,bnhd->bhn", do_BNHK.astype(jnp.float32),
                            o_BNHK.astype(jnp.float32))
-    whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
+    tiles = plan.tuning.dq
+    rows = tiles.block_q * S
     row_vec = pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))
     dq = pl.pallas_call(
-        functools.partial(_dq_kernel, streams=S, block_k=block_k, padded_len=Tp, scale=scale),
+        functools.partial(_dq_kernel, streams=S, block_k=tiles.block_k, padded_len=Tp, scale=plan.scale),
         grid=(B, H, N // rows),
         in_specs=_query_tile_specs(S, rows, M, Dh) + [
             pl.BlockSpec((None, rows, None, Dh), _row_block),
@@ -352,14 +490,19 @@ def _backward(plan, res, do_BNHK):
         ],
         out_specs=pl.BlockSpec((None, rows, None, Dh), _row_block),
         out_shape=jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
-        interpret=interpret,
-        compiler_params=_compiler_params(interpret),
+        interpret=plan.interpret,
+        compiler_params=_compiler_params(plan.interpret, tiles),
+        cost_estimate=_cost("sps_flash_dq", plan.scores[1], q_BNHK, k_BMHK, v_BMHK, do_BNHK, q_BNHK),
         name="sps_flash_dq",
-    )(q_tab.reshape(B, N // rows, 4 * S), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
+    )(_query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
       lse_BHN, delta_BHN)
+    tiles = plan.tuning.dkv
+    rows, block_k = tiles.block_q * S, tiles.block_k
+    k_tab = _key_blocks(k_lo, k_hi, S, tiles.block_q, block_k)
+    whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
     dk, dv = pl.pallas_call(
-        functools.partial(_dkv_kernel, rows_per_tile=rows, scale=scale),
+        functools.partial(_dkv_kernel, rows_per_tile=rows, scale=plan.scale),
         grid=(B, H, M // block_k),
         in_specs=[
             pl.BlockSpec((None, None, 4), lambda b, h, i: (b, i, 0)),
@@ -374,8 +517,10 @@ def _backward(plan, res, do_BNHK):
         out_specs=[pl.BlockSpec((None, block_k, None, Dh), _row_block)] * 2,
         out_shape=[jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype),
                    jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)],
-        interpret=interpret,
-        compiler_params=_compiler_params(interpret),
+        interpret=plan.interpret,
+        compiler_params=_compiler_params(plan.interpret, tiles),
+        cost_estimate=_cost("sps_flash_dkv", plan.scores[2], q_BNHK, k_BMHK, v_BMHK, do_BNHK,
+                            k_BMHK, v_BMHK),
         name="sps_flash_dkv",
     )(k_tab.reshape(B, M // block_k, 4), k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK,
       lse_BHN, delta_BHN)
@@ -383,18 +528,18 @@ def _backward(plan, res, do_BNHK):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi):
-    return _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi)[0]
+def _flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
+    return _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)[0]
 
 
-def _flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi):
-    o_BNHK, lse_BHN = _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_tab, q_lo, q_hi)
-    return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
+def _flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
+    o_BNHK, lse_BHN = _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)
+    return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi)
 
 
 def _flash_bwd(plan, res, do_BNHK):
-    dq, dk, dv = _backward(plan, res, do_BNHK)
-    return (dq, dk, dv) + (None,) * 6
+    # Each kernel derives its block table from the row intervals with its own tiles.
+    return _backward(plan, res, do_BNHK) + (None,) * 4
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -426,58 +571,63 @@ def _check_inputs(q, k, v, doc_ids_BT, vis):
                          "(as masks.document_ids makes them).")
 
 
-@functools.partial(jax.jit, static_argnames=("vis", "interpret", "block_q", "block_k"))
-def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, interpret, block_q, block_k):
+@functools.partial(jax.jit, static_argnames=("vis", "interpret", "tuning"))
+def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, interpret, tuning):
     B, T, S, H, Dh = q_BTSHK.shape
-    Tp = _padded_len(T, block_q, block_k)
+    Tp = _padded_len(T, tuning.padded_multiple)
     Dp = pl.next_power_of_2(Dh)  # Triton tiles need power-of-two extents; zero columns are inert
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, Dp - Dh)]
     q_BNHK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, Dp)
     # Stream-major keys, so a key block is block_k positions of one stream.
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(B, S * Tp, H, Dp)  # noqa: E731
-    q_tab, k_tab = block_tables(doc_ids_BT, vis, block_q=block_q, block_k=block_k)
     q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
-    plan = (S, block_q, block_k, Tp, Dh ** -0.5, interpret)
-    o_BNHK = _flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK),
-                    q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
+    plan = _Plan(S, Tp, Dh ** -0.5, interpret, tuning, _computed_scores(vis, T, Tp, tuning))
+    o_BNHK = _flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK), q_lo, q_hi, k_lo, k_hi)
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
 
 
 def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, interpret=False,
-              block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+              tuning: Tuning | None = None):
     """Flash attention under the visibility rule ``vis`` (differentiable).
 
     q, k, v ``[B, T, S, H, K]``; returns the same shape and dtype as q, scaled by
-    1/sqrt(K) inside. ``block_q`` positions (x S streams) per query tile, ``block_k``
-    positions of one stream per key block, both powers of two; T need not be a
-    multiple. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
+    1/sqrt(K) inside. ``tuning`` gives each kernel's tiles, warps and stages (default:
+    :func:`default_tuning` for the head dim and the target GPU); T need not be a
+    multiple of any block. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
     """
     _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
-    _check_blocks(block_q, block_k)
+    if tuning is None:
+        tuning = default_tuning(q_BTSHK.shape[-1])
+    elif not isinstance(tuning, Tuning):
+        raise TypeError(f"tuning must be a pallas_attention.Tuning, got {type(tuning).__name__}.")
     return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis,
-                      interpret=bool(interpret), block_q=int(block_q), block_k=int(block_k))
+                      interpret=bool(interpret), tuning=tuning)
 
 
 def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
-    """The ``pallas`` backend of sps_jax.attention: interpret mode off GPU."""
-    return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, interpret=jax.default_backend() != "gpu")
+    """The ``pallas`` backend of sps_jax.attention: interpret mode off GPU (unless lowering for one)."""
+    interpret = jax.default_backend() != "gpu" and _TARGET_CC.get() is None
+    return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, interpret=interpret)
 
 
-def score_counts(doc_ids_BT, vis: masks.Visibility, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
+def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     """Scores for batch row 0 and one head: visible pairs, computed by the forward
-    kernel, and computed by a dense causal kernel over the N = T*S interleaved slots
-    (N(N+1)/2). Returns a dict of Python ints."""
+    kernel and by the dK/dV kernel (blocks x block area, each with its own tiles), and
+    computed by a dense causal kernel over the N = T*S interleaved slots (N(N+1)/2).
+    Returns a dict of Python ints."""
     doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]  # host-side: O(T) numpy
     T = doc_ids_BT.shape[1]
-    Tp = _padded_len(T, block_q, block_k)
+    S = vis.num_streams
+    Tp = _padded_len(T, tuning.padded_multiple)
     q_lo, q_hi, _, _ = row_intervals(doc_ids_BT, vis, padded_len=Tp)
-    q_tab, k_tab = block_tables(doc_ids_BT, vis, block_q=block_q, block_k=block_k)
-    visible = int(np.maximum(q_hi - q_lo, 0).sum())
+    fwd, dkv = tuning.forward, tuning.dkv
+    q_tab, _ = block_tables(doc_ids_BT, vis, fwd.block_q, fwd.block_k, padded_len=Tp)
+    _, k_tab = block_tables(doc_ids_BT, vis, dkv.block_q, dkv.block_k, padded_len=Tp)
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
     blocks_dkv = int((k_tab[..., 3] - k_tab[..., 0]).sum())
-    masked_fwd = blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum())
-    N = T * vis.num_streams
-    tile = block_q * vis.num_streams * block_k
-    return {"visible": visible, "computed": blocks_fwd * tile, "computed_dkv": blocks_dkv * tile,
-            "masked_blocks": masked_fwd, "blocks": blocks_fwd,
+    N = T * S
+    return {"visible": int(np.maximum(q_hi - q_lo, 0).sum()),
+            "computed": blocks_fwd * fwd.block_q * S * fwd.block_k,
+            "computed_dkv": blocks_dkv * dkv.block_q * S * dkv.block_k,
+            "masked_blocks": blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum()), "blocks": blocks_fwd,
             "dense_causal": N * (N + 1) // 2}

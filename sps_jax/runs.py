@@ -102,7 +102,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         try:
             saved = read_config(workdir)
             old, new = json.loads(saved.model.to_json()), json.loads(config.model.to_json())
-            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            changed = sorted(k for k in set(old) | set(new)  # another attention backend may resume the run
+                             if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
             if changed:
                 other = f"a run of another model ({', '.join(changed)} differ)"
         except (ValueError, OSError) as e:

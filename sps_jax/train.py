@@ -25,7 +25,7 @@ import optax
 
 from sps_jax import checkpoint, cli, config as sps_config, flops, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, runs
+from sps_jax import optim, runs, tracking
 from sps_jax.data import loader, prepare
 
 
@@ -177,6 +177,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count())
     cfg, t = p["model"], config.train
+    if tracking.enabled(config):
+        tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)
     _ensure_data(config, log)
     train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
@@ -240,7 +242,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                         "process_count": jax.process_count(), "elapsed_s": elapsed_before + time.time() - run_start},
                        iterator.get_state())
 
-        writer = metrics.Writer(workdir, t.tensorboard) if jax.process_index() == 0 else None
+        if jax.process_index() == 0:
+            writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
         emit = writer.write if writer else (lambda record: None)
         step, record, val_loss, stopped_by = start_step, {}, None, None
         run_start = time.time()

@@ -4,6 +4,9 @@ import os
 
 # Tests compare numbers across backends: keep XLA's CPU results deterministic and f32 exact.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+# Tests run on the CPU; the CUDA plugin (installed for the deviceless compiles) and libtpu then
+# stay quiet, and their topologies can still be built for compiling without the device.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -79,6 +79,17 @@ def env(devices=1):
     return e
 
 
+# jax's CUDA plugin (the test extra installs it for deviceless GPU compiles) logs from native code when it
+# loads on a machine without an NVIDIA driver, before any of a command's own code runs.
+PLUGIN_NOTICES = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+                  "cudart_stub.cc:")
+
+
+def own_lines(stderr: str) -> list[str]:
+    """The lines a command wrote to stderr itself: the CUDA plugin's no-driver notices left out."""
+    return [line for line in stderr.splitlines() if not any(n in line for n in PLUGIN_NOTICES)]
+
+
 def run_module(module, *args, devices=1, timeout=600):
     """``python -m module args...`` from the repository root; the CompletedProcess (text output)."""
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=env(devices),

@@ -3,15 +3,17 @@ independent numpy forward of their state dict, in the paper's interleaved x0 rho
 files are one sentence, and an existing run is never overwritten without --force."""
 
 import os
+import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch  # the test extra installs it: a missing torch fails here instead of skipping
 
-from sps_jax import import_torch, masks, runs
+from sps_jax import import_torch, runs
 from tests import fuzz
 from tests.helpers import run_module
+from tests.torch_reference import numpy_forward
 
 V, D, H, L, T = 64, 32, 2, 2, 12
 EOS, PREDICT, PAD = 60, 61, 63
@@ -37,51 +39,14 @@ def synthetic_state_dict(seed=0, compiled=True):
     return {k: v.contiguous() for k, v in sd.items()}
 
 
-def numpy_forward(sd, tokens, variant, window):
-    """Their model written out directly: interleaved slots, [out, in] Linear weights, interleaved RoPE pairs."""
-    sd = {k.replace("_orig_mod.", ""): v.numpy().astype(np.float64) for k, v in sd.items()}
-    vis = masks.Visibility(variant, window)
-    S = vis.num_streams
-    K = D // H
-    wte = sd["transformer.wte.weight"]
-    slots = []
-    for t in tokens:  # x_i then rho_i at the same position
-        slots.append(wte[t])
-        if S == 2:
-            slots.append(wte[PREDICT])
-    x = np.stack(slots)                                        # [N, D], N = T * S
-    pos = np.repeat(np.arange(len(tokens)), S)
-    doc = masks.document_ids(np.asarray([tokens]), EOS, PAD)
-    allowed = masks.dense_mask(vis, doc)[0]                     # [N, N]
-
-    def rms(v, w):
-        return v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-6) * w
-
-    def rope(v):                                               # [N, H, K], pairs (2k, 2k+1)
-        inv = 10000.0 ** (-np.arange(0, K, 2) / K)
-        ang = pos[:, None, None] * inv
-        a, b = v[..., 0::2], v[..., 1::2]
-        out = np.empty_like(v)
-        out[..., 0::2] = a * np.cos(ang) - b * np.sin(ang)
-        out[..., 1::2] = a * np.sin(ang) + b * np.cos(ang)
-        return out
-
-    for i in range(L):
-        p = f"transformer.h.{i}."
-        h = rms(x, sd[p + "attention_norm.weight"])
-        qkv = h @ sd[p + "attn.c_attn.weight"].T
-        q, k, v = (qkv[:, j * D:(j + 1) * D].reshape(-1, H, K) for j in range(3))
-        q, k = rope(q), rope(k)
-        scores = np.einsum("qhk,shk->hqs", q, k) / np.sqrt(K)
-        scores = np.where(allowed[None], scores, -np.inf)
-        w = np.exp(scores - scores.max(-1, keepdims=True))
-        w /= w.sum(-1, keepdims=True)
-        x = x + np.einsum("hqs,shk->qhk", w, v).reshape(-1, D) @ sd[p + "attn.c_proj.weight"].T
-        h = rms(x, sd[p + "mlp_norm.weight"])
-        gate = h @ sd[p + "mlp.gate_proj.weight"].T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[p + "mlp.down_proj.weight"].T
-    x = rms(x, sd["transformer.output_norm.weight"])
-    return x[vis.logits_stream::S] @ sd["lm_head.weight"].T
+def logits_match(run, sd, variant="sps", window=2):
+    net, params, step = runs.load_model(str(run))
+    tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
+    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+    theirs = numpy_forward({k.replace("_orig_mod.", ""): v.numpy() for k, v in sd.items()}, tokens, variant, window,
+                           H, PREDICT, EOS, PAD)
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-4)
+    return net, step
 
 
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1)])
@@ -93,11 +58,8 @@ def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant,
     rc = import_torch.main([str(path), "--variant", variant, "--window", str(window),
                             "--out", str(tmp_path / "run"), *OVERRIDES])
     assert rc == 0
-    net, params, step = runs.load_model(str(tmp_path / "run"))
+    net, step = logits_match(tmp_path / "run", sd, variant, window)
     assert step == 3 and net.cfg.num_heads == H and net.cfg.seq_len == T and net.cfg.variant == variant
-    tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
-    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
-    np.testing.assert_allclose(ours, numpy_forward(sd, tokens, variant, window), rtol=2e-4, atol=2e-4)
 
 
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
@@ -114,21 +76,13 @@ def test_cli_reports_a_file_that_is_not_a_checkpoint(tmp_path):
     assert proc.returncode == 2 and "not an SPS PyTorch checkpoint" in proc.stderr
 
 
-def logits_match(run, sd, variant="sps", window=2):
-    net, params, _ = runs.load_model(str(run))
-    tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
-    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
-    np.testing.assert_allclose(ours, numpy_forward(sd, tokens, variant, window), rtol=2e-4, atol=2e-4)
-    return net
-
-
 def test_a_state_dict_without_prefix_or_model_args_imports_with_the_heads_and_context_given(tmp_path, capsys):
     sd = synthetic_state_dict(compiled=False)  # no _orig_mod. prefix (not saved from torch.compile)
     path = tmp_path / "plain.pt"
     torch.save({"model": sd}, path)
     assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "run"),
                               "--num-heads", str(H), "--seq-len", str(T), *OVERRIDES]) == 0
-    net = logits_match(tmp_path / "run", sd)
+    net, _ = logits_match(tmp_path / "run", sd)
     assert (net.cfg.num_heads, net.cfg.seq_len) == (H, T) and "note:" not in capsys.readouterr().out
     # Without the flags the file says nothing of heads or context: the output says which defaults were used.
     assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "guess"),
@@ -178,3 +132,22 @@ def test_a_tensor_of_the_wrong_shape_names_the_parameter_and_both_shapes(tmp_pat
     message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
     assert f"transformer.h.0.attn.c_attn.weight has shape ({2 * D}, {D})" in message
     assert f"needs ({3 * D}, {D})" in message
+
+
+def test_a_missing_package_names_its_extra(tmp_path, monkeypatch):
+    torch.save({"model": synthetic_state_dict()}, tmp_path / "ckpt.pt")
+    (tmp_path / "ckpt.safetensors").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    for name, extra in (("ckpt.pt", ".[torch]"), ("ckpt.safetensors", ".[safetensors]")):
+        argv = [str(tmp_path / name), "--variant", "sps", "--out", str(tmp_path / "run")]
+        outcome = fuzz.call(import_torch.main, argv)
+        assert outcome.status == 2 and outcome.problem() is None and f"pip install -e '{extra}'" in outcome.stderr
+
+
+def test_a_damaged_safetensors_file_is_one_sentence(tmp_path):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(os.urandom(512))
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "bad.safetensors is not a safetensors file" in outcome.stderr and not (tmp_path / "run").exists()

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from sps_jax import attention, masks, model as sps_model
+from sps_jax import aot, attention, hardware, masks, model as sps_model
 from sps_jax import pallas_attention as pa
 from tests.helpers import EOS, PAD, small_config
 
@@ -47,9 +47,10 @@ def outputs_and_grads(fn, q, k, v, ct):
     return (out,) + vjp(ct)
 
 
-def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK):
+def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK, tuning=None):
+    tuning = tuning or pa.Tuning.uniform(block_q, block_k)
     return functools.partial(pa.attention, doc_ids_BT=doc, vis=Vis(variant, window, persistent_window),
-                             interpret=True, block_q=block_q, block_k=block_k)
+                             interpret=True, tuning=tuning)
 
 
 def xla_fn(doc, variant, window, persistent_window=None):
@@ -57,10 +58,10 @@ def xla_fn(doc, variant, window, persistent_window=None):
                              vis=Vis(variant, window, persistent_window))
 
 
-def assert_matches_reference(variant, window, persistent_window=None, T=T, block=BLOCK, tol=2e-5):
+def assert_matches_reference(variant, window, persistent_window=None, T=T, block=BLOCK, tol=2e-5, tuning=None):
     doc = layout_doc_ids(T)
     q, k, v, ct = random_qkv(0, variant, T)
-    got = outputs_and_grads(pallas_fn(doc, variant, window, persistent_window, block, block), q, k, v, ct)
+    got = outputs_and_grads(pallas_fn(doc, variant, window, persistent_window, block, block, tuning), q, k, v, ct)
     want = outputs_and_grads(xla_fn(doc, variant, window, persistent_window), q, k, v, ct)
     for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
@@ -183,17 +184,13 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
     k_hi = jnp.where(key_doc, jnp.minimum(k_hi, 20 * S), k_hi)
     k_lo = jnp.where(k_lo < k_hi, k_lo, 0)
     k_hi = jnp.where(k_lo < k_hi, k_hi, 0)
-    R = BLOCK * S
-    q_tab = jnp.swapaxes(pa._ranges(q_lo.reshape(1, S, Tp // BLOCK, R),
-                                    q_hi.reshape(1, S, Tp // BLOCK, R), BLOCK), 1, 2)
-    k_tab = pa._ranges(k_lo.reshape(1, S, Tp // BLOCK, BLOCK), k_hi.reshape(1, S, Tp // BLOCK, BLOCK), R)
-    plan = (S, BLOCK, BLOCK, Tp, 8 ** -0.5, True)
+    plan = pa._Plan(S, Tp, 8 ** -0.5, True, pa.Tuning.uniform(BLOCK, BLOCK), scores=(0, 0, 0))
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, 0)]
     to_q = lambda x: jnp.pad(x, pad).reshape(1, Tp * S, 2, 8)  # noqa: E731
     to_k = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(1, S * Tp, 2, 8)  # noqa: E731
 
     def kernel(q, k, v):
-        o = pa._flash(plan, to_q(q), to_k(k), to_k(v), q_tab, q_lo, q_hi, k_tab, k_lo, k_hi)
+        o = pa._flash(plan, to_q(q), to_k(k), to_k(v), q_lo, q_hi, k_lo, k_hi)
         return o.reshape(1, Tp, S, 2, 8)[:, :T]
 
     # Dense reference over the same intervals: visible[r, (j, t)] = q_lo[t, r] <= j < q_hi[t, r].
@@ -223,7 +220,7 @@ def dense_block_classes(variant, window, doc, block_q, block_k, persistent_windo
     vis = Vis(variant, window, persistent_window)
     S = vis.num_streams
     B, T = doc.shape
-    Tp = pa._padded_len(T, block_q, block_k)
+    Tp = pa._padded_len(T, max(block_q, block_k))
     dense = np.zeros((B, Tp * S, Tp, S), bool)  # query row, key position, key stream
     dense[:, :T * S, :T] = np.asarray(masks.dense_mask(vis, doc)).reshape(B, T * S, T, S)
     nQ, nK = Tp // block_q, Tp // block_k
@@ -268,17 +265,18 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
 
 
 def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_slots():
-    counts = pa.score_counts(np.zeros((1, 4096), np.int32), Vis("sps", 64))
+    counts = pa.score_counts(np.zeros((1, 4096), np.int32), Vis("sps", 64), pa.default_tuning(64, major=9))
     assert counts["visible"] <= counts["computed"]
     assert counts["computed"] / counts["dense_causal"] <= 0.57
-    with_docs = pa.score_counts(np.repeat(np.arange(8, dtype=np.int32), 512)[None], Vis("sps", 64))
+    with_docs = pa.score_counts(np.repeat(np.arange(8, dtype=np.int32), 512)[None], Vis("sps", 64),
+                                pa.default_tuning(64, major=9))
     assert with_docs["computed"] < 0.6 * counts["computed"]  # blocks across documents are skipped
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
     doc = layout_doc_ids()
-    counts = pa.score_counts(doc, Vis(variant, 3), block_q=4, block_k=4)
+    counts = pa.score_counts(doc, Vis(variant, 3), pa.Tuning.uniform(4, 4))
     assert counts["visible"] == int(np.asarray(masks.dense_mask(Vis(variant, 3), doc[:1])).sum())
     assert counts["visible"] <= counts["computed"]
 
@@ -329,7 +327,9 @@ def test_bad_input_stops_with_a_clear_message():
     with pytest.raises(TypeError, match="masks.Visibility"):
         pa.attention(q, k, v, doc, "sps", interpret=True)
     with pytest.raises(ValueError, match="power of two"):
-        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, block_q=6)
+        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=pa.Tuning.uniform(6, 8))
+    with pytest.raises(TypeError, match="Tuning"):
+        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=(8, 8))
     with pytest.raises(ValueError, match="S=1"):
         pa.attention(q, k, v, doc, Vis("standard"), interpret=True)
     split = doc.copy()
@@ -338,15 +338,41 @@ def test_bad_input_stops_with_a_clear_message():
         pa.attention(q, k, v, split, Vis("sps", 2), interpret=True)
 
 
+def test_mixed_tiles_per_kernel_match_reference():
+    """Each kernel may use its own tiles (the dK/dV kernel's differ from the others' by default)."""
+    tuning = pa.Tuning(forward=pa.Tiles(4, 8), dq=pa.Tiles(8, 4), dkv=pa.Tiles(16, 2))
+    assert_matches_reference("sps", BLOCK + 1, tuning=tuning)
+
+
+def test_default_tuning_follows_the_target_and_head_dim():
+    assert pa.default_tuning(64, major=9) == pa.TUNING[(9, 64)]
+    assert pa.default_tuning(100, major=10) == pa.TUNING[(10, 128)]  # padded to a power of two
+    assert pa.default_tuning(48, major=8) == pa.TUNING[(9, 64)]      # unlisted GPUs use Hopper's
+    with pa.lowering_for("10.0"):
+        assert pa.default_tuning(128) == pa.TUNING[(10, 128)]
+    for bad in (dict(block_q=0, block_k=8), dict(block_q=8, block_k=8, num_warps=3),
+                dict(block_q=8, block_k=8, num_stages=0)):
+        with pytest.raises(ValueError):
+            pa.Tiles(**bad)
+
+
 def test_kernels_lower_to_triton_for_nvidia_gpus():
-    """Cross-platform lowering runs the Pallas->Triton lowering of all three kernels without a GPU."""
+    """Cross-platform lowering runs the Pallas->Triton lowering of all three kernels without a GPU,
+    each with its own warps and stages from the per-target table."""
     q = jnp.zeros((1, 256, 2, 2, 64), jnp.bfloat16)
     doc = jnp.zeros((1, 256), jnp.int32)
+    tuning = pa.Tuning(forward=pa.Tiles(32, 64, 4, 3), dq=pa.Tiles(32, 64, 8, 2), dkv=pa.Tiles(64, 32, 2, 1))
 
     def loss(q, k, v):
-        out = pa._attention(q, k, v, doc, Vis("sps", 64), interpret=False, block_q=64, block_k=64)
+        out = pa._attention(q, k, v, doc, Vis("sps", 64), interpret=False, tuning=tuning)
         return out.astype(jnp.float32).sum()
 
-    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q).lower(
-        lowering_platforms=("cuda",)).as_text()
-    assert text.count("__gpu$xla.gpu.triton") == 3  # forward, dQ, dK/dV
+    with aot.lowering_context(hardware.ACCELERATORS["h100"]):
+        text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q).lower(
+            lowering_platforms=("cuda",)).as_text()
+    calls = [line for line in text.splitlines() if "__gpu$xla.gpu.triton" in line]
+    assert len(calls) == 3  # forward, dQ, dK/dV
+    launches = {name: (warps, stages) for name, warps, stages in
+                ((c.split('name = "')[1].split('"')[0], int(c.split("num_warps = ")[1].split()[0].rstrip(",}")),
+                  int(c.split("num_stages = ")[1].split()[0].rstrip(",}"))) for c in calls)}
+    assert launches == {"sps_flash_forward": (4, 3), "sps_flash_dq": (8, 2), "sps_flash_dkv": (2, 1)}

@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m sps_jax.bench {attention,train,generate,smoke} ...`` (``sps-bench``).
+"""Benchmarks: ``python -m sps_jax.bench {attention,train,generate,smoke,compile} ...`` (``sps-bench``).
 
 Each command lives in its own module (``sps_jax.bench.<name>``, a ``main(argv)``), so this
 entry point stays a thin dispatcher. Figures are ratios measured side by side in one run;
@@ -17,6 +17,7 @@ COMMANDS = {
     "train": "training step throughput (input tokens/s) and MFU",
     "generate": "prefill + decode throughput and peak memory of every variant vs Standard",
     "smoke": "forward, loss and gradient of every variant on a config (a quick health check)",
+    "compile": "deviceless compile for H100/B200/TPU: kernel binaries, per-device memory and FLOPs",
 }
 
 

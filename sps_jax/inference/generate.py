@@ -43,6 +43,7 @@ def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positio
     of position t are ``model.unembed(h[:, t:t+1], params["embed"])``.
     """
     B, T = tokens_BT.shape
+    params = sps_model.compute_params(params, cfg)
     if positions_BT is None:
         positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     doc_ids_BT = masks.document_ids(tokens_BT, cfg.eos_id, cfg.pad_id)
@@ -95,6 +96,7 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     B = logits_BV.shape[0]
     limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
     num_tokens = cfg.eos_id + 1
+    params = sps_model.compute_params(params, cfg)  # once, outside the loop
 
     def pick(i, logits, out, done):
         token = sample_logits(logits, jax.random.fold_in(rng, i), sampling, num_tokens)

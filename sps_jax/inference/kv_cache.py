@@ -152,7 +152,10 @@ class _LayerView:
         if windowed:
             kv = kv.replace(k_BHRK=fill_ring(kv.k_BHRK, heads_first(k_BTSHK, windowed[0]), axis=2),
                             v_BHRK=fill_ring(kv.v_BHRK, heads_first(v_BTSHK, windowed[0]), axis=2))
-        return o_BTSHK, kv
+        # Tie this layer's cache writes to its output: otherwise XLA schedules every layer's
+        # writes after the last layer and keeps all layers' q/k/v alive until then (1.6x the
+        # prefill memory of Standard for two-stream variants at the paper's workload).
+        return jax.lax.optimization_barrier((o_BTSHK, kv))
 
     def _decode(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
         """One position: attend over persistent slots (this one written first), ring and own window slot."""

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from sps_jax.bench import attention as bench_attention
+from sps_jax.bench import __main__ as bench_main, attention as bench_attention
+from tests import fuzz
 
 
 def test_benchmark_tables_and_json(tmp_path):
@@ -26,3 +27,18 @@ def test_benchmark_tables_and_json(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["counts"]["sps"]["computed"] < saved["counts"]["sps"]["dense_causal"]
     assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
+
+
+def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
+    from sps_jax import pallas_attention as pa
+
+    args = bench_attention.parse_args(["--head-dim", "128", "--num-warps", "8"])
+    default = pa.default_tuning(128)
+    for got, base in zip((args.tuning.forward, args.tuning.dq, args.tuning.dkv),
+                         (default.forward, default.dq, default.dkv)):
+        assert got.num_warps == 8 and (got.block_q, got.block_k, got.num_stages) == (
+            base.block_q, base.block_k, base.num_stages)
+    assert bench_attention.parse_args([]).tuning == pa.default_tuning(64)
+    outcome = fuzz.call(bench_main.main, ["attention", "--block-q", "48"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "block_q must be a positive power of two" in outcome.stderr

@@ -1,0 +1,159 @@
+"""The Pallas kernels as GPU binaries: registers, spills, shared memory and launch grid per kernel.
+
+One deviceless compile of the attention forward and backward builds all three Triton kernels
+for the target (XLA runs Triton and ptxas). The PTX comes out of XLA's dump; ``ptxas -v`` on it
+gives registers, spill bytes and the stack frame, and XLA's thunk sequence gives each launch's
+grid, threads and dynamic shared memory (Triton's shared memory is all dynamic, so ptxas does not
+report it). A configuration that needs more shared memory than the card has fails to compile with
+XLA's resource error, which is reported as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+from sps_jax import hardware, masks
+from sps_jax import pallas_attention as pa
+from sps_jax.aot import topology
+
+KERNELS = ("sps_flash_forward", "sps_flash_dq", "sps_flash_dkv")
+TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash_dkv": "dkv"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """An attention shape: its name, heads and head dim at sequence length T (batch 1: the binary
+    does not depend on the batch, only the grid does)."""
+
+    name: str
+    heads: int
+    head_dim: int
+    seq_len: int = 4096
+
+
+# The paper's S (12 x 64) and XL (25 x 64) attention, and the common 128-wide head at S's width.
+SHAPES = (Shape("S", 12, 64), Shape("XL", 25, 64), Shape("S, Dh 128", 6, 128))
+
+
+def find_ptxas() -> str | None:
+    """ptxas from PATH, the pip package ``nvidia-cuda-nvcc-cu12``, or a CUDA install (XLA's own order)."""
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    try:
+        import nvidia.cuda_nvcc as nvcc  # the .[aot-gpu] extra's ptxas
+
+        candidate = os.path.join(list(nvcc.__path__)[0], "bin", "ptxas")
+        if os.path.exists(candidate):
+            return candidate
+    except ImportError:
+        pass
+    candidate = "/usr/local/cuda/bin/ptxas"
+    return candidate if os.path.exists(candidate) else None
+
+
+def parse_ptxas(text: str) -> dict:
+    """Registers, spill stores/loads and stack frame bytes from one kernel's ``ptxas -v`` report."""
+    info = {}
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if m:
+        info.update(stack_frame_bytes=int(m[1]), spill_store_bytes=int(m[2]), spill_load_bytes=int(m[3]))
+    m = re.search(r"Used (\d+) registers", text)
+    if m:
+        info["registers"] = int(m[1])
+    return info
+
+
+def parse_launches(thunk_text: str) -> dict:
+    """{kernel: {grid, threads, shared_memory_bytes}} from XLA's dumped thunk sequence."""
+    launches = {}
+    for m in re.finditer(r"\b(sps_flash_\w+) grid: \[([\d, ]+)\] threads: \[([\d, ]+)\]\s+shared_memory: (\d+) bytes",
+                         thunk_text):
+        launches[m[1]] = {"grid": [int(x) for x in m[2].split(",")], "threads": int(m[3].split(",")[0]),
+                          "shared_memory_bytes": int(m[4])}
+    return launches
+
+
+def _program(shape: Shape, dtype, vis, tuning, sharding):
+    S = vis.num_streams
+    q = jax.ShapeDtypeStruct((1, shape.seq_len, S, shape.heads, shape.head_dim), dtype, sharding=sharding)
+    doc = jax.ShapeDtypeStruct((1, shape.seq_len), jnp.int32, sharding=sharding)
+
+    def forward_and_backward(q, k, v, doc_ids):
+        out, vjp = jax.vjp(lambda q, k, v: pa.attention(q, k, v, doc_ids, vis, tuning=tuning), q, k, v)
+        return vjp(out)
+
+    return forward_and_backward, (q, q, q, doc)
+
+
+def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
+                  tuning: pa.Tuning | None = None) -> dict:
+    """Compile the forward and backward for ``acc`` and report each kernel's binary.
+
+    Returns ``{"status": "ok" | "compile_error", "error": ..., "kernels": {name: {...}}}``; a
+    kernel entry holds its tiles, warps and stages, registers, spill bytes, stack frame, grid,
+    threads and shared memory.
+    """
+    if acc.platform != "gpu":
+        raise ValueError(f"{acc.name} is not a GPU: the Pallas kernels are Triton (GPU) kernels.")
+    ptxas = find_ptxas()
+    if ptxas is None:
+        raise topology.Unavailable('ptxas not found: install the CUDA toolkit or pip install -e ".[aot-gpu]".')
+    vis = vis or masks.Visibility("sps")
+    major = acc.compute_capability[0]
+    tuning = tuning or pa.default_tuning(shape.head_dim, major)
+    device = topology.devices(acc)[0]
+    fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device))
+    dump = tempfile.mkdtemp(prefix="sps_jax_ptx_")
+    options = {"xla_dump_to": dump}
+    if tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 11):
+        options["xla_dump_emitter_re"] = "ptx"  # newer XLA writes PTX to the dump only when asked
+    report = {"target": acc.name, "arch": acc.sm_arch, "shape": dataclasses.asdict(shape), "dtype": str(dtype),
+              "variant": vis.variant, "window": vis.window, "status": "ok", "kernels": {}}
+    try:
+        with topology.lowering_context(acc):
+            lowered = jax.jit(fn).lower(*args)
+        lowered.compile(compiler_options=options)
+    except Exception as e:  # the compiler's verdict is the result (e.g. shared memory exceeded)
+        report.update(status="compile_error", error=" ".join(str(e).split())[:400])
+        shutil.rmtree(dump, ignore_errors=True)
+        return report
+    try:
+        launches = {}
+        for path in glob.glob(os.path.join(dump, "*thunk_sequence*.txt")):
+            with open(path) as f:
+                launches.update(parse_launches(f.read()))
+        ptx_files = glob.glob(os.path.join(dump, "*.ptx"))
+        for name in KERNELS:
+            tiles = getattr(tuning, TUNING_FIELD[name])
+            entry = {**dataclasses.asdict(tiles), **launches.get(name, {})}
+            ptx = next((p for p in ptx_files if re.search(rf"\.entry {name}\(", open(p).read())), None)
+            if ptx is None:
+                entry["error"] = "no PTX for this kernel in XLA's dump"
+            else:
+                out = subprocess.run([ptxas, "-v", f"-arch={acc.sm_arch}", ptx, "-o", os.devnull],
+                                     capture_output=True, text=True)
+                text = out.stdout + out.stderr
+                # One PTX module may hold several kernels: keep this kernel's part of the report.
+                part = re.search(rf"Compiling entry function '{name}'.*?Used \d+ registers[^\n]*", text, re.S)
+                entry.update(parse_ptxas(part[0] if part else text))
+                if out.returncode:
+                    entry["error"] = "ptxas failed: " + " ".join(text.split())[:300]
+            report["kernels"][name] = entry
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+    return report
+
+
+def spill_bytes(report: dict) -> int:
+    """Spill stores plus loads over the three kernels of a report (0 for a clean binary)."""
+    return sum(k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0) for k in report["kernels"].values())

@@ -1,0 +1,262 @@
+"""``python -m sps_jax.bench compile --target h100 [--target b200 ...]``: deviceless compilation.
+
+For each target accelerator (``sps_jax.hardware``), without one attached, it compiles and reports:
+
+- ``kernels`` (GPU targets): the three Pallas kernels at the paper's S and XL attention shapes and a
+  128-wide head, with the per-target default tiles: registers, spill bytes, stack frame, shared
+  memory, grid and threads per kernel;
+- ``train``: the sharded train step for each variant, micro-batch and remat setting: per-device
+  peak memory, XLA's FLOPs beside ``sps_jax.flops``' model FLOPs, ratios to ``standard`` at the
+  same settings, and the largest micro-batch whose peak fits the card's memory (found by
+  compiling: doubling past the largest one asked for, then bisecting);
+- ``generate``: prefill and the decode loop at a generation workload (the paper's: batch 16,
+  prefill 1024, 3072 new tokens) for each variant, with peak memory as a ratio to ``standard``.
+
+This is compile-time evidence: it shows that the programs lower, what binaries the kernels become
+and what fits in memory, not how fast anything runs (``bench attention|train|generate`` time that
+on a real device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from sps_jax import bench, cli, hardware, masks
+
+PROGRAMS = ("kernels", "train", "generate")
+
+
+def _csv(kind):
+    def parse(text):
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}")
+    return parse
+
+
+def parse_args(argv):
+    p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
+                           epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
+    p.add_argument("--target", action="append", required=True, choices=sorted(hardware.ACCELERATORS),
+                   help="accelerator to compile for (repeat for several)")
+    p.add_argument("--only", type=_csv(str), default=list(PROGRAMS), help=f"subset of {','.join(PROGRAMS)}")
+    p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
+    p.add_argument("--variants", type=_csv(str), default=["standard", "sps"],
+                   help="variants compiled side by side (standard first: the ratios' base)")
+    p.add_argument("--micro-batches", type=_csv(int), default=[1, 8], help="micro-batches per device to compile")
+    p.add_argument("--remat", type=_csv(str), default=["off", "on"], help="off, on or both")
+    p.add_argument("--no-fit-search", action="store_true",
+                   help="skip the compiles that find the largest micro-batch that fits")
+    p.add_argument("--max-micro-batch", type=int, default=1024, help="where the fit search stops doubling")
+    p.add_argument("--devices", type=int, default=1, help="devices of the train step's mesh (FSDP over them)")
+    p.add_argument("--dtypes", type=_csv(str), default=["bfloat16", "float16"], help="kernel dtypes")
+    p.add_argument("--batch", type=int, default=16, help="generation: rows")
+    p.add_argument("--prefill", type=int, default=1024, help="generation: prompt tokens per row")
+    p.add_argument("--decode", type=int, default=3072, help="generation: new tokens per row")
+    bench.add_json_flag(p)
+    args, rest = p.parse_known_args(argv)
+    unknown = [a for a in rest if not a.startswith("--config.")]
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = rest
+    bad = [x for x in args.only if x not in PROGRAMS]
+    if bad:
+        p.error(f"--only takes {', '.join(PROGRAMS)}; got {', '.join(bad)}.")
+    for v in args.variants:
+        if v not in masks.VARIANTS:
+            p.error(f"unknown variant {v!r}: choose from {', '.join(masks.VARIANTS)}.")
+    if any(r not in ("off", "on") for r in args.remat):
+        p.error("--remat takes off, on or off,on.")
+    if min(args.micro_batches + [args.devices, args.batch, args.prefill, args.decode]) < 1:
+        p.error("--micro-batches, --devices, --batch, --prefill and --decode must be positive.")
+    if any(d not in ("bfloat16", "float16", "float32") for d in args.dtypes):
+        p.error("--dtypes takes bfloat16, float16 and float32.")
+    return args
+
+
+def _log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _train_config(args, variant, micro_batch, remat):
+    from sps_jax import config as sps_config
+
+    config = sps_config.load_config(args.config, args.overrides)
+    vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
+    config.model.variant, config.model.window = vis.variant, vis.window
+    config.model.remat = remat == "on"
+    config.train.micro_batch = micro_batch * args.devices
+    config.train.global_batch = micro_batch * args.devices
+    config.mesh.data, config.mesh.fsdp = 1, args.devices
+    return config
+
+
+def kernel_rows(acc, args) -> list[dict]:
+    from sps_jax.aot import gpu_kernels
+
+    rows = []
+    for shape in gpu_kernels.SHAPES:
+        for dtype in args.dtypes:
+            t0 = time.perf_counter()
+            report = gpu_kernels.kernel_report(acc, shape, dtype)
+            report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
+            _log(f"[{acc.name}] kernels {shape.name} {dtype}: {report['status']}, "
+                 f"{report['spill_bytes']} spill bytes ({time.perf_counter() - t0:.0f} s)")
+            rows.append(report)
+    return rows
+
+
+def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
+    """Compiles at the asked micro-batches, then (unless told not to) finds the largest that fits."""
+    from sps_jax.aot import programs
+
+    rows, largest = [], []
+    cache = {}
+
+    def compile_at(variant, mb, remat):
+        if (variant, mb, remat) not in cache:
+            r = programs.train_step(acc, _train_config(args, variant, mb, remat), args.devices)
+            _log(f"[{acc.name}] train {variant} micro-batch {mb} remat {remat}: peak {r['peak_bytes'] / 2**30:.2f} GiB"
+                 f" ({'fits' if r['fits'] else 'does not fit'}, {r['compile_s']:.0f} s)")
+            cache[(variant, mb, remat)] = r
+        return cache[(variant, mb, remat)]
+
+    for remat in args.remat:
+        for variant in args.variants:
+            for mb in args.micro_batches:
+                rows.append(compile_at(variant, mb, remat))
+            if args.no_fit_search:
+                continue
+            fits = [mb for mb in args.micro_batches if compile_at(variant, mb, remat)["fits"]]
+            lo = max(fits, default=0)
+            hi = min((mb for mb in args.micro_batches if mb > lo), default=None)
+            while hi is None and lo < args.max_micro_batch:  # doubling until one does not fit
+                nxt = min(max(2 * lo, 1), args.max_micro_batch)
+                if compile_at(variant, nxt, remat)["fits"]:
+                    lo = nxt
+                else:
+                    hi = nxt
+            while hi is not None and lo > 0 and hi - lo > 1:  # bisect: the exact largest
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if compile_at(variant, mid, remat)["fits"] else (lo, mid)
+            largest.append({"variant": variant, "remat": remat == "on", "largest_micro_batch": lo,
+                            "first_that_does_not_fit": hi, "peak_bytes_at_largest":
+                                cache[(variant, lo, remat)]["peak_bytes"] if lo else None})
+    _ratios(rows, ("micro_batch", "remat"))
+    return rows, largest
+
+
+def _ratios(rows, keys):
+    """Each row's peak memory and XLA FLOPs over standard's at the same settings."""
+    base = {tuple(r[k] for k in keys) + (r.get("program"),): r for r in rows if r["variant"] == "standard"}
+    for r in rows:
+        b = base.get(tuple(r[k] for k in keys) + (r.get("program"),))
+        if b is None:
+            continue
+        r["peak_vs_standard"] = r["peak_bytes"] / b["peak_bytes"]
+        if r.get("flops") and b.get("flops"):
+            r["flops_vs_standard"] = r["flops"] / b["flops"]
+
+
+def generation_rows(acc, args) -> list[dict]:
+    from sps_jax import config as sps_config
+    from sps_jax import model as sps_model
+    from sps_jax.aot import programs
+
+    rows = []
+    for variant in args.variants:
+        config = sps_config.load_config(args.config, args.overrides)
+        vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
+        fields = dict(config.model, variant=vis.variant, window=vis.window,
+                      seq_len=max(config.model.seq_len, args.prefill + args.decode))
+        cfg = sps_model.ModelConfig.from_config(fields)
+        for r in programs.generation(acc, cfg, args.batch, args.prefill, args.decode):
+            _log(f"[{acc.name}] {r['program']} {variant}: peak {r['peak_bytes'] / 2**30:.2f} GiB ({r['compile_s']:.0f} s)")
+            rows.append(r)
+    _ratios(rows, ("batch",))
+    return rows
+
+
+def _gib(x):
+    return "-" if x is None else f"{x / 2**30:.2f}"
+
+
+def _ratio(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def print_tables(results) -> None:
+    for name, res in results["targets"].items():
+        print(f"\n== {name} (deviceless compile; jax {results['jax_version']}) ==")
+        if res.get("kernels"):
+            print(f"{'shape':12s} {'dtype':9s} {'kernel':18s} {'tiles q/k w s':>14s} {'regs':>5s} {'spill B':>8s} "
+                  f"{'smem KiB':>9s} {'grid':>14s}")
+            for rep in res["kernels"]:
+                if rep["status"] != "ok":
+                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} compile error: {rep['error'][:90]}")
+                    continue
+                for kname, k in rep["kernels"].items():
+                    tiles = f"{k['block_q']}/{k['block_k']} {k['num_warps']} {k['num_stages']}"
+                    spill = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
+                    grid = "x".join(str(g) for g in k.get("grid", []))
+                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {kname:18s} {tiles:>14s} "
+                          f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / 1024:>9.1f} "
+                          f"{grid:>14s}")
+        if res.get("train"):
+            print(f"\n{'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} {'fits':>5s} "
+                  f"{'XLA TFLOP':>10s} {'model TFLOP':>12s}")
+            for r in res["train"]:
+                print(f"{r['variant']:14s} {str(r['remat']):5s} {r['micro_batch']:5d} {_gib(r['peak_bytes']):>9s} "
+                      f"{_ratio(r.get('peak_vs_standard')):>6s} {str(r['fits']):>5s} "
+                      f"{(r['flops'] or 0) / 1e12:10.2f} {r['model_flops'] / 1e12:12.2f}")
+            for r in res.get("largest_micro_batch", []):
+                print(f"largest micro-batch per device that fits {name}'s {_gib(hardware.ACCELERATORS[name].memory_bytes)}"
+                      f" GiB: {r['variant']} remat={r['remat']}: {r['largest_micro_batch']} "
+                      f"(peak {_gib(r['peak_bytes_at_largest'])} GiB; " + (
+                          f"{r['first_that_does_not_fit']} does not fit)" if r["first_that_does_not_fit"]
+                          else "the search's upper bound)"))
+        if res.get("generate"):
+            print(f"\n{'program':12s} {'variant':14s} {'peak GiB':>9s} {'x std':>6s}")
+            for r in res["generate"]:
+                print(f"{r['program']:12s} {r['variant']:14s} {_gib(r['peak_bytes']):>9s} "
+                      f"{_ratio(r.get('peak_vs_standard')):>6s}")
+        for err in res.get("errors", []):
+            print(f"not compiled: {err}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if "train" in args.only or "generate" in args.only:
+        _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])  # bad config: fail now
+    import jax
+
+    from sps_jax.aot import topology
+
+    results = {"command": "python -m sps_jax.bench compile " + " ".join(sys.argv[1:] if argv is None else argv),
+               "jax_version": jax.__version__, "evidence": "deviceless compile (no device attached)",
+               "targets": {}}
+    for name in args.target:
+        acc = hardware.ACCELERATORS[name]
+        res = results["targets"][name] = {"platform": acc.platform, "memory_bytes": acc.memory_bytes}
+        res["errors"] = []
+        topology.devices(acc)  # a compiler that is not installed here stops the command (one sentence)
+        if "kernels" in args.only and acc.platform == "gpu":
+            try:
+                res["kernels"] = kernel_rows(acc, args)
+            except topology.Unavailable as e:
+                res["errors"].append(str(e))
+        if "train" in args.only:
+            res["train"], res["largest_micro_batch"] = train_rows(acc, args)
+        if "generate" in args.only:
+            res["generate"] = generation_rows(acc, args)
+    print_tables(results)
+    bench.write_results(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Export a run's weights in the authors' PyTorch checkpoint layout (the reverse of ``import_torch``).
+
+  python -m sps_jax.export_torch RUN [--step N] --out FILE.pt|FILE.safetensors [--dtype float32|bfloat16] [--force]
+
+``FILE.pt`` is a ``torch.save``d dict as their code writes it: ``model`` (the state dict, their key
+names and shapes, ``lm_head.weight`` tied to ``transformer.wte.weight``), ``model_args`` and
+``iter_num`` (the step), plus ``sps_jax_config`` (this run's config as JSON, which their code ignores
+and ``import_torch`` starts from). ``FILE.safetensors`` holds the same tensors under the same names,
+and the other entries as JSON strings in its metadata; writing it needs only the ``safetensors``
+package, not torch. Parameters are written as float32 (exact) or rounded to bfloat16. An existing
+FILE is replaced only with ``--force``. ``sps_jax.torch_layout`` holds the mapping both ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+
+from sps_jax import cli, files, runs, torch_layout
+from sps_jax import model as sps_model
+from sps_jax.cli import MissingPackage, UserError
+
+DTYPES = {"float32": np.float32, "bfloat16": jnp.bfloat16}  # jnp.bfloat16 is ml_dtypes' numpy bfloat16
+FORMATS = {".pt": "torch", ".safetensors": "safetensors"}  # file suffix -> the package that writes it
+
+
+def check_output(out: str, force: bool = False) -> str:
+    """The writer package of ``out`` (``torch`` or ``safetensors``), after the checks that need no
+    loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
+    fmt = FORMATS.get(os.path.splitext(out)[1])
+    if fmt is None:
+        raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
+    if os.path.isdir(out):
+        raise UserError(f"--out {out} is a folder: pass a file ending in .pt or .safetensors.")
+    if os.path.lexists(out) and not force:
+        raise UserError(f"{out} already exists: pass --force to overwrite it.")
+    try:
+        __import__(fmt)
+    except ImportError:
+        raise MissingPackage(f"writing {os.path.splitext(out)[1]} files needs the {fmt} package: "
+                          f"pip install -e '.[{fmt}]'.") from None
+    return fmt
+
+
+def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
+    """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays."""
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype {dtype!r} must be one of {', '.join(DTYPES)}.")
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
+            torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),
+            torch_layout.STEP: int(step),
+            torch_layout.CONFIG: config.to_json_best_effort(sort_keys=True)}
+
+
+def _torch_tensors(sd: dict[str, np.ndarray]) -> dict:
+    import torch
+
+    out, seen = {}, {}
+    for key, array in sd.items():
+        if id(array) not in seen:  # a tied array stays one tensor, stored once, as in their state dict
+            if array.dtype == DTYPES["bfloat16"]:  # torch has no numpy bfloat16: reinterpret the bits
+                seen[id(array)] = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+            else:
+                seen[id(array)] = torch.from_numpy(array)
+        out[key] = seen[id(array)]
+    return out
+
+
+def write(ckpt: dict, out: str) -> None:
+    """Write a checkpoint dict as ``.pt`` or ``.safetensors`` (by suffix), atomically."""
+    fmt = FORMATS[os.path.splitext(out)[1]]
+    with files.atomic_path(out) as partial:
+        if fmt == "torch":
+            import torch
+
+            torch.save({**ckpt, torch_layout.MODEL: _torch_tensors(ckpt[torch_layout.MODEL])}, partial)
+        else:
+            from safetensors.numpy import save_file
+
+            save_file(ckpt[torch_layout.MODEL], partial, metadata=torch_layout.safetensors_metadata(ckpt))
+
+
+def export_run(run: str, out: str, step: int | None = None, dtype: str = "float32", force: bool = False) -> dict:
+    """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
+    check_output(out, force)
+    config, params, step = runs.load_run(run, step)
+    runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)
+    ckpt = checkpoint_dict(config, params, step, dtype)
+    write(ckpt, out)
+    return ckpt
+
+
+@cli.main
+def main(argv=None) -> int:
+    p = cli.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="a run folder, or one of its checkpoints/<step> folders")
+    p.add_argument("--step", type=cli.non_negative_int, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--out", required=True, help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    args = p.parse_args(argv)
+    ckpt = export_run(args.run, args.out, args.step, args.dtype, args.force)
+    args_ = ckpt[torch_layout.MODEL_ARGS]
+    print(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "
+          f"({args.dtype}), {args_['n_layer']} layers, d={args_['n_embd']}, {args_['n_head']} heads, "
+          f"vocab {args_['vocab_size']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

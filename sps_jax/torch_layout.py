@@ -1,0 +1,178 @@
+"""The authors' PyTorch checkpoint layout, in both directions: ``import_torch`` reads it, ``export_torch``
+writes it, and both go through the tables here (docs/interop.md).
+
+Their file is a dict: ``model`` (the state dict; keys possibly prefixed ``_orig_mod.`` by
+torch.compile), ``model_args`` (their model's constructor arguments) and ``iter_num``. Linear weights
+are [out, in]; ``c_attn`` stacks q, k, v rows with each head's features contiguous; RoPE rotates
+interleaved pairs (2k, 2k+1) exactly as this project does, so q and k need no permutation. The
+unembedding ``lm_head.weight`` is tied to ``transformer.wte.weight``.
+
+Files written by ``export_torch`` also carry ``sps_jax_config``, the run's resolved config as JSON,
+which their code ignores and ``import_torch`` starts from, so that a round trip gives back the same
+config. A ``.safetensors`` file holds the same state dict under the same names, with the other entries
+as JSON strings in its metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+PREFIX = "_orig_mod."
+EMBED = "transformer.wte.weight"
+LM_HEAD = "lm_head.weight"
+MODEL, MODEL_ARGS, STEP, CONFIG = "model", "model_args", "iter_num", "sps_jax_config"
+
+# Their key -> (our parameter path, how the tensor maps, its shape in their layout). "h." keys are per
+# block, under block_{i}. copy: the same array; linear: [out, in] <-> [in, out]; qkv: [3HK, D] <-> [D, 3, H, K];
+# out: [D, HK] <-> [H, K, D]. Shapes are in V (vocabulary), D (width), 3D and F (MLP width).
+TOP = {
+    EMBED: (("embed",), "copy", ("V", "D")),
+    "transformer.output_norm.weight": (("final_norm", "scale"), "copy", ("D",)),
+}
+BLOCK = {
+    "attention_norm.weight": (("attn_norm", "scale"), "copy", ("D",)),
+    "attn.c_attn.weight": (("attn", "qkv"), "qkv", ("3D", "D")),
+    "attn.c_proj.weight": (("attn", "out"), "out", ("D", "D")),
+    "mlp_norm.weight": (("mlp_norm", "scale"), "copy", ("D",)),
+    "mlp.gate_proj.weight": (("mlp", "gate"), "linear", ("F", "D")),
+    "mlp.up_proj.weight": (("mlp", "up"), "linear", ("F", "D")),
+    "mlp.down_proj.weight": (("mlp", "down"), "linear", ("D", "F")),
+}
+
+# model_args key -> ModelConfig field. Dimensions are also read from the tensors themselves.
+ARGS = {
+    "n_layer": "num_layers",
+    "n_head": "num_heads",
+    "n_embd": "d_model",
+    "vocab_size": "vocab_size",
+    "block_size": "seq_len",
+    "window": "window",
+    "predict_token_id": "predict_id",
+}
+
+
+def block_key(i: int, suffix: str) -> str:
+    return f"transformer.h.{i}.{suffix}"
+
+
+def num_layers(sd) -> int:
+    """L of a state dict whose blocks are numbered 0..L-1 (else one sentence)."""
+    layers = sorted({int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))})
+    if not layers or layers != list(range(len(layers))):
+        raise ValueError(f"layer indices {layers} of the state dict are not 0..L-1 (L >= 1).")
+    return len(layers)
+
+
+def _to_ours(kind: str, w: np.ndarray, num_heads: int) -> np.ndarray:
+    if kind == "linear":
+        return w.T
+    if kind == "qkv":
+        D = w.shape[1]
+        return w.reshape(3, num_heads, D // num_heads, D).transpose(3, 0, 1, 2)
+    if kind == "out":
+        D = w.shape[0]
+        return w.T.reshape(num_heads, D // num_heads, D)
+    return w
+
+
+def _to_theirs(kind: str, w: np.ndarray) -> np.ndarray:
+    if kind == "linear":
+        w = w.T
+    elif kind == "qkv":
+        w = w.transpose(1, 2, 3, 0).reshape(-1, w.shape[0])
+    elif kind == "out":
+        w = w.reshape(-1, w.shape[-1]).T
+    return np.ascontiguousarray(w)  # torch.save and safetensors store dense row-major tensors
+
+
+def _entries(L: int):
+    """(their key, our path, kind, shape) of every tensor of an L-layer model."""
+    yield from ((key, *entry) for key, entry in TOP.items())
+    for i in range(L):
+        for suffix, (path, kind, shape) in BLOCK.items():
+            yield block_key(i, suffix), (f"block_{i}", *path), kind, shape
+
+
+def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
+    """The dimensions ``{"L", "V", "D", "F"}`` of a state dict (prefix-free keys) holding every tensor of the
+    table with the shape its embedding and layer 0 imply; else one sentence naming the tensor, with the
+    expected and the actual shape."""
+    wte = sd[EMBED]
+    if wte.ndim != 2:
+        raise ValueError(f"{EMBED} has shape {tuple(wte.shape)}, not [vocabulary, d].")
+    V, D = wte.shape
+    up = sd.get(block_key(0, "mlp.up_proj.weight"))
+    F = up.shape[0] if up is not None and up.ndim == 2 else 3 * D
+    L = num_layers(sd)
+    dims = {"V": V, "D": D, "3D": 3 * D, "F": F}
+    want = {key: tuple(dims[d] for d in shape) for key, _, _, shape in _entries(L)}
+    if LM_HEAD in sd:
+        want[LM_HEAD] = (V, D)
+    missing = [k for k in want if k not in sd]
+    if missing:
+        raise ValueError(f"the state dict lacks {len(missing)} tensor(s) the model needs, e.g. "
+                         f"{', '.join(missing[:3])}: it is not a complete SPS checkpoint.")
+    for key, shape in want.items():
+        if tuple(sd[key].shape) != shape:
+            raise ValueError(f"{key} has shape {tuple(sd[key].shape)} but the model (d={D}, d_ff={F}, vocabulary "
+                             f"{V}) needs {shape}.")
+    return {"L": L, "V": int(V), "D": int(D), "F": int(F)}
+
+
+def to_params(sd: dict[str, np.ndarray], num_heads: int) -> dict:
+    """This project's parameter tree from their state dict (prefix-free keys; shapes checked by :func:`check`)."""
+    if LM_HEAD in sd and not np.array_equal(sd[LM_HEAD], sd[EMBED]):
+        raise ValueError(f"{LM_HEAD} differs from {EMBED}; this project ties them.")
+    params: dict = {}
+    for key, path, kind, _ in _entries(num_layers(sd)):
+        node = params
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = _to_ours(kind, sd[key], num_heads)
+    return params
+
+
+def to_state_dict(params, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Their state dict (their key names and shapes, ``dtype`` numpy arrays) from this project's parameters."""
+    L = sum(1 for name in params if name.startswith("block_"))
+    sd = {}
+    for key, path, kind, _ in _entries(L):
+        node = params
+        for name in path:
+            node = node[name]
+        sd[key] = _to_theirs(kind, np.asarray(node, np.float32).astype(dtype))
+    sd[LM_HEAD] = sd[EMBED]  # tied: one array under both names, as in their module's state dict
+    return sd
+
+
+def model_args(model_cfg) -> dict:
+    """Their ``model_args`` of a ``ModelConfig``."""
+    return {key: getattr(model_cfg, field) for key, field in ARGS.items()}
+
+
+def model_fields(args) -> dict:
+    """The ModelConfig fields a ``model_args`` dict gives (those it has)."""
+    args = args if isinstance(args, dict) else {}
+    return {field: args[key] for key, field in ARGS.items() if key in args}
+
+
+def safetensors_metadata(ckpt: dict) -> dict[str, str]:
+    """A checkpoint dict's non-tensor entries as safetensors metadata (str -> str; JSON where structured)."""
+    # "format": "pt" tells Hugging Face's loaders that the tensors are PyTorch's.
+    meta = {MODEL_ARGS: json.dumps(ckpt[MODEL_ARGS]), STEP: str(int(ckpt.get(STEP, 0))), "format": "pt"}
+    if CONFIG in ckpt:
+        meta[CONFIG] = ckpt[CONFIG]
+    return meta
+
+
+def from_safetensors(tensors: dict, metadata: dict | None) -> dict:
+    """The checkpoint dict (the layout of their .pt file) of a safetensors file's tensors and metadata."""
+    metadata = metadata or {}
+    ckpt = {MODEL: tensors, MODEL_ARGS: json.loads(metadata.get(MODEL_ARGS, "{}")),
+            STEP: int(metadata.get(STEP, 0))}
+    if CONFIG in metadata:
+        ckpt[CONFIG] = metadata[CONFIG]
+    return ckpt

@@ -1,0 +1,65 @@
+"""Whole programs compile deviceless for an H100: the train step and generation report per-device
+memory that grows with the work, and FLOPs that match an independent count."""
+
+import jax
+import pytest
+
+from sps_jax import config as sps_config, hardware
+from sps_jax import model as sps_model
+from sps_jax.aot import programs
+
+H100 = hardware.ACCELERATORS["h100"]
+
+
+def tiny_config(variant="sps", micro_batch=1, window=4):
+    """The tiny model as it would run on the GPU: "auto" attention and bf16 compute."""
+    config = sps_config.load_config(f"configs/tiny.py:{variant},{window}",
+                                    ["--config.model.attention=auto", "--config.model.dtype=bfloat16"])
+    config.train.micro_batch = config.train.global_batch = micro_batch
+    return config
+
+
+def test_train_step_peak_grows_with_the_micro_batch_and_counts_the_model_flops():
+    small = programs.train_step(H100, tiny_config(micro_batch=1))
+    large = programs.train_step(H100, tiny_config(micro_batch=8))
+    assert small["attention"] == "pallas"  # "auto" means the GPU kernel for a GPU target
+    assert 0 < small["peak_bytes"] < large["peak_bytes"]
+    assert small["fits"] and large["fits"]
+    # Parameters (f32) plus AdamW's two moments are arguments of the step: at least 3 x 4 bytes each.
+    n_params = sps_model.count_params(sps_model.Transformer(sps_config.load_config("configs/tiny.py", []).model))
+    assert small["argument_bytes"] >= 12 * n_params
+    # XLA's count covers the matmuls outside the attention kernels: at least the LM head and
+    # projections that the model FLOPs also count, and never more than the model FLOPs plus the
+    # non-matmul work.
+    T, d, V = 128, 64, 50304
+    lm_head_train_flops = 3 * 2 * d * V * T * 8
+    assert large["flops"] > lm_head_train_flops
+    assert large["model_flops"] > lm_head_train_flops
+
+
+def test_a_program_that_exceeds_the_card_does_not_fit():
+    small_card = hardware.Accelerator(**{**H100.__dict__, "name": "h100-tiny-memory", "memory_bytes": 2 ** 20})
+    report = programs.train_step(small_card, tiny_config(micro_batch=1))
+    assert report["peak_bytes"] > 2 ** 20 and not report["fits"]
+
+
+def test_generation_compiles_prefill_and_the_decode_loop():
+    cfg = sps_model.ModelConfig.from_config(dict(tiny_config().model))
+    prefill, decode = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)
+    assert (prefill["program"], decode["program"]) == ("prefill", "decode_loop")
+    # The cache (persistent + ring, bf16 K and V per layer) is an input of the decode loop.
+    assert decode["argument_bytes"] >= decode["cache_bytes"] > 0
+    bigger = programs.generation(H100, cfg, batch=4, prompt_len=16, new_tokens=16)[1]
+    assert bigger["peak_bytes"] > decode["peak_bytes"]
+
+
+def test_cost_flops_of_a_matmul_is_its_count():
+    from sps_jax.aot import topology
+    import jax.numpy as jnp
+
+    dev = topology.devices(H100)[0]
+    x = jax.ShapeDtypeStruct((256, 512), jnp.bfloat16, sharding=jax.sharding.SingleDeviceSharding(dev))
+    w = jax.ShapeDtypeStruct((512, 128), jnp.bfloat16, sharding=jax.sharding.SingleDeviceSharding(dev))
+    compiled = jax.jit(lambda x, w: x @ w).lower(x, w).compile()
+    # The matmul's 2 M K N, plus at most a little for the conversions around it.
+    assert 2 * 256 * 512 * 128 <= programs.cost_flops(compiled) <= 1.02 * 2 * 256 * 512 * 128

@@ -1,0 +1,62 @@
+"""``bench compile``: the command's tables and JSON, its fit search, and its refusals."""
+
+import json
+
+import pytest
+
+from sps_jax import hardware
+from sps_jax.bench import compile as bench_compile
+from tests.helpers import run_module
+
+
+def test_bench_compile_writes_the_tables_and_json(tmp_path):
+    out_json = tmp_path / "compile.json"
+    out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "train,generate",
+                     "--config", "configs/tiny.py:sps,4", "--micro-batches", "1,2", "--remat", "off",
+                     "--no-fit-search", "--batch", "2", "--prefill", "8", "--decode", "8", "--json", out_json)
+    assert out.returncode == 0, out.stderr
+    assert "deviceless compile" in out.stdout
+    results = json.loads(out_json.read_text())
+    train = results["targets"]["h100"]["train"]
+    assert [(r["variant"], r["micro_batch"]) for r in train] == [("standard", 1), ("standard", 2), ("sps", 1), ("sps", 2)]
+    for r in train:
+        base = next(b for b in train if b["variant"] == "standard" and b["micro_batch"] == r["micro_batch"])
+        assert r["peak_vs_standard"] == pytest.approx(r["peak_bytes"] / base["peak_bytes"])
+    gen = results["targets"]["h100"]["generate"]
+    assert {(r["program"], r["variant"]) for r in gen} == {(p, v) for p in ("prefill", "decode_loop")
+                                                          for v in ("standard", "sps")}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target", "h999"], "invalid choice"),
+    (["--target", "h100", "--only", "kernels,speed"], "--only takes"),
+    (["--target", "h100", "--variants", "sps,nope"], "unknown variant"),
+    (["--target", "h100", "--micro-batches", "0"], "must be positive"),
+])
+def test_bad_arguments_get_one_sentence(args, message):
+    out = run_module("sps_jax.bench", "compile", *args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch):
+    """The search logic alone, against a synthetic memory model: peak = 10 + 3 * micro-batch,
+    card memory 40, so 10 is the largest that fits (the brute-force answer)."""
+    compiled = []
+
+    def fake_train_step(acc, config, num_devices=1):
+        mb = config.train.micro_batch
+        compiled.append(mb)
+        peak = 10 + 3 * mb
+        return {"variant": config.model.variant, "micro_batch": mb, "remat": bool(config.model.remat),
+                "peak_bytes": peak, "fits": peak <= 40, "flops": 1.0, "model_flops": 1.0, "compile_s": 0.0}
+
+    from sps_jax.aot import programs
+    monkeypatch.setattr(programs, "train_step", fake_train_step)
+    args = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py", "--variants", "sps",
+                                     "--micro-batches", "1,2", "--remat", "off"])
+    rows, largest = bench_compile.train_rows(hardware.ACCELERATORS["h100"], args)
+    brute = max(mb for mb in range(1, 100) if 10 + 3 * mb <= 40)
+    assert largest == [{"variant": "sps", "remat": False, "largest_micro_batch": brute,
+                        "first_that_does_not_fit": brute + 1, "peak_bytes_at_largest": 10 + 3 * brute}]
+    assert len(compiled) == len(set(compiled))  # no micro-batch compiled twice

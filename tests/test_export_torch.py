@@ -1,0 +1,168 @@
+"""Export to the authors' PyTorch layout (.pt and .safetensors): their key names and shapes, the same
+numbers in both formats, an exact round trip through import_torch for every variant, their model's
+logits from the exported file alone, and no silent overwrite."""
+
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import safetensors.torch as safetensors_torch  # the test extra has torch and safetensors: no skips
+import torch
+
+from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, runs
+from tests.helpers import SMALL, SMALL_OVERRIDES
+from tests.torch_reference import numpy_forward
+
+L, D, H, T = 2, 32, 2, 16  # the small model of SMALL_OVERRIDES
+STEP = 7
+VARIANTS = ["standard", "sps", "two_x_memory", "delayed_state", "reverse_sps"]
+
+
+def make_run(path, variant, window, seed=0):
+    """A run folder (configs/tiny.py shrunk by SMALL_OVERRIDES) at step STEP with random weights large
+    enough that every parameter moves the logits: N(0, 1) embeddings, N(0, 0.3) matrices, norm scales
+    1 + N(0, 0.3)."""
+    config = sps_config.load_config(f"configs/tiny.py:{variant},{window}", SMALL_OVERRIDES)
+    net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
+    leaves, tree = jax.tree_util.tree_flatten_with_path(sps_model.param_shapes(net))
+    rng = np.random.default_rng(seed)
+    values = []
+    for key_path, leaf in leaves:
+        name = jax.tree_util.keystr(key_path)
+        noise = rng.standard_normal(leaf.shape).astype(np.float32)
+        values.append(noise if "embed" in name else 1 + 0.3 * noise if "scale" in name else 0.3 * noise)
+    runs.save_run(str(path), config, jax.tree_util.tree_unflatten(tree, values), step=STEP)
+    return str(path)
+
+
+def their_shapes(V=SMALL["vocab_size"]):
+    """The authors' state dict: names and shapes, written out from their model's definition."""
+    shapes = {"transformer.wte.weight": (V, D), "transformer.output_norm.weight": (D,), "lm_head.weight": (V, D)}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        shapes.update({h + "attention_norm.weight": (D,), h + "attn.c_attn.weight": (3 * D, D),
+                       h + "attn.c_proj.weight": (D, D), h + "mlp_norm.weight": (D,),
+                       h + "mlp.gate_proj.weight": (3 * D, D), h + "mlp.up_proj.weight": (3 * D, D),
+                       h + "mlp.down_proj.weight": (D, 3 * D)})
+    return shapes
+
+
+def assert_same_run(a, b):
+    """Bit-identical f32 parameters, an equal config.json and the same step."""
+    config_a, params_a, step_a = runs.load_run(a)
+    config_b, params_b, step_b = runs.load_run(b)
+    assert config_a.to_dict() == config_b.to_dict() and step_a == step_b == STEP
+    leaves_a, tree_a = jax.tree_util.tree_flatten(params_a)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(params_b)
+    assert tree_a == tree_b
+    for x, y in zip(leaves_a, leaves_b):
+        assert x.dtype == y.dtype == jnp.float32 and np.array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("window", [0, 3])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_round_trip_through_both_formats_is_exact(tmp_path, variant, window):
+    run = make_run(tmp_path / "run", variant, window)
+    for suffix in ("pt", "safetensors"):
+        export_torch.export_run(run, str(tmp_path / f"ckpt.{suffix}"))
+        import_torch.import_checkpoint(str(tmp_path / f"ckpt.{suffix}"), str(tmp_path / f"back-{suffix}"))
+        assert_same_run(run, str(tmp_path / f"back-{suffix}"))
+
+
+def test_exported_tensors_have_the_authors_names_shapes_and_model_args(tmp_path):
+    run = make_run(tmp_path / "run", "sps", 3)
+    export_torch.export_run(run, str(tmp_path / "ckpt.pt"))
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert {k: tuple(v.shape) for k, v in ckpt["model"].items()} == their_shapes()
+    assert all(v.dtype == torch.float32 for v in ckpt["model"].values())
+    assert ckpt["model_args"] == {"n_layer": L, "n_head": H, "n_embd": D, "vocab_size": SMALL["vocab_size"],
+                                  "block_size": T, "window": 3, "predict_token_id": SMALL["predict_id"]}
+    assert ckpt["iter_num"] == STEP
+    # Tied as in their module: one tensor under both names.
+    assert ckpt["model"]["lm_head.weight"].data_ptr() == ckpt["model"]["transformer.wte.weight"].data_ptr()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pt_and_safetensors_hold_the_same_numbers(tmp_path, dtype):
+    run = make_run(tmp_path / "run", "delayed_state", 3)
+    for suffix in ("pt", "safetensors"):
+        assert export_torch.main([run, "--out", str(tmp_path / f"ckpt.{suffix}"), "--dtype", dtype]) == 0
+    pt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    st = safetensors_torch.load_file(tmp_path / "ckpt.safetensors")
+    assert set(st) == set(pt["model"]) == set(their_shapes())
+    for key, tensor in pt["model"].items():
+        assert tensor.dtype == st[key].dtype == getattr(torch, dtype) and torch.equal(tensor, st[key]), key
+    with open(tmp_path / "ckpt.safetensors", "rb") as f:  # the header: 8-byte length, then JSON
+        metadata = json.loads(f.read(int.from_bytes(f.read(8), "little")))["__metadata__"]
+    assert json.loads(metadata["model_args"]) == pt["model_args"] and metadata["iter_num"] == str(STEP)
+    assert json.loads(metadata["sps_jax_config"]) == json.loads(pt["sps_jax_config"])
+    if dtype == "bfloat16":  # rounded as torch rounds the float32 export
+        export_torch.export_run(run, str(tmp_path / "f32.pt"))
+        f32 = torch.load(tmp_path / "f32.pt", weights_only=True)["model"]
+        for key, tensor in pt["model"].items():
+            assert torch.equal(tensor, f32[key].to(torch.bfloat16)), key
+
+
+def test_an_authors_file_without_our_config_imports_its_window_and_predict_id(tmp_path):
+    run = make_run(tmp_path / "run", "reverse_sps", 3)
+    export_torch.export_run(run, str(tmp_path / "ours.pt"))
+    ckpt = torch.load(tmp_path / "ours.pt", weights_only=True)
+    del ckpt["sps_jax_config"]
+    torch.save(ckpt, tmp_path / "theirs.pt")
+    with pytest.raises(ValueError, match="--variant"):
+        import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "nope"))
+    overrides = [f"--config.model.{k}={SMALL[k]}" for k in ("eos_id", "pad_id")]
+    config, _, _ = import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "back"),
+                                               variant="reverse_sps", overrides=overrides)
+    m = config.model
+    assert (m.window, m.predict_id, m.num_heads, m.seq_len, m.num_layers) == (3, SMALL["predict_id"], H, T, L)
+    _, params, _ = runs.load_run(run)
+    _, back, _ = runs.load_run(str(tmp_path / "back"))
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), params, back))
+
+
+@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None)])
+def test_their_forward_on_the_exported_file_gives_our_logits(tmp_path, variant, window):
+    run = make_run(tmp_path / "run", variant, window, seed=3)
+    export_torch.export_run(run, str(tmp_path / "ckpt.safetensors"))
+    from safetensors.numpy import load_file
+
+    sd = load_file(tmp_path / "ckpt.safetensors")
+    net, params, _ = runs.load_model(run)
+    eos = SMALL["eos_id"]
+    tokens = [5, 17, 3, 44, eos, 9, 9, 12, 30, 2, 1, 58, eos, 7, 7, 40]
+    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+    theirs = numpy_forward(sd, tokens, variant, window, H, SMALL["predict_id"], eos, SMALL["pad_id"])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_the_safetensors_path_needs_no_torch(tmp_path, monkeypatch, capsys):
+    run = make_run(tmp_path / "run", "sps", 3)
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
+    assert export_torch.main([run, "--out", str(tmp_path / "ckpt.pt")]) == 2
+    assert capsys.readouterr().err.strip() == ("error: writing .pt files needs the torch package: "
+                                               "pip install -e '.[torch]'.")
+    assert export_torch.main([run, "--out", str(tmp_path / "ckpt.safetensors")]) == 0
+    import_torch.import_checkpoint(str(tmp_path / "ckpt.safetensors"), str(tmp_path / "back"))
+    assert_same_run(run, str(tmp_path / "back"))
+
+
+def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
+    out = tmp_path / "ckpt.safetensors"
+    out.write_bytes(b"precious")
+    # Refused before anything is loaded: the run need not even exist.
+    assert export_torch.main([str(tmp_path / "no-such-run"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(out) in err and "--force" in err
+    assert out.read_bytes() == b"precious"
+    run = make_run(tmp_path / "run", "sps", 3)
+    assert export_torch.main([run, "--out", str(out)]) == 2 and out.read_bytes() == b"precious"
+    assert export_torch.main([run, "--out", str(out), "--force"]) == 0
+    assert "wrote" in capsys.readouterr().out and out.read_bytes() != b"precious"
+    assert not list(tmp_path.glob("*.partial"))
+    bad = tmp_path / "ckpt.bin"
+    assert export_torch.main([run, "--out", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out '{bad}' must end in .pt (torch) or .safetensors."
