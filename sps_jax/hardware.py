@@ -14,6 +14,7 @@ import dataclasses
 from typing import Optional
 
 GiB = 2 ** 30
+GPU_ALLOCATOR_FRACTION = 0.9  # see Accelerator.usable_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,13 @@ class Accelerator:
     shared_memory_per_sm: int = 233472            # 228 KiB
     # TPU only: the abstract topology, e.g. "v5e:2x2" (libtpu needs at least a 2x2 slice on some versions).
     tpu_topology: Optional[str] = None
+
+    @property
+    def usable_bytes(self) -> int:
+        """What one program may use: on a GPU, the share of HBM jax's allocator takes with
+        ``XLA_PYTHON_CLIENT_MEM_FRACTION=0.9`` (jax's default is 0.75; the rest holds the CUDA
+        context and library workspaces); a TPU's HBM as a whole."""
+        return int(GPU_ALLOCATOR_FRACTION * self.memory_bytes) if self.platform == "gpu" else self.memory_bytes
 
     @property
     def sm_arch(self) -> Optional[str]:

@@ -71,7 +71,7 @@ def _abstract(tree, shardings):
 def _report(acc, compiled, compile_s, **fields) -> dict:
     mem = memory(compiled)
     return {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
-            "fits": mem["peak_bytes"] <= acc.memory_bytes, "device_memory_bytes": acc.memory_bytes}
+            "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
 
 
 def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:

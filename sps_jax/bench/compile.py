@@ -134,6 +134,16 @@ def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
             fits = [mb for mb in args.micro_batches if compile_at(variant, mb, remat)["fits"]]
             lo = max(fits, default=0)
             hi = min((mb for mb in args.micro_batches if mb > lo), default=None)
+            # Peak memory is close to linear in the micro-batch: aim at the line's crossing first,
+            # so that usually two more compiles settle it; doubling and bisection make it exact.
+            est = _linear_estimate([cache[(variant, mb, remat)] for mb in args.micro_batches], acc.usable_bytes)
+            if est is not None and lo < est < (hi or args.max_micro_batch + 1):
+                if compile_at(variant, est, remat)["fits"]:
+                    lo = est
+                    if hi is None or est + 1 < hi:
+                        lo, hi = (est + 1, hi) if compile_at(variant, est + 1, remat)["fits"] else (lo, est + 1)
+                else:
+                    hi = est
             while hi is None and lo < args.max_micro_batch:  # doubling until one does not fit
                 nxt = min(max(2 * lo, 1), args.max_micro_batch)
                 if compile_at(variant, nxt, remat)["fits"]:
@@ -148,6 +158,19 @@ def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
                                 cache[(variant, lo, remat)]["peak_bytes"] if lo else None})
     _ratios(rows, ("micro_batch", "remat"))
     return rows, largest
+
+
+def _linear_estimate(rows, usable_bytes) -> int | None:
+    """The micro-batch where the line through two compiled (micro-batch, peak) points reaches
+    ``usable_bytes``; None without two distinct points or a growing peak."""
+    points = sorted({(r["micro_batch"], r["peak_bytes"]) for r in rows})
+    if len(points) < 2 or points[-1][0] == points[0][0]:
+        return None
+    (m1, p1), (m2, p2) = points[0], points[-1]
+    slope = (p2 - p1) / (m2 - m1)
+    if slope <= 0:
+        return None
+    return max(1, int(m1 + (usable_bytes - p1) // slope))
 
 
 def _ratios(rows, keys):
@@ -214,8 +237,8 @@ def print_tables(results) -> None:
                       f"{_ratio(r.get('peak_vs_standard')):>6s} {str(r['fits']):>5s} "
                       f"{(r['flops'] or 0) / 1e12:10.2f} {r['model_flops'] / 1e12:12.2f}")
             for r in res.get("largest_micro_batch", []):
-                print(f"largest micro-batch per device that fits {name}'s {_gib(hardware.ACCELERATORS[name].memory_bytes)}"
-                      f" GiB: {r['variant']} remat={r['remat']}: {r['largest_micro_batch']} "
+                print(f"largest micro-batch per device within {name}'s {_gib(hardware.ACCELERATORS[name].usable_bytes)}"
+                      f" usable GiB: {r['variant']} remat={r['remat']}: {r['largest_micro_batch']} "
                       f"(peak {_gib(r['peak_bytes_at_largest'])} GiB; " + (
                           f"{r['first_that_does_not_fit']} does not fit)" if r["first_that_does_not_fit"]
                           else "the search's upper bound)"))
@@ -241,7 +264,8 @@ def main(argv=None) -> int:
                "targets": {}}
     for name in args.target:
         acc = hardware.ACCELERATORS[name]
-        res = results["targets"][name] = {"platform": acc.platform, "memory_bytes": acc.memory_bytes}
+        res = results["targets"][name] = {"platform": acc.platform, "memory_bytes": acc.memory_bytes,
+                                          "usable_bytes": acc.usable_bytes}
         res["errors"] = []
         topology.devices(acc)  # a compiler that is not installed here stops the command (one sentence)
         if "kernels" in args.only and acc.platform == "gpu":

@@ -141,8 +141,10 @@ def peak_bytes_worker(args, overrides, variant):
     """In a fresh process: the device's peak bytes in use over one run of the workload."""
     import jax
 
+    if jax.devices()[0].memory_stats() is None:
+        return None  # no counter on this device (CPU): nothing to measure
     VariantRun(args, overrides, variant).run()
-    return (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+    return jax.devices()[0].memory_stats().get("peak_bytes_in_use")
 
 
 def _spawn_peak(argv, variant):
@@ -202,7 +204,15 @@ def main(argv=None) -> int:
         raise SystemExit("--batch, --prefill, --decode and --repeats must be at least 1.")
     _model_config(args, overrides, variants[0])  # config errors before any compilation
 
-    import jax
+    # Peaks first, each in a fresh process (the counter never resets), while this process has not
+    # touched the device: once it has, its allocator holds most of the memory and the workers fail.
+    worker_argv = [a for a in argv if a != "--json" and not a.startswith("--json=") and a != args.json]
+    peaks = {}
+    for v in variants:
+        print(f"[{v}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
+        peaks[v] = _spawn_peak(worker_argv, v)
+        if peaks[v] is None:  # the device has no memory counter: the other workers would say the same
+            break
 
     print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
           f"{args.repeats} timed rounds; variants {', '.join(variants)}", file=sys.stderr, flush=True)
@@ -217,13 +227,8 @@ def main(argv=None) -> int:
             print(f"[{r.variant}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s",
                   file=sys.stderr, flush=True)
     results = [r.result() for r in runs]
-    del runs
-    if jax.devices()[0].memory_stats() is not None:
-        # The peak counter never resets, so each variant's peak comes from a fresh process.
-        worker_argv = [a for a in argv if a != "--json" and not a.startswith("--json=") and a != args.json]
-        for r in results:
-            print(f"[{r['variant']}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
-            r["peak_bytes"] = _spawn_peak(worker_argv, r["variant"])
+    for r in results:
+        r["peak_bytes"] = peaks.get(r["variant"])
     _ratios(results)
     print(_table(results))
     if results[0]["peak_bytes"] is None:

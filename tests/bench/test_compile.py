@@ -39,24 +39,37 @@ def test_bad_arguments_get_one_sentence(args, message):
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
-def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch):
-    """The search logic alone, against a synthetic memory model: peak = 10 + 3 * micro-batch,
-    card memory 40, so 10 is the largest that fits (the brute-force answer)."""
+@pytest.mark.parametrize("peak_of", [lambda mb: 10 + 3 * mb,           # linear: the estimate is exact
+                                     lambda mb: 10 + mb + mb * mb // 4,  # convex: the estimate overshoots
+                                     lambda mb: 30 + mb // 3])          # flat: the estimate undershoots
+def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of):
+    """The search logic alone, against synthetic memory models on a card with 40 usable bytes:
+    the answer must be the brute-force one whatever the shape of the curve."""
+    import dataclasses
+
+    card = dataclasses.replace(hardware.ACCELERATORS["tpu-v5e"], name="card-40", memory_bytes=40)
     compiled = []
 
     def fake_train_step(acc, config, num_devices=1):
         mb = config.train.micro_batch
         compiled.append(mb)
-        peak = 10 + 3 * mb
+        peak = peak_of(mb)
         return {"variant": config.model.variant, "micro_batch": mb, "remat": bool(config.model.remat),
-                "peak_bytes": peak, "fits": peak <= 40, "flops": 1.0, "model_flops": 1.0, "compile_s": 0.0}
+                "peak_bytes": peak, "fits": peak <= acc.usable_bytes, "flops": 1.0, "model_flops": 1.0,
+                "compile_s": 0.0}
 
     from sps_jax.aot import programs
     monkeypatch.setattr(programs, "train_step", fake_train_step)
     args = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py", "--variants", "sps",
                                      "--micro-batches", "1,2", "--remat", "off"])
-    rows, largest = bench_compile.train_rows(hardware.ACCELERATORS["h100"], args)
-    brute = max(mb for mb in range(1, 100) if 10 + 3 * mb <= 40)
+    rows, largest = bench_compile.train_rows(card, args)
+    brute = max(mb for mb in range(1, 1000) if peak_of(mb) <= 40)
     assert largest == [{"variant": "sps", "remat": False, "largest_micro_batch": brute,
-                        "first_that_does_not_fit": brute + 1, "peak_bytes_at_largest": 10 + 3 * brute}]
+                        "first_that_does_not_fit": brute + 1, "peak_bytes_at_largest": peak_of(brute)}]
     assert len(compiled) == len(set(compiled))  # no micro-batch compiled twice
+
+
+def test_a_gpu_program_fits_in_the_share_of_memory_jax_allocates():
+    h100 = hardware.ACCELERATORS["h100"]
+    assert h100.usable_bytes == int(0.9 * 80 * 2 ** 30)
+    assert hardware.ACCELERATORS["tpu-v5e"].usable_bytes == 16 * 2 ** 30

@@ -21,3 +21,30 @@ def test_generation_benchmark_reports_ratios_to_standard(tmp_path):
     assert results["sps"]["persistent_cache_ratio"] == 1.0
     assert results["two_x_memory"]["persistent_cache_ratio"] == 2.0
     assert results["sps"]["cache_ring_bytes"] > 0 == results["standard"]["cache_ring_bytes"]
+
+
+def test_peak_memory_is_measured_in_fresh_processes_before_this_one_runs_anything(tmp_path, monkeypatch):
+    """On a GPU this process's allocator would hold the memory the workers need, so the workers
+    come first; their peaks become the ratios."""
+    events = []
+    fake_peaks = {"standard": 1000, "sps": 1100}
+
+    def spawn(argv, variant):
+        events.append(("peak", variant))
+        assert "--json" not in argv
+        return fake_peaks[variant]
+
+    real_run = bench_generate.VariantRun.run
+
+    def run(self):
+        events.append(("run", self.variant))
+        return real_run(self)
+
+    monkeypatch.setattr(bench_generate, "_spawn_peak", spawn)
+    monkeypatch.setattr(bench_generate.VariantRun, "run", run)
+    out = tmp_path / "bench.json"
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1", "--prefill", "4",
+                         "--decode", "2", "--variants", "standard,sps", "--repeats", "1", "--json", str(out)])
+    assert events[:2] == [("peak", "standard"), ("peak", "sps")] and ("run", "standard") in events[2:]
+    results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["sps"]["peak_memory_ratio"] == 1.1 and results["standard"]["peak_bytes"] == 1000
