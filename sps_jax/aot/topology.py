@@ -17,9 +17,10 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 import jax  # noqa: E402
 
 from sps_jax import hardware, pallas_attention  # noqa: E402
+from sps_jax.cli import UserError  # noqa: E402
 
 
-class Unavailable(RuntimeError):
+class Unavailable(UserError, RuntimeError):
     """The compiler for a target is not installed here (one sentence says which extra to install)."""
 
 

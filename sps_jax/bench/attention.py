@@ -13,7 +13,6 @@ checks the kernel in interpret mode on a small shape (correctness, not speed).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
@@ -23,12 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, bench, masks
+from sps_jax import attention, bench, cli, masks
 from sps_jax import pallas_attention as pa
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
     p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS)
     p.add_argument("--batch", type=int, default=6)
     p.add_argument("--seq-len", type=int, default=4096, help="T, input positions")
