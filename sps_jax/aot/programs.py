@@ -68,6 +68,19 @@ def _abstract(tree, shardings):
     return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
+def _on(tree, sharding):
+    """Every leaf of ``tree`` as an abstract array placed by the one ``sharding``."""
+    return _abstract(tree, jax.tree_util.tree_map(lambda _: sharding, tree))
+
+
+def _compile(acc, lower, mesh=None):
+    """(compiled program, seconds): ``lower()`` traced for ``acc``, then compiled."""
+    start = time.perf_counter()
+    with topology.lowering_context(acc, mesh):
+        lowered = lower()
+    return lowered.compile(), time.perf_counter() - start
+
+
 def _report(acc, compiled, compile_s, **fields) -> dict:
     mem = memory(compiled)
     return {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
@@ -84,13 +97,11 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     cfg, t = plan["model"], config.train
     tokens = jax.ShapeDtypeStruct((plan["accum"], t.micro_batch, cfg.seq_len + 1), jnp.int32,
                                   sharding=run.micro_sh)
-    start = time.perf_counter()
-    with topology.lowering_context(acc, run.mesh):
-        lowered = run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
-                                    _abstract(run.abstract_opt, run.opt_sh), tokens)
-    compiled = lowered.compile()
+    compiled, seconds = _compile(acc, lambda: run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
+                                                                _abstract(run.abstract_opt, run.opt_sh), tokens),
+                                 run.mesh)
     model_flops = flops.train_flops_per_token(cfg) * plan["tokens_per_step"] / len(devices)
-    return _report(acc, compiled, time.perf_counter() - start, program="train_step", variant=cfg.variant,
+    return _report(acc, compiled, seconds, program="train_step", variant=cfg.variant,
                    window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
                    micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len,
                    model_flops=model_flops)
@@ -103,27 +114,17 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     device = topology.devices(acc)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     cfg = dataclasses.replace(cfg, attention=attention.resolve(cfg.attention, acc.platform))
-    params = _abstract(sps_model.param_shapes(sps_model.Transformer(cfg)),
-                       jax.tree_util.tree_map(lambda _: sharding, sps_model.param_shapes(sps_model.Transformer(cfg))))
+    params = _on(sps_model.param_shapes(sps_model.Transformer(cfg)), sharding)
     tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
     max_len = prompt_len + new_tokens
     fields = dict(variant=cfg.variant, window=cfg.window, batch=batch, prompt_len=prompt_len,
                   new_tokens=new_tokens)
-    reports = []
-    start = time.perf_counter()
-    with topology.lowering_context(acc):
-        lowered = generate.prefill.lower(cfg, params, tokens, max_len=max_len)
-    compiled = lowered.compile()
-    reports.append(_report(acc, compiled, time.perf_counter() - start, program="prefill", **fields))
-    cache = jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len))
-    cache = _abstract(cache, jax.tree_util.tree_map(lambda _: sharding, cache))
+    compiled, seconds = _compile(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len))
+    prefill = _report(acc, compiled, seconds, program="prefill", **fields)
+    cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
     logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
     rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
-    start = time.perf_counter()
-    with topology.lowering_context(acc):
-        lowered = generate.decode_loop.lower(cfg, params, cache, logits, rng, max_new_tokens=new_tokens,
-                                             stop_on_eos=False)
-    compiled = lowered.compile()
-    reports.append(_report(acc, compiled, time.perf_counter() - start, program="decode_loop", **fields,
-                           cache_bytes=kv_cache.cache_bytes(cache)["total"]))
-    return reports
+    compiled, seconds = _compile(acc, lambda: generate.decode_loop.lower(
+        cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False))
+    return [prefill, _report(acc, compiled, seconds, program="decode_loop", **fields,
+                             cache_bytes=kv_cache.cache_bytes(cache)["total"])]

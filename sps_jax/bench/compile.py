@@ -82,12 +82,18 @@ def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _train_config(args, variant, micro_batch, remat):
+def _variant_config(args, variant):
+    """``--config`` with its overrides, switched to ``variant`` (its window rule applied)."""
     from sps_jax import config as sps_config
 
     config = sps_config.load_config(args.config, args.overrides)
     vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
     config.model.variant, config.model.window = vis.variant, vis.window
+    return config
+
+
+def _train_config(args, variant, micro_batch, remat):
+    config = _variant_config(args, variant)
     config.model.remat = remat == "on"
     config.train.micro_batch = micro_batch * args.devices
     config.train.global_batch = micro_batch * args.devices
@@ -186,17 +192,13 @@ def _ratios(rows, keys):
 
 
 def generation_rows(acc, args) -> list[dict]:
-    from sps_jax import config as sps_config
     from sps_jax import model as sps_model
     from sps_jax.aot import programs
 
     rows = []
     for variant in args.variants:
-        config = sps_config.load_config(args.config, args.overrides)
-        vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
-        fields = dict(config.model, variant=vis.variant, window=vis.window,
-                      seq_len=max(config.model.seq_len, args.prefill + args.decode))
-        cfg = sps_model.ModelConfig.from_config(fields)
+        model = _variant_config(args, variant).model
+        cfg = sps_model.ModelConfig.from_config(dict(model, seq_len=max(model.seq_len, args.prefill + args.decode)))
         for r in programs.generation(acc, cfg, args.batch, args.prefill, args.decode):
             _log(f"[{acc.name}] {r['program']} {variant}: peak {r['peak_bytes'] / 2**30:.2f} GiB ({r['compile_s']:.0f} s)")
             rows.append(r)
@@ -220,7 +222,7 @@ def print_tables(results) -> None:
                   f"{'smem KiB':>9s} {'grid':>14s}")
             for rep in res["kernels"]:
                 if rep["status"] != "ok":
-                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} compile error: {rep['error'][:90]}")
+                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['status']}: {rep['error'][:90]}")
                     continue
                 for kname, k in rep["kernels"].items():
                     tiles = f"{k['block_q']}/{k['block_k']} {k['num_warps']} {k['num_stages']}"
