@@ -38,7 +38,9 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     k_blocks = k_BHCK if isinstance(k_BHCK, (list, tuple)) else [k_BHCK]
     v_blocks = v_BHCK if isinstance(v_BHCK, (list, tuple)) else [v_BHCK]
     K = q_BHQK.shape[-1]
-    scores_BHQC = jnp.concatenate([_scores(q_BHQK, k) for k in k_blocks], axis=-1) * (K ** -0.5)
+    scores_BHQC = jnp.concatenate(
+        [jnp.einsum("bhqk,bhck->bhqc", q_BHQK, k, preferred_element_type=jnp.float32) for k in k_blocks],
+        axis=-1) * (K ** -0.5)
     # A finite fill plus multiplying by the mask keeps fully hidden rows at exactly
     # zero output and zero gradient instead of NaN.
     scores_BHQC = jnp.where(mask_BQC[:, None], scores_BHQC, -1e30)
@@ -49,31 +51,10 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     o_BHQK, start = 0.0, 0
     for v in v_blocks:
         n = v.shape[2]
-        o_BHQK = o_BHQK + _weighted_values(p_BHQC[..., start:start + n].astype(v.dtype), v)
+        o_BHQK = o_BHQK + jnp.einsum("bhqc,bhck->bhqk", p_BHQC[..., start:start + n].astype(v.dtype), v,
+                                     preferred_element_type=jnp.float32)
         start += n
     return o_BHQK
-
-
-# A decode step has one query slot per stream (Q <= 2). As matmuls those products go to a GEMM
-# with M = 2 that XLA's GPU backend runs far below bandwidth; written as multiply-and-sum, XLA
-# fuses them into reductions that stream each cached key and value block once, as it already
-# does for Q = 1 (Standard). Same products, f32 sums: only the summation order differs.
-_FEW_QUERIES = 2
-
-
-def _scores(q_BHQK, k_BHCK):
-    if q_BHQK.shape[2] > _FEW_QUERIES:
-        return jnp.einsum("bhqk,bhck->bhqc", q_BHQK, k_BHCK, preferred_element_type=jnp.float32)
-    products_BHCQK = q_BHQK.astype(jnp.float32)[:, :, None] * k_BHCK.astype(jnp.float32)[:, :, :, None]
-    return jnp.swapaxes(products_BHCQK.sum(axis=-1), 2, 3)
-
-
-def _weighted_values(p_BHQC, v_BHCK):
-    if p_BHQC.shape[2] > _FEW_QUERIES:
-        return jnp.einsum("bhqc,bhck->bhqk", p_BHQC, v_BHCK, preferred_element_type=jnp.float32)
-    # One reduction per query slot: XLA fuses the siblings into one pass over v.
-    return jnp.stack([(p_BHQC[:, :, q, :, None].astype(jnp.float32) * v_BHCK.astype(jnp.float32)).sum(axis=2)
-                      for q in range(p_BHQC.shape[2])], axis=2)
 
 
 # What "auto" means on each platform; anything not listed gets the dense reference.

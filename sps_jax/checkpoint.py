@@ -4,16 +4,58 @@ Every checkpoint holds (at least) the items ``params`` (the f32 parameter pytree
 ``meta`` (JSON: step, tokens seen, ...); training adds the optimizer state and the data
 iterator. The run folder around them (``config.json``, finding a run, loading a model) is
 ``sps_jax.runs``.
+
+Reliability (README: What you can rely on): :func:`problem` is a cheap check that a
+checkpoint is complete; a training run resumes from the newest checkpoint that passes it and
+restores (:func:`restore_newest_intact`), leaving newer broken ones where they are;
+:class:`TrainCheckpoints` turns a failed save into one sentence and keeps broken checkpoints out
+of retention.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 
 import jax
 import orbax.checkpoint as ocp
 
+from sps_jax import cli, files
+from sps_jax.cli import UserError
+
 CHECKPOINT_DIR = "checkpoints"
+ORBAX_METADATA = "_CHECKPOINT_METADATA"
+JSON_ITEMS = ("meta", "data")
+TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
+
+
+class _QuietOrbax(logging.Filter):
+    """Orbax logs warnings ("Given directory is read only") and errors with tracebacks from its threads;
+    every failure among them reaches the caller as an exception, which the command says in one sentence."""
+
+    def filter(self, record):
+        return not (record.levelno >= logging.WARNING and f"{os.sep}orbax{os.sep}" in record.pathname)
+
+
+logging.getLogger("absl").addFilter(_QuietOrbax())
+
+
+def _quiet_orbax_unraisable(hook):
+    """A failed restore leaves Orbax's other reads running: their coroutines are collected later, each
+    printing its copy of the error ("Exception ignored in: <coroutine ...>"), and tensorstore's threads
+    call back into the closed event loop ("Event loop is closed"). The caller already said it once."""
+    def unraisable(info):
+        code = getattr(info.object, "cr_code", None)
+        orbax_coroutine = code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+        late_callback = (info.object is None and isinstance(info.exc_value, RuntimeError)
+                         and str(info.exc_value) == "Event loop is closed")
+        if not (orbax_coroutine or late_callback):
+            hook(info)
+    return unraisable
+
+
+sys.unraisablehook = _quiet_orbax_unraisable(sys.unraisablehook)
 
 
 def manager(workdir: str, **options) -> ocp.CheckpointManager:
@@ -27,10 +69,56 @@ def manager(workdir: str, **options) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(**options))
 
 
+def step_dir(workdir: str, step: int) -> str:
+    return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR, str(step))
+
+
 def steps(workdir: str) -> list[int]:
     """The steps that have a checkpoint, in order."""
     with manager(workdir, read_only=True) as mngr:
         return sorted(mngr.all_steps())
+
+
+def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
+    """Why checkpoint ``step`` is not complete, or None when the cheap checks pass.
+
+    Checked without reading any array: Orbax's metadata file, each item's folder, the JSON of
+    the JSON items, and for array items their tree metadata and OCDBT manifest. A damaged array
+    file passes here and fails when it is restored.
+    """
+    folder = step_dir(workdir, step)
+    if not os.path.isdir(folder):
+        return "it is not a folder"
+    required = [ORBAX_METADATA]
+    for item in items:
+        if not os.path.isdir(os.path.join(folder, item)):
+            return f"its {item} item is missing"
+        required += [f"{item}/metadata"] if item in JSON_ITEMS else [f"{item}/_METADATA", f"{item}/manifest.ocdbt"]
+    for name in required:
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            return f"{name} is missing"
+        if not name.endswith(".ocdbt"):
+            try:
+                files.read_json(path)
+            except (ValueError, OSError) as e:
+                return f"{name} is unreadable: {cli.sentence(e).rstrip('.')}"
+        elif os.path.getsize(path) == 0:
+            return f"{name} is empty"
+    return None
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    """An exception from Orbax or tensorstore as a short clause (their messages run to pages)."""
+    text = cli.sentence(exc).split(" See full TensorStore details")[0]
+    kind = "" if type(exc) is Exception else f"{type(exc).__name__}: "  # tensorstore raises bare Exceptions
+    return f"{kind}{text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def _is_other_model(exc: BaseException) -> bool:
+    """Orbax's words for a checkpoint whose arrays have other shapes or another tree than asked for."""
+    return isinstance(exc, ValueError) and any(
+        s in str(exc) for s in ("is not compatible with the stored shape", "tree structures do not match"))
 
 
 def save_params(workdir: str, step: int, params, meta: dict | None = None) -> None:
@@ -43,32 +131,29 @@ def save_params(workdir: str, step: int, params, meta: dict | None = None) -> No
 
 
 def restore_params(workdir: str, step: int | None = None):
-    """(params, step) of the latest (or the given) checkpoint, params on the host's devices."""
+    """(params, step) of the latest (or the given) checkpoint, params on the host's devices.
+
+    A missing or damaged checkpoint is one sentence naming the step and the others there are.
+    """
     with manager(workdir, read_only=True) as mngr:
-        step = mngr.latest_step() if step is None else step
+        all_steps = sorted(mngr.all_steps())
+        step = all_steps[-1] if step is None and all_steps else step
         if step is None:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet.")
-        if step not in mngr.all_steps():
+        if step not in all_steps:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
-                                    f"it has {sorted(mngr.all_steps())}.")
-        restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
-    return jax.tree_util.tree_map(jax.numpy.asarray, restored["params"]), step
-
-
-def train_manager(workdir: str, milestone_every: int = 0, keep: int = 1) -> ocp.CheckpointManager:
-    """Asynchronous manager keeping the ``keep`` latest checkpoints plus every ``milestone_every``-th step."""
-    return manager(workdir, max_to_keep=keep, keep_period=milestone_every or None,
-                   enable_async_checkpointing=True)
-
-
-def save_train_state(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict,
-                     data_state: dict) -> None:
-    """Start an (asynchronous) save of everything a resumed run needs; ``meta`` is JSON (step, seed, ...)."""
-    mngr.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(params),
-        opt_state=ocp.args.StandardSave(opt_state),
-        meta=ocp.args.JsonSave({"step": int(step), **meta}),
-        data=ocp.args.JsonSave(data_state)), force=True)
+                                    f"it has {all_steps}.")
+        others = f"; its other checkpoints are {[s for s in all_steps if s != step]}" if len(all_steps) > 1 else ""
+        reason = problem(workdir, step, ("params",))
+        if reason is None:
+            try:
+                restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
+                params = jax.tree_util.tree_map(jax.numpy.asarray, restored["params"])
+            except Exception as e:  # tensorstore/Orbax errors of many kinds: all mean "unreadable"
+                reason = f"its content cannot be restored: {_short(e)}"
+        if reason is not None:
+            raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}){others}.")
+    return params, step
 
 
 def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state):
@@ -82,4 +167,138 @@ def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params,
         opt_state=ocp.args.StandardRestore(abstract_opt_state),
         meta=ocp.args.JsonRestore(),
         data=ocp.args.JsonRestore()))
-    return restored["params"], restored["opt_state"], restored["meta"], restored["data"]
+    meta, data = restored["meta"], restored["data"]
+    if not isinstance(meta, dict) or meta.get("step") != step or not isinstance(data, dict):
+        raise ValueError(f"its meta or data item does not describe step {step}")
+    return restored["params"], restored["opt_state"], meta, data
+
+
+class _Retention:
+    """Orbax preservation policy: the ``keep`` newest checkpoints that are not broken, every
+    ``milestone_every``-th step, and every broken checkpoint (left for inspection, never deleted)."""
+
+    def __init__(self, keep: int, milestone_every: int, broken: set[int]):
+        self.keep, self.milestone_every, self.broken = keep, milestone_every, broken
+
+    def should_preserve(self, checkpoints, *, context=None) -> list[bool]:
+        newest = set(sorted(c.step for c in checkpoints if c.step not in self.broken)[-self.keep:])
+        return [c.step in self.broken or c.step in newest
+                or bool(self.milestone_every and c.step % self.milestone_every == 0) for c in checkpoints]
+
+
+class SaveFailed(UserError):
+    """A checkpoint could not be written; the run stops and keeps its last good checkpoint."""
+
+
+class TrainCheckpoints:
+    """A training run's checkpoints: asynchronous saves whose failure stops the run in one sentence,
+    the ``keep`` latest plus every ``milestone_every``-th step, and broken ones left alone."""
+
+    def __init__(self, workdir: str, milestone_every: int = 0, keep: int = 1, warn=print):
+        self.workdir, self.warn = workdir, warn
+        self.broken: set[int] = set()
+        self.good: int | None = None      # the newest checkpoint known complete (restored or saved)
+        self.pending: int | None = None   # a save started and not yet known complete
+        # Leftover temporary folders of a save that was killed or failed are removed on start.
+        self.mngr = manager(workdir, preservation_policy=_Retention(keep, milestone_every, self.broken),
+                            enable_async_checkpointing=True, cleanup_tmp_directories=True)
+
+    def steps(self) -> list[int]:
+        return sorted(self.mngr.all_steps())
+
+    def restore_newest_intact(self, restore):
+        """``(step, restore(step))`` for the newest checkpoint that passes :func:`problem` and whose
+        ``restore`` does not raise; None when there is none at all.
+
+        Each newer broken one is named in one warning and left in place (:class:`_Retention` keeps
+        it); when no checkpoint is intact, or a checkpoint holds another model, one sentence stops.
+        """
+        tried = []
+        for step in reversed(self.steps()):
+            reason = problem(self.workdir, step)
+            if reason is None:
+                try:
+                    state = restore(step)
+                except Exception as e:
+                    if _is_other_model(e):
+                        raise UserError(f"checkpoint step {step} of {self.workdir} holds another model than this "
+                                        f"config ({_short(e)}): resume with the original model settings or use a "
+                                        "new --workdir.") from None
+                    reason = f"its content cannot be restored: {_short(e)}"
+            if reason is None:
+                for bad, why in tried:
+                    self.warn(f"warning: checkpoint step {bad} of {self.workdir} is broken ({why}); resuming from "
+                              f"step {step} and leaving step {bad} as it is for inspection.")
+                self.good = step
+                return step, state
+            tried.append((step, reason))
+            self.broken.add(step)
+        if tried:
+            listing = "; ".join(f"step {s}: {why}" for s, why in tried)
+            raise UserError(f"no intact checkpoint in {os.path.join(self.workdir, CHECKPOINT_DIR)} ({listing}): "
+                            "move that folder away to start the run afresh.")
+        return None
+
+    def save(self, step: int, params, opt_state, meta: dict, data_state: dict) -> None:
+        """Start an asynchronous save of everything a resumed run needs (a previous failed save stops here)."""
+        self.check()
+        if step in self.broken:
+            self._move_aside(step)
+        try:
+            self.mngr.save(step, args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                opt_state=ocp.args.StandardSave(opt_state),
+                meta=ocp.args.JsonSave({"step": int(step), **meta}),
+                data=ocp.args.JsonSave(data_state)), force=True)
+        except Exception as e:
+            self.pending = step
+            raise self._failed(e) from None
+        self.pending = step
+
+    def _move_aside(self, step: int) -> None:
+        """A save must take a broken checkpoint's step: the broken folder moves, whole, to ``<step>.broken``."""
+        src = step_dir(self.workdir, step)
+        dst, n = src + ".broken", 1
+        if jax.process_index() == 0:
+            while os.path.lexists(dst):
+                n += 1
+                dst = f"{src}.broken{n}"
+            os.rename(src, dst)
+            self.warn(f"warning: moved the broken checkpoint step {step} to {dst} to save step {step} in its place.")
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices(f"sps_jax.checkpoint.move_aside.{step}")
+        self.broken.discard(step)
+        self.mngr.reload()
+
+    def poll(self) -> None:
+        """Between steps: stop on a save that has failed by now (single process only: processes
+        would see the failure at different steps and part ways; multi-process runs check at the
+        next save and at the end)."""
+        if self.pending is not None and jax.process_count() == 1 and not self.mngr.is_saving_in_progress():
+            self.check()
+
+    def check(self) -> None:
+        """Wait for the pending save; raise :class:`SaveFailed` if it failed."""
+        if self.pending is None:
+            return
+        try:
+            self.mngr.wait_until_finished()
+            self.mngr.check_for_errors()
+        except Exception as e:
+            raise self._failed(e) from None
+        self.good, self.pending = self.pending, None
+
+    def _failed(self, exc: BaseException) -> SaveFailed:
+        last = (f"its last good checkpoint is step {self.good}" if self.good is not None
+                else "it has no checkpoint yet")
+        return SaveFailed(f"saving checkpoint step {self.pending} in {os.path.join(self.workdir, CHECKPOINT_DIR)} "
+                          f"failed ({_short(exc)}); the run stopped and {last}: free disk space or fix the folder, "
+                          "then rerun the same command to resume.")
+
+    def close(self) -> None:
+        """Wait for a pending save (its failure was or will be reported by :meth:`check`) and let go."""
+        try:
+            self.mngr.close()
+        except Exception:
+            pass  # only reached when the run is already stopping on an error of its own

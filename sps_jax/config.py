@@ -10,12 +10,14 @@ import ast
 import dataclasses
 import importlib.util
 import os
+import traceback
 from typing import Sequence
 
 import ml_collections
 
 from sps_jax import masks
 from sps_jax import model as sps_model
+from sps_jax.cli import UserError
 
 # (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = 64 everywhere.
 SCALES = {
@@ -133,41 +135,139 @@ def parse_window(text: str) -> int | None:
 
 
 def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
-    """Load ``path/to/file.py[:ARG]`` (its ``get_config(ARG)``) and apply ``a.b=value`` overrides."""
+    """Load ``path/to/file.py[:ARG]`` (its ``get_config(ARG)``) and apply ``a.b=value`` overrides.
+
+    A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
+    ConfigDict is one sentence naming the file (and the line where Python says so).
+    """
     path, _, arg = spec.partition(":")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"config file {path!r} does not exist: pass e.g. configs/tiny.py or configs/paper.py:s,sps,64.")
+    if not path.endswith(".py"):
+        raise UserError(f"config file {path!r} is not a Python file: pass a .py file whose get_config(arg) returns "
+                        "a ConfigDict, e.g. configs/tiny.py.")
     module_spec = importlib.util.spec_from_file_location(f"sps_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    config = module.get_config(arg) if arg else module.get_config()
+    try:
+        module_spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}).") from None
+    except Exception as e:  # the user's file: say where it failed instead of a traceback
+        raise UserError(f"config file {path} failed{_line_in(e, path)}: {type(e).__name__}: {e}") from None
+    get_config = getattr(module, "get_config", None)
+    if not callable(get_config):
+        raise UserError(f"config file {path} defines no get_config(arg) function: see configs/tiny.py.")
+    try:
+        config = get_config(arg) if arg else get_config()
+    except ValueError:
+        raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
+    except Exception as e:
+        call = f"get_config({arg!r})" if arg else "get_config()"
+        raise UserError(f"{call} of {path} failed{_line_in(e, path)}: {type(e).__name__}: {e}") from None
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict.")
     for item in overrides:
         apply_override(config, item)
     return config
 
 
+def _line_in(exc: BaseException, path: str) -> str:
+    """' at line N' of the innermost traceback frame in ``path``, or ''."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if os.path.abspath(f.filename) == os.path.abspath(path)]
+    return f" at line {lines[-1]}" if lines else ""
+
+
 def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
-    """Set ``a.b=value`` (a leading ``--config.`` is accepted); values parse as Python literals."""
+    """Set ``a.b=value`` (a leading ``--config.`` is accepted); values parse as Python literals.
+
+    A value must fit the field's current type: integers for integer fields (``2e10`` counts),
+    numbers for float fields, ``True``/``False`` for flags, any text for string fields; ``None``
+    is accepted everywhere and left to the checks of whoever reads the field.
+    """
     key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
     if not sep:
         raise ValueError(f"override {item!r} must look like --config.a.b=value.")
     *parents, leaf = key.split(".")
     node = config
     for name in parents:
-        if name not in node:
+        if not isinstance(node, ml_collections.ConfigDict) or name not in node:
             raise ValueError(f"override {item!r}: config has no section {name!r}.")
         node = node[name]
-    if leaf not in node:
-        raise ValueError(f"override {item!r}: config section has no field {leaf!r}; fields are {sorted(node.keys())}.")
+    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+        fields = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+        raise ValueError(f"override {item!r}: config section has no field {leaf!r}; fields are {fields}.")
+    old = node[leaf]
+    if isinstance(old, ml_collections.ConfigDict):
+        raise ValueError(f"override {item!r}: {key} is a section, not a field: set its fields, "
+                         f"e.g. --config.{key}.{next(iter(old.keys()), 'FIELD')}=VALUE.")
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         value = text  # bare strings: --config.model.variant=sps
-    old = node[leaf]
-    if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+    value = _fit(old, value, text, item)
     with node.ignore_type():
         node[leaf] = value
+
+
+def _fit(old, value, text: str, item: str):
+    """``value`` converted to the kind of ``old`` (see :func:`apply_override`), else one sentence."""
+    if value is None or old is None:
+        return value
+    if isinstance(old, str):
+        return value if isinstance(value, str) else text  # --config.data.dir=2024 names a folder "2024"
+    if isinstance(old, bool):
+        kind, ok = "True or False", isinstance(value, bool)
+    elif isinstance(old, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        kind, ok = "an integer", isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(old, float):
+        kind, ok = "a number", isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        return value
+    if not ok:
+        raise ValueError(f"override {item!r}: the field takes {kind} (its value is {old!r}), not {text!r}.")
+    return value
+
+
+# The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
+RANGES = {
+    "train.seed": (int, 0, 2 ** 32 - 1, False), "train.global_batch": (int, 1, None, False),
+    "train.micro_batch": (int, 1, None, False), "train.total_tokens": (int, 1, None, False),
+    "train.warmup_tokens": (int, 0, None, False), "train.decay_fraction": (float, 0, 1, False),
+    "train.peak_lr": (float, 0, None, False), "train.final_lr": (float, 0, None, False),
+    "train.b1": (float, 0, 1, False), "train.b2": (float, 0, 1, False), "train.eps": (float, 0, None, False),
+    "train.weight_decay": (float, 0, None, False), "train.grad_clip": (float, 0, None, False),
+    "train.log_every": (int, 1, None, False), "train.eval_every": (int, 1, None, False),
+    "train.checkpoint_every": (int, 1, None, False), "train.milestone_every": (int, 0, None, False),
+    "train.stop_at_step": (int, 0, None, False), "train.peak_flops_per_device": (float, 0, None, True),
+    "data.val_windows": (int, 1, None, False), "data.val_batch": (int, 1, None, False),
+    "data.prefetch": (int, 0, None, False), "mesh.data": (int, -1, None, False), "mesh.fsdp": (int, -1, None, False),
+}
+
+
+def check_run_config(config) -> None:
+    """Every field a training run reads is present and in range (else one sentence naming it)."""
+    if not isinstance(config.get("model"), ml_collections.ConfigDict):
+        raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
+                        "(see configs/tiny.py).")
+    for dotted, (kind, least, most, optional) in RANGES.items():
+        section, name = dotted.split(".")
+        if section not in config or not hasattr(config[section], "keys") or name not in config[section]:
+            raise UserError(f"the config has no {dotted}: build configs with sps_jax.config.paper_config "
+                            "(see configs/tiny.py).")
+        value = config[section][name]
+        if value is None and optional:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or (kind is int and not isinstance(value, int)) or value < least \
+                or (most is not None and value > most):
+            bound = f"between {least} and {most}" if most is not None else f"of at least {least}"
+            raise UserError(f"{dotted}={value!r} must be {'an integer' if kind is int else 'a number'} {bound}.")
+    if not isinstance(config.data.get("dir"), str) or not config.data.dir:
+        raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -20,8 +20,9 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import files, runs, torch_layout
+from sps_jax import cli, files, runs, torch_layout
 from sps_jax import model as sps_model
+from sps_jax.cli import MissingPackage, UserError
 
 DTYPES = {"float32": np.float32, "bfloat16": jnp.bfloat16}  # jnp.bfloat16 is ml_dtypes' numpy bfloat16
 FORMATS = {".pt": "torch", ".safetensors": "safetensors"}  # file suffix -> the package that writes it
@@ -32,13 +33,15 @@ def check_output(out: str, force: bool = False) -> str:
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
     fmt = FORMATS.get(os.path.splitext(out)[1])
     if fmt is None:
-        raise ValueError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
-    if os.path.exists(out) and not force:
-        raise FileExistsError(f"{out} already exists: pass --force to overwrite it.")
+        raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
+    if os.path.isdir(out):
+        raise UserError(f"--out {out} is a folder: pass a file ending in .pt or .safetensors.")
+    if os.path.lexists(out) and not force:
+        raise UserError(f"{out} already exists: pass --force to overwrite it.")
     try:
         __import__(fmt)
     except ImportError:
-        raise ImportError(f"writing {os.path.splitext(out)[1]} files needs the {fmt} package: "
+        raise MissingPackage(f"writing {os.path.splitext(out)[1]} files needs the {fmt} package: "
                           f"pip install -e '.[{fmt}]'.") from None
     return fmt
 
@@ -46,7 +49,7 @@ def check_output(out: str, force: bool = False) -> str:
 def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
     """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays."""
     if dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r} must be one of {', '.join(DTYPES)}.")
+        raise UserError(f"--dtype {dtype!r} must be one of {', '.join(DTYPES)}.")
     cfg = sps_model.ModelConfig.from_config(config.model)
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
             torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),
@@ -92,20 +95,17 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = "float3
     return ckpt
 
 
+@cli.main
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a run folder, or one of its checkpoints/<step> folders")
-    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--step", type=cli.non_negative_int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--out", required=True, help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = p.parse_args(argv)
-    try:
-        ckpt = export_run(args.run, args.out, args.step, args.dtype, args.force)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    ckpt = export_run(args.run, args.out, args.step, args.dtype, args.force)
     args_ = ckpt[torch_layout.MODEL_ARGS]
     print(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "
           f"({args.dtype}), {args_['n_layer']} layers, d={args_['n_embd']}, {args_['n_head']} heads, "

@@ -1,7 +1,10 @@
-"""Atomic file writes, the one way this package writes an output file.
+"""Atomic file and folder writes, the one way this package writes its outputs, and the readers of
+the JSON/JSONL/text files a user hands it.
 
 Content goes to ``<path>.partial`` and is renamed over ``path`` only once complete, so a
-reader (or a restarted command) never sees a half-written file.
+reader (or a restarted command) never sees a half-written file; a folder is built whole in a
+sibling ``<path>.partial`` and swapped in (:func:`replace_folder`). The readers say in one
+sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ import contextlib
 import csv
 import json
 import os
+import shutil
 
 import numpy as np
+
+from sps_jax.cli import UserError
 
 
 @contextlib.contextmanager
@@ -71,3 +77,84 @@ def write_jsonl(path: str, records) -> None:
     """One JSON object per line, atomically."""
     with atomic_open(path) as f:
         f.writelines(json.dumps(record) + "\n" for record in records)
+
+
+@contextlib.contextmanager
+def replace_folder(path: str):
+    """Yield an empty sibling folder ``<path>.partial`` to build in; on success it replaces ``path``.
+
+    The old folder stays as it was until the new one is complete: then it is renamed to
+    ``<path>.old``, the new one is renamed into place and the old one deleted. On failure the
+    partial folder is removed and ``path`` is untouched.
+    """
+    path = os.path.abspath(path)
+    partial, old = path + ".partial", path + ".old"
+    shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted run of the same command
+    os.makedirs(partial)
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.lexists(path):
+        os.rename(path, old)
+    os.rename(partial, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def decode(data: bytes, path: str, errors: str = "strict", line: int | None = None, offset: int = 0,
+           hint: str = "") -> str:
+    """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte."""
+    try:
+        return data.decode("utf-8", errors)
+    except UnicodeDecodeError as e:
+        where = f" line {line}" if line is not None else ""
+        raise UserError(f"{path}{where} is not UTF-8 text: byte {offset + e.start} is 0x{data[e.start]:02x}"
+                        f"{hint}.") from None
+
+
+def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
+    """A whole UTF-8 text file (``errors="replace"`` turns bad bytes into U+FFFD; ``hint`` ends the
+    sentence about a bad byte)."""
+    with open(path, "rb") as f:
+        return decode(f.read(), path, errors, hint=hint)
+
+
+def parse_json(text: str, path: str, line: int | None = None):
+    """JSON text from ``path`` (one line of it when ``line`` is given); else one sentence naming where."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        where = f"line {line}, column {e.colno}" if line is not None else f"line {e.lineno}, column {e.colno}"
+        raise UserError(f"{path} is not JSON at {where} ({e.msg}).") from None
+    except (ValueError, RecursionError) as e:  # integers too long, nesting too deep
+        raise UserError(f"{path}{f' line {line}' if line else ''} is not usable JSON ({e}).") from None
+
+
+def read_json(path: str):
+    """A JSON file (strict UTF-8)."""
+    return parse_json(read_text(path), path)
+
+
+def read_jsonl(path: str, errors: str = "strict", hint: str = "", drop_partial_last: bool = False):
+    """Yield (line number, value) of each non-blank line of a JSONL file (``errors``, ``hint``: as
+    :func:`read_text`).
+
+    With ``drop_partial_last`` a last line that is not JSON (a writer killed mid-line) ends the
+    file quietly; any other bad line is one sentence naming the file and the line.
+    """
+    with open(path, "rb") as f:
+        offset = 0
+        for number, raw in enumerate(f, 1):
+            line = decode(raw, path, errors, number, offset, hint)
+            offset += len(raw)
+            if not line.strip():
+                continue
+            try:
+                value = parse_json(line, path, number)
+            except UserError:
+                if drop_partial_last and not f.read(1):
+                    return
+                raise
+            yield number, value

@@ -1,23 +1,28 @@
 """Import a checkpoint written by the authors' PyTorch code into a run folder.
 
   python -m sps_jax.import_torch ckpt.pt --variant sps --window 64 --out runs/imported-s-sps
-      [--num-heads H] [--seq-len T] [--config.model.FIELD=VALUE ...] [--trust-pickle]
+      [--num-heads H] [--seq-len T] [--config.model.FIELD=VALUE ...] [--trust-pickle] [--force]
 
 Their file is a ``torch.save``d dict whose ``"model"`` entry is the state dict
 (keys possibly prefixed ``_orig_mod.`` by torch.compile); ``sps_jax.torch_layout``
 maps its keys and shapes to this project's parameters (RoPE pairs and the qkv
-layout match, so no permutation is needed). Dimensions come from the tensors; the
-head count from ``model_args["n_head"]`` when present, else d / 64 (the paper's
-head size); the window and ``<predict>`` id from ``model_args`` when present.
+layout match, so no permutation is needed) and checks every tensor's shape before
+conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
+else ``model_args["n_head"]``, else d / 64 (the paper's head size), and the context
+from ``--seq-len``, else ``model_args["block_size"]``, else 4096 (the output says when
+a default was used); the window and ``<predict>`` id from ``model_args`` when present.
 A file written by ``python -m sps_jax.export_torch`` (``.pt`` or ``.safetensors``)
 also carries the run's config, which the import starts from: no --variant needed.
 A ``.pt`` file is read with ``torch.load(weights_only=True)``; pickles holding
-arbitrary objects are refused unless ``--trust-pickle`` is given.
+arbitrary objects are refused unless ``--trust-pickle`` is given. The run folder is
+built aside and swapped in whole; an ``--out`` that holds files is refused unless
+``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -25,7 +30,8 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import config as sps_config, masks, model as sps_model, runs, torch_layout
+from sps_jax import cli, config as sps_config, files, masks, model as sps_model, runs, torch_layout
+from sps_jax.cli import MissingPackage, UserError
 
 # The default of --variant and --window: what the file says (model_args, or the config it carries).
 FROM_FILE = "from the file"
@@ -36,63 +42,106 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
     a ``.safetensors`` file gives the same layout (numpy arrays, no torch needed)."""
     if path.endswith(".safetensors"):
         return _load_safetensors(path)
-    try:
-        import torch
-    except ImportError:
-        raise ImportError("importing PyTorch checkpoints needs torch: pip install -e '.[torch]' "
-                          "(or pip install torch==2.13.0).") from None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"PyTorch checkpoint {path!r} does not exist.")
+    torch = _reader("torch", "PyTorch checkpoint", path)
     try:
         return torch.load(path, map_location="cpu", weights_only=not trust_pickle)
-    except Exception as exc:  # torch raises UnpicklingError subclasses that vary by version
-        if trust_pickle or "weights_only" not in str(exc).lower() and "unpickl" not in type(exc).__name__.lower():
-            raise
-        raise ValueError(f"{path} holds Python objects beyond tensors and plain containers, which could run code "
-                         "when loaded: pass --trust-pickle only if you trust where the file came from.") from None
+    except Exception as exc:  # torch raises errors of many kinds (pickle, zip, EOF) that vary by version
+        text = str(exc)
+        if not trust_pickle and "weights_only" in text and "global" in text.lower():
+            raise UserError(f"{path} holds Python objects beyond tensors and plain containers, which could run "
+                            "code when loaded: pass --trust-pickle only if you trust where the file came "
+                            "from.") from None
+        raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read ({_reason(exc)}).") from None
+
+
+def _reader(package: str, what: str, path: str):
+    """The package that reads ``path`` (a ``what``), once both are there; else one sentence: the extra to
+    install (named as the package), or the missing file."""
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        raise MissingPackage(f"reading a {what} needs the {package} package: pip install -e '.[{package}]'.") from None
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} {path!r} does not exist.")
+    return module
+
+
+def _reason(exc: BaseException) -> str:
+    first = " ".join(str(exc).split())[:120]
+    return f"{type(exc).__name__}{': ' + first if first else ''}"
 
 
 def _load_safetensors(path: str) -> dict:
+    safetensors = _reader("safetensors", "safetensors file", path)
     try:
-        from safetensors import safe_open
-    except ImportError:
-        raise ImportError("reading .safetensors files needs the safetensors package: "
-                          "pip install -e '.[safetensors]'.") from None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"safetensors file {path!r} does not exist.")
-    with safe_open(path, framework="numpy") as f:
-        return torch_layout.from_safetensors({k: f.get_tensor(k) for k in f.keys()}, f.metadata())
+        with safetensors.safe_open(path, framework="numpy") as f:
+            tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    except Exception as exc:  # safetensors raises its own SafetensorError (and OS errors) on bad files
+        raise UserError(f"{path} is not a safetensors file that safetensors can read ({_reason(exc)}).") from None
+    try:
+        return torch_layout.from_safetensors(tensors, metadata)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: its metadata (model_args, iter_num) is not the export's ({_reason(exc)}).") from None
 
 
 def state_dict_of(ckpt) -> dict[str, np.ndarray]:
     """The model state dict as float32 numpy arrays, ``_orig_mod.`` prefixes removed."""
     sd = ckpt.get(torch_layout.MODEL, ckpt) if isinstance(ckpt, dict) else None
     prefix = torch_layout.PREFIX
-    if not isinstance(sd, dict) or torch_layout.EMBED not in {k.replace(prefix, "") for k in sd}:
-        raise ValueError("not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict "
-                         f"with '{torch_layout.EMBED}'.")
+    if not isinstance(sd, dict) or torch_layout.EMBED not in {str(k).replace(prefix, "") for k in sd}:
+        raise UserError("not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict "
+                        f"with '{torch_layout.EMBED}'.")
     out = {}
     for key, tensor in sd.items():
-        value = tensor.detach().float().cpu().numpy() if hasattr(tensor, "detach") else np.asarray(tensor)
-        out[key.replace(prefix, "")] = value.astype(np.float32)
+        key = str(key).replace(prefix, "")
+        if hasattr(tensor, "detach"):
+            out[key] = tensor.detach().float().cpu().numpy()
+        elif isinstance(tensor, np.ndarray):
+            try:  # bfloat16 (a .safetensors export) is no np.number but converts
+                out[key] = tensor.astype(np.float32)
+            except (TypeError, ValueError):  # not numbers: not a parameter
+                continue
     return out
+
+
+def _given(fields: dict, field: str, key: str, flag: str):
+    """A positive integer of model_args (``key``, read as ModelConfig ``field``), or None when absent."""
+    value = fields.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"the checkpoint's model_args[{key!r}] = {value!r} is not a positive integer: pass {flag}.")
+    return value
+
+
+def _stored(text) -> ml_collections.ConfigDict:
+    """The run config an exported file carries (one sentence when it is not one)."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not JSON ({_reason(exc)}).") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: it has no 'model' section.")
+    return ml_collections.ConfigDict(data)
 
 
 def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),
                  name="imported", stored_config: str | None = None):
-    """A run config whose model matches the state dict's shapes.
+    """A run config whose model matches the state dict's shapes, and notes on what was not in the file.
 
     It starts from ``stored_config`` (the JSON config an exported file carries) when given, else from
     the paper's config of ``variant`` with ``model_args``' window and ``<predict>`` id; ``variant``
-    and ``window`` left at ``FROM_FILE`` keep what the file says.
+    and ``window`` left at ``FROM_FILE`` keep what the file says. ``num_heads`` and ``seq_len`` win
+    over ``model_args``, which wins over the stored config, else the defaults (said in the notes).
     """
-    V, D = sd[torch_layout.EMBED].shape
+    dims = torch_layout.check(sd)
     fields = torch_layout.model_fields(model_args)
+    notes = []
     if stored_config is not None:
-        config = ml_collections.ConfigDict(json.loads(stored_config))
+        config = _stored(stored_config)
     elif variant == FROM_FILE:
-        raise ValueError("the checkpoint does not say which variant it is: pass --variant (standard, sps, "
-                         "two_x_memory, delayed_state, reverse_sps).")
+        raise UserError("the checkpoint does not say which variant it is: pass --variant (standard, sps, "
+                        "two_x_memory, delayed_state, reverse_sps).")
     else:
         config = sps_config.paper_config("s", variant)
         config.name = name
@@ -106,59 +155,84 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         m.window = window
     if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
         m.window = masks.Visibility(m.variant, m.window).window  # None where the variant has no window
-    m.num_layers, m.d_model, m.vocab_size = torch_layout.num_layers(sd), D, V
-    m.num_heads = int(num_heads or fields.get("num_heads") or (m.num_heads if stored_config else max(D // 64, 1)))
-    m.d_ff = sd[torch_layout.block_key(0, "mlp.up_proj.weight")].shape[0]
-    m.seq_len = int(seq_len or fields.get("seq_len") or m.seq_len)
+    heads = num_heads or _given(fields, "num_heads", "n_head", "--num-heads")
+    if heads is None and stored_config is None:
+        heads = max(dims["D"] // 64, 1)
+        notes.append(f"the checkpoint has no model_args['n_head']: using d/64 = {heads} heads (pass --num-heads to "
+                     "set them)")
+    context = seq_len or _given(fields, "seq_len", "block_size", "--seq-len")
+    if context is None and stored_config is None:
+        notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
+                     "--seq-len to set it)")
+    m.num_layers, m.d_model, m.d_ff, m.vocab_size = dims["L"], dims["D"], dims["F"], dims["V"]
+    m.num_heads = int(heads or m.num_heads)
+    m.seq_len = int(context or m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
-    return config
+    return config, notes
+
+
+def check_out(out: str, force: bool) -> None:
+    """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``."""
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is a file, not a folder: pass a new folder for the imported run.")
+    held = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    if held and not force:
+        raise UserError(f"--out {out} already holds files ({', '.join(held[:3])}): choose a new --out, or pass "
+                        "--force to replace that folder with the imported run (it is swapped in only when complete).")
 
 
 def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
-                      overrides=(), trust_pickle: bool = False, step: int | None = None):
-    """Convert and write a run folder; returns (config, params)."""
+                      overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
+    """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
+    check_out(out, force)
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)
     get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
-    config = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
-                          name=f"import-{os.path.splitext(os.path.basename(path))[0]}",
-                          stored_config=get(torch_layout.CONFIG))
+    config, notes = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
+                                 name=f"import-{os.path.splitext(os.path.basename(path))[0]}",
+                                 stored_config=get(torch_layout.CONFIG))
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
     params = torch_layout.to_params(sd, config.model.num_heads)
     runs.check_params(net, params)
     if step is None:
-        step = int(get(torch_layout.STEP, 0))
-    runs.save_run(out, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
-    return config, params
+        step = get(torch_layout.STEP, 0)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise UserError(f"the checkpoint's {torch_layout.STEP} {step!r} is not a step: pass --step.")
+    with files.replace_folder(out) as building:
+        runs.save_run(building, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
+    return config, params, notes
 
 
+@cli.main
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, overrides = sps_config.split_config_args(argv)
-    p = argparse.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
     p.add_argument("--variant", default=FROM_FILE,
                    help="standard, sps, two_x_memory, delayed_state, reverse_sps (default: the file's)")
     p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
                    f"else {masks.DEFAULT_WINDOW})")
-    p.add_argument("--out", required=True, help="run folder to write")
-    p.add_argument("--num-heads", type=int, default=None)
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--step", type=int, default=None, help="step to record (default: the file's iter_num or 0)")
+    p.add_argument("--out", required=True, help="run folder to write (new or empty, or replaced with --force)")
+    p.add_argument("--num-heads", type=cli.positive_int, default=None,
+                   help="attention heads (default: the file's model_args n_head, else d/64)")
+    p.add_argument("--seq-len", type=cli.positive_int, default=None,
+                   help="context (default: the file's model_args block_size, else 4096)")
+    p.add_argument("--step", type=cli.non_negative_int, default=None,
+                   help="step to record (default: the file's iter_num or 0)")
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
+    p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
     args = p.parse_args(argv)
-    try:
-        window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
-        config, params = import_checkpoint(args.checkpoint, args.out, args.variant, window,
-                                           args.num_heads, args.seq_len, overrides, args.trust_pickle, args.step)
-    except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
+    config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
+                                         args.seq_len, overrides, args.trust_pickle, args.step, args.force)
+    for note in notes:
+        print(f"note: {note}.")
     m = config.model
     print(f"wrote {args.out}: {m.variant} (window {m.window}), {m.num_layers} layers, d={m.d_model}, "
-          f"{m.num_heads} heads, vocab {m.vocab_size}")
+          f"{m.num_heads} heads, context {m.seq_len}, vocab {m.vocab_size}")
     return 0
 
 

@@ -58,7 +58,7 @@ class Visibility:
     persistent_window: int | None = None
 
     def __post_init__(self):
-        if self.variant not in _VARIANTS:
+        if not isinstance(self.variant, str) or self.variant not in _VARIANTS:
             raise ValueError(
                 f"unknown attention variant {self.variant!r}: choose one of {', '.join(VARIANTS)}.")
         window = _check_window(self.window, "window")

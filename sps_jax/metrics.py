@@ -10,6 +10,7 @@ import os
 import time
 
 from sps_jax import files, plotting
+from sps_jax.cli import UserError
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -26,7 +27,8 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     """All records of ``workdir/metrics.jsonl`` in file order (the one reader of run metrics).
 
     A missing file is no records, or with ``required`` a FileNotFoundError. A run killed
-    mid-write leaves one partial last line, which is dropped; any other bad line is an error.
+    mid-write leaves one partial last line, which is dropped; any other bad line, or a record
+    without an integer "step", is one sentence naming the line.
     """
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
@@ -35,23 +37,25 @@ def read(workdir: str, required: bool = False) -> list[dict]:
                                     "(or training has not logged yet).")
         return []
     records = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                if f.readline():
-                    raise ValueError(f"{path} line {n} is not JSON.") from None
-                break
+    for line, record in files.read_jsonl(path, drop_partial_last=True):
+        if not isinstance(record, dict) or isinstance(record.get("step"), bool) \
+                or not isinstance(record.get("step"), int):
+            raise UserError(f"{path} line {line} is not a metrics record: it needs an integer \"step\".")
+        records.append(record)
     return records
 
 
 def curves(workdir: str) -> dict[str, list[dict]]:
     """{"train": records with "loss", "val": records with "val_loss"} of a run, each sorted by step."""
     records = sorted(read(workdir, required=True), key=lambda r: r["step"])
-    return {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
+    out = {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
+    for kind, value in (("train", "loss"), ("val", "val_loss")):
+        for r in out[kind]:
+            for key in ("tokens_seen", value):
+                if isinstance(r.get(key), bool) or not isinstance(r.get(key), (int, float)):
+                    raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
+                                    f"{key}={r.get(key)!r}, not a number.")
+    return out
 
 
 class Writer:

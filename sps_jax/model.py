@@ -60,14 +60,27 @@ class ModelConfig:
     loss_chunk: int = 4096
 
     def __post_init__(self):
+        # Types first: a hand-edited config.json must fail here in one sentence, not deep in the model.
+        for name in ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size", "seq_len",
+                     "eos_id", "predict_id", "pad_id"):
+            value = getattr(self, name)
+            least = 0 if name.endswith("_id") else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"model.{name} must be an integer of at least {least}, got {value!r}.")
+        for name in ("rope_theta", "init_std", "norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"model.{name} must be a positive number, got {value!r}.")
+        if not isinstance(self.remat, bool):
+            raise ValueError(f"model.remat must be True or False, got {self.remat!r}.")
         vis = masks.Visibility(self.variant, self.window, self.persistent_window)
         object.__setattr__(self, "window", vis.window)
         object.__setattr__(self, "persistent_window", vis.persistent_window)
-        if self.attention not in attention.BACKENDS:
+        if not isinstance(self.attention, str) or self.attention not in attention.BACKENDS:
             raise ValueError(
                 f"unknown attention backend {self.attention!r}: choose one of {', '.join(attention.BACKENDS)}.")
         for name in ("dtype", "param_dtype"):
-            if getattr(self, name) not in _DTYPES:
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in _DTYPES:
                 raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}.")
         if self.d_model % self.num_heads or self.head_dim % 2:
             raise ValueError(

@@ -401,16 +401,21 @@ class _Plan:
 _FLOPS_PER_SCORE = {"sps_flash_forward": 4, "sps_flash_dq": 6, "sps_flash_dkv": 8}
 
 
+def _scores_in(table, tiles: Tiles, streams: int) -> int:
+    """Scores a kernel computes over a block table: blocks [first, end) x the block area."""
+    return int((table[..., 3] - table[..., 0]).sum()) * tiles.block_q * streams * tiles.block_k
+
+
 @functools.lru_cache(maxsize=256)
 def _computed_scores(vis, T, Tp, tuning):
     """Scores each kernel computes for one document of T positions (what XLA's cost model is
     told: an upper bound, since documents only remove blocks)."""
-    doc = np.zeros((1, T), np.int32)
-    counts = []
-    for tiles, side in ((tuning.forward, 0), (tuning.dq, 0), (tuning.dkv, 1)):
-        tab = block_tables(doc, vis, tiles.block_q, tiles.block_k, padded_len=Tp)[side]
-        counts.append(int((tab[..., 3] - tab[..., 0]).sum()) * tiles.block_q * vis.num_streams * tiles.block_k)
-    return tuple(counts)
+    S = vis.num_streams
+    q_lo, q_hi, k_lo, k_hi = row_intervals(np.zeros((1, T), np.int32), vis, padded_len=Tp)
+    fwd, dq, dkv = tuning.forward, tuning.dq, tuning.dkv
+    return (_scores_in(_query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k), fwd, S),
+            _scores_in(_query_blocks(q_lo, q_hi, S, dq.block_q, dq.block_k), dq, S),
+            _scores_in(_key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S))
 
 
 def _cost(name, scores, q_BNHK, *others):
@@ -619,15 +624,13 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     T = doc_ids_BT.shape[1]
     S = vis.num_streams
     Tp = _padded_len(T, tuning.padded_multiple)
-    q_lo, q_hi, _, _ = row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
     fwd, dkv = tuning.forward, tuning.dkv
-    q_tab, _ = block_tables(doc_ids_BT, vis, fwd.block_q, fwd.block_k, padded_len=Tp)
-    _, k_tab = block_tables(doc_ids_BT, vis, dkv.block_q, dkv.block_k, padded_len=Tp)
+    q_tab = _query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k)
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
-    blocks_dkv = int((k_tab[..., 3] - k_tab[..., 0]).sum())
     N = T * S
     return {"visible": int(np.maximum(q_hi - q_lo, 0).sum()),
-            "computed": blocks_fwd * fwd.block_q * S * fwd.block_k,
-            "computed_dkv": blocks_dkv * dkv.block_q * S * dkv.block_k,
+            "computed": _scores_in(q_tab, fwd, S),
+            "computed_dkv": _scores_in(_key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S),
             "masked_blocks": blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum()), "blocks": blocks_fwd,
             "dense_causal": N * (N + 1) // 2}

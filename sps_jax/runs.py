@@ -15,8 +15,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from sps_jax import checkpoint, config as sps_config, files, metrics
+from sps_jax import checkpoint, cli, config as sps_config, files, metrics
 from sps_jax import model as sps_model
+from sps_jax.cli import UserError
 
 CONFIG_FILE = "config.json"
 
@@ -60,11 +61,61 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
+    """The run's config.json (one sentence naming the file when it is not a run config)."""
     path = os.path.join(workdir, CONFIG_FILE)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
+    data = files.read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise UserError(f"{path} is not a run config: it has no 'model' section.")
+    try:
+        return ml_collections.ConfigDict(data)
+    except Exception as e:  # keys ConfigDict cannot hold
+        raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}).") from None
+
+
+def model_config(config, workdir: str) -> sps_model.ModelConfig:
+    """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad."""
+    try:
+        return sps_model.ModelConfig.from_config(config.model)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{os.path.join(workdir, CONFIG_FILE)}: {cli.sentence(e)}") from None
+
+
+def check_workdir(workdir: str, config, force: bool = False) -> None:
+    """Refuse (one sentence) a training ``--workdir`` whose files another run owns.
+
+    A new or empty folder, or one holding this model's run, is fine. A folder that is a file,
+    or holds checkpoints of another model (or an unreadable config.json), is refused; one
+    holding another run's config.json or metrics.jsonl without checkpoints is refused unless
+    ``force``, which starts this run there (replacing those two files).
+    """
+    if os.path.lexists(workdir) and not os.path.isdir(workdir):
+        raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
+    checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
+    if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
+        raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
+    has_checkpoints = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+    records = metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
+    other = None
+    if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
+        try:
+            saved = read_config(workdir)
+            old, new = json.loads(saved.model.to_json()), json.loads(config.model.to_json())
+            changed = sorted(k for k in set(old) | set(new)  # another attention backend may resume the run
+                             if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
+            if changed:
+                other = f"a run of another model ({', '.join(changed)} differ)"
+        except (ValueError, OSError) as e:
+            other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
+    elif records and not has_checkpoints:  # with checkpoints, their restore checks the model
+        other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
+    if other and has_checkpoints:
+        raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
+                        "original model settings to resume it.")
+    if other and not force:
+        raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
+                        f"there (its {CONFIG_FILE} and {metrics.METRICS_FILE} are replaced).")
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
@@ -94,8 +145,10 @@ def check_params(net: sps_model.Transformer, params) -> None:
 
 def load_model(path: str, step: int | None = None):
     """(Transformer, params, step) of a run folder or checkpoint, after checking params against config.json."""
+    workdir, _ = find_run(path)
+    cfg = model_config(read_config(workdir), workdir)  # a bad config.json stops before any weights load
     config, params, step = load_run(path, step)
-    net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
+    net = sps_model.Transformer(cfg)
     check_params(net, params)
     return net, params, step
 
@@ -105,7 +158,7 @@ def run_info(path: str, step: int | None = None) -> dict:
     its config.json; with ``step`` also the step and the tokens seen by then."""
     workdir, _ = find_run(path)
     config = read_config(workdir)
-    cfg = sps_model.ModelConfig.from_config(config.model)
+    cfg = model_config(config, workdir)
     info = {"run": str(config.get("name") or os.path.basename(workdir)), "workdir": workdir,
             "variant": cfg.variant, "window": cfg.window,
             "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}

@@ -25,21 +25,21 @@ EMBED = "transformer.wte.weight"
 LM_HEAD = "lm_head.weight"
 MODEL, MODEL_ARGS, STEP, CONFIG = "model", "model_args", "iter_num", "sps_jax_config"
 
-# Their key -> (our parameter path, how the tensor maps). "h." keys are per block, under block_{i}.
-# copy: the same array; linear: [out, in] <-> [in, out]; qkv: [3HK, D] <-> [D, 3, H, K];
-# out: [D, HK] <-> [H, K, D].
+# Their key -> (our parameter path, how the tensor maps, its shape in their layout). "h." keys are per
+# block, under block_{i}. copy: the same array; linear: [out, in] <-> [in, out]; qkv: [3HK, D] <-> [D, 3, H, K];
+# out: [D, HK] <-> [H, K, D]. Shapes are in V (vocabulary), D (width), 3D and F (MLP width).
 TOP = {
-    EMBED: (("embed",), "copy"),
-    "transformer.output_norm.weight": (("final_norm", "scale"), "copy"),
+    EMBED: (("embed",), "copy", ("V", "D")),
+    "transformer.output_norm.weight": (("final_norm", "scale"), "copy", ("D",)),
 }
 BLOCK = {
-    "attention_norm.weight": (("attn_norm", "scale"), "copy"),
-    "attn.c_attn.weight": (("attn", "qkv"), "qkv"),
-    "attn.c_proj.weight": (("attn", "out"), "out"),
-    "mlp_norm.weight": (("mlp_norm", "scale"), "copy"),
-    "mlp.gate_proj.weight": (("mlp", "gate"), "linear"),
-    "mlp.up_proj.weight": (("mlp", "up"), "linear"),
-    "mlp.down_proj.weight": (("mlp", "down"), "linear"),
+    "attention_norm.weight": (("attn_norm", "scale"), "copy", ("D",)),
+    "attn.c_attn.weight": (("attn", "qkv"), "qkv", ("3D", "D")),
+    "attn.c_proj.weight": (("attn", "out"), "out", ("D", "D")),
+    "mlp_norm.weight": (("mlp_norm", "scale"), "copy", ("D",)),
+    "mlp.gate_proj.weight": (("mlp", "gate"), "linear", ("F", "D")),
+    "mlp.up_proj.weight": (("mlp", "up"), "linear", ("F", "D")),
+    "mlp.down_proj.weight": (("mlp", "down"), "linear", ("D", "F")),
 }
 
 # model_args key -> ModelConfig field. Dimensions are also read from the tensors themselves.
@@ -61,8 +61,8 @@ def block_key(i: int, suffix: str) -> str:
 def num_layers(sd) -> int:
     """L of a state dict whose blocks are numbered 0..L-1 (else one sentence)."""
     layers = sorted({int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))})
-    if layers != list(range(len(layers))):
-        raise ValueError(f"layer indices {layers} are not 0..L-1.")
+    if not layers or layers != list(range(len(layers))):
+        raise ValueError(f"layer indices {layers} of the state dict are not 0..L-1 (L >= 1).")
     return len(layers)
 
 
@@ -89,20 +89,45 @@ def _to_theirs(kind: str, w: np.ndarray) -> np.ndarray:
 
 
 def _entries(L: int):
-    """(their key, our path, kind) of every tensor of an L-layer model."""
-    for key, (path, kind) in TOP.items():
-        yield key, path, kind
+    """(their key, our path, kind, shape) of every tensor of an L-layer model."""
+    yield from ((key, *entry) for key, entry in TOP.items())
     for i in range(L):
-        for suffix, (path, kind) in BLOCK.items():
-            yield block_key(i, suffix), (f"block_{i}", *path), kind
+        for suffix, (path, kind, shape) in BLOCK.items():
+            yield block_key(i, suffix), (f"block_{i}", *path), kind, shape
+
+
+def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
+    """The dimensions ``{"L", "V", "D", "F"}`` of a state dict (prefix-free keys) holding every tensor of the
+    table with the shape its embedding and layer 0 imply; else one sentence naming the tensor, with the
+    expected and the actual shape."""
+    wte = sd[EMBED]
+    if wte.ndim != 2:
+        raise ValueError(f"{EMBED} has shape {tuple(wte.shape)}, not [vocabulary, d].")
+    V, D = wte.shape
+    up = sd.get(block_key(0, "mlp.up_proj.weight"))
+    F = up.shape[0] if up is not None and up.ndim == 2 else 3 * D
+    L = num_layers(sd)
+    dims = {"V": V, "D": D, "3D": 3 * D, "F": F}
+    want = {key: tuple(dims[d] for d in shape) for key, _, _, shape in _entries(L)}
+    if LM_HEAD in sd:
+        want[LM_HEAD] = (V, D)
+    missing = [k for k in want if k not in sd]
+    if missing:
+        raise ValueError(f"the state dict lacks {len(missing)} tensor(s) the model needs, e.g. "
+                         f"{', '.join(missing[:3])}: it is not a complete SPS checkpoint.")
+    for key, shape in want.items():
+        if tuple(sd[key].shape) != shape:
+            raise ValueError(f"{key} has shape {tuple(sd[key].shape)} but the model (d={D}, d_ff={F}, vocabulary "
+                             f"{V}) needs {shape}.")
+    return {"L": L, "V": int(V), "D": int(D), "F": int(F)}
 
 
 def to_params(sd: dict[str, np.ndarray], num_heads: int) -> dict:
-    """This project's parameter tree from their state dict (prefix-free keys; shapes checked by the caller)."""
+    """This project's parameter tree from their state dict (prefix-free keys; shapes checked by :func:`check`)."""
     if LM_HEAD in sd and not np.array_equal(sd[LM_HEAD], sd[EMBED]):
         raise ValueError(f"{LM_HEAD} differs from {EMBED}; this project ties them.")
     params: dict = {}
-    for key, path, kind in _entries(num_layers(sd)):
+    for key, path, kind, _ in _entries(num_layers(sd)):
         node = params
         for name in path[:-1]:
             node = node.setdefault(name, {})
@@ -114,7 +139,7 @@ def to_state_dict(params, dtype=np.float32) -> dict[str, np.ndarray]:
     """Their state dict (their key names and shapes, ``dtype`` numpy arrays) from this project's parameters."""
     L = sum(1 for name in params if name.startswith("block_"))
     sd = {}
-    for key, path, kind in _entries(L):
+    for key, path, kind, _ in _entries(L):
         node = params
         for name in path:
             node = node[name]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from sps_jax import files
+from sps_jax.cli import MissingPackage, UserError
 
 RUN_ID_FILE = "wandb_run_id"
 
@@ -27,7 +28,7 @@ def require():
     try:
         import wandb
     except ImportError:
-        raise ValueError("--config.metrics.wandb=True needs the wandb package: pip install -e '.[wandb]' "
+        raise MissingPackage("--config.metrics.wandb=True needs the wandb package: pip install -e '.[wandb]' "
                          "(or leave metrics.wandb False).") from None
     return wandb
 
@@ -65,7 +66,7 @@ def sinks(workdir: str, config) -> list:
                          config=config.to_dict() if new else None)
     except Exception as exc:  # wandb raises its own error types for logins, networks and settings
         reason = (str(exc).strip().splitlines() or [""])[0]
-        raise ValueError(f"W&B could not start {'a run' if new else 'run ' + run_id} ({type(exc).__name__}: "
+        raise UserError(f"W&B could not start {'a run' if new else 'run ' + run_id} ({type(exc).__name__}: "
                          f"{reason}); run `wandb login`, or pass --config.metrics.wandb_mode=offline.") from None
     # Kept only once a real run exists, so that no kept id belongs to a run that lacks the config.
     if new and run.settings.mode != "disabled":

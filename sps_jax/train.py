@@ -11,7 +11,6 @@ the importable entry point.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -25,18 +24,19 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from sps_jax import attention, checkpoint, config as sps_config, flops, mesh as sps_mesh, metrics
+from sps_jax import attention, checkpoint, cli, config as sps_config, flops, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
 from sps_jax import optim, runs, tracking
-from sps_jax.data import loader, prepare, tokenizer
+from sps_jax.data import loader, prepare
 
 
-class NonFiniteLoss(RuntimeError):
-    pass
+class NonFiniteLoss(cli.UserError, RuntimeError):
+    """The loss or gradient norm of an update was not finite (with train.nonfinite=stop)."""
 
 
 def plan(config, num_devices: int, process_count: int = 1) -> dict:
     """Validate the config against the devices and return derived sizes (one clear sentence on error)."""
+    sps_config.check_run_config(config)
     cfg = sps_model.ModelConfig.from_config(config.model)
     t = config.train
     data, fsdp = sps_mesh.resolve_axes(config.mesh, num_devices)
@@ -161,9 +161,18 @@ def _log(msg: str) -> None:
         print(msg, flush=True)
 
 
-def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
+def _warn(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) -> dict:
     """Train (or resume) the run in ``workdir``; returns a summary dict.
 
+    Refusals come first, before any data is read or anything compiled: a bad config, and a
+    workdir holding another run (``force`` starts this run over one without checkpoints, see
+    ``runs.check_workdir``). A resume starts from the newest intact checkpoint (a newer broken one
+    is named and left alone); a failed save stops the run with one sentence.
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
     devices = jax.devices()
@@ -174,9 +183,10 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
         f"on {devices[0].platform}")
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
+    runs.check_workdir(workdir, config, force)
     _ensure_data(config, log)
-    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size)
-    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size)
+    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
+    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size, cfg.eos_id)
     dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
                                    jax.process_index(), jax.process_count())
     val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
@@ -187,67 +197,68 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
     val_sh = sps_mesh.batch_sharding(run.mesh)
 
     os.makedirs(workdir, exist_ok=True)
-    mngr = checkpoint.train_manager(workdir, t.milestone_every)
-    start_step = mngr.latest_step()
-    if start_step is not None:
-        _check_same_model(workdir, config)
-    if jax.process_index() == 0:
-        runs.write_config(workdir, with_resolved(config, attention=backend))
-
-    if start_step is None:
-        params, opt_state = run.init_state(t.seed)
-        data_state, start_step, elapsed_before = None, 0, 0.0
-    else:
-        as_target = lambda tree, sh: jax.tree_util.tree_map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
-        params, opt_state, meta, data_state = checkpoint.restore_train_state(
-            mngr, start_step, as_target(run.abstract_params, param_sh), as_target(run.abstract_opt, opt_sh))
-        elapsed_before = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
-        log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
-    if jax.process_index() == 0:
-        metrics.truncate(workdir, start_step)
-    iterator = loader.train_iterator(dataset, data_state, config.data.prefetch)
-
-    micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
-    local_rows = t.micro_batch // jax.process_count()
-
-    t0 = time.time()
-    example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
-    val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
-    with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
-        step_fn = run.step_fn.lower(params, opt_state, example).compile()
-        eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
-                          out_shardings=(repl, repl)).lower(params, val_example).compile()
-    log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
-        f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
-        f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
-        f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
-
-    def validate(params):
-        total = count = 0.0
-        for batch in val:
-            s, n = eval_fn(params, _global_batch(batch, val_sh, (config.data.val_batch, cfg.seq_len + 1)))
-            total, count = total + float(s), count + float(n)
-        return total / max(count, 1.0)
-
-    def save(step):
-        checkpoint.save_train_state(mngr, step, params, opt_state,
-                                    {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
-                                     "process_count": jax.process_count(),
-                                     "elapsed_s": elapsed_before + time.time() - run_start},
-                                    iterator.get_state())
-
+    ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
     writer = None
-    if jax.process_index() == 0:
-        writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
-    emit = writer.write if writer else (lambda record: None)
-    step, record, val_loss, stopped_by = start_step, {}, None, None
-    run_start = time.time()
-    peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
     try:
+        def restore(step):
+            as_target = lambda tree, sh: jax.tree_util.tree_map(  # noqa: E731
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
+            params, opt_state, meta, data_state = checkpoint.restore_train_state(
+                ckpts.mngr, step, as_target(run.abstract_params, param_sh), as_target(run.abstract_opt, opt_sh))
+            elapsed = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
+            return params, opt_state, meta, elapsed, loader.train_iterator(dataset, data_state, config.data.prefetch)
+
+        restored = ckpts.restore_newest_intact(restore)
+        if jax.process_index() == 0:
+            runs.write_config(workdir, with_resolved(config, attention=backend))
+        if restored is None:
+            params, opt_state = run.init_state(t.seed)
+            start_step, elapsed_before = 0, 0.0
+            iterator = loader.train_iterator(dataset, None, config.data.prefetch)
+        else:
+            start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
+            log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
+        if jax.process_index() == 0:
+            metrics.truncate(workdir, start_step)
+
+        micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+        local_rows = t.micro_batch // jax.process_count()
+
+        t0 = time.time()
+        example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
+        val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
+        with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
+            step_fn = run.step_fn.lower(params, opt_state, example).compile()
+            eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
+                              out_shardings=(repl, repl)).lower(params, val_example).compile()
+        log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
+            f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
+            f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
+            f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
+
+        def validate(params):
+            total = count = 0.0
+            for batch in val:
+                s, n = eval_fn(params, _global_batch(batch, val_sh, (config.data.val_batch, cfg.seq_len + 1)))
+                total, count = total + float(s), count + float(n)
+            return total / max(count, 1.0)
+
+        def save(step):
+            ckpts.save(step, params, opt_state,
+                       {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
+                        "process_count": jax.process_count(), "elapsed_s": elapsed_before + time.time() - run_start},
+                       iterator.get_state())
+
+        if jax.process_index() == 0:
+            writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
+        emit = writer.write if writer else (lambda record: None)
+        step, record, val_loss, stopped_by = start_step, {}, None, None
+        run_start = time.time()
+        peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
         with _StopFlag() as stop:
             end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
             while step < end:
+                ckpts.poll()  # a save that failed in the background stops the run here
                 tick = time.time()
                 local = next(iterator).reshape(p["accum"], local_rows, cfg.seq_len + 1)
                 params, opt_state, out = step_fn(params, opt_state, _global_batch(local, micro_sh, micro_shape))
@@ -264,9 +275,10 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                 if not out["finite"]:
                     record["skipped"] = True
                     if t.nonfinite == "stop":
+                        ckpts.check()
                         raise NonFiniteLoss(
                             f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
-                            f"{step}; the last checkpoint is step {mngr.latest_step()}. Lower train.peak_lr, or set "
+                            f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
                             "--config.train.nonfinite=skip to skip such updates.")
                     log(f"step {step}: non-finite loss, update skipped")
                 emit(record)
@@ -285,13 +297,14 @@ def train(config, workdir: str, *, on_step=None, log=_log) -> dict:
                     on_step(step, record)
                 if stop.signal:
                     stopped_by = stop.signal
-                    if mngr.latest_step() != step:
+                    if step not in (ckpts.pending, ckpts.good):
                         save(step)
+                    ckpts.check()
                     log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
                     break
+        ckpts.check()  # the run succeeds only once its last checkpoint is on disk
     finally:
-        mngr.wait_until_finished()
-        mngr.close()
+        ckpts.close()
         if writer:
             writer.close()
             metrics.plot(workdir)
@@ -307,20 +320,6 @@ def with_resolved(config, **resolved):
     return out
 
 
-def _check_same_model(workdir: str, config) -> None:
-    try:
-        saved = runs.read_config(workdir)
-    except FileNotFoundError:
-        return
-    old = json.loads(saved.model.to_json())
-    new = json.loads(config.model.to_json())
-    changed = sorted(k for k in set(old) | set(new)
-                     if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
-    if changed:
-        raise ValueError(f"{workdir} holds a run with a different model ({', '.join(changed)} changed): "
-                         "use a new --workdir or the original model settings to resume.")
-
-
 def initialize_distributed(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:
     """``jax.distributed.initialize`` (explicit flags, else the cluster's own environment: SLURM, ...)."""
     if jax.config.jax_platforms in (None, "", "cpu") and hasattr(jax.config, "jax_cpu_collectives_implementation"):
@@ -329,27 +328,33 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None, p
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
 
 
+@cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rest, overrides = sps_config.split_config_args(argv)
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
     parser.add_argument("--workdir", required=True, help="run folder: config.json, checkpoints/, metrics.jsonl")
+    parser.add_argument("--force", action="store_true",
+                        help="start this run in a --workdir holding another run's config.json/metrics.jsonl "
+                             "but no checkpoint (those files are replaced)")
     parser.add_argument("--distributed", action="store_true",
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
     parser.add_argument("--coordinator", default=os.environ.get("SPS_JAX_COORDINATOR"),
-                        help="host:port of process 0 (implies --distributed)")
-    parser.add_argument("--num-processes", type=int, default=os.environ.get("SPS_JAX_NUM_PROCESSES"))
-    parser.add_argument("--process-id", type=int, default=os.environ.get("SPS_JAX_PROCESS_ID"))
+                        help="host:port of process 0 (implies --distributed; env SPS_JAX_COORDINATOR)")
+    parser.add_argument("--num-processes", type=cli.positive_int, default=os.environ.get("SPS_JAX_NUM_PROCESSES"),
+                        help="env SPS_JAX_NUM_PROCESSES")
+    parser.add_argument("--process-id", type=cli.non_negative_int, default=os.environ.get("SPS_JAX_PROCESS_ID"),
+                        help="env SPS_JAX_PROCESS_ID")
     args = parser.parse_args(rest)
-    try:
-        config = sps_config.load_config(args.config, overrides)
-        if args.distributed or args.coordinator:
-            initialize_distributed(args.coordinator, args.num_processes, args.process_id)
-        summary = train(config, args.workdir)
-    except (ValueError, FileNotFoundError, NonFiniteLoss, tokenizer.TokenizerMissing) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if not args.workdir:
+        parser.error("--workdir must name a folder")
+    config = sps_config.load_config(args.config, overrides)
+    sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster
+    sps_model.ModelConfig.from_config(config.model)
+    if args.distributed or args.coordinator:
+        initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+    summary = train(config, args.workdir, force=args.force)
     _log(json.dumps(summary))
     return 0
 

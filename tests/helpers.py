@@ -105,6 +105,17 @@ def env(devices=1):
     return e
 
 
+# jax's CUDA plugin (the test extra installs it for deviceless GPU compiles) logs from native code when it
+# loads on a machine without an NVIDIA driver, before any of a command's own code runs.
+PLUGIN_NOTICES = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+                  "cudart_stub.cc:")
+
+
+def own_lines(stderr: str) -> list[str]:
+    """The lines a command wrote to stderr itself: the CUDA plugin's no-driver notices left out."""
+    return [line for line in stderr.splitlines() if not any(n in line for n in PLUGIN_NOTICES)]
+
+
 def run_module(module, *args, devices=1, timeout=600):
     """``python -m module args...`` from the repository root; the CompletedProcess (text output)."""
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=env(devices),
@@ -133,3 +144,13 @@ def ensure_tokenizer():
 
     if not os.path.isfile(tokenizer.default_ranks_path()):
         tokenizer.provision()
+
+
+def decoded_png(path):
+    """The pixels of a PNG (matplotlib reads it back), checked to be a drawn image, not a blank or broken file."""
+    from matplotlib import image
+
+    pixels = image.imread(str(path))
+    assert pixels.ndim == 3 and pixels.shape[2] in (3, 4), pixels.shape
+    assert pixels[..., :3].std() > 0.05, f"{path} is blank"
+    return pixels

@@ -54,8 +54,6 @@ def test_the_docs_name_every_console_scripts_module():
 
 @pytest.mark.parametrize("module", sorted(documented()))
 def test_python_m_commands_answer_help(module):
-    if module.startswith("sps_jax.evaluation.lm_eval"):
-        pytest.importorskip("lm_eval")
     proc = run_help([sys.executable, "-m", module])
     assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr[-2000:]
     for word in sorted(documented()[module]):

@@ -115,7 +115,7 @@ def test_an_authors_file_without_our_config_imports_its_window_and_predict_id(tm
     with pytest.raises(ValueError, match="--variant"):
         import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "nope"))
     overrides = [f"--config.model.{k}={SMALL[k]}" for k in ("eos_id", "pad_id")]
-    config, _ = import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "back"),
+    config, _, _ = import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "back"),
                                                variant="reverse_sps", overrides=overrides)
     m = config.model
     assert (m.window, m.predict_id, m.num_heads, m.seq_len, m.num_layers) == (3, SMALL["predict_id"], H, T, L)

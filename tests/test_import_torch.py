@@ -1,15 +1,19 @@
 """The authors' PyTorch checkpoint layout imports to a run folder that computes the same logits as an
-independent numpy forward of their state dict, in the paper's interleaved x0 rho0 x1 rho1 ... order."""
+independent numpy forward of their state dict, in the paper's interleaved x0 rho0 x1 rho1 ... order; bad
+files are one sentence, and an existing run is never overwritten without --force."""
+
+import os
+import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch  # the test extra installs it: a missing torch fails here instead of skipping
 
-torch = pytest.importorskip("torch")
-
-from sps_jax import import_torch, runs  # noqa: E402
-from tests.helpers import run_module  # noqa: E402
-from tests.torch_reference import numpy_forward  # noqa: E402
+from sps_jax import import_torch, runs
+from tests import fuzz
+from tests.helpers import run_module
+from tests.torch_reference import numpy_forward
 
 V, D, H, L, T = 64, 32, 2, 2, 12
 EOS, PREDICT, PAD = 60, 61, 63
@@ -35,6 +39,16 @@ def synthetic_state_dict(seed=0, compiled=True):
     return {k: v.contiguous() for k, v in sd.items()}
 
 
+def logits_match(run, sd, variant="sps", window=2):
+    net, params, step = runs.load_model(str(run))
+    tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
+    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+    theirs = numpy_forward({k.replace("_orig_mod.", ""): v.numpy() for k, v in sd.items()}, tokens, variant, window,
+                           H, PREDICT, EOS, PAD)
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-4)
+    return net, step
+
+
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1)])
 def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant, window):
     sd = synthetic_state_dict()
@@ -44,13 +58,8 @@ def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant,
     rc = import_torch.main([str(path), "--variant", variant, "--window", str(window),
                             "--out", str(tmp_path / "run"), *OVERRIDES])
     assert rc == 0
-    net, params, step = runs.load_model(str(tmp_path / "run"))
+    net, step = logits_match(tmp_path / "run", sd, variant, window)
     assert step == 3 and net.cfg.num_heads == H and net.cfg.seq_len == T and net.cfg.variant == variant
-    tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
-    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
-    theirs = numpy_forward({k.replace("_orig_mod.", ""): v.numpy() for k, v in sd.items()}, tokens, variant, window,
-                           H, PREDICT, EOS, PAD)
-    np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-4)
 
 
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
@@ -65,3 +74,80 @@ def test_cli_reports_a_file_that_is_not_a_checkpoint(tmp_path):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
     proc = run_module("sps_jax.import_torch", tmp_path / "other.pt", "--variant", "sps", "--out", tmp_path / "run")
     assert proc.returncode == 2 and "not an SPS PyTorch checkpoint" in proc.stderr
+
+
+def test_a_state_dict_without_prefix_or_model_args_imports_with_the_heads_and_context_given(tmp_path, capsys):
+    sd = synthetic_state_dict(compiled=False)  # no _orig_mod. prefix (not saved from torch.compile)
+    path = tmp_path / "plain.pt"
+    torch.save({"model": sd}, path)
+    assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "run"),
+                              "--num-heads", str(H), "--seq-len", str(T), *OVERRIDES]) == 0
+    net, _ = logits_match(tmp_path / "run", sd)
+    assert (net.cfg.num_heads, net.cfg.seq_len) == (H, T) and "note:" not in capsys.readouterr().out
+    # Without the flags the file says nothing of heads or context: the output says which defaults were used.
+    assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "guess"),
+                              *OVERRIDES]) == 0
+    out = capsys.readouterr().out
+    assert "using d/64 = 1 heads (pass --num-heads" in out and "context of 4096 (pass --seq-len" in out
+    assert runs.load_model(str(tmp_path / "guess"))[0].cfg.num_heads == 1  # d = 32: d/64 rounds up to one head
+
+
+def test_an_existing_run_is_not_overwritten_without_force(tmp_path):
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}}, path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"model": {"d_model": 768}}')
+    argv = [str(path), "--variant", "sps", "--window", "2", "--out", str(run), *OVERRIDES]
+    outcome = fuzz.call(import_torch.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None and "--force" in outcome.stderr and str(run) in outcome.stderr
+    assert os.listdir(run) == ["config.json"] and (run / "config.json").read_text() == '{"model": {"d_model": 768}}'
+    assert import_torch.main(argv + ["--force"]) == 0
+    logits_match(run, sd)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "run"]  # swapped in whole, nothing left beside it
+
+
+def bad_file_message(tmp_path, write):
+    path = tmp_path / "bad.pt"
+    write(path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert not (tmp_path / "run").exists()
+    return outcome.stderr
+
+
+def test_files_that_are_not_checkpoints_are_one_sentence(tmp_path):
+    assert "bad.pt is not a PyTorch checkpoint" in bad_file_message(tmp_path, lambda p: p.write_bytes(os.urandom(512)))
+    assert "bad.pt is not a PyTorch checkpoint" in bad_file_message(tmp_path, lambda p: p.write_text("hello\n"))
+    sd = synthetic_state_dict()
+    del sd["_orig_mod.transformer.h.1.mlp.up_proj.weight"]
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert "lacks 1 tensor(s)" in message and "transformer.h.1.mlp.up_proj.weight" in message
+
+
+def test_a_tensor_of_the_wrong_shape_names_the_parameter_and_both_shapes(tmp_path):
+    sd = synthetic_state_dict()
+    sd["_orig_mod.transformer.h.0.attn.c_attn.weight"] = torch.zeros(2 * D, D)
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert f"transformer.h.0.attn.c_attn.weight has shape ({2 * D}, {D})" in message
+    assert f"needs ({3 * D}, {D})" in message
+
+
+def test_a_missing_package_names_its_extra(tmp_path, monkeypatch):
+    torch.save({"model": synthetic_state_dict()}, tmp_path / "ckpt.pt")
+    (tmp_path / "ckpt.safetensors").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    for name, extra in (("ckpt.pt", ".[torch]"), ("ckpt.safetensors", ".[safetensors]")):
+        argv = [str(tmp_path / name), "--variant", "sps", "--out", str(tmp_path / "run")]
+        outcome = fuzz.call(import_torch.main, argv)
+        assert outcome.status == 2 and outcome.problem() is None and f"pip install -e '{extra}'" in outcome.stderr
+
+
+def test_a_damaged_safetensors_file_is_one_sentence(tmp_path):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(os.urandom(512))
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "bad.safetensors is not a safetensors file" in outcome.stderr and not (tmp_path / "run").exists()

@@ -1,6 +1,7 @@
 """metrics.jsonl records, TensorBoard mirroring, and dropping records a killed run wrote after its checkpoint."""
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # the test extra installs it
 
 from sps_jax import metrics
 
@@ -13,12 +14,29 @@ def test_jsonl_tensorboard_and_truncate(tmp_path):
     assert [r["step"] for r in metrics.read(str(tmp_path))] == [1, 2, 3, 4, 5]
     metrics.truncate(str(tmp_path), 3)
     assert [r["loss"] for r in metrics.read(str(tmp_path))] == [1.0, 0.5, 1.0 / 3]
-    if metrics.plot(str(tmp_path)) is not None:
-        assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
-    pytest.importorskip("tensorboard")
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
+    assert metrics.plot(str(tmp_path)) == str(tmp_path / "loss.png")
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4, 5]
     assert events.Scalars("loss")[1].value == pytest.approx(0.5)
+
+
+def test_plot_curves_draws_the_records_of_each_run(tmp_path):
+    writer = metrics.Writer(str(tmp_path), tensorboard=False)
+    for step in range(1, 5):
+        writer.write({"step": step, "tokens_seen": 10 * step, "loss": 5.0 - step})
+    writer.write({"step": 4, "tokens_seen": 40, "val_loss": 1.5})
+    writer.close()
+    fig = metrics.plot_curves({"run": str(tmp_path)})
+    train_ax, val_ax = fig.axes
+    (train_line,), (val_line,) = train_ax.lines, val_ax.lines
+    assert train_line.get_xdata().tolist() == [10, 20, 30, 40] and train_line.get_ydata().tolist() == [4, 3, 2, 1]
+    assert val_line.get_xdata().tolist() == [40] and val_line.get_ydata().tolist() == [1.5]
+    assert train_line.get_label() == "run"
+
+
+def test_a_metrics_file_that_is_not_records_is_one_sentence_naming_the_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"loss": 3.0}\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not a metrics record"):
+        metrics.read(str(tmp_path))

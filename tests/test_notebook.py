@@ -4,17 +4,13 @@ import json
 import os
 
 import jax
+import nbclient  # the test extra installs nbclient, nbformat and lm-eval: missing ones fail here
+import nbformat
 import numpy as np
-import pytest
 
-nbclient = pytest.importorskip("nbclient")
-nbformat = pytest.importorskip("nbformat")
-pytest.importorskip("lm_eval")
-
-from sps_jax import config as sps_config, model as sps_model, runs, vocab  # noqa: E402
-from sps_jax.data import tokenizer  # noqa: E402
-from tests.helpers import REPO  # noqa: E402
-
+from sps_jax import config as sps_config, model as sps_model, runs, vocab
+from sps_jax.data import tokenizer
+from tests.helpers import REPO, decoded_png
 
 
 def make_run(path, variant, seed):
@@ -58,6 +54,7 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
                             resources={"metadata": {"path": REPO}}).execute()
     result = json.loads((out / "step_40.json").read_text())
     assert result["variant"] == "sps" and result["val_nll"] > 0 and result["corpus_nll"]["pile_books3"] > 0
-    assert (out / "curves.png").stat().st_size > 0
+    height, width, _ = decoded_png(out / "curves.png").shape
+    assert width > 2 * height  # training loss and validation NLL side by side
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "The state of a system is|" in printed and "tiny-standard" in printed

@@ -1,18 +1,26 @@
-"""Training: exact resume after a hard kill, the same losses on 8 devices and 2 processes as on 1,
-checkpoints that move between meshes, clean stops, and the README's command making the loss fall."""
+"""Training: exact resume after a hard kill, a damaged checkpoint and a failed save; the same losses on 8
+devices and 2 processes as on 1, checkpoints that move between meshes, clean stops, refusals that leave
+another run's files alone, gradient accumulation, the distributed flags, and the README's command making the
+loss fall."""
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import config as sps_config, metrics, runs, train as sps_train
-from tests.helpers import REPO, SMALL_OVERRIDES, ensure_tokenizer, env, losses, run_train, write_token_folder
+from sps_jax import checkpoint, config as sps_config, metrics, runs, train as sps_train
+from sps_jax import model as sps_model
+from tests import fuzz
+from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, losses, own_lines, run_train,
+                           write_token_folder)
 
 STEPS = 6
 
@@ -191,3 +199,167 @@ def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_
     ref, got = losses(reference), losses(workdir)
     assert sorted(got) == list(range(1, STEPS + 1))
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
+
+
+def test_loss_png_is_drawn_at_the_end_of_a_run(reference):
+    height, width, _ = decoded_png(reference / "loss.png").shape
+    assert width > 2 * height  # training loss and validation NLL side by side
+    assert os.path.getmtime(reference / "loss.png") >= os.path.getmtime(reference / "metrics.jsonl")
+
+
+def damage_array_file(step_dir):
+    """Truncate one of the parameters' array files: the checkpoint's metadata still looks complete."""
+    data = os.path.join(step_dir, "params", "d")
+    with open(os.path.join(data, sorted(os.listdir(data))[0]), "r+b") as f:
+        f.truncate(3)
+
+
+def digest(folder):
+    return {os.path.relpath(os.path.join(d, n), folder): open(os.path.join(d, n), "rb").read()
+            for d, _, names in os.walk(folder) for n in names}
+
+
+def test_resume_skips_a_damaged_newest_checkpoint_keeps_it_and_matches_an_uninterrupted_run(tmp_path, tokens,
+                                                                                           reference):
+    workdir = tmp_path / "run"
+    run_train(workdir, tokens, STEPS, extra=["--config.train.milestone_every=4", "--config.train.stop_at_step=5"])
+    assert checkpoint.steps(str(workdir)) == [4, 5]  # saved at 2, 4, 5: the latest and the milestone are kept
+    damage_array_file(checkpoint.step_dir(str(workdir), 5))
+    broken = digest(checkpoint.step_dir(str(workdir), 5))
+    resumed = run_train(workdir, tokens, STEPS, extra=["--config.train.milestone_every=4"])
+    warning = [line for line in resumed.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "checkpoint step 5" in warning[0] and "resuming from step 4" in warning[0], \
+        resumed.stderr
+    assert "resumed from" in resumed.stdout and "at step 4" in resumed.stdout
+    assert losses(workdir) == losses(reference)  # steps 5 and 6 replayed exactly from step 4
+    assert checkpoint.steps(str(workdir)) == [4, 5, 6] and digest(checkpoint.step_dir(str(workdir), 5)) == broken
+
+
+SAVE_FAILS_SCRIPT = """
+import errno, os, sys
+from orbax.checkpoint._src.path import async_path
+real_rename = async_path.rename
+async def rename(src, dst):  # the final rename of step 4's folder fails as on a full disk
+    if os.path.basename(str(dst)) == "4":
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+    return await real_rename(src, dst)
+async_path.rename = rename
+from sps_jax import train
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def test_a_failed_save_stops_the_run_in_one_sentence_and_the_resume_is_exact(tmp_path, tokens, reference):
+    workdir = tmp_path / "run"
+    args = ["--config", "configs/tiny.py", "--workdir", str(workdir), *SMALL_OVERRIDES, f"--config.data.dir={tokens}",
+            f"--config.train.total_tokens={STEPS * 256}"]
+    failed = subprocess.run([sys.executable, "-c", SAVE_FAILS_SCRIPT, *args], cwd=REPO, env=env(),
+                            capture_output=True, text=True, timeout=600)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
+    assert len(own_lines(failed.stderr)) == 1, failed.stderr
+    assert "saving checkpoint step 4" in failed.stderr and "last good checkpoint is step 2" in failed.stderr
+    assert checkpoint.steps(str(workdir)) == [2]
+    run_train(workdir, tokens, STEPS)
+    assert losses(workdir) == losses(reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["manifest", "opt_state", "all"])
+def test_resume_past_other_damage_moves_a_colliding_broken_checkpoint_aside(tmp_path, tokens, reference, damage):
+    workdir = tmp_path / "run"
+    run_train(workdir, tokens, STEPS, extra=["--config.train.milestone_every=2", "--config.train.stop_at_step=4"])
+    assert checkpoint.steps(str(workdir)) == [2, 4]
+    for step in ([2, 4] if damage == "all" else [4]):
+        step_dir = checkpoint.step_dir(str(workdir), step)
+        if damage == "opt_state":
+            shutil.rmtree(os.path.join(step_dir, "opt_state"))
+        else:
+            os.remove(os.path.join(step_dir, "params", "manifest.ocdbt"))
+    broken = digest(checkpoint.step_dir(str(workdir), 4))
+    out = run_train(workdir, tokens, STEPS, extra=["--config.train.milestone_every=2"], check=False)
+    if damage == "all":
+        assert out.returncode == 2 and len(own_lines(out.stderr)) == 1, out.stderr
+        assert "no intact checkpoint" in out.stderr and "step 4:" in out.stderr and "step 2:" in out.stderr
+        return
+    assert out.returncode == 0, out.stderr
+    assert losses(workdir) == losses(reference)
+    # The save at step 4 needed its name: the broken folder moved aside whole.
+    assert checkpoint.steps(str(workdir)) == [2, 4, 6]
+    assert digest(checkpoint.step_dir(str(workdir), 4) + ".broken") == broken
+
+
+def refuse(argv, *needles):
+    outcome = fuzz.call(sps_train.main, argv)
+    assert outcome.problem() is None and outcome.status == 2, outcome.stderr
+    for needle in needles:
+        assert needle in outcome.stderr, outcome.stderr
+    return outcome
+
+
+def small_argv(workdir, tokens, *extra):
+    return ["--config", "configs/tiny.py", "--workdir", str(workdir), *SMALL_OVERRIDES,
+            f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}", *extra]
+
+
+def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, tokens, reference):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model": {"d_model": 512, "variant": "standard"}}))
+    (other / "metrics.jsonl").write_text(json.dumps({"step": 1, "tokens_seen": 8, "loss": 3.0}) + "\n")
+    before = digest(other)
+    refuse(small_argv(other, tokens), str(other), "another model", "--force")
+    assert digest(other) == before
+    runs.check_workdir(str(other), small_config(tokens, STEPS), force=True)  # --force lets this run start there
+    # With checkpoints, a different model is refused whatever the flags: resuming would mix two models.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    before = digest(trained)
+    refuse(small_argv(trained, tokens, "--config.model.d_model=64", "--force"), "another model", "checkpoints")
+    assert digest(trained) == before
+    # How the model is computed is not what it is: another attention backend (remat, loss chunk) resumes it.
+    runs.check_workdir(str(trained), sps_config.load_config("configs/tiny.py", [
+        *SMALL_OVERRIDES, "--config.model.attention=pallas", "--config.model.remat=True",
+        "--config.model.loss_chunk=8", f"--config.data.dir={tokens}"]))
+    (tmp_path / "file").write_text("x")
+    refuse(small_argv(tmp_path / "file", tokens), "is a file, not a folder")
+
+
+def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
+    tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=40, eos=59)
+    refuse(small_argv(tmp_path / "run", tokens), "eos_id 59 differs from the model's 60")
+    assert not (tmp_path / "run").exists()
+
+
+def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
+    config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.dtype=float32"])
+    run = sps_train.setup(config, sps_train.plan(config, 1), jax.devices()[:1])
+    model, opt, shardings = run.model, run.opt, run.param_sh
+    params = sps_model.init_params(model, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 60, (16, 17)).astype(np.int32)
+    tokens[rng.random(tokens.shape) < 0.1] = 60  # documents of uneven lengths: token weighting matters
+    results = {}
+    for accum in (1, 4):
+        step = jax.jit(sps_train.make_train_step(model, opt, accum, shardings))
+        results[accum] = step(params, opt.init(params), jnp.asarray(tokens.reshape(accum, 16 // accum, 17)))
+    (p1, _, m1), (p4, _, m4) = results[1], results[4]
+    np.testing.assert_allclose(float(m4["loss"]), float(m1["loss"]), rtol=1e-6)
+    np.testing.assert_allclose(float(m4["grad_norm"]), float(m1["grad_norm"]), rtol=1e-5)
+    assert float(m4["tokens"]) == float(m1["tokens"]) == float(np.sum((tokens[:, :-1] != 60)))
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), p4, p1)
+
+
+def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
+    calls = []
+    monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: calls.append(a))
+    monkeypatch.setattr(sps_train, "train", lambda config, workdir, force: {"step": 0})
+    argv = ["--config", "configs/tiny.py", "--workdir", "unused"]
+    assert sps_train.main(argv) == 0 and calls == []  # a single process by default
+    assert sps_train.main(argv + ["--distributed"]) == 0 and calls[-1] == (None, None, None)  # cluster auto-detect
+    monkeypatch.setenv("SPS_JAX_COORDINATOR", "host0:1234")
+    monkeypatch.setenv("SPS_JAX_NUM_PROCESSES", "4")
+    monkeypatch.setenv("SPS_JAX_PROCESS_ID", "3")
+    assert sps_train.main(argv) == 0 and calls[-1] == ("host0:1234", 4, 3)  # the coordinator implies --distributed
+    assert sps_train.main(argv + ["--process-id", "1"]) == 0 and calls[-1] == ("host0:1234", 4, 1)  # flags win
+    monkeypatch.setenv("SPS_JAX_NUM_PROCESSES", "four")
+    assert fuzz.call(sps_train.main, argv).status == 2 and len(calls) == 3  # a bad value stops before joining

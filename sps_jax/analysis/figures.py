@@ -14,16 +14,15 @@ one document of seq_len positions) per layer + 2 d V for the LM head once per po
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
-from sps_jax import config as sps_config
+from sps_jax import cli, config as sps_config
 from sps_jax import flops, masks, metrics, runs
 from sps_jax import model as sps_model
+from sps_jax.evaluation import results_table
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
 
@@ -58,11 +57,8 @@ def final_point(source: str) -> dict:
 def read_evaluation(path: str) -> dict:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path!r} does not exist: pass evaluation JSONs written by sps_jax.evaluation.evaluate.")
-    with open(path) as f:
-        ev = json.load(f)
-    if "variant" not in ev:
-        raise ValueError(f"{path!r} is not an evaluation result: it has no 'variant'.")
-    ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # validated, normalised
+    ev = results_table.load([path])[0]  # the one reader of results JSONs: fields checked there
+    ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # normalised
     return ev
 
 
@@ -203,7 +199,7 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
     c.add_argument("runs", nargs="+", help="run folders with config.json and metrics.jsonl")
@@ -218,23 +214,20 @@ def build_parser():
     return parser
 
 
+@cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        if not args.out.endswith(".png"):
-            raise ValueError(f"--out must name a .png file, got {args.out!r}.")
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        if args.command == "curves":
-            for run in args.runs:
-                runs.run_info(run), metrics.read(run, required=True)  # every input checked before plotting
-            curves(args.runs, args.out)
-        elif args.command == "window-ablation":
-            window_ablation(args.sources, args.out)
-        else:
-            accuracy_gain(args.evaluations, args.out, args.baseline)
-    except (ValueError, FileNotFoundError, KeyError, json.JSONDecodeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if not args.out.endswith(".png"):
+        raise ValueError(f"--out must name a .png file, got {args.out!r}.")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    if args.command == "curves":
+        for run in args.runs:
+            runs.run_info(run), metrics.curves(run)  # every input checked before plotting
+        curves(args.runs, args.out)
+    elif args.command == "window-ablation":
+        window_ablation(args.sources, args.out)
+    else:
+        accuracy_gain(args.evaluations, args.out, args.baseline)
     print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")
     return 0
 

@@ -8,15 +8,14 @@ Each writes JSON, CSV and a PNG to ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
 
 import numpy as np
 
+from sps_jax import cli, runs
 from sps_jax import model as sps_model
-from sps_jax import runs
 from sps_jax.analysis.documents import read_documents
 from sps_jax.analysis.gradient_probe import THETA_P, gradient_ratios
 from sps_jax.analysis.window_nll import window_nll_deltas
@@ -94,14 +93,17 @@ def plot_window_nll(results, path):
 # ----------------------------------------------------------------------------- CLI
 
 
-def _load(workdir, attention, dtype):
-    config, params, step = runs.load_run(workdir)
-    cfg = sps_model.ModelConfig.from_config(config.model)
-    overrides = {k: v for k, v in (("attention", attention), ("dtype", dtype)) if v}
-    if overrides:
-        cfg = dataclasses.replace(cfg, **overrides)
-    label = config.get("name") or os.path.basename(os.path.normpath(workdir))
-    return config, cfg, params, step, label
+def _with_overrides(cfg, args):
+    """The run's model with --attention/--dtype applied (validated like any ModelConfig)."""
+    overrides = {k: v for k, v in (("attention", args.attention), ("dtype", args.dtype)) if v}
+    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+
+def _load(workdir, args):
+    net, params, step = runs.load_model(workdir)  # params checked against config.json
+    config = runs.read_config(runs.find_run(workdir)[0])
+    label = str(config.get("name") or os.path.basename(os.path.normpath(workdir)))
+    return config, _with_overrides(net.cfg, args), params, step, label
 
 
 def _data_dir(args, config):
@@ -115,24 +117,21 @@ def _data_dir(args, config):
 
 
 def _check_inputs(args):
-    """Bad paths stop the command before any weights are loaded."""
+    """Bad paths, bad config.json files and token folders that do not fit a run's model (EOS id,
+    vocabulary) stop the command before any weights are loaded."""
     for w in args.workdir:
-        if not os.path.exists(w):
-            raise FileNotFoundError(f"run folder {w!r} does not exist: pass --workdir of a training run.")
-    if args.val_data:
-        loader.open_tokens(args.val_data, args.split)
-    if args.docs < 1:
-        raise ValueError("--docs must be at least 1.")
+        workdir, _ = runs.find_run(w)
+        config = runs.read_config(workdir)
+        cfg = _with_overrides(runs.model_config(config, workdir), args)
+        loader.open_tokens(_data_dir(args, config), args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
 
 
 def cmd_gradients(args):
-    if args.max_offset < 0 or args.min_offset < 0 or args.positions_per_doc < 1:
-        raise ValueError("--positions-per-doc must be >= 1 and --max-offset/--min-offset >= 0.")
     _check_inputs(args)
     offsets = np.arange(-args.min_offset, args.max_offset + 1)
     results = []
     for workdir in args.workdir:
-        config, cfg, params, step, label = _load(workdir, args.attention, args.dtype)
+        config, cfg, params, step, label = _load(workdir, args)
         context = min(args.context or cfg.seq_len, cfg.seq_len)
         docs = read_documents(_data_dir(args, config), args.docs,
                               min_tokens=args.min_offset + args.max_offset + args.positions_per_doc + 1,
@@ -161,13 +160,14 @@ def cmd_gradients(args):
 
 
 def cmd_window_nll(args):
-    if args.omega < 0:
-        raise ValueError(f"--omega must be a non-negative integer, got {args.omega}.")
     _check_inputs(args)
     results = []
     for workdir in args.workdir:
-        config, cfg, params, step, label = _load(workdir, args.attention, args.dtype)
+        config, cfg, params, step, label = _load(workdir, args)
         context = min(args.context or cfg.seq_len, cfg.seq_len)
+        if args.omega >= context:
+            print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
+                  "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
         docs = read_documents(_data_dir(args, config), args.docs, min_tokens=args.min_tokens,
                               split=args.split, eos_id=cfg.eos_id)
         print(f"{label}: step {step}, {len(docs)} documents, omega {args.omega}, context {context}", flush=True)
@@ -192,7 +192,7 @@ def cmd_window_nll(args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.analysis.probes", description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sps_jax.analysis.probes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p, out_default):
@@ -200,38 +200,38 @@ def build_parser():
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--val-data", default=None, help="token folder with manifest.json (default: config.data)")
         p.add_argument("--split", default="val")
-        p.add_argument("--docs", type=int, default=100, help="documents, anchored at their start")
-        p.add_argument("--context", type=int, default=None, help="positions per document (default model.seq_len)")
+        p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
+        p.add_argument("--context", type=cli.positive_int, default=None,
+                       help="positions per document (default model.seq_len)")
         p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, auto)")
         p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
         p.add_argument("--out", default=out_default, help="output folder")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
     common(g, "probes_out")
-    g.add_argument("--positions-per-doc", type=int, default=8)
-    g.add_argument("--max-offset", type=int, default=64)
-    g.add_argument("--min-offset", type=int, default=0, help="also probe offsets -min..-1 (zero by causality)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--batch", type=int, default=1, help="documents per forward pass")
-    g.add_argument("--chunk", type=int, default=8, help="loss terms per batched reverse pass")
+    g.add_argument("--positions-per-doc", type=cli.positive_int, default=8)
+    g.add_argument("--max-offset", type=cli.non_negative_int, default=64)
+    g.add_argument("--min-offset", type=cli.non_negative_int, default=0,
+                   help="also probe offsets -min..-1 (zero by causality)")
+    g.add_argument("--seed", type=cli.non_negative_int, default=0)
+    g.add_argument("--batch", type=cli.positive_int, default=1, help="documents per forward pass")
+    g.add_argument("--chunk", type=cli.positive_int, default=8, help="loss terms per batched reverse pass")
     g.set_defaults(func=cmd_gradients)
 
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
     common(w, "probes_out")
-    w.add_argument("--omega", type=int, default=64)
-    w.add_argument("--min-tokens", type=int, default=2, help="skip shorter documents")
-    w.add_argument("--batch", type=int, default=4)
+    w.add_argument("--omega", type=cli.non_negative_int, default=64,
+                   help="persistent window; at or beyond the context it hides nothing (a warning says so)")
+    w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
+    w.add_argument("--batch", type=cli.positive_int, default=4)
     w.set_defaults(func=cmd_window_nll)
     return parser
 
 
+@cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    args.func(args)
     return 0
 
 

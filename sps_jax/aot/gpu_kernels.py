@@ -99,7 +99,8 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
                   tuning: pa.Tuning | None = None) -> dict:
     """Compile the forward and backward for ``acc`` and report each kernel's binary.
 
-    Returns ``{"status": "ok" | "compile_error", "error": ..., "kernels": {name: {...}}}``; a
+    Returns ``{"status": "ok" | "compile_error" | "no_report", "error": ..., "kernels": {name: {...}}}``
+    ("no_report": it compiled, but some kernel's PTX or ptxas figures were missing); a
     kernel entry holds its tiles, warps and stages, registers, spill bytes, stack frame, grid,
     threads and shared memory.
     """
@@ -116,7 +117,9 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     dump = tempfile.mkdtemp(prefix="sps_jax_ptx_")
     options = {"xla_dump_to": dump}
     if tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 11):
-        options["xla_dump_emitter_re"] = "ptx"  # newer XLA writes PTX to the dump only when asked
+        # Newer XLA dumps an emitter's output only when asked; Triton kernels' PTX needs every emitter
+        # (jax 0.12 leaves it out under "ptx").
+        options["xla_dump_emitter_re"] = ".*"
     report = {"target": acc.name, "arch": acc.sm_arch, "shape": dataclasses.asdict(shape), "dtype": str(dtype),
               "variant": vis.variant, "window": vis.window, "status": "ok", "kernels": {}}
     try:
@@ -140,18 +143,45 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
             if ptx is None:
                 entry["error"] = "no PTX for this kernel in XLA's dump"
             else:
-                out = subprocess.run([ptxas, "-v", f"-arch={acc.sm_arch}", ptx, "-o", os.devnull],
-                                     capture_output=True, text=True)
-                text = out.stdout + out.stderr
+                out, text, lowered_from = _assemble(ptxas, acc.sm_arch, ptx)
+                if lowered_from:
+                    entry["ptx_version_lowered_from"] = lowered_from
                 # One PTX module may hold several kernels: keep this kernel's part of the report.
                 part = re.search(rf"Compiling entry function '{name}'.*?Used \d+ registers[^\n]*", text, re.S)
                 entry.update(parse_ptxas(part[0] if part else text))
                 if out.returncode:
                     entry["error"] = "ptxas failed: " + " ".join(text.split())[:300]
             report["kernels"][name] = entry
+            if "registers" not in entry:  # no number is not zero spills: the report must say so
+                report["status"] = "no_report"
+                report["error"] = f"{name}: {entry.get('error', 'ptxas printed no register count')}"
     finally:
         shutil.rmtree(dump, ignore_errors=True)
     return report
+
+
+def _assemble(ptxas: str, arch: str, ptx: str):
+    """``ptxas -v`` on one PTX file: (process, its report, the PTX version lowered from or None).
+
+    Newer XLA may write a PTX ISA version newer than the installed ptxas knows (jax 0.12 writes 9.4;
+    CUDA 13.0's ptxas reads up to 9.0). The file is then assembled once more declaring the version
+    ptxas names: instructions it does not know still fail, so a report is either real or an error.
+    """
+    def run(path):
+        out = subprocess.run([ptxas, "-v", f"-arch={arch}", path, "-o", os.devnull], capture_output=True, text=True)
+        return out, out.stdout + out.stderr
+
+    out, text = run(ptx)
+    m = re.search(r"Unsupported \.version (\d+\.\d+); current version is '(\d+\.\d+)'", text)
+    if not (out.returncode and m):
+        return out, text, None
+    with open(ptx) as f:
+        source = f.read()
+    older = ptx + f".v{m[2]}.ptx"
+    with open(older, "w") as f:
+        f.write(re.sub(r"^\.version \d+\.\d+", f".version {m[2]}", source, count=1, flags=re.M))
+    out, text = run(older)
+    return out, text, m[1]
 
 
 def spill_bytes(report: dict) -> int:

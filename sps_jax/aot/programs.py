@@ -88,38 +88,43 @@ def _abstract(tree, shardings):
     return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
 
-def _report(acc, compiled, compile_s, kernel_flops=0.0, **fields) -> dict:
-    mem = memory(compiled)
-    report = {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
-              "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
-    if acc.platform == "tpu":
-        report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
-        report["flops"] = None if report["xla_flops"] is None else report["xla_flops"] + kernel_flops
-    return report
+def _on(tree, sharding):
+    """Every leaf of ``tree`` as an abstract array placed by the one ``sharding``."""
+    return _abstract(tree, jax.tree_util.tree_map(lambda _: sharding, tree))
 
 
 _UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 
 
-def _compile(acc, lowered, start, **fields):
-    """(compiled, None), or (None, a report) for a program the compiler refuses for lack of memory.
+def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, **fields) -> dict:
+    """``lower()`` traced for ``acc`` and compiled; the report of the program, or of its refusal.
 
     A deviceless GPU compile never fails for memory (compare ``peak_bytes`` with the card); the TPU
     compiler refuses a program whose buffers exceed the chip's HBM. Its message gives the bytes of
-    the temporaries alone, so ``required_bytes`` is a lower bound of the peak and ``peak_bytes`` is None.
+    the temporaries alone, so a refusal's ``required_bytes`` is a lower bound of the peak and its
+    ``peak_bytes`` is None.
     """
+    start = time.perf_counter()
+    with topology.lowering_context(acc, mesh):
+        lowered = lower()
     try:
-        return lowered.compile(), None
+        compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as e:
         text = " ".join(str(e).split())
         if "RESOURCE_EXHAUSTED" not in text:
             raise
-    text = text[text.index("RESOURCE_EXHAUSTED"):]
-    sizes = [float(n) * _UNITS.get(u, 1) for n, u in re.findall(r"\((\d+(?:\.\d+)?)([KMGT])?\)", text)]
-    report = {**fields, "peak_bytes": None, "required_bytes": int(sizes[0]) if sizes else None, "fits": False,
-              "flops": None, "compile_s": round(time.perf_counter() - start, 1),
-              "usable_bytes": acc.usable_bytes, "error": text[:300]}
-    return None, report
+        text = text[text.index("RESOURCE_EXHAUSTED"):]
+        sizes = [float(n) * _UNITS.get(u, 1) for n, u in re.findall(r"\((\d+(?:\.\d+)?)([KMGT])?\)", text)]
+        return {**fields, "peak_bytes": None, "required_bytes": int(sizes[0]) if sizes else None, "fits": False,
+                "flops": None, "compile_s": round(time.perf_counter() - start, 1),
+                "usable_bytes": acc.usable_bytes, "error": text[:300]}
+    mem = memory(compiled)
+    report = {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(time.perf_counter() - start, 1),
+              "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
+    if acc.platform == "tpu":
+        report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
+        report["flops"] = None if report["xla_flops"] is None else report["xla_flops"] + kernel_flops
+    return report
 
 
 def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
@@ -132,20 +137,14 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     cfg, t = plan["model"], config.train
     tokens = jax.ShapeDtypeStruct((plan["accum"], t.micro_batch, cfg.seq_len + 1), jnp.int32,
                                   sharding=run.micro_sh)
-    start = time.perf_counter()
-    with topology.lowering_context(acc, run.mesh):
-        lowered = run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
-                                    _abstract(run.abstract_opt, run.opt_sh), tokens)
     model_flops = flops.train_flops_per_token(cfg) * plan["tokens_per_step"] / len(devices)
     rows = plan["tokens_per_step"] // cfg.seq_len // len(devices)  # sequences per device and step
-    fields = dict(program="train_step", variant=cfg.variant, window=cfg.window, attention=cfg.attention,
-                  remat=bool(cfg.remat), micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len,
-                  model_flops=model_flops)
-    compiled, refused = _compile(acc, lowered, start, **fields)
-    if refused:
-        return refused
-    return _report(acc, compiled, time.perf_counter() - start, _splash_flops(cfg, rows, cfg.seq_len, backward=True),
-                   **fields)
+    return _compile_and_report(
+        acc, lambda: run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
+                                       _abstract(run.abstract_opt, run.opt_sh), tokens),
+        run.mesh, _splash_flops(cfg, rows, cfg.seq_len, backward=True), program="train_step",
+        variant=cfg.variant, window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
+        micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len, model_flops=model_flops)
 
 
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
@@ -155,29 +154,18 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     device = topology.devices(acc)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     cfg = dataclasses.replace(cfg, attention=attention.resolve(cfg.attention, acc.platform))
-    params = _abstract(sps_model.param_shapes(sps_model.Transformer(cfg)),
-                       jax.tree_util.tree_map(lambda _: sharding, sps_model.param_shapes(sps_model.Transformer(cfg))))
+    params = _on(sps_model.param_shapes(sps_model.Transformer(cfg)), sharding)
     tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
     max_len = prompt_len + new_tokens
     fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch=batch,
                   prompt_len=prompt_len, new_tokens=new_tokens)
-    reports = []
-    start = time.perf_counter()
-    with topology.lowering_context(acc):
-        lowered = generate.prefill.lower(cfg, params, tokens, max_len=max_len)
-    compiled, refused = _compile(acc, lowered, start, program="prefill", **fields)
-    reports.append(refused or _report(acc, compiled, time.perf_counter() - start,
-                                      _splash_flops(cfg, batch, prompt_len, backward=False), program="prefill",
-                                      **fields))
-    cache = jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len))
-    cache = _abstract(cache, jax.tree_util.tree_map(lambda _: sharding, cache))
+    prefill = _compile_and_report(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len),
+                                  kernel_flops=_splash_flops(cfg, batch, prompt_len, backward=False),
+                                  program="prefill", **fields)
+    cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
     logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
     rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
-    start = time.perf_counter()
-    with topology.lowering_context(acc):
-        lowered = generate.decode_loop.lower(cfg, params, cache, logits, rng, max_new_tokens=new_tokens,
-                                             stop_on_eos=False)
-    fields.update(program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"])
-    compiled, refused = _compile(acc, lowered, start, **fields)
-    reports.append(refused or _report(acc, compiled, time.perf_counter() - start, **fields))
-    return reports
+    decode = _compile_and_report(acc, lambda: generate.decode_loop.lower(
+        cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
+        program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
+    return [prefill, decode]

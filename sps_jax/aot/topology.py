@@ -24,9 +24,10 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sps_jax import hardware, pallas_attention  # noqa: E402
+from sps_jax.cli import UserError  # noqa: E402
 
 
-class Unavailable(RuntimeError):
+class Unavailable(UserError, RuntimeError):
     """The compiler for a target is not installed here (one sentence says which extra to install)."""
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from sps_jax import cli
+
 COMMANDS = {
     "attention": "Pallas attention vs jax.nn.dot_product_attention, forward and backward",
     "train": "training step throughput (input tokens/s) and MFU",
@@ -25,14 +27,16 @@ def usage() -> str:
             f"commands:\n{lines}")
 
 
+@cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["-h"], ["--help"]):
         print(usage())
         return 0
     if not argv or argv[0] not in COMMANDS:
-        print(usage(), file=sys.stderr)
-        return 2
+        got = f"got {argv[0]!r}; " if argv else ""
+        raise cli.UserError(f"python -m sps_jax.bench: name a benchmark, one of {', '.join(COMMANDS)} "
+                            f"({got}see --help).")
     module = importlib.import_module(f"sps_jax.bench.{argv[0]}")
     return module.main(argv[1:]) or 0
 

@@ -27,7 +27,7 @@ import argparse
 import sys
 import time
 
-from sps_jax import attention, bench, hardware, masks
+from sps_jax import attention, bench, cli, hardware, masks
 
 PROGRAMS = ("kernels", "train", "generate")
 
@@ -42,8 +42,8 @@ def _csv(kind):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
-                                epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
+    p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
+                           epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
     p.add_argument("--target", action="append", required=True, choices=sorted(hardware.ACCELERATORS),
                    help="accelerator to compile for (repeat for several)")
     p.add_argument("--only", type=_csv(str), default=list(PROGRAMS), help=f"subset of {','.join(PROGRAMS)}")
@@ -89,7 +89,9 @@ def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _train_config(args, variant, micro_batch, remat, backend=None):
+def _variant_config(args, variant, backend=None):
+    """``--config`` with its overrides, switched to ``variant`` (its window rule applied) and, if
+    given, to the attention ``backend``."""
     from sps_jax import config as sps_config
 
     config = sps_config.load_config(args.config, args.overrides)
@@ -97,6 +99,11 @@ def _train_config(args, variant, micro_batch, remat, backend=None):
         config.model.attention = backend
     vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
     config.model.variant, config.model.window = vis.variant, vis.window
+    return config
+
+
+def _train_config(args, variant, micro_batch, remat, backend=None):
+    config = _variant_config(args, variant, backend)
     config.model.remat = remat == "on"
     config.train.micro_batch = micro_batch * args.devices
     config.train.global_batch = micro_batch * args.devices
@@ -234,17 +241,13 @@ def _ratios(rows, keys):
 
 
 def generation_rows(acc, args) -> list[dict]:
-    from sps_jax import config as sps_config
     from sps_jax import model as sps_model
     from sps_jax.aot import programs
 
     rows = []
     for variant in args.variants:
-        config = sps_config.load_config(args.config, args.overrides)
-        vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
-        fields = dict(config.model, variant=vis.variant, window=vis.window,
-                      seq_len=max(config.model.seq_len, args.prefill + args.decode))
-        cfg = sps_model.ModelConfig.from_config(fields)
+        model = _variant_config(args, variant).model
+        cfg = sps_model.ModelConfig.from_config(dict(model, seq_len=max(model.seq_len, args.prefill + args.decode)))
         for r in programs.generation(acc, cfg, args.batch, args.prefill, args.decode):
             _log(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
             rows.append(r)
@@ -290,7 +293,7 @@ def print_tables(results) -> None:
                   f"{'smem KiB':>9s} {'grid':>14s}")
             for rep in res["kernels"]:
                 if rep["status"] != "ok":
-                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} compile error: {rep['error'][:90]}")
+                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['status']}: {rep['error'][:90]}")
                     continue
                 for kname, k in rep["kernels"].items():
                     tiles = f"{k['block_q']}/{k['block_k']} {k['num_warps']} {k['num_stages']}"
@@ -325,11 +328,7 @@ def print_tables(results) -> None:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if "train" in args.only or "generate" in args.only:
-        try:
-            _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])  # bad config: fail now
-        except (ValueError, FileNotFoundError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])  # bad config: fail now
     import jax
 
     from sps_jax.aot import topology
@@ -342,11 +341,7 @@ def main(argv=None) -> int:
         res = results["targets"][name] = {"platform": acc.platform, "memory_bytes": acc.memory_bytes,
                                           "usable_bytes": acc.usable_bytes, "tpu_topology": acc.tpu_topology}
         res["errors"] = []
-        try:
-            topology.devices(acc)
-        except topology.Unavailable as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        topology.devices(acc)  # a compiler that is not installed here stops the command (one sentence)
         if "kernels" in args.only:
             try:
                 res["kernels"] = kernel_rows(acc, args)

@@ -26,14 +26,14 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench
+from sps_jax import bench, cli
 
 RESULT_PREFIX = "BENCH_RESULT "
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/paper.py:s,sps,64",
                         help="model shapes (and the window of windowed variants)")
     parser.add_argument("--batch", type=int, default=16)

@@ -16,7 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from sps_jax import bench, config as sps_config
+from sps_jax import bench, cli, config as sps_config
 from sps_jax import masks
 from sps_jax import model as sps_model
 
@@ -44,10 +44,10 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
 
 def main(argv=None) -> int:
     rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
-    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--batch-size", type=cli.positive_int, default=2)
     bench.add_json_flag(parser)
     args = parser.parse_args(rest)
     results = smoke(sps_config.load_config(args.config, overrides), args.batch_size)

@@ -10,7 +10,6 @@ stdout and ``--json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import attention, bench, config as sps_config, flops, masks
+from sps_jax import attention, bench, cli, config as sps_config, flops, masks
 from sps_jax import train as sps_train
 
 
@@ -63,10 +62,10 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     rest, overrides = sps_config.split_config_args(argv)
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+    parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
     parser.add_argument("--variants", default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base)")
     bench.add_json_flag(parser)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sps_jax import vocab
-from sps_jax.data import loader, prepare, tokenizer
+from sps_jax import cli, vocab
+from sps_jax.data import corpus, loader, prepare, tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into train.bin/val.bin + manifest.json")
     p.add_argument("--source", required=True,
@@ -26,10 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-fraction", type=float, default=0.01)
     p.add_argument("--text-field", default="text", help="JSONL/Parquet/HF field holding the text")
     p.add_argument("--hf-split", default="train")
-    p.add_argument("--max-documents", type=int, default=None, help="stop after this many documents")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="stop once about this many tokens (train + val) are written")
-    p.add_argument("--force", action="store_true", help="rebuild even if the output is up to date")
+    p.add_argument("--max-documents", type=cli.positive_int, default=None,
+                   help="keep the first N non-empty documents")
+    p.add_argument("--max-tokens", type=cli.positive_int, default=None,
+                   help="keep documents until N tokens (train + val, EOS included) are written")
+    p.add_argument("--errors", choices=corpus.ERRORS, default="strict",
+                   help="bytes that are not UTF-8 in text/JSONL sources: stop (strict, default) or replace with U+FFFD")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even if the output is up to date, or replace a folder prepared with other settings")
     v = sub.add_parser("verify", help="check a prepared folder's sizes, ids and checksums")
     v.add_argument("dir")
     t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
@@ -39,24 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli.main
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "prepare":
-            prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
-                            hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
-                            force=args.force)
-        elif args.command == "verify":
-            for split in loader.SPLITS:
-                tokens = loader.open_tokens(args.dir, split, vocab_size=vocab.VOCAB_SIZE, verify_checksum=True)
-                print(f"{split}: {len(tokens):,} tokens ok")
-        elif args.command == "provision-tokenizer":
-            tokenizer.provision(args.out)
-        else:
-            print(tokenizer.encode(args.text))
-    except (ValueError, FileNotFoundError, ImportError, ConnectionError, tokenizer.TokenizerMissing) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.command == "prepare":
+        prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
+                        hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
+                        force=args.force, errors=args.errors)
+    elif args.command == "verify":
+        for split, tokens in loader.verify(args.dir, vocab.VOCAB_SIZE).items():
+            print(f"{split}: {tokens:,} tokens ok")
+    elif args.command == "provision-tokenizer":
+        tokenizer.provision(args.out)
+    else:
+        print(tokenizer.encode(args.text))
     return 0
 
 

@@ -10,20 +10,27 @@ JSONL line, or one Parquet record batch) at a time.
 - ``.jsonl``/``.json`` (one object per line) and ``.parquet`` files with a text field.
 - ``hf:NAME[:CONFIG]`` (e.g. ``hf:HuggingFaceFW/fineweb-edu:sample-10BT``): a Hugging
   Face dataset streamed through ``datasets`` (optional extra, needs the network).
+
+Text and JSONL files must be UTF-8: a bad byte stops with one sentence naming the file and the
+byte, unless ``errors="replace"`` (``--errors replace``) turns bad bytes into U+FFFD.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import os
 import sysconfig
 from typing import Iterator
+
+from sps_jax import files
+from sps_jax.cli import MissingPackage, UserError
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 # Standard-library folders that are tests, GUIs or vendored code rather than documented API.
+ERRORS = ("strict", "replace")
+_UTF8_HINT = ": fix the file, or pass --errors replace to replace bad bytes with U+FFFD"
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3",
               "turtledemo", "tkinter", "ensurepip"}
 
@@ -70,37 +77,49 @@ def _files(path: str) -> list[str]:
     return out
 
 
-def _text_file(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        yield f.read()
+def _text_file(path: str, errors: str) -> Iterator[str]:
+    yield files.read_text(path, errors, _UTF8_HINT)
 
 
-def _jsonl_file(path: str, field: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no} is not valid JSON ({e.msg}): JSONL sources need one object per line.") from None
-            if not isinstance(record, dict) or field not in record:
-                raise ValueError(f"{path}:{line_no} has no {field!r} field: pass --text-field with the name of the text field.")
-            yield str(record[field])
+def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
+    for line_no, record in files.read_jsonl(path, errors, _UTF8_HINT):
+        if not isinstance(record, dict) or field not in record:
+            raise UserError(f"{path} line {line_no} has no {field!r} field: JSONL sources need one object per "
+                            "line; pass --text-field with the name of the text field.")
+        text = _text_of(record[field], f"{path} line {line_no}", field)
+        if text is not None:
+            yield text
+
+
+def _text_of(value, where: str, field: str) -> str | None:
+    """A record's text: a string, or None (skipped, as a null Parquet cell is); anything else is refused."""
+    if value is None or isinstance(value, str):
+        return value
+    raise UserError(f"{where}: field {field!r} holds a {type(value).__name__}, not text.")
 
 
 def _parquet_file(path: str, field: str) -> Iterator[str]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ImportError("reading Parquet needs pyarrow: pip install -e '.[data]'.") from None
-    pf = pq.ParquetFile(path)
-    if field not in pf.schema_arrow.names:
-        raise ValueError(f"{path} has no column {field!r} (columns: {pf.schema_arrow.names}): pass --text-field.")
-    for batch in pf.iter_batches(batch_size=1024, columns=[field]):
-        for text in batch.column(0).to_pylist():
-            if text is not None:
-                yield text
+        raise MissingPackage("reading Parquet needs pyarrow: pip install -e '.[data]'.") from None
+    try:
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+    except Exception as e:  # pyarrow's errors do not name the file
+        raise UserError(f"{path} is not a readable Parquet file ({' '.join(str(e).split())[:200]}).") from None
+    if field not in names:
+        raise UserError(f"{path} has no column {field!r} (columns: {names}): pass --text-field.")
+    try:
+        for batch in pf.iter_batches(batch_size=1024, columns=[field]):
+            for value in batch.column(0).to_pylist():
+                text = _text_of(value, path, field)
+                if text is not None:
+                    yield text
+    except UserError:
+        raise
+    except Exception as e:  # a damaged page surfaces only while reading
+        raise UserError(f"{path} cannot be read past a damaged part ({' '.join(str(e).split())[:200]}).") from None
 
 
 def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
@@ -108,11 +127,15 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
     try:
         import datasets
     except ImportError:
-        raise ImportError("Hugging Face sources need the `datasets` package: pip install -e '.[hf]'.") from None
+        raise MissingPackage("Hugging Face sources need the `datasets` package: pip install -e '.[hf]'.") from None
     try:
         stream = datasets.load_dataset(name, config or None, split=split, streaming=True)
-        for record in stream:
-            yield str(record[field])
+        for n, record in enumerate(stream):
+            if field not in record:
+                raise UserError(f"{name} has no field {field!r} (it has {sorted(record)}): pass --text-field.")
+            text = _text_of(record[field], f"{name} record {n}", field)
+            if text is not None:
+                yield text
     except (ConnectionError, OSError) as e:
         raise ConnectionError(f"cannot stream {name!r} from the Hugging Face hub ({e}): this needs the network; "
                               "offline, prepare local JSONL/Parquet files or --source builtin.") from None
@@ -129,9 +152,12 @@ def check_source(source: str) -> None:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
 
 
-def documents(source: str, text_field: str = "text", hf_split: str = "train") -> Iterator[str]:
+def documents(source: str, text_field: str = "text", hf_split: str = "train",
+              errors: str = "strict") -> Iterator[str]:
     """Yield the text documents of a source (see the module docstring for the forms)."""
     check_source(source)
+    if errors not in ERRORS:
+        raise UserError(f"errors={errors!r} must be one of {', '.join(ERRORS)}.")
     if source == "builtin":
         yield from builtin_documents()
         return
@@ -140,8 +166,8 @@ def documents(source: str, text_field: str = "text", hf_split: str = "train") ->
         return
     for path in _files(source):
         if path.endswith(JSONL_SUFFIXES):
-            yield from _jsonl_file(path, text_field)
+            yield from _jsonl_file(path, text_field, errors)
         elif path.endswith(PARQUET_SUFFIXES):
             yield from _parquet_file(path, text_field)
         else:
-            yield from _text_file(path)
+            yield from _text_file(path, errors)

@@ -20,24 +20,60 @@ process count.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import grain
 import numpy as np
 
+from sps_jax import files
+from sps_jax.cli import UserError
+
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
 DTYPE = "uint16"
+REPREPARE = "re-run `python -m sps_jax.data prepare`"
 
 
 def read_manifest(folder: str) -> dict | None:
-    """The folder's manifest, or None when it has none (not prepared yet)."""
+    """The folder's manifest, checked field by field, or None when it has none (not prepared yet)."""
     path = os.path.join(folder, MANIFEST)
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    manifest = files.read_json(path)
+    check_manifest(manifest, path)
+    return manifest
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_manifest(manifest, path: str) -> None:
+    """The manifest's structure (one sentence naming the first bad field)."""
+    def bad(what):
+        raise UserError(f"{path}: {what}; {REPREPARE} for this folder.")
+
+    if not isinstance(manifest, dict):
+        bad(f"the manifest is a JSON {type(manifest).__name__}, not an object")
+    if manifest.get("dtype") != DTYPE:
+        bad(f"token dtype {manifest.get('dtype')!r} is not {DTYPE!r}")
+    if not _is_count(manifest.get("eos_id")):
+        bad(f"eos_id {manifest.get('eos_id')!r} is not a token id")
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict):
+        bad("it has no 'splits' object")
+    for split, info in splits.items():
+        if not isinstance(info, dict):
+            bad(f"split {split!r} is not an object")
+        name = info.get("file")
+        # A plain file name inside the folder: a manifest never points elsewhere.
+        if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
+            bad(f"split {split!r} names file {name!r}, not a file of the folder")
+        for field in ("tokens",) + tuple(f for f in ("documents", "max_id") if f in info):
+            if not _is_count(info.get(field)):
+                bad(f"split {split!r} has {field}={info.get(field)!r}, not a count")
+        if "sha256" in info and not isinstance(info["sha256"], str):
+            bad(f"split {split!r} has a sha256 that is not a string")
 
 
 def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: int | None = None,
@@ -53,9 +89,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     if manifest is None:
         raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
                                 f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
-    if manifest.get("dtype") != DTYPE:
-        raise ValueError(f"{folder}: token dtype {manifest.get('dtype')!r} is not uint16: re-run sps_jax.data prepare.")
-    splits = manifest.get("splits", {})
+    splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"{folder}: the manifest has no {split!r} split; it has {sorted(splits)}.")
     if eos_id is not None and manifest.get("eos_id") != eos_id:
@@ -72,6 +106,9 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     if info["tokens"] == 0:
         return np.zeros((0,), np.uint16)
     tokens = np.memmap(path, dtype="<u2", mode="r")
+    if eos_id is not None and tokens[-1] != eos_id:
+        raise ValueError(f"{path} does not end with the EOS id {eos_id} that ends every document: "
+                         f"the file is cut short or was not written by prepare; {REPREPARE}.")
     if vocab_size is not None:
         largest = info.get("max_id")
         if largest is None or len(tokens) <= scan_limit:
@@ -84,9 +121,30 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 24), b""):
                 sha.update(chunk)
-        if sha.hexdigest() != info["sha256"]:
-            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; re-run prepare.")
+        if sha.hexdigest() != info.get("sha256"):
+            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; {REPREPARE}.")
     return tokens
+
+
+def verify(folder: str, vocab_size: int) -> dict[str, int]:
+    """Every check a token folder can take ({split: tokens}): the manifest, each split's size,
+    sha256, largest id (against the manifest and ``vocab_size``), its EOS after the last document
+    and its document count. Each failure is one sentence."""
+    manifest = read_manifest(folder) or {}  # open_tokens says what to do when there is none
+    out = {}
+    for split in SPLITS:
+        tokens = open_tokens(folder, split, vocab_size, manifest.get("eos_id"), verify_checksum=True)
+        info = manifest["splits"][split]
+        path = os.path.join(folder, info["file"])
+        if "max_id" in info and len(tokens) and int(tokens.max()) != info["max_id"]:
+            raise UserError(f"{path}: the largest id is {int(tokens.max())} but the manifest says {info['max_id']}; "
+                            f"{REPREPARE}.")
+        eos = int(np.count_nonzero(tokens == manifest["eos_id"])) if len(tokens) else 0
+        if "documents" in info and eos != info["documents"]:
+            raise UserError(f"{path} holds {eos} documents (EOS ids) but the manifest says {info['documents']}; "
+                            f"{REPREPARE}.")
+        out[split] = len(tokens)
+    return out
 
 
 class TokenWindows:

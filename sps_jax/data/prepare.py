@@ -7,9 +7,10 @@ token/document counts, the largest id and a sha256 per split).
 A document goes to validation iff the first 8 bytes of the sha256 of its text,
 read as a fraction of 2**64, fall below ``val_fraction``: the split is stable
 under reordering, appending documents and restarts. Work streams through
-the source in bounded batches; files are written under ``.partial`` names and
-renamed only when complete, so an interrupted run is simply restarted (a
-finished one with the same source and settings is skipped).
+the source in bounded batches into a sibling ``<out>.partial`` folder that replaces
+``out`` only when complete, so an interrupted or failing run leaves ``out`` as it was
+and is simply restarted (a finished one with the same source and settings is skipped;
+a folder holding anything else is refused unless ``force``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import time
 
 import numpy as np
 
-from sps_jax import files, vocab
+from sps_jax import cli, files, vocab
+from sps_jax.cli import UserError
 from sps_jax.data import corpus, loader, tokenizer
 
 
@@ -30,11 +32,11 @@ def is_val_document(text: str, val_fraction: float) -> bool:
 
 
 class _SplitWriter:
-    """Appends uint16 tokens to ``<split>.bin.partial``, hashing and counting as it goes."""
+    """Appends uint16 tokens to ``<split>.bin`` of the folder being built, hashing and counting as it goes."""
 
     def __init__(self, out: str, split: str):
         self.path = os.path.join(out, f"{split}.bin")
-        self.file = open(self.path + ".partial", "wb")
+        self.file = open(self.path, "wb")
         self.sha = hashlib.sha256()
         self.tokens = self.documents = self.max_id = 0
 
@@ -48,7 +50,6 @@ class _SplitWriter:
 
     def close(self) -> dict:
         self.file.close()
-        os.replace(self.path + ".partial", self.path)
         return {"file": os.path.basename(self.path), "tokens": self.tokens, "documents": self.documents,
                 "max_id": self.max_id, "sha256": self.sha.hexdigest()}
 
@@ -56,62 +57,103 @@ class _SplitWriter:
 def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str = "text",
             hf_split: str = "train", max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
-            force: bool = False, log=print) -> dict:
-    """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest."""
+            force: bool = False, errors: str = "strict", log=print) -> dict:
+    """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
+
+    ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in
+    order until the tokens written (EOS included, both splits) reach N, so the last one may pass
+    it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping.
+    """
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction={val_fraction} must be in [0, 1).")
+        raise UserError(f"val_fraction={val_fraction} must be in [0, 1).")
+    for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
+        if value is not None and value < 1:
+            raise UserError(f"{name}={value} must be at least 1.")
     corpus.check_source(source)
     enc = tokenizer.get_tokenizer()  # raises TokenizerMissing with the provisioning command
     settings = {"source": source, "val_fraction": val_fraction, "text_field": text_field,
                 "hf_split": hf_split, "max_documents": max_documents,
                 "max_tokens": max_tokens}
-    existing = loader.read_manifest(out)
-    if existing and existing.get("settings") == settings and not force:
+    if errors != "strict":  # recorded only when used, so folders prepared before the option still match
+        settings["errors"] = errors
+    existing = _existing(out, settings, force)
+    if existing is not None:
         log(f"{out} already holds this corpus ({existing['splits']['train']['tokens']:,} train tokens); "
             "pass --force to rebuild.")
         return existing
-    os.makedirs(out, exist_ok=True)
-    if existing:  # a rebuild: the old manifest must not vouch for half-written files
-        os.remove(os.path.join(out, loader.MANIFEST))
-    writers = {split: _SplitWriter(out, split) for split in loader.SPLITS}
     start = last_log = time.time()
-    docs = 0
+    # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
+    with files.replace_folder(out) as building:
+        writers = {split: _SplitWriter(building, split) for split in loader.SPLITS}
+        total = lambda: sum(w.tokens for w in writers.values())  # noqa: E731
+        docs = 0
 
-    def flush(batch):
-        # Encoding a batch uses tiktoken's threads; memory stays bounded by the batch size.
-        for text, ids in zip(batch, enc.encode_ordinary_batch(batch)):
-            ids.append(vocab.EOS_ID)
-            writers["val" if is_val_document(text, val_fraction) else "train"].write(ids)
+        def flush(batch):
+            # Encoding a batch uses tiktoken's threads; memory stays bounded by the batch size.
+            for text, ids in zip(batch, enc.encode_ordinary_batch(batch)):
+                if max_tokens is not None and total() >= max_tokens:
+                    return
+                ids.append(vocab.EOS_ID)
+                writers["val" if is_val_document(text, val_fraction) else "train"].write(ids)
 
-    batch = []
-    for text in corpus.documents(source, text_field, hf_split):
-        if max_documents is not None and docs >= max_documents:
-            break
-        if max_tokens is not None and sum(w.tokens for w in writers.values()) >= max_tokens:
-            break
-        if not text:
-            continue
-        batch.append(text)
-        docs += 1
-        if len(batch) == batch_documents:
+        batch = []
+        for text in corpus.documents(source, text_field, hf_split, errors):
+            if max_documents is not None and docs >= max_documents:
+                break
+            if max_tokens is not None and total() >= max_tokens:
+                break
+            if not text:
+                continue
+            batch.append(text)
+            docs += 1
+            if len(batch) == batch_documents:
+                flush(batch)
+                batch = []
+                if time.time() - last_log > 2.0:
+                    last_log = time.time()
+                    log(f"prepare: {docs:,} documents, {total():,} tokens, "
+                        f"{total() / (last_log - start):,.0f} tokens/s")
+        if batch:
             flush(batch)
-            batch = []
-            if time.time() - last_log > 2.0:
-                last_log = time.time()
-                tokens = sum(w.tokens for w in writers.values())
-                log(f"prepare: {docs:,} documents, {tokens:,} tokens, "
-                    f"{tokens / (last_log - start):,.0f} tokens/s")
-    if batch:
-        flush(batch)
-    manifest = {"tokenizer": "gpt2", "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
-                "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
-    if manifest["splits"]["train"]["tokens"] == 0:
-        raise ValueError(f"source {source!r} produced no training tokens: check the source and --val-fraction.")
-    files.write_json(os.path.join(out, loader.MANIFEST), manifest, indent=2)
+        manifest = {"tokenizer": "gpt2", "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
+                    "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
+        if manifest["splits"]["train"]["tokens"] == 0:
+            raise UserError(f"source {source!r} produced no training tokens: check the source and --val-fraction"
+                            + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
+        files.write_json(os.path.join(building, loader.MANIFEST), manifest, indent=2)
     s = manifest["splits"]
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")
     return manifest
+
+
+def _existing(out: str, settings: dict, force: bool) -> dict | None:
+    """The manifest of ``out`` when it already holds this corpus intact (skip the work), None when
+    it may be (re)built; a refusal when building would replace something else."""
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise UserError(f"--out {out} is a file, not a folder: pass the folder to write the token files into.")
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    ours = {loader.MANIFEST} | {f"{split}.bin" for split in loader.SPLITS}
+    foreign = [n for n in names if n not in ours and not n.endswith(".partial")]
+    if foreign:
+        raise UserError(f"--out {out} holds files that prepare did not write ({', '.join(foreign[:3])}): "
+                        "pass a new or empty folder.")
+    if loader.MANIFEST not in names:
+        return None  # empty, or an unfinished folder of prepare's own files
+    try:
+        manifest = loader.read_manifest(out)
+        for split in loader.SPLITS:
+            loader.open_tokens(out, split)  # the files the manifest vouches for are there, with their sizes
+    except (ValueError, OSError) as e:
+        manifest, problem = None, cli.sentence(e).rstrip('.')
+    if manifest is not None and manifest.get("settings") == settings and not force:
+        return manifest
+    if not force:
+        held = (f"a token folder prepared with other settings (source {manifest.get('settings', {}).get('source')!r})"
+                if manifest is not None else f"a damaged token folder ({problem})")
+        raise UserError(f"--out {out} already holds {held}: pass --force to replace it (the new folder is built "
+                        "aside and swapped in only when complete), or choose another --out.")
+    return None
 
 
 def ensure_builtin(out: str, log=print) -> dict:

@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 
 from sps_jax import files, vocab
+from sps_jax.cli import UserError
 
 EOS_TOKEN = "<|endoftext|>"
 RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
@@ -31,8 +32,8 @@ def default_ranks_path() -> str:
         os.path.expanduser("~"), ".cache", "sps_jax", "gpt2.tiktoken")
 
 
-class TokenizerMissing(RuntimeError):
-    pass
+class TokenizerMissing(UserError, RuntimeError):
+    """The GPT-2 ranks are not available (the sentence says how to provision them)."""
 
 
 def _sha256(path: str) -> str:
@@ -57,7 +58,11 @@ def get_tokenizer(ranks_path: str | None = None):
     if path in _CACHE:
         return _CACHE[path]
     if os.path.isfile(path):
-        enc = from_ranks_file(path)
+        try:
+            enc = from_ranks_file(path)
+        except Exception as exc:  # tiktoken's parse errors do not name the file
+            raise TokenizerMissing(f"{path} is not a gpt2.tiktoken ranks file ({type(exc).__name__}): run "
+                                   f"`{PROVISION_COMMAND}` or pass the path of a gpt2.tiktoken file.") from None
     elif ranks_path:
         raise TokenizerMissing(f"tokenizer file {ranks_path!r} does not exist: run `{PROVISION_COMMAND}` "
                                "or pass the path of a gpt2.tiktoken file.")
@@ -92,8 +97,11 @@ def provision(out: str | None = None) -> str:
         return out
     with tempfile.TemporaryDirectory() as tmp:
         print("downloading the openai-whisper source distribution (about 0.8 MB) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        "openai-whisper", "-d", tmp], check=True)
+        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+                                  ":all:", "openai-whisper", "-d", tmp])
+        if fetched.returncode:
+            raise TokenizerMissing(f"pip could not download openai-whisper (exit status {fetched.returncode}): "
+                                   "provisioning needs access to the package index.")
         archives = [f for f in os.listdir(tmp) if f.endswith(".tar.gz")]
         if not archives:
             raise TokenizerMissing("pip did not return an openai-whisper source archive; cannot provision.")

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from sps_jax import checkpoint, files, runs
+from sps_jax import checkpoint, cli, files, runs
 from sps_jax.evaluation import paper_tasks, results_table, val_nll
 from sps_jax.data import loader
 
@@ -65,14 +65,17 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
     elif task_data:
         raise ValueError("--task-data needs --tasks naming those tasks.")
-    tokens = loader.open_tokens(val_data, "val") if val_data else None  # manifest and size, before any weights
+    tokens = None
+    if val_data:  # the token folder against this run's model (manifest, size, EOS id, vocabulary) before any weights
+        workdir, _ = runs.find_run(path)
+        cfg = runs.model_config(runs.read_config(workdir), workdir)
+        tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
     net, params, step = runs.load_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
     result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},
               "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
     if tokens is not None:
-        loader.open_tokens(val_data, "val", vocab_size=net.cfg.vocab_size, eos_id=net.cfg.eos_id)  # vs this model
         stats = val_nll.validation_nll(net, params, tokens, batch_size=val_batch_size, max_tokens=val_tokens)
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
@@ -106,10 +109,10 @@ def _task_data(items) -> dict[str, str]:
 
 
 def main_evaluate(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     runs.add_run_arguments(p)
-    p.add_argument("--step", type=int, default=None, help="evaluate this checkpoint of the run")
+    p.add_argument("--step", type=cli.non_negative_int, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", default="", help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
                    "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
@@ -117,10 +120,12 @@ def main_evaluate(argv) -> int:
                    help="read TASK's evaluation split from a local .jsonl/.parquet file (repeatable)")
     p.add_argument("--include-path", default=None, help="extra folder of lm-eval task YAMLs")
     p.add_argument("--val-data", default=None, help="prepared token folder (manifest.json + val.bin)")
-    p.add_argument("--val-tokens", type=int, default=None, help="score only the first N validation tokens")
-    p.add_argument("--val-batch-size", type=int, default=8, help="validation windows per forward pass")
-    p.add_argument("--limit", type=int, default=None, help="lm-eval: at most N documents per task (smoke tests)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--val-tokens", type=cli.positive_int, default=None,
+                   help="score only the first N validation tokens")
+    p.add_argument("--val-batch-size", type=cli.positive_int, default=8, help="validation windows per forward pass")
+    p.add_argument("--limit", type=cli.positive_int, default=None,
+                   help="lm-eval: at most N documents per task (smoke tests)")
+    p.add_argument("--batch-size", type=cli.positive_int, default=16)
     p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     args = p.parse_args(argv)
@@ -130,9 +135,11 @@ def main_evaluate(argv) -> int:
     path = runs.run_argument(args)
     steps = [args.step]
     if args.all_steps:
-        steps = checkpoint.steps(runs.find_run(path)[0])
         if args.out:
-            p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json.")
+            p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
+        steps = checkpoint.steps(runs.find_run(path)[0])
+        if not steps:
+            raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
     rows = []
     for step in steps:
         result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
@@ -147,8 +154,8 @@ def main_evaluate(argv) -> int:
 
 
 def main_table(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
-                                description="The paper's main table (and per-task table) from results JSONs.")
+    p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
+                           description="The paper's main table (and per-task table) from results JSONs.")
     p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
     args = p.parse_args(argv)
@@ -164,22 +171,12 @@ def main_table(argv) -> int:
     return 0
 
 
+@cli.main
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0] == "table":
-            return main_table(argv[1:])
-        return main_evaluate(argv)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        from sps_jax.data.tokenizer import TokenizerMissing
-
-        if isinstance(exc, TokenizerMissing):
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        raise
+    if argv and argv[0] == "table":
+        return main_table(argv[1:])
+    return main_evaluate(argv)
 
 
 if __name__ == "__main__":

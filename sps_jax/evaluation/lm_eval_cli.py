@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import sys
 
+from sps_jax import cli
 from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_jax")
 
 
+@cli.main  # our own errors (a missing run folder, ...) are one sentence; lm-eval's parser keeps its usage text
 def main(argv=None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
@@ -22,4 +24,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,9 +5,7 @@ per-task expansion. Markdown and LaTeX.
 
 from __future__ import annotations
 
-import json
-
-from sps_jax import config as sps_config, masks
+from sps_jax import config as sps_config, files, masks
 from sps_jax.evaluation import paper_tasks
 
 METHOD_NAMES = {
@@ -23,15 +21,38 @@ TASK_LABELS = {"arc_easy": "ARC-E", "hellaswag": "HS", "piqa": "PIQA", "sciq": "
 
 
 def load(paths) -> list[dict]:
+    """Results JSONs, each checked for the fields the table reads (one sentence naming the file)."""
     rows = []
     for path in paths:
-        with open(path) as f:
-            row = json.load(f)
-        for field in ("variant", "step"):
-            if field not in row:
-                raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: it has no {field!r}.")
+        row = files.read_json(path)
+        bad = _bad_field(row)
+        if bad:
+            raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")
+        masks.Visibility(row["variant"], row.get("window"))  # a bad variant or window: its own sentence
         rows.append(row)
     return rows
+
+
+def _bad_field(row) -> str | None:
+    number = lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))  # noqa: E731
+    if not isinstance(row, dict):
+        return "it is not an object"
+    for field in ("variant", "step"):
+        if field not in row:
+            return f"it has no {field!r}"
+    if isinstance(row["step"], bool) or not isinstance(row["step"], int):
+        return f"its step {row['step']!r} is not an integer"
+    for field in ("scale", "run"):
+        if not (row.get(field) is None or isinstance(row[field], str)):
+            return f"its {field} {row[field]!r} is not a name"
+    for field in ("val_nll", "corpus_nll_avg", "task_accuracy_avg", "tokens_seen"):
+        if not number(row.get(field)):
+            return f"its {field} {row[field]!r} is not a number"
+    for field in ("corpus_nll", "tasks"):
+        values = row.get(field, {})
+        if not isinstance(values, dict) or not all(map(number, values.values())):
+            return f"its {field} is not an object of numbers"
+    return None
 
 
 def method(row: dict) -> str:

@@ -15,6 +15,7 @@ CLI::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -26,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import files, masks, runs
+from sps_jax import cli, files, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference.batching import bucket, left_pad
@@ -218,48 +219,39 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
 # ----------------------------------------------------------------------------- CLI
 
 def _read_prompts(path: str) -> list[dict]:
-    """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line."""
+    """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line (UTF-8; a bad
+    line is one sentence naming it)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"prompts file {path!r} does not exist.")
     records = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if path.endswith(".jsonl"):
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-                    raise ValueError(f"{path}:{n} must be a JSON object with a string field \"prompt\".")
-                records.append(record)
-            else:
-                records.append({"prompt": line.rstrip("\n")})
+    if path.endswith(".jsonl"):
+        for n, record in files.read_jsonl(path):
+            if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+                raise ValueError(f"{path} line {n} must be a JSON object with a string field \"prompt\".")
+            records.append(record)
+    else:
+        text = files.read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()
+        records = [{"prompt": line} for line in text.split("\n") if line.strip()]
     if not records:
         raise ValueError(f"prompts file {path!r} holds no prompts.")
     return records
 
 
+@cli.main
 def main(argv=None) -> int:
-    try:
-        return _main(argv)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # TokenizerMissing is a RuntimeError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     runs.add_run_arguments(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
     what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
     parser.add_argument("--out", help="JSONL results for --prompts-file (default: print)")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--top-k", type=cli.non_negative_int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts per generation batch")
+    parser.add_argument("--seed", type=cli.non_negative_int, default=0)
+    parser.add_argument("--batch-size", type=cli.positive_int, default=8, help="prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
     args = parser.parse_args(argv)
@@ -268,19 +260,18 @@ def _main(argv) -> int:
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     sampling.validate()
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1.")
+    if args.seed >= 2 ** 31:
+        parser.error(f"argument --seed: {args.seed} must be below 2**31")
     records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
     prompts = [tokenizer.encode(r["prompt"]) for r in records]
-    empty = next((n for n, p in enumerate(prompts) if not p), None)
-    if empty is not None:  # before loading any weights
-        raise ValueError(f"prompt {empty} is empty: generation needs at least one prompt token.")
-    config, params, step = runs.load_run(runs.run_argument(args))
-    model_cfg = dict(config.model)
+    # The run's config.json says the context: every prompt is checked before any weights load.
+    workdir, _ = runs.find_run(runs.run_argument(args))
+    config = runs.read_config(workdir)
+    cfg = runs.model_config(config, workdir)
     if args.attention:
-        model_cfg["attention"] = args.attention
-    cfg = sps_model.ModelConfig.from_config(model_cfg)
+        cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), "attention": args.attention})
     check_prompts(cfg, prompts, args.max_new_tokens)
+    _, params, step = runs.load_model(runs.run_argument(args))
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
 
     start = time.perf_counter()

@@ -6,7 +6,9 @@ import os
 import pytest
 
 from sps_jax.analysis import probes
+from tests import fuzz
 from tests.analysis.helpers import random_docs, write_documents_folder, write_run
+from tests.helpers import decoded_png
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,8 @@ def test_gradients_command_writes_means_and_figure(cli_fixture):
     assert std["mean_ratio"]["x"][0] == pytest.approx(1.0)
     lines = open(os.path.join(out, "gradients.csv")).read().splitlines()
     assert len(lines) == 1 + 9 * 3
-    assert os.path.getsize(os.path.join(out, "gradients.png")) > 10_000
+    height, width, _ = decoded_png(os.path.join(out, "gradients.png")).shape
+    assert width > height  # the 8 x 4.5 inch figure
 
 
 def test_window_nll_command_writes_means_and_figure(cli_fixture):
@@ -45,7 +48,8 @@ def test_window_nll_command_writes_means_and_figure(cli_fixture):
     for run in result["runs"]:
         assert run["documents"] == 4 and run["mean_delta"][:7] == [0.0] * 7
         assert run["count"][0] == 4
-    assert os.path.getsize(os.path.join(out, "window_nll_omega6.png")) > 10_000
+    height, width, _ = decoded_png(os.path.join(out, "window_nll_omega6.png")).shape
+    assert width > height
 
 
 def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
@@ -54,3 +58,16 @@ def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert probes.main(["gradients", "--workdir", str(root / "std"), "--val-data", str(root)]) == 2
     assert "manifest.json" in capsys.readouterr().err
+
+
+def test_an_omega_at_or_beyond_the_context_is_warned_about(cli_fixture):
+    root = cli_fixture
+    outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
+                                      "--docs", "2", "--omega", "16", "--context", "16",
+                                      "--out", str(root / "omega_out")])
+    assert outcome.status == 0, outcome.stderr
+    warnings = [line for line in outcome.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "--omega 16 is at or beyond the context of 16" in warnings[0]
+    result = json.load(open(root / "omega_out" / "window_nll_omega16.json"))
+    deltas = [d for d in result["runs"][0]["mean_delta"] if d == d]  # positions no document reaches are NaN
+    assert deltas and all(d == 0.0 for d in deltas)  # zero by construction, as warned

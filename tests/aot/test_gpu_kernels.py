@@ -62,3 +62,9 @@ def test_ptxas_and_thunk_reports_are_parsed():
 def test_a_tpu_has_no_triton_kernels():
     with pytest.raises(ValueError, match="not a GPU"):
         gpu_kernels.kernel_report(hardware.ACCELERATORS["tpu-v5e"], gpu_kernels.SHAPES[0])
+
+
+def test_a_missing_ptxas_report_is_not_read_as_zero_spills(monkeypatch):
+    monkeypatch.setattr(gpu_kernels, "find_ptxas", lambda: "/bin/true")  # runs, prints nothing
+    report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 64, 256), "bfloat16")
+    assert report["status"] == "no_report" and "sps_flash_" in report["error"]

@@ -2,7 +2,6 @@
 memory that grows with the work, and FLOPs that match an independent count."""
 
 import jax
-import pytest
 
 from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
@@ -43,8 +42,15 @@ def test_a_program_that_exceeds_the_card_does_not_fit():
     assert report["peak_bytes"] > 2 ** 20 and not report["fits"]
 
 
+# The window of the generation test: XLA's GPU compiler in jax 0.10.2 rejects the decode loop of
+# this tiny model at windows 8 and 16 (and 4 at batch 4) with "Reshape input and output shapes must
+# be the same, got 1 -> 1x4"; jax 0.12.0.1 compiles all of them, and so does 0.10.2 at 32 and 64
+# (the paper's window). CI's second leg runs this test on 0.12.
+GENERATION_WINDOW = 32
+
+
 def test_generation_compiles_prefill_and_the_decode_loop():
-    cfg = sps_model.ModelConfig.from_config(dict(tiny_config().model))
+    cfg = sps_model.ModelConfig.from_config(dict(tiny_config(window=GENERATION_WINDOW).model))
     prefill, decode = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)
     assert (prefill["program"], decode["program"]) == ("prefill", "decode_loop")
     # The cache (persistent + ring, bf16 K and V per layer) is an input of the decode loop.

@@ -73,9 +73,9 @@ def test_auto_means_splash_for_a_tpu_target_and_fits_is_judged_against_the_chip(
 def test_a_program_over_the_chips_hbm_is_refused_by_the_compiler_and_reported_as_not_fitting():
     x = jax.ShapeDtypeStruct((100_000,), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(
         topology.devices(V5E)[0]))
-    lowered = jax.jit(lambda x: jnp.outer(x, x)).lower(x)  # 40 GB out: more than a v5e chip's 16 GiB
-    compiled, refused = programs._compile(V5E, lowered, 0.0, program="outer")
-    assert compiled is None and refused["program"] == "outer" and not refused["fits"]
+    # 40 GB out: more than a v5e chip's 16 GiB
+    refused = programs._compile_and_report(V5E, lambda: jax.jit(lambda x: jnp.outer(x, x)).lower(x), program="outer")
+    assert refused["program"] == "outer" and not refused["fits"]
     # No peak; the compiler's figure (its temporaries) is a lower bound of what the program needs.
     assert refused["peak_bytes"] is None and refused["required_bytes"] >= 37 * 2 ** 30
     assert refused["error"].startswith("RESOURCE_EXHAUSTED")

@@ -6,7 +6,9 @@ import os
 import numpy as np
 import pytest
 
+from sps_jax.data import __main__ as data_cli
 from sps_jax.data import loader
+from tests import fuzz
 from tests.helpers import write_token_folder
 
 
@@ -56,3 +58,41 @@ def test_grain_order_is_deterministic_sharded_and_resumable(tmp_path):
     state = json.loads(json.dumps(it.get_state()))
     resumed = loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), state)
     assert all((x == y).all() for x, y in zip(take(resumed, 9), a[3:]))
+
+
+def edit_manifest(folder, **changes):
+    path = os.path.join(folder, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    for key, value in changes.items():
+        split, _, field = key.partition("__")
+        if field:
+            manifest["splits"][split][field] = value
+        else:
+            manifest[key] = value
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: edit_manifest(d, train__sha256="0" * 64), "train.bin does not match the manifest's sha256"),
+    (lambda d: edit_manifest(d, val__documents=3), "val.bin holds 20 documents (EOS ids) but the manifest says 3"),
+    (lambda d: edit_manifest(d, train__max_id=12), "train.bin: the largest id is 60 but the manifest says 12"),
+    (lambda d: edit_manifest(d, train__file="../train.bin"), "split 'train' names file '../train.bin'"),
+    (lambda d: edit_manifest(d, val__tokens=-4), "split 'val' has tokens=-4, not a count"),
+    (lambda d: edit_manifest(d, dtype="int32"), "token dtype 'int32' is not 'uint16'"),
+    (lambda d: open(os.path.join(d, "manifest.json"), "a").write("\n}"), "manifest.json is not JSON at line 2, column 1"),
+    (lambda d: open(os.path.join(d, "val.bin"), "ab").write(b"\x01\x00"), "val.bin holds"),
+])
+def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
+    folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
+    assert data_cli.main(["verify", folder]) == 0
+    damage(folder)
+    outcome = fuzz.call(data_cli.main, ["verify", folder])
+    assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
+
+
+def test_a_model_of_another_eos_id_is_refused(tmp_path):
+    folder = write_token_folder(str(tmp_path / "tok"), num_docs=20, eos=59)
+    with pytest.raises(ValueError, match="eos_id 59 differs from the model's 60"):
+        loader.open_tokens(folder, "train", vocab_size=64, eos_id=60)

@@ -1,5 +1,6 @@
 """Token folders from text, JSONL, Parquet and Hugging Face sources: round trips, EOS placement, a stable split."""
 
+import hashlib
 import json
 import os
 
@@ -9,6 +10,7 @@ import pytest
 from sps_jax import vocab
 from sps_jax.data import __main__ as data_cli
 from sps_jax.data import prepare, tokenizer
+from tests import fuzz
 from tests.helpers import ensure_tokenizer
 
 
@@ -18,6 +20,12 @@ def gpt2_tokenizer():
 
 
 DOCS = [f"Document number {i}: the quick brown fox jumps over {i} lazy dogs.\nSecond line {i * i}." for i in range(60)]
+
+
+def in_val(text, fraction):
+    """The documented split rule, written out here: the first 8 bytes of the text's sha256 (little-endian,
+    as prepare reads them), as a fraction of 2**64, below the validation fraction."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") < fraction * 2 ** 64
 
 
 def read_docs(folder, split):
@@ -54,7 +62,7 @@ def test_prepare_round_trip(tmp_path, kind):
     train, val = read_docs(out, "train"), read_docs(out, "val")
     # Every document comes back exactly once, in its split, in source order.
     assert sorted(train + val) == sorted(DOCS)
-    assert train == [d for d in DOCS if not prepare.is_val_document(d, 0.2)]
+    assert train == [d for d in DOCS if not in_val(d, 0.2)] and val == [d for d in DOCS if in_val(d, 0.2)]
     assert 0 < len(val) < len(DOCS)
     s = manifest["splits"]
     assert s["train"]["documents"] == len(train) and s["val"]["documents"] == len(val)
@@ -100,4 +108,73 @@ def test_hugging_face_source_streams_through_datasets_or_says_what_to_install(tm
     os.replace(write_sources(tmp_path)["jsonl"], folder / "train.jsonl")
     prepare.prepare(f"hf:{folder}", str(tmp_path / "hf"), val_fraction=0.2, log=lambda *a: None)
     assert sorted(read_docs(tmp_path / "hf", "train") + read_docs(tmp_path / "hf", "val")) == sorted(DOCS)
-    assert read_docs(tmp_path / "hf", "train") == [d for d in DOCS if not prepare.is_val_document(d, 0.2)]
+    assert read_docs(tmp_path / "hf", "train") == [d for d in DOCS if not in_val(d, 0.2)]
+
+
+def folder_bytes(folder):
+    return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
+
+
+def test_a_failing_source_leaves_an_existing_token_folder_as_it_was(tmp_path):
+    good = write_sources(tmp_path)["jsonl"]
+    out = tmp_path / "tokens"
+    assert data_cli.main(["prepare", "--source", str(good), "--out", str(out)]) == 0
+    before = folder_bytes(out)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n{not json\n")
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(bad), "--out", str(out), "--force"])
+    assert outcome.status == 2 and outcome.problem() is None and "bad.jsonl is not JSON at line 2" in outcome.stderr
+    assert folder_bytes(out) == before and sorted(os.listdir(tmp_path)) == sorted(["bad.jsonl", "docs.jsonl",
+                                                                                   "docs.parquet", "text", "tokens"])
+    assert data_cli.main(["verify", str(out)]) == 0
+
+
+def test_prepare_refuses_to_replace_other_folders_unless_forced(tmp_path):
+    src = write_sources(tmp_path)
+    out = tmp_path / "tokens"
+    prepare.prepare(str(src["jsonl"]), str(out), log=lambda *a: None)
+    before = folder_bytes(out)
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src["text"]), "--out", str(out)])
+    assert outcome.status == 2 and "--force" in outcome.stderr and str(out) in outcome.stderr, outcome.stderr
+    assert folder_bytes(out) == before
+    assert data_cli.main(["prepare", "--source", str(src["text"]), "--out", str(out), "--force"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["settings"]["source"] == str(src["text"])
+    assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
+    # A folder of someone else's files is never replaced, --force or not.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src["jsonl"]), "--out", str(mine), "--force"])
+    assert outcome.status == 2 and "notes.txt" in outcome.stderr and (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_max_documents_and_max_tokens_cut_the_source_where_documented(tmp_path):
+    src = write_sources(tmp_path)["jsonl"]
+    prepare.prepare(str(src), str(tmp_path / "docs"), val_fraction=0.2, max_documents=7, log=lambda *a: None)
+    assert sorted(read_docs(tmp_path / "docs", "train") + read_docs(tmp_path / "docs", "val")) == sorted(DOCS[:7])
+    # Documents are kept in order until the tokens written (EOS included) reach the limit.
+    sizes = np.cumsum([len(tokenizer.encode(d)) + 1 for d in DOCS])
+    limit = int(sizes[11]) - 3  # reached inside document 12 (index 11): twelve documents are kept
+    manifest = prepare.prepare(str(src), str(tmp_path / "tok"), val_fraction=0.2, max_tokens=limit,
+                               log=lambda *a: None)
+    kept = read_docs(tmp_path / "tok", "train") + read_docs(tmp_path / "tok", "val")
+    assert sorted(kept) == sorted(DOCS[:12])
+    assert sum(s["tokens"] for s in manifest["splits"].values()) == int(sizes[11])
+
+
+def test_bytes_that_are_not_utf8_stop_naming_the_file_unless_replaced(tmp_path):
+    folder = tmp_path / "text"
+    folder.mkdir()
+    (folder / "a.txt").write_text("plain text")
+    (folder / "b.txt").write_bytes(b"caf\xe9 au lait")
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(folder), "--out", str(tmp_path / "o")])
+    assert outcome.status == 2 and outcome.problem() is None
+    assert "b.txt is not UTF-8 text: byte 3 is 0xe9" in outcome.stderr and "--errors replace" in outcome.stderr
+    assert not (tmp_path / "o").exists()
+    assert data_cli.main(["prepare", "--source", str(folder), "--out", str(tmp_path / "o"), "--errors", "replace",
+                          "--val-fraction", "0"]) == 0
+    assert sorted(read_docs(tmp_path / "o", "train")) == ["caf\ufffd au lait", "plain text"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_bytes(json.dumps({"text": "ok"}).encode() + b"\n" + b'{"text": "\xff"}\n')
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(jsonl), "--out", str(tmp_path / "j")])
+    assert outcome.status == 2 and "c.jsonl line 2 is not UTF-8 text: byte 25" in outcome.stderr, outcome.stderr

@@ -7,13 +7,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("lm_eval")
+from sps_jax import model as sps_model, runs
+from sps_jax.evaluation import evaluate, lm_eval_adapter
+from sps_jax.inference import scoring
+from tests import fuzz
+from tests.evaluation.helpers import CharTokenizer, expected_mc, save_tiny_run, write_val_data
+from tests.helpers import run_module
 
-from sps_jax import model as sps_model, runs  # noqa: E402
-from sps_jax.evaluation import evaluate, lm_eval_adapter  # noqa: E402
-from sps_jax.inference import scoring  # noqa: E402
-from tests.evaluation.helpers import CharTokenizer, expected_mc, save_tiny_run, write_val_data  # noqa: E402
-from tests.helpers import run_module  # noqa: E402
+
+def fixed_window_nll(net, params, tokens):
+    """Validation NLL written out here: windows of T + 1 tokens every T tokens, the training loss summed over
+    them and divided by the kept tokens."""
+    T = net.cfg.seq_len
+    windows = np.stack([tokens[s:s + T + 1] for s in range(0, len(tokens) - T, T)]).astype(np.int32)
+    total, count = sps_model.loss_sums(net, params, jnp.asarray(windows))
+    return float(total / count), int(count)
 
 
 def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
@@ -25,11 +33,9 @@ def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     assert result["step"] == 5 and result["variant"] == "sps" and result["window"] == 2
     assert result["tokens_seen"] == 5 * 2 * 32
     # Validation NLL is the training loss over the fixed windows, computed here without the helper.
-    T = net.cfg.seq_len
-    windows = np.stack([tokens[s:s + T + 1] for s in range(0, 200 - T, T)]).astype(np.int32)
-    total, count = sps_model.loss_sums(net, params, jnp.asarray(windows))
-    assert result["val_nll"] == pytest.approx(float(total / count), rel=1e-5)
-    assert result["val_tokens"] == int(count)
+    nll, count = fixed_window_nll(net, params, tokens)
+    assert result["val_nll"] == pytest.approx(nll, rel=1e-5)
+    assert result["val_tokens"] == count
     assert set(result) >= {"run", "variant", "window", "scale", "step", "tokens_seen", "val_nll", "corpus_nll",
                            "corpus_nll_avg", "tasks", "task_accuracy_avg"}
     assert result["other_tasks"]["tiny_mc"]["acc"] == pytest.approx(expected_mc(
@@ -37,20 +43,19 @@ def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
 
 
 def test_cli_writes_one_json_per_checkpoint(tmp_path):
-    save_tiny_run(tmp_path / "run", seed=0)
-    save_tiny_run(tmp_path / "other", seed=1)
+    net, params5 = save_tiny_run(tmp_path / "run", seed=0)
+    _, params9 = save_tiny_run(tmp_path / "other", seed=1)
     # A second checkpoint in the same run with other weights.
-    _, params, _ = runs.load_run(str(tmp_path / "other"))
-    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params, step=9)
-    write_val_data(tmp_path / "data")
+    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params9, step=9)
+    tokens = write_val_data(tmp_path / "data")
     proc = run_module("sps_jax.evaluation.evaluate", "--workdir", tmp_path / "run", "--val-data", tmp_path / "data",
                       "--all-steps")
     assert proc.returncode == 0, proc.stderr[-2000:]
     written = {step: json.loads((tmp_path / "run" / "eval" / f"step_{step}.json").read_text()) for step in (5, 9)}
-    for step, result in written.items():
-        direct = evaluate.evaluate_checkpoint(str(tmp_path / "run"), step, val_data=str(tmp_path / "data"))
-        assert result["step"] == step and result["val_nll"] == pytest.approx(direct["val_nll"], rel=1e-5)
-    assert written[5]["val_nll"] != written[9]["val_nll"]
+    for step, params in ((5, params5), (9, params9)):
+        nll, count = fixed_window_nll(net, params, tokens)
+        assert written[step]["step"] == step and written[step]["val_tokens"] == count
+        assert written[step]["val_nll"] == pytest.approx(nll, rel=1e-5)
     assert "| Size | Method |" in proc.stdout
 
 
@@ -73,3 +78,14 @@ def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, 
     with pytest.raises(ValueError, match=".jsonl/.json"):
         evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "data.csv")},
                                      **common)
+
+
+def test_a_token_folder_of_another_eos_id_is_refused_before_loading_weights(tmp_path):
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    manifest["eos_id"] = 59
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps(manifest))
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")])
+    assert outcome.status == 2 and outcome.problem() is None and "eos_id 59 differs" in outcome.stderr
+    assert not (tmp_path / "run" / "eval").exists()

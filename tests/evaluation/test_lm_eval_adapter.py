@@ -5,17 +5,14 @@ import json
 import jax
 import numpy as np
 import pytest
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # the test extra installs lm-eval
 
-pytest.importorskip("lm_eval")
-
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
-
-from sps_jax import model as sps_model, runs  # noqa: E402
-from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks  # noqa: E402
-from sps_jax.inference import scoring  # noqa: E402
-from tests.evaluation.helpers import (CharTokenizer, CORPUS_DOCS, direct_logits, direct_logprobs,  # noqa: E402
+from sps_jax import model as sps_model, runs
+from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks
+from sps_jax.inference import scoring
+from tests.evaluation.helpers import (CharTokenizer, CORPUS_DOCS, direct_logits, direct_logprobs,
                                       expected_mc, requests, save_tiny_run, tiny)
-from tests.helpers import run_module  # noqa: E402
+from tests.helpers import run_module
 
 
 def adapter(variant="sps", window=2, batch=8, **kw):

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from sps_jax import config as sps_config
-from sps_jax import masks, runs
+from sps_jax import masks, runs, vocab
 from sps_jax import model as sps_model
 from sps_jax.data import tokenizer
 from sps_jax.inference import generate as gen
 from sps_jax.inference.sampling import Sampling
-from tests.helpers import EOS, PAD, REPO, run_module, small_model
+from tests import fuzz
+from tests.helpers import EOS, PAD, REPO, ensure_tokenizer, small_model
 
 decode_step = jax.jit(gen.decode_step, static_argnums=0)
 
@@ -150,43 +151,112 @@ def test_bad_input_gives_clear_errors(tmp_path):
         runs.load_run(str(tmp_path / "no_such_run"))
 
 
-def _tiny_run(tmp_path):
+def _tiny_run(tmp_path, name="run", edit=None):
     config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=64"])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
-    workdir = str(tmp_path / "run")
-    runs.save_run(workdir, config, params, step=3)
+    workdir = str(tmp_path / name)
+    runs.save_run(workdir, config, edit(params) if edit else params, step=3)
     return workdir
 
 
+def _greedy_completion(workdir, prompt, new):
+    """The greedy completion written out independently of the generation code: repeated full forward passes
+    over the growing sequence, argmax over the text ids, stopping after EOS."""
+    config, params, _ = runs.load_run(workdir)
+    model = sps_model.Transformer(config.model)
+    ids = tokenizer.encode(prompt)
+    seq = np.zeros((1, len(ids) + new), np.int32)
+    seq[0, :len(ids)] = ids
+    forward = jax.jit(lambda tokens: model.apply({"params": params}, tokens))
+    out = []
+    for i in range(len(ids), len(ids) + new):
+        seq[0, i] = int(jnp.argmax(forward(jnp.asarray(seq))[0, i - 1, :vocab.EOS_ID + 1]))
+        out.append(int(seq[0, i]))
+        if out[-1] == vocab.EOS_ID:
+            return tokenizer.decode(out[:-1])
+    return tokenizer.decode(out)
+
+
 def _cli(*args):
-    return run_module("sps_jax.inference.generate", *args, timeout=300)
+    return fuzz.call(gen.main, [str(a) for a in args], timeout=300)
 
 
-def test_cli_end_to_end_on_a_saved_run(tmp_path):
-    try:
-        tokenizer.get_tokenizer()
-    except tokenizer.TokenizerMissing:
-        pytest.skip("GPT-2 tokenizer not provisioned (python3 -m sps_jax.data provision-tokenizer)")
+def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts(tmp_path):
+    ensure_tokenizer()
     workdir = _tiny_run(tmp_path)
     one = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "5")
-    assert one.returncode == 0, one.stderr
-    assert one.stdout.startswith("The cat")
+    assert one.status == 0, one.stderr
+    assert one.stdout == "The cat" + _greedy_completion(workdir, "The cat", 5) + "\n"
+
+    plain = tmp_path / "prompts.txt"
+    plain.write_text("Hello world\n\nOne\n")  # one prompt per line; blank lines are not prompts
+    out = tmp_path / "plain.jsonl"
+    assert _cli("--workdir", workdir, "--prompts-file", plain, "--out", out, "--max-new-tokens", "4").status == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["prompt"] for r in records] == ["Hello world", "One"]
+    assert [r["prompt_tokens"] for r in records] == [len(tokenizer.encode("Hello world")), len(tokenizer.encode("One"))]
+    assert [r["completion"] for r in records] == [_greedy_completion(workdir, p, 4) for p in ("Hello world", "One")]
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "Hello world"}) + "\n"
                        + json.dumps({"id": "b", "prompt": "One"}) + "\n")
-    out = tmp_path / "results.jsonl"
-    batch = _cli("--checkpoint", os.path.join(workdir, "checkpoints", "3"), "--prompts-file", str(prompts),
-                 "--out", str(out), "--max-new-tokens", "4", "--temperature", "0.8", "--top-k", "50")
-    assert batch.returncode == 0, batch.stderr
-    records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["id"] for r in records] == ["a", "b"]
-    assert [r["prompt_tokens"] for r in records] == [2, 1]
-    assert all(1 <= r["new_tokens"] <= 4 and r["step"] == 3 for r in records)
+    batch = _cli("--checkpoint", os.path.join(workdir, "checkpoints", "3"), "--prompts-file", prompts,
+                 "--out", tmp_path / "results.jsonl", "--max-new-tokens", "4", "--temperature", "0.8", "--top-k", "50")
+    assert batch.status == 0, batch.stderr
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["a", "b"] and all(r["step"] == 3 for r in records)
+    assert all(1 <= r["new_tokens"] <= 4 for r in records)
 
-    missing = _cli("--workdir", str(tmp_path / "nowhere"), "--prompt", "x")
-    assert missing.returncode == 2 and "does not exist" in missing.stderr
-    assert "Traceback" not in missing.stderr
+
+def _always_eos(params):
+    """Weights whose next token is EOS everywhere: blocks add nothing, so the predict stream's final hidden state
+    is the <predict> embedding, which points along EOS's row and no other."""
+    params = jax.tree_util.tree_map(np.array, params)
+    for name, block in params.items():
+        if name.startswith("block_"):
+            block["attn"]["out"][...] = 0
+            block["mlp"]["down"][...] = 0
+    embed = params["embed"]
+    embed[:, 0] = 0
+    embed[vocab.PREDICT_ID] = 0
+    embed[vocab.PREDICT_ID, 0] = 1.0
+    embed[vocab.EOS_ID, 0] = 50.0
+    return params
+
+
+def test_cli_stops_on_eos_unless_told_not_to(tmp_path):
+    ensure_tokenizer()
+    workdir = _tiny_run(tmp_path, edit=_always_eos)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Once upon a time\n")
+    for flags, new_tokens, stopped in (([], 1, True), (["--no-stop-on-eos"], 6, False)):
+        out = tmp_path / f"out{len(flags)}.jsonl"
+        run = _cli("--workdir", workdir, "--prompts-file", prompts, "--out", out, "--max-new-tokens", "6", *flags)
+        assert run.status == 0, run.stderr
+        (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+        assert (record["new_tokens"], record["stopped_on_eos"]) == (new_tokens, stopped)
+        assert record["completion"] == ("" if stopped else tokenizer.EOS_TOKEN * 6)
+
+
+def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
+    ensure_tokenizer()
+    workdir = _tiny_run(tmp_path)
+    not_json = tmp_path / "bad.jsonl"
+    not_json.write_text(json.dumps({"prompt": "fine"}) + "\n{oops\n")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"fine\ncaf\xe9\n")
+    cases = [
+        (["--workdir", tmp_path / "nowhere", "--prompt", "x"], "does not exist"),
+        (["--workdir", workdir, "--prompt", ""], "prompt 0 is empty"),
+        (["--workdir", workdir, "--prompt", "word " * 80], "more than the model's context of 64"),
+        (["--workdir", workdir, "--prompt", "x", "--max-new-tokens", "64"], "lower max_new_tokens"),
+        (["--workdir", workdir, "--prompts-file", not_json], "bad.jsonl is not JSON at line 2"),
+        (["--workdir", workdir, "--prompts-file", latin], "latin.txt is not UTF-8 text: byte 8 is 0xe9"),
+        (["--workdir", workdir, "--prompt", "x", "--temperature", "-1"], "temperature must be >= 0"),
+    ]
+    for args, message in cases:
+        outcome = _cli(*args)
+        assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
 
 
 def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():

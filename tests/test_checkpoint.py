@@ -1,0 +1,147 @@
+"""Checkpoints of a training run: retention keeps the latest, the milestones and every broken checkpoint; each
+kind of damage is found before restoring; a resume falls back to the newest intact checkpoint and leaves the
+broken one as it is; a failed save is one sentence that names the last good checkpoint."""
+
+import errno
+import hashlib
+import os
+import shutil
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sps_jax import checkpoint
+from sps_jax.cli import UserError
+
+SHARDING = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+TARGET = ({"w": jax.ShapeDtypeStruct((4,), jnp.float32, sharding=SHARDING)},
+          {"m": jax.ShapeDtypeStruct((2,), jnp.float32, sharding=SHARDING)})
+
+
+def save(ckpts, step):
+    ckpts.save(step, {"w": jnp.full(4, float(step))}, {"m": jnp.zeros(2)}, {"tokens_seen": 10 * step},
+               {"next_index": step})
+    ckpts.check()
+
+
+def run_with_steps(workdir, steps, milestone_every=0):
+    ckpts = checkpoint.TrainCheckpoints(str(workdir), milestone_every)
+    for step in steps:
+        save(ckpts, step)
+    ckpts.close()
+    return str(workdir)
+
+
+def restore(ckpts):
+    return lambda step: checkpoint.restore_train_state(ckpts.mngr, step, *TARGET)
+
+
+def digest(folder):
+    """Every file under a folder with its sha256: 'untouched' means this does not change."""
+    return {os.path.relpath(os.path.join(d, n), folder): hashlib.sha256(open(os.path.join(d, n), "rb").read()).hexdigest()
+            for d, _, names in os.walk(folder) for n in names}
+
+
+def test_retention_keeps_the_latest_and_every_milestone(tmp_path):
+    workdir = run_with_steps(tmp_path, range(1, 10), milestone_every=4)
+    assert checkpoint.steps(workdir) == [4, 8, 9]
+
+
+def test_retention_policy_never_deletes_a_broken_checkpoint():
+    info = lambda step: types.SimpleNamespace(step=step)  # noqa: E731
+    policy = checkpoint._Retention(keep=1, milestone_every=4, broken={6})
+    # The newest checkpoint that is not broken is 5: it stays, as do milestone 4 and broken 6; 2 goes.
+    assert policy.should_preserve([info(s) for s in (2, 4, 5, 6)]) == [False, True, True, True]
+
+
+def array_file(step_dir):
+    data = os.path.join(step_dir, "params", "d")
+    return os.path.join(data, sorted(os.listdir(data))[0])
+
+
+DAMAGE = {
+    "opt_state item deleted": (lambda d: shutil.rmtree(os.path.join(d, "opt_state")), "its opt_state item is missing"),
+    "manifest.ocdbt deleted": (lambda d: os.remove(os.path.join(d, "params", "manifest.ocdbt")),
+                               "params/manifest.ocdbt is missing"),
+    "Orbax metadata deleted": (lambda d: os.remove(os.path.join(d, "_CHECKPOINT_METADATA")),
+                               "_CHECKPOINT_METADATA is missing"),
+    "meta is not JSON": (lambda d: open(os.path.join(d, "meta", "metadata"), "w").write("{"),
+                         "meta/metadata is unreadable"),
+    "tree metadata truncated": (lambda d: open(os.path.join(d, "params", "_METADATA"), "r+b").truncate(7),
+                                "params/_METADATA is unreadable"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_each_kind_of_damage_is_found_before_restoring(tmp_path, kind):
+    workdir = run_with_steps(tmp_path, [2])
+    assert checkpoint.problem(workdir, 2) is None
+    damage, reason = DAMAGE[kind]
+    damage(checkpoint.step_dir(workdir, 2))
+    assert reason in checkpoint.problem(workdir, 2)
+
+
+def test_resume_falls_back_to_the_newest_intact_checkpoint_and_keeps_the_broken_one(tmp_path):
+    workdir = run_with_steps(tmp_path, [2, 4, 6], milestone_every=2)
+    with open(array_file(checkpoint.step_dir(workdir, 6)), "r+b") as f:  # passes the cheap checks, fails to restore
+        f.truncate(3)
+    broken = digest(checkpoint.step_dir(workdir, 6))
+    warnings = []
+    ckpts = checkpoint.TrainCheckpoints(workdir, 2, warn=warnings.append)
+    step, (params, _, meta, data) = ckpts.restore_newest_intact(restore(ckpts))
+    assert step == 4 and meta["tokens_seen"] == 40 and data == {"next_index": 4}
+    np.testing.assert_array_equal(params["w"], np.full(4, 4.0))
+    assert len(warnings) == 1 and "checkpoint step 6" in warnings[0] and "resuming from step 4" in warnings[0]
+    # Later saves keep it (retention never deletes a broken checkpoint) and leave it as it was.
+    save(ckpts, 5)
+    assert checkpoint.steps(workdir) == [2, 4, 5, 6] and digest(checkpoint.step_dir(workdir, 6)) == broken
+    # A save that must take its step number moves it aside whole, then writes the new one.
+    save(ckpts, 6)
+    ckpts.close()
+    assert checkpoint.steps(workdir) == [2, 4, 6] and checkpoint.problem(workdir, 6) is None
+    assert digest(checkpoint.step_dir(workdir, 6) + ".broken") == broken
+    assert "moved the broken checkpoint step 6" in warnings[-1]
+
+
+def test_no_intact_checkpoint_is_one_sentence(tmp_path):
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    for step in (2, 4):
+        shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, step), "data"))
+    ckpts = checkpoint.TrainCheckpoints(workdir, 2)
+    with pytest.raises(UserError, match=r"no intact checkpoint in .*step 4: its data item is missing; "
+                                        r"step 2: its data item is missing"):
+        ckpts.restore_newest_intact(restore(ckpts))
+    ckpts.close()
+
+
+def test_loading_weights_of_a_damaged_checkpoint_names_it_and_the_others(tmp_path):
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    with open(array_file(checkpoint.step_dir(workdir, 4)), "r+b") as f:
+        f.truncate(3)
+    with pytest.raises(UserError, match=r"checkpoint step 4 of .* is damaged .*its other checkpoints are \[2\]"):
+        checkpoint.restore_params(workdir)
+    params, step = checkpoint.restore_params(workdir, 2)
+    assert step == 2 and np.asarray(params["w"]).tolist() == [2.0] * 4
+
+
+def test_a_failed_save_is_one_sentence_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from orbax.checkpoint._src.path import async_path
+
+    real_rename = async_path.rename
+
+    async def disk_full_at_step_3(src, dst):  # the final rename of step 3's folder fails as on a full disk
+        if os.path.basename(str(dst)) == "3":
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return await real_rename(src, dst)
+
+    monkeypatch.setattr(async_path, "rename", disk_full_at_step_3)
+    ckpts = checkpoint.TrainCheckpoints(str(tmp_path), 0)
+    save(ckpts, 2)
+    with pytest.raises(checkpoint.SaveFailed, match=r"saving checkpoint step 3 in .* failed .*No space left on device"
+                                                    r".*its last good checkpoint is step 2"):
+        save(ckpts, 3)
+    ckpts.close()
+    assert checkpoint.steps(str(tmp_path)) == [2] and checkpoint.problem(str(tmp_path), 2) is None

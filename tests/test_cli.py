@@ -1,0 +1,197 @@
+"""The command-line boundary: user errors are one line on stderr with status 2 and no traceback, bugs keep their
+traceback, every command refuses bad arguments that way; and seeded fuzzing of the readers (token folders,
+manifests, run folders, .pt files, prompt files) ends every case in success or one sentence, never a hang."""
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+
+import jax
+import ml_collections
+import pytest
+
+from sps_jax import cli, runs
+from sps_jax.analysis import figures, probes
+from sps_jax.bench import __main__ as bench_cli
+from sps_jax.data import __main__ as data_cli
+from sps_jax.evaluation import evaluate
+from sps_jax.inference import generate
+from sps_jax import config as sps_config, import_torch, model as sps_model, train
+from tests import fuzz
+from tests.helpers import REPO, ensure_tokenizer, own_lines, run_module, small_model, write_token_folder
+
+
+def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(capsys):
+    @cli.main
+    def refuse(argv):
+        raise cli.UserError("first part\nsecond part")
+
+    assert refuse([]) == 2
+    assert capsys.readouterr().err == "error: first part second part\n"
+
+    @cli.main
+    def missing(argv):
+        open("/definitely/not/here")
+
+    assert missing([]) == 2
+    assert capsys.readouterr().err == "error: /definitely/not/here: No such file or directory\n"
+
+    @cli.main
+    def exits(argv):
+        sys.exit("a bare message")
+
+    assert exits([]) == 2 and capsys.readouterr().err == "error: a bare message\n"
+
+    @cli.main
+    def bug(argv):
+        return {}["no such key"]
+
+    with pytest.raises(KeyError):  # a bug is not dressed up as the user's mistake
+        bug([])
+
+    @cli.main
+    def parses(argv):
+        parser = cli.ArgumentParser(prog="prog")
+        parser.add_argument("--n", type=cli.positive_int, required=True)
+        return parser.parse_args(argv).n - 3
+
+    assert parses(["--n", "0"]) == 2
+    assert capsys.readouterr().err == "error: prog: argument --n: 0 must be at least 1 (see --help).\n"
+    assert parses(["--n", "x"]) == 2 and "'x' is not an integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        parses(["--help"])
+    assert exit_.value.code == 0
+
+
+def one_sentence(outcome, *needles):
+    assert outcome.problem() is None, outcome.problem()
+    assert outcome.status == 2, outcome.stderr
+    for needle in needles:
+        assert needle in outcome.stderr, outcome.stderr
+
+
+BAD_ARGUMENTS = [
+    (train.main, ["--config", "README.md", "--workdir", "W"], ["README.md", "not a Python file"]),
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.train.micro_batch=0"],
+     ["train.micro_batch=0"]),
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.model.num_heads=x"], ["integer"]),
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.model=3"], ["section"]),
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--num-processes", "-2"], ["--num-processes"]),
+    (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tokens", "0"], ["--max-tokens"]),
+    (data_cli.main, ["frobnicate"], ["invalid choice"]),
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["top_p"]),
+    (evaluate.main, ["--workdir", "W", "--val-data", "W", "--val-batch-size", "0"], ["--val-batch-size"]),
+    (evaluate.main, ["table", "W/none.json"], ["none.json"]),
+    (probes.main, ["window-nll", "--workdir", "W", "--omega", "-1"], ["--omega"]),
+    (figures.main, ["curves", "W", "--out", "W/c.pdf"], [".png"]),
+    (import_torch.main, ["W/x.pt", "--variant", "sps", "--out", "W/o", "--num-heads", "0"], ["--num-heads"]),
+    (bench_cli.main, ["nonsense"], ["name a benchmark"]),
+    (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),
+    (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),
+]
+
+
+@pytest.mark.parametrize("main, argv, needles", BAD_ARGUMENTS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, argv, needles):
+    argv = [a.replace("W", str(tmp_path / "w")) if a.startswith("W") else a for a in argv]
+    one_sentence(fuzz.call(main, argv), *needles)
+    assert not (tmp_path / "w").exists(), "a refusal wrote files"
+
+
+def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
+    """``python -m`` goes through the same boundary (the console scripts call the same ``main``)."""
+    proc = run_module("sps_jax.train", "--config", "README.md", "--workdir", tmp_path / "run", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(own_lines(proc.stderr)) == 1 and "README.md" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- fuzzing
+
+
+@pytest.fixture(scope="module")
+def fuzz_world(tmp_path_factory):
+    """A token folder, a small run with metrics (its model reads that folder), a tiny GPT-2 run and a .pt file."""
+    import torch
+
+    from tests.test_import_torch import synthetic_state_dict
+
+    root = tmp_path_factory.mktemp("fuzz")
+    write_token_folder(str(root / "tokens"), num_docs=40)
+    cfg, _, params = small_model("sps", 2)
+    config = ml_collections.ConfigDict({"name": "fuzz", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}})
+    runs.save_run(str(root / "run"), config, params, step=5)
+    with open(root / "run" / "metrics.jsonl", "w") as f:
+        for step in (1, 2, 3):
+            f.write(json.dumps({"step": step, "tokens_seen": 64 * step, "loss": 4.0 - step / 10}) + "\n")
+            f.write(json.dumps({"step": step, "tokens_seen": 64 * step, "val_loss": 4.1 - step / 10}) + "\n")
+    ensure_tokenizer()
+    tiny = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), [
+        "--config.model.seq_len=64", "--config.model.num_layers=1", "--config.model.d_model=32",
+        "--config.model.d_ff=96"])
+    runs.save_run(str(root / "tiny"), tiny,
+                  sps_model.init_params(sps_model.Transformer(tiny.model), jax.random.PRNGKey(0)), step=1)
+    return {"root": root, "torch": torch, "state_dict": synthetic_state_dict(compiled=False)}
+
+
+IMPORT_OVERRIDES = ["--config.model.eos_id=60", "--config.model.predict_id=61", "--config.model.pad_id=63"]
+
+
+def fuzz_case(world, kind: str, seed: int):
+    """[(main, argv)] for one seeded case of ``kind`` (the damaged inputs are written under the world's root)."""
+    root, rng = world["root"], fuzz.seeded(seed)
+    case = root / f"{kind}{seed}"
+    if kind == "tokens":  # token folders and their manifests
+        fuzz.damaged_copy(str(root / "tokens"), str(case), rng)
+        return [(data_cli.main, ["verify", str(case)]),
+                (evaluate.main, ["--workdir", str(root / "run"), "--val-data", str(case), "--val-tokens", "40"])]
+    if kind == "run":  # config.json, metrics.jsonl, every checkpoint file
+        fuzz.damaged_copy(str(root / "run"), str(case), rng)
+        return [(evaluate.main, ["--workdir", str(case), "--val-data", str(root / "tokens"), "--val-tokens", "40"]),
+                (figures.main, ["curves", str(case), "--out", str(case) + ".png"])]
+    if kind == "pt":
+        path = str(case) + ".pt"
+        if rng.random() < 0.5:
+            world["torch"].save(fuzz.damaged_state_dict(world["state_dict"], rng), path)
+        else:
+            world["torch"].save({"model": world["state_dict"], "model_args": {"n_head": 2}}, path)
+            with open(path, "rb") as f:
+                data = f.read()
+            with open(path, "wb") as f:
+                f.write(fuzz.mutate_bytes(data, rng))
+        return [(import_torch.main, [path, "--variant", "sps", "--window", "2", "--out", str(case), *IMPORT_OVERRIDES])]
+    jsonl = bool(rng.random() < 0.5)  # prompt files
+    path = str(case) + (".jsonl" if jsonl else ".txt")
+    with open(path, "wb") as f:
+        f.write(fuzz.damaged_prompts(rng, jsonl))
+    return [(generate.main, ["--workdir", str(root / "tiny"), "--prompts-file", path, "--max-new-tokens", "2",
+                             "--out", str(case) + ".out.jsonl"])]
+
+
+KINDS = ("tokens", "run", "pt", "prompts")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_damaged_inputs_end_in_success_or_one_sentence(fuzz_world, kind):
+    """A small deterministic sample of every kind (the long, wider run is the slow test below)."""
+    for seed in range(4):
+        for main, argv in fuzz_case(fuzz_world, kind, seed):
+            outcome = fuzz.call(main, argv, timeout=120)
+            assert outcome.problem() is None, f"{kind} seed {seed}: {argv}: {outcome.problem()}"
+
+
+@pytest.mark.slow
+def test_fuzzing_every_reader_for_200_cases_or_60_seconds(fuzz_world):
+    start, count, outcomes = time.time(), 0, {"success": 0, "sentence": 0}
+    while count < 200 and time.time() - start < 60:
+        kind = KINDS[count % len(KINDS)]
+        for main, argv in fuzz_case(fuzz_world, kind, 1000 + count):
+            outcome = fuzz.call(main, argv, timeout=60)
+            assert outcome.problem() is None, f"{kind} seed {1000 + count}: {argv}: {outcome.problem()}"
+            outcomes["success" if outcome.status == 0 else "sentence"] += 1
+        count += 1
+        shutil.rmtree(fuzz_world["root"] / f"{kind}{1000 + count - 1}", ignore_errors=True)
+    assert count >= 40 and outcomes["sentence"] > outcomes["success"] > 0, (count, outcomes)

@@ -1,0 +1,49 @@
+"""Atomic folder replacement keeps the old folder until the new one is complete; the readers name the file,
+the line and the byte that is wrong."""
+
+import pytest
+
+from sps_jax import files
+from sps_jax.cli import UserError
+
+
+def test_replace_folder_swaps_in_a_complete_folder_and_leaves_the_old_one_on_failure(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with files.replace_folder(str(target)) as building:
+            (tmp_path / "out.partial" / "new.txt").write_text("half")
+            assert building == str(tmp_path / "out.partial")
+            raise RuntimeError("the source failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no partial folder left behind
+    assert [p.name for p in target.iterdir()] == ["old.txt"] and (target / "old.txt").read_text() == "old"
+    with files.replace_folder(str(target)) as building:
+        (tmp_path / "out.partial" / "new.txt").write_text("new")
+        assert (target / "old.txt").exists(), "the old folder stays until the new one is complete"
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_readers_name_the_file_line_and_byte(tmp_path):
+    bad_json = tmp_path / "a.json"
+    bad_json.write_text('{"a": 1,\n "b": }\n')
+    with pytest.raises(UserError, match=r"a\.json is not JSON at line 2, column 7"):
+        files.read_json(str(bad_json))
+    latin = tmp_path / "b.txt"
+    latin.write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(UserError, match=r"b\.txt is not UTF-8 text: byte 3 is 0xe9; try this"):
+        files.read_text(str(latin), hint="; try this")
+    assert files.read_text(str(latin), errors="replace") == "caf\ufffd"
+    lines = tmp_path / "c.jsonl"
+    lines.write_bytes(b'{"x": 1}\n\n{"x": 2}\n' + b'{"x": \xff}\n{"x": 3}\n')
+    with pytest.raises(UserError, match=r"c\.jsonl line 4 is not UTF-8 text: byte 25 is 0xff"):
+        list(files.read_jsonl(str(lines)))
+    lines.write_bytes(b'{"x": 1}\nnot json\n{"x": 3}\n')
+    with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 2, column 1"):
+        list(files.read_jsonl(str(lines)))
+    # A writer killed mid-line leaves a partial last line, which a tolerant reader drops.
+    lines.write_bytes(b'{"x": 1}\n{"x": 2}\n{"x": ')
+    assert list(files.read_jsonl(str(lines), drop_partial_last=True)) == [(1, {"x": 1}), (2, {"x": 2})]
+    with pytest.raises(UserError, match="line 3"):
+        list(files.read_jsonl(str(lines)))
