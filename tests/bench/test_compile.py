@@ -11,9 +11,11 @@ from tests.helpers import run_module
 
 def test_bench_compile_writes_the_tables_and_json(tmp_path):
     out_json = tmp_path / "compile.json"
+    # The dense attention keeps this about the command's tables (the kernels' compiles: tests/aot).
     out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "train,generate",
                      "--config", "configs/tiny.py:sps,4", "--micro-batches", "1,2", "--remat", "off",
-                     "--no-fit-search", "--batch", "2", "--prefill", "8", "--decode", "8", "--json", out_json)
+                     "--attention", "xla", "--config.model.attention=xla", "--no-fit-search",
+                     "--batch", "2", "--prefill", "8", "--decode", "8", "--json", out_json)
     assert out.returncode == 0, out.stderr
     assert "deviceless compile" in out.stdout
     results = json.loads(out_json.read_text())
