@@ -11,9 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from sps_jax import masks
+from sps_jax import masks, mesh as sps_mesh
 
-BACKENDS = ("xla", "pallas", "auto")
+BACKENDS = ("xla", "pallas", "splash", "auto")
 
 
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
@@ -58,23 +58,29 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
 
 
 # What "auto" means on each platform; anything not listed gets the dense reference.
-AUTO = {"gpu": "pallas"}
+AUTO = {"tpu": "splash", "gpu": "pallas"}
 
 
 def resolve(name: str, platform: str | None = None) -> str:
-    """The backend ``name`` stands for on ``platform`` (default: jax's default backend)."""
+    """The backend ``name`` stands for on ``platform``: 'auto' is splash on TPU, pallas on GPU and xla
+    elsewhere (:data:`AUTO`). ``platform`` defaults to the one the program is traced for
+    (``sps_jax.mesh.target_platform``: the context mesh's devices, else the default backend)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}: choose one of {', '.join(BACKENDS)}.")
     if name != "auto":
         return name
-    return AUTO.get(platform or jax.default_backend(), "xla")
+    return AUTO.get(platform or sps_mesh.target_platform(), "xla")
 
 
 def get_backend(name: str):
-    """The attention function for a backend name ('auto': see :data:`AUTO`)."""
+    """The attention function for a backend name ('auto': see :func:`resolve`)."""
     name = resolve(name)
-    if name == "xla":
-        return xla_attention
     if name == "pallas":
         from sps_jax import pallas_attention
 
         return pallas_attention.model_backend
-    raise ValueError(f"unknown attention backend {name!r}: choose one of {', '.join(BACKENDS)}.")
+    if name == "splash":
+        from sps_jax import splash_attention
+
+        return splash_attention.model_backend
+    return xla_attention

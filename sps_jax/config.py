@@ -36,7 +36,7 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
 
 def model_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     """The paper's model at a scale: ``ModelConfig``'s defaults (the only ones) with the scale's
-    dimensions, T = 4096, bf16 compute and the Pallas kernel on GPU."""
+    dimensions, T = 4096, bf16 compute, the Pallas kernel on GPU and splash on TPU."""
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}.")
     layers, d, heads = SCALES[scale]

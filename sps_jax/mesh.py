@@ -31,8 +31,11 @@ def resolve_axes(mesh_cfg, num_devices: int) -> tuple[int, int]:
 
 
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    """The (data, fsdp) mesh. Devices go host by host, so on a multi-host slice (a TPU VM pod) an
+    fsdp group that divides a host's devices stays on that host and data parallelism spans hosts."""
     devices = jax.devices() if devices is None else devices
     data, fsdp = resolve_axes(mesh_cfg, len(devices))
+    devices = sorted(devices, key=lambda d: (d.process_index, d.id))
     return Mesh(np.asarray(devices).reshape(data, fsdp), BATCH_AXES)
 
 
@@ -62,3 +65,21 @@ def batch_sharding(mesh: Mesh, leading_axes: int = 0) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
+
+
+def context_mesh():
+    """The abstract mesh set with ``jax.set_mesh`` around tracing, or None.
+
+    Kernels that XLA cannot partition (Mosaic's) read it to run per batch shard (``shard_map``),
+    and :func:`target_platform` reads its devices' platform.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh
+
+
+def target_platform() -> str:
+    """The platform a program is being traced for: that of the context mesh's devices (a deviceless
+    compile sets a mesh of abstract TPU or GPU devices on a CPU host), else the default backend's."""
+    mesh = context_mesh()
+    device = None if mesh is None else getattr(mesh, "abstract_device", None)
+    return device.platform if device is not None else jax.default_backend()

@@ -21,9 +21,10 @@ import types
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
-from sps_jax import checkpoint, cli, config as sps_config, flops, mesh as sps_mesh, metrics
+from sps_jax import attention, checkpoint, cli, config as sps_config, flops, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
 from sps_jax import optim, runs, tracking
 from sps_jax.data import loader, prepare
@@ -177,6 +178,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count())
     cfg, t = p["model"], config.train
+    backend = attention.resolve(cfg.attention, devices[0].platform)
+    log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
+        f"on {devices[0].platform}")
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)
@@ -206,7 +210,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
 
         restored = ckpts.restore_newest_intact(restore)
         if jax.process_index() == 0:
-            runs.write_config(workdir, config)
+            runs.write_config(workdir, with_resolved(config, attention=backend))
         if restored is None:
             params, opt_state = run.init_state(t.seed)
             start_step, elapsed_before = 0, 0.0
@@ -217,13 +221,16 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
         if jax.process_index() == 0:
             metrics.truncate(workdir, start_step)
 
-        eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh), out_shardings=(repl, repl))
         micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
         local_rows = t.micro_batch // jax.process_count()
 
         t0 = time.time()
         example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
-        step_fn = run.step_fn.lower(params, opt_state, example).compile()
+        val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
+        with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
+            step_fn = run.step_fn.lower(params, opt_state, example).compile()
+            eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
+                              out_shardings=(repl, repl)).lower(params, val_example).compile()
         log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
             f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
             f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
@@ -303,6 +310,14 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             metrics.plot(workdir)
     return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
             "workdir": workdir}
+
+
+def with_resolved(config, **resolved):
+    """A copy of ``config`` with a ``resolved`` section: what this run's settings stood for here
+    (``attention``: the backend ``model.attention`` resolved to). ``config.json`` keeps both."""
+    out = ml_collections.ConfigDict(config.to_dict())
+    out.resolved = ml_collections.ConfigDict(resolved)
+    return out
 
 
 def initialize_distributed(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:

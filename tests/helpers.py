@@ -9,8 +9,9 @@ import tempfile
 
 import jax
 import numpy as np
+import pytest
 
-from sps_jax import model as sps_model
+from sps_jax import masks, model as sps_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,11 +27,36 @@ def small_config(variant="sps", window=2, **overrides):
     return sps_model.ModelConfig.from_config(fields)
 
 
+def two_row_layout(T, starts, eos_at):
+    """Document ids [2, T] of attention tests. Row 0: documents starting at ``starts``. Row 1: three
+    left pads (each its own document), then EOS at ``eos_at`` (one-token documents where adjacent)."""
+    row0 = np.zeros(T, np.int32)
+    for start in starts:
+        row0[start:] += 1
+    tokens = np.full(T, 5, np.int32)
+    tokens[:3] = PAD
+    tokens[list(eos_at)] = EOS
+    row1 = np.asarray(masks.document_ids(tokens[None], EOS, PAD))[0]
+    return np.stack([row0, row1])
+
+
 def small_model(variant="sps", window=2, seed=0, **overrides):
     """(config, Transformer, f32 parameters) of the small model."""
     cfg = small_config(variant, window, **overrides)
     model = sps_model.Transformer(cfg)
     return cfg, model, sps_model.init_params(model, jax.random.PRNGKey(seed))
+
+
+def _have_libtpu() -> bool:
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# Deviceless TPU compiles need libtpu (the .[tpu] extra, which CI installs); without it they skip, saying why.
+needs_libtpu = pytest.mark.skipif(not _have_libtpu(), reason='libtpu is not installed: pip install -e ".[tpu]"')
 
 
 # The same small model as command-line overrides of configs/tiny.py; it trains in seconds on CPU.

@@ -11,12 +11,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
-from sps_jax import aot, attention, hardware, masks, model as sps_model
+from sps_jax import aot, attention, hardware, masks
 from sps_jax import pallas_attention as pa
-from tests.helpers import EOS, PAD, small_config
+from tests import attention_checks as checks
+from tests.helpers import two_row_layout
 
 BLOCK = 8
 T = 27  # not a multiple of the block size
@@ -25,26 +25,14 @@ Vis = masks.Visibility
 
 def layout_doc_ids(T=T):
     """Row 0: documents starting exactly at tile edges (8, 16) and one off (9, 17, 25).
-    Row 1: left padding (each pad its own document), one-token documents, a long tail."""
-    row0 = np.zeros(T, np.int32)
-    for start in (8, 9, 16, 17, 25):
-        row0[start:] += 1
-    tokens = np.full(T, 5, np.int32)
-    tokens[:3] = PAD
-    tokens[[3, 4, 5, 11]] = EOS  # documents [3], [4], [5], [6..11], [12..]
-    row1 = np.asarray(masks.document_ids(tokens[None], EOS, PAD))[0]
-    return np.stack([row0, row1])
+    Row 1: left padding (each pad its own document), one-token documents [3], [4], [5], a long tail."""
+    return two_row_layout(T, starts=(8, 9, 16, 17, 25), eos_at=(3, 4, 5, 11))
 
 
 def random_qkv(seed, variant, T=T, B=2, H=2, Dh=8, dtype=jnp.float32):
     S = Vis(variant).num_streams
     rng = np.random.default_rng(seed)
     return [jnp.asarray(rng.normal(size=(B, T, S, H, Dh)), dtype) for _ in range(4)]
-
-
-def outputs_and_grads(fn, q, k, v, ct):
-    out, vjp = jax.vjp(fn, q, k, v)
-    return (out,) + vjp(ct)
 
 
 def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK, tuning=None):
@@ -61,8 +49,8 @@ def xla_fn(doc, variant, window, persistent_window=None):
 def assert_matches_reference(variant, window, persistent_window=None, T=T, block=BLOCK, tol=2e-5, tuning=None):
     doc = layout_doc_ids(T)
     q, k, v, ct = random_qkv(0, variant, T)
-    got = outputs_and_grads(pallas_fn(doc, variant, window, persistent_window, block, block, tuning), q, k, v, ct)
-    want = outputs_and_grads(xla_fn(doc, variant, window, persistent_window), q, k, v, ct)
+    got = checks.outputs_and_grads(pallas_fn(doc, variant, window, persistent_window, block, block, tuning), q, k, v, ct)
+    want = checks.outputs_and_grads(xla_fn(doc, variant, window, persistent_window), q, k, v, ct)
     for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=tol, rtol=tol, err_msg=name)
@@ -101,72 +89,27 @@ def test_gpu_block_size_and_literal_windows_match_reference(variant, window):
     assert_matches_reference(variant, window, T=150, block=64)
 
 
-def bf16_reference(doc, variant, window):
-    """The dense reference with the kernel's rounding points: bf16 matmul operands, f32
-    accumulation and softmax (autodiff rounds the cotangents of bf16 operands the same way)."""
-    mask = masks.dense_mask(Vis(variant, window), jnp.asarray(doc))[:, None]  # [B, 1, N, N]
-
-    def fn(q, k, v):
-        B, T_, S, H, Dh = q.shape
-        q, k, v = (x.reshape(B, T_ * S, H, Dh) for x in (q, k, v))
-        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * Dh ** -0.5
-        p = jax.nn.softmax(jnp.where(mask, s, -1e30), axis=-1)
-        o = jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return o.astype(q.dtype).reshape(B, T_, S, H, Dh)
-    return fn
-
-
 @pytest.mark.parametrize("variant", ("standard", "sps"))
 def test_bf16_error_is_within_twice_the_reference_bf16_error(variant):
     doc = layout_doc_ids()
-    q, k, v, ct = random_qkv(1, variant)
-    exact = outputs_and_grads(xla_fn(doc, variant, BLOCK), q, k, v, ct)
-    low = [x.astype(jnp.bfloat16) for x in (q, k, v, ct)]
-    got = outputs_and_grads(pallas_fn(doc, variant, BLOCK), *low)
-    ref = outputs_and_grads(bf16_reference(doc, variant, BLOCK), *low)
-    for name, g, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
-        assert g.dtype == jnp.bfloat16
-        err = np.abs(np.asarray(g, np.float32) - np.asarray(e)).max()
-        ref_err = np.abs(np.asarray(r, np.float32) - np.asarray(e)).max()
-        assert err <= 2 * ref_err + 1e-6, (name, err, ref_err)
+    checks.assert_bf16_error_within_twice_the_reference(pallas_fn(doc, variant, BLOCK), doc, Vis(variant, BLOCK),
+                                                        *random_qkv(1, variant))
 
 
 @pytest.mark.parametrize("variant", ("sps", "reverse_sps"))
 def test_other_documents_cannot_leak_in(variant):
+    # Document 2: row 0 positions 9..15, at a tile edge and one off; row 1 a pad.
     doc = layout_doc_ids()
-    q, k, v, _ = random_qkv(2, variant)
-    fn = pallas_fn(doc, variant, BLOCK)
-    base = np.asarray(fn(q, k, v))
-    # Scale document 2 (row 0: positions 9..15, at a tile edge and one off; row 1: a pad) by 1e4.
-    other = jnp.asarray((doc == 2)[:, :, None, None, None])
-    loud = np.asarray(fn(q, jnp.where(other, k * 1e4, k), jnp.where(other, v * 1e4, v)))
-    keep = ~(doc == 2)
-    np.testing.assert_array_equal(loud[keep], base[keep])
+    checks.assert_other_documents_cannot_leak_in(pallas_fn(doc, variant, BLOCK), doc, *random_qkv(2, variant)[:3])
 
 
 @pytest.mark.parametrize("variant", ("sps", "delayed_state"))
 def test_gradients_to_hidden_slots_are_exactly_zero(variant):
-    S = Vis(variant).num_streams
     doc = layout_doc_ids()
-    q, k, v, _ = random_qkv(3, variant)
-    dense = np.asarray(masks.dense_mask(Vis(variant, BLOCK - 1), doc))  # [B, N, N]
-    b, i, s = 0, 19, S - 1  # a query inside document [17, 25) with the window cutting in
-    row = b, i * S + s
-
-    def loss(q, k, v):
-        return pallas_fn(doc, variant, BLOCK - 1)(q, k, v)[b, i, s].sum()
-
-    dq, dk, dv = jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
-    B, _, _, H, Dh = q.shape
-    seen = dense[row].reshape(T, S)
-    for g in (dk, dv):
-        g = np.asarray(g)[b]
-        assert (g[~seen] == 0).all()
-        assert (np.abs(g[seen]).sum(axis=(-1, -2)) > 0).all()
-    dq = np.asarray(dq)
-    mine = np.zeros(dq.shape[:3], bool)
-    mine[b, i, s] = True
-    assert (dq[~mine] == 0).all()
+    # A query inside document [17, 25) with the window cutting in.
+    checks.assert_gradients_to_hidden_slots_are_exactly_zero(
+        pallas_fn(doc, variant, BLOCK - 1), doc, Vis(variant, BLOCK - 1), *random_qkv(3, variant)[:3],
+        b=0, i=19, s=Vis(variant).num_streams - 1)
 
 
 def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
@@ -206,8 +149,8 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients():
         p = p / jnp.maximum(p.sum(-1, keepdims=True), 1e-30)
         return jnp.einsum("hqk,khd->qhd", p, vf).reshape(1, T, S, 2, 8)
 
-    got = outputs_and_grads(kernel, q, k, v, ct)
-    want = outputs_and_grads(reference, q, k, v, ct)
+    got = checks.outputs_and_grads(kernel, q, k, v, ct)
+    want = checks.outputs_and_grads(reference, q, k, v, ct)
     for g, w in zip(got, want):
         assert np.isfinite(np.asarray(g)).all()
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-5, rtol=2e-5)
@@ -281,44 +224,23 @@ def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
     assert counts["visible"] <= counts["computed"]
 
 
-def random_tokens(seed, B=2, T=32):
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, 58, size=(B, T))
-    tokens[rng.random((B, T)) < 0.1] = EOS
-    return jnp.asarray(tokens, jnp.int32)
+def test_runs_are_deterministic():
+    doc = layout_doc_ids()
+    q, k, v, ct = random_qkv(6, "sps")
+    fn = pallas_fn(doc, "sps", BLOCK)
+    first = checks.outputs_and_grads(fn, q, k, v, ct)
+    second = checks.outputs_and_grads(fn, q, k, v, ct)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("variant", [pytest.param("standard", marks=pytest.mark.slow), "sps"])
 def test_model_loss_and_gradients_with_pallas_equal_xla(variant):
-    tokens = random_tokens(7)
-    xla_model = sps_model.Transformer(small_config(variant, 2))
-    pallas_model = sps_model.Transformer(small_config(variant, 2, attention="pallas"))
-    params = sps_model.init_params(xla_model, jax.random.PRNGKey(0))
-    grad = lambda m: jax.value_and_grad(lambda p: sps_model.loss_fn(m, p, tokens))(params)  # noqa: E731
-    (loss_x, g_x), (loss_p, g_p) = grad(xla_model), grad(pallas_model)
-    np.testing.assert_allclose(float(loss_p), float(loss_x), rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(g_p), jax.tree.leaves(g_x)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=2e-4)
+    checks.assert_model_matches_xla("pallas", variant)
 
 
 def test_a_few_training_steps_with_pallas_reduce_the_loss():
-    model = sps_model.Transformer(small_config("sps", 2, attention="pallas"))
-    params = sps_model.init_params(model, jax.random.PRNGKey(1))
-    tokens = random_tokens(8)
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state):
-        loss, g = jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens))(params)
-        updates, state = opt.update(g, state)
-        return optax.apply_updates(params, updates), state, loss
-
-    losses = []
-    for _ in range(5):
-        params, state, loss = step(params, state)
-        losses.append(float(loss))
-    assert losses[-1] < losses[0] - 0.05, losses
+    checks.assert_training_reduces_loss("pallas")
 
 
 def test_bad_input_stops_with_a_clear_message():

@@ -183,6 +183,24 @@ def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.0  # measured: 5.65 and 5.39
 
 
+def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_another(tmp_path, tokens, reference):
+    """The splash kernel (interpret mode) runs per batch shard of a 2 x 4 mesh; the run's first line and
+    config.json name the backend; a run may resume with another backend (same model)."""
+    workdir = tmp_path / "run"
+    out = run_train(workdir, tokens, STEPS, devices=8, extra=[
+        "--config.model.attention=splash", "--config.mesh.data=2", "--config.mesh.fsdp=4",
+        "--config.train.stop_at_step=3"])
+    assert out.stdout.splitlines()[0].endswith("attention backend splash (model.attention=splash) on cpu"), out.stdout
+    saved = runs.read_config(str(workdir))
+    assert (saved.model.attention, saved.resolved.attention) == ("splash", "splash")
+    resumed = run_train(workdir, tokens, STEPS, extra=["--config.model.attention=auto"])
+    assert "resumed from" in resumed.stdout and "attention backend xla (model.attention=auto)" in resumed.stdout
+    assert runs.read_config(str(workdir)).resolved.attention == "xla"
+    ref, got = losses(reference), losses(workdir)
+    assert sorted(got) == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
+
+
 def test_loss_png_is_drawn_at_the_end_of_a_run(reference):
     height, width, _ = decoded_png(reference / "loss.png").shape
     assert width > 2 * height  # training loss and validation NLL side by side

@@ -1,17 +1,23 @@
 """Whole programs compiled for an accelerator that is not attached: the sharded train step, prefill
 and the decode loop. Each report gives per-device memory from ``compiled.memory_analysis()`` and
 FLOPs from XLA's cost model, beside the model FLOPs of ``sps_jax.flops``.
+
+On TPU the ``splash`` backend's Mosaic kernels are invisible to XLA's cost model: a report then
+counts them (``mosaic_kernels``), gives their FLOPs from splash's computed blocks
+(``kernel_flops``, ``splash_attention.kernel_flops``) and ``flops`` is XLA's count plus those.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import jax
 import jax.numpy as jnp
 
 from sps_jax import attention, flops, hardware
+from sps_jax import splash_attention
 from sps_jax import model as sps_model
 from sps_jax import train as sps_train
 from sps_jax.aot import topology
@@ -56,6 +62,20 @@ def cost_flops(compiled) -> float | None:
         return None
 
 
+def mosaic_kernels(compiled) -> int:
+    """How many Mosaic (Pallas TPU) kernel calls a compiled TPU program makes."""
+    return compiled.as_text().count('custom_call_target="tpu_custom_call"')
+
+
+def _splash_flops(cfg: sps_model.ModelConfig, rows: int, seq_len: int, *, backward: bool) -> float:
+    """FLOPs of the splash kernels of all layers for ``rows`` sequences (0 for other backends)."""
+    if cfg.attention != "splash":
+        return 0.0
+    return cfg.num_layers * splash_attention.kernel_flops(cfg.visibility, seq_len, rows * cfg.num_heads,
+                                                          cfg.head_dim, backward=backward,
+                                                          forwards=2 if backward and cfg.remat else 1)
+
+
 def _for_target(acc, config):
     """The config as it would run on ``acc``: "auto" attention resolved for its platform, not for
     the CPU this compiles on."""
@@ -73,18 +93,38 @@ def _on(tree, sharding):
     return _abstract(tree, jax.tree_util.tree_map(lambda _: sharding, tree))
 
 
-def _compile(acc, lower, mesh=None):
-    """(compiled program, seconds): ``lower()`` traced for ``acc``, then compiled."""
+_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+
+
+def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, **fields) -> dict:
+    """``lower()`` traced for ``acc`` and compiled; the report of the program, or of its refusal.
+
+    A deviceless GPU compile never fails for memory (compare ``peak_bytes`` with the card); the TPU
+    compiler refuses a program whose buffers exceed the chip's HBM. Its message gives the bytes of
+    the temporaries alone, so a refusal's ``required_bytes`` is a lower bound of the peak and its
+    ``peak_bytes`` is None.
+    """
     start = time.perf_counter()
     with topology.lowering_context(acc, mesh):
         lowered = lower()
-    return lowered.compile(), time.perf_counter() - start
-
-
-def _report(acc, compiled, compile_s, **fields) -> dict:
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+        text = " ".join(str(e).split())
+        if "RESOURCE_EXHAUSTED" not in text:
+            raise
+        text = text[text.index("RESOURCE_EXHAUSTED"):]
+        sizes = [float(n) * _UNITS.get(u, 1) for n, u in re.findall(r"\((\d+(?:\.\d+)?)([KMGT])?\)", text)]
+        return {**fields, "peak_bytes": None, "required_bytes": int(sizes[0]) if sizes else None, "fits": False,
+                "flops": None, "compile_s": round(time.perf_counter() - start, 1),
+                "usable_bytes": acc.usable_bytes, "error": text[:300]}
     mem = memory(compiled)
-    return {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(compile_s, 1),
-            "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
+    report = {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(time.perf_counter() - start, 1),
+              "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
+    if acc.platform == "tpu":
+        report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
+        report["flops"] = None if report["xla_flops"] is None else report["xla_flops"] + kernel_flops
+    return report
 
 
 def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
@@ -97,14 +137,14 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     cfg, t = plan["model"], config.train
     tokens = jax.ShapeDtypeStruct((plan["accum"], t.micro_batch, cfg.seq_len + 1), jnp.int32,
                                   sharding=run.micro_sh)
-    compiled, seconds = _compile(acc, lambda: run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
-                                                                _abstract(run.abstract_opt, run.opt_sh), tokens),
-                                 run.mesh)
     model_flops = flops.train_flops_per_token(cfg) * plan["tokens_per_step"] / len(devices)
-    return _report(acc, compiled, seconds, program="train_step", variant=cfg.variant,
-                   window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
-                   micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len,
-                   model_flops=model_flops)
+    rows = plan["tokens_per_step"] // cfg.seq_len // len(devices)  # sequences per device and step
+    return _compile_and_report(
+        acc, lambda: run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
+                                       _abstract(run.abstract_opt, run.opt_sh), tokens),
+        run.mesh, _splash_flops(cfg, rows, cfg.seq_len, backward=True), program="train_step",
+        variant=cfg.variant, window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
+        micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len, model_flops=model_flops)
 
 
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
@@ -117,14 +157,15 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     params = _on(sps_model.param_shapes(sps_model.Transformer(cfg)), sharding)
     tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
     max_len = prompt_len + new_tokens
-    fields = dict(variant=cfg.variant, window=cfg.window, batch=batch, prompt_len=prompt_len,
-                  new_tokens=new_tokens)
-    compiled, seconds = _compile(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len))
-    prefill = _report(acc, compiled, seconds, program="prefill", **fields)
+    fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch=batch,
+                  prompt_len=prompt_len, new_tokens=new_tokens)
+    prefill = _compile_and_report(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len),
+                                  kernel_flops=_splash_flops(cfg, batch, prompt_len, backward=False),
+                                  program="prefill", **fields)
     cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
     logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
     rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
-    compiled, seconds = _compile(acc, lambda: generate.decode_loop.lower(
-        cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False))
-    return [prefill, _report(acc, compiled, seconds, program="decode_loop", **fields,
-                             cache_bytes=kv_cache.cache_bytes(cache)["total"])]
+    decode = _compile_and_report(acc, lambda: generate.decode_loop.lower(
+        cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
+        program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
+    return [prefill, decode]

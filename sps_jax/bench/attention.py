@@ -1,18 +1,21 @@
-"""``python -m sps_jax.bench attention``: the Pallas kernel vs jax.nn.dot_product_attention.
+"""``python -m sps_jax.bench attention``: a block-skipping kernel vs dense causal attention.
 
-For each variant: forward and forward+backward time of the Pallas kernel, next to
-``jax.nn.dot_product_attention`` causal over the same T*S interleaved slots (cuDNN
-where available, else XLA) and causal over T (what a Standard model pays).
-TFLOP/s use computed scores (docs/design.md section 7): 4*B*H*K*N_computed forward and
-2.5x that backward; the dense baselines count their causal half, N(N+1)/2 per head.
-Timings are only meaningful side by side in one run on one GPU.
+For each variant: forward and forward+backward time of a kernel (``--backend``: the Pallas
+kernel on GPU, splash on TPU), next to dense causal attention over the same T*S interleaved
+slots and over T (what a Standard model pays): ``jax.nn.dot_product_attention`` (cuDNN where
+available, else XLA) on GPU, splash's own causal mask on TPU. TFLOP/s use computed scores
+(docs/design.md section 7): 4*B*H*K*N_computed forward and 2.5x that backward; the dense
+baselines count their causal half, N(N+1)/2 per head. Timings are only meaningful side by side
+in one run on one device.
 
-On a machine without a GPU it prints the score counts at the requested shape and
-checks the kernel in interpret mode on a small shape (correctness, not speed).
+On a machine without a GPU or TPU it prints the kernel's score counts at the requested shape (one
+document, and ``--documents`` equal documents) and checks the kernel in interpret mode on a small
+shape (correctness, not speed).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 import sys
@@ -24,6 +27,9 @@ import numpy as np
 
 from sps_jax import attention, bench, cli, masks
 from sps_jax import pallas_attention as pa
+from sps_jax import splash_attention as sp
+
+KERNELS = ("pallas", "splash")
 
 
 def parse_args(argv):
@@ -34,21 +40,33 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
-    tiles = p.add_argument_group("tiles", "override every kernel's launch (default: the per-target "
-                                 "table pallas_attention.TUNING for the head dim)")
+    p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
+                   help="the kernel: auto is splash on TPU and pallas elsewhere")
+    tiles = p.add_argument_group(
+        "tiles", "override every kernel's launch (default: pallas, the per-target table pallas_attention.TUNING "
+        f"for the head dim; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas: positions per tile, "
+        f"powers of two; splash: --block-q interleaved rows and --block-k keys, multiples of {sp.LANES}; "
+        "--num-warps and --num-stages are pallas's only")
     for name in ("block-q", "block-k", "num-warps", "num-stages"):
         tiles.add_argument(f"--{name}", type=int, default=None)
+    p.add_argument("--documents", type=int, default=1,
+                   help="equal documents per row (splash computes the same blocks for any number)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     args = p.parse_args(argv)
-    for name in ("batch", "seq_len", "heads", "head_dim", "iters"):
+    for name in ("batch", "seq_len", "heads", "head_dim", "iters", "documents"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer.")
     if args.window < 0:
         p.error("--window must be a non-negative integer.")
+    if args.backend == "auto":
+        args.backend = "splash" if jax.default_backend() == "tpu" else "pallas"
+    if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):
+        p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
     try:
-        args.tuning = tuning_from_args(args)
+        args.tuning = tuning_from_args(args) if args.backend == "pallas" else None
+        make_kernel(args)
     except ValueError as e:
         p.error(str(e))
     return args
@@ -65,9 +83,37 @@ def tuning_from_args(args) -> pa.Tuning:
     return pa.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
 
 
-def describe(tuning: pa.Tuning) -> str:
-    return ", ".join(f"{name} {t.block_q}x{t.block_k} w{t.num_warps} s{t.num_stages}"
-                     for name, t in (("fwd", tuning.forward), ("dq", tuning.dq), ("dkv", tuning.dkv)))
+def describe(args) -> str:
+    """The kernel's tiles, for the console."""
+    if args.backend == "splash":
+        bs = splash_blocks(args)
+        return f"splash blocks {bs.block_q}x{bs.block_kv}"
+    t = args.tuning
+    return "pallas tiles " + ", ".join(f"{name} {t.block_q}x{t.block_k} w{t.num_warps} s{t.num_stages}"
+                                       for name, t in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
+
+
+def splash_blocks(args):
+    return sp.block_sizes(args.block_q or sp.DEFAULT_BLOCK, args.block_k or sp.DEFAULT_BLOCK)
+
+
+def make_kernel(args):
+    """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.backend`` with its tiles."""
+    if args.backend == "pallas":
+        tuning = args.tuning
+        return (lambda q, k, v, doc, vis, interpret: pa.attention(q, k, v, doc, vis, interpret=interpret,
+                                                                   tuning=tuning),
+                lambda doc, vis: pa.score_counts(doc, vis, tuning))
+    bs = splash_blocks(args)
+    sp._check_block_sizes(bs)
+    return (lambda q, k, v, doc, vis, interpret: sp.attention(q, k, v, doc, vis, block_sizes=bs,
+                                                               interpret=interpret),
+            lambda doc, vis: sp.score_counts(doc, vis, bs))
+
+
+def document_ids(batch: int, T: int, documents: int):
+    """int32 [batch, T]: ``documents`` equal runs per row (the last one shorter when T does not divide)."""
+    return np.repeat(np.arange(documents, dtype=np.int32), -(-T // documents))[:T][None].repeat(batch, 0)
 
 
 def median_seconds(fn, *args, iters):
@@ -109,12 +155,34 @@ def row(name, scores, B, H, Dh, t_f, t_fb):
             "fwd_tflops": flops_f / t_f / 1e12, "fwd_bwd_tflops": 3.5 * flops_f / t_fb / 1e12}
 
 
+def splash_causal(slots: int, heads: int, interpret: bool = False):
+    """Splash with its own causal mask over ``slots`` ([B, N, H, K] in and out): TPU's dense causal kernel."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    kernel = splash.make_splash_mha(splash.MultiHeadMask([splash.CausalMask((slots, slots))] * heads),
+                                    block_sizes=sp.DEFAULT_BLOCK_SIZES, head_shards=1, q_seq_shards=1,
+                                    interpret=interpret)
+
+    def fn(q_BNHK, k_BNHK, v_BNHK):
+        heads_first = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
+        o_BHNK = jax.vmap(kernel)(heads_first(q_BNHK * q_BNHK.shape[-1] ** -0.5), heads_first(k_BNHK),
+                                  heads_first(v_BNHK))
+        return heads_first(o_BHNK)
+    return fn
+
+
 def baseline_rows(args, dtype, key):
-    """jax.nn.dot_product_attention causal over T*2 slots and over T."""
+    """Dense causal attention over T*2 slots and over T: splash's causal kernel on TPU, else
+    jax.nn.dot_product_attention."""
     B, T, H, Dh = args.batch, args.seq_len, args.heads, args.head_dim
     rows = {}
     for slots, label in ((2 * T, "2T"), (T, "T")):
         q, k, v = (jax.random.normal(kk, (B, slots, H, Dh), dtype) for kk in jax.random.split(key, 3))
+        if jax.default_backend() == "tpu":
+            t_f, t_fb = time_pair(splash_causal(slots, H), q, k, v, args.iters)
+            rows[label] = row(f"splash causal {label}", slots * (slots + 1) // 2, B, H, Dh, t_f, t_fb)
+            rows[label]["implementation"] = "splash"
+            continue
         for impl in ("cudnn", "xla"):
             try:
                 t_f, t_fb = time_pair(dense_causal(impl), q, k, v, args.iters)
@@ -145,22 +213,23 @@ def timing_table(args, interpret=False):
     dtype = jnp.dtype(args.dtype)
     B, T, H, Dh, w = args.batch, args.seq_len, args.heads, args.head_dim, args.window
     key = jax.random.PRNGKey(0)
-    doc = jnp.zeros((B, T), jnp.int32)  # one document per row: the case the score counts quote
+    doc = jnp.asarray(document_ids(B, T, args.documents))  # one document per row by default: the counts' case
+    kernel, score_counts = make_kernel(args)
     print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}; "
-          f"pallas tiles {describe(args.tuning)}", flush=True)
+          f"{describe(args)}", flush=True)
     base = baseline_rows(args, dtype, key)
-    results = {"rows": [], "baselines": base}
+    results = {"rows": [], "baselines": base, "kernel": args.backend}
     for variant in args.variants:
         vis = masks.Visibility(variant, w)
-        counts = pa.score_counts(doc, vis, args.tuning)
+        counts = score_counts(doc, vis)
         q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
 
         def fn(q, k, v, vis=vis):
-            return pa.attention(q, k, v, doc, vis, interpret=interpret, tuning=args.tuning)
+            return kernel(q, k, v, doc, vis, interpret)
 
-        print(f"pallas {variant}: timing ...", flush=True)
+        print(f"{args.backend} {variant}: timing ...", flush=True)
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
-        r = row(f"pallas {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
+        r = row(f"{args.backend} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
         r.update(variant=variant, counts=counts)
         for label, ref in base.items():
             r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
@@ -178,45 +247,65 @@ def timing_table(args, interpret=False):
     return results
 
 
-def cpu_report(args):
-    T, w = args.seq_len, args.window
-    doc = np.zeros((1, T), np.int32)
-    print(f"no GPU ({jax.default_backend()}): score counts at T={T}, w={w}, one document, "
-          f"tiles {describe(args.tuning)} (per row and head)")
-    results = {"counts": {}, "interpret_check": {}}
+# The interpret-mode check's small shapes: several blocks each way, a document boundary inside a block.
+SMALL = {"pallas": dict(B=1, T=48, H=2, Dh=16, block_q=16, block_k=16, boundary=30),
+         "splash": dict(B=1, T=200, H=2, Dh=16, block_q=128, block_k=128, boundary=130)}
+
+
+def count_rows(args, score_counts, documents: int) -> dict:
+    """Per variant: the kernel's score counts at the requested shape with ``documents`` documents."""
+    doc = document_ids(1, args.seq_len, documents)
+    out = {}
     for variant in args.variants:
-        c = pa.score_counts(doc, masks.Visibility(variant, w), args.tuning)
+        c = score_counts(doc, masks.Visibility(variant, args.window))
         c["computed_over_dense_causal"] = c["computed"] / c["dense_causal"]
-        results["counts"][variant] = c
+        out[variant] = c
         print(f"  {variant:14s} visible {c['visible']:>10d}  computed {c['computed']:>10d}  "
               f"dense causal T*S {c['dense_causal']:>10d}  computed/dense {c['computed_over_dense_causal']:.4f}")
-    small = dict(B=1, T=48, H=2, Dh=16, block=16, window=min(w, 20))
-    print(f"interpret-mode check on a small shape {small} (correctness only, not speed):")
+    return out
+
+
+def cpu_report(args):
+    T, w = args.seq_len, args.window
+    _, score_counts = make_kernel(args)
+    print(f"no GPU or TPU ({jax.default_backend()}): {args.backend} score counts at T={T}, w={w}, {describe(args)} "
+          "(per row and head), one document:")
+    results = {"kernel": args.backend, "counts": count_rows(args, score_counts, 1), "interpret_check": {}}
+    if args.documents > 1:
+        print(f"  ... and {args.documents} documents of {-(-T // args.documents)} positions:")
+        results["counts_documents"] = count_rows(args, score_counts, args.documents)
+    small = SMALL[args.backend]
+    blocks = {"block_q": small["block_q"], "block_k": small["block_k"]}
+    kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks, "tuning": pa.Tuning.uniform(
+        small["block_q"], small["block_k"])}))
+    window = min(w, 20)
+    print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
     rng = np.random.default_rng(0)
     doc = np.zeros((small["B"], small["T"]), np.int32)
-    doc[:, 30:] = 1
+    doc[:, small["boundary"]:] = 1
     for variant in args.variants:
-        vis = masks.Visibility(variant, small["window"])
+        vis = masks.Visibility(variant, window)
         q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], vis.num_streams, small["H"], small["Dh"])),
                                jnp.float32) for _ in range(3))
         t0 = time.perf_counter()
-        got = pa.attention(q, k, v, doc, vis, interpret=True,
-                           tuning=pa.Tuning.uniform(small["block"], small["block"]))
+        got = kernel(q, k, v, doc, vis, True)
         seconds = time.perf_counter() - t0
         want = attention.xla_attention(q, k, v, jnp.asarray(doc), vis)
         err = float(jnp.abs(got - want).max())
         results["interpret_check"][variant] = {"max_abs_error_vs_xla": err, "seconds": seconds}
-        print(f"  {variant:14s} max |pallas - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
-    print("GPU timings need a GPU: run the same command on one.")
+        print(f"  {variant:14s} max |{args.backend} - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
+    print(f"Timings need a {'TPU' if args.backend == 'splash' else 'GPU'}: run the same command on one.")
     return results
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    on_gpu = jax.default_backend() == "gpu"
-    results = timing_table(args) if on_gpu else cpu_report(args)
+    on_device = jax.default_backend() in ("gpu", "tpu")
+    results = timing_table(args) if on_device else cpu_report(args)
     config = {k: v for k, v in vars(args).items() if k != "tuning"}
-    results.update(config=config, tuning=dataclasses.asdict(args.tuning), backend=jax.default_backend(),
+    tiles = (dataclasses.asdict(args.tuning) if args.tuning else  # splash: its block sizes (not its layouts)
+             {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})
+    results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     bench.write_results(args.json, results)
     return 0

@@ -2,13 +2,17 @@
 
 For each target accelerator (``sps_jax.hardware``), without one attached, it compiles and reports:
 
-- ``kernels`` (GPU targets): the three Pallas kernels at the paper's S and XL attention shapes and a
-  128-wide head, with the per-target default tiles: registers, spill bytes, stack frame, shared
-  memory, grid and threads per kernel;
-- ``train``: the sharded train step for each variant, micro-batch and remat setting: per-device
-  peak memory, XLA's FLOPs beside ``sps_jax.flops``' model FLOPs, ratios to ``standard`` at the
-  same settings, and the largest micro-batch whose peak fits the card's memory (found by
-  compiling: doubling past the largest one asked for, then bisecting);
+- ``kernels``: on GPU targets the three Pallas kernels at the paper's S and XL attention shapes and
+  a 128-wide head, with the per-target default tiles: registers, spill bytes, stack frame, shared
+  memory, grid and threads per kernel; on TPU targets splash attention's forward and backward (its
+  three Mosaic kernels) at the S shape and a 128-wide head for each variant: per-chip memory, FLOPs
+  and the fraction of a dense causal kernel's scores its blocks compute (``sps_jax.aot.tpu_kernels``);
+- ``train``: the sharded train step for each attention backend, variant, micro-batch and remat
+  setting: per-device peak memory, FLOPs (XLA's, plus splash's kernels on TPU) beside
+  ``sps_jax.flops``' model FLOPs, ratios to ``standard`` at the same settings, and the largest
+  micro-batch whose peak fits the device's memory (found by compiling: doubling past the largest
+  one asked for, then bisecting). On TPU targets the dense ``xla`` reference is compiled beside
+  ``auto`` (splash) unless ``--attention`` says otherwise;
 - ``generate``: prefill and the decode loop at a generation workload (the paper's: batch 16,
   prefill 1024, 3072 new tokens) for each variant, with peak memory as a ratio to ``standard``.
 
@@ -20,11 +24,10 @@ on a real device).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
-from sps_jax import bench, cli, hardware, masks
+from sps_jax import attention, bench, cli, hardware, masks
 
 PROGRAMS = ("kernels", "train", "generate")
 
@@ -49,6 +52,8 @@ def parse_args(argv):
                    help="variants compiled side by side (standard first: the ratios' base)")
     p.add_argument("--micro-batches", type=_csv(int), default=[1, 8], help="micro-batches per device to compile")
     p.add_argument("--remat", type=_csv(str), default=["off", "on"], help="off, on or both")
+    p.add_argument("--attention", type=_csv(str), default=None,
+                   help="train step attention backends (default: auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
     p.add_argument("--max-micro-batch", type=int, default=1024, help="where the fit search stops doubling")
@@ -69,6 +74,8 @@ def parse_args(argv):
     for v in args.variants:
         if v not in masks.VARIANTS:
             p.error(f"unknown variant {v!r}: choose from {', '.join(masks.VARIANTS)}.")
+    if any(a not in attention.BACKENDS for a in args.attention or ()):
+        p.error(f"--attention takes {', '.join(attention.BACKENDS)}.")
     if any(r not in ("off", "on") for r in args.remat):
         p.error("--remat takes off, on or off,on.")
     if min(args.micro_batches + [args.devices, args.batch, args.prefill, args.decode]) < 1:
@@ -82,18 +89,21 @@ def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _variant_config(args, variant):
-    """``--config`` with its overrides, switched to ``variant`` (its window rule applied)."""
+def _variant_config(args, variant, backend=None):
+    """``--config`` with its overrides, switched to ``variant`` (its window rule applied) and, if
+    given, to the attention ``backend``."""
     from sps_jax import config as sps_config
 
     config = sps_config.load_config(args.config, args.overrides)
+    if backend is not None:
+        config.model.attention = backend
     vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
     config.model.variant, config.model.window = vis.variant, vis.window
     return config
 
 
-def _train_config(args, variant, micro_batch, remat):
-    config = _variant_config(args, variant)
+def _train_config(args, variant, micro_batch, remat, backend=None):
+    config = _variant_config(args, variant, backend)
     config.model.remat = remat == "on"
     config.train.micro_batch = micro_batch * args.devices
     config.train.global_batch = micro_batch * args.devices
@@ -101,7 +111,16 @@ def _train_config(args, variant, micro_batch, remat):
     return config
 
 
+def attention_backends(acc, args) -> list[str]:
+    """The train step's attention backends for ``acc``: as asked, else auto (and xla on TPU)."""
+    if args.attention:
+        return args.attention
+    return ["auto", "xla"] if acc.platform == "tpu" else ["auto"]
+
+
 def kernel_rows(acc, args) -> list[dict]:
+    if acc.platform == "tpu":
+        return tpu_kernel_rows(acc, args)
     from sps_jax.aot import gpu_kernels
 
     rows = []
@@ -116,6 +135,27 @@ def kernel_rows(acc, args) -> list[dict]:
     return rows
 
 
+def tpu_kernel_rows(acc, args) -> list[dict]:
+    from sps_jax.aot import tpu_kernels
+
+    rows = []
+    for shape in tpu_kernels.SHAPES:
+        for dtype in args.dtypes:
+            if dtype == "float16":
+                continue  # TPUs compute in bfloat16 (and float32)
+            for variant in args.variants:
+                vis = masks.Visibility("sps").with_variant(variant)
+                report = tpu_kernels.kernel_report(acc, shape, dtype, vis)
+                _log(f"[{acc.name}] kernels {shape.name} {dtype} {variant}: {report['status']}"
+                     + (f", {report['mosaic_kernels']} Mosaic kernels, peak {report['peak_bytes'] / 2**20:.0f} MiB "
+                        f"({report['compile_s']:.0f} s)" if report["status"] == "ok" else ""))
+                report["program"] = f"attention {shape.name} {dtype}"
+                report["attention"] = "splash"
+                rows.append(report)
+    _ratios([r for r in rows if r["status"] == "ok"], ())
+    return rows
+
+
 def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
     """Compiles at the asked micro-batches, then (unless told not to) finds the largest that fits."""
     from sps_jax.aot import programs
@@ -123,53 +163,62 @@ def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
     rows, largest = [], []
     cache = {}
 
-    def compile_at(variant, mb, remat):
-        if (variant, mb, remat) not in cache:
-            r = programs.train_step(acc, _train_config(args, variant, mb, remat), args.devices)
-            _log(f"[{acc.name}] train {variant} micro-batch {mb} remat {remat}: peak {r['peak_bytes'] / 2**30:.2f} GiB"
-                 f" ({'fits' if r['fits'] else 'does not fit'}, {r['compile_s']:.0f} s)")
-            cache[(variant, mb, remat)] = r
-        return cache[(variant, mb, remat)]
+    def compile_at(backend, variant, mb, remat):
+        key = (backend, variant, mb, remat)
+        if key not in cache:
+            r = programs.train_step(acc, _train_config(args, variant, mb, remat, backend), args.devices)
+            _log(f"[{acc.name}] train {r['attention']} {variant} micro-batch {mb} remat {remat}: peak "
+                 f"{_peak(r)} GiB ({'fits' if r['fits'] else 'does not fit'}, {r['compile_s']:.0f} s)")
+            cache[key] = r
+        return cache[key]
 
-    for remat in args.remat:
-        for variant in args.variants:
-            for mb in args.micro_batches:
-                rows.append(compile_at(variant, mb, remat))
-            if args.no_fit_search:
-                continue
-            fits = [mb for mb in args.micro_batches if compile_at(variant, mb, remat)["fits"]]
-            lo = max(fits, default=0)
-            hi = min((mb for mb in args.micro_batches if mb > lo), default=None)
-            # Peak memory is close to linear in the micro-batch: aim at the line's crossing first,
-            # so that usually two more compiles settle it; doubling and bisection make it exact.
-            est = _linear_estimate([cache[(variant, mb, remat)] for mb in args.micro_batches], acc.usable_bytes)
-            if est is not None and lo < est < (hi or args.max_micro_batch + 1):
-                if compile_at(variant, est, remat)["fits"]:
-                    lo = est
-                    if hi is None or est + 1 < hi:
-                        lo, hi = (est + 1, hi) if compile_at(variant, est + 1, remat)["fits"] else (lo, est + 1)
-                else:
-                    hi = est
-            while hi is None and lo < args.max_micro_batch:  # doubling until one does not fit
-                nxt = min(max(2 * lo, 1), args.max_micro_batch)
-                if compile_at(variant, nxt, remat)["fits"]:
-                    lo = nxt
-                else:
-                    hi = nxt
-            while hi is not None and lo > 0 and hi - lo > 1:  # bisect: the exact largest
-                mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if compile_at(variant, mid, remat)["fits"] else (lo, mid)
-            largest.append({"variant": variant, "remat": remat == "on", "largest_micro_batch": lo,
-                            "first_that_does_not_fit": hi, "peak_bytes_at_largest":
-                                cache[(variant, lo, remat)]["peak_bytes"] if lo else None})
-    _ratios(rows, ("micro_batch", "remat"))
+    for backend in attention_backends(acc, args):
+        for remat in args.remat:
+            for variant in args.variants:
+
+                def fits(mb):
+                    return compile_at(backend, variant, mb, remat)["fits"]
+
+                for mb in args.micro_batches:
+                    rows.append(compile_at(backend, variant, mb, remat))
+                if args.no_fit_search:
+                    continue
+                lo = max((mb for mb in args.micro_batches if fits(mb)), default=0)
+                hi = min((mb for mb in args.micro_batches if mb > lo), default=None)
+                # Peak memory is close to linear in the micro-batch: aim at the line's crossing first,
+                # so that usually two more compiles settle it; doubling and bisection make it exact.
+                est = _linear_estimate([cache[(backend, variant, mb, remat)] for mb in args.micro_batches],
+                                       acc.usable_bytes)
+                if est is not None and lo < est < (hi or args.max_micro_batch + 1):
+                    if fits(est):
+                        lo = est
+                        if hi is None or est + 1 < hi:
+                            lo, hi = (est + 1, hi) if fits(est + 1) else (lo, est + 1)
+                    else:
+                        hi = est
+                while hi is None and lo < args.max_micro_batch:  # doubling until one does not fit
+                    nxt = min(max(2 * lo, 1), args.max_micro_batch)
+                    if fits(nxt):
+                        lo = nxt
+                    else:
+                        hi = nxt
+                while hi is not None and lo > 0 and hi - lo > 1:  # bisect: the exact largest
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+                first = compile_at(backend, variant, args.micro_batches[0], remat)
+                largest.append({"variant": variant, "attention": first["attention"], "remat": remat == "on",
+                                "largest_micro_batch": lo, "first_that_does_not_fit": hi,
+                                "peak_bytes_at_largest": cache[(backend, variant, lo, remat)]["peak_bytes"]
+                                if lo else None})
+    _ratios(rows, ("attention", "micro_batch", "remat"))
     return rows, largest
 
 
 def _linear_estimate(rows, usable_bytes) -> int | None:
     """The micro-batch where the line through two compiled (micro-batch, peak) points reaches
-    ``usable_bytes``; None without two distinct points or a growing peak."""
-    points = sorted({(r["micro_batch"], r["peak_bytes"]) for r in rows})
+    ``usable_bytes``; None without two distinct points or a growing peak (a program the TPU
+    compiler refused has no peak, so no point)."""
+    points = sorted({(r["micro_batch"], r["peak_bytes"]) for r in rows if r["peak_bytes"] is not None})
     if len(points) < 2 or points[-1][0] == points[0][0]:
         return None
     (m1, p1), (m2, p2) = points[0], points[-1]
@@ -180,11 +229,11 @@ def _linear_estimate(rows, usable_bytes) -> int | None:
 
 
 def _ratios(rows, keys):
-    """Each row's peak memory and XLA FLOPs over standard's at the same settings."""
+    """Each row's peak memory and FLOPs over standard's at the same settings."""
     base = {tuple(r[k] for k in keys) + (r.get("program"),): r for r in rows if r["variant"] == "standard"}
     for r in rows:
         b = base.get(tuple(r[k] for k in keys) + (r.get("program"),))
-        if b is None:
+        if b is None or not r["peak_bytes"] or not b["peak_bytes"]:
             continue
         r["peak_vs_standard"] = r["peak_bytes"] / b["peak_bytes"]
         if r.get("flops") and b.get("flops"):
@@ -200,7 +249,7 @@ def generation_rows(acc, args) -> list[dict]:
         model = _variant_config(args, variant).model
         cfg = sps_model.ModelConfig.from_config(dict(model, seq_len=max(model.seq_len, args.prefill + args.decode)))
         for r in programs.generation(acc, cfg, args.batch, args.prefill, args.decode):
-            _log(f"[{acc.name}] {r['program']} {variant}: peak {r['peak_bytes'] / 2**30:.2f} GiB ({r['compile_s']:.0f} s)")
+            _log(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
             rows.append(r)
     _ratios(rows, ("batch",))
     return rows
@@ -210,14 +259,36 @@ def _gib(x):
     return "-" if x is None else f"{x / 2**30:.2f}"
 
 
+def _peak(r):
+    """Peak GiB, or '>N' where the compiler refused the program for needing at least N GiB."""
+    if r["peak_bytes"] is None and r.get("required_bytes"):
+        return f">{r['required_bytes'] / 2**30:.2f}"
+    return _gib(r["peak_bytes"])
+
+
 def _ratio(x):
     return "-" if x is None else f"{x:.3f}"
+
+
+def print_tpu_kernels(rows) -> None:
+    print(f"{'shape':12s} {'dtype':9s} {'variant':14s} {'blocks':>8s} {'computed/dense causal':>22s} "
+          f"{'Mosaic kernels':>15s} {'peak MiB':>9s} {'x std':>6s} {'GFLOP':>8s}")
+    for r in rows:
+        head = f"{r['shape']['name']:12s} {r['dtype']:9s} {r['variant']:14s}"
+        if r["status"] != "ok":
+            print(f"{head} compile error: {r['error'][:90]}")
+            continue
+        print(f"{head} {r['block_q']:>4d}x{r['block_kv']:<3d} {r['computed_over_dense_causal']:22.3f} "
+              f"{r['mosaic_kernels']:15d} {r['peak_bytes'] / 2**20:9.1f} {_ratio(r.get('peak_vs_standard')):>6s} "
+              f"{r['flops'] / 1e9:8.1f}")
 
 
 def print_tables(results) -> None:
     for name, res in results["targets"].items():
         print(f"\n== {name} (deviceless compile; jax {results['jax_version']}) ==")
-        if res.get("kernels"):
+        if res.get("kernels") and res["platform"] == "tpu":
+            print_tpu_kernels(res["kernels"])
+        elif res.get("kernels"):
             print(f"{'shape':12s} {'dtype':9s} {'kernel':18s} {'tiles q/k w s':>14s} {'regs':>5s} {'spill B':>8s} "
                   f"{'smem KiB':>9s} {'grid':>14s}")
             for rep in res["kernels"]:
@@ -232,22 +303,23 @@ def print_tables(results) -> None:
                           f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / 1024:>9.1f} "
                           f"{grid:>14s}")
         if res.get("train"):
-            print(f"\n{'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} {'fits':>5s} "
-                  f"{'XLA TFLOP':>10s} {'model TFLOP':>12s}")
+            print(f"\n{'attention':9s} {'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} "
+                  f"{'fits':>5s} {'TFLOP':>10s} {'model TFLOP':>12s}")
             for r in res["train"]:
-                print(f"{r['variant']:14s} {str(r['remat']):5s} {r['micro_batch']:5d} {_gib(r['peak_bytes']):>9s} "
+                print(f"{r['attention']:9s} {r['variant']:14s} {str(r['remat']):5s} {r['micro_batch']:5d} "
+                      f"{_peak(r):>9s} "
                       f"{_ratio(r.get('peak_vs_standard')):>6s} {str(r['fits']):>5s} "
                       f"{(r['flops'] or 0) / 1e12:10.2f} {r['model_flops'] / 1e12:12.2f}")
             for r in res.get("largest_micro_batch", []):
                 print(f"largest micro-batch per device within {name}'s {_gib(hardware.ACCELERATORS[name].usable_bytes)}"
-                      f" usable GiB: {r['variant']} remat={r['remat']}: {r['largest_micro_batch']} "
+                      f" usable GiB: {r.get('attention', '')} {r['variant']} remat={r['remat']}: {r['largest_micro_batch']} "
                       f"(peak {_gib(r['peak_bytes_at_largest'])} GiB; " + (
                           f"{r['first_that_does_not_fit']} does not fit)" if r["first_that_does_not_fit"]
                           else "the search's upper bound)"))
         if res.get("generate"):
-            print(f"\n{'program':12s} {'variant':14s} {'peak GiB':>9s} {'x std':>6s}")
+            print(f"\n{'program':12s} {'attention':9s} {'variant':14s} {'peak GiB':>9s} {'x std':>6s}")
             for r in res["generate"]:
-                print(f"{r['program']:12s} {r['variant']:14s} {_gib(r['peak_bytes']):>9s} "
+                print(f"{r['program']:12s} {r['attention']:9s} {r['variant']:14s} {_peak(r):>9s} "
                       f"{_ratio(r.get('peak_vs_standard')):>6s}")
         for err in res.get("errors", []):
             print(f"not compiled: {err}")
@@ -267,10 +339,10 @@ def main(argv=None) -> int:
     for name in args.target:
         acc = hardware.ACCELERATORS[name]
         res = results["targets"][name] = {"platform": acc.platform, "memory_bytes": acc.memory_bytes,
-                                          "usable_bytes": acc.usable_bytes}
+                                          "usable_bytes": acc.usable_bytes, "tpu_topology": acc.tpu_topology}
         res["errors"] = []
         topology.devices(acc)  # a compiler that is not installed here stops the command (one sentence)
-        if "kernels" in args.only and acc.platform == "gpu":
+        if "kernels" in args.only:
             try:
                 res["kernels"] = kernel_rows(acc, args)
             except topology.Unavailable as e:

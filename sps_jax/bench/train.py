@@ -17,7 +17,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import bench, cli, config as sps_config, flops, masks
+from sps_jax import attention, bench, cli, config as sps_config, flops, masks
 from sps_jax import train as sps_train
 
 
@@ -32,7 +32,8 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
     # Random ids below EOS: one document per window, the no-documents case the FLOP count assumes.
     tokens = jax.device_put(np.random.default_rng(0).integers(0, cfg.eos_id, shape, dtype=np.int32), micro_sh)
     t0 = time.time()
-    compiled = step.lower(params, opt_state, tokens).compile()
+    with jax.set_mesh(run.mesh):  # as sps_jax.train compiles it
+        compiled = step.lower(params, opt_state, tokens).compile()
     compile_s = time.time() - t0
     for _ in range(warmup):
         params, opt_state, out = compiled(params, opt_state, tokens)
@@ -48,7 +49,8 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
     tokens_per_s = p["tokens_per_step"] / step_s
     return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
             "global_batch": t.global_batch, "micro_batch": t.micro_batch, "attention": cfg.attention,
-            "dtype": cfg.dtype, "devices": len(devices), "platform": devices[0].platform,
+            "attention_backend": attention.resolve(cfg.attention, devices[0].platform), "dtype": cfg.dtype,
+            "devices": len(devices), "platform": devices[0].platform,
             "device_kind": devices[0].device_kind, "compile_s": compile_s, "step_s_median": step_s,
             "step_s_all": times, "tokens_per_s": tokens_per_s,
             "train_flops_per_token": flops.train_flops_per_token(cfg),

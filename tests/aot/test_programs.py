@@ -2,7 +2,6 @@
 memory that grows with the work, and FLOPs that match an independent count."""
 
 import jax
-import pytest
 
 from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model

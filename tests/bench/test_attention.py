@@ -29,6 +29,25 @@ def test_benchmark_tables_and_json(tmp_path):
     assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
 
 
+def test_splash_tables_json_and_documents(tmp_path):
+    args = bench_attention.parse_args(["--backend", "splash", "--variants", "sps", "--batch", "1", "--seq-len", "200",
+                                       "--heads", "1", "--head-dim", "16", "--window", "4", "--dtype", "float32",
+                                       "--iters", "1", "--documents", "2"])
+    result = bench_attention.timing_table(args, interpret=True)
+    (r,) = result["rows"]
+    assert result["kernel"] == "splash" and r["name"].startswith("splash sps")
+    # T=200 pads to 256: 4 query blocks of 64 positions; x keys (persistent) need 1, 1, 2, 2 key blocks,
+    # rho keys (w=4) 1, 1, 2, 1: 11 blocks of 128 x 128 scores.
+    assert r["scores_per_head"] == r["counts"]["computed"] == 11 * 128 * 128
+    out = tmp_path / "bench.json"
+    assert bench_attention.main(["--backend", "splash", "--variants", "sps", "--documents", "8", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    one, eight = saved["counts"]["sps"], saved["counts_documents"]["sps"]
+    assert one["computed"] == eight["computed"] and eight["visible"] < one["visible"]  # splash: static blocks only
+    assert one["computed_over_dense_causal"] <= 0.57
+    assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
+
+
 def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
     from sps_jax import pallas_attention as pa
 

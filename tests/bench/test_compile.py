@@ -11,9 +11,11 @@ from tests.helpers import run_module
 
 def test_bench_compile_writes_the_tables_and_json(tmp_path):
     out_json = tmp_path / "compile.json"
+    # The dense attention keeps this about the command's tables (the kernels' compiles: tests/aot).
     out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "train,generate",
                      "--config", "configs/tiny.py:sps,4", "--micro-batches", "1,2", "--remat", "off",
-                     "--no-fit-search", "--batch", "2", "--prefill", "8", "--decode", "8", "--json", out_json)
+                     "--attention", "xla", "--config.model.attention=xla", "--no-fit-search",
+                     "--batch", "2", "--prefill", "8", "--decode", "8", "--json", out_json)
     assert out.returncode == 0, out.stderr
     assert "deviceless compile" in out.stdout
     results = json.loads(out_json.read_text())
@@ -54,17 +56,17 @@ def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of
         mb = config.train.micro_batch
         compiled.append(mb)
         peak = peak_of(mb)
-        return {"variant": config.model.variant, "micro_batch": mb, "remat": bool(config.model.remat),
+        return {"variant": config.model.variant, "attention": config.model.attention, "micro_batch": mb, "remat": bool(config.model.remat),
                 "peak_bytes": peak, "fits": peak <= acc.usable_bytes, "flops": 1.0, "model_flops": 1.0,
                 "compile_s": 0.0}
 
     from sps_jax.aot import programs
     monkeypatch.setattr(programs, "train_step", fake_train_step)
     args = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py", "--variants", "sps",
-                                     "--micro-batches", "1,2", "--remat", "off"])
+                                     "--micro-batches", "1,2", "--remat", "off", "--attention", "auto"])
     rows, largest = bench_compile.train_rows(card, args)
     brute = max(mb for mb in range(1, 1000) if peak_of(mb) <= 40)
-    assert largest == [{"variant": "sps", "remat": False, "largest_micro_batch": brute,
+    assert largest == [{"variant": "sps", "attention": "auto", "remat": False, "largest_micro_batch": brute,
                         "first_that_does_not_fit": brute + 1, "peak_bytes_at_largest": peak_of(brute)}]
     assert len(compiled) == len(set(compiled))  # no micro-batch compiled twice
 
