@@ -45,7 +45,7 @@ def reachable(variant, window, doc_ids_T, layers):
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
-@pytest.mark.parametrize("layers,window", [(1, 0), (1, 3), (2, 2)])
+@pytest.mark.parametrize("layers,window", [(1, 0), pytest.param(1, 3, marks=pytest.mark.slow), (2, 2)])
 def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, window):
     T = 14
     model, params = make_model(variant, window, num_layers=layers, seq_len=T)

@@ -74,6 +74,7 @@ def test_persistent_window_matches_reference(variant):
     assert_matches_reference(Vis(variant, 3, persistent_window=129))
 
 
+@pytest.mark.slow
 def test_other_block_sizes_and_a_longer_unaligned_sequence_match_reference():
     """256-row forward query blocks, 256-key backward key blocks: T = 300 pads to 512."""
     bs = sp.block_sizes(256, 128, block_q_bwd=128, block_kv_bwd=256)

@@ -70,7 +70,7 @@ def brute_force_sq_norms(model, params, inputs, targets):
     return out
 
 
-@pytest.mark.parametrize("variant", ["standard", "sps"])
+@pytest.mark.parametrize("variant", [pytest.param("standard", marks=pytest.mark.slow), "sps"])
 def test_probe_matches_brute_force_per_slot_weight_copies(variant):
     model, params = make(variant, 2, seed=1)
     docs = random_docs([11, 9], seed=2)

@@ -88,7 +88,7 @@ def test_batched_left_padded_generation_equals_per_row_generation(variant):
     assert batched == alone
 
 
-@pytest.mark.parametrize("variant", ["sps", "reverse_sps"])
+@pytest.mark.parametrize("variant", ["sps", pytest.param("reverse_sps", marks=pytest.mark.slow)])
 def test_bucketed_generation_of_mixed_prompts_equals_generating_each_prompt_alone(variant):
     cfg, _, params = small_model(variant, 2)
     rng = np.random.default_rng(3)
