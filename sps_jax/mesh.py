@@ -58,6 +58,13 @@ def state_shardings(mesh: Mesh, abstract_tree):
     return jax.tree_util.tree_map(lambda x: NamedSharding(mesh, param_spec(x.shape, fsdp)), abstract_tree)
 
 
+def placed(abstract_tree, shardings):
+    """Each leaf of ``abstract_tree`` as a ``jax.ShapeDtypeStruct`` placed by the matching leaf of
+    ``shardings``: restore targets, and the arguments of a deviceless compile."""
+    return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                  abstract_tree, shardings)
+
+
 def batch_sharding(mesh: Mesh, leading_axes: int = 0) -> NamedSharding:
     """Sequences split over (data, fsdp); ``leading_axes`` unsplit axes before the batch axis."""
     return NamedSharding(mesh, P(*([None] * leading_axes), BATCH_AXES))

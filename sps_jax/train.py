@@ -201,10 +201,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     writer = None
     try:
         def restore(step):
-            as_target = lambda tree, sh: jax.tree_util.tree_map(  # noqa: E731
-                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, sh)
             params, opt_state, meta, data_state = checkpoint.restore_train_state(
-                ckpts.mngr, step, as_target(run.abstract_params, param_sh), as_target(run.abstract_opt, opt_sh))
+                ckpts.mngr, step, sps_mesh.placed(run.abstract_params, param_sh),
+                sps_mesh.placed(run.abstract_opt, opt_sh))
             elapsed = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
             return params, opt_state, meta, elapsed, loader.train_iterator(dataset, data_state, config.data.prefetch)
 

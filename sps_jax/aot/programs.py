@@ -16,7 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from sps_jax import attention, flops, hardware
+from sps_jax import attention, flops, hardware, mesh as sps_mesh
 from sps_jax import splash_attention
 from sps_jax import model as sps_model
 from sps_jax import train as sps_train
@@ -84,13 +84,9 @@ def _for_target(acc, config):
     return config
 
 
-def _abstract(tree, shardings):
-    return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
-
-
 def _on(tree, sharding):
     """Every leaf of ``tree`` as an abstract array placed by the one ``sharding``."""
-    return _abstract(tree, jax.tree_util.tree_map(lambda _: sharding, tree))
+    return sps_mesh.placed(tree, jax.tree_util.tree_map(lambda _: sharding, tree))
 
 
 _UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
@@ -140,8 +136,8 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     model_flops = flops.train_flops_per_token(cfg) * plan["tokens_per_step"] / len(devices)
     rows = plan["tokens_per_step"] // cfg.seq_len // len(devices)  # sequences per device and step
     return _compile_and_report(
-        acc, lambda: run.step_fn.lower(_abstract(run.abstract_params, run.param_sh),
-                                       _abstract(run.abstract_opt, run.opt_sh), tokens),
+        acc, lambda: run.step_fn.lower(sps_mesh.placed(run.abstract_params, run.param_sh),
+                                       sps_mesh.placed(run.abstract_opt, run.opt_sh), tokens),
         run.mesh, _splash_flops(cfg, rows, cfg.seq_len, backward=True), program="train_step",
         variant=cfg.variant, window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
         micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len, model_flops=model_flops)
