@@ -10,6 +10,7 @@ counts them (``mosaic_kernels``), gives their FLOPs from splash's computed block
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
 
@@ -36,30 +37,33 @@ def memory(compiled) -> dict:
     return sizes
 
 
-def cost_flops(compiled) -> float | None:
-    """FLOPs per device from XLA's cost model, None where it cannot say.
+def cost(compiled) -> dict:
+    """FLOPs and bytes accessed per device from XLA's cost model; a figure it cannot give is None.
 
     TPU executables answer ``cost_analysis()`` themselves. A deviceless GPU executable does not
     ("GetCostAnalysis is not supported"), so its optimised HLO goes through XLA's HLO cost
     analysis on the CPU client (a private jax entry point: any failure gives None). Custom
-    kernels count what their ``cost_estimate`` says (the Pallas kernels give theirs).
+    kernels count what their ``cost_estimate`` says (the Pallas kernels give theirs). Bytes
+    accessed sum every operand and result of every op: a proxy for a memory-bound program's time
+    (a decode step's), not a measurement of it.
     """
     try:
-        cost = compiled.cost_analysis()
+        analysis = compiled.cost_analysis()
     except Exception:  # noqa: BLE001 - unsupported on this executable: fall through
-        cost = None
-    if isinstance(cost, list):
-        cost = cost[0] if cost else None
-    if cost and cost.get("flops"):
-        return float(cost["flops"])
-    try:
-        from jax._src import xla_bridge
-        from jax._src.lib import _jax
+        analysis = None
+    if isinstance(analysis, list):
+        analysis = analysis[0] if analysis else None
+    if not (analysis and analysis.get("flops")):
+        try:
+            from jax._src import xla_bridge
+            from jax._src.lib import _jax
 
-        module = compiled.runtime_executable().hlo_modules()[0]
-        return float(_jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)["flops"])
-    except Exception:  # noqa: BLE001 - private API moved: report no figure rather than a wrong one
-        return None
+            module = compiled.runtime_executable().hlo_modules()[0]
+            analysis = _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
+        except Exception:  # noqa: BLE001 - private API moved: report no figure rather than a wrong one
+            analysis = {}
+    figure = lambda key: float(analysis[key]) if analysis.get(key) else None
+    return {"flops": figure("flops"), "bytes_accessed": figure("bytes accessed")}
 
 
 def mosaic_kernels(compiled) -> int:
@@ -115,7 +119,7 @@ def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, **fields) -> di
                 "flops": None, "compile_s": round(time.perf_counter() - start, 1),
                 "usable_bytes": acc.usable_bytes, "error": text[:300]}
     mem = memory(compiled)
-    report = {**fields, **mem, "flops": cost_flops(compiled), "compile_s": round(time.perf_counter() - start, 1),
+    report = {**fields, **mem, **cost(compiled), "compile_s": round(time.perf_counter() - start, 1),
               "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
     if acc.platform == "tpu":
         report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
@@ -145,8 +149,8 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
 
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
                new_tokens: int) -> list[dict]:
-    """Compile prefill and the decode loop (``sps_jax.inference.generate``) for one device of
-    ``acc`` at a generation workload; one report per program."""
+    """Compile prefill, the decode loop and one decode step (``sps_jax.inference.generate``) for one
+    device of ``acc`` at a generation workload; one report per program."""
     device = topology.devices(acc)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     cfg = dataclasses.replace(cfg, attention=attention.resolve(cfg.attention, acc.platform))
@@ -164,4 +168,11 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     decode = _compile_and_report(acc, lambda: generate.decode_loop.lower(
         cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
         program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
-    return [prefill, decode]
+    # One step of the loop's body alone (parameters already in the compute dtype, the cache
+    # donated): its bytes accessed are what a memory-bound decode step moves.
+    step_params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg), params), sharding)
+    step = jax.jit(functools.partial(generate.decode_step, cfg), donate_argnums=(1,))
+    tokens_B = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
+    step_report = _compile_and_report(acc, lambda: step.lower(step_params, cache, tokens_B),
+                                      program="decode_step", **fields)
+    return [prefill, decode, step_report]

@@ -63,7 +63,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         report.update(status="compile_error", error=" ".join(str(e).split())[:400])
         return report
     mem = programs.memory(compiled)
-    xla_flops = programs.cost_flops(compiled) or 0.0
+    xla_flops = programs.cost(compiled)["flops"] or 0.0
     kernel_flops = sp.kernel_flops(vis, shape.seq_len, shape.heads, shape.head_dim, block_sizes)
     report.update(mem, mosaic_kernels=programs.mosaic_kernels(compiled), xla_flops=xla_flops, kernel_flops=kernel_flops,
                   flops=xla_flops + kernel_flops, fits=mem["peak_bytes"] <= acc.usable_bytes,

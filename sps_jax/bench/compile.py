@@ -238,6 +238,8 @@ def _ratios(rows, keys):
         r["peak_vs_standard"] = r["peak_bytes"] / b["peak_bytes"]
         if r.get("flops") and b.get("flops"):
             r["flops_vs_standard"] = r["flops"] / b["flops"]
+        if r.get("bytes_accessed") and b.get("bytes_accessed"):
+            r["bytes_accessed_vs_standard"] = r["bytes_accessed"] / b["bytes_accessed"]
 
 
 def generation_rows(acc, args) -> list[dict]:
@@ -317,10 +319,13 @@ def print_tables(results) -> None:
                           f"{r['first_that_does_not_fit']} does not fit)" if r["first_that_does_not_fit"]
                           else "the search's upper bound)"))
         if res.get("generate"):
-            print(f"\n{'program':12s} {'attention':9s} {'variant':14s} {'peak GiB':>9s} {'x std':>6s}")
+            print(f"\n{'program':12s} {'attention':9s} {'variant':14s} {'peak GiB':>9s} {'x std':>6s} "
+                  f"{'GB accessed':>11s} {'x std':>6s}")
             for r in res["generate"]:
+                accessed = "-" if r.get("bytes_accessed") is None else f"{r['bytes_accessed'] / 1e9:.3f}"
                 print(f"{r['program']:12s} {r['attention']:9s} {r['variant']:14s} {_peak(r):>9s} "
-                      f"{_ratio(r.get('peak_vs_standard')):>6s}")
+                      f"{_ratio(r.get('peak_vs_standard')):>6s} {accessed:>11s} "
+                      f"{_ratio(r.get('bytes_accessed_vs_standard')):>6s}")
         for err in res.get("errors", []):
             print(f"not compiled: {err}")
 

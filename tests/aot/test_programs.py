@@ -51,15 +51,19 @@ GENERATION_WINDOW = 32
 
 def test_generation_compiles_prefill_and_the_decode_loop():
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config(window=GENERATION_WINDOW).model))
-    prefill, decode = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)
-    assert (prefill["program"], decode["program"]) == ("prefill", "decode_loop")
+    prefill, decode, step = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)
+    assert (prefill["program"], decode["program"], step["program"]) == ("prefill", "decode_loop", "decode_step")
     # The cache (persistent + ring, bf16 K and V per layer) is an input of the decode loop.
     assert decode["argument_bytes"] >= decode["cache_bytes"] > 0
+    # A decode step reads every persistent slot's K and V of every layer at least once:
+    # 2 (K, V) x layers x batch x heads x 32 positions x head dim x 2 bytes (bf16).
+    persistent_bytes = 2 * cfg.num_layers * 2 * cfg.num_heads * 32 * cfg.head_dim * 2
+    assert step["bytes_accessed"] >= persistent_bytes
     bigger = programs.generation(H100, cfg, batch=4, prompt_len=16, new_tokens=16)[1]
     assert bigger["peak_bytes"] > decode["peak_bytes"]
 
 
-def test_cost_flops_of_a_matmul_is_its_count():
+def test_cost_of_a_matmul_is_its_flops_and_bytes():
     from sps_jax.aot import topology
     import jax.numpy as jnp
 
@@ -68,4 +72,7 @@ def test_cost_flops_of_a_matmul_is_its_count():
     w = jax.ShapeDtypeStruct((512, 128), jnp.bfloat16, sharding=jax.sharding.SingleDeviceSharding(dev))
     compiled = jax.jit(lambda x, w: x @ w).lower(x, w).compile()
     # The matmul's 2 M K N, plus at most a little for the conversions around it.
-    assert 2 * 256 * 512 * 128 <= programs.cost_flops(compiled) <= 1.02 * 2 * 256 * 512 * 128
+    figures = programs.cost(compiled)
+    assert 2 * 256 * 512 * 128 <= figures["flops"] <= 1.02 * 2 * 256 * 512 * 128
+    # It reads both bf16 operands and writes the bf16 product: (256x512 + 512x128 + 256x128) x 2 bytes.
+    assert figures["bytes_accessed"] >= (256 * 512 + 512 * 128 + 256 * 128) * 2

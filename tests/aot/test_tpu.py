@@ -84,10 +84,10 @@ def test_a_program_over_the_chips_hbm_is_refused_by_the_compiler_and_reported_as
 @needs_libtpu
 def test_generation_compiles_prefill_with_splash_and_the_decode_loop():
     cfg = sps_model.ModelConfig.from_config(small_config().model)
-    prefill, decode = programs.generation(V6E, cfg, batch=2, prompt_len=16, new_tokens=8)
+    prefill, decode, step = programs.generation(V6E, cfg, batch=2, prompt_len=16, new_tokens=8)
     assert prefill["program"] == "prefill" and prefill["mosaic_kernels"] == cfg.num_layers  # forward only
     assert decode["program"] == "decode_loop" and decode["mosaic_kernels"] == 0  # the cache attends in XLA
-    assert decode["cache_bytes"] > 0 and prefill["fits"] and decode["fits"]
+    assert decode["cache_bytes"] > 0 and prefill["fits"] and decode["fits"] and step["program"] == "decode_step"
 
 
 @needs_libtpu

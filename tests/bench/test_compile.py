@@ -25,8 +25,12 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
         base = next(b for b in train if b["variant"] == "standard" and b["micro_batch"] == r["micro_batch"])
         assert r["peak_vs_standard"] == pytest.approx(r["peak_bytes"] / base["peak_bytes"])
     gen = results["targets"]["h100"]["generate"]
-    assert {(r["program"], r["variant"]) for r in gen} == {(p, v) for p in ("prefill", "decode_loop")
+    assert {(r["program"], r["variant"]) for r in gen} == {(p, v) for p in ("prefill", "decode_loop", "decode_step")
                                                           for v in ("standard", "sps")}
+    step = {r["variant"]: r for r in gen if r["program"] == "decode_step"}
+    assert step["sps"]["bytes_accessed_vs_standard"] == pytest.approx(
+        step["sps"]["bytes_accessed"] / step["standard"]["bytes_accessed"])
+    assert "GB accessed" in out.stdout
 
 
 @pytest.mark.parametrize("args, message", [
