@@ -51,13 +51,14 @@ GENERATION_WINDOW = 32
 
 def test_generation_compiles_prefill_and_the_decode_loop():
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config(window=GENERATION_WINDOW).model))
-    prefill, decode, step = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)
+    batch, prompt_len, new_tokens = 2, 16, 16
+    prefill, decode, step = programs.generation(H100, cfg, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens)
     assert (prefill["program"], decode["program"], step["program"]) == ("prefill", "decode_loop", "decode_step")
     # The cache (persistent + ring, bf16 K and V per layer) is an input of the decode loop.
     assert decode["argument_bytes"] >= decode["cache_bytes"] > 0
-    # A decode step reads every persistent slot's K and V of every layer at least once:
-    # 2 (K, V) x layers x batch x heads x 32 positions x head dim x 2 bytes (bf16).
-    persistent_bytes = 2 * cfg.num_layers * 2 * cfg.num_heads * 32 * cfg.head_dim * 2
+    # A decode step reads every persistent slot's K and V of every layer at least once (bf16: 2 bytes).
+    positions = prompt_len + new_tokens
+    persistent_bytes = 2 * cfg.num_layers * batch * cfg.num_heads * positions * cfg.head_dim * 2
     assert step["bytes_accessed"] >= persistent_bytes
     bigger = programs.generation(H100, cfg, batch=4, prompt_len=16, new_tokens=16)[1]
     assert bigger["peak_bytes"] > decode["peak_bytes"]
