@@ -102,16 +102,18 @@ class Tuning:
         return max(max(t.block_q, t.block_k) for t in (self.forward, self.dq, self.dkv))
 
 
-# Per (compute capability major, head dim padded to a power of two): the defaults. Each has zero
-# register spills in all three kernels for bf16 and f16 on sm_90a and sm_100a (`python -m
-# sps_jax.bench compile`); among those, the H100 entries are the fastest measured against cuDNN
-# (docs/pallas.md, "Per-target defaults"). Unlisted architectures use the Hopper entries.
+# Per (compute capability major, head dim padded to a power of two): the defaults, written for two
+# streams (every variant but standard). Each has zero register spills in all three kernels for bf16
+# and f16 on sm_90a and sm_100a (`python -m sps_jax.bench compile`); among those, the H100 entries
+# are the fastest measured against cuDNN (docs/pallas.md, "Per-target defaults"). Unlisted
+# architectures use the Hopper entries.
 TUNING = {
-    (9, 64): Tuning.uniform(32, 64, num_warps=4, num_stages=3),
-    (9, 128): Tuning(forward=Tiles(32, 64, 4, 2), dq=Tiles(32, 64, 4, 2), dkv=Tiles(32, 32, 4, 2)),
+    (9, 64): Tuning(forward=Tiles(32, 32, 4, 3), dq=Tiles(32, 64, 4, 3), dkv=Tiles(32, 64, 4, 3)),
+    (9, 128): Tuning(forward=Tiles(32, 32, 4, 3), dq=Tiles(32, 64, 4, 2), dkv=Tiles(32, 32, 4, 2)),
     (10, 64): Tuning.uniform(32, 64, num_warps=4, num_stages=3),
     (10, 128): Tuning.uniform(32, 64, num_warps=4, num_stages=2),
 }
+TUNING_STREAMS = 2
 # Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
 _WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
 
@@ -136,13 +138,22 @@ def _target_major() -> int:
     return int(str(cc).split(".")[0]) if cc else 9  # interpret mode: any entry serves
 
 
-def default_tuning(head_dim: int, major: int | None = None) -> Tuning:
-    """The tiles for ``head_dim`` on a GPU of compute capability ``major`` (default: the target)."""
+def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int | None = None) -> Tuning:
+    """The tiles for ``head_dim`` and a variant of ``streams`` streams on a GPU of compute
+    capability ``major`` (default: the target).
+
+    A query tile holds block_q x S rows, the M of its matrix products, which sets its registers and
+    shared memory; so a variant of other than :data:`TUNING_STREAMS` streams takes the table's
+    tiles with block_q scaled to the same rows (standard: twice the positions).
+    """
     major = _target_major() if major is None else major
     width = pl.next_power_of_2(head_dim)
-    if width > 128:
-        return _WIDE_HEADS
-    return TUNING.get((major, max(width, 64))) or TUNING[(9, max(width, 64))]
+    tuning = _WIDE_HEADS if width > 128 else TUNING.get((major, max(width, 64))) or TUNING[(9, max(width, 64))]
+    if streams not in (1, TUNING_STREAMS):
+        raise ValueError(f"streams must be 1 or {TUNING_STREAMS}, got {streams!r}.")
+    scale = TUNING_STREAMS // streams
+    return Tuning(*(dataclasses.replace(t, block_q=t.block_q * scale)
+                    for t in (tuning.forward, tuning.dq, tuning.dkv)))
 
 
 # ----------------------------------------------------------------------------
@@ -597,12 +608,12 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, i
 
     q, k, v ``[B, T, S, H, K]``; returns the same shape and dtype as q, scaled by
     1/sqrt(K) inside. ``tuning`` gives each kernel's tiles, warps and stages (default:
-    :func:`default_tuning` for the head dim and the target GPU); T need not be a
+    :func:`default_tuning` for the head dim, the streams and the target GPU); T need not be a
     multiple of any block. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
     """
     _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
     if tuning is None:
-        tuning = default_tuning(q_BTSHK.shape[-1])
+        tuning = default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2])
     elif not isinstance(tuning, Tuning):
         raise TypeError(f"tuning must be a pallas_attention.Tuning, got {type(tuning).__name__}.")
     return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis,

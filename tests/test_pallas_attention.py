@@ -266,8 +266,14 @@ def test_mixed_tiles_per_kernel_match_reference():
     assert_matches_reference("sps", BLOCK + 1, tuning=tuning)
 
 
-def test_default_tuning_follows_the_target_and_head_dim():
+def test_default_tuning_follows_the_target_head_dim_and_streams():
     assert pa.default_tuning(64, major=9) == pa.TUNING[(9, 64)]
+    # One stream (standard) gets the same rows per query tile: twice the positions, the rest unchanged.
+    one, two = pa.default_tuning(64, 1, major=9), pa.TUNING[(9, 64)]
+    for a, b in zip((one.forward, one.dq, one.dkv), (two.forward, two.dq, two.dkv)):
+        assert (a.block_q, a.block_k, a.num_warps, a.num_stages) == (2 * b.block_q, b.block_k, b.num_warps, b.num_stages)
+    with pytest.raises(ValueError, match="streams"):
+        pa.default_tuning(64, 3)
     assert pa.default_tuning(100, major=10) == pa.TUNING[(10, 128)]  # padded to a power of two
     assert pa.default_tuning(48, major=8) == pa.TUNING[(9, 64)]      # unlisted GPUs use Hopper's
     with pa.lowering_for("10.0"):

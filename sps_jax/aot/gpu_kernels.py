@@ -111,7 +111,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         raise topology.Unavailable('ptxas not found: install the CUDA toolkit or pip install -e ".[aot-gpu]".')
     vis = vis or masks.Visibility("sps")
     major = acc.compute_capability[0]
-    tuning = tuning or pa.default_tuning(shape.head_dim, major)
+    tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major)
     device = topology.devices(acc)[0]
     fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device))
     dump = tempfile.mkdtemp(prefix="sps_jax_ptx_")

@@ -65,17 +65,18 @@ def parse_args(argv):
     if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):
         p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
     try:
-        args.tuning = tuning_from_args(args) if args.backend == "pallas" else None
+        if args.backend == "pallas":
+            tuning_for(args, pa.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
     except ValueError as e:
         p.error(str(e))
     return args
 
 
-def tuning_from_args(args) -> pa.Tuning:
-    """The target's default tiles for the head dim, with any flag given replacing that field in all
-    three kernels."""
-    base = pa.default_tuning(args.head_dim)
+def tuning_for(args, streams: int) -> pa.Tuning:
+    """The target's default tiles for the head dim and a variant of ``streams`` streams, with any
+    flag given replacing that field in all three kernels (--block-q is positions, for every variant)."""
+    base = pa.default_tuning(args.head_dim, streams)
     given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
              if getattr(args, f) is not None}
     if not given:
@@ -83,14 +84,19 @@ def tuning_from_args(args) -> pa.Tuning:
     return pa.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
 
 
+def describe_tiles(t: pa.Tuning) -> str:
+    return ", ".join(f"{name} {x.block_q}x{x.block_k} w{x.num_warps} s{x.num_stages}"
+                     for name, x in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
+
+
 def describe(args) -> str:
     """The kernel's tiles, for the console."""
     if args.backend == "splash":
         bs = splash_blocks(args)
         return f"splash blocks {bs.block_q}x{bs.block_kv}"
-    t = args.tuning
-    return "pallas tiles " + ", ".join(f"{name} {t.block_q}x{t.block_k} w{t.num_warps} s{t.num_stages}"
-                                       for name, t in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
+    one, two = tuning_for(args, 1), tuning_for(args, pa.TUNING_STREAMS)
+    tiles = f"pallas tiles {describe_tiles(two)}"
+    return tiles if one == two else f"{tiles} (standard: {describe_tiles(one)})"
 
 
 def splash_blocks(args):
@@ -100,10 +106,9 @@ def splash_blocks(args):
 def make_kernel(args):
     """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.backend`` with its tiles."""
     if args.backend == "pallas":
-        tuning = args.tuning
-        return (lambda q, k, v, doc, vis, interpret: pa.attention(q, k, v, doc, vis, interpret=interpret,
-                                                                   tuning=tuning),
-                lambda doc, vis: pa.score_counts(doc, vis, tuning))
+        return (lambda q, k, v, doc, vis, interpret: pa.attention(
+                    q, k, v, doc, vis, interpret=interpret, tuning=tuning_for(args, vis.num_streams)),
+                lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
     bs = splash_blocks(args)
     sp._check_block_sizes(bs)
     return (lambda q, k, v, doc, vis, interpret: sp.attention(q, k, v, doc, vis, block_sizes=bs,
@@ -231,6 +236,8 @@ def timing_table(args, interpret=False):
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
         r = row(f"{args.backend} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
         r.update(variant=variant, counts=counts)
+        if args.backend == "pallas":
+            r["tuning"] = dataclasses.asdict(tuning_for(args, vis.num_streams))
         for label, ref in base.items():
             r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
             r[f"fwd_time_vs_dense_{label}"] = r["fwd_ms"] / ref["fwd_ms"]
@@ -276,8 +283,7 @@ def cpu_report(args):
         results["counts_documents"] = count_rows(args, score_counts, args.documents)
     small = SMALL[args.backend]
     blocks = {"block_q": small["block_q"], "block_k": small["block_k"]}
-    kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks, "tuning": pa.Tuning.uniform(
-        small["block_q"], small["block_k"])}))
+    kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks}))
     window = min(w, 20)
     print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
     rng = np.random.default_rng(0)
@@ -302,9 +308,9 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     on_device = jax.default_backend() in ("gpu", "tpu")
     results = timing_table(args) if on_device else cpu_report(args)
-    config = {k: v for k, v in vars(args).items() if k != "tuning"}
-    tiles = (dataclasses.asdict(args.tuning) if args.tuning else  # splash: its block sizes (not its layouts)
-             {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})
+    config = vars(args)
+    tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend == "pallas" else
+             {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     bench.write_results(args.json, results)

@@ -6,7 +6,7 @@ here, ptxas reports registers and spills, and an over-sized tiling fails XLA's s
 
 import pytest
 
-from sps_jax import hardware
+from sps_jax import hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.aot import gpu_kernels
 
@@ -14,11 +14,13 @@ H100, B200 = hardware.ACCELERATORS["h100"], hardware.ACCELERATORS["b200"]
 SMALL_T = 1024  # the binary depends on T only through a loop bound: small T compiles faster
 
 
+@pytest.mark.parametrize("variant", ["sps", "standard"])  # two streams, and one with twice the positions
 @pytest.mark.parametrize("dtype", ["bfloat16", pytest.param("float16", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("acc", [H100, B200], ids=["sm_90a", "sm_100a"])
-def test_default_tiles_compile_without_register_spills(acc, head_dim, dtype):
-    report = gpu_kernels.kernel_report(acc, gpu_kernels.Shape("t", 2, head_dim, SMALL_T), dtype)
+def test_default_tiles_compile_without_register_spills(acc, head_dim, dtype, variant):
+    vis = masks.Visibility(variant)
+    report = gpu_kernels.kernel_report(acc, gpu_kernels.Shape("t", 2, head_dim, SMALL_T), dtype, vis=vis)
     assert report["status"] == "ok", report.get("error")
     assert report["arch"] == acc.sm_arch
     assert set(report["kernels"]) == set(gpu_kernels.KERNELS)
@@ -26,7 +28,7 @@ def test_default_tiles_compile_without_register_spills(acc, head_dim, dtype):
         assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (name, k)
         assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (name, k)
         assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
-    tuning = pa.default_tuning(head_dim, acc.compute_capability[0])
+    tuning = pa.default_tuning(head_dim, vis.num_streams, major=acc.compute_capability[0])
     fwd = report["kernels"]["sps_flash_forward"]
     assert fwd["grid"] == [1, 2, SMALL_T // tuning.forward.block_q]  # (batch, heads, query tiles)
 
