@@ -8,6 +8,8 @@ it returns the attention output in the same shape and dtype as q. Backends apply
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -27,34 +29,36 @@ def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     return jnp.swapaxes(o_BHNK, 1, 2).reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
 
 
-def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
-    """Softmax attention of Q query slots over C key slots under a boolean mask, f32 scores and
-    output [B, H, Q, K].
-
-    Shared by the dense reference and the KV-cache decode step (sps_jax.inference.kv_cache).
-    ``k_BHCK``/``v_BHCK`` may also be sequences of key blocks [B, H, C_i, K], logically
-    concatenated along C: only the small score rows are concatenated, never the cached keys.
-    """
-    k_blocks = k_BHCK if isinstance(k_BHCK, (list, tuple)) else [k_BHCK]
-    v_blocks = v_BHCK if isinstance(v_BHCK, (list, tuple)) else [v_BHCK]
-    K = q_BHQK.shape[-1]
-    scores_BHQC = jnp.concatenate(
-        [jnp.einsum("bhqk,bhck->bhqc", q_BHQK, k, preferred_element_type=jnp.float32) for k in k_blocks],
-        axis=-1) * (K ** -0.5)
+def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
+    """One key block's share of a softmax: (row max [B, H, Q, 1], row sum [B, H, Q, 1], unnormalised
+    output [B, H, Q, K] f32). :func:`merge_partials` of several blocks is softmax attention over
+    their union; a fully hidden row has sum 0 and output 0."""
+    scores_BHQC = jnp.einsum("bhqk,bhck->bhqc", q_BHQK, k_BHCK,
+                             preferred_element_type=jnp.float32) * q_BHQK.shape[-1] ** -0.5
+    mask_BHQC = mask_BQC[:, None]
     # A finite fill plus multiplying by the mask keeps fully hidden rows at exactly
     # zero output and zero gradient instead of NaN.
-    scores_BHQC = jnp.where(mask_BQC[:, None], scores_BHQC, -1e30)
-    row_max = jax.lax.stop_gradient(scores_BHQC.max(axis=-1, keepdims=True))
-    p_BHQC = jnp.exp(scores_BHQC - row_max) * mask_BQC[:, None]
-    denom = p_BHQC.sum(axis=-1, keepdims=True)
-    p_BHQC = p_BHQC / jnp.where(denom > 0, denom, 1.0)
-    o_BHQK, start = 0.0, 0
-    for v in v_blocks:
-        n = v.shape[2]
-        o_BHQK = o_BHQK + jnp.einsum("bhqc,bhck->bhqk", p_BHQC[..., start:start + n].astype(v.dtype), v,
-                                     preferred_element_type=jnp.float32)
-        start += n
-    return o_BHQK
+    scores_BHQC = jnp.where(mask_BHQC, scores_BHQC, -1e30)
+    max_BHQ1 = jax.lax.stop_gradient(scores_BHQC.max(axis=-1, keepdims=True))
+    p_BHQC = jnp.exp(scores_BHQC - max_BHQ1) * mask_BHQC
+    o_BHQK = jnp.einsum("bhqc,bhck->bhqk", p_BHQC.astype(v_BHCK.dtype), v_BHCK, preferred_element_type=jnp.float32)
+    return max_BHQ1, p_BHQC.sum(axis=-1, keepdims=True), o_BHQK
+
+
+def merge_partials(parts):
+    """Softmax attention [B, H, Q, K] f32 from the :func:`softmax_partials` of disjoint key blocks:
+    each block is rescaled to the common row max, so no scores or keys are concatenated."""
+    row_max = functools.reduce(jnp.maximum, [m for m, _, _ in parts])
+    # exp(m_i - max) depends only on the (stopped) maxima: the merge is exact softmax for any choice.
+    denom = sum(jnp.exp(m - row_max) * total for m, total, _ in parts)
+    out_BHQK = sum(jnp.exp(m - row_max) * o for m, _, o in parts)
+    return out_BHQK / jnp.where(denom > 0, denom, 1.0)
+
+
+def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
+    """Softmax attention of Q query slots over C key slots under a boolean mask, f32 scores and
+    output [B, H, Q, K] (the dense reference's core)."""
+    return merge_partials([softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC)])
 
 
 # What "auto" means on each platform; anything not listed gets the dense reference.

@@ -30,6 +30,7 @@ import numpy as np
 from flax import struct
 
 from sps_jax import attention, masks
+from sps_jax.inference import decode_attention
 from sps_jax import model as sps_model
 
 
@@ -131,6 +132,7 @@ class _LayerView:
     ring_pos_BR: jax.Array  # before this step's write
     ring_doc_BR: jax.Array
     index: jax.Array        # cache position written by this call
+    past_lo_B: jax.Array | None  # decode: the first past slot the rows see (see past_start)
     cfg: sps_model.ModelConfig = struct.field(pytree_node=False)
     prefill: bool = struct.field(pytree_node=False)
 
@@ -158,49 +160,61 @@ class _LayerView:
         return jax.lax.optimization_barrier((o_BTSHK, kv))
 
     def _decode(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
-        """One position: attend over persistent slots (this one written first), ring and own window slot."""
+        """One position i: attend over each persistent stream's past slots, then over this position's
+        slot of every stream and the ring (the windowed stream's last R positions), merging the
+        softmax partials of the blocks (no keys or scores are concatenated)."""
         vis = self.cfg.visibility
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"
         persistent, windowed = cache_streams(vis)
         t = self.index
         dt = q_BTSHK.dtype
-        write = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(
-            buf, new_BTSHK[:, 0, s][:, :, None].astype(buf.dtype), (0, 0, t, 0))
-            for buf, s in zip(bufs, persistent))
-        kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_BTSHK), v_BHTK=write(self.kv.v_BHTK, v_BTSHK))
-        # Key blocks [B, H, C_i, K]: each persistent stream, then the ring, then this step's windowed slot.
-        keys, values = list(kv.k_BHTK), list(kv.v_BHTK)
-        k_pos = [self.slot_pos_BT] * len(persistent)
-        k_doc = [self.slot_doc_BT] * len(persistent)
-        Tmax = self.slot_pos_BT.shape[1]
-        k_stream = [np.full(Tmax, s) for s in persistent]
+        heads_first = lambda x_BTSHK: jnp.swapaxes(x_BTSHK[:, 0], 1, 2).astype(dt)  # noqa: E731  [B, H, S, K]
+        q_BHSK, k_now_BHSK, v_now_BHSK = heads_first(q_BTSHK), heads_first(k_BTSHK), heads_first(v_BTSHK)
+        write = lambda bufs, new_BHSK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
+            buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
+        kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
+        split = decode_attention.kernel_split(self.cfg.attention, self.slot_pos_BT.shape[1])
+        parts = [decode_attention.past_partials(q_BHSK, k, v, self.past_lo_B, t, split)
+                 for k, v in zip(kv.k_BHTK, kv.v_BHTK)]  # the written buffers: slot t lies outside [lo, t)
+        # This position's slots (every stream) and the ring, under the training rule.
+        keys, values = [k_now_BHSK], [v_now_BHSK]
+        k_pos, k_doc = [jnp.broadcast_to(positions_BT, (B, S))], [jnp.broadcast_to(doc_ids_BT, (B, S))]
+        k_stream = [np.arange(S)]
         R = self.kv.k_BHRK.shape[2]
         if R:
             w = windowed[0]
-            k_new_BH1K = k_BTSHK[:, 0, w][:, :, None].astype(dt)
-            v_new_BH1K = v_BTSHK[:, 0, w][:, :, None].astype(dt)
-            keys += [self.kv.k_BHRK, k_new_BH1K]
-            values += [self.kv.v_BHRK, v_new_BH1K]
-            k_pos += [self.ring_pos_BR, positions_BT]
-            k_doc += [self.ring_doc_BR, doc_ids_BT]
-            k_stream += [np.full(R + 1, w)]
-            kv = kv.replace(k_BHRK=jax.lax.dynamic_update_slice_in_dim(kv.k_BHRK, k_new_BH1K, t % R, axis=2),
-                            v_BHRK=jax.lax.dynamic_update_slice_in_dim(kv.v_BHRK, v_new_BH1K, t % R, axis=2))
-        k_pos_BC = jnp.concatenate(k_pos, axis=1)
-        k_doc_BC = jnp.concatenate(k_doc, axis=1)
+            keys.append(self.kv.k_BHRK)
+            values.append(self.kv.v_BHRK)
+            k_pos.append(self.ring_pos_BR)
+            k_doc.append(self.ring_doc_BR)
+            k_stream.append(np.full(R, w))
+            kv = kv.replace(
+                k_BHRK=jax.lax.dynamic_update_slice_in_dim(kv.k_BHRK, k_now_BHSK[:, :, w:w + 1], t % R, axis=2),
+                v_BHRK=jax.lax.dynamic_update_slice_in_dim(kv.v_BHRK, v_now_BHSK[:, :, w:w + 1], t % R, axis=2))
+        k_pos_BC, k_doc_BC = jnp.concatenate(k_pos, axis=1), jnp.concatenate(k_doc, axis=1)
         k_stream_C = jnp.asarray(np.concatenate(k_stream))
-        q_stream_S = jnp.arange(S)
-        # The training rule, queried per (query stream, key slot); empty slots have document -1.
-        mask_BSC = masks.visible(vis, positions_BT[:, :, None], q_stream_S[None, :, None], doc_ids_BT[:, :, None],
+        mask_BSC = masks.visible(vis, positions_BT[:, :, None], jnp.arange(S)[None, :, None], doc_ids_BT[:, :, None],
                                  k_pos_BC[:, None, :], k_stream_C[None, None, :], k_doc_BC[:, None, :])
-        # Key blocks stay separate: concatenating them would copy the whole cache every step.
-        q_BHSK = jnp.swapaxes(q_BTSHK[:, 0], 1, 2).astype(dt)
-        o_BHSK = attention.masked_attention(q_BHSK, keys, values, mask_BSC)
+        concat = lambda blocks: blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=2)  # noqa: E731
+        parts.append(attention.softmax_partials(q_BHSK, concat(keys), concat(values), mask_BSC))
+        o_BHSK = attention.merge_partials(parts)
         return jnp.swapaxes(o_BHSK, 1, 2)[:, None].astype(q_BTSHK.dtype), kv
+
+
+def past_start(vis: masks.Visibility, slot_pos_BT, slot_doc_BT, end):
+    """[B] int32: the first cache slot that position ``end``'s rows see among slots [0, end) of a
+    persistent stream (``end`` when none): the past is one interval, for every query stream alike."""
+    T = slot_pos_BT.shape[1]
+    now = lambda x_BT: jax.lax.dynamic_slice_in_dim(x_BT, end, 1, axis=1)  # noqa: E731
+    stream = cache_streams(vis)[0][0]
+    seen_BT = masks.visible(vis, now(slot_pos_BT), stream, now(slot_doc_BT), slot_pos_BT, stream, slot_doc_BT)
+    seen_BT = seen_BT & (jnp.arange(T)[None] < end)
+    return jnp.where(seen_BT.any(axis=1), jnp.argmax(seen_BT, axis=1), end).astype(jnp.int32)
 
 
 def views(cfg: sps_model.ModelConfig, cache: Cache, slot_pos_BT, slot_doc_BT, prefill: bool):
     """One view per layer, the ``cache`` argument of ``Transformer`` for a prefill or a decode step."""
+    past_lo_B = None if prefill else past_start(cfg.visibility, slot_pos_BT, slot_doc_BT, cache.length)
     return [_LayerView(kv, slot_pos_BT, slot_doc_BT, cache.ring_pos_BR, cache.ring_doc_BR, cache.length,
-                       cfg, prefill) for kv in cache.layers]
+                       past_lo_B, cfg, prefill) for kv in cache.layers]

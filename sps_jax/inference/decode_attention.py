@@ -1,0 +1,70 @@
+"""A decode step's attention over the cache's past slots: jax's Pallas GPU decode kernel, or XLA.
+
+At position i the query rows (one per stream) all see the same past slots of a persistent stream:
+the slots [lo, i) of i's document (within ``persistent_window`` when one is set); visibility among
+past slots does not depend on the query stream, and documents are contiguous runs. So the past is
+one interval per batch row, the shape jax's maintained decode kernel takes
+(``jax.experimental.pallas.ops.gpu.decode_attention.gqa``): the S query rows are the query heads of
+one key/value head, so K and V are read once for all of them, and only up to i. Elsewhere (CPU, TPU,
+or a cache length the kernel cannot split) XLA computes the same partials over the whole cache
+under the interval's mask. Both return softmax partials (:func:`sps_jax.attention.softmax_partials`)
+for the step to merge with this position's slots and the ring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from sps_jax import attention
+from sps_jax import mesh as sps_mesh
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """How the kernel walks T cache slots: ``k_splits`` programs per (row, head), each looping over
+    blocks of ``block_k`` slots (16 x block_k score tiles: 16 is the kernel's query-row tile)."""
+
+    k_splits: int
+    block_k: int
+    interpret: bool = False
+
+
+def split_for(T: int, interpret: bool = False) -> Split | None:
+    """The most parallel split of T slots the kernel accepts (T divisible by k_splits, each split a
+    multiple of block_k >= 16), or None when T has none."""
+    for k_splits in (16, 8, 4, 2, 1):
+        for block_k in (64, 32, 16):
+            if T % k_splits == 0 and (T // k_splits) % block_k == 0:
+                return Split(k_splits, block_k, interpret)
+    return None
+
+
+def kernel_split(attention_backend: str, T: int) -> Split | None:
+    """The kernel's split when the step is traced for a GPU with the pallas backend, else None (XLA)."""
+    platform = sps_mesh.target_platform()
+    if platform != "gpu" or attention.resolve(attention_backend, platform) != "pallas":
+        return None
+    return split_for(T)
+
+
+def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
+    """Softmax partials of the S query rows over slots [lo_B, end) of one persistent stream's cache."""
+    B, H, S, K = q_BHSK.shape
+    T = k_BHTK.shape[2]
+    if split is None:
+        slot_T = jnp.arange(T)
+        mask_B1T = ((slot_T[None] >= lo_B[:, None]) & (slot_T[None] < end))[:, None]
+        return attention.softmax_partials(q_BHSK, k_BHTK, v_BHTK, jnp.broadcast_to(mask_B1T, (B, S, T)))
+    from jax.experimental.pallas.ops.gpu import decode_attention as jax_decode
+
+    slots_first = lambda x_BHTK: jnp.swapaxes(x_BHTK, 1, 2)  # noqa: E731  (the kernel's [B, T, H, K])
+    o_BNK, (sum_BN, max_BN) = jax_decode.gqa(
+        q_BHSK.reshape(B, H * S, K), slots_first(k_BHTK), slots_first(v_BHTK),
+        start_idx=lo_B.astype(jnp.int32), kv_seq_len=jnp.asarray(end, jnp.int32), sm_scale=K ** -0.5,
+        block_k=split.block_k, k_splits=split.k_splits, return_residuals=True, interpret=split.interpret)
+    # The kernel returns the normalised output; the merge wants it times its row sum.
+    sum_BHS1, max_BHS1 = sum_BN.reshape(B, H, S, 1), max_BN.reshape(B, H, S, 1)
+    return max_BHS1, sum_BHS1, o_BNK.reshape(B, H, S, K).astype(jnp.float32) * sum_BHS1

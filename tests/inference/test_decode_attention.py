@@ -1,0 +1,60 @@
+"""The decode step's past-slot attention: jax's GPU decode kernel (run here in Pallas's interpreter) gives
+the same softmax partials as XLA's masked product, and decoding through it still equals the full forward."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sps_jax import attention, masks
+from sps_jax.inference import decode_attention, kv_cache
+from sps_jax.inference import generate as gen
+from tests.helpers import EOS, small_model
+
+
+def test_split_divides_the_cache_into_whole_blocks_or_declines():
+    assert decode_attention.split_for(4096) == decode_attention.Split(16, 64)
+    assert decode_attention.split_for(48) == decode_attention.Split(1, 16)
+    for T in (1, 15, 20, 4100):
+        assert decode_attention.split_for(T) is None  # XLA serves these lengths
+
+
+def test_kernel_partials_equal_the_masked_product_including_empty_rows():
+    rng = np.random.default_rng(0)
+    B, H, S, K, T = 3, 2, 2, 16, 64
+    q, k, v = (jnp.asarray(rng.normal(size=shape), jnp.float32)
+               for shape in ((B, H, S, K), (B, H, T, K), (B, H, T, K)))
+    end = 40
+    lo_B = jnp.asarray([0, 17, end], jnp.int32)  # the last row sees no past slot at all
+    want = decode_attention.past_partials(q, k, v, lo_B, end, None)
+    got = decode_attention.past_partials(q, k, v, lo_B, end, decode_attention.split_for(T, interpret=True))
+    # Merged with a block every row sees (as the step's own slot is), the outputs agree.
+    own = attention.softmax_partials(q, k[:, :, :1], v[:, :, :1], jnp.ones((B, S, 1), bool))
+    np.testing.assert_allclose(np.asarray(attention.merge_partials([got, own])),
+                               np.asarray(attention.merge_partials([want, own])), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got[1])[:2], np.asarray(want[1])[:2], rtol=1e-5)
+    assert float(np.abs(np.asarray(got[1])[2]).max()) == 0.0  # an empty row contributes nothing
+
+
+@pytest.mark.parametrize("variant", ["sps", "reverse_sps", pytest.param("two_x_memory", marks=pytest.mark.slow)])
+def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatch):
+    monkeypatch.setattr(decode_attention, "kernel_split",
+                        lambda backend, T: decode_attention.split_for(T, interpret=True))
+    cfg, model, params = small_model(variant, 3)
+    T, prompt_len = 32, 20
+    tokens = np.random.default_rng(1).integers(0, 50, (2, T))
+    tokens[0, 22] = EOS  # decoding across an EOS: the past interval restarts
+    tokens = jnp.asarray(tokens, jnp.int32)
+    full_BTV = model.apply({"params": params}, tokens)
+    cache, _ = gen.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
+    step = jax.jit(gen.decode_step, static_argnums=0)  # a fresh trace, through the patched kernel choice
+    for i in range(prompt_len, T):
+        logits_BV, cache = step(cfg, params, cache, tokens[:, i])
+        np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)
+
+
+def test_the_past_is_one_interval_per_row():
+    vis = masks.Visibility("sps", 2)
+    slot_doc = jnp.asarray([[0, 0, 1, 1, 1, -1], [-1, -1, 0, 0, 0, -1]], jnp.int32)  # row 1: left padding
+    slot_pos = jnp.asarray([[0, 1, 2, 3, 4, 0], [0, 0, 0, 1, 2, 0]], jnp.int32)
+    np.testing.assert_array_equal(np.asarray(kv_cache.past_start(vis, slot_pos, slot_doc, 4)), [2, 2])
