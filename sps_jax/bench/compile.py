@@ -326,6 +326,8 @@ def print_tables(results) -> None:
                 print(f"{r['program']:12s} {r['attention']:9s} {r['variant']:14s} {_peak(r):>9s} "
                       f"{_ratio(r.get('peak_vs_standard')):>6s} {accessed:>11s} "
                       f"{_ratio(r.get('bytes_accessed_vs_standard')):>6s}")
+            print("GB accessed is XLA's cost model, which counts custom kernels (the Pallas attention and, on a GPU,\n"
+                  "the decode step's cache reads) as accessing nothing: compare it across variants with care.")
         for err in res.get("errors", []):
             print(f"not compiled: {err}")
 
