@@ -14,6 +14,7 @@ for the step to merge with this position's slots and the ring.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import jax
 import jax.numpy as jnp
@@ -42,10 +43,16 @@ def split_for(T: int, interpret: bool = False) -> Split | None:
     return None
 
 
+KERNEL_MODULE = "jax.experimental.pallas.ops.gpu.decode_attention"
+
+
 def kernel_split(attention_backend: str, T: int) -> Split | None:
-    """The kernel's split when the step is traced for a GPU with the pallas backend, else None (XLA)."""
+    """The kernel's split when the step is traced for a GPU with the pallas backend and this jax still
+    has the kernel (jax 0.12 marks it deprecated), else None (XLA)."""
     platform = sps_mesh.target_platform()
     if platform != "gpu" or attention.resolve(attention_backend, platform) != "pallas":
+        return None
+    if importlib.util.find_spec(KERNEL_MODULE) is None:
         return None
     return split_for(T)
 
@@ -58,7 +65,7 @@ def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
         slot_T = jnp.arange(T)
         mask_B1T = ((slot_T[None] >= lo_B[:, None]) & (slot_T[None] < end))[:, None]
         return attention.softmax_partials(q_BHSK, k_BHTK, v_BHTK, jnp.broadcast_to(mask_B1T, (B, S, T)))
-    from jax.experimental.pallas.ops.gpu import decode_attention as jax_decode
+    jax_decode = importlib.import_module(KERNEL_MODULE)
 
     slots_first = lambda x_BHTK: jnp.swapaxes(x_BHTK, 1, 2)  # noqa: E731  (the kernel's [B, T, H, K])
     o_BNK, (sum_BN, max_BN) = jax_decode.gqa(
