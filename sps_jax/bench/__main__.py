@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m sps_jax.bench {attention,train,generate,smoke,compile} ...`` (``sps-bench``).
+"""Benchmarks: ``python -m sps_jax.bench {attention,tiles,train,generate,smoke,compile} ...`` (``sps-bench``).
 
 Each command lives in its own module (``sps_jax.bench.<name>``, a ``main(argv)``), so this
 entry point stays a thin dispatcher. Figures are ratios measured side by side in one run;
@@ -14,6 +14,7 @@ from sps_jax import cli
 
 COMMANDS = {
     "attention": "Pallas attention vs jax.nn.dot_product_attention, forward and backward",
+    "tiles": "sweep each Pallas kernel's tiles, warps and stages against cuDNN (GPU)",
     "train": "training step throughput (input tokens/s) and MFU",
     "generate": "prefill + decode throughput and peak memory of every variant vs Standard",
     "smoke": "forward, loss and gradient of every variant on a config (a quick health check)",

@@ -162,7 +162,8 @@ class _LayerView:
     def _decode(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
         """One position i: attend over each persistent stream's past slots, then over this position's
         slot of every stream and the ring (the windowed stream's last R positions), merging the
-        softmax partials of the blocks (no keys or scores are concatenated)."""
+        softmax partials of the blocks: the cache's keys and scores are never concatenated, only
+        the S + R keys of the small block are."""
         vis = self.cfg.visibility
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"

@@ -1,0 +1,127 @@
+"""``python -m sps_jax.bench tiles``: sweep each Pallas kernel's tiles, warps and stages against cuDNN.
+
+Each kernel (forward, dQ, dK/dV) is swept alone with the other two at the default
+(``pallas_attention.default_tuning`` for the head dim, the variant's streams and this GPU): the
+forward is timed alone, dQ and dK/dV by forward + backward (the same forward in every row, so the
+differences are the swept kernel's). cuDNN's causal attention over the same 2T slots is timed in
+the same process as the yardstick. Per kernel it prints every launch sorted by time, the default
+marked, and writes all of it with ``--json``. A launch the compiler refuses (shared memory, say)
+is reported, not fatal. What to do with the result: pick spill-free winners
+(``python -m sps_jax.bench compile --only kernels``) for ``pallas_attention.TUNING``.
+
+Timings need a GPU; on other machines the command says so and stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+
+import jax
+import jax.numpy as jnp
+
+from sps_jax import bench, cli, masks
+from sps_jax import pallas_attention as pa
+from sps_jax.bench import attention as bench_attention
+
+KERNEL_FIELDS = ("forward", "dq", "dkv")
+TILE_SHAPES = ((32, 32), (32, 64), (64, 32), (64, 64), (128, 64), (64, 128), (128, 128))
+LAUNCHES = ((4, 2), (4, 3), (8, 2), (8, 3))  # (warps, stages)
+
+
+def candidates(default: pa.Tuning, kernel: str, shapes=TILE_SHAPES, launches=LAUNCHES) -> list[pa.Tuning]:
+    """``default`` with ``kernel``'s tiles replaced by every (block_q, block_k) x (warps, stages)."""
+    return [dataclasses.replace(default, **{kernel: pa.Tiles(bq, bk, w, s)})
+            for (bq, bk), (w, s) in itertools.product(shapes, launches)]
+
+
+def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> dict:
+    """Times every candidate of every kernel in ``args.kernels`` (interpret=True: the plumbing on CPU)."""
+    dtype = jnp.dtype(args.dtype)
+    B, T, H, Dh = args.batch, args.seq_len, args.heads, args.head_dim
+    vis = masks.Visibility(args.variant, args.window)
+    key = jax.random.PRNGKey(0)
+    doc = jnp.zeros((B, T), jnp.int32)
+    q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
+    baseline = bench_attention.baseline_rows(args, dtype, key)["2T"]  # reads the shape fields of args
+    default = pa.default_tuning(Dh, vis.num_streams)
+    out = {"variant": args.variant, "baseline": baseline, "default": dataclasses.asdict(default), "kernels": {}}
+    for kernel in args.kernels:
+        rows = []
+        for tuning in candidates(default, kernel, shapes, launches):
+            tiles = getattr(tuning, kernel)
+            row = {**dataclasses.asdict(tiles), "default": tiles == getattr(default, kernel)}
+            fn = lambda q, k, v, tuning=tuning: pa.attention(q, k, v, doc, vis, interpret=interpret,  # noqa: E731
+                                                            tuning=tuning)
+            try:
+                t_f, t_fb = bench_attention.time_pair(fn, q, k, v, args.iters)
+            except Exception as e:  # the compiler's verdict on this launch (e.g. shared memory) is a result
+                row["error"] = " ".join(str(e).split())[:200]
+            else:
+                ms, ref = (t_f, baseline["fwd_ms"]) if kernel == "forward" else (t_fb, baseline["fwd_bwd_ms"])
+                row.update(ms=1e3 * ms, vs_cudnn_2t=1e3 * ms / ref)
+            rows.append(row)
+            print(f"  {kernel:7s} {_launch(row)}: " + (f"{row['ms']:.3f} ms ({row['vs_cudnn_2t']:.3f} of cuDNN 2T)"
+                                                      if "ms" in row else f"failed: {row['error'][:80]}"), flush=True)
+        timed = sorted((r for r in rows if "ms" in r), key=lambda r: r["ms"])
+        out["kernels"][kernel] = {"rows": rows, "best": timed[0] if timed else None}
+    return out
+
+
+def _launch(row) -> str:
+    mark = " (default)" if row["default"] else ""
+    return f"{row['block_q']}x{row['block_k']} w{row['num_warps']} s{row['num_stages']}{mark}"
+
+
+def print_summary(result: dict) -> None:
+    b = result["baseline"]
+    print(f"\ncuDNN causal 2T: fwd {b['fwd_ms']:.3f} ms, fwd+bwd {b['fwd_bwd_ms']:.3f} ms "
+          f"({b.get('implementation', '')}); forward rows are forward times, dq/dkv rows forward + backward")
+    for kernel, res in result["kernels"].items():
+        default = next((r for r in res["rows"] if r["default"] and "ms" in r), None)
+        best = res["best"]
+        if best is None:
+            print(f"{kernel:7s} no launch compiled")
+            continue
+        print(f"{kernel:7s} best {_launch(best)}: {best['ms']:.3f} ms" +
+              (f"; default {default['ms']:.3f} ms" if default else "; the default is not in the grid"))
+
+
+def parse_args(argv):
+    p = cli.ArgumentParser(prog="python -m sps_jax.bench tiles", description=__doc__.split("\n")[0])
+    p.add_argument("--variant", default="sps", choices=masks.VARIANTS)
+    p.add_argument("--kernels", nargs="+", default=list(KERNEL_FIELDS), choices=KERNEL_FIELDS)
+    p.add_argument("--batch", type=int, default=6)
+    p.add_argument("--seq-len", type=int, default=4096, help="T, input positions")
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
+    bench.add_json_flag(p)
+    args = p.parse_args(argv)
+    for name in ("batch", "seq_len", "heads", "head_dim", "iters"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be a positive integer.")
+    if args.window < 0:
+        p.error("--window must be a non-negative integer.")
+    if jax.default_backend() != "gpu":
+        p.error(f"the tile sweep times the Pallas kernels on a GPU, and this machine has none (jax backend "
+                f"{jax.default_backend()}): run it where one is attached.")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    print(f"{args.variant}: B={args.batch} T={args.seq_len} H={args.heads} Dh={args.head_dim} w={args.window} "
+          f"{args.dtype} on {jax.devices()[0].device_kind}", flush=True)
+    result = sweep(args)
+    print_summary(result)
+    result.update(config=vars(args), device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
+    bench.write_results(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The tile sweep: its candidates change one kernel at a time, its timing plumbing (interpret mode) reports
+every launch, marks the default and picks the fastest, and without a GPU it stops with one sentence."""
+
+import pytest
+
+from sps_jax import pallas_attention as pa
+from sps_jax.bench import __main__ as bench_main, tiles
+from tests import fuzz
+
+
+def test_candidates_vary_only_the_named_kernel():
+    default = pa.default_tuning(64, 2, major=9)
+    for kernel in tiles.KERNEL_FIELDS:
+        got = tiles.candidates(default, kernel)
+        assert len(got) == len(tiles.TILE_SHAPES) * len(tiles.LAUNCHES)
+        assert len({getattr(t, kernel) for t in got}) == len(got)
+        for other in set(tiles.KERNEL_FIELDS) - {kernel}:
+            assert {getattr(t, other) for t in got} == {getattr(default, other)}
+
+
+def test_sweep_plumbing_reports_every_launch_and_the_fastest(monkeypatch):
+    # The CPU has no GPU to time: run the sweep's code on a tiny shape in Pallas's interpreter.
+    args = type("Args", (), dict(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,
+                                 head_dim=8, window=4, dtype="float32", iters=1))()
+    fwd = pa.default_tuning(8, 2).forward
+    launches = ((fwd.num_warps, fwd.num_stages), (8, 2))
+    result = tiles.sweep(args, interpret=True, shapes=((8, 8), (fwd.block_q, fwd.block_k)), launches=launches)
+    assert set(result["kernels"]) == {"forward", "dkv"}
+    for kernel, res in result["kernels"].items():
+        rows = res["rows"]
+        assert len(rows) == 4 and all("ms" in r and r["ms"] > 0 for r in rows)
+        assert res["best"]["ms"] == min(r["ms"] for r in rows)
+        assert [r["default"] for r in rows].count(True) == (1 if kernel == "forward" else 0)  # the grid holds it
+        ref = result["baseline"]["fwd_ms" if kernel == "forward" else "fwd_bwd_ms"]
+        assert rows[0]["vs_cudnn_2t"] == pytest.approx(rows[0]["ms"] / ref)
+
+
+def test_without_a_gpu_the_command_stops_with_one_sentence():
+    outcome = fuzz.call(bench_main.main, ["tiles"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "on a GPU" in outcome.stderr
