@@ -84,9 +84,12 @@ def tuning_for(args, streams: int) -> pa.Tuning:
     return pa.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
 
 
+def tiles_label(x: pa.Tiles) -> str:
+    return f"{x.block_q}x{x.block_k} w{x.num_warps} s{x.num_stages}"
+
+
 def describe_tiles(t: pa.Tuning) -> str:
-    return ", ".join(f"{name} {x.block_q}x{x.block_k} w{x.num_warps} s{x.num_stages}"
-                     for name, x in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
+    return ", ".join(f"{name} {tiles_label(x)}" for name, x in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
 
 
 def describe(args) -> str:

@@ -4,8 +4,8 @@ Each kernel (forward, dQ, dK/dV) is swept alone with the other two at the defaul
 (``pallas_attention.default_tuning`` for the head dim, the variant's streams and this GPU): the
 forward is timed alone, dQ and dK/dV by forward + backward (the same forward in every row, so the
 differences are the swept kernel's). cuDNN's causal attention over the same 2T slots is timed in
-the same process as the yardstick. Per kernel it prints every launch sorted by time, the default
-marked, and writes all of it with ``--json``. A launch the compiler refuses (shared memory, say)
+the same process as the yardstick. It prints every launch as it is timed (the default marked), then
+per kernel the fastest beside the default, and writes all of it with ``--json``. A launch the compiler refuses (shared memory, say)
 is reported, not fatal. What to do with the result: pick spill-free winners
 (``python -m sps_jax.bench compile --only kernels``) for ``pallas_attention.TUNING``.
 
@@ -44,6 +44,7 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
     key = jax.random.PRNGKey(0)
     doc = jnp.zeros((B, T), jnp.int32)
     q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
+    ct = jnp.ones_like(q)
     baseline = bench_attention.baseline_rows(args, dtype, key)["2T"]  # reads the shape fields of args
     default = pa.default_tuning(Dh, vis.num_streams)
     out = {"variant": args.variant, "baseline": baseline, "default": dataclasses.asdict(default), "kernels": {}}
@@ -54,13 +55,16 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
             row = {**dataclasses.asdict(tiles), "default": tiles == getattr(default, kernel)}
             fn = lambda q, k, v, tuning=tuning: pa.attention(q, k, v, doc, vis, interpret=interpret,  # noqa: E731
                                                             tuning=tuning)
+            fwd, fwd_bwd = bench_attention.forward_and_backward(fn)
+            # Only what the swept kernel runs in: the forward alone, or forward + backward.
+            timed, inputs, ref = ((fwd, (q, k, v), baseline["fwd_ms"]) if kernel == "forward" else
+                                  (fwd_bwd, (q, k, v, ct), baseline["fwd_bwd_ms"]))
             try:
-                t_f, t_fb = bench_attention.time_pair(fn, q, k, v, args.iters)
+                ms = 1e3 * bench_attention.median_seconds(timed, *inputs, iters=args.iters)
             except Exception as e:  # the compiler's verdict on this launch (e.g. shared memory) is a result
                 row["error"] = " ".join(str(e).split())[:200]
             else:
-                ms, ref = (t_f, baseline["fwd_ms"]) if kernel == "forward" else (t_fb, baseline["fwd_bwd_ms"])
-                row.update(ms=1e3 * ms, vs_cudnn_2t=1e3 * ms / ref)
+                row.update(ms=ms, vs_cudnn_2t=ms / ref)
             rows.append(row)
             print(f"  {kernel:7s} {_launch(row)}: " + (f"{row['ms']:.3f} ms ({row['vs_cudnn_2t']:.3f} of cuDNN 2T)"
                                                       if "ms" in row else f"failed: {row['error'][:80]}"), flush=True)
@@ -70,8 +74,8 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
 
 
 def _launch(row) -> str:
-    mark = " (default)" if row["default"] else ""
-    return f"{row['block_q']}x{row['block_k']} w{row['num_warps']} s{row['num_stages']}{mark}"
+    tiles = pa.Tiles(row["block_q"], row["block_k"], row["num_warps"], row["num_stages"])
+    return bench_attention.tiles_label(tiles) + (" (default)" if row["default"] else "")
 
 
 def print_summary(result: dict) -> None:

@@ -1,6 +1,8 @@
 """The tile sweep: its candidates change one kernel at a time, its timing plumbing (interpret mode) reports
 every launch, marks the default and picks the fastest, and without a GPU it stops with one sentence."""
 
+import argparse
+
 import pytest
 
 from sps_jax import pallas_attention as pa
@@ -20,8 +22,8 @@ def test_candidates_vary_only_the_named_kernel():
 
 def test_sweep_plumbing_reports_every_launch_and_the_fastest(monkeypatch):
     # The CPU has no GPU to time: run the sweep's code on a tiny shape in Pallas's interpreter.
-    args = type("Args", (), dict(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,
-                                 head_dim=8, window=4, dtype="float32", iters=1))()
+    args = argparse.Namespace(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,
+                              head_dim=8, window=4, dtype="float32", iters=1)
     fwd = pa.default_tuning(8, 2).forward
     launches = ((fwd.num_warps, fwd.num_stages), (8, 2))
     result = tiles.sweep(args, interpret=True, shapes=((8, 8), (fwd.block_q, fwd.block_k)), launches=launches)
