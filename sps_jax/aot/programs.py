@@ -66,6 +66,27 @@ def cost(compiled) -> dict:
     return {"flops": figure("flops"), "bytes_accessed": figure("bytes accessed")}
 
 
+# Optimised-HLO ops that launch nothing: they name, bundle or reinterpret buffers.
+_NO_LAUNCH = frozenset({"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "after-all"})
+
+
+def entry_kernels(hlo_text: str) -> int:
+    """Kernels one run of an optimised HLO module's entry computation launches: its instructions
+    (fusions, custom calls, copies, ...) minus those in :data:`_NO_LAUNCH` and those of an empty
+    array. A loop counts once, so this suits loop-free programs such as one decode step, whose
+    time at a small batch is mostly launches."""
+    start = hlo_text.index("\nENTRY")
+    lines = hlo_text[start:hlo_text.index("\n}", start)].splitlines()[2:]
+    count = 0
+    for line in lines:
+        m = re.match(r"\s*(?:ROOT )?%\S+ = (.*?) ([\w-]+)\(", line)
+        if not m or m[2] in _NO_LAUNCH:
+            continue
+        shape = m[1]
+        count += shape.startswith("(") or not re.search(r"[\[,]0[,\]]", shape)
+    return count
+
+
 def mosaic_kernels(compiled) -> int:
     """How many Mosaic (Pallas TPU) kernel calls a compiled TPU program makes."""
     return compiled.as_text().count('custom_call_target="tpu_custom_call"')
@@ -96,7 +117,7 @@ def _on(tree, sharding):
 _UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 
 
-def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, **fields) -> dict:
+def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, count_kernels=False, **fields) -> dict:
     """``lower()`` traced for ``acc`` and compiled; the report of the program, or of its refusal.
 
     A deviceless GPU compile never fails for memory (compare ``peak_bytes`` with the card); the TPU
@@ -121,6 +142,8 @@ def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, **fields) -> di
     mem = memory(compiled)
     report = {**fields, **mem, **cost(compiled), "compile_s": round(time.perf_counter() - start, 1),
               "fits": mem["peak_bytes"] <= acc.usable_bytes, "usable_bytes": acc.usable_bytes}
+    if count_kernels:
+        report["kernels"] = entry_kernels(compiled.as_text())
     if acc.platform == "tpu":
         report.update(mosaic_kernels=mosaic_kernels(compiled), xla_flops=report["flops"], kernel_flops=kernel_flops)
         report["flops"] = None if report["xla_flops"] is None else report["xla_flops"] + kernel_flops
@@ -174,5 +197,5 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     step = jax.jit(functools.partial(generate.decode_step, cfg), donate_argnums=(1,))
     tokens_B = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
     step_report = _compile_and_report(acc, lambda: step.lower(step_params, cache, tokens_B),
-                                      program="decode_step", **fields)
+                                      program="decode_step", count_kernels=True, **fields)
     return [prefill, decode, step_report]

@@ -320,14 +320,15 @@ def print_tables(results) -> None:
                           else "the search's upper bound)"))
         if res.get("generate"):
             print(f"\n{'program':12s} {'attention':9s} {'variant':14s} {'peak GiB':>9s} {'x std':>6s} "
-                  f"{'GB accessed':>11s} {'x std':>6s}")
+                  f"{'GB accessed':>11s} {'x std':>6s} {'kernels':>7s}")
             for r in res["generate"]:
                 accessed = "-" if r.get("bytes_accessed") is None else f"{r['bytes_accessed'] / 1e9:.3f}"
                 print(f"{r['program']:12s} {r['attention']:9s} {r['variant']:14s} {_peak(r):>9s} "
                       f"{_ratio(r.get('peak_vs_standard')):>6s} {accessed:>11s} "
-                      f"{_ratio(r.get('bytes_accessed_vs_standard')):>6s}")
+                      f"{_ratio(r.get('bytes_accessed_vs_standard')):>6s} {r.get('kernels', '-'):>7}")
             print("GB accessed is XLA's cost model, which counts custom kernels (the Pallas attention and, on a GPU,\n"
-                  "the decode step's cache reads) as accessing nothing: compare it across variants with care.")
+                  "the decode step's cache reads) as accessing nothing: compare it across variants with care.\n"
+                  "kernels: launches of one decode step (at a small batch its time is mostly launches).")
         for err in res.get("errors", []):
             print(f"not compiled: {err}")
 

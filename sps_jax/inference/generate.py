@@ -52,7 +52,7 @@ def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positio
     slot_pos, slot_doc = put(cache.slot_pos_BT, positions_BT), put(cache.slot_doc_BT, doc_ids_BT)
     h_BTD, layers = sps_model.Transformer(cfg).apply(
         {"params": params}, tokens_BT, positions_BT, doc_ids_BT, return_hidden=True,
-        cache=kv_cache.views(cfg, cache, slot_pos, slot_doc, prefill=True))
+        cache=kv_cache.views(cfg, cache.replace(slot_pos_BT=slot_pos, slot_doc_BT=slot_doc), prefill=True))
     cache = kv_cache.Cache(layers, slot_pos, slot_doc, kv_cache.fill_ring(cache.ring_pos_BR, positions_BT, axis=1),
                            kv_cache.fill_ring(cache.ring_doc_BR, doc_ids_BT, axis=1), jnp.asarray(T, jnp.int32),
                            tokens_BT[:, -1], positions_BT[:, -1], doc_ids_BT[:, -1])
@@ -68,15 +68,18 @@ def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, token
     t = cache.length
     slot_pos = jax.lax.dynamic_update_slice(cache.slot_pos_BT, pos_B[:, None], (0, t))
     slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc_BT, doc_B[:, None], (0, t))
-    h_B1D, layers = sps_model.Transformer(cfg).apply(
-        {"params": params}, tokens_B[:, None], pos_B[:, None], doc_B[:, None], return_hidden=True,
-        cache=kv_cache.views(cfg, cache, slot_pos, slot_doc, prefill=False))
-    logits_BV = sps_model.unembed(h_B1D, params["embed"])[:, 0]
+    # The ring also takes position t before the layers attend: its slot t % R then holds this
+    # position's windowed entry, so the ring is one key block (kv_cache.ring_slots).
     ring_pos, ring_doc = cache.ring_pos_BR, cache.ring_doc_BR
     R = ring_pos.shape[1]
     if R:
         ring_pos = jax.lax.dynamic_update_slice_in_dim(ring_pos, pos_B[:, None], t % R, axis=1)
         ring_doc = jax.lax.dynamic_update_slice_in_dim(ring_doc, doc_B[:, None], t % R, axis=1)
+    cache = cache.replace(slot_pos_BT=slot_pos, slot_doc_BT=slot_doc, ring_pos_BR=ring_pos, ring_doc_BR=ring_doc)
+    h_B1D, layers = sps_model.Transformer(cfg).apply(
+        {"params": params}, tokens_B[:, None], pos_B[:, None], doc_B[:, None], return_hidden=True,
+        cache=kv_cache.views(cfg, cache, prefill=False))
+    logits_BV = sps_model.unembed(h_B1D, params["embed"])[:, 0]
     cache = kv_cache.Cache(layers, slot_pos, slot_doc, ring_pos, ring_doc, t + 1, tokens_B, pos_B, doc_B)
     return logits_BV, cache
 

@@ -1,10 +1,10 @@
-"""The KV cache: every position of the persistent streams plus a w-slot ring for the windowed one.
+"""The KV cache: every position of the persistent streams plus a ring of w + 1 slots for the windowed one.
 
 Per layer the cache keeps the post-RoPE keys and values (compute dtype) of the
 variant's *persistent* streams for every position, and those of its *windowed*
-stream in a ring buffer of ``max(w, 1)`` slots (docs/design.md section 1):
+stream in a ring buffer of ``w + 1`` slots (docs/design.md section 1):
 
-| variant         | persistent slots per position | ring (last w positions) |
+| variant         | persistent slots per position | ring (last w + 1 positions) |
 |-----------------|-------------------------------|-------------------------|
 | `standard`      | x                             | -                       |
 | `sps`           | x (same size as Standard)     | rho                     |
@@ -42,11 +42,13 @@ def cache_streams(vis: masks.Visibility) -> tuple[tuple[int, ...], tuple[int, ..
 
 
 def ring_slots(vis: masks.Visibility, max_len: int) -> int:
-    """Ring-buffer slots per layer: max(w, 1) (at most max_len); 0 without a windowed stream."""
+    """Ring-buffer slots per layer: w + 1 (at most max_len); 0 without a windowed stream. Position i
+    sees the windowed entries i - w .. i, and a decode step writes i's entry before attending, so
+    the ring is the whole windowed key block."""
     if not vis.windowed:
         return 0
     window = max_len if vis.window is None else vis.window
-    return max(1, min(window, max_len))
+    return min(window + 1, max_len)
 
 
 def fill_ring(ring, new, axis: int):
@@ -118,28 +120,34 @@ def cache_bytes(cache: Cache) -> dict:
     return {"persistent": int(persistent), "ring": int(ring), "total": int(persistent + ring)}
 
 
+def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
+    """Persistent streams whose slot at position i some query stream of i does not see (rho for the
+    variants that keep rho, since x_i does not see rho_i). A decode step attends to that slot in its
+    small block with the ring; every other persistent slot at i joins the past interval [lo, i]."""
+    persistent, _ = cache_streams(vis)
+    return tuple(p for p in persistent
+                 if not all(masks.visible(vis, 0, s, 0, 0, p, 0) for s in range(vis.num_streams)))
+
+
 @struct.dataclass
 class _LayerView:
-    """What one Attention layer sees of the cache: its own K/V plus the shared slot metadata.
+    """What one Attention layer sees of the cache: its own K/V plus what every layer shares.
 
     ``Transformer(..., cache=[view per layer])`` calls :meth:`attend` from inside the
     Attention module with the freshly projected, RoPE-rotated q/k/v.
     """
 
     kv: LayerKV
-    slot_pos_BT: jax.Array  # already including the slot being written (decode)
-    slot_doc_BT: jax.Array
-    ring_pos_BR: jax.Array  # before this step's write
-    ring_doc_BR: jax.Array
-    index: jax.Array        # cache position written by this call
+    index: jax.Array             # cache position written by this call (decode) or 0 (prefill)
     past_lo_B: jax.Array | None  # decode: the first past slot the rows see (see past_start)
+    near_mask_BSC: jax.Array | None  # decode: visibility of the small block (near_streams' slots, ring)
     cfg: sps_model.ModelConfig = struct.field(pytree_node=False)
     prefill: bool = struct.field(pytree_node=False)
 
     def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
         if self.prefill:
             return self._prefill(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT)
-        return self._decode(q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT)
+        return self._decode(q_BTSHK, k_BTSHK, v_BTSHK)
 
     def _prefill(self, q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT):
         """Training attention over the prompt (the cache starts empty), then store its K/V."""
@@ -159,15 +167,17 @@ class _LayerView:
         # prefill memory of Standard for two-stream variants at the paper's workload).
         return jax.lax.optimization_barrier((o_BTSHK, kv))
 
-    def _decode(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
-        """One position i: attend over each persistent stream's past slots, then over this position's
-        slot of every stream and the ring (the windowed stream's last R positions), merging the
-        softmax partials of the blocks: the cache's keys and scores are never concatenated, only
-        the S + R keys of the small block are."""
+    def _decode(self, q_BTSHK, k_BTSHK, v_BTSHK):
+        """One position i: write its slots (persistent buffers and ring) first, then attend in key
+        blocks whose softmax partials are merged: each persistent stream's past [lo, i] (slot i
+        included where every query stream sees it), and a small block of the ring plus the slots at
+        i that only some streams see (:func:`near_streams`). For ``standard`` and ``sps`` that
+        block is the ring alone, so no keys are ever concatenated."""
         vis = self.cfg.visibility
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"
         persistent, windowed = cache_streams(vis)
+        near = near_streams(vis)
         t = self.index
         dt = q_BTSHK.dtype
         heads_first = lambda x_BTSHK: jnp.swapaxes(x_BTSHK[:, 0], 1, 2).astype(dt)  # noqa: E731  [B, H, S, K]
@@ -175,30 +185,20 @@ class _LayerView:
         write = lambda bufs, new_BHSK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
             buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
-        split = decode_attention.kernel_split(self.cfg.attention, self.slot_pos_BT.shape[1])
-        parts = [decode_attention.past_partials(q_BHSK, k, v, self.past_lo_B, t, split)
-                 for k, v in zip(kv.k_BHTK, kv.v_BHTK)]  # the written buffers: slot t lies outside [lo, t)
-        # This position's slots (every stream) and the ring, under the training rule.
-        keys, values = [k_now_BHSK], [v_now_BHSK]
-        k_pos, k_doc = [jnp.broadcast_to(positions_BT, (B, S))], [jnp.broadcast_to(doc_ids_BT, (B, S))]
-        k_stream = [np.arange(S)]
-        R = self.kv.k_BHRK.shape[2]
+        R = kv.k_BHRK.shape[2]
         if R:
             w = windowed[0]
-            keys.append(self.kv.k_BHRK)
-            values.append(self.kv.v_BHRK)
-            k_pos.append(self.ring_pos_BR)
-            k_doc.append(self.ring_doc_BR)
-            k_stream.append(np.full(R, w))
-            kv = kv.replace(
-                k_BHRK=jax.lax.dynamic_update_slice_in_dim(kv.k_BHRK, k_now_BHSK[:, :, w:w + 1], t % R, axis=2),
-                v_BHRK=jax.lax.dynamic_update_slice_in_dim(kv.v_BHRK, v_now_BHSK[:, :, w:w + 1], t % R, axis=2))
-        k_pos_BC, k_doc_BC = jnp.concatenate(k_pos, axis=1), jnp.concatenate(k_doc, axis=1)
-        k_stream_C = jnp.asarray(np.concatenate(k_stream))
-        mask_BSC = masks.visible(vis, positions_BT[:, :, None], jnp.arange(S)[None, :, None], doc_ids_BT[:, :, None],
-                                 k_pos_BC[:, None, :], k_stream_C[None, None, :], k_doc_BC[:, None, :])
-        concat = lambda blocks: blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=2)  # noqa: E731
-        parts.append(attention.softmax_partials(q_BHSK, concat(keys), concat(values), mask_BSC))
+            ring_write = lambda ring, new_BHSK: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
+                ring, new_BHSK[:, :, w:w + 1].astype(ring.dtype), t % R, axis=2)
+            kv = kv.replace(k_BHRK=ring_write(kv.k_BHRK, k_now_BHSK), v_BHRK=ring_write(kv.v_BHRK, v_now_BHSK))
+        split = decode_attention.kernel_split(self.cfg.attention, kv.k_BHTK[0].shape[2])
+        parts = [decode_attention.past_partials(q_BHSK, k, v, self.past_lo_B, t if s in near else t + 1, split)
+                 for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        keys = [k_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.k_BHRK] if R else [])
+        values = [v_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.v_BHRK] if R else [])
+        if keys:
+            concat = lambda blocks: blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=2)  # noqa: E731
+            parts.append(attention.softmax_partials(q_BHSK, concat(keys), concat(values), self.near_mask_BSC))
         o_BHSK = attention.merge_partials(parts)
         return jnp.swapaxes(o_BHSK, 1, 2)[:, None].astype(q_BTSHK.dtype), kv
 
@@ -214,8 +214,30 @@ def past_start(vis: masks.Visibility, slot_pos_BT, slot_doc_BT, end):
     return jnp.where(seen_BT.any(axis=1), jnp.argmax(seen_BT, axis=1), end).astype(jnp.int32)
 
 
-def views(cfg: sps_model.ModelConfig, cache: Cache, slot_pos_BT, slot_doc_BT, prefill: bool):
-    """One view per layer, the ``cache`` argument of ``Transformer`` for a prefill or a decode step."""
-    past_lo_B = None if prefill else past_start(cfg.visibility, slot_pos_BT, slot_doc_BT, cache.length)
-    return [_LayerView(kv, slot_pos_BT, slot_doc_BT, cache.ring_pos_BR, cache.ring_doc_BR, cache.length,
-                       past_lo_B, cfg, prefill) for kv in cache.layers]
+def near_mask(vis: masks.Visibility, cache: Cache):
+    """bool [B, S, C]: what each query stream at position ``cache.length`` sees of the small block's
+    C keys (the :func:`near_streams` slots at that position, then the ring), under the training rule;
+    None when C is 0 (``standard``). The cache's slot and ring metadata already hold that position."""
+    B, R = cache.ring_pos_BR.shape
+    near = near_streams(vis)
+    if not near and not R:
+        return None
+    now = lambda x_BT: jax.lax.dynamic_slice_in_dim(x_BT, cache.length, 1, axis=1)  # noqa: E731  [B, 1]
+    pos_B1, doc_B1 = now(cache.slot_pos_BT), now(cache.slot_doc_BT)
+    k_pos_BC = jnp.concatenate([jnp.broadcast_to(pos_B1, (B, len(near))), cache.ring_pos_BR], axis=1)
+    k_doc_BC = jnp.concatenate([jnp.broadcast_to(doc_B1, (B, len(near))), cache.ring_doc_BR], axis=1)
+    k_stream_C = np.array(near + cache_streams(vis)[1][:1] * R, np.int32)
+    S = vis.num_streams
+    return masks.visible(vis, pos_B1[:, :, None], np.arange(S)[None, :, None], doc_B1[:, :, None],
+                         k_pos_BC[:, None, :], k_stream_C[None, None, :], k_doc_BC[:, None, :])
+
+
+def views(cfg: sps_model.ModelConfig, cache: Cache, prefill: bool):
+    """One view per layer, the ``cache`` argument of ``Transformer`` for a prefill or a decode step.
+    For a decode step, ``cache``'s slot and ring metadata already hold the position being written."""
+    if prefill:
+        return [_LayerView(kv, cache.length, None, None, cfg, prefill) for kv in cache.layers]
+    vis = cfg.visibility
+    past_lo_B = past_start(vis, cache.slot_pos_BT, cache.slot_doc_BT, cache.length)
+    mask_BSC = near_mask(vis, cache)
+    return [_LayerView(kv, cache.length, past_lo_B, mask_BSC, cfg, prefill) for kv in cache.layers]

@@ -77,3 +77,40 @@ def test_cost_of_a_matmul_is_its_flops_and_bytes():
     assert 2 * 256 * 512 * 128 <= figures["flops"] <= 1.02 * 2 * 256 * 512 * 128
     # It reads both bf16 operands and writes the bf16 product: (256x512 + 512x128 + 256x128) x 2 bytes.
     assert figures["bytes_accessed"] >= (256 * 512 + 512 * 128 + 256 * 128) * 2
+
+
+def test_entry_kernels_counts_the_launching_instructions_of_the_entry_computation():
+    hlo = """HloModule m
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %s = f32[4]{0} sine(%p)
+}
+
+ENTRY %main (a: f32[4], e: bf16[2,0]) -> (f32[4], bf16[2,0]) {
+  %a = f32[4]{0} parameter(0)
+  %e = bf16[2,0]{1,0} parameter(1)
+  %f = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused
+  %c = bf16[2,0]{1,0} copy(%e)
+  %b = f32[2,2]{1,0} bitcast(%f)
+  %g = (f32[4]{0}, s8[16]{0}) custom-call(%a), custom_call_target="__cublas$gemm"
+  %x = f32[4]{0} get-tuple-element(%g), index=0
+  ROOT %t = (f32[4]{0}, bf16[2,0]{1,0}) tuple(%x, %c)
+}
+"""
+    # The fusion and the custom call; not the parameters, the empty copy, the bitcast, the tuple
+    # plumbing, nor the sine inside the fused computation.
+    assert programs.entry_kernels(hlo) == 2
+
+
+def test_sps_decode_step_launches_few_more_kernels_than_standards():
+    """The pair (x_i, rho_i) shares every matmul and the cache read; what SPS adds is the ring:
+    per layer its write (K, V) and one small attention block (two products, the softmax
+    reductions); per step its positions, documents and mask."""
+    steps = {}
+    for variant in ("standard", "sps"):
+        cfg = sps_model.ModelConfig.from_config(dict(tiny_config(variant, window=GENERATION_WINDOW).model))
+        steps[variant] = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)[2]
+    layers = cfg.num_layers
+    assert steps["standard"]["kernels"] >= 10 * layers  # projections, MLP, norms and attention per layer
+    assert steps["sps"]["kernels"] - steps["standard"]["kernels"] <= 5 * layers + 5

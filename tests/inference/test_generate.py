@@ -45,7 +45,7 @@ def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, wind
     tokens = jnp.asarray(tokens, jnp.int32)
     full_BTV = model.apply({"params": params}, tokens)
     got_BTV, cache = cached_logits(cfg, params, tokens, prompt_len)
-    # 13 decode steps through a ring of max(w, 1) slots wrap around several times for small w.
+    # 13 decode steps through a ring of w + 1 slots wrap around several times for small w.
     np.testing.assert_allclose(np.asarray(got_BTV), np.asarray(full_BTV), rtol=1e-5, atol=1e-5)
     assert int(cache.length) == T
 

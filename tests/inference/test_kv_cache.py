@@ -1,4 +1,4 @@
-"""The KV cache: persistent slots per position, a ring of max(w, 1) slots, post-RoPE keys in the compute dtype."""
+"""The KV cache: persistent slots per position, a ring of w + 1 slots, post-RoPE keys in the compute dtype."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +10,7 @@ from tests.helpers import small_config, small_model
 
 
 @pytest.mark.parametrize("window", [0, 1, 3, 100])
-def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
+def test_sps_persistent_cache_matches_standard_and_ring_holds_w_plus_1(window):
     T = 64
     sizes = {v: kv_cache.cache_bytes(kv_cache.init_cache(small_config(v, window, dtype="bfloat16"), 2, T))
              for v in masks.VARIANTS}
@@ -20,7 +20,7 @@ def test_sps_persistent_cache_matches_standard_and_ring_holds_max_w_1(window):
     assert sizes["standard"]["ring"] == sizes["two_x_memory"]["ring"] == 0
     cache = kv_cache.init_cache(small_config("sps", window, dtype="bfloat16"), 2, T)
     for layer in cache.layers:
-        assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(max(window, 1), T)
+        assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(window + 1, T)
         assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
 
 
