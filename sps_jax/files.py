@@ -79,15 +79,28 @@ def write_jsonl(path: str, records) -> None:
         f.writelines(json.dumps(record) + "\n" for record in records)
 
 
+def output_folder(path: str, flag: str = "--out") -> str:
+    """``path`` resolved for :func:`replace_folder`; refused when empty, or when it is the working
+    directory or holds it (swapping it out would move the working directory, and everything in it,
+    away)."""
+    if not path.strip():
+        raise UserError(f"{flag} is empty: pass the folder to write.")
+    full, cwd = os.path.realpath(path), os.path.realpath(os.getcwd())
+    if cwd == full or cwd.startswith(full.rstrip(os.sep) + os.sep):
+        raise UserError(f"{flag} {path} is the working directory or one of its parents: pass a new folder "
+                        "to write into.")
+    return full
+
+
 @contextlib.contextmanager
 def replace_folder(path: str):
     """Yield an empty sibling folder ``<path>.partial`` to build in; on success it replaces ``path``.
 
     The old folder stays as it was until the new one is complete: then it is renamed to
     ``<path>.old``, the new one is renamed into place and the old one deleted. On failure the
-    partial folder is removed and ``path`` is untouched.
+    partial folder is removed and ``path`` is untouched. ``path`` must pass :func:`output_folder`.
     """
-    path = os.path.abspath(path)
+    path = output_folder(path)
     partial, old = path + ".partial", path + ".old"
     shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted run of the same command
     os.makedirs(partial)

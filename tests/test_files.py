@@ -47,3 +47,20 @@ def test_readers_name_the_file_line_and_byte(tmp_path):
     assert list(files.read_jsonl(str(lines), drop_partial_last=True)) == [(1, {"x": 1}), (2, {"x": 2})]
     with pytest.raises(UserError, match="line 3"):
         list(files.read_jsonl(str(lines)))
+
+
+@pytest.mark.parametrize("out", ["", "  ", ".", "..", "WORK", "PARENT"])
+def test_a_folder_swap_never_takes_the_working_directory_or_a_folder_holding_it(tmp_path, monkeypatch, out):
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "keep.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    out = {"WORK": str(work), "PARENT": str(tmp_path)}.get(out, out)
+    with pytest.raises(UserError, match="--out"):
+        with files.replace_folder(out):
+            raise AssertionError("nothing is built for a refused folder")
+    assert (work / "keep.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["project"]
+    # A new folder inside the working directory is fine.
+    with files.replace_folder("tokens") as building:
+        assert building == str(work / "tokens.partial")
+    assert (work / "tokens").is_dir() and (work / "keep.txt").exists()

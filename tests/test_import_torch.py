@@ -151,3 +151,13 @@ def test_a_damaged_safetensors_file_is_one_sentence(tmp_path):
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "bad.safetensors is not a safetensors file" in outcome.stderr and not (tmp_path / "run").exists()
+
+
+def test_the_working_directory_is_never_the_imported_run_even_with_force(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    monkeypatch.chdir(tmp_path)
+    for out in ("", "."):
+        outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", out, "--force", *OVERRIDES])
+        assert outcome.status == 2 and outcome.problem() is None and "--out" in outcome.stderr, outcome.stderr
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]

@@ -178,3 +178,13 @@ def test_bytes_that_are_not_utf8_stop_naming_the_file_unless_replaced(tmp_path):
     jsonl.write_bytes(json.dumps({"text": "ok"}).encode() + b"\n" + b'{"text": "\xff"}\n')
     outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(jsonl), "--out", str(tmp_path / "j")])
     assert outcome.status == 2 and "c.jsonl line 2 is not UTF-8 text: byte 25" in outcome.stderr, outcome.stderr
+
+
+@pytest.mark.parametrize("out", ["", "."])
+def test_prepare_never_replaces_the_working_directory(tmp_path, monkeypatch, out):
+    src = write_sources(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src["text"]), "--out", out, "--force"])
+    assert outcome.status == 2 and outcome.problem() is None and "--out" in outcome.stderr, outcome.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
