@@ -89,3 +89,21 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _integer(text, 0, "0 or more")
+
+
+def comma_list(kind=str):
+    """argparse type: a comma-separated list of ``kind`` with at least one item and no repeats."""
+    def parse(text: str) -> list:
+        try:
+            values = [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") \
+                from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} names nothing: give at least one item, comma-separated")
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise argparse.ArgumentTypeError(f"{', '.join(repeated)} is listed more than once: list each once")
+        return values
+    parse.__name__ = f"comma-separated {kind.__name__} list"
+    return parse

@@ -79,6 +79,20 @@ def write_jsonl(path: str, records) -> None:
         f.writelines(json.dumps(record) + "\n" for record in records)
 
 
+def output_file(path: str, flag: str = "--out", force: bool = False) -> str:
+    """``path`` checked before a command's work: refused when empty, a folder, or an existing file
+    unless ``force``, so a command neither fails after its work nor replaces an earlier result
+    unasked."""
+    if not path.strip():
+        raise UserError(f"{flag} is empty: pass the name of the file to write.")
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
+                        f"{os.path.join(path, 'results.json')}.")
+    if os.path.lexists(path) and not force:
+        raise UserError(f"{flag} {path} already exists: pass --force to replace it, or choose another name.")
+    return path
+
+
 def output_folder(path: str, flag: str = "--out") -> str:
     """``path`` resolved for :func:`replace_folder`; refused when empty, or when it is the working
     directory or holds it (swapping it out would move the working directory, and everything in it,

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, config as sps_config
+from sps_jax import cli, config as sps_config, files
 from sps_jax import flops, masks, metrics, runs
 from sps_jax import model as sps_model
 from sps_jax.evaluation import results_table
@@ -211,6 +211,8 @@ def build_parser():
     a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluation.evaluate")
     a.add_argument("--baseline", default="standard")
     a.add_argument("--out", default="accuracy_gain.png")
+    for p in (c, w, a):
+        p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
     return parser
 
 
@@ -219,6 +221,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if not args.out.endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}.")
+    for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
+        files.output_file(path, "--out", args.force)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.command == "curves":
         for run in args.runs:

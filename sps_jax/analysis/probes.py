@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, runs
+from sps_jax import cli, files, runs
+from sps_jax.cli import UserError
 from sps_jax import model as sps_model
 from sps_jax.analysis.documents import read_documents
 from sps_jax.analysis.gradient_probe import THETA_P, gradient_ratios
@@ -119,11 +120,21 @@ def _data_dir(args, config):
 def _check_inputs(args):
     """Bad paths, bad config.json files and token folders that do not fit a run's model (EOS id,
     vocabulary) stop the command before any weights are loaded."""
+    if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
+        raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
+    for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
+        files.output_file(_base(args) + suffix, "--out", args.force)
     for w in args.workdir:
         workdir, _ = runs.find_run(w)
         config = runs.read_config(workdir)
         cfg = _with_overrides(runs.model_config(config, workdir), args)
         loader.open_tokens(_data_dir(args, config), args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+
+
+def _base(args) -> str:
+    """The results' path without suffix: ``--out``/gradients or ``--out``/window_nll_omega<omega>."""
+    name = "gradients" if args.command == "gradients" else f"window_nll_omega{args.omega}"
+    return os.path.join(args.out, name)
 
 
 def cmd_gradients(args):
@@ -149,7 +160,7 @@ def cmd_gradients(args):
                         "count": {s: count[:, n].tolist() for n, s in enumerate(names)}})
     os.makedirs(args.out, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "func"}
-    base = os.path.join(args.out, "gradients")
+    base = _base(args)
     write_json(base + ".json", {"settings": settings, "theta_p": THETA_P, "runs": results})
     write_csv(base + ".csv", ["label", "variant", "window", "stream", "offset", "mean_ratio", "count"],
               [(r["label"], r["variant"], r["window"], s, k, m, c)
@@ -182,7 +193,7 @@ def cmd_window_nll(args):
         print(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
     os.makedirs(args.out, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k != "func"}
-    base = os.path.join(args.out, f"window_nll_omega{args.omega}")
+    base = _base(args)
     write_json(base + ".json", {"settings": settings, "runs": results})
     write_csv(base + ".csv", ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
               [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)
@@ -206,6 +217,7 @@ def build_parser():
         p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, auto)")
         p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
         p.add_argument("--out", default=out_default, help="output folder")
+        p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
     common(g, "probes_out")

@@ -7,8 +7,17 @@ from sps_jax import files
 
 
 def add_json_flag(parser) -> None:
-    """The one JSON output flag of the bench commands."""
+    """The one JSON output flag of the bench commands (and ``--force`` to replace an existing file);
+    :func:`check_json` checks it once the arguments are parsed."""
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the results here (JSON)")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+
+
+def check_json(args):
+    """``args`` after refusing a ``--json`` path that cannot take the results (before any timing)."""
+    if args.json is not None:
+        files.output_file(args.json, "--json", args.force)
+    return args
 
 
 def write_results(path: str | None, results) -> None:

@@ -54,7 +54,7 @@ def parse_args(argv):
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
-    args = p.parse_args(argv)
+    args = bench.check_json(p.parse_args(argv))
     for name in ("batch", "seq_len", "heads", "head_dim", "iters", "documents"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer.")

@@ -23,7 +23,6 @@ on a real device).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -32,38 +31,32 @@ from sps_jax import attention, bench, cli, hardware, masks
 PROGRAMS = ("kernels", "train", "generate")
 
 
-def _csv(kind):
-    def parse(text):
-        try:
-            return [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}")
-    return parse
-
-
 def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
                            epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
     p.add_argument("--target", action="append", required=True, choices=sorted(hardware.ACCELERATORS),
                    help="accelerator to compile for (repeat for several)")
-    p.add_argument("--only", type=_csv(str), default=list(PROGRAMS), help=f"subset of {','.join(PROGRAMS)}")
+    p.add_argument("--only", type=cli.comma_list(str), default=list(PROGRAMS),
+                   help=f"subset of {','.join(PROGRAMS)}")
     p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
-    p.add_argument("--variants", type=_csv(str), default=["standard", "sps"],
+    p.add_argument("--variants", type=cli.comma_list(str), default=["standard", "sps"],
                    help="variants compiled side by side (standard first: the ratios' base)")
-    p.add_argument("--micro-batches", type=_csv(int), default=[1, 8], help="micro-batches per device to compile")
-    p.add_argument("--remat", type=_csv(str), default=["off", "on"], help="off, on or both")
-    p.add_argument("--attention", type=_csv(str), default=None,
+    p.add_argument("--micro-batches", type=cli.comma_list(int), default=[1, 8],
+                   help="micro-batches per device to compile")
+    p.add_argument("--remat", type=cli.comma_list(str), default=["off", "on"], help="off, on or both")
+    p.add_argument("--attention", type=cli.comma_list(str), default=None,
                    help="train step attention backends (default: auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
-    p.add_argument("--max-micro-batch", type=int, default=1024, help="where the fit search stops doubling")
+    p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
     p.add_argument("--devices", type=int, default=1, help="devices of the train step's mesh (FSDP over them)")
-    p.add_argument("--dtypes", type=_csv(str), default=["bfloat16", "float16"], help="kernel dtypes")
+    p.add_argument("--dtypes", type=cli.comma_list(str), default=["bfloat16", "float16"], help="kernel dtypes")
     p.add_argument("--batch", type=int, default=16, help="generation: rows")
     p.add_argument("--prefill", type=int, default=1024, help="generation: prompt tokens per row")
     p.add_argument("--decode", type=int, default=3072, help="generation: new tokens per row")
     bench.add_json_flag(p)
     args, rest = p.parse_known_args(argv)
+    bench.check_json(args)
     unknown = [a for a in rest if not a.startswith("--config.")]
     if unknown:
         p.error(f"unrecognized arguments: {' '.join(unknown)}")

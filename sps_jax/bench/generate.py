@@ -26,7 +26,7 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench, cli
+from sps_jax import bench, cli, masks
 
 RESULT_PREFIX = "BENCH_RESULT "
 
@@ -39,7 +39,7 @@ def _parse(argv):
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--prefill", type=int, default=1024, help="prompt tokens per row")
     parser.add_argument("--decode", type=int, default=3072, help="decode steps (one forward each)")
-    parser.add_argument("--variants", default="standard,sps,two_x_memory,delayed_state,reverse_sps",
+    parser.add_argument("--variants", type=cli.comma_list(str), default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds over all variants (the fastest counts)")
     parser.add_argument("--attention", default=None, help="override model.attention for the prefill")
@@ -50,7 +50,6 @@ def _parse(argv):
 
 def _model_config(args, overrides, variant):
     from sps_jax import config as sps_config
-    from sps_jax import masks
     from sps_jax import model as sps_model
 
     config = sps_config.load_config(args.config, overrides)
@@ -187,8 +186,8 @@ def _table(results: list[dict]) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = _parse(argv)
+    bench.check_json(args)
     from sps_jax import config as sps_config
-    from sps_jax import masks
 
     _, overrides = sps_config.split_config_args(rest)
     unknown = [a for a in rest if not a.startswith("--config.")]
@@ -197,7 +196,7 @@ def main(argv=None) -> int:
     if args.worker:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
         return 0
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    variants = args.variants
     for v in variants:
         masks.Visibility(v)  # an unknown variant stops here, before any compilation
     if min(args.batch, args.prefill, args.decode, args.repeats) < 1:

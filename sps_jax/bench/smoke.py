@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
     parser.add_argument("--batch-size", type=cli.positive_int, default=2)
     bench.add_json_flag(parser)
-    args = parser.parse_args(rest)
+    args = bench.check_json(parser.parse_args(rest))
     results = smoke(sps_config.load_config(args.config, overrides), args.batch_size)
     bench.write_results(args.json, results)
     bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]

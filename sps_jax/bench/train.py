@@ -37,7 +37,7 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
     compile_s = time.time() - t0
     for _ in range(warmup):
         params, opt_state, out = compiled(params, opt_state, tokens)
-    jax.block_until_ready(out)
+    jax.block_until_ready((params, opt_state))
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -66,14 +66,16 @@ def main(argv=None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
-    parser.add_argument("--variants", default=None,
+    parser.add_argument("--variants", type=cli.comma_list(str), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base)")
     bench.add_json_flag(parser)
-    args = parser.parse_args(rest)
+    args = bench.check_json(parser.parse_args(rest))
     try:
         base = sps_config.load_config(args.config, overrides)
-        variants = args.variants.split(",") if args.variants else [base.model.variant]
+        variants = args.variants or [base.model.variant]
         base_vis = masks.Visibility(base.model.variant, base.model.window)
+        for variant in variants:
+            base_vis.with_variant(variant)  # an unknown variant stops here, before any compilation
         results = []
         for variant in variants:
             config = sps_config.load_config(args.config, overrides)

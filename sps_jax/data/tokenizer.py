@@ -95,6 +95,10 @@ def provision(out: str | None = None) -> str:
     if os.path.isfile(out) and _sha256(out) == RANKS_SHA256:
         print(f"tokenizer already provisioned at {out}")
         return out
+    if os.path.isdir(out):
+        raise UserError(f"--out {out} is a folder: pass a file name, for example {os.path.join(out, 'gpt2.tiktoken')}.")
+    if os.path.lexists(out):
+        raise UserError(f"--out {out} already holds another file: remove it or choose another --out.")
     with tempfile.TemporaryDirectory() as tmp:
         print("downloading the openai-whisper source distribution (about 0.8 MB) ...", flush=True)
         fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",

@@ -108,6 +108,24 @@ def _task_data(items) -> dict[str, str]:
     return out
 
 
+def _default_out(workdir: str, step: int) -> str:
+    return os.path.join(workdir, "eval", f"step_{step}.json")
+
+
+def _outputs(path: str, steps, out: str | None) -> list[str]:
+    """The results files an evaluation of ``steps`` (None: the one the path names, else the latest)
+    will write, known before any weights load."""
+    if out is not None:
+        return [out]
+    try:
+        workdir, path_step = runs.find_run(path)
+    except FileNotFoundError:
+        return []  # nothing will be written; the evaluation says why in its own sentence
+    latest = (checkpoint.steps(workdir) or [None])[-1]
+    resolved = [step if step is not None else path_step if path_step is not None else latest for step in steps]
+    return [_default_out(workdir, step) for step in resolved if step is not None]
+
+
 def main_evaluate(argv) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,6 +146,7 @@ def main_evaluate(argv) -> int:
     p.add_argument("--batch-size", type=cli.positive_int, default=16)
     p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
+    p.add_argument("--force", action="store_true", help="replace results files that already exist")
     args = p.parse_args(argv)
     keys = paper_tasks.expand([args.tasks]) if args.tasks else []
     if not keys and not args.val_data:
@@ -140,12 +159,14 @@ def main_evaluate(argv) -> int:
         steps = checkpoint.steps(runs.find_run(path)[0])
         if not steps:
             raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
+    for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
+        files.output_file(out, "--out" if args.out is not None else "the results file", args.force)
     rows = []
     for step in steps:
         result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
                                      _task_data(args.task_data), args.include_path, args.limit, args.batch_size,
                                      tokenizer_path=args.tokenizer)
-        out = args.out or os.path.join(result["workdir"], "eval", f"step_{result['step']}.json")
+        out = args.out or _default_out(result["workdir"], result["step"])
         write_json(out, result)
         print(f"wrote {out}", flush=True)
         rows.append(result)
@@ -158,7 +179,13 @@ def main_table(argv) -> int:
                            description="The paper's main table (and per-task table) from results JSONs.")
     p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
+    p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
+    if args.out is not None:
+        if not args.out.strip():
+            p.error("--out is empty: pass the stem of the .md and .tex files to write")
+        for suffix in (".md", ".tex"):
+            files.output_file(args.out + suffix, "--out", args.force)
     rows = results_table.load(args.results)
     md = results_table.markdown(rows) + "\n\n" + results_table.markdown(rows, full=True)
     print(md)

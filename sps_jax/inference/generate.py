@@ -248,7 +248,8 @@ def main(argv=None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
     what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
-    parser.add_argument("--out", help="JSONL results for --prompts-file (default: print)")
+    parser.add_argument("--out", help="write the results as JSONL here (default: print them)")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=cli.non_negative_int, default=0)
@@ -258,6 +259,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        files.output_file(args.out, "--out", args.force)
 
     from sps_jax.data import tokenizer
 
@@ -291,12 +294,12 @@ def main(argv=None) -> int:
         print(f"generated {min(first + args.batch_size, len(prompts))}/{len(prompts)} "
               f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
 
-    if args.prompt is not None:
-        print(args.prompt + results[0]["completion"])
-    elif args.out:
+    if args.out is not None:
         files.write_jsonl(args.out, results)
         print(f"wrote {len(results)} results to {args.out}", file=sys.stderr)
-    else:
+    if args.prompt is not None:
+        print(args.prompt + results[0]["completion"])
+    elif args.out is None:
         for record in results:
             print(json.dumps(record))
     return 0

@@ -17,8 +17,8 @@ class Sampling:
     top_p: float = 1.0
 
     def validate(self) -> None:
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}.")
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {self.top_k}.")
         if not 0 < self.top_p <= 1:

@@ -252,7 +252,8 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         (["--workdir", workdir, "--prompt", "x", "--max-new-tokens", "64"], "lower max_new_tokens"),
         (["--workdir", workdir, "--prompts-file", not_json], "bad.jsonl is not JSON at line 2"),
         (["--workdir", workdir, "--prompts-file", latin], "latin.txt is not UTF-8 text: byte 8 is 0xe9"),
-        (["--workdir", workdir, "--prompt", "x", "--temperature", "-1"], "temperature must be >= 0"),
+        (["--workdir", workdir, "--prompt", "x", "--temperature", "-1"], "temperature must be a finite number >= 0"),
+        (["--workdir", workdir, "--prompt", "x", "--temperature", "inf"], "temperature must be a finite number >= 0"),
     ]
     for args, message in cases:
         outcome = _cli(*args)

@@ -1,0 +1,64 @@
+"""No command fails after its work for want of a place to write, or replaces an earlier result unasked:
+an output path that is empty, a folder, or an existing file (without --force) is refused in one sentence
+before any work."""
+
+import pytest
+
+from sps_jax import files
+from sps_jax.analysis import figures, probes
+from sps_jax.bench import __main__ as bench_cli
+from sps_jax.cli import UserError
+from sps_jax.evaluation import evaluate
+from sps_jax.inference import generate
+from tests import fuzz
+
+
+def test_output_file_refuses_empty_folders_and_existing_files_unless_forced(tmp_path):
+    earlier = tmp_path / "results.json"
+    earlier.write_text("{}")
+    for path, match in (("", "empty"), (" ", "empty"), (str(tmp_path), "is a folder"), (str(earlier), "--force")):
+        with pytest.raises(UserError, match=match):
+            files.output_file(path, "--out")
+    assert files.output_file(str(earlier), "--out", force=True) == str(earlier)
+    assert files.output_file(str(tmp_path / "new.json"), "--out") == str(tmp_path / "new.json")
+
+
+def commands(tmp_path, out):
+    """One command per writer, each with ``out`` as its output and inputs it never reaches."""
+    run = str(tmp_path / "no-such-run")
+    return {
+        "bench attention": (bench_cli.main, ["attention", "--seq-len", "64", "--json", out]),
+        "bench generate": (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--json", out]),
+        "generate": (generate.main, ["--workdir", run, "--prompt", "Hi", "--out", out]),
+        "evaluate": (evaluate.main, ["--workdir", run, "--val-data", run, "--out", out]),
+        "figures": (figures.main, ["curves", run, "--out", out]),
+    }
+
+
+@pytest.mark.parametrize("kind", ["folder", "existing", "empty"])
+def test_every_writer_refuses_a_bad_output_before_any_work(tmp_path, kind):
+    existing = tmp_path / "earlier.png"
+    existing.write_text("an earlier result")
+    out = {"folder": str(tmp_path), "existing": str(existing), "empty": ""}[kind]
+    for name, (main, argv) in commands(tmp_path, out).items():
+        if name == "figures" and kind == "folder":
+            continue  # figures wants a .png name first
+        outcome = fuzz.call(main, argv)
+        assert outcome.status == 2 and outcome.problem() is None, (name, outcome.stderr)
+        assert ("--json" in outcome.stderr or "--out" in outcome.stderr), (name, outcome.stderr)
+        assert "no-such-run" not in outcome.stderr, f"{name} looked at its inputs before its output"
+    assert existing.read_text() == "an earlier result"
+
+
+def test_table_and_probes_keep_earlier_results_unless_forced(tmp_path):
+    stem = tmp_path / "table"
+    (tmp_path / "table.tex").write_text("earlier")
+    outcome = fuzz.call(evaluate.main, ["table", str(tmp_path / "none.json"), "--out", str(stem)])
+    assert outcome.status == 2 and "table.tex" in outcome.stderr and "--force" in outcome.stderr, outcome.stderr
+    folder = tmp_path / "probes"
+    folder.mkdir()
+    (folder / "window_nll_omega4.csv").write_text("earlier")
+    outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(tmp_path / "no-run"), "--omega", "4",
+                                      "--out", str(folder)])
+    assert outcome.status == 2 and "window_nll_omega4.csv" in outcome.stderr, outcome.stderr
+    assert (folder / "window_nll_omega4.csv").read_text() == "earlier" == (tmp_path / "table.tex").read_text()
