@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import math
 import os
 import traceback
 from typing import Sequence
@@ -248,6 +249,12 @@ RANGES = {
 }
 
 
+# Integers past this overflow jax's int64 arguments; b1 and b2 of 1 divide by zero in AdamW's bias
+# correction, so their range is [0, 1).
+_INT_MAX = 2 ** 62
+_BELOW_MAX = frozenset({"train.b1", "train.b2"})
+
+
 def check_run_config(config) -> None:
     """Every field a training run reads is present and in range (else one sentence naming it)."""
     if not isinstance(config.get("model"), ml_collections.ConfigDict):
@@ -261,11 +268,15 @@ def check_run_config(config) -> None:
         value = config[section][name]
         if value is None and optional:
             continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or (kind is int and not isinstance(value, int)) or value < least \
-                or (most is not None and value > most):
-            bound = f"between {least} and {most}" if most is not None else f"of at least {least}"
-            raise UserError(f"{dotted}={value!r} must be {'an integer' if kind is int else 'a number'} {bound}.")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and (isinstance(value, int) or math.isfinite(value))
+        most = _INT_MAX if most is None and kind is int else most
+        above = most is not None and (value >= most if dotted in _BELOW_MAX else value > most)
+        if not number or (kind is int and not isinstance(value, int)) or value < least or above:
+            bound = (f"of at least {least}" if most is None else f"in [{least}, {most})" if dotted in _BELOW_MAX
+                     else f"between {least} and {most}")
+            kind_text = "an integer" if kind is int else "a finite number"
+            raise UserError(f"{dotted}={value!r} must be {kind_text} {bound}.")
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
 

@@ -90,6 +90,9 @@ class ModelConfig:
         for name in ("eos_id", "predict_id", "pad_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")
+        if len({self.eos_id, self.predict_id, self.pad_id}) < 3:
+            raise ValueError(f"model.eos_id={self.eos_id}, predict_id={self.predict_id} and pad_id={self.pad_id} "
+                             "must be three different ids: each marks something else.")
 
     @property
     def visibility(self) -> masks.Visibility:

@@ -82,6 +82,12 @@ def model_config(config, workdir: str) -> sps_model.ModelConfig:
         raise UserError(f"{os.path.join(workdir, CONFIG_FILE)}: {cli.sentence(e)}") from None
 
 
+# What a resume must keep: the seed fixes the data order, and the global batch the tokens per step
+# that steps, schedules and tokens_seen are counted in. Everything else in train (the schedule's
+# length, learning rates, logging, stop_at_step) may change between legs of a run.
+RESUME_FIXED = ("seed", "global_batch")
+
+
 def check_workdir(workdir: str, config, force: bool = False) -> None:
     """Refuse (one sentence) a training ``--workdir`` whose files another run owns.
 
@@ -113,6 +119,13 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
+    if has_checkpoints and other is None and os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
+        saved = read_config(workdir)
+        changed = [f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in RESUME_FIXED
+                   if saved.train.get(k) != config.train.get(k)]
+        if changed:
+            raise UserError(f"--workdir {workdir} holds a run trained with {', '.join(changed)}: resuming with "
+                            "another data order or batch would not continue it; use its values, or a new --workdir.")
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE} and {metrics.METRICS_FILE} are replaced).")

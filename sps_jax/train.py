@@ -52,9 +52,10 @@ def plan(config, num_devices: int, process_count: int = 1) -> dict:
     if t.nonfinite not in ("stop", "skip"):
         raise ValueError(f"train.nonfinite={t.nonfinite!r} must be 'stop' or 'skip'.")
     tokens_per_step = t.global_batch * cfg.seq_len
+    if t.total_tokens < tokens_per_step:
+        raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
+                         "(global_batch x seq_len): raise it or shrink the batch.")
     total_steps = math.ceil(t.total_tokens / tokens_per_step)
-    if total_steps < 1:
-        raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens.")
     return {"model": cfg, "data": data, "fsdp": fsdp, "accum": t.global_batch // t.micro_batch,
             "tokens_per_step": tokens_per_step, "total_steps": total_steps}
 

@@ -320,6 +320,9 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
     runs.check_workdir(str(trained), sps_config.load_config("configs/tiny.py", [
         *SMALL_OVERRIDES, "--config.model.attention=pallas", "--config.model.remat=True",
         "--config.model.loss_chunk=8", f"--config.data.dir={tokens}"]))
+    # Another seed or global batch would not continue the run: refused, with the run left as it was.
+    refuse(small_argv(trained, tokens, "--config.train.seed=7"), "train", "seed=", "(now 7)")
+    assert digest(trained) == before
     (tmp_path / "file").write_text("x")
     refuse(small_argv(tmp_path / "file", tokens), "is a file, not a folder")
 
