@@ -16,7 +16,7 @@ from typing import Sequence
 
 import ml_collections
 
-from sps_jax import masks
+from sps_jax import files, masks
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
@@ -142,8 +142,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
     path, _, arg = spec.partition(":")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file {path!r} does not exist: pass e.g. configs/tiny.py or configs/paper.py:s,sps,64.")
+    files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):
         raise UserError(f"config file {path!r} is not a Python file: pass a .py file whose get_config(arg) returns "
                         "a ConfigDict, e.g. configs/tiny.py.")

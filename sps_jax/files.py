@@ -141,6 +141,19 @@ def decode(data: bytes, path: str, errors: str = "strict", line: int | None = No
                         f"{hint}.") from None
 
 
+class NotAFile(UserError, FileNotFoundError):
+    """An input path that does not exist or is a folder (one sentence)."""
+
+
+def input_file(path: str, what: str, hint: str = "") -> str:
+    """``path`` when it is a file; else one sentence: ``what`` ``path`` does not exist, or is a
+    folder, then ``hint`` (what to pass instead)."""
+    if not os.path.isfile(path):
+        state = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        raise NotAFile(f"{what} {path!r} {state}{': ' + hint if hint else ''}.")
+    return path
+
+
 def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
     """A whole UTF-8 text file (``errors="replace"`` turns bad bytes into U+FFFD; ``hint`` ends the
     sentence about a bad byte)."""

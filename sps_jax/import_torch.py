@@ -61,8 +61,7 @@ def _reader(package: str, what: str, path: str):
         module = importlib.import_module(package)
     except ImportError:
         raise MissingPackage(f"reading a {what} needs the {package} package: pip install -e '.[{package}]'.") from None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} {path!r} does not exist.")
+    files.input_file(path, what, "pass the checkpoint file to import")
     return module
 
 

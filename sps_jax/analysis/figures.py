@@ -55,8 +55,7 @@ def final_point(source: str) -> dict:
 
 
 def read_evaluation(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r} does not exist: pass evaluation JSONs written by sps_jax.evaluation.evaluate.")
+    files.input_file(path, "evaluation", "pass evaluation JSONs written by sps_jax.evaluation.evaluate")
     ev = results_table.load([path])[0]  # the one reader of results JSONs: fields checked there
     ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # normalised
     return ev
@@ -225,8 +224,11 @@ def main(argv=None):
         files.output_file(path, "--out", args.force)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.command == "curves":
-        for run in args.runs:
-            runs.run_info(run), metrics.curves(run)  # every input checked before plotting
+        for run in args.runs:  # every input checked before plotting
+            runs.run_info(run)
+            if not metrics.curves(run)["val"]:
+                raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
+                                 "evaluated on validation data (train.eval_every).")
         curves(args.runs, args.out)
     elif args.command == "window-ablation":
         window_ablation(args.sources, args.out)

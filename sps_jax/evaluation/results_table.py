@@ -24,7 +24,8 @@ def load(paths) -> list[dict]:
     """Results JSONs, each checked for the fields the table reads (one sentence naming the file)."""
     rows = []
     for path in paths:
-        row = files.read_json(path)
+        row = files.read_json(files.input_file(path, "results file",
+                                               "pass results JSONs written by python -m sps_jax.evaluation.evaluate"))
         bad = _bad_field(row)
         if bad:
             raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")

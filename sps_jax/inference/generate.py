@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import os
 import sys
 import time
 from typing import Callable, Optional, Sequence
@@ -224,8 +223,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
 def _read_prompts(path: str) -> list[dict]:
     """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line (UTF-8; a bad
     line is one sentence naming it)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"prompts file {path!r} does not exist.")
+    files.input_file(path, "prompts file", "pass a text file with one prompt per line, or a .jsonl file")
     records = []
     if path.endswith(".jsonl"):
         for n, record in files.read_jsonl(path):

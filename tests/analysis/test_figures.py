@@ -105,6 +105,14 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert figures.main(["curves", str(tmp_path), "--out", str(tmp_path / "c.pdf")]) == 2
     assert ".png" in capsys.readouterr().err
+    assert figures.main(["accuracy-gain", str(tmp_path), "--out", str(tmp_path / "a.png")]) == 2
+    assert "is a folder, not a file" in capsys.readouterr().err
+    # A run that never evaluated has no curve to draw: said before plotting, not by matplotlib.
+    run = write_run(tmp_path / "no-val", "no-val", "sps", 4, [])
+    with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"step": 10, "tokens_seen": 1000, "loss": 3.0, "lr": 1e-3}) + "\n")
+    assert figures.main(["curves", run, "--out", str(tmp_path / "c.png")]) == 2
+    assert "no validation record" in capsys.readouterr().err and not (tmp_path / "c.png").exists()
 
 
 def test_figures_module_runs_as_a_command(tmp_path):
