@@ -259,6 +259,13 @@ def check_run_config(config) -> None:
     if not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
+    check_ranges(config)
+    if not isinstance(config.data.get("dir"), str) or not config.data.dir:
+        raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
+
+
+def check_ranges(config) -> None:
+    """The numeric fields of :data:`RANGES` are present and in range (else one sentence naming one)."""
     for dotted, (kind, least, most, optional) in RANGES.items():
         section, name = dotted.split(".")
         if section not in config or not hasattr(config[section], "keys") or name not in config[section]:
@@ -276,8 +283,6 @@ def check_run_config(config) -> None:
                      else f"between {least} and {most}")
             kind_text = "an integer" if kind is int else "a finite number"
             raise UserError(f"{dotted}={value!r} must be {kind_text} {bound}.")
-    if not isinstance(config.data.get("dir"), str) or not config.data.dir:
-        raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -168,6 +168,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     m.seq_len = int(context or m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
+    sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
     return config, notes
 
 

@@ -161,3 +161,12 @@ def test_the_working_directory_is_never_the_imported_run_even_with_force(tmp_pat
         outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", out, "--force", *OVERRIDES])
         assert outcome.status == 2 and outcome.problem() is None and "--out" in outcome.stderr, outcome.stderr
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
+
+
+def test_an_override_out_of_range_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(tmp_path / "run"), *OVERRIDES,
+                                            "--config.train.micro_batch=0"])
+    assert outcome.status == 2 and "train.micro_batch=0" in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "run").exists()

@@ -60,6 +60,13 @@ def parse_args(argv):
             p.error(f"--{name.replace('_', '-')} must be a positive integer.")
     if args.window < 0:
         p.error("--window must be a non-negative integer.")
+    if args.head_dim % 2:
+        p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
+    if args.documents > args.seq_len:
+        p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
+    repeated = sorted({v for v in args.variants if args.variants.count(v) > 1})
+    if repeated:
+        p.error(f"--variants lists {', '.join(repeated)} more than once: list each once.")
     if args.backend == "auto":
         args.backend = "splash" if jax.default_backend() == "tpu" else "pallas"
     if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):

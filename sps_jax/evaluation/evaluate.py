@@ -148,6 +148,8 @@ def main_evaluate(argv) -> int:
     p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
     args = p.parse_args(argv)
+    if args.include_path is not None and not os.path.isdir(args.include_path):
+        p.error(f"--include-path {args.include_path} is not a folder: pass the folder of lm-eval task YAMLs")
     keys = paper_tasks.expand([args.tasks]) if args.tasks else []
     if not keys and not args.val_data:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")

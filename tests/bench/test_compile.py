@@ -38,6 +38,9 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     (["--target", "h100", "--only", "kernels,speed"], "--only takes"),
     (["--target", "h100", "--variants", "sps,nope"], "unknown variant"),
     (["--target", "h100", "--micro-batches", "0"], "must be positive"),
+    (["--target", "h100", "--variants", ","], "names nothing"),
+    (["--target", "h100", "--variants", "sps,standard,sps"], "sps is listed more than once"),
+    (["--target", "h100", "--max-micro-batch", "-5"], "must be at least 1"),
 ])
 def test_bad_arguments_get_one_sentence(args, message):
     out = run_module("sps_jax.bench", "compile", *args)
