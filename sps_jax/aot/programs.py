@@ -170,32 +170,43 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
         micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len, model_flops=model_flops)
 
 
+GENERATION_PROGRAMS = ("prefill", "decode_loop", "decode_step")
+
+
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
-               new_tokens: int) -> list[dict]:
-    """Compile prefill, the decode loop and one decode step (``sps_jax.inference.generate``) for one
-    device of ``acc`` at a generation workload; one report per program."""
+               new_tokens: int, only=GENERATION_PROGRAMS) -> list[dict]:
+    """Compile prefill, the decode loop and one decode step (``sps_jax.inference.generate``), or the
+    ``only`` ones of them, for one device of ``acc`` at a generation workload; one report per program."""
     device = topology.devices(acc)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     cfg = dataclasses.replace(cfg, attention=attention.resolve(cfg.attention, acc.platform))
     params = _on(sps_model.param_shapes(sps_model.Transformer(cfg)), sharding)
-    tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
     max_len = prompt_len + new_tokens
+    cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
     fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch=batch,
                   prompt_len=prompt_len, new_tokens=new_tokens)
-    prefill = _compile_and_report(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len),
-                                  kernel_flops=_splash_flops(cfg, batch, prompt_len, backward=False),
-                                  program="prefill", **fields)
-    cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
-    logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
-    rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
-    decode = _compile_and_report(acc, lambda: generate.decode_loop.lower(
-        cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
-        program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
-    # One step of the loop's body alone (parameters already in the compute dtype, the cache
-    # donated): its bytes accessed are what a memory-bound decode step moves.
-    step_params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg), params), sharding)
-    step = jax.jit(functools.partial(generate.decode_step, cfg), donate_argnums=(1,))
-    tokens_B = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
-    step_report = _compile_and_report(acc, lambda: step.lower(step_params, cache, tokens_B),
-                                      program="decode_step", count_kernels=True, **fields)
-    return [prefill, decode, step_report]
+
+    def prefill():
+        tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
+        return _compile_and_report(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len),
+                                   kernel_flops=_splash_flops(cfg, batch, prompt_len, backward=False),
+                                   program="prefill", **fields)
+
+    def decode_loop():
+        logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
+        rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
+        return _compile_and_report(acc, lambda: generate.decode_loop.lower(
+            cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
+            program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
+
+    def decode_step():
+        # One step of the loop's body alone (parameters already in the compute dtype, the cache
+        # donated): its bytes accessed are what a memory-bound decode step moves.
+        step_params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg), params), sharding)
+        step = jax.jit(functools.partial(generate.decode_step, cfg), donate_argnums=(1,))
+        tokens_B = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
+        return _compile_and_report(acc, lambda: step.lower(step_params, cache, tokens_B),
+                                   program="decode_step", count_kernels=True, **fields)
+
+    build = {"prefill": prefill, "decode_loop": decode_loop, "decode_step": decode_step}
+    return [build[name]() for name in GENERATION_PROGRAMS if name in only]

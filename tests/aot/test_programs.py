@@ -60,7 +60,7 @@ def test_generation_compiles_prefill_and_the_decode_loop():
     positions = prompt_len + new_tokens
     persistent_bytes = 2 * cfg.num_layers * batch * cfg.num_heads * positions * cfg.head_dim * 2
     assert step["bytes_accessed"] >= persistent_bytes
-    bigger = programs.generation(H100, cfg, batch=4, prompt_len=16, new_tokens=16)[1]
+    bigger = programs.generation(H100, cfg, batch=4, prompt_len=16, new_tokens=16, only=("decode_loop",))[0]
     assert bigger["peak_bytes"] > decode["peak_bytes"]
 
 
@@ -103,14 +103,20 @@ ENTRY %main (a: f32[4], e: bf16[2,0]) -> (f32[4], bf16[2,0]) {
     assert programs.entry_kernels(hlo) == 2
 
 
-def test_sps_decode_step_launches_few_more_kernels_than_standards():
-    """The pair (x_i, rho_i) shares every matmul and the cache read; what SPS adds is the ring:
-    per layer its write (K, V) and one small attention block (two products, the softmax
-    reductions); per step its positions, documents and mask."""
-    steps = {}
-    for variant in ("standard", "sps"):
-        cfg = sps_model.ModelConfig.from_config(dict(tiny_config(variant, window=GENERATION_WINDOW).model))
-        steps[variant] = programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16)[2]
-    layers = cfg.num_layers
-    assert steps["standard"]["kernels"] >= 10 * layers  # projections, MLP, norms and attention per layer
-    assert steps["sps"]["kernels"] - steps["standard"]["kernels"] <= 5 * layers + 5
+def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
+    """The pair (x_i, rho_i) shares every matmul and the cache read; what SPS adds per layer is the
+    ring: its write (K, V) and one small attention block (two products and the softmax reductions).
+    Counted per layer as the growth from 2 to 4 layers, so the per-step work (the ring's positions,
+    documents and mask) does not blur it."""
+    extra = {}
+    for layers in (2, 4):
+        kernels = {}
+        for variant in ("standard", "sps"):
+            model = dict(tiny_config(variant, window=GENERATION_WINDOW).model, num_layers=layers)
+            step = programs.generation(H100, sps_model.ModelConfig.from_config(model), batch=2, prompt_len=16,
+                                       new_tokens=16, only=("decode_step",))[0]
+            kernels[variant] = step["kernels"]
+        assert kernels["standard"] >= 10 * layers  # projections, MLP, norms and attention per layer
+        extra[layers] = kernels["sps"] - kernels["standard"]
+    # Measured per layer: 5 (jax 0.10.2) and 6 (0.12.0.1); 11 and 13.5 before the ring became one block.
+    assert 2 <= (extra[4] - extra[2]) / 2 <= 8, extra
