@@ -49,6 +49,7 @@ def test_splash_forward_and_backward_compile_with_the_default_blocks(acc, head_d
 
 
 @needs_libtpu
+@pytest.mark.slow  # over 30 s on two cores; run with -m slow
 def test_small_train_step_compiles_sharded_over_the_four_chips_of_a_v5e_slice():
     splash = programs.train_step(V5E, small_config(micro_batch=8, fsdp=4), num_devices=4)
     assert (splash["devices"], splash["attention"], splash["micro_batch"]) == (4, "splash", 8)

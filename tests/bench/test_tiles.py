@@ -20,6 +20,7 @@ def test_candidates_vary_only_the_named_kernel():
             assert {getattr(t, other) for t in got} == {getattr(default, other)}
 
 
+@pytest.mark.slow  # over 30 s on two cores; run with -m slow
 def test_sweep_plumbing_reports_every_launch_and_the_fastest(monkeypatch):
     # The CPU has no GPU to time: run the sweep's code on a tiny shape in Pallas's interpreter.
     args = argparse.Namespace(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,

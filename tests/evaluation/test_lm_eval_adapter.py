@@ -81,6 +81,7 @@ def test_generate_until_is_greedy_and_stops_at_the_first_stop_sequence():
     assert stop not in cut[1]
 
 
+@pytest.mark.slow  # over 30 s on two cores; run with -m slow
 def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
     from sps_jax.inference import generate as gen
 
