@@ -55,6 +55,14 @@ def merge_partials(parts):
     return out_BHQK / jnp.where(denom > 0, denom, 1.0)
 
 
+def combine_partials(a, b):
+    """The :func:`softmax_partials` of the union of two disjoint key blocks' (one step of an online
+    softmax over blocks, where a loop carries the partials)."""
+    row_max = jnp.maximum(a[0], b[0])
+    scale_a, scale_b = jnp.exp(a[0] - row_max), jnp.exp(b[0] - row_max)
+    return row_max, scale_a * a[1] + scale_b * b[1], scale_a * a[2] + scale_b * b[2]
+
+
 def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     """Softmax attention of Q query slots over C key slots under a boolean mask, f32 scores and
     output [B, H, Q, K] (the dense reference's core)."""

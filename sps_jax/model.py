@@ -23,7 +23,7 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 
 
 # Fields that say how the model is computed, not what it is: a run may resume with other values.
-EXECUTION_FIELDS = ("attention", "remat", "loss_chunk")
+EXECUTION_FIELDS = ("attention", "remat", "loss_chunk", "prefill_chunk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,10 @@ class ModelConfig:
     # Positions per chunk of the fused LM head + cross-entropy (sps_jax/cross_entropy.py); 0 keeps
     # the plain path, which materialises the [B, T, V] f32 logits.
     loss_chunk: int = 4096
+    # Prompt positions per chunk of generation's prefill (sps_jax.inference.generate.prefill): its
+    # peak activations are one chunk's instead of the whole prompt's; 0 runs the prompt in one pass
+    # with the training attention kernel.
+    prefill_chunk: int = 0
 
     def __post_init__(self):
         # Types first: a hand-edited config.json must fail here in one sentence, not deep in the model.
@@ -85,8 +89,10 @@ class ModelConfig:
         if self.d_model % self.num_heads or self.head_dim % 2:
             raise ValueError(
                 f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")
-        if isinstance(self.loss_chunk, bool) or not isinstance(self.loss_chunk, int) or self.loss_chunk < 0:
-            raise ValueError(f"model.loss_chunk must be a non-negative integer (0: unchunked), got {self.loss_chunk!r}.")
+        for name in ("loss_chunk", "prefill_chunk"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"model.{name} must be a non-negative integer (0: unchunked), got {value!r}.")
         for name in ("eos_id", "predict_id", "pad_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")

@@ -176,7 +176,8 @@ GENERATION_PROGRAMS = ("prefill", "decode_loop", "decode_step")
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
                new_tokens: int, only=GENERATION_PROGRAMS) -> list[dict]:
     """Compile prefill, the decode loop and one decode step (``sps_jax.inference.generate``), or the
-    ``only`` ones of them, for one device of ``acc`` at a generation workload; one report per program."""
+    ``only`` ones of them, for one device of ``acc`` at a generation workload; one report per program.
+    A prefill in chunks (``cfg.prefill_chunk`` below ``prompt_len``) is the program ``prefill/C``."""
     device = topology.devices(acc)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     cfg = dataclasses.replace(cfg, attention=attention.resolve(cfg.attention, acc.platform))
@@ -188,9 +189,12 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
 
     def prefill():
         tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
+        chunked = 0 < cfg.prefill_chunk < prompt_len
+        kernel_flops = 0.0 if chunked else _splash_flops(cfg, batch, prompt_len, backward=False)  # chunks: XLA's
         return _compile_and_report(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len),
-                                   kernel_flops=_splash_flops(cfg, batch, prompt_len, backward=False),
-                                   program="prefill", **fields)
+                                   kernel_flops=kernel_flops,
+                                   program=f"prefill/{cfg.prefill_chunk}" if chunked else "prefill",
+                                   prefill_chunk=cfg.prefill_chunk if chunked else 0, **fields)
 
     def decode_loop():
         logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)

@@ -13,8 +13,9 @@ For each target accelerator (``sps_jax.hardware``), without one attached, it com
   micro-batch whose peak fits the device's memory (found by compiling: doubling past the largest
   one asked for, then bisecting). On TPU targets the dense ``xla`` reference is compiled beside
   ``auto`` (splash) unless ``--attention`` says otherwise;
-- ``generate``: prefill and the decode loop at a generation workload (the paper's: batch 16,
-  prefill 1024, 3072 new tokens) for each variant, with peak memory as a ratio to ``standard``.
+- ``generate``: prefill (in one pass, and in chunks of positions: ``--prefill-chunks``), the decode
+  loop and one decode step at a generation workload (the paper's: batch 16, prefill 1024, 3072 new
+  tokens) for each variant, with peak memory as a ratio to ``standard``.
 
 This is compile-time evidence: it shows that the programs lower, what binaries the kernels become
 and what fits in memory, not how fast anything runs (``bench attention|train|generate`` time that
@@ -23,6 +24,7 @@ on a real device).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
@@ -54,6 +56,8 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=16, help="generation: rows")
     p.add_argument("--prefill", type=int, default=1024, help="generation: prompt tokens per row")
     p.add_argument("--decode", type=int, default=3072, help="generation: new tokens per row")
+    p.add_argument("--prefill-chunks", type=cli.comma_list(int), default=[0, 32],
+                   help="generation: prefill compiled in chunks of these many positions (0: one pass)")
     bench.add_json_flag(p)
     args, rest = p.parse_known_args(argv)
     bench.check_json(args)
@@ -73,6 +77,8 @@ def parse_args(argv):
         p.error("--remat takes off, on or off,on.")
     if min(args.micro_batches + [args.devices, args.batch, args.prefill, args.decode]) < 1:
         p.error("--micro-batches, --devices, --batch, --prefill and --decode must be positive.")
+    if min(args.prefill_chunks) < 0:
+        p.error("--prefill-chunks must be 0 (one pass) or positive.")
     if any(d not in ("bfloat16", "float16", "float32") for d in args.dtypes):
         p.error("--dtypes takes bfloat16, float16 and float32.")
     return args
@@ -243,7 +249,14 @@ def generation_rows(acc, args) -> list[dict]:
     for variant in args.variants:
         model = _variant_config(args, variant).model
         cfg = sps_model.ModelConfig.from_config(dict(model, seq_len=max(model.seq_len, args.prefill + args.decode)))
-        for r in programs.generation(acc, cfg, args.batch, args.prefill, args.decode):
+        # A chunk of the whole prompt or more is the one-pass prefill.
+        chunks = dict.fromkeys(c if c < args.prefill else 0 for c in args.prefill_chunks)
+        reports = [r for chunk in chunks for r in programs.generation(
+            acc, dataclasses.replace(cfg, prefill_chunk=chunk), args.batch, args.prefill, args.decode,
+            only=("prefill",))]
+        reports += programs.generation(acc, cfg, args.batch, args.prefill, args.decode,
+                                       only=("decode_loop", "decode_step"))
+        for r in reports:
             _log(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
             rows.append(r)
     _ratios(rows, ("batch",))
@@ -320,7 +333,8 @@ def print_tables(results) -> None:
                       f"{_ratio(r.get('peak_vs_standard')):>6s} {accessed:>11s} "
                       f"{_ratio(r.get('bytes_accessed_vs_standard')):>6s} {r.get('kernels', '-'):>7}")
             print("GB accessed is XLA's cost model, which counts custom kernels (the Pallas attention and, on a GPU,\n"
-                  "the decode step's cache reads) as accessing nothing: compare it across variants with care.\n"
+                  "the decode step's cache reads) as accessing nothing and a loop's body once (prefill/C's scan):\n"
+                  "compare it across variants of one program with care.\n"
                   "kernels: launches of one decode step (at a small batch its time is mostly launches).")
         for err in res.get("errors", []):
             print(f"not compiled: {err}")

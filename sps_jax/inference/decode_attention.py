@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 
-import jax
 import jax.numpy as jnp
 
 from sps_jax import attention

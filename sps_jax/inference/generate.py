@@ -35,27 +35,63 @@ from sps_jax.inference.sampling import Sampling, sample_logits
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
 def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
-    """One forward pass over prompts [B, T] -> (filled cache, hidden states [B, T, D]).
+    """Prompts [B, T] through the model -> (filled cache, hidden states [B, T, D]): one forward pass
+    with the training attention kernel, or, with ``cfg.prefill_chunk`` below T, in chunks of that
+    many positions (:func:`_prefill_chunks`).
 
     Left-padded prompts pass the positions :func:`sps_jax.inference.batching.left_pad`
     gives them; by default positions are 0..T-1 (unpadded prompts). The next-token logits
     of position t are ``model.unembed(h[:, t:t+1], params["embed"])``.
     """
     B, T = tokens_BT.shape
-    params = sps_model.compute_params(params, cfg)
     if positions_BT is None:
         positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     doc_ids_BT = masks.document_ids(tokens_BT, cfg.eos_id, cfg.pad_id)
     cache = kv_cache.init_cache(cfg, B, max_len)
     put = lambda buf, new: jax.lax.dynamic_update_slice(buf, new, (0, 0))
-    slot_pos, slot_doc = put(cache.slot_pos_BT, positions_BT), put(cache.slot_doc_BT, doc_ids_BT)
-    h_BTD, layers = sps_model.Transformer(cfg).apply(
-        {"params": params}, tokens_BT, positions_BT, doc_ids_BT, return_hidden=True,
-        cache=kv_cache.views(cfg, cache.replace(slot_pos_BT=slot_pos, slot_doc_BT=slot_doc), prefill=True))
-    cache = kv_cache.Cache(layers, slot_pos, slot_doc, kv_cache.fill_ring(cache.ring_pos_BR, positions_BT, axis=1),
-                           kv_cache.fill_ring(cache.ring_doc_BR, doc_ids_BT, axis=1), jnp.asarray(T, jnp.int32),
-                           tokens_BT[:, -1], positions_BT[:, -1], doc_ids_BT[:, -1])
-    return cache, h_BTD
+    cache = cache.replace(slot_pos_BT=put(cache.slot_pos_BT, positions_BT),
+                          slot_doc_BT=put(cache.slot_doc_BT, doc_ids_BT))
+    if 0 < cfg.prefill_chunk < T:
+        cache, h_BTD = _prefill_chunks(cfg, params, cache, tokens_BT, positions_BT, doc_ids_BT)
+    else:
+        h_BTD, layers = sps_model.Transformer(cfg).apply(
+            {"params": params}, tokens_BT, positions_BT, doc_ids_BT, return_hidden=True,
+            cache=kv_cache.views(cfg, cache, prefill=True))
+        cache = cache.replace(layers=layers, ring_pos_BR=kv_cache.fill_ring(cache.ring_pos_BR, positions_BT, axis=1),
+                              ring_doc_BR=kv_cache.fill_ring(cache.ring_doc_BR, doc_ids_BT, axis=1))
+    return cache.replace(length=jnp.asarray(T, jnp.int32), last_token_B=tokens_BT[:, -1],
+                         last_pos_B=positions_BT[:, -1], last_doc_B=doc_ids_BT[:, -1]), h_BTD
+
+
+def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_BT, positions_BT, doc_ids_BT):
+    """The prompt ``cfg.prefill_chunk`` positions at a time (a first chunk takes the remainder), each
+    chunk attending to the cache the chunks before it filled -> (cache, hidden states [B, T, D]). The
+    activations alive are one chunk's; one ``lax.scan`` compiles the layers for every chunk. Each chunk
+    casts the weights as it uses them: a compute-dtype copy held across the chunks would be a
+    second set of weights in memory."""
+    B, T = tokens_BT.shape
+    C = cfg.prefill_chunk
+    model = sps_model.Transformer(cfg)
+
+    def run(cache, start, chunk_BT, chunk_positions_BT, chunk_docs_BT):
+        h_BTD, layers = model.apply(
+            {"params": params}, chunk_BT, chunk_positions_BT, chunk_docs_BT, return_hidden=True,
+            cache=kv_cache.chunk_views(cfg, cache, start, chunk_positions_BT, chunk_docs_BT))
+        ring = lambda buf, new: kv_cache.fill_ring(buf, new, axis=1, start=start)  # noqa: E731
+        return cache.replace(layers=layers, ring_pos_BR=ring(cache.ring_pos_BR, chunk_positions_BT),
+                             ring_doc_BR=ring(cache.ring_doc_BR, chunk_docs_BT)), h_BTD
+
+    first, n = T % C, T // C
+    h_parts = []
+    if first:
+        cache, h_BTD = run(cache, 0, tokens_BT[:, :first], positions_BT[:, :first], doc_ids_BT[:, :first])
+        h_parts.append(h_BTD)
+    chunks = lambda x_BT: jnp.swapaxes(x_BT[:, first:].reshape(B, n, C), 0, 1)  # noqa: E731  [G, B, T]
+    cache, h_GBTD = jax.lax.scan(lambda cache, xs: run(cache, *xs), cache,
+                                 (first + C * jnp.arange(n), chunks(tokens_BT), chunks(positions_BT),
+                                  chunks(doc_ids_BT)))
+    h_parts.append(jnp.swapaxes(h_GBTD, 0, 1).reshape(B, n * C, -1))
+    return cache, jnp.concatenate(h_parts, axis=1)
 
 
 def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_B):
@@ -256,6 +292,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=cli.positive_int, default=8, help="prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")
+    parser.add_argument("--prefill-chunk", type=cli.non_negative_int, default=None,
+                        help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
     args = parser.parse_args(argv)
     if args.out is not None:
         files.output_file(args.out, "--out", args.force)
@@ -272,8 +310,10 @@ def main(argv=None) -> int:
     workdir, _ = runs.find_run(runs.run_argument(args))
     config = runs.read_config(workdir)
     cfg = runs.model_config(config, workdir)
-    if args.attention:
-        cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), "attention": args.attention})
+    overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides:
+        cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
     check_prompts(cfg, prompts, args.max_new_tokens)
     _, params, step = runs.load_model(runs.run_argument(args))
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)

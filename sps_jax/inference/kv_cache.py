@@ -51,14 +51,15 @@ def ring_slots(vis: masks.Visibility, max_len: int) -> int:
     return min(window + 1, max_len)
 
 
-def fill_ring(ring, new, axis: int):
-    """``ring`` (R slots along ``axis``) after writing positions 0..T-1 of ``new`` in order: the
-    last min(R, T) of them, position t in slot t % R (how prefill leaves a ring)."""
+def fill_ring(ring, new, axis: int, start=0):
+    """``ring`` (R slots along ``axis``) after writing cache positions start..start+T-1 of ``new`` in
+    order: the last min(R, T) of them, position t in slot t % R (how prefill and its chunks leave a
+    ring). ``start`` may be traced."""
     R, T = ring.shape[axis], new.shape[axis]
     if not R:
         return ring
     n = min(R, T)
-    slots = np.arange(T - n, T) % R
+    slots = (start + np.arange(T - n, T)) % R
     latest = jax.lax.slice_in_dim(new, T - n, T, axis=axis).astype(ring.dtype)
     return ring.at[(slice(None),) * axis + (slots,)].set(latest)
 
@@ -201,6 +202,102 @@ class _LayerView:
             parts.append(attention.softmax_partials(q_BHSK, concat(keys), concat(values), self.near_mask_BSC))
         o_BHSK = attention.merge_partials(parts)
         return jnp.swapaxes(o_BHSK, 1, 2)[:, None].astype(q_BTSHK.dtype), kv
+
+
+# Persistent slots per block of a chunked prefill's online softmax: one chunk's scores against one
+# block, [B, H, C x S, KEY_BLOCK] f32, are all the attention holds at a time.
+KEY_BLOCK = 128
+
+
+@struct.dataclass
+class _ChunkView:
+    """What one layer sees of the cache while prefill runs C prompt positions at cache positions
+    [start, start + C) (``model.prefill_chunk``). The slot metadata already holds the whole prompt;
+    the ring holds the positions before ``start``."""
+
+    kv: LayerKV
+    start: jax.Array
+    slot_pos_BT: jax.Array
+    slot_doc_BT: jax.Array
+    ring_mask_BQC: jax.Array | None  # what the chunk's query slots see of (ring, the chunk's windowed entries)
+    cfg: sps_model.ModelConfig = struct.field(pytree_node=False)
+
+    def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
+        """Write the chunk's persistent entries, attend to each persistent stream's slots [0, start + C)
+        block by block with an online softmax and to the ring plus the chunk's windowed entries in one
+        block, then move the chunk's windowed entries into the ring. Query slot c * S + s is stream s
+        of the chunk's position c."""
+        vis = self.cfg.visibility
+        B, C, S, H, K = q_BTSHK.shape
+        persistent, windowed = cache_streams(vis)
+        dt = q_BTSHK.dtype
+        stream = lambda x_BTSHK, s: jnp.swapaxes(x_BTSHK[:, :, s], 1, 2).astype(dt)  # noqa: E731  [B, H, C, K]
+        q_BHQK = jnp.transpose(q_BTSHK, (0, 3, 1, 2, 4)).reshape(B, H, C * S, K)
+        write = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
+            buf, stream(new_BTSHK, s).astype(buf.dtype), (0, 0, self.start, 0)) for buf, s in zip(bufs, persistent))
+        kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_BTSHK), v_BHTK=write(self.kv.v_BHTK, v_BTSHK))
+        query = _query_slots(positions_BT, doc_ids_BT, S)
+        parts = [self._persistent(q_BHQK, query, k, v, p, self.start + C)
+                 for p, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        if windowed:
+            w = windowed[0]
+            k_new_BHCK, v_new_BHCK = stream(k_BTSHK, w), stream(v_BTSHK, w)
+            parts.append(attention.softmax_partials(q_BHQK, jnp.concatenate([kv.k_BHRK, k_new_BHCK], axis=2),
+                                                    jnp.concatenate([kv.v_BHRK, v_new_BHCK], axis=2),
+                                                    self.ring_mask_BQC))
+            kv = kv.replace(k_BHRK=fill_ring(kv.k_BHRK, k_new_BHCK, axis=2, start=self.start),
+                            v_BHRK=fill_ring(kv.v_BHRK, v_new_BHCK, axis=2, start=self.start))
+        o_BHQK = attention.merge_partials(parts)
+        # As in a one-pass prefill: without the tie, every layer's q/k/v of the chunk stay alive
+        # until writes that XLA schedules after the last layer.
+        return jax.lax.optimization_barrier((jnp.transpose(o_BHQK.reshape(B, H, C, S, K), (0, 2, 3, 1, 4)).astype(dt),
+                                             kv))
+
+    def _persistent(self, q_BHQK, query, k_BHTK, v_BHTK, stream: int, end):
+        """Softmax partials of the query slots over one persistent stream's slots [0, end), KEY_BLOCK
+        slots at a time. The last block starts early enough to fit the buffer; slots an earlier block
+        covered are masked there."""
+        B, H, Q, K = q_BHQK.shape
+        T = k_BHTK.shape[2]
+        size = min(KEY_BLOCK, T)
+
+        def block(b, carry):
+            first = jnp.minimum(b * size, T - size)
+            take = lambda x, axis: jax.lax.dynamic_slice_in_dim(x, first, size, axis=axis)  # noqa: E731
+            slot_C = first + jnp.arange(size)
+            mask_BQC = masks.visible(self.cfg.visibility, *query, take(self.slot_pos_BT, 1)[:, None], stream,
+                                     take(self.slot_doc_BT, 1)[:, None])
+            mask_BQC &= ((slot_C >= b * size) & (slot_C < end))[None, None]
+            return attention.combine_partials(carry, attention.softmax_partials(
+                q_BHQK, take(k_BHTK, 2), take(v_BHTK, 2), mask_BQC))
+
+        empty = (jnp.full((B, H, Q, 1), -1e30, jnp.float32), jnp.zeros((B, H, Q, 1), jnp.float32),
+                 jnp.zeros((B, H, Q, K), jnp.float32))
+        return jax.lax.fori_loop(0, (end + size - 1) // size, block, empty)
+
+
+def _query_slots(positions_BT, doc_ids_BT, S: int):
+    """(position [B, Q, 1], stream [1, Q, 1], document [B, Q, 1]) of a chunk's query slots, Q = T x S,
+    slot t * S + s being stream s of position t: the query side of :func:`sps_jax.masks.visible`."""
+    C = positions_BT.shape[1]
+    return (jnp.repeat(positions_BT, S, axis=1)[:, :, None], np.tile(np.arange(S), C)[None, :, None],
+            jnp.repeat(doc_ids_BT, S, axis=1)[:, :, None])
+
+
+def chunk_views(cfg: sps_model.ModelConfig, cache: Cache, start, positions_BT, doc_ids_BT):
+    """One view per layer, the ``cache`` argument of ``Transformer`` for a prefill chunk at cache
+    positions [start, start + C); ``cache``'s slot metadata holds the whole prompt, its ring the
+    positions before ``start``."""
+    vis = cfg.visibility
+    _, windowed = cache_streams(vis)
+    ring_mask_BQC = None
+    if windowed:
+        w = windowed[0]
+        k_pos_BC = jnp.concatenate([cache.ring_pos_BR, positions_BT], axis=1)
+        k_doc_BC = jnp.concatenate([cache.ring_doc_BR, doc_ids_BT], axis=1)
+        ring_mask_BQC = masks.visible(vis, *_query_slots(positions_BT, doc_ids_BT, vis.num_streams),
+                                      k_pos_BC[:, None], w, k_doc_BC[:, None])
+    return [_ChunkView(kv, start, cache.slot_pos_BT, cache.slot_doc_BT, ring_mask_BQC, cfg) for kv in cache.layers]
 
 
 def past_start(vis: masks.Visibility, slot_pos_BT, slot_doc_BT, end):

@@ -120,3 +120,17 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
         extra[layers] = kernels["sps"] - kernels["standard"]
     # Measured per layer: 5 (jax 0.10.2) and 6 (0.12.0.1); 11 and 13.5 before the ring became one block.
     assert 2 <= (extra[4] - extra[2]) / 2 <= 8, extra
+
+
+def test_a_prefill_in_chunks_holds_less_than_one_pass_for_a_long_prompt():
+    """The point of ``model.prefill_chunk``: the temporaries are one chunk's activations, not the
+    prompt's, so a long prompt's prefill peaks lower, for Standard and for SPS."""
+    model = dict(tiny_config(window=GENERATION_WINDOW).model, seq_len=1024)
+    temps = {}
+    for variant in ("standard", "sps"):
+        for chunk in (0, 32):
+            cfg = sps_model.ModelConfig.from_config(dict(model, variant=variant, prefill_chunk=chunk))
+            (report,) = programs.generation(H100, cfg, batch=8, prompt_len=512, new_tokens=16, only=("prefill",))
+            temps[variant, chunk] = report["temp_bytes"]
+    for variant in ("standard", "sps"):
+        assert temps[variant, 32] < temps[variant, 0] / 2, temps

@@ -16,7 +16,8 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "train,generate",
                      "--config", "configs/tiny.py:sps,4", "--micro-batches", "1,2", "--remat", "off",
                      "--attention", "xla", "--config.model.attention=xla", "--no-fit-search",
-                     "--batch", "2", "--prefill", "8", "--decode", "8", "--json", out_json)
+                     "--batch", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3,8",
+                     "--json", out_json)
     assert out.returncode == 0, out.stderr
     assert "deviceless compile" in out.stdout
     results = json.loads(out_json.read_text())
@@ -26,8 +27,13 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
         base = next(b for b in train if b["variant"] == "standard" and b["micro_batch"] == r["micro_batch"])
         assert r["peak_vs_standard"] == pytest.approx(r["peak_bytes"] / base["peak_bytes"])
     gen = results["targets"]["h100"]["generate"]
-    assert {(r["program"], r["variant"]) for r in gen} == {(p, v) for p in ("prefill", "decode_loop", "decode_step")
-                                                          for v in ("standard", "sps")}
+    # A chunk of 8 is the whole prompt: the one-pass prefill, compiled once.
+    assert sorted((r["program"], r["variant"]) for r in gen) == sorted(
+        (p, v) for p in ("prefill", "prefill/3", "decode_loop", "decode_step") for v in ("standard", "sps"))
+    chunked = {r["variant"]: r for r in gen if r["program"] == "prefill/3"}
+    assert chunked["sps"]["prefill_chunk"] == 3
+    assert chunked["sps"]["peak_vs_standard"] == pytest.approx(
+        chunked["sps"]["peak_bytes"] / chunked["standard"]["peak_bytes"])
     step = {r["variant"]: r for r in gen if r["program"] == "decode_step"}
     assert step["sps"]["bytes_accessed_vs_standard"] == pytest.approx(
         step["sps"]["bytes_accessed"] / step["standard"]["bytes_accessed"])
@@ -42,6 +48,7 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     (["--target", "h100", "--variants", ","], "names nothing"),
     (["--target", "h100", "--variants", "sps,standard,sps"], "sps is listed more than once"),
     (["--target", "h100", "--max-micro-batch", "-5"], "must be at least 1"),
+    (["--target", "h100", "--prefill-chunks", "0,-4"], "--prefill-chunks must be 0"),
 ])
 def test_bad_arguments_get_one_sentence(args, message):
     outcome = fuzz.call(bench_main.main, ["compile", *args])  # in process: a refusal comes before jax is used

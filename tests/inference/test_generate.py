@@ -187,6 +187,9 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     one = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "5")
     assert one.status == 0, one.stderr
     assert one.stdout == "The cat" + _greedy_completion(workdir, "The cat", 5) + "\n"
+    # A prompt prefilled one position at a time continues the same way.
+    chunked = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "5", "--prefill-chunk", "1")
+    assert (chunked.status, chunked.stdout) == (0, one.stdout), chunked.stderr
 
     plain = tmp_path / "prompts.txt"
     plain.write_text("Hello world\n\nOne\n")  # one prompt per line; blank lines are not prompts
