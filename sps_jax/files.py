@@ -154,6 +154,19 @@ def input_file(path: str, what: str, hint: str = "") -> str:
     return path
 
 
+def distinct_inputs(paths, what: str) -> list[str]:
+    """``paths`` when no two of them name the same file or folder (a repeat would count one input
+    twice in a table, a figure or an average); else one sentence naming the repeat."""
+    seen = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            twice = f"{path!r} is given twice" if seen[real] == path else f"{seen[real]!r} and {path!r} name the same file or folder"
+            raise UserError(f"{what} {twice}: pass each once.")
+        seen[real] = path
+    return list(paths)
+
+
 def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
     """A whole UTF-8 text file (``errors="replace"`` turns bad bytes into U+FFFD; ``hint`` ends the
     sentence about a bad byte)."""

@@ -88,6 +88,11 @@ BAD_ARGUMENTS = [
     (evaluate.main, ["table", "W/none.json"], ["none.json"]),
     (probes.main, ["window-nll", "--workdir", "W", "--omega", "-1"], ["--omega"]),
     (figures.main, ["curves", "W", "--out", "W/c.pdf"], [".png"]),
+    # one input twice would be counted twice (a doubled table row, curve or probe overlay)
+    (figures.main, ["curves", "W", "W/", "--out", "W/c.png"], ["run folder", "name the same"]),
+    (figures.main, ["accuracy-gain", "W/e.json", "W/e.json", "--out", "W/g.png"], ["evaluation JSON", "twice"]),
+    (evaluate.main, ["table", "W/a.json", "W/a.json"], ["results file", "twice"]),
+    (probes.main, ["window-nll", "--workdir", "W", "--workdir", "W", "--out", "W/o"], ["--workdir", "twice"]),
     (import_torch.main, ["W/x.pt", "--variant", "sps", "--out", "W/o", "--num-heads", "0"], ["--num-heads"]),
     (bench_cli.main, ["nonsense"], ["name a benchmark"]),
     (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),

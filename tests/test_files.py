@@ -64,3 +64,15 @@ def test_a_folder_swap_never_takes_the_working_directory_or_a_folder_holding_it(
     with files.replace_folder("tokens") as building:
         assert building == str(work / "tokens.partial")
     assert (work / "tokens").is_dir() and (work / "keep.txt").exists()
+
+
+def test_distinct_inputs_refuses_one_path_given_twice_however_spelled(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "run")
+    run = str(tmp_path / "run")
+    assert files.distinct_inputs([run, str(tmp_path / "other")], "run folder") == [run, str(tmp_path / "other")]
+    with pytest.raises(UserError, match=r"run folder '.*run' is given twice: pass each once\.$"):
+        files.distinct_inputs([run, run], "run folder")
+    for spelling in (run + "/", str(tmp_path / "run" / ".." / "run"), str(tmp_path / "link")):
+        with pytest.raises(UserError, match="name the same file or folder"):
+            files.distinct_inputs([run, spelling], "run folder")

@@ -218,6 +218,9 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    inputs = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
+              "accuracy-gain": ("evaluations", "evaluation JSON")}[args.command]
+    files.distinct_inputs(getattr(args, inputs[0]), inputs[1])
     if not args.out.endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}.")
     for path in (args.out, os.path.splitext(args.out)[0] + ".json"):

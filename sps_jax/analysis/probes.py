@@ -124,6 +124,7 @@ def _check_inputs(args):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         files.output_file(_base(args) + suffix, "--out", args.force)
+    files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     for w in args.workdir:
         workdir, _ = runs.find_run(w)
         config = runs.read_config(workdir)

@@ -183,6 +183,7 @@ def main_table(argv) -> int:
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
+    files.distinct_inputs(args.results, "results file")
     if args.out is not None:
         if not args.out.strip():
             p.error("--out is empty: pass the stem of the .md and .tex files to write")
