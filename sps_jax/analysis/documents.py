@@ -8,9 +8,10 @@ from sps_jax.data import loader
 
 
 def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "val",
-                   eos_id: int | None = None) -> list[np.ndarray]:
+                   eos_id: int | None = None, flags: str = "min_tokens") -> list[np.ndarray]:
     """The first ``num_docs`` documents of a prepared token file with at least ``min_tokens``
-    tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens``."""
+    tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens``.
+    ``flags`` names what sets ``min_tokens`` in the sentence said when no document is long enough."""
     tokens = loader.open_tokens(data_dir, split, eos_id=eos_id)
     file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)
@@ -23,7 +24,7 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
                 break
     if not docs:
         raise ValueError(f"{data_dir!r} ({split}) has no document of at least {min_tokens} tokens: "
-                         "lower --max-offset/--positions-per-doc or use longer documents.")
+                         f"lower {flags} or use longer documents.")
     return docs
 
 

@@ -104,7 +104,7 @@ def _load(workdir, args):
     net, params, step = runs.load_model(workdir)  # params checked against config.json
     config = runs.read_config(runs.find_run(workdir)[0])
     label = str(config.get("name") or os.path.basename(os.path.normpath(workdir)))
-    return config, _with_overrides(net.cfg, args), params, step, label
+    return _with_overrides(net.cfg, args), params, step, label
 
 
 def _data_dir(args, config):
@@ -117,19 +117,39 @@ def _data_dir(args, config):
     raise ValueError("no token folder: pass --val-data DIR (a folder written by `python -m sps_jax.data prepare`).")
 
 
-def _check_inputs(args):
-    """Bad paths, bad config.json files and token folders that do not fit a run's model (EOS id,
-    vocabulary) stop the command before any weights are loaded."""
+def _check_inputs(args) -> list:
+    """Each run's documents (a list per --workdir); bad paths, bad config.json files, token folders
+    that do not fit a run's model (EOS id, vocabulary) and settings no document or context can meet
+    stop the command before any weights are loaded."""
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         files.output_file(_base(args) + suffix, "--out", args.force)
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
+    docs = []
     for w in args.workdir:
         workdir, _ = runs.find_run(w)
         config = runs.read_config(workdir)
         cfg = _with_overrides(runs.model_config(config, workdir), args)
-        loader.open_tokens(_data_dir(args, config), args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        data = _data_dir(args, config)
+        loader.open_tokens(data, args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        if args.command == "gradients":
+            # positions_per_doc source positions i, each with i - min_offset >= 0 and i + max_offset a loss
+            # position (below the context and the document's last token)
+            span = args.min_offset + args.max_offset + args.positions_per_doc
+            if span > _context(args, cfg):
+                raise UserError(f"--min-offset {args.min_offset} + --max-offset {args.max_offset} + "
+                                f"--positions-per-doc {args.positions_per_doc} exceed the context of "
+                                f"{_context(args, cfg)} positions of {w}: lower them.")
+            min_tokens, flags = span + 1, "--min-offset/--max-offset/--positions-per-doc"
+        else:
+            min_tokens, flags = args.min_tokens, "--min-tokens"
+        docs.append(read_documents(data, args.docs, min_tokens, split=args.split, eos_id=cfg.eos_id, flags=flags))
+    return docs
+
+
+def _context(args, cfg) -> int:
+    return min(args.context or cfg.seq_len, cfg.seq_len)
 
 
 def _base(args) -> str:
@@ -139,15 +159,12 @@ def _base(args) -> str:
 
 
 def cmd_gradients(args):
-    _check_inputs(args)
+    all_docs = _check_inputs(args)
     offsets = np.arange(-args.min_offset, args.max_offset + 1)
     results = []
-    for workdir in args.workdir:
-        config, cfg, params, step, label = _load(workdir, args)
-        context = min(args.context or cfg.seq_len, cfg.seq_len)
-        docs = read_documents(_data_dir(args, config), args.docs,
-                              min_tokens=args.min_offset + args.max_offset + args.positions_per_doc + 1,
-                              split=args.split, eos_id=cfg.eos_id)
+    for workdir, docs in zip(args.workdir, all_docs):
+        cfg, params, step, label = _load(workdir, args)
+        context = _context(args, cfg)
         print(f"{label}: step {step}, {len(docs)} documents, offsets {offsets[0]}..{offsets[-1]}, "
               f"context {context}", flush=True)
         out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
@@ -172,16 +189,14 @@ def cmd_gradients(args):
 
 
 def cmd_window_nll(args):
-    _check_inputs(args)
+    all_docs = _check_inputs(args)
     results = []
-    for workdir in args.workdir:
-        config, cfg, params, step, label = _load(workdir, args)
-        context = min(args.context or cfg.seq_len, cfg.seq_len)
+    for workdir, docs in zip(args.workdir, all_docs):
+        cfg, params, step, label = _load(workdir, args)
+        context = _context(args, cfg)
         if args.omega >= context:
             print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
                   "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
-        docs = read_documents(_data_dir(args, config), args.docs, min_tokens=args.min_tokens,
-                              split=args.split, eos_id=cfg.eos_id)
         print(f"{label}: step {step}, {len(docs)} documents, omega {args.omega}, context {context}", flush=True)
         out = window_nll_deltas(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
                                 batch=args.batch)

@@ -60,6 +60,19 @@ def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
     assert "manifest.json" in capsys.readouterr().err
 
 
+def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(cli_fixture, monkeypatch):
+    root = cli_fixture
+    monkeypatch.setattr(probes.runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    common = ["--workdir", str(root / "sps"), "--val-data", str(root / "data"), "--out", str(root / "refused")]
+    for argv, needle in (
+            (["gradients", *common, "--context", "16", "--max-offset", "8", "--positions-per-doc", "9"],
+             "--min-offset 0 + --max-offset 8 + --positions-per-doc 9 exceed the context of 16 positions"),
+            (["window-nll", *common, "--min-tokens", "41"], "no document of at least 41 tokens: lower --min-tokens")):
+        outcome = fuzz.call(probes.main, argv)
+        assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome.stderr
+    assert not (root / "refused").exists()
+
+
 def test_an_omega_at_or_beyond_the_context_is_warned_about(cli_fixture):
     root = cli_fixture
     outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
