@@ -84,6 +84,9 @@ BAD_ARGUMENTS = [
     (data_cli.main, ["frobnicate"], ["invalid choice"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["top_p"]),
+    # greedy decoding (temperature 0, the default) never reads the sampling filters
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-k", "5"], ["--top-k", "greedy", "--temperature"]),
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0.9"], ["--top-p", "greedy"]),
     (evaluate.main, ["--workdir", "W", "--val-data", "W", "--val-batch-size", "0"], ["--val-batch-size"]),
     (evaluate.main, ["table", "W/none.json"], ["none.json"]),
     (probes.main, ["window-nll", "--workdir", "W", "--omega", "-1"], ["--omega"]),

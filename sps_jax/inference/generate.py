@@ -302,6 +302,9 @@ def main(argv=None) -> int:
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     sampling.validate()
+    if sampling.temperature == 0 and (sampling.top_k or sampling.top_p < 1):  # greedy never reads the filters
+        parser.error("--top-k and --top-p filter sampling, but --temperature 0 (the default) is greedy decoding: "
+                     "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
     if args.seed >= 2 ** 31:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
     records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
