@@ -161,7 +161,8 @@ def distinct_inputs(paths, what: str) -> list[str]:
     for path in paths:
         real = os.path.realpath(path)
         if real in seen:
-            twice = f"{path!r} is given twice" if seen[real] == path else f"{seen[real]!r} and {path!r} name the same file or folder"
+            twice = (f"{path!r} is given twice" if seen[real] == path
+                     else f"{seen[real]!r} and {path!r} name the same file or folder")
             raise UserError(f"{what} {twice}: pass each once.")
         seen[real] = path
     return list(paths)
