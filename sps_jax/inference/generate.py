@@ -256,15 +256,26 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
 
 # ----------------------------------------------------------------------------- CLI
 
+# The fields main adds to each prompt's record in its results.
+OUTPUT_FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos", "step")
+
+
 def _read_prompts(path: str) -> list[dict]:
     """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line (UTF-8; a bad
     line is one sentence naming it)."""
     files.input_file(path, "prompts file", "pass a text file with one prompt per line, or a .jsonl file")
+    if path.endswith(".json"):  # read as text, each line of a JSON document would be a prompt
+        raise ValueError(f"prompts file {path!r} is a .json file: pass a .jsonl file (one {{\"prompt\": ...}} object "
+                         "per line) or plain text with one prompt per line.")
     records = []
     if path.endswith(".jsonl"):
         for n, record in files.read_jsonl(path):
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
                 raise ValueError(f"{path} line {n} must be a JSON object with a string field \"prompt\".")
+            taken = [field for field in OUTPUT_FIELDS if field in record]
+            if taken:  # the result would replace it
+                raise ValueError(f"{path} line {n} has a field {taken[0]!r}, which generate writes into each "
+                                 f"result: rename it (the output adds {', '.join(OUTPUT_FIELDS)}).")
             records.append(record)
     else:
         text = files.read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()

@@ -248,6 +248,10 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
     not_json.write_text(json.dumps({"prompt": "fine"}) + "\n{oops\n")
     latin = tmp_path / "latin.txt"
     latin.write_bytes(b"fine\ncaf\xe9\n")
+    earlier = tmp_path / "earlier.jsonl"  # an earlier result fed back: its completion would be replaced
+    earlier.write_text(json.dumps({"prompt": "fine", "completion": " and well"}) + "\n")
+    array = tmp_path / "prompts.json"  # read as text, each line of the document would be a prompt
+    array.write_text(json.dumps(["one", "two"], indent=1))
     cases = [
         (["--workdir", tmp_path / "nowhere", "--prompt", "x"], "does not exist"),
         (["--workdir", workdir, "--prompt", ""], "prompt 0 is empty"),
@@ -255,6 +259,10 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         (["--workdir", workdir, "--prompt", "x", "--max-new-tokens", "64"], "lower max_new_tokens"),
         (["--workdir", workdir, "--prompts-file", not_json], "bad.jsonl is not JSON at line 2"),
         (["--workdir", workdir, "--prompts-file", latin], "latin.txt is not UTF-8 text: byte 8 is 0xe9"),
+        (["--workdir", workdir, "--prompts-file", earlier, "--max-new-tokens", "2"],
+         "earlier.jsonl line 1 has a field 'completion'"),
+        (["--workdir", workdir, "--prompts-file", array, "--max-new-tokens", "2"],
+         "prompts.json' is a .json file: pass a .jsonl file"),
         (["--workdir", workdir, "--prompt", "x", "--temperature", "-1"], "temperature must be a finite number >= 0"),
         (["--workdir", workdir, "--prompt", "x", "--temperature", "inf"], "temperature must be a finite number >= 0"),
     ]
