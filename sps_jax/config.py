@@ -262,6 +262,9 @@ def check_run_config(config) -> None:
     check_ranges(config)
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
+    if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
+        raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
+                        "no validation batch would be full; raise val_windows or lower val_batch.")
 
 
 def check_ranges(config) -> None:

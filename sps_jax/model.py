@@ -73,8 +73,8 @@ class ModelConfig:
                 raise ValueError(f"model.{name} must be an integer of at least {least}, got {value!r}.")
         for name in ("rope_theta", "init_std", "norm_eps"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ValueError(f"model.{name} must be a positive number, got {value!r}.")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise ValueError(f"model.{name} must be a positive finite number, got {value!r}.")
         if not isinstance(self.remat, bool):
             raise ValueError(f"model.remat must be True or False, got {self.remat!r}.")
         vis = masks.Visibility(self.variant, self.window, self.persistent_window)

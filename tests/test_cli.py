@@ -5,6 +5,7 @@ manifests, run folders, .pt files, prompt files) ends every case in success or o
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -80,6 +81,13 @@ BAD_ARGUMENTS = [
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.model.num_heads=x"], ["integer"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.model=3"], ["section"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--num-processes", "-2"], ["--num-processes"]),
+    # an infinite init_std trained NaNs after compiling; an infinite rope_theta or norm_eps trained nonsense
+    *[(train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                    f"--config.model.{field}=1e999"], [f"model.{field} must be a positive finite number"])
+      for field in ("init_std", "rope_theta", "norm_eps")],
+    # no full validation batch: the old sentence blamed the split's size
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                  "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),
     (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tokens", "0"], ["--max-tokens"]),
     (data_cli.main, ["frobnicate"], ["invalid choice"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),
@@ -105,7 +113,7 @@ BAD_ARGUMENTS = [
 
 @pytest.mark.parametrize("main, argv, needles", BAD_ARGUMENTS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, argv, needles):
-    argv = [a.replace("W", str(tmp_path / "w")) if a.startswith("W") else a for a in argv]
+    argv = [re.sub(r"(^|=)W", lambda m: m.group(1) + str(tmp_path / "w"), a) for a in argv]  # W, --flag=W
     one_sentence(fuzz.call(main, argv), *needles)
     assert not (tmp_path / "w").exists(), "a refusal wrote files"
 
