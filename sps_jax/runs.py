@@ -41,6 +41,16 @@ def find_run(path: str) -> tuple[str, int | None]:
     raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> folder.")
 
 
+def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None]:
+    """(run folder, step) of a run folder or checkpoints/<step> path and an asked-for ``step`` (None: the
+    latest); one sentence when the two name different checkpoints, rather than one silently winning."""
+    workdir, path_step = find_run(path)
+    if None not in (step, path_step) and step != path_step:
+        raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for (--step): "
+                        "pass the run folder with --step, or the checkpoint alone.")
+    return workdir, path_step if step is None else step
+
+
 def add_run_arguments(parser) -> None:
     """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
     where = parser.add_mutually_exclusive_group(required=True)
@@ -139,9 +149,9 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
 
 def load_run(path: str, step: int | None = None):
     """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
-    workdir, path_step = find_run(path)
+    workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
-    params, step = checkpoint.restore_params(workdir, step if step is not None else path_step)
+    params, step = checkpoint.restore_params(workdir, step)
     return config, params, step
 
 

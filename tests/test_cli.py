@@ -20,7 +20,7 @@ from sps_jax.bench import __main__ as bench_cli
 from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
 from sps_jax.inference import generate
-from sps_jax import config as sps_config, import_torch, model as sps_model, train
+from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train
 from tests import fuzz
 from tests.helpers import REPO, ensure_tokenizer, own_lines, run_module, small_model, write_token_folder
 
@@ -97,6 +97,9 @@ BAD_ARGUMENTS = [
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0.9"], ["--top-p", "greedy"]),
     (evaluate.main, ["--workdir", "W", "--val-data", "W", "--val-batch-size", "0"], ["--val-batch-size"]),
     (evaluate.main, ["table", "W/none.json"], ["none.json"]),
+    (evaluate.main, ["--workdir", "W", "--val-data", "W", "--step", "1", "--all-steps"], ["--step", "--all-steps"]),
+    (evaluate.main, ["--workdir", "W", "--tasks", "arc_easy", "--task-data", "arc_easy=W/a.jsonl",
+                     "--task-data", "arc_easy=W/b.jsonl"], ["'arc_easy' twice"]),
     (probes.main, ["window-nll", "--workdir", "W", "--omega", "-1"], ["--omega"]),
     (figures.main, ["curves", "W", "--out", "W/c.pdf"], [".png"]),
     # one input twice would be counted twice (a doubled table row, curve or probe overlay)
@@ -116,6 +119,16 @@ def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, arg
     argv = [re.sub(r"(^|=)W", lambda m: m.group(1) + str(tmp_path / "w"), a) for a in argv]  # W, --flag=W
     one_sentence(fuzz.call(main, argv), *needles)
     assert not (tmp_path / "w").exists(), "a refusal wrote files"
+
+
+def test_a_checkpoint_path_and_another_step_are_refused_not_resolved_silently(tmp_path):
+    ckpt = tmp_path / "run" / "checkpoints" / "4"
+    ckpt.mkdir(parents=True)
+    for main, argv, needle in (
+            (evaluate.main, ["--checkpoint", ckpt, "--step", "2", "--val-data", tmp_path], "step 4, but step 2"),
+            (evaluate.main, ["--checkpoint", ckpt, "--all-steps", "--val-data", tmp_path], "is one checkpoint"),
+            (export_torch.main, [ckpt, "--step", "2", "--out", tmp_path / "x.safetensors"], "step 4, but step 2")):
+        one_sentence(fuzz.call(main, map(str, argv)), needle)
 
 
 def test_the_installed_commands_say_it_in_one_line_too(tmp_path):

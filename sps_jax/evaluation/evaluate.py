@@ -104,6 +104,9 @@ def _task_data(items) -> dict[str, str]:
         key, sep, path = item.partition("=")
         if not sep:
             raise ValueError(f"--task-data {item!r} must look like TASK=PATH (e.g. arc_easy=arc_easy_test.jsonl).")
+        if key.strip() in out:  # the later file would win unseen
+            raise ValueError(f"--task-data names {key.strip()!r} twice ({out[key.strip()]} and {path.strip()}): "
+                             "give each task one file.")
         out[key.strip()] = path.strip()
     return out
 
@@ -115,15 +118,15 @@ def _default_out(workdir: str, step: int) -> str:
 def _outputs(path: str, steps, out: str | None) -> list[str]:
     """The results files an evaluation of ``steps`` (None: the one the path names, else the latest)
     will write, known before any weights load."""
+    try:
+        resolved = [runs.checkpoint_step(path, step) for step in steps]  # a path and --step naming two: refused
+    except FileNotFoundError:
+        return [] if out is None else [out]  # the evaluation says why in its own sentence
     if out is not None:
         return [out]
-    try:
-        workdir, path_step = runs.find_run(path)
-    except FileNotFoundError:
-        return []  # nothing will be written; the evaluation says why in its own sentence
-    latest = (checkpoint.steps(workdir) or [None])[-1]
-    resolved = [step if step is not None else path_step if path_step is not None else latest for step in steps]
-    return [_default_out(workdir, step) for step in resolved if step is not None]
+    latest = (checkpoint.steps(resolved[0][0]) or [None])[-1]
+    resolved = [(workdir, latest if step is None else step) for workdir, step in resolved]
+    return [_default_out(workdir, step) for workdir, step in resolved if step is not None]
 
 
 def main_evaluate(argv) -> int:
@@ -153,12 +156,19 @@ def main_evaluate(argv) -> int:
     keys = paper_tasks.expand([args.tasks]) if args.tasks else []
     if not keys and not args.val_data:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")
+    task_data = _task_data(args.task_data)
     path = runs.run_argument(args)
     steps = [args.step]
     if args.all_steps:
         if args.out:
             p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
-        steps = checkpoint.steps(runs.find_run(path)[0])
+        if args.step is not None:
+            p.error("--step names one checkpoint and --all-steps every one: pass one of them")
+        workdir, path_step = runs.find_run(path)
+        if path_step is not None:
+            p.error(f"--all-steps evaluates every checkpoint of a run, and {path} is one checkpoint: pass the run "
+                    "folder")
+        steps = checkpoint.steps(workdir)
         if not steps:
             raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
@@ -166,7 +176,7 @@ def main_evaluate(argv) -> int:
     rows = []
     for step in steps:
         result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
-                                     _task_data(args.task_data), args.include_path, args.limit, args.batch_size,
+                                     task_data, args.include_path, args.limit, args.batch_size,
                                      tokenizer_path=args.tokenizer)
         out = args.out or _default_out(result["workdir"], result["step"])
         write_json(out, result)
