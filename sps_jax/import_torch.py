@@ -227,6 +227,10 @@ def main(argv=None) -> int:
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
     args = p.parse_args(argv)
+    # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
+    preview = sps_config.paper_config("s", "sps" if args.variant == FROM_FILE else args.variant)
+    for item in overrides:
+        sps_config.apply_override(preview, item)
     window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
     config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
                                          args.seq_len, overrides, args.trust_pickle, args.step, args.force)

@@ -108,6 +108,10 @@ BAD_ARGUMENTS = [
     (evaluate.main, ["table", "W/a.json", "W/a.json"], ["results file", "twice"]),
     (probes.main, ["window-nll", "--workdir", "W", "--workdir", "W", "--out", "W/o"], ["--workdir", "twice"]),
     (import_torch.main, ["W/x.pt", "--variant", "sps", "--out", "W/o", "--num-heads", "0"], ["--num-heads"]),
+    # before the file (gigabytes for the authors' models) is loaded
+    (import_torch.main, ["W/x.pt", "--variant", "sps3", "--out", "W/o"], ["unknown attention variant 'sps3'"]),
+    (import_torch.main, ["W/x.pt", "--out", "W/o", "--config.model.nope=1"], ["no field 'nope'"]),
+    (data_cli.main, ["provision-tokenizer", "--out", ""], ["--out is empty"]),
     (bench_cli.main, ["nonsense"], ["name a benchmark"]),
     (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),

@@ -54,6 +54,9 @@ def main(argv=None) -> int:
         for split, tokens in loader.verify(args.dir, vocab.VOCAB_SIZE).items():
             print(f"{split}: {tokens:,} tokens ok")
     elif args.command == "provision-tokenizer":
+        if args.out is not None and not args.out.strip():  # provision() would take it for the default
+            raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
+                                f"{tokenizer.default_ranks_path()}.")
         tokenizer.provision(args.out)
     else:
         print(tokenizer.encode(args.text))
