@@ -45,22 +45,20 @@ def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     return max_BHQ1, p_BHQC.sum(axis=-1, keepdims=True), o_BHQK
 
 
-def merge_partials(parts):
-    """Softmax attention [B, H, Q, K] f32 from the :func:`softmax_partials` of disjoint key blocks:
-    each block is rescaled to the common row max, so no scores or keys are concatenated."""
-    row_max = functools.reduce(jnp.maximum, [m for m, _, _ in parts])
-    # exp(m_i - max) depends only on the (stopped) maxima: the merge is exact softmax for any choice.
-    denom = sum(jnp.exp(m - row_max) * total for m, total, _ in parts)
-    out_BHQK = sum(jnp.exp(m - row_max) * o for m, _, o in parts)
-    return out_BHQK / jnp.where(denom > 0, denom, 1.0)
-
-
 def combine_partials(a, b):
-    """The :func:`softmax_partials` of the union of two disjoint key blocks' (one step of an online
-    softmax over blocks, where a loop carries the partials)."""
+    """The :func:`softmax_partials` of the union of two disjoint key blocks: each is rescaled to the
+    common row max (one step of an online softmax, where a loop carries the partials)."""
     row_max = jnp.maximum(a[0], b[0])
+    # exp(m - max) depends only on the (stopped) maxima: the result is exact softmax for any choice.
     scale_a, scale_b = jnp.exp(a[0] - row_max), jnp.exp(b[0] - row_max)
     return row_max, scale_a * a[1] + scale_b * b[1], scale_a * a[2] + scale_b * b[2]
+
+
+def merge_partials(parts):
+    """Softmax attention [B, H, Q, K] f32 from the :func:`softmax_partials` of disjoint key blocks,
+    combined without concatenating scores or keys."""
+    _, denom, out_BHQK = functools.reduce(combine_partials, parts)
+    return out_BHQK / jnp.where(denom > 0, denom, 1.0)
 
 
 def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):

@@ -63,13 +63,13 @@ def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
     if split is None:
         slot_T = jnp.arange(T)
         mask_B1T = ((slot_T[None] >= lo_B[:, None]) & (slot_T[None] < end))[:, None]
-        if S == 1:
-            # One query row (Standard) doubled: for a one-row product the TPU compiler lays the
-            # decode loop's cache out with the batch on the lanes and copies it in, 8x padded
-            # (14.1 GiB instead of 3.0 at the paper's workload on v5e). The second row is dropped.
-            parts = past_partials(jnp.concatenate([q_BHSK, q_BHSK], axis=2), k_BHTK, v_BHTK, lo_B, end, None)
-            return tuple(x[:, :, :1] for x in parts)
-        return attention.softmax_partials(q_BHSK, k_BHTK, v_BHTK, jnp.broadcast_to(mask_B1T, (B, S, T)))
+        # One query row (Standard) is doubled and the copy's results dropped: for a one-row product
+        # the TPU compiler lays the decode loop's cache out with the batch on the lanes and copies it
+        # in, 8x padded (14.1 GiB instead of 3.0 at the paper's workload on v5e).
+        rows_BHSK = q_BHSK if S > 1 else jnp.concatenate([q_BHSK, q_BHSK], axis=2)
+        parts = attention.softmax_partials(rows_BHSK, k_BHTK, v_BHTK,
+                                           jnp.broadcast_to(mask_B1T, (B, rows_BHSK.shape[2], T)))
+        return parts if S > 1 else tuple(x[:, :, :1] for x in parts)
     jax_decode = importlib.import_module(KERNEL_MODULE)
 
     slots_first = lambda x_BHTK: jnp.swapaxes(x_BHTK, 1, 2)  # noqa: E731  (the kernel's [B, T, H, K])

@@ -130,6 +130,24 @@ def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
                  if not all(masks.visible(vis, 0, s, 0, 0, p, 0) for s in range(vis.num_streams)))
 
 
+def _heads_first(x_BTSHK, s: int):
+    """Stream s of [B, T, S, H, K] as [B, H, T, K], the cache's layout."""
+    return jnp.swapaxes(x_BTSHK[:, :, s], 1, 2)
+
+
+def _store(kv: LayerKV, k_BTSHK, v_BTSHK, vis: masks.Visibility, start) -> LayerKV:
+    """``kv`` after storing cache positions [start, start + T) of a prompt's keys and values: every
+    persistent stream's slots, and the windowed stream's latest entries in the ring."""
+    persistent, windowed = cache_streams(vis)
+    put = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
+        buf, _heads_first(new_BTSHK, s).astype(buf.dtype), (0, 0, start, 0)) for buf, s in zip(bufs, persistent))
+    kv = kv.replace(k_BHTK=put(kv.k_BHTK, k_BTSHK), v_BHTK=put(kv.v_BHTK, v_BTSHK))
+    if windowed:
+        ring = lambda buf, new_BTSHK: fill_ring(buf, _heads_first(new_BTSHK, windowed[0]), axis=2, start=start)  # noqa: E731
+        kv = kv.replace(k_BHRK=ring(kv.k_BHRK, k_BTSHK), v_BHRK=ring(kv.v_BHRK, v_BTSHK))
+    return kv
+
+
 @struct.dataclass
 class _LayerView:
     """What one Attention layer sees of the cache: its own K/V plus what every layer shares.
@@ -154,15 +172,7 @@ class _LayerView:
         """Training attention over the prompt (the cache starts empty), then store its K/V."""
         vis = self.cfg.visibility
         o_BTSHK = attention.get_backend(self.cfg.attention)(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
-        persistent, windowed = cache_streams(vis)
-        # Stream s of [B, T, S, H, K] -> [B, H, T, K], written at cache positions [0, T).
-        heads_first = lambda x_BTSHK, s: jnp.swapaxes(x_BTSHK[:, :, s], 1, 2)
-        put = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(
-            buf, heads_first(new_BTSHK, s).astype(buf.dtype), (0, 0, 0, 0)) for buf, s in zip(bufs, persistent))
-        kv = self.kv.replace(k_BHTK=put(self.kv.k_BHTK, k_BTSHK), v_BHTK=put(self.kv.v_BHTK, v_BTSHK))
-        if windowed:
-            kv = kv.replace(k_BHRK=fill_ring(kv.k_BHRK, heads_first(k_BTSHK, windowed[0]), axis=2),
-                            v_BHRK=fill_ring(kv.v_BHRK, heads_first(v_BTSHK, windowed[0]), axis=2))
+        kv = _store(self.kv, k_BTSHK, v_BTSHK, vis, 0)
         # Tie this layer's cache writes to its output: otherwise XLA schedules every layer's
         # writes after the last layer and keeps all layers' q/k/v alive until then (1.6x the
         # prefill memory of Standard for two-stream variants at the paper's workload).
@@ -219,41 +229,33 @@ class _ChunkView:
     start: jax.Array
     slot_pos_BT: jax.Array
     slot_doc_BT: jax.Array
+    query: tuple  # the chunk's query slots (_query_slots), shared by every layer
     ring_mask_BQC: jax.Array | None  # what the chunk's query slots see of (ring, the chunk's windowed entries)
     cfg: sps_model.ModelConfig = struct.field(pytree_node=False)
 
     def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
-        """Write the chunk's persistent entries, attend to each persistent stream's slots [0, start + C)
-        block by block with an online softmax and to the ring plus the chunk's windowed entries in one
-        block, then move the chunk's windowed entries into the ring. Query slot c * S + s is stream s
-        of the chunk's position c."""
+        """Store the chunk's entries (persistent slots and ring), attend to each persistent stream's
+        slots [0, start + C) block by block with an online softmax, and to the ring as the chunks
+        before left it plus the chunk's windowed entries in one block. Query slot c * S + s is
+        stream s of the chunk's position c."""
         vis = self.cfg.visibility
         B, C, S, H, K = q_BTSHK.shape
         persistent, windowed = cache_streams(vis)
-        dt = q_BTSHK.dtype
-        stream = lambda x_BTSHK, s: jnp.swapaxes(x_BTSHK[:, :, s], 1, 2).astype(dt)  # noqa: E731  [B, H, C, K]
         q_BHQK = jnp.transpose(q_BTSHK, (0, 3, 1, 2, 4)).reshape(B, H, C * S, K)
-        write = lambda bufs, new_BTSHK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
-            buf, stream(new_BTSHK, s).astype(buf.dtype), (0, 0, self.start, 0)) for buf, s in zip(bufs, persistent))
-        kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_BTSHK), v_BHTK=write(self.kv.v_BHTK, v_BTSHK))
-        query = _query_slots(positions_BT, doc_ids_BT, S)
-        parts = [self._persistent(q_BHQK, query, k, v, p, self.start + C)
-                 for p, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        kv = _store(self.kv, k_BTSHK, v_BTSHK, vis, self.start)
+        parts = [self._persistent(q_BHQK, k, v, p, self.start + C) for p, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
         if windowed:
-            w = windowed[0]
-            k_new_BHCK, v_new_BHCK = stream(k_BTSHK, w), stream(v_BTSHK, w)
-            parts.append(attention.softmax_partials(q_BHQK, jnp.concatenate([kv.k_BHRK, k_new_BHCK], axis=2),
-                                                    jnp.concatenate([kv.v_BHRK, v_new_BHCK], axis=2),
-                                                    self.ring_mask_BQC))
-            kv = kv.replace(k_BHRK=fill_ring(kv.k_BHRK, k_new_BHCK, axis=2, start=self.start),
-                            v_BHRK=fill_ring(kv.v_BHRK, v_new_BHCK, axis=2, start=self.start))
+            with_chunk = lambda ring_BHRK, new_BTSHK: jnp.concatenate(  # noqa: E731
+                [ring_BHRK, _heads_first(new_BTSHK, windowed[0]).astype(ring_BHRK.dtype)], axis=2)
+            parts.append(attention.softmax_partials(q_BHQK, with_chunk(self.kv.k_BHRK, k_BTSHK),
+                                                    with_chunk(self.kv.v_BHRK, v_BTSHK), self.ring_mask_BQC))
         o_BHQK = attention.merge_partials(parts)
         # As in a one-pass prefill: without the tie, every layer's q/k/v of the chunk stay alive
         # until writes that XLA schedules after the last layer.
-        return jax.lax.optimization_barrier((jnp.transpose(o_BHQK.reshape(B, H, C, S, K), (0, 2, 3, 1, 4)).astype(dt),
-                                             kv))
+        o_BTSHK = jnp.transpose(o_BHQK.reshape(B, H, C, S, K), (0, 2, 3, 1, 4)).astype(q_BTSHK.dtype)
+        return jax.lax.optimization_barrier((o_BTSHK, kv))
 
-    def _persistent(self, q_BHQK, query, k_BHTK, v_BHTK, stream: int, end):
+    def _persistent(self, q_BHQK, k_BHTK, v_BHTK, stream: int, end):
         """Softmax partials of the query slots over one persistent stream's slots [0, end), KEY_BLOCK
         slots at a time. The last block starts early enough to fit the buffer; slots an earlier block
         covered are masked there."""
@@ -265,7 +267,7 @@ class _ChunkView:
             first = jnp.minimum(b * size, T - size)
             take = lambda x, axis: jax.lax.dynamic_slice_in_dim(x, first, size, axis=axis)  # noqa: E731
             slot_C = first + jnp.arange(size)
-            mask_BQC = masks.visible(self.cfg.visibility, *query, take(self.slot_pos_BT, 1)[:, None], stream,
+            mask_BQC = masks.visible(self.cfg.visibility, *self.query, take(self.slot_pos_BT, 1)[:, None], stream,
                                      take(self.slot_doc_BT, 1)[:, None])
             mask_BQC &= ((slot_C >= b * size) & (slot_C < end))[None, None]
             return attention.combine_partials(carry, attention.softmax_partials(
@@ -290,14 +292,14 @@ def chunk_views(cfg: sps_model.ModelConfig, cache: Cache, start, positions_BT, d
     positions before ``start``."""
     vis = cfg.visibility
     _, windowed = cache_streams(vis)
+    query = _query_slots(positions_BT, doc_ids_BT, vis.num_streams)
     ring_mask_BQC = None
     if windowed:
-        w = windowed[0]
         k_pos_BC = jnp.concatenate([cache.ring_pos_BR, positions_BT], axis=1)
         k_doc_BC = jnp.concatenate([cache.ring_doc_BR, doc_ids_BT], axis=1)
-        ring_mask_BQC = masks.visible(vis, *_query_slots(positions_BT, doc_ids_BT, vis.num_streams),
-                                      k_pos_BC[:, None], w, k_doc_BC[:, None])
-    return [_ChunkView(kv, start, cache.slot_pos_BT, cache.slot_doc_BT, ring_mask_BQC, cfg) for kv in cache.layers]
+        ring_mask_BQC = masks.visible(vis, *query, k_pos_BC[:, None], windowed[0], k_doc_BC[:, None])
+    return [_ChunkView(kv, start, cache.slot_pos_BT, cache.slot_doc_BT, query, ring_mask_BQC, cfg)
+            for kv in cache.layers]
 
 
 def past_start(vis: masks.Visibility, slot_pos_BT, slot_doc_BT, end):
