@@ -11,6 +11,7 @@ entry carries the abstract-topology name libtpu understands.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional
 
 GiB = 2 ** 30
@@ -84,6 +85,15 @@ def find(device_kind: str) -> Optional[Accelerator]:
         if device_kind.startswith(acc.device_kind):
             return acc
     return None
+
+
+def device_memory_bytes(device) -> int:
+    """What one jax device can hold: its allocator's limit on a GPU or TPU; on the CPU, which has
+    no such counter, the host's physical memory."""
+    stats = device.memory_stats()
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def peak_flops(device_kind: str) -> Optional[float]:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from sps_jax import attention, cross_entropy, masks, vocab
+from sps_jax import attention, cross_entropy, hardware, masks, vocab
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -119,6 +119,18 @@ class ModelConfig:
     @property
     def compute_dtype(self):
         return _DTYPES[self.dtype]
+
+    @property
+    def num_params(self) -> int:
+        """The parameter count from the sizes alone, tied embedding once: the embedding, per block
+        the q/k/v/output projections, SwiGLU's three matrices and two norms, then the final norm.
+        Arithmetic, so a config of any size is sized before anything is traced."""
+        d = self.d_model
+        return self.vocab_size * d + self.num_layers * (4 * d * d + 3 * d * self.d_ff + 2 * d) + d
+
+    @property
+    def param_bytes(self) -> int:
+        return self.num_params * np.dtype(_DTYPES[self.param_dtype]).itemsize
 
     @classmethod
     def from_config(cls, cfg: Any) -> "ModelConfig":
@@ -361,6 +373,19 @@ def compute_params(params, cfg: ModelConfig):
     decode step reads bf16 weights instead of converting f32 ones at every step."""
     cast = lambda x: x.astype(cfg.compute_dtype) if x.ndim >= 2 else x  # noqa: E731
     return jax.tree_util.tree_map(cast, params)
+
+
+def check_fits(cfg: ModelConfig, memory_bytes: int, device: str, *, copies: int = 1, shards: int = 1,
+               holding: str = "the weights") -> None:
+    """``copies`` of the parameters, split over ``shards`` devices, fit in ``memory_bytes`` per device:
+    else one sentence, before a model too large to build is traced (its layers are unrolled)."""
+    need = copies * cfg.param_bytes / shards
+    if need > memory_bytes:
+        raise ValueError(
+            f"the model's {cfg.num_params:,} parameters (model.num_layers={cfg.num_layers}, d_model={cfg.d_model}, "
+            f"d_ff={cfg.d_ff}) need {need / hardware.GiB:,.1f} GiB per device for {holding}, more than the "
+            f"{memory_bytes / hardware.GiB:,.1f} GiB of one {device}: shrink the model"
+            + (" or shard it over more devices." if shards > 1 or copies > 1 else "."))
 
 
 def init_params(model: Transformer, rng):

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from sps_jax import attention, checkpoint, cli, config as sps_config, flops, mesh as sps_mesh, metrics
+from sps_jax import attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
 from sps_jax import optim, runs, tracking
 from sps_jax.data import loader, prepare
@@ -34,8 +34,15 @@ class NonFiniteLoss(cli.UserError, RuntimeError):
     """The loss or gradient norm of an update was not finite (with train.nonfinite=stop)."""
 
 
-def plan(config, num_devices: int, process_count: int = 1) -> dict:
-    """Validate the config against the devices and return derived sizes (one clear sentence on error)."""
+# Copies of the parameters a training step holds at the least: the weights, the gradient and
+# AdamW's two moments, each in model.param_dtype (optax keeps the moments in the weights' dtype).
+TRAIN_STATE_COPIES = 4
+
+
+def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | None = None,
+         device: str = "device") -> dict:
+    """Validate the config against the devices and return derived sizes (one clear sentence on error).
+    With ``memory_bytes`` (per device), a model whose training state cannot fit is refused too."""
     sps_config.check_run_config(config)
     cfg = sps_model.ModelConfig.from_config(config.model)
     t = config.train
@@ -51,6 +58,9 @@ def plan(config, num_devices: int, process_count: int = 1) -> dict:
         raise ValueError(f"data.val_batch={config.data.val_batch} must be a multiple of the {data * fsdp} devices.")
     if t.nonfinite not in ("stop", "skip"):
         raise ValueError(f"train.nonfinite={t.nonfinite!r} must be 'stop' or 'skip'.")
+    if memory_bytes is not None:
+        sps_model.check_fits(cfg, memory_bytes, device, copies=TRAIN_STATE_COPIES, shards=fsdp,
+                             holding=f"the weights, gradients and AdamW moments over mesh.fsdp={fsdp}")
     tokens_per_step = t.global_batch * cfg.seq_len
     if t.total_tokens < tokens_per_step:
         raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
@@ -177,7 +187,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
     devices = jax.devices()
-    p = plan(config, len(devices), jax.process_count())
+    local = jax.local_devices()[0]  # another process's device has no memory counter here
+    p = plan(config, len(devices), jax.process_count(), hardware.device_memory_bytes(local), f"{local.platform} device")
     cfg, t = p["model"], config.train
     backend = attention.resolve(cfg.attention, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
@@ -231,7 +242,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             step_fn = run.step_fn.lower(params, opt_state, example).compile()
             eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
                               out_shardings=(repl, repl)).lower(params, val_example).compile()
-        log(f"{config.get('name', 'run')}: {sps_model.count_params(model) / 1e6:.2f}M parameters, "
+        log(f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
             f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
             f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
             f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")

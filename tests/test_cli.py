@@ -88,6 +88,16 @@ BAD_ARGUMENTS = [
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),
+    # a model no device holds: sized from the config, before its unrolled layers are traced (which hung)
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                  "--config.model.num_layers=1000000000"], ["53,376,003,219,520 parameters", "AdamW", "cpu device"]),
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                  "--config.model.d_model=10000000", "--config.model.num_heads=1"], ["shrink the model"]),
+    (bench_cli.main, ["smoke", "--config.model.num_layers=1000000000"], ["weights and their gradient"]),
+    (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--config.model.num_layers=1000000000"],
+     ["for the weights", "b200"]),
+    (bench_cli.main, ["compile", "--target", "h100", "--only", "train", "--config", "configs/tiny.py",
+                      "--config.model.num_layers=1000000000"], ["training state over 1 device(s)", "h100"]),
     (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tokens", "0"], ["--max-tokens"]),
     (data_cli.main, ["frobnicate"], ["invalid choice"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),

@@ -47,3 +47,12 @@ def test_gpu_target_config_has_the_fields_xla_requires(name):
 def test_a_tpu_has_no_gpu_description():
     with pytest.raises(ValueError, match="not a GPU"):
         hardware.gpu_target_config(hardware.ACCELERATORS["tpu-v5e"])
+
+
+def test_a_cpu_device_holds_the_hosts_physical_memory():
+    import jax
+
+    with open("/proc/meminfo") as f:  # the kernel's own count, not the sysconf call the code makes
+        total_kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+    # MemTotal leaves out the kernel's reserved pages, so it is a little below the physical total.
+    assert 0.9 * total_kib * 1024 <= hardware.device_memory_bytes(jax.devices("cpu")[0]) <= 1.1 * total_kib * 1024

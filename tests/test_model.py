@@ -1,5 +1,7 @@
 """The backbone: causality and isolation by gradients, loss exclusions, sizes, bad input."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,6 +112,25 @@ def test_parameter_counts_match_the_paper(scale, paper_millions):
     config = sps_config.paper_config(scale, "sps", 64)
     n = sps_model.count_params(sps_model.Transformer(config.model))
     assert abs(n / 1e6 - paper_millions) / paper_millions < 0.01
+
+
+@pytest.mark.parametrize("scale", ["xs", "s", "m", "l", "xl"])
+def test_the_parameter_count_from_the_sizes_alone_is_the_built_models(scale):
+    cfg = sps_model.ModelConfig.from_config(sps_config.paper_config(scale, "sps", 64).model)
+    assert cfg.num_params == sps_model.count_params(sps_model.Transformer(cfg))
+    # d_ff is its own setting, not 3 d: the count must follow it
+    other = dataclasses.replace(cfg, d_ff=cfg.d_ff + 8)
+    assert other.num_params == sps_model.count_params(sps_model.Transformer(other))
+
+
+def test_a_model_is_refused_when_its_copies_exceed_the_memory_and_accepted_when_they_fit():
+    cfg = small_config("sps", 2)
+    need = 4 * cfg.num_params * 4  # four f32 copies
+    sps_model.check_fits(cfg, need // 2, "device", copies=4, shards=2)
+    with pytest.raises(ValueError, match=r"over more devices"):
+        sps_model.check_fits(cfg, need // 2 - 1, "device", copies=4, shards=2)
+    bf16 = dataclasses.replace(cfg, param_dtype="bfloat16")  # half the bytes per copy
+    sps_model.check_fits(bf16, need // 2, "device", copies=4)
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)

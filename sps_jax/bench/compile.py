@@ -340,10 +340,27 @@ def print_tables(results) -> None:
             print(f"not compiled: {err}")
 
 
+def _check_sizes(args, model) -> None:
+    """A model the targets cannot hold stops here, before one too large to build is traced: its
+    training state over ``--devices`` (train), its weights on one device (generate)."""
+    from sps_jax import model as sps_model
+    from sps_jax import train as sps_train
+
+    cfg = sps_model.ModelConfig.from_config(model)
+    for name in args.target:
+        acc = hardware.ACCELERATORS[name]
+        if "train" in args.only:
+            sps_model.check_fits(cfg, acc.usable_bytes, acc.name, copies=sps_train.TRAIN_STATE_COPIES,
+                                 shards=args.devices, holding=f"the training state over {args.devices} device(s)")
+        if "generate" in args.only:
+            sps_model.check_fits(cfg, acc.usable_bytes, acc.name)
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if "train" in args.only or "generate" in args.only:
-        _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])  # bad config: fail now
+        config = _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])  # bad config: fail now
+        _check_sizes(args, config.model)
     import jax
 
     from sps_jax.aot import topology

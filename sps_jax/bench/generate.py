@@ -26,7 +26,7 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench, cli, masks
+from sps_jax import bench, cli, hardware, masks
 
 RESULT_PREFIX = "BENCH_RESULT "
 
@@ -75,6 +75,8 @@ class VariantRun:
 
         self.args, self.variant = args, variant
         self.cfg = cfg = _model_config(args, overrides, variant)
+        device = jax.devices()[0]
+        sps_model.check_fits(cfg, hardware.device_memory_bytes(device), f"{device.platform} device")
         self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
         self.tokens_BT = jnp.asarray(
             np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch, args.prefill)), jnp.int32)
@@ -201,7 +203,12 @@ def main(argv=None) -> int:
         masks.Visibility(v)  # an unknown variant stops here, before any compilation
     if min(args.batch, args.prefill, args.decode, args.repeats) < 1:
         raise SystemExit("--batch, --prefill, --decode and --repeats must be at least 1.")
-    _model_config(args, overrides, variants[0])  # config errors before any compilation
+    from sps_jax import model as sps_model
+
+    # Config errors before any compilation, and a model no listed accelerator holds before a worker
+    # touches the device (this process must not: see below).
+    largest = max(hardware.ACCELERATORS.values(), key=lambda a: a.memory_bytes)
+    sps_model.check_fits(_model_config(args, overrides, variants[0]), largest.memory_bytes, largest.name)
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.

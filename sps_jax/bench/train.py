@@ -17,13 +17,15 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, flops, masks
+from sps_jax import attention, bench, cli, config as sps_config, flops, hardware, masks
 from sps_jax import train as sps_train
 
 
 def bench_variant(config, steps: int, warmup: int) -> dict:
     devices = jax.devices()
-    p = sps_train.plan(config, len(devices), jax.process_count())
+    local = jax.local_devices()[0]
+    p = sps_train.plan(config, len(devices), jax.process_count(), hardware.device_memory_bytes(local),
+                       f"{local.platform} device")
     cfg, t = p["model"], config.train
     run = sps_train.setup(config, p, devices)  # the same state, shardings and step training uses
     params, opt_state = run.init_state(0)
