@@ -29,10 +29,15 @@ def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     return jnp.swapaxes(o_BHNK, 1, 2).reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
 
 
-def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
+def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC, values_on_vpu: bool = False):
     """One key block's share of a softmax: (row max [B, H, Q, 1], row sum [B, H, Q, 1], unnormalised
     output [B, H, Q, K] f32). :func:`merge_partials` of several blocks is softmax attention over
-    their union; a fully hidden row has sum 0 and output 0."""
+    their union; a fully hidden row has sum 0 and output 0.
+
+    ``values_on_vpu`` forms the value product as products in V's dtype summed in f32 over the slots,
+    which are V's minor axis as the TPU lays out a cache, instead of a matmul: for a matmul with a
+    few query rows the TPU compiler wants the head on the lanes and, in a decode loop, copies the
+    whole V cache into that layout, twice its size padded (docs/tpu.md)."""
     scores_BHQC = jnp.einsum("bhqk,bhck->bhqc", q_BHQK, k_BHCK,
                              preferred_element_type=jnp.float32) * q_BHQK.shape[-1] ** -0.5
     mask_BHQC = mask_BQC[:, None]
@@ -41,7 +46,12 @@ def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     scores_BHQC = jnp.where(mask_BHQC, scores_BHQC, -1e30)
     max_BHQ1 = jax.lax.stop_gradient(scores_BHQC.max(axis=-1, keepdims=True))
     p_BHQC = jnp.exp(scores_BHQC - max_BHQ1) * mask_BHQC
-    o_BHQK = jnp.einsum("bhqc,bhck->bhqk", p_BHQC.astype(v_BHCK.dtype), v_BHCK, preferred_element_type=jnp.float32)
+    if values_on_vpu:
+        prod_BHQKC = p_BHQC.astype(v_BHCK.dtype)[:, :, :, None, :] * jnp.swapaxes(v_BHCK, 2, 3)[:, :, None]
+        o_BHQK = prod_BHQKC.sum(axis=-1, dtype=jnp.float32)
+    else:
+        o_BHQK = jnp.einsum("bhqc,bhck->bhqk", p_BHQC.astype(v_BHCK.dtype), v_BHCK,
+                            preferred_element_type=jnp.float32)
     return max_BHQ1, p_BHQC.sum(axis=-1, keepdims=True), o_BHQK
 
 

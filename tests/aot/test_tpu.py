@@ -90,14 +90,20 @@ def test_generation_compiles_prefill_with_splash_and_the_decode_loop():
     assert decode["cache_bytes"] > 0 and prefill["fits"] and decode["fits"] and step["program"] == "decode_step"
 
 
+# Each shape is one where the loop copied its cache before the fix: Standard's single query row
+# (head size 64, 16 rows, 1024 positions: K with the batch on the lanes, temporaries 2.6x the cache);
+# SPS's two rows in the value product (one S-scale layer at 4096 positions: V with the head on the
+# lanes, temporaries 1.0x the cache).
 @needs_libtpu
-def test_standards_decode_loop_on_a_v5e_holds_no_copy_of_its_cache():
-    """Head size 64, 16 rows, 1024 positions: with one query row per step the TPU compiler laid the
-    loop's K cache out with the batch on the lanes and copied it in (temporaries 2.6x the cache)."""
-    model = dict(sps_config.model_config("s", "standard", None), num_layers=2, num_heads=4, d_model=256, d_ff=768,
-                 seq_len=1024)
-    (loop,) = programs.generation(V5E, sps_model.ModelConfig.from_config(model), batch=16, prompt_len=256,
-                                  new_tokens=768, only=("decode_loop",))
+@pytest.mark.parametrize("variant, window, sizes", [
+    ("standard", None, dict(num_layers=2, num_heads=4, d_model=256, d_ff=768, seq_len=1024)),
+    ("sps", 64, dict(num_layers=1, seq_len=4096)),
+])
+def test_the_decode_loop_on_a_v5e_holds_no_copy_of_its_cache(variant, window, sizes):
+    model = dict(sps_config.model_config("s", variant, window), **sizes)
+    prompt_len = model["seq_len"] // 4
+    (loop,) = programs.generation(V5E, sps_model.ModelConfig.from_config(model), batch=16, prompt_len=prompt_len,
+                                  new_tokens=model["seq_len"] - prompt_len, only=("decode_loop",))
     assert loop["temp_bytes"] < loop["cache_bytes"] / 4, loop
 
 

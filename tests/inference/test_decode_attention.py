@@ -53,6 +53,49 @@ def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatc
         np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)
 
 
+def _dense_attention(q, k, v, mask):
+    """float64 numpy softmax attention of [B, H, Q, K] queries over [B, H, C, K] keys (no partials)."""
+    scores = np.einsum("bhqk,bhck->bhqc", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(mask[:, None], scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.einsum("bhqc,bhck->bhqk", p / p.sum(-1, keepdims=True), v)
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_the_value_product_on_the_vpu_is_softmax_attention_like_the_matmul(dtype, tol):
+    rng = np.random.default_rng(2)
+    B, H, Q, C, K = 2, 3, 2, 40, 16
+    q, k, v = (rng.normal(size=(B, H, n, K)) for n in (Q, C, C))
+    mask = rng.random((B, Q, C)) < 0.7
+    mask[..., 0] = True
+    want = _dense_attention(q, k, v, mask)
+    as_jax = lambda x: jnp.asarray(x, dtype)  # noqa: E731
+    for on_vpu in (False, True):
+        parts = attention.softmax_partials(as_jax(q), as_jax(k), as_jax(v), jnp.asarray(mask), values_on_vpu=on_vpu)
+        np.testing.assert_allclose(np.asarray(attention.merge_partials([parts]), np.float64), want, rtol=tol, atol=tol)
+
+
+def test_decoding_as_traced_for_a_tpu_equals_the_full_forward(monkeypatch):
+    """Two query rows per step on a TPU take the VPU value product (docs/tpu.md); run here on the CPU."""
+    from sps_jax import mesh as sps_mesh
+
+    monkeypatch.setattr(sps_mesh, "target_platform", lambda: "tpu")
+    calls = []
+    real = attention.softmax_partials
+    monkeypatch.setattr(attention, "softmax_partials",
+                        lambda *a, **kw: calls.append(kw.get("values_on_vpu", False)) or real(*a, **kw))
+    cfg, model, params = small_model("sps", 3)
+    T, prompt_len = 24, 12
+    tokens = jnp.asarray(np.random.default_rng(3).integers(0, 50, (2, T)), jnp.int32)
+    full_BTV = model.apply({"params": params}, tokens)
+    cache, _ = gen.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
+    step = jax.jit(gen.decode_step, static_argnums=0)
+    for i in range(prompt_len, T):
+        logits_BV, cache = step(cfg, params, cache, tokens[:, i])
+        np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)
+    assert True in calls  # the past block went through the VPU form
+
+
 def test_the_past_is_one_interval_per_row():
     vis = masks.Visibility("sps", 2)
     slot_doc = jnp.asarray([[0, 0, 1, 1, 1, -1], [-1, -1, 0, 0, 0, -1]], jnp.int32)  # row 1: left padding
