@@ -96,6 +96,15 @@ def device_memory_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def local_memory() -> tuple[int, str]:
+    """(bytes, what holds them) of this process's first device, which a command checks a model
+    against; another process's device has no memory counter here."""
+    import jax
+
+    device = jax.local_devices()[0]
+    return device_memory_bytes(device), f"{device.platform} device"
+
+
 def peak_flops(device_kind: str) -> Optional[float]:
     """Dense bf16 peak of a device kind; None where it is unknown (MFU is then not reported)."""
     acc = find(device_kind)

@@ -187,8 +187,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
     devices = jax.devices()
-    local = jax.local_devices()[0]  # another process's device has no memory counter here
-    p = plan(config, len(devices), jax.process_count(), hardware.device_memory_bytes(local), f"{local.platform} device")
+    p = plan(config, len(devices), jax.process_count(), *hardware.local_memory())
     cfg, t = p["model"], config.train
     backend = attention.resolve(cfg.attention, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "

@@ -75,8 +75,7 @@ class VariantRun:
 
         self.args, self.variant = args, variant
         self.cfg = cfg = _model_config(args, overrides, variant)
-        device = jax.devices()[0]
-        sps_model.check_fits(cfg, hardware.device_memory_bytes(device), f"{device.platform} device")
+        sps_model.check_fits(cfg, *hardware.local_memory())
         self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
         self.tokens_BT = jnp.asarray(
             np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch, args.prefill)), jnp.int32)

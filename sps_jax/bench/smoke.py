@@ -26,9 +26,7 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)
-    device = jax.devices()[0]
-    sps_model.check_fits(base, hardware.device_memory_bytes(device), f"{device.platform} device", copies=2,
-                         holding="the weights and their gradient")
+    sps_model.check_fits(base, *hardware.local_memory(), copies=2, holding="the weights and their gradient")
     tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
     for variant in masks.VARIANTS:
         vis = base.visibility.with_variant(variant)

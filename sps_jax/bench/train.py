@@ -23,9 +23,7 @@ from sps_jax import train as sps_train
 
 def bench_variant(config, steps: int, warmup: int) -> dict:
     devices = jax.devices()
-    local = jax.local_devices()[0]
-    p = sps_train.plan(config, len(devices), jax.process_count(), hardware.device_memory_bytes(local),
-                       f"{local.platform} device")
+    p = sps_train.plan(config, len(devices), jax.process_count(), *hardware.local_memory())
     cfg, t = p["model"], config.train
     run = sps_train.setup(config, p, devices)  # the same state, shardings and step training uses
     params, opt_state = run.init_state(0)
