@@ -376,16 +376,17 @@ def compute_params(params, cfg: ModelConfig):
 
 
 def check_fits(cfg: ModelConfig, memory_bytes: int, device: str, *, copies: int = 1, shards: int = 1,
-               holding: str = "the weights") -> None:
+               holding: str = "the weights", sharded_by: str | None = None) -> None:
     """``copies`` of the parameters, split over ``shards`` devices, fit in ``memory_bytes`` per device:
-    else one sentence, before a model too large to build is traced (its layers are unrolled)."""
+    else one sentence, before a model too large to build is traced (its layers are unrolled).
+    ``sharded_by`` names the setting that spreads the copies over more devices, where the caller has one."""
     need = copies * cfg.param_bytes / shards
     if need > memory_bytes:
         raise ValueError(
             f"the model's {cfg.num_params:,} parameters (model.num_layers={cfg.num_layers}, d_model={cfg.d_model}, "
             f"d_ff={cfg.d_ff}) need {need / hardware.GiB:,.1f} GiB per device for {holding}, more than the "
             f"{memory_bytes / hardware.GiB:,.1f} GiB of one {device}: shrink the model"
-            + (" or shard it over more devices." if shards > 1 or copies > 1 else "."))
+            + (f" or raise {sharded_by} to shard it over more devices." if sharded_by else "."))
 
 
 def init_params(model: Transformer, rng):

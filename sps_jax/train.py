@@ -60,7 +60,8 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
         raise ValueError(f"train.nonfinite={t.nonfinite!r} must be 'stop' or 'skip'.")
     if memory_bytes is not None:
         sps_model.check_fits(cfg, memory_bytes, device, copies=TRAIN_STATE_COPIES, shards=fsdp,
-                             holding=f"the weights, gradients and AdamW moments over mesh.fsdp={fsdp}")
+                             holding=f"the weights, gradients and AdamW moments over mesh.fsdp={fsdp}",
+                             sharded_by="mesh.fsdp")
     tokens_per_step = t.global_batch * cfg.seq_len
     if t.total_tokens < tokens_per_step:
         raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "

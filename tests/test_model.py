@@ -127,7 +127,10 @@ def test_a_model_is_refused_when_its_copies_exceed_the_memory_and_accepted_when_
     cfg = small_config("sps", 2)
     need = 4 * cfg.num_params * 4  # four f32 copies
     sps_model.check_fits(cfg, need // 2, "device", copies=4, shards=2)
-    with pytest.raises(ValueError, match=r"over more devices"):
+    with pytest.raises(ValueError, match=r"raise mesh.fsdp to shard it over more devices"):
+        sps_model.check_fits(cfg, need // 2 - 1, "device", copies=4, shards=2, sharded_by="mesh.fsdp")
+    # a caller that cannot shard is not told to
+    with pytest.raises(ValueError, match=r"shrink the model\.$"):
         sps_model.check_fits(cfg, need // 2 - 1, "device", copies=4, shards=2)
     bf16 = dataclasses.replace(cfg, param_dtype="bfloat16")  # half the bytes per copy
     sps_model.check_fits(bf16, need // 2, "device", copies=4)

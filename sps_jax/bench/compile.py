@@ -351,7 +351,8 @@ def _check_sizes(args, model) -> None:
         acc = hardware.ACCELERATORS[name]
         if "train" in args.only:
             sps_model.check_fits(cfg, acc.usable_bytes, acc.name, copies=sps_train.TRAIN_STATE_COPIES,
-                                 shards=args.devices, holding=f"the training state over {args.devices} device(s)")
+                                 shards=args.devices, holding=f"the training state over {args.devices} device(s)",
+                                 sharded_by="--devices")
         if "generate" in args.only:
             sps_model.check_fits(cfg, acc.usable_bytes, acc.name)
 
