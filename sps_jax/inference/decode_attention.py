@@ -63,17 +63,20 @@ def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
     if split is None:
         slot_T = jnp.arange(T)
         mask_B1T = ((slot_T[None] >= lo_B[:, None]) & (slot_T[None] < end))[:, None]
-        # One query row (Standard) is doubled and the copy's results dropped: for a one-row product
-        # the TPU compiler lays the decode loop's cache out with the batch on the lanes and copies it
-        # in, 8x padded (14.1 GiB instead of 3.0 at the paper's workload on v5e).
-        # Two streams' rows on a TPU: the value product on the VPU, or the loop copies its V cache
-        # (5.2 GiB instead of 3.1 for SPS at the paper's workload on v5e). One row's product stays a
-        # matmul: the compiler drops the doubled row there and reads V as it lies.
-        rows_BHSK = q_BHSK if S > 1 else jnp.concatenate([q_BHSK, q_BHSK], axis=2)
+        # Both work around the TPU compiler's layouts for the decode loop's cache; other platforms
+        # take the plain form. One query row (Standard) is doubled and the copy's results dropped:
+        # for a one-row product the compiler lays the cache out with the batch on the lanes and
+        # copies it in, 8x padded (14.1 GiB instead of 3.0 at the paper's workload on v5e). Two
+        # streams' rows: the value product on the VPU, or the loop copies its V cache (5.2 GiB
+        # instead of 3.1 for SPS on v5e). One row's product stays a matmul: the compiler drops the
+        # doubled row there and reads V as it lies.
+        on_tpu = sps_mesh.target_platform() == "tpu"
+        doubled = on_tpu and S == 1
+        rows_BHSK = jnp.concatenate([q_BHSK, q_BHSK], axis=2) if doubled else q_BHSK
         parts = attention.softmax_partials(rows_BHSK, k_BHTK, v_BHTK,
                                            jnp.broadcast_to(mask_B1T, (B, rows_BHSK.shape[2], T)),
-                                           values_on_vpu=S > 1 and sps_mesh.target_platform() == "tpu")
-        return parts if S > 1 else tuple(x[:, :, :1] for x in parts)
+                                           values_on_vpu=on_tpu and S > 1)
+        return tuple(x[:, :, :1] for x in parts) if doubled else parts
     jax_decode = importlib.import_module(KERNEL_MODULE)
 
     slots_first = lambda x_BHTK: jnp.swapaxes(x_BHTK, 1, 2)  # noqa: E731  (the kernel's [B, T, H, K])
