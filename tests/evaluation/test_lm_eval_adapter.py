@@ -25,8 +25,11 @@ PAIRS = [("the cat sat on", " the mat"), ("a", " b"), ("question: why?\nanswer:"
          ("hello there", " friend"), ("one two three four five six", " seven")]
 
 
-@pytest.mark.parametrize("variant,window", [("standard", None), ("sps", 2), ("two_x_memory", None),
-                                            ("delayed_state", 1), ("reverse_sps", 3)])
+# Logits from the x stream, the rho stream, and the reversed roles; the other two under -m slow.
+@pytest.mark.parametrize("variant,window", [("standard", None), ("sps", 2),
+                                            pytest.param("two_x_memory", None, marks=pytest.mark.slow),
+                                            pytest.param("delayed_state", 1, marks=pytest.mark.slow),
+                                            ("reverse_sps", 3)])
 def test_loglikelihood_is_the_models_summed_token_logprob_batched_or_not(variant, window):
     lm, net, params = adapter(variant, window)
     tok = CharTokenizer()
