@@ -90,7 +90,20 @@ def output_file(path: str, flag: str = "--out", force: bool = False) -> str:
                         f"{os.path.join(path, 'results.json')}.")
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or choose another name.")
+    check_parent(path, flag)
     return path
+
+
+def check_parent(path: str, flag: str) -> None:
+    """The folders above ``path`` can be made and written: the nearest one that exists is a folder
+    this process may write in (the writers create the rest)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path} lies under {parent}, which is a file, not a folder: choose another path.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path} lies under {parent}, which this user cannot write in: choose another path.")
 
 
 def output_folder(path: str, flag: str = "--out") -> str:
@@ -103,6 +116,7 @@ def output_folder(path: str, flag: str = "--out") -> str:
     if cwd == full or cwd.startswith(full.rstrip(os.sep) + os.sep):
         raise UserError(f"{flag} {path} is the working directory or one of its parents: pass a new folder "
                         "to write into.")
+    check_parent(full, flag)
     return full
 
 

@@ -108,6 +108,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     """
     if os.path.lexists(workdir) and not os.path.isdir(workdir):
         raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
+    if not os.path.lexists(workdir):
+        files.check_parent(workdir, "--workdir")
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")

@@ -125,6 +125,11 @@ BAD_ARGUMENTS = [
     (import_torch.main, ["W/x.pt", "--variant", "sps3", "--out", "W/o"], ["unknown attention variant 'sps3'"]),
     (import_torch.main, ["W/x.pt", "--out", "W/o", "--config.model.nope=1"], ["no field 'nope'"]),
     (data_cli.main, ["provision-tokenizer", "--out", ""], ["--out is empty"]),
+    # an output under a file (it used to fail after the work: the download, or the model's build)
+    *[(main, argv + [os.path.join(REPO, "README.md", "new")], ["README.md, which is a file, not a folder"])
+      for main, argv in ((data_cli.main, ["provision-tokenizer", "--out"]),
+                         (data_cli.main, ["prepare", "--source", "builtin", "--out"]),
+                         (train.main, ["--config", "configs/tiny.py", "--workdir"]))],
     (bench_cli.main, ["nonsense"], ["name a benchmark"]),
     (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),

@@ -1,6 +1,6 @@
 """No command fails after its work for want of a place to write, or replaces an earlier result unasked:
-an output path that is empty, a folder, or an existing file (without --force) is refused in one sentence
-before any work."""
+an output path that is empty, a folder, an existing file (without --force), or one under a file is refused
+in one sentence before any work."""
 
 import pytest
 
@@ -21,6 +21,13 @@ def test_output_file_refuses_empty_folders_and_existing_files_unless_forced(tmp_
             files.output_file(path, "--out")
     assert files.output_file(str(earlier), "--out", force=True) == str(earlier)
     assert files.output_file(str(tmp_path / "new.json"), "--out") == str(tmp_path / "new.json")
+    # missing folders are made by the writers; a file where a folder must be is not
+    assert files.output_file(str(tmp_path / "a" / "b" / "new.json"), "--out")
+    for path in (earlier / "new.json", earlier / "deeper" / "new.json"):
+        with pytest.raises(UserError, match=f"lies under {earlier}, which is a file"):
+            files.output_file(str(path), "--out")
+        with pytest.raises(UserError, match=f"lies under {earlier}, which is a file"):
+            files.output_folder(str(path), "--out")
 
 
 def commands(tmp_path, out):
@@ -28,6 +35,7 @@ def commands(tmp_path, out):
     run = str(tmp_path / "no-such-run")
     return {
         "bench attention": (bench_cli.main, ["attention", "--seq-len", "64", "--json", out]),
+        "bench compile": (bench_cli.main, ["compile", "--target", "h100", "--json", out]),
         "bench generate": (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--json", out]),
         "generate": (generate.main, ["--workdir", run, "--prompt", "Hi", "--out", out]),
         "evaluate": (evaluate.main, ["--workdir", run, "--val-data", run, "--out", out]),
@@ -35,11 +43,12 @@ def commands(tmp_path, out):
     }
 
 
-@pytest.mark.parametrize("kind", ["folder", "existing", "empty"])
+@pytest.mark.parametrize("kind", ["folder", "existing", "empty", "under_a_file"])
 def test_every_writer_refuses_a_bad_output_before_any_work(tmp_path, kind):
     existing = tmp_path / "earlier.png"
     existing.write_text("an earlier result")
-    out = {"folder": str(tmp_path), "existing": str(existing), "empty": ""}[kind]
+    out = {"folder": str(tmp_path), "existing": str(existing), "empty": "",
+           "under_a_file": str(existing / "new.png")}[kind]
     for name, (main, argv) in commands(tmp_path, out).items():
         if name == "figures" and kind == "folder":
             continue  # figures wants a .png name first
