@@ -297,9 +297,11 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=cli.non_negative_int, default=0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=cli.non_negative_int, default=0)
+    parser.add_argument("--top-k", type=cli.non_negative_int, default=0,
+                        help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="sample among the likeliest tokens whose mass reaches p (1: all; needs --temperature above 0)")
+    parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="sampling seed")
     parser.add_argument("--batch-size", type=cli.positive_int, default=8, help="prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, auto)")

@@ -6,6 +6,9 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+_F32 = np.finfo(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,8 +20,10 @@ class Sampling:
     top_p: float = 1.0
 
     def validate(self) -> None:
-        if not 0 <= self.temperature < float("inf"):
-            raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}.")
+        # Logits are divided in f32: a temperature that rounds to 0 or inf there would sample from NaNs or uniformly.
+        if not (self.temperature == 0 or _F32.tiny <= self.temperature <= _F32.max):
+            raise ValueError(f"temperature must be 0 (greedy) or a number from {_F32.tiny:.3g} to {_F32.max:.3g} "
+                             f"(float32), got {self.temperature}.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {self.top_k}.")
         if not 0 < self.top_p <= 1:
@@ -30,7 +35,8 @@ def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
     logits = logits_BV[:, :num_tokens].astype(jnp.float32)
     if sampling.temperature == 0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    logits = logits / sampling.temperature
+    # Shifting by the row max first keeps a tiny temperature from overflowing to inf - inf = NaN.
+    logits = (logits - jnp.max(logits, axis=-1, keepdims=True)) / sampling.temperature
     if 0 < sampling.top_k < num_tokens:
         kth_B1 = jax.lax.top_k(logits, sampling.top_k)[0][:, -1:]
         logits = jnp.where(logits < kth_B1, -jnp.inf, logits)

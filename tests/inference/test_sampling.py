@@ -16,3 +16,19 @@ def test_sampling_filters():
     assert draws(Sampling(temperature=1.0)) == {0, 1, 2, 3}       # id 4 is past num_tokens
     with pytest.raises(ValueError, match="top_p"):
         Sampling(top_p=0.0).validate()
+
+
+def test_a_tiny_temperature_samples_the_top_token_not_nan():
+    # Dividing raw logits by 1e-38 overflows f32 to inf, and softmax of inf is NaN; the limit of
+    # temperature -> 0 is greedy decoding, so every draw must be the argmax.
+    logits_BV = jnp.asarray([[2.0, 5.0, -1.0, 4.5]])
+    draws = {int(sample_logits(logits_BV, jax.random.PRNGKey(k), Sampling(temperature=1e-38), 4)[0])
+             for k in range(32)}
+    assert draws == {1}
+
+
+@pytest.mark.parametrize("temperature", [1e-50, 1e39, float("nan"), float("inf"), -1.0])
+def test_temperatures_float32_cannot_hold_are_refused(temperature):
+    # 1e-50 rounds to 0 in f32 (0/0 logits), 1e39 to inf (every token equally likely).
+    with pytest.raises(ValueError, match="temperature"):
+        Sampling(temperature=temperature).validate()
