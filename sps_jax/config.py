@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import math
 import os
+import pathlib
 import traceback
 from typing import Sequence
 
@@ -19,6 +20,9 @@ import ml_collections
 from sps_jax import files, masks
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
+
+# The shipped configs/ folder sits beside the package in a source checkout (the README's editable install).
+_SHIPPED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 # (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = 64 everywhere.
 SCALES = {
@@ -142,6 +146,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
     path, _, arg = spec.partition(":")
+    path = _shipped_if_missing(path)
     files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):
         raise UserError(f"config file {path!r} is not a Python file: pass a .py file whose get_config(arg) returns "
@@ -169,6 +174,16 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     for item in overrides:
         apply_override(config, item)
     return config
+
+
+def _shipped_if_missing(path: str) -> str:
+    """``configs/NAME.py`` that is not in the current folder names the shipped one, so the commands'
+    default configs work from any folder; every other path stays as given."""
+    parts = pathlib.PurePath(path).parts
+    if os.path.exists(path) or len(parts) != 2 or parts[0] != "configs":
+        return path
+    shipped = _SHIPPED_CONFIGS / parts[1]
+    return str(shipped) if shipped.is_file() else path
 
 
 def _line_in(exc: BaseException, path: str) -> str:

@@ -46,3 +46,21 @@ def test_config_errors_are_one_clear_sentence():
         sps_config.load_config("configs/paper.py:xxl,sps")
     with pytest.raises(ValueError, match="has no field"):
         sps_config.load_config("configs/tiny.py", ["--config.model.windw=3"])
+
+
+def test_the_shipped_configs_load_from_any_folder(tmp_path, monkeypatch):
+    # The bench commands default to configs/paper.py; from outside the checkout that relative path
+    # names nothing, so it is looked up in the checkout this package runs from.
+    monkeypatch.chdir(tmp_path)
+    assert sps_config.load_config("configs/paper.py:s,standard").model.variant == "standard"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        sps_config.load_config("configs/nope.py")
+
+
+def test_a_config_in_the_current_folder_wins_over_the_shipped_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "tiny.py").write_text(
+        "from sps_jax import config\n\ndef get_config():\n    c = config.paper_config('xs', 'standard', None)\n"
+        "    c.name = 'mine'\n    return c\n")
+    assert sps_config.load_config("configs/tiny.py").name == "mine"
