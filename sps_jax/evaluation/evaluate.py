@@ -182,7 +182,7 @@ def main_evaluate(argv) -> int:
         write_json(out, result)
         print(f"wrote {out}", flush=True)
         rows.append(result)
-    print(results_table.markdown(rows, full=True))
+    print(results_table.markdown_both(rows))
     return 0
 
 
@@ -200,11 +200,10 @@ def main_table(argv) -> int:
         for suffix in (".md", ".tex"):
             files.output_file(args.out + suffix, "--out", args.force)
     rows = results_table.load(args.results)
-    md = results_table.markdown(rows) + "\n\n" + results_table.markdown(rows, full=True)
+    md = results_table.markdown_both(rows)
     print(md)
     if args.out:
-        for suffix, text in ((".md", md + "\n"), (".tex", results_table.latex(rows) + "\n\n"
-                                                   + results_table.latex(rows, full=True) + "\n")):
+        for suffix, text in ((".md", md + "\n"), (".tex", results_table.latex_both(rows) + "\n")):
             path = args.out + suffix
             files.write_text(path, text)
             print(f"wrote {path}")

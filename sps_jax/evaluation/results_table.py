@@ -127,6 +127,15 @@ def markdown(rows, full: bool = False) -> str:
     return "\n".join(lines)
 
 
+def markdown_both(rows) -> str:
+    """The main table, then the per-corpus / per-task expansion."""
+    return markdown(rows) + "\n\n" + markdown(rows, full=True)
+
+
+def latex_both(rows) -> str:
+    return latex(rows) + "\n\n" + latex(rows, full=True)
+
+
 def _tex_escape(text: str) -> str:
     return text.replace("%", r"\%").replace("_", r"\_")
 

@@ -57,6 +57,10 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
         assert written[step]["step"] == step and written[step]["val_tokens"] == count
         assert written[step]["val_nll"] == pytest.approx(nll, rel=1e-5)
     assert "| Size | Method |" in proc.stdout
+    # The console table shows what was measured: each checkpoint's validation NLL, to 3 decimals.
+    table_rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    for step in (5, 9):
+        assert any(f"{written[step]['val_nll']:.3f}" in line for line in table_rows)
 
 
 def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
