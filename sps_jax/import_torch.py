@@ -163,11 +163,17 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     if context is None and stored_config is None:
         notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
                      "--seq-len to set it)")
-    m.num_layers, m.d_model, m.d_ff, m.vocab_size = dims["L"], dims["D"], dims["F"], dims["V"]
+    shapes = {"num_layers": dims["L"], "d_model": dims["D"], "d_ff": dims["F"], "vocab_size": dims["V"]}
+    m.update(shapes)
     m.num_heads = int(heads or m.num_heads)
     m.seq_len = int(context or m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
+    for field, have in shapes.items():
+        if m[field] != have:
+            given = [item for item in overrides if item.partition("=")[0].endswith(f"model.{field}")]
+            raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
+                            f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
     return config, notes
 

@@ -170,3 +170,17 @@ def test_an_override_out_of_range_is_refused_before_anything_is_written(tmp_path
                                             "--config.train.micro_batch=0"])
     assert outcome.status == 2 and "train.micro_batch=0" in outcome.stderr, outcome.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("field,value,has", [("num_layers", 3, L), ("d_model", 2 * D, D), ("d_ff", 4 * D, 3 * D),
+                                             ("vocab_size", 2 * V, V)])
+def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(tmp_path, field, value, has):
+    # The shapes come from the tensors; blaming "the run folder's config" would point at a file the user never wrote.
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(tmp_path / "run"), *OVERRIDES,
+                                            f"--config.model.{field}={value}"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert f"--config.model.{field}={value}" in outcome.stderr and f"{has}" in outcome.stderr, outcome.stderr
+    assert "run folder" not in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "run").exists()
