@@ -190,12 +190,15 @@ def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
 
 
 def parse_json(text: str, path: str, line: int | None = None):
-    """JSON text from ``path`` (one line of it when ``line`` is given); else one sentence naming where."""
+    """JSON text from ``path`` (one line of a JSON Lines file when ``line`` is given); else one sentence
+    naming where."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         where = f"line {line}, column {e.colno}" if line is not None else f"line {e.lineno}, column {e.colno}"
-        raise UserError(f"{path} is not JSON at {where} ({e.msg}).") from None
+        # A pretty-printed JSON file read as JSON Lines fails on its first line although it is JSON.
+        lines_hint = ": it is read as JSON Lines, one JSON value per line" if line is not None else ""
+        raise UserError(f"{path} is not JSON at {where} ({e.msg}){lines_hint}.") from None
     except (ValueError, RecursionError) as e:  # integers too long, nesting too deep
         raise UserError(f"{path}{f' line {line}' if line else ''} is not usable JSON ({e}).") from None
 

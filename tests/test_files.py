@@ -42,6 +42,10 @@ def test_readers_name_the_file_line_and_byte(tmp_path):
     lines.write_bytes(b'{"x": 1}\nnot json\n{"x": 3}\n')
     with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 2, column 1"):
         list(files.read_jsonl(str(lines)))
+    # A pretty-printed JSON document is valid JSON but not JSON Lines: the sentence says which is wanted.
+    lines.write_text('{\n  "x": 1\n}\n')
+    with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 1, column 1 .*one JSON value per line"):
+        list(files.read_jsonl(str(lines)))
     # A writer killed mid-line leaves a partial last line, which a tolerant reader drops.
     lines.write_bytes(b'{"x": 1}\n{"x": 2}\n{"x": ')
     assert list(files.read_jsonl(str(lines), drop_partial_last=True)) == [(1, {"x": 1}), (2, {"x": 2})]
