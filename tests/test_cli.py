@@ -98,6 +98,8 @@ BAD_ARGUMENTS = [
                                                                          "shrink the model."]),
     (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--config.model.num_layers=1000000000"],
      ["for the weights", "b200"]),
+    # a KV cache no device holds: the S model's five variants compiled, then the host killed the process
+    (bench_cli.main, ["generate", "--decode", "100000000"], ["KV cache", "batch 16", "b200", "--decode"]),
     (bench_cli.main, ["compile", "--target", "h100", "--only", "train", "--config", "configs/tiny.py",
                       "--config.model.num_layers=1000000000"], ["training state over 1 device(s)", "h100",
                                                                              "raise --devices"]),

@@ -62,6 +62,13 @@ def _model_config(args, overrides, variant):
     return sps_model.ModelConfig.from_config(fields)
 
 
+def check_workload(cfg, args, memory_bytes: int, device: str) -> None:
+    from sps_jax.inference import kv_cache
+
+    kv_cache.check_fits(cfg, args.batch, args.prefill + args.decode, memory_bytes, device,
+                        "lower --batch, --prefill or --decode")
+
+
 class VariantRun:
     """One variant compiled for the workload; ``run()`` times prefill + decode loop end to end."""
 
@@ -75,7 +82,7 @@ class VariantRun:
 
         self.args, self.variant = args, variant
         self.cfg = cfg = _model_config(args, overrides, variant)
-        sps_model.check_fits(cfg, *hardware.local_memory())
+        check_workload(cfg, args, *hardware.local_memory())
         self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
         self.tokens_BT = jnp.asarray(
             np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch, args.prefill)), jnp.int32)
@@ -202,12 +209,12 @@ def main(argv=None) -> int:
         masks.Visibility(v)  # an unknown variant stops here, before any compilation
     if min(args.batch, args.prefill, args.decode, args.repeats) < 1:
         raise SystemExit("--batch, --prefill, --decode and --repeats must be at least 1.")
-    from sps_jax import model as sps_model
 
-    # Config errors before any compilation, and a model no listed accelerator holds before a worker
+    # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).
     largest = max(hardware.ACCELERATORS.values(), key=lambda a: a.memory_bytes)
-    sps_model.check_fits(_model_config(args, overrides, variants[0]), largest.memory_bytes, largest.name)
+    for v in variants:
+        check_workload(_model_config(args, overrides, v), args, largest.memory_bytes, largest.name)
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import cli, files, masks, runs
+from sps_jax import cli, files, hardware, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference.batching import bucket, left_pad
@@ -331,6 +331,8 @@ def main(argv=None) -> int:
     if overrides:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
     check_prompts(cfg, prompts, args.max_new_tokens)
+    kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
+                        *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_model(runs.run_argument(args))
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
 

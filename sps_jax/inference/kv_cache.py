@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from sps_jax import attention, masks
+from sps_jax import attention, hardware, masks
 from sps_jax.inference import decode_attention
 from sps_jax import model as sps_model
 
@@ -119,6 +119,25 @@ def cache_bytes(cache: Cache) -> dict:
     persistent = sum(nbytes(x) for l in cache.layers for x in l.k_BHTK + l.v_BHTK)
     ring = sum(nbytes(l.k_BHRK) + nbytes(l.v_BHRK) for l in cache.layers)
     return {"persistent": int(persistent), "ring": int(ring), "total": int(persistent + ring)}
+
+
+def cache_nbytes(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> int:
+    """Bytes of the keys and values :func:`init_cache` allocates, from the sizes alone (nothing traced)."""
+    persistent, _ = cache_streams(cfg.visibility)
+    slots = len(persistent) * max_len + ring_slots(cfg.visibility, max_len)
+    return 2 * cfg.num_layers * batch * cfg.num_heads * slots * cfg.head_dim * jnp.dtype(cfg.compute_dtype).itemsize
+
+
+def check_fits(cfg: sps_model.ModelConfig, batch: int, max_len: int, memory_bytes: int, device: str,
+               advice: str) -> None:
+    """The weights and a cache of ``batch`` rows of ``max_len`` positions fit in ``memory_bytes`` (a lower
+    bound on generation's peak): else one sentence ending in ``advice``, before anything is compiled."""
+    sps_model.check_fits(cfg, memory_bytes, device)
+    cache = cache_nbytes(cfg, batch, max_len)
+    if cfg.param_bytes + cache > memory_bytes:
+        raise ValueError(
+            f"{cfg.variant}'s KV cache for batch {batch} x {max_len:,} positions needs {cache / hardware.GiB:,.1f} "
+            f"GiB, with the weights more than the {memory_bytes / hardware.GiB:,.1f} GiB of one {device}: {advice}.")
 
 
 def near_streams(vis: masks.Visibility) -> tuple[int, ...]:

@@ -273,6 +273,17 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
 
 
+def test_a_cache_no_device_holds_is_refused_before_the_weights_load(tmp_path):
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=1099511627776"])
+    params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
+    runs.save_run(str(tmp_path / "run"), config, params, step=3)
+    # 10**10 positions of a 2-layer, d=64 model: about 10 TiB of keys and values.
+    outcome = _cli("--workdir", tmp_path / "run", "--prompt", "x", "--max-new-tokens", str(10 ** 10))
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert "KV cache" in outcome.stderr and "--max-new-tokens" in outcome.stderr, outcome.stderr
+    assert "loaded" not in outcome.stderr
+
+
 def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
     cfg, _, params = small_model("sps", 2)
     cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3]], jnp.int32), max_len=8)

@@ -24,6 +24,14 @@ def test_sps_persistent_cache_matches_standard_and_ring_holds_w_plus_1(window):
         assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
 
 
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+@pytest.mark.parametrize("window,dtype", [(0, "bfloat16"), (3, "float32"), (100, "bfloat16")])
+def test_the_cache_size_from_the_config_alone_is_the_size_of_the_allocated_cache(variant, window, dtype):
+    # Commands refuse a workload whose cache cannot fit before they compile it, from this arithmetic.
+    cfg = small_config(variant, window, dtype=dtype)
+    assert kv_cache.cache_nbytes(cfg, 3, 40) == kv_cache.cache_bytes(kv_cache.init_cache(cfg, 3, 40))["total"]
+
+
 def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
     cfg, _, params = small_model("sps", 3, dtype="bfloat16")
     cache, _ = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
