@@ -79,6 +79,13 @@ def steps(workdir: str) -> list[int]:
         return sorted(mngr.all_steps())
 
 
+def weights_only(workdir: str) -> bool:
+    """Every checkpoint holds weights without optimizer state (an imported or converted run): such a
+    run can be trained from (``train.init_from``), not resumed."""
+    found = steps(workdir)
+    return bool(found) and not any(os.path.isdir(os.path.join(step_dir(workdir, s), "opt_state")) for s in found)
+
+
 def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
     """Why checkpoint ``step`` is not complete, or None when the cheap checks pass.
 
@@ -108,6 +115,15 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
     return None
 
 
+def _on_one_device(workdir: str, step: int):
+    """The stored params' shapes and dtypes on this process's first device: without a target Orbax restores
+    onto the saving mesh's devices, so a run trained on eight GPUs would not load on one."""
+    stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir(workdir, step), "params"))
+    tree = getattr(getattr(stored, "item_metadata", stored), "tree", None) or stored.item_metadata
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), tree)
+
+
 def _short(exc: BaseException, limit: int = 160) -> str:
     """An exception from Orbax or tensorstore as a short clause (their messages run to pages)."""
     text = cli.sentence(exc).split(" See full TensorStore details")[0]
@@ -130,8 +146,9 @@ def save_params(workdir: str, step: int, params, meta: dict | None = None) -> No
         mngr.wait_until_finished()
 
 
-def restore_params(workdir: str, step: int | None = None):
-    """(params, step) of the latest (or the given) checkpoint, params on the host's devices.
+def restore_params(workdir: str, step: int | None = None, target=None):
+    """(params, step) of the latest (or the given) checkpoint, params on the host's devices, or placed
+    as ``target`` (ShapeDtypeStructs with shardings) says.
 
     A missing or damaged checkpoint is one sentence naming the step and the others there are.
     """
@@ -147,8 +164,9 @@ def restore_params(workdir: str, step: int | None = None):
         reason = problem(workdir, step, ("params",))
         if reason is None:
             try:
-                restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
-                params = jax.tree_util.tree_map(jax.numpy.asarray, restored["params"])
+                target = _on_one_device(workdir, step) if target is None else target
+                restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target)))
+                params = restored["params"]
             except Exception as e:  # tensorstore/Orbax errors of many kinds: all mean "unreadable"
                 reason = f"its content cannot be restored: {_short(e)}"
         if reason is not None:

@@ -74,6 +74,8 @@ def train_config():
     t.nonfinite = "stop"           # non-finite loss: "stop" the run or "skip" the update
     t.peak_flops_per_device = None  # MFU denominator; None: the device's dense bf16 peak (sps_jax.hardware), no MFU where unknown
     t.tensorboard = True           # also write TensorBoard events when the package is installed
+    t.init_from = None             # a run folder or its checkpoints/<step>: a new run starts from those weights
+                                   # with a fresh optimizer and schedule (fine-tuning); a resume ignores it
     return t
 
 
@@ -275,6 +277,10 @@ def check_run_config(config) -> None:
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
     check_ranges(config)
+    init_from = config.train.get("init_from")
+    if init_from is not None and (not isinstance(init_from, str) or not init_from):
+        raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
+                        "folders, or be None.")
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only

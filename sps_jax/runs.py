@@ -118,16 +118,17 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     other = None
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         try:
-            saved = read_config(workdir)
-            old, new = json.loads(saved.model.to_json()), json.loads(config.model.to_json())
-            changed = sorted(k for k in set(old) | set(new)  # another attention backend may resume the run
-                             if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
+            changed = model_differences(read_config(workdir), config)
             if changed:
                 other = f"a run of another model ({', '.join(changed)} differ)"
         except (ValueError, OSError) as e:
             other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
     elif records and not has_checkpoints:  # with checkpoints, their restore checks the model
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
+    if has_checkpoints and other is None and checkpoint.weights_only(workdir):
+        raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
+                        f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
+                        "--workdir NEW.")
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
@@ -141,6 +142,36 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE} and {metrics.METRICS_FILE} are replaced).")
+
+
+def model_differences(saved, config) -> list[str]:
+    """The model fields two configs disagree on, ignoring how the model is computed (another attention
+    backend, remat or chunking runs the same model)."""
+    old, new = json.loads(saved.model.to_json()), json.loads(config.model.to_json())
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
+
+
+def check_init_from(config) -> tuple[str, int] | None:
+    """(run folder, step) whose weights a new run starts from (``train.init_from``), or None; one sentence
+    when it names no checkpoint or holds another model than ``config``'s."""
+    path = config.train.get("init_from")
+    if path is None:
+        return None
+    flag = f"train.init_from={path}"
+    try:
+        workdir, step = checkpoint_step(path)
+        saved = read_config(workdir)
+        found = checkpoint.steps(workdir)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{flag}: {cli.sentence(e)}") from None
+    step = found[-1] if step is None and found else step
+    if step not in found:
+        raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else "."))
+    changed = model_differences(saved, config)
+    if changed:
+        raise UserError(f"{flag} holds another model ({', '.join(changed)} differ): set the same model fields, or "
+                        "start from a run of this model.")
+    return workdir, step
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:

@@ -118,12 +118,17 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
         params = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)(jax.random.PRNGKey(seed))
         return params, jax.jit(opt.init, out_shardings=opt_sh)(params)
 
+    def init_from(workdir: str, step: int):
+        """Another run's weights, restored straight into this mesh's shardings, and a fresh optimizer state."""
+        params, _ = checkpoint.restore_params(workdir, step, target=sps_mesh.placed(abstract_params, param_sh))
+        return params, jax.jit(opt.init, out_shardings=opt_sh)(params)
+
     step_fn = jax.jit(make_train_step(model, opt, p["accum"], param_sh),
                       in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
                       donate_argnums=(0, 1))
     return types.SimpleNamespace(mesh=mesh, model=model, opt=opt, abstract_params=abstract_params,
                                  abstract_opt=abstract_opt, param_sh=param_sh, opt_sh=opt_sh, micro_sh=micro_sh,
-                                 repl=repl, init_state=init_state, step_fn=step_fn)
+                                 repl=repl, init_state=init_state, init_from=init_from, step_fn=step_fn)
 
 
 def make_eval_step(model):
@@ -196,6 +201,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)
+    source = runs.check_init_from(config)
     _ensure_data(config, log)
     train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
     val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size, cfg.eos_id)
@@ -223,7 +229,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
         if jax.process_index() == 0:
             runs.write_config(workdir, with_resolved(config, attention=backend))
         if restored is None:
-            params, opt_state = run.init_state(t.seed)
+            if source is None:
+                params, opt_state = run.init_state(t.seed)
+            else:
+                params, opt_state = run.init_from(*source)
+                log(f"initialised from the weights of {source[0]} step {source[1]} (fresh optimizer state and "
+                    "schedule)")
             start_step, elapsed_before = 0, 0.0
             iterator = loader.train_iterator(dataset, None, config.data.prefetch)
         else:

@@ -75,6 +75,10 @@ def test_eight_devices_match_one_and_the_checkpoint_moves_to_one_device(tmp_path
                     extra=["--config.mesh.data=2", "--config.mesh.fsdp=4", "--config.train.stop_at_step=4"])
     assert "data=2 x fsdp=4 on 8 cpu" in out.stdout
     assert max(losses(workdir)) == 4
+    # Generation, evaluation and export read it on one device (Orbax alone would restore onto eight).
+    net, params, _ = runs.load_model(str(workdir))
+    assert {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(params)} == {
+        jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
     run_train(workdir, tokens, STEPS, devices=1)  # restores the (2, 4)-sharded checkpoint on one device
     ref, got = losses(reference), losses(workdir)
     assert sorted(got) == list(range(1, STEPS + 1))
@@ -366,3 +370,45 @@ def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     assert sps_train.main(argv + ["--process-id", "1"]) == 0 and calls[-1] == ("host0:1234", 4, 1)  # flags win
     monkeypatch.setenv("SPS_JAX_NUM_PROCESSES", "four")
     assert fuzz.call(sps_train.main, argv).status == 2 and len(calls) == 3  # a bad value stops before joining
+
+
+FROZEN = ["--config.train.peak_lr=0", "--config.train.final_lr=0"]  # AdamW then leaves every weight as it is
+
+
+def test_a_run_initialised_from_another_runs_weights_starts_from_them(tmp_path, tokens, reference):
+    # With a learning rate of 0 the new run's weights after two updates are the source's, bit for bit, on a
+    # mesh the source never used; without init_from the same run starts from its own random weights.
+    tuned = tmp_path / "tuned"
+    run_train(tuned, tokens, 2, devices=2, extra=[*FROZEN, "--config.mesh.fsdp=2",
+                                                  f"--config.train.init_from={reference}"])
+    source = final_params(reference)
+    _, params, step = runs.load_run(str(tuned))
+    assert step == 2
+    jax.tree_util.tree_map(np.testing.assert_array_equal, params, source)
+    fresh = tmp_path / "fresh"
+    run_train(fresh, tokens, 2, extra=FROZEN)
+    _, fresh_params, _ = runs.load_run(str(fresh))
+    assert not np.array_equal(fresh_params["embed"], source["embed"])
+    # The optimizer state and schedule are the new run's: it counts its own steps from 0.
+    assert sorted(losses(tuned)) == [1, 2]
+    assert runs.read_config(str(tuned)).train.init_from == str(reference)
+
+
+def test_init_from_a_run_of_another_model_or_nowhere_is_refused_before_training(tmp_path, tokens, reference):
+    refuse(small_argv(tmp_path / "a", tokens, f"--config.train.init_from={reference}", "--config.model.d_model=64"),
+           "train.init_from", "d_model")
+    refuse(small_argv(tmp_path / "b", tokens, f"--config.train.init_from={tmp_path / 'nowhere'}"),
+           "train.init_from", "does not exist")
+    refuse(small_argv(tmp_path / "c", tokens, f"--config.train.init_from={reference}/checkpoints/3"),
+           "train.init_from", "checkpoints/3' does not exist")
+    assert not any((tmp_path / name).exists() for name in "abc")
+
+
+def test_training_in_a_weights_only_run_folder_points_to_init_from(tmp_path, tokens, reference):
+    # An imported run has weights but no optimizer state: it cannot be resumed, only trained from.
+    imported = tmp_path / "imported"
+    config = runs.read_config(str(reference))
+    runs.save_run(str(imported), config, final_params(reference), step=STEPS)
+    before = digest(imported)
+    refuse(small_argv(imported, tokens), "weights only", f"--config.train.init_from={imported}")
+    assert digest(imported) == before
