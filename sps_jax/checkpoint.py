@@ -119,9 +119,9 @@ def _on_one_device(workdir: str, step: int):
     """The stored params' shapes and dtypes on this process's first device: without a target Orbax restores
     onto the saving mesh's devices, so a run trained on eight GPUs would not load on one."""
     stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir(workdir, step), "params"))
-    tree = getattr(getattr(stored, "item_metadata", stored), "tree", None) or stored.item_metadata
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), tree)
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                                  stored.item_metadata.tree)
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:
