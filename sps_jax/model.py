@@ -24,6 +24,8 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 
 # Fields that say how the model is computed, not what it is: a run may resume with other values.
 EXECUTION_FIELDS = ("attention", "remat", "loss_chunk", "prefill_chunk")
+# Fields that fix the parameters' shapes: weights move between models that agree on these.
+SHAPE_FIELDS = ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size")
 
 
 @dataclasses.dataclass(frozen=True)

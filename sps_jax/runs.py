@@ -151,9 +151,10 @@ def model_differences(saved, config) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
 
 
-def check_init_from(config) -> tuple[str, int] | None:
-    """(run folder, step) whose weights a new run starts from (``train.init_from``), or None; one sentence
-    when it names no checkpoint or holds another model than ``config``'s."""
+def check_init_from(config) -> tuple[str, int, list[str]] | None:
+    """(run folder, step, other model fields) whose weights a new run starts from (``train.init_from``), or
+    None; one sentence when it names no checkpoint or its parameters have other shapes. Other fields may
+    differ (an SPS run from a Standard run's weights): they are returned for the run to say so."""
     path = config.train.get("init_from")
     if path is None:
         return None
@@ -168,10 +169,13 @@ def check_init_from(config) -> tuple[str, int] | None:
     if step not in found:
         raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else "."))
     changed = model_differences(saved, config)
-    if changed:
-        raise UserError(f"{flag} holds another model ({', '.join(changed)} differ): set the same model fields, or "
-                        "start from a run of this model.")
-    return workdir, step
+    shapes = [k for k in changed if k in sps_model.SHAPE_FIELDS]
+    if shapes:
+        theirs = ", ".join(f"{k}={saved.model.get(k)!r}" for k in shapes)
+        raise UserError(f"{flag} holds parameters of other shapes ({theirs}; this config has "
+                        f"{', '.join(f'{k}={config.model.get(k)!r}' for k in shapes)}): set the same, or start "
+                        "from a run of this model's size.")
+    return workdir, step, changed
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:

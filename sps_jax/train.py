@@ -232,9 +232,10 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             if source is None:
                 params, opt_state = run.init_state(t.seed)
             else:
-                params, opt_state = run.init_from(*source)
-                log(f"initialised from the weights of {source[0]} step {source[1]} (fresh optimizer state and "
-                    "schedule)")
+                source_dir, source_step, changed = source
+                params, opt_state = run.init_from(source_dir, source_step)
+                log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and "
+                    "schedule)" + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
             start_step, elapsed_before = 0, 0.0
             iterator = loader.train_iterator(dataset, None, config.data.prefetch)
         else:

@@ -392,11 +392,17 @@ def test_a_run_initialised_from_another_runs_weights_starts_from_them(tmp_path, 
     # The optimizer state and schedule are the new run's: it counts its own steps from 0.
     assert sorted(losses(tuned)) == [1, 2]
     assert runs.read_config(str(tuned)).train.init_from == str(reference)
+    # The variants share every parameter shape: Standard may start from SPS weights, and the run says so.
+    standard = tmp_path / "standard"
+    out = run_train(standard, tokens, 1, extra=[*FROZEN, "--config.model.variant=standard",
+                                                f"--config.train.init_from={reference}"])
+    assert "differs from that run's in variant" in out.stdout, out.stdout
+    jax.tree_util.tree_map(np.testing.assert_array_equal, runs.load_run(str(standard))[1], source)
 
 
 def test_init_from_a_run_of_another_model_or_nowhere_is_refused_before_training(tmp_path, tokens, reference):
     refuse(small_argv(tmp_path / "a", tokens, f"--config.train.init_from={reference}", "--config.model.d_model=64"),
-           "train.init_from", "d_model")
+           "train.init_from", "other shapes", "d_model=32", "d_model=64")
     refuse(small_argv(tmp_path / "b", tokens, f"--config.train.init_from={tmp_path / 'nowhere'}"),
            "train.init_from", "does not exist")
     refuse(small_argv(tmp_path / "c", tokens, f"--config.train.init_from={reference}/checkpoints/3"),
