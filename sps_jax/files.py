@@ -9,6 +9,7 @@ sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import json
@@ -146,12 +147,15 @@ def replace_folder(path: str):
 
 def decode(data: bytes, path: str, errors: str = "strict", line: int | None = None, offset: int = 0,
            hint: str = "") -> str:
-    """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte."""
+    """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte.
+    A byte-order mark that opens the file (Windows editors write one) is dropped."""
+    skip = len(codecs.BOM_UTF8) if offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data.decode("utf-8", errors)
+        return data[skip:].decode("utf-8", errors)
     except UnicodeDecodeError as e:
         where = f" line {line}" if line is not None else ""
-        raise UserError(f"{path}{where} is not UTF-8 text: byte {offset + e.start} is 0x{data[e.start]:02x}"
+        start = skip + e.start
+        raise UserError(f"{path}{where} is not UTF-8 text: byte {offset + start} is 0x{data[start]:02x}"
                         f"{hint}.") from None
 
 

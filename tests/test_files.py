@@ -46,6 +46,16 @@ def test_readers_name_the_file_line_and_byte(tmp_path):
     lines.write_text('{\n  "x": 1\n}\n')
     with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 1, column 1 .*one JSON value per line"):
         list(files.read_jsonl(str(lines)))
+    # A byte-order mark (Windows editors write one) is not text: it must not join the first prompt or document,
+    # and JSON would refuse it.
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"x": 1}\r\n{"x": "\xef\xbb\xbf"}\r\n')
+    assert list(files.read_jsonl(str(bom))) == [(1, {"x": 1}), (2, {"x": "\ufeff"})]  # only the file's first
+    bom.write_bytes(b"\xef\xbb\xbfcaf\xc3\xa9")
+    assert files.read_text(str(bom)) == "caf\u00e9"
+    bom.write_bytes(b"\xef\xbb\xbfcaf\xe9")
+    with pytest.raises(UserError, match="byte 6 is 0xe9"):  # counted in the file, mark included
+        files.read_text(str(bom))
     # A writer killed mid-line leaves a partial last line, which a tolerant reader drops.
     lines.write_bytes(b'{"x": 1}\n{"x": 2}\n{"x": ')
     assert list(files.read_jsonl(str(lines), drop_partial_last=True)) == [(1, {"x": 1}), (2, {"x": 2})]
