@@ -137,7 +137,8 @@ def check_fits(cfg: sps_model.ModelConfig, batch: int, max_len: int, memory_byte
     if cfg.param_bytes + cache > memory_bytes:
         raise ValueError(
             f"{cfg.variant}'s KV cache for batch {batch} x {max_len:,} positions needs {cache / hardware.GiB:,.1f} "
-            f"GiB, with the weights more than the {memory_bytes / hardware.GiB:,.1f} GiB of one {device}: {advice}.")
+            f"GiB, and with the weights ({cfg.param_bytes / hardware.GiB:,.1f} GiB) that is more than the "
+            f"{memory_bytes / hardware.GiB:,.1f} GiB of one {device}: {advice}.")
 
 
 def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
