@@ -81,7 +81,9 @@ def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
     assert out == seq[0, len(prompt):].tolist()
 
 
-@pytest.mark.parametrize("variant", masks.VARIANTS)
+# reverse_sps keeps the cache of delayed_state (persistent rho, windowed x); only its logits stream differs.
+@pytest.mark.parametrize("variant", [*[v for v in masks.VARIANTS if v != "reverse_sps"],
+                                     pytest.param("reverse_sps", marks=pytest.mark.slow)])
 def test_batched_left_padded_generation_equals_per_row_generation(variant):
     cfg, _, params = small_model(variant, 2)
     prompts = [[4, 8, 15, 16, 23, 42], [7, EOS, 1]]
