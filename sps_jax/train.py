@@ -114,14 +114,16 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
     micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
     repl = sps_mesh.replicated(mesh)
 
+    fresh_opt_state = jax.jit(opt.init, out_shardings=opt_sh)
+
     def init_state(seed: int):
         params = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)(jax.random.PRNGKey(seed))
-        return params, jax.jit(opt.init, out_shardings=opt_sh)(params)
+        return params, fresh_opt_state(params)
 
     def init_from(workdir: str, step: int):
         """Another run's weights, restored straight into this mesh's shardings, and a fresh optimizer state."""
         params, _ = checkpoint.restore_params(workdir, step, target=sps_mesh.placed(abstract_params, param_sh))
-        return params, jax.jit(opt.init, out_shardings=opt_sh)(params)
+        return params, fresh_opt_state(params)
 
     step_fn = jax.jit(make_train_step(model, opt, p["accum"], param_sh),
                       in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
