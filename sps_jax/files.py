@@ -1,7 +1,7 @@
 """Atomic file and folder writes, the one way this package writes its outputs, and the readers of
 the JSON/JSONL/text files a user hands it.
 
-Content goes to ``<path>.partial`` and is renamed over ``path`` only once complete, so a
+Content goes to a ``<path>.<writer>.partial`` of its own and is renamed over ``path`` only once complete, so a
 reader (or a restarted command) never sees a half-written file; a folder is built whole in a
 sibling ``<path>.partial`` and swapped in (:func:`replace_folder`). The readers say in one
 sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -20,13 +21,17 @@ import numpy as np
 
 from sps_jax.cli import UserError
 
+_WRITERS = itertools.count()  # numbers this process's partial files
+
 
 @contextlib.contextmanager
 def atomic_path(path: str):
-    """The name to write ``path`` under (``<path>.partial``), renamed into place on success; for
-    writers that take a file name rather than a file object."""
+    """The name to write ``path`` under (``<path>.<pid>.<n>.partial``), renamed into place on success;
+    for writers that take a file name rather than a file object. The name is this writer's own, so two
+    commands writing one file at once (two first runs provisioning the tokenizer) each rename a whole
+    file, and the last one wins."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    partial = path + ".partial"
+    partial = f"{path}.{os.getpid()}.{next(_WRITERS)}.partial"
     try:
         yield partial
     except BaseException:

@@ -13,6 +13,7 @@ from sps_jax import files, plotting
 from sps_jax.cli import UserError
 
 METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "loss.png"
 
 
 def truncate(workdir: str, last_step: int) -> None:
@@ -123,7 +124,7 @@ def plot(workdir: str) -> str | None:
         import matplotlib  # noqa: F401  (an optional extra; training runs without it)
     except ImportError:
         return None
-    path = os.path.join(workdir, "loss.png")
+    path = os.path.join(workdir, PLOT_FILE)
     fig = plot_curves({os.path.basename(os.path.abspath(workdir)): workdir}, path)
     plotting.pyplot().close(fig)
     return path

@@ -103,8 +103,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
 
     A new or empty folder, or one holding this model's run, is fine. A folder that is a file,
     or holds checkpoints of another model (or an unreadable config.json), is refused; one
-    holding another run's config.json or metrics.jsonl without checkpoints is refused unless
-    ``force``, which starts this run there (replacing those two files).
+    holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
+    checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     """
     if os.path.lexists(workdir) and not os.path.isdir(workdir):
         raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
@@ -125,6 +125,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
             other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
     elif records and not has_checkpoints:  # with checkpoints, their restore checks the model
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
+    elif not has_checkpoints and os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
+        other = f"a {metrics.PLOT_FILE} of no run here"  # a run folder's plot has the run's config beside it
     if has_checkpoints and other is None and checkpoint.weights_only(workdir):
         raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
                         f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
@@ -141,7 +143,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                             "another data order or batch would not continue it; use its values, or a new --workdir.")
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
-                        f"there (its {CONFIG_FILE} and {metrics.METRICS_FILE} are replaced).")
+                        f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced).")
 
 
 def model_differences(saved, config) -> list[str]:

@@ -25,6 +25,17 @@ def test_replace_folder_swaps_in_a_complete_folder_and_leaves_the_old_one_on_fai
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_two_writers_of_one_file_at_once_each_rename_a_whole_file(tmp_path):
+    # Two first runs provisioning the tokenizer, say: the one that finishes last wins, neither fails.
+    path = tmp_path / "out.txt"
+    with files.atomic_open(str(path)) as outer:
+        outer.write("outer, started first")
+        files.write_text(str(path), "inner")
+        assert path.read_text() == "inner"
+    assert path.read_text() == "outer, started first"
+    assert not list(tmp_path.glob("*.partial"))
+
+
 def test_readers_name_the_file_line_and_byte(tmp_path):
     bad_json = tmp_path / "a.json"
     bad_json.write_text('{"a": 1,\n "b": }\n')

@@ -10,7 +10,7 @@ import numpy as np
 
 from sps_jax import config as sps_config, model as sps_model, runs, vocab
 from sps_jax.data import tokenizer
-from tests.helpers import REPO, decoded_png
+from tests.helpers import REPO, decoded_png, ensure_tokenizer
 
 
 def make_run(path, variant, seed):
@@ -28,7 +28,7 @@ def make_run(path, variant, seed):
 
 
 def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
-    tokenizer.get_tokenizer()  # the notebook needs the provisioned GPT-2 tokenizer
+    ensure_tokenizer()  # the notebook needs the provisioned GPT-2 tokenizer
     make_run(tmp_path / "sps", "sps", 0)
     make_run(tmp_path / "standard", "standard", 1)
     data = tmp_path / "data"

@@ -314,6 +314,15 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
     refuse(small_argv(other, tokens), str(other), "another model", "--force")
     assert digest(other) == before
     runs.check_workdir(str(other), small_config(tokens, STEPS), force=True)  # --force lets this run start there
+    # A folder of the user's own files: training would replace only a loss.png, so that is what is refused.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    runs.check_workdir(str(mine), small_config(tokens, STEPS))
+    (mine / "loss.png").write_bytes(b"\x89PNG mine")
+    before = digest(mine)
+    refuse(small_argv(mine, tokens), str(mine), "loss.png", "--force")
+    assert digest(mine) == before
     # With checkpoints, a different model is refused whatever the flags: resuming would mix two models.
     trained = tmp_path / "trained"
     shutil.copytree(reference, trained)
