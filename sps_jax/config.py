@@ -281,6 +281,9 @@ def check_run_config(config) -> None:
     if init_from is not None and (not isinstance(init_from, str) or not init_from):
         raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
                         "folders, or be None.")
+    if config.train.final_lr > config.train.peak_lr:  # the schedule decays from peak_lr to final_lr
+        raise UserError(f"train.final_lr={config.train.final_lr} is above train.peak_lr={config.train.peak_lr}: the "
+                        "schedule decays from the peak to the final rate; lower final_lr or raise peak_lr.")
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only

@@ -361,8 +361,8 @@ def main(argv=None) -> int:
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
     parser.add_argument("--workdir", required=True, help="run folder: config.json, checkpoints/, metrics.jsonl")
     parser.add_argument("--force", action="store_true",
-                        help="start this run in a --workdir holding another run's config.json/metrics.jsonl "
-                             "but no checkpoint (those files are replaced)")
+                        help="start this run in a --workdir holding another run's config.json/metrics.jsonl/"
+                             "loss.png but no checkpoint (those files are replaced)")
     parser.add_argument("--distributed", action="store_true",
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
     parser.add_argument("--coordinator", default=os.environ.get("SPS_JAX_COORDINATOR"),

@@ -1,6 +1,8 @@
 """Test settings and fixtures; helpers shared by the tests live in tests/helpers.py."""
 
 import os
+import shutil
+import tempfile
 
 # Tests compare numbers across backends: keep XLA's CPU results deterministic and f32 exact.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
@@ -10,6 +12,16 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 # Tests run on the CPU; the CUDA plugin (installed for the deviceless compiles) and libtpu then
 # stay quiet, and their topologies can still be built for compiling without the device.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the whole run, shared by the test workers (they inherit this
+# process's environment) and the commands tests start: a program one test compiled is loaded, not
+# compiled again, by the next test that builds the same program (a fifth of the suite's time; the
+# executables are the same). Deviceless GPU/TPU programs cannot be loaded back and are compiled anew.
+_OWN_CACHE = "SPS_JAX_TEST_JIT_CACHE" not in os.environ
+if _OWN_CACHE:
+    os.environ["SPS_JAX_TEST_JIT_CACHE"] = tempfile.mkdtemp(prefix="sps_jax_test_jit_cache_")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["SPS_JAX_TEST_JIT_CACHE"])
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -25,3 +37,8 @@ def make_model():
     def make(variant="sps", window=2, seed=0, **overrides):
         return small_model(variant, window, seed, **overrides)[1:]
     return make
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE:  # the process that made the cache (the controller, or a run without workers)
+        shutil.rmtree(os.environ["SPS_JAX_TEST_JIT_CACHE"], ignore_errors=True)

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import jax
 import numpy as np
@@ -90,14 +89,10 @@ def write_token_folder(folder, num_docs=200, seed=0, eos=60):
     return folder
 
 
-# One compilation cache per test session: repeated runs of the same program skip XLA compilation.
-_CACHE = tempfile.mkdtemp(prefix="sps_jax_test_jit_cache_")
-
-
 def env(devices=1):
-    """The environment of a command a test runs: this checkout first, CPU, f32-exact matmuls."""
+    """The environment of a command a test runs: this checkout first, CPU, f32-exact matmuls (and the
+    run's compilation cache, which tests/conftest.py puts in the environment)."""
     e = dict(os.environ)
-    e["JAX_COMPILATION_CACHE_DIR"] = _CACHE
     e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
     e["XLA_FLAGS"] = f"--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count={devices}"
     e["JAX_PLATFORMS"] = "cpu"

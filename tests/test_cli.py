@@ -85,6 +85,9 @@ BAD_ARGUMENTS = [
     *[(train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                     f"--config.model.{field}=1e999"], [f"model.{field} must be a positive finite number"])
       for field in ("init_std", "rope_theta", "norm_eps")],
+    # a schedule that would rise after warm-up instead of decaying: the run trained on with it
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                  "--config.train.final_lr=1"], ["train.final_lr=1.0 is above train.peak_lr=0.003"]),
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),

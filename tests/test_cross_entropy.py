@@ -20,7 +20,7 @@ def tokens_with_exclusions(seed, B=3, L=33):
 
 
 def loss_and_grads(model, params, tokens):
-    return jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens))(params)
+    return jax.jit(jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens)))(params)
 
 
 # Every variant with uneven chunks; one row per chunk and everything at once for sps (the rest,

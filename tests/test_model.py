@@ -30,7 +30,7 @@ def per_position_slot_grads(model, params, tokens_BT):
         logits = model.apply({"params": params, "perturbations": {"embeddings": perturb}}, tokens_BT)
         return sps_model.token_nll(logits, targets)[0, i]
 
-    grads = jax.vmap(lambda i: jax.grad(nll_at, argnums=1)(i, zeros))(jnp.arange(T))
+    grads = jax.jit(jax.vmap(lambda i: jax.grad(nll_at, argnums=1)(i, zeros)))(jnp.arange(T))
     return np.abs(np.asarray(grads[:, 0])).sum(-1)
 
 

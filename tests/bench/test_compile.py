@@ -14,7 +14,7 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     out_json = tmp_path / "compile.json"
     # The dense attention keeps this about the command's tables (the kernels' compiles: tests/aot).
     out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "train,generate",
-                     "--config", "configs/tiny.py:sps,4", "--micro-batches", "1,2", "--remat", "off",
+                     "--config", "configs/tiny.py:sps,4", "--micro-batches", "1", "--remat", "off",
                      "--attention", "xla", "--config.model.attention=xla", "--no-fit-search",
                      "--batch", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3,8",
                      "--json", out_json)
@@ -22,10 +22,9 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     assert "deviceless compile" in out.stdout
     results = json.loads(out_json.read_text())
     train = results["targets"]["h100"]["train"]
-    assert [(r["variant"], r["micro_batch"]) for r in train] == [("standard", 1), ("standard", 2), ("sps", 1), ("sps", 2)]
-    for r in train:
-        base = next(b for b in train if b["variant"] == "standard" and b["micro_batch"] == r["micro_batch"])
-        assert r["peak_vs_standard"] == pytest.approx(r["peak_bytes"] / base["peak_bytes"])
+    # One micro-batch: how the peak grows with it is tests/aot/test_programs.py's.
+    assert [(r["variant"], r["micro_batch"]) for r in train] == [("standard", 1), ("sps", 1)]
+    assert train[1]["peak_vs_standard"] == pytest.approx(train[1]["peak_bytes"] / train[0]["peak_bytes"])
     gen = results["targets"]["h100"]["generate"]
     # A chunk of 8 is the whole prompt: the one-pass prefill, compiled once.
     assert sorted((r["program"], r["variant"]) for r in gen) == sorted(
@@ -77,7 +76,7 @@ def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of
     from sps_jax.aot import programs
     monkeypatch.setattr(programs, "train_step", fake_train_step)
     args = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py", "--variants", "sps",
-                                     "--micro-batches", "1,2", "--remat", "off", "--attention", "auto"])
+                                     "--micro-batches", "1", "--remat", "off", "--attention", "auto"])
     rows, largest = bench_compile.train_rows(card, args)
     brute = max(mb for mb in range(1, 1000) if peak_of(mb) <= 40)
     assert largest == [{"variant": "sps", "attention": "auto", "remat": False, "largest_micro_batch": brute,
