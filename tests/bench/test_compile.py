@@ -76,7 +76,7 @@ def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of
     from sps_jax.aot import programs
     monkeypatch.setattr(programs, "train_step", fake_train_step)
     args = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py", "--variants", "sps",
-                                     "--micro-batches", "1", "--remat", "off", "--attention", "auto"])
+                                     "--micro-batches", "1,2", "--remat", "off", "--attention", "auto"])
     rows, largest = bench_compile.train_rows(card, args)
     brute = max(mb for mb in range(1, 1000) if peak_of(mb) <= 40)
     assert largest == [{"variant": "sps", "attention": "auto", "remat": False, "largest_micro_batch": brute,
