@@ -3,7 +3,7 @@ the JSON/JSONL/text files a user hands it.
 
 Content goes to a ``<path>.<writer>.partial`` of its own and is renamed over ``path`` only once complete, so a
 reader (or a restarted command) never sees a half-written file; a folder is built whole in a
-sibling ``<path>.partial`` and swapped in (:func:`replace_folder`). The readers say in one
+sibling ``<path>.partial`` that one writer holds at a time and swapped in (:func:`replace_folder`). The readers say in one
 sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import errno
 import itertools
 import json
 import os
@@ -20,6 +21,11 @@ import shutil
 import numpy as np
 
 from sps_jax.cli import UserError
+
+try:
+    import fcntl
+except ImportError:  # no advisory locks (Windows): two writers of one folder are not detected there
+    fcntl = None
 
 _WRITERS = itertools.count()  # numbers this process's partial files
 
@@ -126,6 +132,61 @@ def output_folder(path: str, flag: str = "--out") -> str:
     return full
 
 
+class FolderBusy(UserError):
+    """Another process holds the folder this command would write (one sentence)."""
+
+
+def _lock(fd: int, wait: bool) -> bool:
+    """An exclusive advisory lock on ``fd`` (released when the process closes it, or dies); False when
+    another process holds one and ``wait`` is False. A file system without locks counts as unlocked."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return True
+        raise
+    return True
+
+
+@contextlib.contextmanager
+def exclusive(folder: str, busy: str):
+    """Hold an advisory lock on the existing ``folder`` for the block: a run folder that one training
+    process writes. A second holder is refused with ``busy``, at once."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if not _lock(fd, wait=False):
+            raise FolderBusy(busy)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _claim(partial: str, path: str) -> int:
+    """A locked fd of the folder now at ``partial``, made if missing (``path``, as the user wrote it,
+    names it in the refusal). The lock is checked against the name afterwards: the writer that held it
+    may have renamed that folder into place meanwhile."""
+    while True:
+        os.makedirs(partial, exist_ok=True)
+        try:
+            fd = os.open(partial, os.O_RDONLY)
+        except FileNotFoundError:  # renamed into place between the two calls
+            continue
+        if not _lock(fd, wait=False):
+            os.close(fd)
+            raise FolderBusy(f"another command is writing {path} now ({path}.partial is in use): wait for it to "
+                             "finish, then rerun, or choose another folder.")
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(partial)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def replace_folder(path: str):
     """Yield an empty sibling folder ``<path>.partial`` to build in; on success it replaces ``path``.
@@ -133,21 +194,44 @@ def replace_folder(path: str):
     The old folder stays as it was until the new one is complete: then it is renamed to
     ``<path>.old``, the new one is renamed into place and the old one deleted. On failure the
     partial folder is removed and ``path`` is untouched. ``path`` must pass :func:`output_folder`.
+    The partial folder is this process's while it builds (an advisory lock): a second command
+    writing ``path`` at once is refused with :class:`FolderBusy` instead of mixing its files in, and
+    :func:`wait_for_writer` waits for the first.
     """
-    path = output_folder(path)
+    given, path = path, output_folder(path)
     partial, old = path + ".partial", path + ".old"
-    shutil.rmtree(partial, ignore_errors=True)  # left by an interrupted run of the same command
-    os.makedirs(partial)
+    fd = _claim(partial, given)
     try:
-        yield partial
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.lexists(path):
-        os.rename(path, old)
-    os.rename(partial, path)
-    shutil.rmtree(old, ignore_errors=True)
+        for name in os.listdir(partial):  # left by an interrupted run of the same command
+            stale = os.path.join(partial, name)
+            if os.path.isdir(stale) and not os.path.islink(stale):
+                shutil.rmtree(stale)
+            else:
+                os.remove(stale)
+        try:
+            yield partial
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.lexists(path):
+            os.rename(path, old)
+        os.rename(partial, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+def wait_for_writer(path: str) -> None:
+    """Return once no command is building ``path`` with :func:`replace_folder` (at once when none is)."""
+    try:
+        fd = os.open(os.path.realpath(path) + ".partial", os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        _lock(fd, wait=True)
+    finally:
+        os.close(fd)
 
 
 def decode(data: bytes, path: str, errors: str = "strict", line: int | None = None, offset: int = 0,

@@ -146,6 +146,13 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                         f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced).")
 
 
+def exclusive(workdir: str):
+    """Hold the existing ``workdir`` for one training process while it runs (released when it ends or
+    dies); a second one is refused at once, before it compiles or writes anything there."""
+    return files.exclusive(workdir, f"--workdir {workdir} is in use by another training process: wait for it "
+                                    "to finish (rerunning then resumes it), or pass another --workdir.")
+
+
 def model_differences(saved, config) -> list[str]:
     """The model fields two configs disagree on, ignoring how the model is computed (another attention
     backend, remat or chunking runs the same model)."""

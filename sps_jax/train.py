@@ -11,6 +11,7 @@ the importable entry point.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -212,129 +213,132 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
                              jax.process_index(), jax.process_count())
 
-    run = setup(config, p, devices)
-    model, param_sh, opt_sh, micro_sh, repl = run.model, run.param_sh, run.opt_sh, run.micro_sh, run.repl
-    val_sh = sps_mesh.batch_sharding(run.mesh)
-
     os.makedirs(workdir, exist_ok=True)
-    ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
-    writer = None
-    try:
-        def restore(step):
-            params, opt_state, meta, data_state = checkpoint.restore_train_state(
-                ckpts.mngr, step, sps_mesh.placed(run.abstract_params, param_sh),
-                sps_mesh.placed(run.abstract_opt, opt_sh))
-            elapsed = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
-            return params, opt_state, meta, elapsed, loader.train_iterator(dataset, data_state, config.data.prefetch)
+    # One training process writes a run folder: a second one (the same job launched twice, a re-queued job
+    # whose first attempt still runs) would interleave metrics.jsonl and race on the checkpoints.
+    with runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+        run = setup(config, p, devices)
+        model, param_sh, opt_sh, micro_sh, repl = run.model, run.param_sh, run.opt_sh, run.micro_sh, run.repl
+        val_sh = sps_mesh.batch_sharding(run.mesh)
 
-        restored = ckpts.restore_newest_intact(restore)
-        if jax.process_index() == 0:
-            runs.write_config(workdir, with_resolved(config, attention=backend))
-        if restored is None:
-            if source is None:
-                params, opt_state = run.init_state(t.seed)
+        ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
+        writer = None
+        try:
+            def restore(step):
+                params, opt_state, meta, data_state = checkpoint.restore_train_state(
+                    ckpts.mngr, step, sps_mesh.placed(run.abstract_params, param_sh),
+                    sps_mesh.placed(run.abstract_opt, opt_sh))
+                elapsed = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
+                return params, opt_state, meta, elapsed, loader.train_iterator(dataset, data_state, config.data.prefetch)
+
+            restored = ckpts.restore_newest_intact(restore)
+            if jax.process_index() == 0:
+                runs.write_config(workdir, with_resolved(config, attention=backend))
+            if restored is None:
+                if source is None:
+                    params, opt_state = run.init_state(t.seed)
+                else:
+                    source_dir, source_step, changed = source
+                    params, opt_state = run.init_from(source_dir, source_step)
+                    log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and "
+                        "schedule)" + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
+                start_step, elapsed_before = 0, 0.0
+                iterator = loader.train_iterator(dataset, None, config.data.prefetch)
             else:
-                source_dir, source_step, changed = source
-                params, opt_state = run.init_from(source_dir, source_step)
-                log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and "
-                    "schedule)" + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
-            start_step, elapsed_before = 0, 0.0
-            iterator = loader.train_iterator(dataset, None, config.data.prefetch)
-        else:
-            start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
-            log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
-        if jax.process_index() == 0:
-            metrics.truncate(workdir, start_step)
+                start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
+                log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
+            if jax.process_index() == 0:
+                metrics.truncate(workdir, start_step)
 
-        micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
-        local_rows = t.micro_batch // jax.process_count()
+            micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+            local_rows = t.micro_batch // jax.process_count()
 
-        t0 = time.time()
-        example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
-        val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
-        with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
-            step_fn = run.step_fn.lower(params, opt_state, example).compile()
-            eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
-                              out_shardings=(repl, repl)).lower(params, val_example).compile()
-        log(f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
-            f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
-            f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
-            f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
+            t0 = time.time()
+            example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
+            val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
+            with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
+                step_fn = run.step_fn.lower(params, opt_state, example).compile()
+                eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
+                                  out_shardings=(repl, repl)).lower(params, val_example).compile()
+            log(f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
+                f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
+                f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
+                f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
 
-        def validate(params):
-            total = count = 0.0
-            for batch in val:
-                s, n = eval_fn(params, _global_batch(batch, val_sh, (config.data.val_batch, cfg.seq_len + 1)))
-                total, count = total + float(s), count + float(n)
-            return total / max(count, 1.0)
+            def validate(params):
+                total = count = 0.0
+                for batch in val:
+                    s, n = eval_fn(params, _global_batch(batch, val_sh, (config.data.val_batch, cfg.seq_len + 1)))
+                    total, count = total + float(s), count + float(n)
+                return total / max(count, 1.0)
 
-        def save(step):
-            ckpts.save(step, params, opt_state,
-                       {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
-                        "process_count": jax.process_count(), "elapsed_s": elapsed_before + time.time() - run_start},
-                       iterator.get_state())
+            def save(step):
+                ckpts.save(step, params, opt_state,
+                           {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
+                            "process_count": jax.process_count(), "elapsed_s": elapsed_before + time.time() - run_start},
+                           iterator.get_state())
 
-        if jax.process_index() == 0:
-            writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
-        emit = writer.write if writer else (lambda record: None)
-        step, record, val_loss, stopped_by = start_step, {}, None, None
-        run_start = time.time()
-        peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
-        with _StopFlag() as stop:
-            end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
-            while step < end:
-                ckpts.poll()  # a save that failed in the background stops the run here
-                tick = time.time()
-                local = next(iterator).reshape(p["accum"], local_rows, cfg.seq_len + 1)
-                params, opt_state, out = step_fn(params, opt_state, _global_batch(local, micro_sh, micro_shape))
-                out = jax.device_get(out)
-                step += 1
-                seconds = time.time() - tick
-                tokens_per_s = p["tokens_per_step"] / seconds
-                record = {"step": step, "tokens_seen": step * p["tokens_per_step"], "loss": float(out["loss"]),
-                          "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
-                          "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
-                          "elapsed_s": elapsed_before + time.time() - run_start}
-                if peak_flops:  # MFU only against a known peak: none on CPU
-                    record["mfu"] = flops.mfu(cfg, tokens_per_s, len(devices), peak_flops)
-                if not out["finite"]:
-                    record["skipped"] = True
-                    if t.nonfinite == "stop":
-                        ckpts.check()
-                        raise NonFiniteLoss(
-                            f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
-                            f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
-                            "--config.train.nonfinite=skip to skip such updates.")
-                    log(f"step {step}: non-finite loss, update skipped")
-                emit(record)
-                if step % t.log_every == 0 or step == start_step + 1:
-                    eta = (p["total_steps"] - step) * (time.time() - run_start) / (step - start_step)
-                    log(f"step {step}/{p['total_steps']}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
-                        f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
-                        + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta:.0f}s")
-                if step % t.eval_every == 0 or step == p["total_steps"]:
-                    val_loss = validate(params)
-                    emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
-                    log(f"step {step}: val_loss {val_loss:.4f}")
-                if step % t.checkpoint_every == 0 or step == end:
-                    save(step)
-                if on_step is not None:
-                    on_step(step, record)
-                if stop.signal:
-                    stopped_by = stop.signal
-                    if step not in (ckpts.pending, ckpts.good):
+            if jax.process_index() == 0:
+                writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
+            emit = writer.write if writer else (lambda record: None)
+            step, record, val_loss, stopped_by = start_step, {}, None, None
+            run_start = time.time()
+            peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
+            with _StopFlag() as stop:
+                end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
+                while step < end:
+                    ckpts.poll()  # a save that failed in the background stops the run here
+                    tick = time.time()
+                    local = next(iterator).reshape(p["accum"], local_rows, cfg.seq_len + 1)
+                    params, opt_state, out = step_fn(params, opt_state, _global_batch(local, micro_sh, micro_shape))
+                    out = jax.device_get(out)
+                    step += 1
+                    seconds = time.time() - tick
+                    tokens_per_s = p["tokens_per_step"] / seconds
+                    record = {"step": step, "tokens_seen": step * p["tokens_per_step"], "loss": float(out["loss"]),
+                              "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
+                              "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
+                              "elapsed_s": elapsed_before + time.time() - run_start}
+                    if peak_flops:  # MFU only against a known peak: none on CPU
+                        record["mfu"] = flops.mfu(cfg, tokens_per_s, len(devices), peak_flops)
+                    if not out["finite"]:
+                        record["skipped"] = True
+                        if t.nonfinite == "stop":
+                            ckpts.check()
+                            raise NonFiniteLoss(
+                                f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
+                                f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
+                                "--config.train.nonfinite=skip to skip such updates.")
+                        log(f"step {step}: non-finite loss, update skipped")
+                    emit(record)
+                    if step % t.log_every == 0 or step == start_step + 1:
+                        eta = (p["total_steps"] - step) * (time.time() - run_start) / (step - start_step)
+                        log(f"step {step}/{p['total_steps']}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+                            f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
+                            + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta:.0f}s")
+                    if step % t.eval_every == 0 or step == p["total_steps"]:
+                        val_loss = validate(params)
+                        emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
+                        log(f"step {step}: val_loss {val_loss:.4f}")
+                    if step % t.checkpoint_every == 0 or step == end:
                         save(step)
-                    ckpts.check()
-                    log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
-                    break
-        ckpts.check()  # the run succeeds only once its last checkpoint is on disk
-    finally:
-        ckpts.close()
-        if writer:
-            writer.close()
-            metrics.plot(workdir)
-    return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
-            "workdir": workdir}
+                    if on_step is not None:
+                        on_step(step, record)
+                    if stop.signal:
+                        stopped_by = stop.signal
+                        if step not in (ckpts.pending, ckpts.good):
+                            save(step)
+                        ckpts.check()
+                        log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
+                        break
+            ckpts.check()  # the run succeeds only once its last checkpoint is on disk
+        finally:
+            ckpts.close()
+            if writer:
+                writer.close()
+                metrics.plot(workdir)
+        return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
+                "workdir": workdir}
 
 
 def with_resolved(config, **resolved):

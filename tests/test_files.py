@@ -1,6 +1,8 @@
 """Atomic folder replacement keeps the old folder until the new one is complete; the readers name the file,
 the line and the byte that is wrong."""
 
+import os
+
 import pytest
 
 from sps_jax import files
@@ -101,3 +103,31 @@ def test_distinct_inputs_refuses_one_path_given_twice_however_spelled(tmp_path):
     for spelling in (run + "/", str(tmp_path / "run" / ".." / "run"), str(tmp_path / "link")):
         with pytest.raises(UserError, match="name the same file or folder"):
             files.distinct_inputs([run, spelling], "run folder")
+
+
+def test_one_writer_builds_a_folder_at_a_time_and_a_killed_writers_leftovers_are_cleared(tmp_path):
+    target = tmp_path / "out"
+    with files.replace_folder(str(target)) as building:
+        (tmp_path / "out.partial" / "first.txt").write_text("first")
+        with pytest.raises(files.FolderBusy, match=r"^another command is writing .*out now \(.*out\.partial is in "
+                                                   r"use\): wait for it to finish, then rerun, or choose another"):
+            with files.replace_folder(str(target)):
+                raise AssertionError("the second writer gets no folder")
+        assert os.listdir(building) == ["first.txt"]
+    assert os.listdir(target) == ["first.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
+    # A killed writer leaves its partial folder and releases it (the lock dies with the process).
+    (tmp_path / "out.partial" / "sub").mkdir(parents=True)
+    (tmp_path / "out.partial" / "stale.bin").write_bytes(b"half")
+    with files.replace_folder(str(target)) as building:
+        assert os.listdir(building) == []
+        (tmp_path / "out.partial" / "second.txt").write_text("second")
+    assert os.listdir(target) == ["second.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_held_run_folder_is_refused_to_a_second_holder_until_released(tmp_path):
+    with files.exclusive(str(tmp_path), "busy: wait"):
+        with pytest.raises(files.FolderBusy, match="^busy: wait$"):
+            with files.exclusive(str(tmp_path), "busy: wait"):
+                pass
+    with files.exclusive(str(tmp_path), "busy: wait"):
+        pass

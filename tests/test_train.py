@@ -340,6 +340,28 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
     refuse(small_argv(tmp_path / "file", tokens), "is a file, not a folder")
 
 
+def test_a_run_folder_that_another_training_process_is_using_is_refused_and_left_as_it_was(tmp_path, tokens,
+                                                                                            reference):
+    # The same job launched twice (a re-queued job whose first attempt still runs) would resume the same run
+    # twice, interleaving metrics.jsonl and racing on the checkpoints.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    before = digest(trained)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom sps_jax import runs\n"
+                               "with runs.exclusive(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)",
+                               str(trained)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refuse(small_argv(trained, tokens), f"--workdir {trained} is in use by another training process: wait for",
+               "resumes it")
+        assert digest(trained) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    with runs.exclusive(str(trained)):  # the lock died with its process
+        pass
+
+
 def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
     tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=40, eos=59)
     refuse(small_argv(tmp_path / "run", tokens), "eos_id 59 differs from the model's 60")

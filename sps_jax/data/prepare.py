@@ -10,7 +10,9 @@ under reordering, appending documents and restarts. Work streams through
 the source in bounded batches into a sibling ``<out>.partial`` folder that replaces
 ``out`` only when complete, so an interrupted or failing run leaves ``out`` as it was
 and is simply restarted (a finished one with the same source and settings is skipped;
-a folder holding anything else is refused unless ``force``).
+a folder holding anything else is refused unless ``force``). One command builds a folder at a
+time: a second one writing the same ``out`` meanwhile is refused (:class:`sps_jax.files.FolderBusy`),
+and :func:`ensure_builtin` waits for the first instead.
 """
 
 from __future__ import annotations
@@ -158,9 +160,17 @@ def _existing(out: str, settings: dict, force: bool) -> dict | None:
 
 
 def ensure_builtin(out: str, log=print) -> dict:
-    """Prepare the embedded corpus into ``out`` unless it is already there."""
-    manifest = loader.read_manifest(out)
-    if manifest is not None:
-        return manifest
-    log(f"preparing the built-in corpus into {out} (once; about a minute) ...")
-    return prepare("builtin", out, log=log)
+    """Prepare the embedded corpus into ``out`` unless it is already there. Several first runs may
+    start at once (a sweep over variants on a new machine): one prepares, the others wait for it."""
+    waiting = False
+    while (manifest := loader.read_manifest(out)) is None:
+        if not waiting:
+            log(f"preparing the built-in corpus into {out} (once; about a minute) ...")
+        try:
+            return prepare("builtin", out, log=log)
+        except files.FolderBusy:
+            if not waiting:
+                log(f"another command is preparing {out}: waiting for it ...")
+            waiting = True
+            files.wait_for_writer(out)
+    return manifest

@@ -188,3 +188,65 @@ def test_prepare_never_replaces_the_working_directory(tmp_path, monkeypatch, out
     outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src["text"]), "--out", out, "--force"])
     assert outcome.status == 2 and outcome.problem() is None and "--out" in outcome.stderr, outcome.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def _in_thread(fn):
+    """Run ``fn`` in a thread; returns (thread, box) where box gets its result or exception."""
+    import threading
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # noqa: BLE001 -- handed to the test
+            box["error"] = e
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_a_second_prepare_of_a_folder_being_built_is_refused_and_first_runs_wait_for_the_builtin(tmp_path):
+    import shutil
+    import time
+
+    from sps_jax import files
+    src = write_sources(tmp_path)["jsonl"]
+    ready = prepare.prepare(str(src), str(tmp_path / "ready"), log=lambda *a: None)
+    out = tmp_path / "builtin"
+    logs = []
+    with files.replace_folder(str(out)) as building:  # another command is preparing `out` now
+        # A second prepare of the same folder is one sentence, and mixes nothing into the first's files.
+        with pytest.raises(files.FolderBusy, match=r"another command is writing .*builtin now .* wait for it"):
+            prepare.prepare(str(src), str(out), log=lambda *a: None)
+        assert os.listdir(building) == []
+        # A training run's ensure_builtin waits for the first one instead, and does not prepare again.
+        thread, box = _in_thread(lambda: prepare.ensure_builtin(str(out), log=logs.append))
+        time.sleep(0.5)
+        assert thread.is_alive() and any("waiting" in m for m in logs), logs
+        for name in os.listdir(tmp_path / "ready"):
+            shutil.copy(tmp_path / "ready" / name, building)
+    thread.join(30)
+    assert box == {"result": ready}
+    assert not any(m.startswith("prepare: wrote") for m in logs), logs
+    assert sorted(os.listdir(tmp_path)) == sorted(["text", "docs.jsonl", "docs.parquet", "ready", "builtin"])
+
+
+def test_a_first_run_waiting_for_a_builtin_prepare_that_fails_prepares_it_itself(tmp_path, monkeypatch):
+    import time
+
+    from sps_jax import files
+    src = str(write_sources(tmp_path)["jsonl"])
+    real = prepare.prepare
+    monkeypatch.setattr(prepare, "prepare", lambda source, out, **kw: real(src, out, **kw))  # a small corpus
+    out, logs = tmp_path / "builtin", []
+    with pytest.raises(RuntimeError):
+        with files.replace_folder(str(out)):
+            (tmp_path / "builtin.partial" / "train.bin").write_bytes(b"half")
+            thread, box = _in_thread(lambda: prepare.ensure_builtin(str(out), log=logs.append))
+            time.sleep(0.5)
+            assert thread.is_alive()
+            raise RuntimeError("the first run was killed")
+    thread.join(30)
+    assert "error" not in box and box["result"]["settings"]["source"] == src
+    assert sorted(os.listdir(out)) == ["manifest.json", "train.bin", "val.bin"]
+    assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
