@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import platform
 import sys
+from importlib import metadata
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -64,8 +66,28 @@ def main(fn):
     return wrapper
 
 
+def distribution_version(name: str) -> str:
+    """The installed version of package ``name``, or "not installed"."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def version() -> str:
+    """This package's version and what it runs on: the line a bug report starts with (``--version``)."""
+    v = distribution_version
+    return f"sps-jax {v('sps-jax')} (jax {v('jax')}, jaxlib {v('jaxlib')}, Python {platform.python_version()})"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`."""
+    """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`, and
+    which answers ``--version``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=version(),
+                          help="print the versions of sps-jax, jax, jaxlib and Python, and exit")
 
     def error(self, message):
         raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")

@@ -68,3 +68,18 @@ def test_console_scripts_answer_help(script):
     assert path, f"console script {script} is not installed: run python3 -m pip install -e . again."
     proc = run_help([path])
     assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", sorted(documented()))
+def test_every_command_and_subcommand_answers_version_with_the_installed_versions(module, capsys):
+    # The line a bug report starts with: this package's version as pyproject.toml declares it, and jax's.
+    declared = tomllib.loads(pathlib.Path(REPO, "pyproject.toml").read_text())["project"]["version"]
+    from importlib import metadata
+    for argv in [["--version"]] + [[word, "--version"] for word in sorted(documented()[module])]:
+        try:
+            status = main_of(module)(argv)
+        except SystemExit as exit_:
+            status = exit_.code
+        out = capsys.readouterr().out
+        assert status in (0, None), (module, argv)
+        assert out.startswith(f"sps-jax {declared} (jax {metadata.version('jax')}, "), (module, argv, out)

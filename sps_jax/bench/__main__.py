@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(usage())
         return 0
+    if argv[:1] == ["--version"]:
+        print(cli.version())
+        return 0
     if not argv or argv[0] not in COMMANDS:
         got = f"got {argv[0]!r}; " if argv else ""
         raise cli.UserError(f"python -m sps_jax.bench: name a benchmark, one of {', '.join(COMMANDS)} "

@@ -17,9 +17,13 @@ from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_ja
 
 @cli.main  # our own errors (a missing run folder, ...) are one sentence; lm-eval's parser keeps its usage text
 def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # lm-eval's parser has no --version; a bug report needs both packages'
+        print(f"{cli.version()}; lm-eval {cli.distribution_version('lm_eval')}")
+        return
     from lm_eval.__main__ import cli_evaluate
 
-    sys.argv = ["lm_eval"] + list(sys.argv[1:] if argv is None else argv)
+    sys.argv = ["lm_eval"] + argv
     cli_evaluate()
 
 
