@@ -131,3 +131,16 @@ def test_a_held_run_folder_is_refused_to_a_second_holder_until_released(tmp_path
                 pass
     with files.exclusive(str(tmp_path), "busy: wait"):
         pass
+
+
+def test_a_file_system_that_cannot_lock_does_not_stop_a_run(tmp_path, monkeypatch):
+    import errno
+
+    def cannot(fd, op):  # NFS emulating flock with write locks on a read-only fd; Lustre mounted without flock
+        raise OSError(errno.EBADF, "Bad file descriptor")
+    monkeypatch.setattr(files.fcntl, "flock", cannot)
+    with files.exclusive(str(tmp_path), "busy"):
+        with files.replace_folder(str(tmp_path / "out")) as building:
+            (tmp_path / "out.partial" / "a.txt").write_text("a")
+            assert building == str(tmp_path / "out.partial")
+    assert os.listdir(tmp_path / "out") == ["a.txt"]
