@@ -3,8 +3,8 @@ the JSON/JSONL/text files a user hands it.
 
 Content goes to a ``<path>.<writer>.partial`` of its own and is renamed over ``path`` only once complete, so a
 reader (or a restarted command) never sees a half-written file; a folder is built whole in a
-sibling ``<path>.partial`` that one writer holds at a time and swapped in (:func:`replace_folder`). The readers say in one
-sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
+sibling ``<path>.partial``, which one writer holds at a time, and swapped in (:func:`replace_folder`).
+The readers say in one sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
 """
 
 from __future__ import annotations

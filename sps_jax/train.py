@@ -229,7 +229,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                     ckpts.mngr, step, sps_mesh.placed(run.abstract_params, param_sh),
                     sps_mesh.placed(run.abstract_opt, opt_sh))
                 elapsed = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
-                return params, opt_state, meta, elapsed, loader.train_iterator(dataset, data_state, config.data.prefetch)
+                iterator = loader.train_iterator(dataset, data_state, config.data.prefetch)
+                return params, opt_state, meta, elapsed, iterator
 
             restored = ckpts.restore_newest_intact(restore)
             if jax.process_index() == 0:
@@ -241,7 +242,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                     source_dir, source_step, changed = source
                     params, opt_state = run.init_from(source_dir, source_step)
                     log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and "
-                        "schedule)" + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
+                        "schedule)"
+                        + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
                 start_step, elapsed_before = 0, 0.0
                 iterator = loader.train_iterator(dataset, None, config.data.prefetch)
             else:
@@ -275,7 +277,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             def save(step):
                 ckpts.save(step, params, opt_state,
                            {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
-                            "process_count": jax.process_count(), "elapsed_s": elapsed_before + time.time() - run_start},
+                            "process_count": jax.process_count(),
+                            "elapsed_s": elapsed_before + time.time() - run_start},
                            iterator.get_state())
 
             if jax.process_index() == 0:
