@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
@@ -164,6 +165,9 @@ def exclusive(folder: str, busy: str):
         os.close(fd)
 
 
+_BUILDING = ".sps-jax-building"  # marks a partial folder as a replace_folder's own, so a rerun may clear it
+
+
 def _claim(partial: str, path: str) -> int:
     """A locked fd of the folder now at ``partial``, made if missing (``path``, as the user wrote it,
     names it in the refusal). The lock is checked against the name afterwards: the writer that held it
@@ -186,37 +190,68 @@ def _claim(partial: str, path: str) -> int:
         os.close(fd)
 
 
+def _clear_partial(partial: str, path: str) -> None:
+    """Empty the claimed ``partial`` folder: what a killed writer left there, never a folder of the user's."""
+    names = os.listdir(partial)
+    if names and _BUILDING not in names:
+        raise UserError(f"{path}.partial already exists and was not made by this command (it holds "
+                        f"{', '.join(sorted(names)[:3])}): move it away, or choose another folder.")
+    for name in names:
+        stale = os.path.join(partial, name)
+        if os.path.isdir(stale) and not os.path.islink(stale):
+            shutil.rmtree(stale)
+        else:
+            os.remove(stale)
+    open(os.path.join(partial, _BUILDING), "w").close()
+
+
+def _check_replaceable(path: str, given: str) -> None:
+    """An existing ``path`` can be moved aside and deleted once the new folder is complete: refused
+    before any work, not after it (a read-only folder would be left beside the new one)."""
+    if not os.path.isdir(path):
+        return
+    for folder, subfolders, _ in os.walk(path):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UserError(f"{given} cannot be replaced: this user cannot delete the files in {folder}; make it "
+                            "writable, or choose another folder.")
+
+
 @contextlib.contextmanager
 def replace_folder(path: str):
     """Yield an empty sibling folder ``<path>.partial`` to build in; on success it replaces ``path``.
 
-    The old folder stays as it was until the new one is complete: then it is renamed to
-    ``<path>.old``, the new one is renamed into place and the old one deleted. On failure the
-    partial folder is removed and ``path`` is untouched. ``path`` must pass :func:`output_folder`.
-    The partial folder is this process's while it builds (an advisory lock): a second command
-    writing ``path`` at once is refused with :class:`FolderBusy` instead of mixing its files in, and
-    :func:`wait_for_writer` waits for the first.
+    The old folder stays as it was until the new one is complete: then it is renamed to a fresh
+    ``<path>.<random>.old`` (never a name the user may hold, such as ``<path>.old``), the new one is
+    renamed into place and the old one deleted. On failure the partial folder is removed and ``path``
+    is untouched. ``path`` must pass :func:`output_folder`. The partial folder is this process's
+    while it builds (an advisory lock): a second command writing ``path`` at once is refused with
+    :class:`FolderBusy` instead of mixing its files in, and :func:`wait_for_writer` waits for the
+    first. A ``<path>.partial`` that this function did not make is refused, not emptied.
     """
     given, path = path, output_folder(path)
-    partial, old = path + ".partial", path + ".old"
+    _check_replaceable(path, given)
+    partial = path + ".partial"
     fd = _claim(partial, given)
     try:
-        for name in os.listdir(partial):  # left by an interrupted run of the same command
-            stale = os.path.join(partial, name)
-            if os.path.isdir(stale) and not os.path.islink(stale):
-                shutil.rmtree(stale)
-            else:
-                os.remove(stale)
+        _clear_partial(partial, given)
         try:
             yield partial
+            os.remove(os.path.join(partial, _BUILDING))
+            if not os.path.lexists(path):
+                os.rename(partial, path)
+            else:
+                old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".old",
+                                       dir=os.path.dirname(path))
+                os.rename(path, old)  # onto the empty folder just made: the name was free
+                try:
+                    os.rename(partial, path)
+                except BaseException:
+                    os.rename(old, path)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
-        shutil.rmtree(old, ignore_errors=True)
-        if os.path.lexists(path):
-            os.rename(path, old)
-        os.rename(partial, path)
-        shutil.rmtree(old, ignore_errors=True)
     finally:
         os.close(fd)
 

@@ -113,15 +113,36 @@ def test_one_writer_builds_a_folder_at_a_time_and_a_killed_writers_leftovers_are
                                                    r"use\): wait for it to finish, then rerun, or choose another"):
             with files.replace_folder(str(target)):
                 raise AssertionError("the second writer gets no folder")
-        assert os.listdir(building) == ["first.txt"]
+        assert set(os.listdir(building)) - {files._BUILDING} == {"first.txt"}  # nothing of the second's mixed in
     assert os.listdir(target) == ["first.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
-    # A killed writer leaves its partial folder and releases it (the lock dies with the process).
+    # A killed writer leaves its partial folder, marked as a writer's, and releases it (the lock dies with the
+    # process): the next writer clears it.
     (tmp_path / "out.partial" / "sub").mkdir(parents=True)
     (tmp_path / "out.partial" / "stale.bin").write_bytes(b"half")
+    (tmp_path / "out.partial" / files._BUILDING).write_bytes(b"")
     with files.replace_folder(str(target)) as building:
-        assert os.listdir(building) == []
+        assert set(os.listdir(building)) == {files._BUILDING}
         (tmp_path / "out.partial" / "second.txt").write_text("second")
     assert os.listdir(target) == ["second.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_folder_swap_never_touches_the_users_own_old_or_partial_folders(tmp_path):
+    target, backup, mine = tmp_path / "out", tmp_path / "out.old", tmp_path / "out.partial"
+    target.mkdir()
+    (target / "a.txt").write_text("first")
+    backup.mkdir()
+    (backup / "important.txt").write_text("the user's backup")  # X.old is a natural name for one
+    with files.replace_folder(str(target)):
+        (tmp_path / "out.partial" / "b.txt").write_text("second")
+    assert os.listdir(target) == ["b.txt"] and (backup / "important.txt").read_text() == "the user's backup"
+    assert sorted(os.listdir(tmp_path)) == ["out", "out.old"]
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"out\.partial already exists and was not made by this command \(it holds "
+                                        r"notes\.txt\): move it away"):
+        with files.replace_folder(str(target)):
+            raise AssertionError("nothing is built")
+    assert os.listdir(mine) == ["notes.txt"] and os.listdir(target) == ["b.txt"]
 
 
 def test_a_held_run_folder_is_refused_to_a_second_holder_until_released(tmp_path):
@@ -144,3 +165,18 @@ def test_a_file_system_that_cannot_lock_does_not_stop_a_run(tmp_path, monkeypatc
             (tmp_path / "out.partial" / "a.txt").write_text("a")
             assert building == str(tmp_path / "out.partial")
     assert os.listdir(tmp_path / "out") == ["a.txt"]
+
+
+def test_a_folder_this_user_cannot_delete_is_refused_before_any_work(tmp_path, monkeypatch):
+    # Found as a non-root user: `prepare --force` over a read-only token folder tokenised everything, swapped
+    # the new folder in and left the old one beside it; the next run failed after its work. (Root may delete
+    # anything, so the permission is faked here.)
+    target = tmp_path / "out"
+    (target / "sub").mkdir(parents=True)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p) != str(target / "sub") and access(p, mode))
+    with pytest.raises(UserError, match=r"out cannot be replaced: this user cannot delete the files in .*sub; make "
+                                        r"it writable, or choose another folder\.$"):
+        with files.replace_folder(str(target)):
+            raise AssertionError("nothing is built")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
