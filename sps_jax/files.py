@@ -28,6 +28,7 @@ except ImportError:  # no advisory locks (Windows): two writers of one folder ar
     fcntl = None
 
 _WRITERS = itertools.count()  # numbers this process's partial files
+NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
 
 
 @contextlib.contextmanager
@@ -37,7 +38,9 @@ def atomic_path(path: str):
     commands writing one file at once (two first runs provisioning the tokenizer) each rename a whole
     file, and the last one wins."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    partial = f"{path}.{os.getpid()}.{next(_WRITERS)}.partial"
+    suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"
+    head, name = os.path.split(path)
+    partial = os.path.join(head, name[:NAME_MAX - len(suffix)] + suffix)  # a name near the limit still fits
     try:
         yield partial
     except BaseException:
@@ -103,7 +106,16 @@ def output_file(path: str, flag: str = "--out", force: bool = False) -> str:
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or choose another name.")
     check_parent(path, flag)
+    check_name_length(path, flag)
     return path
+
+
+def check_name_length(path: str, flag: str) -> None:
+    """The file name fits the file system's limit (checked before the work, not when writing after it)."""
+    size = len(os.path.basename(path).encode())
+    if size > NAME_MAX:
+        raise UserError(f"{flag} {path}: the file name is {size} bytes, more than the {NAME_MAX} a file system "
+                        "allows: choose a shorter name.")
 
 
 def check_parent(path: str, flag: str) -> None:

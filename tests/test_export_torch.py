@@ -166,3 +166,19 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     bad = tmp_path / "ckpt.bin"
     assert export_torch.main([run, "--out", str(bad)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --out '{bad}' must end in .pt (torch) or .safetensors."
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_loading_and_long_names_work(tmp_path, capsys):
+    # Refused before anything is loaded (the run need not exist): before, a file as the parent folder and a
+    # name past the file system's limit failed after the weights loaded, the latter with a traceback.
+    (tmp_path / "afile").write_text("x")
+    for out, needle in [(tmp_path / "afile" / "e.pt", "which is a file, not a folder"),
+                        (tmp_path / ("a" * 250 + ".safetensors"), "more than the 255 a file system allows")]:
+        assert export_torch.main([str(tmp_path / "no-such-run"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+    # A name just under the limit is written: the partial file's longer name is shortened to fit.
+    run = make_run(tmp_path / "run", "sps", 3)
+    out = tmp_path / ("a" * 252 + ".pt")
+    assert export_torch.main([run, "--out", str(out)]) == 0 and out.stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["afile", "run", out.name])
