@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -146,12 +147,40 @@ def save_params(workdir: str, step: int, params, meta: dict | None = None) -> No
         mngr.wait_until_finished()
 
 
+class CheckpointGone(UserError, FileNotFoundError):
+    """A checkpoint was deleted while it was read: the run's retention, while it trains."""
+
+
+_READS_WHILE_TRAINING = 5  # tries at the latest checkpoint of a run whose retention keeps deleting them
+
+
 def restore_params(workdir: str, step: int | None = None, target=None):
     """(params, step) of the latest (or the given) checkpoint, params on the host's devices, or placed
     as ``target`` (ShapeDtypeStructs with shardings) says.
 
-    A missing or damaged checkpoint is one sentence naming the step and the others there are.
+    A missing or damaged checkpoint is one sentence naming the step and the others there are. A run
+    that is training deletes older checkpoints as it saves new ones, so a reader may see one vanish
+    under it: the latest is then read again from the newest one, and a given step that vanished is
+    :class:`CheckpointGone`, not "damaged".
     """
+    for _ in range(_READS_WHILE_TRAINING):
+        found = steps(workdir)
+        want = found[-1] if step is None and found else step
+        try:
+            return _restore_params(workdir, want, target)
+        except (UserError, FileNotFoundError):
+            if want not in found:  # no checkpoint yet, or a step the run never had
+                raise
+            time.sleep(0.5)  # a deletion in progress: let it finish before asking which steps are left
+            if want in steps(workdir):
+                raise
+            if step is not None:
+                break
+    raise CheckpointGone(f"checkpoint step {want} of {workdir} was deleted while it was read (a run that trains "
+                         f"keeps only its latest checkpoints and milestones); it now has {steps(workdir)}.")
+
+
+def _restore_params(workdir: str, step: int | None, target):
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step

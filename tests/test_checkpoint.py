@@ -127,6 +127,37 @@ def test_loading_weights_of_a_damaged_checkpoint_names_it_and_the_others(tmp_pat
     assert step == 2 and np.asarray(params["w"]).tolist() == [2.0] * 4
 
 
+@pytest.mark.parametrize("when", ["before the read", "half-way through the delete"])
+def test_a_checkpoint_deleted_while_it_is_read_is_not_called_damaged(tmp_path, monkeypatch, when):
+    # generate, evaluate and export read a run that may still be training: its retention deletes the checkpoint
+    # that was the latest when the reader listed them. The latest is then read again; a given step is "deleted".
+    workdir = run_with_steps(tmp_path, [2, 4, 6], milestone_every=2)
+    real = checkpoint._restore_params
+
+    def retention_deletes_it(workdir_, step, target):
+        if step == 6 and os.path.isdir(checkpoint.step_dir(workdir_, 6)):
+            folder = checkpoint.step_dir(workdir_, 6)
+            if when == "before the read":
+                shutil.rmtree(folder)
+            else:  # the reader sees the folder, with its files going
+                os.remove(os.path.join(folder, "_CHECKPOINT_METADATA"))
+                try:
+                    return real(workdir_, step, target)
+                finally:
+                    shutil.rmtree(folder)
+        return real(workdir_, step, target)
+    monkeypatch.setattr(checkpoint, "_restore_params", retention_deletes_it)
+    params, step = checkpoint.restore_params(workdir)
+    assert step == 4 and np.asarray(params["w"]).tolist() == [4.0] * 4
+    run_with_steps(tmp_path, [6], milestone_every=2)
+    with pytest.raises(checkpoint.CheckpointGone, match=r"^checkpoint step 6 of .* was deleted while it was read "
+                                                        r"\(a run that trains .*\); it now has \[2, 4\]\.$"):
+        checkpoint.restore_params(workdir, 6)
+    with pytest.raises(FileNotFoundError, match=r"has no checkpoint at step 7; it has \[2, 4\]") as e:
+        checkpoint.restore_params(workdir, 7)  # a step the run never had is not "deleted"
+    assert not isinstance(e.value, checkpoint.CheckpointGone)
+
+
 def test_a_failed_save_is_one_sentence_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
     from orbax.checkpoint._src.path import async_path
 

@@ -175,9 +175,17 @@ def main_evaluate(argv) -> int:
         files.output_file(out, "--out" if args.out is not None else "the results file", args.force)
     rows = []
     for step in steps:
-        result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
-                                     task_data, args.include_path, args.limit, args.batch_size,
-                                     tokenizer_path=args.tokenizer)
+        try:
+            result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
+                                         task_data, args.include_path, args.limit, args.batch_size,
+                                         tokenizer_path=args.tokenizer)
+        except FileNotFoundError:  # checkpoint.CheckpointGone included
+            if not args.all_steps or step in checkpoint.steps(workdir):
+                raise
+            # The run is training: its retention deleted this checkpoint after it was listed.
+            print(f"warning: checkpoint step {step} was deleted (the run's retention, while it trains) before it "
+                  "was evaluated: skipped.", file=sys.stderr, flush=True)
+            continue
         out = args.out or _default_out(result["workdir"], result["step"])
         write_json(out, result)
         print(f"wrote {out}", flush=True)

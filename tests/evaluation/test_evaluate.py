@@ -63,6 +63,29 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
         assert any(f"{written[step]['val_nll']:.3f}" in line for line in table_rows)
 
 
+def test_all_steps_skips_a_checkpoint_that_the_training_runs_retention_deletes_meanwhile(tmp_path, monkeypatch,
+                                                                                        capsys):
+    import shutil
+
+    from sps_jax import checkpoint
+    net, params5 = save_tiny_run(tmp_path / "run", seed=0)
+    for step in (7, 9):
+        runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params5, step=step)
+    write_val_data(tmp_path / "data")
+    real = evaluate.evaluate_checkpoint
+
+    def training_saves_meanwhile(path, step, *args, **kwargs):
+        if step == 5:  # while step 5 is evaluated, the run saves a step and its retention deletes step 7
+            shutil.rmtree(checkpoint.step_dir(str(tmp_path / "run"), 7))
+        return real(path, step, *args, **kwargs)
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", training_saves_meanwhile)
+    assert evaluate.main(["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"), "--all-steps"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: checkpoint step 7 was deleted (the run's retention, while it trains) before it was evaluated: " \
+           "skipped." in err
+    assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == ["step_5.json", "step_9.json"]
+
+
 def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
     proc = run_module("sps_jax.evaluation.evaluate", "--workdir", tmp_path / "nowhere", "--tasks", "arc_easy,no_such_task")
     assert proc.returncode == 2
