@@ -32,6 +32,8 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     without an integer "step", is one sentence naming the line.
     """
     path = os.path.join(workdir, METRICS_FILE)
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")
     if not os.path.isfile(path):
         if required:
             raise FileNotFoundError(f"{workdir!r} has no {METRICS_FILE}: it is not a training run folder "

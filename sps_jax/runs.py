@@ -27,7 +27,7 @@ def find_run(path: str) -> tuple[str, int | None]:
 
     Raises FileNotFoundError (one sentence) when the path does not exist or is none of these.
     """
-    path = os.path.abspath(path)
+    path = os.path.realpath(path)  # a link to a checkpoints/<step> folder names that checkpoint
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path!r} does not exist: pass a run folder (the one holding {CONFIG_FILE}) "
                                 "or one of its checkpoints/<step> folders.")
@@ -73,6 +73,8 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
     path = os.path.join(workdir, CONFIG_FILE)
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder, not the run's config file: move it away.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
     data = files.read_json(path)
@@ -110,6 +112,9 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
     if not os.path.lexists(workdir):
         files.check_parent(workdir, "--workdir")
+    elif not os.access(workdir, os.W_OK | os.X_OK):
+        raise UserError(f"--workdir {workdir} is a folder this user cannot write in: make it writable, or pass "
+                        "another --workdir.")
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")

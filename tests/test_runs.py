@@ -26,6 +26,19 @@ def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
     assert runs.find_run(run) == (run, None)
     assert runs.find_run(os.path.join(run, "checkpoints")) == (run, None)
     assert runs.find_run(os.path.join(run, "checkpoints", "7")) == (run, 7)
+    os.symlink(os.path.join(run, "checkpoints", "7"), tmp_path / "latest")  # a link to a checkpoint names it
+    assert runs.find_run(str(tmp_path / "latest")) == (run, 7)
+
+
+def test_a_run_folder_whose_files_are_folders_is_one_sentence_naming_them(tmp_path):
+    from sps_jax import metrics
+    from sps_jax.cli import UserError
+    (tmp_path / "config.json").mkdir()
+    (tmp_path / "metrics.jsonl").mkdir()
+    with pytest.raises(UserError, match=r"config\.json is a folder, not the run's config file: move it away\.$"):
+        runs.read_config(str(tmp_path))
+    with pytest.raises(UserError, match=r"metrics\.jsonl is a folder, not the run's metrics file: move it away\.$"):
+        metrics.read(str(tmp_path))  # train read it first: before, it failed on it after compiling
 
 
 def test_load_run_of_a_missing_path_is_a_clear_error(tmp_path):
