@@ -82,6 +82,11 @@ def write(ckpt: dict, out: str) -> None:
             from safetensors.numpy import save_file
 
             save_file(ckpt[torch_layout.MODEL], partial, metadata=torch_layout.safetensors_metadata(ckpt))
+            # safetensors writes through a private temporary file (mode 0600): give the file the mode that every
+            # other output gets under this umask, so others may read it where they may read a .pt file.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(partial, 0o666 & ~umask)
 
 
 def export_run(run: str, out: str, step: int | None = None, dtype: str = "float32", force: bool = False) -> dict:

@@ -168,6 +168,16 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: --out '{bad}' must end in .pt (torch) or .safetensors."
 
 
+def test_both_formats_get_the_file_mode_of_any_other_output(tmp_path):
+    import stat
+    run = make_run(tmp_path / "run", "sps", 3)
+    (tmp_path / "plain.txt").write_text("x")  # what this process's umask gives a new file
+    expected = stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+    for name in ("ckpt.pt", "ckpt.safetensors"):
+        assert export_torch.main([run, "--out", str(tmp_path / name)]) == 0
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == expected, name
+
+
 def test_an_output_that_cannot_be_written_is_refused_before_loading_and_long_names_work(tmp_path, capsys):
     # Refused before anything is loaded (the run need not exist): before, a file as the parent folder and a
     # name past the file system's limit failed after the weights loaded, the latter with a traceback.
