@@ -164,14 +164,21 @@ def _lock(fd: int, wait: bool) -> bool:
     return True
 
 
+def _locked_fd(folder: str, busy: str) -> int:
+    """An fd of ``folder`` holding its lock; :class:`FolderBusy` with ``busy`` when another process holds it."""
+    fd = os.open(folder, os.O_RDONLY)
+    if not _lock(fd, wait=False):
+        os.close(fd)
+        raise FolderBusy(busy)
+    return fd
+
+
 @contextlib.contextmanager
 def exclusive(folder: str, busy: str):
     """Hold an advisory lock on the existing ``folder`` for the block: a run folder that one training
     process writes. A second holder is refused with ``busy``, at once."""
-    fd = os.open(folder, os.O_RDONLY)
+    fd = _locked_fd(folder, busy)
     try:
-        if not _lock(fd, wait=False):
-            raise FolderBusy(busy)
         yield
     finally:
         os.close(fd)
@@ -187,13 +194,10 @@ def _claim(partial: str, path: str) -> int:
     while True:
         os.makedirs(partial, exist_ok=True)
         try:
-            fd = os.open(partial, os.O_RDONLY)
+            fd = _locked_fd(partial, f"another command is writing {path} now ({path}.partial is in use): wait "
+                                     "for it to finish, then rerun, or choose another folder.")
         except FileNotFoundError:  # renamed into place between the two calls
             continue
-        if not _lock(fd, wait=False):
-            os.close(fd)
-            raise FolderBusy(f"another command is writing {path} now ({path}.partial is in use): wait for it to "
-                             "finish, then rerun, or choose another folder.")
         try:
             if os.path.samestat(os.fstat(fd), os.stat(partial)):
                 return fd
@@ -222,7 +226,7 @@ def _check_replaceable(path: str, given: str) -> None:
     before any work, not after it (a read-only folder would be left beside the new one)."""
     if not os.path.isdir(path):
         return
-    for folder, subfolders, _ in os.walk(path):
+    for folder, _, _ in os.walk(path):
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(f"{given} cannot be replaced: this user cannot delete the files in {folder}; make it "
                             "writable, or choose another folder.")
