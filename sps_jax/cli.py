@@ -5,18 +5,25 @@ A bad input, a refusal or a stop the user can act on is said in one sentence: th
 :class:`UserError` is that sentence; ValueError, FileNotFoundError and other OS errors raised by
 checks and file access are treated the same at the boundary. Anything else is a bug and keeps
 its traceback. Argument-parsing errors take the same one-line form (:class:`ArgumentParser`).
+
+A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
+143 (128 + the signal), without a traceback or a crash dump; see :func:`main`.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import platform
+import signal
 import sys
+import threading
 from importlib import metadata
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 class UserError(ValueError):
@@ -46,11 +53,46 @@ def fail(exc: BaseException) -> int:
     return EXIT_USAGE
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that ``finally`` blocks run on the way out."""
+
+
+_nesting = 0  # how many cli.main wrappers are running (the bench dispatcher calls a command's main)
+_stop_signal: str | None = None  # the stop signal a command-line run received, even if its raise was lost
+
+
+def stop_requested() -> str | None:
+    """"SIGINT" or "SIGTERM" once a command run from the command line received it, else None.
+
+    Python drops an exception raised while a garbage-collector callback runs (jax has one), so a
+    Ctrl-C can be lost; a loop that can stop cleanly (train's) asks here as well."""
+    return _stop_signal
+
+
+def _raise_stop(signum, frame):
+    global _stop_signal
+    _stop_signal = signal.Signals(signum).name
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
 def main(fn):
-    """Decorate a command's ``main(argv=None)``: user errors become one line on stderr and status 2."""
+    """Decorate a command's ``main(argv=None)``: user errors become one line on stderr and status 2.
+
+    Run from the command line (``argv`` None, on the main thread), the command also takes over
+    SIGINT and SIGTERM for its lifetime: either raises (:class:`Terminated` for SIGTERM, replacing
+    XLA's crash dump), and the process then ends at once with 130 or 143. Called with ``argv``, as in
+    a notebook or a test, a Ctrl-C returns 130 and signal handling is left alone."""
 
     @functools.wraps(fn)
     def wrapper(argv=None):
+        global _nesting, _stop_signal
+        outermost = _nesting == 0
+        standalone = outermost and argv is None and threading.current_thread() is threading.main_thread()
+        previous = {}
+        if standalone:
+            _stop_signal = None
+            previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        _nesting += 1
         try:
             return fn(argv) or 0
         except SystemExit as exc:
@@ -59,9 +101,23 @@ def main(fn):
             raise
         except USER_ERRORS as exc:
             return fail(exc)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr, flush=True)
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            if not outermost:
+                raise
+            terminated = isinstance(exc, Terminated)
+            print("terminated" if terminated else "interrupted", file=sys.stderr, flush=True)
+            code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+            if standalone:
+                # A normal interpreter exit while an XLA compile runs on another thread can crash in
+                # that thread (SIGSEGV, status 139). Every output is written atomically, and the
+                # command's finally blocks have run, so there is nothing left to clean up.
+                sys.stdout.flush()
+                os._exit(code)
+            return code
+        finally:
+            _nesting -= 1
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     return wrapper
 

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import time
 
@@ -22,7 +24,7 @@ from sps_jax.evaluation import evaluate
 from sps_jax.inference import generate
 from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train
 from tests import fuzz
-from tests.helpers import REPO, ensure_tokenizer, own_lines, run_module, small_model, write_token_folder
+from tests.helpers import REPO, ensure_tokenizer, env, own_lines, run_module, small_model, write_token_folder
 
 
 def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(capsys):
@@ -163,6 +165,59 @@ def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
     proc = run_module("sps_jax.train", "--config", "README.md", "--workdir", tmp_path / "run", timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(own_lines(proc.stderr)) == 1 and "README.md" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- stop signals
+
+# A command that keeps XLA compiling (on its own threads) until it is stopped: the moment a Ctrl-C or a
+# SIGTERM most often arrives in a real run.
+COMPILING_COMMAND = """
+import sys
+import jax, jax.numpy as jnp
+from sps_jax import cli
+
+@cli.main
+def main(argv=None):
+    x = jnp.ones((64, 64))
+    for n in range(1, 100000):
+        f = jax.jit(lambda y, n=n: jnp.tanh(y @ y + n) @ y)
+        f.lower(x).compile()
+        if n == 1:
+            print("compiling", flush=True)
+
+sys.exit(main())
+"""
+
+def stopped(script, sig):
+    """Start ``script``, wait for its first line, send ``sig``; (status, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
+                                               (signal.SIGTERM, 143, "terminated")])
+def test_a_command_stopped_while_xla_compiles_says_so_and_exits_128_plus_the_signal(sig, status, word):
+    """Before: SIGTERM printed XLA's crash dump (status -15), and a Ctrl-C often crashed the interpreter's exit
+    while a compile thread ran (SIGSEGV, status 139)."""
+    code, err = stopped(COMPILING_COMMAND, sig)
+    assert (code, own_lines(err)) == (status, [word]), err
+
+
+def test_called_with_arguments_a_command_returns_130_and_leaves_signal_handling_alone(capsys):
+    @cli.main
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    assert interrupted([]) == 130 and capsys.readouterr().err == "interrupted\n"
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
 
 
 # ----------------------------------------------------------------------------- fuzzing

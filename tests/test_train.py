@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config as sps_config, metrics, runs, train as sps_train
+from sps_jax import checkpoint, cli, config as sps_config, metrics, runs, train as sps_train
 from sps_jax import model as sps_model
 from tests import fuzz
 from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, losses, own_lines, run_train,
@@ -133,6 +133,15 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, tokens, referenc
     assert "SIGTERM: saved a checkpoint at step 3" in out.stdout and "'stopped_by': 'SIGTERM'" in out.stdout
     assert runs.load_run(str(tmp_path))[2] == 3
     assert max(losses(tmp_path)) == 3
+
+
+def test_a_ctrl_c_lost_before_the_loop_still_stops_the_run_with_a_checkpoint(tmp_path, tokens, monkeypatch):
+    """Python drops a KeyboardInterrupt raised inside a garbage-collector callback (jax has one), so a Ctrl-C
+    while the step compiles could be lost and the run trained on; the loop now asks whether one came."""
+    monkeypatch.setattr(cli, "_stop_signal", "SIGINT")
+    summary = sps_train.train(small_config(tokens, STEPS), str(tmp_path))
+    assert (summary["step"], summary["stopped_by"]) == (1, "SIGINT")
+    assert runs.load_run(str(tmp_path))[2] == 1
 
 
 def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
