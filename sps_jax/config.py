@@ -147,7 +147,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
-    path, _, arg = spec.partition(":")
+    path, arg = _split_spec(spec)
     path = _shipped_if_missing(path)
     files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):
@@ -176,6 +176,16 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     for item in overrides:
         apply_override(config, item)
     return config
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    """``path.py:ARG`` -> (path.py, ARG). The argument starts after ".py:", so a colon in a folder's
+    name (a timestamp) stays in the path; a spec naming no .py file splits at its first colon."""
+    at = spec.find(".py:")
+    if at >= 0:
+        return spec[:at + 3], spec[at + 4:]
+    path, _, arg = spec.partition(":")
+    return (spec, "") if spec.endswith(".py") else (path, arg)
 
 
 def _shipped_if_missing(path: str) -> str:

@@ -64,3 +64,13 @@ def test_a_config_in_the_current_folder_wins_over_the_shipped_one(tmp_path, monk
         "from sps_jax import config\n\ndef get_config():\n    c = config.paper_config('xs', 'standard', None)\n"
         "    c.name = 'mine'\n    return c\n")
     assert sps_config.load_config("configs/tiny.py").name == "mine"
+
+
+def test_a_config_under_a_folder_with_a_colon_in_its_name_loads_with_its_argument(tmp_path):
+    # The argument follows ".py:"; a colon earlier in the path (runs/2026-11-24T10:00/...) is part of the path.
+    folder = tmp_path / "sweep:lr"
+    folder.mkdir()
+    (folder / "cfg.py").write_text(
+        "from sps_jax import config\n\ndef get_config(arg='standard'):\n    return config.paper_config('xs', arg, None)\n")
+    assert sps_config.load_config(f"{folder}/cfg.py").model.variant == "standard"
+    assert sps_config.load_config(f"{folder}/cfg.py:sps").model.variant == "sps"
