@@ -95,7 +95,8 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = "float3
     config, params, step = runs.load_run(run, step)
     runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)
     ckpt = checkpoint_dict(config, params, step, dtype)
-    write(ckpt, out)
+    with files.results(force):
+        write(ckpt, out)
     return ckpt
 
 

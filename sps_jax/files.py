@@ -4,6 +4,8 @@ the JSON/JSONL/text files a user hands it.
 Content goes to a ``<path>.<writer>.partial`` of its own and is renamed over ``path`` only once complete, so a
 reader (or a restarted command) never sees a half-written file; a folder is built whole in a
 sibling ``<path>.partial``, which one writer holds at a time, and swapped in (:func:`replace_folder`).
+A command's result files are renamed into place together, and never over a file that appeared while
+the command ran unless it was told to replace it (:func:`results`).
 The readers say in one sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
 """
 
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import contextvars
 import csv
+import errno
 import itertools
 import json
 import os
@@ -44,10 +48,80 @@ def atomic_path(path: str):
     try:
         yield partial
     except BaseException:
-        if os.path.exists(partial):
-            os.remove(partial)
+        _discard([partial])
         raise
-    os.replace(partial, path)
+    held = _held.get()
+    if held is None:
+        os.replace(partial, path)
+    else:
+        held.append((partial, path))
+
+
+# The files finished inside a results() block, as (partial, path), waiting to be renamed together.
+_held: contextvars.ContextVar[list | None] = contextvars.ContextVar("sps_jax_held_results", default=None)
+
+
+@contextlib.contextmanager
+def results(replace: bool):
+    """Hold every file finished inside this block and rename them into place together at its end.
+
+    An interrupt or an error leaves all of a command's result files or none (probes' .json, .csv and
+    .png; a table's .md and .tex). Unless ``replace`` (the command's ``--force``), a result whose name
+    another command took while this one ran (the same command started twice) is refused in one
+    sentence and that file is left as it is, instead of the last writer silently winning. A block
+    inside another joins the outer one."""
+    if _held.get() is not None:
+        yield
+        return
+    held = []
+    token = _held.set(held)
+    try:
+        yield
+    except BaseException:
+        _discard([partial for partial, _ in held])
+        raise
+    finally:
+        _held.reset(token)
+    _commit(held, replace)
+
+
+def _discard(partials) -> None:
+    for partial in partials:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+
+
+def _commit(held: list, replace: bool) -> None:
+    placed = []
+    try:
+        for partial, path in held:
+            if replace:
+                os.replace(partial, path)
+            else:
+                _place_new(partial, path)
+            placed.append(path)
+    except FileExistsError as exc:
+        _discard(placed + [partial for partial, _ in held])
+        raise UserError(f"{exc.filename} was written by another command while this one ran: nothing of this "
+                        "command's was written; pass --force to replace it, or choose another name.") from None
+    except BaseException:
+        _discard([partial for partial, _ in held])
+        raise
+
+
+def _place_new(partial: str, path: str) -> None:
+    """Rename ``partial`` to ``path`` unless ``path`` exists (FileExistsError), in one step: a hard
+    link fails on an existing name, where a check before a rename would leave a window."""
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
+    except OSError:  # a file system without hard links: check, then rename
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from None
+        os.replace(partial, path)
+        return
+    os.remove(partial)
 
 
 @contextlib.contextmanager

@@ -180,3 +180,38 @@ def test_a_folder_this_user_cannot_delete_is_refused_before_any_work(tmp_path, m
         with files.replace_folder(str(target)):
             raise AssertionError("nothing is built")
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_commands_results_appear_together_or_not_at_all(tmp_path):
+    names = [str(tmp_path / n) for n in ("r.json", "r.csv", "r.png")]
+    with files.results(replace=False):
+        for name in names:
+            files.write_text(name, name)
+            assert not os.path.exists(name), "held until the block ends"
+    assert [open(n).read() for n in names] == names
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C before the figure: no .json or .csv alone
+        with files.results(replace=True):
+            files.write_text(names[0], "new")
+            files.write_text(names[1], "new")
+            raise KeyboardInterrupt
+    assert [open(n).read() for n in names] == names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.json", "r.png"]  # no partial left
+
+
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_a_result_another_command_wrote_meanwhile_is_refused_unless_replacing(tmp_path, monkeypatch, hard_links):
+    if not hard_links:  # a file system without hard links: the same refusal by a check before the rename
+        def no_links(src, dst):
+            raise PermissionError(1, "Operation not permitted", src)
+        monkeypatch.setattr(os, "link", no_links)
+    first, second = str(tmp_path / "a.md"), str(tmp_path / "a.tex")
+    with pytest.raises(UserError, match=r"a\.tex was written by another command while this one ran: nothing"):
+        with files.results(replace=False):
+            files.write_text(first, "mine")
+            files.write_text(second, "mine")
+            (tmp_path / "a.tex").write_text("theirs")  # the same command, started twice, finished first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tex"] and (tmp_path / "a.tex").read_text() == "theirs"
+    with files.results(replace=True):
+        files.write_text(first, "mine")
+        files.write_text(second, "mine")
+    assert (tmp_path / "a.tex").read_text() == "mine" and (tmp_path / "a.md").read_text() == "mine"

@@ -232,11 +232,13 @@ def main(argv=None):
             if not metrics.curves(run)["val"]:
                 raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
                                  "evaluated on validation data (train.eval_every).")
-        curves(args.runs, args.out)
-    elif args.command == "window-ablation":
-        window_ablation(args.sources, args.out)
-    else:
-        accuracy_gain(args.evaluations, args.out, args.baseline)
+    with files.results(args.force):  # the figure and its .json together
+        if args.command == "curves":
+            curves(args.runs, args.out)
+        elif args.command == "window-ablation":
+            window_ablation(args.sources, args.out)
+        else:
+            accuracy_gain(args.evaluations, args.out, args.baseline)
     print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")
     return 0
 

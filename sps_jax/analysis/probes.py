@@ -176,15 +176,24 @@ def cmd_gradients(args):
                         "offsets": offsets.tolist(),
                         "mean_ratio": {s: mean[:, n].tolist() for n, s in enumerate(names)},
                         "count": {s: count[:, n].tolist() for n, s in enumerate(names)}})
+    _write(args, results,
+           ["label", "variant", "window", "stream", "offset", "mean_ratio", "count"],
+           [(r["label"], r["variant"], r["window"], s, k, m, c)
+            for r in results for s in r["mean_ratio"]
+            for k, m, c in zip(r["offsets"], r["mean_ratio"][s], r["count"][s])],
+           plot_gradient_ratios, theta_p=THETA_P)
+
+
+def _write(args, results: list, header: list, rows: list, plot, **constants) -> None:
+    """BASE.json (the settings, ``constants`` and ``results``), BASE.csv (``rows``) and BASE.png, renamed
+    into place together."""
     os.makedirs(args.out, exist_ok=True)
-    settings = {k: v for k, v in vars(args).items() if k != "func"}
     base = _base(args)
-    write_json(base + ".json", {"settings": settings, "theta_p": THETA_P, "runs": results})
-    write_csv(base + ".csv", ["label", "variant", "window", "stream", "offset", "mean_ratio", "count"],
-              [(r["label"], r["variant"], r["window"], s, k, m, c)
-               for r in results for s in r["mean_ratio"]
-               for k, m, c in zip(r["offsets"], r["mean_ratio"][s], r["count"][s])])
-    plot_gradient_ratios(results, base + ".png")
+    settings = {k: v for k, v in vars(args).items() if k != "func"}
+    with files.results(args.force):
+        write_json(base + ".json", {"settings": settings, **constants, "runs": results})
+        write_csv(base + ".csv", header, rows)
+        plot(results, base + ".png")
     print(f"wrote {base}.json, {base}.csv, {base}.png")
 
 
@@ -207,15 +216,11 @@ def cmd_window_nll(args):
                         "mean_nll": float(np.nanmean(out["nll"])),
                         "mean_nll_ablated": float(np.nanmean(out["nll_ablated"]))})
         print(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
-    os.makedirs(args.out, exist_ok=True)
-    settings = {k: v for k, v in vars(args).items() if k != "func"}
-    base = _base(args)
-    write_json(base + ".json", {"settings": settings, "runs": results})
-    write_csv(base + ".csv", ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
-              [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)
-               for r in results for t, (m, c) in enumerate(zip(r["mean_delta"], r["count"]))])
-    plot_window_nll(results, base + ".png")
-    print(f"wrote {base}.json, {base}.csv, {base}.png")
+    _write(args, results,
+           ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
+           [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)
+            for r in results for t, (m, c) in enumerate(zip(r["mean_delta"], r["count"]))],
+           plot_window_nll)
 
 
 def build_parser():

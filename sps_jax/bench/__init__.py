@@ -20,8 +20,10 @@ def check_json(args):
     return args
 
 
-def write_results(path: str | None, results) -> None:
-    """The results as indented JSON at ``path`` (nothing when None), atomically."""
-    if path:
-        files.write_json(path, results, indent=2)
-        print(f"wrote {path}")
+def write_results(args, results) -> None:
+    """The results as indented JSON at ``args.json`` (nothing when None), atomically; a file another
+    command wrote there meanwhile is replaced only with ``--force``."""
+    if args.json:
+        with files.results(args.force):
+            files.write_json(args.json, results, indent=2)
+        print(f"wrote {args.json}")

@@ -323,7 +323,7 @@ def main(argv=None):
              {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
-    bench.write_results(args.json, results)
+    bench.write_results(args, results)
     return 0
 
 

@@ -385,7 +385,7 @@ def main(argv=None) -> int:
         if "generate" in args.only:
             res["generate"] = generation_rows(acc, args)
     print_tables(results)
-    bench.write_results(args.json, results)
+    bench.write_results(args, results)
     return 0
 
 

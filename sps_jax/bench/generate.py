@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     if results[0]["peak_bytes"] is None:
         print("peak device memory is unavailable on this device (no memory_stats); "
               "'x cache' compares KV-cache bytes instead.")
-    bench.write_results(args.json, {"command": "python -m sps_jax.bench generate " + " ".join(argv),
+    bench.write_results(args, {"command": "python -m sps_jax.bench generate " + " ".join(argv),
                                     "config": args.config, "results": results})
     return 0
 

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     results = smoke(sps_config.load_config(args.config, overrides), args.batch_size)
-    bench.write_results(args.json, results)
+    bench.write_results(args, results)
     bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]
     if bad:
         print(f"non-finite loss for {bad}", file=sys.stderr)

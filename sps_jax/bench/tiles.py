@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     result = sweep(args)
     print_summary(result)
     result.update(config=vars(args), device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
-    bench.write_results(args.json, result)
+    bench.write_results(args, result)
     return 0
 
 

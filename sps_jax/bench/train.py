@@ -93,7 +93,7 @@ def main(argv=None) -> int:
                "step_time_ratio_to_first": {r["variant"]: r["step_s_median"] / results[0]["step_s_median"]
                                             for r in results}}
     print(json.dumps(summary, indent=2))
-    bench.write_results(args.json, summary)
+    bench.write_results(args, summary)
     return 0
 
 

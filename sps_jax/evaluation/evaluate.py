@@ -187,7 +187,8 @@ def main_evaluate(argv) -> int:
                   "was evaluated: skipped.", file=sys.stderr, flush=True)
             continue
         out = args.out or _default_out(result["workdir"], result["step"])
-        write_json(out, result)
+        with files.results(args.force):
+            write_json(out, result)
         print(f"wrote {out}", flush=True)
         rows.append(result)
     print(results_table.markdown_both(rows))
@@ -211,10 +212,10 @@ def main_table(argv) -> int:
     md = results_table.markdown_both(rows)
     print(md)
     if args.out:
-        for suffix, text in ((".md", md + "\n"), (".tex", results_table.latex_both(rows) + "\n")):
-            path = args.out + suffix
-            files.write_text(path, text)
-            print(f"wrote {path}")
+        with files.results(args.force):
+            files.write_text(args.out + ".md", md + "\n")
+            files.write_text(args.out + ".tex", results_table.latex_both(rows) + "\n")
+        print(f"wrote {args.out}.md and {args.out}.tex")
     return 0
 
 

@@ -351,7 +351,8 @@ def main(argv=None) -> int:
               f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
 
     if args.out is not None:
-        files.write_jsonl(args.out, results)
+        with files.results(args.force):
+            files.write_jsonl(args.out, results)
         print(f"wrote {len(results)} results to {args.out}", file=sys.stderr)
     if args.prompt is not None:
         print(args.prompt + results[0]["completion"])

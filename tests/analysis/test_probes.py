@@ -84,3 +84,17 @@ def test_an_omega_at_or_beyond_the_context_is_warned_about(cli_fixture):
     result = json.load(open(root / "omega_out" / "window_nll_omega16.json"))
     deltas = [d for d in result["runs"][0]["mean_delta"] if d == d]  # positions no document reaches are NaN
     assert deltas and all(d == 0.0 for d in deltas)  # zero by construction, as warned
+
+
+def test_an_interrupt_before_the_figure_leaves_none_of_the_three_files(cli_fixture, monkeypatch):
+    """Before, the .json and .csv were renamed into place one by one, so a Ctrl-C while the figure was drawn left
+    them without the .png, and the rerun was refused for the files it had left."""
+    root = cli_fixture
+
+    def interrupted(results, path):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(probes, "plot_window_nll", interrupted)
+    argv = ["window-nll", "--workdir", str(root / "std"), "--val-data", str(root / "data"), "--docs", "2",
+            "--omega", "6", "--out", str(root / "interrupted")]
+    assert probes.main(argv) == 130
+    assert list((root / "interrupted").iterdir()) == []

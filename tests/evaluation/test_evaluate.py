@@ -86,6 +86,26 @@ def test_all_steps_skips_a_checkpoint_that_the_training_runs_retention_deletes_m
     assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == ["step_5.json", "step_9.json"]
 
 
+def test_a_result_another_evaluation_wrote_meanwhile_is_not_replaced_without_force(tmp_path, monkeypatch, capsys):
+    """The same evaluation started twice: both find no results file at the start; before, the last to finish
+    replaced the other's file unasked."""
+    save_tiny_run(tmp_path / "run", seed=0)
+    write_val_data(tmp_path / "data")
+    out = tmp_path / "run" / "eval" / "step_5.json"
+    real = evaluate.evaluate_checkpoint
+
+    def the_other_finishes_first(*args, **kwargs):
+        out.parent.mkdir(exist_ok=True)
+        out.write_text('{"theirs": true}')
+        return real(*args, **kwargs)
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", the_other_finishes_first)
+    argv = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")]
+    assert evaluate.main(argv) == 2
+    assert f"{out} was written by another command while this one ran" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == {"theirs": True} and sorted(p.name for p in out.parent.iterdir()) == [out.name]
+    assert evaluate.main(argv + ["--force"]) == 0 and json.loads(out.read_text())["step"] == 5
+
+
 def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
     proc = run_module("sps_jax.evaluation.evaluate", "--workdir", tmp_path / "nowhere", "--tasks", "arc_easy,no_such_task")
     assert proc.returncode == 2
