@@ -138,6 +138,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
                          f"{offsets.min()}..{offsets.max()} inside it: use longer documents or smaller offsets.")
     ratios, examples = [], []
     start = time.time()
+    batch = min(batch, len(chosen))  # rows past the last document would be filler, and memory
     for b0 in range(0, len(chosen), batch):
         part = chosen[b0:b0 + batch]
         # Fixed batch rows and bucketed loss-list lengths keep the compiled shapes few;

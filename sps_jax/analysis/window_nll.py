@@ -49,6 +49,7 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=4, log=
     ablated = sps_model.Transformer(ablated_config(cfg, omega))
     full, cut = [], []
     start = time.time()
+    batch = min(batch, len(docs))  # rows past the last document would be filler, and memory
     for b0 in range(0, len(docs), batch):
         part = docs[b0:b0 + batch]
         # A short last batch is filled with empty rows so every batch has one compiled shape.

@@ -41,6 +41,7 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
     starts = window_starts(len(tokens), T, max_tokens)
     if not len(starts):
         raise ValueError(f"the validation split has {len(tokens)} tokens, fewer than one window of {T + 1}.")
+    batch_size = min(batch_size, len(starts))  # rows past the last window would be filler, and memory
     sums = _loss_sums(cfg)
     total, count, t0, last = 0.0, 0.0, time.time(), time.time()
     for b in range(0, len(starts), batch_size):

@@ -125,3 +125,21 @@ def test_standard_sends_nothing_from_earlier_losses_to_later_slots():
     assert np.all(res["ratio"][:, negative] == 0.0)
     assert np.all(res["ratio"][:, ~negative] > 0)
     np.testing.assert_allclose(res["ratio"][:, res["offsets"] == 0], 1.0, rtol=1e-6)
+
+
+def test_a_batch_larger_than_the_documents_gives_the_same_ratios_without_empty_rows(monkeypatch):
+    """Before, every batch was filled up to --batch rows whatever the number of documents."""
+    model, params = make("sps", 2, seed=5)
+    docs = random_docs([20, 18, 17])
+    rows = []
+    real = gradient_probe.document_rows
+
+    def recording(docs_, *args):
+        rows.append(len(docs_))
+        return real(docs_, *args)
+    monkeypatch.setattr(gradient_probe, "document_rows", recording)
+    common = dict(context=16, seed=0, log=lambda *_: None)
+    small = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, batch=2, **common)
+    huge = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, batch=100_000, **common)
+    assert rows == [2, 2, 3]
+    np.testing.assert_allclose(huge["ratio"], small["ratio"], rtol=1e-5)

@@ -62,3 +62,20 @@ def test_ablated_model_attends_with_the_persistent_window_mask(monkeypatch, vari
     # The unablated reference M runs with a window of T positions: exactly the vanilla mask.
     np.testing.assert_array_equal(masks.dense_mask(masks.Visibility(variant, window, persistent_window=T), doc[None]),
                                   masks.dense_mask(masks.Visibility(variant, window), doc[None]))
+
+
+def test_a_batch_larger_than_the_documents_gives_the_same_deltas_without_the_memory_of_empty_rows(monkeypatch):
+    """Before, every batch was filled up to --batch rows: --batch 100000 for 3 documents asked for terabytes."""
+    model, params = make("sps", 2, seed=6)
+    docs = random_docs([24, 13, 20], seed=1)
+    rows = []
+    real = window_nll.document_rows
+
+    def recording(docs_, *args):
+        rows.append(len(docs_))
+        return real(docs_, *args)
+    monkeypatch.setattr(window_nll, "document_rows", recording)
+    small = window_nll.window_nll_deltas(model, params, docs, 4, context=20, batch=2, log=lambda *_: None)
+    huge = window_nll.window_nll_deltas(model, params, docs, 4, context=20, batch=100_000, log=lambda *_: None)
+    assert rows == [2, 2, 3]
+    np.testing.assert_allclose(huge["delta"], small["delta"], atol=1e-6)
