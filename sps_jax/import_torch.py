@@ -154,7 +154,14 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         m.window = window
     if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
         m.window = masks.Visibility(m.variant, m.window).window  # None where the variant has no window
-    heads = num_heads or _given(fields, "num_heads", "n_head", "--num-heads")
+    in_file = _given(fields, "num_heads", "n_head", "--num-heads")
+    if in_file is None and stored_config is not None:
+        in_file = m.num_heads
+    heads = num_heads or in_file
+    if num_heads and in_file and num_heads != in_file:  # allowed (a file's n_head may be wrong), never silent
+        notes.append(f"--num-heads {num_heads} replaces the checkpoint's {in_file} heads: each head is "
+                     f"{dims['D'] // num_heads} wide instead of {dims['D'] // in_file}, so the imported model "
+                     "computes other logits than the saved one")
     if heads is None and stored_config is None:
         heads = max(dims["D"] // 64, 1)
         notes.append(f"the checkpoint has no model_args['n_head']: using d/64 = {heads} heads (pass --num-heads to "

@@ -92,6 +92,17 @@ def test_a_state_dict_without_prefix_or_model_args_imports_with_the_heads_and_co
     assert runs.load_model(str(tmp_path / "guess"))[0].cfg.num_heads == 1  # d = 32: d/64 rounds up to one head
 
 
+def test_heads_that_contradict_the_files_n_head_are_said(tmp_path, capsys):
+    """Before, --num-heads silently replaced the file's n_head, and with it the width of every head."""
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "run"),
+                              "--num-heads", "4", *OVERRIDES]) == 0
+    assert f"note: --num-heads 4 replaces the checkpoint's {H} heads: each head is {D // 4} wide instead of " \
+           f"{D // H}" in capsys.readouterr().out
+    assert runs.load_model(str(tmp_path / "run"))[0].cfg.num_heads == 4
+
+
 def test_an_existing_run_is_not_overwritten_without_force(tmp_path):
     sd = synthetic_state_dict()
     path = tmp_path / "ckpt.pt"

@@ -133,6 +133,9 @@ def _check_inputs(args) -> list:
         cfg = _with_overrides(runs.model_config(config, workdir), args)
         data = _data_dir(args, config)
         loader.open_tokens(data, args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        if args.context is not None and args.context > cfg.seq_len:  # the settings record what was used
+            raise UserError(f"--context {args.context} is beyond the context of {cfg.seq_len} positions of {w}: pass "
+                            f"at most {cfg.seq_len}, or leave --context out.")
         if args.command == "gradients":
             # positions_per_doc source positions i, each with i - min_offset >= 0 and i + max_offset a loss
             # position (below the context and the document's last token)
@@ -149,7 +152,7 @@ def _check_inputs(args) -> list:
 
 
 def _context(args, cfg) -> int:
-    return min(args.context or cfg.seq_len, cfg.seq_len)
+    return args.context or cfg.seq_len
 
 
 def _base(args) -> str:
@@ -234,7 +237,7 @@ def build_parser():
         p.add_argument("--split", default="val")
         p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=cli.positive_int, default=None,
-                       help="positions per document (default model.seq_len)")
+                       help="positions per document (at most, and by default, model.seq_len)")
         p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, auto)")
         p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
         p.add_argument("--out", default=out_default, help="output folder")

@@ -45,7 +45,8 @@ def parse_args(argv):
                    help="variants compiled side by side (standard first: the ratios' base)")
     p.add_argument("--micro-batches", type=cli.comma_list(int), default=[1, 8],
                    help="micro-batches per device to compile")
-    p.add_argument("--remat", type=cli.comma_list(str), default=["off", "on"], help="off, on or both")
+    p.add_argument("--remat", type=cli.comma_list(str), default=["off", "on"],
+                   help="comma-separated: off, on, or off,on for both (the default)")
     p.add_argument("--attention", type=cli.comma_list(str), default=None,
                    help="train step attention backends (default: auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",

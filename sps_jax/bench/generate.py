@@ -2,7 +2,9 @@
 
 The paper's workload (section 4): a batch of 16 prompts of 1024 tokens, then
 3072 decode steps, on one GPU, for every variant on the same shapes. Random
-weights suffice (throughput does not depend on their values)::
+weights suffice (throughput does not depend on their values), and so a workload may
+run past the config's ``seq_len``: the cache holds prefill + decode positions and
+RoPE costs the same at every position (``generate`` on a trained run refuses that)::
 
     python -m sps_jax.bench generate --config configs/paper.py:s,sps,64 --json gen.json
     python -m sps_jax.bench generate --config configs/tiny.py --batch 4 --prefill 64 --decode 64   # CPU
