@@ -3,8 +3,8 @@
 A bad input, a refusal or a stop the user can act on is said in one sentence: the command prints
 ``error: <sentence>`` as one line on stderr and exits with status 2, without a traceback.
 :class:`UserError` is that sentence; ValueError, FileNotFoundError and other OS errors raised by
-checks and file access are treated the same at the boundary. Anything else is a bug and keeps
-its traceback. Argument-parsing errors take the same one-line form (:class:`ArgumentParser`).
+checks and file access are treated the same at the boundary, and so is XLA running out of device
+memory. Anything else is a bug and keeps its traceback. Argument-parsing errors take the same one-line form (:class:`ArgumentParser`).
 
 A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
 143 (128 + the signal), without a traceback or a crash dump; see :func:`main`.
@@ -46,6 +46,12 @@ def sentence(exc: BaseException) -> str:
     else:
         text = str(exc) or type(exc).__name__
     return " ".join(text.split())
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """XLA's allocation failure: a size the user chose (batch, sequence, model) is too large for the
+    device, which no check before the work can rule out, since only XLA knows the program's peak."""
+    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(exc)
 
 
 def fail(exc: BaseException) -> int:
@@ -101,6 +107,12 @@ def main(fn):
             raise
         except USER_ERRORS as exc:
             return fail(exc)
+        except RuntimeError as exc:
+            if not out_of_memory(exc):
+                raise
+            first_line = str(exc).strip().splitlines()[0]  # XLA appends the allocator's state
+            return fail(UserError(f"the device ran out of memory ({first_line}): use a smaller batch or "
+                                  "sequence, a smaller model, or more devices (mesh.fsdp)."))
         except KeyboardInterrupt as exc:
             if not outermost:
                 raise

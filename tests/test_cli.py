@@ -56,6 +56,15 @@ def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(c
         bug([])
 
     @cli.main
+    def too_large(argv):  # XLA's own allocation failure: the user's sizes, not a bug
+        return jax.jit(lambda: jax.numpy.zeros((2 ** 40,), "float32"))().block_until_ready()
+
+    assert too_large([]) == 2
+    assert capsys.readouterr().err == ("error: the device ran out of memory (RESOURCE_EXHAUSTED: Out of memory "
+                                       "allocating 4398046511104 bytes.): use a smaller batch or sequence, a smaller "
+                                       "model, or more devices (mesh.fsdp).\n")
+
+    @cli.main
     def parses(argv):
         parser = cli.ArgumentParser(prog="prog")
         parser.add_argument("--n", type=cli.positive_int, required=True)
