@@ -161,12 +161,12 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
 
 
-def _integer(text: str, least: int, what: str) -> int:
+def _integer(text: str, least: int, what: str, most: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < least:
+    if value < least or (most is not None and value > most):
         raise argparse.ArgumentTypeError(f"{value} must be {what}")
     return value
 
@@ -179,6 +179,14 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _integer(text, 0, "0 or more")
+
+
+def int_up_to(most: int):
+    """argparse type: an integer from 0 to ``most``."""
+    def parse(text: str) -> int:
+        return _integer(text, 0, f"from 0 to {most}", most)
+    parse.__name__ = f"integer from 0 to {most}"
+    return parse
 
 
 def comma_list(kind=str):

@@ -136,8 +136,8 @@ def parse_window(text: str) -> int | None:
         window = int(text)
     except ValueError:
         window = -1
-    if window < 0:
-        raise ValueError(f"window {text!r} must be a non-negative integer (or 'none' for unbounded).")
+    if not 0 <= window <= masks.MAX_WINDOW:
+        raise ValueError(f"window {text!r} must be an integer from 0 to {masks.MAX_WINDOW} (or 'none' for unbounded).")
     return window
 
 

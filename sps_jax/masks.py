@@ -34,13 +34,17 @@ VARIANTS = tuple(_VARIANTS)
 # The window of a variant's windowed stream when none is given (the paper's w).
 DEFAULT_WINDOW = 64
 
+# The largest window: positions and their distances are int32 in the masks, kernels and KV cache,
+# and a window of T or more is unbounded anyway.
+MAX_WINDOW = 2 ** 31 - 1
+
 
 def _check_window(value, name: str):
     """A window as a plain int (or None, unbounded), else one clear sentence."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer or None (unbounded), got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_WINDOW:
+        raise ValueError(f"{name} must be an integer from 0 to {MAX_WINDOW} or None (unbounded), got {value!r}.")
     return int(value)
 
 

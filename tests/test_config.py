@@ -40,12 +40,21 @@ def test_config_errors_are_one_clear_sentence():
         sps_config.load_config("configs/nope.py")
     with pytest.raises(ValueError, match="unknown variant|unknown attention variant"):
         sps_config.load_config("configs/paper.py:s,spss")
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="must be an integer from 0 to"):
         sps_config.load_config("configs/paper.py:s,sps,-1")
     with pytest.raises(ValueError, match="unknown scale"):
         sps_config.load_config("configs/paper.py:xxl,sps")
     with pytest.raises(ValueError, match="has no field"):
         sps_config.load_config("configs/tiny.py", ["--config.model.windw=3"])
+
+
+def test_a_window_beyond_int32_is_refused_in_the_config_argument_and_in_an_override():
+    with pytest.raises(ValueError, match=r"^window '99999999999999999999' must be an integer from 0 to 2147483647 "):
+        sps_config.load_config("configs/tiny.py:sps,99999999999999999999")
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.window=2147483648"])
+    with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 .* got 2147483648\.$"):
+        sps_model.ModelConfig.from_config(config.model)
+    assert sps_config.load_config("configs/tiny.py:sps,2147483647").model.window == 2147483647
 
 
 def test_the_shipped_configs_load_from_any_folder(tmp_path, monkeypatch):

@@ -183,6 +183,16 @@ def test_an_override_out_of_range_is_refused_before_anything_is_written(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+def test_a_window_beyond_int32_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--window", "4611686018427387904",
+                                            "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "window '4611686018427387904' must be an integer from 0 to 2147483647" in outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("field,value,has", [("num_layers", 3, L), ("d_model", 2 * D, D), ("d_ff", 4 * D, 3 * D),
                                              ("vocab_size", 2 * V, V)])
 def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(tmp_path, field, value, has):

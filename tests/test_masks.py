@@ -124,15 +124,25 @@ def test_bad_variant_and_windows_are_one_sentence_errors_at_construction():
     with pytest.raises(ValueError, match=r"^unknown attention variant 'spss': choose one of standard, sps, "
                                          r"two_x_memory, delayed_state, reverse_sps\.$"):
         Vis("spss", 3)
-    with pytest.raises(ValueError, match=r"^window must be a non-negative integer or None \(unbounded\), got -1\.$"):
+    with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 or None \(unbounded\), "
+                                         r"got -1\.$"):
         Vis("sps", -1)
-    with pytest.raises(ValueError, match=r"^persistent_window must be a non-negative integer .* got 2\.5\.$"):
+    with pytest.raises(ValueError, match=r"^persistent_window must be an integer from 0 .* got 2\.5\.$"):
         Vis("sps", 3, persistent_window=2.5)
     with pytest.raises(ValueError, match="window must be"):
         Vis("sps", True)  # a bool is not a window
     # The bad window of a variant without a windowed stream is still refused, not silently dropped.
     with pytest.raises(ValueError, match="window must be"):
         Vis("standard", -1)
+
+
+def test_a_window_must_fit_the_int32_positions_it_is_compared_with():
+    assert Vis("sps", 2 ** 31 - 1).window == 2 ** 31 - 1
+    for window, persistent in ((2 ** 31, None), (2 ** 62, None), (3, 2 ** 31)):
+        with pytest.raises(ValueError, match=r"window must be an integer from 0 to 2147483647 or None"):
+            Vis("sps", window, persistent_window=persistent)
+    with pytest.raises(ValueError, match=r"window must be an integer from 0 to 2147483647"):
+        Vis("standard", 2 ** 31)  # refused even where the window is then dropped
 
 
 def test_the_default_window_is_64_for_windowed_variants_and_none_for_the_others():

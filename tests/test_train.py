@@ -171,6 +171,14 @@ def test_bad_settings_fail_before_compiling(tokens):
         sps_train.plan(config, num_devices=3)
 
 
+def test_a_window_beyond_int32_stops_the_command_in_one_sentence_before_making_the_workdir(tmp_path):
+    outcome = fuzz.call(sps_train.main, ["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
+                                         "--config.model.window=2147483648"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "window must be an integer from 0 to 2147483647" in outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def run_main_command(workdir, data_dir, steps):
     """The README's command on the embedded corpus (tokenised on first use), shortened to ``steps``."""
     cmd = [sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir", str(workdir),

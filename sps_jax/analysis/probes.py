@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, files, runs
+from sps_jax import cli, files, masks, runs
 from sps_jax.cli import UserError
 from sps_jax import model as sps_model
 from sps_jax.analysis.documents import read_documents
@@ -256,7 +256,7 @@ def build_parser():
 
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
     common(w, "probes_out")
-    w.add_argument("--omega", type=cli.non_negative_int, default=64,
+    w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=64,
                    help="persistent window; at or beyond the context it hides nothing (a warning says so)")
     w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
     w.add_argument("--batch", type=cli.positive_int, default=4)

@@ -75,6 +75,15 @@ def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(c
     assert not (root / "refused").exists()
 
 
+def test_an_omega_beyond_int32_is_refused_before_any_weights_load(cli_fixture, monkeypatch):
+    root = cli_fixture
+    monkeypatch.setattr(probes.runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
+                                      "--omega", "2147483648", "--out", str(root / "refused_omega")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "--omega: 2147483648 must be from 0 to 2147483647" in outcome.stderr
+
+
 def test_an_omega_at_or_beyond_the_context_is_warned_about(cli_fixture):
     root = cli_fixture
     outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
