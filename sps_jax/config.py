@@ -65,7 +65,7 @@ def train_config():
     t.b2 = 0.95
     t.eps = 1e-8
     t.weight_decay = 0.1           # matrices only
-    t.grad_clip = 1.0
+    t.grad_clip = 1.0              # global gradient norm clipped to this; None: no clipping (0 is refused)
     t.log_every = 10               # steps between console lines (metrics.jsonl gets every step)
     t.eval_every = 1000            # steps between validation passes (and at the end)
     t.checkpoint_every = 1000      # steps between checkpoints; only the latest is kept ...
@@ -266,7 +266,7 @@ RANGES = {
     "train.warmup_tokens": (int, 0, None, False), "train.decay_fraction": (float, 0, 1, False),
     "train.peak_lr": (float, 0, None, False), "train.final_lr": (float, 0, None, False),
     "train.b1": (float, 0, 1, False), "train.b2": (float, 0, 1, False), "train.eps": (float, 0, None, False),
-    "train.weight_decay": (float, 0, None, False), "train.grad_clip": (float, 0, None, False),
+    "train.weight_decay": (float, 0, None, False), "train.grad_clip": (float, 0, None, True),
     "train.log_every": (int, 1, None, False), "train.eval_every": (int, 1, None, False),
     "train.checkpoint_every": (int, 1, None, False), "train.milestone_every": (int, 0, None, False),
     "train.stop_at_step": (int, 0, None, False), "train.peak_flops_per_device": (float, 0, None, True),
@@ -291,6 +291,9 @@ def check_run_config(config) -> None:
     if init_from is not None and (not isinstance(init_from, str) or not init_from):
         raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
                         "folders, or be None.")
+    if config.train.grad_clip == 0:  # optax.clip_by_global_norm(0) scales every gradient to zero
+        raise UserError("train.grad_clip=0 would zero every update: set it above 0 (the paper's 1.0), or to None to "
+                        "turn clipping off.")
     if config.train.final_lr > config.train.peak_lr:  # the schedule decays from peak_lr to final_lr
         raise UserError(f"train.final_lr={config.train.final_lr} is above train.peak_lr={config.train.peak_lr}: the "
                         "schedule decays from the peak to the final rate; lower final_lr or raise peak_lr.")

@@ -37,8 +37,10 @@ def decay_mask(params):
 
 
 def optimizer(train_cfg, tokens_per_step: int) -> optax.GradientTransformation:
+    """Global-norm clipping at ``grad_clip`` (None: none), then AdamW on the token schedule."""
+    clip = optax.identity() if train_cfg.grad_clip is None else optax.clip_by_global_norm(train_cfg.grad_clip)
     return optax.chain(
-        optax.clip_by_global_norm(train_cfg.grad_clip),
+        clip,
         optax.adamw(schedule(train_cfg, tokens_per_step), b1=train_cfg.b1, b2=train_cfg.b2, eps=train_cfg.eps,
                     weight_decay=train_cfg.weight_decay, mask=decay_mask),
     )

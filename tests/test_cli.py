@@ -99,6 +99,9 @@ BAD_ARGUMENTS = [
     # a schedule that would rise after warm-up instead of decaying: the run trained on with it
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.train.final_lr=1"], ["train.final_lr=1.0 is above train.peak_lr=0.003"]),
+    # clip_by_global_norm(0) zeroed every update: the run trained on without learning
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                  "--config.train.grad_clip=0"], ["train.grad_clip=0 would zero every update", "None"]),
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),

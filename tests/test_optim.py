@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 import pytest
 
 from sps_jax import config as sps_config, optim
@@ -43,3 +44,38 @@ def test_weight_decay_applies_to_matrices_only(make_model):
     assert np.all(np.abs(new["embed"]) < np.abs(params["embed"]) + 1e-12)
     assert not np.allclose(new["embed"], params["embed"])
     np.testing.assert_array_equal(new["final_norm"]["scale"], params["final_norm"]["scale"])
+
+
+def updates_of(grad_clip, gradients):
+    """The updates of ``optim.optimizer`` at a constant learning rate (no warmup, no decay)."""
+    t = sps_config.train_config()
+    t.warmup_tokens, t.weight_decay, t.grad_clip = 0, 0.0, grad_clip
+    opt = optim.optimizer(t, tokens_per_step=1)
+    params = {"w": jnp.ones((2, 2))}
+    state, out = opt.init(params), []
+    for g in gradients:
+        updates, state = opt.update({"w": jnp.full((2, 2), g)}, state, params)
+        out.append(updates["w"])
+    return out
+
+
+def test_grad_clip_none_turns_clipping_off_and_a_number_clips():
+    # A large gradient, then a small one against it: clipping shrinks the first one's share of Adam's moments.
+    gradients = [100.0, -0.1]
+    adamw = optax.adamw(6e-4, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0)
+    params = {"w": jnp.ones((2, 2))}
+    state, plain = adamw.init(params), []
+    for g in gradients:
+        updates, state = adamw.update({"w": jnp.full((2, 2), g)}, state, params)
+        plain.append(updates["w"])
+    for ours, theirs in zip(updates_of(None, gradients), plain):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    assert not np.allclose(updates_of(1.0, gradients)[1], plain[1], rtol=1e-3)
+
+
+def test_grad_clip_zero_is_refused_naming_the_way_to_turn_clipping_off():
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.grad_clip=0"])
+    with pytest.raises(ValueError, match=r"^train\.grad_clip=0 would zero every update: set it above 0 .* or to None "
+                                         r"to turn clipping off\.$"):
+        sps_config.check_run_config(config)
+    sps_config.check_run_config(sps_config.load_config("configs/tiny.py", ["--config.train.grad_clip=None"]))
