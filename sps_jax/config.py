@@ -297,11 +297,27 @@ def check_run_config(config) -> None:
     if config.train.final_lr > config.train.peak_lr:  # the schedule decays from peak_lr to final_lr
         raise UserError(f"train.final_lr={config.train.final_lr} is above train.peak_lr={config.train.peak_lr}: the "
                         "schedule decays from the peak to the final rate; lower final_lr or raise peak_lr.")
+    _check_schedule(config.train)
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")
+
+
+def _check_schedule(t) -> None:
+    """The warmup ends before the decay starts (sps_jax.optim.learning_rate): a longer one would end the run
+    short of peak_lr, or drop the rate from the warmup's line to the decay's at once."""
+    if t.warmup_tokens > t.total_tokens:
+        raise UserError(f"train.warmup_tokens={t.warmup_tokens} is beyond train.total_tokens={t.total_tokens}: the "
+                        "run would end before the learning rate reaches peak_lr; lower warmup_tokens or raise "
+                        "total_tokens.")
+    decay_start = (1 - t.decay_fraction) * t.total_tokens
+    if t.warmup_tokens > decay_start:
+        raise UserError(f"train.warmup_tokens={t.warmup_tokens} runs into the decay over the final "
+                        f"train.decay_fraction={t.decay_fraction} of train.total_tokens={t.total_tokens}, which starts "
+                        f"at token {math.floor(decay_start)}: the rate would drop at once when the warmup ends; lower "
+                        "warmup_tokens to at most that, or lower decay_fraction.")
 
 
 def check_ranges(config) -> None:

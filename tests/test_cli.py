@@ -102,6 +102,10 @@ BAD_ARGUMENTS = [
     # clip_by_global_norm(0) zeroed every update: the run trained on without learning
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.train.grad_clip=0"], ["train.grad_clip=0 would zero every update", "None"]),
+    # a warmup longer than the run: it ended before reaching peak_lr, without a word
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+                  "--config.train.warmup_tokens=1000000000", "--config.train.total_tokens=6144"],
+     ["train.warmup_tokens=1000000000 is beyond train.total_tokens=6144"]),
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sps_jax import config as sps_config
+from sps_jax import config as sps_config, masks
 from sps_jax import model as sps_model
 
 
@@ -83,3 +83,31 @@ def test_a_config_under_a_folder_with_a_colon_in_its_name_loads_with_its_argumen
         "from sps_jax import config\n\ndef get_config(arg='standard'):\n    return config.paper_config('xs', arg, None)\n")
     assert sps_config.load_config(f"{folder}/cfg.py").model.variant == "standard"
     assert sps_config.load_config(f"{folder}/cfg.py:sps").model.variant == "sps"
+
+
+def test_the_shipped_configs_pass_the_run_checks_for_every_scale_and_variant():
+    for spec in ["configs/tiny.py", *[f"configs/paper.py:{scale},{variant}" for scale in sps_config.SCALES
+                                      for variant in masks.VARIANTS]]:
+        sps_config.check_run_config(sps_config.load_config(spec))
+
+
+@pytest.mark.parametrize("overrides, needles", [
+    # the peak is never reached: the run ends inside the warmup
+    (["total_tokens=6144", "warmup_tokens=1000000000"],
+     ["train.warmup_tokens=1000000000 is beyond train.total_tokens=6144", "before the learning rate reaches peak_lr"]),
+    # the warmup ends inside the decay over the final 10% (from token 900), so the rate would drop there at once
+    (["total_tokens=1000", "warmup_tokens=901"],
+     ["train.warmup_tokens=901 runs into the decay over the final train.decay_fraction=0.1 of train.total_tokens=1000",
+      "starts at token 900", "lower warmup_tokens to at most that"]),
+    (["total_tokens=1000", "warmup_tokens=1", "decay_fraction=1.0"], ["starts at token 0"]),
+])
+def test_a_warmup_that_does_not_end_before_the_decay_is_refused_naming_the_settings(overrides, needles):
+    config = sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides])
+    with pytest.raises(ValueError) as refusal:
+        sps_config.check_run_config(config)
+    assert all(needle in str(refusal.value) for needle in needles), refusal.value
+
+
+def test_a_warmup_that_ends_where_the_decay_starts_or_none_at_all_is_accepted():
+    for overrides in (["total_tokens=1000", "warmup_tokens=900"], ["warmup_tokens=0", "decay_fraction=1.0"]):
+        sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
