@@ -10,7 +10,7 @@ from sps_jax import config as sps_config
 def get_config(arg="sps,8"):
     variant, window = sps_config.parse_arg(arg, ("sps", "8"))
     config = sps_config.paper_config("xs", variant, sps_config.parse_window(window))
-    config.name = "tiny-" + config.name.split("-", 1)[1]
+    config.name = sps_config.run_name("tiny", config.model)
     m = config.model
     m.num_layers, m.d_model, m.num_heads, m.d_ff = 2, 64, 2, 192
     m.seq_len = 128

@@ -112,13 +112,28 @@ def metrics_config():
 def paper_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     config = ml_collections.ConfigDict()
     config.model = model_config(scale, variant, window)
-    windowed = masks.Visibility(variant).windowed  # the name carries w only where w applies
-    config.name = f"{scale}-{variant}" + (f"-w{config.model.window}" if windowed else "")
+    config.name = run_name(scale, config.model)
     config.train = train_config()
     config.data = data_config()
     config.mesh = mesh_config()
     config.metrics = metrics_config()
     return config
+
+
+def run_name(prefix: str, model) -> str:
+    """``PREFIX-VARIANT[-wWINDOW]``, the name of a config whose file sets none of its own; it carries w
+    only where w applies. :func:`load_config` makes it again after overrides of the variant or window."""
+    windowed = masks.Visibility(model.variant).windowed
+    return f"{prefix}-{model.variant}" + (f"-w{model.window}" if windowed else "")
+
+
+def _generated_name_prefix(config) -> str | None:
+    """The PREFIX when ``config.name`` is :func:`run_name`'s name for its model, else None (a name of its own)."""
+    name, model = config.get("name"), config.get("model")
+    if not isinstance(name, str) or not isinstance(model, ml_collections.ConfigDict):
+        return None
+    suffix = run_name("", model)
+    return name[:-len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else None
 
 
 def parse_arg(arg: str, defaults: Sequence[str]) -> list[str]:
@@ -173,8 +188,11 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         raise UserError(f"{call} of {path} failed{_line_in(e, path)}: {type(e).__name__}: {e}") from None
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict.")
+    prefix = _generated_name_prefix(config)
     for item in overrides:
         apply_override(config, item)
+    if prefix is not None and "name" not in (_override_key(item) for item in overrides):
+        config.name = run_name(prefix, config.model)  # the name says what was trained, overrides included
     return config
 
 
@@ -205,6 +223,11 @@ def _line_in(exc: BaseException, path: str) -> str:
     return f" at line {lines[-1]}" if lines else ""
 
 
+def _override_key(item: str) -> str:
+    """``a.b`` of an override ``--config.a.b=value`` (or ``a.b=value``)."""
+    return item.removeprefix("--").removeprefix("config.").partition("=")[0]
+
+
 def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     """Set ``a.b=value`` (a leading ``--config.`` is accepted); values parse as Python literals.
 
@@ -212,7 +235,8 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     numbers for float fields, ``True``/``False`` for flags, any text for string fields; ``None``
     is accepted everywhere and left to the checks of whoever reads the field.
     """
-    key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
+    key = _override_key(item)
+    _, sep, text = item.partition("=")
     if not sep:
         raise ValueError(f"override {item!r} must look like --config.a.b=value.")
     *parents, leaf = key.split(".")

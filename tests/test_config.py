@@ -111,3 +111,31 @@ def test_a_warmup_that_does_not_end_before_the_decay_is_refused_naming_the_setti
 def test_a_warmup_that_ends_where_the_decay_starts_or_none_at_all_is_accepted():
     for overrides in (["total_tokens=1000", "warmup_tokens=900"], ["warmup_tokens=0", "decay_fraction=1.0"]):
         sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
+
+
+@pytest.mark.parametrize("spec, overrides, name", [
+    ("configs/tiny.py", [], "tiny-sps-w8"),
+    ("configs/tiny.py", ["--config.model.variant=standard"], "tiny-standard"),
+    ("configs/tiny.py", ["--config.model.window=16"], "tiny-sps-w16"),
+    ("configs/paper.py:m,standard", ["--config.model.variant=reverse_sps", "--config.model.window=32"],
+     "m-reverse_sps-w32"),
+])
+def test_a_generated_run_name_follows_the_overrides_of_variant_and_window(spec, overrides, name):
+    assert sps_config.load_config(spec, overrides).name == name
+
+
+def test_a_name_set_on_the_command_line_or_in_the_config_file_is_kept(tmp_path):
+    assert sps_config.load_config("configs/tiny.py", ["--config.name=tiny-sps-w8",
+                                                      "--config.model.variant=standard"]).name == "tiny-sps-w8"
+    own = tmp_path / "own.py"
+    own.write_text("from sps_jax import config as sps_config\n\n"
+                   "def get_config():\n"
+                   "    config = sps_config.paper_config('xs', 'sps', 8)\n"
+                   "    config.name = 'ablation-7'\n"
+                   "    return config\n")
+    assert sps_config.load_config(str(own), ["--config.model.variant=standard"]).name == "ablation-7"
+    plain = tmp_path / "plain.py"  # the paper's config as it is: its name is the generated one
+    plain.write_text("from sps_jax import config as sps_config\n\n"
+                     "def get_config():\n"
+                     "    return sps_config.paper_config('xs', 'sps', 8)\n")
+    assert sps_config.load_config(str(plain), ["--config.model.variant=standard"]).name == "xs-standard"
