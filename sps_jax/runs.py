@@ -125,7 +125,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         try:
             changed = model_differences(read_config(workdir), config)
             if changed:
-                other = f"a run of another model ({', '.join(changed)} differ)"
+                other = f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})"
         except (ValueError, OSError) as e:
             other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
     elif records and not has_checkpoints:  # with checkpoints, their restore checks the model

@@ -89,3 +89,16 @@ def test_run_info_names_the_scale_from_the_dimensions_and_counts_tokens_seen(tmp
     config = sps_config.load_config("configs/paper.py:xs,sps,16")
     runs.write_config(str(tmp_path / "xs"), config)
     assert runs.run_info(str(tmp_path / "xs"))["scale"] == "xs" and runs.run_info(str(tmp_path / "xs"))["window"] == 16
+
+
+def test_a_workdir_of_another_model_names_the_fields_that_differ_in_a_sentence_that_agrees(tmp_path):
+    config = sps_config.load_config("configs/tiny.py")
+    for fields, says in (({"window": 4}, "(window differs)"), ({"window": 4, "d_model": 32}, "(d_model, window differ)")):
+        saved = sps_config.load_config("configs/tiny.py")
+        saved.model.update(fields)
+        workdir = tmp_path / "-".join(fields)
+        workdir.mkdir()
+        (workdir / "config.json").write_text(saved.to_json())
+        with pytest.raises(ValueError) as refusal:
+            runs.check_workdir(str(workdir), config)
+        assert f"holds a run of another model {says}: use a new --workdir" in str(refusal.value), refusal.value
