@@ -8,7 +8,7 @@ from sps_jax import config as sps_config
 
 
 def get_config(arg="sps,8"):
-    variant, window = sps_config.parse_arg(arg, ("sps", "8"))
+    variant, window = sps_config.parse_arg(arg, ("sps", "8"), "VARIANT[,WINDOW]")
     config = sps_config.paper_config("xs", variant, sps_config.parse_window(window))
     config.name = sps_config.run_name("tiny", config.model)
     m = config.model

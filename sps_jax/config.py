@@ -12,6 +12,7 @@ import importlib.util
 import math
 import os
 import pathlib
+import re
 import traceback
 from typing import Sequence
 
@@ -136,11 +137,22 @@ def _generated_name_prefix(config) -> str | None:
     return name[:-len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else None
 
 
-def parse_arg(arg: str, defaults: Sequence[str]) -> list[str]:
-    """Split 'a,b,c' into fields, filling missing trailing fields from defaults."""
-    parts = [p.strip() for p in (arg or "").split(",") if p.strip()]
+def parse_arg(arg: str, defaults: Sequence[str], usage: str | None = None) -> list[str]:
+    """Split 'a,b,c' into fields by position, filling missing trailing fields from defaults.
+
+    An empty field (``s,,64``) is refused rather than dropped, which would shift the later fields into
+    the wrong places; ``usage`` (``SCALE,VARIANT[,WINDOW]``) names the fields in the sentence.
+    """
+    names = re.findall(r"[^\[\],]+", usage) if usage else [f"field {i + 1}" for i in range(len(defaults))]
+    usage = usage or f"at most {len(defaults)} comma-separated fields"
+    example = ",".join(defaults)
+    parts = [p.strip() for p in arg.split(",")] if arg and arg.strip() else []
     if len(parts) > len(defaults):
-        raise ValueError(f"config argument {arg!r} has more than {len(defaults)} comma-separated fields.")
+        raise ValueError(f"config argument {arg!r} has more than {len(defaults)} comma-separated fields: pass "
+                         f"{usage}, e.g. {example}.")
+    for name, part in zip(names, parts):
+        if not part:
+            raise ValueError(f"config argument {arg!r} leaves {name} empty: pass {usage}, e.g. {example}.")
     return parts + list(defaults[len(parts):])
 
 

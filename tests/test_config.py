@@ -139,3 +139,16 @@ def test_a_name_set_on_the_command_line_or_in_the_config_file_is_kept(tmp_path):
                      "def get_config():\n"
                      "    return sps_config.paper_config('xs', 'sps', 8)\n")
     assert sps_config.load_config(str(plain), ["--config.model.variant=standard"]).name == "xs-standard"
+
+
+@pytest.mark.parametrize("spec, sentence", [
+    ("configs/paper.py:s,,64", "config argument 's,,64' leaves VARIANT empty: pass SCALE,VARIANT[,WINDOW], e.g. s,sps,64."),
+    ("configs/paper.py:,sps", "config argument ',sps' leaves SCALE empty: pass SCALE,VARIANT[,WINDOW], e.g. s,sps,64."),
+    ("configs/tiny.py:,16", "config argument ',16' leaves VARIANT empty: pass VARIANT[,WINDOW], e.g. sps,8."),
+    ("configs/tiny.py:sps,", "config argument 'sps,' leaves WINDOW empty: pass VARIANT[,WINDOW], e.g. sps,8."),
+])
+def test_an_empty_field_of_the_config_argument_is_named_not_filled_by_the_next_one(spec, sentence):
+    # Dropping the empty field moved the later ones up: s,,64 asked for the variant '64'.
+    with pytest.raises(ValueError) as refusal:
+        sps_config.load_config(spec)
+    assert str(refusal.value) == sentence
