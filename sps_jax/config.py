@@ -378,7 +378,15 @@ def check_ranges(config) -> None:
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separate ``--config.a.b=value`` overrides from the other command-line arguments."""
+    """Separate ``--config.a.b=value`` overrides from the other command-line arguments. An override
+    whose value follows a space is one sentence saying to join them with ``=`` (argparse would only
+    call the value an unrecognized argument)."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config.") and "=" not in arg:
+            following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+            raise UserError(f"override {arg} has no value: write {arg}={following or 'VALUE'}, the value after '=' "
+                            "with no space.")
     overrides = [a for a in argv if a.startswith("--config.")]
     rest = [a for a in argv if not a.startswith("--config.")]
     return rest, overrides

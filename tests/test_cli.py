@@ -106,6 +106,11 @@ BAD_ARGUMENTS = [
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.train.warmup_tokens=1000000000", "--config.train.total_tokens=6144"],
      ["train.warmup_tokens=1000000000 is beyond train.total_tokens=6144"]),
+    # an override's value after a space: argparse only called the value an unrecognized argument
+    *[(main, argv + ["--config.model.window", "16"], ["override --config.model.window has no value",
+                                                      "write --config.model.window=16"])
+      for main, argv in ((train.main, ["--config", "configs/tiny.py", "--workdir", "W"]),
+                         (bench_cli.main, ["compile", "--target", "h100"]), (bench_cli.main, ["smoke"]))],
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),

@@ -62,10 +62,11 @@ def parse_args(argv):
     bench.add_json_flag(p)
     args, rest = p.parse_known_args(argv)
     bench.check_json(args)
-    unknown = [a for a in rest if not a.startswith("--config.")]
+    from sps_jax import config as sps_config
+
+    unknown, args.overrides = sps_config.split_config_args(rest)
     if unknown:
         p.error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.overrides = rest
     bad = [x for x in args.only if x not in PROGRAMS]
     if bad:
         p.error(f"--only takes {', '.join(PROGRAMS)}; got {', '.join(bad)}.")
