@@ -153,6 +153,15 @@ BAD_ARGUMENTS = [
     (import_torch.main, ["W/x.pt", "--variant", "sps3", "--out", "W/o"], ["unknown attention variant 'sps3'"]),
     (import_torch.main, ["W/x.pt", "--out", "W/o", "--config.model.nope=1"], ["no field 'nope'"]),
     (data_cli.main, ["provision-tokenizer", "--out", ""], ["--out is empty"]),
+    # an empty run path named the working directory (or crashed with a TypeError)
+    *[(main, argv, [flag, "empty path names no run"])
+      for main, argv, flag in ((generate.main, ["--workdir", "", "--prompt", "x"], "--workdir"),
+                               (generate.main, ["--checkpoint", "", "--prompt", "x"], "--checkpoint"),
+                               (evaluate.main, ["--workdir", "", "--val-data", "W"], "--workdir"),
+                               (evaluate.main, ["--checkpoint", " ", "--val-data", "W"], "--checkpoint"),
+                               (probes.main, ["window-nll", "--workdir", ""], "--workdir"),
+                               (export_torch.main, ["", "--out", "W/x.safetensors"], "argument run"),
+                               (figures.main, ["curves", "", "--out", "W/c.png"], "argument runs"))],
     # an output under a file (it used to fail after the work: the download, or the model's build)
     *[(main, argv + [os.path.join(REPO, "README.md", "new")], ["README.md, which is a file, not a folder"])
       for main, argv in ((data_cli.main, ["provision-tokenizer", "--out"]),
