@@ -36,7 +36,7 @@ def check_output(out: str, force: bool = False) -> str:
         raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
     if os.path.isdir(out):
         raise UserError(f"--out {out} is a folder: pass a file ending in .pt or .safetensors.")
-    files.output_file(out, "--out", force)  # an existing file, a parent this user cannot write in, a long name
+    runs.output_file(out, "--out", force)  # an existing file, a parent this user cannot write in, a long name
     try:
         __import__(fmt)
     except ImportError:

@@ -168,20 +168,39 @@ def write_jsonl(path: str, records) -> None:
         f.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def output_file(path: str, flag: str = "--out", force: bool = False) -> str:
+def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
     """``path`` checked before a command's work: refused when empty, a folder, or an existing file
     unless ``force``, so a command neither fails after its work nor replaces an earlier result
-    unasked."""
+    unasked. ``inputs`` ((what, path or None) pairs) are the files and folders the command reads: an output
+    that is one of those files, or lies in one of those folders, is refused even with ``force``, which
+    replaces results, never what the command reads. Commands call :func:`sps_jax.runs.output_file`,
+    which also keeps a run's own files."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
                         f"{os.path.join(path, 'results.json')}.")
+    for what, given in inputs:
+        if given is not None and _reads(given, path):
+            where = "lies in" if os.path.isdir(given) else "is"
+            raise UserError(f"{flag} {path} {where} {what} {given}, which this command reads: choose another "
+                            "name (--force replaces earlier results, never an input).")
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or choose another name.")
     check_parent(path, flag)
     check_name_length(path, flag)
     return path
+
+
+def _reads(given: str, path: str) -> bool:
+    """Whether writing ``path`` would replace the file ``given`` (the same file under another name or
+    link included) or write into the folder ``given``."""
+    if os.path.isdir(given):
+        folder = os.path.realpath(given)
+        return os.path.realpath(path).startswith(folder.rstrip(os.sep) + os.sep)
+    if os.path.exists(given) and os.path.exists(path):
+        return os.path.samefile(given, path)  # a hard link is the same file under another name
+    return os.path.realpath(given) == os.path.realpath(path)
 
 
 def check_name_length(path: str, flag: str) -> None:

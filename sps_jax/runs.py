@@ -73,6 +73,32 @@ def run_argument(args) -> str:
     return args.workdir or args.checkpoint
 
 
+def _run_file(path: str) -> str | None:
+    """The run folder whose config.json or metrics.jsonl ``path`` is, or whose checkpoints/ it lies
+    in; else None."""
+    full = os.path.realpath(path)
+    if os.path.basename(full) in (CONFIG_FILE, metrics.METRICS_FILE) and \
+            os.path.isfile(os.path.join(os.path.dirname(full), CONFIG_FILE)):
+        return os.path.dirname(full)
+    folder = full
+    while os.path.dirname(folder) != folder:
+        folder, name = os.path.dirname(folder), os.path.basename(folder)
+        if name == checkpoint.CHECKPOINT_DIR and os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+            return folder
+    return None
+
+
+def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
+    """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, anything
+    under its checkpoints/) refused even with ``force``: replacing one would leave the run unusable."""
+    run = _run_file(path) if path.strip() else None
+    if run is not None:
+        raise UserError(f"{flag} {path} would write into the run {run}'s own files (its {CONFIG_FILE}, "
+                        f"{metrics.METRICS_FILE} and {checkpoint.CHECKPOINT_DIR}/), which only training writes: "
+                        "choose another path.")
+    return files.output_file(path, flag, force, inputs)
+
+
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     """Write the resolved config atomically."""
     path = os.path.join(workdir, CONFIG_FILE)

@@ -1,10 +1,13 @@
 """No command fails after its work for want of a place to write, or replaces an earlier result unasked:
 an output path that is empty, a folder, an existing file (without --force), or one under a file is refused
-in one sentence before any work."""
+in one sentence before any work; one that is the command's own input or a run's own file is refused even
+with --force."""
+
+import os
 
 import pytest
 
-from sps_jax import files
+from sps_jax import export_torch, files, runs
 from sps_jax.analysis import figures, probes
 from sps_jax.bench import __main__ as bench_cli
 from sps_jax.cli import UserError
@@ -28,6 +31,57 @@ def test_output_file_refuses_empty_folders_and_existing_files_unless_forced(tmp_
             files.output_file(str(path), "--out")
         with pytest.raises(UserError, match=f"lies under {earlier}, which is a file"):
             files.output_folder(str(path), "--out")
+
+
+def test_force_never_replaces_an_input_of_the_command(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "val.bin").write_bytes(b"tokens")
+    os.link(prompts, tmp_path / "hard.txt")
+    os.symlink(prompts, tmp_path / "soft.txt")
+    inputs = [("--prompts-file", str(prompts)), ("--val-data", str(data)), ("--tokenizer", None)]
+    for out, match in ((prompts, "is --prompts-file"), (tmp_path / "hard.txt", "is --prompts-file"),
+                       (tmp_path / "soft.txt", "is --prompts-file"), (data / "val.bin", "lies in --val-data"),
+                       (data / "new.json", "lies in --val-data")):
+        with pytest.raises(UserError, match=match):
+            files.output_file(str(out), "--out", force=True, inputs=inputs)
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text("{}")
+    assert files.output_file(str(earlier), "--out", force=True, inputs=inputs) == str(earlier)
+
+
+def test_force_never_replaces_a_runs_own_files(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "4").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("")
+    for out in (run / "config.json", run / "metrics.jsonl", run / "checkpoints" / "4" / "x.pt",
+                run / "checkpoints" / "x.json"):
+        with pytest.raises(UserError, match=f"run {run}'s own files"):
+            runs.output_file(str(out), "--out", force=True)
+    (run / "eval").mkdir()
+    (run / "eval" / "step_4.json").write_text("{}")  # evaluate's default results file, replaced with --force
+    for out in (run / "eval" / "step_4.json", tmp_path / "config.json", tmp_path / "checkpoints" / "x.pt"):
+        assert runs.output_file(str(out), "--out", force=True) == str(out)
+
+
+def test_commands_refuse_to_write_over_their_input_or_their_run_even_with_force(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "4").mkdir(parents=True)
+    (run / "config.json").write_text('{"model": {}}')
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    for main, argv, needle in (
+            (generate.main, ["--workdir", run, "--prompts-file", prompts, "--out", prompts], "is --prompts-file"),
+            (generate.main, ["--workdir", run, "--prompt", "x", "--out", run / "config.json"], "own files"),
+            (evaluate.main, ["--workdir", run, "--val-data", tmp_path, "--out", run / "config.json"], "own files"),
+            (export_torch.main, [run, "--out", run / "checkpoints" / "4" / "x.safetensors"], "own files")):
+        outcome = fuzz.call(main, [*map(str, argv), "--force"])
+        assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome.stderr
+    assert prompts.read_text() == "hello\n" and (run / "config.json").read_text() == '{"model": {}}'
+    assert os.listdir(run / "checkpoints" / "4") == []
 
 
 def commands(tmp_path, out):

@@ -223,8 +223,9 @@ def main(argv=None):
     files.distinct_inputs(getattr(args, inputs[0]), inputs[1])
     if not args.out.endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}.")
+    given = [(f"the {inputs[1]}", path) for path in getattr(args, inputs[0]) if os.path.isfile(path)]
     for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
-        files.output_file(path, "--out", args.force)
+        runs.output_file(path, "--out", args.force, given)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting

@@ -124,7 +124,7 @@ def _check_inputs(args) -> list:
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
-        files.output_file(_base(args) + suffix, "--out", args.force)
+        runs.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     docs = []
     for w in args.workdir:

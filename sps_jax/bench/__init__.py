@@ -3,7 +3,7 @@ the ``--json PATH`` flag every command writes its results with."""
 
 from __future__ import annotations
 
-from sps_jax import files
+from sps_jax import files, runs
 
 
 def add_json_flag(parser) -> None:
@@ -16,7 +16,7 @@ def add_json_flag(parser) -> None:
 def check_json(args):
     """``args`` after refusing a ``--json`` path that cannot take the results (before any timing)."""
     if args.json is not None:
-        files.output_file(args.json, "--json", args.force)
+        runs.output_file(args.json, "--json", args.force)
     return args
 
 

@@ -171,8 +171,10 @@ def main_evaluate(argv) -> int:
         steps = checkpoint.steps(workdir)
         if not steps:
             raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
+    inputs = [("--val-data", args.val_data), ("--tokenizer", args.tokenizer), ("--include-path", args.include_path),
+              *(("--task-data", data) for data in task_data.values())]
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
-        files.output_file(out, "--out" if args.out is not None else "the results file", args.force)
+        runs.output_file(out, "--out" if args.out is not None else "the results file", args.force, inputs)
     rows = []
     for step in steps:
         try:

@@ -309,7 +309,7 @@ def main(argv=None) -> int:
                         help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
     args = parser.parse_args(argv)
     if args.out is not None:
-        files.output_file(args.out, "--out", args.force)
+        runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file)])
 
     from sps_jax.data import tokenizer
 
