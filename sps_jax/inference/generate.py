@@ -320,9 +320,8 @@ def main(argv=None) -> int:
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
     if args.seed >= 2 ** 31:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
-    records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
-    prompts = [tokenizer.encode(r["prompt"]) for r in records]
-    # The run's config.json says the context: every prompt is checked before any weights load.
+    # The run's config.json says the context: it is read before the prompts are, and every prompt is
+    # checked against it before any weights load.
     workdir, _ = runs.find_run(runs.run_argument(args))
     config = runs.read_config(workdir)
     cfg = runs.model_config(config, workdir)
@@ -330,6 +329,8 @@ def main(argv=None) -> int:
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
+    records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
+    prompts = [tokenizer.encode(r["prompt"]) for r in records]
     check_prompts(cfg, prompts, args.max_new_tokens)
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")

@@ -281,6 +281,18 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
 
 
+def test_the_run_is_looked_for_before_any_prompt_is_tokenised(tmp_path, monkeypatch):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("one\ntwo\n")
+
+    def encode(text):
+        raise AssertionError("a prompt was tokenised before the run was found")
+
+    monkeypatch.setattr(tokenizer, "encode", encode)
+    outcome = _cli("--workdir", tmp_path / "nowhere", "--prompts-file", prompts)
+    assert outcome.status == 2 and outcome.problem() is None and "does not exist" in outcome.stderr, outcome
+
+
 def test_a_cache_no_device_holds_is_refused_before_the_weights_load(tmp_path):
     config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=1099511627776"])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
