@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import sys
 import time
 from typing import Callable, Optional, Sequence
@@ -264,11 +265,12 @@ def _read_prompts(path: str) -> list[dict]:
     """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line (UTF-8; a bad
     line is one sentence naming it)."""
     files.input_file(path, "prompts file", "pass a text file with one prompt per line, or a .jsonl file")
-    if path.endswith(".json"):  # read as text, each line of a JSON document would be a prompt
+    suffix = os.path.splitext(path)[1].lower()  # PROMPTS.JSONL is JSON Lines too
+    if suffix == ".json":  # read as text, each line of a JSON document would be a prompt
         raise ValueError(f"prompts file {path!r} is a .json file: pass a .jsonl file (one {{\"prompt\": ...}} object "
                          "per line) or plain text with one prompt per line.")
     records = []
-    if path.endswith(".jsonl"):
+    if suffix == ".jsonl":
         for n, record in files.read_jsonl(path):
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
                 raise ValueError(f"{path} line {n} must be a JSON object with a string field \"prompt\".")
@@ -276,6 +278,11 @@ def _read_prompts(path: str) -> list[dict]:
             if taken:  # the result would replace it
                 raise ValueError(f"{path} line {n} has a field {taken[0]!r}, which generate writes into each "
                                  f"result: rename it (the output adds {', '.join(OUTPUT_FIELDS)}).")
+            try:  # the record is copied into the results, which are strict JSON
+                json.dumps(record, allow_nan=False)
+            except ValueError:
+                raise ValueError(f"{path} line {n} holds NaN or Infinity, which is not a JSON number: write it as "
+                                 "a string or null.") from None
             records.append(record)
     else:
         text = files.read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()

@@ -262,9 +262,19 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
     earlier.write_text(json.dumps({"prompt": "fine", "completion": " and well"}) + "\n")
     array = tmp_path / "prompts.json"  # read as text, each line of the document would be a prompt
     array.write_text(json.dumps(["one", "two"], indent=1))
+    upper = tmp_path / "EARLIER.JSONL"  # JSON Lines whatever the suffix's case, not one raw line per prompt
+    upper.write_text(earlier.read_text())
+    upper_array = tmp_path / "PROMPTS.JSON"
+    upper_array.write_text(array.read_text())
+    nan = tmp_path / "nan.jsonl"  # copied into the results, it would make them invalid JSON
+    nan.write_text('{"prompt": "fine", "score": NaN}\n')
     cases = [
         (["--workdir", tmp_path / "nowhere", "--prompt", "x"], "does not exist"),
         (["--workdir", workdir, "--prompt", ""], "prompt 0 is empty"),
+        (["--workdir", workdir, "--prompts-file", upper, "--max-new-tokens", "2"],
+         "EARLIER.JSONL line 1 has a field 'completion'"),
+        (["--workdir", workdir, "--prompts-file", upper_array], "PROMPTS.JSON' is a .json file"),
+        (["--workdir", workdir, "--prompts-file", nan], "nan.jsonl line 1 holds NaN or Infinity"),
         (["--workdir", workdir, "--prompt", "word " * 80], "more than the model's context of 64"),
         (["--workdir", workdir, "--prompt", "x", "--max-new-tokens", "64"], "lower max_new_tokens"),
         (["--workdir", workdir, "--prompts-file", not_json], "bad.jsonl is not JSON at line 2"),
