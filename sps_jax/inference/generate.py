@@ -164,24 +164,27 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
 
 # ----------------------------------------------------------------------------- host-level API
 
-def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
-    """Clear errors before any compilation."""
+def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                  names: Optional[Sequence[str]] = None) -> None:
+    """Clear errors before any compilation, naming a bad prompt by ``names`` (where the user wrote it:
+    the flag, or the file and line), else by its index."""
     if not len(prompts):
         raise ValueError("no prompts given: pass at least one prompt.")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     for n, prompt in enumerate(prompts):
+        name = names[n] if names is not None else f"prompt {n}"
         if len(prompt) == 0:
-            raise ValueError(f"prompt {n} is empty: generation needs at least one prompt token.")
+            raise ValueError(f"{name} is empty: generation needs at least one prompt token.")
         if len(prompt) > cfg.seq_len:
-            raise ValueError(f"prompt {n} has {len(prompt)} tokens, more than the model's context of "
+            raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of "
                              f"{cfg.seq_len}: shorten it.")
         if len(prompt) + max_new_tokens > cfg.seq_len:
-            raise ValueError(f"prompt {n} ({len(prompt)} tokens) plus max_new_tokens={max_new_tokens} exceeds "
+            raise ValueError(f"{name} ({len(prompt)} tokens) plus max_new_tokens={max_new_tokens} exceeds "
                              f"the model's context of {cfg.seq_len}: lower max_new_tokens or shorten the prompt.")
         bad = [t for t in prompt if not 0 <= int(t) <= cfg.eos_id]
         if bad:
-            raise ValueError(f"prompt {n} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "
+            raise ValueError(f"{name} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "
                              "check the tokenizer.")
 
 
@@ -261,9 +264,9 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
 OUTPUT_FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos", "step")
 
 
-def _read_prompts(path: str) -> list[dict]:
-    """A .jsonl file of {"prompt": ..., ...} objects, or plain text with one prompt per line (UTF-8; a bad
-    line is one sentence naming it)."""
+def _read_prompts(path: str) -> list[tuple[int, dict]]:
+    """(line number, record) of each prompt of a .jsonl file of {"prompt": ..., ...} objects, or of plain
+    text with one prompt per line (UTF-8; a bad line is one sentence naming it)."""
     files.input_file(path, "prompts file", "pass a text file with one prompt per line, or a .jsonl file")
     suffix = os.path.splitext(path)[1].lower()  # PROMPTS.JSONL is JSON Lines too
     if suffix == ".json":  # read as text, each line of a JSON document would be a prompt
@@ -283,10 +286,10 @@ def _read_prompts(path: str) -> list[dict]:
             except ValueError:
                 raise ValueError(f"{path} line {n} holds NaN or Infinity, which is not a JSON number: write it as "
                                  "a string or null.") from None
-            records.append(record)
+            records.append((n, record))
     else:
         text = files.read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()
-        records = [{"prompt": line} for line in text.split("\n") if line.strip()]
+        records = [(n, {"prompt": line}) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     if not records:
         raise ValueError(f"prompts file {path!r} holds no prompts.")
     return records
@@ -336,9 +339,13 @@ def main(argv=None) -> int:
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
-    records = [{"prompt": args.prompt}] if args.prompt is not None else _read_prompts(args.prompts_file)
+    if args.prompt is not None:
+        names, records = ["--prompt"], [{"prompt": args.prompt}]
+    else:
+        lines, records = zip(*_read_prompts(args.prompts_file))
+        names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     prompts = [tokenizer.encode(r["prompt"]) for r in records]
-    check_prompts(cfg, prompts, args.max_new_tokens)
+    check_prompts(cfg, prompts, args.max_new_tokens, names)
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_model(runs.run_argument(args))

@@ -268,9 +268,13 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
     upper_array.write_text(array.read_text())
     nan = tmp_path / "nan.jsonl"  # copied into the results, it would make them invalid JSON
     nan.write_text('{"prompt": "fine", "score": NaN}\n')
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text(json.dumps({"prompt": "fine"}) + "\n\n" + json.dumps({"prompt": ""}) + "\n")
     cases = [
         (["--workdir", tmp_path / "nowhere", "--prompt", "x"], "does not exist"),
-        (["--workdir", workdir, "--prompt", ""], "prompt 0 is empty"),
+        (["--workdir", workdir, "--prompt", ""], "--prompt is empty"),
+        (["--workdir", workdir, "--prompts-file", blank, "--max-new-tokens", "2"],
+         f"--prompts-file {blank} line 3 is empty"),
         (["--workdir", workdir, "--prompts-file", upper, "--max-new-tokens", "2"],
          "EARLIER.JSONL line 1 has a field 'completion'"),
         (["--workdir", workdir, "--prompts-file", upper_array], "PROMPTS.JSON' is a .json file"),
