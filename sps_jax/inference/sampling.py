@@ -21,7 +21,8 @@ class Sampling:
 
     def validate(self) -> None:
         # Logits are divided in f32: a temperature that rounds to 0 or inf there would sample from NaNs or uniformly.
-        if not (self.temperature == 0 or _F32.tiny <= self.temperature <= _F32.max):
+        # Compared as Python floats: a numpy float32 bound would cast 1e39 to inf with a RuntimeWarning.
+        if not (self.temperature == 0 or float(_F32.tiny) <= self.temperature <= float(_F32.max)):
             raise ValueError(f"temperature must be 0 (greedy) or a number from {_F32.tiny:.3g} to {_F32.max:.3g} "
                              f"(float32), got {self.temperature}.")
         if self.top_k < 0:
