@@ -70,6 +70,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         workdir, _ = runs.find_run(path)
         cfg = runs.model_config(runs.read_config(workdir), workdir)
         tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
     net, params, step = runs.load_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)

@@ -26,6 +26,18 @@ def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) 
     return np.arange(count, dtype=np.int64) * seq_len
 
 
+def windows(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:
+    """:func:`window_starts`, or one sentence saying what to do when not even one window fits."""
+    starts = window_starts(num_tokens, seq_len, max_tokens)
+    if not len(starts) and num_tokens < seq_len + 1:
+        raise ValueError(f"the validation split has {num_tokens} tokens, fewer than one window of {seq_len + 1} "
+                         "(the model's seq_len + 1): prepare the data with a larger --val-fraction.")
+    if not len(starts):
+        raise ValueError(f"--val-tokens {max_tokens} is less than one window, which scores seq_len={seq_len} "
+                         f"tokens: raise --val-tokens to at least {seq_len}.")
+    return starts
+
+
 @functools.lru_cache(maxsize=None)
 def _loss_sums(cfg: sps_model.ModelConfig):
     """Jitted loss sums per model config, so evaluating many checkpoints of a run compiles once."""
@@ -38,9 +50,7 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
     """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
     cfg = net.cfg
     T = cfg.seq_len
-    starts = window_starts(len(tokens), T, max_tokens)
-    if not len(starts):
-        raise ValueError(f"the validation split has {len(tokens)} tokens, fewer than one window of {T + 1}.")
+    starts = windows(len(tokens), T, max_tokens)
     batch_size = min(batch_size, len(starts))  # rows past the last window would be filler, and memory
     sums = _loss_sums(cfg)
     total, count, t0, last = 0.0, 0.0, time.time(), time.time()

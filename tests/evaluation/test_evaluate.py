@@ -136,3 +136,27 @@ def test_a_token_folder_of_another_eos_id_is_refused_before_loading_weights(tmp_
     outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")])
     assert outcome.status == 2 and outcome.problem() is None and "eos_id 59 differs" in outcome.stderr
     assert not (tmp_path / "run" / "eval").exists()
+
+
+def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_what_to_do(tmp_path, monkeypatch):
+    save_tiny_run(tmp_path / "run")  # seq_len 32: a window is 33 tokens and scores 32
+    write_val_data(tmp_path / "data")  # 200 tokens
+    (tmp_path / "empty" / "val.bin").parent.mkdir()
+    (tmp_path / "empty" / "val.bin").write_bytes(b"")
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    manifest["splits"]["val"].update(tokens=0, documents=0)
+    (tmp_path / "empty" / "manifest.json").write_text(json.dumps(manifest))
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("weights loaded")
+
+    monkeypatch.setattr(runs, "load_model", load_model)
+    run = ["--workdir", str(tmp_path / "run")]
+    for argv, needle in (([*run, "--val-data", str(tmp_path / "data"), "--val-tokens", "31"],
+                          "raise --val-tokens to at least 32"),
+                         ([*run, "--val-data", str(tmp_path / "empty")],
+                          "has 0 tokens, fewer than one window of 33 (the model's seq_len + 1): prepare the data "
+                          "with a larger --val-fraction")):
+        outcome = fuzz.call(evaluate.main, argv)
+        assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome
+
