@@ -157,6 +157,9 @@ def main_evaluate(argv) -> int:
     keys = paper_tasks.expand([args.tasks]) if args.tasks else []
     if not keys and not args.val_data:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")
+    unused = [flag for flag, value in (("--tokenizer", args.tokenizer), ("--limit", args.limit)) if value is not None]
+    if unused and not keys:  # they set up the lm-eval tasks; --val-data reads prepared tokens
+        p.error(f"{unused[0]} is for --tasks (lm-eval), and none are given: pass --tasks, or drop {unused[0]}")
     task_data = _task_data(args.task_data)
     path = runs.run_argument(args)
     steps = [args.step]

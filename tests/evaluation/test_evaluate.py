@@ -160,3 +160,12 @@ def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_wha
         outcome = fuzz.call(evaluate.main, argv)
         assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome
 
+
+@pytest.mark.parametrize("flag", [["--tokenizer", "gpt2.tiktoken"], ["--limit", "3"]])
+def test_task_settings_without_tasks_are_refused_not_ignored(tmp_path, flag):
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"),
+                                        *flag])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert f"{flag[0]} is for --tasks" in outcome.stderr and not (tmp_path / "run" / "eval").exists()
