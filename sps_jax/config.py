@@ -342,18 +342,13 @@ def check_run_config(config) -> None:
 
 
 def _check_schedule(t) -> None:
-    """The warmup ends before the decay starts (sps_jax.optim.learning_rate): a longer one would end the run
-    short of peak_lr, or drop the rate from the warmup's line to the decay's at once."""
+    """The warmup ends within the run (sps_jax.optim.learning_rate), else it never reaches peak_lr. A warmup
+    that ends inside the decay is allowed: shortening a config with total_tokens alone does that, and the
+    rate then steps down to the decay's line."""
     if t.warmup_tokens > t.total_tokens:
         raise UserError(f"train.warmup_tokens={t.warmup_tokens} is beyond train.total_tokens={t.total_tokens}: the "
                         "run would end before the learning rate reaches peak_lr; lower warmup_tokens or raise "
                         "total_tokens.")
-    decay_start = (1 - t.decay_fraction) * t.total_tokens
-    if t.warmup_tokens > decay_start:
-        raise UserError(f"train.warmup_tokens={t.warmup_tokens} runs into the decay over the final "
-                        f"train.decay_fraction={t.decay_fraction} of train.total_tokens={t.total_tokens}, which starts "
-                        f"at token {math.floor(decay_start)}: the rate would drop at once when the warmup ends; lower "
-                        "warmup_tokens to at most that, or lower decay_fraction.")
 
 
 def check_ranges(config) -> None:

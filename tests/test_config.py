@@ -91,25 +91,18 @@ def test_the_shipped_configs_pass_the_run_checks_for_every_scale_and_variant():
         sps_config.check_run_config(sps_config.load_config(spec))
 
 
-@pytest.mark.parametrize("overrides, needles", [
-    # the peak is never reached: the run ends inside the warmup
-    (["total_tokens=6144", "warmup_tokens=1000000000"],
-     ["train.warmup_tokens=1000000000 is beyond train.total_tokens=6144", "before the learning rate reaches peak_lr"]),
-    # the warmup ends inside the decay over the final 10% (from token 900), so the rate would drop there at once
-    (["total_tokens=1000", "warmup_tokens=901"],
-     ["train.warmup_tokens=901 runs into the decay over the final train.decay_fraction=0.1 of train.total_tokens=1000",
-      "starts at token 900", "lower warmup_tokens to at most that"]),
-    (["total_tokens=1000", "warmup_tokens=1", "decay_fraction=1.0"], ["starts at token 0"]),
-])
-def test_a_warmup_that_does_not_end_before_the_decay_is_refused_naming_the_settings(overrides, needles):
-    config = sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides])
-    with pytest.raises(ValueError) as refusal:
+def test_a_warmup_that_does_not_end_within_the_run_is_refused_naming_the_settings():
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.total_tokens=6144",
+                                                        "--config.train.warmup_tokens=1000000000"])
+    with pytest.raises(ValueError, match="train.warmup_tokens=1000000000 is beyond train.total_tokens=6144: the run "
+                                         "would end before the learning rate reaches peak_lr"):
         sps_config.check_run_config(config)
-    assert all(needle in str(refusal.value) for needle in needles), refusal.value
 
 
-def test_a_warmup_that_ends_where_the_decay_starts_or_none_at_all_is_accepted():
-    for overrides in (["total_tokens=1000", "warmup_tokens=900"], ["warmup_tokens=0", "decay_fraction=1.0"]):
+def test_a_config_shortened_by_total_tokens_alone_is_accepted():
+    # The README's tiny run cut to its 20 warmup steps: the warmup ends inside the decay of the last 10%.
+    for overrides in (["total_tokens=20480"], ["total_tokens=1000", "warmup_tokens=1000"],
+                      ["warmup_tokens=0", "decay_fraction=1.0"]):
         sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
 
 

@@ -162,7 +162,7 @@ def test_bad_input_stops_with_a_clear_message(make_model):
         model.apply({"params": params}, jnp.zeros((1, 9), jnp.int32))
     with pytest.raises(ValueError, match="unknown attention variant"):
         small_config("sps2", 2)
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="must be an integer from 0 to"):
         small_config("sps", -3)
     with pytest.raises(ValueError, match="unknown model config field"):
         sps_model.ModelConfig.from_config({"varaint": "sps"})
