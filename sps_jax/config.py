@@ -133,7 +133,10 @@ def _generated_name_prefix(config) -> str | None:
     name, model = config.get("name"), config.get("model")
     if not isinstance(name, str) or not isinstance(model, ml_collections.ConfigDict):
         return None
-    suffix = run_name("", model)
+    try:
+        suffix = run_name("", model)
+    except (AttributeError, ValueError):  # no or no known variant yet: the model's own checks say so later
+        return None
     return name[:-len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else None
 
 

@@ -145,3 +145,12 @@ def test_an_empty_field_of_the_config_argument_is_named_not_filled_by_the_next_o
     with pytest.raises(ValueError) as refusal:
         sps_config.load_config(spec)
     assert str(refusal.value) == sentence
+
+
+def test_a_users_config_that_leaves_the_variant_to_the_model_default_loads(tmp_path):
+    # Fields a config leaves out take ModelConfig's defaults; the name check for overrides raised AttributeError.
+    path = tmp_path / "mine.py"
+    path.write_text("import ml_collections\n\ndef get_config():\n    c = ml_collections.ConfigDict()\n"
+                    "    c.name = 'x'\n    c.model = ml_collections.ConfigDict({'d_model': 8})\n    return c\n")
+    config = sps_config.load_config(str(path), ["--config.model.d_model=8"])
+    assert config.name == "x" and sps_model.ModelConfig.from_config(config.model).d_model == 8
