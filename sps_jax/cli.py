@@ -4,7 +4,8 @@ A bad input, a refusal or a stop the user can act on is said in one sentence: th
 ``error: <sentence>`` as one line on stderr and exits with status 2, without a traceback.
 :class:`UserError` is that sentence; ValueError, FileNotFoundError and other OS errors raised by
 checks and file access are treated the same at the boundary, and so is XLA running out of device
-memory. Anything else is a bug and keeps its traceback. Argument-parsing errors take the same one-line form (:class:`ArgumentParser`).
+memory. Anything else is a bug and keeps its traceback. Argument-parsing errors take the same
+one-line form (:class:`ArgumentParser`).
 
 A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
 143 (128 + the signal), without a traceback or a crash dump; see :func:`main`.

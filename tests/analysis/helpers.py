@@ -1,4 +1,4 @@
-"""Helpers of the analysis tests: documents, a token folder of them, run folders."""
+"""Helpers of the analysis tests: documents, a token folder of them, run folders, batch sizes."""
 
 import dataclasses
 import json
@@ -15,6 +15,17 @@ def random_docs(lengths, seed=0):
     """Documents of ordinary tokens (ids below the special ones), each ending with EOS."""
     rng = np.random.default_rng(seed)
     return [np.concatenate([rng.integers(0, 60, n - 1), [EOS]]).astype(np.int32) for n in lengths]
+
+
+def batch_rows(monkeypatch, module) -> list:
+    """The number of rows of every batch ``module`` builds with ``document_rows``, filled in as it runs."""
+    rows, real = [], module.document_rows
+
+    def recording(docs, *args):
+        rows.append(len(docs))
+        return real(docs, *args)
+    monkeypatch.setattr(module, "document_rows", recording)
+    return rows
 
 
 def make(variant, window, seed=0, **overrides):

@@ -9,7 +9,7 @@ from sps_jax import attention, masks
 from sps_jax import model as sps_model
 from sps_jax.analysis import gradient_probe, window_nll
 from sps_jax.analysis.documents import document_rows
-from tests.analysis.helpers import make, random_docs
+from tests.analysis.helpers import batch_rows, make, random_docs
 from tests.helpers import PAD
 
 
@@ -131,13 +131,7 @@ def test_a_batch_larger_than_the_documents_gives_the_same_ratios_without_empty_r
     """Before, every batch was filled up to --batch rows whatever the number of documents."""
     model, params = make("sps", 2, seed=5)
     docs = random_docs([20, 18, 17])
-    rows = []
-    real = gradient_probe.document_rows
-
-    def recording(docs_, *args):
-        rows.append(len(docs_))
-        return real(docs_, *args)
-    monkeypatch.setattr(gradient_probe, "document_rows", recording)
+    rows = batch_rows(monkeypatch, gradient_probe)
     common = dict(context=16, seed=0, log=lambda *_: None)
     small = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, batch=2, **common)
     huge = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, batch=100_000, **common)

@@ -6,7 +6,7 @@ import pytest
 from sps_jax import attention, masks
 from sps_jax import model as sps_model
 from sps_jax.analysis import window_nll
-from tests.analysis.helpers import make, random_docs
+from tests.analysis.helpers import batch_rows, make, random_docs
 from tests.helpers import EOS, PAD
 
 
@@ -68,13 +68,7 @@ def test_a_batch_larger_than_the_documents_gives_the_same_deltas_without_the_mem
     """Before, every batch was filled up to --batch rows: --batch 100000 for 3 documents asked for terabytes."""
     model, params = make("sps", 2, seed=6)
     docs = random_docs([24, 13, 20], seed=1)
-    rows = []
-    real = window_nll.document_rows
-
-    def recording(docs_, *args):
-        rows.append(len(docs_))
-        return real(docs_, *args)
-    monkeypatch.setattr(window_nll, "document_rows", recording)
+    rows = batch_rows(monkeypatch, window_nll)
     small = window_nll.window_nll_deltas(model, params, docs, 4, context=20, batch=2, log=lambda *_: None)
     huge = window_nll.window_nll_deltas(model, params, docs, 4, context=20, batch=100_000, log=lambda *_: None)
     assert rows == [2, 2, 3]
