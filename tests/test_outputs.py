@@ -84,6 +84,15 @@ def test_commands_refuse_to_write_over_their_input_or_their_run_even_with_force(
     assert os.listdir(run / "checkpoints" / "4") == []
 
 
+def test_table_never_writes_over_its_results_files_even_with_force(tmp_path):
+    results = tmp_path / "a.md"
+    results.write_text("not JSON, and never read: the output is checked first")
+    outcome = fuzz.call(evaluate.main, ["table", str(results), "--out", str(tmp_path / "a"), "--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "is results file" in outcome.stderr, outcome.stderr
+    assert results.read_text().startswith("not JSON")
+
+
 def commands(tmp_path, out):
     """One command per writer, each with ``out`` as its output and inputs it never reaches."""
     run = str(tmp_path / "no-such-run")

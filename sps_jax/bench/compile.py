@@ -29,6 +29,7 @@ import sys
 import time
 
 from sps_jax import attention, bench, cli, hardware, masks
+from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
 
@@ -62,8 +63,6 @@ def parse_args(argv):
     bench.add_json_flag(p)
     args, rest = p.parse_known_args(argv)
     bench.check_json(args)
-    from sps_jax import config as sps_config
-
     unknown, args.overrides = sps_config.split_config_args(rest)
     if unknown:
         p.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -93,8 +92,6 @@ def _log(msg):
 def _variant_config(args, variant, backend=None):
     """``--config`` with its overrides, switched to ``variant`` (its window rule applied) and, if
     given, to the attention ``backend``."""
-    from sps_jax import config as sps_config
-
     config = sps_config.load_config(args.config, args.overrides)
     if backend is not None:
         config.model.attention = backend

@@ -213,7 +213,7 @@ def main_table(argv) -> int:
         if not args.out.strip():
             p.error("--out is empty: pass the stem of the .md and .tex files to write")
         for suffix in (".md", ".tex"):
-            files.output_file(args.out + suffix, "--out", args.force)
+            runs.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
     rows = results_table.load(args.results)
     md = results_table.markdown_both(rows)
     print(md)
