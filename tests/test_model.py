@@ -10,7 +10,7 @@ import pytest
 from sps_jax import config as sps_config
 from sps_jax import masks
 from sps_jax import model as sps_model
-from tests.helpers import EOS, PAD, small_config
+from tests.helpers import EOS, PAD, small_config, small_model
 
 
 def random_tokens(rng, B, T, eos_rate=0.15):
@@ -112,6 +112,27 @@ def test_parameter_counts_match_the_paper(scale, paper_millions):
     config = sps_config.paper_config(scale, "sps", 64)
     n = sps_model.count_params(sps_model.Transformer(config.model))
     assert abs(n / 1e6 - paper_millions) / paper_millions < 0.01
+
+
+def test_initialisation_is_the_nanogpt_recipe_with_only_the_attention_output_scaled():
+    # Section 4 (Training): the code is based on nanoGPT, with its standard recipe; the authors' nanoGPT-based
+    # model draws every matrix and the tied embedding from N(0, 0.02) and rescales only the attention's
+    # residual output projection (nanoGPT's c_proj) to N(0, 0.02 / sqrt(2 L)); RMSNorm scales start at 1.
+    L = 4
+    _, params = small_model("sps", 2, seed=1, num_layers=L, d_model=128, num_heads=2, d_ff=384)[1:]
+    attn_out = 0.02 / np.sqrt(2 * L)  # 0.00707 for L = 4, worked out by hand
+    expected = {"attn/qkv": 0.02, "attn/out": attn_out, "mlp/gate": 0.02, "mlp/up": 0.02, "mlp/down": 0.02}
+    for layer in range(L):
+        block = params[f"block_{layer}"]
+        for name, std in expected.items():
+            w = np.asarray(block[name.split("/")[0]][name.split("/")[1]], np.float64)
+            assert abs(w.std() - std) < 0.05 * std, (layer, name, w.std(), std)
+            assert abs(w.mean()) < 0.05 * std, (layer, name)
+        for norm in ("attn_norm", "mlp_norm"):
+            np.testing.assert_array_equal(block[norm]["scale"], 1.0)
+    np.testing.assert_array_equal(params["final_norm"]["scale"], 1.0)
+    embed = np.asarray(params["embed"], np.float64)
+    assert abs(embed.std() - 0.02) < 0.05 * 0.02
 
 
 @pytest.mark.parametrize("scale", ["xs", "s", "m", "l", "xl"])
