@@ -154,3 +154,19 @@ def test_a_users_config_that_leaves_the_variant_to_the_model_default_loads(tmp_p
                     "    c.name = 'x'\n    c.model = ml_collections.ConfigDict({'d_model': 8})\n    return c\n")
     config = sps_config.load_config(str(path), ["--config.model.d_model=8"])
     assert config.name == "x" and sps_model.ModelConfig.from_config(config.model).d_model == 8
+
+
+def test_the_20b_token_budget_meets_the_chinchilla_ratio_at_every_scale_but_xl():
+    # Section 4 (Data): "Each model is trained for 20B tokens by default. This budget meets or exceeds the
+    # Chinchilla compute-optimal ratio of ~20 tokens per parameter at every scale, except for XL", with the
+    # footnote "Chinchilla-optimal ~1.1B, 2.6B, 7.6B, 16.6B, and 33.6B tokens for XS, S, M, L, and XL".
+    chinchilla_billions = {"xs": 1.1, "s": 2.6, "m": 7.6, "l": 16.6, "xl": 33.6}
+    for scale, billions in chinchilla_billions.items():
+        config = sps_config.load_config(f"configs/paper.py:{scale},sps")
+        params = sps_model.ModelConfig.from_config(config.model).num_params
+        assert round(20 * params / 1e9, 1) == billions, scale
+        assert config.train.total_tokens == 20_000_000_000
+        assert (config.train.total_tokens >= 20 * params) == (scale != "xl"), scale
+    # Section 4 (Training): "The global batch size is 96 sequences of length 4,096, i.e. ~400,000 tokens per
+    # gradient update".
+    assert config.train.global_batch * config.model.seq_len == 96 * 4096 == 393_216
