@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sps_jax import flops, masks
+from sps_jax import config as sps_config, flops, masks
 from sps_jax import model as sps_model
 from tests.helpers import small_config
 
@@ -42,3 +42,29 @@ def test_mfu_needs_a_known_peak():
     assert flops.peak_flops_per_device(None, "cpu") is None
     assert flops.peak_flops_per_device(None, "NVIDIA H100 80GB HBM3") == 989e12
     assert flops.peak_flops_per_device(5e14, "NVIDIA H100 80GB HBM3") == 5e14  # the config wins
+
+
+def test_delayed_state_has_the_per_step_compute_of_sps_which_roughly_doubles_standards():
+    # Section 5: Delayed State "has the same per-step compute as SPS"; Section 7: SPS's prediction stream
+    # "adds a forward-pass slot per input position, roughly doubling per-step training compute".
+    T, w = 4096, 64
+    cfg = {v: sps_model.ModelConfig.from_config(dict(sps_config.model_config("s", v, w))) for v in masks.VARIANTS}
+    d, L, V = cfg["sps"].d_model, cfg["sps"].num_layers, cfg["sps"].vocab_size
+    # Keys of one document of T positions seen by the queries of position i, counted from the attention sets
+    # (eq. sps-mask for SPS; Delayed State: the w most recent inputs and every causal <predict> entry).
+    sps = sum((i + 1) + min(i, w) + (i + 1) + (min(i, w) + 1) for i in range(T))        # x_i, then rho_i
+    delayed = sum((min(i, w) + 1) + i + (min(i, w) + 1) + (i + 1) for i in range(T))    # x_i, then rho_i
+    standard = sum(i + 1 for i in range(T))
+    assert sps == delayed
+    # Forward FLOPs per input token: 2 x matmul weights per slot (qkv/out 4d^2, SwiGLU 3 d d_ff = 9d^2),
+    # 4d per visible key per layer, the tied head 2dV once per position.
+    per_slot = 2 * L * (4 * d * d + 9 * d * d)
+    expected = {"standard": per_slot + 4 * d * L * standard / T + 2 * d * V,
+                "sps": 2 * per_slot + 4 * d * L * sps / T + 2 * d * V}
+    for variant in ("standard", "sps"):
+        assert flops.forward_flops_per_token(cfg[variant]) == pytest.approx(expected[variant], rel=1e-12)
+    for variant in ("delayed_state", "reverse_sps"):  # the same mask up to which stream the logits come from
+        assert flops.train_flops_per_token(cfg[variant]) == flops.train_flops_per_token(cfg["sps"])
+    ratio = flops.train_flops_per_token(cfg["sps"]) / flops.train_flops_per_token(cfg["standard"])
+    assert ratio == pytest.approx(expected["sps"] / expected["standard"], rel=1e-12)
+    assert 1.7 < ratio < 2.0  # 1.79 at S: roughly double, the LM head being paid once per position
