@@ -1,5 +1,9 @@
 """The paper's task set."""
 
+import math
+
+import pytest
+
 from sps_jax import vocab
 from sps_jax.evaluation import paper_tasks
 
@@ -9,3 +13,28 @@ def test_paper_task_groups_expand_to_the_papers_nine_tasks():
                                              "wikitext", "c4", "pile_books3", "govreport"]
     assert paper_tasks.expand(["zero_shot,wikitext"])[-1] == "wikitext"
     assert vocab.PAD_ID == 50303  # the adapter pads with the model's pad id, 50303 for real checkpoints
+
+
+# Two rows of Appendix B's per-corpus NLL and per-benchmark accuracy (%) table, and the averages the main results
+# table reports for them: "Task accuracy averages 5 zero-shot benchmarks; Corpus NLL averages 4 corpora".
+PAPER_ROWS = {
+    # (WT, C4, Books3, GR), (ARC-E, HS, PIQA, SciQ, LAMB), (Corpus NLL, Task Accuracy) of the main table
+    "S Standard": ((3.466, 4.340, 4.908, 3.357), (50.3, 34.8, 64.0, 71.5, 27.0), (4.018, 49.5)),
+    "XL SPS": ((2.831, 3.718, 4.061, 2.740), (66.3, 56.3, 71.9, 87.5, 49.5), (3.338, 66.3)),
+}
+
+
+def test_the_averages_are_the_plain_means_the_papers_tables_report():
+    for row, (corpora, accuracies, (corpus_avg, task_avg)) in PAPER_ROWS.items():
+        # lm-eval's results in the metrics the package reads (the paper names none): acc_norm, acc for LAMBADA,
+        # and the corpora's word perplexity, whose log is the corpus NLL.
+        metric = {"arc_easy": "acc_norm", "hellaswag": "acc_norm", "piqa": "acc_norm", "sciq": "acc_norm",
+                  "lambada_openai": "acc"}
+        results = {task: {f"{m},none": a / 100} for (task, m), a in zip(metric.items(), accuracies)}
+        results.update({task: {"word_perplexity,none": math.exp(nll)}
+                        for task, nll in zip(("wikitext", "c4", "sps_pile_books3", "sps_govreport"), corpora)})
+        summary = paper_tasks.summarize(results, paper_tasks.expand(["paper"]), {})
+        # The appendix's entries are rounded (3 decimals, 0.1 points): their mean meets the main table's to that.
+        assert summary["corpus_nll_avg"] == pytest.approx(corpus_avg, abs=1e-3), row
+        assert 100 * summary["task_accuracy_avg"] == pytest.approx(task_avg, abs=0.1), row
+        assert summary["corpus_nll"]["pile_books3"] == pytest.approx(corpora[2], abs=1e-12)
