@@ -58,7 +58,7 @@ def train_config():
     t.global_batch = 96            # sequences of model.seq_len input tokens per update
     t.micro_batch = 96             # sequences per forward/backward; accumulation makes up the rest
     t.total_tokens = 20_000_000_000
-    t.warmup_tokens = 200_000_000  # "a brief linear warmup": ~500 updates (our choice; the paper gives none)
+    t.warmup_tokens = 50_000_000   # "a brief linear warmup": the authors' released configs use 50M tokens (~127 updates)
     t.decay_fraction = 0.1         # linear decay over the final 10% of tokens
     t.peak_lr = 6e-4
     t.final_lr = 6e-5

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sps_jax import config as sps_config, masks
+from sps_jax import config as sps_config, masks, optim
 from sps_jax import model as sps_model
 
 
@@ -170,3 +170,15 @@ def test_the_20b_token_budget_meets_the_chinchilla_ratio_at_every_scale_but_xl()
     # Section 4 (Training): "The global batch size is 96 sequences of length 4,096, i.e. ~400,000 tokens per
     # gradient update".
     assert config.train.global_batch * config.model.seq_len == 96 * 4096 == 393_216
+
+
+def test_the_schedule_is_the_papers_warmup_constant_decay_with_the_authors_warmup():
+    # Section 4 (Training): peak 6e-4, "a brief linear warmup", constant, then a linear decay over the final 10% of
+    # the 20B tokens to 6e-5; the warmup's length (50M tokens) is the authors' released configs'. Values by hand.
+    t = sps_config.load_config("configs/paper.py:s,sps").train
+    tokens_per_update = t.global_batch * 4096
+    lr = optim.schedule(t, tokens_per_update)
+    expected = {25_000_000: 3e-4, 50_000_000: 6e-4, 10_000_000_000: 6e-4, 18_000_000_000: 6e-4,
+                19_000_000_000: (6e-4 + 6e-5) / 2, 20_000_000_000: 6e-5}
+    for tokens, rate in expected.items():
+        assert float(lr(tokens / tokens_per_update)) == pytest.approx(rate, rel=1e-5), tokens
