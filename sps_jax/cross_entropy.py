@@ -21,33 +21,33 @@ import jax
 import jax.numpy as jnp
 
 
-def _chunks(h_ND, targets_N, weights_N, rows: int):
-    """[C, rows, ...] views of the rows, padded with zero-weight rows to a whole number of chunks."""
-    N = h_ND.shape[0]
-    rows = max(1, min(rows, N))
-    pad = -N % rows
+def _chunks(h_FD, targets_F, weights_F, rows: int):
+    """[G, rows, ...] views of the rows, padded with zero-weight rows to a whole number of chunks."""
+    F = h_FD.shape[0]
+    rows = max(1, min(rows, F))
+    pad = -F % rows
     pad_rows = lambda x: jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))  # noqa: E731
-    C = (N + pad) // rows
-    return (pad_rows(h_ND).reshape(C, rows, h_ND.shape[1]), pad_rows(targets_N).reshape(C, rows),
-            pad_rows(weights_N).reshape(C, rows))
+    G = (F + pad) // rows
+    return (pad_rows(h_FD).reshape(G, rows, h_FD.shape[1]), pad_rows(targets_F).reshape(G, rows),
+            pad_rows(weights_F).reshape(G, rows))
 
 
-def _chunk_logits(h_RD, embed_VD, targets_R):
+def _chunk_logits(h_FD, embed_VD, targets_F):
     """f32 logits of a chunk (compute-dtype operands, f32 accumulation), their lse and target logit."""
-    logits_RV = jnp.einsum("rd,vd->rv", h_RD, embed_VD.astype(h_RD.dtype), preferred_element_type=jnp.float32)
-    lse_R = jax.nn.logsumexp(logits_RV, axis=-1)
-    target_R = jnp.take_along_axis(logits_RV, targets_R[:, None], axis=-1)[:, 0]
-    return logits_RV, lse_R, target_R
+    logits_FV = jnp.einsum("fd,vd->fv", h_FD, embed_VD.astype(h_FD.dtype), preferred_element_type=jnp.float32)
+    lse_F = jax.nn.logsumexp(logits_FV, axis=-1)
+    target_F = jnp.take_along_axis(logits_FV, targets_F[:, None], axis=-1)[:, 0]
+    return logits_FV, lse_F, target_F
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def linear_cross_entropy(h_ND, embed_VD, targets_N, weights_N, rows: int):
+def linear_cross_entropy(h_FD, embed_VD, targets_F, weights_F, rows: int):
     """sum_n weights_n * NLL(targets_n | logits_n = h_n E^T), in f32, ``rows`` positions at a time.
 
-    ``h_ND`` final hidden states (compute dtype), ``embed_VD`` the tied embedding, ``targets_N``
-    int ids, ``weights_N`` per-position loss weights (not differentiated).
+    ``h_FD`` final hidden states (compute dtype), ``embed_VD`` the tied embedding, ``targets_F``
+    int ids, ``weights_F`` per-position loss weights (not differentiated).
     """
-    hs, ts, ws = _chunks(h_ND, targets_N, weights_N, rows)
+    hs, ts, ws = _chunks(h_FD, targets_F, weights_F, rows)
 
     def body(total, chunk):
         h, t, w = chunk
@@ -58,33 +58,33 @@ def linear_cross_entropy(h_ND, embed_VD, targets_N, weights_N, rows: int):
     return total
 
 
-def _forward(h_ND, embed_VD, targets_N, weights_N, rows):
-    hs, ts, ws = _chunks(h_ND, targets_N, weights_N, rows)
-    dtype = h_ND.dtype
+def _forward(h_FD, embed_VD, targets_F, weights_F, rows):
+    hs, ts, ws = _chunks(h_FD, targets_F, weights_F, rows)
+    dtype = h_FD.dtype
     E_VD = embed_VD.astype(dtype)
 
     def body(carry, chunk):
         total, dE_VD = carry
         h, t, w = chunk
         logits, lse, target = _chunk_logits(h, embed_VD, t)
-        g_RV = jnp.exp(logits - lse[:, None])
-        g_RV = g_RV.at[jnp.arange(t.shape[0]), t].add(-1.0) * w[:, None]
-        g_RV = g_RV.astype(dtype)
-        dh_RD = jnp.einsum("rv,vd->rd", g_RV, E_VD, preferred_element_type=jnp.float32)
-        dE_VD = dE_VD + jnp.einsum("rv,rd->vd", g_RV, h, preferred_element_type=jnp.float32)
-        return (total + ((lse - target) * w).sum(), dE_VD), dh_RD
+        g_FV = jnp.exp(logits - lse[:, None])
+        g_FV = g_FV.at[jnp.arange(t.shape[0]), t].add(-1.0) * w[:, None]
+        g_FV = g_FV.astype(dtype)
+        dh_FD = jnp.einsum("fv,vd->fd", g_FV, E_VD, preferred_element_type=jnp.float32)
+        dE_VD = dE_VD + jnp.einsum("fv,fd->vd", g_FV, h, preferred_element_type=jnp.float32)
+        return (total + ((lse - target) * w).sum(), dE_VD), dh_FD
 
     init = (jnp.zeros((), jnp.float32), jnp.zeros(embed_VD.shape, jnp.float32))
-    (total, dE_VD), dh_CRD = jax.lax.scan(body, init, (hs, ts, ws))
-    dh_ND = dh_CRD.reshape(-1, h_ND.shape[1])[:h_ND.shape[0]]
+    (total, dE_VD), dh_GFD = jax.lax.scan(body, init, (hs, ts, ws))
+    dh_FD = dh_GFD.reshape(-1, h_FD.shape[1])[:h_FD.shape[0]]
     # Zero-size markers carry the input dtypes (residuals must be arrays); gradients stay f32 until
     # the cotangent is applied.
-    return total, (dh_ND, dE_VD, jnp.zeros((0,), h_ND.dtype), jnp.zeros((0,), embed_VD.dtype))
+    return total, (dh_FD, dE_VD, jnp.zeros((0,), h_FD.dtype), jnp.zeros((0,), embed_VD.dtype))
 
 
 def _backward(rows, res, ct):
-    dh_ND, dE_VD, h_marker, embed_marker = res
-    return (ct * dh_ND).astype(h_marker.dtype), (ct * dE_VD).astype(embed_marker.dtype), None, None
+    dh_FD, dE_VD, h_marker, embed_marker = res
+    return (ct * dh_FD).astype(h_marker.dtype), (ct * dE_VD).astype(embed_marker.dtype), None, None
 
 
 linear_cross_entropy.defvjp(_forward, _backward)

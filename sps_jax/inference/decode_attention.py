@@ -80,10 +80,11 @@ def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
     jax_decode = importlib.import_module(KERNEL_MODULE)
 
     slots_first = lambda x_BHTK: jnp.swapaxes(x_BHTK, 1, 2)  # noqa: E731  (the kernel's [B, T, H, K])
-    o_BNK, (sum_BN, max_BN) = jax_decode.gqa(
+    # The kernel's query heads are the H x S query rows, head-major: [B, H * S, K] and [B, H * S].
+    o, (row_sum, row_max) = jax_decode.gqa(
         q_BHSK.reshape(B, H * S, K), slots_first(k_BHTK), slots_first(v_BHTK),
         start_idx=lo_B.astype(jnp.int32), kv_seq_len=jnp.asarray(end, jnp.int32), sm_scale=K ** -0.5,
         block_k=split.block_k, k_splits=split.k_splits, return_residuals=True, interpret=split.interpret)
     # The kernel returns the normalised output; the merge wants it times its row sum.
-    sum_BHS1, max_BHS1 = sum_BN.reshape(B, H, S, 1), max_BN.reshape(B, H, S, 1)
-    return max_BHS1, sum_BHS1, o_BNK.reshape(B, H, S, K).astype(jnp.float32) * sum_BHS1
+    sum_BHS1, max_BHS1 = row_sum.reshape(B, H, S, 1), row_max.reshape(B, H, S, 1)
+    return max_BHS1, sum_BHS1, o.reshape(B, H, S, K).astype(jnp.float32) * sum_BHS1
