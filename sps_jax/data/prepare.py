@@ -165,7 +165,7 @@ def ensure_builtin(out: str, log=print) -> dict:
     waiting = False
     while (manifest := loader.read_manifest(out)) is None:
         if not waiting:
-            log(f"preparing the built-in corpus into {out} (once; about a minute) ...")
+            log(f"preparing the built-in corpus into {out} (once; a few seconds) ...")
         try:
             return prepare("builtin", out, log=log)
         except files.FolderBusy:
