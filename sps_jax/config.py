@@ -367,7 +367,7 @@ def check_ranges(config) -> None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool) \
             and (isinstance(value, int) or math.isfinite(value))
         most = _INT_MAX if most is None and kind is int else most
-        above = most is not None and (value >= most if dotted in _BELOW_MAX else value > most)
+        above = number and most is not None and (value >= most if dotted in _BELOW_MAX else value > most)
         if not number or (kind is int and not isinstance(value, int)) or value < least or above:
             bound = (f"of at least {least}" if most is None else f"in [{least}, {most})" if dotted in _BELOW_MAX
                      else f"between {least} and {most}")

@@ -182,3 +182,11 @@ def test_the_schedule_is_the_papers_warmup_constant_decay_with_the_authors_warmu
                 19_000_000_000: (6e-4 + 6e-5) / 2, 20_000_000_000: 6e-5}
     for tokens, rate in expected.items():
         assert float(lr(tokens / tokens_per_update)) == pytest.approx(rate, rel=1e-5), tokens
+
+
+@pytest.mark.parametrize("field", [f for f, (_, _, _, optional) in sps_config.RANGES.items() if not optional])
+def test_none_for_a_field_that_takes_a_number_is_one_sentence(field):
+    # Overrides accept None everywhere and leave it to the checks; comparing None with the bound was a TypeError.
+    config = sps_config.load_config("configs/tiny.py", [f"--config.{field}=None"])
+    with pytest.raises(ValueError, match=rf"^{field}=None must be (an integer|a finite number) "):
+        sps_config.check_run_config(config)
