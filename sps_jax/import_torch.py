@@ -121,7 +121,16 @@ def _stored(text) -> ml_collections.ConfigDict:
         raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not JSON ({_reason(exc)}).") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: it has no 'model' section.")
+    for field in _SIZES:  # the import sets these to integers, which ConfigDict refuses over another type
+        value = data["model"].get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: its model.{field} is "
+                            f"{value!r}, not a positive integer; export the run again.")
     return ml_collections.ConfigDict(data)
+
+
+# The model fields an import sets from the tensors, the flags or model_args, over a stored config's values.
+_SIZES = ("num_layers", "d_model", "d_ff", "vocab_size", "num_heads", "seq_len")
 
 
 def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),

@@ -2,6 +2,7 @@
 independent numpy forward of their state dict, in the paper's interleaved x0 rho0 x1 rho1 ... order; bad
 files are one sentence, and an existing run is never overwritten without --force."""
 
+import json
 import os
 import sys
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch  # the test extra installs it: a missing torch fails here instead of skipping
 
-from sps_jax import import_torch, runs
+from sps_jax import config as sps_config, import_torch, runs
 from tests import fuzz
 from tests.helpers import run_module
 from tests.torch_reference import numpy_forward
@@ -204,4 +205,24 @@ def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(t
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert f"--config.model.{field}={value}" in outcome.stderr and f"{has}" in outcome.stderr, outcome.stderr
     assert "run folder" not in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("field,value", [("seq_len", "abc"), ("num_heads", "2"), ("d_model", 32.0), ("num_layers", None)])
+def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, field, value):
+    # An exported file's config edited by hand: the import sets these fields to integers over it, which
+    # ConfigDict refused with a TypeError traceback when the stored value was a string or a float.
+    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
+    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T)
+    stored = json.loads(config.to_json())
+    stored["model"][field] = value
+    path = tmp_path / "edited.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T},
+                "sps_jax_config": json.dumps(stored)}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    if value is None:  # a missing size is filled from the tensors and model_args
+        assert outcome.status == 0, outcome.stderr
+        return
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"model.{field} is {value!r}, not a positive integer" in outcome.stderr
     assert not (tmp_path / "run").exists()
