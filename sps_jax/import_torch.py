@@ -157,12 +157,15 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             if field in fields:
                 config.model[field] = fields[field]
     m = config.model
-    if variant != FROM_FILE:
-        m.variant = variant
-    if window != FROM_FILE:
-        m.window = window
-    if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
-        m.window = masks.Visibility(m.variant, m.window).window  # None where the variant has no window
+    with m.ignore_type():  # the flags replace a stored config's values, whatever their type
+        if variant != FROM_FILE:
+            m.variant = variant
+        if window != FROM_FILE:
+            m.window = window
+        if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
+            # None where the variant has no window; a stored config may leave both to ModelConfig's defaults
+            m.window = masks.Visibility(m.get("variant", sps_model.ModelConfig.variant),
+                                        m.get("window", sps_model.ModelConfig.window)).window
     in_file = _given(fields, "num_heads", "n_head", "--num-heads")
     if in_file is None and stored_config is not None:
         in_file = m.num_heads

@@ -226,3 +226,20 @@ def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, 
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert f"model.{field} is {value!r}, not a positive integer" in outcome.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("variant,window", [(5, 2), ("sps", "2"), (None, 2)])
+def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tmp_path, variant, window):
+    # --variant and --window win over a hand-edited stored config; replacing a value of another type
+    # (variant 5, window "2", variant null) was ConfigDict's TypeError traceback.
+    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
+    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T)
+    stored = json.loads(config.to_json())
+    stored["model"].update(variant=variant, window=window)
+    path = tmp_path / "edited.pt"
+    sd = synthetic_state_dict()
+    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}, "sps_jax_config": json.dumps(stored)}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run"), "--variant", "sps",
+                                            "--window", "2"])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    logits_match(tmp_path / "run", sd, "sps", 2)
