@@ -243,3 +243,19 @@ def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tm
                                             "--window", "2"])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
     logits_match(tmp_path / "run", sd, "sps", 2)
+
+
+def test_a_stored_config_that_leaves_the_variant_to_the_default_imports_and_says_so(tmp_path):
+    # A run of a user's config may leave model.variant to ModelConfig's default; the import wrote the run and then
+    # failed on its closing line (AttributeError), leaving status 1 after a complete run folder.
+    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
+    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T, window=2)
+    stored = json.loads(config.to_json())
+    del stored["model"]["variant"]
+    path = tmp_path / "edited.pt"
+    sd = synthetic_state_dict()
+    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}, "sps_jax_config": json.dumps(stored)}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert "sps (window 2)" in outcome.stdout
+    logits_match(tmp_path / "run", sd, "sps", 2)
