@@ -192,3 +192,21 @@ def test_an_output_that_cannot_be_written_is_refused_before_loading_and_long_nam
     out = tmp_path / ("a" * 252 + ".pt")
     assert export_torch.main([run, "--out", str(out)]) == 0 and out.stat().st_size > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["afile", "run", out.name])
+
+
+def test_a_config_json_that_is_not_a_model_is_named_before_the_weights_load(tmp_path, capsys, monkeypatch):
+    # As generate, evaluate and probes do: the sentence names the run's config.json, and no weights are read
+    # for a model the file cannot describe (before, the checkpoint was restored first and the file went unnamed).
+    run = make_run(tmp_path / "run", "sps", 3)
+    path = tmp_path / "run" / "config.json"
+    config = json.loads(path.read_text())
+    config["model"]["seq_len"] = "abc"
+    path.write_text(json.dumps(config))
+
+    def no_restore(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+    monkeypatch.setattr(runs.checkpoint, "restore_params", no_restore)
+    assert export_torch.main([run, "--out", str(tmp_path / "ckpt.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}: model.seq_len must be an integer of at least 1, got 'abc'.\n", err
+    assert not (tmp_path / "ckpt.safetensors").exists()
