@@ -177,6 +177,11 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                         "original model settings to resume it.")
     if has_checkpoints and other is None and os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         saved = read_config(workdir)
+        if not isinstance(saved.get("train"), ml_collections.ConfigDict):  # a config.json edited by hand
+            raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} has no train section, so the "
+                            f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
+                            "unknown: put back the section with the values the run was trained with, or use a new "
+                            "--workdir.")
         changed = [f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in RESUME_FIXED
                    if saved.train.get(k) != config.train.get(k)]
         if changed:

@@ -357,6 +357,19 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
     refuse(small_argv(tmp_path / "file", tokens), "is a file, not a folder")
 
 
+def test_resuming_a_run_whose_config_json_lost_its_train_section_is_one_sentence(tmp_path, tokens, reference):
+    # A config.json edited by hand: the resume check read its train.seed and raised AttributeError (a traceback).
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    config = json.loads((trained / "config.json").read_text())
+    del config["train"]
+    (trained / "config.json").write_text(json.dumps(config))
+    before = digest(trained)
+    refuse(small_argv(trained, tokens), "config.json has no train section", "train.seed and train.global_batch",
+           "new --workdir")
+    assert digest(trained) == before
+
+
 def test_a_run_folder_that_another_training_process_is_using_is_refused_and_left_as_it_was(tmp_path, tokens,
                                                                                             reference):
     # The same job launched twice (a re-queued job whose first attempt still runs) would resume the same run
