@@ -40,12 +40,18 @@ def read(workdir: str, required: bool = False) -> list[dict]:
                                     "(or training has not logged yet).")
         return []
     records = []
-    for line, record in files.read_jsonl(path, drop_partial_last=True):
-        if not isinstance(record, dict) or isinstance(record.get("step"), bool) \
-                or not isinstance(record.get("step"), int):
-            raise UserError(f"{path} line {line} is not a metrics record: it needs an integer \"step\".")
-        records.append(record)
+    try:
+        for line, record in files.read_jsonl(path, drop_partial_last=True):
+            if not isinstance(record, dict) or isinstance(record.get("step"), bool) \
+                    or not isinstance(record.get("step"), int):
+                raise UserError(f"{path} line {line} is not a metrics record: it needs an integer \"step\"")
+            records.append(record)
+    except UserError as e:  # a line written by hand or another program: the run's own lines are records
+        raise UserError(f"{str(e).rstrip('.')}; {_FIX_LINE}") from None
     return records
+
+
+_FIX_LINE = "fix or delete that line (training writes one JSON record per line, each with \"step\")."
 
 
 def curves(workdir: str) -> dict[str, list[dict]]:

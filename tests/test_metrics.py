@@ -40,3 +40,18 @@ def test_a_metrics_file_that_is_not_records_is_one_sentence_naming_the_line(tmp_
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"loss": 3.0}\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not a metrics record"):
         metrics.read(str(tmp_path))
+
+
+@pytest.mark.parametrize("line, says", [("this is not json", "is not JSON at line 2, column 1"),
+                                        ('{"loss": 3.0}', "line 2 is not a metrics record"),
+                                        ("\udcff", "line 2 is not UTF-8 text")])
+def test_a_bad_line_in_the_middle_of_the_metrics_says_what_to_do(tmp_path, line, says):
+    # Training, evaluate and figures all read metrics.jsonl; the sentence named the line but not what to do with it.
+    with open(tmp_path / "metrics.jsonl", "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(f'{{"step": 1, "loss": 2.0}}\n{line}\n{{"step": 3}}\n')
+    with pytest.raises(ValueError) as refusal:
+        metrics.read(str(tmp_path))
+    message = str(refusal.value)
+    assert says in message and message.endswith("; fix or delete that line (training writes one JSON record per "
+                                                 'line, each with "step").'), message
+    assert message.count(".;") == 0 and "\n" not in message
