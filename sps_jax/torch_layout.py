@@ -124,7 +124,7 @@ def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
 
 def to_params(sd: dict[str, np.ndarray], num_heads: int) -> dict:
     """This project's parameter tree from their state dict (prefix-free keys; shapes checked by :func:`check`)."""
-    if LM_HEAD in sd and not np.array_equal(sd[LM_HEAD], sd[EMBED]):
+    if LM_HEAD in sd and not np.array_equal(sd[LM_HEAD], sd[EMBED], equal_nan=True):  # NaN: tied all the same
         raise ValueError(f"{LM_HEAD} differs from {EMBED}; this project ties them.")
     params: dict = {}
     for key, path, kind, _ in _entries(num_layers(sd)):

@@ -259,3 +259,17 @@ def test_a_stored_config_that_leaves_the_variant_to_the_default_imports_and_says
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
     assert "sps (window 2)" in outcome.stdout
     logits_match(tmp_path / "run", sd, "sps", 2)
+
+
+def test_tied_weights_holding_nan_import_as_tied(tmp_path):
+    # lm_head.weight is the embedding; NaN != NaN made the tie check say "differs" of one and the same tensor.
+    sd = synthetic_state_dict()
+    sd["_orig_mod.transformer.wte.weight"][3, :5] = float("nan")
+    assert sd["_orig_mod.lm_head.weight"] is sd["_orig_mod.transformer.wte.weight"]
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--window", "2", "--out",
+                                            str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    _, params, _ = runs.load_run(str(tmp_path / "run"))
+    assert np.isnan(np.asarray(params["embed"])[3, :5]).all()
