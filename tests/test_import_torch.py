@@ -208,7 +208,8 @@ def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(t
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("field,value", [("seq_len", "abc"), ("num_heads", "2"), ("d_model", 32.0), ("num_layers", None)])
+@pytest.mark.parametrize("field,value", [("seq_len", "abc"), ("num_heads", "2"), ("d_model", 32.0),
+                                         ("num_layers", None)])
 def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, field, value):
     # An exported file's config edited by hand: the import sets these fields to integers over it, which
     # ConfigDict refused with a TypeError traceback when the stored value was a string or a float.
