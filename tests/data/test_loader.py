@@ -96,3 +96,12 @@ def test_a_model_of_another_eos_id_is_refused(tmp_path):
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20, eos=59)
     with pytest.raises(ValueError, match="eos_id 59 differs from the model's 60"):
         loader.open_tokens(folder, "train", vocab_size=64, eos_id=60)
+
+
+def test_a_file_given_as_the_token_folder_is_named_as_a_file(tmp_path):
+    # The sentence said the file had no manifest.json and to prepare into it, which prepare refuses for a file.
+    (tmp_path / "corpus.txt").write_text("some text\n")
+    outcome = fuzz.call(data_cli.main, ["verify", str(tmp_path / "corpus.txt")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "corpus.txt is a file, not a token folder: pass the folder that" in outcome.stderr, outcome.stderr
+    assert "--out" not in outcome.stderr
