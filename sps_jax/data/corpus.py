@@ -145,11 +145,24 @@ def check_source(source: str) -> None:
     """Fail fast, before any work, on a source that cannot be read."""
     if source == "builtin" or source.startswith("hf:"):
         return
+    if _leads_nowhere(source):
+        raise UserError(f"source {source!r} is a link that leads nowhere (its target is missing, or links point at "
+                        "each other in a loop): pass the file or folder itself.")
     if not os.path.exists(source):
         raise FileNotFoundError(f"source {source!r} does not exist: pass a text/JSONL/Parquet file or folder, "
                                 "'builtin', or 'hf:NAME[:CONFIG]'.")
-    if not _files(source):
+    paths = _files(source)
+    if not paths:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
+    nowhere = [p for p in paths if _leads_nowhere(p)]
+    if nowhere:  # found now, not after the files before it were tokenised
+        raise UserError(f"{nowhere[0]} in source folder {source!r} is a link that leads nowhere (its target is "
+                        "missing, or links point at each other in a loop): remove it or point it at a file.")
+
+
+def _leads_nowhere(path: str) -> bool:
+    """A symbolic link whose target is missing or part of a loop of links."""
+    return os.path.islink(path) and not os.path.exists(path)
 
 
 def documents(source: str, text_field: str = "text", hf_split: str = "train",

@@ -250,3 +250,23 @@ def test_a_first_run_waiting_for_a_builtin_prepare_that_fails_prepares_it_itself
     assert "error" not in box and box["result"]["settings"]["source"] == src
     assert sorted(os.listdir(out)) == ["manifest.json", "train.bin", "val.bin"]
     assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
+
+
+@pytest.mark.parametrize("where", ["source", "in the folder"])
+@pytest.mark.parametrize("kind", ["loop", "missing target"])
+def test_a_link_that_leads_nowhere_is_named_before_any_work(tmp_path, where, kind):
+    # A link loop as the source was said not to exist; one inside a folder stopped after the files before it were
+    # tokenised, with the bare OS error ("Too many levels of symbolic links", "No such file or directory").
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("A document that is fine.\n")
+    link = (folder / "b.txt") if where == "in the folder" else (tmp_path / "link.txt")
+    if kind == "loop":
+        os.symlink(link.name, link)  # a link to itself
+    else:
+        os.symlink("nowhere.txt", link)
+    source = str(folder) if where == "in the folder" else str(link)
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", source, "--out", str(tmp_path / "out")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"{link}" in outcome.stderr and "is a link that leads nowhere" in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "out").exists()
