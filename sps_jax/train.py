@@ -251,6 +251,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                 log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
             if jax.process_index() == 0:
                 metrics.truncate(workdir, start_step)
+            end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
+            if start_step >= end:  # a finished run rerun, or an end moved before it: nothing to compile
+                log(f"step {start_step} is already at this run's end, step {end} of train.total_tokens"
+                    + (" and train.stop_at_step" if t.stop_at_step else "") + ": nothing to train; raise "
+                    "train.total_tokens or train.stop_at_step to train on.")
+                return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
 
             micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
             local_rows = t.micro_batch // jax.process_count()
@@ -288,7 +294,6 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             run_start = time.time()
             peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
             with _StopFlag() as stop:
-                end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
                 while step < end:
                     ckpts.poll()  # a save that failed in the background stops the run here
                     tick = time.time()

@@ -222,6 +222,18 @@ def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
 
 
+def test_a_run_rerun_past_its_end_says_so_without_compiling_or_touching_its_files(tmp_path, tokens, reference):
+    workdir = tmp_path / "run"
+    shutil.copytree(reference, workdir)
+    before = (workdir / "metrics.jsonl").read_bytes()
+    for extra in ([], ["--config.train.stop_at_step=3"]):  # the schedule's end, and an end moved before the run
+        out = run_train(workdir, tokens, STEPS, extra=extra)
+        assert f"step {STEPS} is already at this run's end, step " in out.stdout, out.stdout
+        assert "compiled in" not in out.stdout, out.stdout
+        assert (workdir / "metrics.jsonl").read_bytes() == before
+    assert checkpoint.steps(str(workdir)) == checkpoint.steps(str(reference))
+
+
 def test_loss_png_is_drawn_at_the_end_of_a_run(reference):
     height, width, _ = decoded_png(reference / "loss.png").shape
     assert width > 2 * height  # training loss and validation NLL side by side
