@@ -189,7 +189,9 @@ def _restore_params(workdir: str, step: int | None, target):
         if step not in all_steps:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
                                     f"it has {all_steps}.")
-        others = f"; its other checkpoints are {[s for s in all_steps if s != step]}" if len(all_steps) > 1 else ""
+        rest = [s for s in all_steps if s != step]
+        others = (f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, rest[-1])}"
+                  if rest else "")
         reason = problem(workdir, step, ("params",))
         if reason is None:
             try:

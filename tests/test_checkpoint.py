@@ -121,7 +121,8 @@ def test_loading_weights_of_a_damaged_checkpoint_names_it_and_the_others(tmp_pat
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
     with open(array_file(checkpoint.step_dir(workdir, 4)), "r+b") as f:
         f.truncate(3)
-    with pytest.raises(UserError, match=r"checkpoint step 4 of .* is damaged .*its other checkpoints are \[2\]"):
+    damaged = r"checkpoint step 4 of .* is damaged .*its other checkpoints are \[2\]: read one of them instead, e\.g\. "
+    with pytest.raises(UserError, match=damaged + r".*checkpoints/2\.$"):
         checkpoint.restore_params(workdir)
     params, step = checkpoint.restore_params(workdir, 2)
     assert step == 2 and np.asarray(params["w"]).tolist() == [2.0] * 4
