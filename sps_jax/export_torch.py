@@ -92,9 +92,7 @@ def write(ckpt: dict, out: str) -> None:
 def export_run(run: str, out: str, step: int | None = None, dtype: str = "float32", force: bool = False) -> dict:
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
     check_output(out, force)
-    workdir, _ = runs.checkpoint_step(run, step)  # a checkpoint path and another --step are refused first
-    runs.model_config(runs.read_config(workdir), workdir)  # a bad config.json stops before any weights load
-    config, params, step = runs.load_run(run, step)
+    config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
     runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)
     ckpt = checkpoint_dict(config, params, step, dtype)
     with files.results(force):

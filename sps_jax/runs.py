@@ -239,11 +239,18 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     checkpoint.save_params(workdir, step, params, meta)
 
 
-def load_run(path: str, step: int | None = None):
-    """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
+def _load(path: str, step: int | None):
+    """(config, its ModelConfig, params, step); a config.json that is not a model stops before any weights load."""
     workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
+    cfg = model_config(config, workdir)
     params, step = checkpoint.restore_params(workdir, step)
+    return config, cfg, params, step
+
+
+def load_run(path: str, step: int | None = None):
+    """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
+    config, _, params, step = _load(path, step)
     return config, params, step
 
 
@@ -265,9 +272,7 @@ def check_params(net: sps_model.Transformer, params) -> None:
 
 def load_model(path: str, step: int | None = None):
     """(Transformer, params, step) of a run folder or checkpoint, after checking params against config.json."""
-    workdir, _ = find_run(path)
-    cfg = model_config(read_config(workdir), workdir)  # a bad config.json stops before any weights load
-    config, params, step = load_run(path, step)
+    _, cfg, params, step = _load(path, step)
     net = sps_model.Transformer(cfg)
     check_params(net, params)
     return net, params, step
