@@ -208,18 +208,24 @@ def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(t
     assert not (tmp_path / "run").exists()
 
 
+def export_with_stored_config(tmp_path, edit, sd):
+    """An exported .pt of ``sd`` whose stored run config (the tiny config at this file's sizes, window 2) was
+    changed by hand: ``edit`` changes its model section in place."""
+    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
+    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T, window=2)
+    stored = json.loads(config.to_json())
+    edit(stored["model"])
+    path = tmp_path / "edited.pt"
+    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}, "sps_jax_config": json.dumps(stored)}, path)
+    return path
+
+
 @pytest.mark.parametrize("field,value", [("seq_len", "abc"), ("num_heads", "2"), ("d_model", 32.0),
                                          ("num_layers", None)])
 def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, field, value):
     # An exported file's config edited by hand: the import sets these fields to integers over it, which
     # ConfigDict refused with a TypeError traceback when the stored value was a string or a float.
-    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
-    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T)
-    stored = json.loads(config.to_json())
-    stored["model"][field] = value
-    path = tmp_path / "edited.pt"
-    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T},
-                "sps_jax_config": json.dumps(stored)}, path)
+    path = export_with_stored_config(tmp_path, lambda model: model.update({field: value}), synthetic_state_dict())
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     if value is None:  # a missing size is filled from the tensors and model_args
         assert outcome.status == 0, outcome.stderr
@@ -233,13 +239,8 @@ def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, 
 def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tmp_path, variant, window):
     # --variant and --window win over a hand-edited stored config; replacing a value of another type
     # (variant 5, window "2", variant null) was ConfigDict's TypeError traceback.
-    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
-    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T)
-    stored = json.loads(config.to_json())
-    stored["model"].update(variant=variant, window=window)
-    path = tmp_path / "edited.pt"
     sd = synthetic_state_dict()
-    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}, "sps_jax_config": json.dumps(stored)}, path)
+    path = export_with_stored_config(tmp_path, lambda model: model.update(variant=variant, window=window), sd)
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run"), "--variant", "sps",
                                             "--window", "2"])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
@@ -249,13 +250,8 @@ def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tm
 def test_a_stored_config_that_leaves_the_variant_to_the_default_imports_and_says_so(tmp_path):
     # A run of a user's config may leave model.variant to ModelConfig's default; the import wrote the run and then
     # failed on its closing line (AttributeError), leaving status 1 after a complete run folder.
-    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
-    config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T, window=2)
-    stored = json.loads(config.to_json())
-    del stored["model"]["variant"]
-    path = tmp_path / "edited.pt"
     sd = synthetic_state_dict()
-    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}, "sps_jax_config": json.dumps(stored)}, path)
+    path = export_with_stored_config(tmp_path, lambda model: model.pop("variant"), sd)
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
     assert "sps (window 2)" in outcome.stdout
