@@ -9,6 +9,7 @@ needs a run's weights, model, name, scale or tokens seen asks this module.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -100,8 +101,11 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) 
 
 
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
-    """Write the resolved config atomically."""
+    """Write the resolved config atomically, its model section whole: a field the config left to
+    ModelConfig's default is written out, so the run keeps describing its model if a default changes."""
     path = os.path.join(workdir, CONFIG_FILE)
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.model = _model_fields(config.model)
     files.write_text(path, config.to_json_best_effort(indent=2, sort_keys=True))
     return path
 
@@ -123,11 +127,18 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def model_config(config, workdir: str) -> sps_model.ModelConfig:
-    """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad."""
+    """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad.
+    Every field must be there: train writes them all, and a default filled in for a lost one (the
+    window, the variant) would build another model than the weights were trained as."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    missing = sorted({f.name for f in dataclasses.fields(sps_model.ModelConfig)} - set(config.model.keys()))
+    if missing:
+        raise UserError(f"{path}: the model section has no {', '.join(missing)}: put back the values the run "
+                        "was trained with (a default could describe another model).")
     try:
         return sps_model.ModelConfig.from_config(config.model)
     except (ValueError, TypeError) as e:
-        raise UserError(f"{os.path.join(workdir, CONFIG_FILE)}: {cli.sentence(e)}") from None
+        raise UserError(f"{path}: {cli.sentence(e)}") from None
 
 
 # What a resume must keep: the seed fixes the data order, and the global batch the tokens per step
@@ -202,8 +213,17 @@ def exclusive(workdir: str):
 def model_differences(saved, config) -> list[str]:
     """The model fields two configs disagree on, ignoring how the model is computed (another attention
     backend, remat or chunking runs the same model)."""
-    old, new = json.loads(saved.model.to_json()), json.loads(config.model.to_json())
+    old, new = _model_fields(saved.model), _model_fields(config.model)
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
+
+
+def _model_fields(model) -> dict:
+    """Every field of a model section, defaults filled in and normalised as the model does (a window
+    given to ``standard`` is None); a section the model refuses is compared as written."""
+    try:
+        return dataclasses.asdict(sps_model.ModelConfig.from_config(model))
+    except (ValueError, TypeError):
+        return json.loads(model.to_json())
 
 
 def check_init_from(config) -> tuple[str, int, list[str]] | None:

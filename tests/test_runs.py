@@ -102,3 +102,15 @@ def test_a_workdir_of_another_model_names_the_fields_that_differ_in_a_sentence_t
         with pytest.raises(ValueError) as refusal:
             runs.check_workdir(str(workdir), config)
         assert f"holds a run of another model {says}: use a new --workdir" in str(refusal.value), refusal.value
+
+
+def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_default(tmp_path):
+    # window defaults to 64 (the paper's); a run trained at w=2 whose config.json lost the field
+    # would otherwise load its weights into a w=64 model without a word.
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run", window=2)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    del config["model"]["window"], config["model"]["seq_len"]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=r"config\.json: the model section has no seq_len, window: .*\.$"):
+        runs.load_model(str(tmp_path / "run"))
