@@ -18,7 +18,7 @@ from typing import Sequence
 
 import ml_collections
 
-from sps_jax import files, masks
+from sps_jax import cli, files, masks
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
@@ -188,9 +188,9 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     try:
         module_spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}).") from None
+        raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}): fix that line.") from None
     except Exception as e:  # the user's file: say where it failed instead of a traceback
-        raise UserError(f"config file {path} failed{_line_in(e, path)}: {type(e).__name__}: {e}") from None
+        raise UserError(f"config file {path} failed{_failure(e, path)}") from None
     get_config = getattr(module, "get_config", None)
     if not callable(get_config):
         raise UserError(f"config file {path} defines no get_config(arg) function: see configs/tiny.py.")
@@ -200,9 +200,10 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
     except Exception as e:
         call = f"get_config({arg!r})" if arg else "get_config()"
-        raise UserError(f"{call} of {path} failed{_line_in(e, path)}: {type(e).__name__}: {e}") from None
+        raise UserError(f"{call} of {path} failed{_failure(e, path)}") from None
     if not isinstance(config, ml_collections.ConfigDict):
-        raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict.")
+        raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict: "
+                        "return one, as configs/tiny.py does.")
     prefix = _generated_name_prefix(config)
     for item in overrides:
         apply_override(config, item)
@@ -231,11 +232,12 @@ def _shipped_if_missing(path: str) -> str:
     return str(shipped) if shipped.is_file() else path
 
 
-def _line_in(exc: BaseException, path: str) -> str:
-    """' at line N' of the innermost traceback frame in ``path``, or ''."""
+def _failure(exc: BaseException, path: str) -> str:
+    """' at line N: Error: what: fix the file there.', N the innermost traceback frame in ``path``."""
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
              if os.path.abspath(f.filename) == os.path.abspath(path)]
-    return f" at line {lines[-1]}" if lines else ""
+    where = f" at line {lines[-1]}" if lines else ""
+    return f"{where}: {type(exc).__name__}: {cli.sentence(exc).rstrip('.')}: fix the file{' there' if lines else ''}."
 
 
 def _override_key(item: str) -> str:

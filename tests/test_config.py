@@ -190,3 +190,19 @@ def test_none_for_a_field_that_takes_a_number_is_one_sentence(field):
     config = sps_config.load_config("configs/tiny.py", [f"--config.{field}=None"])
     with pytest.raises(ValueError, match=rf"^{field}=None must be (an integer|a finite number) "):
         sps_config.check_run_config(config)
+
+
+@pytest.mark.parametrize("body, sentence", [
+    ("def get_config(:\n", r"config file .*bad\.py line 1 is not valid Python \(.*\): fix that line\.$"),
+    ("import nowhere_module\n", r"config file .*bad\.py failed at line 1: ModuleNotFoundError: No module named "
+                                r"'nowhere_module': fix the file there\.$"),
+    ("def get_config():\n    return 1 / 0\n", r"get_config\(\) of .*bad\.py failed at line 2: ZeroDivisionError: "
+                                              r"division by zero: fix the file there\.$"),
+    ("def get_config():\n    return {}\n", r"get_config of .*bad\.py returned dict, not an ml_collections\.ConfigDict: "
+                                          r"return one, as configs/tiny\.py does\.$"),
+])
+def test_a_config_file_that_fails_is_one_sentence_saying_where_and_what_to_do(tmp_path, body, sentence):
+    path = tmp_path / "bad.py"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=sentence):
+        sps_config.load_config(str(path))
