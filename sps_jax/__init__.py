@@ -8,3 +8,7 @@ import os as _os
 # the plugin loaded this way anyway.
 if not _os.path.exists("/proc/driver/nvidia/version"):
     _os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+
+from sps_jax import cli as _cli  # standard library only: it must not slow the import down
+
+_cli.quiet_interrupt_while_starting()

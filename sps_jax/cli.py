@@ -82,6 +82,25 @@ def _raise_stop(signum, frame):
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _exit_interrupted(signum, frame):
+    os.write(2, b"interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
+def quiet_interrupt_while_starting() -> None:
+    """Started from the shell (``python -m sps_jax...`` or an ``sps-*`` script), a command spends its
+    first seconds importing jax before :func:`main` takes over Ctrl-C; an interrupt there ends it like
+    one in the run ("interrupted", 130) instead of a traceback, or an abort inside jaxlib's C++ import.
+    Nothing has been written yet, so exiting at once loses nothing. Imports elsewhere (notebooks,
+    tests, other programs) leave signal handling alone."""
+    argv = getattr(sys, "orig_argv", [])
+    as_module = any(flag == "-m" and name.split(".")[0] == "sps_jax" for flag, name in zip(argv, argv[1:]))
+    as_script = bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("sps-")
+    if ((as_module or as_script) and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        signal.signal(signal.SIGINT, _exit_interrupted)
+
+
 def main(fn):
     """Decorate a command's ``main(argv=None)``: user errors become one line on stderr and status 2.
 

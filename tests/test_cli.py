@@ -240,6 +240,30 @@ def test_a_command_stopped_while_xla_compiles_says_so_and_exits_128_plus_the_sig
     assert (code, own_lines(err)) == (status, [word]), err
 
 
+def importing_jax(pid) -> bool:
+    with open(f"/proc/{pid}/maps") as maps:
+        return "jaxlib" in maps.read()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="watches the process's mapped libraries")
+def test_a_command_interrupted_while_it_imports_jax_exits_130_in_one_word(tmp_path):
+    """Before: a Ctrl-C in the first seconds, before the command's main took over the signal, printed a
+    KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import."""
+    proc = subprocess.Popen([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
+                             str(tmp_path / "run")], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not importing_jax(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, own_lines(err)) == (130, ["interrupted"]), err
+    assert not (tmp_path / "run").exists()
+
+
 def test_called_with_arguments_a_command_returns_130_and_leaves_signal_handling_alone(capsys):
     @cli.main
     def interrupted(argv):
