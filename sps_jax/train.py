@@ -72,8 +72,9 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
             "tokens_per_step": tokens_per_step, "total_steps": total_steps}
 
 
-def make_train_step(model, opt, accum: int, param_shardings):
-    """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it."""
+def make_train_step(model, opt, param_shardings):
+    """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it.
+    The number of micro-batches is the tokens' leading axis."""
 
     def step(params, opt_state, tokens_ABL):
         def micro(carry, tokens_BL):
@@ -126,7 +127,7 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
         params, _ = checkpoint.restore_params(workdir, step, target=sps_mesh.placed(abstract_params, param_sh))
         return params, fresh_opt_state(params)
 
-    step_fn = jax.jit(make_train_step(model, opt, p["accum"], param_sh),
+    step_fn = jax.jit(make_train_step(model, opt, param_sh),
                       in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
                       donate_argnums=(0, 1))
     return types.SimpleNamespace(mesh=mesh, model=model, opt=opt, abstract_params=abstract_params,

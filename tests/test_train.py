@@ -420,7 +420,7 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     tokens[rng.random(tokens.shape) < 0.1] = 60  # documents of uneven lengths: token weighting matters
     results = {}
     for accum in (1, 4):
-        step = jax.jit(sps_train.make_train_step(model, opt, accum, shardings))
+        step = jax.jit(sps_train.make_train_step(model, opt, shardings))
         results[accum] = step(params, opt.init(params), jnp.asarray(tokens.reshape(accum, 16 // accum, 17)))
     (p1, _, m1), (p4, _, m4) = results[1], results[4]
     np.testing.assert_allclose(float(m4["loss"]), float(m1["loss"]), rtol=1e-6)
