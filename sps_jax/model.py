@@ -345,7 +345,7 @@ def token_nll(logits_BTV, targets_BT):
     return jax.nn.logsumexp(logits, axis=-1) - target_logit
 
 
-def loss_sums(model: Transformer, params, tokens_BL, positions_BT=None):
+def loss_sums(model: Transformer, params, tokens_BL):
     """(sum of kept per-position NLL, number of kept positions) for windows of T+1 tokens.
 
     Sums rather than means so that micro-batches and hosts add up to the
@@ -355,9 +355,9 @@ def loss_sums(model: Transformer, params, tokens_BL, positions_BT=None):
     inputs_BT, targets_BT = tokens_BL[:, :-1], tokens_BL[:, 1:]
     weights_BT = loss_weights(inputs_BT, targets_BT, c.eos_id, c.pad_id)
     if not c.loss_chunk:
-        logits_BTV = model.apply({"params": params}, inputs_BT, positions_BT)
+        logits_BTV = model.apply({"params": params}, inputs_BT)
         return (token_nll(logits_BTV, targets_BT) * weights_BT).sum(), weights_BT.sum()
-    h_BTD = model.apply({"params": params}, inputs_BT, positions_BT, return_hidden=True)
+    h_BTD = model.apply({"params": params}, inputs_BT, return_hidden=True)
     total = cross_entropy.linear_cross_entropy(h_BTD.reshape(-1, c.d_model), params["embed"],
                                                targets_BT.reshape(-1), weights_BT.reshape(-1), c.loss_chunk)
     return total, weights_BT.sum()
