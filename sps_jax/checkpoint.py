@@ -155,8 +155,8 @@ _READS_WHILE_TRAINING = 5  # tries at the latest checkpoint of a run whose reten
 
 
 def restore_params(workdir: str, step: int | None = None, target=None):
-    """(params, step) of the latest (or the given) checkpoint, params on the host's devices, or placed
-    as ``target`` (ShapeDtypeStructs with shardings) says.
+    """(params, step) of the latest (or the given) checkpoint, params on this process's first device, or
+    placed as ``target`` (ShapeDtypeStructs with shardings) says.
 
     A missing or damaged checkpoint is one sentence naming the step and the others there are. A run
     that is training deletes older checkpoints as it saves new ones, so a reader may see one vanish

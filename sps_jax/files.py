@@ -126,7 +126,8 @@ def _place_new(partial: str, path: str) -> None:
 
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = "w", **open_kwargs):
-    """``open(path, mode)`` that writes ``<path>.partial`` and renames it into place on success."""
+    """``open(path, mode)`` that writes a partial file of its own (:func:`atomic_path`) and renames it
+    into place on success."""
     with atomic_path(path) as partial, open(partial, mode, **open_kwargs) as f:
         yield f
 

@@ -392,7 +392,7 @@ def check_fits(cfg: ModelConfig, memory_bytes: int, device: str, *, copies: int 
 
 
 def init_params(model: Transformer, rng):
-    """f32 parameters; shapes do not depend on the sequence length, so init on one token."""
+    """Parameters in ``model.param_dtype``; shapes do not depend on the sequence length, so init on one token."""
     return model.init(rng, jnp.zeros((1, 1), jnp.int32))["params"]
 
 

@@ -269,7 +269,8 @@ def _load(path: str, step: int | None):
 
 
 def load_run(path: str, step: int | None = None):
-    """(config, params, step) of a run folder's latest (or given) checkpoint, params on the host's devices."""
+    """(config, params, step) of a run folder's latest (or given) checkpoint, params on this process's first
+    device."""
     config, _, params, step = _load(path, step)
     return config, params, step
 

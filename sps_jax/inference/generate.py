@@ -3,8 +3,9 @@
 A decode step forwards the pair (x_i, rho_i) at position i through the same Linen
 modules as training (``Transformer(..., cache=...)``, see :mod:`sps_jax.inference.kv_cache`),
 reading the next-token logits from the variant's logits stream. Prefill is one
-forward pass over the left-padded prompts with the training attention backend; the
-decode loop is one ``lax.while_loop`` under ``jit`` with the cache donated.
+forward pass over the left-padded prompts with the training attention backend, or
+chunks of ``model.prefill_chunk`` positions against the cache; the decode loop is one
+``lax.while_loop`` under ``jit`` with the cache donated.
 
 CLI::
 
