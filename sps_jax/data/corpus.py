@@ -28,9 +28,9 @@ from sps_jax.cli import MissingPackage, UserError
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
-# Standard-library folders that are tests, GUIs or vendored code rather than documented API.
 ERRORS = ("strict", "replace")
 _UTF8_HINT = ": fix the file, or pass --errors replace to replace bad bytes with U+FFFD"
+# Standard-library folders that are tests, GUIs or vendored code rather than documented API.
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3",
               "turtledemo", "tkinter", "ensurepip"}
 
@@ -42,9 +42,9 @@ def builtin_documents() -> Iterator[str]:
     for name in sorted(topics):
         yield topics[name].strip()
     root = sysconfig.get_paths()["stdlib"]
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("config-"))
-        for name in sorted(files):
+        for name in sorted(names):
             if name.endswith(".py"):
                 text = _module_docstrings(os.path.join(folder, name))
                 if text:
@@ -70,9 +70,9 @@ def _files(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
     out = []
-    for folder, dirs, files in os.walk(path):
+    for folder, dirs, names in os.walk(path):
         dirs.sort()
-        out += [os.path.join(folder, f) for f in sorted(files)
+        out += [os.path.join(folder, f) for f in sorted(names)
                 if f.endswith(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)]
     return out
 
