@@ -30,7 +30,8 @@ from sps_jax.cli import UserError
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
-DTYPE = "uint16"
+DTYPE = "uint16"  # the manifest's name for the token type
+TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian on any host
 REPREPARE = "re-run `python -m sps_jax.data prepare`"
 
 
@@ -103,12 +104,13 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is missing: re-run sps_jax.data prepare for {folder}.")
     size = os.path.getsize(path)
-    if size != 2 * info["tokens"]:
+    expected = TOKEN_DTYPE.itemsize * info["tokens"]
+    if size != expected:
         raise ValueError(f"{path} holds {size} bytes but the manifest says {info['tokens']} uint16 tokens "
-                         f"({2 * info['tokens']} bytes): the file is truncated or not uint16; re-run prepare.")
+                         f"({expected} bytes): the file is truncated or not uint16; re-run prepare.")
     if info["tokens"] == 0:
-        return np.zeros((0,), np.uint16)
-    tokens = np.memmap(path, dtype="<u2", mode="r")
+        return np.zeros((0,), TOKEN_DTYPE)
+    tokens = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
     if eos_id is not None and tokens[-1] != eos_id:
         raise ValueError(f"{path} does not end with the EOS id {eos_id} that ends every document: "
                          f"the file is cut short or was not written by prepare; {REPREPARE}.")

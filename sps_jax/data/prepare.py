@@ -43,7 +43,7 @@ class _SplitWriter:
         self.tokens = self.documents = self.max_id = 0
 
     def write(self, ids: list[int]) -> None:
-        data = np.asarray(ids, dtype="<u2").tobytes()
+        data = np.asarray(ids, dtype=loader.TOKEN_DTYPE).tobytes()
         self.file.write(data)
         self.sha.update(data)
         self.tokens += len(ids)
