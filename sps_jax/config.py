@@ -25,6 +25,8 @@ from sps_jax.cli import UserError
 # The shipped configs/ folder sits beside the package in a source checkout (the README's editable install).
 _SHIPPED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
+# The paper's context T in input tokens, at every scale (also the benchmarks' default shape).
+PAPER_SEQ_LEN = 4096
 # (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = 64 everywhere.
 SCALES = {
     "xs": (8, 512, 8),
@@ -47,7 +49,7 @@ def model_config(scale: str = "s", variant: str = "sps", window: int | None = ma
         raise ValueError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}.")
     layers, d, heads = SCALES[scale]
     cfg = sps_model.ModelConfig(variant=variant, window=window, num_layers=layers, d_model=d, num_heads=heads,
-                                d_ff=3 * d, seq_len=4096, attention="auto", dtype="bfloat16")
+                                d_ff=3 * d, seq_len=PAPER_SEQ_LEN, attention="auto", dtype="bfloat16")
     return ml_collections.ConfigDict(dataclasses.asdict(cfg))
 
 

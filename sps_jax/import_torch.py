@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     p.add_argument("--num-heads", type=cli.positive_int, default=None,
                    help="attention heads (default: the file's model_args n_head, else d/64)")
     p.add_argument("--seq-len", type=cli.positive_int, default=None,
-                   help="context (default: the file's model_args block_size, else 4096)")
+                   help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
     p.add_argument("--step", type=cli.non_negative_int, default=None,
                    help="step to record (default: the file's iter_num or 0)")
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")

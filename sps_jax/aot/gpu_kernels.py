@@ -21,7 +21,7 @@ import tempfile
 import jax
 import jax.numpy as jnp
 
-from sps_jax import hardware, masks
+from sps_jax import config as sps_config, hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.aot import topology
 
@@ -37,7 +37,7 @@ class Shape:
     name: str
     heads: int
     head_dim: int
-    seq_len: int = 4096
+    seq_len: int = sps_config.PAPER_SEQ_LEN
 
 
 # The paper's S (12 x 64) and XL (25 x 64) attention, and the common 128-wide head at S's width.

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, bench, cli, masks
+from sps_jax import attention, bench, cli, config as sps_config, masks
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
@@ -36,7 +36,7 @@ def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
     p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS)
     p.add_argument("--batch", type=int, default=6)
-    p.add_argument("--seq-len", type=int, default=4096, help="T, input positions")
+    p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)

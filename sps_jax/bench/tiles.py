@@ -21,7 +21,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from sps_jax import bench, cli, masks
+from sps_jax import bench, cli, config as sps_config, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.bench import attention as bench_attention
 
@@ -97,7 +97,7 @@ def parse_args(argv):
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS)
     p.add_argument("--kernels", nargs="+", default=list(KERNEL_FIELDS), choices=KERNEL_FIELDS)
     p.add_argument("--batch", type=int, default=6)
-    p.add_argument("--seq-len", type=int, default=4096, help="T, input positions")
+    p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
