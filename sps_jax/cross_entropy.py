@@ -47,35 +47,35 @@ def linear_cross_entropy(h_FD, embed_VD, targets_F, weights_F, rows: int):
     ``h_FD`` final hidden states (compute dtype), ``embed_VD`` the tied embedding, ``targets_F``
     int ids, ``weights_F`` per-position loss weights (not differentiated).
     """
-    hs, ts, ws = _chunks(h_FD, targets_F, weights_F, rows)
+    chunks = _chunks(h_FD, targets_F, weights_F, rows)
 
     def body(total, chunk):
-        h, t, w = chunk
-        _, lse, target = _chunk_logits(h, embed_VD, t)
-        return total + ((lse - target) * w).sum(), None
+        h_chunk_FD, targets_chunk_F, weights_chunk_F = chunk
+        _, lse_F, target_F = _chunk_logits(h_chunk_FD, embed_VD, targets_chunk_F)
+        return total + ((lse_F - target_F) * weights_chunk_F).sum(), None
 
-    total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), (hs, ts, ws))
+    total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), chunks)
     return total
 
 
 def _forward(h_FD, embed_VD, targets_F, weights_F, rows):
-    hs, ts, ws = _chunks(h_FD, targets_F, weights_F, rows)
+    chunks = _chunks(h_FD, targets_F, weights_F, rows)
     dtype = h_FD.dtype
     E_VD = embed_VD.astype(dtype)
 
     def body(carry, chunk):
         total, dE_VD = carry
-        h, t, w = chunk
-        logits, lse, target = _chunk_logits(h, embed_VD, t)
-        g_FV = jnp.exp(logits - lse[:, None])
-        g_FV = g_FV.at[jnp.arange(t.shape[0]), t].add(-1.0) * w[:, None]
+        h_chunk_FD, targets_chunk_F, weights_chunk_F = chunk
+        logits_FV, lse_F, target_F = _chunk_logits(h_chunk_FD, embed_VD, targets_chunk_F)
+        g_FV = jnp.exp(logits_FV - lse_F[:, None])
+        g_FV = g_FV.at[jnp.arange(targets_chunk_F.shape[0]), targets_chunk_F].add(-1.0) * weights_chunk_F[:, None]
         g_FV = g_FV.astype(dtype)
         dh_FD = jnp.einsum("fv,vd->fd", g_FV, E_VD, preferred_element_type=jnp.float32)
-        dE_VD = dE_VD + jnp.einsum("fv,fd->vd", g_FV, h, preferred_element_type=jnp.float32)
-        return (total + ((lse - target) * w).sum(), dE_VD), dh_FD
+        dE_VD = dE_VD + jnp.einsum("fv,fd->vd", g_FV, h_chunk_FD, preferred_element_type=jnp.float32)
+        return (total + ((lse_F - target_F) * weights_chunk_F).sum(), dE_VD), dh_FD
 
     init = (jnp.zeros((), jnp.float32), jnp.zeros(embed_VD.shape, jnp.float32))
-    (total, dE_VD), dh_GFD = jax.lax.scan(body, init, (hs, ts, ws))
+    (total, dE_VD), dh_GFD = jax.lax.scan(body, init, chunks)
     dh_FD = dh_GFD.reshape(-1, h_FD.shape[1])[:h_FD.shape[0]]
     # Zero-size markers carry the input dtypes (residuals must be arrays); gradients stay f32 until
     # the cotangent is applied.
