@@ -197,6 +197,17 @@ def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
     assert len(own_lines(proc.stderr)) == 1 and "README.md" in proc.stderr
 
 
+def test_python_m_sps_jax_lists_every_installed_command_with_its_module():
+    import tomllib
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    proc = run_module("sps_jax", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = dict(line.split("  python -m ") for line in map(str.strip, proc.stdout.splitlines()[1:]) if line)
+    assert {k.strip(): v for k, v in listed.items()} == {
+        name: target.split(":")[0].removesuffix(".__main__") for name, target in scripts.items()}
+
+
 # ----------------------------------------------------------------------------- stop signals
 
 # A command that keeps XLA compiling (on its own threads) until it is stopped: the moment a Ctrl-C or a
