@@ -155,6 +155,48 @@ def _ensure_data(config, log) -> None:
             multihost_utils.sync_global_devices("sps_jax.data.builtin")
 
 
+def _restore(run, ckpts, step: int, dataset, prefetch: int):
+    """(params, opt_state, meta, seconds trained before, data iterator) of checkpoint ``step``, placed in
+    this mesh's shardings (the run may resume on another mesh)."""
+    params, opt_state, meta, data_state = checkpoint.restore_train_state(
+        ckpts.mngr, step, sps_mesh.placed(run.abstract_params, run.param_sh),
+        sps_mesh.placed(run.abstract_opt, run.opt_sh))
+    elapsed_s = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
+    return params, opt_state, meta, elapsed_s, loader.train_iterator(dataset, data_state, prefetch)
+
+
+def _fresh_state(run, source, seed: int, log):
+    """(params, opt_state) of a new run: initialised from ``seed``, or ``train.init_from``'s weights
+    (``source``, from runs.check_init_from) with a fresh optimizer state."""
+    if source is None:
+        return run.init_state(seed)
+    source_dir, source_step, changed = source
+    state = run.init_from(source_dir, source_step)
+    log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and schedule)"
+        + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
+    return state
+
+
+def _compile(run, params, opt_state, micro_shape, val_shape, val_sh):
+    """The train step and the validation step, compiled once for these shapes and shardings."""
+    example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=run.micro_sh)
+    val_example = jax.ShapeDtypeStruct(val_shape, jnp.int32, sharding=val_sh)
+    with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
+        step_fn = run.step_fn.lower(params, opt_state, example).compile()
+        eval_fn = jax.jit(make_eval_step(run.model), in_shardings=(run.param_sh, val_sh),
+                          out_shardings=(run.repl, run.repl)).lower(params, val_example).compile()
+    return step_fn, eval_fn
+
+
+def _validate(eval_fn, params, val, val_sh, val_shape) -> float:
+    """The token-weighted validation loss over all of ``val``'s batches."""
+    total = count = 0.0
+    for batch in val:
+        s, n = eval_fn(params, _global_batch(batch, val_sh, val_shape))
+        total, count = total + float(s), count + float(n)
+    return total / max(count, 1.0)
+
+
 class _StopFlag:
     """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
 
@@ -219,32 +261,17 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
     # whose first attempt still runs) would interleave metrics.jsonl and race on the checkpoints.
     with runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
         run = setup(config, p, devices)
-        model, param_sh, opt_sh, micro_sh, repl = run.model, run.param_sh, run.opt_sh, run.micro_sh, run.repl
-        val_sh = sps_mesh.batch_sharding(run.mesh)
+        micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
 
         ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
         writer = None
         try:
-            def restore(step):
-                params, opt_state, meta, data_state = checkpoint.restore_train_state(
-                    ckpts.mngr, step, sps_mesh.placed(run.abstract_params, param_sh),
-                    sps_mesh.placed(run.abstract_opt, opt_sh))
-                elapsed = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
-                iterator = loader.train_iterator(dataset, data_state, config.data.prefetch)
-                return params, opt_state, meta, elapsed, iterator
-
-            restored = ckpts.restore_newest_intact(restore)
-            if jax.process_index() == 0:
+            restored = ckpts.restore_newest_intact(
+                lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
+            if jax.process_index() == 0:  # after the restore: a folder it refuses keeps its config.json
                 runs.write_config(workdir, with_resolved(config, attention=backend))
             if restored is None:
-                if source is None:
-                    params, opt_state = run.init_state(t.seed)
-                else:
-                    source_dir, source_step, changed = source
-                    params, opt_state = run.init_from(source_dir, source_step)
-                    log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and "
-                        "schedule)"
-                        + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
+                params, opt_state = _fresh_state(run, source, t.seed, log)
                 start_step, elapsed_before = 0, 0.0
                 iterator = loader.train_iterator(dataset, None, config.data.prefetch)
             else:
@@ -260,26 +287,15 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                 return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
 
             micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+            val_shape = (config.data.val_batch, cfg.seq_len + 1)
             local_rows = t.micro_batch // jax.process_count()
 
             t0 = time.time()
-            example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=micro_sh)
-            val_example = jax.ShapeDtypeStruct((config.data.val_batch, cfg.seq_len + 1), jnp.int32, sharding=val_sh)
-            with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
-                step_fn = run.step_fn.lower(params, opt_state, example).compile()
-                eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, val_sh),
-                                  out_shardings=(repl, repl)).lower(params, val_example).compile()
+            step_fn, eval_fn = _compile(run, params, opt_state, micro_shape, val_shape, val_sh)
             log(f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
                 f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
                 f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
                 f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
-
-            def validate(params):
-                total = count = 0.0
-                for batch in val:
-                    s, n = eval_fn(params, _global_batch(batch, val_sh, (config.data.val_batch, cfg.seq_len + 1)))
-                    total, count = total + float(s), count + float(n)
-                return total / max(count, 1.0)
 
             def save(step):
                 ckpts.save(step, params, opt_state,
@@ -326,7 +342,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                             f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
                             + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta:.0f}s")
                     if step % t.eval_every == 0 or step == p["total_steps"]:
-                        val_loss = validate(params)
+                        val_loss = _validate(eval_fn, params, val, val_sh, val_shape)
                         emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
                         log(f"step {step}: val_loss {val_loss:.4f}")
                     if step % t.checkpoint_every == 0 or step == end:
