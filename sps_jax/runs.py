@@ -157,6 +157,10 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     """
     if os.path.lexists(workdir) and not os.path.isdir(workdir):
         raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
+    owner = _run_file(workdir)
+    if owner is not None:
+        raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {checkpoint.CHECKPOINT_DIR}/), "
+                        "where training would mix its files with that run's checkpoints: pass another --workdir.")
     if not os.path.lexists(workdir):
         files.check_parent(workdir, "--workdir")
     elif not os.access(workdir, os.W_OK | os.X_OK):

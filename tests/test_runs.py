@@ -114,3 +114,16 @@ def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_defaul
     (tmp_path / "run" / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match=r"config\.json: the model section has no seq_len, window: .*\.$"):
         runs.load_model(str(tmp_path / "run"))
+
+
+def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_there(tmp_path):
+    # Training in RUN/checkpoints or RUN/checkpoints/<step> wrote its config.json, metrics.jsonl and
+    # checkpoints/ into the other run's Orbax folders.
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run")
+    config = sps_config.load_config("configs/tiny.py")
+    for inside in ("checkpoints", os.path.join("checkpoints", "5"), os.path.join("checkpoints", "new")):
+        workdir = str(tmp_path / "run" / inside)
+        with pytest.raises(UserError, match=r"lies in the run .*/run's own files .* pass another --workdir\.$"):
+            runs.check_workdir(workdir, config)
+    assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["5"]
