@@ -143,7 +143,12 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
 
 def check_source(source: str) -> None:
     """Fail fast, before any work, on a source that cannot be read."""
-    if source == "builtin" or source.startswith("hf:"):
+    if source == "builtin":
+        return
+    if source.startswith("hf:"):
+        if not source[3:].partition(":")[0].strip():
+            raise UserError(f"source {source!r} names no dataset: pass hf:NAME[:CONFIG], for example "
+                            "hf:HuggingFaceFW/fineweb-edu:sample-10BT.")
         return
     if _leads_nowhere(source):
         raise UserError(f"source {source!r} is a link that leads nowhere (its target is missing, or links point at "

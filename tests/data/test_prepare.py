@@ -270,3 +270,9 @@ def test_a_link_that_leads_nowhere_is_named_before_any_work(tmp_path, where, kin
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert f"{link}" in outcome.stderr and "is a link that leads nowhere" in outcome.stderr, outcome.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_hugging_face_source_without_a_name_is_one_sentence(tmp_path):
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", "hf:", "--out", str(tmp_path / "o")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "names no dataset: pass hf:NAME[:CONFIG]" in outcome.stderr and not (tmp_path / "o").exists()
