@@ -181,16 +181,21 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) 
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
                         f"{os.path.join(path, 'results.json')}.")
-    for what, given in inputs:
-        if given is not None and _reads(given, path):
-            where = "lies in" if os.path.isdir(given) else "is"
-            raise UserError(f"{flag} {path} {where} {what} {given}, which this command reads: choose another "
-                            "name (--force replaces earlier results, never an input).")
+    _refuse_inputs(path, flag, inputs)
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or choose another name.")
     check_parent(path, flag)
     check_name_length(path, flag)
     return path
+
+
+def _refuse_inputs(path: str, flag: str, inputs) -> None:
+    """One sentence when ``path`` is one of the ``inputs`` ((what, path or None) pairs) or lies in one."""
+    for what, given in inputs:
+        if given is not None and _reads(given, path):
+            where = "lies in" if os.path.isdir(given) else "is"
+            raise UserError(f"{flag} {path} {where} {what} {given}, which this command reads: choose another "
+                            "name (--force replaces earlier results, never an input).")
 
 
 def _reads(given: str, path: str) -> bool:
@@ -224,12 +229,13 @@ def check_parent(path: str, flag: str) -> None:
         raise UserError(f"{flag} {path} lies under {parent}, which this user cannot write in: choose another path.")
 
 
-def output_folder(path: str, flag: str = "--out") -> str:
+def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     """``path`` resolved for :func:`replace_folder`; refused when empty, or when it is the working
     directory or holds it (swapping it out would move the working directory, and everything in it,
-    away)."""
+    away), or when it is one of ``inputs`` or lies in one (as in :func:`output_file`)."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the folder to write.")
+    _refuse_inputs(path, flag, inputs)
     full, cwd = os.path.realpath(path), os.path.realpath(os.getcwd())
     if cwd == full or cwd.startswith(full.rstrip(os.sep) + os.sep):
         raise UserError(f"{flag} {path} is the working directory or one of its parents: pass a new folder "

@@ -71,7 +71,9 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
         if value is not None and value < 1:
             raise UserError(f"{name}={value} must be at least 1.")
-    files.output_folder(out)  # refuses an empty --out or the working directory before any work
+    # Refuses an empty --out, the working directory or a folder in the source before any work.
+    local = source != "builtin" and not source.startswith("hf:")
+    files.output_folder(out, inputs=[("source", source if local else None)])
     corpus.check_source(source)
     enc = tokenizer.get_tokenizer()  # raises TokenizerMissing with the provisioning command
     settings = {"source": source, "val_fraction": val_fraction, "text_field": text_field,

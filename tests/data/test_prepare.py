@@ -276,3 +276,13 @@ def test_a_hugging_face_source_without_a_name_is_one_sentence(tmp_path):
     outcome = fuzz.call(data_cli.main, ["prepare", "--source", "hf:", "--out", str(tmp_path / "o")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "names no dataset: pass hf:NAME[:CONFIG]" in outcome.stderr and not (tmp_path / "o").exists()
+
+
+def test_an_out_inside_the_source_folder_is_refused_before_any_work(tmp_path):
+    # The token folder's manifest.json was then read as a JSONL source by the next prepare of the folder.
+    src = write_sources(tmp_path)["text"]
+    for out in (src / "tokens", src / "deeper" / "tokens"):
+        outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src), "--out", str(out)])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"--out {out} lies in source {src}, which this command reads: choose another" in outcome.stderr
+    assert sorted(os.listdir(src)) == sorted(f"{i:03d}.txt" for i in range(len(DOCS)))
