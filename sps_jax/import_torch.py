@@ -199,8 +199,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
 
 def check_out(out: str, force: bool) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
-    empty one or the working directory even then (:func:`sps_jax.files.output_folder`)."""
-    files.output_folder(out)
+    empty one, the working directory or a run's checkpoints/ even then (:func:`sps_jax.runs.output_folder`)."""
+    runs.output_folder(out)
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UserError(f"--out {out} is a file, not a folder: pass a new folder for the imported run.")
     held = sorted(os.listdir(out)) if os.path.isdir(out) else []

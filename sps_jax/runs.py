@@ -89,15 +89,26 @@ def _run_file(path: str) -> str | None:
     return None
 
 
-def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
-    """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, anything
-    under its checkpoints/) refused even with ``force``: replacing one would leave the run unusable."""
+def _refuse_run_files(path: str, flag: str) -> None:
     run = _run_file(path) if path.strip() else None
     if run is not None:
         raise UserError(f"{flag} {path} would write into the run {run}'s own files (its {CONFIG_FILE}, "
                         f"{metrics.METRICS_FILE} and {checkpoint.CHECKPOINT_DIR}/), which only training writes: "
                         "choose another path.")
+
+
+def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
+    """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, anything
+    under its checkpoints/) refused even with ``force``: replacing one would leave the run unusable."""
+    _refuse_run_files(path, flag)
     return files.output_file(path, flag, force, inputs)
+
+
+def output_folder(path: str, flag: str = "--out") -> str:
+    """:func:`sps_jax.files.output_folder`, and a run's checkpoints/ or a folder in it refused even with
+    ``force`` (as in :func:`output_file`)."""
+    _refuse_run_files(path, flag)
+    return files.output_folder(path, flag)
 
 
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:

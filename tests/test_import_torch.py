@@ -175,6 +175,20 @@ def test_the_working_directory_is_never_the_imported_run_even_with_force(tmp_pat
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
 
 
+def test_a_runs_checkpoints_are_never_the_imported_run_even_with_force(tmp_path):
+    # --out RUN/checkpoints --force swapped the imported run in for every checkpoint of that run.
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    run = tmp_path / "run"
+    (run / "checkpoints" / "5").mkdir(parents=True)
+    (run / "config.json").write_text('{"model": {"d_model": 768}}')
+    for out in (run / "checkpoints", run / "checkpoints" / "5", run / "checkpoints" / "new"):
+        outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(out), "--force", *OVERRIDES])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"--out {out} would write into the run {run}'s own files" in outcome.stderr, outcome.stderr
+    assert os.listdir(run / "checkpoints") == ["5"] and os.listdir(run / "checkpoints" / "5") == []
+
+
 def test_an_override_out_of_range_is_refused_before_anything_is_written(tmp_path):
     path = tmp_path / "ckpt.pt"
     torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
