@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
+from sps_jax.cli import MissingPackage
 from sps_jax.files import atomic_open
+
+
+def require() -> None:
+    """Refuse, in one sentence naming the extra, a command that would plot without matplotlib or scipy
+    (the ``analysis`` extra); asked before the command's work, not when it draws at the end."""
+    for package in ("matplotlib", "scipy"):
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            raise MissingPackage(f"plotting needs the {package} package: pip install -e '.[analysis]'.") from None
 
 
 def smooth(y, log=False):

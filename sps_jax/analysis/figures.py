@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from sps_jax import cli, config as sps_config, files
-from sps_jax import flops, masks, metrics, runs
+from sps_jax import flops, masks, metrics, plotting, runs
 from sps_jax import model as sps_model
 from sps_jax.evaluation import results_table
 from sps_jax.files import write_json
@@ -218,6 +218,7 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    plotting.require()
     inputs = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
               "accuracy-gain": ("evaluations", "evaluation JSON")}[args.command]
     files.distinct_inputs(getattr(args, inputs[0]), inputs[1])

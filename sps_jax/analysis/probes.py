@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, files, masks, runs
+from sps_jax import cli, files, masks, plotting, runs
 from sps_jax.cli import UserError
 from sps_jax import model as sps_model
 from sps_jax.analysis.documents import read_documents
@@ -121,6 +121,7 @@ def _check_inputs(args) -> list:
     """Each run's documents (a list per --workdir); bad paths, bad config.json files, token folders
     that do not fit a run's model (EOS id, vocabulary) and settings no document or context can meet
     stop the command before any weights are loaded."""
+    plotting.require()
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -113,6 +114,14 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
         f.write(json.dumps({"step": 10, "tokens_seen": 1000, "loss": 3.0, "lr": 1e-3}) + "\n")
     assert figures.main(["curves", run, "--out", str(tmp_path / "c.png")]) == 2
     assert "no validation record" in capsys.readouterr().err and not (tmp_path / "c.png").exists()
+
+
+def test_a_missing_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch, capsys):
+    run = write_run(tmp_path / "run", "tiny", "sps", 2, [4.0, 3.5])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # before: ModuleNotFoundError with a traceback
+    assert figures.main(["curves", run, "--out", str(tmp_path / "c.png")]) == 2
+    assert "needs the matplotlib package: pip install -e '.[analysis]'" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
 def test_figures_module_runs_as_a_command(tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -73,6 +74,19 @@ def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(c
         outcome = fuzz.call(probes.main, argv)
         assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome.stderr
     assert not (root / "refused").exists()
+
+
+@pytest.mark.parametrize("package", ["matplotlib", "scipy"])
+def test_a_missing_plotting_package_names_its_extra_before_any_weights_load(cli_fixture, monkeypatch, package):
+    # Before: the probe ran to its end, then plotting's import escaped as ModuleNotFoundError.
+    root = cli_fixture
+    monkeypatch.setattr(probes.runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    monkeypatch.setitem(sys.modules, package, None)  # what an install without the analysis extra imports
+    outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
+                                      "--out", str(root / "refused_plot")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"needs the {package} package: pip install -e '.[analysis]'" in outcome.stderr
+    assert not (root / "refused_plot").exists()
 
 
 def test_an_omega_beyond_int32_is_refused_before_any_weights_load(cli_fixture, monkeypatch):
