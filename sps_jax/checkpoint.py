@@ -188,7 +188,7 @@ def _restore_params(workdir: str, step: int | None, target):
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet.")
         if step not in all_steps:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
-                                    f"it has {all_steps}.")
+                                    f"it has {all_steps}: pass one of those.")
         rest = [s for s in all_steps if s != step]
         others = (f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, rest[-1])}"
                   if rest else "")

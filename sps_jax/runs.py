@@ -40,7 +40,9 @@ def find_run(path: str) -> tuple[str, int | None]:
         return parent, None
     if os.path.basename(parent) == checkpoint.CHECKPOINT_DIR and os.path.basename(path).isdigit():
         return os.path.dirname(parent), int(os.path.basename(path))
-    raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> folder.")
+    raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> "
+                            f"folder: pass a run folder (the one holding {CONFIG_FILE}) or one of its "
+                            "checkpoints/<step> folders.")
 
 
 def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None]:

@@ -49,7 +49,8 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     t = config.train
     data, fsdp = sps_mesh.resolve_axes(config.mesh, num_devices)
     if t.global_batch % t.micro_batch:
-        raise ValueError(f"train.global_batch={t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}.")
+        raise ValueError(f"train.global_batch={t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}: "
+                         "a step accumulates whole micro-batches, so make it one.")
     if t.micro_batch % (data * fsdp):
         raise ValueError(f"train.micro_batch={t.micro_batch} does not split over the {data}x{fsdp} mesh's "
                          f"{data * fsdp} devices: make it a multiple of {data * fsdp}.")

@@ -21,7 +21,8 @@ from sps_jax.analysis import figures, probes
 from sps_jax.bench import __main__ as bench_cli
 from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
-from sps_jax.inference import generate
+from sps_jax.data import prepare
+from sps_jax.inference import generate, sampling
 from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train
 from tests import fuzz
 from tests.helpers import REPO, ensure_tokenizer, env, own_lines, run_module, small_model, write_token_folder
@@ -371,3 +372,16 @@ def test_fuzzing_every_reader_for_200_cases_or_60_seconds(fuzz_world):
         count += 1
         shutil.rmtree(fuzz_world["root"] / f"{kind}{1000 + count - 1}", ignore_errors=True)
     assert count >= 40 and outcomes["sentence"] > outcomes["success"] > 0, (count, outcomes)
+
+
+@pytest.mark.parametrize("call, ending", [
+    (lambda tmp: train.plan(sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=7"]), 1),
+     "so make it one."),
+    (lambda tmp: runs.find_run(str(tmp)), "or one of its checkpoints/<step> folders."),
+    (lambda tmp: sampling.Sampling(1.0, 0, 0.0).validate(), "(1 keeps every token), got 0.0."),
+    (lambda tmp: prepare.prepare("builtin", str(tmp / "out"), val_fraction=1.0), "pass one from 0 up to below 1."),
+])
+def test_refusals_end_with_what_to_do(tmp_path, call, ending):
+    with pytest.raises((ValueError, OSError)) as refusal:
+        call(tmp_path)
+    assert str(refusal.value).endswith(ending), refusal.value

@@ -223,7 +223,8 @@ def main(argv=None):
               "accuracy-gain": ("evaluations", "evaluation JSON")}[args.command]
     files.distinct_inputs(getattr(args, inputs[0]), inputs[1])
     if not args.out.endswith(".png"):
-        raise ValueError(f"--out must name a .png file, got {args.out!r}.")
+        raise ValueError(f"--out must name a .png file, got {args.out!r}: end it in .png (the numbers go "
+                         "beside it, in the same name's .json).")
     given = [(f"the {inputs[1]}", path) for path in getattr(args, inputs[0]) if os.path.isfile(path)]
     for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
         runs.output_file(path, "--out", args.force, given)

@@ -28,7 +28,7 @@ class Sampling:
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {self.top_k}.")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+            raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p}.")
 
 
 def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
