@@ -165,6 +165,19 @@ def check_source(source: str) -> None:
                         "missing, or links point at each other in a loop): remove it or point it at a file.")
 
 
+def check_options(source: str, text_field: str | None = None, hf_split: str | None = None) -> None:
+    """Refuse a --text-field or --hf-split (None: not given) that ``source`` would never read, instead
+    of ignoring it: the user meant another source, or the flag for one."""
+    if hf_split is not None and not source.startswith("hf:"):
+        raise UserError(f"--hf-split {hf_split} picks a split of a hf:NAME source, and source {source!r} is not one: "
+                        "drop --hf-split, or pass the dataset as hf:NAME[:CONFIG].")
+    if text_field is None or source.startswith("hf:"):
+        return
+    if source == "builtin" or not any(p.endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES) for p in _files(source)):
+        raise UserError(f"--text-field {text_field} names a field of JSONL, Parquet or hf: records, and source "
+                        f"{source!r} holds plain text only: drop --text-field.")
+
+
 def _leads_nowhere(path: str) -> bool:
     """A symbolic link whose target is missing or part of a loop of links."""
     return os.path.islink(path) and not os.path.exists(path)

@@ -286,3 +286,25 @@ def test_an_out_inside_the_source_folder_is_refused_before_any_work(tmp_path):
         assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
         assert f"--out {out} lies in source {src}, which this command reads: choose another" in outcome.stderr
     assert sorted(os.listdir(src)) == sorted(f"{i:03d}.txt" for i in range(len(DOCS)))
+
+
+@pytest.mark.parametrize("source, flags, sentence", [
+    ("jsonl", ["--hf-split", "validation"], "--hf-split validation picks a split of a hf:NAME source"),
+    ("builtin", ["--hf-split", "train"], "--hf-split train picks a split of a hf:NAME source"),
+    ("text", ["--text-field", "body"], "--text-field body names a field of JSONL, Parquet or hf: records"),
+    ("builtin", ["--text-field", "text"], "--text-field text names a field of JSONL, Parquet or hf: records"),
+])
+def test_a_source_option_the_source_would_never_read_is_refused_not_ignored(tmp_path, source, flags, sentence):
+    # Before, --hf-split on a local file and --text-field on plain text were dropped without a word.
+    src = "builtin" if source == "builtin" else str(write_sources(tmp_path)[source])
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", src, "--out", str(tmp_path / "out"), *flags])
+    assert outcome.status == 2 and sentence in outcome.stderr and outcome.problem() is None, outcome.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_text_field_is_read_from_a_jsonl_source(tmp_path):
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"body": d}) + "\n" for d in DOCS))
+    out = tmp_path / "out"
+    assert data_cli.main(["prepare", "--source", str(jsonl), "--out", str(out), "--text-field", "body"]) == 0
+    assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
