@@ -90,6 +90,9 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
         raise UserError(f"{folder} is a file, not a token folder: pass the folder that `python -m sps_jax.data "
                         f"prepare` wrote (it holds {MANIFEST}, train.bin and val.bin).")
     manifest = read_manifest(folder)
+    if manifest is None and os.path.isdir(folder) and os.listdir(folder):  # another kind of folder: a run, a corpus
+        raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): pass the folder "
+                                "that `python -m sps_jax.data prepare --source ... --out DIR` wrote.")
     if manifest is None:
         raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
                                 f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")

@@ -175,6 +175,8 @@ def main_evaluate(argv) -> int:
         steps = checkpoint.steps(workdir)
         if not steps:
             raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
+    if args.val_data:  # a run folder passed by mistake is named as such, not as the home of the results file
+        loader.open_tokens(args.val_data, "val")
     inputs = [("--val-data", args.val_data), ("--tokenizer", args.tokenizer), ("--include-path", args.include_path),
               *(("--task-data", data) for data in task_data.values())]
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force

@@ -169,3 +169,12 @@ def test_task_settings_without_tasks_are_refused_not_ignored(tmp_path, flag):
                                         *flag])
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert f"{flag[0]} is for --tasks" in outcome.stderr and not (tmp_path / "run" / "eval").exists()
+
+
+def test_a_run_folder_passed_as_val_data_is_named_as_not_a_token_folder(tmp_path):
+    # Before, the results file's check came first: "the results file RUN/eval/step_N.json lies in --val-data
+    # RUN ... choose another name", of a file the user never named.
+    save_tiny_run(tmp_path / "run")
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert "is not a prepared token folder (it has no manifest.json): pass the folder that" in outcome.stderr
