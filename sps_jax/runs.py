@@ -77,10 +77,10 @@ def run_argument(args) -> str:
 
 
 def _run_file(path: str) -> str | None:
-    """The run folder whose config.json or metrics.jsonl ``path`` is, or whose checkpoints/ it lies
-    in; else None."""
+    """The run folder whose config.json, metrics.jsonl or loss.png ``path`` is, or whose checkpoints/ it
+    lies in; else None."""
     full = os.path.realpath(path)
-    if os.path.basename(full) in (CONFIG_FILE, metrics.METRICS_FILE) and \
+    if os.path.basename(full) in (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE) and \
             os.path.isfile(os.path.join(os.path.dirname(full), CONFIG_FILE)):
         return os.path.dirname(full)
     folder = full
@@ -95,8 +95,8 @@ def _refuse_run_files(path: str, flag: str) -> None:
     run = _run_file(path) if path.strip() else None
     if run is not None:
         raise UserError(f"{flag} {path} would write into the run {run}'s own files (its {CONFIG_FILE}, "
-                        f"{metrics.METRICS_FILE} and {checkpoint.CHECKPOINT_DIR}/), which only training writes: "
-                        "choose another path.")
+                        f"{metrics.METRICS_FILE}, {metrics.PLOT_FILE} and {checkpoint.CHECKPOINT_DIR}/), which only "
+                        "training writes: choose another path.")
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:

@@ -57,7 +57,8 @@ def test_force_never_replaces_a_runs_own_files(tmp_path):
     (run / "checkpoints" / "4").mkdir(parents=True)
     (run / "config.json").write_text("{}")
     (run / "metrics.jsonl").write_text("")
-    for out in (run / "config.json", run / "metrics.jsonl", run / "checkpoints" / "4" / "x.pt",
+    (run / "loss.png").write_bytes(b"")  # training redraws it; generate --out RUN/loss.png --force replaced it
+    for out in (run / "config.json", run / "metrics.jsonl", run / "loss.png", run / "checkpoints" / "4" / "x.pt",
                 run / "checkpoints" / "x.json"):
         with pytest.raises(UserError, match=f"run {run}'s own files"):
             runs.output_file(str(out), "--out", force=True)
