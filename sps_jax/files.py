@@ -198,12 +198,16 @@ def _refuse_inputs(path: str, flag: str, inputs) -> None:
                             "name (--force replaces earlier results, never an input).")
 
 
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` lies in ``folder`` (below it, links resolved; not the folder itself)."""
+    return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
+
+
 def _reads(given: str, path: str) -> bool:
     """Whether writing ``path`` would replace the file ``given`` (the same file under another name or
     link included) or write into the folder ``given``."""
     if os.path.isdir(given):
-        folder = os.path.realpath(given)
-        return os.path.realpath(path).startswith(folder.rstrip(os.sep) + os.sep)
+        return inside(path, given)
     if os.path.exists(given) and os.path.exists(path):
         return os.path.samefile(given, path)  # a hard link is the same file under another name
     return os.path.realpath(given) == os.path.realpath(path)

@@ -174,6 +174,11 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if owner is not None:
         raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {checkpoint.CHECKPOINT_DIR}/), "
                         "where training would mix its files with that run's checkpoints: pass another --workdir.")
+    data_dir = config.data.get("dir") if "data" in config else None
+    if isinstance(data_dir, str) and data_dir and (
+            os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):
+        raise UserError(f"--workdir {workdir} lies in the token folder data.dir={data_dir}, which `data prepare "
+                        "--force` replaces whole, run and all: pass a --workdir outside it.")
     if not os.path.lexists(workdir):
         files.check_parent(workdir, "--workdir")
     elif not os.access(workdir, os.W_OK | os.X_OK):

@@ -127,3 +127,15 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_t
         with pytest.raises(UserError, match=r"lies in the run .*/run's own files .* pass another --workdir\.$"):
             runs.check_workdir(workdir, config)
     assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["5"]
+
+
+def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
+    # A run there is deleted with the folder when `data prepare --force` rebuilds it.
+    from sps_jax.cli import UserError
+    data = tmp_path / "data"
+    data.mkdir()
+    config = sps_config.load_config("configs/tiny.py", [f"--config.data.dir={data}"])
+    for workdir in (data, data / "run", data / "a" / "b"):
+        with pytest.raises(UserError, match=r"lies in the token folder data\.dir=.*: pass a --workdir outside it\.$"):
+            runs.check_workdir(str(workdir), config)
+    runs.check_workdir(str(tmp_path / "run"), config)  # beside it is fine

@@ -175,8 +175,10 @@ def main_evaluate(argv) -> int:
         steps = checkpoint.steps(workdir)
         if not steps:
             raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
-    if args.val_data:  # a run folder passed by mistake is named as such, not as the home of the results file
-        loader.open_tokens(args.val_data, "val")
+    if args.val_data and os.path.isfile(os.path.join(args.val_data, runs.CONFIG_FILE)):  # before the results
+        # file's check, which would say that file "lies in --val-data" and to rename it
+        raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "
+                            "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
     inputs = [("--val-data", args.val_data), ("--tokenizer", args.tokenizer), ("--include-path", args.include_path),
               *(("--task-data", data) for data in task_data.values())]
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force

@@ -177,4 +177,4 @@ def test_a_run_folder_passed_as_val_data_is_named_as_not_a_token_folder(tmp_path
     save_tiny_run(tmp_path / "run")
     outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "run")])
     assert outcome.status == 2 and outcome.problem() is None, outcome
-    assert "is not a prepared token folder (it has no manifest.json): pass the folder that" in outcome.stderr
+    assert "is a run folder, not a prepared token folder: pass the folder that" in outcome.stderr
