@@ -100,8 +100,8 @@ def _refuse_run_files(path: str, flag: str) -> None:
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
-    """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, anything
-    under its checkpoints/) refused even with ``force``: replacing one would leave the run unusable."""
+    """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
+    anything under its checkpoints/) refused even with ``force``: replacing one would damage the run."""
     _refuse_run_files(path, flag)
     return files.output_file(path, flag, force, inputs)
 
