@@ -187,3 +187,13 @@ def test_bad_input_stops_with_a_clear_message(make_model):
         small_config("sps", -3)
     with pytest.raises(ValueError, match="unknown model config field"):
         sps_model.ModelConfig.from_config({"varaint": "sps"})
+
+
+def test_a_context_whose_entries_overflow_int32_is_one_sentence():
+    # Two streams of T entries are indexed in int32: an import with block_size 10**13 was refused only by a
+    # sentence about persistent_window, and the model itself accepted any length.
+    sps_model.ModelConfig(seq_len=2 ** 30)
+    for seq_len in (2 ** 30 + 1, 10 ** 13):
+        with pytest.raises(ValueError, match=rf"model\.seq_len={seq_len} is above 1073741824: .* pass a shorter "
+                                             r"context\.$"):
+            sps_model.ModelConfig(seq_len=seq_len)
