@@ -179,7 +179,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
-    path, arg = _split_spec(spec)
+    path, arg = _split_spec(os.fspath(spec))  # a pathlib.Path too
     path = _shipped_if_missing(path)
     files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):

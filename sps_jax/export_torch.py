@@ -91,6 +91,7 @@ def write(ckpt: dict, out: str) -> None:
 
 def export_run(run: str, out: str, step: int | None = None, dtype: str = "float32", force: bool = False) -> dict:
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
+    run, out = os.fspath(run), os.fspath(out)  # a pathlib.Path too
     check_output(out, force)
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
     runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)

@@ -212,6 +212,7 @@ def check_out(out: str, force: bool) -> None:
 def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
                       overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
     """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
+    path, out = os.fspath(path), os.fspath(out)  # a pathlib.Path too
     check_out(out, force)
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)

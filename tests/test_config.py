@@ -206,3 +206,9 @@ def test_a_config_file_that_fails_is_one_sentence_saying_where_and_what_to_do(tm
     path.write_text(body)
     with pytest.raises(ValueError, match=sentence):
         sps_config.load_config(str(path))
+
+
+def test_a_config_path_may_be_a_pathlib_path():
+    import pathlib
+
+    assert sps_config.load_config(pathlib.Path("configs/tiny.py")).model.num_layers == 2

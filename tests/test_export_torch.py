@@ -210,3 +210,11 @@ def test_a_config_json_that_is_not_a_model_is_named_before_the_weights_load(tmp_
     err = capsys.readouterr().err
     assert err == f"error: {path}: model.seq_len must be an integer of at least 1, got 'abc'.\n", err
     assert not (tmp_path / "ckpt.safetensors").exists()
+
+
+def test_paths_may_be_pathlib_paths(tmp_path):
+    # Notebooks build paths with pathlib: every path argument takes an os.PathLike as well as a str.
+    run = make_run(tmp_path / "run", "sps", 3)
+    export_torch.export_run(tmp_path / "run", tmp_path / "ckpt.safetensors")
+    import_torch.import_checkpoint(tmp_path / "ckpt.safetensors", tmp_path / "back")
+    assert_same_run(run, str(tmp_path / "back"))

@@ -66,6 +66,7 @@ def read_evaluation(path: str) -> dict:
 
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
+    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
     series = []
     for run in run_folders:
         info = runs.run_info(run)
@@ -101,6 +102,7 @@ def window_ablation(sources, out: str) -> dict:
 
     Runs without a window (Standard, two_x_memory) are drawn as horizontal reference lines.
     """
+    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
     points = [final_point(s) for s in sources]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -161,6 +163,7 @@ def accuracy_gains(evaluations, baseline: str = "standard") -> list[dict]:
 
 def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
+    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
     rows = accuracy_gains([read_evaluation(p) for p in paths], baseline)
     if not rows:

@@ -66,6 +66,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     order until the tokens written (EOS included, both splits) reach N, so the last one may pass
     it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping.
     """
+    source, out = os.fspath(source), os.fspath(out)  # a pathlib.Path too; the manifest records text
     if not 0.0 <= val_fraction < 1.0:
         raise UserError(f"val_fraction={val_fraction} must be in [0, 1): it is the share of documents "
                         "held out for validation, so pass one from 0 up to below 1.")

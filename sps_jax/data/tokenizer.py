@@ -54,7 +54,7 @@ _CACHE = {}
 
 def get_tokenizer(ranks_path: str | None = None):
     """The GPT-2 tiktoken Encoding: a local ranks file if present, else tiktoken's download."""
-    path = ranks_path or default_ranks_path()
+    path = os.fspath(ranks_path) if ranks_path else default_ranks_path()  # a pathlib.Path too
     if path in _CACHE:
         return _CACHE[path]
     if os.path.isfile(path):

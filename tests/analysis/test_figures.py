@@ -131,3 +131,16 @@ def test_figures_module_runs_as_a_command(tmp_path):
     proc = run_module("sps_jax.analysis.figures", "accuracy-gain", *paths, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert decoded_png(out).shape[1] > 0 and f"wrote {out}" in proc.stdout
+
+
+def test_figures_take_pathlib_paths(tmp_path):
+    # Notebooks pass pathlib paths: the figure's JSON records them as text.
+    sps = write_run(tmp_path / "sps", "tiny-sps-w2", "sps", 2, [3.9, 3.4])
+    assert figures.curves([tmp_path / "sps"], tmp_path / "c.png")["figure"] == str(tmp_path / "c.png")
+    data = figures.window_ablation([tmp_path / "sps"], tmp_path / "w.png")
+    assert data["figure"] == str(tmp_path / "w.png") and data["points"][0]["val_nll"] == 3.4
+    evals = [write_eval(str(tmp_path), "std", "s", "standard", None, 0.4),
+             write_eval(str(tmp_path), "sps", "s", "sps", 64, 0.42)]
+    gains = figures.accuracy_gain([tmp_path / os.path.basename(p) for p in evals], tmp_path / "g.png")
+    assert gains["figure"] == str(tmp_path / "g.png") and json.load(open(tmp_path / "g.json"))["gains"]
+    assert sps

@@ -308,3 +308,13 @@ def test_text_field_is_read_from_a_jsonl_source(tmp_path):
     out = tmp_path / "out"
     assert data_cli.main(["prepare", "--source", str(jsonl), "--out", str(out), "--text-field", "body"]) == 0
     assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
+
+
+def test_source_and_out_may_be_pathlib_paths(tmp_path):
+    src = write_sources(tmp_path)["jsonl"]
+    manifest = prepare.prepare(src, tmp_path / "out", log=lambda *a: None)
+    assert manifest["settings"]["source"] == str(src)  # recorded as text, so the manifest stays JSON
+    assert sorted(read_docs(tmp_path / "out", "train") + read_docs(tmp_path / "out", "val")) == sorted(DOCS)
+    messages = []
+    prepare.prepare(src, tmp_path / "out", log=messages.append)  # the same settings: up to date
+    assert "already holds" in messages[0]

@@ -27,3 +27,9 @@ def test_provisioned_tokenizer_encodes_like_gpt2(ranks_file):
 def test_missing_tokenizer_file_names_the_command_to_run(tmp_path):
     with pytest.raises(tokenizer.TokenizerMissing, match="python3 -m sps_jax.data provision-tokenizer"):
         tokenizer.get_tokenizer(str(tmp_path / "missing.tiktoken"))
+
+
+def test_a_ranks_file_may_be_a_pathlib_path(ranks_file):
+    import pathlib
+
+    assert tokenizer.encode("Hello world", pathlib.Path(ranks_file)) == [15496, 995]
