@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import operator
 import os
 import sys
 import time
@@ -165,12 +166,44 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
 
 # ----------------------------------------------------------------------------- host-level API
 
+def _integer(value, name: str) -> int:
+    """``value`` as an int (a numpy or jax integer too); else one sentence naming ``name``."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r}.") from None
+
+
+def _token_ids(prompt, name: str) -> list[int]:
+    """A prompt (any sequence or array of integers) as a list of ints; text or other values are one sentence."""
+    if isinstance(prompt, str):
+        raise TypeError(f"{name} is text, not token ids: encode it first (sps_jax.data.tokenizer.encode).")
+    try:
+        tokens = np.asarray(prompt).tolist() if hasattr(prompt, "__array__") else list(prompt)
+    except TypeError:
+        raise TypeError(f"{name} is {prompt!r}, not a sequence of token ids: pass a list of prompts, each a list "
+                        "of ids.") from None
+    if not isinstance(tokens, list):  # a 0-d array
+        raise TypeError(f"{name} is {tokens!r}, not a sequence of token ids: pass a list of prompts, each a list "
+                        "of ids.")
+    for t in tokens:
+        if isinstance(t, bool) or not hasattr(t, "__index__"):
+            raise TypeError(f"{name} holds {t}, not an integer token id.")
+    return [operator.index(t) for t in tokens]
+
+
 def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                  names: Optional[Sequence[str]] = None) -> None:
+                  names: Optional[Sequence[str]] = None) -> list[list[int]]:
     """Clear errors before any compilation, naming a bad prompt by ``names`` (where the user wrote it:
-    the flag, or the file and line), else by its index."""
+    the flag, or the file and line), else by its index; returns the prompts as lists of ints (any
+    sequence or integer array of ids is a prompt)."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts is text, not a list of prompts of token ids: encode each with "
+                        "sps_jax.data.tokenizer.encode and pass a list of them.")
+    prompts = [_token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
     if not len(prompts):
         raise ValueError("no prompts given: pass at least one prompt.")
+    max_new_tokens = _integer(max_new_tokens, "max_new_tokens")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     for n, prompt in enumerate(prompts):
@@ -187,6 +220,19 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
         if bad:
             raise ValueError(f"{name} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "
                              "check the tokenizer.")
+    return prompts
+
+
+def _check_options(sampling: Sampling, seed: int, **sizes: int) -> None:
+    """One sentence for a sampling, seed or size (at least 1) of the wrong type or range."""
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a sps_jax.inference.sampling.Sampling (e.g. Sampling(temperature=0.8)), "
+                        f"got {sampling!r}.")
+    sampling.validate()
+    _integer(seed, "seed")
+    for name, value in sizes.items():
+        if _integer(value, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}.")
 
 
 def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
@@ -217,8 +263,8 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     reuse compilations, never beyond the context).
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
-    sampling.validate()
-    check_prompts(cfg, prompts, max_new_tokens)
+    _check_options(sampling, seed, pad_to_multiple=pad_to_multiple)
+    prompts = check_prompts(cfg, prompts, max_new_tokens)
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
@@ -238,10 +284,8 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     one per request. Results come back in input order; ``progress(n)`` after each batch.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
-    sampling.validate()
-    check_prompts(cfg, prompts, max_new_tokens)
-    if max_batch < 1:
-        raise ValueError(f"max_batch must be at least 1, got {max_batch}.")
+    _check_options(sampling, seed, max_batch=max_batch, min_len=min_len)
+    prompts = check_prompts(cfg, prompts, max_new_tokens)
     buffer = bucket(max_new_tokens, cfg.seq_len)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[Optional[list[int]]] = [None] * len(prompts)

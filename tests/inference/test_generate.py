@@ -161,6 +161,37 @@ def test_bad_input_gives_clear_errors(tmp_path):
         runs.load_run(str(tmp_path / "no_such_run"))
 
 
+def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_compile():
+    cfg, _, params = small_model("sps", 2)
+    cases = [
+        (["Hello"], TypeError, r"^prompt 0 is text, not token ids: encode it first \(sps_jax.data.tokenizer.encode\)\.$"),
+        ("Hello", TypeError, r"^prompts is text, not a list of prompts of token ids: .*tokenizer.encode"),
+        ([1, 2, 3], TypeError, r"^prompt 0 is 1, not a sequence of token ids: pass a list of prompts, each a list of ids"),
+        ([[1.5, 2, 3]], TypeError, r"^prompt 0 holds 1.5, not an integer token id\.$"),
+        (np.array([[1.0, 2.0]]), TypeError, r"^prompt 0 holds 1.0, not an integer token id\.$"),
+        ([[[1, 2]]], TypeError, r"^prompt 0 holds \[1, 2\], not an integer token id\.$"),
+    ]
+    for prompts, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            gen.generate(cfg, params, prompts, 4)
+    for bad in ("4", 4.0, None):
+        with pytest.raises(TypeError, match=rf"^max_new_tokens must be an integer, got {bad!r}\.$"):
+            gen.generate(cfg, params, [[1, 2]], bad)
+    with pytest.raises(TypeError, match=r"^seed must be an integer, got '1'\.$"):
+        gen.generate(cfg, params, [[1, 2]], 4, seed="1")
+    with pytest.raises(ValueError, match=r"^pad_to_multiple must be at least 1, got 0\.$"):
+        gen.generate(cfg, params, [[1, 2]], 4, pad_to_multiple=0)
+    with pytest.raises(TypeError, match=r"^sampling must be a sps_jax.inference.sampling.Sampling"):
+        gen.generate(cfg, params, [[1, 2]], 4, sampling={"temperature": 1.0})
+    with pytest.raises(ValueError, match=r"^min_len must be at least 1, got 0\.$"):
+        gen.generate_bucketed(cfg, params, [[1, 2]], 4, min_len=0)
+    # Token ids of any integer type, in any sequence, are prompts: numpy and jax arrays, tuples, numpy ints.
+    want = gen.generate(cfg, params, [[1, 2, 3]], 4)
+    for prompts in (np.array([[1, 2, 3]], np.int64), jnp.array([[1, 2, 3]]), ((1, 2, 3),),
+                    [[np.int32(1), np.uint16(2), 3]]):
+        assert gen.generate(cfg, params, prompts, np.int64(4)) == want
+
+
 def _tiny_run(tmp_path, name="run", edit=None):
     config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=64"])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
