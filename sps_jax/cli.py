@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import operator
 import os
 import platform
 import signal
@@ -179,6 +180,15 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
+
+
+def integer(value, name: str, hint: str = "") -> int:
+    """``value`` as an int (a numpy or jax integer too) for a function's argument ``name``; anything else (a
+    str, a float, None) is one TypeError sentence, ``hint`` saying what else the argument takes."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer{hint}, got {value!r}.") from None
 
 
 def _integer(text: str, least: int, what: str, most: int | None = None) -> int:

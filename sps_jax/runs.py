@@ -49,6 +49,8 @@ def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None
     """(run folder, step) of a run folder or checkpoints/<step> path and an asked-for ``step`` (None: the
     latest); one sentence when the two name different checkpoints, rather than one silently winning."""
     workdir, path_step = find_run(path)
+    if step is not None:
+        step = cli.integer(step, "step", " (a checkpoint's step) or None (the latest)")
     if None not in (step, path_step) and step != path_step:
         raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for (--step): "
                         "pass the run folder with --step, or the checkpoint alone.")

@@ -139,3 +139,15 @@ def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
         with pytest.raises(UserError, match=r"lies in the token folder data\.dir=.*: pass a --workdir outside it\.$"):
             runs.check_workdir(str(workdir), config)
     runs.check_workdir(str(tmp_path / "run"), config)  # beside it is fine
+
+
+def test_a_step_of_the_wrong_type_is_one_sentence_and_numpy_integers_are_steps(tmp_path):
+    cfg, net, params = small_model()
+    config = ml_collections.ConfigDict({"model": dataclasses.asdict(cfg)})
+    runs.save_run(str(tmp_path / "run"), config, params, step=3)
+    for step in ("3", 3.0, 3.5):  # were "no checkpoint at step 3; it has [3]" and "step 3.0 is damaged"
+        with pytest.raises(TypeError, match=rf"^step must be an integer \(a checkpoint's step\) or None \(the "
+                                            rf"latest\), got {step!r}\.$"):
+            runs.load_model(tmp_path / "run", step)
+    assert runs.load_model(tmp_path / "run", np.int64(3))[2] == 3
+    assert runs.load_run(str(tmp_path / "run"), np.int32(3))[2] == 3

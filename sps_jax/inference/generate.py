@@ -166,14 +166,6 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
 
 # ----------------------------------------------------------------------------- host-level API
 
-def _integer(value, name: str) -> int:
-    """``value`` as an int (a numpy or jax integer too); else one sentence naming ``name``."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {value!r}.") from None
-
-
 def _token_ids(prompt, name: str) -> list[int]:
     """A prompt (any sequence or array of integers) as a list of ints; text or other values are one sentence."""
     if isinstance(prompt, str):
@@ -203,7 +195,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     prompts = [_token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
     if not len(prompts):
         raise ValueError("no prompts given: pass at least one prompt.")
-    max_new_tokens = _integer(max_new_tokens, "max_new_tokens")
+    max_new_tokens = cli.integer(max_new_tokens, "max_new_tokens")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
     for n, prompt in enumerate(prompts):
@@ -229,9 +221,9 @@ def _check_options(sampling: Sampling, seed: int, **sizes: int) -> None:
         raise TypeError(f"sampling must be a sps_jax.inference.sampling.Sampling (e.g. Sampling(temperature=0.8)), "
                         f"got {sampling!r}.")
     sampling.validate()
-    _integer(seed, "seed")
+    cli.integer(seed, "seed")
     for name, value in sizes.items():
-        if _integer(value, name) < 1:
+        if cli.integer(value, name) < 1:
             raise ValueError(f"{name} must be at least 1, got {value}.")
 
 
