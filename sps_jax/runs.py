@@ -299,20 +299,24 @@ def load_run(path: str, step: int | None = None):
     return config, params, step
 
 
-def check_params(net: sps_model.Transformer, params) -> None:
-    """Every parameter the config implies exists with the same shape (else one sentence naming the first)."""
+_CHECKPOINT = ("checkpoint does not match its config.json", "the run folder's config was changed or belongs to "
+               "another checkpoint")
+
+
+def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] = _CHECKPOINT) -> None:
+    """Every parameter the config implies exists with the same shape (else one sentence naming the first,
+    ``mismatch`` saying what disagrees and what to do)."""
+    what, fix = mismatch
     have_count = sum(int(np.prod(np.shape(v))) for v in jax.tree_util.tree_leaves(params))
     if have_count != net.cfg.num_params:  # counted, not traced: a config.json of absurd size would hang the trace
-        raise ValueError(f"checkpoint does not match its config.json: it holds {have_count:,} parameters but the "
-                         f"config implies {net.cfg.num_params:,}; the run folder's config was changed or belongs "
-                         "to another checkpoint.")
+        raise ValueError(f"{what}: it holds {have_count:,} parameters but the config implies "
+                         f"{net.cfg.num_params:,}; {fix}.")
     want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
     have = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
     for key in sorted(set(want) | set(have)):
         if want.get(key) != have.get(key):
-            raise ValueError(f"checkpoint does not match its config.json: parameter {key} has shape {have.get(key)} "
-                             f"but the config implies {want.get(key)}; the run folder's config was changed or "
-                             "belongs to another checkpoint.")
+            raise ValueError(f"{what}: parameter {key} has shape {have.get(key)} but the config implies "
+                             f"{want.get(key)}; {fix}.")
 
 
 def load_model(path: str, step: int | None = None):

@@ -215,6 +215,11 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     return prompts
 
 
+# What generate says when its params are not the config's model (runs.check_params).
+_OTHER_MODEL = ("params do not match cfg", "pass the params of this model (runs.load_model gives a run's model and "
+                "params), or its config")
+
+
 def _check_options(sampling: Sampling, seed: int, **sizes: int) -> None:
     """One sentence for a sampling, seed or size (at least 1) of the wrong type or range."""
     if not isinstance(sampling, Sampling):
@@ -257,6 +262,7 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
+    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
@@ -278,6 +284,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, max_batch=max_batch, min_len=min_len)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
+    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
     buffer = bucket(max_new_tokens, cfg.seq_len)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[Optional[list[int]]] = [None] * len(prompts)

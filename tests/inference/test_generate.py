@@ -185,6 +185,10 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
         gen.generate(cfg, params, [[1, 2]], 4, sampling={"temperature": 1.0})
     with pytest.raises(ValueError, match=r"^min_len must be at least 1, got 0\.$"):
         gen.generate_bucketed(cfg, params, [[1, 2]], 4, min_len=0)
+    _, _, wider = small_model("sps", 2, d_model=64)
+    for other in (wider, {"params": params}):  # another model's, or flax's variables dict
+        with pytest.raises(ValueError, match=r"^params do not match cfg: .*; pass the params of this model"):
+            gen.generate(cfg, other, [[1, 2]], 4)
     # Token ids of any integer type, in any sequence, are prompts: numpy and jax arrays, tuples, numpy ints.
     want = gen.generate(cfg, params, [[1, 2, 3]], 4)
     for prompts in (np.array([[1, 2, 3]], np.int64), jnp.array([[1, 2, 3]]), ((1, 2, 3),),
