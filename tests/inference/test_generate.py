@@ -343,11 +343,11 @@ def test_the_run_is_looked_for_before_any_prompt_is_tokenised(tmp_path, monkeypa
 
 
 def test_a_cache_no_device_holds_is_refused_before_the_weights_load(tmp_path):
-    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=1099511627776"])
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=1073741824"])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
     runs.save_run(str(tmp_path / "run"), config, params, step=3)
-    # 10**10 positions of a 2-layer, d=64 model: about 10 TiB of keys and values.
-    outcome = _cli("--workdir", tmp_path / "run", "--prompt", "x", "--max-new-tokens", str(10 ** 10))
+    # 10**9 positions of a 2-layer, d=64 model: about 1 TiB of keys and values.
+    outcome = _cli("--workdir", tmp_path / "run", "--prompt", "x", "--max-new-tokens", str(10 ** 9))
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert "KV cache" in outcome.stderr and "--max-new-tokens" in outcome.stderr, outcome.stderr
     assert "loaded" not in outcome.stderr
