@@ -9,6 +9,7 @@ parameters are a plain pytree of f32 arrays, cast to the compute dtype at use.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Optional
 
@@ -404,7 +405,14 @@ def init_params(model: Transformer, rng):
 
 def param_shapes(model: Transformer):
     """Parameter ShapeDtypeStructs without allocating any weights."""
-    return jax.eval_shape(lambda rng: init_params(model, rng), jax.random.PRNGKey(0))
+    return _param_shapes(model.cfg)
+
+
+@functools.lru_cache(maxsize=16)
+def _param_shapes(cfg: ModelConfig):
+    # Cached per config: generate checks its params against the model on every batch, and the trace
+    # of init takes a second at the larger scales.
+    return jax.eval_shape(lambda rng: init_params(Transformer(cfg), rng), jax.random.PRNGKey(0))
 
 
 def count_params(model: Transformer) -> int:
