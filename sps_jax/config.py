@@ -179,6 +179,9 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
+    if isinstance(overrides, str):  # it would be read one character at a time
+        raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
+                        f"[{overrides!r}].")
     path, arg = _split_spec(os.fspath(spec))  # a pathlib.Path too
     path = _shipped_if_missing(path)
     files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
@@ -326,6 +329,9 @@ _BELOW_MAX = frozenset({"train.b1", "train.b2"})
 
 def check_run_config(config) -> None:
     """Every field a training run reads is present and in range (else one sentence naming it)."""
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise UserError(f"the config is a {type(config).__name__}, not an ml_collections.ConfigDict: pass "
+                        "ml_collections.ConfigDict(it), or build it with sps_jax.config.load_config.")
     if not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")

@@ -212,3 +212,14 @@ def test_a_config_path_may_be_a_pathlib_path():
     import pathlib
 
     assert sps_config.load_config(pathlib.Path("configs/tiny.py")).model.num_layers == 2
+
+
+def test_a_notebooks_config_mistakes_are_one_sentence_saying_what_to_pass():
+    # A string of overrides was read one character at a time ("override '-' must look like ..."), and a
+    # plain dict config was said to have no model section, which it had.
+    with pytest.raises(ValueError, match=r"overrides must be a list of 'a\.b=value' strings, not the string "
+                                         r"'--config\.train\.seed=1': pass \['--config\.train\.seed=1'\]\.$"):
+        sps_config.load_config("configs/tiny.py", "--config.train.seed=1")
+    with pytest.raises(ValueError, match=r"the config is a dict, not an ml_collections\.ConfigDict: pass "
+                                         r"ml_collections\.ConfigDict\(it\)"):
+        sps_config.check_run_config(sps_config.load_config("configs/tiny.py").to_dict())

@@ -53,6 +53,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
                         tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
     """The results-JSON dict for one checkpoint (fields absent when not evaluated)."""
     t0 = time.time()
+    if isinstance(keys, str):  # it would be read as one task per character
+        raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
+                        f"paper_tasks.expand([{keys!r}]).")
     if keys:  # resolve task names and the tokenizer before loading any weights
         from lm_eval.tasks import TaskManager
 

@@ -178,3 +178,8 @@ def test_a_run_folder_passed_as_val_data_is_named_as_not_a_token_folder(tmp_path
     outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "run")])
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert "is a run folder, not a prepared token folder: pass the folder that" in outcome.stderr
+
+
+def test_task_keys_given_as_one_string_are_one_sentence_not_one_task_per_letter(tmp_path):
+    with pytest.raises(TypeError, match=r"not the string 'paper': pass paper_tasks\.expand\(\['paper'\]\)\.$"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), keys="paper")
