@@ -145,11 +145,29 @@ def _check_inputs(args) -> list:
                 raise UserError(f"--min-offset {args.min_offset} + --max-offset {args.max_offset} + "
                                 f"--positions-per-doc {args.positions_per_doc} exceed the context of "
                                 f"{_context(args, cfg)} positions of {w}: lower them.")
-            min_tokens, flags = span + 1, "--min-offset/--max-offset/--positions-per-doc"
+            flags = "--min-offset/--max-offset/--positions-per-doc"
         else:
-            min_tokens, flags = args.min_tokens, "--min-tokens"
+            flags = "--min-tokens"
+        min_tokens = _min_tokens(args)
         docs.append(read_documents(data, args.docs, min_tokens, split=args.split, eos_id=cfg.eos_id, flags=flags))
     return docs
+
+
+def _min_tokens(args) -> int:
+    """The shortest document a probe reads: every offset of every position it draws lies inside it."""
+    if args.command == "gradients":
+        return args.min_offset + args.max_offset + args.positions_per_doc + 1
+    return args.min_tokens
+
+
+def _documents(args, docs, workdir) -> str:
+    """'N documents', and where the split held fewer than --docs asked for, that the count is all there is."""
+    said = f"{len(docs)} documents"
+    if len(docs) < args.docs:
+        data = _data_dir(args, runs.read_config(runs.find_run(workdir)[0]))
+        said += (f" (fewer than --docs {args.docs}: the {args.split} split of {data} holds no more of at least "
+                 f"{_min_tokens(args)} tokens)")
+    return said
 
 
 def _context(args, cfg) -> int:
@@ -169,7 +187,7 @@ def cmd_gradients(args):
     for workdir, docs in zip(args.workdir, all_docs):
         cfg, params, step, label = _load(workdir, args)
         context = _context(args, cfg)
-        print(f"{label}: step {step}, {len(docs)} documents, offsets {offsets[0]}..{offsets[-1]}, "
+        print(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
               f"context {context}", flush=True)
         out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
                               context=context, seed=args.seed, batch=args.batch, chunk=args.chunk)
@@ -210,7 +228,8 @@ def cmd_window_nll(args):
         if args.omega >= context:
             print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
                   "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
-        print(f"{label}: step {step}, {len(docs)} documents, omega {args.omega}, context {context}", flush=True)
+        print(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}",
+              flush=True)
         out = window_nll_deltas(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
                                 batch=args.batch)
         mean, count = nan_mean_and_count(out["delta"])

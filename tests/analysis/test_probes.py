@@ -53,6 +53,23 @@ def test_window_nll_command_writes_means_and_figure(cli_fixture):
     assert width > height
 
 
+def test_fewer_documents_than_docs_asks_for_are_named(cli_fixture, capsys):
+    """--docs is an upper bound: a split with fewer documents long enough is used whole, and the progress
+    line says so instead of reporting the smaller count without a word (the tiny run's split holds 8)."""
+    root = cli_fixture
+    common = ["--workdir", str(root / "std"), "--val-data", str(root / "data"), "--docs", "50"]
+    assert probes.main(["window-nll", *common, "--omega", "6", "--out", str(root / "few_nll")]) == 0
+    out = capsys.readouterr().out
+    assert "5 documents (fewer than --docs 50: the val split of" in out and "holds no more of at least 2 tokens)" in out
+    assert probes.main(["gradients", *common, "--positions-per-doc", "2", "--max-offset", "8", "--context", "16",
+                        "--out", str(root / "few_grad")]) == 0
+    out = capsys.readouterr().out
+    assert "4 documents (fewer than --docs 50: " in out and "holds no more of at least 11 tokens)" in out
+    assert probes.main(["window-nll", "--workdir", str(root / "std"), "--val-data", str(root / "data"), "--docs", "5",
+                        "--omega", "6", "--out", str(root / "all_nll")]) == 0
+    assert "5 documents, omega 6" in capsys.readouterr().out
+
+
 def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
     root = cli_fixture
     assert probes.main(["window-nll", "--workdir", str(root / "nope"), "--val-data", str(root / "data")]) == 2
