@@ -169,13 +169,15 @@ def write_jsonl(path: str, records) -> None:
         f.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
+def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
+                rename: str = "choose another name") -> str:
     """``path`` checked before a command's work: refused when empty, a folder, or an existing file
     unless ``force``, so a command neither fails after its work nor replaces an earlier result
     unasked. ``inputs`` ((what, path or None) pairs) are the files and folders the command reads: an output
     that is one of those files, or lies in one of those folders, is refused even with ``force``, which
-    replaces results, never what the command reads. Commands call :func:`sps_jax.runs.output_file`,
-    which also keeps a run's own files."""
+    replaces results, never what the command reads. ``rename`` is the other way out of an existing file
+    that the sentence offers (a default file name is changed with a flag, not by naming it). Commands call
+    :func:`sps_jax.runs.output_file`, which also keeps a run's own files."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")
     if os.path.isdir(path):
@@ -183,7 +185,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) 
                         f"{os.path.join(path, 'results.json')}.")
     _refuse_inputs(path, flag, inputs)
     if os.path.lexists(path) and not force:
-        raise UserError(f"{flag} {path} already exists: pass --force to replace it, or choose another name.")
+        raise UserError(f"{flag} {path} already exists: pass --force to replace it, or {rename}.")
     check_parent(path, flag)
     check_name_length(path, flag)
     return path

@@ -101,11 +101,12 @@ def _refuse_run_files(path: str, flag: str) -> None:
                         "training writes: choose another path.")
 
 
-def output_file(path: str, flag: str = "--out", force: bool = False, inputs=()) -> str:
+def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
+                rename: str = "choose another name") -> str:
     """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
     anything under its checkpoints/) refused even with ``force``: replacing one would damage the run."""
     _refuse_run_files(path, flag)
-    return files.output_file(path, flag, force, inputs)
+    return files.output_file(path, flag, force, inputs, rename)
 
 
 def output_folder(path: str, flag: str = "--out") -> str:

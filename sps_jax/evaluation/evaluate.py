@@ -184,8 +184,12 @@ def main_evaluate(argv) -> int:
                             "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
     inputs = [("--val-data", args.val_data), ("--tokenizer", args.tokenizer), ("--include-path", args.include_path),
               *(("--task-data", data) for data in task_data.values())]
+    if args.out is not None:
+        flag, rename = "--out", "choose another name"
+    else:  # the default RUN/eval/step_<N>.json; --all-steps takes no --out
+        flag, rename = "the results file", "move it away" if args.all_steps else "--out to write elsewhere"
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
-        runs.output_file(out, "--out" if args.out is not None else "the results file", args.force, inputs)
+        runs.output_file(out, flag, args.force, inputs, rename)
     rows = []
     for step in steps:
         try:

@@ -183,3 +183,20 @@ def test_a_run_folder_passed_as_val_data_is_named_as_not_a_token_folder(tmp_path
 def test_task_keys_given_as_one_string_are_one_sentence_not_one_task_per_letter(tmp_path):
     with pytest.raises(TypeError, match=r"not the string 'paper': pass paper_tasks\.expand\(\['paper'\]\)\.$"):
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), keys="paper")
+
+
+def test_an_existing_default_results_file_names_the_way_out_that_exists(tmp_path):
+    # Before, every case said "pass --force to replace it, or choose another name", though only --out names a
+    # file, and --all-steps refuses --out: a new user rerunning `evaluate --all-steps` was told to rename.
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    (tmp_path / "run" / "eval").mkdir()
+    (tmp_path / "run" / "eval" / "step_5.json").write_text("{}")
+    common = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")]
+    for argv, advice in ((common, "pass --force to replace it, or --out to write elsewhere."),
+                         ([*common, "--all-steps"], "pass --force to replace it, or move it away."),
+                         ([*common, "--out", str(tmp_path / "run" / "eval" / "step_5.json")],
+                          "pass --force to replace it, or choose another name.")):
+        outcome = fuzz.call(evaluate.main, argv)
+        assert outcome.status == 2 and outcome.problem() is None, outcome
+        assert "step_5.json already exists: " + advice in outcome.stderr, outcome.stderr
