@@ -296,7 +296,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             log(f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
                 f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
                 f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
-                f"{p['total_steps']} steps; compiled in {time.time() - t0:.1f}s")
+                f"{p['total_steps']} steps"
+                + (f", stopping at step {end} (train.stop_at_step)" if end < p["total_steps"] else "")
+                + f"; compiled in {time.time() - t0:.1f}s")
 
             def save(step):
                 ckpts.save(step, params, opt_state,
@@ -338,7 +340,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                         log(f"step {step}: non-finite loss, update skipped")
                     emit(record)
                     if step % t.log_every == 0 or step == start_step + 1:
-                        eta = (p["total_steps"] - step) * (time.time() - run_start) / (step - start_step)
+                        eta = (end - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
                         log(f"step {step}/{p['total_steps']}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
                             f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
                             + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta:.0f}s")

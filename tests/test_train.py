@@ -486,3 +486,12 @@ def test_training_in_a_weights_only_run_folder_points_to_init_from(tmp_path, tok
     before = digest(imported)
     refuse(small_argv(imported, tokens), "weights only", f"--config.train.init_from={imported}")
     assert digest(imported) == before
+
+
+def test_a_run_cut_by_stop_at_step_says_where_it_stops_and_counts_its_eta_to_there(tmp_path, tokens):
+    # Before, `--config.train.stop_at_step=3` of a 300-step schedule printed "300 steps" and "eta 291s" and then
+    # stopped after 3 steps without a word (the README's init_from command, tried on the tiny run).
+    out = run_train(tmp_path / "run", tokens, 1000, extra=["--config.train.stop_at_step=2"])
+    assert "1000 steps, stopping at step 2 (train.stop_at_step); compiled in" in out.stdout, out.stdout
+    eta = [float(line.rsplit("eta ", 1)[1].rstrip("s")) for line in out.stdout.splitlines() if " eta " in line]
+    assert len(eta) == 2 and eta[-1] == 0, out.stdout
