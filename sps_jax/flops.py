@@ -44,6 +44,9 @@ def matmul_params_per_slot(num_layers: int, d_model: int, d_ff: int) -> int:
 
 def forward_flops_per_token(cfg) -> float:
     """Forward model FLOPs per input token of a ``sps_jax.model.ModelConfig``."""
+    if not hasattr(cfg, "visibility"):  # a config section: this module does not build models
+        raise TypeError(f"cfg must be a sps_jax.model.ModelConfig, not a {type(cfg).__name__}: pass "
+                        "ModelConfig.from_config(config.model).")
     vis = cfg.visibility
     d = cfg.d_model
     matmul = 2 * matmul_params_per_slot(cfg.num_layers, d, cfg.d_ff) * vis.num_streams

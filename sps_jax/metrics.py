@@ -106,6 +106,9 @@ class Writer:
 def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
     """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by
     side; returns the figure (and writes it to ``out_png`` when given)."""
+    if not hasattr(runs, "items"):
+        raise TypeError(f"runs must be a dict of {{label: run folder}}, not a {type(runs).__name__}: pass e.g. "
+                        "{os.path.basename(path): path for path in paths}.")
     plt = plotting.pyplot(headless=bool(out_png))
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for label, workdir in runs.items():

@@ -16,7 +16,7 @@ import jax
 import ml_collections
 import pytest
 
-from sps_jax import cli, runs
+from sps_jax import cli, flops, metrics, runs
 from sps_jax.analysis import figures, probes
 from sps_jax.bench import __main__ as bench_cli
 from sps_jax.data import __main__ as data_cli
@@ -385,3 +385,18 @@ def test_refusals_end_with_what_to_do(tmp_path, call, ending):
     with pytest.raises((ValueError, OSError)) as refusal:
         call(tmp_path)
     assert str(refusal.value).endswith(ending), refusal.value
+
+
+@pytest.mark.parametrize("call, sentence", [
+    (lambda tmp: prepare.prepare("builtin", str(tmp / "out"), val_fraction="0.1"),
+     "val_fraction='0.1' must be a number in [0, 1)"),
+    (lambda tmp: flops.train_flops_per_token(sps_config.load_config("configs/tiny.py").model),
+     "cfg must be a sps_jax.model.ModelConfig, not a ConfigDict"),
+    (lambda tmp: metrics.plot_curves([str(tmp)]),
+     "runs must be a dict of {label: run folder}, not a list"),
+])
+def test_a_notebooks_argument_of_another_type_is_one_sentence(tmp_path, call, sentence):
+    # Before: Python's comparison TypeError, AttributeError: 'visibility', AttributeError: 'items'.
+    with pytest.raises((ValueError, TypeError)) as refusal:
+        call(tmp_path)
+    assert sentence in str(refusal.value), refusal.value

@@ -67,8 +67,9 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping.
     """
     source, out = os.fspath(source), os.fspath(out)  # a pathlib.Path too; the manifest records text
-    if not 0.0 <= val_fraction < 1.0:
-        raise UserError(f"val_fraction={val_fraction} must be in [0, 1): it is the share of documents "
+    number = isinstance(val_fraction, (int, float)) and not isinstance(val_fraction, bool)
+    if not number or not 0.0 <= val_fraction < 1.0:
+        raise UserError(f"val_fraction={val_fraction!r} must be a number in [0, 1): it is the share of documents "
                         "held out for validation, so pass one from 0 up to below 1.")
     for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
         if value is not None and value < 1:
