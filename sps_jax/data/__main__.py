@@ -24,8 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--val-fraction", type=float, default=0.01)
-    p.add_argument("--text-field", default=None, help="JSONL/Parquet/HF field holding the text (default text)")
-    p.add_argument("--hf-split", default=None, help="split of a hf: source (default train)")
+    p.add_argument("--text-field", default=None,
+                   help=f"JSONL/Parquet/HF field holding the text (default {corpus.DEFAULT_TEXT_FIELD})")
+    p.add_argument("--hf-split", default=None, help=f"split of a hf: source (default {corpus.DEFAULT_HF_SPLIT})")
     p.add_argument("--max-documents", type=cli.positive_int, default=None,
                    help="keep the first N non-empty documents")
     p.add_argument("--max-tokens", type=cli.positive_int, default=None,
@@ -47,11 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "prepare":
-        corpus.check_source(args.source)
-        corpus.check_options(args.source, args.text_field, args.hf_split)
-        given = {k: v for k, v in (("text_field", args.text_field), ("hf_split", args.hf_split)) if v is not None}
-        prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, max_documents=args.max_documents,
-                        max_tokens=args.max_tokens, force=args.force, errors=args.errors, **given)
+        prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
+                        hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
+                        force=args.force, errors=args.errors)
     elif args.command == "verify":
         for split, tokens in loader.verify(args.dir, vocab.VOCAB_SIZE).items():
             print(f"{split}: {tokens:,} tokens ok")

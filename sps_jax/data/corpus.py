@@ -29,6 +29,9 @@ TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 ERRORS = ("strict", "replace")
+# The record field that holds a document's text, and the split of a hf: source, when none is given.
+DEFAULT_TEXT_FIELD = "text"
+DEFAULT_HF_SPLIT = "train"
 _UTF8_HINT = ": fix the file, or pass --errors replace to replace bad bytes with U+FFFD"
 # Standard-library folders that are tests, GUIs or vendored code rather than documented API.
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3",
@@ -183,7 +186,7 @@ def _leads_nowhere(path: str) -> bool:
     return os.path.islink(path) and not os.path.exists(path)
 
 
-def documents(source: str, text_field: str = "text", hf_split: str = "train",
+def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str = DEFAULT_HF_SPLIT,
               errors: str = "strict") -> Iterator[str]:
     """Yield the text documents of a source (see the module docstring for the forms)."""
     check_source(source)

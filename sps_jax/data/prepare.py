@@ -56,15 +56,17 @@ class _SplitWriter:
                 "max_id": self.max_id, "sha256": self.sha.hexdigest()}
 
 
-def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str = "text",
-            hf_split: str = "train", max_documents: int | None = None,
+def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str | None = None,
+            hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
             force: bool = False, errors: str = "strict", log=print) -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
 
     ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in
     order until the tokens written (EOS included, both splits) reach N, so the last one may pass
-    it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping.
+    it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping. ``text_field`` and
+    ``hf_split`` default to corpus.DEFAULT_TEXT_FIELD and DEFAULT_HF_SPLIT; given for a source that
+    never reads them, they are refused.
     """
     source, out = os.fspath(source), os.fspath(out)  # a pathlib.Path too; the manifest records text
     number = isinstance(val_fraction, (int, float)) and not isinstance(val_fraction, bool)
@@ -78,6 +80,9 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     local = source != "builtin" and not source.startswith("hf:")
     files.output_folder(out, inputs=[("source", source if local else None)])
     corpus.check_source(source)
+    corpus.check_options(source, text_field, hf_split)
+    text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
+    hf_split = corpus.DEFAULT_HF_SPLIT if hf_split is None else hf_split
     enc = tokenizer.get_tokenizer()  # raises TokenizerMissing with the provisioning command
     settings = {"source": source, "val_fraction": val_fraction, "text_field": text_field,
                 "hf_split": hf_split, "max_documents": max_documents,
