@@ -184,8 +184,10 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def integer(value, name: str, hint: str = "") -> int:
     """``value`` as an int (a numpy or jax integer too) for a function's argument ``name``; anything else (a
-    str, a float, None) is one TypeError sentence, ``hint`` saying what else the argument takes."""
+    str, a float, None, a bool) is one TypeError sentence, ``hint`` saying what else the argument takes."""
     try:
+        if isinstance(value, bool):  # an int to Python, but never meant as a count or a step
+            raise TypeError
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer{hint}, got {value!r}.") from None

@@ -145,7 +145,7 @@ def test_a_step_of_the_wrong_type_is_one_sentence_and_numpy_integers_are_steps(t
     cfg, net, params = small_model()
     config = ml_collections.ConfigDict({"model": dataclasses.asdict(cfg)})
     runs.save_run(str(tmp_path / "run"), config, params, step=3)
-    for step in ("3", 3.0, 3.5):  # were "no checkpoint at step 3; it has [3]" and "step 3.0 is damaged"
+    for step in ("3", 3.0, 3.5, True):  # were "no checkpoint at step 3; it has [3]" and "step 3.0 is damaged"
         with pytest.raises(TypeError, match=rf"^step must be an integer \(a checkpoint's step\) or None \(the "
                                             rf"latest\), got {step!r}\.$"):
             runs.load_model(tmp_path / "run", step)
