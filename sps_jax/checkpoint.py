@@ -181,6 +181,7 @@ def restore_params(workdir: str, step: int | None = None, target=None):
 
 
 def _restore_params(workdir: str, step: int | None, target):
+    workdir = os.fspath(workdir)  # a pathlib.Path too: the sentences quote it
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step

@@ -31,6 +31,7 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     mid-write leaves one partial last line, which is dropped; any other bad line, or a record
     without an integer "step", is one sentence naming the line.
     """
+    workdir = os.fspath(workdir)  # a pathlib.Path too: the sentences quote it
     path = os.path.join(workdir, METRICS_FILE)
     if os.path.isdir(path):
         raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")

@@ -16,12 +16,12 @@ import jax
 import ml_collections
 import pytest
 
-from sps_jax import cli, flops, metrics, runs
-from sps_jax.analysis import figures, probes
+from sps_jax import checkpoint, cli, flops, metrics, runs
+from sps_jax.analysis import documents, figures, probes
 from sps_jax.bench import __main__ as bench_cli
 from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
-from sps_jax.data import prepare
+from sps_jax.data import loader, prepare, tokenizer
 from sps_jax.inference import generate, sampling
 from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train
 from tests import fuzz
@@ -400,3 +400,22 @@ def test_a_notebooks_argument_of_another_type_is_one_sentence(tmp_path, call, se
     with pytest.raises((ValueError, TypeError)) as refusal:
         call(tmp_path)
     assert sentence in str(refusal.value), refusal.value
+
+
+@pytest.mark.parametrize("call", [
+    lambda folder: metrics.read(folder, required=True),
+    lambda folder: loader.open_tokens(folder, "train"),
+    lambda folder: loader.verify(folder, 50304),
+    lambda folder: runs.read_config(folder),
+    lambda folder: tokenizer.get_tokenizer(folder / "gpt2.tiktoken"),
+    lambda folder: documents.read_documents(folder, 1, 1),
+    lambda folder: figures.final_point(folder),
+    lambda folder: checkpoint.restore_params(folder),
+], ids=["metrics", "open_tokens", "verify", "read_config", "tokenizer", "documents", "figures", "checkpoint"])
+def test_a_notebooks_pathlib_path_is_quoted_as_the_path_it_names(tmp_path, call):
+    # Before: the sentence showed PosixPath('/tmp/...') where the command line shows '/tmp/...'.
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    with pytest.raises((ValueError, OSError)) as refusal:
+        call(folder)
+    assert "PosixPath" not in str(refusal.value) and str(folder) in str(refusal.value), refusal.value

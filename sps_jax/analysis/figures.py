@@ -39,6 +39,7 @@ def validation_curve(run: str) -> tuple[np.ndarray, np.ndarray]:
 
 def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
+    source = os.fspath(source)  # a pathlib.Path too: the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
         tokens, loss = validation_curve(source)

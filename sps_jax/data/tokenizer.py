@@ -64,7 +64,7 @@ def get_tokenizer(ranks_path: str | None = None):
             raise TokenizerMissing(f"{path} is not a gpt2.tiktoken ranks file ({type(exc).__name__}): run "
                                    f"`{PROVISION_COMMAND}` or pass the path of a gpt2.tiktoken file.") from None
     elif ranks_path:
-        raise TokenizerMissing(f"tokenizer file {ranks_path!r} does not exist: run `{PROVISION_COMMAND}` "
+        raise TokenizerMissing(f"tokenizer file {path!r} does not exist: run `{PROVISION_COMMAND}` "
                                "or pass the path of a gpt2.tiktoken file.")
     else:
         import tiktoken
