@@ -31,6 +31,13 @@ def load(paths) -> list[dict]:
             raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")
         masks.Visibility(row["variant"], row.get("window"))  # a bad variant or window: its own sentence
         rows.append(row)
+    seen = {}
+    for path, row in zip(paths, rows):
+        key = (row.get("run"), row["step"], row.get("scale"), method(row))
+        if key[0] is not None and key in seen:  # one checkpoint evaluated twice: which row would be the table's?
+            raise ValueError(f"{seen[key]} and {path} both hold {key[3]} of run {key[0]} at step {key[1]}: "
+                             "pass one of them.")
+        seen[key] = path
     return rows
 
 
@@ -60,6 +67,21 @@ def method(row: dict) -> str:
     name = METHOD_NAMES.get(row["variant"], row["variant"])
     window = masks.Visibility(row["variant"], row.get("window")).window
     return name if window is None else f"{name} (w={window})"
+
+
+def _labels(rows) -> list[str]:
+    """Each row's method, followed by its run and/or step where those tell apart rows that share scale and method
+    (evaluate --all-steps, or two runs of one method)."""
+    labels = []
+    for row in rows:
+        same = [r for r in rows if r.get("scale") == row.get("scale") and method(r) == method(row)]
+        parts = [method(row)]
+        if len({r.get("run") for r in same}) > 1:
+            parts.append(f"run {row.get('run') or '-'}")
+        if len({r["step"] for r in same}) > 1:
+            parts.append(f"step {row['step']}")
+        labels.append(", ".join(parts))
+    return labels
 
 
 def _columns(full: bool):
@@ -95,7 +117,7 @@ def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | Non
     out = []
     cols = _columns(full)
     ordered = _ordered(rows)
-    for row in ordered:
+    for row, label in zip(ordered, _labels(ordered)):
         base = _baseline(rows, row.get("scale"))
         peers = [r for r in ordered if r.get("scale") == row.get("scale")]
         texts = []
@@ -113,7 +135,7 @@ def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | Non
             values = [v for v in map(get, peers) if v is not None]
             best = len(values) > 1 and value == (max(values) if kind == "acc" else min(values))
             texts.append((fmt.format(value * scale), delta, best))
-        out.append((str(row.get("scale") or "-").upper(), method(row), texts))
+        out.append((str(row.get("scale") or "-").upper(), label, texts))
     return out
 
 

@@ -1,8 +1,9 @@
 """The paper's main table follows its input JSONs: values, deltas to Standard, the best in bold."""
 
 import numpy as np
+import pytest
 
-from sps_jax.evaluation import evaluate, paper_tasks
+from sps_jax.evaluation import evaluate, paper_tasks, results_table
 
 
 def fixture_rows():
@@ -54,3 +55,27 @@ def test_results_table_has_values_deltas_to_standard_and_the_best_in_bold(tmp_pa
     assert [o[0].strip() for o in order] == ["XS"] * 3 + ["S"] * 3 and order[0][1].strip() == "Standard"
     assert "(" not in order[0][2]
     assert md.count("**") == 2 * 2 * (3 + 9)  # one best per column (3 main, 9 full) and scale (2)
+
+
+def test_rows_of_one_method_and_scale_are_told_apart_by_run_and_step(tmp_path):
+    # Before: evaluate --all-steps (or two runs of one method) printed rows that looked the same.
+    base = {"variant": "sps", "window": 64, "scale": "s", "val_nll": 3.0}
+    rows = [dict(base, run="a", step=100), dict(base, run="a", step=200), dict(base, run="b", step=200),
+            dict(base, variant="standard", window=None, run="c", step=200)]
+    paths = []
+    for i, row in enumerate(rows):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        evaluate.write_json(paths[-1], row)
+    names = [l.split("|")[2].strip() for l in results_table.markdown(results_table.load(paths)).splitlines()[2:]]
+    assert names == ["Standard", "SPS (w=64), run a, step 100", "SPS (w=64), run a, step 200",
+                     "SPS (w=64), run b, step 200"]
+
+
+def test_one_checkpoint_evaluated_twice_is_refused_naming_both_files(tmp_path):
+    row = {"run": "a", "variant": "sps", "window": 64, "scale": "s", "step": 100, "val_nll": 3.0}
+    paths = [str(tmp_path / "first.json"), str(tmp_path / "again.json")]
+    for path in paths:
+        evaluate.write_json(path, row)
+    with pytest.raises(ValueError, match="first.json and .*again.json both hold SPS \\(w=64\\) of run a at step 100: "
+                                         "pass one of them."):
+        results_table.load(paths)
