@@ -185,9 +185,9 @@ def _token_ids(prompt, name: str) -> list[int]:
 
 
 def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                  names: Optional[Sequence[str]] = None) -> list[list[int]]:
+                  names: Optional[Sequence[str]] = None, limit_name: str = "max_new_tokens") -> list[list[int]]:
     """Clear errors before any compilation, naming a bad prompt by ``names`` (where the user wrote it:
-    the flag, or the file and line), else by its index; returns the prompts as lists of ints (any
+    the flag, or the file and line), else by its index, and ``max_new_tokens`` by ``limit_name``; returns the prompts as lists of ints (any
     sequence or integer array of ids is a prompt)."""
     if isinstance(prompts, str):
         raise TypeError("prompts is text, not a list of prompts of token ids: encode each with "
@@ -195,9 +195,9 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     prompts = [_token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
     if not len(prompts):
         raise ValueError("no prompts given: pass at least one prompt.")
-    max_new_tokens = cli.integer(max_new_tokens, "max_new_tokens")
+    max_new_tokens = cli.integer(max_new_tokens, limit_name)
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+        raise ValueError(f"{limit_name} must be at least 1, got {max_new_tokens}.")
     for n, prompt in enumerate(prompts):
         name = names[n] if names is not None else f"prompt {n}"
         if len(prompt) == 0:
@@ -206,8 +206,8 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
             raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of "
                              f"{cfg.seq_len}: shorten it.")
         if len(prompt) + max_new_tokens > cfg.seq_len:
-            raise ValueError(f"{name} ({len(prompt)} tokens) plus max_new_tokens={max_new_tokens} exceeds "
-                             f"the model's context of {cfg.seq_len}: lower max_new_tokens or shorten the prompt.")
+            raise ValueError(f"{name} ({len(prompt)} tokens) plus {limit_name} {max_new_tokens} exceeds "
+                             f"the model's context of {cfg.seq_len}: lower {limit_name} or shorten the prompt.")
         bad = [t for t in prompt if not 0 <= int(t) <= cfg.eos_id]
         if bad:
             raise ValueError(f"{name} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "
@@ -389,7 +389,7 @@ def main(argv=None) -> int:
         lines, records = zip(*_read_prompts(args.prompts_file))
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     prompts = [tokenizer.encode(r["prompt"]) for r in records]
-    check_prompts(cfg, prompts, args.max_new_tokens, names)
+    check_prompts(cfg, prompts, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_model(runs.run_argument(args))
