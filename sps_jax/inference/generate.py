@@ -172,10 +172,9 @@ def _token_ids(prompt, name: str) -> list[int]:
         raise TypeError(f"{name} is text, not token ids: encode it first (sps_jax.data.tokenizer.encode).")
     try:
         tokens = np.asarray(prompt).tolist() if hasattr(prompt, "__array__") else list(prompt)
-    except TypeError:
-        raise TypeError(f"{name} is {prompt!r}, not a sequence of token ids: pass a list of prompts, each a list "
-                        "of ids.") from None
-    if not isinstance(tokens, list):  # a 0-d array
+    except TypeError:  # a number
+        tokens = prompt
+    if not isinstance(tokens, list):  # a number, or a 0-d array's number
         raise TypeError(f"{name} is {tokens!r}, not a sequence of token ids: pass a list of prompts, each a list "
                         "of ids.")
     for t in tokens:
