@@ -27,7 +27,8 @@ _SHIPPED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 # The paper's context T in input tokens, at every scale (also the benchmarks' default shape).
 PAPER_SEQ_LEN = 4096
-# (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = 64 everywhere.
+# (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = d_model / heads = 64 everywhere.
+PAPER_HEAD_DIM = 64
 SCALES = {
     "xs": (8, 512, 8),
     "s": (12, 768, 12),
@@ -35,6 +36,12 @@ SCALES = {
     "l": (36, 1280, 20),
     "xl": (48, 1600, 25),
 }
+
+
+def attention_dims(scale: str, head_dim: int = PAPER_HEAD_DIM) -> tuple[int, int]:
+    """(heads, head_dim) of a scale's attention, or of its width cut into heads of ``head_dim``."""
+    _, d, heads = SCALES[scale]
+    return (heads, head_dim) if head_dim == PAPER_HEAD_DIM else (d // head_dim, head_dim)
 
 
 def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:

@@ -17,6 +17,12 @@ def test_paper_config_builds_a_valid_model_config(scale, variant):
     assert (cfg.vocab_size, cfg.seq_len) == (50304, 4096)
 
 
+def test_attention_dims_are_the_scales_heads_of_64_or_its_width_in_wider_heads():
+    # The benches' defaults and the compile report's shapes: S is 12 x 64, XL 25 x 64; S's 768 in heads of 128 is 6.
+    assert [sps_config.attention_dims(s) for s in ("s", "xl")] == [(12, 64), (25, 64)]
+    assert sps_config.attention_dims("s", 128) == (6, 128)
+
+
 def test_paper_defaults_and_training_recipe():
     config = sps_config.load_config("configs/paper.py")
     assert (config.model.variant, config.model.window, config.model.num_layers) == ("sps", 64, 12)

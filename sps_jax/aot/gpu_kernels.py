@@ -41,7 +41,8 @@ class Shape:
 
 
 # The paper's S (12 x 64) and XL (25 x 64) attention, and the common 128-wide head at S's width.
-SHAPES = (Shape("S", 12, 64), Shape("XL", 25, 64), Shape("S, Dh 128", 6, 128))
+SHAPES = (Shape("S", *sps_config.attention_dims("s")), Shape("XL", *sps_config.attention_dims("xl")),
+          Shape("S, Dh 128", *sps_config.attention_dims("s", 128)))
 
 
 def find_ptxas() -> str | None:

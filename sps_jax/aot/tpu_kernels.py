@@ -21,14 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import hardware, masks
+from sps_jax import config as sps_config, hardware, masks
 from sps_jax import splash_attention as sp
 from sps_jax.aot import programs, topology
 from sps_jax.aot.gpu_kernels import Shape
 
 # The paper's S attention (12 heads x 64) and the 128-wide head at S's width: the two head dims
 # the default blocks are chosen to fit in VMEM.
-SHAPES = (Shape("S", 12, 64), Shape("S, Dh 128", 6, 128))
+SHAPES = (Shape("S", *sps_config.attention_dims("s")), Shape("S, Dh 128", *sps_config.attention_dims("s", 128)))
 
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis: masks.Visibility | None = None,

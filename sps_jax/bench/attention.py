@@ -37,8 +37,9 @@ def parse_args(argv):
     p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS)
     p.add_argument("--batch", type=int, default=6)
     p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--head-dim", type=int, default=64)
+    heads, head_dim = sps_config.attention_dims("s")
+    p.add_argument("--heads", type=int, default=heads)
+    p.add_argument("--head-dim", type=int, default=head_dim)
     p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
     p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
