@@ -227,6 +227,8 @@ def main(argv=None) -> int:
         print(f"[{v}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
         peaks[v] = _spawn_peak(worker_argv, v)
         if peaks[v] is None:  # the device has no memory counter: the other workers would say the same
+            print(f"[{v}] this device has no peak-memory counter (memory_stats): no variant's peak is measured",
+                  file=sys.stderr, flush=True)
             break
 
     print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
