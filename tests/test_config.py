@@ -229,3 +229,43 @@ def test_a_notebooks_config_mistakes_are_one_sentence_saying_what_to_pass():
     with pytest.raises(ValueError, match=r"the config is a dict, not an ml_collections\.ConfigDict: pass "
                                          r"ml_collections\.ConfigDict\(it\)"):
         sps_config.check_run_config(sps_config.load_config("configs/tiny.py").to_dict())
+
+
+# Section 4, Table "Model configurations across the five scales", copied as printed: layers L, hidden size d,
+# heads H, FFN size, and the parameter count at the table's own precision.
+PAPER_TABLE = {
+    "xs": (8, 512, 8, 1536, "53M"),
+    "s": (12, 768, 12, 2304, "131M"),
+    "m": (24, 1024, 16, 3072, "379M"),
+    "l": (36, 1280, 20, 3840, "831M"),
+    "xl": (48, 1600, 25, 4800, "1.678B"),
+}
+
+
+@pytest.mark.parametrize("scale", list(PAPER_TABLE))
+def test_each_scale_is_the_papers_table_row_with_its_printed_parameter_count(scale):
+    """The paper's scale table, literally: the configs' sizes, d_h = d / H (Appendix A), and the built model's
+    parameters (tied embedding counted once) rounded as the table prints them. At that precision an untied head,
+    biases on the linear layers (+0.85M at XL: 1.679B) or another FFN width would show."""
+    layers, d, heads, ffn, printed = PAPER_TABLE[scale]
+    cfg = sps_model.ModelConfig.from_config(sps_config.load_config(f"configs/paper.py:{scale},sps").model)
+    assert (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff) == (layers, d, heads, ffn)
+    assert cfg.head_dim == d // heads
+    n = cfg.num_params  # arithmetic; tests/test_model.py holds it to the built model's parameters
+    got = f"{n / 1e9:.3f}B" if printed.endswith("B") else f"{n / 1e6:.0f}M"
+    assert got == printed, (scale, n)
+
+
+def test_the_shared_setup_of_section_4_holds_at_every_scale_and_variant():
+    """Section 4: all variants share one backbone with a context of 4,096 tokens, train in bfloat16 mixed precision
+    (f32 parameters), and 'all sliding-window variants use w = 64 at every scale' unless told otherwise; the
+    variants differ only in attention pattern (the same parameter count)."""
+    for scale in PAPER_TABLE:
+        counts = set()
+        for variant in masks.VARIANTS:
+            model = sps_config.load_config(f"configs/paper.py:{scale},{variant}").model
+            cfg = sps_model.ModelConfig.from_config(model)
+            assert (cfg.seq_len, cfg.dtype, cfg.param_dtype) == (4096, "bfloat16", "float32")
+            assert cfg.window == (64 if variant in ("sps", "delayed_state", "reverse_sps") else None), (scale, variant)
+            counts.add(cfg.num_params)
+        assert len(counts) == 1, scale
