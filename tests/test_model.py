@@ -96,6 +96,51 @@ def test_loss_excludes_eos_and_pad_inputs_but_trains_eos_targets(make_model):
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("variant", [v if v in ("standard", "sps") else pytest.param(v, marks=pytest.mark.slow)
+                                     for v in masks.VARIANTS])
+def test_the_loss_is_the_mean_over_i_of_the_next_token_nll_given_the_prefix_alone(make_model, variant):
+    """Section 3, eq. (sps-loss): for x = (x_1, ..., x_T), L = 1/(T-1) sum_{i<T} -log p(x_{i+1} | x_1, rho_1, ...,
+    x_i, rho_i). Each term is computed here from a sequence that shares only the prefix x_1..x_i with x (the rest
+    is other random tokens, so the term can only condition on that prefix), reading the next-token distribution at
+    position i in float64; their plain mean over the T - 1 positions must be the training loss of the window x."""
+    T = 8
+    model, params = make_model(variant, 2, seq_len=T)
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 50, size=T)  # one document: no EOS, every position is trained
+    forward = jax.jit(lambda tokens: model.apply({"params": params}, tokens))
+    terms = []
+    for i in range(1, T):
+        other = np.concatenate([x[:i], rng.integers(0, 50, size=T - i)])
+        logits = np.asarray(forward(jnp.asarray(other[None], jnp.int32))[0, i - 1], np.float64)
+        log_z = logits.max() + np.log(np.exp(logits - logits.max()).sum())
+        terms.append(log_z - logits[x[i]])
+    tokens = jnp.asarray(x[None], jnp.int32)
+    _, count = sps_model.loss_sums(model, params, tokens)
+    assert float(count) == T - 1
+    np.testing.assert_allclose(float(sps_model.loss_fn(model, params, tokens)), np.mean(terms), rtol=1e-5)
+
+
+def test_predict_is_one_extra_learned_token_that_feeds_every_predict_slot(make_model):
+    """Section 3: every rho_i is the same new <predict> token, a learned embedding. Its id follows GPT-2's 50,257
+    ids (no text token is reused). Changing its embedding row changes the next-token logits of the text tokens at
+    every position of a two-stream variant (each predict slot, or for Reverse SPS each later input slot, reads it),
+    and none of Standard's, which has no predict stream (the tied head's <predict> column aside)."""
+    from sps_jax import vocab
+
+    assert vocab.PREDICT_ID == 50257 and vocab.EOS_ID == 50256 and vocab.PREDICT_ID < vocab.VOCAB_SIZE
+    tokens = random_tokens(np.random.default_rng(5), 2, 8, eos_rate=0.0)
+    for variant in masks.VARIANTS:
+        model, params = make_model(variant, 2, seq_len=8)
+        predict = model.cfg.predict_id
+        moved = dict(params, embed=params["embed"].at[predict].add(0.5))
+        text = np.arange(model.cfg.vocab_size) != predict
+        a = np.asarray(model.apply({"params": params}, tokens))[..., text]
+        b = np.asarray(model.apply({"params": moved}, tokens))[..., text]
+        changed_BT = np.abs(a - b).max(-1) > 0
+        first = 1 if variant == "reverse_sps" else 0  # x_0 sees no predict slot
+        assert changed_BT[:, first:].all() if variant != "standard" else not changed_BT.any(), variant
+
+
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_left_padding_leaves_logits_of_the_real_suffix_unchanged(make_model, variant):
     T, pad = 12, 5
