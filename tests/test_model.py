@@ -68,6 +68,36 @@ def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, 
         assert (i - j <= window).all()
 
 
+def test_rope_rotates_x_i_and_rho_i_by_the_same_matrix_r_i():
+    """Appendix A applies a rotary transform R_i to queries and keys at position i, and Section 3 gives x_i and
+    rho_i the same position encoding. R_i is written out here as a dense block-diagonal matrix of 2x2 rotations of
+    the feature pairs (2k, 2k+1) by angle i * 10000^(-2k/K) (RoFormer's frequencies, in float64); both streams of
+    position i must come out as R_i times their input, so a score depends only on the positions' difference and
+    x_i with rho_i (difference 0) score as if unrotated."""
+    B, T, S, H, K = 1, 6, 2, 2, 8
+    x_BTSHK = np.random.default_rng(0).normal(size=(B, T, S, H, K))
+    positions_BT = np.arange(T)[None]
+
+    def rotation(i):
+        R = np.zeros((K, K))
+        for k in range(K // 2):
+            a = i * 10000.0 ** (-2 * k / K)
+            R[2 * k:2 * k + 2, 2 * k:2 * k + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+        return R
+
+    got = np.asarray(sps_model.apply_rope(jnp.asarray(x_BTSHK, jnp.float32), jnp.asarray(positions_BT), 10000.0))
+    want = np.einsum("tjk,btshk->btshj", np.stack([rotation(i) for i in range(T)]), x_BTSHK)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # The same query vector on x_i and key vector on rho_i at every position: <R_i q, R_j k> = <q, R_{j-i} k>.
+    q_K, k_K = x_BTSHK[0, 0, 0, 0], x_BTSHK[0, 0, 1, 0]
+    pair_BTSHK = np.broadcast_to(np.stack([q_K, k_K])[None, None, :, None], (1, T, 2, 1, K))
+    rot_TSK = np.asarray(sps_model.apply_rope(jnp.asarray(pair_BTSHK, jnp.float32), jnp.asarray(positions_BT),
+                                              10000.0))[0, :, :, 0]
+    for d in range(T):
+        scores = [rot_TSK[i, 0] @ rot_TSK[i + d, 1] for i in range(T - d)]
+        np.testing.assert_allclose(scores, q_K @ rotation(d) @ k_K, rtol=1e-4, atol=1e-5)
+
+
 def test_two_x_memory_is_sps_with_unbounded_window_bit_for_bit(make_model):
     T = 20
     model_2x, params = make_model("two_x_memory", None, seq_len=T)
