@@ -50,8 +50,10 @@ def logits_match(run, sd, variant="sps", window=2):
     return net, step
 
 
-@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1)])
+@pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("reverse_sps", 1), ("delayed_state", 1),
+                                            ("two_x_memory", None)])
 def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant, window):
+    # Every variant of Sections 3-4 against the numpy forward of Appendix A's equations.
     sd = synthetic_state_dict()
     path = tmp_path / "ckpt.pt"
     torch.save({"model": sd, "model_args": {"n_head": H, "n_layer": L, "n_embd": D, "block_size": T},
