@@ -100,20 +100,26 @@ def test_probe_matches_brute_force_per_slot_weight_copies(variant):
         np.testing.assert_allclose(res["ratio"][e], want, rtol=2e-4)
 
 
-def test_sps_single_layer_predict_slot_gets_nothing_beyond_the_window():
+@pytest.mark.parametrize("variant", ["sps", pytest.param("delayed_state", marks=pytest.mark.slow)])
+def test_single_layer_windowed_slot_gets_nothing_beyond_the_window(variant):
+    """Section 3: a <predict> entry of SPS is read only within the window, so with one layer (no indirect path
+    through later layers) rho_i receives gradient from its own loss l_i and from exactly the w following losses
+    l_{i+1}..l_{i+w} (eq. sps-mask: rho_j sees rho_k for j - w <= k <= j; the prose's 'at most w-1 following
+    state-preparation losses' is one short of the equation), while the persistent x_i receives gradient from every
+    later loss. Delayed State is the mirror (Section 5: its input stream gets nothing direct past k = w)."""
     w = 2
-    model, params = make("sps", w, seed=4, num_layers=1)
+    model, params = make(variant, w, seed=4, num_layers=1)
     inputs, targets, _ = document_rows(random_docs([17]), 16, PAD)
     T = inputs.shape[1]
     norms = gradient_probe.slot_grad_sq_norms(model, params, inputs, targets, np.arange(T)[:, None],
                                       np.arange(T)[None], chunk=4)
     total = np.asarray(sum(norms.values()))[:, 0]  # [j, i, s]
     j, i = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-    predict = total[..., 1]
-    assert np.all(predict[j > i + w] == 0.0)
-    assert np.all(predict[(j >= i) & (j <= i + w)] > 0)
-    # The persistent input slot keeps receiving gradient from every later loss.
-    assert np.all(total[..., 0][j >= i] > 0)
+    windowed, persistent = (1, 0) if variant == "sps" else (0, 1)
+    assert np.all(total[..., windowed][j > i + w] == 0.0)
+    assert np.all(total[..., windowed][(j >= i) & (j <= i + w)] > 0)
+    # The persistent slot keeps receiving gradient from every later loss.
+    assert np.all(total[..., persistent][j >= i] > 0)
 
 
 def test_standard_sends_nothing_from_earlier_losses_to_later_slots():
