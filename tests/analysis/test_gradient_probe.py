@@ -57,17 +57,19 @@ def reference_nll(cfg, params, copies, tokens_BT, targets_BT):
 
 
 def brute_force_sq_norms(model, params, inputs, targets):
-    """{param: [J, B, T, S]} squared norm of d l_j / d(copy at slot), one gradient per loss term."""
+    """{param: [J, B, T, S]} squared norm of d l_j / d(copy at slot), one gradient per loss term; and
+    {param: gradient} of the summed loss by the shared weight, as the sum over every slot's copy."""
     cfg = model.cfg
     copies = per_slot_copies(cfg, params, inputs)
     # The full Jacobian: d nll[b, j] / d copy[b', i, s] for every loss term separately.
     jac = jax.jit(jax.jacrev(lambda c: reference_nll(cfg, params, c, inputs, targets)))(copies)
+    summed = {name: np.asarray(g).sum(axis=(0, 1, 2, 3, 4)) for name, g in jac.items()}
     out = {}
     for name, g_BJBTS in jac.items():
         b = np.arange(inputs.shape[0])
         g_BJTS = g_BJBTS[b, :, b]  # each row's losses w.r.t. its own slots
         out[name] = np.moveaxis(np.sum(np.square(g_BJTS).reshape(g_BJTS.shape[:4] + (-1,)), -1), 1, 0)
-    return out
+    return out, summed
 
 
 @pytest.mark.parametrize("variant", [pytest.param("standard", marks=pytest.mark.slow), "sps"])
@@ -81,7 +83,16 @@ def test_probe_matches_brute_force_per_slot_weight_copies(variant):
                                                    inputs, targets)
     np.testing.assert_allclose(ref, window_nll.position_nll(model, params, inputs, targets), rtol=1e-5, atol=1e-6)
 
-    expected = brute_force_sq_norms(model, params, jnp.asarray(inputs), jnp.asarray(targets))
+    expected, summed = brute_force_sq_norms(model, params, jnp.asarray(inputs), jnp.asarray(targets))
+    # Eq. (causal-grad)'s first equality, the premise of theta_p: the gradient by the shared weights is the sum
+    # over slots of the gradients by their copies (the embedding aside: tied, it is also the LM head, which
+    # theta_p leaves out).
+    whole = jax.jit(jax.grad(lambda p: sps_model.token_nll(model.apply({"params": p}, inputs), targets).sum()))(
+        params)
+    for name, g in summed.items():
+        if name != "embed":
+            layer, module, param = name.split("/")
+            np.testing.assert_allclose(g, np.asarray(whole[layer][module][param]), rtol=1e-4, atol=1e-6, err_msg=name)
     T = inputs.shape[1]
     loss_JB = np.stack([np.arange(T)] * 2, axis=1)
     sources_BI = np.stack([np.arange(T)] * 2)
