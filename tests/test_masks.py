@@ -16,7 +16,10 @@ WINDOWS = (0, 1, 3, T, None)
 
 
 def paper_sets(variant, w, i, s):
-    """A(i, q) as written in the paper (sps) and docs/design.md's table (the others), ignoring documents.
+    """A(i, q) as the paper describes it, ignoring documents: eq. (sps-mask) for SPS, Section 4's Baselines for
+    2x Memory and Delayed State, Section 5's window ablation for Reverse SPS. The prose gives each baseline's
+    persistent and windowed stream; the window bound i - w <= k (itself inclusive) is eq. (sps-mask)'s, which
+    docs/design.md section 1 applies to every windowed stream.
 
     Returns the set of visible (k, stream) slots for query slot (i, s).
     """
@@ -31,9 +34,11 @@ def paper_sets(variant, w, i, s):
         return X(upto)
     if variant == "sps":  # eq. (sps-mask): all causal inputs, recent <predict> entries
         return X(upto) | (R(recent_before) if s == 0 else R(recent_upto))
-    if variant == "two_x_memory":  # both streams persistent
+    if variant == "two_x_memory":  # "retains both input and <predict> entries in the KV cache throughout"
         return X(upto) | (R(before) if s == 0 else R(upto))
-    if variant in ("delayed_state", "reverse_sps"):  # predict persistent, inputs within w
+    if variant == "delayed_state":  # "the w most recent input entries ... and all causal <predict> entries"
+        return X(recent_upto) | (R(before) if s == 0 else R(upto))
+    if variant == "reverse_sps":  # "<predict> entries form the persistent state and input entries are windowed"
         return X(recent_upto) | (R(before) if s == 0 else R(upto))
     raise AssertionError(variant)
 
