@@ -140,3 +140,14 @@ def test_an_interrupt_before_the_figure_leaves_none_of_the_three_files(cli_fixtu
             "--omega", "6", "--out", str(root / "interrupted")]
     assert probes.main(argv) == 130
     assert list((root / "interrupted").iterdir()) == []
+
+
+def test_the_defaults_are_the_papers_probe_settings_where_they_are_cheap():
+    """Section 5 (Analysis): r(p, k) from 8 source positions per document, and the persistent state restricted to
+    omega = 64. The paper's 1,000 / 8,000 documents, k <= 512 and positions 1..2048 are flags (docs/probes.md
+    gives the command lines), since they cost hours on a trained model."""
+    parser = probes.build_parser()
+    gradients = parser.parse_args(["gradients", "--workdir", "run"])
+    window = parser.parse_args(["window-nll", "--workdir", "run"])
+    assert gradients.positions_per_doc == 8 and gradients.min_offset == 0
+    assert window.omega == 64
