@@ -120,6 +120,9 @@ def test_document_ids_eos_belongs_to_the_document_it_ends():
 
 
 def test_streams_and_logits_streams():
+    # The paper: SPS predicts x_{i+1} "at the position of rho_i" (Section 3); 2x Memory's "<predict> entries still
+    # serve both prediction and state-preparation" and Delayed State "performs both ... at the <predict> slot"
+    # (Section 4); Reverse SPS's windowed "input entries are ... used to emit the next-token prediction" (Section 5).
     assert [Vis(v).num_streams for v in masks.VARIANTS] == [1, 2, 2, 2, 2]
     assert [Vis(v).logits_stream for v in masks.VARIANTS] == [0, 1, 1, 1, 0]
     assert [Vis(v).windowed for v in masks.VARIANTS] == [False, True, False, True, True]
