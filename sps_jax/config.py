@@ -312,6 +312,10 @@ def _fit(old, value, text: str, item: str):
     return value
 
 
+# The deepest data.prefetch: one step needs one batch ahead, and grain sizes its buffer up front (a
+# depth of 1e9 hung before the first batch).
+MAX_PREFETCH = 1024
+
 # The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
 RANGES = {
     "train.seed": (int, 0, 2 ** 32 - 1, False), "train.global_batch": (int, 1, None, False),
@@ -324,7 +328,7 @@ RANGES = {
     "train.checkpoint_every": (int, 1, None, False), "train.milestone_every": (int, 0, None, False),
     "train.stop_at_step": (int, 0, None, False), "train.peak_flops_per_device": (float, 0, None, True),
     "data.val_windows": (int, 1, None, False), "data.val_batch": (int, 1, None, False),
-    "data.prefetch": (int, 0, None, False), "mesh.data": (int, -1, None, False), "mesh.fsdp": (int, -1, None, False),
+    "data.prefetch": (int, 0, MAX_PREFETCH, False), "mesh.data": (int, -1, None, False), "mesh.fsdp": (int, -1, None, False),
 }
 
 
@@ -359,6 +363,30 @@ def check_run_config(config) -> None:
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")
+    _check_metrics(config.get("metrics"))
+
+
+# W&B's run modes that docs/interop.md names (None: WANDB_MODE, else online).
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def _check_metrics(m) -> None:
+    """The W&B settings, which W&B itself reads only once the first step has compiled and run."""
+    if m is None:  # a config of its own without the section: no tracking (sps_jax.tracking.enabled)
+        return
+    if not isinstance(m.get("wandb", False), bool):
+        raise UserError(f"metrics.wandb={m.wandb!r} must be True or False.")
+    if not m.get("wandb", False):
+        return
+    mode = m.get("wandb_mode")
+    if mode is not None and mode not in WANDB_MODES:
+        raise UserError(f"metrics.wandb_mode={mode!r} must be one of {', '.join(WANDB_MODES)}, or None for "
+                        "WANDB_MODE (else online).")
+    for name, default in (("wandb_project", "W&B's default project"), ("wandb_entity", "the account's default"),
+                          ("wandb_name", "the config's name")):
+        value = m.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise UserError(f"metrics.{name}={value!r} must be a non-empty string, or None for {default}.")
 
 
 def _check_schedule(t) -> None:

@@ -112,6 +112,23 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
         sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
 
 
+@pytest.mark.parametrize("overrides, sentence", [
+    # W&B read these only when the first step had compiled and run, then blamed the login
+    (["metrics.wandb=True", "metrics.wandb_mode=foo"], r"metrics\.wandb_mode='foo' must be one of online, offline, "
+                                                       r"disabled, or None for WANDB_MODE \(else online\)\.$"),
+    (["metrics.wandb=True", "metrics.wandb_project="], r"metrics\.wandb_project='' must be a non-empty string, or "
+                                                       r"None for W&B's default project\.$"),
+    (["metrics.wandb=True", "metrics.wandb_entity=5"], r"metrics\.wandb_entity=5 must be a non-empty string"),
+    (["metrics.wandb=None"], r"metrics\.wandb=None must be True or False\.$"),
+    # grain sized its buffer up front: a depth of 1e9 hung before the first batch
+    (["data.prefetch=1e9"], r"data\.prefetch=1000000000 must be an integer between 0 and 1024\.$"),
+])
+def test_settings_read_only_once_training_runs_are_checked_with_the_config(overrides, sentence):
+    config = sps_config.load_config("configs/tiny.py", [f"--config.{o}" for o in overrides])
+    with pytest.raises(ValueError, match=sentence):
+        sps_config.check_run_config(config)
+
+
 @pytest.mark.parametrize("spec, overrides, name", [
     ("configs/tiny.py", [], "tiny-sps-w8"),
     ("configs/tiny.py", ["--config.model.variant=standard"], "tiny-standard"),
