@@ -121,6 +121,9 @@ BAD_ARGUMENTS = [
                                                           "raise mesh.fsdp"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.model.d_model=10000000", "--config.model.num_heads=1"], ["shrink the model"]),
+    # the config's refusal came after a "timing standard ..." line
+    (bench_cli.main, ["train", "--config", "configs/tiny.py", "--variants", "standard,sps",
+                      "--config.train.micro_batch=0"], ["train.micro_batch=0 must be an integer"]),
     (bench_cli.main, ["smoke", "--config.model.num_layers=1000000000"], ["weights and their gradient",
                                                                          "shrink the model."]),
     (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--config.model.num_layers=1000000000"],

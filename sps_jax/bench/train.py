@@ -76,6 +76,8 @@ def main(argv=None) -> int:
         base_vis = masks.Visibility(base.model.variant, base.model.window)
         for variant in variants:
             base_vis.with_variant(variant)  # an unknown variant stops here, before any compilation
+        # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
+        sps_train.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
         results = []
         for variant in variants:
             config = sps_config.load_config(args.config, overrides)
