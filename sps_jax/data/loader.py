@@ -99,14 +99,16 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
                                 f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
     splits = manifest["splits"]
     if split not in splits:
-        raise ValueError(f"{folder}: the manifest has no {split!r} split; it has {sorted(splits)}.")
+        raise ValueError(f"{folder}: the manifest has no {split!r} split (it has {sorted(splits)}); {REPREPARE} for "
+                         "this folder.")
     if eos_id is not None and manifest.get("eos_id") != eos_id:
         raise ValueError(f"{folder}: the token file's eos_id {manifest.get('eos_id')} differs from the model's "
                          f"{eos_id}: it was prepared with another tokenizer.")
     info = splits[split]
     path = os.path.join(folder, info["file"])
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} is missing: re-run sps_jax.data prepare for {folder}.")
+        what = "is not a file" if os.path.exists(path) else "is missing"  # a folder in its place is not missing
+        raise FileNotFoundError(f"{path} {what}: re-run sps_jax.data prepare for {folder}.")
     size = os.path.getsize(path)
     expected = TOKEN_DTYPE.itemsize * info["tokens"]
     if size != expected:

@@ -74,6 +74,15 @@ def edit_manifest(folder, **changes):
         json.dump(manifest, f)
 
 
+def drop_split(folder, split):
+    path = os.path.join(folder, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    del manifest["splits"][split]
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: edit_manifest(d, train__sha256="0" * 64), "train.bin does not match the manifest's sha256"),
     (lambda d: edit_manifest(d, val__documents=3), "val.bin holds 20 documents (EOS ids) but the manifest says 3"),
@@ -83,6 +92,12 @@ def edit_manifest(folder, **changes):
     (lambda d: edit_manifest(d, dtype="int32"), "token dtype 'int32' is not 'uint16'"),
     (lambda d: open(os.path.join(d, "manifest.json"), "a").write("\n}"), "manifest.json is not JSON at line 2, column 1"),
     (lambda d: open(os.path.join(d, "val.bin"), "ab").write(b"\x01\x00"), "val.bin holds"),
+    # the sentence said what was wrong but not what to do
+    (lambda d: drop_split(d, "val"),
+     "the manifest has no 'val' split (it has ['train']); re-run `python -m sps_jax.data prepare` for this folder."),
+    # a folder in the file's place was called missing
+    (lambda d: (os.remove(os.path.join(d, "val.bin")), os.mkdir(os.path.join(d, "val.bin"))),
+     "val.bin is not a file: re-run"),
 ])
 def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
