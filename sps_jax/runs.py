@@ -143,15 +143,26 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
         raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}).") from None
 
 
-def model_config(config, workdir: str) -> sps_model.ModelConfig:
-    """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad.
-    Every field must be there: train writes them all, and a default filled in for a lost one (the
-    window, the variant) would build another model than the weights were trained as."""
+def check_model_fields(config, workdir: str) -> str:
+    """The path of ``workdir``'s config.json, once ``config`` (read from it) has every model field that says
+    what the model is; one sentence naming the missing ones. A field of how it is computed
+    (``model.EXECUTION_FIELDS``) may be missing: its default runs the same model, and a run written before
+    the field existed has none."""
     path = os.path.join(workdir, CONFIG_FILE)
-    missing = sorted({f.name for f in dataclasses.fields(sps_model.ModelConfig)} - set(config.model.keys()))
+    missing = sorted({f.name for f in dataclasses.fields(sps_model.ModelConfig)} - set(config.model.keys())
+                     - set(sps_model.EXECUTION_FIELDS))
     if missing:
         raise UserError(f"{path}: the model section has no {', '.join(missing)}: put back the values the run "
                         "was trained with (a default could describe another model).")
+    return path
+
+
+def model_config(config, workdir: str) -> sps_model.ModelConfig:
+    """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad.
+    Every field of what the model is must be there (:func:`check_model_fields`): train writes them all,
+    and a default filled in for a lost one (the window, the variant) would build another model than the
+    weights were trained as."""
+    path = check_model_fields(config, workdir)
     try:
         return sps_model.ModelConfig.from_config(config.model)
     except (ValueError, TypeError) as e:
@@ -196,7 +207,9 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     other = None
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         try:
-            changed = model_differences(read_config(workdir), config)
+            saved = read_config(workdir)
+            check_model_fields(saved, workdir)  # a default filled in could pass for this model, or differ from it
+            changed = model_differences(saved, config)
             if changed:
                 other = f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})"
         except (ValueError, OSError) as e:

@@ -116,6 +116,27 @@ def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_defaul
         runs.load_model(str(tmp_path / "run"))
 
 
+def test_a_run_config_without_a_field_of_how_the_model_runs_loads_with_its_default(tmp_path):
+    # A run written before loss_chunk or prefill_chunk existed: their defaults compute the same model.
+    save_small_run(tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    del config["model"]["loss_chunk"], config["model"]["prefill_chunk"]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    assert runs.load_model(str(tmp_path / "run"))[0].cfg.prefill_chunk == 0
+
+
+def test_resuming_a_workdir_whose_config_lost_a_model_field_names_it(tmp_path):
+    # Training filled in the default (variant sps) and resumed a run whose variant was lost as that,
+    # or called it "another model (variant differs)" when this config's variant was another.
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    del config["model"]["variant"]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=r"config\.json: the model section has no variant: put back the values "):
+        runs.check_workdir(str(tmp_path / "run"), sps_config.load_config("configs/tiny.py"))
+
+
 def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_there(tmp_path):
     # Training in RUN/checkpoints or RUN/checkpoints/<step> wrote its config.json, metrics.jsonl and
     # checkpoints/ into the other run's Orbax folders.
