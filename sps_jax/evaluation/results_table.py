@@ -5,7 +5,7 @@ per-task expansion. Markdown and LaTeX.
 
 from __future__ import annotations
 
-from sps_jax import config as sps_config, files, masks
+from sps_jax import cli, config as sps_config, files, masks
 from sps_jax.evaluation import paper_tasks
 
 METHOD_NAMES = {
@@ -27,9 +27,13 @@ def load(paths) -> list[dict]:
         row = files.read_json(files.input_file(path, "results file",
                                                "pass results JSONs written by python -m sps_jax.evaluation.evaluate"))
         bad = _bad_field(row)
+        if not bad:
+            try:
+                masks.Visibility(row["variant"], row.get("window"))
+            except ValueError as e:  # its sentence did not say which of the files it was
+                bad = cli.sentence(e).rstrip(".")
         if bad:
             raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")
-        masks.Visibility(row["variant"], row.get("window"))  # a bad variant or window: its own sentence
         rows.append(row)
     seen = {}
     for path, row in zip(paths, rows):

@@ -1,5 +1,7 @@
 """The paper's main table follows its input JSONs: values, deltas to Standard, the best in bold."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -79,3 +81,20 @@ def test_one_checkpoint_evaluated_twice_is_refused_naming_both_files(tmp_path):
     with pytest.raises(ValueError, match="first.json and .*again.json both hold SPS \\(w=64\\) of run a at step 100: "
                                          "pass one of them."):
         results_table.load(paths)
+
+
+@pytest.mark.parametrize("change, sentence", [
+    ({"variant": "foo"}, "unknown attention variant 'foo': choose one of standard,"),
+    ({"window": "8"}, "window must be an integer from 0 to 2147483647 or None (unbounded), got '8'."),
+    ({"step": "4"}, "its step '4' is not an integer."),
+])
+def test_a_results_json_with_a_bad_field_is_one_sentence_naming_the_file(tmp_path, change, sentence):
+    # A bad variant or window was the model's sentence alone: which of the files it was went unsaid.
+    paths = []
+    for i, row in enumerate(fixture_rows()[:2]):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps({**row, **(change if i else {})}))
+    with pytest.raises(ValueError) as refusal:
+        results_table.load(paths)
+    prefix = f"{paths[1]} is not a results JSON of python -m sps_jax.evaluation.evaluate: "
+    assert str(refusal.value).startswith(prefix) and sentence in str(refusal.value), refusal.value
