@@ -354,6 +354,9 @@ def check_run_config(config) -> None:
     if config.train.grad_clip == 0:  # optax.clip_by_global_norm(0) scales every gradient to zero
         raise UserError("train.grad_clip=0 would zero every update: set it above 0 (the paper's 1.0), or to None to "
                         "turn clipping off.")
+    if config.train.peak_flops_per_device == 0:  # flops.peak_flops_per_device read 0 as unset
+        raise UserError("train.peak_flops_per_device=0 cannot divide MFU: set the device's peak FLOP/s, or None for "
+                        "its known peak.")
     if config.train.final_lr > config.train.peak_lr:  # the schedule decays from peak_lr to final_lr
         raise UserError(f"train.final_lr={config.train.final_lr} is above train.peak_lr={config.train.peak_lr}: the "
                         "schedule decays from the peak to the final rate; lower final_lr or raise peak_lr.")

@@ -120,6 +120,9 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
                                                        r"None for W&B's default project\.$"),
     (["metrics.wandb=True", "metrics.wandb_entity=5"], r"metrics\.wandb_entity=5 must be a non-empty string"),
     (["metrics.wandb=None"], r"metrics\.wandb=None must be True or False\.$"),
+    # 0 was read as unset: MFU against the device's known peak, not the one given
+    (["train.peak_flops_per_device=0"], r"train\.peak_flops_per_device=0 cannot divide MFU: set the device's peak "
+                                        r"FLOP/s, or None for its known peak\.$"),
     # grain sized its buffer up front: a depth of 1e9 hung before the first batch
     (["data.prefetch=1e9"], r"data\.prefetch=1000000000 must be an integer between 0 and 1024\.$"),
 ])
