@@ -59,12 +59,13 @@ class _SplitWriter:
 def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
-            force: bool = False, errors: str = "strict", log=print) -> dict:
+            force: bool = False, errors: str = "strict", log=print, flag: str = "--out") -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
 
     ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in
     order until the tokens written (EOS included, both splits) reach N, so the last one may pass
-    it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping. ``text_field`` and
+    it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping. ``flag`` names ``out``
+    in refusals (``data.dir`` when training prepares it). ``text_field`` and
     ``hf_split`` default to corpus.DEFAULT_TEXT_FIELD and DEFAULT_HF_SPLIT; given for a source that
     never reads them, they are refused.
     """
@@ -78,7 +79,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
             raise UserError(f"{name}={value} must be at least 1.")
     # Refuses an empty --out, the working directory or a folder in the source before any work.
     local = source != "builtin" and not source.startswith("hf:")
-    files.output_folder(out, inputs=[("source", source if local else None)])
+    files.output_folder(out, flag, inputs=[("source", source if local else None)])
     corpus.check_source(source)
     corpus.check_options(source, text_field, hf_split)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
@@ -89,7 +90,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
                 "max_tokens": max_tokens}
     if errors != "strict":  # recorded only when used, so folders prepared before the option still match
         settings["errors"] = errors
-    existing = _existing(out, settings, force)
+    existing = _existing(out, settings, force, flag)
     if existing is not None:
         log(f"{out} already holds this corpus ({existing['splits']['train']['tokens']:,} train tokens); "
             "pass --force to rebuild.")
@@ -140,16 +141,16 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     return manifest
 
 
-def _existing(out: str, settings: dict, force: bool) -> dict | None:
+def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dict | None:
     """The manifest of ``out`` when it already holds this corpus intact (skip the work), None when
     it may be (re)built; a refusal when building would replace something else."""
     if os.path.lexists(out) and not os.path.isdir(out):
-        raise UserError(f"--out {out} is a file, not a folder: pass the folder to write the token files into.")
+        raise UserError(f"{flag} {out} is a file, not a folder: pass the folder to write the token files into.")
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     ours = {loader.MANIFEST} | {f"{split}.bin" for split in loader.SPLITS}
     foreign = [n for n in names if n not in ours and not n.endswith(".partial")]
     if foreign:
-        raise UserError(f"--out {out} holds files that prepare did not write ({', '.join(foreign[:3])}): "
+        raise UserError(f"{flag} {out} holds files that prepare did not write ({', '.join(foreign[:3])}): "
                         "pass a new or empty folder.")
     if loader.MANIFEST not in names:
         return None  # empty, or an unfinished folder of prepare's own files
@@ -164,8 +165,8 @@ def _existing(out: str, settings: dict, force: bool) -> dict | None:
     if not force:
         held = (f"a token folder prepared with other settings (source {manifest.get('settings', {}).get('source')!r})"
                 if manifest is not None else f"a damaged token folder ({problem})")
-        raise UserError(f"--out {out} already holds {held}: pass --force to replace it (the new folder is built "
-                        "aside and swapped in only when complete), or choose another --out.")
+        raise UserError(f"{flag} {out} already holds {held}: pass --force to replace it (the new folder is built "
+                        f"aside and swapped in only when complete), or choose another {flag}.")
     return None
 
 
@@ -177,7 +178,7 @@ def ensure_builtin(out: str, log=print) -> dict:
         if not waiting:
             log(f"preparing the built-in corpus into {out} (once; a few seconds) ...")
         try:
-            return prepare("builtin", out, log=log)
+            return prepare("builtin", out, log=log, flag="data.dir")  # training's name for the folder
         except files.FolderBusy:
             if not waiting:
                 log(f"another command is preparing {out}: waiting for it ...")

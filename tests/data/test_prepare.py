@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -127,6 +128,19 @@ def test_a_failing_source_leaves_an_existing_token_folder_as_it_was(tmp_path):
     assert folder_bytes(out) == before and sorted(os.listdir(tmp_path)) == sorted(["bad.jsonl", "docs.jsonl",
                                                                                    "docs.parquet", "text", "tokens"])
     assert data_cli.main(["verify", str(out)]) == 0
+
+
+def test_a_training_runs_builtin_folder_is_named_by_its_config_field_in_refusals(tmp_path):
+    # Training prepares data.dir=.../builtin on first use; the sentence named prepare's --out, a flag of
+    # another command.
+    (tmp_path / "builtin").mkdir()
+    (tmp_path / "builtin" / "notes.txt").write_text("keep me")
+    (tmp_path / "file").write_text("x")
+    for out, says in ((tmp_path / "builtin", "holds files that prepare did not write (notes.txt)"),
+                      (tmp_path / "file" / "builtin", "lies under")):
+        with pytest.raises(ValueError, match=rf"^data\.dir {re.escape(str(out))} {re.escape(says)}"):
+            prepare.ensure_builtin(str(out), log=lambda *a: None)
+    assert (tmp_path / "builtin" / "notes.txt").read_text() == "keep me"
 
 
 def test_prepare_refuses_to_replace_other_folders_unless_forced(tmp_path):
