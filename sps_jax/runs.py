@@ -179,7 +179,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     """Refuse (one sentence) a training ``--workdir`` whose files another run owns.
 
     A new or empty folder, or one holding this model's run, is fine. A folder that is a file,
-    or holds checkpoints of another model (or an unreadable config.json), is refused; one
+    or holds checkpoints of another model (or an unreadable or missing config.json), is refused; one
     holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     """
@@ -203,6 +203,12 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
     has_checkpoints = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+    if has_checkpoints and not os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
+        # Training writes config.json before its first checkpoint, so it was lost; a resume would take this
+        # config's variant and window, which the weights' shapes cannot tell apart (sps and standard share them).
+        raise UserError(f"--workdir {workdir} holds checkpoints but no {CONFIG_FILE}, so the model and data order "
+                        f"they were trained with are unknown: put back the run's {CONFIG_FILE}, or use a new "
+                        "--workdir.")
     records = metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
     other = None
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
@@ -214,7 +220,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                 other = f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})"
         except (ValueError, OSError) as e:
             other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
-    elif records and not has_checkpoints:  # with checkpoints, their restore checks the model
+    elif records and not has_checkpoints:
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
     elif not has_checkpoints and os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
         other = f"a {metrics.PLOT_FILE} of no run here"  # a run folder's plot has the run's config beside it

@@ -137,6 +137,16 @@ def test_resuming_a_workdir_whose_config_lost_a_model_field_names_it(tmp_path):
         runs.check_workdir(str(tmp_path / "run"), sps_config.load_config("configs/tiny.py"))
 
 
+def test_resuming_checkpoints_whose_config_json_was_lost_is_refused(tmp_path):
+    # Before: training resumed them as this config's model; a standard run's weights (sps's shapes) went on as sps.
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run", variant="standard")
+    os.remove(tmp_path / "run" / "config.json")
+    with pytest.raises(UserError, match=r"holds checkpoints but no config\.json, so the model and data order they "
+                                        r"were trained with are unknown: put back the run's config\.json"):
+        runs.check_workdir(str(tmp_path / "run"), sps_config.load_config("configs/tiny.py"))
+
+
 def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_there(tmp_path):
     # Training in RUN/checkpoints or RUN/checkpoints/<step> wrote its config.json, metrics.jsonl and
     # checkpoints/ into the other run's Orbax folders.
