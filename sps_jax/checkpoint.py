@@ -190,9 +190,6 @@ def _restore_params(workdir: str, step: int | None, target):
         if step not in all_steps:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
                                     f"it has {all_steps}: pass one of those.")
-        rest = [s for s in all_steps if s != step]
-        others = (f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, rest[-1])}"
-                  if rest else "")
         reason = problem(workdir, step, ("params",))
         if reason is None:
             try:
@@ -202,8 +199,19 @@ def _restore_params(workdir: str, step: int | None, target):
             except Exception as e:  # tensorstore/Orbax errors of many kinds: all mean "unreadable"
                 reason = f"its content cannot be restored: {_short(e)}"
         if reason is not None:
-            raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}){others}.")
+            raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}){_others(workdir, step, all_steps)}.")
     return params, step
+
+
+def _others(workdir: str, step: int, all_steps) -> str:
+    """The clause naming a run's other checkpoints, suggesting the newest that passes the cheap checks."""
+    rest = [s for s in all_steps if s != step]
+    intact = [s for s in rest if problem(workdir, s, ("params",)) is None]
+    if intact:
+        return f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, intact[-1])}"
+    if rest:
+        return f"; its other checkpoints {rest} are damaged too: restore the run folder from a copy, or train again"
+    return ""
 
 
 def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state):

@@ -128,6 +128,21 @@ def test_loading_weights_of_a_damaged_checkpoint_names_it_and_the_others(tmp_pat
     assert step == 2 and np.asarray(params["w"]).tolist() == [2.0] * 4
 
 
+def test_a_damaged_checkpoint_suggests_only_an_intact_other_one(tmp_path):
+    # Before: it suggested the newest other step, damaged as well.
+    workdir = run_with_steps(tmp_path, [2, 4, 6], milestone_every=2)
+    shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, 4), "params"))
+    with open(array_file(checkpoint.step_dir(workdir, 6)), "r+b") as f:
+        f.truncate(3)
+    with pytest.raises(UserError, match=r"its other checkpoints are \[2, 4\]: read one of them instead, e\.g\. "
+                                        r".*checkpoints/2\.$"):
+        checkpoint.restore_params(workdir)
+    shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, 2), "params"))
+    with pytest.raises(UserError, match=r"its other checkpoints \[2, 4\] are damaged too: restore the run folder "
+                                        r"from a copy, or train again\.$"):
+        checkpoint.restore_params(workdir)
+
+
 @pytest.mark.parametrize("when", ["before the read", "half-way through the delete"])
 def test_a_checkpoint_deleted_while_it_is_read_is_not_called_damaged(tmp_path, monkeypatch, when):
     # generate, evaluate and export read a run that may still be training: its retention deletes the checkpoint
