@@ -187,8 +187,10 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
     owner = _run_file(workdir)
     if owner is not None:
-        raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {checkpoint.CHECKPOINT_DIR}/), "
-                        "where training would mix its files with that run's checkpoints: pass another --workdir.")
+        name = os.path.basename(os.path.realpath(workdir))
+        what = name if name in (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE) else f"{checkpoint.CHECKPOINT_DIR}/"
+        raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {what}), where training would "
+                        "mix its files with that run's: pass another --workdir.")
     data_dir = config.data.get("dir") if "data" in config else None
     if isinstance(data_dir, str) and data_dir and (
             os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):

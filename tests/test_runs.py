@@ -155,9 +155,14 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_t
     config = sps_config.load_config("configs/tiny.py")
     for inside in ("checkpoints", os.path.join("checkpoints", "5"), os.path.join("checkpoints", "new")):
         workdir = str(tmp_path / "run" / inside)
-        with pytest.raises(UserError, match=r"lies in the run .*/run's own files .* pass another --workdir\.$"):
+        with pytest.raises(UserError, match=r"lies in the run .*/run's own files \(its checkpoints/\), .* pass "
+                                            r"another --workdir\.$"):
             runs.check_workdir(workdir, config)
     assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["5"]
+    # A run file that became a folder is named as what it is (it was called the run's checkpoints/).
+    os.mkdir(tmp_path / "run" / "metrics.jsonl")
+    with pytest.raises(UserError, match=r"own files \(its metrics\.jsonl\)"):
+        runs.check_workdir(str(tmp_path / "run" / "metrics.jsonl"), config)
 
 
 def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
