@@ -122,8 +122,10 @@ def test_loading_weights_of_a_damaged_checkpoint_names_it_and_the_others(tmp_pat
     with open(array_file(checkpoint.step_dir(workdir, 4)), "r+b") as f:
         f.truncate(3)
     damaged = r"checkpoint step 4 of .* is damaged .*its other checkpoints are \[2\]: read one of them instead, e\.g\. "
-    with pytest.raises(UserError, match=damaged + r".*checkpoints/2\.$"):
+    with pytest.raises(UserError, match=damaged + r".*checkpoints/2\.$") as refusal:
         checkpoint.restore_params(workdir)
+    # Orbax's own AttributeError on the damage ("'NoneType' object has no attribute 'tree'") said nothing.
+    assert "damaged (Orbax cannot read its params: their metadata or data files are damaged)" in str(refusal.value)
     params, step = checkpoint.restore_params(workdir, 2)
     assert step == 2 and np.asarray(params["w"]).tolist() == [2.0] * 4
 
