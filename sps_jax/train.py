@@ -146,6 +146,13 @@ def _global_batch(local_BL, sharding, global_shape):
     return jax.make_array_from_process_local_data(sharding, local_BL, global_shape)
 
 
+def _next_batch(iterator, sharding, shape_ABL):
+    """The next global batch [accum, micro, T+1], assembled from this process's share of each micro-batch."""
+    accum, micro, length = shape_ABL
+    local_ABL = next(iterator).reshape(accum, micro // jax.process_count(), length)
+    return _global_batch(local_ABL, sharding, shape_ABL)
+
+
 def _ensure_data(config, log) -> None:
     folder = config.data.dir
     if loader.read_manifest(folder) is None and os.path.basename(os.path.normpath(folder)) == "builtin":
@@ -230,6 +237,88 @@ def _warn(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
+def _open_data(config, cfg, log):
+    """(training dataset, validation batches) of ``config.data.dir``, this process's share of each;
+    the builtin corpus is prepared first when missing."""
+    _ensure_data(config, log)
+    t = config.train
+    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
+    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size, cfg.eos_id)
+    dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
+                                   jax.process_index(), jax.process_count())
+    val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
+                             jax.process_index(), jax.process_count())
+    return dataset, val
+
+
+def _start(run, ckpts, source, dataset, config, workdir: str, backend: str, log):
+    """(start step, params, opt_state, seconds trained before, data iterator): the newest intact
+    checkpoint's, else a new run's. The run folder is brought in line: config.json written, metrics
+    after the start step dropped."""
+    restored = ckpts.restore_newest_intact(lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
+    if jax.process_index() == 0:  # after the restore: a folder it refuses keeps its config.json
+        runs.write_config(workdir, with_resolved(config, attention=backend))
+    if restored is None:
+        params, opt_state = _fresh_state(run, source, config.train.seed, log)
+        start_step, elapsed_before = 0, 0.0
+        iterator = loader.train_iterator(dataset, None, config.data.prefetch)
+    else:
+        start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
+        log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
+    if jax.process_index() == 0:
+        metrics.truncate(workdir, start_step)
+    return start_step, params, opt_state, elapsed_before, iterator
+
+
+def _nothing_to_train(start_step: int, end: int, t) -> str:
+    return (f"step {start_step} is already at this run's end, step {end} of train.total_tokens"
+            + (" and train.stop_at_step" if t.stop_at_step else "") + ": nothing to train; raise "
+            "train.total_tokens or train.stop_at_step to train on.")
+
+
+def _run_line(config, p: dict, devices, end: int, compile_s: float) -> str:
+    """The line that opens training: model size, mesh, batch shape, steps and compile time."""
+    cfg, t = p["model"], config.train
+    return (f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
+            f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
+            f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
+            f"{p['total_steps']} steps"
+            + (f", stopping at step {end} (train.stop_at_step)" if end < p["total_steps"] else "")
+            + f"; compiled in {compile_s:.1f}s")
+
+
+def _step_record(step: int, out: dict, *, tokens_per_step: int, lr: float, step_s: float, elapsed_s: float,
+                 cfg, num_devices: int, peak_flops: float | None) -> dict:
+    """One update's metrics.jsonl record (``out``: the train step's metrics, on the host)."""
+    tokens_per_s = tokens_per_step / step_s
+    record = {"step": step, "tokens_seen": step * tokens_per_step, "loss": float(out["loss"]), "lr": lr,
+              "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s, "elapsed_s": elapsed_s}
+    if peak_flops:  # MFU only against a known peak: none on CPU
+        record["mfu"] = flops.mfu(cfg, tokens_per_s, num_devices, peak_flops)
+    if not out["finite"]:
+        record["skipped"] = True
+    return record
+
+
+def _on_nonfinite(record: dict, nonfinite: str, ckpts, log) -> None:
+    """A skipped update is logged (train.nonfinite=skip) or stops the run (stop) once the last
+    checkpoint is known to be on disk, so the message can name it."""
+    step = record["step"]
+    if nonfinite == "stop":
+        ckpts.check()
+        raise NonFiniteLoss(
+            f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
+            f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
+            "--config.train.nonfinite=skip to skip such updates.")
+    log(f"step {step}: non-finite loss, update skipped")
+
+
+def _progress_line(record: dict, total_steps: int, eta_s: float) -> str:
+    return (f"step {record['step']}/{total_steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+            f"grad_norm {record['grad_norm']:.3f}  {record['tokens_per_s']:,.0f} tok/s  "
+            + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta_s:.0f}s")
+
+
 def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) -> dict:
     """Train (or resume) the run in ``workdir``; returns a summary dict.
 
@@ -249,13 +338,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
         tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)
     source = runs.check_init_from(config)
-    _ensure_data(config, log)
-    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
-    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size, cfg.eos_id)
-    dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
-                                   jax.process_index(), jax.process_count())
-    val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
-                             jax.process_index(), jax.process_count())
+    dataset, val = _open_data(config, cfg, log)
 
     os.makedirs(workdir, exist_ok=True)
     # One training process writes a run folder: a second one (the same job launched twice, a re-queued job
@@ -267,45 +350,19 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
         ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
         writer = None
         try:
-            restored = ckpts.restore_newest_intact(
-                lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
-            if jax.process_index() == 0:  # after the restore: a folder it refuses keeps its config.json
-                runs.write_config(workdir, with_resolved(config, attention=backend))
-            if restored is None:
-                params, opt_state = _fresh_state(run, source, t.seed, log)
-                start_step, elapsed_before = 0, 0.0
-                iterator = loader.train_iterator(dataset, None, config.data.prefetch)
-            else:
-                start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
-                log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
-            if jax.process_index() == 0:
-                metrics.truncate(workdir, start_step)
+            start_step, params, opt_state, elapsed_before, iterator = _start(
+                run, ckpts, source, dataset, config, workdir, backend, log)
             end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
             if start_step >= end:  # a finished run rerun, or an end moved before it: nothing to compile
-                log(f"step {start_step} is already at this run's end, step {end} of train.total_tokens"
-                    + (" and train.stop_at_step" if t.stop_at_step else "") + ": nothing to train; raise "
-                    "train.total_tokens or train.stop_at_step to train on.")
+                log(_nothing_to_train(start_step, end, t))
                 return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
 
             micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
             val_shape = (config.data.val_batch, cfg.seq_len + 1)
-            local_rows = t.micro_batch // jax.process_count()
 
             t0 = time.time()
             step_fn, eval_fn = _compile(run, params, opt_state, micro_shape, val_shape, val_sh)
-            log(f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
-                f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
-                f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
-                f"{p['total_steps']} steps"
-                + (f", stopping at step {end} (train.stop_at_step)" if end < p["total_steps"] else "")
-                + f"; compiled in {time.time() - t0:.1f}s")
-
-            def save(step):
-                ckpts.save(step, params, opt_state,
-                           {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
-                            "process_count": jax.process_count(),
-                            "elapsed_s": elapsed_before + time.time() - run_start},
-                           iterator.get_state())
+            log(_run_line(config, p, devices, end, time.time() - t0))
 
             if jax.process_index() == 0:
                 writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
@@ -313,37 +370,34 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
             step, record, val_loss, stopped_by = start_step, {}, None, None
             run_start = time.time()
             peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
+            lr_schedule = optim.schedule(t, p["tokens_per_step"])
+
+            def elapsed_s():  # seconds trained, across restarts
+                return elapsed_before + time.time() - run_start
+
+            def save(step):  # the loop's current params and opt_state
+                ckpts.save(step, params, opt_state,
+                           {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
+                            "process_count": jax.process_count(), "elapsed_s": elapsed_s()},
+                           iterator.get_state())
+
             with _StopFlag() as stop:
                 while step < end:
                     ckpts.poll()  # a save that failed in the background stops the run here
                     tick = time.time()
-                    local = next(iterator).reshape(p["accum"], local_rows, cfg.seq_len + 1)
-                    params, opt_state, out = step_fn(params, opt_state, _global_batch(local, micro_sh, micro_shape))
+                    params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, micro_shape))
                     out = jax.device_get(out)
                     step += 1
-                    seconds = time.time() - tick
-                    tokens_per_s = p["tokens_per_step"] / seconds
-                    record = {"step": step, "tokens_seen": step * p["tokens_per_step"], "loss": float(out["loss"]),
-                              "lr": float(optim.schedule(t, p["tokens_per_step"])(step - 1)),
-                              "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s,
-                              "elapsed_s": elapsed_before + time.time() - run_start}
-                    if peak_flops:  # MFU only against a known peak: none on CPU
-                        record["mfu"] = flops.mfu(cfg, tokens_per_s, len(devices), peak_flops)
-                    if not out["finite"]:
-                        record["skipped"] = True
-                        if t.nonfinite == "stop":
-                            ckpts.check()
-                            raise NonFiniteLoss(
-                                f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
-                                f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
-                                "--config.train.nonfinite=skip to skip such updates.")
-                        log(f"step {step}: non-finite loss, update skipped")
+                    step_s = time.time() - tick
+                    record = _step_record(step, out, tokens_per_step=p["tokens_per_step"],
+                                          lr=float(lr_schedule(step - 1)), step_s=step_s, elapsed_s=elapsed_s(),
+                                          cfg=cfg, num_devices=len(devices), peak_flops=peak_flops)
+                    if record.get("skipped"):
+                        _on_nonfinite(record, t.nonfinite, ckpts, log)
                     emit(record)
                     if step % t.log_every == 0 or step == start_step + 1:
-                        eta = (end - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
-                        log(f"step {step}/{p['total_steps']}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
-                            f"grad_norm {record['grad_norm']:.3f}  {tokens_per_s:,.0f} tok/s  "
-                            + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta:.0f}s")
+                        eta_s = (end - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
+                        log(_progress_line(record, p["total_steps"], eta_s))
                     if step % t.eval_every == 0 or step == p["total_steps"]:
                         val_loss = _validate(eval_fn, params, val, val_sh, val_shape)
                         emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
