@@ -56,6 +56,53 @@ class _SplitWriter:
                 "max_id": self.max_id, "sha256": self.sha.hexdigest()}
 
 
+def _check_limits(val_fraction, max_documents, max_tokens) -> None:
+    number = isinstance(val_fraction, (int, float)) and not isinstance(val_fraction, bool)
+    if not number or not 0.0 <= val_fraction < 1.0:
+        raise UserError(f"val_fraction={val_fraction!r} must be a number in [0, 1): it is the share of documents "
+                        "held out for validation, so pass one from 0 up to below 1.")
+    for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
+        if value is not None and value < 1:
+            raise UserError(f"{name}={value} must be at least 1.")
+
+
+def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documents: int | None,
+                     max_tokens: int | None, batch_documents: int, log, start: float) -> None:
+    """Tokenise the non-empty ``texts`` in batches of ``batch_documents``, each document with EOS
+    appended, into its split's writer, until ``max_documents`` or ``max_tokens``; progress is logged
+    at most every 2 s (``start``: when the work began)."""
+    total = lambda: sum(w.tokens for w in writers.values())  # noqa: E731
+    docs, last_log = 0, start
+
+    def flush(batch):
+        # Encoding a batch uses tiktoken's threads; memory stays bounded by the batch size.
+        for text, ids in zip(batch, enc.encode_ordinary_batch(batch)):
+            if max_tokens is not None and total() >= max_tokens:
+                return
+            ids.append(vocab.EOS_ID)
+            writers["val" if is_val_document(text, val_fraction) else "train"].write(ids)
+
+    batch = []
+    for text in texts:
+        if max_documents is not None and docs >= max_documents:
+            break
+        if max_tokens is not None and total() >= max_tokens:
+            break
+        if not text:
+            continue
+        batch.append(text)
+        docs += 1
+        if len(batch) == batch_documents:
+            flush(batch)
+            batch = []
+            if time.time() - last_log > 2.0:
+                last_log = time.time()
+                log(f"prepare: {docs:,} documents, {total():,} tokens, "
+                    f"{total() / (last_log - start):,.0f} tokens/s")
+    if batch:
+        flush(batch)
+
+
 def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
@@ -70,13 +117,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     never reads them, they are refused.
     """
     source, out = os.fspath(source), os.fspath(out)  # a pathlib.Path too; the manifest records text
-    number = isinstance(val_fraction, (int, float)) and not isinstance(val_fraction, bool)
-    if not number or not 0.0 <= val_fraction < 1.0:
-        raise UserError(f"val_fraction={val_fraction!r} must be a number in [0, 1): it is the share of documents "
-                        "held out for validation, so pass one from 0 up to below 1.")
-    for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
-        if value is not None and value < 1:
-            raise UserError(f"{name}={value} must be at least 1.")
+    _check_limits(val_fraction, max_documents, max_tokens)
     # Refuses an empty --out, the working directory or a folder in the source before any work.
     local = source != "builtin" and not source.startswith("hf:")
     files.output_folder(out, flag, inputs=[("source", source if local else None)])
@@ -95,40 +136,12 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
         log(f"{out} already holds this corpus ({existing['splits']['train']['tokens']:,} train tokens); "
             "pass --force to rebuild.")
         return existing
-    start = last_log = time.time()
+    start = time.time()
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with files.replace_folder(out) as building:
         writers = {split: _SplitWriter(building, split) for split in loader.SPLITS}
-        total = lambda: sum(w.tokens for w in writers.values())  # noqa: E731
-        docs = 0
-
-        def flush(batch):
-            # Encoding a batch uses tiktoken's threads; memory stays bounded by the batch size.
-            for text, ids in zip(batch, enc.encode_ordinary_batch(batch)):
-                if max_tokens is not None and total() >= max_tokens:
-                    return
-                ids.append(vocab.EOS_ID)
-                writers["val" if is_val_document(text, val_fraction) else "train"].write(ids)
-
-        batch = []
-        for text in corpus.documents(source, text_field, hf_split, errors):
-            if max_documents is not None and docs >= max_documents:
-                break
-            if max_tokens is not None and total() >= max_tokens:
-                break
-            if not text:
-                continue
-            batch.append(text)
-            docs += 1
-            if len(batch) == batch_documents:
-                flush(batch)
-                batch = []
-                if time.time() - last_log > 2.0:
-                    last_log = time.time()
-                    log(f"prepare: {docs:,} documents, {total():,} tokens, "
-                        f"{total() / (last_log - start):,.0f} tokens/s")
-        if batch:
-            flush(batch)
+        _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc, val_fraction,
+                         max_documents, max_tokens, batch_documents, log, start)
         manifest = {"tokenizer": "gpt2", "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
                     "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
         if manifest["splits"]["train"]["tokens"] == 0:
