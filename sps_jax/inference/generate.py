@@ -338,8 +338,7 @@ def _read_prompts(path: str) -> list[tuple[int, dict]]:
     return records
 
 
-@cli.main
-def main(argv=None) -> int:
+def _parser() -> cli.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     runs.add_run_arguments(parser)
@@ -360,6 +359,34 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, splash, auto)")
     parser.add_argument("--prefill-chunk", type=cli.non_negative_int, default=None,
                         help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
+    return parser
+
+
+def _completions(cfg, params, step: int, prompts, records, *, batch_size: int, max_new_tokens: int,
+                 sampling: Sampling, seed: int, stop_on_eos: bool) -> list[dict]:
+    """Each prompt's record with its completion and counts (OUTPUT_FIELDS), generated ``batch_size``
+    prompts at a time; progress goes to stderr."""
+    from sps_jax.data import tokenizer
+
+    start = time.perf_counter()
+    results = []
+    for first in range(0, len(prompts), batch_size):
+        batch = prompts[first:first + batch_size]
+        outs = generate(cfg, params, batch, max_new_tokens, sampling=sampling, seed=seed + first,
+                        stop_on_eos=stop_on_eos, pad_to_multiple=32)
+        for record, prompt, ids in zip(records[first:first + batch_size], batch, outs):
+            stopped = bool(ids) and ids[-1] == cfg.eos_id and stop_on_eos
+            text_ids = ids[:-1] if stopped else ids
+            results.append({**record, "completion": tokenizer.decode(text_ids), "prompt_tokens": len(prompt),
+                            "new_tokens": len(ids), "stopped_on_eos": stopped, "step": int(step)})
+        print(f"generated {min(first + batch_size, len(prompts))}/{len(prompts)} "
+              f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return results
+
+
+@cli.main
+def main(argv=None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.out is not None:
         runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file)])
@@ -394,19 +421,9 @@ def main(argv=None) -> int:
     _, params, step = runs.load_model(runs.run_argument(args))
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
 
-    start = time.perf_counter()
-    results = []
-    for first in range(0, len(prompts), args.batch_size):
-        batch = prompts[first:first + args.batch_size]
-        outs = generate(cfg, params, batch, args.max_new_tokens, sampling=sampling, seed=args.seed + first,
-                        stop_on_eos=not args.no_stop_on_eos, pad_to_multiple=32)
-        for record, prompt, ids in zip(records[first:first + args.batch_size], batch, outs):
-            stopped = bool(ids) and ids[-1] == cfg.eos_id and not args.no_stop_on_eos
-            text_ids = ids[:-1] if stopped else ids
-            results.append({**record, "completion": tokenizer.decode(text_ids), "prompt_tokens": len(prompt),
-                            "new_tokens": len(ids), "stopped_on_eos": stopped, "step": int(step)})
-        print(f"generated {min(first + args.batch_size, len(prompts))}/{len(prompts)} "
-              f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    results = _completions(cfg, params, step, prompts, records, batch_size=args.batch_size,
+                           max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
+                           stop_on_eos=not args.no_stop_on_eos)
 
     if args.out is not None:
         with files.results(args.force):
