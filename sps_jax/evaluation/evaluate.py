@@ -133,7 +133,7 @@ def _outputs(path: str, steps, out: str | None) -> list[str]:
     return [_default_out(workdir, step) for workdir, step in resolved if step is not None]
 
 
-def main_evaluate(argv) -> int:
+def _parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     runs.add_run_arguments(p)
@@ -154,6 +154,27 @@ def main_evaluate(argv) -> int:
     p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
+    return p
+
+
+def _all_steps(p, args, path: str) -> tuple[list[int], str]:
+    """(every checkpoint step, run folder) for --all-steps, refusing the flags that name one checkpoint."""
+    if args.out:
+        p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
+    if args.step is not None:
+        p.error("--step names one checkpoint and --all-steps every one: pass one of them")
+    workdir, path_step = runs.find_run(path)
+    if path_step is not None:
+        p.error(f"--all-steps evaluates every checkpoint of a run, and {path} is one checkpoint: pass the run "
+                "folder")
+    steps = checkpoint.steps(workdir)
+    if not steps:
+        raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
+    return steps, workdir
+
+
+def main_evaluate(argv) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     if args.include_path is not None and not os.path.isdir(args.include_path):
         p.error(f"--include-path {args.include_path} is not a folder: pass the folder of lm-eval task YAMLs")
@@ -167,17 +188,7 @@ def main_evaluate(argv) -> int:
     path = runs.run_argument(args)
     steps = [args.step]
     if args.all_steps:
-        if args.out:
-            p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
-        if args.step is not None:
-            p.error("--step names one checkpoint and --all-steps every one: pass one of them")
-        workdir, path_step = runs.find_run(path)
-        if path_step is not None:
-            p.error(f"--all-steps evaluates every checkpoint of a run, and {path} is one checkpoint: pass the run "
-                    "folder")
-        steps = checkpoint.steps(workdir)
-        if not steps:
-            raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate.")
+        steps, workdir = _all_steps(p, args, path)
     if args.val_data and os.path.isfile(os.path.join(args.val_data, runs.CONFIG_FILE)):  # before the results
         # file's check, which would say that file "lies in --val-data" and to rename it
         raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "
