@@ -8,7 +8,8 @@ memory. Anything else is a bug and keeps its traceback. Argument-parsing errors 
 one-line form (:class:`ArgumentParser`).
 
 A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
-143 (128 + the signal), without a traceback or a crash dump; see :func:`main`.
+143 (128 + the signal), without a traceback or a crash dump; see :func:`main`. One whose stdout reader
+went away (``... | head -1``) exits quietly with 141, as a program killed by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import functools
 import operator
 import os
 import platform
+import select
 import signal
 import sys
 import threading
@@ -26,6 +28,7 @@ from importlib import metadata
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's number on every POSIX system (signal.SIGPIPE is absent on Windows)
 
 
 class UserError(ValueError):
@@ -54,6 +57,27 @@ def out_of_memory(exc: BaseException) -> bool:
     """XLA's allocation failure: a size the user chose (batch, sequence, model) is too large for the
     device, which no check before the work can rule out, since only XLA knows the program's peak."""
     return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(exc)
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or a stdout without a descriptor
+        return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what is still buffered
+    does not print an 'Exception ignored ... BrokenPipeError' message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def fail(exc: BaseException) -> int:
@@ -121,7 +145,16 @@ def main(fn):
             previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         _nesting += 1
         try:
-            return fn(argv) or 0
+            code = fn(argv) or 0
+            if standalone:
+                sys.stdout.flush()  # here, where a closed pipe is caught, not in the interpreter's exit
+            return code
+        except BrokenPipeError as exc:
+            if not stdout_closed():
+                return fail(exc)
+            # The reader took what it wanted (``| head -1``); the rest of the output is not wanted.
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
         except SystemExit as exc:
             if isinstance(exc.code, str):  # SystemExit("message") would exit 1 with a bare line
                 return fail(UserError(exc.code))
@@ -144,7 +177,10 @@ def main(fn):
                 # A normal interpreter exit while an XLA compile runs on another thread can crash in
                 # that thread (SIGSEGV, status 139). Every output is written atomically, and the
                 # command's finally blocks have run, so there is nothing left to clean up.
-                sys.stdout.flush()
+                try:
+                    sys.stdout.flush()
+                except OSError:  # a closed pipe: what is left cannot be delivered anyway
+                    pass
                 os._exit(code)
             return code
         finally:
@@ -171,9 +207,14 @@ def version() -> str:
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`, and
-    which answers ``--version``."""
+    which answers ``--version``.
+
+    Long flags must be spelled out: argparse's default takes any unique prefix (``--work`` for
+    ``--workdir``, ``--dtype`` for bench compile's ``--dtypes``), so a typo ran with another flag's
+    meaning, and a script's abbreviation would change meaning or break when a flag is added."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # subparsers are built through here too
         super().__init__(*args, **kwargs)
         self.add_argument("--version", action="version", version=version(),
                           help="print the versions of sps-jax, jax, jaxlib and Python, and exit")

@@ -171,6 +171,11 @@ BAD_ARGUMENTS = [
       for main, argv in ((data_cli.main, ["provision-tokenizer", "--out"]),
                          (data_cli.main, ["prepare", "--source", "builtin", "--out"]),
                          (train.main, ["--config", "configs/tiny.py", "--workdir"]))],
+    # a prefix of a long flag: argparse took it for that flag (bench compile's --dtypes for --dtype, a
+    # typed --work for --workdir), so a typo ran with another meaning
+    (bench_cli.main, ["compile", "--target", "h100", "--dtype", "float32"], ["unrecognized arguments: --dtype"]),
+    (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tok", "5"], ["unrecognized", "--max-tok"]),
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--temp", "0.5"], ["unrecognized arguments: --temp"]),
     (bench_cli.main, ["nonsense"], ["name a benchmark"]),
     (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),
@@ -210,6 +215,15 @@ def test_python_m_sps_jax_lists_every_installed_command_with_its_module():
     listed = dict(line.split("  python -m ") for line in map(str.strip, proc.stdout.splitlines()[1:]) if line)
     assert {k.strip(): v for k, v in listed.items()} == {
         name: target.split(":")[0].removesuffix(".__main__") for name, target in scripts.items()}
+
+
+def test_a_command_whose_stdout_reader_went_away_exits_quietly_with_141():
+    """``python -m sps_jax.data encode TEXT | head -1``: before, 'error: Broken pipe' and status 2."""
+    proc = subprocess.Popen([sys.executable, "-m", "sps_jax"], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the command writes its listing
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=60), own_lines(err)) == (141, []), err
 
 
 # ----------------------------------------------------------------------------- stop signals
