@@ -205,6 +205,26 @@ def version() -> str:
     return f"sps-jax {v('sps-jax')} (jax {v('jax')}, jaxlib {v('jaxlib')}, Python {platform.python_version()})"
 
 
+class _ShowDefaults:
+    """Help formatter mixin: an option's default follows its description, unless the description
+    already says it or there is none to state (None, a flag's False, an empty string)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is False or default == "" or
+                default == argparse.SUPPRESS or action.const is not None or "default" in text.lower()):
+            return text
+        if isinstance(default, (list, tuple)):
+            default = (" " if action.nargs in ("+", "*") else ",").join(map(str, default))
+        shown = str(default).replace("%", "%%")  # the help string is %-formatted next
+        return f"{text} (default: {shown})".lstrip()
+
+
+def _showing_defaults(formatter_class):
+    return type(f"Defaults{formatter_class.__name__}", (_ShowDefaults, formatter_class), {})
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`, and
     which answers ``--version``.
@@ -215,6 +235,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)  # subparsers are built through here too
+        kwargs["formatter_class"] = _showing_defaults(kwargs.get("formatter_class", argparse.HelpFormatter))
         super().__init__(*args, **kwargs)
         self.add_argument("--version", action="version", version=version(),
                           help="print the versions of sps-jax, jax, jaxlib and Python, and exit")

@@ -2,6 +2,7 @@
 traceback, every command refuses bad arguments that way; and seeded fuzzing of the readers (token folders,
 manifests, run folders, .pt files, prompt files) ends every case in success or one sentence, never a hang."""
 
+import argparse
 import dataclasses
 import json
 import os
@@ -215,6 +216,73 @@ def test_python_m_sps_jax_lists_every_installed_command_with_its_module():
     listed = dict(line.split("  python -m ") for line in map(str.strip, proc.stdout.splitlines()[1:]) if line)
     assert {k.strip(): v for k, v in listed.items()} == {
         name: target.split(":")[0].removesuffix(".__main__") for name, target in scripts.items()}
+
+
+# ----------------------------------------------------------------------------- help and docs
+
+HELP_OF = [(train.main, []), (generate.main, []), (evaluate.main, []), (evaluate.main, ["table"]),
+           (export_torch.main, []), (import_torch.main, []),
+           *[(data_cli.main, [name]) for name in ("prepare", "verify", "provision-tokenizer", "encode")],
+           *[(probes.main, [name]) for name in ("gradients", "window-nll")],
+           *[(figures.main, [name]) for name in ("curves", "window-ablation", "accuracy-gain")],
+           *[(bench_cli.main, [name]) for name in bench_cli.COMMANDS]]
+
+
+@pytest.fixture(scope="module")
+def command_parsers():
+    """{prog: parser} of every command and subcommand, caught where --help would print them."""
+    found = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli.ArgumentParser, "print_help", lambda self, file=None: found.setdefault(self.prog, self))
+        for main, prefix in HELP_OF:
+            with pytest.raises(SystemExit):
+                main(prefix + ["--help"])
+    return found
+
+
+def test_every_option_of_every_command_is_described_with_its_default(command_parsers):
+    """Before, 35 options (generate's --max-new-tokens, probes' --seed, ...) had no description and their
+    defaults were not shown."""
+    assert len(command_parsers) == len(HELP_OF)
+    undescribed = [f"{prog} {action.option_strings or action.dest}" for prog, parser in command_parsers.items()
+                   for action in parser._actions
+                   if action.help != argparse.SUPPRESS and not (action.help or "").strip()]
+    assert undescribed == []
+    gradients = command_parsers["python -m sps_jax.analysis.probes gradients"].format_help()
+    assert "seed of the sampled positions (default: 0)" in gradients and "(default: val)" in gradients
+
+
+DOCUMENTED_COMMAND = re.compile(r"(?:python3? -m (sps_jax(?:\.\w+)*)|\b(sps-[a-z-]+))((?: [a-z][a-z-]*)?)")
+
+
+def test_the_flags_the_docs_name_are_those_of_their_command(command_parsers):
+    """Every ``--flag`` on a command line in README.md and docs/*.md is one of that command's own flags
+    (spelled out in full, since prefixes are refused)."""
+    import tomllib
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = {name: target.split(":")[0].removesuffix(".__main__")
+                   for name, target in tomllib.load(f)["project"]["scripts"].items()}
+    docs = ["README.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(REPO, "docs")))
+                            if name.endswith(".md")]
+    wrong, checked = [], 0
+    for doc in docs:
+        with open(os.path.join(REPO, doc)) as f:
+            text = re.sub(r"\\\n\s*", " ", f.read())  # a shell line continued on the next
+        for line in text.splitlines():
+            for match in DOCUMENTED_COMMAND.finditer(line):
+                module = match.group(1) or scripts.get(match.group(2))
+                prog = f"python -m {module}"
+                if f"{prog}{match.group(3)}" in command_parsers:
+                    prog += match.group(3)
+                if prog not in command_parsers:
+                    continue  # not one of the commands (pip, lm_eval_cli, a module's own name)
+                rest = re.split(r"`|&&|\||;", line[match.end():])[0]
+                options = {o for a in command_parsers[prog]._actions for o in a.option_strings}
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])", rest):
+                    checked += 1
+                    if flag not in options:
+                        wrong.append(f"{doc}: {prog} {flag}")
+    assert checked > 100 and wrong == []
 
 
 def test_a_command_whose_stdout_reader_went_away_exits_quietly_with_141():

@@ -206,14 +206,16 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
     c.add_argument("runs", nargs="+", type=runs.run_path, help="run folders with config.json and metrics.jsonl")
-    c.add_argument("--out", default="curves.png")
+    c.add_argument("--out", default="curves.png", help="the figure (.png), with its data next to it as .json")
     w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
     w.add_argument("sources", nargs="+", help="run folders or evaluation JSONs")
-    w.add_argument("--out", default="window_ablation.png")
+    w.add_argument("--out", default="window_ablation.png",
+                   help="the figure (.png), with its data next to it as .json")
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
     a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluation.evaluate")
-    a.add_argument("--baseline", default="standard")
-    a.add_argument("--out", default="accuracy_gain.png")
+    a.add_argument("--baseline", default="standard", help="the variant the gains are measured from")
+    a.add_argument("--out", default="accuracy_gain.png",
+                   help="the figure (.png), with its data next to it as .json")
     for p in (c, w, a):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
     return parser

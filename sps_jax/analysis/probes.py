@@ -254,7 +254,7 @@ def build_parser():
         p.add_argument("--workdir", action="append", required=True, type=runs.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--val-data", default=None, help="token folder with manifest.json (default: config.data)")
-        p.add_argument("--split", default="val")
+        p.add_argument("--split", default="val", help="the token folder's split to read documents from")
         p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=cli.positive_int, default=None,
                        help="positions per document (at most, and by default, model.seq_len)")
@@ -265,11 +265,12 @@ def build_parser():
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
     common(g, "probes_out")
-    g.add_argument("--positions-per-doc", type=cli.positive_int, default=8)
-    g.add_argument("--max-offset", type=cli.non_negative_int, default=64)
+    g.add_argument("--positions-per-doc", type=cli.positive_int, default=8,
+                   help="source positions i sampled per document")
+    g.add_argument("--max-offset", type=cli.non_negative_int, default=64, help="largest offset k probed")
     g.add_argument("--min-offset", type=cli.non_negative_int, default=0,
                    help="also probe offsets -min..-1 (zero by causality)")
-    g.add_argument("--seed", type=cli.non_negative_int, default=0)
+    g.add_argument("--seed", type=cli.non_negative_int, default=0, help="seed of the sampled positions")
     g.add_argument("--batch", type=cli.positive_int, default=1, help="documents per forward pass")
     g.add_argument("--chunk", type=cli.positive_int, default=8, help="loss terms per batched reverse pass")
     g.set_defaults(func=cmd_gradients)
@@ -279,7 +280,7 @@ def build_parser():
     w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=64,
                    help="persistent window; at or beyond the context it hides nothing (a warning says so)")
     w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
-    w.add_argument("--batch", type=cli.positive_int, default=4)
+    w.add_argument("--batch", type=cli.positive_int, default=4, help="documents per forward pass")
     w.set_defaults(func=cmd_window_nll)
     return parser
 

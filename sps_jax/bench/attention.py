@@ -34,13 +34,14 @@ KERNELS = ("pallas", "splash")
 
 def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
-    p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS)
-    p.add_argument("--batch", type=int, default=6)
+    p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS,
+                   help="attention variants to time")
+    p.add_argument("--batch", type=int, default=6, help="rows")
     p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     heads, head_dim = sps_config.attention_dims("s")
-    p.add_argument("--heads", type=int, default=heads)
-    p.add_argument("--head-dim", type=int, default=head_dim)
-    p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW)
+    p.add_argument("--heads", type=int, default=heads, help="attention heads")
+    p.add_argument("--head-dim", type=int, default=head_dim, help="dimensions per head")
+    p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW, help="predict window w of the windowed variants")
     p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
     tiles = p.add_argument_group(
@@ -48,11 +49,13 @@ def parse_args(argv):
         f"for the head dim; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas: positions per tile, "
         f"powers of two; splash: --block-q interleaved rows and --block-k keys, multiples of {sp.LANES}; "
         "--num-warps and --num-stages are pallas's only")
-    for name in ("block-q", "block-k", "num-warps", "num-stages"):
-        tiles.add_argument(f"--{name}", type=int, default=None)
+    for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
+                       ("num-stages", "pipeline stages")):
+        tiles.add_argument(f"--{name}", type=int, default=None, help=text)
     p.add_argument("--documents", type=int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                   help="dtype of q, k and v")
     p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=2)
+    parser.add_argument("--batch-size", type=cli.positive_int, default=2, help="rows per forward pass")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     results = smoke(sps_config.load_config(args.config, overrides), args.batch_size)

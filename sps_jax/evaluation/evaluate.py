@@ -150,7 +150,7 @@ def _parser() -> cli.ArgumentParser:
     p.add_argument("--val-batch-size", type=cli.positive_int, default=8, help="validation windows per forward pass")
     p.add_argument("--limit", type=cli.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
-    p.add_argument("--batch-size", type=cli.positive_int, default=16)
+    p.add_argument("--batch-size", type=cli.positive_int, default=16, help="lm-eval requests per forward pass")
     p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")

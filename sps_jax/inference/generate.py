@@ -347,7 +347,8 @@ def _parser() -> cli.ArgumentParser:
     what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
     parser.add_argument("--out", help="write the results as JSONL here (default: print them)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
-    parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64)
+    parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64,
+                        help="tokens to generate per prompt (fewer where EOS stops it)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=cli.non_negative_int, default=0,
                         help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
