@@ -191,17 +191,13 @@ def _restore_params(workdir: str, step: int | None, target):
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
                                     f"it has {all_steps}: pass one of those.")
         reason = problem(workdir, step, ("params",))
-        if reason is None and target is None:
-            try:
-                target = _on_one_device(workdir, step)
-            except (AttributeError, KeyError, TypeError):  # Orbax's own internals tripping on the damage
-                reason = "Orbax cannot read its params: their metadata or data files are damaged"
-            except Exception as e:
-                reason = f"its content cannot be restored: {_short(e)}"
         if reason is None:
             try:
+                target = _on_one_device(workdir, step) if target is None else target
                 restored = mngr.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target)))
                 params = restored["params"]
+            except (AttributeError, KeyError, TypeError):  # Orbax's own internals tripping on the damage
+                reason = "Orbax cannot read its params: their metadata or data files are damaged"
             except Exception as e:  # tensorstore/Orbax errors of many kinds: all mean "unreadable"
                 reason = f"its content cannot be restored: {_short(e)}"
         if reason is not None:
