@@ -22,6 +22,8 @@ from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
 CONFIG_FILE = "config.json"
+# A run folder's own files beside its checkpoints/, which only training writes.
+_RUN_FILES = (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE)
 
 
 def find_run(path: str) -> tuple[str, int | None]:
@@ -82,7 +84,7 @@ def _run_file(path: str) -> str | None:
     """The run folder whose config.json, metrics.jsonl or loss.png ``path`` is, or whose checkpoints/ it
     lies in; else None."""
     full = os.path.realpath(path)
-    if os.path.basename(full) in (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE) and \
+    if os.path.basename(full) in _RUN_FILES and \
             os.path.isfile(os.path.join(os.path.dirname(full), CONFIG_FILE)):
         return os.path.dirname(full)
     folder = full
@@ -188,7 +190,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     owner = _run_file(workdir)
     if owner is not None:
         name = os.path.basename(os.path.realpath(workdir))
-        what = name if name in (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE) else f"{checkpoint.CHECKPOINT_DIR}/"
+        what = name if name in _RUN_FILES else f"{checkpoint.CHECKPOINT_DIR}/"
         raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {what}), where training would "
                         "mix its files with that run's: pass another --workdir.")
     data_dir = config.data.get("dir") if "data" in config else None
@@ -222,9 +224,9 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                 other = f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})"
         except (ValueError, OSError) as e:
             other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
-    elif records and not has_checkpoints:
+    elif records:  # (checkpoints without a config.json were refused above)
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
-    elif not has_checkpoints and os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
+    elif os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
         other = f"a {metrics.PLOT_FILE} of no run here"  # a run folder's plot has the run's config beside it
     if has_checkpoints and other is None and checkpoint.weights_only(workdir):
         raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
@@ -233,8 +235,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
-    if has_checkpoints and other is None and os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
-        saved = read_config(workdir)
+    if has_checkpoints and other is None:  # so `saved` is the config.json read above
         if not isinstance(saved.get("train"), ml_collections.ConfigDict):  # a config.json edited by hand
             raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} has no train section, so the "
                             f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
