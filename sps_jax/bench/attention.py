@@ -32,16 +32,21 @@ from sps_jax import splash_attention as sp
 KERNELS = ("pallas", "splash")
 
 
-def parse_args(argv):
-    p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
-    p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS,
-                   help="attention variants to time")
+def add_shape_flags(p) -> None:
+    """The attention shape a kernel bench times (this one and ``bench tiles``): the paper's S attention."""
     p.add_argument("--batch", type=int, default=6, help="rows")
     p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     heads, head_dim = sps_config.attention_dims("s")
     p.add_argument("--heads", type=int, default=heads, help="attention heads")
     p.add_argument("--head-dim", type=int, default=head_dim, help="dimensions per head")
     p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW, help="predict window w of the windowed variants")
+
+
+def parse_args(argv):
+    p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
+    p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS,
+                   help="attention variants to time")
+    add_shape_flags(p)
     p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
     tiles = p.add_argument_group(

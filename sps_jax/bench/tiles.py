@@ -21,7 +21,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from sps_jax import bench, cli, config as sps_config, masks
+from sps_jax import bench, cli, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.bench import attention as bench_attention
 
@@ -97,12 +97,7 @@ def parse_args(argv):
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", nargs="+", default=list(KERNEL_FIELDS), choices=KERNEL_FIELDS,
                    help="kernels to sweep")
-    p.add_argument("--batch", type=int, default=6, help="rows")
-    p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
-    heads, head_dim = sps_config.attention_dims("s")
-    p.add_argument("--heads", type=int, default=heads, help="attention heads")
-    p.add_argument("--head-dim", type=int, default=head_dim, help="dimensions per head")
-    p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW, help="predict window w of the windowed variants")
+    bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="dtype of q, k and v")
     p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
