@@ -186,8 +186,8 @@ def _token_ids(prompt, name: str) -> list[int]:
 def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                   names: Optional[Sequence[str]] = None, limit_name: str = "max_new_tokens") -> list[list[int]]:
     """Clear errors before any compilation, naming a bad prompt by ``names`` (where the user wrote it:
-    the flag, or the file and line), else by its index, and ``max_new_tokens`` by ``limit_name``; returns the prompts as lists of ints (any
-    sequence or integer array of ids is a prompt)."""
+    the flag, or the file and line), else by its index, and ``max_new_tokens`` by ``limit_name``;
+    returns the prompts as lists of ints (any sequence or integer array of ids is a prompt)."""
     if isinstance(prompts, str):
         raise TypeError("prompts is text, not a list of prompts of token ids: encode each with "
                         "sps_jax.data.tokenizer.encode and pass a list of them.")
