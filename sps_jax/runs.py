@@ -111,11 +111,41 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     return files.output_file(path, flag, force, inputs, rename)
 
 
-def output_folder(path: str, flag: str = "--out") -> str:
-    """:func:`sps_jax.files.output_folder`, and a run's checkpoints/ or a folder in it refused even with
-    ``force`` (as in :func:`output_file`)."""
+def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
+    """:func:`sps_jax.files.output_folder` of a folder that becomes a run or a token folder, refused inside an
+    existing run (:func:`refuse_inside_run`; its checkpoints/ or a folder in it as one of the run's own files)."""
     _refuse_run_files(path, flag)
-    return files.output_folder(path, flag)
+    refuse_inside_run(path, flag)
+    return files.output_folder(path, flag, inputs)
+
+
+def _is_run(folder: str) -> bool:
+    """Whether ``folder`` holds a run: a config.json beside checkpoints/ or metrics.jsonl (a config.json alone
+    may be any program's, such as a Hugging Face model's)."""
+    return os.path.isfile(os.path.join(folder, CONFIG_FILE)) and (
+        os.path.isdir(os.path.join(folder, checkpoint.CHECKPOINT_DIR))
+        or os.path.isfile(os.path.join(folder, metrics.METRICS_FILE)))
+
+
+def enclosing_run(path: str) -> str | None:
+    """The existing run folder that ``path`` lies in, at any depth (links resolved; not ``path`` itself), else None."""
+    folder = os.path.realpath(path)
+    while os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+        if _is_run(folder):
+            return folder
+    return None
+
+
+def refuse_inside_run(path: str, flag: str) -> None:
+    """One sentence when the run or token folder a command would make at ``path`` lies inside another run:
+    its files would mix with that run's, where TensorBoard (which reads a run's folders for event files),
+    Orbax and the run's evaluations would meet them, and moving or deleting the run would take them along.
+    Result files (evaluate's RUN/eval/, a figure) are not folders of this kind and stay allowed."""
+    run = enclosing_run(path) if path.strip() else None
+    if run is not None:
+        raise UserError(f"{flag} {path} lies inside the run {run}, where its files would mix with that run's: "
+                        "choose a folder outside it.")
 
 
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
@@ -193,6 +223,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         what = name if name in _RUN_FILES else f"{checkpoint.CHECKPOINT_DIR}/"
         raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {what}), where training would "
                         "mix its files with that run's: pass another --workdir.")
+    refuse_inside_run(workdir, "--workdir")
     data_dir = config.data.get("dir") if "data" in config else None
     if isinstance(data_dir, str) and data_dir and (
             os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):

@@ -165,6 +165,28 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_t
         runs.check_workdir(str(tmp_path / "run" / "metrics.jsonl"), config)
 
 
+def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_there_are_not(tmp_path):
+    # A workdir in RUN/tensorboard/x or RUN/eval/x (an import or a token folder too) was accepted: its files
+    # then lay among the other run's, where TensorBoard, which reads the run's folders, took it for part of it.
+    from sps_jax.cli import UserError
+    run = tmp_path / "run"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text("")
+    config = sps_config.load_config("configs/tiny.py")
+    for inside in ("tensorboard/x", "eval/x", "x/y"):
+        with pytest.raises(UserError, match=rf"^--workdir {run}/{inside} lies inside the run {run}, where its files "
+                                            r"would mix with that run's: choose a folder outside it\.$"):
+            runs.check_workdir(str(run / inside), config)
+        with pytest.raises(UserError, match=rf"^--out {run}/{inside} lies inside the run {run}"):
+            runs.output_folder(str(run / inside))
+    runs.check_workdir(str(tmp_path / "other"), config)  # beside it is fine
+    runs.output_file(str(run / "eval" / "step_5.json"), "the results file")  # evaluate's results belong there
+    (tmp_path / "model").mkdir()  # a config.json alone (a Hugging Face model's) is no run
+    (tmp_path / "model" / "config.json").write_text("{}")
+    runs.check_workdir(str(tmp_path / "model" / "run"), config)
+
+
 def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
     # A run there is deleted with the folder when `data prepare --force` rebuilds it.
     from sps_jax.cli import UserError

@@ -302,6 +302,20 @@ def test_an_out_inside_the_source_folder_is_refused_before_any_work(tmp_path):
     assert sorted(os.listdir(src)) == sorted(f"{i:03d}.txt" for i in range(len(DOCS)))
 
 
+def test_an_out_inside_a_training_run_is_refused_before_any_work(tmp_path):
+    # RUN/checkpoints/NEW was accepted, and Orbax then met a token folder among the run's checkpoints.
+    src = write_sources(tmp_path)["text"]
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for out in (run / "checkpoints" / "new", run / "eval" / "tokens"):
+        outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src), "--out", str(out)])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"--out {out} " in outcome.stderr and "choose a" in outcome.stderr, outcome.stderr
+        assert not out.exists()
+    assert f"lies inside the run {run}, " in outcome.stderr
+
+
 @pytest.mark.parametrize("source, flags, sentence", [
     ("jsonl", ["--hf-split", "validation"], "--hf-split validation picks a split of a hf:NAME source"),
     ("builtin", ["--hf-split", "train"], "--hf-split train picks a split of a hf:NAME source"),
