@@ -15,6 +15,7 @@ went away (``... | head -1``) exits quietly with 141, as a program killed by SIG
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import operator
 import os
@@ -242,6 +243,56 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
+
+    def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        try:
+            return super().parse_args(args, namespace)
+        except UserError:
+            stray = self._stray(args)
+            if stray:  # named first: `evaluate tabel` was told that --workdir is required
+                self.error(f"unrecognized arguments: {' '.join(stray)}")
+            raise
+
+    def _stray(self, args) -> list[str]:
+        """The words of ``args`` that no argument of this parser or its subcommands takes, found by parsing
+        again with every required flag, group and subcommand made optional (none when that parse fails too)."""
+        lifted = []
+
+        def lift(parser):
+            for item in [*parser._actions, *parser._mutually_exclusive_groups]:
+                lifted.append((item, item.required))
+                item.required = False
+                if getattr(item, "nargs", None) == argparse.PARSER:
+                    for sub in item.choices.values():
+                        lift(sub)
+
+        lift(self)
+        try:
+            return self.parse_known_args(args)[1]
+        except UserError:
+            return []
+        finally:
+            for item, required in lifted:
+                item.required = required
+
+    def _check_value(self, action, value):
+        if action.nargs == argparse.PARSER and value not in action.choices:  # argparse listed every choice
+            self.error(unknown_subcommand(value, action.choices))
+        super()._check_value(action, value)
+
+
+def close_name(word: str, names) -> str | None:
+    """The one of ``names`` that ``word`` is likely a typo of, or None."""
+    found = difflib.get_close_matches(word, list(names), n=1)
+    return found[0] if found else None
+
+
+def unknown_subcommand(word: str, names) -> str:
+    """What to say of ``word`` given where one of the subcommands ``names`` is expected."""
+    close = close_name(word, names)
+    return f"unknown subcommand {word!r}: " + (f"did you mean {close!r}?" if close else
+                                                f"the subcommands are {', '.join(names)}")
 
 
 def integer(value, name: str, hint: str = "") -> int:

@@ -135,7 +135,17 @@ BAD_ARGUMENTS = [
                       "--config.model.num_layers=1000000000"], ["training state over 1 device(s)", "h100",
                                                                              "raise --devices"]),
     (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tokens", "0"], ["--max-tokens"]),
-    (data_cli.main, ["frobnicate"], ["invalid choice"]),
+    (data_cli.main, ["frobnicate"], ["unknown subcommand 'frobnicate': the subcommands are prepare, verify"]),
+    # a typo of a subcommand is named with the closest one (evaluate's said --workdir was required)
+    *[(main, [word], [f"unknown subcommand '{word}': did you mean '{meant}'?"])
+      for main, word, meant in ((evaluate.main, "tabel", "table"), (data_cli.main, "prepar", "prepare"),
+                                (probes.main, "gradiants", "gradients"), (figures.main, "curvs", "curves"),
+                                (bench_cli.main, "atention", "attention"))],
+    # a stray word is named, where a missing required flag hid it
+    *[(main, argv, ["unrecognized arguments: stray"])
+      for main, argv in ((evaluate.main, ["stray"]), (generate.main, ["stray"]), (train.main, ["stray"]),
+                         (import_torch.main, ["W/x.pt", "stray"]), (probes.main, ["gradients", "stray"]),
+                         (bench_cli.main, ["compile", "stray"]), (bench_cli.main, ["generate", "stray"]))],
     (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["top_p"]),
     # greedy decoding (temperature 0, the default) never reads the sampling filters
@@ -177,7 +187,8 @@ BAD_ARGUMENTS = [
     (bench_cli.main, ["compile", "--target", "h100", "--dtype", "float32"], ["unrecognized arguments: --dtype"]),
     (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tok", "5"], ["unrecognized", "--max-tok"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--temp", "0.5"], ["unrecognized arguments: --temp"]),
-    (bench_cli.main, ["nonsense"], ["name a benchmark"]),
+    (bench_cli.main, ["nonsense"], ["unknown subcommand 'nonsense': the subcommands are attention, tiles"]),
+    (bench_cli.main, [], ["name a benchmark"]),
     (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),
 ]

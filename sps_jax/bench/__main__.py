@@ -37,10 +37,10 @@ def main(argv=None) -> int:
     if argv[:1] == ["--version"]:
         print(cli.version())
         return 0
-    if not argv or argv[0] not in COMMANDS:
-        got = f"got {argv[0]!r}; " if argv else ""
-        raise cli.UserError(f"python -m sps_jax.bench: name a benchmark, one of {', '.join(COMMANDS)} "
-                            f"({got}see --help).")
+    if not argv:
+        raise cli.UserError(f"python -m sps_jax.bench: name a benchmark, one of {', '.join(COMMANDS)} (see --help).")
+    if argv[0] not in COMMANDS:
+        raise cli.UserError(f"python -m sps_jax.bench: {cli.unknown_subcommand(argv[0], COMMANDS)} (see --help).")
     module = importlib.import_module(f"sps_jax.bench.{argv[0]}")
     return module.main(argv[1:]) or 0
 

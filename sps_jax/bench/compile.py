@@ -61,11 +61,9 @@ def parse_args(argv):
     p.add_argument("--prefill-chunks", type=cli.comma_list(int), default=[0, 32],
                    help="generation: prefill compiled in chunks of these many positions (0: one pass)")
     bench.add_json_flag(p)
-    args, rest = p.parse_known_args(argv)
-    bench.check_json(args)
-    unknown, args.overrides = sps_config.split_config_args(rest)
-    if unknown:
-        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    rest, overrides = sps_config.split_config_args(argv)
+    args = bench.check_json(p.parse_args(rest))
+    args.overrides = overrides
     bad = [x for x in args.only if x not in PROGRAMS]
     if bad:
         p.error(f"--only takes {', '.join(PROGRAMS)}; got {', '.join(bad)}.")

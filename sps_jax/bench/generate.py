@@ -48,7 +48,7 @@ def _parse(argv):
                         "auto): the prefill's kernel, and on a GPU with pallas the decode step's")
     bench.add_json_flag(parser)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
-    return parser.parse_known_args(argv)
+    return parser.parse_args(argv)
 
 
 def _model_config(args, overrides, variant):
@@ -195,15 +195,11 @@ def _table(results: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args, rest = _parse(argv)
-    bench.check_json(args)
     from sps_jax import config as sps_config
 
-    _, overrides = sps_config.split_config_args(rest)
-    unknown = [a for a in rest if not a.startswith("--config.")]
-    if unknown:
-        raise SystemExit(f"unknown argument(s) {unknown}: see --help.")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    rest, overrides = sps_config.split_config_args(argv)
+    args = bench.check_json(_parse(rest))
     if args.worker:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
         return 0

@@ -252,6 +252,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "table":
         return main_table(argv[1:])
+    if argv and cli.close_name(argv[0], ["table"]):  # a typo of it; any other bare word is an unrecognized argument
+        _parser().error(cli.unknown_subcommand(argv[0], ["table"]))
     return main_evaluate(argv)
 
 
