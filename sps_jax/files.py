@@ -231,8 +231,23 @@ def check_parent(path: str, flag: str) -> None:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UserError(f"{flag} {path} lies under {parent}, which is a file, not a folder: choose another path.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {path} lies under {parent}, which this user cannot write in: choose another path.")
+    reason = cannot_create(parent)
+    if reason is not None:
+        raise UserError(f"{flag} {path} lies under {parent}, {reason}: choose another path.")
+
+
+def cannot_create(folder: str) -> str | None:
+    """Why no file can be made in the existing ``folder`` ("which ..." or "where ..."), or None. A file is made
+    and removed to find out: for root, os.access passes /proc, /sys and other file systems that take no new files."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "which this user cannot write in"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".sps-jax-probe-", dir=folder)
+    except OSError as e:
+        return f"where no file can be made ({e.strerror})"
+    os.close(fd)
+    os.remove(probe)
+    return None
 
 
 def output_folder(path: str, flag: str = "--out", inputs=()) -> str:

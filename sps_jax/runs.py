@@ -231,9 +231,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                         "--force` replaces whole, run and all: pass a --workdir outside it.")
     if not os.path.lexists(workdir):
         files.check_parent(workdir, "--workdir")
-    elif not os.access(workdir, os.W_OK | os.X_OK):
-        raise UserError(f"--workdir {workdir} is a folder this user cannot write in: make it writable, or pass "
-                        "another --workdir.")
+    elif (reason := files.cannot_create(workdir)) is not None:
+        raise UserError(f"--workdir {workdir} is a folder {reason}: make it writable, or pass another --workdir.")
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")

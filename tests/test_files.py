@@ -215,3 +215,17 @@ def test_a_result_another_command_wrote_meanwhile_is_refused_unless_replacing(tm
         files.write_text(first, "mine")
         files.write_text(second, "mine")
     assert (tmp_path / "a.tex").read_text() == "mine" and (tmp_path / "a.md").read_text() == "mine"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self") or not os.path.isdir("/sys/kernel"), reason="Linux only")
+def test_an_output_under_proc_or_sys_is_refused_naming_the_flag_before_any_work(tmp_path, monkeypatch):
+    # Root passes os.access there, so train prepared its tokens and a bench timed every variant before
+    # the OS refused the file ("error: /sys/x.json.<pid>.0.partial: Permission denied", no flag named).
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)  # as for root
+    for check, path in ((files.output_file, "/proc/sps-jax-x.json"), (files.output_folder, "/sys/sps-jax-y"),
+                        (files.output_file, "/sys/kernel/sps-jax-z/a.json")):
+        parent = os.path.dirname(path).removesuffix("/sps-jax-z")
+        with pytest.raises(UserError, match=rf"^--out {path} lies under {parent}, where no file can be made "
+                                            r"\(.+\): choose another path\.$"):
+            check(path, "--out")
+    assert files.cannot_create(str(tmp_path)) is None and os.listdir(tmp_path) == []  # the probe file is gone
