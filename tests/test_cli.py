@@ -189,7 +189,16 @@ BAD_ARGUMENTS = [
     (generate.main, ["--workdir", "W", "--prompt", "x", "--temp", "0.5"], ["unrecognized arguments: --temp"]),
     (bench_cli.main, ["nonsense"], ["unknown subcommand 'nonsense': the subcommands are attention, tiles"]),
     (bench_cli.main, [], ["name a benchmark"]),
-    (bench_cli.main, ["attention", "--seq-len", "0"], ["--seq-len"]),
+    # every bench's counts go through cli.positive_int / non_negative_int (each module had its own loop)
+    *[(bench_cli.main, [bench, *flags, flag, "0"], [f"argument {flag}: 0 must be at least 1"])
+      for bench, flags, names in (("attention", [], ["--batch", "--seq-len", "--heads", "--head-dim", "--iters",
+                                                     "--documents"]),
+                                  ("tiles", [], ["--batch", "--iters"]),
+                                  ("compile", ["--target", "h100"], ["--devices", "--batch", "--prefill", "--decode"]),
+                                  ("generate", [], ["--batch", "--prefill", "--decode", "--repeats"]))
+      for flag in names],
+    *[(bench_cli.main, [bench, "--window", "-1"], ["argument --window: -1 must be 0 or more"])
+      for bench in ("attention", "tiles")],
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),
 ]
 

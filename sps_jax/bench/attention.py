@@ -34,12 +34,13 @@ KERNELS = ("pallas", "splash")
 
 def add_shape_flags(p) -> None:
     """The attention shape a kernel bench times (this one and ``bench tiles``): the paper's S attention."""
-    p.add_argument("--batch", type=int, default=6, help="rows")
-    p.add_argument("--seq-len", type=int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
+    p.add_argument("--batch", type=cli.positive_int, default=6, help="rows")
+    p.add_argument("--seq-len", type=cli.positive_int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     heads, head_dim = sps_config.attention_dims("s")
-    p.add_argument("--heads", type=int, default=heads, help="attention heads")
-    p.add_argument("--head-dim", type=int, default=head_dim, help="dimensions per head")
-    p.add_argument("--window", type=int, default=masks.DEFAULT_WINDOW, help="predict window w of the windowed variants")
+    p.add_argument("--heads", type=cli.positive_int, default=heads, help="attention heads")
+    p.add_argument("--head-dim", type=cli.positive_int, default=head_dim, help="dimensions per head")
+    p.add_argument("--window", type=cli.non_negative_int, default=masks.DEFAULT_WINDOW,
+                   help="predict window w of the windowed variants")
 
 
 def parse_args(argv):
@@ -57,18 +58,13 @@ def parse_args(argv):
     for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
                        ("num-stages", "pipeline stages")):
         tiles.add_argument(f"--{name}", type=int, default=None, help=text)
-    p.add_argument("--documents", type=int, default=1,
+    p.add_argument("--documents", type=cli.positive_int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="dtype of q, k and v")
-    p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
+    p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))
-    for name in ("batch", "seq_len", "heads", "head_dim", "iters", "documents"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be a positive integer.")
-    if args.window < 0:
-        p.error("--window must be a non-negative integer.")
     if args.head_dim % 2:
         p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     if args.documents > args.seq_len:

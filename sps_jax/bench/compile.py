@@ -44,7 +44,7 @@ def parse_args(argv):
     p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
     p.add_argument("--variants", type=cli.comma_list(str), default=["standard", "sps"],
                    help="variants compiled side by side (standard first: the ratios' base)")
-    p.add_argument("--micro-batches", type=cli.comma_list(int), default=[1, 8],
+    p.add_argument("--micro-batches", type=cli.comma_list(cli.positive_int), default=[1, 8],
                    help="micro-batches per device to compile")
     p.add_argument("--remat", type=cli.comma_list(str), default=["off", "on"],
                    help="comma-separated: off, on, or off,on for both (the default)")
@@ -53,12 +53,12 @@ def parse_args(argv):
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
-    p.add_argument("--devices", type=int, default=1, help="devices of the train step's mesh (FSDP over them)")
+    p.add_argument("--devices", type=cli.positive_int, default=1, help="devices of the train step's mesh (FSDP over them)")
     p.add_argument("--dtypes", type=cli.comma_list(str), default=["bfloat16", "float16"], help="kernel dtypes")
-    p.add_argument("--batch", type=int, default=16, help="generation: rows")
-    p.add_argument("--prefill", type=int, default=1024, help="generation: prompt tokens per row")
-    p.add_argument("--decode", type=int, default=3072, help="generation: new tokens per row")
-    p.add_argument("--prefill-chunks", type=cli.comma_list(int), default=[0, 32],
+    p.add_argument("--batch", type=cli.positive_int, default=16, help="generation: rows")
+    p.add_argument("--prefill", type=cli.positive_int, default=1024, help="generation: prompt tokens per row")
+    p.add_argument("--decode", type=cli.positive_int, default=3072, help="generation: new tokens per row")
+    p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=[0, 32],
                    help="generation: prefill compiled in chunks of these many positions (0: one pass)")
     bench.add_json_flag(p)
     rest, overrides = sps_config.split_config_args(argv)
@@ -74,10 +74,6 @@ def parse_args(argv):
         p.error(f"--attention takes {', '.join(attention.BACKENDS)}.")
     if any(r not in ("off", "on") for r in args.remat):
         p.error("--remat takes off, on or off,on.")
-    if min(args.micro_batches + [args.devices, args.batch, args.prefill, args.decode]) < 1:
-        p.error("--micro-batches, --devices, --batch, --prefill and --decode must be positive.")
-    if min(args.prefill_chunks) < 0:
-        p.error("--prefill-chunks must be 0 (one pass) or positive.")
     if any(d not in ("bfloat16", "float16", "float32") for d in args.dtypes):
         p.error("--dtypes takes bfloat16, float16 and float32.")
     return args

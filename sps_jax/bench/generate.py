@@ -38,12 +38,12 @@ def _parse(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/paper.py:s,sps,64",
                         help="model shapes (and the window of windowed variants)")
-    parser.add_argument("--batch", type=int, default=16, help="prompts (rows) per batch")
-    parser.add_argument("--prefill", type=int, default=1024, help="prompt tokens per row")
-    parser.add_argument("--decode", type=int, default=3072, help="decode steps (one forward each)")
+    parser.add_argument("--batch", type=cli.positive_int, default=16, help="prompts (rows) per batch")
+    parser.add_argument("--prefill", type=cli.positive_int, default=1024, help="prompt tokens per row")
+    parser.add_argument("--decode", type=cli.positive_int, default=3072, help="decode steps (one forward each)")
     parser.add_argument("--variants", type=cli.comma_list(str), default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds over all variants (the fastest counts)")
+    parser.add_argument("--repeats", type=cli.positive_int, default=3, help="timed rounds over all variants (the fastest counts)")
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, splash, "
                         "auto): the prefill's kernel, and on a GPU with pallas the decode step's")
     bench.add_json_flag(parser)
@@ -206,8 +206,6 @@ def main(argv=None) -> int:
     variants = args.variants
     for v in variants:
         masks.Visibility(v)  # an unknown variant stops here, before any compilation
-    if min(args.batch, args.prefill, args.decode, args.repeats) < 1:
-        raise SystemExit("--batch, --prefill, --decode and --repeats must be at least 1.")
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).

@@ -100,14 +100,9 @@ def parse_args(argv):
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="dtype of q, k and v")
-    p.add_argument("--iters", type=int, default=20, help="timed repetitions (median reported)")
+    p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))
-    for name in ("batch", "seq_len", "heads", "head_dim", "iters"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be a positive integer.")
-    if args.window < 0:
-        p.error("--window must be a non-negative integer.")
     if jax.default_backend() != "gpu":
         p.error(f"the tile sweep times the Pallas kernels on a GPU, and this machine has none (jax backend "
                 f"{jax.default_backend()}): run it where one is attached.")

@@ -43,11 +43,11 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     (["--target", "h999"], "invalid choice"),
     (["--target", "h100", "--only", "kernels,speed"], "--only takes"),
     (["--target", "h100", "--variants", "sps,nope"], "unknown variant"),
-    (["--target", "h100", "--micro-batches", "0"], "must be positive"),
+    (["--target", "h100", "--micro-batches", "0"], "argument --micro-batches: 0 must be at least 1"),
     (["--target", "h100", "--variants", ","], "names nothing"),
     (["--target", "h100", "--variants", "sps,standard,sps"], "sps is listed more than once"),
     (["--target", "h100", "--max-micro-batch", "-5"], "must be at least 1"),
-    (["--target", "h100", "--prefill-chunks", "0,-4"], "--prefill-chunks must be 0"),
+    (["--target", "h100", "--prefill-chunks", "0,-4"], "argument --prefill-chunks: -4 must be 0 or more"),
 ])
 def test_bad_arguments_get_one_sentence(args, message):
     outcome = fuzz.call(bench_main.main, ["compile", *args])  # in process: a refusal comes before jax is used
