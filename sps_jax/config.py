@@ -336,6 +336,10 @@ RANGES = {
 # correction, so their range is [0, 1).
 _INT_MAX = 2 ** 62
 _BELOW_MAX = frozenset({"train.b1", "train.b2"})
+# The fields the training step computes in float32 (the schedule, clipping and AdamW): a larger value becomes inf
+# there, and the parameters NaN (a learning rate) or -inf (weight decay) after the first update.
+_FLOAT32_FIELDS = ("train.peak_lr", "train.final_lr", "train.eps", "train.weight_decay", "train.grad_clip")
+_FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
 
 
 def check_run_config(config) -> None:
@@ -347,6 +351,11 @@ def check_run_config(config) -> None:
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
     check_ranges(config)
+    for dotted in _FLOAT32_FIELDS:
+        value = config.train[dotted.partition(".")[2]]
+        if value is not None and value > _FLOAT32_MAX:
+            raise UserError(f"{dotted}={value!r} is beyond float32's largest number ({_FLOAT32_MAX:.4g}), in which "
+                            "the training step computes it: it would become inf there; set a smaller value.")
     init_from = config.train.get("init_from")
     if init_from is not None and (not isinstance(init_from, str) or not init_from):
         raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "

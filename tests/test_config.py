@@ -123,6 +123,11 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     # 0 was read as unset: MFU against the device's known peak, not the one given
     (["train.peak_flops_per_device=0"], r"train\.peak_flops_per_device=0 cannot divide MFU: set the device's peak "
                                         r"FLOP/s, or None for its known peak\.$"),
+    # float32 holds no such number: the step turned it into inf, and the parameters into NaN or -inf
+    *[([f"train.{field}=1e300"], rf"^train\.{field}=1e\+300 is beyond float32's largest number \(3\.403e\+38\), in "
+                                 r"which the training step computes it: it would become inf there; set a smaller value\.$")
+      for field in ("peak_lr", "eps", "weight_decay", "grad_clip")],
+    (["train.peak_lr=1e300", "train.final_lr=1e300"], r"^train\.peak_lr=1e\+300 is beyond float32's"),
     # grain sized its buffer up front: a depth of 1e9 hung before the first batch
     (["data.prefetch=1e9"], r"data\.prefetch=1000000000 must be an integer between 0 and 1024\.$"),
 ])
