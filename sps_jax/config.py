@@ -17,6 +17,7 @@ import traceback
 from typing import Sequence
 
 import ml_collections
+import numpy as np
 
 from sps_jax import cli, files, masks
 from sps_jax import model as sps_model
@@ -339,7 +340,7 @@ _BELOW_MAX = frozenset({"train.b1", "train.b2"})
 # The fields the training step computes in float32 (the schedule, clipping and AdamW): a larger value becomes inf
 # there, and the parameters NaN (a learning rate) or -inf (weight decay) after the first update.
 _FLOAT32_FIELDS = ("train.peak_lr", "train.final_lr", "train.eps", "train.weight_decay", "train.grad_clip")
-_FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_run_config(config) -> None:
