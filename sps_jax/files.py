@@ -205,6 +205,17 @@ def inside(path: str, folder: str) -> bool:
     return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
 
 
+def enclosing(path: str, holds) -> str | None:
+    """The nearest existing folder above ``path`` (links resolved; not ``path`` itself) for which ``holds(folder)``
+    is true, else None (an empty ``path`` lies nowhere)."""
+    folder = os.path.realpath(path) if path.strip() else os.sep
+    while os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+        if holds(folder):
+            return folder
+    return None
+
+
 def _reads(given: str, path: str) -> bool:
     """Whether writing ``path`` would replace the file ``given`` (the same file under another name or
     link included) or write into the folder ``given``."""

@@ -32,6 +32,7 @@ import numpy as np
 
 from sps_jax import cli, config as sps_config, files, masks, model as sps_model, runs, torch_layout
 from sps_jax.cli import MissingPackage, UserError
+from sps_jax.data import loader
 
 # The default of --variant and --window: what the file says (model_args, or the config it carries).
 FROM_FILE = "from the file"
@@ -199,8 +200,10 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
 
 def check_out(out: str, force: bool) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
-    empty one, the working directory or a run's checkpoints/ even then (:func:`sps_jax.runs.output_folder`)."""
+    empty one, the working directory, a folder in a run or in a token folder even then
+    (:func:`sps_jax.runs.output_folder`)."""
     runs.output_folder(out)
+    loader.refuse_inside_tokens(out, "--out")
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UserError(f"--out {out} is a file, not a folder: pass a new folder for the imported run.")
     held = sorted(os.listdir(out)) if os.path.isdir(out) else []

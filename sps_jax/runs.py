@@ -127,22 +127,12 @@ def _is_run(folder: str) -> bool:
         or os.path.isfile(os.path.join(folder, metrics.METRICS_FILE)))
 
 
-def enclosing_run(path: str) -> str | None:
-    """The existing run folder that ``path`` lies in, at any depth (links resolved; not ``path`` itself), else None."""
-    folder = os.path.realpath(path)
-    while os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-        if _is_run(folder):
-            return folder
-    return None
-
-
 def refuse_inside_run(path: str, flag: str) -> None:
     """One sentence when the run or token folder a command would make at ``path`` lies inside another run:
     its files would mix with that run's, where TensorBoard (which reads a run's folders for event files),
     Orbax and the run's evaluations would meet them, and moving or deleting the run would take them along.
     Result files (evaluate's RUN/eval/, a figure) are not folders of this kind and stay allowed."""
-    run = enclosing_run(path) if path.strip() else None
+    run = files.enclosing(path, _is_run)
     if run is not None:
         raise UserError(f"{flag} {path} lies inside the run {run}, where its files would mix with that run's: "
                         "choose a folder outside it.")

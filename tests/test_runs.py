@@ -187,6 +187,28 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
     runs.check_workdir(str(tmp_path / "model" / "run"), config)
 
 
+def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
+    from sps_jax import import_torch, train
+    from sps_jax.data import loader, prepare
+    # `data prepare --out TOK/sub` was accepted; `data prepare --out TOK --force` then deleted TOK/sub with TOK,
+    # and a run made in TOK/run would go the same way.
+    from sps_jax.cli import UserError
+    tokens = tmp_path / "tok"
+    (tokens / "deep").mkdir(parents=True)
+    (tokens / "manifest.json").write_text("{}")
+    config = sps_config.load_config("configs/tiny.py")
+    for inside in ("sub", "deep/sub"):
+        with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}, "
+                                            r"which `data prepare --force` replaces whole, with what lies in it: "
+                                            r"choose a folder outside it\.$"):
+            prepare.prepare("builtin", str(tokens / inside))
+        with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}"):
+            import_torch.check_out(str(tokens / inside), force=False)
+        with pytest.raises(UserError, match=rf"^--workdir {tokens}/{inside} lies inside the token folder {tokens}"):
+            train.train(config, str(tokens / inside))
+    loader.refuse_inside_tokens(str(tmp_path / "beside"), "--out")  # beside it is fine
+
+
 def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
     # A run there is deleted with the folder when `data prepare --force` rebuilds it.
     from sps_jax.cli import UserError

@@ -35,6 +35,15 @@ TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian 
 REPREPARE = "re-run `python -m sps_jax.data prepare`"
 
 
+def refuse_inside_tokens(path: str, flag: str) -> None:
+    """One sentence when the run or token folder a command would make at ``path`` lies inside an existing token
+    folder, at any depth: `data prepare --force` replaces that folder whole, with whatever lies in it."""
+    tokens = files.enclosing(path, lambda folder: os.path.isfile(os.path.join(folder, MANIFEST)))
+    if tokens is not None:
+        raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
+                        "replaces whole, with what lies in it: choose a folder outside it.")
+
+
 def read_manifest(folder: str) -> dict | None:
     """The folder's manifest, checked field by field, or None when it has none (not prepared yet)."""
     path = os.path.join(folder, MANIFEST)

@@ -118,9 +118,10 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     """
     source, out = os.fspath(source), os.fspath(out)  # a pathlib.Path too; the manifest records text
     _check_limits(val_fraction, max_documents, max_tokens)
-    # Refuses an empty --out, the working directory, a folder in the source or in a run before any work.
+    # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
     local = source != "builtin" and not source.startswith("hf:")
     runs.output_folder(out, flag, inputs=[("source", source if local else None)])
+    loader.refuse_inside_tokens(out, flag)
     corpus.check_source(source)
     corpus.check_options(source, text_field, hf_split)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
