@@ -10,7 +10,8 @@ layout match, so no permutation is needed) and checks every tensor's shape befor
 conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
 else ``model_args["n_head"]``, else d / 64 (the paper's head size), and the context
 from ``--seq-len``, else ``model_args["block_size"]``, else 4096 (the output says when
-a default was used); the window and ``<predict>`` id from ``model_args`` when present.
+a default was used); the window, the ``<predict>``, EOS and pad ids and the norm epsilon from
+``model_args`` (``window_size``, ``predict_token_id``, ...) when present.
 A file written by ``python -m sps_jax.export_torch`` (``.pt`` or ``.safetensors``)
 also carries the run's config, which the import starts from: no --variant needed.
 A ``.pt`` file is read with ``torch.load(weights_only=True)``; pickles holding
@@ -130,6 +131,8 @@ def _stored(text) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(data)
 
 
+# The model fields a file of theirs (no stored config) gives through model_args, where it has them.
+_FROM_ARGS = ("window", "predict_id", "eos_id", "pad_id", "norm_eps")
 # The model fields an import sets from the tensors, the flags or model_args, over a stored config's values.
 _SIZES = ("num_layers", "d_model", "d_ff", "vocab_size", "num_heads", "seq_len")
 
@@ -154,9 +157,13 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     else:
         config = sps_config.paper_config("s", variant)
         config.name = name
-        for field in ("window", "predict_id"):
-            if field in fields:
-                config.model[field] = fields[field]
+        for key, field in torch_layout.ARGS.items():
+            if field in _FROM_ARGS and field in fields:
+                try:
+                    config.model[field] = fields[field]
+                except TypeError:  # ConfigDict keeps each field's type
+                    raise UserError(f"the checkpoint's model_args[{key!r}] = {fields[field]!r} is not of "
+                                    f"type {type(config.model[field]).__name__}: pass --config.model.{field}=VALUE.") from None
     m = config.model
     with m.ignore_type():  # the flags replace a stored config's values, whatever their type
         if variant != FROM_FILE:
@@ -167,6 +174,9 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             # None where the variant has no window; a stored config may leave both to ModelConfig's defaults
             m.window = masks.Visibility(m.get("variant", sps_model.ModelConfig.variant),
                                         m.get("window", sps_model.ModelConfig.window)).window
+    if stored_config is None and window == FROM_FILE and "window" not in fields and m.window is not None:
+        notes.append(f"the checkpoint has no model_args['window_size']: using a window of {m.window} (pass --window "
+                     "to set it)")
     in_file = _given(fields, "num_heads", "n_head", "--num-heads")
     if in_file is None and stored_config is not None:
         in_file = m.num_heads

@@ -2,7 +2,7 @@
 writes it, and both go through the tables here (docs/interop.md).
 
 Their file is a dict: ``model`` (the state dict; keys possibly prefixed ``_orig_mod.`` by
-torch.compile), ``model_args`` (their model's constructor arguments) and ``iter_num``. Linear weights
+torch.compile), ``model_args`` (their model config's fields: ``hidden_size``, ``window_size``, ...) and ``iter_num``. Linear weights
 are [out, in]; ``c_attn`` stacks q, k, v rows with each head's features contiguous; RoPE rotates
 interleaved pairs (2k, 2k+1) exactly as this project does, so q and k need no permutation. The
 unembedding ``lm_head.weight`` is tied to ``transformer.wte.weight``.
@@ -42,16 +42,22 @@ BLOCK = {
     "mlp.down_proj.weight": (("mlp", "down"), "linear", ("D", "F")),
 }
 
-# model_args key -> ModelConfig field. Dimensions are also read from the tensors themselves.
+# Their model_args (the dataclass fields of their model's config, saved with ``asdict``) -> ModelConfig field.
+# Dimensions are read from the tensors; their standard model's config has no predict_token_id or window_size.
 ARGS = {
     "n_layer": "num_layers",
     "n_head": "num_heads",
-    "n_embd": "d_model",
+    "hidden_size": "d_model",
+    "intermediate_size": "d_ff",
     "vocab_size": "vocab_size",
     "block_size": "seq_len",
-    "window": "window",
+    "norm_eps": "norm_eps",
+    "eos_token_id": "eos_id",
+    "pad_token_id": "pad_id",
     "predict_token_id": "predict_id",
+    "window_size": "window",
 }
+STREAM_ARGS = ("predict_token_id", "window_size")  # only their two-stream models' configs have these
 
 
 def block_key(i: int, suffix: str) -> str:
@@ -149,8 +155,15 @@ def to_state_dict(params, dtype=np.float32) -> dict[str, np.ndarray]:
 
 
 def model_args(model_cfg) -> dict:
-    """Their ``model_args`` of a ``ModelConfig``."""
-    return {key: getattr(model_cfg, field) for key, field in ARGS.items()}
+    """Their ``model_args`` of a ``ModelConfig``: the fields their config of the same model takes (an unknown
+    field would stop their loader). An unbounded window is written as the context, as their w=4096 runs are."""
+    args = {key: getattr(model_cfg, field) for key, field in ARGS.items()}
+    if model_cfg.variant == "standard":
+        for key in STREAM_ARGS:
+            del args[key]
+    elif args["window_size"] is None:
+        args["window_size"] = model_cfg.seq_len
+    return args
 
 
 def model_fields(args) -> dict:

@@ -78,11 +78,24 @@ def test_exported_tensors_have_the_authors_names_shapes_and_model_args(tmp_path)
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert {k: tuple(v.shape) for k, v in ckpt["model"].items()} == their_shapes()
     assert all(v.dtype == torch.float32 for v in ckpt["model"].values())
-    assert ckpt["model_args"] == {"n_layer": L, "n_head": H, "n_embd": D, "vocab_size": SMALL["vocab_size"],
-                                  "block_size": T, "window": 3, "predict_token_id": SMALL["predict_id"]}
+    # Their config's field names (an unknown one stops their loader), with this run's values.
+    assert ckpt["model_args"] == {"n_layer": L, "n_head": H, "hidden_size": D, "intermediate_size": 3 * D,
+                                  "vocab_size": SMALL["vocab_size"], "block_size": T, "norm_eps": 1e-6,
+                                  "eos_token_id": SMALL["eos_id"], "pad_token_id": SMALL["pad_id"],
+                                  "predict_token_id": SMALL["predict_id"], "window_size": 3}
     assert ckpt["iter_num"] == STEP
     # Tied as in their module: one tensor under both names.
     assert ckpt["model"]["lm_head.weight"].data_ptr() == ckpt["model"]["transformer.wte.weight"].data_ptr()
+
+
+@pytest.mark.parametrize("variant,window_size", [("standard", None), ("two_x_memory", T), ("sps", T)])
+def test_model_args_hold_only_the_fields_their_config_of_that_model_has(tmp_path, variant, window_size):
+    # Their standard model's config has no predict_token_id or window_size, and their window_size is an int: an
+    # unbounded window is the context, as in their w=4096 runs.
+    run = make_run(tmp_path / "run", variant, "none")
+    args = export_torch.checkpoint_dict(*runs.load_run(run))["model_args"]
+    assert args.get("window_size") == window_size
+    assert ("predict_token_id" in args) == (variant != "standard")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -114,11 +127,11 @@ def test_an_authors_file_without_our_config_imports_its_window_and_predict_id(tm
     torch.save(ckpt, tmp_path / "theirs.pt")
     with pytest.raises(ValueError, match="--variant"):
         import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "nope"))
-    overrides = [f"--config.model.{k}={SMALL[k]}" for k in ("eos_id", "pad_id")]
     config, _, _ = import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "back"),
-                                               variant="reverse_sps", overrides=overrides)
+                                               variant="reverse_sps")
     m = config.model
-    assert (m.window, m.predict_id, m.num_heads, m.seq_len, m.num_layers) == (3, SMALL["predict_id"], H, T, L)
+    assert (m.window, m.predict_id, m.eos_id, m.pad_id, m.num_heads, m.seq_len, m.num_layers) == \
+        (3, SMALL["predict_id"], SMALL["eos_id"], SMALL["pad_id"], H, T, L)
     _, params, _ = runs.load_run(run)
     _, back, _ = runs.load_run(str(tmp_path / "back"))
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), params, back))

@@ -40,6 +40,20 @@ def synthetic_state_dict(seed=0, compiled=True):
     return {k: v.contiguous() for k, v in sd.items()}
 
 
+def authors_checkpoint(sd, window=1, target="modeling.models.sps.SPSModel", **changes):
+    """The dict the authors' trainer saves: their model's config fields as model_args (a dataclass's asdict, so
+    hidden_size and window_size, not n_embd or window), the optimizer's state, a step and the resolved config."""
+    args = {"block_size": T, "vocab_size": V, "n_layer": L, "n_head": H, "hidden_size": D, "intermediate_size": 3 * D,
+            "norm_eps": 1e-6, "dropout": 0.0, "bias": False, "eos_token_id": EOS, "pad_token_id": PAD,
+            "predict_token_id": PREDICT, "window_size": window, "enable_triton_attention": True,
+            "warp_specialize": False, **changes}
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.ones(2))])
+    optimizer.step()  # gives it per-parameter state tensors
+    return {"model": sd, "optimizer": optimizer.state_dict(), "model_args": args, "iter_num": 4,
+            "best_val_loss": torch.tensor(3.5), "last_save_tokens": 4 * T, "cpu_rng_state": torch.get_rng_state(),
+            "wandb_run_id": "local_1", "config": {"model": {"_target_": target, "config": dict(args)}}}
+
+
 def logits_match(run, sd, variant="sps", window=2):
     net, params, step = runs.load_model(str(run))
     tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
@@ -56,13 +70,46 @@ def test_imported_checkpoint_gives_the_logits_of_the_original(tmp_path, variant,
     # Every variant of Sections 3-4 against the numpy forward of Appendix A's equations.
     sd = synthetic_state_dict()
     path = tmp_path / "ckpt.pt"
-    torch.save({"model": sd, "model_args": {"n_head": H, "n_layer": L, "n_embd": D, "block_size": T},
+    torch.save({"model": sd, "model_args": {"n_head": H, "n_layer": L, "hidden_size": D, "block_size": T},
                 "config": {"dataset": "fineweb-edu"}, "iter_num": 3}, path)
     rc = import_torch.main([str(path), "--variant", variant, "--window", str(window),
                             "--out", str(tmp_path / "run"), *OVERRIDES])
     assert rc == 0
     net, step = logits_match(tmp_path / "run", sd, variant, window)
     assert step == 3 and net.cfg.num_heads == H and net.cfg.seq_len == T and net.cfg.variant == variant
+
+
+def test_the_authors_model_args_give_the_window_ids_and_norm_eps(tmp_path, capsys):
+    # Their model_args are their config's fields: window_size, not window. The window was read from a key they
+    # never write, so every file of theirs imported with window 64 (and the GPT-2 ids, outside this vocabulary).
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt_tokens_4.pt"
+    torch.save(authors_checkpoint(sd, window=1, norm_eps=1e-5), path)
+    assert import_torch.main([str(path), "--variant", "sps", "--out", str(tmp_path / "run"),
+                              "--config.model.attention=xla", "--config.model.dtype=float32"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    m = runs.load_model(str(tmp_path / "run"))[0].cfg
+    assert (m.window, m.eos_id, m.pad_id, m.predict_id, m.norm_eps) == (1, EOS, PAD, PREDICT, 1e-5)
+    torch.save(authors_checkpoint(sd, window=1), path)
+    assert import_torch.main([str(path), "--variant", "sps", "--out", str(tmp_path / "eps6"),
+                              "--config.model.attention=xla", "--config.model.dtype=float32"]) == 0
+    _, step = logits_match(tmp_path / "eps6", sd, "sps", 1)
+    assert step == 4
+
+
+def test_a_file_without_a_window_says_which_window_it_used(tmp_path, capsys):
+    args = {k: v for k, v in authors_checkpoint({})["model_args"].items() if k != "window_size"}
+    torch.save({"model": synthetic_state_dict(), "model_args": args}, tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--variant", "sps", "--out", str(tmp_path / "run")]) == 0
+    assert "note: the checkpoint has no model_args['window_size']: using a window of 64 (pass --window" in \
+        capsys.readouterr().out
+
+
+def test_a_model_arg_of_the_wrong_type_is_one_sentence(tmp_path):
+    torch.save(authors_checkpoint(synthetic_state_dict(), eos_token_id="50256"), tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--variant", "sps", "--out", str(tmp_path / "r")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "model_args['eos_token_id'] = '50256' is not of type int: pass --config.model.eos_id=VALUE" in outcome.stderr
 
 
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
