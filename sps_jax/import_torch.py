@@ -4,7 +4,8 @@
       [--num-heads H] [--seq-len T] [--config.model.FIELD=VALUE ...] [--trust-pickle] [--force]
 
 Their file is a ``torch.save``d dict whose ``"model"`` entry is the state dict
-(keys possibly prefixed ``_orig_mod.`` by torch.compile); ``sps_jax.torch_layout``
+(keys possibly prefixed ``_orig_mod.`` by torch.compile; buffers are left out, a
+parameter the model lacks is refused); ``sps_jax.torch_layout``
 maps its keys and shapes to this project's parameters (RoPE pairs and the qkv
 layout match, so no permutation is needed) and checks every tensor's shape before
 conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
@@ -86,17 +87,25 @@ def _load_safetensors(path: str) -> dict:
 
 
 def state_dict_of(ckpt) -> dict[str, np.ndarray]:
-    """The model state dict as float32 numpy arrays, ``_orig_mod.`` prefixes removed."""
+    """The model state dict (the ``model`` entry, or the dict itself) as float32 numpy arrays, a leading
+    ``_orig_mod.`` removed; tensors of other kinds (a complex RoPE cache, a boolean mask) are buffers, left out."""
     sd = ckpt.get(torch_layout.MODEL, ckpt) if isinstance(ckpt, dict) else None
-    prefix = torch_layout.PREFIX
-    if not isinstance(sd, dict) or torch_layout.EMBED not in {str(k).replace(prefix, "") for k in sd}:
-        raise UserError("not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict "
-                        f"with '{torch_layout.EMBED}'.")
+    if not isinstance(sd, dict):
+        raise UserError(f"not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict with "
+                        f"'{torch_layout.EMBED}', not a {type(sd if isinstance(ckpt, dict) else ckpt).__name__}.")
+    keys = {str(k).removeprefix(torch_layout.PREFIX) for k in sd}
+    if torch_layout.EMBED not in keys:
+        prefixed = sorted(k for k in keys if k.endswith("." + torch_layout.EMBED))
+        raise UserError(f"not an SPS PyTorch checkpoint: its state dict has no '{torch_layout.EMBED}'"
+                        + (f" but '{prefixed[0]}', a wrapper's prefix that the authors' trainer never writes; save the "
+                           f"state dict again without '{prefixed[0].removesuffix(torch_layout.EMBED)}'."
+                           if prefixed else "."))
     out = {}
     for key, tensor in sd.items():
-        key = str(key).replace(prefix, "")
+        key = str(key).removeprefix(torch_layout.PREFIX)
         if hasattr(tensor, "detach"):
-            out[key] = tensor.detach().float().cpu().numpy()
+            if tensor.is_floating_point():
+                out[key] = tensor.detach().float().cpu().numpy()
         elif isinstance(tensor, np.ndarray):
             try:  # bfloat16 (a .safetensors export) is no np.number but converts
                 out[key] = tensor.astype(np.float32)

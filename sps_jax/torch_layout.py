@@ -121,6 +121,13 @@ def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
     if missing:
         raise ValueError(f"the state dict lacks {len(missing)} tensor(s) the model needs, e.g. "
                          f"{', '.join(missing[:3])}: it is not a complete SPS checkpoint.")
+    # Their buffers (a mask, a RoPE cache) may ride along; a parameter the table lacks would be dropped silently.
+    extra = [k for k in sd if k not in want and (k.endswith(".weight") or k.endswith(".bias")
+                                                 and k.removesuffix(".bias") + ".weight" in want)]
+    if extra:
+        raise ValueError(f"the state dict holds {len(extra)} parameter(s) this model has not, e.g. "
+                         f"{', '.join(extra[:3])}: it is not the authors' SPS Transformer (no biases, RoPE, tied "
+                         "embeddings), and dropping them would change its outputs.")
     for key, shape in want.items():
         if tuple(sd[key].shape) != shape:
             raise ValueError(f"{key} has shape {tuple(sd[key].shape)} but the model (d={D}, d_ff={F}, vocabulary "

@@ -112,6 +112,52 @@ def test_a_model_arg_of_the_wrong_type_is_one_sentence(tmp_path):
     assert "model_args['eos_token_id'] = '50256' is not of type int: pass --config.model.eos_id=VALUE" in outcome.stderr
 
 
+def _buffers(sd):  # what other PyTorch models register beside their parameters: RoPE caches, a causal mask
+    return {**sd, "freqs_cis": torch.polar(torch.ones(T, D // H // 2), torch.ones(T, D // H // 2)),
+            "transformer.h.0.attn.bias": torch.ones(1, 1, T, T).tril(), "transformer.h.1.attn.mask": torch.ones(T, T) > 0,
+            "transformer.h.0.attn.rotary.cos_cached": torch.ones(T, D // H)}
+
+
+@pytest.mark.filterwarnings("error")  # a buffer's cast warned (complex to real discards the imaginary part)
+@pytest.mark.parametrize("save", [
+    lambda sd: sd,  # the state dict at the top level, with no "model" entry
+    lambda sd: {"model": {k: v.half() for k, v in sd.items()}},
+    lambda sd: {"model": {k: v.bfloat16() for k, v in sd.items()}},
+    lambda sd: {"model": {k: v.t().contiguous().t() if v.ndim == 2 else v[::1] for k, v in sd.items()}},
+    lambda sd: {"model": {**sd, "lm_head.weight": sd["transformer.wte.weight"].clone()}},  # untied but equal
+    lambda sd: {"model": _buffers(sd)},
+], ids=["top-level", "float16", "bfloat16", "non-contiguous", "untied-equal", "buffers"])
+def test_real_world_variants_of_the_file_import_with_the_same_logits(tmp_path, save):
+    sd = synthetic_state_dict(compiled=False)
+    saved = save(sd)
+    torch.save(saved, tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--variant", "sps", "--window", "2",
+                                            "--num-heads", str(H), "--seq-len", str(T), "--out", str(tmp_path / "run"),
+                                            *OVERRIDES])
+    assert outcome.status == 0 and outcome.stderr == "", outcome.stderr
+    model = saved.get("model", saved)
+    logits_match(tmp_path / "run", {k: model[k].float() for k in sd})  # the file's own (rounded) numbers
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda sd: {"model": {**sd, "transformer.h.0.attn.c_attn.bias": torch.zeros(3 * D)}},
+     "holds 1 parameter(s) this model has not, e.g. transformer.h.0.attn.c_attn.bias"),
+    (lambda sd: {"model": {**sd, "transformer.wpe.weight": torch.zeros(T, D),
+                           "transformer.h.1.mlp_norm.bias": torch.zeros(D)}},
+     "holds 2 parameter(s) this model has not, e.g. transformer.wpe.weight, transformer.h.1.mlp_norm.bias"),
+    (lambda sd: {"model": {"module." + k: v for k, v in sd.items()}},
+     "no 'transformer.wte.weight' but 'module.transformer.wte.weight', a wrapper's prefix that the authors' trainer "
+     "never writes; save the state dict again without 'module.'"),
+    (lambda sd: {"model": {"module._orig_mod." + k: v for k, v in sd.items()}}, "without 'module._orig_mod.'"),
+    (lambda sd: sd["transformer.wte.weight"], "a state dict with 'transformer.wte.weight', not a Tensor"),
+], ids=["linear-bias", "positions-and-norm-bias", "ddp-prefix", "ddp-and-compile-prefix", "a-tensor"])
+def test_files_whose_parameters_are_not_the_models_are_one_sentence(tmp_path, change, needle):
+    # A bias or learned positions were dropped without a word, and the import computed other logits than the file.
+    sd = synthetic_state_dict(compiled=False)
+    message = bad_file_message(tmp_path, lambda p: torch.save(change(sd), p))
+    assert needle in message, message
+
+
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
     path = tmp_path / "ckpt.pt"
     torch.save({"model": synthetic_state_dict(), "config": {"odd": np.dtype("float32").type}}, path)
