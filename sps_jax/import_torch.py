@@ -12,7 +12,8 @@ conversion. Dimensions come from the tensors; the head count from ``--num-heads`
 else ``model_args["n_head"]``, else d / 64 (the paper's head size), and the context
 from ``--seq-len``, else ``model_args["block_size"]``, else 4096 (the output says when
 a default was used); the window, the ``<predict>``, EOS and pad ids and the norm epsilon from
-``model_args`` (``window_size``, ``predict_token_id``, ...) when present.
+``model_args`` (``window_size``, ``predict_token_id``, ...) when present, and the variant
+from the model class their trainer's saved ``config`` names (else ``--variant`` is needed).
 A file written by ``python -m sps_jax.export_torch`` (``.pt`` or ``.safetensors``)
 also carries the run's config, which the import starts from: no --variant needed.
 A ``.pt`` file is read with ``torch.load(weights_only=True)``; pickles holding
@@ -161,7 +162,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     if stored_config is not None:
         config = _stored(stored_config)
     elif variant == FROM_FILE:
-        raise UserError("the checkpoint does not say which variant it is: pass --variant (standard, sps, "
+        raise UserError("the checkpoint does not say which variant it is (its config names no model class of "
+                        "the authors'): pass --variant (standard, sps, "
                         "two_x_memory, delayed_state, reverse_sps).")
     else:
         config = sps_config.paper_config("s", variant)
@@ -239,9 +241,18 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)
     get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
-    config, notes = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
+    saved = torch_layout.variant_of(get(torch_layout.TRAIN_CONFIG))
+    notes = []
+    if variant == FROM_FILE and get(torch_layout.CONFIG) is None:
+        variant = saved or FROM_FILE
+    elif saved and variant not in (saved, FROM_FILE) and (variant, saved) != ("two_x_memory", "sps"):
+        # allowed (an analysis may want it), never silent; their two_x_memory runs are sps with an unbounded window
+        notes.append(f"--variant {variant} replaces the {saved} model the checkpoint was trained as: the imported "
+                     "model sees other keys, so it computes other logits than the saved one")
+    config, more = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
                                  name=f"import-{os.path.splitext(os.path.basename(path))[0]}",
                                  stored_config=get(torch_layout.CONFIG))
+    notes += more
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
     params = torch_layout.to_params(sd, config.model.num_heads)
     runs.check_params(net, params)

@@ -2,7 +2,8 @@
 writes it, and both go through the tables here (docs/interop.md).
 
 Their file is a dict: ``model`` (the state dict; keys possibly prefixed ``_orig_mod.`` by
-torch.compile), ``model_args`` (their model config's fields: ``hidden_size``, ``window_size``, ...) and ``iter_num``. Linear weights
+torch.compile), ``model_args`` (their model config's fields: ``hidden_size``, ``window_size``, ...),
+``iter_num``, ``config`` (their trainer's, naming the model class) and the optimizer's state. Linear weights
 are [out, in]; ``c_attn`` stacks q, k, v rows with each head's features contiguous; RoPE rotates
 interleaved pairs (2k, 2k+1) exactly as this project does, so q and k need no permutation. The
 unembedding ``lm_head.weight`` is tied to ``transformer.wte.weight``.
@@ -58,6 +59,23 @@ ARGS = {
     "window_size": "window",
 }
 STREAM_ARGS = ("predict_token_id", "window_size")  # only their two-stream models' configs have these
+
+
+# Their trainer also saves its resolved config, whose ["model"]["_target_"] is the class it built -> our variant.
+# (Their two_x_memory runs are the sps class with a window of the whole context, which imports as exactly that.)
+TRAIN_CONFIG = "config"
+TARGETS = {
+    "modeling.models.full_attention_model.Model": "standard",
+    "modeling.models.sps.SPSModel": "sps",
+    "modeling.models.delayed_state.DelayedStateModel": "delayed_state",
+    "modeling.models.reverse_sps.ReverseSPSModel": "reverse_sps",
+}
+
+
+def variant_of(train_config) -> str | None:
+    """The variant their saved config's model class names, or None when it names none of theirs."""
+    model = train_config.get("model") if isinstance(train_config, dict) else None
+    return TARGETS.get(model.get("_target_")) if isinstance(model, dict) else None
 
 
 def block_key(i: int, suffix: str) -> str:

@@ -97,6 +97,28 @@ def test_the_authors_model_args_give_the_window_ids_and_norm_eps(tmp_path, capsy
     assert step == 4
 
 
+@pytest.mark.parametrize("target,variant", [("modeling.models.full_attention_model.Model", "standard"),
+                                            ("modeling.models.delayed_state.DelayedStateModel", "delayed_state"),
+                                            ("modeling.models.reverse_sps.ReverseSPSModel", "reverse_sps")])
+def test_the_model_class_their_config_names_gives_the_variant(tmp_path, target, variant):
+    # Their trainer saves its resolved config, whose model._target_ is the class it built: no --variant is needed.
+    sd = synthetic_state_dict()
+    torch.save(authors_checkpoint(sd, window=1, target=target), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"),
+                              "--config.model.attention=xla", "--config.model.dtype=float32"]) == 0
+    net, _ = logits_match(tmp_path / "run", sd, variant, None if variant == "standard" else 1)
+    assert net.cfg.variant == variant
+
+
+def test_a_variant_against_the_saved_model_class_is_said_and_an_unknown_class_needs_the_flag(tmp_path, capsys):
+    torch.save(authors_checkpoint(synthetic_state_dict(), target="modeling.models.sps.SPSModel"), tmp_path / "a.pt")
+    assert import_torch.main([str(tmp_path / "a.pt"), "--variant", "delayed_state", "--out", str(tmp_path / "r")]) == 0
+    assert "note: --variant delayed_state replaces the sps model the checkpoint was trained as" in capsys.readouterr().out
+    torch.save(authors_checkpoint(synthetic_state_dict(), target="mine.Model"), tmp_path / "b.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "b.pt"), "--out", str(tmp_path / "s")])
+    assert outcome.status == 2 and "its config names no model class of the authors'): pass --variant" in outcome.stderr
+
+
 def test_a_file_without_a_window_says_which_window_it_used(tmp_path, capsys):
     args = {k: v for k, v in authors_checkpoint({})["model_args"].items() if k != "window_size"}
     torch.save({"model": synthetic_state_dict(), "model_args": args}, tmp_path / "ckpt.pt")
