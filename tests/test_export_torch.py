@@ -231,3 +231,16 @@ def test_paths_may_be_pathlib_paths(tmp_path):
     export_torch.export_run(tmp_path / "run", tmp_path / "ckpt.safetensors")
     import_torch.import_checkpoint(tmp_path / "ckpt.safetensors", tmp_path / "back")
     assert_same_run(run, str(tmp_path / "back"))
+
+
+def test_a_bfloat16_export_imports_as_the_rounded_weights_at_the_step_asked(tmp_path):
+    run = make_run(tmp_path / "run", "sps", 3)
+    export_torch.export_run(run, str(tmp_path / "ckpt.pt"), dtype="bfloat16")
+    import_torch.import_checkpoint(str(tmp_path / "ckpt.pt"), str(tmp_path / "back"), step=STEP + 5)
+    _, params, _ = runs.load_run(run)
+    _, back, step = runs.load_run(str(tmp_path / "back"))
+    assert step == STEP + 5  # --step wins over the file's iter_num
+    rounded = jax.tree_util.tree_map(lambda a: torch.from_numpy(np.array(a)).to(torch.bfloat16).float().numpy(),
+                                     params)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), rounded, back))
+    assert not jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), params, back))
