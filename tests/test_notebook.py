@@ -31,6 +31,7 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     ensure_tokenizer()  # the notebook needs the provisioned GPT-2 tokenizer
     make_run(tmp_path / "sps", "sps", 0)
     make_run(tmp_path / "standard", "standard", 1)
+    make_run(tmp_path / "sps-again", "sps", 2)  # the same run name as "sps": its curves must not replace those
     data = tmp_path / "data"
     data.mkdir()
     ids = []
@@ -43,7 +44,8 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     books.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["Once upon a time there was a model.",
                                                                        "It read every book it could find."]))
     out = tmp_path / "out"
-    for key, value in {"SPS_EVAL_RUN": str(tmp_path / "sps"), "SPS_EVAL_COMPARE": str(tmp_path / "standard"),
+    compare = f"{tmp_path / 'standard'},{tmp_path / 'sps-again'}"
+    for key, value in {"SPS_EVAL_RUN": str(tmp_path / "sps"), "SPS_EVAL_COMPARE": compare,
                        "SPS_EVAL_TASKS": "pile_books3", "SPS_EVAL_TASK_DATA": f"pile_books3={books}",
                        "SPS_EVAL_VAL_DATA": str(data), "SPS_EVAL_INCLUDE_DEFAULTS": "0", "SPS_EVAL_OUT": str(out),
                        "SPS_EVAL_MAX_NEW_TOKENS": "4",
@@ -58,3 +60,4 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert width > 2 * height  # training loss and validation NLL side by side
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "The state of a system is|" in printed and "tiny-standard" in printed
+    assert printed.count("training records") == 3 and f"{tmp_path / 'sps-again'}: 5 training records" in printed
