@@ -42,15 +42,8 @@ def test_a_program_that_exceeds_the_card_does_not_fit():
     assert report["peak_bytes"] > 2 ** 20 and not report["fits"]
 
 
-# The window of the generation test: XLA's GPU compiler in jax 0.10.2 rejects the decode loop of
-# this tiny model at windows 8 and 16 (and 4 at batch 4) with "Reshape input and output shapes must
-# be the same, got 1 -> 1x4"; jax 0.12.0.1 compiles all of them, and so does 0.10.2 at 32 and 64
-# (the paper's window). CI's second leg runs this test on 0.12.
-GENERATION_WINDOW = 32
-
-
 def test_generation_compiles_prefill_and_the_decode_loop():
-    cfg = sps_model.ModelConfig.from_config(dict(tiny_config(window=GENERATION_WINDOW).model))
+    cfg = sps_model.ModelConfig.from_config(dict(tiny_config().model))
     batch, prompt_len, new_tokens = 2, 16, 16
     prefill, decode, step = programs.generation(H100, cfg, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens)
     assert (prefill["program"], decode["program"], step["program"]) == ("prefill", "decode_loop", "decode_step")
@@ -112,7 +105,7 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
     for layers in (2, 4):
         kernels = {}
         for variant in ("standard", "sps"):
-            model = dict(tiny_config(variant, window=GENERATION_WINDOW).model, num_layers=layers)
+            model = dict(tiny_config(variant).model, num_layers=layers)
             step = programs.generation(H100, sps_model.ModelConfig.from_config(model), batch=2, prompt_len=16,
                                        new_tokens=16, only=("decode_step",))[0]
             kernels[variant] = step["kernels"]
@@ -125,7 +118,7 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
 def test_a_prefill_in_chunks_holds_less_than_one_pass_for_a_long_prompt():
     """The point of ``model.prefill_chunk``: the temporaries are one chunk's activations, not the
     prompt's, so a long prompt's prefill peaks lower, for Standard and for SPS."""
-    model = dict(tiny_config(window=GENERATION_WINDOW).model, seq_len=1024)
+    model = dict(tiny_config().model, seq_len=1024)
     temps = {}
     for variant in ("standard", "sps"):
         for chunk in (0, 32):
