@@ -143,9 +143,12 @@ def test_bench_compile_for_a_tpu_target_compares_splash_with_the_dense_reference
                                                                           ("sps", "bfloat16", "ok")]
     assert kernels[1]["peak_vs_standard"] > 1
     rows, largest = bench_compile.train_rows(V5E, args)
-    assert [(r["attention"], r["variant"]) for r in rows] == [("splash", "standard"), ("splash", "sps"),
-                                                              ("xla", "standard"), ("xla", "sps")]
-    assert all(r["fits"] and r["peak_vs_standard"] > 0 for r in rows) and largest == []
+    assert [(r["attention"], r["variant"], r["micro_batch"]) for r in rows] == [
+        ("splash", "standard", 1), ("splash", "sps", 1), ("xla", "standard", 1), ("xla", "sps", 1)]
+    assert all(r["fits"] for r in rows) and largest == []
+    for standard, sps in (rows[:2], rows[2:]):  # each variant over standard with the same backend
+        assert standard["peak_vs_standard"] == 1
+        assert sps["peak_vs_standard"] == pytest.approx(sps["peak_bytes"] / standard["peak_bytes"])
     # The control of the splash counts: the dense reference calls no Mosaic kernel.
     assert all(r["mosaic_kernels"] == 0 and r["kernel_flops"] == 0 for r in rows if r["attention"] == "xla")
     assert all(r["mosaic_kernels"] > 0 for r in rows if r["attention"] == "splash")

@@ -13,18 +13,16 @@ from tests.helpers import run_module
 def test_bench_compile_writes_the_tables_and_json(tmp_path):
     out_json = tmp_path / "compile.json"
     # The dense attention keeps this about the command's tables (the kernels' compiles: tests/aot).
-    out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "train,generate",
-                     "--config", "configs/tiny.py:sps,4", "--micro-batches", "1", "--remat", "off",
-                     "--attention", "xla", "--config.model.attention=xla", "--no-fit-search",
+    # The train rows and their table are checked where they compile faster, for a TPU target
+    # (tests/aot/test_tpu.py::test_bench_compile_for_a_tpu_target_compares_splash_with_the_dense_reference).
+    out = run_module("sps_jax.bench", "compile", "--target", "h100", "--only", "generate",
+                     "--config", "configs/tiny.py:sps,4", "--config.model.attention=xla",
                      "--batch", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3,8",
                      "--json", out_json)
     assert out.returncode == 0, out.stderr
     assert "deviceless compile" in out.stdout
     results = json.loads(out_json.read_text())
-    train = results["targets"]["h100"]["train"]
-    # One micro-batch: how the peak grows with it is tests/aot/test_programs.py's.
-    assert [(r["variant"], r["micro_batch"]) for r in train] == [("standard", 1), ("sps", 1)]
-    assert train[1]["peak_vs_standard"] == pytest.approx(train[1]["peak_bytes"] / train[0]["peak_bytes"])
+    assert "train" not in results["targets"]["h100"]  # --only generate
     gen = results["targets"]["h100"]["generate"]
     # A chunk of 8 is the whole prompt: the one-pass prefill, compiled once.
     assert sorted((r["program"], r["variant"]) for r in gen) == sorted(
