@@ -205,6 +205,10 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
                      "--seq-len to set it)")
     shapes = {"num_layers": dims["L"], "d_model": dims["D"], "d_ff": dims["F"], "vocab_size": dims["V"]}
+    keys = {field: key for key, field in torch_layout.ARGS.items()}
+    notes += [f"the checkpoint's model_args[{keys[field]!r}] = {fields[field]!r} contradicts its tensors, which have "
+              f"{field}={have}: the tensors are used" for field, have in shapes.items()
+              if field in fields and fields[field] != have]  # a mixed-up file is worth a word, never silent
     m.update(shapes)
     m.num_heads = int(heads or m.num_heads)
     m.seq_len = int(context or m.seq_len)

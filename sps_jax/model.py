@@ -104,7 +104,8 @@ class ModelConfig:
                 raise ValueError(f"model.{name} must be a non-negative integer (0: unchunked), got {value!r}.")
         for name in ("eos_id", "predict_id", "pad_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}.")
+                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}: "
+                                 f"set model.{name} to an id below {self.vocab_size}.")
         if len({self.eos_id, self.predict_id, self.pad_id}) < 3:
             raise ValueError(f"model.eos_id={self.eos_id}, predict_id={self.predict_id} and pad_id={self.pad_id} "
                              "must be three different ids: each marks something else.")

@@ -97,6 +97,31 @@ def test_the_authors_model_args_give_the_window_ids_and_norm_eps(tmp_path, capsy
     assert step == 4
 
 
+def test_model_args_that_contradict_the_tensors_are_said_and_the_tensors_used(tmp_path, capsys):
+    # hidden_size and n_layer of another model beside these tensors were ignored without a word.
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(sd, window=1, hidden_size=2 * D, n_layer=L + 1), path)
+    assert import_torch.main([str(path), "--out", str(tmp_path / "run"), "--config.model.attention=xla",
+                              "--config.model.dtype=float32"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: the checkpoint's model_args['hidden_size'] = {2 * D} contradicts its tensors, which have " \
+           f"d_model={D}: the tensors are used" in out
+    assert f"model_args['n_layer'] = {L + 1} contradicts its tensors, which have num_layers={L}" in out
+    assert "intermediate_size" not in out  # the fields that agree are not named
+    logits_match(tmp_path / "run", sd, "sps", 1)
+
+
+def test_an_id_of_model_args_outside_the_vocabulary_says_what_to_set(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(synthetic_state_dict(), predict_token_id=V), path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"model.predict_id={V} is outside the vocabulary of {V}: set model.predict_id to an id below {V}." \
+        in outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("target,variant", [("modeling.models.full_attention_model.Model", "standard"),
                                             ("modeling.models.delayed_state.DelayedStateModel", "delayed_state"),
                                             ("modeling.models.reverse_sps.ReverseSPSModel", "reverse_sps")])
