@@ -216,6 +216,24 @@ def enclosing(path: str, holds) -> str | None:
     return None
 
 
+def below(folder: str, holds, max_depth: int | None = None) -> str | None:
+    """The first folder under ``folder`` (not itself; links not followed), at most ``max_depth`` levels down (None:
+    any depth), for which ``holds(path)`` is true, else None. Such a folder is not searched further."""
+    if not os.path.isdir(folder):
+        return None
+    top = os.path.normpath(folder).count(os.sep)
+    for parent, names, _ in os.walk(folder):
+        kept = []
+        for name in sorted(names):
+            path = os.path.join(parent, name)
+            if holds(path):
+                return path
+            kept.append(name)
+        depth = os.path.normpath(parent).count(os.sep) - top + 1
+        names[:] = kept if max_depth is None or depth < max_depth else []
+    return None
+
+
 def _reads(given: str, path: str) -> bool:
     """Whether writing ``path`` would replace the file ``given`` (the same file under another name or
     link included) or write into the folder ``given``."""

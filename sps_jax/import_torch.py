@@ -232,6 +232,11 @@ def check_out(out: str, force: bool) -> None:
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UserError(f"--out {out} is a file, not a folder: pass a new folder for the imported run.")
     held = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
+    kept = files.below(out, lambda folder: runs.is_run(folder) or loader.is_token_folder(folder)) if held else None
+    if kept is not None:
+        raise UserError(f"--out {out} holds {kept}, a run or token folder that replacing it would delete: choose a "
+                        "new --out.")
     if held and not force:
         raise UserError(f"--out {out} already holds files ({', '.join(held[:3])}): choose a new --out, or pass "
                         "--force to replace that folder with the imported run (it is swapped in only when complete).")

@@ -119,7 +119,12 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     return files.output_folder(path, flag, inputs)
 
 
-def _is_run(folder: str) -> bool:
+# How deep a --workdir is searched for runs it would hold (`runs/` and `runs/group/` above their runs); a deeper
+# search could take long under a big folder, and training deletes nothing.
+_HELD_DEPTH = 2
+
+
+def is_run(folder: str) -> bool:
     """Whether ``folder`` holds a run: a config.json beside checkpoints/ or metrics.jsonl (a config.json alone
     may be any program's, such as a Hugging Face model's)."""
     return os.path.isfile(os.path.join(folder, CONFIG_FILE)) and (
@@ -132,7 +137,7 @@ def refuse_inside_run(path: str, flag: str) -> None:
     its files would mix with that run's, where TensorBoard (which reads a run's folders for event files),
     Orbax and the run's evaluations would meet them, and moving or deleting the run would take them along.
     Result files (evaluate's RUN/eval/, a figure) are not folders of this kind and stay allowed."""
-    run = files.enclosing(path, _is_run)
+    run = files.enclosing(path, is_run)
     if run is not None:
         raise UserError(f"{flag} {path} lies inside the run {run}, where its files would mix with that run's: "
                         "choose a folder outside it.")
@@ -214,6 +219,10 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {what}), where training would "
                         "mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
+    held = files.below(workdir, is_run, max_depth=_HELD_DEPTH)
+    if held is not None:
+        raise UserError(f"--workdir {workdir} holds the run {held}, which a run made there would hold among its own "
+                        f"files: pass a new folder (a sibling of {held}, say).")
     data_dir = config.data.get("dir") if "data" in config else None
     if isinstance(data_dir, str) and data_dir and (
             os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):

@@ -209,6 +209,31 @@ def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
     loader.refuse_inside_tokens(str(tmp_path / "beside"), "--out")  # beside it is fine
 
 
+def test_a_folder_holding_runs_is_no_workdir_and_no_import_replaces_it(tmp_path):
+    # train --workdir runs (the parent of runs/a) trained there, and runs/a then lay among the new run's files;
+    # import_torch --out runs --force deleted runs/a with the folder.
+    from sps_jax import import_torch
+    from sps_jax.cli import UserError
+    run = tmp_path / "runs" / "group" / "a"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    config = sps_config.load_config("configs/tiny.py")
+    for holder in (tmp_path / "runs", tmp_path / "runs" / "group"):
+        with pytest.raises(UserError, match=rf"^--workdir {holder} holds the run {run}, which a run made there "
+                                            r"would hold among its own files: pass a new folder \(a sibling of "):
+            runs.check_workdir(str(holder), config)
+        with pytest.raises(UserError, match=rf"^--out {holder} holds {run}, a run or token folder that replacing it "
+                                            r"would delete: choose a new --out\.$"):
+            import_torch.check_out(str(holder), force=True)
+    tokens = tmp_path / "data" / "a" / "b" / "c" / "tok"  # deeper than a workdir is searched, never too deep to delete
+    tokens.mkdir(parents=True)
+    (tokens / "manifest.json").write_text("{}")
+    with pytest.raises(UserError, match=rf"^--out {tmp_path / 'data'} holds {tokens}, a run or token folder"):
+        import_torch.check_out(str(tmp_path / "data"), force=True)
+    runs.check_workdir(str(tmp_path / "data"), config)
+    import_torch.check_out(str(tmp_path / "new"), force=True)  # nothing below it: fine
+
+
 def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
     # A run there is deleted with the folder when `data prepare --force` rebuilds it.
     from sps_jax.cli import UserError

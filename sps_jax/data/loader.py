@@ -35,10 +35,15 @@ TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian 
 REPREPARE = "re-run `python -m sps_jax.data prepare`"
 
 
+def is_token_folder(folder: str) -> bool:
+    """Whether ``folder`` holds a token folder's manifest (prepared, or being rebuilt)."""
+    return os.path.isfile(os.path.join(folder, MANIFEST))
+
+
 def refuse_inside_tokens(path: str, flag: str) -> None:
     """One sentence when the run or token folder a command would make at ``path`` lies inside an existing token
     folder, at any depth: `data prepare --force` replaces that folder whole, with whatever lies in it."""
-    tokens = files.enclosing(path, lambda folder: os.path.isfile(os.path.join(folder, MANIFEST)))
+    tokens = files.enclosing(path, is_token_folder)
     if tokens is not None:
         raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
                         "replaces whole, with what lies in it: choose a folder outside it.")
