@@ -83,3 +83,36 @@ def test_every_command_and_subcommand_answers_version_with_the_installed_version
         out = capsys.readouterr().out
         assert status in (0, None), (module, argv)
         assert out.startswith(f"sps-jax {declared} (jax {metadata.version('jax')}, "), (module, argv, out)
+
+
+
+# The commands whose main's module imports no jax before parsing (the others still load it at their top), and
+# for each the argument lists that stop at the parser: help, version, an unknown flag, a missing one, a bad int.
+ANSWERED_WITHOUT_JAX = {
+    "sps_jax.__main__": [["--help"], ["--version"], ["--bogus"]],
+    "sps_jax.data.__main__": [["--help"], ["--version"], ["prepare", "--help"], ["verify", "--help"],
+                              ["prepare", "--bogus"], ["prepare", "--out", "x"],
+                              ["prepare", "--source", "x", "--out", "y", "--max-tokens", "ten"], ["frobnicate"]],
+    "sps_jax.bench.__main__": [["--help"], ["--version"], ["frobnicate"], []],
+}
+
+
+@pytest.mark.parametrize("module", sorted(ANSWERED_WITHOUT_JAX))
+def test_help_version_and_argument_errors_are_answered_without_importing_jax(module):
+    """jax takes about a second to import and prints the CUDA plugin's warnings on a machine without a GPU:
+    a command's --help, --version or an argument error must not wait for it. One fresh interpreter runs
+    each argument list through the command's main and reports whether jax is loaded after it."""
+    script = (f"import sys\nfrom {module} import main\n"
+              f"for argv in {ANSWERED_WITHOUT_JAX[module]!r}:\n"
+              "    try:\n        status = main(argv)\n"
+              "    except SystemExit as exit_:\n        status = exit_.code\n"
+              "    print('answered', argv, status, 'jax' in sys.modules, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answers = [line.split("] ")[1].split() for line in proc.stderr.splitlines() if line.startswith("answered")]
+    assert len(answers) == len(ANSWERED_WITHOUT_JAX[module]), proc.stderr[-2000:]
+    assert [jax_loaded for _, jax_loaded in answers] == ["False"] * len(answers), proc.stderr[-2000:]
+    # help and version exit with 0, the refusals with the one-sentence status 2
+    expected = ["0" if {"--help", "--version"} & set(argv) else "2" for argv in ANSWERED_WITHOUT_JAX[module]]
+    assert [status for status, _ in answers] == expected, proc.stderr[-2000:]

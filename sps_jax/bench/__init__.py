@@ -3,7 +3,7 @@ the ``--json PATH`` flag every command writes its results with."""
 
 from __future__ import annotations
 
-from sps_jax import files, runs
+from sps_jax import files
 
 
 def add_json_flag(parser) -> None:
@@ -15,6 +15,9 @@ def add_json_flag(parser) -> None:
 
 def check_json(args):
     """``args`` after refusing a ``--json`` path that cannot take the results (before any timing)."""
+    # Imported here, not at the top: sps_jax.runs loads jax, and ``python -m sps_jax.bench`` (this
+    # package) answers --help, --version and a wrong benchmark name without it.
+    from sps_jax import runs
     if args.json is not None:
         runs.output_file(args.json, "--json", args.force)
     return args

@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from sps_jax import cli, files, vocab
-from sps_jax.data import corpus, loader, prepare, tokenizer
+from sps_jax.data import corpus, tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,11 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
 @cli.main
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # prepare and loader are imported where they are used: they load jax (through grain and sps_jax.runs), a
+    # second and the CUDA plugin's warnings that --help, --version, an argument error and encode do without.
     if args.command == "prepare":
+        from sps_jax.data import prepare
         prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
                         hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
                         force=args.force, errors=args.errors)
     elif args.command == "verify":
+        from sps_jax.data import loader
         for split, tokens in loader.verify(args.dir, vocab.VOCAB_SIZE).items():
             print(f"{split}: {tokens:,} tokens ok")
     elif args.command == "provision-tokenizer":
