@@ -216,8 +216,8 @@ class _ShowDefaults:
         if (not action.option_strings or default is None or default is False or default == "" or
                 default == argparse.SUPPRESS or action.const is not None or "default" in text.lower()):
             return text
-        if isinstance(default, (list, tuple)):
-            default = (" " if action.nargs in ("+", "*") else ",").join(map(str, default))
+        if isinstance(default, (list, tuple)):  # a list flag's default, in the syntax it is given in
+            default = ",".join(map(str, default))
         shown = str(default).replace("%", "%%")  # the help string is %-formatted next
         return f"{text} (default: {shown})".lstrip()
 
@@ -246,28 +246,55 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
+        self._check_list_flags_once(args)
         try:
             return super().parse_args(args, namespace)
         except UserError:
             stray = self._stray(args)
             if stray:  # named first: `evaluate tabel` was told that --workdir is required
+                self._check_list_words(args, stray)
                 self.error(f"unrecognized arguments: {' '.join(stray)}")
             raise
+
+    def _list_flag_uses(self, args):
+        """(flag, position, value) for each use in ``args`` of a flag whose type is :func:`comma_list`."""
+        flags = {o for parser in _parsers(self) for a in parser._actions if getattr(a.type, "comma_list", False)
+                 for o in a.option_strings}
+        for i, word in enumerate(args):
+            if word == "--":
+                break
+            flag, eq, value = word.partition("=")
+            if flag in flags:
+                yield flag, i, value if eq else (args[i + 1] if i + 1 < len(args) else "")
+
+    def _check_list_flags_once(self, args) -> None:
+        """A list flag given twice: argparse kept the last list and dropped the others without a word."""
+        seen = {}
+        for flag, _, value in self._list_flag_uses(args):
+            if flag in seen:
+                self.error(f"{flag} is given twice: give one comma-separated list, e.g. {flag} {seen[flag]},{value}")
+            seen[flag] = value
+
+    def _check_list_words(self, args, stray) -> None:
+        """Words after a list flag's value (``--variants standard sps``): say the list's syntax."""
+        for flag, i, value in self._list_flag_uses(args):
+            words = []
+            j = i + (1 if "=" in args[i] else 2)
+            while j < len(args) and args[j] in stray and not args[j].startswith("-"):
+                words.append(args[j])
+                j += 1
+            if words:
+                self.error(f"{flag} takes one comma-separated list: write {flag} {','.join([value, *words])}, "
+                           f"not {' '.join([value, *words])}")
 
     def _stray(self, args) -> list[str]:
         """The words of ``args`` that no argument of this parser or its subcommands takes, found by parsing
         again with every required flag, group and subcommand made optional (none when that parse fails too)."""
         lifted = []
-
-        def lift(parser):
+        for parser in _parsers(self):
             for item in [*parser._actions, *parser._mutually_exclusive_groups]:
                 lifted.append((item, item.required))
                 item.required = False
-                if getattr(item, "nargs", None) == argparse.PARSER:
-                    for sub in item.choices.values():
-                        lift(sub)
-
-        lift(self)
         try:
             return self.parse_known_args(args)[1]
         except UserError:
@@ -334,8 +361,23 @@ def int_up_to(most: int):
     return parse
 
 
-def comma_list(kind=str):
-    """argparse type: a comma-separated list of ``kind`` with at least one item and no repeats."""
+def _parsers(parser):
+    """``parser`` and its subcommands' parsers, at every depth."""
+    yield parser
+    for action in parser._actions:
+        if action.nargs == argparse.PARSER:
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def comma_list(kind=str, choices=None, what: str = "item"):
+    """argparse type: a comma-separated list of ``kind`` with at least one item and no repeats, each of
+    ``choices`` when given (``what`` names one in the sentence: "unknown variant 'x'").
+
+    Every flag of every command that takes a list of names or numbers takes it this way
+    (``--variants standard,sps``): :class:`ArgumentParser` answers the space-separated form and a
+    list flag given twice with a sentence showing the comma list. Lists of paths are not comma lists,
+    since a path may hold a comma: they are positional words or a repeated flag (probes' --workdir)."""
     def parse(text: str) -> list:
         try:
             values = [kind(x.strip()) for x in text.split(",") if x.strip()]
@@ -344,9 +386,16 @@ def comma_list(kind=str):
                 from None
         if not values:
             raise argparse.ArgumentTypeError(f"{text!r} names nothing: give at least one item, comma-separated")
+        unknown = [v for v in values if choices is not None and v not in choices]
+        if unknown:
+            close = close_name(str(unknown[0]), list(map(str, choices)))
+            guess = f" (did you mean {close!r}?)" if close else ""
+            raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r}{guess}: choose from "
+                                             f"{', '.join(map(str, choices))}")
         repeated = sorted({str(v) for v in values if values.count(v) > 1})
         if repeated:
             raise argparse.ArgumentTypeError(f"{', '.join(repeated)} is listed more than once: list each once")
         return values
     parse.__name__ = f"comma-separated {kind.__name__} list"
+    parse.comma_list = True  # what ArgumentParser looks for to say the list syntax
     return parse

@@ -200,6 +200,17 @@ BAD_ARGUMENTS = [
     *[(bench_cli.main, [bench, "--window", "-1"], ["argument --window: -1 must be 0 or more"])
       for bench in ("attention", "tiles")],
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),
+    # a list's items as separate words: bench attention and tiles took them so, the other commands said
+    # only "unrecognized arguments"; and a list flag given twice, whose earlier lists argparse dropped
+    *[(bench_cli.main, [bench, *flags, flag, "sps", "standard"],
+       [f"{flag} takes one comma-separated list: write {flag} sps,standard, not sps standard"])
+      for bench, flags, flag in (("attention", [], "--variants"), ("compile", ["--target", "h100"], "--variants"),
+                                 ("generate", [], "--variants"), ("train", ["--config", "configs/tiny.py"], "--variants"))],
+    (bench_cli.main, ["tiles", "--kernels", "dq", "dkv"], ["write --kernels dq,dkv, not dq dkv"]),
+    (evaluate.main, ["--workdir", "W", "--tasks", "arc_easy", "piqa"], ["write --tasks arc_easy,piqa"]),
+    (bench_cli.main, ["compile", "--target", "h100", "--target", "b200"],
+     ["--target is given twice: give one comma-separated list, e.g. --target h100,b200"]),
+    (bench_cli.main, ["attention", "--variants", "sps,spz"], ["unknown variant 'spz' (did you mean 'sps'?)"]),
 ]
 
 
@@ -303,6 +314,32 @@ def test_the_flags_the_docs_name_are_those_of_their_command(command_parsers):
                     if flag not in options:
                         wrong.append(f"{doc}: {prog} {flag}")
     assert checked > 100 and wrong == []
+
+
+# The commands taking a list, each with the flags it requires besides, and the list flag asked of it.
+LIST_FLAG_OF = {"python -m sps_jax.bench attention": ([], "--variants"),
+                "python -m sps_jax.bench compile": (["--target", "h100"], "--variants"),
+                "python -m sps_jax.bench generate": ([], "--variants"),
+                "python -m sps_jax.bench train": (["--config", "configs/tiny.py"], "--variants"),
+                "python -m sps_jax.bench tiles": ([], "--kernels"),
+                "python -m sps_jax.evaluation.evaluate": (["--workdir", "run"], "--tasks")}
+
+
+def test_every_list_flag_of_every_command_takes_one_comma_separated_list(command_parsers):
+    """bench attention and tiles took ``--variants sps standard`` and bench compile a repeated ``--target``,
+    where the other commands took ``--variants sps,standard``. Only lists of paths (which may hold a
+    comma) are still words of their own: positional, or evaluate's --task-data and probes' --workdir."""
+    items = {"--variants": ["standard", "sps"], "--kernels": ["dq", "dkv"], "--tasks": ["arc_easy", "piqa"]}
+    for prog, (required, flag) in LIST_FLAG_OF.items():
+        args = command_parsers[prog].parse_args([*required, flag, ",".join(items[flag])])
+        assert getattr(args, flag[2:]) == items[flag], prog
+    compile_args = command_parsers["python -m sps_jax.bench compile"].parse_args(["--target", "h100,b200"])
+    assert compile_args.target == ["h100", "b200"]
+    word_lists = {f"{prog} {action.option_strings[0]}" for prog, parser in command_parsers.items()
+                  for action in parser._actions
+                  if action.option_strings and (action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction))}
+    assert word_lists == {"python -m sps_jax.evaluation.evaluate --task-data",
+                          *[f"python -m sps_jax.analysis.probes {name} --workdir" for name in ("gradients", "window-nll")]}
 
 
 def test_a_command_whose_stdout_reader_went_away_exits_quietly_with_141():

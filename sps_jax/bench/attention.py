@@ -45,8 +45,8 @@ def add_shape_flags(p) -> None:
 
 def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
-    p.add_argument("--variants", nargs="+", default=list(masks.VARIANTS), choices=masks.VARIANTS,
-                   help="attention variants to time")
+    p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
+                   help="comma-separated attention variants to time")
     add_shape_flags(p)
     p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
@@ -69,9 +69,6 @@ def parse_args(argv):
         p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     if args.documents > args.seq_len:
         p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
-    repeated = sorted({v for v in args.variants if args.variants.count(v) > 1})
-    if repeated:
-        p.error(f"--variants lists {', '.join(repeated)} more than once: list each once.")
     if args.backend == "auto":
         args.backend = "splash" if jax.default_backend() == "tpu" else "pallas"
     if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):

@@ -1,4 +1,4 @@
-"""``python -m sps_jax.bench compile --target h100 [--target b200 ...]``: deviceless compilation.
+"""``python -m sps_jax.bench compile --target h100[,b200,...]``: deviceless compilation.
 
 For each target accelerator (``sps_jax.hardware``), without one attached, it compiles and reports:
 
@@ -37,45 +37,34 @@ PROGRAMS = ("kernels", "train", "generate")
 def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
                            epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
-    p.add_argument("--target", action="append", required=True, choices=sorted(hardware.ACCELERATORS),
-                   help="accelerator to compile for (repeat for several)")
-    p.add_argument("--only", type=cli.comma_list(str), default=list(PROGRAMS),
-                   help=f"subset of {','.join(PROGRAMS)}")
+    p.add_argument("--target", type=cli.comma_list(str, tuple(hardware.ACCELERATORS), "target"), required=True,
+                   help="comma-separated accelerators to compile for")
+    p.add_argument("--only", type=cli.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
+                   help=f"comma-separated subset of {','.join(PROGRAMS)}")
     p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
-    p.add_argument("--variants", type=cli.comma_list(str), default=["standard", "sps"],
-                   help="variants compiled side by side (standard first: the ratios' base)")
+    p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=["standard", "sps"],
+                   help="comma-separated variants compiled side by side (standard first: the ratios' base)")
     p.add_argument("--micro-batches", type=cli.comma_list(cli.positive_int), default=[1, 8],
-                   help="micro-batches per device to compile")
-    p.add_argument("--remat", type=cli.comma_list(str), default=["off", "on"],
+                   help="comma-separated micro-batches per device to compile")
+    p.add_argument("--remat", type=cli.comma_list(str, ("off", "on"), "remat setting"), default=["off", "on"],
                    help="comma-separated: off, on, or off,on for both (the default)")
-    p.add_argument("--attention", type=cli.comma_list(str), default=None,
-                   help="train step attention backends (default: auto; on TPU targets auto,xla)")
+    p.add_argument("--attention", type=cli.comma_list(str, attention.BACKENDS, "backend"), default=None,
+                   help="comma-separated train step attention backends (default: auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
     p.add_argument("--devices", type=cli.positive_int, default=1, help="devices of the train step's mesh (FSDP over them)")
-    p.add_argument("--dtypes", type=cli.comma_list(str), default=["bfloat16", "float16"], help="kernel dtypes")
+    p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),
+                   default=["bfloat16", "float16"], help="comma-separated kernel dtypes")
     p.add_argument("--batch", type=cli.positive_int, default=16, help="generation: rows")
     p.add_argument("--prefill", type=cli.positive_int, default=1024, help="generation: prompt tokens per row")
     p.add_argument("--decode", type=cli.positive_int, default=3072, help="generation: new tokens per row")
     p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=[0, 32],
-                   help="generation: prefill compiled in chunks of these many positions (0: one pass)")
+                   help="generation: comma-separated prefill chunks, positions per chunk (0: one pass)")
     bench.add_json_flag(p)
     rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
     args.overrides = overrides
-    bad = [x for x in args.only if x not in PROGRAMS]
-    if bad:
-        p.error(f"--only takes {', '.join(PROGRAMS)}; got {', '.join(bad)}.")
-    for v in args.variants:
-        if v not in masks.VARIANTS:
-            p.error(f"unknown variant {v!r}: choose from {', '.join(masks.VARIANTS)}.")
-    if any(a not in attention.BACKENDS for a in args.attention or ()):
-        p.error(f"--attention takes {', '.join(attention.BACKENDS)}.")
-    if any(r not in ("off", "on") for r in args.remat):
-        p.error("--remat takes off, on or off,on.")
-    if any(d not in ("bfloat16", "float16", "float32") for d in args.dtypes):
-        p.error("--dtypes takes bfloat16, float16 and float32.")
     return args
 
 

@@ -41,7 +41,8 @@ def _parse(argv):
     parser.add_argument("--batch", type=cli.positive_int, default=16, help="prompts (rows) per batch")
     parser.add_argument("--prefill", type=cli.positive_int, default=1024, help="prompt tokens per row")
     parser.add_argument("--decode", type=cli.positive_int, default=3072, help="decode steps (one forward each)")
-    parser.add_argument("--variants", type=cli.comma_list(str), default=list(masks.VARIANTS),
+    parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"),
+                        default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=cli.positive_int, default=3, help="timed rounds over all variants (the fastest counts)")
     parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, splash, "
@@ -204,8 +205,6 @@ def main(argv=None) -> int:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
         return 0
     variants = args.variants
-    for v in variants:
-        masks.Visibility(v)  # an unknown variant stops here, before any compilation
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).

@@ -95,8 +95,8 @@ def print_summary(result: dict) -> None:
 def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench tiles", description=__doc__.split("\n")[0])
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
-    p.add_argument("--kernels", nargs="+", default=list(KERNEL_FIELDS), choices=KERNEL_FIELDS,
-                   help="kernels to sweep")
+    p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
+                   help="comma-separated kernels to sweep")
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="dtype of q, k and v")

@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/paper.py:s,standard")
     parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
-    parser.add_argument("--variants", type=cli.comma_list(str), default=None,
+    parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
@@ -74,8 +74,6 @@ def main(argv=None) -> int:
         base = sps_config.load_config(args.config, overrides)
         variants = args.variants or [base.model.variant]
         base_vis = masks.Visibility(base.model.variant, base.model.window)
-        for variant in variants:
-            base_vis.with_variant(variant)  # an unknown variant stops here, before any compilation
         # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
         sps_train.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
         results = []

@@ -139,7 +139,8 @@ def _parser() -> cli.ArgumentParser:
     runs.add_run_arguments(p)
     p.add_argument("--step", type=cli.non_negative_int, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
-    p.add_argument("--tasks", default="", help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
+    p.add_argument("--tasks", type=cli.comma_list(str, what="task"), default=None,
+                   help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
                    "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
     p.add_argument("--task-data", action="append", metavar="TASK=PATH",
                    help="read TASK's evaluation split from a local .jsonl/.parquet file (repeatable)")
@@ -178,7 +179,7 @@ def main_evaluate(argv) -> int:
     args = p.parse_args(argv)
     if args.include_path is not None and not os.path.isdir(args.include_path):
         p.error(f"--include-path {args.include_path} is not a folder: pass the folder of lm-eval task YAMLs")
-    keys = paper_tasks.expand([args.tasks]) if args.tasks else []
+    keys = paper_tasks.expand(args.tasks or [])
     if not keys and not args.val_data:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")
     unused = [flag for flag, value in (("--tokenizer", args.tokenizer), ("--limit", args.limit)) if value is not None]

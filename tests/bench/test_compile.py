@@ -38,8 +38,8 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--target", "h999"], "invalid choice"),
-    (["--target", "h100", "--only", "kernels,speed"], "--only takes"),
+    (["--target", "h999"], "unknown target 'h999': choose from h100,"),
+    (["--target", "h100", "--only", "kernels,speed"], "unknown program 'speed': choose from kernels, train, generate"),
     (["--target", "h100", "--variants", "sps,nope"], "unknown variant"),
     (["--target", "h100", "--micro-batches", "0"], "argument --micro-batches: 0 must be at least 1"),
     (["--target", "h100", "--variants", ","], "names nothing"),
