@@ -288,7 +288,9 @@ DOCUMENTED_COMMAND = re.compile(r"(?:python3? -m (sps_jax(?:\.\w+)*)|\b(sps-[a-z
 
 def test_the_flags_the_docs_name_are_those_of_their_command(command_parsers):
     """Every ``--flag`` on a command line in README.md and docs/*.md is one of that command's own flags
-    (spelled out in full, since prefixes are refused)."""
+    (spelled out in full, since prefixes are refused), and a list flag is given once, as one comma-separated
+    list (docs/pallas.md showed ``--variants standard sps ...`` and ``--kernels dq dkv``, docs/tpu.md a
+    repeated ``--target``)."""
     import tomllib
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         scripts = {name: target.split(":")[0].removesuffix(".__main__")
@@ -309,10 +311,17 @@ def test_the_flags_the_docs_name_are_those_of_their_command(command_parsers):
                     continue  # not one of the commands (pip, lm_eval_cli, a module's own name)
                 rest = re.split(r"`|&&|\||;", line[match.end():])[0]
                 options = {o for a in command_parsers[prog]._actions for o in a.option_strings}
+                lists = {o for a in command_parsers[prog]._actions if getattr(a.type, "comma_list", False)
+                         for o in a.option_strings}
                 for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w.-])", rest):
                     checked += 1
                     if flag not in options:
                         wrong.append(f"{doc}: {prog} {flag}")
+                words = rest.split()
+                for i, word in enumerate(words):
+                    after_value = words[i + 2] if i + 2 < len(words) else ""
+                    if word in lists and (words.count(word) > 1 or re.fullmatch(r"\w[\w.,-]*", after_value)):
+                        wrong.append(f"{doc}: {prog} {' '.join(words[i:i + 3])}")
     assert checked > 100 and wrong == []
 
 
