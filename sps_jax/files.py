@@ -217,20 +217,18 @@ def enclosing(path: str, holds) -> str | None:
 
 
 def below(folder: str, holds, max_depth: int | None = None) -> str | None:
-    """The first folder under ``folder`` (not itself; links not followed), at most ``max_depth`` levels down (None:
-    any depth), for which ``holds(path)`` is true, else None. Such a folder is not searched further."""
+    """The first folder under ``folder`` (not itself; linked folders not entered), at most ``max_depth`` levels
+    down (None: any depth), for which ``holds(path)`` is true, else None."""
     if not os.path.isdir(folder):
         return None
     top = os.path.normpath(folder).count(os.sep)
     for parent, names, _ in os.walk(folder):
-        kept = []
-        for name in sorted(names):
-            path = os.path.join(parent, name)
-            if holds(path):
-                return path
-            kept.append(name)
-        depth = os.path.normpath(parent).count(os.sep) - top + 1
-        names[:] = kept if max_depth is None or depth < max_depth else []
+        names.sort()  # the same answer on every file system
+        for name in names:
+            if holds(os.path.join(parent, name)):
+                return os.path.join(parent, name)
+        if max_depth is not None and os.path.normpath(parent).count(os.sep) - top + 1 >= max_depth:
+            names.clear()  # os.walk goes no deeper than this level's folders
     return None
 
 

@@ -46,7 +46,7 @@ def refuse_inside_tokens(path: str, flag: str) -> None:
     tokens = files.enclosing(path, is_token_folder)
     if tokens is not None:
         raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
-                        "replaces whole, with what lies in it: choose a folder outside it.")
+                        "replaces whole, along with anything inside it: choose a folder outside it.")
 
 
 def read_manifest(folder: str) -> dict | None:
