@@ -199,8 +199,8 @@ def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
     config = sps_config.load_config("configs/tiny.py")
     for inside in ("sub", "deep/sub"):
         with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}, "
-                                            r"which `data prepare --force` replaces whole, along with anything inside it: "
-                                            r"choose a folder outside it\.$"):
+                                            r"which `data prepare --force` replaces whole, along with anything "
+                                            r"inside it: choose a folder outside it\.$"):
             prepare.prepare("builtin", str(tokens / inside))
         with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}"):
             import_torch.check_out(str(tokens / inside), force=False)
