@@ -242,6 +242,15 @@ def check_out(out: str, force: bool) -> None:
                         "--force to replace that folder with the imported run (it is swapped in only when complete).")
 
 
+def _file_step(value) -> int:
+    """The checkpoint's ``iter_num`` as a step: an int, or a 0-d integer tensor or array (one sentence otherwise)."""
+    if getattr(value, "ndim", None) == 0 and not getattr(value, "is_floating_point", lambda: False)():
+        value = value.item()  # a numpy or torch scalar; a float one stays a float and is refused below
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"the checkpoint's {torch_layout.STEP} {value!r} is not a step: pass --step.")
+    return value
+
+
 def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
                       overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
     """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
@@ -250,6 +259,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)
     get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
+    step = _file_step(get(torch_layout.STEP, 0)) if step is None else step
     saved = torch_layout.variant_of(get(torch_layout.TRAIN_CONFIG))
     notes = []
     if variant == FROM_FILE and get(torch_layout.CONFIG) is None:
@@ -265,10 +275,6 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
     params = torch_layout.to_params(sd, config.model.num_heads)
     runs.check_params(net, params)
-    if step is None:
-        step = get(torch_layout.STEP, 0)
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise UserError(f"the checkpoint's {torch_layout.STEP} {step!r} is not a step: pass --step.")
     with files.replace_folder(out) as building:
         runs.save_run(building, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
     return config, params, notes

@@ -122,6 +122,23 @@ def test_an_id_of_model_args_outside_the_vocabulary_says_what_to_set(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("iter_num,step", [(torch.tensor(7), 7), (torch.tensor(7, dtype=torch.int32), 7),
+                                            (torch.tensor(7.0), None), (torch.tensor([7]), None), ("7", None),
+                                            (-1, None)])
+def test_a_step_saved_as_an_integer_scalar_is_read_and_anything_else_is_one_sentence(tmp_path, iter_num, step):
+    # A 0-d integer tensor (as a trainer that saves its counter as a tensor writes it) was asked for --step.
+    path = tmp_path / "ckpt.pt"
+    torch.save({**authors_checkpoint(synthetic_state_dict(), window=1), "iter_num": iter_num}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run"), "--config.model.attention=xla",
+                                            "--config.model.dtype=float32"])
+    if step is None:
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert "is not a step: pass --step." in outcome.stderr and not (tmp_path / "run").exists()
+    else:
+        assert outcome.status == 0, outcome.stderr
+        assert runs.load_model(str(tmp_path / "run"))[2] == step
+
+
 @pytest.mark.parametrize("target,variant", [("modeling.models.full_attention_model.Model", "standard"),
                                             ("modeling.models.delayed_state.DelayedStateModel", "delayed_state"),
                                             ("modeling.models.reverse_sps.ReverseSPSModel", "reverse_sps")])
