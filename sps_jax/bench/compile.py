@@ -38,7 +38,7 @@ def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
                            epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
     p.add_argument("--target", type=cli.comma_list(str, tuple(hardware.ACCELERATORS), "target"), required=True,
-                   help="comma-separated accelerators to compile for")
+                   help=f"comma-separated accelerators to compile for: {', '.join(hardware.ACCELERATORS)}")
     p.add_argument("--only", type=cli.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
                    help=f"comma-separated subset of {','.join(PROGRAMS)}")
     p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
