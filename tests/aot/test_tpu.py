@@ -62,6 +62,8 @@ def test_small_train_step_compiles_sharded_over_the_four_chips_of_a_v5e_slice():
     # The dense reference's count (no Mosaic kernel, no kernel FLOPs): the bench compile test below.
 
 
+# auto -> splash is test_bench_compile_for_a_tpu_target_compares_splash_with_the_dense_reference's too
+@pytest.mark.slow
 @needs_libtpu
 def test_auto_means_splash_for_a_tpu_target_and_fits_is_judged_against_the_chip():
     tiny_chip = dataclasses.replace(V5E, name="tpu-tiny", memory_bytes=2 ** 20)

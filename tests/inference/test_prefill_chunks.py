@@ -48,7 +48,7 @@ def assert_same_cache(got: kv_cache.Cache, want: kv_cache.Cache, T: int):
 # meets each case; the ones whose window changes nothing new (no ring, or a case another windowed
 # variant covers) run with -m slow, to keep CI's two legs short.
 SLOW = {("standard", 3), ("standard", 40), ("two_x_memory", 0), ("two_x_memory", 40), ("delayed_state", 0),
-        ("reverse_sps", 40)}
+        ("reverse_sps", 3), ("reverse_sps", 40)}  # reverse_sps's ring is delayed_state's: w 0 is its case here
 CASES = [pytest.param(v, w, c, marks=[pytest.mark.slow] if (v, w) in SLOW else [])
          for v in masks.VARIANTS for w, c in [(0, 4), (3, 2), (40, 4)]]
 
