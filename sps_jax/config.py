@@ -61,14 +61,19 @@ def model_config(scale: str = "s", variant: str = "sps", window: int | None = ma
     return ml_collections.ConfigDict(dataclasses.asdict(cfg))
 
 
-def train_config():
+# The linear warmup per scale, in tokens: the paper says only "a brief linear warmup"; the authors'
+# released configs warm up over 50M tokens at XS and S and over 100M at M, L and XL.
+WARMUP_TOKENS = {"xs": 50_000_000, "s": 50_000_000, "m": 100_000_000, "l": 100_000_000, "xl": 100_000_000}
+
+
+def train_config(scale: str = "s"):
     """nanoGPT's optimiser with the paper's warmup-constant-decay schedule, counted in tokens."""
     t = ml_collections.ConfigDict()
     t.seed = 0
     t.global_batch = 96            # sequences of model.seq_len input tokens per update
     t.micro_batch = 96             # sequences per forward/backward; accumulation makes up the rest
     t.total_tokens = 20_000_000_000
-    t.warmup_tokens = 50_000_000   # "a brief linear warmup": the authors' released configs use 50M tokens (~127 updates)
+    t.warmup_tokens = WARMUP_TOKENS[scale]  # ~127 updates at 50M tokens, ~254 at 100M
     t.decay_fraction = 0.1         # linear decay over the final 10% of tokens
     t.peak_lr = 6e-4
     t.final_lr = 6e-5
@@ -124,7 +129,7 @@ def paper_config(scale: str = "s", variant: str = "sps", window: int | None = ma
     config = ml_collections.ConfigDict()
     config.model = model_config(scale, variant, window)
     config.name = run_name(scale, config.model)
-    config.train = train_config()
+    config.train = train_config(scale)
     config.data = data_config()
     config.mesh = mesh_config()
     config.metrics = metrics_config()

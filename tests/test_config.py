@@ -203,13 +203,17 @@ def test_the_20b_token_budget_meets_the_chinchilla_ratio_at_every_scale_but_xl()
     assert config.train.global_batch * config.model.seq_len == 96 * 4096 == 393_216
 
 
-def test_the_schedule_is_the_papers_warmup_constant_decay_with_the_authors_warmup():
+@pytest.mark.parametrize("scale, warmup_millions", [("xs", 50), ("s", 50), ("m", 100), ("l", 100), ("xl", 100)])
+def test_the_schedule_is_the_papers_warmup_constant_decay_with_the_authors_warmup(scale, warmup_millions):
     # Section 4 (Training): peak 6e-4, "a brief linear warmup", constant, then a linear decay over the final 10% of
-    # the 20B tokens to 6e-5; the warmup's length (50M tokens) is the authors' released configs'. Values by hand.
-    t = sps_config.load_config("configs/paper.py:s,sps").train
+    # the 20B tokens to 6e-5; the warmup's length is the authors' released configs' (warmup_tokens: 50M in their
+    # xs and s experiments, 100M in m, l and xl). Values by hand.
+    t = sps_config.load_config(f"configs/paper.py:{scale},sps").train
+    warmup = warmup_millions * 1_000_000
+    assert t.warmup_tokens == warmup
     tokens_per_update = t.global_batch * 4096
     lr = optim.schedule(t, tokens_per_update)
-    expected = {25_000_000: 3e-4, 50_000_000: 6e-4, 10_000_000_000: 6e-4, 18_000_000_000: 6e-4,
+    expected = {warmup // 2: 3e-4, warmup: 6e-4, 10_000_000_000: 6e-4, 18_000_000_000: 6e-4,
                 19_000_000_000: (6e-4 + 6e-5) / 2, 20_000_000_000: 6e-5}
     for tokens, rate in expected.items():
         assert float(lr(tokens / tokens_per_update)) == pytest.approx(rate, rel=1e-5), tokens
