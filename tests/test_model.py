@@ -10,7 +10,9 @@ import pytest
 from sps_jax import config as sps_config
 from sps_jax import masks
 from sps_jax import model as sps_model
-from tests.helpers import EOS, PAD, small_config, small_model
+from sps_jax import torch_layout
+from tests.helpers import EOS, PAD, SMALL, small_config, small_model
+from tests.torch_reference import numpy_forward
 
 
 def random_tokens(rng, B, T, eos_rate=0.15):
@@ -251,6 +253,33 @@ def test_bf16_compute_keeps_f32_parameters_and_tracks_f32(make_model):
     b = model16.apply({"params": params}, tokens)
     assert b.dtype == jnp.float32  # logits accumulate in f32
     assert float(jnp.abs(a - b).max()) < 0.1 * float(jnp.abs(a).max())
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+def test_windows_0_1_and_T_edges_pads_and_an_odd_length_give_the_authors_logits(variant):
+    # The import tests compare one window per variant; here the window's edge cases (w = 0: rho_i sees only
+    # itself of its stream, x_i no predict slot; w = 1; w = T - 1 and T, i.e. unbounded) on an odd-length row with
+    # left padding, an EOS and a one-token document, against the float64 numpy forward of the authors' model.
+    rng = np.random.default_rng(3)
+    D, H, L, V = 16, 2, 2, SMALL["vocab_size"]
+    normal = lambda *shape, scale=0.3: scale * rng.normal(size=shape)  # noqa: E731
+    sd = {"transformer.wte.weight": normal(V, D, scale=1.0), "transformer.output_norm.weight": 1 + normal(D)}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        sd.update({h + "attention_norm.weight": 1 + normal(D), h + "mlp_norm.weight": 1 + normal(D),
+                   h + "attn.c_attn.weight": normal(3 * D, D), h + "attn.c_proj.weight": normal(D, D),
+                   h + "mlp.gate_proj.weight": normal(3 * D, D), h + "mlp.up_proj.weight": normal(3 * D, D),
+                   h + "mlp.down_proj.weight": normal(D, 3 * D)})
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    sd = {k: v.astype(np.float32) for k, v in sd.items()}
+    params = torch_layout.to_params(sd, H)
+    tokens = [PAD, PAD, 5, 17, 3, 44, EOS, EOS, 9, 12, 30, 2, 58]  # T = 13
+    T = len(tokens)
+    for window in (0, 1, T - 1, T):
+        cfg = small_config(variant, window, num_layers=L, d_model=D, num_heads=H, d_ff=3 * D)
+        ours = np.asarray(sps_model.Transformer(cfg).apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+        theirs = numpy_forward(sd, tokens, variant, cfg.window, H, SMALL["predict_id"], EOS, PAD)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4, err_msg=f"{variant} w={window}")
 
 
 def test_bad_input_stops_with_a_clear_message(make_model):
