@@ -24,7 +24,7 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 
 
 # Fields that say how the model is computed, not what it is: a run may resume with other values.
-EXECUTION_FIELDS = ("attention", "remat", "loss_chunk", "prefill_chunk")
+EXECUTION_FIELDS = ("attention", "remat", "loss_chunk", "prefill_chunk", "residual_dtype")
 # Fields that fix the parameters' shapes: weights move between models that agree on these.
 SHAPE_FIELDS = ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size")
 
@@ -53,6 +53,10 @@ class ModelConfig:
     attention: str = "xla"
     dtype: str = "float32"
     param_dtype: str = "float32"
+    # The residual stream's dtype (embeddings and each block's sums); None carries it in ``dtype``.
+    # "float32" with bfloat16 ``dtype`` is the authors' torch autocast: only matmul inputs and outputs
+    # are bfloat16 (docs/design.md section 5).
+    residual_dtype: Optional[str] = None
     rope_theta: float = 10000.0
     init_std: float = 0.02
     norm_eps: float = 1e-6
@@ -92,9 +96,13 @@ class ModelConfig:
         if not isinstance(self.attention, str) or self.attention not in attention.BACKENDS:
             raise ValueError(
                 f"unknown attention backend {self.attention!r}: choose one of {', '.join(attention.BACKENDS)}.")
-        for name in ("dtype", "param_dtype"):
-            if not isinstance(getattr(self, name), str) or getattr(self, name) not in _DTYPES:
-                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}.")
+        for name in ("dtype", "param_dtype", "residual_dtype"):
+            value = getattr(self, name)
+            if name == "residual_dtype" and value is None:
+                continue
+            if not isinstance(value, str) or value not in _DTYPES:
+                unset = " or None (model.dtype's)" if name == "residual_dtype" else ""
+                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}{unset}, got {value!r}.")
         if self.d_model % self.num_heads or self.head_dim % 2:
             raise ValueError(
                 f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")
@@ -129,6 +137,11 @@ class ModelConfig:
     @property
     def compute_dtype(self):
         return _DTYPES[self.dtype]
+
+    @property
+    def carry_dtype(self):
+        """The residual stream's dtype."""
+        return _DTYPES[self.residual_dtype or self.dtype]
 
     @property
     def num_params(self) -> int:
@@ -312,7 +325,7 @@ class Transformer(nn.Module):
         if c.num_streams == 2:
             # Every predict slot starts from the single <predict> embedding.
             streams.append(jnp.broadcast_to(embed[c.predict_id], x_BTD.shape))
-        x_BTSD = jnp.stack(streams, axis=2).astype(c.compute_dtype)
+        x_BTSD = jnp.stack(streams, axis=2).astype(c.carry_dtype)
         # Zero-valued unless a "perturbations" collection is passed: its gradient is the
         # per-slot gradient of the loss w.r.t. the layer-0 inputs (tests, probes).
         x_BTSD = self.perturb("embeddings", x_BTSD)
@@ -325,7 +338,7 @@ class Transformer(nn.Module):
                 x_BTSD, layer_cache = block(c, name=f"block_{layer}")(
                     x_BTSD, positions_BT, doc_ids_BT, cache[layer])
                 new_cache.append(layer_cache)
-        h_BTD = RMSNorm(c, name="final_norm")(x_BTSD[:, :, c.logits_stream])
+        h_BTD = RMSNorm(c, name="final_norm")(x_BTSD[:, :, c.logits_stream]).astype(c.compute_dtype)
         out = h_BTD if return_hidden else unembed(h_BTD, embed)
         return out if cache is None else (out, tuple(new_cache))
 

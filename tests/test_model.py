@@ -282,6 +282,45 @@ def test_windows_0_1_and_T_edges_pads_and_an_odd_length_give_the_authors_logits(
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4, err_msg=f"{variant} w={window}")
 
 
+def test_an_f32_residual_stream_in_bf16_is_closer_to_the_authors_float64_model():
+    # The authors train under torch autocast: matmuls in bf16, the residual stream (embeddings and each block's
+    # sums) in f32. model.residual_dtype="float32" carries it so; by default it is carried in model.dtype.
+    rng = np.random.default_rng(0)
+    D, H, L, V = 32, 2, 4, SMALL["vocab_size"]
+    normal = lambda *shape, scale=0.1: scale * rng.normal(size=shape)  # noqa: E731
+    sd = {"transformer.wte.weight": normal(V, D, scale=1.0), "transformer.output_norm.weight": 1 + normal(D)}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        sd.update({h + "attention_norm.weight": 1 + normal(D), h + "mlp_norm.weight": 1 + normal(D),
+                   h + "attn.c_attn.weight": normal(3 * D, D), h + "attn.c_proj.weight": normal(D, D),
+                   h + "mlp.gate_proj.weight": normal(3 * D, D), h + "mlp.up_proj.weight": normal(3 * D, D),
+                   h + "mlp.down_proj.weight": normal(D, 3 * D)})
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    sd = {k: v.astype(np.float32) for k, v in sd.items()}
+    params = torch_layout.to_params(sd, H)
+    tokens = [int(t) for t in rng.integers(0, EOS, size=32)]
+    theirs = numpy_forward(sd, tokens, "sps", 8, H, SMALL["predict_id"], EOS, PAD)
+    rms_error, dtypes = {}, {}
+    for residual in (None, "float32"):
+        cfg = small_config("sps", 8, num_layers=L, d_model=D, num_heads=H, d_ff=3 * D, dtype="bfloat16",
+                           residual_dtype=residual)
+        net = sps_model.Transformer(cfg)
+        logits, state = jax.jit(lambda p, x: net.apply({"params": p}, x, capture_intermediates=True))(  # noqa: B023
+            params, jnp.asarray([tokens], jnp.int32))
+        rms_error[residual] = np.sqrt(np.mean((np.asarray(logits[0], np.float64) - theirs) ** 2))
+        inter = state["intermediates"]
+        dtypes[residual] = (inter["block_0"]["__call__"][0].dtype, inter["block_0"]["attn"]["__call__"][0].dtype,
+                            logits.dtype)
+    assert dtypes[None] == (jnp.bfloat16, jnp.bfloat16, jnp.float32)
+    assert dtypes["float32"] == (jnp.float32, jnp.bfloat16, jnp.float32)  # block sums f32, matmuls still bf16
+    assert rms_error["float32"] < 0.8 * rms_error[None], rms_error  # 0.018 against 0.032 when written
+
+
+def test_the_residual_dtype_is_one_of_the_dtypes_or_none():
+    with pytest.raises(ValueError, match=r"model.residual_dtype must be one of .* or None"):
+        small_config("sps", 4, residual_dtype="float64")
+
+
 def test_bad_input_stops_with_a_clear_message(make_model):
     model, params = make_model("sps", 2, seq_len=8)
     with pytest.raises(ValueError, match="outside the vocabulary"):

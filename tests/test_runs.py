@@ -117,12 +117,13 @@ def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_defaul
 
 
 def test_a_run_config_without_a_field_of_how_the_model_runs_loads_with_its_default(tmp_path):
-    # A run written before loss_chunk or prefill_chunk existed: their defaults compute the same model.
+    # A run written before loss_chunk, prefill_chunk or residual_dtype existed: their defaults compute the same model.
     save_small_run(tmp_path / "run")
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    del config["model"]["loss_chunk"], config["model"]["prefill_chunk"]
+    del config["model"]["loss_chunk"], config["model"]["prefill_chunk"], config["model"]["residual_dtype"]
     (tmp_path / "run" / "config.json").write_text(json.dumps(config))
-    assert runs.load_model(str(tmp_path / "run"))[0].cfg.prefill_chunk == 0
+    cfg = runs.load_model(str(tmp_path / "run"))[0].cfg
+    assert (cfg.prefill_chunk, cfg.residual_dtype) == (0, None)
 
 
 def test_resuming_a_workdir_whose_config_lost_a_model_field_names_it(tmp_path):
