@@ -399,3 +399,24 @@ def comma_list(kind=str, choices=None, what: str = "item"):
     parse.__name__ = f"comma-separated {kind.__name__} list"
     parse.comma_list = True  # what ArgumentParser looks for to say the list syntax
     return parse
+
+
+def run_path(text: str) -> str:
+    """argparse type of a run folder or checkpoint argument: an empty one is refused, where the path
+    functions would read it as the working directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no run: pass a run folder or one of its "
+                                         "checkpoints/<step> folders")
+    return text
+
+
+def add_run_arguments(parser) -> None:
+    """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--workdir", type=run_path, help="run folder (its latest checkpoint)")
+    where.add_argument("--checkpoint", type=run_path, help="a run folder or one of its checkpoints/<step> folders")
+
+
+def run_argument(args) -> str:
+    """The run folder or checkpoint that :func:`add_run_arguments` parsed."""
+    return args.workdir or args.checkpoint

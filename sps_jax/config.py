@@ -20,7 +20,6 @@ import ml_collections
 import numpy as np
 
 from sps_jax import cli, files, masks
-from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
 # The shipped configs/ folder sits beside the package in a source checkout (the README's editable install).
@@ -53,6 +52,9 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
 def model_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     """The paper's model at a scale: ``ModelConfig``'s defaults (the only ones) with the scale's
     dimensions, T = 4096, bf16 compute, the Pallas kernel on GPU and splash on TPU."""
+    # Imported here, not at the top, so that the commands' parsers (split_config_args) load without jax.
+    from sps_jax import model as sps_model
+
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}.")
     layers, d, heads = SCALES[scale]

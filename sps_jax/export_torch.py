@@ -105,7 +105,7 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = "float3
 def main(argv=None) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", type=runs.run_path, help="a run folder, or one of its checkpoints/<step> folders")
+    p.add_argument("run", type=cli.run_path, help="a run folder, or one of its checkpoints/<step> folders")
     p.add_argument("--step", type=cli.non_negative_int, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--out", required=True, help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")

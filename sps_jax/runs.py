@@ -8,7 +8,6 @@ needs a run's weights, model, name, scale or tokens seen asks this module.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -57,27 +56,6 @@ def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None
         raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for (--step): "
                         "pass the run folder with --step, or the checkpoint alone.")
     return workdir, path_step if step is None else step
-
-
-def run_path(text: str) -> str:
-    """argparse type of a run folder or checkpoint argument: an empty one is refused, where the path
-    functions would read it as the working directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no run: pass a run folder or one of its "
-                                         "checkpoints/<step> folders")
-    return text
-
-
-def add_run_arguments(parser) -> None:
-    """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--workdir", type=run_path, help="run folder (its latest checkpoint)")
-    where.add_argument("--checkpoint", type=run_path, help="a run folder or one of its checkpoints/<step> folders")
-
-
-def run_argument(args) -> str:
-    """The run folder or checkpoint that :func:`add_run_arguments` parsed."""
-    return args.workdir or args.checkpoint
 
 
 def _run_file(path: str) -> str | None:

@@ -205,7 +205,7 @@ def build_parser():
     parser = cli.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
-    c.add_argument("runs", nargs="+", type=runs.run_path, help="run folders with config.json and metrics.jsonl")
+    c.add_argument("runs", nargs="+", type=cli.run_path, help="run folders with config.json and metrics.jsonl")
     c.add_argument("--out", default="curves.png", help="the figure (.png), with its data next to it as .json")
     w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
     w.add_argument("sources", nargs="+", help="run folders or evaluation JSONs")

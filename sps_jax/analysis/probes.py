@@ -251,7 +251,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p, out_default):
-        p.add_argument("--workdir", action="append", required=True, type=runs.run_path,
+        p.add_argument("--workdir", action="append", required=True, type=cli.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--val-data", default=None, help="token folder with manifest.json (default: config.data)")
         p.add_argument("--split", default="val", help="the token folder's split to read documents from")

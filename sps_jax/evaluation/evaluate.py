@@ -136,7 +136,7 @@ def _outputs(path: str, steps, out: str | None) -> list[str]:
 def _parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    runs.add_run_arguments(p)
+    cli.add_run_arguments(p)
     p.add_argument("--step", type=cli.non_negative_int, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", type=cli.comma_list(str, what="task"), default=None,
@@ -186,7 +186,7 @@ def main_evaluate(argv) -> int:
     if unused and not keys:  # they set up the lm-eval tasks; --val-data reads prepared tokens
         p.error(f"{unused[0]} is for --tasks (lm-eval), and none are given: pass --tasks, or drop {unused[0]}")
     task_data = _task_data(args.task_data)
-    path = runs.run_argument(args)
+    path = cli.run_argument(args)
     steps = [args.step]
     if args.all_steps:
         steps, workdir = _all_steps(p, args, path)

@@ -341,7 +341,7 @@ def _read_prompts(path: str) -> list[tuple[int, dict]]:
 def _parser() -> cli.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    runs.add_run_arguments(parser)
+    cli.add_run_arguments(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
     what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
@@ -403,7 +403,7 @@ def main(argv=None) -> int:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.
-    workdir, _ = runs.find_run(runs.run_argument(args))
+    workdir, _ = runs.find_run(cli.run_argument(args))
     config = runs.read_config(workdir)
     cfg = runs.model_config(config, workdir)
     overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
@@ -419,7 +419,7 @@ def main(argv=None) -> int:
     check_prompts(cfg, prompts, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
-    _, params, step = runs.load_model(runs.run_argument(args))
+    _, params, step = runs.load_model(cli.run_argument(args))
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
 
     results = _completions(cfg, params, step, prompts, records, batch_size=args.batch_size,
