@@ -17,20 +17,24 @@ import argparse
 import os
 import sys
 
-import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
-from sps_jax import cli, files, runs, torch_layout
-from sps_jax import model as sps_model
+from sps_jax import cli, files, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
-DTYPES = {"float32": np.float32, "bfloat16": jnp.bfloat16}  # jnp.bfloat16 is ml_dtypes' numpy bfloat16
+# sps_jax.runs and sps_jax.model load jax, which --help and a refused argument need not wait for: the functions
+# that read a run import them.
+
+DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}  # ml_dtypes' is numpy's bfloat16, as jax's is
 FORMATS = {".pt": "torch", ".safetensors": "safetensors"}  # file suffix -> the package that writes it
 
 
 def check_output(out: str, force: bool = False) -> str:
     """The writer package of ``out`` (``torch`` or ``safetensors``), after the checks that need no
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
+    from sps_jax import runs
+
     fmt = FORMATS.get(os.path.splitext(out)[1])
     if fmt is None:
         raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
@@ -47,6 +51,8 @@ def check_output(out: str, force: bool = False) -> str:
 
 def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
     """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays."""
+    from sps_jax import model as sps_model
+
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r} must be one of {', '.join(DTYPES)}.")
     cfg = sps_model.ModelConfig.from_config(config.model)
@@ -91,6 +97,8 @@ def write(ckpt: dict, out: str) -> None:
 
 def export_run(run: str, out: str, step: int | None = None, dtype: str = "float32", force: bool = False) -> dict:
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
+    from sps_jax import model as sps_model, runs
+
     run, out = os.fspath(run), os.fspath(out)  # a pathlib.Path too
     check_output(out, force)
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load

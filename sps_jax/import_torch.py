@@ -33,9 +33,11 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, model as sps_model, runs, torch_layout
+from sps_jax import cli, config as sps_config, files, masks, torch_layout
 from sps_jax.cli import MissingPackage, UserError
-from sps_jax.data import loader
+
+# sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
+# not wait for: the functions that use them import them.
 
 # The default of --variant and --window: what the file says (model_args, or the config it carries).
 FROM_FILE = "from the file"
@@ -156,6 +158,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     and ``window`` left at ``FROM_FILE`` keep what the file says. ``num_heads`` and ``seq_len`` win
     over ``model_args``, which wins over the stored config, else the defaults (said in the notes).
     """
+    from sps_jax import model as sps_model
+
     dims = torch_layout.check(sd)
     fields = torch_layout.model_fields(model_args)
     notes = []
@@ -227,6 +231,9 @@ def check_out(out: str, force: bool) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
     empty one, the working directory, a folder in a run or in a token folder even then
     (:func:`sps_jax.runs.output_folder`)."""
+    from sps_jax import runs
+    from sps_jax.data import loader
+
     runs.output_folder(out)
     loader.refuse_inside_tokens(out, "--out")
     if os.path.lexists(out) and not os.path.isdir(out):
@@ -254,6 +261,8 @@ def _file_step(value) -> int:
 def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
                       overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
     """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
+    from sps_jax import model as sps_model, runs
+
     path, out = os.fspath(path), os.fspath(out)  # a pathlib.Path too
     check_out(out, force)
     ckpt = load_torch_checkpoint(path, trust_pickle)
@@ -301,6 +310,8 @@ def main(argv=None) -> int:
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
     args = p.parse_args(argv)
+    from sps_jax import model as sps_model
+
     # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
     preview = sps_config.paper_config("s", "sps" if args.variant == FROM_FILE else args.variant)
     for item in overrides:

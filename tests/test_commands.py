@@ -86,14 +86,26 @@ def test_every_command_and_subcommand_answers_version_with_the_installed_version
 
 
 
-# The commands whose main's module imports no jax before parsing (the others still load it at their top), and
-# for each the argument lists that stop at the parser: help, version, an unknown flag, a missing one, a bad int.
+# The commands whose main's module imports no jax before parsing (train and inference.generate still load it at
+# their top), and for each the argument lists that stop at the parser: help, version, an unknown flag or
+# subcommand, a missing argument, a bad int, choice or comma list, a config override without its '='.
 ANSWERED_WITHOUT_JAX = {
     "sps_jax.__main__": [["--help"], ["--version"], ["--bogus"]],
     "sps_jax.data.__main__": [["--help"], ["--version"], ["prepare", "--help"], ["verify", "--help"],
                               ["prepare", "--bogus"], ["prepare", "--out", "x"],
                               ["prepare", "--source", "x", "--out", "y", "--max-tokens", "ten"], ["frobnicate"]],
     "sps_jax.bench.__main__": [["--help"], ["--version"], ["frobnicate"], []],
+    "sps_jax.evaluation.evaluate": [["--help"], ["--version"], ["table", "--help"], ["--bogus"], ["tabel"],
+                                    ["--tasks", "paper"], ["--workdir", "x", "--val-batch-size", "two"],
+                                    ["--workdir", "x", "--tasks", "paper,paper"], ["table"]],
+    "sps_jax.analysis.probes": [["--help"], ["--version"], ["gradients", "--help"], ["frobnicate"], ["gradients"],
+                                ["window-nll", "--workdir", "x", "--omega", "ten"], ["gradients", "--workdir", ""]],
+    "sps_jax.analysis.figures": [["--help"], ["--version"], ["curves", "--help"], ["plot"], ["curves"],
+                                 ["curves", "x", "--bogus"]],
+    "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
+                             ["x", "--out", "y", "--config.model.window", "3"]],
+    "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
+                             ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"]],
 }
 
 

@@ -20,11 +20,13 @@ import sys
 import numpy as np
 
 from sps_jax import cli, config as sps_config, files
-from sps_jax import flops, masks, metrics, plotting, runs
-from sps_jax import model as sps_model
+from sps_jax import flops, masks, metrics, plotting
 from sps_jax.evaluation import results_table
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
+
+# sps_jax.runs and sps_jax.model load jax, which --help and a refused argument need not wait for: the functions
+# that read a run import them.
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -39,6 +41,8 @@ def validation_curve(run: str) -> tuple[np.ndarray, np.ndarray]:
 
 def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
+    from sps_jax import runs
+
     source = os.fspath(source)  # a pathlib.Path too: the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
@@ -67,6 +71,8 @@ def read_evaluation(path: str) -> dict:
 
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
+    from sps_jax import model as sps_model, runs
+
     out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
     series = []
     for run in run_folders:
@@ -224,6 +230,8 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from sps_jax import runs
+
     plotting.require()
     inputs = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
               "accuracy-gain": ("evaluations", "evaluation JSON")}[args.command]

@@ -14,15 +14,13 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, files, masks, plotting, runs
+from sps_jax import cli, files, masks, plotting
 from sps_jax.cli import UserError
-from sps_jax import model as sps_model
-from sps_jax.analysis.documents import read_documents
-from sps_jax.analysis.gradient_probe import THETA_P, gradient_ratios
-from sps_jax.analysis.window_nll import window_nll_deltas
-from sps_jax.data import loader
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
+
+# sps_jax.runs, sps_jax.model, the token folders' loader and the probes load jax, which --help and a refused
+# argument need not wait for: the functions that use them import them.
 
 STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
 
@@ -101,6 +99,8 @@ def _with_overrides(cfg, args):
 
 
 def _load(workdir, args):
+    from sps_jax import runs
+
     net, params, step = runs.load_model(workdir)  # params checked against config.json
     config = runs.read_config(runs.find_run(workdir)[0])
     label = str(config.get("name") or os.path.basename(os.path.normpath(workdir)))
@@ -121,6 +121,10 @@ def _check_inputs(args) -> list:
     """Each run's documents (a list per --workdir); bad paths, bad config.json files, token folders
     that do not fit a run's model (EOS id, vocabulary) and settings no document or context can meet
     stop the command before any weights are loaded."""
+    from sps_jax import runs
+    from sps_jax.analysis.documents import read_documents
+    from sps_jax.data import loader
+
     plotting.require()
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
@@ -162,6 +166,8 @@ def _min_tokens(args) -> int:
 
 def _documents(args, docs, workdir) -> str:
     """'N documents', and where the split held fewer than --docs asked for, that the count is all there is."""
+    from sps_jax import runs
+
     said = f"{len(docs)} documents"
     if len(docs) < args.docs:
         data = _data_dir(args, runs.read_config(runs.find_run(workdir)[0]))
@@ -181,6 +187,9 @@ def _base(args) -> str:
 
 
 def cmd_gradients(args):
+    from sps_jax import model as sps_model
+    from sps_jax.analysis.gradient_probe import THETA_P, gradient_ratios
+
     all_docs = _check_inputs(args)
     offsets = np.arange(-args.min_offset, args.max_offset + 1)
     results = []
@@ -220,6 +229,9 @@ def _write(args, results: list, header: list, rows: list, plot, **constants) -> 
 
 
 def cmd_window_nll(args):
+    from sps_jax import model as sps_model
+    from sps_jax.analysis.window_nll import window_nll_deltas
+
     all_docs = _check_inputs(args)
     results = []
     for workdir, docs in zip(args.workdir, all_docs):

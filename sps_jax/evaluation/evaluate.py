@@ -17,9 +17,11 @@ import sys
 import tempfile
 import time
 
-from sps_jax import checkpoint, cli, files, runs
-from sps_jax.evaluation import paper_tasks, results_table, val_nll
-from sps_jax.data import loader
+from sps_jax import cli, files
+from sps_jax.evaluation import paper_tasks, results_table
+
+# sps_jax.runs, sps_jax.checkpoint, the token folders' loader and val_nll load jax, which --help and a refused
+# argument need not wait for: the functions that use them import them.
 
 
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
@@ -52,6 +54,10 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
                         include_path=None, limit=None, batch_size: int = 16, tokenizer=None,
                         tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
     """The results-JSON dict for one checkpoint (fields absent when not evaluated)."""
+    from sps_jax import runs
+    from sps_jax.data import loader
+    from sps_jax.evaluation import val_nll
+
     t0 = time.time()
     if isinstance(keys, str):  # it would be read as one task per character
         raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
@@ -122,6 +128,8 @@ def _default_out(workdir: str, step: int) -> str:
 def _outputs(path: str, steps, out: str | None) -> list[str]:
     """The results files an evaluation of ``steps`` (None: the one the path names, else the latest)
     will write, known before any weights load."""
+    from sps_jax import checkpoint, runs
+
     try:
         resolved = [runs.checkpoint_step(path, step) for step in steps]  # a path and --step naming two: refused
     except FileNotFoundError:
@@ -160,6 +168,8 @@ def _parser() -> cli.ArgumentParser:
 
 def _all_steps(p, args, path: str) -> tuple[list[int], str]:
     """(every checkpoint step, run folder) for --all-steps, refusing the flags that name one checkpoint."""
+    from sps_jax import checkpoint, runs
+
     if args.out:
         p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
     if args.step is not None:
@@ -186,6 +196,8 @@ def main_evaluate(argv) -> int:
     if unused and not keys:  # they set up the lm-eval tasks; --val-data reads prepared tokens
         p.error(f"{unused[0]} is for --tasks (lm-eval), and none are given: pass --tasks, or drop {unused[0]}")
     task_data = _task_data(args.task_data)
+    from sps_jax import checkpoint, runs
+
     path = cli.run_argument(args)
     steps = [args.step]
     if args.all_steps:
@@ -231,6 +243,8 @@ def main_table(argv) -> int:
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
+    from sps_jax import runs
+
     files.distinct_inputs(args.results, "results file")
     if args.out is not None:
         if not args.out.strip():

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from sps_jax import runs
 from sps_jax.analysis import probes
 from tests import fuzz
 from tests.analysis.helpers import random_docs, write_documents_folder, write_run
@@ -80,7 +81,7 @@ def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
 
 def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(cli_fixture, monkeypatch):
     root = cli_fixture
-    monkeypatch.setattr(probes.runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
     common = ["--workdir", str(root / "sps"), "--val-data", str(root / "data"), "--out", str(root / "refused")]
     for argv, needle in (
             (["gradients", *common, "--context", "16", "--max-offset", "8", "--positions-per-doc", "9"],
@@ -97,7 +98,7 @@ def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(c
 def test_a_missing_plotting_package_names_its_extra_before_any_weights_load(cli_fixture, monkeypatch, package):
     # Before: the probe ran to its end, then plotting's import escaped as ModuleNotFoundError.
     root = cli_fixture
-    monkeypatch.setattr(probes.runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
     monkeypatch.setitem(sys.modules, package, None)  # what an install without the analysis extra imports
     outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
                                       "--out", str(root / "refused_plot")])
@@ -108,7 +109,7 @@ def test_a_missing_plotting_package_names_its_extra_before_any_weights_load(cli_
 
 def test_an_omega_beyond_int32_is_refused_before_any_weights_load(cli_fixture, monkeypatch):
     root = cli_fixture
-    monkeypatch.setattr(probes.runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
     outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
                                       "--omega", "2147483648", "--out", str(root / "refused_omega")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
