@@ -257,30 +257,33 @@ class ArgumentParser(argparse.ArgumentParser):
             raise
 
     def _list_flag_uses(self, args):
-        """(flag, position, value) for each use in ``args`` of a flag whose type is :func:`comma_list`."""
-        flags = {o for parser in _parsers(self) for a in parser._actions if getattr(a.type, "comma_list", False)
-                 for o in a.option_strings}
+        """(flag, position, value, parse) for each use in ``args`` of a flag whose type ``parse`` is a
+        :func:`comma_list`."""
+        flags = {o: a.type for parser in _parsers(self) for a in parser._actions
+                 if getattr(a.type, "comma_list", False) for o in a.option_strings}
         for i, word in enumerate(args):
             if word == "--":
                 break
             flag, eq, value = word.partition("=")
             if flag in flags:
-                yield flag, i, value if eq else (args[i + 1] if i + 1 < len(args) else "")
+                yield flag, i, value if eq else (args[i + 1] if i + 1 < len(args) else ""), flags[flag]
 
     def _check_list_flags_once(self, args) -> None:
         """A list flag given twice: argparse kept the last list and dropped the others without a word."""
         seen = {}
-        for flag, _, value in self._list_flag_uses(args):
+        for flag, _, value, _ in self._list_flag_uses(args):
             if flag in seen:
                 self.error(f"{flag} is given twice: give one comma-separated list, e.g. {flag} {seen[flag]},{value}")
             seen[flag] = value
 
     def _check_list_words(self, args, stray) -> None:
-        """Words after a list flag's value (``--variants standard sps``): say the list's syntax."""
-        for flag, i, value in self._list_flag_uses(args):
+        """Words after a list flag's value that are items of its list (``--variants standard sps``): say
+        the list's syntax. A word that is no item (``--variants sps stray``) is left to be named as
+        unrecognized, since it is more likely a stray word than a misspelt list."""
+        for flag, i, value, parse in self._list_flag_uses(args):
             words = []
             j = i + (1 if "=" in args[i] else 2)
-            while j < len(args) and args[j] in stray and not args[j].startswith("-"):
+            while j < len(args) and args[j] in stray and not args[j].startswith("-") and _parses(parse, args[j]):
                 words.append(args[j])
                 j += 1
             if words:
@@ -307,6 +310,15 @@ class ArgumentParser(argparse.ArgumentParser):
         if action.nargs == argparse.PARSER and value not in action.choices:  # argparse listed every choice
             self.error(unknown_subcommand(value, action.choices))
         super()._check_value(action, value)
+
+
+def _parses(parse, word: str) -> bool:
+    """Whether the argparse type ``parse`` takes ``word``."""
+    try:
+        parse(word)
+    except (argparse.ArgumentTypeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def close_name(word: str, names) -> str | None:

@@ -207,6 +207,9 @@ BAD_ARGUMENTS = [
       for bench, flags, flag in (("attention", [], "--variants"), ("compile", ["--target", "h100"], "--variants"),
                                  ("generate", [], "--variants"), ("train", ["--config", "configs/tiny.py"], "--variants"))],
     (bench_cli.main, ["tiles", "--kernels", "dq", "dkv"], ["write --kernels dq,dkv, not dq dkv"]),
+    # a word after a list that is no item of it is a stray word, named as such (it was told the list syntax)
+    (bench_cli.main, ["attention", "--variants", "sps", "stray"], ["unrecognized arguments: stray"]),
+    (bench_cli.main, ["compile", "--target", "h100", "--micro-batches", "1", "x"], ["unrecognized arguments: x"]),
     (evaluate.main, ["--workdir", "W", "--tasks", "arc_easy", "piqa"], ["write --tasks arc_easy,piqa"]),
     (bench_cli.main, ["compile", "--target", "h100", "--target", "b200"],
      ["--target is given twice: give one comma-separated list, e.g. --target h100,b200"]),
