@@ -177,11 +177,23 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dic
     if manifest is not None and manifest.get("settings") == settings and not force:
         return manifest
     if not force:
-        held = (f"a token folder prepared with other settings (source {manifest.get('settings', {}).get('source')!r})"
+        held = (f"a token folder prepared with other settings ({_changed(manifest.get('settings', {}), settings)})"
                 if manifest is not None else f"a damaged token folder ({problem})")
         raise UserError(f"{flag} {out} already holds {held}: pass --force to replace it (the new folder is built "
                         f"aside and swapped in only when complete), or choose another {flag}.")
     return None
+
+
+def _changed(old: dict, new: dict) -> str:
+    """The settings that differ between a folder's manifest and this command, as prepare's flags with their
+    old and new values (``--val-fraction 0.01 -> 0.02``)."""
+    def value(settings, key):
+        # --errors is recorded only when not "strict", so a folder without it was prepared strictly
+        found = settings.get(key, "strict" if key == "errors" else None)
+        return "unset" if found is None else found  # a limit left out (--max-tokens), or a field it lacks
+    keys = [*new, *(k for k in old if k not in new)]
+    return ", ".join(f"--{k.replace('_', '-')} {value(old, k)} -> {value(new, k)}"
+                     for k in keys if value(old, k) != value(new, k))
 
 
 def ensure_builtin(out: str, log=print) -> dict:

@@ -162,6 +162,18 @@ def test_prepare_refuses_to_replace_other_folders_unless_forced(tmp_path):
     assert outcome.status == 2 and "notes.txt" in outcome.stderr and (mine / "notes.txt").read_text() == "keep me"
 
 
+def test_the_refusal_of_a_folder_prepared_otherwise_names_the_settings_that_differ(tmp_path):
+    # It named the folder's source, even when only --val-fraction differed.
+    src = write_sources(tmp_path)
+    out = tmp_path / "tokens"
+    prepare.prepare(str(src["jsonl"]), str(out), log=lambda *a: None)
+    for flags, changed in ((["--source", src["jsonl"], "--val-fraction", "0.2"], "(--val-fraction 0.01 -> 0.2)"),
+                           (["--source", src["text"]], f"(--source {src['jsonl']} -> {src['text']})")):
+        outcome = fuzz.call(data_cli.main, ["prepare", *map(str, flags), "--out", str(out)])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"prepared with other settings {changed}: pass --force to replace it" in outcome.stderr, outcome.stderr
+
+
 def test_max_documents_and_max_tokens_cut_the_source_where_documented(tmp_path):
     src = write_sources(tmp_path)["jsonl"]
     prepare.prepare(str(src), str(tmp_path / "docs"), val_fraction=0.2, max_documents=7, log=lambda *a: None)
