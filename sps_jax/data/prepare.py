@@ -10,7 +10,8 @@ under reordering, appending documents and restarts. Work streams through
 the source in bounded batches into a sibling ``<out>.partial`` folder that replaces
 ``out`` only when complete, so an interrupted or failing run leaves ``out`` as it was
 and is simply restarted (a finished one with the same source and settings is skipped;
-a folder holding anything else is refused unless ``force``). One command builds a folder at a
+one prepared otherwise is refused unless ``force``, and a folder holding other files, a run
+or another token folder is never replaced). One command builds a folder at a
 time: a second one writing the same ``out`` meanwhile is refused (:class:`sps_jax.files.FolderBusy`),
 and :func:`ensure_builtin` waits for the first instead.
 """
@@ -161,6 +162,13 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dic
     if os.path.lexists(out) and not os.path.isdir(out):
         raise UserError(f"{flag} {out} is a file, not a folder: pass the folder to write the token files into.")
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    # Building replaces the folder whole, so a run or token folder at any depth in it (one made there before
+    # such folders were refused) would be deleted with it: refused by name, --force or not.
+    kept = files.below(out, lambda folder: runs.is_run(folder) or loader.is_token_folder(folder)) if names else None
+    if kept is not None:
+        what = "run" if runs.is_run(kept) else "token folder"
+        raise UserError(f"{flag} {out} holds the {what} {kept}, which replacing {out} would delete: move it out "
+                        f"of {out}, or choose another {flag}.")
     ours = {loader.MANIFEST} | {f"{split}.bin" for split in loader.SPLITS}
     foreign = [n for n in names if n not in ours and not n.endswith(".partial")]
     if foreign:

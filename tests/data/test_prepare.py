@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -172,6 +173,22 @@ def test_the_refusal_of_a_folder_prepared_otherwise_names_the_settings_that_diff
         outcome = fuzz.call(data_cli.main, ["prepare", *map(str, flags), "--out", str(out)])
         assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
         assert f"prepared with other settings {changed}: pass --force to replace it" in outcome.stderr, outcome.stderr
+
+
+def test_a_run_inside_a_token_folder_is_named_and_kept_even_with_force(tmp_path):
+    # A run made inside a token folder before such runs were refused: one under a name ending in .partial was
+    # deleted by --force with the folder, one under another name was called files prepare did not write.
+    src = write_sources(tmp_path)["jsonl"]
+    out = tmp_path / "tokens"
+    prepare.prepare(str(src), str(out), log=lambda *a: None)
+    for run in (out / "run", out / "old.partial" / "run"):
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "config.json").write_text("{}")
+        outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src), "--out", str(out), "--force"])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"--out {out} holds the run {run}, which replacing {out} would delete" in outcome.stderr, outcome.stderr
+        assert (run / "config.json").read_text() == "{}"
+        shutil.rmtree(run)
 
 
 def test_max_documents_and_max_tokens_cut_the_source_where_documented(tmp_path):
