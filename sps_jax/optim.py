@@ -23,11 +23,13 @@ def learning_rate(tokens, *, peak_lr, final_lr, warmup_tokens, total_tokens, dec
 
 
 def schedule(train_cfg, tokens_per_step: int):
-    """An optax schedule over update counts; the lr of update k is the lr after k * tokens_per_step tokens."""
+    """An optax schedule over update counts: update k (from 0) takes the lr after max(k, 1) * tokens_per_step
+    tokens. The first update shares the second's rate, as in the authors' trainer, instead of a rate of 0 that
+    would leave the weights unchanged while Adam's moments still took its gradient."""
     def lr(count):
-        return learning_rate(count * tokens_per_step, peak_lr=train_cfg.peak_lr, final_lr=train_cfg.final_lr,
-                             warmup_tokens=train_cfg.warmup_tokens, total_tokens=train_cfg.total_tokens,
-                             decay_fraction=train_cfg.decay_fraction)
+        return learning_rate(jnp.maximum(count, 1) * tokens_per_step, peak_lr=train_cfg.peak_lr,
+                             final_lr=train_cfg.final_lr, warmup_tokens=train_cfg.warmup_tokens,
+                             total_tokens=train_cfg.total_tokens, decay_fraction=train_cfg.decay_fraction)
     return lr
 
 

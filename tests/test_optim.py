@@ -29,6 +29,19 @@ def test_optax_schedule_counts_tokens_per_update():
     assert float(lr(2)) == pytest.approx(3e-4) and float(lr(4)) == pytest.approx(6e-4)
 
 
+def test_the_first_update_moves_the_weights_at_the_second_updates_rate():
+    # As in the authors' trainer, update 0 takes the rate after one update's tokens (6e-4 * 250 / 1000 = 1.5e-4),
+    # not 0. Adam's first step is lr * g / (|g| + eps), so a gradient of 2 moves a weight by -1.5e-4.
+    t = sps_config.train_config()
+    t.update(S)
+    t.weight_decay, t.grad_clip = 0.0, None
+    opt = optim.optimizer(t, tokens_per_step=250)
+    assert float(optim.schedule(t, tokens_per_step=250)(0)) == pytest.approx(1.5e-4)
+    params = {"w": jnp.ones((2, 2))}
+    updates, _ = opt.update({"w": jnp.full((2, 2), 2.0)}, opt.init(params), params)
+    np.testing.assert_allclose(updates["w"], -1.5e-4, rtol=1e-5)
+
+
 def test_weight_decay_applies_to_matrices_only(make_model):
     model, params = make_model()
     mask = optim.decay_mask(params)
