@@ -219,6 +219,13 @@ def test_the_schedule_is_the_papers_warmup_constant_decay_with_the_authors_warmu
         assert float(lr(tokens / tokens_per_update)) == pytest.approx(rate, rel=1e-5), tokens
 
 
+def test_validation_scores_as_many_tokens_as_the_authors():
+    # The authors' trainer scores eval_total_tokens = 10M tokens in whole batches of 96 sequences of 4096:
+    # ceil(10e6 / 393216) = 26 batches, 2496 windows (10,223,616 tokens). A smaller sample is a noisier val_loss.
+    config = sps_config.load_config("configs/paper.py:s,sps")
+    assert config.data.val_windows == 2496 and config.model.seq_len == 4096
+
+
 @pytest.mark.parametrize("field", [f for f, (_, _, _, optional) in sps_config.RANGES.items() if not optional])
 def test_none_for_a_field_that_takes_a_number_is_one_sentence(field):
     # Overrides accept None everywhere and leave it to the checks; comparing None with the bound was a TypeError.
