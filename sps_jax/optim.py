@@ -33,6 +33,13 @@ def schedule(train_cfg, tokens_per_step: int):
     return lr
 
 
+def update_count(opt_state):
+    """The number of updates the schedule has counted: a skipped non-finite update leaves it, as it leaves the
+    whole optimizer state, so the next update takes the rate the skipped one would have."""
+    return optax.tree_utils.tree_get(opt_state, "count",
+                                     filtering=lambda path, _: path[-1].tuple_name == "ScaleByScheduleState")
+
+
 def decay_mask(params):
     """True for matrices (ndim >= 2: projections, MLP, the tied embedding), False for norm scales."""
     return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)

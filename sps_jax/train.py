@@ -75,7 +75,8 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
 
 def make_train_step(model, opt, param_shardings):
     """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it.
-    The number of micro-batches is the tokens' leading axis."""
+    The number of micro-batches is the tokens' leading axis; ``updates_before`` is the optimizer's update
+    count the learning rate was read at (behind the step by the updates skipped as non-finite)."""
 
     def step(params, opt_state, tokens_ABL):
         def micro(carry, tokens_BL):
@@ -86,6 +87,7 @@ def make_train_step(model, opt, param_shardings):
             grad_sum = jax.lax.with_sharding_constraint(grad_sum, param_shardings)
             return (grad_sum, loss_sum + total, count + n), None
 
+        updates_before = optim.update_count(opt_state)  # the schedule reads it: the lr this update takes
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
         (grad_sum, loss_sum, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), tokens_ABL)
         # Sums over the whole global batch, divided once: the token-weighted mean.
@@ -99,7 +101,7 @@ def make_train_step(model, opt, param_shardings):
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
         return keep(new_params, params), keep(new_opt_state, opt_state), {
-            "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite}
+            "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite, "updates_before": updates_before}
 
     return step
 
@@ -391,7 +393,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=_log) 
                     step += 1
                     step_s = time.time() - tick
                     record = _step_record(step, out, tokens_per_step=p["tokens_per_step"],
-                                          lr=float(lr_schedule(step - 1)), step_s=step_s, elapsed_s=elapsed_s(),
+                                          lr=float(lr_schedule(out["updates_before"])), step_s=step_s,
+                                          elapsed_s=elapsed_s(),
                                           cfg=cfg, num_devices=len(devices), peak_flops=peak_flops)
                     if record.get("skipped"):
                         _on_nonfinite(record, t.nonfinite, ckpts, log)

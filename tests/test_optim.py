@@ -42,7 +42,19 @@ def test_the_first_update_moves_the_weights_at_the_second_updates_rate():
     np.testing.assert_allclose(updates["w"], -1.5e-4, rtol=1e-5)
 
 
+def test_update_count_is_the_number_of_updates_applied():
+    t = sps_config.train_config()
+    opt = optim.optimizer(t, tokens_per_step=1)
+    params = {"w": jnp.ones((2, 2)), "scale": jnp.ones(2)}
+    state = opt.init(params)
+    assert int(optim.update_count(state)) == 0
+    for _ in range(2):
+        _, state = opt.update(jax.tree_util.tree_map(jnp.ones_like, params), state, params)
+    assert int(optim.update_count(state)) == 2
+
+
 def test_weight_decay_applies_to_matrices_only(make_model):
+
     model, params = make_model()
     mask = optim.decay_mask(params)
     assert mask["embed"] and mask["block_0"]["attn"]["qkv"] and mask["block_1"]["mlp"]["down"]

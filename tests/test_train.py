@@ -149,9 +149,14 @@ def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
     bad_lr = ["--config.train.peak_lr=1e30", "--config.train.warmup_tokens=0"]
     out = run_train(tmp_path / "stop", tokens, 4, extra=bad_lr, check=False)
     assert out.returncode == 2 and "non-finite loss" in out.stderr and "at step 2;" in out.stderr, out.stderr
-    run_train(tmp_path / "skip", tokens, 4, extra=bad_lr + ["--config.train.nonfinite=skip"])
+    # A warmup over the 4 updates: each applied update would raise the rate by 1e30 / 4, a skipped one does not.
+    run_train(tmp_path / "skip", tokens, 4, extra=[*bad_lr, "--config.train.nonfinite=skip",
+                                                   "--config.train.warmup_tokens=1024"])
     records = [r for r in metrics.read(str(tmp_path / "skip")) if "loss" in r]
     assert len(records) == 4 and [bool(r.get("skipped")) for r in records] == [False, True, True, True]
+    # The rate each update ran at: 1e30 * 256 / 1024 for the first (it takes the second's rate) and for the skipped
+    # ones, which follow one applied update (metrics.jsonl said 5e29 and 7.5e29 for steps 3 and 4).
+    assert [r["lr"] for r in records] == pytest.approx([2.5e29] * 4, rel=1e-6)
     params = runs.load_run(str(tmp_path / "skip"))[1]
     assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(params)), "skipped updates never land"
 
