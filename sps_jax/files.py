@@ -250,6 +250,13 @@ def check_name_length(path: str, flag: str) -> None:
                         "allows: choose a shorter name.")
 
 
+def check_stem(stem: str, given: str, suffixes: str, example: str, flag: str = "--out") -> None:
+    """The name ``given`` whose ``stem`` a command adds ``suffixes`` to (``OUT.md``, ``OUT.png``) holds a file
+    name: ``dir/``, ``dir/.`` or ``.png`` alone would write hidden files (``dir/.md``, ``dir/..md``)."""
+    if os.path.basename(stem) in ("", ".", ".."):
+        raise UserError(f"{flag} {given} has no file name before {suffixes}: add one, for example {example}.")
+
+
 def check_parent(path: str, flag: str) -> None:
     """The folders above ``path`` can be made and written: the nearest one that exists is a folder
     this process may write in (the writers create the rest)."""

@@ -239,6 +239,8 @@ def main(argv=None):
     if not args.out.endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}: end it in .png (the numbers go "
                          "beside it, in the same name's .json).")
+    files.check_stem(args.out.removesuffix(".png"), args.out, ".png",
+                     os.path.join(os.path.dirname(args.out), f"{args.command}.png"))
     given = [(f"the {inputs[1]}", path) for path in getattr(args, inputs[0]) if os.path.isfile(path)]
     for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
         runs.output_file(path, "--out", args.force, given)

@@ -249,6 +249,7 @@ def main_table(argv) -> int:
     if args.out is not None:
         if not args.out.strip():
             p.error("--out is empty: pass the stem of the .md and .tex files to write")
+        files.check_stem(args.out, args.out, ".md and .tex", os.path.join(os.path.normpath(args.out), "table"))
         for suffix in (".md", ".tex"):
             runs.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
     rows = results_table.load(args.results)

@@ -108,6 +108,11 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
     assert ".png" in capsys.readouterr().err
     assert figures.main(["accuracy-gain", str(tmp_path), "--out", str(tmp_path / "a.png")]) == 2
     assert "is a folder, not a file" in capsys.readouterr().err
+    # Before: a figure named only by its suffix was written, as the hidden files .png and .png.json.
+    run = write_run(tmp_path / "sps", "sps", "sps", 4, [3.0])
+    assert figures.main(["curves", run, "--out", str(tmp_path / ".png")]) == 2
+    assert f"--out {tmp_path / '.png'} has no file name before .png: add one, for example " \
+        f"{tmp_path / 'curves.png'}." in capsys.readouterr().err and not (tmp_path / ".png").exists()
     # A run that never evaluated has no curve to draw: said before plotting, not by matplotlib.
     run = write_run(tmp_path / "no-val", "no-val", "sps", 4, [])
     with open(os.path.join(run, "metrics.jsonl"), "w") as f:

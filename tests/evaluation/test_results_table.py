@@ -1,6 +1,7 @@
 """The paper's main table follows its input JSONs: values, deltas to Standard, the best in bold."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -98,3 +99,15 @@ def test_a_results_json_with_a_bad_field_is_one_sentence_naming_the_file(tmp_pat
         results_table.load(paths)
     prefix = f"{paths[1]} is not a results JSON of python -m sps_jax.evaluation.evaluate: "
     assert str(refusal.value).startswith(prefix) and sentence in str(refusal.value), refusal.value
+
+
+@pytest.mark.parametrize("out", ["tables/", "tables/.", "tables/.."])
+def test_a_table_out_with_no_file_name_is_one_sentence(tmp_path, capsys, out):
+    # Before: status 0, with the table written to the hidden files tables/.md, tables/..md or tables/...md.
+    (tmp_path / "tables").mkdir()
+    evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/{out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {tmp_path}/{out} has no file name before .md and .tex: add one, for "
+                          "example ") and err.count("\n") == 1, err
+    assert sorted(os.listdir(tmp_path / "tables")) == [] and sorted(os.listdir(tmp_path)) == ["r.json", "tables"]
