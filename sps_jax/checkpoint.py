@@ -185,8 +185,9 @@ def _restore_params(workdir: str, step: int | None, target):
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step
-        if step is None:
-            raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet.")
+        if not all_steps:  # also with a --step: "it has []: pass one of those" offered nothing
+            raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet: train it until it saves one "
+                                    "(train.checkpoint_every), or pass a run that has one.")
         if step not in all_steps:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
                                     f"it has {all_steps}: pass one of those.")

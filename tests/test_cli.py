@@ -532,6 +532,9 @@ def test_fuzzing_every_reader_for_200_cases_or_60_seconds(fuzz_world):
     (lambda tmp: train.plan(sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=7"]), 1),
      "so make it one."),
     (lambda tmp: runs.find_run(str(tmp)), "or one of its checkpoints/<step> folders."),
+    # said only "no checkpoint yet", and with a step "it has []: pass one of those"
+    (lambda tmp: checkpoint.restore_params(str(tmp)), "or pass a run that has one."),
+    (lambda tmp: checkpoint.restore_params(str(tmp), 3), "or pass a run that has one."),
     (lambda tmp: sampling.Sampling(1.0, 0, 0.0).validate(), "(1 keeps every token), got 0.0."),
     (lambda tmp: prepare.prepare("builtin", str(tmp / "out"), val_fraction=1.0), "pass one from 0 up to below 1."),
 ])
