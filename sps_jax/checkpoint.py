@@ -29,6 +29,8 @@ CHECKPOINT_DIR = "checkpoints"
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
 TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
+# What a reader of a run without a checkpoint (killed before its first save) can do.
+NO_CHECKPOINT_ADVICE = "train it until it saves one (train.checkpoint_every), or pass a run that has one"
 
 
 class _QuietOrbax(logging.Filter):
@@ -186,8 +188,7 @@ def _restore_params(workdir: str, step: int | None, target):
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step
         if not all_steps:  # also with a --step: "it has []: pass one of those" offered nothing
-            raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet: train it until it saves one "
-                                    "(train.checkpoint_every), or pass a run that has one.")
+            raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet: {NO_CHECKPOINT_ADVICE}.")
         if step not in all_steps:
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
                                     f"it has {all_steps}: pass one of those.")

@@ -297,7 +297,8 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
         raise UserError(f"{flag}: {cli.sentence(e)}") from None
     step = found[-1] if step is None and found else step
     if step not in found:
-        raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else "."))
+        raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else
+                                                                f" yet: {checkpoint.NO_CHECKPOINT_ADVICE}."))
     changed = model_differences(saved, config)
     shapes = [k for k in changed if k in sps_model.SHAPE_FIELDS]
     if shapes:

@@ -485,7 +485,13 @@ def test_init_from_a_run_of_another_model_or_nowhere_is_refused_before_training(
            "train.init_from", "does not exist")
     refuse(small_argv(tmp_path / "c", tokens, f"--config.train.init_from={reference}/checkpoints/3"),
            "train.init_from", "checkpoints/3' does not exist")
-    assert not any((tmp_path / name).exists() for name in "abc")
+    # A run killed before its first save: the sentence said "the run has no checkpoint." and nothing to do.
+    (tmp_path / "unsaved").mkdir()
+    shutil.copy(reference / "config.json", tmp_path / "unsaved")
+    refuse(small_argv(tmp_path / "d", tokens, f"--config.train.init_from={tmp_path / 'unsaved'}"),
+           f"train.init_from={tmp_path / 'unsaved'}: the run has no checkpoint yet: train it until it saves one "
+           "(train.checkpoint_every), or pass a run that has one.")
+    assert not any((tmp_path / name).exists() for name in "abcd")
 
 
 def test_training_in_a_weights_only_run_folder_points_to_init_from(tmp_path, tokens, reference):

@@ -2,6 +2,7 @@
 a clear error before any weights are loaded."""
 
 import json
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -200,3 +201,16 @@ def test_an_existing_default_results_file_names_the_way_out_that_exists(tmp_path
         outcome = fuzz.call(evaluate.main, argv)
         assert outcome.status == 2 and outcome.problem() is None, outcome
         assert "step_5.json already exists: " + advice in outcome.stderr, outcome.stderr
+
+
+def test_a_run_with_no_checkpoint_yet_says_what_to_do(tmp_path):
+    # A run killed before its first save (config.json and metrics.jsonl only): --all-steps said "has no
+    # checkpoint to evaluate." and nothing to do.
+    save_tiny_run(tmp_path / "run")
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    write_val_data(tmp_path / "data")
+    argv = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"), "--all-steps"]
+    outcome = fuzz.call(evaluate.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert outcome.stderr.endswith("has no checkpoint to evaluate: train it until it saves one "
+                                   "(train.checkpoint_every), or pass a run that has one.\n"), outcome.stderr
