@@ -257,6 +257,21 @@ def check_stem(stem: str, given: str, suffixes: str, example: str, flag: str = "
         raise UserError(f"{flag} {given} has no file name before {suffixes}: add one, for example {example}.")
 
 
+def leads_nowhere(path: str) -> bool:
+    """A symbolic link whose target is missing or part of a loop of links."""
+    return os.path.islink(path) and not os.path.exists(path)
+
+
+def check_folder_place(path: str, flag: str, advice: str) -> None:
+    """``path``, a folder a command writes into, is a folder or nothing yet; else one sentence ending in ``advice``
+    (a link that leads nowhere was called a file)."""
+    if leads_nowhere(path):
+        raise UserError(f"{flag} {path} is a link that leads nowhere (its target is missing, or links point at each "
+                        f"other in a loop): {advice}.")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag} {path} is a file, not a folder: {advice}.")
+
+
 def check_parent(path: str, flag: str) -> None:
     """The folders above ``path`` can be made and written: the nearest one that exists is a folder
     this process may write in (the writers create the rest)."""

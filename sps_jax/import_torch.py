@@ -236,8 +236,7 @@ def check_out(out: str, force: bool) -> None:
 
     runs.output_folder(out)
     loader.refuse_inside_tokens(out, "--out")
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise UserError(f"--out {out} is a file, not a folder: pass a new folder for the imported run.")
+    files.check_folder_place(out, "--out", "pass a new folder for the imported run")
     held = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
     kept = files.below(out, lambda folder: runs.is_run(folder) or loader.is_token_folder(folder)) if held else None

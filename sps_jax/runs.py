@@ -188,8 +188,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     """
-    if os.path.lexists(workdir) and not os.path.isdir(workdir):
-        raise UserError(f"--workdir {workdir} is a file, not a folder: pass a new or existing run folder.")
+    files.check_folder_place(workdir, "--workdir", "pass a new or existing run folder")
     owner = _run_file(workdir)
     if owner is not None:
         name = os.path.basename(os.path.realpath(workdir))

@@ -257,3 +257,22 @@ def test_a_step_of_the_wrong_type_is_one_sentence_and_numpy_integers_are_steps(t
             runs.load_model(tmp_path / "run", step)
     assert runs.load_model(tmp_path / "run", np.int64(3))[2] == 3
     assert runs.load_run(str(tmp_path / "run"), np.int32(3))[2] == 3
+
+
+@pytest.mark.parametrize("kind", ["loop", "missing target"])
+def test_a_folder_to_write_that_is_a_link_leading_nowhere_is_called_one(tmp_path, kind):
+    # Before: "--workdir LINK is a file, not a folder" (and the same of prepare's and the import's --out).
+    from sps_jax import import_torch
+    from sps_jax.data import prepare
+
+    link = tmp_path / "out"
+    os.symlink("out" if kind == "loop" else "nowhere", link)
+    config = sps_config.load_config("configs/tiny.py")
+    nowhere = "is a link that leads nowhere (its target is missing, or links point at each other in a loop): pass "
+    for flag, call in (("--workdir", lambda: runs.check_workdir(str(link), config)),
+                       ("--out", lambda: import_torch.check_out(str(link), force=True)),
+                       ("--out", lambda: prepare.prepare("builtin", str(link)))):
+        with pytest.raises(ValueError) as refusal:
+            call()
+        assert str(refusal.value).startswith(f"{flag} {link} {nowhere}"), refusal.value
+    assert os.path.islink(link) and not os.path.exists(link)

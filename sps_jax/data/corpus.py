@@ -153,7 +153,7 @@ def check_source(source: str) -> None:
             raise UserError(f"source {source!r} names no dataset: pass hf:NAME[:CONFIG], for example "
                             "hf:HuggingFaceFW/fineweb-edu:sample-10BT.")
         return
-    if _leads_nowhere(source):
+    if files.leads_nowhere(source):
         raise UserError(f"source {source!r} is a link that leads nowhere (its target is missing, or links point at "
                         "each other in a loop): pass the file or folder itself.")
     if not os.path.exists(source):
@@ -162,7 +162,7 @@ def check_source(source: str) -> None:
     paths = _files(source)
     if not paths:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
-    nowhere = [p for p in paths if _leads_nowhere(p)]
+    nowhere = [p for p in paths if files.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised
         raise UserError(f"{nowhere[0]} in source folder {source!r} is a link that leads nowhere (its target is "
                         "missing, or links point at each other in a loop): remove it or point it at a file.")
@@ -179,11 +179,6 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
     if source == "builtin" or not any(p.endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES) for p in _files(source)):
         raise UserError(f"--text-field {text_field} names a field of JSONL, Parquet or hf: records, and source "
                         f"{source!r} holds plain text only: drop --text-field.")
-
-
-def _leads_nowhere(path: str) -> bool:
-    """A symbolic link whose target is missing or part of a loop of links."""
-    return os.path.islink(path) and not os.path.exists(path)
 
 
 def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str = DEFAULT_HF_SPLIT,

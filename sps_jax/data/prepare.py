@@ -159,8 +159,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
 def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dict | None:
     """The manifest of ``out`` when it already holds this corpus intact (skip the work), None when
     it may be (re)built; a refusal when building would replace something else."""
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise UserError(f"{flag} {out} is a file, not a folder: pass the folder to write the token files into.")
+    files.check_folder_place(out, flag, "pass the folder to write the token files into")
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # Building replaces the folder whole, so a run or token folder at any depth in it (one made there before
     # such folders were refused) would be deleted with it: refused by name, --force or not.
