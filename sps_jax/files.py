@@ -473,10 +473,12 @@ class NotAFile(UserError, FileNotFoundError):
 
 
 def input_file(path: str, what: str, hint: str = "") -> str:
-    """``path`` when it is a file; else one sentence: ``what`` ``path`` does not exist, or is a
-    folder, then ``hint`` (what to pass instead)."""
+    """``path`` when it is a file; else one sentence: ``what`` ``path`` does not exist, is a link that
+    leads nowhere, or is a folder, then ``hint`` (what to pass instead)."""
     if not os.path.isfile(path):
-        state = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        state = ("is a folder, not a file" if os.path.isdir(path) else
+                 "is a link that leads nowhere (its target is missing, or links point at each other in a loop)"
+                 if leads_nowhere(path) else "does not exist")
         raise NotAFile(f"{what} {path!r} {state}{': ' + hint if hint else ''}.")
     return path
 

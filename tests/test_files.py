@@ -229,3 +229,15 @@ def test_an_output_under_proc_or_sys_is_refused_naming_the_flag_before_any_work(
                                             r"\(.+\): choose another path\.$"):
             check(path, "--out")
     assert files.cannot_create(str(tmp_path)) is None and os.listdir(tmp_path) == []  # the probe file is gone
+
+
+@pytest.mark.parametrize("kind", ["loop", "missing target"])
+def test_an_input_file_that_is_a_link_leading_nowhere_is_called_one(tmp_path, kind):
+    # Before: "prompts file 'p.txt' does not exist", of a link the user can see with ls (generate --prompts-file,
+    # --config, evaluate table, figures, import_torch).
+    link = tmp_path / "p.txt"
+    os.symlink("p.txt" if kind == "loop" else "gone.txt", link)
+    with pytest.raises(files.NotAFile) as refusal:
+        files.input_file(str(link), "prompts file", "pass a text file")
+    assert str(refusal.value) == (f"prompts file {str(link)!r} is a link that leads nowhere (its target is missing, "
+                                  "or links point at each other in a loop): pass a text file.")
