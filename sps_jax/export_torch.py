@@ -35,6 +35,9 @@ def check_output(out: str, force: bool = False) -> str:
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
     from sps_jax import runs
 
+    suffix = next((s for s in FORMATS if out.endswith(s)), None)
+    if suffix is not None:  # o/.pt: splitext reads it as a hidden file with no suffix
+        files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
     fmt = FORMATS.get(os.path.splitext(out)[1])
     if fmt is None:
         raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")

@@ -179,6 +179,10 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     bad = tmp_path / "ckpt.bin"
     assert export_torch.main([run, "--out", str(bad)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --out '{bad}' must end in .pt (torch) or .safetensors."
+    # Before: "--out 'DIR/.pt' must end in .pt (torch) or .safetensors.", of a name that does.
+    assert export_torch.main([run, "--out", str(tmp_path / ".pt")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --out {tmp_path / '.pt'} has no file name before .pt: add "
+                                               f"one, for example {tmp_path / 'model.pt'}.")
 
 
 def test_both_formats_get_the_file_mode_of_any_other_output(tmp_path):
