@@ -330,8 +330,8 @@ def load_run(path: str, step: int | None = None):
     return config, params, step
 
 
-_CHECKPOINT = ("checkpoint does not match its config.json", "the run folder's config was changed or belongs to "
-               "another checkpoint")
+_CHECKPOINT = ("checkpoint does not match its config.json", "put back the config.json the run was trained with "
+               "(this one was edited, or belongs to another run)")
 
 
 def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] = _CHECKPOINT) -> None:

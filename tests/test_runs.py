@@ -68,7 +68,8 @@ def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path, fi
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     config["model"][field] = value
     (tmp_path / "run" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="does not match its config.json"):
+    with pytest.raises(ValueError, match=r"does not match its config.json: .*; put back the config.json the run was "
+                                         r"trained with \(this one was edited, or belongs to another run\)\.$"):
         runs.load_model(str(tmp_path / "run"))
 
 

@@ -89,7 +89,8 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
             raise ValueError(f"--task-data given for {key!r}, which is not among the tasks being run "
                              f"({', '.join(keys) or 'none'}).")
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}.")
+            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: pass the path of the "
+                                    f"task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE.")
         _data_format(path)
 
 
@@ -102,7 +103,8 @@ def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str)
     import yaml
 
     if not os.path.isfile(data_path):
-        raise FileNotFoundError(f"local data for task {key!r} not found at {data_path!r}.")
+        raise FileNotFoundError(f"local data for task {key!r} not found at {data_path!r}: pass the path of the "
+                                f"task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE.")
     name = LOCAL_PREFIX + key
     override = {
         "include": os.path.abspath(base_yaml),

@@ -116,7 +116,8 @@ def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
 def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, local_tasks):
     common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
     nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first
-    with pytest.raises(FileNotFoundError, match="local data for task 'tiny_mc' not found"):
+    with pytest.raises(FileNotFoundError, match=r"local data for task 'tiny_mc' not found at .*: pass the path of "
+                                                r"the task's .* file, as --task-data tiny_mc=FILE\.$"):
         evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "x.jsonl")},
                                      **common)
     with pytest.raises(ValueError, match="not among the tasks being run"):
