@@ -166,6 +166,9 @@ def test_bad_settings_fail_before_compiling(tokens):
     config.mesh.data, config.mesh.fsdp = 2, 2
     with pytest.raises(ValueError, match="does not use the 1 devices"):
         sps_train.plan(config, num_devices=1)
+    config.mesh.data, config.mesh.fsdp = -1, 0  # said "data=-1 x fsdp=0 does not use the 1 devices exactly"
+    with pytest.raises(ValueError, match=r"^mesh.fsdp=0 is no number of devices: set --config.mesh.fsdp to a positive"):
+        sps_train.plan(config, num_devices=1)
     config = small_config(tokens, 4)
     config.train.micro_batch = 5
     with pytest.raises(ValueError, match="not a multiple of train.micro_batch"):
