@@ -12,7 +12,7 @@ from sps_jax import masks
 from sps_jax import model as sps_model
 from sps_jax import torch_layout
 from tests.helpers import EOS, PAD, SMALL, small_config, small_model
-from tests.torch_reference import numpy_forward
+from tests.torch_reference import numpy_forward, random_state_dict
 
 
 def random_tokens(rng, B, T, eos_rate=0.15):
@@ -260,18 +260,8 @@ def test_windows_0_1_and_T_edges_pads_and_an_odd_length_give_the_authors_logits(
     # The import tests compare one window per variant; here the window's edge cases (w = 0: rho_i sees only
     # itself of its stream, x_i no predict slot; w = 1; w = T - 1 and T, i.e. unbounded) on an odd-length row with
     # left padding, an EOS and a one-token document, against the float64 numpy forward of the authors' model.
-    rng = np.random.default_rng(3)
-    D, H, L, V = 16, 2, 2, SMALL["vocab_size"]
-    normal = lambda *shape, scale=0.3: scale * rng.normal(size=shape)  # noqa: E731
-    sd = {"transformer.wte.weight": normal(V, D, scale=1.0), "transformer.output_norm.weight": 1 + normal(D)}
-    for i in range(L):
-        h = f"transformer.h.{i}."
-        sd.update({h + "attention_norm.weight": 1 + normal(D), h + "mlp_norm.weight": 1 + normal(D),
-                   h + "attn.c_attn.weight": normal(3 * D, D), h + "attn.c_proj.weight": normal(D, D),
-                   h + "mlp.gate_proj.weight": normal(3 * D, D), h + "mlp.up_proj.weight": normal(3 * D, D),
-                   h + "mlp.down_proj.weight": normal(D, 3 * D)})
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    sd = {k: v.astype(np.float32) for k, v in sd.items()}
+    D, H, L = 16, 2, 2
+    sd = random_state_dict(np.random.default_rng(3), L, D, SMALL["vocab_size"], scale=0.3)
     params = torch_layout.to_params(sd, H)
     tokens = [PAD, PAD, 5, 17, 3, 44, EOS, EOS, 9, 12, 30, 2, 58]  # T = 13
     T = len(tokens)
@@ -286,17 +276,8 @@ def test_an_f32_residual_stream_in_bf16_is_closer_to_the_authors_float64_model()
     # The authors train under torch autocast: matmuls in bf16, the residual stream (embeddings and each block's
     # sums) in f32. model.residual_dtype="float32" carries it so; by default it is carried in model.dtype.
     rng = np.random.default_rng(0)
-    D, H, L, V = 32, 2, 4, SMALL["vocab_size"]
-    normal = lambda *shape, scale=0.1: scale * rng.normal(size=shape)  # noqa: E731
-    sd = {"transformer.wte.weight": normal(V, D, scale=1.0), "transformer.output_norm.weight": 1 + normal(D)}
-    for i in range(L):
-        h = f"transformer.h.{i}."
-        sd.update({h + "attention_norm.weight": 1 + normal(D), h + "mlp_norm.weight": 1 + normal(D),
-                   h + "attn.c_attn.weight": normal(3 * D, D), h + "attn.c_proj.weight": normal(D, D),
-                   h + "mlp.gate_proj.weight": normal(3 * D, D), h + "mlp.up_proj.weight": normal(3 * D, D),
-                   h + "mlp.down_proj.weight": normal(D, 3 * D)})
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    sd = {k: v.astype(np.float32) for k, v in sd.items()}
+    D, H, L = 32, 2, 4
+    sd = random_state_dict(rng, L, D, SMALL["vocab_size"], scale=0.1)
     params = torch_layout.to_params(sd, H)
     tokens = [int(t) for t in rng.integers(0, EOS, size=32)]
     theirs = numpy_forward(sd, tokens, "sps", 8, H, SMALL["predict_id"], EOS, PAD)

@@ -34,6 +34,23 @@ def allowed(tokens, variant, window, eos_id, pad_id):
     return np.array([[sees(i, s, j, t) for j, t in slots] for i, s in slots])
 
 
+def random_state_dict(rng, num_layers, d_model, vocab_size, scale):
+    """A float32 state dict in their key names: N(0, 1) embeddings, norm scales 1 + N(0, scale^2), matrices
+    N(0, scale^2), lm_head tied to the embedding."""
+    D = d_model
+    normal = lambda *shape: (scale * rng.normal(size=shape)).astype(np.float32)  # noqa: E731
+    sd = {"transformer.wte.weight": rng.normal(size=(vocab_size, D)).astype(np.float32),
+          "transformer.output_norm.weight": 1 + normal(D)}
+    for i in range(num_layers):
+        h = f"transformer.h.{i}."
+        sd.update({h + "attention_norm.weight": 1 + normal(D), h + "mlp_norm.weight": 1 + normal(D),
+                   h + "attn.c_attn.weight": normal(3 * D, D), h + "attn.c_proj.weight": normal(D, D),
+                   h + "mlp.gate_proj.weight": normal(3 * D, D), h + "mlp.up_proj.weight": normal(3 * D, D),
+                   h + "mlp.down_proj.weight": normal(D, 3 * D)})
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    return sd
+
+
 def numpy_forward(sd, tokens, variant, window, num_heads, predict_id, eos_id, pad_id):
     """Next-token logits [T, V] of a state dict (their key names, numpy arrays, no ``_orig_mod.`` prefix)."""
     sd = {k: np.asarray(v, np.float64) for k, v in sd.items()}
