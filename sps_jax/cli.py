@@ -15,6 +15,7 @@ went away (``... | head -1``) exits quietly with 141, as a program killed by SIG
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import functools
 import operator
@@ -108,9 +109,10 @@ def _raise_stop(signum, frame):
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-def _exit_interrupted(signum, frame):
-    os.write(2, b"interrupted\n")
-    os._exit(EXIT_INTERRUPTED)
+def _exit_stopped(signum, frame):
+    terminated = signum == signal.SIGTERM
+    os.write(2, b"terminated\n" if terminated else b"interrupted\n")
+    os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
 def quiet_interrupt_while_starting() -> None:
@@ -124,7 +126,24 @@ def quiet_interrupt_while_starting() -> None:
     as_script = bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("sps-")
     if ((as_module or as_script) and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-        signal.signal(signal.SIGINT, _exit_interrupted)
+        signal.signal(signal.SIGINT, _exit_stopped)
+
+
+@contextlib.contextmanager
+def stop_exits_while_loading():
+    """Around a command's import of jax inside its :func:`main` (its ``--help`` need not wait for it): a
+    Ctrl-C or SIGTERM there ends the process at once with 130 or 143, as one before main does
+    (:func:`quiet_interrupt_while_starting`); raised inside jaxlib's C++ import, the exception can crash
+    the interpreter (SIGSEGV). Outside a command-line run signal handling is left alone."""
+    if signal.getsignal(signal.SIGINT) is not _raise_stop:
+        yield
+        return
+    previous = {sig: signal.signal(sig, _exit_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(fn):

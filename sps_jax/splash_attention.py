@@ -132,7 +132,7 @@ def _per_batch_shard(fn, *args):
     """``fn(*args)`` (batch-leading arrays) once per batch shard of the context mesh.
 
     XLA cannot partition a Mosaic kernel, so under a sharded ``jit`` the kernel runs inside a
-    ``shard_map`` over the mesh's batch axes (``sps_jax.mesh.BATCH_AXES``); ``sps_jax.train``
+    ``shard_map`` over the mesh's batch axes (``sps_jax.mesh.BATCH_AXES``); ``sps_jax.trainer``
     traces its steps under ``jax.set_mesh``. Without a context mesh the call is direct.
     """
     mesh = sps_mesh.context_mesh()

@@ -24,7 +24,7 @@ from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
 from sps_jax.data import loader, prepare, tokenizer
 from sps_jax.inference import generate, sampling
-from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train
+from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train, trainer
 from tests import fuzz
 from tests.helpers import REPO, ensure_tokenizer, env, own_lines, run_module, small_model, write_token_folder
 
@@ -412,9 +412,13 @@ def importing_jax(pid) -> bool:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="watches the process's mapped libraries")
-def test_a_command_interrupted_while_it_imports_jax_exits_130_in_one_word(tmp_path):
+@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
+                                               (signal.SIGTERM, 143, "terminated")])
+def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig, status, word):
     """Before: a Ctrl-C in the first seconds, before the command's main took over the signal, printed a
-    KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import."""
+    KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import. train
+    imports jax inside its main (cli.stop_exits_while_loading), where either signal raised there crashed
+    it (SIGSEGV)."""
     proc = subprocess.Popen([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
                              str(tmp_path / "run")], cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -422,11 +426,11 @@ def test_a_command_interrupted_while_it_imports_jax_exits_130_in_one_word(tmp_pa
         deadline = time.monotonic() + 60
         while not importing_jax(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.005)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert (proc.returncode, own_lines(err)) == (130, ["interrupted"]), err
+    assert (proc.returncode, own_lines(err)) == (status, [word]), err
     assert not (tmp_path / "run").exists()
 
 
@@ -529,7 +533,7 @@ def test_fuzzing_every_reader_for_200_cases_or_60_seconds(fuzz_world):
 
 
 @pytest.mark.parametrize("call, ending", [
-    (lambda tmp: train.plan(sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=7"]), 1),
+    (lambda tmp: trainer.plan(sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=7"]), 1),
      "so make it one."),
     (lambda tmp: runs.find_run(str(tmp)), "or one of its checkpoints/<step> folders."),
     # said only "no checkpoint yet", and with a step "it has []: pass one of those"

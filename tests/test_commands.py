@@ -86,9 +86,9 @@ def test_every_command_and_subcommand_answers_version_with_the_installed_version
 
 
 
-# The commands whose main's module imports no jax before parsing (train and inference.generate still load it at
-# their top), and for each the argument lists that stop at the parser: help, version, an unknown flag or
-# subcommand, a missing argument, a bad int, choice or comma list, a config override without its '='.
+# The commands whose main's module imports no jax before parsing (inference.generate still loads it at its top),
+# and for each the argument lists that stop at the parser: help, version, an unknown flag or subcommand, a missing
+# argument, a bad int, choice or comma list, a config override without its '=' (train's: a bad config file too).
 ANSWERED_WITHOUT_JAX = {
     "sps_jax.__main__": [["--help"], ["--version"], ["--bogus"]],
     "sps_jax.data.__main__": [["--help"], ["--version"], ["prepare", "--help"], ["verify", "--help"],
@@ -106,6 +106,11 @@ ANSWERED_WITHOUT_JAX = {
                              ["x", "--out", "y", "--config.model.window", "3"]],
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"]],
+    "sps_jax.train": [["--help"], ["--version"], ["--config", "configs/tiny.py"],
+                      ["--config", "configs/tiny.py", "--workdir", ""],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--num-processes", "two"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.seed", "3"],
+                      ["--config", "README.md", "--workdir", "w"]],
 }
 
 

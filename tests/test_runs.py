@@ -190,7 +190,7 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
 
 
 def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
-    from sps_jax import import_torch, train
+    from sps_jax import import_torch, trainer
     from sps_jax.data import loader, prepare
     # `data prepare --out TOK/sub` was accepted; `data prepare --out TOK --force` then deleted TOK/sub with TOK,
     # and a run made in TOK/run would go the same way.
@@ -207,7 +207,7 @@ def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
         with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}"):
             import_torch.check_out(str(tokens / inside), force=False)
         with pytest.raises(UserError, match=rf"^--workdir {tokens}/{inside} lies inside the token folder {tokens}"):
-            train.train(config, str(tokens / inside))
+            trainer.train(config, str(tokens / inside))
     loader.refuse_inside_tokens(str(tmp_path / "beside"), "--out")  # beside it is fine
 
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, cli, config as sps_config, metrics, runs, train as sps_train
+from sps_jax import checkpoint, cli, config as sps_config, metrics, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
 from tests import fuzz
 from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, losses, own_lines, run_train,
@@ -46,12 +46,12 @@ def final_params(workdir):
 
 KILL_SCRIPT = """
 import os, signal, sys
-from sps_jax import config, train
+from sps_jax import config, trainer
 cfg = config.load_config("configs/tiny.py", sys.argv[3:])
 def on_step(step, record):
     if step == int(sys.argv[2]):
         os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no final save
-train.train(cfg, sys.argv[1], on_step=on_step)
+trainer.train(cfg, sys.argv[1], on_step=on_step)
 """
 
 
@@ -116,12 +116,12 @@ def small_config(tokens, steps):
 
 SIGNAL_SCRIPT = """
 import os, signal, sys
-from sps_jax import config, train
+from sps_jax import config, trainer
 cfg = config.load_config("configs/tiny.py", sys.argv[2:])
 def on_step(step, record):
     if step == 3:
         os.kill(os.getpid(), signal.SIGTERM)
-print("summary", train.train(cfg, sys.argv[1], on_step=on_step))
+print("summary", trainer.train(cfg, sys.argv[1], on_step=on_step))
 """
 
 
@@ -139,7 +139,7 @@ def test_a_ctrl_c_lost_before_the_loop_still_stops_the_run_with_a_checkpoint(tmp
     """Python drops a KeyboardInterrupt raised inside a garbage-collector callback (jax has one), so a Ctrl-C
     while the step compiles could be lost and the run trained on; the loop now asks whether one came."""
     monkeypatch.setattr(cli, "_stop_signal", "SIGINT")
-    summary = sps_train.train(small_config(tokens, STEPS), str(tmp_path))
+    summary = trainer.train(small_config(tokens, STEPS), str(tmp_path))
     assert (summary["step"], summary["stopped_by"]) == (1, "SIGINT")
     assert runs.load_run(str(tmp_path))[2] == 1
 
@@ -165,18 +165,18 @@ def test_bad_settings_fail_before_compiling(tokens):
     config = small_config(tokens, 4)
     config.mesh.data, config.mesh.fsdp = 2, 2
     with pytest.raises(ValueError, match="does not use the 1 devices"):
-        sps_train.plan(config, num_devices=1)
+        trainer.plan(config, num_devices=1)
     config.mesh.data, config.mesh.fsdp = -1, 0  # said "data=-1 x fsdp=0 does not use the 1 devices exactly"
     with pytest.raises(ValueError, match=r"^mesh.fsdp=0 is no number of devices: set --config.mesh.fsdp to a positive"):
-        sps_train.plan(config, num_devices=1)
+        trainer.plan(config, num_devices=1)
     config = small_config(tokens, 4)
     config.train.micro_batch = 5
     with pytest.raises(ValueError, match="not a multiple of train.micro_batch"):
-        sps_train.plan(config, num_devices=1)
+        trainer.plan(config, num_devices=1)
     config = small_config(tokens, 4)
     config.mesh.data = 3
     with pytest.raises(ValueError, match="does not split over the 3x1 mesh"):
-        sps_train.plan(config, num_devices=3)
+        trainer.plan(config, num_devices=3)
 
 
 def test_a_window_beyond_int32_stops_the_command_in_one_sentence_before_making_the_workdir(tmp_path):
@@ -423,7 +423,7 @@ def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
 
 def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.dtype=float32"])
-    run = sps_train.setup(config, sps_train.plan(config, 1), jax.devices()[:1])
+    run = trainer.setup(config, trainer.plan(config, 1), jax.devices()[:1])
     model, opt, shardings = run.model, run.opt, run.param_sh
     params = sps_model.init_params(model, jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
@@ -431,7 +431,7 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     tokens[rng.random(tokens.shape) < 0.1] = 60  # documents of uneven lengths: token weighting matters
     results = {}
     for accum in (1, 4):
-        step = jax.jit(sps_train.make_train_step(model, opt, shardings))
+        step = jax.jit(trainer.make_train_step(model, opt, shardings))
         results[accum] = step(params, opt.init(params), jnp.asarray(tokens.reshape(accum, 16 // accum, 17)))
     (p1, _, m1), (p4, _, m4) = results[1], results[4]
     np.testing.assert_allclose(float(m4["loss"]), float(m1["loss"]), rtol=1e-6)
@@ -445,7 +445,7 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
 def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     calls = []
     monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: calls.append(a))
-    monkeypatch.setattr(sps_train, "train", lambda config, workdir, force: {"step": 0})
+    monkeypatch.setattr(trainer, "train", lambda config, workdir, force: {"step": 0})
     argv = ["--config", "configs/tiny.py", "--workdir", "unused"]
     assert sps_train.main(argv) == 0 and calls == []  # a single process by default
     assert sps_train.main(argv + ["--distributed"]) == 0 and calls[-1] == (None, None, None)  # cluster auto-detect

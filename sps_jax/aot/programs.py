@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from sps_jax import attention, flops, hardware, mesh as sps_mesh
 from sps_jax import splash_attention
 from sps_jax import model as sps_model
-from sps_jax import train as sps_train
+from sps_jax import trainer
 from sps_jax.aot import topology
 from sps_jax.inference import generate, kv_cache
 
@@ -151,12 +151,12 @@ def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, count_kernels=F
 
 
 def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
-    """Compile the train step ``sps_jax.train`` runs (same mesh, shardings, micro-batch scan,
+    """Compile the train step ``sps_jax.trainer`` runs (same mesh, shardings, micro-batch scan,
     AdamW and donation) for ``num_devices`` devices of ``acc``; per-device memory and FLOPs."""
     devices = topology.devices(acc, num_devices)
     config = _for_target(acc, config)
-    plan = sps_train.plan(config, len(devices))
-    run = sps_train.setup(config, plan, devices)
+    plan = trainer.plan(config, len(devices))
+    run = trainer.setup(config, plan, devices)
     cfg, t = plan["model"], config.train
     tokens = jax.ShapeDtypeStruct((plan["accum"], t.micro_batch, cfg.seq_len + 1), jnp.int32,
                                   sharding=run.micro_sh)

@@ -326,13 +326,13 @@ def _check_sizes(args, model) -> None:
     """A model the targets cannot hold stops here, before one too large to build is traced: its
     training state over ``--devices`` (train), its weights on one device (generate)."""
     from sps_jax import model as sps_model
-    from sps_jax import train as sps_train
+    from sps_jax import trainer
 
     cfg = sps_model.ModelConfig.from_config(model)
     for name in args.target:
         acc = hardware.ACCELERATORS[name]
         if "train" in args.only:
-            sps_model.check_fits(cfg, acc.usable_bytes, acc.name, copies=sps_train.TRAIN_STATE_COPIES,
+            sps_model.check_fits(cfg, acc.usable_bytes, acc.name, copies=trainer.TRAIN_STATE_COPIES,
                                  shards=args.devices, holding=f"the training state over {args.devices} device(s)",
                                  sharded_by="--devices")
         if "generate" in args.only:

@@ -1,6 +1,6 @@
 """Training throughput: ``python -m sps_jax.bench train --config configs/paper.py:s,standard [--variants standard,sps]``.
 
-Times the real train step (the one ``sps_jax.train`` compiles: micro-batch scan,
+Times the real train step (the one ``sps_jax.trainer`` compiles: micro-batch scan,
 AdamW, FSDP shardings) on random tokens, after warm-up steps, and reports input
 tokens/s, step time and MFU (docs/design.md section 7; 3 x forward model FLOPs over the
 device's peak from ``sps_jax.hardware``, or ``train.peak_flops_per_device``; none on a CPU). With several variants the step-time
@@ -18,21 +18,21 @@ import jax
 import numpy as np
 
 from sps_jax import attention, bench, cli, config as sps_config, flops, hardware, masks
-from sps_jax import train as sps_train
+from sps_jax import trainer
 
 
 def bench_variant(config, steps: int, warmup: int) -> dict:
     devices = jax.devices()
-    p = sps_train.plan(config, len(devices), jax.process_count(), *hardware.local_memory())
+    p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory())
     cfg, t = p["model"], config.train
-    run = sps_train.setup(config, p, devices)  # the same state, shardings and step training uses
+    run = trainer.setup(config, p, devices)  # the same state, shardings and step training uses
     params, opt_state = run.init_state(0)
     step, micro_sh = run.step_fn, run.micro_sh
     shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
     # Random ids below EOS: one document per window, the no-documents case the FLOP count assumes.
     tokens = jax.device_put(np.random.default_rng(0).integers(0, cfg.eos_id, shape, dtype=np.int32), micro_sh)
     t0 = time.time()
-    with jax.set_mesh(run.mesh):  # as sps_jax.train compiles it
+    with jax.set_mesh(run.mesh):  # as sps_jax.trainer compiles it
         compiled = step.lower(params, opt_state, tokens).compile()
     compile_s = time.time() - t0
     for _ in range(warmup):
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         variants = args.variants or [base.model.variant]
         base_vis = masks.Visibility(base.model.variant, base.model.window)
         # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
-        sps_train.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
+        trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
         results = []
         for variant in variants:
             config = sps_config.load_config(args.config, overrides)

@@ -1,0 +1,434 @@
+"""The training loop behind ``python -m sps_jax.train``: ``train(config, workdir)``, the importable entry point.
+
+One jitted, donated train step per update: a ``lax.scan`` over micro-batches
+sums token-weighted losses and gradients (f32), then AdamW updates the f32
+master weights (compute in ``model.dtype``). Parameters and optimizer state are
+sharded FSDP-style over the mesh's ``fsdp`` axis, batches over (data, fsdp).
+The run resumes automatically from the workdir's latest checkpoint, on any
+mesh; SIGTERM/SIGINT save a checkpoint and exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from sps_jax import attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh, metrics
+from sps_jax import model as sps_model
+from sps_jax import optim, runs, tracking
+from sps_jax.data import loader, prepare
+
+
+class NonFiniteLoss(cli.UserError, RuntimeError):
+    """The loss or gradient norm of an update was not finite (with train.nonfinite=stop)."""
+
+
+# Copies of the parameters a training step holds at the least: the weights, the gradient and
+# AdamW's two moments, each in model.param_dtype (optax keeps the moments in the weights' dtype).
+TRAIN_STATE_COPIES = 4
+
+
+def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | None = None,
+         device: str = "device") -> dict:
+    """Validate the config against the devices and return derived sizes (one clear sentence on error).
+    With ``memory_bytes`` (per device), a model whose training state cannot fit is refused too."""
+    sps_config.check_run_config(config)
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    t = config.train
+    data, fsdp = sps_mesh.resolve_axes(config.mesh, num_devices)
+    if t.global_batch % t.micro_batch:
+        raise ValueError(f"train.global_batch={t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}: "
+                         "a step accumulates whole micro-batches, so make it one.")
+    if t.micro_batch % (data * fsdp):
+        raise ValueError(f"train.micro_batch={t.micro_batch} does not split over the {data}x{fsdp} mesh's "
+                         f"{data * fsdp} devices: make it a multiple of {data * fsdp}.")
+    if t.micro_batch % process_count:
+        raise ValueError(f"train.micro_batch={t.micro_batch} does not split over {process_count} processes.")
+    if config.data.val_batch % (data * fsdp):
+        raise ValueError(f"data.val_batch={config.data.val_batch} must be a multiple of the {data * fsdp} devices.")
+    if t.nonfinite not in ("stop", "skip"):
+        raise ValueError(f"train.nonfinite={t.nonfinite!r} must be 'stop' or 'skip'.")
+    if memory_bytes is not None:
+        sps_model.check_fits(cfg, memory_bytes, device, copies=TRAIN_STATE_COPIES, shards=fsdp,
+                             holding=f"the weights, gradients and AdamW moments over mesh.fsdp={fsdp}",
+                             sharded_by="mesh.fsdp")
+    tokens_per_step = t.global_batch * cfg.seq_len
+    if t.total_tokens < tokens_per_step:
+        raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
+                         "(global_batch x seq_len): raise it or shrink the batch.")
+    total_steps = math.ceil(t.total_tokens / tokens_per_step)
+    return {"model": cfg, "data": data, "fsdp": fsdp, "accum": t.global_batch // t.micro_batch,
+            "tokens_per_step": tokens_per_step, "total_steps": total_steps}
+
+
+def make_train_step(model, opt, param_shardings):
+    """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it.
+    The number of micro-batches is the tokens' leading axis; ``updates_before`` is the optimizer's update
+    count the learning rate was read at (behind the step by the updates skipped as non-finite)."""
+
+    def step(params, opt_state, tokens_ABL):
+        def micro(carry, tokens_BL):
+            grad_sum, loss_sum, count = carry
+            (total, n), grads = jax.value_and_grad(
+                lambda p: sps_model.loss_sums(model, p, tokens_BL), has_aux=True)(params)
+            grad_sum = jax.tree_util.tree_map(jnp.add, grad_sum, grads)
+            grad_sum = jax.lax.with_sharding_constraint(grad_sum, param_shardings)
+            return (grad_sum, loss_sum + total, count + n), None
+
+        updates_before = optim.update_count(opt_state)  # the schedule reads it: the lr this update takes
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        (grad_sum, loss_sum, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), tokens_ABL)
+        # Sums over the whole global batch, divided once: the token-weighted mean.
+        denom = jnp.maximum(count, 1.0)
+        grads = jax.tree_util.tree_map(lambda g: g / denom, grad_sum)
+        loss = loss_sum / denom
+        grad_norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
+        updates, new_opt_state = opt.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        # A non-finite step never reaches the state, whether the run then stops or skips it.
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+        return keep(new_params, params), keep(new_opt_state, opt_state), {
+            "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite, "updates_before": updates_before}
+
+    return step
+
+
+def setup(config, p: dict, devices) -> types.SimpleNamespace:
+    """What a run trains with, shared by ``train`` and ``bench train``: the mesh, model, optimizer,
+    abstract state and its shardings, ``init_state(seed)`` and the jitted, donated train step."""
+    mesh = sps_mesh.make_mesh(config.mesh, devices)
+    model = sps_model.Transformer(p["model"])
+    opt = optim.optimizer(config.train, p["tokens_per_step"])
+    abstract_params = sps_model.param_shapes(model)
+    abstract_opt = jax.eval_shape(opt.init, abstract_params)
+    param_sh = sps_mesh.state_shardings(mesh, abstract_params)
+    opt_sh = sps_mesh.state_shardings(mesh, abstract_opt)
+    micro_sh = sps_mesh.batch_sharding(mesh, leading_axes=1)
+    repl = sps_mesh.replicated(mesh)
+
+    fresh_opt_state = jax.jit(opt.init, out_shardings=opt_sh)
+
+    def init_state(seed: int):
+        params = jax.jit(lambda key: sps_model.init_params(model, key), out_shardings=param_sh)(jax.random.PRNGKey(seed))
+        return params, fresh_opt_state(params)
+
+    def init_from(workdir: str, step: int):
+        """Another run's weights, restored straight into this mesh's shardings, and a fresh optimizer state."""
+        params, _ = checkpoint.restore_params(workdir, step, target=sps_mesh.placed(abstract_params, param_sh))
+        return params, fresh_opt_state(params)
+
+    step_fn = jax.jit(make_train_step(model, opt, param_sh),
+                      in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
+                      donate_argnums=(0, 1))
+    return types.SimpleNamespace(mesh=mesh, model=model, opt=opt, abstract_params=abstract_params,
+                                 abstract_opt=abstract_opt, param_sh=param_sh, opt_sh=opt_sh, micro_sh=micro_sh,
+                                 repl=repl, init_state=init_state, init_from=init_from, step_fn=step_fn)
+
+
+def make_eval_step(model):
+    def step(params, tokens_BL):
+        return sps_model.loss_sums(model, params, tokens_BL)
+    return step
+
+
+def _global_batch(local_BL, sharding, global_shape):
+    return jax.make_array_from_process_local_data(sharding, local_BL, global_shape)
+
+
+def _next_batch(iterator, sharding, shape_ABL):
+    """The next global batch [accum, micro, T+1], assembled from this process's share of each micro-batch."""
+    accum, micro, length = shape_ABL
+    local_ABL = next(iterator).reshape(accum, micro // jax.process_count(), length)
+    return _global_batch(local_ABL, sharding, shape_ABL)
+
+
+def _ensure_data(config, log) -> None:
+    folder = config.data.dir
+    if loader.read_manifest(folder) is None and os.path.basename(os.path.normpath(folder)) == "builtin":
+        if jax.process_index() == 0:
+            prepare.ensure_builtin(folder, log=log)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices("sps_jax.data.builtin")
+
+
+def _restore(run, ckpts, step: int, dataset, prefetch: int):
+    """(params, opt_state, meta, seconds trained before, data iterator) of checkpoint ``step``, placed in
+    this mesh's shardings (the run may resume on another mesh)."""
+    params, opt_state, meta, data_state = checkpoint.restore_train_state(
+        ckpts.mngr, step, sps_mesh.placed(run.abstract_params, run.param_sh),
+        sps_mesh.placed(run.abstract_opt, run.opt_sh))
+    elapsed_s = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
+    return params, opt_state, meta, elapsed_s, loader.train_iterator(dataset, data_state, prefetch)
+
+
+def _fresh_state(run, source, seed: int, log):
+    """(params, opt_state) of a new run: initialised from ``seed``, or ``train.init_from``'s weights
+    (``source``, from runs.check_init_from) with a fresh optimizer state."""
+    if source is None:
+        return run.init_state(seed)
+    source_dir, source_step, changed = source
+    state = run.init_from(source_dir, source_step)
+    log(f"initialised from the weights of {source_dir} step {source_step} (fresh optimizer state and schedule)"
+        + (f"; this model differs from that run's in {', '.join(changed)}" if changed else ""))
+    return state
+
+
+def _compile(run, params, opt_state, micro_shape, val_shape, val_sh):
+    """The train step and the validation step, compiled once for these shapes and shardings."""
+    example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=run.micro_sh)
+    val_example = jax.ShapeDtypeStruct(val_shape, jnp.int32, sharding=val_sh)
+    with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
+        step_fn = run.step_fn.lower(params, opt_state, example).compile()
+        eval_fn = jax.jit(make_eval_step(run.model), in_shardings=(run.param_sh, val_sh),
+                          out_shardings=(run.repl, run.repl)).lower(params, val_example).compile()
+    return step_fn, eval_fn
+
+
+def _validate(eval_fn, params, val, val_sh, val_shape) -> float:
+    """The token-weighted validation loss over all of ``val``'s batches."""
+    total = count = 0.0
+    for batch in val:
+        s, n = eval_fn(params, _global_batch(batch, val_sh, val_shape))
+        total, count = total + float(s), count + float(n)
+    return total / max(count, 1.0)
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
+
+    def __init__(self):
+        self.signal = cli.stop_requested()  # a Ctrl-C whose KeyboardInterrupt was lost before the loop
+        self.previous = {}
+
+    def __enter__(self):
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signal = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def print0(msg: str) -> None:
+    """Print on process 0 only: a multi-process run logs each line once."""
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
+def _warn(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _open_data(config, cfg, log):
+    """(training dataset, validation batches) of ``config.data.dir``, this process's share of each;
+    the builtin corpus is prepared first when missing."""
+    _ensure_data(config, log)
+    t = config.train
+    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
+    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size, cfg.eos_id)
+    dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
+                                   jax.process_index(), jax.process_count())
+    val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
+                             jax.process_index(), jax.process_count())
+    return dataset, val
+
+
+def _start(run, ckpts, source, dataset, config, workdir: str, backend: str, log):
+    """(start step, params, opt_state, seconds trained before, data iterator): the newest intact
+    checkpoint's, else a new run's. The run folder is brought in line: config.json written, metrics
+    after the start step dropped."""
+    restored = ckpts.restore_newest_intact(lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
+    if jax.process_index() == 0:  # after the restore: a folder it refuses keeps its config.json
+        runs.write_config(workdir, with_resolved(config, attention=backend))
+    if restored is None:
+        params, opt_state = _fresh_state(run, source, config.train.seed, log)
+        start_step, elapsed_before = 0, 0.0
+        iterator = loader.train_iterator(dataset, None, config.data.prefetch)
+    else:
+        start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
+        log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
+    if jax.process_index() == 0:
+        metrics.truncate(workdir, start_step)
+    return start_step, params, opt_state, elapsed_before, iterator
+
+
+def _nothing_to_train(start_step: int, end: int, t) -> str:
+    return (f"step {start_step} is already at this run's end, step {end} of train.total_tokens"
+            + (" and train.stop_at_step" if t.stop_at_step else "") + ": nothing to train; raise "
+            "train.total_tokens or train.stop_at_step to train on.")
+
+
+def _run_line(config, p: dict, devices, end: int, compile_s: float) -> str:
+    """The line that opens training: model size, mesh, batch shape, steps and compile time."""
+    cfg, t = p["model"], config.train
+    return (f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
+            f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
+            f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
+            f"{p['total_steps']} steps"
+            + (f", stopping at step {end} (train.stop_at_step)" if end < p["total_steps"] else "")
+            + f"; compiled in {compile_s:.1f}s")
+
+
+def _step_record(step: int, out: dict, *, tokens_per_step: int, lr: float, step_s: float, elapsed_s: float,
+                 cfg, num_devices: int, peak_flops: float | None) -> dict:
+    """One update's metrics.jsonl record (``out``: the train step's metrics, on the host)."""
+    tokens_per_s = tokens_per_step / step_s
+    record = {"step": step, "tokens_seen": step * tokens_per_step, "loss": float(out["loss"]), "lr": lr,
+              "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s, "elapsed_s": elapsed_s}
+    if peak_flops:  # MFU only against a known peak: none on CPU
+        record["mfu"] = flops.mfu(cfg, tokens_per_s, num_devices, peak_flops)
+    if not out["finite"]:
+        record["skipped"] = True
+    return record
+
+
+def _on_nonfinite(record: dict, nonfinite: str, ckpts, log) -> None:
+    """A skipped update is logged (train.nonfinite=skip) or stops the run (stop) once the last
+    checkpoint is known to be on disk, so the message can name it."""
+    step = record["step"]
+    if nonfinite == "stop":
+        ckpts.check()
+        raise NonFiniteLoss(
+            f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
+            f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
+            "--config.train.nonfinite=skip to skip such updates.")
+    log(f"step {step}: non-finite loss, update skipped")
+
+
+def _progress_line(record: dict, total_steps: int, eta_s: float) -> str:
+    return (f"step {record['step']}/{total_steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+            f"grad_norm {record['grad_norm']:.3f}  {record['tokens_per_s']:,.0f} tok/s  "
+            + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta_s:.0f}s")
+
+
+def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0) -> dict:
+    """Train (or resume) the run in ``workdir``; returns a summary dict.
+
+    Refusals come first, before any data is read or anything compiled: a bad config, and a
+    workdir holding another run (``force`` starts this run over one without checkpoints, see
+    ``runs.check_workdir``). A resume starts from the newest intact checkpoint (a newer broken one
+    is named and left alone); a failed save stops the run with one sentence.
+    ``on_step(step, record)`` is called after every update (notebooks, tests).
+    """
+    devices = jax.devices()
+    p = plan(config, len(devices), jax.process_count(), *hardware.local_memory())
+    cfg, t = p["model"], config.train
+    backend = attention.resolve(cfg.attention, devices[0].platform)
+    log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
+        f"on {devices[0].platform}")
+    if tracking.enabled(config):
+        tracking.require()  # a missing package stops the run here, before any data or compilation
+    runs.check_workdir(workdir, config, force)
+    loader.refuse_inside_tokens(workdir, "--workdir")
+    source = runs.check_init_from(config)
+    dataset, val = _open_data(config, cfg, log)
+
+    os.makedirs(workdir, exist_ok=True)
+    # One training process writes a run folder: a second one (the same job launched twice, a re-queued job
+    # whose first attempt still runs) would interleave metrics.jsonl and race on the checkpoints.
+    with runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+        run = setup(config, p, devices)
+        micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
+
+        ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
+        writer = None
+        try:
+            start_step, params, opt_state, elapsed_before, iterator = _start(
+                run, ckpts, source, dataset, config, workdir, backend, log)
+            end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
+            if start_step >= end:  # a finished run rerun, or an end moved before it: nothing to compile
+                log(_nothing_to_train(start_step, end, t))
+                return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
+
+            micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+            val_shape = (config.data.val_batch, cfg.seq_len + 1)
+
+            t0 = time.time()
+            step_fn, eval_fn = _compile(run, params, opt_state, micro_shape, val_shape, val_sh)
+            log(_run_line(config, p, devices, end, time.time() - t0))
+
+            if jax.process_index() == 0:
+                writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
+            emit = writer.write if writer else (lambda record: None)
+            step, record, val_loss, stopped_by = start_step, {}, None, None
+            run_start = time.time()
+            peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
+            lr_schedule = optim.schedule(t, p["tokens_per_step"])
+
+            def elapsed_s():  # seconds trained, across restarts
+                return elapsed_before + time.time() - run_start
+
+            def save(step):  # the loop's current params and opt_state
+                ckpts.save(step, params, opt_state,
+                           {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
+                            "process_count": jax.process_count(), "elapsed_s": elapsed_s()},
+                           iterator.get_state())
+
+            with _StopFlag() as stop:
+                while step < end:
+                    ckpts.poll()  # a save that failed in the background stops the run here
+                    tick = time.time()
+                    params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, micro_shape))
+                    out = jax.device_get(out)
+                    step += 1
+                    step_s = time.time() - tick
+                    record = _step_record(step, out, tokens_per_step=p["tokens_per_step"],
+                                          lr=float(lr_schedule(out["updates_before"])), step_s=step_s,
+                                          elapsed_s=elapsed_s(),
+                                          cfg=cfg, num_devices=len(devices), peak_flops=peak_flops)
+                    if record.get("skipped"):
+                        _on_nonfinite(record, t.nonfinite, ckpts, log)
+                    emit(record)
+                    if step % t.log_every == 0 or step == start_step + 1:
+                        eta_s = (end - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
+                        log(_progress_line(record, p["total_steps"], eta_s))
+                    if step % t.eval_every == 0 or step == p["total_steps"]:
+                        val_loss = _validate(eval_fn, params, val, val_sh, val_shape)
+                        emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
+                        log(f"step {step}: val_loss {val_loss:.4f}")
+                    if step % t.checkpoint_every == 0 or step == end:
+                        save(step)
+                    if on_step is not None:
+                        on_step(step, record)
+                    if stop.signal:
+                        stopped_by = stop.signal
+                        if step not in (ckpts.pending, ckpts.good):
+                            save(step)
+                        ckpts.check()
+                        log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
+                        break
+            ckpts.check()  # the run succeeds only once its last checkpoint is on disk
+        finally:
+            ckpts.close()
+            if writer:
+                writer.close()
+                metrics.plot(workdir)
+        return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
+                "workdir": workdir}
+
+
+def with_resolved(config, **resolved):
+    """A copy of ``config`` with a ``resolved`` section: what this run's settings stood for here
+    (``attention``: the backend ``model.attention`` resolved to). ``config.json`` keeps both."""
+    out = ml_collections.ConfigDict(config.to_dict())
+    out.resolved = ml_collections.ConfigDict(resolved)
+    return out
