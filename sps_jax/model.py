@@ -68,7 +68,7 @@ class ModelConfig:
     # Positions per chunk of the fused LM head + cross-entropy (sps_jax/cross_entropy.py); 0 keeps
     # the plain path, which materialises the [B, T, V] f32 logits.
     loss_chunk: int = 4096
-    # Prompt positions per chunk of generation's prefill (sps_jax.inference.generate.prefill): its
+    # Prompt positions per chunk of generation's prefill (sps_jax.inference.decoding.prefill): its
     # peak activations are one chunk's instead of the whole prompt's; 0 runs the prompt in one pass
     # with the training attention kernel.
     prefill_chunk: int = 0

@@ -86,9 +86,9 @@ def test_every_command_and_subcommand_answers_version_with_the_installed_version
 
 
 
-# The commands whose main's module imports no jax before parsing (inference.generate still loads it at its top),
-# and for each the argument lists that stop at the parser: help, version, an unknown flag or subcommand, a missing
-# argument, a bad int, choice or comma list, a config override without its '=' (train's: a bad config file too).
+# Every command's main module imports no jax before parsing; for each, the argument lists that stop at the parser:
+# help, version, an unknown flag or subcommand, a missing argument, a bad int, choice or comma list, a config
+# override without its '=' (train's: a bad config file too).
 ANSWERED_WITHOUT_JAX = {
     "sps_jax.__main__": [["--help"], ["--version"], ["--bogus"]],
     "sps_jax.data.__main__": [["--help"], ["--version"], ["prepare", "--help"], ["verify", "--help"],
@@ -111,6 +111,10 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "configs/tiny.py", "--workdir", "w", "--num-processes", "two"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.seed", "3"],
                       ["--config", "README.md", "--workdir", "w"]],
+    "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
+                                   ["--workdir", "w", "--prompt", "x", "--prompts-file", "p.txt"],
+                                   ["--workdir", "w", "--prompt", "x", "--max-new-tokens", "ten"],
+                                   ["--workdir", "", "--prompt", "x"], ["--prompt", "x"]],
 }
 
 

@@ -22,7 +22,7 @@ from sps_jax import splash_attention
 from sps_jax import model as sps_model
 from sps_jax import trainer
 from sps_jax.aot import topology
-from sps_jax.inference import generate, kv_cache
+from sps_jax.inference import decoding, kv_cache
 
 
 def memory(compiled) -> dict:
@@ -175,7 +175,7 @@ GENERATION_PROGRAMS = ("prefill", "decode_loop", "decode_step")
 
 def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int, prompt_len: int,
                new_tokens: int, only=GENERATION_PROGRAMS) -> list[dict]:
-    """Compile prefill, the decode loop and one decode step (``sps_jax.inference.generate``), or the
+    """Compile prefill, the decode loop and one decode step (``sps_jax.inference.decoding``), or the
     ``only`` ones of them, for one device of ``acc`` at a generation workload; one report per program.
     A prefill in chunks (``cfg.prefill_chunk`` below ``prompt_len``) is the program ``prefill/C``."""
     device = topology.devices(acc)[0]
@@ -191,7 +191,7 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
         tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
         chunked = 0 < cfg.prefill_chunk < prompt_len
         kernel_flops = 0.0 if chunked else _splash_flops(cfg, batch, prompt_len, backward=False)  # chunks: XLA's
-        return _compile_and_report(acc, lambda: generate.prefill.lower(cfg, params, tokens, max_len=max_len),
+        return _compile_and_report(acc, lambda: decoding.prefill.lower(cfg, params, tokens, max_len=max_len),
                                    kernel_flops=kernel_flops,
                                    program=f"prefill/{cfg.prefill_chunk}" if chunked else "prefill",
                                    prefill_chunk=cfg.prefill_chunk if chunked else 0, **fields)
@@ -199,7 +199,7 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     def decode_loop():
         logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
         rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
-        return _compile_and_report(acc, lambda: generate.decode_loop.lower(
+        return _compile_and_report(acc, lambda: decoding.decode_loop.lower(
             cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
             program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
 
@@ -207,7 +207,7 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
         # One step of the loop's body alone (parameters already in the compute dtype, the cache
         # donated): its bytes accessed are what a memory-bound decode step moves.
         step_params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg), params), sharding)
-        step = jax.jit(functools.partial(generate.decode_step, cfg), donate_argnums=(1,))
+        step = jax.jit(functools.partial(decoding.decode_step, cfg), donate_argnums=(1,))
         tokens_B = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
         return _compile_and_report(acc, lambda: step.lower(step_params, cache, tokens_B),
                                    program="decode_step", count_kernels=True, **fields)

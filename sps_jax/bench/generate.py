@@ -81,7 +81,7 @@ class VariantRun:
         import jax.numpy as jnp
         import numpy as np
 
-        from sps_jax.inference import generate as gen, kv_cache
+        from sps_jax.inference import decoding, kv_cache
         from sps_jax import model as sps_model
 
         self.args, self.variant = args, variant
@@ -98,12 +98,12 @@ class VariantRun:
             return sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
 
         t0 = time.perf_counter()
-        self.prefill = gen.prefill.lower(cfg, self.params, self.tokens_BT, max_len=max_len).compile()
-        cache_shape, h_shape = jax.eval_shape(lambda p, t: gen.prefill(cfg, p, t, max_len=max_len),
+        self.prefill = decoding.prefill.lower(cfg, self.params, self.tokens_BT, max_len=max_len).compile()
+        cache_shape, h_shape = jax.eval_shape(lambda p, t: decoding.prefill(cfg, p, t, max_len=max_len),
                                               self.params, self.tokens_BT)
         self.logits = jax.jit(last_logits).lower(self.params, h_shape).compile()
         logits_shape = jax.ShapeDtypeStruct((args.batch, cfg.vocab_size), jnp.float32)
-        self.decode = gen.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
+        self.decode = decoding.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
                                             max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
         self.compile_s = time.perf_counter() - t0
         self.cache_sizes = kv_cache.cache_bytes(cache_shape)

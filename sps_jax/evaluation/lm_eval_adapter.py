@@ -4,7 +4,7 @@ Importing this module registers the model name ``sps_jax`` with lm-eval. The
 request types map onto :class:`sps_jax.inference.scoring.Scorer` (``loglikelihood``:
 (context, continuation) scores; ``loglikelihood_rolling``: lm-eval's disjoint
 rolling windows of the model's context, each document's first token conditioned
-on the EOS prefix) and onto the KV-cache decoder :mod:`sps_jax.inference.generate`
+on the EOS prefix) and onto the KV-cache decoder :mod:`sps_jax.inference.decoding`
 (``generate_until``: greedy).
 """
 
@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from sps_jax import model as sps_model
 from sps_jax import runs, vocab
-from sps_jax.inference import generate, scoring
+from sps_jax.inference import decoding, scoring
 from sps_jax.data import tokenizer as sps_tokenizer
 
 DEFAULT_MAX_GEN_TOKS = 256
@@ -151,7 +151,7 @@ class SPSLM(TemplateLM):
                 max_toks = min(max_toks, self.max_length - 1)
                 keep = self.max_length - max_toks
                 prompts = [(self.tok_encode(requests[r].args[0]) or [self.prefix_token_id])[-keep:] for r in members]
-                generated = generate.generate_bucketed(self.scorer.cfg, self.scorer.params, prompts, max_toks,
+                generated = decoding.generate_bucketed(self.scorer.cfg, self.scorer.params, prompts, max_toks,
                                                        max_batch=self.scorer.max_batch, min_len=self.scorer.min_len,
                                                        progress=bar.update)
                 for r, ids in zip(members, generated):

@@ -3,7 +3,7 @@
 Rows are left-padded (:func:`sps_jax.inference.batching.left_pad`: padding never
 changes the real tokens' logits) and lengths and batch sizes are rounded up to powers
 of two (capped at the model's context), so a whole evaluation compiles a handful of
-shapes rather than one per request. Generation is :mod:`sps_jax.inference.generate`.
+shapes rather than one per request. Generation is :mod:`sps_jax.inference.decoding`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 
 from sps_jax import attention, masks
 from sps_jax.inference import decode_attention, kv_cache
-from sps_jax.inference import generate as gen
+from sps_jax.inference import decoding
 from tests.helpers import EOS, small_model
 
 
@@ -46,8 +46,8 @@ def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatc
     tokens[0, 22] = EOS  # decoding across an EOS: the past interval restarts
     tokens = jnp.asarray(tokens, jnp.int32)
     full_BTV = model.apply({"params": params}, tokens)
-    cache, _ = gen.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
-    step = jax.jit(gen.decode_step, static_argnums=0)  # a fresh trace, through the patched kernel choice
+    cache, _ = decoding.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
+    step = jax.jit(decoding.decode_step, static_argnums=0)  # a fresh trace, through the patched kernel choice
     for i in range(prompt_len, T):
         logits_BV, cache = step(cfg, params, cache, tokens[:, i])
         np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)
@@ -88,8 +88,8 @@ def test_decoding_as_traced_for_a_tpu_equals_the_full_forward(monkeypatch):
     T, prompt_len = 24, 12
     tokens = jnp.asarray(np.random.default_rng(3).integers(0, 50, (2, T)), jnp.int32)
     full_BTV = model.apply({"params": params}, tokens)
-    cache, _ = gen.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
-    step = jax.jit(gen.decode_step, static_argnums=0)
+    cache, _ = decoding.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
+    step = jax.jit(decoding.decode_step, static_argnums=0)
     for i in range(prompt_len, T):
         logits_BV, cache = step(cfg, params, cache, tokens[:, i])
         np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)

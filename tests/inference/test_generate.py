@@ -13,18 +13,18 @@ from sps_jax import config as sps_config
 from sps_jax import masks, runs, vocab
 from sps_jax import model as sps_model
 from sps_jax.data import tokenizer
-from sps_jax.inference import generate as gen
+from sps_jax.inference import decoding, generate
 from sps_jax.inference.sampling import Sampling
 from tests import fuzz
 from tests.helpers import EOS, PAD, REPO, ensure_tokenizer, small_model
 
-decode_step = jax.jit(gen.decode_step, static_argnums=0)
+decode_step = jax.jit(decoding.decode_step, static_argnums=0)
 
 
 def cached_logits(cfg, params, tokens_BT, prompt_len):
     """Prefill the first prompt_len tokens, then force-feed the rest one decode step at a time."""
     T = tokens_BT.shape[1]
-    cache, h_BTD = gen.prefill(cfg, params, tokens_BT[:, :prompt_len], max_len=T)
+    cache, h_BTD = decoding.prefill(cfg, params, tokens_BT[:, :prompt_len], max_len=T)
     logits = [sps_model.unembed(h_BTD, params["embed"])]
     for i in range(prompt_len, T):
         step_logits_BV, cache = decode_step(cfg, params, cache, tokens_BT[:, i])
@@ -62,7 +62,7 @@ def test_a_cache_missing_the_ring_would_change_the_logits():
     """The equality above is sensitive: dropping the ring's entries changes SPS's decode logits."""
     cfg, model, params = small_model("sps", 3)
     tokens = jnp.asarray(np.random.default_rng(2).integers(0, 50, (1, 12)), jnp.int32)
-    cache, _ = gen.prefill(cfg, params, tokens[:, :8], max_len=12)
+    cache, _ = decoding.prefill(cfg, params, tokens[:, :8], max_len=12)
     good_BV, _ = decode_step(cfg, params, cache, tokens[:, 8])
     blind = cache.replace(ring_doc_BR=jnp.full_like(cache.ring_doc_BR, -1))
     blind_BV, _ = decode_step(cfg, params, blind, tokens[:, 8])
@@ -76,7 +76,7 @@ def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
     cfg, model, params = small_model(variant, 2)
     prompt = [5, 17, 3, EOS, 22, 9]
     new = 12
-    out = gen.generate(cfg, params, [prompt], max_new_tokens=new, stop_on_eos=False)[0]
+    out = decoding.generate(cfg, params, [prompt], max_new_tokens=new, stop_on_eos=False)[0]
     # One compiled full forward over a fixed length: causality makes the filler after i irrelevant to i.
     forward = jax.jit(lambda tokens: model.apply({"params": params}, tokens))
     seq = np.zeros((1, len(prompt) + new), np.int32)
@@ -95,8 +95,8 @@ def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
 def test_batched_left_padded_generation_equals_per_row_generation(variant):
     cfg, _, params = small_model(variant, 2)
     prompts = [[4, 8, 15, 16, 23, 42], [7, EOS, 1]]
-    batched = gen.generate(cfg, params, prompts, max_new_tokens=8, stop_on_eos=False, pad_to_multiple=8)
-    alone = [gen.generate(cfg, params, [p], max_new_tokens=8, stop_on_eos=False)[0] for p in prompts]
+    batched = decoding.generate(cfg, params, prompts, max_new_tokens=8, stop_on_eos=False, pad_to_multiple=8)
+    alone = [decoding.generate(cfg, params, [p], max_new_tokens=8, stop_on_eos=False)[0] for p in prompts]
     assert batched == alone
 
 
@@ -107,31 +107,31 @@ def test_bucketed_generation_of_mixed_prompts_equals_generating_each_prompt_alon
     prompts = [rng.integers(0, 50, n).tolist() for n in (3, 11, 1, 7, 5)]
     prompts[1][4] = EOS
     # Batches of 2 (the last one padded with a repeated row), lengths bucketed to 4, 8, 16, buffer 8 > 5 tokens.
-    bucketed = gen.generate_bucketed(cfg, params, prompts, max_new_tokens=5, max_batch=2, min_len=4,
-                                     stop_on_eos=False)
-    alone = [gen.generate(cfg, params, [p], max_new_tokens=5, stop_on_eos=False)[0] for p in prompts]
+    bucketed = decoding.generate_bucketed(cfg, params, prompts, max_new_tokens=5, max_batch=2, min_len=4,
+                                          stop_on_eos=False)
+    alone = [decoding.generate(cfg, params, [p], max_new_tokens=5, stop_on_eos=False)[0] for p in prompts]
     assert bucketed == alone and all(len(out) == 5 for out in bucketed)
 
 
 def test_decode_loop_limit_stops_before_the_end_of_its_buffer():
     cfg, _, params = small_model("sps", 2)
     prompt = [[9, 8, 7, 6]]
-    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray(prompt, jnp.int32), max_len=4 + 8 - 1)
+    cache, h_BTD = decoding.prefill(cfg, params, jnp.asarray(prompt, jnp.int32), max_len=4 + 8 - 1)
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
-    out, steps, _ = gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=8,
-                                    stop_on_eos=False, limit=jnp.asarray(3, jnp.int32))
+    out, steps, _ = decoding.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=8,
+                                         stop_on_eos=False, limit=jnp.asarray(3, jnp.int32))
     out = np.asarray(out)[0].tolist()
     assert int(steps) == 2 and out[3:] == [PAD] * 5
-    assert out[:3] == gen.generate(cfg, params, prompt, max_new_tokens=3, stop_on_eos=False)[0]
+    assert out[:3] == decoding.generate(cfg, params, prompt, max_new_tokens=3, stop_on_eos=False)[0]
 
 
 def test_rows_stop_on_eos_independently_and_idle_on_pad():
     cfg, _, params = small_model("sps", 2)
-    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32), max_len=8)
+    cache, h_BTD = decoding.prefill(cfg, params, jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32), max_len=8)
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
     logits_BV = logits_BV.at[0, EOS].set(1e4)  # row 0's first token is EOS
     logits_BV = logits_BV.at[1, EOS].set(-1e4)
-    out, steps, _ = gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
+    out, steps, _ = decoding.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
     out = np.asarray(out)
     assert out[0, 0] == EOS and (out[0, 1:] == PAD).all()
     assert out[1, 0] != EOS
@@ -143,8 +143,8 @@ def test_rows_stop_on_eos_independently_and_idle_on_pad():
 
 def test_sampled_generation_is_reproducible_from_the_seed():
     cfg, _, params = small_model("sps", 2)
-    sample = lambda seed: gen.generate(cfg, params, [[1, 2, 3]], 10, sampling=Sampling(1.0, 20, 0.9),
-                                       seed=seed, stop_on_eos=False)
+    sample = lambda seed: decoding.generate(cfg, params, [[1, 2, 3]], 10, sampling=Sampling(1.0, 20, 0.9),
+                                            seed=seed, stop_on_eos=False)
     assert sample(3) == sample(3)
     assert sample(3) != sample(4)
 
@@ -152,13 +152,13 @@ def test_sampled_generation_is_reproducible_from_the_seed():
 def test_bad_input_gives_clear_errors(tmp_path):
     cfg, _, params = small_model("sps", 2)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
-        gen.generate(cfg, params, [[1, 2], []], 4)
+        decoding.generate(cfg, params, [[1, 2], []], 4)
     with pytest.raises(ValueError, match="more than the model's context"):
-        gen.generate(cfg, params, [list(range(cfg.seq_len + 1))], 4)
+        decoding.generate(cfg, params, [list(range(cfg.seq_len + 1))], 4)
     with pytest.raises(ValueError, match="lower max_new_tokens"):
-        gen.generate(cfg, params, [[1, 2, 3]], cfg.seq_len)
+        decoding.generate(cfg, params, [[1, 2, 3]], cfg.seq_len)
     with pytest.raises(ValueError, match="outside the text vocabulary"):
-        gen.generate(cfg, params, [[1, PAD]], 4)
+        decoding.generate(cfg, params, [[1, PAD]], 4)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         runs.load_run(str(tmp_path / "no_such_run"))
 
@@ -175,27 +175,27 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
     ]
     for prompts, kind, message in cases:
         with pytest.raises(kind, match=message):
-            gen.generate(cfg, params, prompts, 4)
+            decoding.generate(cfg, params, prompts, 4)
     for bad in ("4", 4.0, None):
         with pytest.raises(TypeError, match=rf"^max_new_tokens must be an integer, got {bad!r}\.$"):
-            gen.generate(cfg, params, [[1, 2]], bad)
+            decoding.generate(cfg, params, [[1, 2]], bad)
     with pytest.raises(TypeError, match=r"^seed must be an integer, got '1'\.$"):
-        gen.generate(cfg, params, [[1, 2]], 4, seed="1")
+        decoding.generate(cfg, params, [[1, 2]], 4, seed="1")
     with pytest.raises(ValueError, match=r"^pad_to_multiple must be at least 1, got 0\.$"):
-        gen.generate(cfg, params, [[1, 2]], 4, pad_to_multiple=0)
+        decoding.generate(cfg, params, [[1, 2]], 4, pad_to_multiple=0)
     with pytest.raises(TypeError, match=r"^sampling must be a sps_jax.inference.sampling.Sampling"):
-        gen.generate(cfg, params, [[1, 2]], 4, sampling={"temperature": 1.0})
+        decoding.generate(cfg, params, [[1, 2]], 4, sampling={"temperature": 1.0})
     with pytest.raises(ValueError, match=r"^min_len must be at least 1, got 0\.$"):
-        gen.generate_bucketed(cfg, params, [[1, 2]], 4, min_len=0)
+        decoding.generate_bucketed(cfg, params, [[1, 2]], 4, min_len=0)
     _, _, wider = small_model("sps", 2, d_model=64)
     for other in (wider, {"params": params}):  # another model's, or flax's variables dict
         with pytest.raises(ValueError, match=r"^params do not match cfg: .*; pass the params of this model"):
-            gen.generate(cfg, other, [[1, 2]], 4)
+            decoding.generate(cfg, other, [[1, 2]], 4)
     # Token ids of any integer type, in any sequence, are prompts: numpy and jax arrays, tuples, numpy ints.
-    want = gen.generate(cfg, params, [[1, 2, 3]], 4)
+    want = decoding.generate(cfg, params, [[1, 2, 3]], 4)
     for prompts in (np.array([[1, 2, 3]], np.int64), jnp.array([[1, 2, 3]]), ((1, 2, 3),),
                     [[np.int32(1), np.uint16(2), 3]]):
-        assert gen.generate(cfg, params, prompts, np.int64(4)) == want
+        assert decoding.generate(cfg, params, prompts, np.int64(4)) == want
 
 
 def _tiny_run(tmp_path, name="run", edit=None):
@@ -225,7 +225,7 @@ def _greedy_completion(workdir, prompt, new):
 
 
 def _cli(*args):
-    return fuzz.call(gen.main, [str(a) for a in args], timeout=300)
+    return fuzz.call(generate.main, [str(a) for a in args], timeout=300)
 
 
 def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts(tmp_path):
@@ -358,10 +358,10 @@ def test_a_cache_no_device_holds_is_refused_before_the_weights_load(tmp_path):
 
 def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
     cfg, _, params = small_model("sps", 2)
-    cache, h_BTD = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3]], jnp.int32), max_len=8)
+    cache, h_BTD = decoding.prefill(cfg, params, jnp.asarray([[1, 2, 3]], jnp.int32), max_len=8)
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
-    jaxpr = jax.make_jaxpr(lambda c: gen.decode_loop(cfg, params, c, logits_BV, jax.random.PRNGKey(0),
-                                                     max_new_tokens=6))(cache)
+    jaxpr = jax.make_jaxpr(lambda c: decoding.decode_loop(cfg, params, c, logits_BV, jax.random.PRNGKey(0),
+                                                          max_new_tokens=6))(cache)
     assert "while[" in str(jaxpr)  # the token loop runs on device, no host round trip per token
-    gen.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
+    decoding.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
     assert cache.layers[0].k_BHTK[0].is_deleted()  # donated: updated in place, not copied

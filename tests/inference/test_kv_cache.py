@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from sps_jax import masks
-from sps_jax.inference import generate as gen, kv_cache
+from sps_jax.inference import decoding, kv_cache
 from tests.helpers import small_config, small_model
 
 
@@ -34,7 +34,7 @@ def test_the_cache_size_from_the_config_alone_is_the_size_of_the_allocated_cache
 
 def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
     cfg, _, params = small_model("sps", 3, dtype="bfloat16")
-    cache, _ = gen.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
+    cache, _ = decoding.prefill(cfg, params, jnp.asarray([[1, 2, 3, 4]], jnp.int32), max_len=8)
     layer = cache.layers[0]
     assert layer.k_BHTK[0].dtype == layer.k_BHRK.dtype == jnp.bfloat16
     assert (np.asarray(cache.slot_doc_BT)[0, 4:] == -1).all()  # unwritten slots are empty

@@ -12,7 +12,7 @@ import pytest
 
 from sps_jax import masks
 from sps_jax import model as sps_model
-from sps_jax.inference import generate as gen
+from sps_jax.inference import decoding
 from sps_jax.inference import kv_cache
 from sps_jax.inference.batching import left_pad
 from tests.helpers import EOS, small_config, small_model
@@ -58,9 +58,9 @@ def test_chunked_prefill_equals_the_full_forward_and_the_one_pass_cache(variant,
     cfg, model, params = small_model(variant, window)
     tokens_BT, positions_BT = prompts_with_documents_and_padding()
     max_len = PROMPT + 5
-    want_cache, _ = gen.prefill(cfg, params, tokens_BT, max_len=max_len, positions_BT=positions_BT)
+    want_cache, _ = decoding.prefill(cfg, params, tokens_BT, max_len=max_len, positions_BT=positions_BT)
     chunked = dataclasses.replace(cfg, prefill_chunk=chunk)
-    got_cache, got_h_BTD = gen.prefill(chunked, params, tokens_BT, max_len=max_len, positions_BT=positions_BT)
+    got_cache, got_h_BTD = decoding.prefill(chunked, params, tokens_BT, max_len=max_len, positions_BT=positions_BT)
     # The reference is the training forward (no cache), on the same padded rows.
     full_BTV = model.apply({"params": params}, tokens_BT, positions_BT)
     np.testing.assert_allclose(np.asarray(sps_model.unembed(got_h_BTD, params["embed"])), np.asarray(full_BTV),
@@ -71,9 +71,9 @@ def test_chunked_prefill_equals_the_full_forward_and_the_one_pass_cache(variant,
 def test_decoding_after_a_chunked_prefill_equals_the_full_forward():
     cfg, model, params = small_model("sps", 3, prefill_chunk=5)
     tokens_BT = jnp.asarray(np.random.default_rng(4).integers(0, 50, (2, 20)), jnp.int32)
-    cache, h_BTD = gen.prefill(cfg, params, tokens_BT[:, :12], max_len=20)
+    cache, h_BTD = decoding.prefill(cfg, params, tokens_BT[:, :12], max_len=20)
     logits = [sps_model.unembed(h_BTD, params["embed"])]
-    step = jax.jit(gen.decode_step, static_argnums=0)
+    step = jax.jit(decoding.decode_step, static_argnums=0)
     for i in range(12, 20):
         logits_BV, cache = step(cfg, params, cache, tokens_BT[:, i])
         logits.append(logits_BV[:, None])
@@ -86,7 +86,7 @@ def test_the_persistent_keys_are_read_in_blocks_smaller_than_the_cache(monkeypat
     monkeypatch.setattr(kv_cache, "KEY_BLOCK", 5)  # 23 slots: blocks at 0, 5, 10, 15 and 18 (overlap masked)
     cfg, model, params = small_model("two_x_memory", 2, prefill_chunk=6)
     tokens_BT = jnp.asarray(np.random.default_rng(6).integers(0, 50, (2, 23)), jnp.int32)
-    _, h_BTD = gen.prefill(cfg, params, tokens_BT, max_len=23)
+    _, h_BTD = decoding.prefill(cfg, params, tokens_BT, max_len=23)
     np.testing.assert_allclose(np.asarray(sps_model.unembed(h_BTD, params["embed"])),
                                np.asarray(model.apply({"params": params}, tokens_BT)), rtol=1e-5, atol=1e-5)
 

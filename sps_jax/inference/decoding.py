@@ -1,0 +1,292 @@
+"""Generation with the KV cache (the paper's "Inference Efficiency"): prefill, decode, the loop.
+
+A decode step forwards the pair (x_i, rho_i) at position i through the same Linen
+modules as training (``Transformer(..., cache=...)``, see :mod:`sps_jax.inference.kv_cache`),
+reading the next-token logits from the variant's logits stream. Prefill is one
+forward pass over the left-padded prompts with the training attention backend, or
+chunks of ``model.prefill_chunk`` positions against the cache; the decode loop is one
+``lax.while_loop`` under ``jit`` with the cache donated. :func:`generate` and :func:`generate_bucketed`
+take prompts of token ids and return the generated ids; ``python -m sps_jax.inference.generate`` is the
+command over them.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sps_jax import cli, masks, runs
+from sps_jax import model as sps_model
+from sps_jax.inference import kv_cache
+from sps_jax.inference.batching import bucket, left_pad
+from sps_jax.inference.sampling import Sampling, sample_logits
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
+def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
+    """Prompts [B, T] through the model -> (filled cache, hidden states [B, T, D]): one forward pass
+    with the training attention kernel, or, with ``cfg.prefill_chunk`` below T, in chunks of that
+    many positions (:func:`_prefill_chunks`).
+
+    Left-padded prompts pass the positions :func:`sps_jax.inference.batching.left_pad`
+    gives them; by default positions are 0..T-1 (unpadded prompts). The next-token logits
+    of position t are ``model.unembed(h[:, t:t+1], params["embed"])``.
+    """
+    B, T = tokens_BT.shape
+    if positions_BT is None:
+        positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    doc_ids_BT = masks.document_ids(tokens_BT, cfg.eos_id, cfg.pad_id)
+    cache = kv_cache.init_cache(cfg, B, max_len)
+    put = lambda buf, new: jax.lax.dynamic_update_slice(buf, new, (0, 0))
+    cache = cache.replace(slot_pos_BT=put(cache.slot_pos_BT, positions_BT),
+                          slot_doc_BT=put(cache.slot_doc_BT, doc_ids_BT))
+    if 0 < cfg.prefill_chunk < T:
+        cache, h_BTD = _prefill_chunks(cfg, params, cache, tokens_BT, positions_BT, doc_ids_BT)
+    else:
+        h_BTD, layers = sps_model.Transformer(cfg).apply(
+            {"params": params}, tokens_BT, positions_BT, doc_ids_BT, return_hidden=True,
+            cache=kv_cache.views(cfg, cache, prefill=True))
+        cache = cache.replace(layers=layers, ring_pos_BR=kv_cache.fill_ring(cache.ring_pos_BR, positions_BT, axis=1),
+                              ring_doc_BR=kv_cache.fill_ring(cache.ring_doc_BR, doc_ids_BT, axis=1))
+    return cache.replace(length=jnp.asarray(T, jnp.int32), last_token_B=tokens_BT[:, -1],
+                         last_pos_B=positions_BT[:, -1], last_doc_B=doc_ids_BT[:, -1]), h_BTD
+
+
+def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_BT, positions_BT, doc_ids_BT):
+    """The prompt ``cfg.prefill_chunk`` positions at a time (a first chunk takes the remainder), each
+    chunk attending to the cache the chunks before it filled -> (cache, hidden states [B, T, D]). The
+    activations alive are one chunk's; one ``lax.scan`` compiles the layers for every chunk. Each chunk
+    casts the weights as it uses them: a compute-dtype copy held across the chunks would be a
+    second set of weights in memory."""
+    B, T = tokens_BT.shape
+    C = cfg.prefill_chunk
+    model = sps_model.Transformer(cfg)
+
+    def run(cache, start, chunk_BT, chunk_positions_BT, chunk_docs_BT):
+        h_BTD, layers = model.apply(
+            {"params": params}, chunk_BT, chunk_positions_BT, chunk_docs_BT, return_hidden=True,
+            cache=kv_cache.chunk_views(cfg, cache, start, chunk_positions_BT, chunk_docs_BT))
+        ring = lambda buf, new: kv_cache.fill_ring(buf, new, axis=1, start=start)  # noqa: E731
+        return cache.replace(layers=layers, ring_pos_BR=ring(cache.ring_pos_BR, chunk_positions_BT),
+                             ring_doc_BR=ring(cache.ring_doc_BR, chunk_docs_BT)), h_BTD
+
+    first, n = T % C, T // C
+    h_parts = []
+    if first:
+        cache, h_BTD = run(cache, 0, tokens_BT[:, :first], positions_BT[:, :first], doc_ids_BT[:, :first])
+        h_parts.append(h_BTD)
+    chunks = lambda x_BT: jnp.swapaxes(x_BT[:, first:].reshape(B, n, C), 0, 1)  # noqa: E731  [G, B, T]
+    cache, h_GBTD = jax.lax.scan(lambda cache, xs: run(cache, *xs), cache,
+                                 (first + C * jnp.arange(n), chunks(tokens_BT), chunks(positions_BT),
+                                  chunks(doc_ids_BT)))
+    h_parts.append(jnp.swapaxes(h_GBTD, 0, 1).reshape(B, n * C, -1))
+    return cache, jnp.concatenate(h_parts, axis=1)
+
+
+def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_B):
+    """Forward one token per row (the pair x_i, rho_i at position i) -> (logits [B, V] f32, cache)."""
+    # Same document rule as training: a document starts after an EOS, at a pad and after a pad.
+    pair_B2 = jnp.stack([cache.last_token_B, tokens_B], axis=1)
+    doc_B = cache.last_doc_B + masks.document_ids(pair_B2, cfg.eos_id, cfg.pad_id)[:, 1]
+    pos_B = cache.last_pos_B + 1
+    t = cache.length
+    slot_pos = jax.lax.dynamic_update_slice(cache.slot_pos_BT, pos_B[:, None], (0, t))
+    slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc_BT, doc_B[:, None], (0, t))
+    # The ring also takes position t before the layers attend: its slot t % R then holds this
+    # position's windowed entry, so the ring is one key block (kv_cache.ring_slots).
+    ring_pos, ring_doc = cache.ring_pos_BR, cache.ring_doc_BR
+    R = ring_pos.shape[1]
+    if R:
+        ring_pos = jax.lax.dynamic_update_slice_in_dim(ring_pos, pos_B[:, None], t % R, axis=1)
+        ring_doc = jax.lax.dynamic_update_slice_in_dim(ring_doc, doc_B[:, None], t % R, axis=1)
+    cache = cache.replace(slot_pos_BT=slot_pos, slot_doc_BT=slot_doc, ring_pos_BR=ring_pos, ring_doc_BR=ring_doc)
+    h_B1D, layers = sps_model.Transformer(cfg).apply(
+        {"params": params}, tokens_B[:, None], pos_B[:, None], doc_B[:, None], return_hidden=True,
+        cache=kv_cache.views(cfg, cache, prefill=False))
+    logits_BV = sps_model.unembed(h_B1D, params["embed"])[:, 0]
+    cache = kv_cache.Cache(layers, slot_pos, slot_doc, ring_pos, ring_doc, t + 1, tokens_B, pos_B, doc_B)
+    return logits_BV, cache
+
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
+                   donate_argnames=("cache",))
+def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
+                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
+    """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
+
+    ``logits_BV`` are the prompt's last-position logits. ``limit`` (a traced int, optional)
+    stops after that many tokens instead, so one compilation with a bucketed
+    ``max_new_tokens`` serves every smaller count. Returns (tokens [B, max_new_tokens] with
+    ``pad_id`` after a row's EOS or past ``limit``, number of decode steps run, the final cache).
+    """
+    B = logits_BV.shape[0]
+    limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
+    num_tokens = cfg.eos_id + 1
+    params = sps_model.compute_params(params, cfg)  # once, outside the loop
+
+    def pick(i, logits, out, done):
+        token = sample_logits(logits, jax.random.fold_in(rng, i), sampling, num_tokens)
+        token = jnp.where(done, cfg.pad_id, token)  # finished rows idle on pad (its own document)
+        out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
+        if stop_on_eos:
+            done = done | (token == cfg.eos_id)
+        return token, out, done
+
+    out = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)
+    token, out, done = pick(0, logits_BV, out, jnp.zeros((B,), bool))
+
+    def cond(state):
+        i, _, _, _, done = state
+        return (i < limit) & ~jnp.all(done)
+
+    def body(state):
+        i, token, cache, out, done = state
+        logits, cache = decode_step(cfg, params, cache, token)
+        token, out, done = pick(i, logits, out, done)
+        return i + 1, token, cache, out, done
+
+    steps, _, cache, out, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), token, cache, out, done))
+    return out, steps - 1, cache
+
+
+# ----------------------------------------------------------------------------- host-level API
+
+def _token_ids(prompt, name: str) -> list[int]:
+    """A prompt (any sequence or array of integers) as a list of ints; text or other values are one sentence."""
+    if isinstance(prompt, str):
+        raise TypeError(f"{name} is text, not token ids: encode it first (sps_jax.data.tokenizer.encode).")
+    try:
+        tokens = np.asarray(prompt).tolist() if hasattr(prompt, "__array__") else list(prompt)
+    except TypeError:  # a number
+        tokens = prompt
+    if not isinstance(tokens, list):  # a number, or a 0-d array's number
+        raise TypeError(f"{name} is {tokens!r}, not a sequence of token ids: pass a list of prompts, each a list "
+                        "of ids.")
+    for t in tokens:
+        if isinstance(t, bool) or not hasattr(t, "__index__"):
+            raise TypeError(f"{name} holds {t}, not an integer token id.")
+    return [operator.index(t) for t in tokens]
+
+
+def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                  names: Optional[Sequence[str]] = None, limit_name: str = "max_new_tokens") -> list[list[int]]:
+    """Clear errors before any compilation, naming a bad prompt by ``names`` (where the user wrote it:
+    the flag, or the file and line), else by its index, and ``max_new_tokens`` by ``limit_name``;
+    returns the prompts as lists of ints (any sequence or integer array of ids is a prompt)."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts is text, not a list of prompts of token ids: encode each with "
+                        "sps_jax.data.tokenizer.encode and pass a list of them.")
+    prompts = [_token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
+    if not len(prompts):
+        raise ValueError("no prompts given: pass at least one prompt.")
+    max_new_tokens = cli.integer(max_new_tokens, limit_name)
+    if max_new_tokens < 1:
+        raise ValueError(f"{limit_name} must be at least 1, got {max_new_tokens}.")
+    for n, prompt in enumerate(prompts):
+        name = names[n] if names is not None else f"prompt {n}"
+        if len(prompt) == 0:
+            raise ValueError(f"{name} is empty: generation needs at least one prompt token.")
+        if len(prompt) > cfg.seq_len:
+            raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of "
+                             f"{cfg.seq_len}: shorten it.")
+        if len(prompt) + max_new_tokens > cfg.seq_len:
+            raise ValueError(f"{name} ({len(prompt)} tokens) plus {limit_name} {max_new_tokens} exceeds "
+                             f"the model's context of {cfg.seq_len}: lower {limit_name} or shorten the prompt.")
+        bad = [t for t in prompt if not 0 <= int(t) <= cfg.eos_id]
+        if bad:
+            raise ValueError(f"{name} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "
+                             "check the tokenizer.")
+    return prompts
+
+
+# What generate says when its params are not the config's model (runs.check_params).
+_OTHER_MODEL = ("params do not match cfg", "pass the params of this model (runs.load_model gives a run's model and "
+                "params), or its config")
+
+
+def _check_options(sampling: Sampling, seed: int, **sizes: int) -> None:
+    """One sentence for a sampling, seed or size (at least 1) of the wrong type or range."""
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a sps_jax.inference.sampling.Sampling (e.g. Sampling(temperature=0.8)), "
+                        f"got {sampling!r}.")
+    sampling.validate()
+    cli.integer(seed, "seed")
+    for name, value in sizes.items():
+        if cli.integer(value, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}.")
+
+
+def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
+                     buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool) -> list[list[int]]:
+    """Prompts left-padded to ``length`` in a batch of ``rows`` (extra rows all pad), a
+    ``buffer``-token output (>= max_new_tokens); the shapes are the caller's choice."""
+    tokens_BT, positions_BT = left_pad(prompts, length, rows, cfg.pad_id)
+    cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=length + buffer - 1,
+                           positions_BT=jnp.asarray(positions_BT))
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    limit = None if buffer == max_new_tokens else jnp.asarray(max_new_tokens, jnp.int32)
+    out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
+                            sampling=sampling, stop_on_eos=stop_on_eos, limit=limit)
+    results = []
+    for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
+        if stop_on_eos and cfg.eos_id in row:
+            row = row[:row.index(cfg.eos_id) + 1]
+        results.append(row)
+    return results
+
+
+def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+             sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+             pad_to_multiple: int = 1) -> list[list[int]]:
+    """Generated token ids per prompt (EOS included when a row stops on it), all prompts in one batch.
+
+    Prompts are left-padded to the longest (rounded up to ``pad_to_multiple`` to
+    reuse compilations, never beyond the context).
+    """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    _check_options(sampling, seed, pad_to_multiple=pad_to_multiple)
+    prompts = check_prompts(cfg, prompts, max_new_tokens)
+    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
+    longest = max(len(p) for p in prompts)
+    length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
+    return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
+                            buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
+
+
+def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, max_batch: int = 16,
+                      min_len: int = 16, sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+                      progress: Optional[Callable[[int], None]] = None) -> list[list[int]]:
+    """Like :func:`generate` for any number of prompts of mixed lengths, with a bounded set of compiled shapes.
+
+    Prompts are sorted by length (longest first) and generated in batches of at most
+    ``max_batch`` rows; the padded prompt length (at least ``min_len``), the rows per
+    batch and the output buffer are rounded up to powers of two (capped at the
+    context and ``max_batch``), and the decode loop stops at ``max_new_tokens``
+    whatever the buffer, so a stream of requests compiles a few shapes rather than
+    one per request. Results come back in input order; ``progress(n)`` after each batch.
+    """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    _check_options(sampling, seed, max_batch=max_batch, min_len=min_len)
+    prompts = check_prompts(cfg, prompts, max_new_tokens)
+    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
+    buffer = bucket(max_new_tokens, cfg.seq_len)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    results: list[Optional[list[int]]] = [None] * len(prompts)
+    for first in range(0, len(order), max_batch):
+        chunk = order[first:first + max_batch]
+        batch = [prompts[i] for i in chunk]
+        outs = _generate_padded(cfg, params, batch, max_new_tokens,
+                                length=bucket(len(batch[0]), cfg.seq_len, min_len),
+                                rows=bucket(len(batch), max_batch), buffer=buffer, sampling=sampling,
+                                seed=seed + first, stop_on_eos=stop_on_eos)
+        for i, ids in zip(chunk, outs):
+            results[i] = ids
+        if progress:
+            progress(len(chunk))
+    return results  # type: ignore[return-value]
