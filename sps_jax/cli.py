@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import difflib
 import functools
+import importlib
 import operator
 import os
 import platform
@@ -144,6 +145,13 @@ def stop_exits_while_loading():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def load(module: str):
+    """``importlib.import_module(module)`` under :func:`stop_exits_while_loading`: a command's first import of
+    a module that loads jax, flax or orbax, once its arguments are parsed."""
+    with stop_exits_while_loading():
+        return importlib.import_module(module)
 
 
 def main(fn):

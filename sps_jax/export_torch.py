@@ -122,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = p.parse_args(argv)
+    cli.load("sps_jax.runs")  # the run's weights
     ckpt = export_run(args.run, args.out, args.step, args.dtype, args.force)
     args_ = ckpt[torch_layout.MODEL_ARGS]
     print(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "

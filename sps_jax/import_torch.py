@@ -309,7 +309,7 @@ def main(argv=None) -> int:
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
     args = p.parse_args(argv)
-    from sps_jax import model as sps_model
+    sps_model = cli.load("sps_jax.model")
 
     # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
     preview = sps_config.paper_config("s", "sps" if args.variant == FROM_FILE else args.variant)

@@ -414,13 +414,15 @@ def importing_jax(pid) -> bool:
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="watches the process's mapped libraries")
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
                                                (signal.SIGTERM, 143, "terminated")])
-def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig, status, word):
+@pytest.mark.parametrize("command", [["sps_jax.train", "--config", "configs/tiny.py", "--workdir", "{out}"],
+                                     ["sps_jax.export_torch", "{out}", "--out", "{out}.pt"]], ids=["train", "export"])
+def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig, status, word, command):
     """Before: a Ctrl-C in the first seconds, before the command's main took over the signal, printed a
-    KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import. train
-    imports jax inside its main (cli.stop_exits_while_loading), where either signal raised there crashed
-    it (SIGSEGV)."""
-    proc = subprocess.Popen([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
-                             str(tmp_path / "run")], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+    KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import. The
+    commands import jax inside their main (cli.load, cli.stop_exits_while_loading), where either signal
+    raised there crashed them (SIGSEGV)."""
+    argv = [word_.format(out=tmp_path / "run") for word_ in command]
+    proc = subprocess.Popen([sys.executable, "-m", *argv], cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

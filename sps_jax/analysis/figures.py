@@ -230,7 +230,7 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from sps_jax import runs
+    runs = cli.load("sps_jax.runs")
 
     plotting.require()
     inputs = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),

@@ -300,6 +300,7 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    cli.load("sps_jax.runs")  # the probes' runs, models and token folders
     args.func(args)
     return 0
 

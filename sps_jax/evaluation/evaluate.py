@@ -197,7 +197,8 @@ def main_evaluate(argv) -> int:
     if unused and not keys:  # they set up the lm-eval tasks; --val-data reads prepared tokens
         p.error(f"{unused[0]} is for --tasks (lm-eval), and none are given: pass --tasks, or drop {unused[0]}")
     task_data = _task_data(args.task_data)
-    from sps_jax import checkpoint, runs
+    runs = cli.load("sps_jax.runs")
+    from sps_jax import checkpoint
 
     path = cli.run_argument(args)
     steps = [args.step]
@@ -244,7 +245,7 @@ def main_table(argv) -> int:
     p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
-    from sps_jax import runs
+    runs = cli.load("sps_jax.runs")
 
     files.distinct_inputs(args.results, "results file")
     if args.out is not None:
