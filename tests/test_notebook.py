@@ -44,20 +44,25 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     books.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["Once upon a time there was a model.",
                                                                        "It read every book it could find."]))
     out = tmp_path / "out"
-    compare = f"{tmp_path / 'standard'},{tmp_path / 'sps-again'}"
-    for key, value in {"SPS_EVAL_RUN": str(tmp_path / "sps"), "SPS_EVAL_COMPARE": compare,
-                       "SPS_EVAL_TASKS": "pile_books3", "SPS_EVAL_TASK_DATA": f"pile_books3={books}",
-                       "SPS_EVAL_VAL_DATA": str(data), "SPS_EVAL_INCLUDE_DEFAULTS": "0", "SPS_EVAL_OUT": str(out),
+
+    def rel(path) -> str:  # as a user passes them: relative to the checkout's root
+        return os.path.relpath(path, REPO)
+
+    compare = f"{rel(tmp_path / 'standard')},{rel(tmp_path / 'sps-again')}"
+    for key, value in {"SPS_EVAL_RUN": rel(tmp_path / "sps"), "SPS_EVAL_COMPARE": compare,
+                       "SPS_EVAL_TASKS": "pile_books3", "SPS_EVAL_TASK_DATA": f"pile_books3={rel(books)}",
+                       "SPS_EVAL_VAL_DATA": rel(data), "SPS_EVAL_INCLUDE_DEFAULTS": "0", "SPS_EVAL_OUT": rel(out),
                        "SPS_EVAL_MAX_NEW_TOKENS": "4",
                        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}.items():
         monkeypatch.setenv(key, value)
     nb = nbformat.read(os.path.join(REPO, "notebooks", "evaluate.ipynb"), as_version=4)
+    # Jupyter and `jupyter execute` start the kernel in the notebook's folder.
     nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": REPO}}).execute()
+                            resources={"metadata": {"path": os.path.join(REPO, "notebooks")}}).execute()
     result = json.loads((out / "step_40.json").read_text())
     assert result["variant"] == "sps" and result["val_nll"] > 0 and result["corpus_nll"]["pile_books3"] > 0
     height, width, _ = decoded_png(out / "curves.png").shape
     assert width > 2 * height  # training loss and validation NLL side by side
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "The state of a system is|" in printed and "tiny-standard" in printed
-    assert printed.count("training records") == 3 and f"{tmp_path / 'sps-again'}: 5 training records" in printed
+    assert printed.count("training records") == 3 and f"{rel(tmp_path / 'sps-again')}: 5 training records" in printed
