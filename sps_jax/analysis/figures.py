@@ -48,7 +48,8 @@ def final_point(source: str) -> dict:
         info = runs.run_info(source)
         tokens, loss = validation_curve(source)
         if not len(loss):
-            raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl.")
+            raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
+                             "evaluated on validation data (train.eval_every), or their evaluation JSONs.")
         return {"label": info["run"], **{k: info[k] for k in ("variant", "window", "scale")},
                 "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1])}
     ev = read_evaluation(source)
@@ -175,7 +176,8 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     rows = accuracy_gains([read_evaluation(p) for p in paths], baseline)
     if not rows:
         raise ValueError(f"no scale has both a {baseline!r} evaluation and another variant's with "
-                         "task_accuracy_avg at the same tokens_seen.")
+                         "task_accuracy_avg at the same tokens_seen: pass evaluations of paper-scale runs "
+                         "with all five zero-shot tasks (evaluate --tasks zero_shot).")
     scales = list(dict.fromkeys(r["scale"] for r in rows))
     variants = sorted({r["variant"] for r in rows})
     plt = pyplot()

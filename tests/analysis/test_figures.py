@@ -119,6 +119,15 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
         f.write(json.dumps({"step": 10, "tokens_seen": 1000, "loss": 3.0, "lr": 1e-3}) + "\n")
     assert figures.main(["curves", run, "--out", str(tmp_path / "c.png")]) == 2
     assert "no validation record" in capsys.readouterr().err and not (tmp_path / "c.png").exists()
+    assert figures.main(["window-ablation", run, "--out", str(tmp_path / "w.png")]) == 2
+    assert f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that evaluated on " \
+        "validation data (train.eval_every), or their evaluation JSONs." in capsys.readouterr().err
+    # Evaluations without the five tasks' mean (task_accuracy_avg) give no bar: said with what to pass.
+    evals = [write_eval(str(tmp_path), "s-std", "s", "standard", None, None),
+             write_eval(str(tmp_path), "s-sps", "s", "sps", 64, None)]
+    assert figures.main(["accuracy-gain", *evals, "--out", str(tmp_path / "a.png")]) == 2
+    assert "task_accuracy_avg at the same tokens_seen: pass evaluations of paper-scale runs with all five " \
+        "zero-shot tasks (evaluate --tasks zero_shot)." in capsys.readouterr().err
 
 
 def test_a_missing_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch, capsys):
