@@ -151,7 +151,7 @@ def _parser() -> cli.ArgumentParser:
                    help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
                    "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
     p.add_argument("--task-data", action="append", metavar="TASK=PATH",
-                   help="read TASK's evaluation split from a local .jsonl/.parquet file (repeatable)")
+                   help="read TASK's evaluation split from a local .jsonl, .json(.gz) or .parquet file (repeatable)")
     p.add_argument("--include-path", default=None, help="extra folder of lm-eval task YAMLs")
     p.add_argument("--val-data", default=None, help="prepared token folder (manifest.json + val.bin)")
     p.add_argument("--val-tokens", type=cli.positive_int, default=None,
