@@ -272,8 +272,8 @@ def _start(run, ckpts, source, dataset, config, workdir: str, backend: str, log)
 
 
 def _nothing_to_train(start_step: int, end: int, t) -> str:
-    return (f"step {start_step} is already at this run's end, step {end} of train.total_tokens"
-            + (" and train.stop_at_step" if t.stop_at_step else "") + ": nothing to train; raise "
+    field = "train.stop_at_step" if t.stop_at_step == end else "train.total_tokens"  # the one that ends it
+    return (f"step {start_step} is already at this run's end, step {end} ({field}): nothing to train; raise "
             "train.total_tokens or train.stop_at_step to train on.")
 
 

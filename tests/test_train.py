@@ -237,9 +237,10 @@ def test_a_run_rerun_past_its_end_says_so_without_compiling_or_touching_its_file
     workdir = tmp_path / "run"
     shutil.copytree(reference, workdir)
     before = (workdir / "metrics.jsonl").read_bytes()
-    for extra in ([], ["--config.train.stop_at_step=3"]):  # the schedule's end, and an end moved before the run
+    # The schedule's end, and an end moved before the run: the sentence names the field that ends it.
+    for extra, end in (([], f"{STEPS} (train.total_tokens)"), (["--config.train.stop_at_step=3"], "3 (train.stop_at_step)")):
         out = run_train(workdir, tokens, STEPS, extra=extra)
-        assert f"step {STEPS} is already at this run's end, step " in out.stdout, out.stdout
+        assert f"step {STEPS} is already at this run's end, step {end}: nothing to train" in out.stdout, out.stdout
         assert "compiled in" not in out.stdout, out.stdout
         assert (workdir / "metrics.jsonl").read_bytes() == before
     assert checkpoint.steps(str(workdir)) == checkpoint.steps(str(reference))
