@@ -76,7 +76,7 @@ def make_train_step(model, opt, param_shardings):
     The number of micro-batches is the tokens' leading axis; ``updates_before`` is the optimizer's update
     count the learning rate was read at (behind the step by the updates skipped as non-finite)."""
 
-    def step(params, opt_state, tokens_ABL):
+    def train_step(params, opt_state, tokens_ABL):  # its name names its compiles (jit(train_step))
         def micro(carry, tokens_BL):
             grad_sum, loss_sum, count = carry
             (total, n), grads = jax.value_and_grad(
@@ -101,7 +101,7 @@ def make_train_step(model, opt, param_shardings):
         return keep(new_params, params), keep(new_opt_state, opt_state), {
             "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite, "updates_before": updates_before}
 
-    return step
+    return train_step
 
 
 def setup(config, p: dict, devices) -> types.SimpleNamespace:
@@ -137,9 +137,9 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
 
 
 def make_eval_step(model):
-    def step(params, tokens_BL):
+    def eval_step(params, tokens_BL):
         return sps_model.loss_sums(model, params, tokens_BL)
-    return step
+    return eval_step
 
 
 def _global_batch(local_BL, sharding, global_shape):

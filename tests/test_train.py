@@ -3,6 +3,7 @@ devices and 2 processes as on 1, checkpoints that move between meshes, clean sto
 another run's files alone, gradient accumulation, the distributed flags, and the README's command making the
 loss fall."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -142,6 +143,44 @@ def test_a_ctrl_c_lost_before_the_loop_still_stops_the_run_with_a_checkpoint(tmp
     summary = trainer.train(small_config(tokens, STEPS), str(tmp_path))
     assert (summary["step"], summary["stopped_by"]) == (1, "SIGINT")
     assert runs.load_run(str(tmp_path))[2] == 1
+
+
+# jax records this event for every program it compiles (a persistent-cache hit too), with the function's name.
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def compiled_programs():
+    """The names of the programs jax compiles inside the block, in order."""
+    names = []
+
+    def listen(event, duration_s, **kwargs):
+        if event == COMPILE_EVENT:
+            names.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def test_a_run_compiles_its_train_and_eval_steps_once_and_nothing_after_its_first_update(tmp_path, tokens):
+    # Steps 1-4 (checkpoints at 2 and 4, a validation at 4), then a resume for 5-6 (a validation and a save at 6).
+    # A recompile inside the loop (a weakly typed or host argument, a last batch of another shape, a jit made
+    # per step) would stall every step it happens on; on an accelerator the train step's compile takes minutes.
+    for stop_at, resumed in ((4, False), (0, True)):
+        config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
+            f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}",
+            f"--config.train.stop_at_step={stop_at}"])
+        first_update = []  # how many programs were compiled when the first update of this call ended
+        with compiled_programs() as names:
+            summary = trainer.train(config, str(tmp_path),
+                                    on_step=lambda step, record: first_update or first_update.append(len(names)))
+        assert summary["step"] == (STEPS if resumed else stop_at) and summary["val_loss"] is not None, summary
+        assert [sum(kind in name for name in names) for kind in ("train_step", "eval_step")] == [1, 1], names
+        assert names[first_update[0]:] == [], f"compiled after the first update: {names[first_update[0]:]}"
+    assert sorted(losses(tmp_path)) == list(range(1, STEPS + 1))
 
 
 def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
