@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -480,6 +481,24 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     # Adam's first step is lr * g / (|g| + eps): for a gradient element near eps, summation-order rounding moves it
     # by up to lr * 1e-4 (3e-7 here), still far below the step of lr = 3e-3 that a wrong gradient would shift.
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p4, p1)
+
+
+def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens):
+    # Donated, the old weights and AdamW moments are reused for the new ones: without it a step holds two copies.
+    config = small_config(tokens, STEPS)
+    p = trainer.plan(config, 1)
+    run = trainer.setup(config, p, jax.devices()[:1])
+    params, opt_state = run.init_state(0)
+    shape_ABL = (p["accum"], config.train.micro_batch, p["model"].seq_len + 1)
+    with warnings.catch_warnings():
+        # jax warns, and copies, when a donated input matches no output in shape and dtype.
+        warnings.filterwarnings("error", message=".*donated buffers were not usable")
+        # _compile makes an eval step too, not run here.
+        step_fn, _ = trainer._compile(run, params, opt_state, shape_ABL, shape_ABL[1:], run.repl)
+        new_params, _, out = step_fn(params, opt_state, jax.device_put(np.ones(shape_ABL, np.int32), run.micro_sh))
+    assert np.isfinite(float(out["loss"])) and not new_params["embed"].is_deleted()
+    leaves = jax.tree_util.tree_leaves((params, opt_state))
+    assert len(leaves) > 3 and sum(not leaf.is_deleted() for leaf in leaves) == 0
 
 
 def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
