@@ -230,9 +230,9 @@ def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens
     cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=length + buffer - 1,
                            positions_BT=jnp.asarray(positions_BT))
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
-    limit = None if buffer == max_new_tokens else jnp.asarray(max_new_tokens, jnp.int32)
+    # Always a traced limit, even when it equals the buffer: None would trace a second program per buffer.
     out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
-                            sampling=sampling, stop_on_eos=stop_on_eos, limit=limit)
+                            sampling=sampling, stop_on_eos=stop_on_eos, limit=jnp.asarray(max_new_tokens, jnp.int32))
     results = []
     for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
         if stop_on_eos and cfg.eos_id in row:

@@ -369,3 +369,16 @@ def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
         decoding.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=6)
     leaves = jax.tree_util.tree_leaves(cache)
     assert sum(not leaf.is_deleted() for leaf in leaves) == 0, "not donated: copied, not updated in place"
+
+
+def test_prompts_and_counts_of_one_bucket_share_one_prefill_and_one_decode_loop():
+    cfg, _, params = small_model("sps", 2, seq_len=44)  # a config no other test compiles: fresh cache entries
+    before = decoding.prefill._cache_size(), decoding.decode_loop._cache_size()
+    grew = lambda: (decoding.prefill._cache_size() - before[0], decoding.decode_loop._cache_size() - before[1])
+    prompts = [[1] * 9, [2] * 12, [3] * 16]
+    # 9 to 16 prompt tokens pad to the 16-position bucket, three rows to four, 8 and 5 new tokens to an 8-token buffer.
+    first = decoding.generate_bucketed(cfg, params, prompts, 8, max_batch=4, min_len=16)
+    assert grew() == (1, 1)
+    decoding.generate_bucketed(cfg, params, [[4] * 10, [5] * 13, [6] * 15], 5, max_batch=4, min_len=16)
+    assert decoding.generate_bucketed(cfg, params, prompts, 8, max_batch=4, min_len=16) == first
+    assert grew() == (1, 1), "a request of the same bucket compiled a program of its own"
