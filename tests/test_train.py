@@ -501,6 +501,23 @@ def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens):
     assert len(leaves) > 3 and sum(not leaf.is_deleted() for leaf in leaves) == 0
 
 
+def test_validation_dispatches_every_batch_before_it_fetches_the_sums(monkeypatch):
+    # A fetch after each batch (float() of its sums) would leave the device idle while the host read and
+    # placed the next batch; fetched once, the batches run back to back.
+    dispatched, fetched_after = [], []
+
+    def eval_fn(params, tokens_BL):
+        dispatched.append(tokens_BL)
+        return jnp.float32(1.0), jnp.float32(len(dispatched))  # a loss sum of 1 over k tokens in batch k
+
+    device_get = jax.device_get
+    monkeypatch.setattr(jax, "device_get", lambda tree: fetched_after.append(len(dispatched)) or device_get(tree))
+    batches = [np.full((2, 5), k, np.int32) for k in range(4)]
+    loss = trainer._validate(eval_fn, None, batches, jax.sharding.SingleDeviceSharding(jax.devices()[0]), (2, 5))
+    assert fetched_after == [4]
+    assert loss == pytest.approx(4 / 10)  # token-weighted: 4 over 1 + 2 + 3 + 4 tokens (not the mean of the means)
+
+
 def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     calls = []
     monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: calls.append(a))
