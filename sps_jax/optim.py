@@ -27,7 +27,10 @@ def schedule(train_cfg, tokens_per_step: int):
     tokens. The first update shares the second's rate, as in the authors' trainer, instead of a rate of 0 that
     would leave the weights unchanged while Adam's moments still took its gradient."""
     def lr(count):
-        return learning_rate(jnp.maximum(count, 1) * tokens_per_step, peak_lr=train_cfg.peak_lr,
+        # Tokens in float32 (as learning_rate counts them): AdamW's count is int32, and its product with the tokens
+        # per update wrapped negative past 2**31 tokens (update 5462 of the paper's 96 x 4096-token updates).
+        tokens = jnp.maximum(count, 1).astype(jnp.float32) * tokens_per_step
+        return learning_rate(tokens, peak_lr=train_cfg.peak_lr,
                              final_lr=train_cfg.final_lr, warmup_tokens=train_cfg.warmup_tokens,
                              total_tokens=train_cfg.total_tokens, decay_fraction=train_cfg.decay_fraction)
     return lr

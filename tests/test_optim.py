@@ -29,6 +29,16 @@ def test_optax_schedule_counts_tokens_per_update():
     assert float(lr(2)) == pytest.approx(3e-4) and float(lr(4)) == pytest.approx(6e-4)
 
 
+def test_the_paper_schedule_holds_its_rate_past_two_billion_tokens():
+    # The paper's run: 20B tokens, 96 x 4096 per update. Update 5462 passes 2**31 tokens, where an int32 product of
+    # the update count and the tokens per update wrapped to a negative rate (-0.0066 at update 6000).
+    t = sps_config.train_config("s")
+    lr = jax.jit(optim.schedule(t, tokens_per_step=96 * 4096))  # as AdamW reads it: an int32 count, traced
+    rates = [float(lr(jnp.asarray(k, jnp.int32))) for k in (5461, 5462, 6000, 46_000, 50_000)]
+    decayed = lambda k: 6e-4 + (6e-5 - 6e-4) * (k * 96 * 4096 - 18e9) / 2e9  # noqa: E731  the final 10%: 18B to 20B
+    assert rates == pytest.approx([6e-4, 6e-4, 6e-4, decayed(46_000), decayed(50_000)], rel=1e-5)
+
+
 def test_the_first_update_moves_the_weights_at_the_second_updates_rate():
     # As in the authors' trainer, update 0 takes the rate after one update's tokens (6e-4 * 250 / 1000 = 1.5e-4),
     # not 0. Adam's first step is lr * g / (|g| + eps), so a gradient of 2 moves a weight by -1.5e-4.
