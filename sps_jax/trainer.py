@@ -71,10 +71,12 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
             "tokens_per_step": tokens_per_step, "total_steps": total_steps}
 
 
-def make_train_step(model, opt, param_shardings):
+def make_train_step(model, opt, param_shardings, lr_schedule):
     """(params, opt_state, tokens [accum, micro, T+1]) -> (params, opt_state, metrics); pure, jit it.
-    The number of micro-batches is the tokens' leading axis; ``updates_before`` is the optimizer's update
-    count the learning rate was read at (behind the step by the updates skipped as non-finite)."""
+    The number of micro-batches is the tokens' leading axis; the metrics' ``lr`` is ``lr_schedule`` (``opt``'s)
+    at the optimizer's update count, the rate this update took (behind the step by the updates skipped as
+    non-finite). It is computed here rather than by the loop, where it would cost a dozen small device ops and
+    one more wait per step."""
 
     def train_step(params, opt_state, tokens_ABL):  # its name names its compiles (jit(train_step))
         def micro(carry, tokens_BL):
@@ -99,7 +101,7 @@ def make_train_step(model, opt, param_shardings):
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
         return keep(new_params, params), keep(new_opt_state, opt_state), {
-            "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite, "updates_before": updates_before}
+            "loss": loss, "grad_norm": grad_norm, "tokens": count, "finite": finite, "lr": lr_schedule(updates_before)}
 
     return train_step
 
@@ -128,7 +130,7 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
         params, _ = checkpoint.restore_params(workdir, step, target=sps_mesh.placed(abstract_params, param_sh))
         return params, fresh_opt_state(params)
 
-    step_fn = jax.jit(make_train_step(model, opt, param_sh),
+    step_fn = jax.jit(make_train_step(model, opt, param_sh, optim.schedule(config.train, p["tokens_per_step"])),
                       in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
                       donate_argnums=(0, 1))
     return types.SimpleNamespace(mesh=mesh, model=model, opt=opt, abstract_params=abstract_params,
@@ -289,11 +291,11 @@ def _run_line(config, p: dict, devices, end: int, compile_s: float) -> str:
             + f"; compiled in {compile_s:.1f}s")
 
 
-def _step_record(step: int, out: dict, *, tokens_per_step: int, lr: float, step_s: float, elapsed_s: float,
+def _step_record(step: int, out: dict, *, tokens_per_step: int, step_s: float, elapsed_s: float,
                  cfg, num_devices: int, peak_flops: float | None) -> dict:
     """One update's metrics.jsonl record (``out``: the train step's metrics, on the host)."""
     tokens_per_s = tokens_per_step / step_s
-    record = {"step": step, "tokens_seen": step * tokens_per_step, "loss": float(out["loss"]), "lr": lr,
+    record = {"step": step, "tokens_seen": step * tokens_per_step, "loss": float(out["loss"]), "lr": float(out["lr"]),
               "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s, "elapsed_s": elapsed_s}
     if peak_flops:  # MFU only against a known peak: none on CPU
         record["mfu"] = flops.mfu(cfg, tokens_per_s, num_devices, peak_flops)
@@ -373,7 +375,6 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             step, record, val_loss, stopped_by = start_step, {}, None, None
             run_start = time.time()
             peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
-            lr_schedule = optim.schedule(t, p["tokens_per_step"])
 
             def elapsed_s():  # seconds trained, across restarts
                 return elapsed_before + time.time() - run_start
@@ -392,10 +393,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                     out = jax.device_get(out)
                     step += 1
                     step_s = time.time() - tick
-                    record = _step_record(step, out, tokens_per_step=p["tokens_per_step"],
-                                          lr=float(lr_schedule(out["updates_before"])), step_s=step_s,
-                                          elapsed_s=elapsed_s(),
-                                          cfg=cfg, num_devices=len(devices), peak_flops=peak_flops)
+                    record = _step_record(step, out, tokens_per_step=p["tokens_per_step"], step_s=step_s,
+                                          elapsed_s=elapsed_s(), cfg=cfg, num_devices=len(devices),
+                                          peak_flops=peak_flops)
                     if record.get("skipped"):
                         _on_nonfinite(record, t.nonfinite, ckpts, log)
                     emit(record)

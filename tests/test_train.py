@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, cli, config as sps_config, metrics, runs, train as sps_train, trainer
+from sps_jax import checkpoint, cli, config as sps_config, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
 from tests import fuzz
 from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, losses, own_lines, run_train,
@@ -166,21 +166,24 @@ def compiled_programs():
         jax.monitoring.unregister_event_duration_listener(listen)
 
 
-def test_a_run_compiles_its_train_and_eval_steps_once_and_nothing_after_its_first_update(tmp_path, tokens):
+def test_a_run_compiles_its_steps_once_and_after_its_first_update_runs_only_them(tmp_path, tokens, monkeypatch):
     # Steps 1-4 (checkpoints at 2 and 4, a validation at 4), then a resume for 5-6 (a validation and a save at 6).
     # A recompile inside the loop (a weakly typed or host argument, a last batch of another shape, a jit made
     # per step) would stall every step it happens on; on an accelerator the train step's compile takes minutes.
+    rates = []  # calls of the schedule: traced into the step, or per step on the host (more device ops and waits)
+    monkeypatch.setattr(optim, "learning_rate", lambda *a, f=optim.learning_rate, **kw: rates.append(1) or f(*a, **kw))
     for stop_at, resumed in ((4, False), (0, True)):
         config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
             f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}",
             f"--config.train.stop_at_step={stop_at}"])
-        first_update = []  # how many programs were compiled when the first update of this call ended
+        first_update = []  # programs compiled and rates computed when the first update of this call ended
         with compiled_programs() as names:
-            summary = trainer.train(config, str(tmp_path),
-                                    on_step=lambda step, record: first_update or first_update.append(len(names)))
+            summary = trainer.train(config, str(tmp_path), on_step=lambda step, record: first_update or
+                                    first_update.append((len(names), len(rates))))
         assert summary["step"] == (STEPS if resumed else stop_at) and summary["val_loss"] is not None, summary
         assert [sum(kind in name for name in names) for kind in ("train_step", "eval_step")] == [1, 1], names
-        assert names[first_update[0]:] == [], f"compiled after the first update: {names[first_update[0]:]}"
+        assert names[first_update[0][0]:] == [], f"compiled after the first update: {names[first_update[0][0]:]}"
+        assert len(rates) == first_update[0][1], "the learning rate was computed outside the train step"
     assert sorted(losses(tmp_path)) == list(range(1, STEPS + 1))
 
 
@@ -464,15 +467,17 @@ def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
 
 def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.dtype=float32"])
-    run = trainer.setup(config, trainer.plan(config, 1), jax.devices()[:1])
+    plan = trainer.plan(config, 1)
+    run = trainer.setup(config, plan, jax.devices()[:1])
     model, opt, shardings = run.model, run.opt, run.param_sh
+    lr_schedule = optim.schedule(config.train, plan["tokens_per_step"])
     params = sps_model.init_params(model, jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 60, (16, 17)).astype(np.int32)
     tokens[rng.random(tokens.shape) < 0.1] = 60  # documents of uneven lengths: token weighting matters
     results = {}
     for accum in (1, 4):
-        step = jax.jit(trainer.make_train_step(model, opt, shardings))
+        step = jax.jit(trainer.make_train_step(model, opt, shardings, lr_schedule))
         results[accum] = step(params, opt.init(params), jnp.asarray(tokens.reshape(accum, 16 // accum, 17)))
     (p1, _, m1), (p4, _, m4) = results[1], results[4]
     np.testing.assert_allclose(float(m4["loss"]), float(m1["loss"]), rtol=1e-6)
