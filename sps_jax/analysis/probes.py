@@ -75,15 +75,21 @@ def plot_gradient_ratios(results, path):
     _save(plt, fig, ax, path)
 
 
+def document_positions(count: int) -> np.ndarray:
+    """The paper's document positions 1..count of the entries 0..count-1 of a per-position list (position t
+    is the loss predicting token t + 1 from the document's first t tokens)."""
+    return np.arange(1, count + 1)
+
+
 def plot_window_nll(results, path):
     """Figure 5b: mean delta l against document position, raw faint and smoothed bold."""
     plt, fig, ax, colors = _figure()
     for n, res in enumerate(results):
         mean = np.asarray(res["mean_delta"], np.float64)
-        _raw_and_trend(ax, np.arange(len(mean)), mean, colors[n % len(colors)], res["label"])
+        _raw_and_trend(ax, document_positions(len(mean)), mean, colors[n % len(colors)], res["label"])
     _mark(ax, {res["omega"] for res in results}, " ω={}")
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xlabel("document position t")
+    ax.set_xlabel("document position t (the loss predicting token t + 1)")
     ax.set_ylabel(r"mean $\Delta\ell_t = \ell_t(M_\omega) - \ell_t(M)$ (nats)")
     ax.set_title("NLL increase with the persistent state restricted to the last ω positions")
     _save(plt, fig, ax, path)
@@ -254,7 +260,8 @@ def cmd_window_nll(args):
     _write(args, results,
            ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
            [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)
-            for r in results for t, (m, c) in enumerate(zip(r["mean_delta"], r["count"]))],
+            for r in results for t, m, c in zip(document_positions(len(r["mean_delta"])).tolist(),
+                                                r["mean_delta"], r["count"])],
            plot_window_nll)
 
 

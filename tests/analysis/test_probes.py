@@ -54,6 +54,23 @@ def test_window_nll_command_writes_means_and_figure(cli_fixture):
     assert width > height
 
 
+def test_window_nll_positions_are_the_papers_from_1(cli_fixture, monkeypatch):
+    """Section 5 measures delta l_i for document positions i in {1, ..., 2048}, l_i predicting x_{i+1} from
+    x_1..x_i. With omega = 6 a query at position i sees the persistent slots i-6..i (docs/probes.md), so
+    positions 1..7 lose nothing and position 8 is the first to lose x_1. Before, the CSV and the figure
+    counted positions from 0."""
+    root = cli_fixture
+    out = str(root / "nll_positions")
+    drawn = []
+    monkeypatch.setattr(probes, "_raw_and_trend", lambda ax, x, *args, **kwargs: drawn.append(list(x)))
+    assert probes.main(["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
+                        "--docs", "4", "--omega", "6", "--context", "16", "--out", out]) == 0
+    rows = [line.split(",") for line in open(os.path.join(out, "window_nll_omega6.csv")).read().splitlines()[1:]]
+    assert [int(r[4]) for r in rows] == list(range(1, 17))
+    assert all(float(r[5]) == 0.0 for r in rows[:7]) and float(rows[7][5]) != 0.0
+    assert drawn == [list(range(1, 17))]
+
+
 def test_fewer_documents_than_docs_asks_for_are_named(cli_fixture, capsys):
     """--docs is an upper bound: a split with fewer documents long enough is used whole, and the progress
     line says so instead of reporting the smaller count without a word (the tiny run's split holds 8)."""
