@@ -105,24 +105,49 @@ def curves(run_folders, out: str) -> dict:
     return data
 
 
-def window_ablation(sources, out: str) -> dict:
-    """Figure 4 style: final validation NLL against the <predict> window w, one line per variant.
+def _scale_name(scale) -> str:
+    return str(scale or "-").upper()
 
-    Runs without a window (Standard, two_x_memory) are drawn as horizontal reference lines.
+
+def _one_per_key(items, key, what) -> None:
+    """Refuse two ``items`` (source, point) that share ``key(point)``: a figure draws one value for each."""
+    seen = {}
+    for source, point in items:
+        k = key(point)
+        if k in seen:
+            raise ValueError(f"{seen[k]} and {source} both hold {what(point)}: pass one of them.")
+        seen[k] = source
+
+
+def window_ablation(sources, out: str) -> dict:
+    """Figure 4 style: final validation NLL against the <predict> window w, one line per variant and scale.
+
+    Runs without a window (Standard, two_x_memory) are drawn as horizontal reference lines. Two sources of
+    one scale, variant and window are refused: the line would zigzag between them.
     """
     out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
     points = [final_point(s) for s in sources]
+    _one_per_key(zip(map(os.fspath, sources), points), lambda p: (p["scale"], p["variant"], p["window"]),
+                 lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
+    several_scales = len({p["scale"] for p in points}) > 1
+
+    def label(p):
+        name = results_table.METHOD_NAMES.get(p["variant"], p["variant"])
+        return f"{name} ({_scale_name(p['scale'])})" if several_scales else name
+
+    lines = []
+    for key in sorted({(_scale_name(p["scale"]), p["variant"]) for p in points if p["window"] is not None}):
+        pts = sorted((p["window"], p["val_nll"], label(p)) for p in points
+                     if p["window"] is not None and (_scale_name(p["scale"]), p["variant"]) == key)
+        lines.append({"label": pts[0][2], "window": [w for w, _, _ in pts], "val_nll": [v for _, v, _ in pts]})
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    windowed = sorted({p["variant"] for p in points if p["window"] is not None})
-    for variant in windowed:
-        pts = sorted((p["window"], p["val_nll"]) for p in points
-                     if p["variant"] == variant and p["window"] is not None)
-        ax.plot([w for w, _ in pts], [v for _, v in pts], marker="o", linewidth=1.8, label=variant)
+    for line in lines:
+        ax.plot(line["window"], line["val_nll"], marker="o", linewidth=1.8, label=line["label"])
     for p in points:
         if p["window"] is None:
             ax.axhline(p["val_nll"], linestyle="--", color="gray", linewidth=1)
-            ax.text(1.0, p["val_nll"], f" {p['variant']}", transform=ax.get_yaxis_transform(), va="center",
+            ax.text(1.0, p["val_nll"], f" {label(p)}", transform=ax.get_yaxis_transform(), va="center",
                     fontsize=8, color="gray")
     windows = sorted({p["window"] for p in points if p["window"] is not None})
     ax.set_xscale("symlog", linthresh=max(1, min([w for w in windows if w > 0], default=1)))
@@ -132,65 +157,84 @@ def window_ablation(sources, out: str) -> dict:
     ax.set_ylabel("final validation NLL (nats)")
     ax.set_title("Window ablation")
     ax.grid(alpha=0.3)
-    if windowed:
+    if lines:
         ax.legend(fontsize=8)
     save_figure(fig, out)
     plt.close(fig)
-    data = {"figure": out, "points": points}
+    data = {"figure": out, "points": points, "lines": lines}
     write_json(os.path.splitext(out)[0] + ".json", data)
     return data
 
 
-def accuracy_gains(evaluations, baseline: str = "standard") -> list[dict]:
-    """Per scale and variant: task_accuracy_avg minus the baseline's, in percentage points.
+def accuracy_gains(evaluations, baseline: str = "standard", sources=None) -> list[dict]:
+    """Per scale and method (variant and window): task_accuracy_avg minus the baseline's, in percentage points.
 
-    Each variant is compared with the baseline evaluation of the same scale at the largest
-    tokens_seen both have (so a longer-trained baseline is not mixed in by accident).
+    Each method is compared with the baseline evaluation of the same scale at the largest
+    tokens_seen both have (so a longer-trained baseline is not mixed in by accident). Two
+    evaluations of one scale, method and tokens_seen (``sources`` names them) are refused.
     """
-    rows = []
+    pairs = [(source, ev) for source, ev in zip(sources or [ev.get("run") for ev in evaluations], evaluations)
+             if ev.get("task_accuracy_avg") is not None]
+    key = lambda ev: (ev.get("scale"), ev["variant"], ev.get("window"))  # noqa: E731
+    _one_per_key(pairs, lambda ev: (*key(ev), ev.get("tokens_seen")),
+                 lambda ev: f"{results_table.method(ev)} at scale {_scale_name(ev.get('scale'))} after "
+                            f"{ev.get('tokens_seen')} tokens")
     by_key = {}
-    for ev in evaluations:
-        if ev.get("task_accuracy_avg") is None:
+    for _, ev in pairs:
+        by_key.setdefault(key(ev), {})[ev.get("tokens_seen")] = ev
+    rows = []
+    for (scale, variant, window), evs in by_key.items():
+        bases = [k for k in by_key if k[0] == scale and k[1] == baseline]
+        if variant == baseline or not bases:
             continue
-        by_key.setdefault((ev.get("scale"), ev["variant"]), {})[ev.get("tokens_seen")] = ev
-    for (scale, variant), evs in by_key.items():
-        if variant == baseline or (scale, baseline) not in by_key:
-            continue
-        common = set(evs) & set(by_key[(scale, baseline)])
+        if len(bases) > 1:
+            raise ValueError(f"scale {_scale_name(scale)} has {baseline} evaluations of several windows "
+                             f"({', '.join(str(k[2]) for k in bases)}): pass the one to measure gains from.")
+        base_evs = by_key[bases[0]]
+        common = set(evs) & set(base_evs)
         if not common:
             continue
         tokens = max(common, key=lambda t: -1 if t is None else t)
-        ev, base = evs[tokens], by_key[(scale, baseline)][tokens]
-        rows.append({"scale": scale, "variant": variant, "window": ev.get("window"), "tokens_seen": tokens,
-                     "accuracy": ev["task_accuracy_avg"], "baseline_accuracy": base["task_accuracy_avg"],
+        ev, base = evs[tokens], base_evs[tokens]
+        rows.append({"scale": scale, "variant": variant, "window": window, "method": results_table.method(ev),
+                     "tokens_seen": tokens, "accuracy": ev["task_accuracy_avg"],
+                     "baseline_accuracy": base["task_accuracy_avg"],
                      "gain_pp": 100.0 * (ev["task_accuracy_avg"] - base["task_accuracy_avg"])})
     rank = {s: n for n, s in enumerate(sps_config.SCALES)}
-    rows.sort(key=lambda r: (rank.get(r["scale"], len(rank)), str(r["scale"]), r["variant"]))
+    rows.sort(key=lambda r: (rank.get(r["scale"], len(rank)), str(r["scale"]), *_method_rank(r)))
     return rows
+
+
+def _method_rank(row) -> tuple:
+    """The table's method order (results_table.METHOD_ORDER), then the window."""
+    order = results_table.METHOD_ORDER
+    variant = row["variant"]
+    return (order.index(variant) if variant in order else len(order), variant, row.get("window") or 0)
 
 
 def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
     out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
-    rows = accuracy_gains([read_evaluation(p) for p in paths], baseline)
+    paths = [os.fspath(p) for p in paths]
+    rows = accuracy_gains([read_evaluation(p) for p in paths], baseline, paths)
     if not rows:
         raise ValueError(f"no scale has both a {baseline!r} evaluation and another variant's with "
                          "task_accuracy_avg at the same tokens_seen: pass evaluations of paper-scale runs "
                          "with all five zero-shot tasks (evaluate --tasks zero_shot).")
     scales = list(dict.fromkeys(r["scale"] for r in rows))
-    variants = sorted({r["variant"] for r in rows})
+    methods = list(dict.fromkeys(r["method"] for r in sorted(rows, key=_method_rank)))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    width = 0.8 / len(variants)
-    for n, variant in enumerate(variants):
+    width = 0.8 / len(methods)
+    for n, method in enumerate(methods):
         xs, ys = [], []
         for k, scale in enumerate(scales):
             for r in rows:
-                if r["scale"] == scale and r["variant"] == variant:
-                    xs.append(k + (n - (len(variants) - 1) / 2) * width)
+                if r["scale"] == scale and r["method"] == method:
+                    xs.append(k + (n - (len(methods) - 1) / 2) * width)
                     ys.append(r["gain_pp"])
-        bars = ax.bar(xs, ys, width, label=variant)
+        bars = ax.bar(xs, ys, width, label=method)
         ax.bar_label(bars, fmt="%+.1f", fontsize=7)
     ax.axhline(0, color="black", linewidth=0.7)
     ax.set_xticks(range(len(scales)), [str(s).upper() for s in scales])

@@ -83,6 +83,43 @@ def test_window_ablation_command_reads_runs_and_evaluations(tmp_path):
     assert width > height
 
 
+def test_window_ablation_draws_one_line_per_scale_and_refuses_a_window_twice(tmp_path, capsys):
+    """Figure 4 is one scale (S): before, S and M runs of one variant were joined into a single line,
+    zigzagging between the scales at every window, and two runs at one window into a vertical stroke."""
+    d = str(tmp_path)
+    sources = [write_eval(d, f"{scale}-sps-{w}", scale, "sps", w, None, val_nll=nll)
+               for scale, w, nll in (("s", 0, 3.0), ("s", 64, 2.95), ("m", 0, 2.8), ("m", 64, 2.7))]
+    sources.append(write_eval(d, "s-std", "s", "standard", None, None, val_nll=3.1))
+    out = str(tmp_path / "w.png")
+    assert figures.main(["window-ablation", *sources, "--out", out]) == 0
+    lines = json.load(open(out[:-4] + ".json"))["lines"]
+    assert lines == [{"label": "SPS (M)", "window": [0, 64], "val_nll": [2.8, 2.7]},
+                     {"label": "SPS (S)", "window": [0, 64], "val_nll": [3.0, 2.95]}]
+    twice = write_eval(d, "s-sps-64-again", "s", "sps", 64, None, val_nll=2.9)
+    assert figures.main(["window-ablation", *sources, twice, "--out", str(tmp_path / "w2.png"), "--force"]) == 2
+    assert f"{sources[1]} and {twice} both hold SPS (w=64) at scale S: pass one of them." in capsys.readouterr().err
+    assert not (tmp_path / "w2.png").exists()
+
+
+def test_accuracy_gain_keeps_each_window_of_a_variant(tmp_path, capsys):
+    """Evaluations of SPS at two windows (the window ablation's runs) are two methods: before, the second
+    replaced the first without a word, so the figure showed one of them under the name sps."""
+    d = str(tmp_path)
+    paths = [write_eval(d, "s-std", "s", "standard", None, 0.45),
+             write_eval(d, "s-sps16", "s", "sps", 16, 0.47),
+             write_eval(d, "s-sps64", "s", "sps", 64, 0.48)]
+    out = str(tmp_path / "gain.png")
+    assert figures.main(["accuracy-gain", *paths, "--out", out]) == 0
+    rows = json.load(open(out[:-4] + ".json"))["gains"]
+    assert {(g["variant"], g["window"]): g["gain_pp"] for g in rows} == pytest.approx({("sps", 16): 2.0,
+                                                                                       ("sps", 64): 3.0})
+    assert [g["method"] for g in rows] == ["SPS (w=16)", "SPS (w=64)"]  # the bars' legend
+    twice = write_eval(d, "s-sps64-again", "s", "sps", 64, 0.49)
+    assert figures.main(["accuracy-gain", *paths, twice, "--out", str(tmp_path / "g2.png")]) == 2
+    assert f"{paths[2]} and {twice} both hold SPS (w=64) at scale S after 20000 tokens: pass one of them." \
+        in capsys.readouterr().err
+
+
 def test_accuracy_gain_command_compares_with_standard_at_the_same_scale_and_tokens(tmp_path):
     d = str(tmp_path)
     paths = [write_eval(d, "xs-std", "xs", "standard", None, 0.40),
