@@ -3,6 +3,7 @@
   python -m sps_jax.analysis.figures curves RUN... --out F.png            (Figure 2: val NLL vs tokens and compute)
   python -m sps_jax.analysis.figures window-ablation SRC... --out F.png   (Figure 4: final val NLL vs w per variant)
   python -m sps_jax.analysis.figures accuracy-gain EVAL_JSON... --out F.png (Figure 3: accuracy gain over Standard)
+  python -m sps_jax.analysis.figures seeds SRC... --out F.png             (Appendix C: seed intervals and tests)
 
 Each command also writes the plotted numbers next to the PNG (same name, .json).
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from sps_jax import cli, config as sps_config, files
 from sps_jax import flops, masks, metrics, plotting
+from sps_jax.analysis import seeds
 from sps_jax.evaluation import results_table
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
@@ -250,6 +252,56 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     return data
 
 
+def seed_variance(sources, out: str, reference: str = "sps", margin: float = seeds.EQUIVALENCE_MARGIN_NATS) -> dict:
+    """Appendix C style: per method, the final validation NLL of each seed and their mean with a Student-t 95%
+    interval; one-sided Welch t-tests of ``reference`` against every other method; and TOST for the
+    equivalence of every other pair within ``margin`` nats. The sources are one scale's runs or evaluations."""
+    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    masks.Visibility(reference)  # an unknown variant stops here, before any file is read
+    if not margin > 0:
+        raise ValueError(f"--margin {margin} is not a positive NLL difference: pass one such as 0.01.")
+    sources = [os.fspath(s) for s in sources]
+    points = [final_point(s) for s in sources]
+    scales = sorted({_scale_name(p["scale"]) for p in points})
+    if len(scales) > 1:
+        raise ValueError(f"the sources hold scales {', '.join(scales)}: pass the seeds of one scale.")
+    groups = {}
+    for source, p in sorted(zip(sources, points), key=lambda sp: _method_rank(sp[1])):
+        groups.setdefault(results_table.method(p), {"variant": p["variant"], "sources": [], "val_nll": []})
+        groups[results_table.method(p)]["sources"].append(source)
+        groups[results_table.method(p)]["val_nll"].append(p["val_nll"])
+    methods = []
+    for name, g in groups.items():
+        if len(g["val_nll"]) < 2:
+            raise ValueError(f"{name} has one run ({g['sources'][0]}): an interval needs at least two seeds of "
+                             "every method.")
+        methods.append({"method": name, **g, **seeds.summary(g["val_nll"])})
+    refs = [m for m in methods if m["variant"] == reference]
+    if len(refs) > 1:
+        raise ValueError(f"{' and '.join(m['method'] for m in refs)} are both {reference}: pass the seeds of one "
+                         "window.")
+    others = [m for m in methods if m["variant"] != reference]
+    welch = [{"reference": r["method"], "other": m["method"], **seeds.welch_lower(r["val_nll"], m["val_nll"])}
+             for r in refs for m in others]
+    tost = [{"a": a["method"], "b": b["method"], **seeds.tost(a["val_nll"], b["val_nll"], margin)}
+            for n, a in enumerate(others) for b in others[n + 1:]]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for k, m in enumerate(methods):
+        ax.plot([k] * m["n"], m["val_nll"], "o", color="gray", alpha=0.5, markersize=4)
+        ax.errorbar(k, m["mean"], yerr=m["ci95_half_width"], fmt="o", color="black", capsize=6, markersize=7)
+    ax.set_xticks(range(len(methods)), [m["method"] for m in methods])
+    ax.set_ylabel("final validation NLL (nats)")
+    ax.set_title(f"Seeds at scale {scales[0]}: mean and Student-t 95% interval")
+    ax.grid(alpha=0.3, axis="y")
+    save_figure(fig, out)
+    plt.close(fig)
+    data = {"figure": out, "scale": scales[0], "confidence": seeds.CONFIDENCE, "methods": methods,
+            "welch_one_sided": welch, "tost": tost}
+    write_json(os.path.splitext(out)[0] + ".json", data)
+    return data
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -268,7 +320,13 @@ def build_parser():
     a.add_argument("--baseline", default="standard", help="the variant the gains are measured from")
     a.add_argument("--out", default="accuracy_gain.png",
                    help="the figure (.png), with its data next to it as .json")
-    for p in (c, w, a):
+    e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
+    e.add_argument("sources", nargs="+", help="run folders or evaluation JSONs of one scale, two or more per method")
+    e.add_argument("--reference", default="sps", help="the variant tested for a lower NLL than every other")
+    e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
+                   help="the equivalence margin (nats) of the two one-sided tests")
+    e.add_argument("--out", default="seeds.png", help="the figure (.png), with its data next to it as .json")
+    for p in (c, w, a, e):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
     return parser
 
@@ -280,7 +338,7 @@ def main(argv=None):
 
     plotting.require()
     inputs = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
-              "accuracy-gain": ("evaluations", "evaluation JSON")}[args.command]
+              "accuracy-gain": ("evaluations", "evaluation JSON"), "seeds": ("sources", "source")}[args.command]
     files.distinct_inputs(getattr(args, inputs[0]), inputs[1])
     if not args.out.endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}: end it in .png (the numbers go "
@@ -302,6 +360,8 @@ def main(argv=None):
             curves(args.runs, args.out)
         elif args.command == "window-ablation":
             window_ablation(args.sources, args.out)
+        elif args.command == "seeds":
+            seed_variance(args.sources, args.out, args.reference, args.margin)
         else:
             accuracy_gain(args.evaluations, args.out, args.baseline)
     print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")

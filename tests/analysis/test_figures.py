@@ -136,6 +136,48 @@ def test_accuracy_gain_command_compares_with_standard_at_the_same_scale_and_toke
     assert width > height
 
 
+def t_cdf_4(t):
+    """The Student-t distribution function with 4 degrees of freedom, in closed form."""
+    u = t / np.sqrt(1 + t * t / 4)
+    return 0.5 + 3 / 8 * u * (1 - t * t / (12 * (1 + t * t / 4)))
+
+
+def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
+    """Appendix C: mean and 95% interval over 3 seeds with t_{0.025,2} ~ 4.30, one-sided Welch t-tests of SPS
+    against each baseline, and TOST within +-0.01 NLL between two baselines. Three seeds of equal spread give
+    Welch 4 degrees of freedom, whose t distribution has a closed form."""
+    d = str(tmp_path)
+    nll = {("sps", 64): [2.80, 2.82, 2.84], ("standard", None): [2.86, 2.88, 2.90],
+           ("delayed_state", 64): [2.875, 2.895, 2.915]}
+    sources = [write_eval(d, f"{v}-{n}", "s", v, w, None, val_nll=x) for (v, w), xs in nll.items()
+               for n, x in enumerate(xs)]
+    out = str(tmp_path / "seeds.png")
+    assert figures.main(["seeds", *sources, "--out", out]) == 0
+    data = json.load(open(out[:-4] + ".json"))
+    methods = {m["method"]: m for m in data["methods"]}
+    assert list(methods) == ["Standard", "Delayed State (w=64)", "SPS (w=64)"]
+    se_mean = 0.02 / np.sqrt(3)  # each method's sample standard deviation is 0.02
+    assert methods["SPS (w=64)"]["mean"] == pytest.approx(2.82)
+    assert methods["SPS (w=64)"]["ci95_half_width"] / se_mean == pytest.approx(4.30, abs=0.005)
+    se_gap = np.sqrt(2) * se_mean
+    welch = {w["other"]: w for w in data["welch_one_sided"]}
+    for other, gap in (("Standard", -0.06), ("Delayed State (w=64)", -0.075)):
+        assert welch[other]["gap"] == pytest.approx(gap) and welch[other]["df"] == pytest.approx(4)
+        assert welch[other]["t"] == pytest.approx(gap / se_gap)
+        assert welch[other]["p"] == pytest.approx(t_cdf_4(gap / se_gap))
+    (tost,) = data["tost"]
+    assert (tost["a"], tost["b"], tost["margin"]) == ("Standard", "Delayed State (w=64)", 0.01)
+    gap = -0.015
+    assert tost["p"] == pytest.approx(max(1 - t_cdf_4((gap + 0.01) / se_gap), t_cdf_4((gap - 0.01) / se_gap)))
+    assert decoded_png(out).shape[1] > 0
+    # One seed of a method has no interval, and seeds of two scales are not one comparison.
+    assert figures.main(["seeds", *sources[:4], "--out", str(tmp_path / "one.png")]) == 2
+    assert "Standard has one run (" in capsys.readouterr().err
+    other_scale = write_eval(d, "m-sps", "m", "sps", 64, None, val_nll=2.7)
+    assert figures.main(["seeds", *sources, other_scale, "--out", str(tmp_path / "two.png")]) == 2
+    assert "the sources hold scales M, S: pass the seeds of one scale." in capsys.readouterr().err
+
+
 def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
     assert figures.main(["curves", str(tmp_path / "missing"), "--out", str(tmp_path / "c.png")]) == 2
     assert "config.json" in capsys.readouterr().err
