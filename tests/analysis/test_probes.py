@@ -61,11 +61,15 @@ def test_window_nll_positions_are_the_papers_from_1(cli_fixture, monkeypatch):
     counted positions from 0."""
     root = cli_fixture
     out = str(root / "nll_positions")
-    drawn = []
-    monkeypatch.setattr(probes, "_raw_and_trend", lambda ax, x, *args, **kwargs: drawn.append(list(x)))
+    drawn, draw = [], probes._raw_and_trend
+
+    def recording(ax, x, *args, **kwargs):
+        drawn.append(list(x))
+        draw(ax, x, *args, **kwargs)
+    monkeypatch.setattr(probes, "_raw_and_trend", recording)
     assert probes.main(["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
                         "--docs", "4", "--omega", "6", "--context", "16", "--out", out]) == 0
-    rows = [line.split(",") for line in open(os.path.join(out, "window_nll_omega6.csv")).read().splitlines()[1:]]
+    rows = [line.split(",") for line in (root / "nll_positions" / "window_nll_omega6.csv").read_text().splitlines()[1:]]
     assert [int(r[4]) for r in rows] == list(range(1, 17))
     assert all(float(r[5]) == 0.0 for r in rows[:7]) and float(rows[7][5]) != 0.0
     assert drawn == [list(range(1, 17))]
