@@ -121,6 +121,19 @@ def _one_per_key(items, key, what) -> None:
         seen[k] = source
 
 
+def _one_length(sources, points) -> None:
+    """Refuse final NLLs taken after different numbers of training tokens: these figures compare methods at
+    one budget (the paper's window ablation at 20B tokens, its seeds at 10B)."""
+    lengths = {}
+    for source, p in zip(sources, points):
+        if p.get("tokens_seen") is not None:
+            lengths.setdefault(float(p["tokens_seen"]), source)
+    if len(lengths) > 1:
+        (a, first), (b, second) = sorted(lengths.items())[:2]
+        raise ValueError(f"{first} ends after {a:,.0f} training tokens and {second} after {b:,.0f}: pass runs "
+                         "trained for one number of tokens.")
+
+
 def window_ablation(sources, out: str) -> dict:
     """Figure 4 style: final validation NLL against the <predict> window w, one line per variant and scale.
 
@@ -128,8 +141,10 @@ def window_ablation(sources, out: str) -> dict:
     one scale, variant and window are refused: the line would zigzag between them.
     """
     out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    sources = [os.fspath(s) for s in sources]
     points = [final_point(s) for s in sources]
-    _one_per_key(zip(map(os.fspath, sources), points), lambda p: (p["scale"], p["variant"], p["window"]),
+    _one_length(sources, points)
+    _one_per_key(zip(sources, points), lambda p: (p["scale"], p["variant"], p["window"]),
                  lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
     several_scales = len({p["scale"] for p in points}) > 1
 
@@ -262,6 +277,7 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
         raise ValueError(f"--margin {margin} is not a positive NLL difference: pass one such as 0.01.")
     sources = [os.fspath(s) for s in sources]
     points = [final_point(s) for s in sources]
+    _one_length(sources, points)
     scales = sorted({_scale_name(p["scale"]) for p in points})
     if len(scales) > 1:
         raise ValueError(f"the sources hold scales {', '.join(scales)}: pass the seeds of one scale.")

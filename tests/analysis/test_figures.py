@@ -71,8 +71,8 @@ def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
 def test_window_ablation_command_reads_runs_and_evaluations(tmp_path):
     sources = [write_run(tmp_path / f"sps{w}", f"s-sps-w{w}", "sps", w, [3.5, 3.0 + w / 1000]) for w in (0, 16, 64)]
     sources.append(write_run(tmp_path / "std", "s-standard", "standard", None, [3.6, 3.2]))
-    sources += [write_eval(str(tmp_path), f"rev{w}", "s", "reverse_sps", w, None, val_nll=3.3 - w / 1000)
-                for w in (0, 16, 64)]
+    sources += [write_eval(str(tmp_path), f"rev{w}", "s", "reverse_sps", w, None, val_nll=3.3 - w / 1000,
+                           tokens=2000) for w in (0, 16, 64)]  # the runs' two validations of 1000 tokens each
     out = str(tmp_path / "window.png")
     assert figures.main(["window-ablation", *sources, "--out", out]) == 0
     points = json.load(open(out[:-4] + ".json"))["points"]
@@ -99,6 +99,11 @@ def test_window_ablation_draws_one_line_per_scale_and_refuses_a_window_twice(tmp
     assert figures.main(["window-ablation", *sources, twice, "--out", str(tmp_path / "w2.png"), "--force"]) == 2
     assert f"{sources[1]} and {twice} both hold SPS (w=64) at scale S: pass one of them." in capsys.readouterr().err
     assert not (tmp_path / "w2.png").exists()
+    # The paper's points are all after 20B tokens: a run stopped at half of that is not one of them.
+    half = write_eval(d, "s-sps-16-half", "s", "sps", 16, None, tokens=10_000, val_nll=3.2)
+    assert figures.main(["window-ablation", *sources, half, "--out", str(tmp_path / "w3.png")]) == 2
+    assert f"{half} ends after 10,000 training tokens and {sources[0]} after 20,000: pass runs trained for one " \
+        "number of tokens." in capsys.readouterr().err
 
 
 def test_accuracy_gain_keeps_each_window_of_a_variant(tmp_path, capsys):
@@ -176,6 +181,9 @@ def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
     other_scale = write_eval(d, "m-sps", "m", "sps", 64, None, val_nll=2.7)
     assert figures.main(["seeds", *sources, other_scale, "--out", str(tmp_path / "two.png")]) == 2
     assert "the sources hold scales M, S: pass the seeds of one scale." in capsys.readouterr().err
+    longer = write_eval(d, "sps-40b", "s", "sps", 64, None, tokens=40_000, val_nll=2.7)
+    assert figures.main(["seeds", *sources, longer, "--out", str(tmp_path / "longer.png")]) == 2
+    assert "training tokens and" in capsys.readouterr().err
 
 
 def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
