@@ -349,8 +349,11 @@ def _parses(parse, word: str) -> bool:
 
 
 def close_name(word: str, names) -> str | None:
-    """The one of ``names`` that ``word`` is likely a typo of, or None."""
-    found = difflib.get_close_matches(word, list(names), n=1)
+    """The one of ``names`` that ``word`` is likely a typo of, or None; the same name in other case
+    first (difflib scores 'SPS' against 'sps' as no match)."""
+    names = list(names)
+    same = [name for name in names if name.lower() == word.lower()]
+    found = same or difflib.get_close_matches(word, names, n=1)
     return found[0] if found else None
 
 

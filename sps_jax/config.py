@@ -279,14 +279,16 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     if not sep:
         raise ValueError(f"override {item!r} must look like --config.a.b=value.")
     *parents, leaf = key.split(".")
+    if not all([*parents, leaf]):
+        raise ValueError(f"override {item!r} leaves a name empty: write --config.SECTION.FIELD=VALUE, e.g. "
+                         "--config.train.seed=1.")
     node = config
-    for name in parents:
-        if not isinstance(node, ml_collections.ConfigDict) or name not in node:
-            raise ValueError(f"override {item!r}: config has no section {name!r}.")
+    for depth, name in enumerate(parents):
+        if name not in node or not isinstance(node[name], ml_collections.ConfigDict):
+            raise ValueError(f"override {item!r}: {_no_key(node, parents[:depth], name, section=True)}")
         node = node[name]
-    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-        fields = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
-        raise ValueError(f"override {item!r}: config section has no field {leaf!r}; fields are {fields}.")
+    if leaf not in node:
+        raise ValueError(f"override {item!r}: {_no_key(node, parents, leaf, section=False)}")
     old = node[leaf]
     if isinstance(old, ml_collections.ConfigDict):
         raise ValueError(f"override {item!r}: {key} is a section, not a field: set its fields, "
@@ -298,6 +300,20 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     value = _fit(old, value, text, item)
     with node.ignore_type():
         node[leaf] = value
+
+
+def _no_key(node, path: list[str], name: str, section: bool) -> str:
+    """What to say of ``name``, which the config section at ``path`` lacks as a section (``section``) or
+    as a field: the key it is likely a typo of, and the keys there are."""
+    where = "config." + ".".join(path) if path else "the config"
+    keys = sorted(k for k in node.keys() if not section or isinstance(node[k], ml_collections.ConfigDict))
+    kind = "section" if section else "field"
+    if section and name in node:  # a field where a section was expected: --config.name.x=1
+        dotted = ".".join([*path, name])
+        return f"config.{dotted} is a field, not a section: set it as --config.{dotted}=VALUE."
+    close = cli.close_name(name, keys)
+    guess = f" (did you mean --config.{'.'.join([*path, close])}?)" if close else ""
+    return f"{where} has no {kind} {name!r}{guess}: its {kind}s are {', '.join(keys)}."
 
 
 def _fit(old, value, text: str, item: str):
@@ -445,7 +461,7 @@ def check_ranges(config) -> None:
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate ``--config.a.b=value`` overrides from the other command-line arguments. An override
     whose value follows a space is one sentence saying to join them with ``=`` (argparse would only
-    call the value an unrecognized argument)."""
+    call the value an unrecognized argument), and so is a key given twice."""
     argv = list(argv)
     for i, arg in enumerate(argv):
         if arg.startswith("--config.") and "=" not in arg:
@@ -453,5 +469,11 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             raise UserError(f"override {arg} has no value: write {arg}={following or 'VALUE'}, the value after '=' "
                             "with no space.")
     overrides = [a for a in argv if a.startswith("--config.")]
+    keys = [_override_key(a) for a in overrides]
+    twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
+    if twice is not None:  # applied in order, the last value would silently win
+        values = [a.partition("=")[2] for a, key in zip(overrides, keys) if key == twice]
+        raise UserError(f"--config.{twice} is given {len(values)} times ({', '.join(map(repr, values))}): give it once, "
+                        "with the value you mean.")
     rest = [a for a in argv if not a.startswith("--config.")]
     return rest, overrides

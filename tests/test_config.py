@@ -305,3 +305,33 @@ def test_the_shared_setup_of_section_4_holds_at_every_scale_and_variant():
             assert cfg.window == (64 if variant in ("sps", "delayed_state", "reverse_sps") else None), (scale, variant)
             counts.add(cfg.num_params)
         assert len(counts) == 1, scale
+
+
+@pytest.mark.parametrize("override, sentence", [
+    ("model.seqlen=64", r"^override '--config\.model\.seqlen=64': config\.model has no field 'seqlen' \(did you mean "
+                        r"--config\.model\.seq_len\?\): its fields are attention, d_ff, .*, window\.$"),
+    ("train.Seed=1", r"^override '--config\.train\.Seed=1': config\.train has no field 'Seed' \(did you mean "
+                     r"--config\.train\.seed\?\): its fields are "),
+    ("modle.seq_len=64", r"^override '--config\.modle\.seq_len=64': the config has no section 'modle' \(did you mean "
+                         r"--config\.model\?\): its sections are data, mesh, metrics, model, train\.$"),
+    ("model.zzz=1", r"^override '--config\.model\.zzz=1': config\.model has no field 'zzz': its fields are "),
+    ("name.x=1", r"^override '--config\.name\.x=1': config\.name is a field, not a section: set it as "
+                 r"--config\.name=VALUE\.$"),
+    ("model..seq_len=64", r"^override '--config\.model\.\.seq_len=64' leaves a name empty: write "
+                          r"--config\.SECTION\.FIELD=VALUE, e\.g\. --config\.train\.seed=1\.$"),
+    ("=3", r"^override '--config\.=3' leaves a name empty: "),
+])
+def test_a_mistyped_override_key_is_named_with_the_key_it_likely_means(override, sentence):
+    # The sentence said "config section has no field 'seqlen'; fields are [...]", naming neither the section nor
+    # the field meant; a field used as a section was "no section 'name'", and an empty name listed the sections.
+    with pytest.raises(ValueError, match=sentence):
+        sps_config.load_config("configs/tiny.py", [f"--config.{override}"])
+
+
+def test_an_override_given_twice_is_refused_naming_both_values():
+    # Applied in order, the second value silently replaced the first (argparse's list flags are refused alike).
+    argv = ["--config.train.seed=1", "--workdir", "runs/x", "--config.train.seed=2"]
+    with pytest.raises(ValueError, match=r"^--config\.train\.seed is given 2 times \('1', '2'\): give it once, "
+                                         r"with the value you mean\.$"):
+        sps_config.split_config_args(argv)
+    assert sps_config.split_config_args(argv[:3]) == (["--workdir", "runs/x"], ["--config.train.seed=1"])
