@@ -11,4 +11,4 @@ from sps_jax import config as sps_config, masks
 def get_config(arg="s,sps"):
     scale, variant, window = sps_config.parse_arg(arg, ("s", "sps", str(masks.DEFAULT_WINDOW)),
                                                    "SCALE,VARIANT[,WINDOW]")
-    return sps_config.paper_config(scale.lower(), variant, sps_config.parse_window(window))
+    return sps_config.paper_config(scale, variant, sps_config.parse_window(window))

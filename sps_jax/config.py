@@ -56,7 +56,9 @@ def model_config(scale: str = "s", variant: str = "sps", window: int | None = ma
     from sps_jax import model as sps_model
 
     if scale not in SCALES:
-        raise ValueError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}.")
+        close = cli.close_name(str(scale), SCALES)
+        raise ValueError(f"unknown scale {scale!r}{f' (did you mean {close!r}?)' if close else ''}: choose one of "
+                         f"{', '.join(SCALES)}.")
     layers, d, heads = SCALES[scale]
     cfg = sps_model.ModelConfig(variant=variant, window=window, num_layers=layers, d_model=d, num_heads=heads,
                                 d_ff=3 * d, seq_len=PAPER_SEQ_LEN, attention="auto", dtype="bfloat16")
@@ -163,12 +165,13 @@ def parse_arg(arg: str, defaults: Sequence[str], usage: str | None = None) -> li
     """Split 'a,b,c' into fields by position, filling missing trailing fields from defaults.
 
     An empty field (``s,,64``) is refused rather than dropped, which would shift the later fields into
-    the wrong places; ``usage`` (``SCALE,VARIANT[,WINDOW]``) names the fields in the sentence.
+    the wrong places; ``usage`` (``SCALE,VARIANT[,WINDOW]``) names the fields in the sentence. Fields
+    are names and numbers, read in lower case (``S,SPS`` is ``s,sps``).
     """
     names = re.findall(r"[^\[\],]+", usage) if usage else [f"field {i + 1}" for i in range(len(defaults))]
     usage = usage or f"at most {len(defaults)} comma-separated fields"
     example = ",".join(defaults)
-    parts = [p.strip() for p in arg.split(",")] if arg and arg.strip() else []
+    parts = [p.strip().lower() for p in arg.split(",")] if arg and arg.strip() else []
     if len(parts) > len(defaults):
         raise ValueError(f"config argument {arg!r} has more than {len(defaults)} comma-separated fields: pass "
                          f"{usage}, e.g. {example}.")
@@ -211,7 +214,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         module_spec.loader.exec_module(module)
     except SyntaxError as e:
         raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}): fix that line.") from None
-    except Exception as e:  # the user's file: say where it failed instead of a traceback
+    except (Exception, SystemExit) as e:  # the user's file: say where it failed instead of a traceback (or an exit)
         raise UserError(f"config file {path} failed{_failure(e, path)}") from None
     get_config = getattr(module, "get_config", None)
     if not callable(get_config):
@@ -220,7 +223,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         config = get_config(arg) if arg else get_config()
     except ValueError:
         raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         call = f"get_config({arg!r})" if arg else "get_config()"
         raise UserError(f"{call} of {path} failed{_failure(e, path)}") from None
     if not isinstance(config, ml_collections.ConfigDict):

@@ -335,3 +335,32 @@ def test_an_override_given_twice_is_refused_naming_both_values():
                                          r"with the value you mean\.$"):
         sps_config.split_config_args(argv)
     assert sps_config.split_config_args(argv[:3]) == (["--workdir", "runs/x"], ["--config.train.seed=1"])
+
+
+@pytest.mark.parametrize("spec, model", [
+    ("configs/paper.py:S,SPS,64", ("sps", 64, 12)), ("configs/paper.py:XL,Reverse_SPS,None", ("reverse_sps", None, 48)),
+    ("configs/tiny.py:DELAYED_STATE,4", ("delayed_state", 4, 2)),
+])
+def test_the_config_argument_is_read_in_any_case(spec, model):
+    # The scale was lowered but not the variant: S,SPS was 'unknown attention variant 'SPS''.
+    m = sps_config.load_config(spec).model
+    assert (m.variant, m.window, m.num_layers) == model
+
+
+@pytest.mark.parametrize("body, sentence", [
+    ("import sys\nsys.exit(3)\n", r"^config file .*bad\.py failed at line 2: SystemExit: 3: fix the file there\.$"),
+    ("def get_config():\n    raise SystemExit('no')\n",
+     r"^get_config\(\) of .*bad\.py failed at line 2: SystemExit: no: fix the file there\.$"),
+])
+def test_a_config_file_that_exits_is_one_sentence_too(tmp_path, body, sentence):
+    # SystemExit is no Exception: it passed through, and the command ended with the file's status and no word.
+    path = tmp_path / "bad.py"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=sentence):
+        sps_config.load_config(str(path))
+
+
+def test_an_unknown_scale_is_named_with_the_one_it_likely_means():
+    with pytest.raises(ValueError, match=r"^unknown scale 'xll' \(did you mean 'xl'\?\): choose one of xs, s, m, l, "
+                                         r"xl\.$"):
+        sps_config.load_config("configs/paper.py:xll,sps")
