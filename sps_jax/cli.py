@@ -395,11 +395,11 @@ def non_negative_int(text: str) -> int:
     return _integer(text, 0, "0 or more")
 
 
-def int_up_to(most: int):
-    """argparse type: an integer from 0 to ``most``."""
+def int_up_to(most: int, least: int = 0):
+    """argparse type: an integer from ``least`` to ``most``."""
     def parse(text: str) -> int:
-        return _integer(text, 0, f"from 0 to {most}", most)
-    parse.__name__ = f"integer from 0 to {most}"
+        return _integer(text, least, f"from {least} to {most}", most)
+    parse.__name__ = f"integer from {least} to {most}"
     return parse
 
 

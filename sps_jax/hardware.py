@@ -78,6 +78,11 @@ ACCELERATORS = {
 }
 
 
+def largest() -> Accelerator:
+    """The listed accelerator with the most memory: a workload it cannot hold, none can."""
+    return max(ACCELERATORS.values(), key=lambda a: a.memory_bytes)
+
+
 def find(device_kind: str) -> Optional[Accelerator]:
     """The accelerator a jax ``device_kind`` names, or None (CPU, or a card not listed)."""
     # Longest prefix first, so "TPU v5 lite" is not taken for "TPU v5".

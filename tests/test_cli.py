@@ -194,9 +194,10 @@ BAD_ARGUMENTS = [
       for bench, flags, names in (("attention", [], ["--batch", "--seq-len", "--heads", "--head-dim", "--iters",
                                                      "--documents"]),
                                   ("tiles", [], ["--batch", "--iters"]),
-                                  ("compile", ["--target", "h100"], ["--devices", "--batch", "--prefill", "--decode"]),
+                                  ("compile", ["--target", "h100"], ["--batch", "--prefill", "--decode"]),
                                   ("generate", [], ["--batch", "--prefill", "--decode", "--repeats"]))
       for flag in names],
+    (bench_cli.main, ["compile", "--target", "h100", "--devices", "0"], ["argument --devices: 0 must be from 1 to 1024"]),
     *[(bench_cli.main, [bench, "--window", "-1"], ["argument --window: -1 must be 0 or more"])
       for bench in ("attention", "tiles")],
     (bench_cli.main, ["smoke", "--batch-size", "0"], ["--batch-size"]),

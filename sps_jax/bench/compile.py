@@ -32,6 +32,9 @@ from sps_jax import attention, bench, cli, hardware, masks
 from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
+# The most devices of the train step's one-host deviceless mesh, far beyond a host's 8 to 72 GPUs: building
+# 2^20 abstract devices takes about 40 s here, and 2^31 never finishes.
+MAX_DEVICES = 1024
 
 
 def parse_args(argv):
@@ -53,7 +56,8 @@ def parse_args(argv):
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
-    p.add_argument("--devices", type=cli.positive_int, default=1, help="devices of the train step's mesh (FSDP over them)")
+    p.add_argument("--devices", type=cli.int_up_to(MAX_DEVICES, least=1), default=1,
+                   help="devices of the train step's mesh (FSDP over them)")
     p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes")
     p.add_argument("--batch", type=cli.positive_int, default=16, help="generation: rows")
@@ -223,14 +227,20 @@ def _ratios(rows, keys):
             r["bytes_accessed_vs_standard"] = r["bytes_accessed"] / b["bytes_accessed"]
 
 
-def generation_rows(acc, args) -> list[dict]:
+def _generation_model(args, variant):
+    """``variant``'s ModelConfig, its context long enough for the generation workload."""
     from sps_jax import model as sps_model
+
+    model = _variant_config(args, variant).model
+    return sps_model.ModelConfig.from_config(dict(model, seq_len=max(model.seq_len, args.prefill + args.decode)))
+
+
+def generation_rows(acc, args) -> list[dict]:
     from sps_jax.aot import programs
 
     rows = []
     for variant in args.variants:
-        model = _variant_config(args, variant).model
-        cfg = sps_model.ModelConfig.from_config(dict(model, seq_len=max(model.seq_len, args.prefill + args.decode)))
+        cfg = _generation_model(args, variant)
         # A chunk of the whole prompt or more is the one-pass prefill.
         chunks = dict.fromkeys(c if c < args.prefill else 0 for c in args.prefill_chunks)
         reports = [r for chunk in chunks for r in programs.generation(
@@ -322,6 +332,29 @@ def print_tables(results) -> None:
             print(f"not compiled: {err}")
 
 
+def _check_workload(args) -> None:
+    """What would stop the command part way stops it before the first compile: a config the train step
+    refuses (``trainer.plan``: a schedule, interval or field out of range), a target whose compiler is not
+    installed here or whose topology lacks ``--devices`` devices, and a generation workload whose KV cache no
+    listed accelerator holds (as ``bench generate``; XLA's compile of one past int64 fails in C++)."""
+    from sps_jax import trainer
+    from sps_jax.aot import topology
+    from sps_jax.inference import kv_cache
+
+    if "train" in args.only or "generate" in args.only:
+        config = _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])
+        _check_sizes(args, config.model)
+        if "train" in args.only:
+            trainer.plan(config, args.devices)
+    if "generate" in args.only:
+        largest = hardware.largest()
+        for variant in args.variants:
+            kv_cache.check_fits(_generation_model(args, variant), args.batch, args.prefill + args.decode,
+                                largest.memory_bytes, largest.name, "lower --batch, --prefill or --decode")
+    for name in args.target:
+        topology.devices(hardware.ACCELERATORS[name], args.devices if "train" in args.only else 1)
+
+
 def _check_sizes(args, model) -> None:
     """A model the targets cannot hold stops here, before one too large to build is traced: its
     training state over ``--devices`` (train), its weights on one device (generate)."""
@@ -341,9 +374,7 @@ def _check_sizes(args, model) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if "train" in args.only or "generate" in args.only:
-        config = _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])  # bad config: fail now
-        _check_sizes(args, config.model)
+    _check_workload(args)
     import jax
 
     from sps_jax.aot import topology
@@ -356,7 +387,6 @@ def main(argv=None) -> int:
         res = results["targets"][name] = {"platform": acc.platform, "memory_bytes": acc.memory_bytes,
                                           "usable_bytes": acc.usable_bytes, "tpu_topology": acc.tpu_topology}
         res["errors"] = []
-        topology.devices(acc)  # a compiler that is not installed here stops the command (one sentence)
         if "kernels" in args.only:
             try:
                 res["kernels"] = kernel_rows(acc, args)

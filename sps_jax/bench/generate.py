@@ -208,7 +208,7 @@ def main(argv=None) -> int:
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).
-    largest = max(hardware.ACCELERATORS.values(), key=lambda a: a.memory_bytes)
+    largest = hardware.largest()
     for v in variants:
         check_workload(_model_config(args, overrides, v), args, largest.memory_bytes, largest.name)
 

@@ -1,6 +1,7 @@
 """``bench compile``: the command's tables and JSON, its fit search, and its refusals."""
 
 import json
+import re
 
 import pytest
 
@@ -46,10 +47,38 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     (["--target", "h100", "--variants", "sps,standard,sps"], "sps is listed more than once"),
     (["--target", "h100", "--max-micro-batch", "-5"], "must be at least 1"),
     (["--target", "h100", "--prefill-chunks", "0,-4"], "argument --prefill-chunks: -4 must be 0 or more"),
+    # a deviceless mesh of 2^31 devices was built for minutes (its topology string overflowed past that)
+    (["--target", "h100", "--devices", "99999999999"], "argument --devices: 99999999999 must be from 1 to 1024"),
 ])
 def test_bad_arguments_get_one_sentence(args, message):
     outcome = fuzz.call(bench_main.main, ["compile", *args])  # in process: a refusal comes before jax is used
     assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
+
+
+@pytest.mark.parametrize("args, sentence", [
+    # a TPU target after a GPU one: the GPU's programs compiled for minutes before libtpu was found missing
+    (["--target", "h100,tpu-v5e", "--only", "kernels"], r"compiling for tpu-v5e needs libtpu, which is not "
+                                                        r"installed: pip install -e \"\.\[tpu\]\"\.$"),
+    # a field the train step's plan refuses: it stopped the command after the kernels had compiled
+    (["--target", "h100", "--config", "configs/tiny.py", "--config.train.eval_every=0"],
+     r"train\.eval_every=0 must be an integer between 1 and "),
+    # a KV cache no card holds: after kernels and train, XLA's compile failed in C++ (a traceback)
+    (["--target", "h100", "--config", "configs/tiny.py", "--prefill", "999999999"],
+     r"standard's KV cache for batch 16 x 1,000,003,071 positions needs .* GiB, .* of one b200: lower --batch, "
+     r"--prefill or --decode\.$"),
+])
+def test_what_would_stop_the_command_part_way_stops_it_before_the_first_compile(monkeypatch, args, sentence):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "libtpu" else real(name, *a))
+    compiled = []
+    for rows in ("kernel_rows", "train_rows", "generation_rows"):
+        monkeypatch.setattr(bench_compile, rows, lambda acc, args, rows=rows: compiled.append((acc.name, rows)) or [])
+    outcome = fuzz.call(bench_main.main, ["compile", *args])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert re.search(sentence, outcome.stderr.strip()), outcome.stderr
+    assert compiled == []
 
 
 @pytest.mark.parametrize("peak_of", [lambda mb: 10 + 3 * mb,           # linear: the estimate is exact
