@@ -26,11 +26,19 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)
-    sps_model.check_fits(base, *hardware.local_memory(), copies=2, holding="the weights and their gradient")
+    memory_bytes, device = hardware.local_memory()
+    sps_model.check_fits(base, memory_bytes, device, copies=2, holding="the weights and their gradient")
+    cfgs = [dataclasses.replace(base, variant=vis.variant, window=vis.window)
+            for vis in map(base.visibility.with_variant, masks.VARIANTS)]
+    # A batch past the memory aborted the process inside XLA's CPU allocator (a crash dump, status 134).
+    need = 2 * base.param_bytes + max(cfg.layer_input_bytes(batch_size) for cfg in cfgs)
+    if need > memory_bytes:
+        raise cli.UserError(f"--batch-size {batch_size} of {T} positions needs at least {need / hardware.GiB:,.1f} GiB "
+                            f"for the weights, their gradient and each layer's input, more than the "
+                            f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size.")
     tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
-    for variant in masks.VARIANTS:
-        vis = base.visibility.with_variant(variant)
-        cfg = dataclasses.replace(base, variant=vis.variant, window=vis.window)
+    for cfg in cfgs:
+        variant = cfg.variant
         model = sps_model.Transformer(cfg)
         params = sps_model.init_params(model, jax.random.PRNGKey(seed))
         start = time.perf_counter()

@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from sps_jax.bench import smoke
 from tests.helpers import SMALL_OVERRIDES
 
@@ -18,3 +20,20 @@ def test_smoke_check_runs_every_variant_with_the_configs_window(tmp_path):
     # Every variant has the same parameters, and at init the loss is about ln(vocabulary).
     assert len({r["params"] for r in rows.values()}) == 1
     assert all(abs(r["loss"] - math.log(64)) < 1.0 and r["grad_norm"] > 0 for r in rows.values())
+
+
+def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkeypatch):
+    # On a CPU, XLA's allocator aborted the process on --batch-size 99999999999 (a crash dump, status 134). The
+    # bound by hand: tiny's 2 layers x 10^6 rows x 128 positions x 2 streams x 64 x 4 bytes = 122.07 GiB of layer
+    # inputs, and 0.02 GiB of weights and gradient (3.3M parameters in float32, twice).
+    from sps_jax import hardware
+    from sps_jax.bench import __main__ as bench_main
+    from tests import fuzz
+
+    monkeypatch.setattr(hardware, "local_memory", lambda: (8 * 2 ** 30, "the test host"))
+    monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
+    outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--batch-size", "1000000"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip().startswith(
+        "error: --batch-size 1000000 of 128 positions needs at least 122.1 GiB for the weights, their gradient and "
+        "each layer's input, more than the 8.0 GiB of the test host: lower --batch-size.")
