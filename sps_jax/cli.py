@@ -3,8 +3,8 @@
 A bad input, a refusal or a stop the user can act on is said in one sentence: the command prints
 ``error: <sentence>`` as one line on stderr and exits with status 2, without a traceback.
 :class:`UserError` is that sentence; ValueError, FileNotFoundError and other OS errors raised by
-checks and file access are treated the same at the boundary, and so is XLA running out of device
-memory. Anything else is a bug and keeps its traceback. Argument-parsing errors take the same
+checks and file access are treated the same at the boundary, and so is running out of memory (XLA's
+device memory, or the host's for numpy). Anything else is a bug and keeps its traceback. Argument-parsing errors take the same
 one-line form (:class:`ArgumentParser`).
 
 A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
@@ -189,6 +189,9 @@ def main(fn):
             raise
         except USER_ERRORS as exc:
             return fail(exc)
+        except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
+            return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
+                                  "or sequence, or a smaller model."))
         except RuntimeError as exc:
             if not out_of_memory(exc):
                 raise

@@ -15,6 +15,7 @@ import time
 
 import jax
 import ml_collections
+import numpy as np
 import pytest
 
 from sps_jax import checkpoint, cli, flops, metrics, runs
@@ -65,6 +66,15 @@ def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(c
     assert capsys.readouterr().err == ("error: the device ran out of memory (RESOURCE_EXHAUSTED: Out of memory "
                                        "allocating 4398046511104 bytes.): use a smaller batch or sequence, a smaller "
                                        "model, or more devices (mesh.fsdp).\n")
+
+    @cli.main
+    def too_large_for_the_host(argv):  # numpy's: bench attention --seq-len 99999999999 on a CPU was a traceback
+        return np.empty(2 ** 60, np.int8)  # 1 EiB, beyond any address space
+
+    assert too_large_for_the_host([]) == 2
+    assert capsys.readouterr().err == ("error: the host ran out of memory (Unable to allocate 1.00 EiB for an array "
+                                       "with shape (1152921504606846976,) and data type int8): use a smaller batch or "
+                                       "sequence, or a smaller model.\n")
 
     @cli.main
     def parses(argv):
