@@ -58,8 +58,11 @@ def sentence(exc: BaseException) -> str:
 
 def out_of_memory(exc: BaseException) -> bool:
     """XLA's allocation failure: a size the user chose (batch, sequence, model) is too large for the
-    device, which no check before the work can rule out, since only XLA knows the program's peak."""
-    return type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(exc)
+    device, which no check before the work can rule out, since only XLA knows the program's peak. The CPU
+    client says it at dispatch as an INTERNAL error ("Out of memory allocating N bytes")."""
+    text = str(exc)
+    return (type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError")
+            and ("RESOURCE_EXHAUSTED" in text or "Out of memory allocating" in text))
 
 
 def stdout_closed() -> bool:

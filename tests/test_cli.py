@@ -68,6 +68,16 @@ def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(c
                                        "model, or more devices (mesh.fsdp).\n")
 
     @cli.main
+    def too_large_at_dispatch(argv):  # the CPU client's words (bench generate --prefill 9999999 on tiny): a traceback
+        raise jax.errors.JaxRuntimeError("INTERNAL: Error dispatching computation: Out of memory allocating "
+                                         "19200017044998272 bytes.")
+
+    assert too_large_at_dispatch([]) == 2
+    assert capsys.readouterr().err == ("error: the device ran out of memory (INTERNAL: Error dispatching computation: "
+                                       "Out of memory allocating 19200017044998272 bytes.): use a smaller batch or "
+                                       "sequence, a smaller model, or more devices (mesh.fsdp).\n")
+
+    @cli.main
     def too_large_for_the_host(argv):  # numpy's: bench attention --seq-len 99999999999 on a CPU was a traceback
         return np.empty(2 ** 60, np.int8)  # 1 EiB, beyond any address space
 
