@@ -253,6 +253,16 @@ def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, arg
     assert not (tmp_path / "w").exists(), "a refusal wrote files"
 
 
+@pytest.mark.parametrize("name", ["attention", "tiles", "train", "generate", "smoke", "compile"])
+def test_each_bench_module_run_on_its_own_answers_in_one_sentence(name):
+    # python -m sps_jax.bench.NAME reached main without the dispatcher's boundary: a UserError traceback, status 1.
+    import importlib
+
+    outcome = fuzz.call(importlib.import_module(f"sps_jax.bench.{name}").main, ["--bogus"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "unrecognized arguments: --bogus" in outcome.stderr
+
+
 def test_a_checkpoint_path_and_another_step_are_refused_not_resolved_silently(tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "4"
     ckpt.mkdir(parents=True)

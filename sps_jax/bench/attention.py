@@ -317,6 +317,7 @@ def cpu_report(args):
     return results
 
 
+@cli.main
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     on_device = jax.default_backend() in ("gpu", "tpu")

@@ -372,6 +372,7 @@ def _check_sizes(args, model) -> None:
             sps_model.check_fits(cfg, acc.usable_bytes, acc.name)
 
 
+@cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     _check_workload(args)

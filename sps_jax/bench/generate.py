@@ -195,6 +195,7 @@ def _table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+@cli.main
 def main(argv=None) -> int:
     from sps_jax import config as sps_config
 

@@ -51,6 +51,7 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
     return results
 
 
+@cli.main
 def main(argv=None) -> int:
     rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,

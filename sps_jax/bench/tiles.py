@@ -109,6 +109,7 @@ def parse_args(argv):
     return args
 
 
+@cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     print(f"{args.variant}: B={args.batch} T={args.seq_len} H={args.heads} Dh={args.head_dim} w={args.window} "

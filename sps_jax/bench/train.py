@@ -59,6 +59,7 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
             "peak_flops_per_device": peak_flops, "final_loss": float(out["loss"])}
 
 
+@cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     rest, overrides = sps_config.split_config_args(argv)
