@@ -18,8 +18,11 @@ def check_json(args):
     # Imported here, not at the top: sps_jax.runs loads jax, and ``python -m sps_jax.bench`` (this
     # package) answers --help, --version and a wrong benchmark name without it.
     from sps_jax import runs
+    from sps_jax.data import loader
     if args.json is not None:
         runs.output_file(args.json, "--json", args.force)
+        # --force replaced a token file (train.bin), and `data prepare --force` deletes anything written there.
+        loader.refuse_inside_tokens(args.json, "--json")
     return args
 
 

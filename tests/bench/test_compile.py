@@ -115,3 +115,20 @@ def test_a_gpu_program_fits_in_the_share_of_memory_jax_allocates():
     h100 = hardware.ACCELERATORS["h100"]
     assert h100.usable_bytes == int(0.9 * 80 * 2 ** 30)
     assert hardware.ACCELERATORS["tpu-v5e"].usable_bytes == 16 * 2 ** 30
+
+
+@pytest.mark.parametrize("name", ["train.bin", "results/new.json"])
+def test_a_json_inside_a_token_folder_is_refused_even_with_force(tmp_path, name):
+    # --force replaced the token folder's train.bin with the results; a new file there is deleted by the next
+    # `data prepare --force`. Refused when the arguments are read, before the first compile (bench.check_json).
+    from tests.helpers import write_token_folder
+
+    tokens = tmp_path / "tok"
+    write_token_folder(tokens, num_docs=4)
+    before = (tokens / "train.bin").read_bytes()
+    outcome = fuzz.call(bench_main.main, ["compile", "--target", "h100", "--only", "kernels",
+                                          "--json", str(tokens / name), "--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"--json {tokens / name} lies inside the token folder {tokens}, which `data prepare --force` replaces " \
+           "whole" in outcome.stderr
+    assert (tokens / "train.bin").read_bytes() == before and not (tokens / "results").exists()
