@@ -58,7 +58,7 @@ def parse_args(argv):
         "--num-warps and --num-stages are pallas's only")
     for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
                        ("num-stages", "pipeline stages")):
-        tiles.add_argument(f"--{name}", type=int, default=None, help=text)
+        tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
     p.add_argument("--documents", type=cli.positive_int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),

@@ -65,6 +65,9 @@ def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "block_q must be a positive power of two" in outcome.stderr
     for argv, message in ((["--head-dim", "3"], "must be even"), (["--seq-len", "64", "--documents", "65"], "more than"),
-                          (["--variants", "sps,sps"], "more than once")):
+                          (["--variants", "sps,sps"], "more than once"),
+                          # the tile flags were plain ints: argparse's own "invalid int value: '1.5'"
+                          (["--block-q", "1.5"], "argument --block-q: '1.5' is not an integer (see --help)."),
+                          (["--num-warps", "-4"], "argument --num-warps: -4 must be at least 1 (see --help).")):
         outcome = fuzz.call(bench_main.main, ["attention", *argv])
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
