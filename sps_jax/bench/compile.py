@@ -341,8 +341,9 @@ def _check_workload(args) -> None:
     from sps_jax.aot import topology
     from sps_jax.inference import kv_cache
 
+    # Read with --only kernels too, which compiles no model: a mistyped override was silently ignored there.
+    config = _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])
     if "train" in args.only or "generate" in args.only:
-        config = _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])
         _check_sizes(args, config.model)
         if "train" in args.only:
             trainer.plan(config, args.devices)

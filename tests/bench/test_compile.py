@@ -62,6 +62,9 @@ def test_bad_arguments_get_one_sentence(args, message):
     # a field the train step's plan refuses: it stopped the command after the kernels had compiled
     (["--target", "h100", "--config", "configs/tiny.py", "--config.train.eval_every=0"],
      r"train\.eval_every=0 must be an integer between 1 and "),
+    # --only kernels compiles no model, and left the config unread: a mistyped override was ignored
+    (["--target", "h100", "--only", "kernels", "--config.model.seqlen=1"],
+     r"config\.model has no field 'seqlen' \(did you mean --config\.model\.seq_len\?\)"),
     # a KV cache no card holds: after kernels and train, XLA's compile failed in C++ (a traceback)
     (["--target", "h100", "--config", "configs/tiny.py", "--prefill", "999999999"],
      r"standard's KV cache for batch 16 x 1,000,003,071 positions needs .* GiB, .* of one b200: lower --batch, "
