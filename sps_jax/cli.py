@@ -280,6 +280,7 @@ class ArgumentParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         self._check_list_flags_once(args)
+        self._check_value_flags_once(args)
         try:
             return super().parse_args(args, namespace)
         except UserError:
@@ -307,6 +308,24 @@ class ArgumentParser(argparse.ArgumentParser):
         for flag, _, value, _ in self._list_flag_uses(args):
             if flag in seen:
                 self.error(f"{flag} is given twice: give one comma-separated list, e.g. {flag} {seen[flag]},{value}")
+            seen[flag] = value
+
+    def _check_value_flags_once(self, args) -> None:
+        """Any other flag that takes one value given twice (``--config a.py --config b.py``): argparse kept
+        the last and dropped the first without a word. Flags meant to repeat (append) are not among them."""
+        flags = {o for parser in _parsers(self) for a in parser._actions
+                 if type(a) is argparse._StoreAction and not getattr(a.type, "comma_list", False)
+                 for o in a.option_strings}
+        seen = {}
+        for i, word in enumerate(args):
+            if word == "--":
+                break
+            flag, eq, value = word.partition("=")
+            if flag not in flags:
+                continue
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if flag in seen:
+                self.error(f"{flag} is given twice ({seen[flag]!r} and {value!r}): give it once")
             seen[flag] = value
 
     def _check_list_words(self, args, stray) -> None:

@@ -234,6 +234,11 @@ BAD_ARGUMENTS = [
     (evaluate.main, ["--workdir", "W", "--tasks", "arc_easy", "piqa"], ["write --tasks arc_easy,piqa"]),
     (bench_cli.main, ["compile", "--target", "h100", "--target", "b200"],
      ["--target is given twice: give one comma-separated list, e.g. --target h100,b200"]),
+    # any flag of one value given twice: argparse kept the last one without a word
+    (train.main, ["--config", "configs/tiny.py", "--config=configs/paper.py", "--workdir", "W"],
+     ["--config is given twice ('configs/tiny.py' and 'configs/paper.py'): give it once"]),
+    (bench_cli.main, ["compile", "--target", "h100", "--only", "kernels", "--json", "W/a.json", "--json", "W/b.json"],
+     ["--json is given twice"]),
     (bench_cli.main, ["attention", "--variants", "sps,spz"], ["unknown variant 'spz' (did you mean 'sps'?)"]),
     # the name in other case: difflib scores 'SPS' against 'sps' as no match, so nothing was suggested
     (bench_cli.main, ["train", "--config", "configs/tiny.py", "--variants", "SPS"],
