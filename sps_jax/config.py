@@ -464,7 +464,8 @@ def check_ranges(config) -> None:
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate ``--config.a.b=value`` overrides from the other command-line arguments. An override
     whose value follows a space is one sentence saying to join them with ``=`` (argparse would only
-    call the value an unrecognized argument), and so is a key given twice."""
+    call the value an unrecognized argument). A key given twice takes its last value (they apply in
+    order), so a script can add an override to a shared list."""
     argv = list(argv)
     for i, arg in enumerate(argv):
         if arg.startswith("--config.") and "=" not in arg:
@@ -472,11 +473,5 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             raise UserError(f"override {arg} has no value: write {arg}={following or 'VALUE'}, the value after '=' "
                             "with no space.")
     overrides = [a for a in argv if a.startswith("--config.")]
-    keys = [_override_key(a) for a in overrides]
-    twice = next((key for i, key in enumerate(keys) if key in keys[:i]), None)
-    if twice is not None:  # applied in order, the last value would silently win
-        values = [a.partition("=")[2] for a, key in zip(overrides, keys) if key == twice]
-        raise UserError(f"--config.{twice} is given {len(values)} times ({', '.join(map(repr, values))}): give it once, "
-                        "with the value you mean.")
     rest = [a for a in argv if not a.startswith("--config.")]
     return rest, overrides

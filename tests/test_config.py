@@ -328,15 +328,6 @@ def test_a_mistyped_override_key_is_named_with_the_key_it_likely_means(override,
         sps_config.load_config("configs/tiny.py", [f"--config.{override}"])
 
 
-def test_an_override_given_twice_is_refused_naming_both_values():
-    # Applied in order, the second value silently replaced the first (argparse's list flags are refused alike).
-    argv = ["--config.train.seed=1", "--workdir", "runs/x", "--config.train.seed=2"]
-    with pytest.raises(ValueError, match=r"^--config\.train\.seed is given 2 times \('1', '2'\): give it once, "
-                                         r"with the value you mean\.$"):
-        sps_config.split_config_args(argv)
-    assert sps_config.split_config_args(argv[:3]) == (["--workdir", "runs/x"], ["--config.train.seed=1"])
-
-
 @pytest.mark.parametrize("spec, model", [
     ("configs/paper.py:S,SPS,64", ("sps", 64, 12)), ("configs/paper.py:XL,Reverse_SPS,None", ("reverse_sps", None, 48)),
     ("configs/tiny.py:DELAYED_STATE,4", ("delayed_state", 4, 2)),
