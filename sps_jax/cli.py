@@ -438,7 +438,7 @@ def _parsers(parser):
 
 
 def comma_list(kind=str, choices=None, what: str = "item"):
-    """argparse type: a comma-separated list of ``kind`` with at least one item and no repeats, each of
+    """argparse type: a comma-separated list of ``kind`` with at least one item, no empty ones and no repeats, each of
     ``choices`` when given (``what`` names one in the sentence: "unknown variant 'x'").
 
     Every flag of every command that takes a list of names or numbers takes it this way
@@ -447,12 +447,15 @@ def comma_list(kind=str, choices=None, what: str = "item"):
     since a path may hold a comma: they are positional words or a repeated flag (probes' --workdir)."""
     def parse(text: str) -> list:
         try:
-            values = [kind(x.strip()) for x in text.split(",") if x.strip()]
+            items = [x.strip() for x in text.split(",")]
+            values = [kind(x) for x in items if x]
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") \
                 from None
         if not values:
             raise argparse.ArgumentTypeError(f"{text!r} names nothing: give at least one item, comma-separated")
+        if "" in items:  # 'sps,,standard' or 'h100,': an item lost to a typo, not a list to read around it
+            raise argparse.ArgumentTypeError(f"{text!r} has an empty item: remove the extra comma")
         unknown = [v for v in values if choices is not None and v not in choices]
         if unknown:
             close = close_name(str(unknown[0]), list(map(str, choices)))

@@ -246,6 +246,12 @@ BAD_ARGUMENTS = [
     # a mistyped override key, on a command that takes --config
     (bench_cli.main, ["compile", "--target", "h100", "--config.model.windw=3"],
      ["config.model has no field 'windw' (did you mean --config.model.window?)"]),
+    # an empty item was dropped without a word: a typo of the list, not a shorter list
+    (bench_cli.main, ["attention", "--variants", "sps,,standard"], ["'sps,,standard' has an empty item: remove the extra comma"]),
+    (bench_cli.main, ["compile", "--target", "h100,"], ["'h100,' has an empty item: remove the extra comma"]),
+    # '-' is not stdout here (stdout has the JSON already): it made a file named '-'
+    (bench_cli.main, ["compile", "--target", "h100", "--only", "kernels", "--json", "-"],
+     ["--json -: the results already go to stdout; give --json a file path"]),
 ]
 
 

@@ -3,7 +3,7 @@ the ``--json PATH`` flag every command writes its results with."""
 
 from __future__ import annotations
 
-from sps_jax import files
+from sps_jax import cli, files
 
 
 def add_json_flag(parser) -> None:
@@ -20,6 +20,9 @@ def check_json(args):
     from sps_jax import runs
     from sps_jax.data import loader
     if args.json is not None:
+        if args.json.strip() == "-":  # not stdout's usual name here: stdout gets the JSON already
+            raise cli.UserError("--json -: the results already go to stdout; give --json a file path to also "
+                                "write them to a file.")
         runs.output_file(args.json, "--json", args.force)
         # --force replaced a token file (train.bin), and `data prepare --force` deletes anything written there.
         loader.refuse_inside_tokens(args.json, "--json")
