@@ -59,7 +59,8 @@ def assert_matches_reference(variant, window, persistent_window=None, T=T, block
 WINDOWS = (0, 1, BLOCK - 1, BLOCK, BLOCK + 1, T, None)
 # Every window for SPS by default; the other windowed variants get two each by default
 # (their windowed stream differs) and the full sweep under -m slow.
-DEFAULT_WINDOWS = {"sps": WINDOWS, "delayed_state": (1, BLOCK + 1), "reverse_sps": (0, BLOCK - 1)}
+# SPS by default at 0, around a block edge and unbounded; 1 and T (the same visibility as None here) under -m slow.
+DEFAULT_WINDOWS = {"sps": (0, BLOCK - 1, BLOCK, BLOCK + 1, None), "delayed_state": (1, BLOCK + 1), "reverse_sps": (0, BLOCK - 1)}
 WINDOW_CASES = [
     pytest.param(variant, window, marks=() if window in DEFAULT_WINDOWS[variant] else pytest.mark.slow)
     for variant in DEFAULT_WINDOWS for window in WINDOWS

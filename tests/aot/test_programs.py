@@ -2,6 +2,7 @@
 memory that grows with the work, and FLOPs that match an independent count."""
 
 import jax
+import pytest
 
 from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
@@ -36,6 +37,7 @@ def test_train_step_peak_grows_with_the_micro_batch_and_counts_the_model_flops()
     assert large["model_flops"] > lm_head_train_flops
 
 
+@pytest.mark.slow  # a second compile of the train step above, for a card of 1 MiB
 def test_a_program_that_exceeds_the_card_does_not_fit():
     small_card = hardware.Accelerator(**{**H100.__dict__, "name": "h100-tiny-memory", "memory_bytes": 2 ** 20})
     report = programs.train_step(small_card, tiny_config(micro_batch=1))

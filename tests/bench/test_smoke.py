@@ -9,6 +9,7 @@ from sps_jax.bench import smoke
 from tests.helpers import SMALL_OVERRIDES
 
 
+@pytest.mark.slow  # five variants' gradients compiled: the model tests cover each variant's loss
 def test_smoke_check_runs_every_variant_with_the_configs_window(tmp_path):
     out = tmp_path / "smoke.json"
     assert smoke.main(["--config", "configs/tiny.py:sps,3", "--json", str(out), *SMALL_OVERRIDES]) == 0
