@@ -279,8 +279,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
-        self._check_list_flags_once(args)
-        self._check_value_flags_once(args)
+        self._check_flags_once(args)
         try:
             return super().parse_args(args, namespace)
         except UserError:
@@ -290,41 +289,24 @@ class ArgumentParser(argparse.ArgumentParser):
                 self.error(f"unrecognized arguments: {' '.join(stray)}")
             raise
 
-    def _list_flag_uses(self, args):
-        """(flag, position, value, parse) for each use in ``args`` of a flag whose type ``parse`` is a
-        :func:`comma_list`."""
-        flags = {o: a.type for parser in _parsers(self) for a in parser._actions
-                 if getattr(a.type, "comma_list", False) for o in a.option_strings}
+    def _flag_uses(self, args, wanted):
+        """(flag, position, value, action) for each use in ``args`` of a flag whose ``action`` passes ``wanted``."""
+        actions = {o: a for parser in _parsers(self) for a in parser._actions if wanted(a) for o in a.option_strings}
         for i, word in enumerate(args):
             if word == "--":
                 break
             flag, eq, value = word.partition("=")
-            if flag in flags:
-                yield flag, i, value if eq else (args[i + 1] if i + 1 < len(args) else ""), flags[flag]
+            if flag in actions:
+                yield flag, i, value if eq else (args[i + 1] if i + 1 < len(args) else ""), actions[flag]
 
-    def _check_list_flags_once(self, args) -> None:
-        """A list flag given twice: argparse kept the last list and dropped the others without a word."""
+    def _check_flags_once(self, args) -> None:
+        """A flag that takes one value, a comma list included, given twice: argparse kept the last and dropped
+        the others without a word. Flags meant to repeat (append) are not among them."""
         seen = {}
-        for flag, _, value, _ in self._list_flag_uses(args):
+        for flag, _, value, action in self._flag_uses(args, lambda a: type(a) is argparse._StoreAction):
             if flag in seen:
-                self.error(f"{flag} is given twice: give one comma-separated list, e.g. {flag} {seen[flag]},{value}")
-            seen[flag] = value
-
-    def _check_value_flags_once(self, args) -> None:
-        """Any other flag that takes one value given twice (``--config a.py --config b.py``): argparse kept
-        the last and dropped the first without a word. Flags meant to repeat (append) are not among them."""
-        flags = {o for parser in _parsers(self) for a in parser._actions
-                 if type(a) is argparse._StoreAction and not getattr(a.type, "comma_list", False)
-                 for o in a.option_strings}
-        seen = {}
-        for i, word in enumerate(args):
-            if word == "--":
-                break
-            flag, eq, value = word.partition("=")
-            if flag not in flags:
-                continue
-            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if flag in seen:
+                if _is_list(action):
+                    self.error(f"{flag} is given twice: give one comma-separated list, e.g. {flag} {seen[flag]},{value}")
                 self.error(f"{flag} is given twice ({seen[flag]!r} and {value!r}): give it once")
             seen[flag] = value
 
@@ -332,10 +314,10 @@ class ArgumentParser(argparse.ArgumentParser):
         """Words after a list flag's value that are items of its list (``--variants standard sps``): say
         the list's syntax. A word that is no item (``--variants sps stray``) is left to be named as
         unrecognized, since it is more likely a stray word than a misspelt list."""
-        for flag, i, value, parse in self._list_flag_uses(args):
+        for flag, i, value, action in self._flag_uses(args, _is_list):
             words = []
             j = i + (1 if "=" in args[i] else 2)
-            while j < len(args) and args[j] in stray and not args[j].startswith("-") and _parses(parse, args[j]):
+            while j < len(args) and args[j] in stray and not args[j].startswith("-") and _parses(action.type, args[j]):
                 words.append(args[j])
                 j += 1
             if words:
@@ -362,6 +344,11 @@ class ArgumentParser(argparse.ArgumentParser):
         if action.nargs == argparse.PARSER and value not in action.choices:  # argparse listed every choice
             self.error(unknown_subcommand(value, action.choices))
         super()._check_value(action, value)
+
+
+def _is_list(action) -> bool:
+    """Whether an argparse action's type is a :func:`comma_list`."""
+    return getattr(action.type, "comma_list", False)
 
 
 def _parses(parse, word: str) -> bool:
