@@ -158,7 +158,7 @@ class ModelConfig:
     def layer_input_bytes(self, rows: int) -> int:
         """Every layer's input for ``rows`` sequences of ``seq_len`` positions (all streams, model.dtype):
         what a backward pass keeps at the least (remat keeps only these), a lower bound on its activations."""
-        slots = rows * self.seq_len * self.visibility.num_streams
+        slots = rows * self.seq_len * self.num_streams
         return self.num_layers * slots * self.d_model * np.dtype(_DTYPES[self.dtype]).itemsize
 
     @classmethod

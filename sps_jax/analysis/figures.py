@@ -283,9 +283,9 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
         raise ValueError(f"the sources hold scales {', '.join(scales)}: pass the seeds of one scale.")
     groups = {}
     for source, p in sorted(zip(sources, points), key=lambda sp: _method_rank(sp[1])):
-        groups.setdefault(results_table.method(p), {"variant": p["variant"], "sources": [], "val_nll": []})
-        groups[results_table.method(p)]["sources"].append(source)
-        groups[results_table.method(p)]["val_nll"].append(p["val_nll"])
+        group = groups.setdefault(results_table.method(p), {"variant": p["variant"], "sources": [], "val_nll": []})
+        group["sources"].append(source)
+        group["val_nll"].append(p["val_nll"])
     methods = []
     for name, g in groups.items():
         if len(g["val_nll"]) < 2:
