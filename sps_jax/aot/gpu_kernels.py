@@ -24,9 +24,16 @@ import jax.numpy as jnp
 from sps_jax import config as sps_config, hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.aot import topology
+from sps_jax.inference import decode_attention, kv_cache
 
 KERNELS = ("sps_flash_forward", "sps_flash_dq", "sps_flash_dkv")
 TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash_dkv": "dkv"}
+
+
+def kernel_names(vis: masks.Visibility) -> tuple[str, ...]:
+    """The training kernels, and for a variant whose decode step has one the ring kernel
+    (:func:`sps_jax.inference.kv_cache.ring_in_kernel`)."""
+    return KERNELS + ((decode_attention.RING_KERNEL,) if kv_cache.ring_in_kernel(vis) else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +84,7 @@ def parse_ptxas(text: str) -> dict:
 def parse_launches(thunk_text: str) -> dict:
     """{kernel: {grid, threads, shared_memory_bytes}} from XLA's dumped thunk sequence."""
     launches = {}
-    for m in re.finditer(r"\b(sps_flash_\w+) grid: \[([\d, ]+)\] threads: \[([\d, ]+)\]\s+shared_memory: (\d+) bytes",
+    for m in re.finditer(r"\b(sps_\w+) grid: \[([\d, ]+)\] threads: \[([\d, ]+)\]\s+shared_memory: (\d+) bytes",
                          thunk_text):
         launches[m[1]] = {"grid": [int(x) for x in m[2].split(",")], "threads": int(m[3].split(",")[0]),
                           "shared_memory_bytes": int(m[4])}
@@ -85,15 +92,30 @@ def parse_launches(thunk_text: str) -> dict:
 
 
 def _program(shape: Shape, dtype, vis, tuning, sharding):
-    S = vis.num_streams
-    q = jax.ShapeDtypeStruct((1, shape.seq_len, S, shape.heads, shape.head_dim), dtype, sharding=sharding)
-    doc = jax.ShapeDtypeStruct((1, shape.seq_len), jnp.int32, sharding=sharding)
+    """The attention forward and backward (the three training kernels) and, where the variant has
+    one, a decode step's ring kernel over a cache of T slots (batch 1: as above, only the grid grows)."""
+    S, H, K, T = vis.num_streams, shape.heads, shape.head_dim, shape.seq_len
+    q = jax.ShapeDtypeStruct((1, T, S, H, K), dtype, sharding=sharding)
+    doc = jax.ShapeDtypeStruct((1, T), jnp.int32, sharding=sharding)
 
     def forward_and_backward(q, k, v, doc_ids):
         out, vjp = jax.vjp(lambda q, k, v: pa.attention(q, k, v, doc_ids, vis, tuning=tuning), q, k, v)
         return vjp(out)
 
-    return forward_and_backward, (q, q, q, doc)
+    if not kv_cache.ring_in_kernel(vis):
+        return forward_and_backward, (q, q, q, doc)
+    R = kv_cache.ring_slots(vis, T)
+    split = decode_attention.split_for(T)
+
+    def with_a_decode_step(q, k, v, doc_ids):
+        q_BHSK, cache_BHTK = q[:, 0].swapaxes(1, 2), k[:, :, 0].swapaxes(1, 2)
+        ring_BHRK, new_BH1K = cache_BHTK[:, :, :R], cache_BHTK[:, :, :1]
+        seen_BSR = jnp.broadcast_to(doc_ids[:, None, :R] >= 0, (1, S, R))
+        ring = (ring_BHRK, ring_BHRK, new_BH1K, new_BH1K, T % R, seen_BSR)
+        step = decode_attention.attend_with_ring(q_BHSK, (cache_BHTK, cache_BHTK, T), doc_ids[:, 0], ring, split)
+        return forward_and_backward(q, k, v, doc_ids), step
+
+    return with_a_decode_step, (q, q, q, doc)
 
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
@@ -137,9 +159,10 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
             with open(path) as f:
                 launches.update(parse_launches(f.read()))
         ptx_files = glob.glob(os.path.join(dump, "*.ptx"))
-        for name in KERNELS:
-            tiles = getattr(tuning, TUNING_FIELD[name])
-            entry = {**dataclasses.asdict(tiles), **launches.get(name, {})}
+        for name in kernel_names(vis):
+            tiles = (dataclasses.asdict(getattr(tuning, TUNING_FIELD[name])) if name in TUNING_FIELD
+                     else {"num_warps": decode_attention.RING_WARPS, "num_stages": decode_attention.RING_STAGES})
+            entry = {**tiles, **launches.get(name, {})}
             ptx = next((p for p in ptx_files if re.search(rf"\.entry {name}\(", open(p).read())), None)
             if ptx is None:
                 entry["error"] = "no PTX for this kernel in XLA's dump"
@@ -186,5 +209,5 @@ def _assemble(ptxas: str, arch: str, ptx: str):
 
 
 def spill_bytes(report: dict) -> int:
-    """Spill stores plus loads over the three kernels of a report (0 for a clean binary)."""
+    """Spill stores plus loads over the kernels of a report (0 for a clean binary)."""
     return sum(k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0) for k in report["kernels"].values())

@@ -296,7 +296,7 @@ def print_tables(results) -> None:
                     print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['status']}: {rep['error'][:90]}")
                     continue
                 for kname, k in rep["kernels"].items():
-                    tiles = f"{k['block_q']}/{k['block_k']} {k['num_warps']} {k['num_stages']}"
+                    tiles = f"{k.get('block_q', '-')}/{k.get('block_k', '-')} {k['num_warps']} {k['num_stages']}"
                     spill = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
                     grid = "x".join(str(g) for g in k.get("grid", []))
                     print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {kname:18s} {tiles:>14s} "

@@ -14,9 +14,12 @@ for the step to merge with this position's slots and the ring.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 
+import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 
 from sps_jax import attention
 from sps_jax import mesh as sps_mesh
@@ -77,14 +80,111 @@ def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
                                            jnp.broadcast_to(mask_B1T, (B, rows_BHSK.shape[2], T)),
                                            values_on_vpu=on_tpu and S > 1)
         return tuple(x[:, :, :1] for x in parts) if doubled else parts
-    jax_decode = importlib.import_module(KERNEL_MODULE)
+    o_BHSK, sum_BHS, max_BHS = _kernel_past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split)
+    return max_BHS[..., None], sum_BHS[..., None], o_BHSK.astype(jnp.float32)
 
+
+def _kernel_past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split):
+    """jax's kernel over slots [lo_B, end): (unnormalised output [B, H, S, K] in q's dtype, row sum,
+    row max [B, H, S]); whoever merges it with other blocks divides once, by the merged sum."""
+    B, H, S, K = q_BHSK.shape
+    jax_decode = importlib.import_module(KERNEL_MODULE)
     slots_first = lambda x_BHTK: jnp.swapaxes(x_BHTK, 1, 2)  # noqa: E731  (the kernel's [B, T, H, K])
     # The kernel's query heads are the H x S query rows, head-major: [B, H * S, K] and [B, H * S].
     o, (row_sum, row_max) = jax_decode.gqa(
         q_BHSK.reshape(B, H * S, K), slots_first(k_BHTK), slots_first(v_BHTK),
         start_idx=lo_B.astype(jnp.int32), kv_seq_len=jnp.asarray(end, jnp.int32), sm_scale=K ** -0.5,
-        block_k=split.block_k, k_splits=split.k_splits, return_residuals=True, interpret=split.interpret)
-    # The kernel returns the normalised output; the merge wants it times its row sum.
-    sum_BHS1, max_BHS1 = row_sum.reshape(B, H, S, 1), row_max.reshape(B, H, S, 1)
-    return max_BHS1, sum_BHS1, o.reshape(B, H, S, K).astype(jnp.float32) * sum_BHS1
+        block_k=split.block_k, k_splits=split.k_splits, return_residuals=True, normalize_output=False,
+        interpret=split.interpret)
+    return o.reshape(B, H, S, K), row_sum.reshape(B, H, S), row_max.reshape(B, H, S)
+
+
+def attend(q_BHSK, pasts, lo_B, near, split: Split | None):
+    """A decode step's attention [B, H, S, K] (q's dtype) by XLA's merge of softmax partials: each
+    persistent stream's past slots ``pasts`` ((K, V, end) per stream: slots [lo_B, end), through
+    jax's kernel when ``split`` is set) and the small block ``near`` ((K, V, mask) or None)."""
+    parts = [past_partials(q_BHSK, k, v, lo_B, end, split) for k, v, end in pasts]
+    if near is not None:
+        parts.append(attention.softmax_partials(q_BHSK, *near))
+    return attention.merge_partials(parts).astype(q_BHSK.dtype)
+
+
+# The ring kernel's name in a compiled program, and its launch: one (row, head) per program, tiles of
+# at most 128 x Dh, so 4 warps and no software pipelining (nothing loops).
+RING_KERNEL = "sps_decode_ring"
+RING_WARPS, RING_STAGES = 4, 1
+
+
+def _padded(n: int) -> int:
+    """A Triton tile side for n rows or keys: a power of two, at least 16 (``tl.dot``'s minimum)."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, k_new_ref, v_new_ref, slot_ref, mask_ref,
+                 k_ring_ref, v_ring_ref, o_ref, k_out_ref, v_out_ref, *, scale, rows: int, slots: int):
+    """One (row, head): store this position's windowed K/V in its ring slot, take the query rows'
+    softmax partials over the ring, merge them with the past's (jax's kernel returns the past's
+    unnormalised output, row sum and row max), and normalise. The blocks are padded to Triton tile
+    sides; Triton does not bound a block's rows by its array's, so every access past the ``rows``
+    query rows and the ring's ``slots`` is masked (read as zero, never written)."""
+    from jax.experimental.pallas import triton as plgpu
+
+    row_S = jnp.arange(o_ref.shape[0]) < rows
+    slot_R = jnp.arange(k_ring_ref.shape[0]) < slots
+    slot = slot_ref[0]
+    k_new_1K, v_new_1K = k_new_ref[...], v_new_ref[...]
+    plgpu.store(k_out_ref.at[pl.ds(slot, 1)], k_new_1K)
+    plgpu.store(v_out_ref.at[pl.ds(slot, 1)], v_new_1K)
+    # This program's loads need not see its stores (no barrier): the new entry is put in registers.
+    now_R1 = (jnp.arange(k_ring_ref.shape[0]) == slot)[:, None]
+    k_RK = jnp.where(now_R1, k_new_1K, plgpu.load(k_ring_ref, mask=slot_R[:, None], other=0))
+    v_RK = jnp.where(now_R1, v_new_1K, plgpu.load(v_ring_ref, mask=slot_R[:, None], other=0))
+    q_SK = plgpu.load(q_ref, mask=row_S[:, None], other=0)
+    seen_SR = plgpu.load(mask_ref, mask=row_S[:, None] & slot_R[None, :], other=0) != 0
+    scores_SR = jnp.where(seen_SR, plgpu.dot(q_SK, k_RK.T).astype(jnp.float32) * scale, -1e30)
+    sum_past_S = plgpu.load(sum_past_ref, mask=row_S, other=0.0)
+    max_past_S = plgpu.load(max_past_ref, mask=row_S, other=-1e30)
+    max_S = jnp.maximum(max_past_S, scores_SR.max(axis=1))
+    p_SR = jnp.exp(scores_SR - max_S[:, None]) * seen_SR
+    past_scale_S = jnp.exp(max_past_S - max_S)
+    denom_S = past_scale_S * sum_past_S + p_SR.sum(axis=1)
+    o_past_SK = plgpu.load(o_past_ref, mask=row_S[:, None], other=0).astype(jnp.float32)
+    o_SK = plgpu.dot(p_SR.astype(v_RK.dtype), v_RK).astype(jnp.float32) + past_scale_S[:, None] * o_past_SK
+    o_SK = o_SK / jnp.where(denom_S > 0, denom_S, 1.0)[:, None]
+    plgpu.store(o_ref, o_SK.astype(o_ref.dtype), mask=row_S[:, None])
+
+
+def attend_with_ring(q_BHSK, past, lo_B, ring, split: Split):
+    """SPS's decode attention through two kernels: jax's over the past ``past`` ((K, V, end)) and one
+    for the ring, which also stores this position's entry in it. ``ring`` is (K [B, H, R, K],
+    V, this position's windowed K and V [B, H, 1, K], its slot, mask [B, S, R]). Returns the
+    output [B, S, H, K] (q's dtype, the layout the output projection reads) and the ring's K and V.
+    XLA would launch seven kernels for what the ring kernel does: the two ring writes, two
+    products, two reductions and the merge; at a decode step's size each costs its launch."""
+    B, H, S, K = q_BHSK.shape
+    k_ring, v_ring, k_new, v_new, slot, mask_BSR = ring
+    R = k_ring.shape[2]
+    k, v, end = past
+    o_past, sum_past, max_past = _kernel_past(q_BHSK, k, v, lo_B, end, split)
+    Sp, Rp = _padded(S), _padded(R)
+    per_head = lambda *block: pl.BlockSpec((None, None, *block), lambda b, h: (b, h) + (0,) * len(block))  # noqa: E731
+    params = None
+    if not split.interpret:
+        from jax.experimental.pallas import triton as plgpu
+
+        params = plgpu.CompilerParams(num_warps=RING_WARPS, num_stages=RING_STAGES)
+    return pl.pallas_call(
+        functools.partial(_ring_kernel, scale=K ** -0.5, rows=S, slots=R),
+        grid=(B, H),
+        in_specs=[per_head(Sp, K), per_head(Sp, K), per_head(Sp), per_head(Sp), per_head(1, K), per_head(1, K),
+                  pl.BlockSpec((1,), lambda b, h: (0,)), pl.BlockSpec((None, Sp, Rp), lambda b, h: (b, 0, 0)),
+                  per_head(Rp, K), per_head(Rp, K)],
+        out_specs=[pl.BlockSpec((None, Sp, None, K), lambda b, h: (b, 0, h, 0)), per_head(Rp, K), per_head(Rp, K)],
+        out_shape=[jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype), jax.ShapeDtypeStruct(k_ring.shape, k_ring.dtype),
+                   jax.ShapeDtypeStruct(v_ring.shape, v_ring.dtype)],
+        input_output_aliases={8: 1, 9: 2},
+        interpret=split.interpret,
+        compiler_params=params,
+        name=RING_KERNEL,
+    )(q_BHSK, o_past, sum_past, max_past, k_new.astype(k_ring.dtype), v_new.astype(v_ring.dtype),
+      jnp.reshape(slot, (1,)).astype(jnp.int32), mask_BSR.astype(jnp.int32), k_ring, v_ring)

@@ -150,6 +150,14 @@ def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
                  if not all(masks.visible(vis, 0, s, 0, 0, p, 0) for s in range(vis.num_streams)))
 
 
+def ring_in_kernel(vis: masks.Visibility) -> bool:
+    """Whether a GPU decode step with the Pallas backend attends to the ring in one kernel that also
+    writes it (:func:`sps_jax.inference.decode_attention.attend_with_ring`): one persistent stream
+    and a ring, no slot that only some streams see (``sps``). Other variants merge in XLA."""
+    persistent, windowed = cache_streams(vis)
+    return bool(windowed) and len(persistent) == 1 and not near_streams(vis)
+
+
 def _heads_first(x_BTSHK, s: int):
     """Stream s of [B, T, S, H, K] as [B, H, T, K], the cache's layout."""
     return jnp.swapaxes(x_BTSHK[:, :, s], 1, 2)
@@ -203,7 +211,8 @@ class _LayerView:
         blocks whose softmax partials are merged: each persistent stream's past [lo, i] (slot i
         included where every query stream sees it), and a small block of the ring plus the slots at
         i that only some streams see (:func:`near_streams`). For ``standard`` and ``sps`` that
-        block is the ring alone, so no keys are ever concatenated."""
+        block is the ring alone, so no keys are ever concatenated. On a GPU, ``sps`` writes the ring
+        and attends to it in one kernel (:func:`ring_in_kernel`)."""
         vis = self.cfg.visibility
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"
@@ -217,20 +226,23 @@ class _LayerView:
             buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
         R = kv.k_BHRK.shape[2]
-        if R:
-            w = windowed[0]
-            ring_write = lambda ring, new_BHSK: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
-                ring, new_BHSK[:, :, w:w + 1].astype(ring.dtype), t % R, axis=2)
-            kv = kv.replace(k_BHRK=ring_write(kv.k_BHRK, k_now_BHSK), v_BHRK=ring_write(kv.v_BHRK, v_now_BHSK))
         split = decode_attention.kernel_split(self.cfg.attention, kv.k_BHTK[0].shape[2])
-        parts = [decode_attention.past_partials(q_BHSK, k, v, self.past_lo_B, t if s in near else t + 1, split)
-                 for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        pasts = [(k, v, t if s in near else t + 1) for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        windowed_now = lambda x_BHSK: x_BHSK[:, :, windowed[0]:windowed[0] + 1]  # noqa: E731
+        if split is not None and R and ring_in_kernel(vis):
+            o_BSHK, k_ring, v_ring = decode_attention.attend_with_ring(
+                q_BHSK, pasts[0], self.past_lo_B, (kv.k_BHRK, kv.v_BHRK, windowed_now(k_now_BHSK),
+                                                   windowed_now(v_now_BHSK), t % R, self.near_mask_BSC), split)
+            return o_BSHK[:, None], kv.replace(k_BHRK=k_ring, v_BHRK=v_ring)
+        if R:
+            ring_write = lambda ring, new_BHSK: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
+                ring, windowed_now(new_BHSK).astype(ring.dtype), t % R, axis=2)
+            kv = kv.replace(k_BHRK=ring_write(kv.k_BHRK, k_now_BHSK), v_BHRK=ring_write(kv.v_BHRK, v_now_BHSK))
         keys = [k_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.k_BHRK] if R else [])
         values = [v_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.v_BHRK] if R else [])
-        if keys:
-            concat = lambda blocks: blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=2)  # noqa: E731
-            parts.append(attention.softmax_partials(q_BHSK, concat(keys), concat(values), self.near_mask_BSC))
-        o_BHSK = attention.merge_partials(parts)
+        concat = lambda blocks: blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=2)  # noqa: E731
+        block = (concat(keys), concat(values), self.near_mask_BSC) if keys else None
+        o_BHSK = decode_attention.attend(q_BHSK, pasts, self.past_lo_B, block, split)
         return jnp.swapaxes(o_BHSK, 1, 2)[:, None].astype(q_BTSHK.dtype), kv
 
 

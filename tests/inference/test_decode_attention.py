@@ -75,6 +75,37 @@ def test_the_value_product_on_the_vpu_is_softmax_attention_like_the_matmul(dtype
         np.testing.assert_allclose(np.asarray(attention.merge_partials([parts]), np.float64), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
+def test_the_ring_kernel_stores_its_slot_and_is_one_softmax_over_the_past_and_the_ring(dtype, tol):
+    """SPS's GPU decode step: jax's kernel over the past, then one kernel that writes this position's
+    rho entry into its ring slot and merges the ring with the past (run in Pallas's interpreter)."""
+    rng = np.random.default_rng(4)
+    B, H, S, K, T, R = 3, 2, 2, 16, 64, 5  # R and S below Triton's tile sides: padded blocks
+    q, k, v = (rng.normal(size=(B, H, n, K)) for n in (S, T, T))
+    ring_k, ring_v, new_k, new_v = (rng.normal(size=(B, H, n, K)) for n in (R, R, 1, 1))
+    end, slot = 40, 3
+    lo = np.array([0, 17, end])  # row 2 sees no past slot
+    seen_ring = rng.random((B, S, R)) < 0.6
+    seen_ring[0, 0] = False  # a row that sees only the past
+    seen_ring[2, 0] = False  # a row that sees nothing at all: zeros
+    seen_ring[1, 1] = True
+    as_jax = lambda x: jnp.asarray(x, dtype)  # noqa: E731
+    o_BSHK, ring_k_out, ring_v_out = decode_attention.attend_with_ring(
+        as_jax(q), (as_jax(k), as_jax(v), end), jnp.asarray(lo, jnp.int32),
+        (as_jax(ring_k), as_jax(ring_v), as_jax(new_k), as_jax(new_v), slot, jnp.asarray(seen_ring)),
+        decode_attention.split_for(T, interpret=True))
+    ring_k[:, :, slot], ring_v[:, :, slot] = new_k[:, :, 0], new_v[:, :, 0]
+    np.testing.assert_array_equal(np.asarray(ring_k_out), np.asarray(as_jax(ring_k)))  # the slot, nothing else
+    np.testing.assert_array_equal(np.asarray(ring_v_out), np.asarray(as_jax(ring_v)))
+    rounded = lambda x: np.asarray(as_jax(x), np.float64)  # noqa: E731
+    seen_past = (np.arange(T)[None, None] >= lo[:, None, None]) & (np.arange(T) < end)
+    mask = np.concatenate([np.broadcast_to(seen_past, (B, S, T)), seen_ring], axis=2)
+    keys, values = (rounded(np.concatenate(x, axis=2)) for x in ((k, ring_k), (v, ring_v)))
+    want = _dense_attention(rounded(q), keys, values, mask | ~mask.any(-1, keepdims=True))
+    want[2, :, 0] = 0.0
+    np.testing.assert_allclose(np.asarray(o_BSHK, np.float64).swapaxes(1, 2), want, rtol=tol, atol=tol)
+
+
 def test_decoding_as_traced_for_a_tpu_equals_the_full_forward(monkeypatch):
     """Two query rows per step on a TPU take the VPU value product (docs/tpu.md); run here on the CPU."""
     from sps_jax import mesh as sps_mesh
