@@ -8,6 +8,12 @@ import jax.numpy as jnp
 import optax
 
 
+def decay_start_tokens(total_tokens, decay_fraction) -> float:
+    """The tokens after which the learning rate leaves its peak: the final ``decay_fraction`` of ``total_tokens``
+    decays (the paper's 20B-token runs start decaying at 18B). Evaluations up to it are "pre-decay"."""
+    return (1.0 - decay_fraction) * total_tokens
+
+
 def learning_rate(tokens, *, peak_lr, final_lr, warmup_tokens, total_tokens, decay_fraction):
     """Learning rate after ``tokens`` training tokens (works on Python numbers and jax arrays).
 
@@ -15,7 +21,7 @@ def learning_rate(tokens, *, peak_lr, final_lr, warmup_tokens, total_tokens, dec
     then linearly to ``final_lr`` at ``total_tokens`` and constant after.
     """
     tokens = jnp.asarray(tokens, jnp.float32)
-    decay_start = (1.0 - decay_fraction) * total_tokens
+    decay_start = decay_start_tokens(total_tokens, decay_fraction)
     warm = peak_lr * tokens / max(warmup_tokens, 1)
     frac = jnp.clip((tokens - decay_start) / max(total_tokens - decay_start, 1), 0.0, 1.0)
     decayed = peak_lr + (final_lr - peak_lr) * frac

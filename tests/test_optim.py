@@ -114,3 +114,12 @@ def test_grad_clip_zero_is_refused_naming_the_way_to_turn_clipping_off():
                                          r"to turn clipping off\.$"):
         sps_config.check_run_config(config)
     sps_config.check_run_config(sps_config.load_config("configs/tiny.py", ["--config.train.grad_clip=None"]))
+
+
+def test_the_pre_decay_part_ends_where_the_rate_leaves_its_peak():
+    # Figure 1's pre-decay budget: 18B of the paper's 20B tokens; here the final 10% of 100,000 tokens.
+    assert optim.decay_start_tokens(20_000_000_000, 0.1) == pytest.approx(18e9)
+    start = optim.decay_start_tokens(S["total_tokens"], S["decay_fraction"])
+    assert start == pytest.approx(90_000)
+    assert float(optim.learning_rate(start, **S)) == pytest.approx(6e-4)
+    assert float(optim.learning_rate(start + 100, **S)) < 6e-4
