@@ -101,7 +101,7 @@ ANSWERED_WITHOUT_JAX = {
     "sps_jax.analysis.probes": [["--help"], ["--version"], ["gradients", "--help"], ["frobnicate"], ["gradients"],
                                 ["window-nll", "--workdir", "x", "--omega", "ten"], ["gradients", "--workdir", ""]],
     "sps_jax.analysis.figures": [["--help"], ["--version"], ["curves", "--help"], ["plot"], ["curves"],
-                                 ["curves", "x", "--bogus"]],
+                                 ["curves", "x", "--bogus"], ["pre-decay", "--help"], ["pre-decay", "x"]],
     "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
                              ["x", "--out", "y", "--config.model.window", "3"]],
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],

@@ -4,6 +4,7 @@
   python -m sps_jax.analysis.figures window-ablation SRC... --out F.png   (Figure 4: final val NLL vs w per variant)
   python -m sps_jax.analysis.figures accuracy-gain EVAL_JSON... --out F.png (Figure 3: accuracy gain over Standard)
   python -m sps_jax.analysis.figures seeds SRC... --out F.png             (Appendix C: seed intervals and tests)
+  python -m sps_jax.analysis.figures pre-decay BASELINE_RUN RUN --out F.png (Figure 1, bottom: pre-decay efficiency)
 
 Each command also writes the plotted numbers next to the PNG (same name, .json).
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from sps_jax import cli, config as sps_config, files
 from sps_jax import flops, masks, metrics, plotting
-from sps_jax.analysis import seeds
+from sps_jax.analysis import data_efficiency, seeds
 from sps_jax.evaluation import results_table
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
@@ -318,6 +319,98 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     return data
 
 
+def pre_decay_curve(run: str) -> dict:
+    """A run's name, method, model size and validation curve up to its learning-rate decay (the evaluations at
+    or before ``optim.decay_start_tokens`` of its config's train section; how many were dropped is kept)."""
+    from sps_jax import optim, runs
+
+    run = os.fspath(run)  # a pathlib.Path too: the sentences quote it
+    info = runs.run_info(run)
+    config = runs.read_config(info["workdir"])
+    train = config.get("train") or {}
+    if not all(isinstance(train.get(k), (int, float)) for k in ("total_tokens", "decay_fraction")):
+        raise ValueError(f"{run!r}: its config.json has no train.total_tokens and train.decay_fraction, which say "
+                         "where its learning-rate decay starts: pass a run folder written by sps_jax.train.")
+    decay_start = optim.decay_start_tokens(train["total_tokens"], train["decay_fraction"])
+    tokens, loss = validation_curve(info["workdir"])
+    if not len(loss):
+        raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that evaluated "
+                         "on validation data (train.eval_every).")
+    kept_tokens, kept_loss = data_efficiency.pre_decay_points(tokens, loss, decay_start)
+    if not len(kept_loss):
+        raise ValueError(f"{run!r} has no validation record at or before its decay start ({decay_start:,.0f} tokens: "
+                         f"the final {train['decay_fraction']:.0%} of train.total_tokens {train['total_tokens']:,}): "
+                         "pass a run that evaluated before its learning-rate decay (train.eval_every).")
+    cfg = runs.model_config(config, info["workdir"])
+    return {"label": info["run"], "workdir": info["workdir"], "variant": info["variant"], "window": info["window"],
+            "method": results_table.method(info), "scale": info["scale"],
+            "size": (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff),
+            "decay_start_tokens": float(decay_start), "dropped_in_decay": int(len(loss) - len(kept_loss)),
+            "tokens_seen": kept_tokens.tolist(), "val_loss": kept_loss.tolist()}
+
+
+def _size_name(curve) -> str:
+    layers, d, heads, d_ff = curve["size"]
+    return _scale_name(curve["scale"]) if curve["scale"] else f"{layers} layers, d {d}, {heads} heads, d_ff {d_ff}"
+
+
+def pre_decay(baseline_run, method_run, out: str) -> dict:
+    """Figure 1 (bottom) style: two runs' validation NLL before their learning-rate decay, with the method's gap
+    to the baseline at the method's pre-decay budget and the tokens the baseline needs to reach the method's NLL
+    (``data_efficiency.pre_decay_comparison``). The two runs must be one model size and two variants."""
+    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    base, ours = pre_decay_curve(baseline_run), pre_decay_curve(method_run)
+    if base["size"] != ours["size"]:
+        raise ValueError(f"{baseline_run} is {_size_name(base)} and {method_run} is {_size_name(ours)}: pass two "
+                         "runs of one model size.")
+    if base["variant"] == ours["variant"]:
+        raise ValueError(f"{baseline_run} and {method_run} are both {base['variant']}: pass the baseline (Standard "
+                         "in the paper) and another variant.")
+    try:
+        numbers = data_efficiency.pre_decay_comparison(base["tokens_seen"], base["val_loss"],
+                                                       ours["tokens_seen"], ours["val_loss"])
+    except ValueError as e:  # the sentence names the runs
+        raise ValueError(f"{baseline_run} against {method_run}: {e}") from None
+    budget, target = numbers["budget_tokens"], numbers["method_nll"]
+    match = numbers["baseline_tokens_to_match"]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for curve, color in ((base, "tab:gray"), (ours, "tab:blue")):
+        ax.plot(curve["tokens_seen"], curve["val_loss"], marker="o", markersize=3, linewidth=1.8, color=color,
+                label=f"{curve['method']} ({curve['label']})")
+    star = dict(marker="*", markersize=14, markeredgecolor="white", linestyle="none", zorder=5)
+    ax.plot([budget], [numbers["baseline_nll_at_budget"]], color="tab:gray", **star)
+    ax.plot([budget], [target], color="tab:blue", **star)
+    ax.annotate("", xy=(budget, target), xytext=(budget, numbers["baseline_nll_at_budget"]),
+                arrowprops={"arrowstyle": "<->", "color": "black"})
+    boxed = dict(fontsize=9, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})  # legible over a curve
+    beside = dict(textcoords="offset points", **boxed)  # a few points off the arrows, not over them
+    ax.annotate(f"\u0394NLL = {numbers['delta_nll']:+.3f}", (budget, (target + numbers["baseline_nll_at_budget"]) / 2),
+                xytext=(6, 0), va="center", **beside)
+    if match is None:
+        ax.text(0.98, 0.95, f"{base['method']} does not reach {target:.3f} before its decay "
+                f"(last pre-decay evaluation: {base['tokens_seen'][-1]:,.0f} tokens)",
+                transform=ax.transAxes, ha="right", va="top", fontsize=8)
+    else:
+        ax.plot([match], [target], color="tab:orange", **star)
+        ax.annotate("", xy=(match, target), xytext=(budget, target),
+                    arrowprops={"arrowstyle": "<->", "color": "tab:orange"})
+        ax.annotate(f"{base['method']} needs {numbers['token_ratio']:.2f}x the tokens", ((budget + match) / 2, target),
+                    xytext=(0, -8), ha="center", va="top", color="tab:orange", **beside)
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("pre-decay validation NLL (nats)")
+    ax.set_title(f"Pre-decay validation NLL, scale {_size_name(ours)}")
+    ax.margins(x=0.15)  # room right of the last star for the labels
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    save_figure(fig, out)
+    plt.close(fig)
+    data = {"figure": out, "baseline": base, "method": ours, **numbers,
+            "interpolation": "linear in tokens between the two evaluations around a point"}
+    write_json(os.path.splitext(out)[0] + ".json", data)
+    return data
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -342,7 +435,12 @@ def build_parser():
     e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")
     e.add_argument("--out", default="seeds.png", help="the figure (.png), with its data next to it as .json")
-    for p in (c, w, a, e):
+    d = sub.add_parser("pre-decay", help="a method's pre-decay NLL gap and token saving over a baseline (Figure 1)")
+    d.add_argument("baseline", type=cli.run_path, metavar="BASELINE_RUN",
+                   help="the baseline's run folder (Standard, trained longer)")
+    d.add_argument("method", type=cli.run_path, metavar="RUN", help="the method's run folder (SPS), of the same size")
+    d.add_argument("--out", default="pre_decay.png", help="the figure (.png), with its data next to it as .json")
+    for p in (c, w, a, e, d):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
     return parser
 
@@ -353,15 +451,19 @@ def main(argv=None):
     runs = cli.load("sps_jax.runs")
 
     plotting.require()
-    inputs = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
-              "accuracy-gain": ("evaluations", "evaluation JSON"), "seeds": ("sources", "source")}[args.command]
-    files.distinct_inputs(getattr(args, inputs[0]), inputs[1])
+    if args.command == "pre-decay":  # two named positionals, one role each
+        inputs = ([args.baseline, args.method], "run folder")
+    else:
+        name, what = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
+                      "accuracy-gain": ("evaluations", "evaluation JSON"), "seeds": ("sources", "source")}[args.command]
+        inputs = (getattr(args, name), what)
+    files.distinct_inputs(*inputs)
     if not args.out.endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}: end it in .png (the numbers go "
                          "beside it, in the same name's .json).")
     files.check_stem(args.out.removesuffix(".png"), args.out, ".png",
                      os.path.join(os.path.dirname(args.out), f"{args.command}.png"))
-    given = [(f"the {inputs[1]}", path) for path in getattr(args, inputs[0]) if os.path.isfile(path)]
+    given = [(f"the {inputs[1]}", path) for path in inputs[0] if os.path.isfile(path)]
     for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
         runs.output_file(path, "--out", args.force, given)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -376,6 +478,8 @@ def main(argv=None):
             curves(args.runs, args.out)
         elif args.command == "window-ablation":
             window_ablation(args.sources, args.out)
+        elif args.command == "pre-decay":
+            pre_decay(args.baseline, args.method, args.out)
         elif args.command == "seeds":
             seed_variance(args.sources, args.out, args.reference, args.margin)
         else:

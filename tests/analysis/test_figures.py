@@ -14,11 +14,13 @@ from sps_jax.analysis import figures
 from tests.helpers import decoded_png, run_module, small_config
 
 
-def write_run(folder, name, variant, window, val_losses, tokens_per_eval=1000):
+def write_run(folder, name, variant, window, val_losses, tokens_per_eval=1000, train=None, **model):
+    """A run folder with one validation record per ``tokens_per_eval`` tokens; ``train`` its config's train
+    section (none by default), ``model`` overrides of the small model."""
     os.makedirs(folder, exist_ok=True)
-    cfg = dataclasses.asdict(small_config(variant, window))
+    cfg = dataclasses.asdict(small_config(variant, window, **model))
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"name": name, "model": cfg}, f)
+        json.dump({"name": name, "model": cfg, **({"train": train} if train else {})}, f)
     with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
         for n, val in enumerate(val_losses, start=1):
             f.write(json.dumps({"step": 10 * n, "tokens_seen": n * tokens_per_eval, "loss": val + 0.1,
@@ -139,6 +141,84 @@ def test_accuracy_gain_command_compares_with_standard_at_the_same_scale_and_toke
     assert gains == pytest.approx({("xs", "sps"): 2.0, ("s", "sps"): 3.0, ("s", "delayed_state"): 1.0})
     height, width, _ = decoded_png(out).shape
     assert width > height
+
+
+# Ten evaluations, one per 1,000 tokens, and a decay over the final 20% of 10,000 tokens: pre-decay up to 8,000.
+DECAY = {"total_tokens": 10_000, "decay_fraction": 0.2}
+
+
+def test_pre_decay_command_measures_the_gap_and_the_tokens_standard_needs(tmp_path):
+    """Figure 1, bottom: SPS ends its pre-decay part (8,000 tokens of 10,000) at 2.55; Standard, trained twice as
+    long (pre-decay up to 16,000), has 2.7 there (delta -0.15) and comes down to 2.55 halfway between its
+    evaluations at 9,000 (2.6) and 10,000 (2.5): 9,500 tokens, 1.1875x SPS's 8,000. SPS's records inside its
+    decay (2.3 and 2.2) would otherwise set the NLL to match."""
+    std = write_run(tmp_path / "std", "std-long", "standard", None, [3.4, 3.3, 3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 2.6, 2.5,
+                                                                     2.4], train={"total_tokens": 20_000,
+                                                                                  "decay_fraction": 0.2})
+    sps = write_run(tmp_path / "sps", "sps", "sps", 2, [3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 2.6, 2.55, 2.3, 2.2],
+                    train=DECAY)
+    out = str(tmp_path / "pre.png")
+    assert figures.main(["pre-decay", std, sps, "--out", out]) == 0
+    data = json.load(open(out[:-4] + ".json"))
+    assert (data["budget_tokens"], data["method_nll"]) == (8000, 2.55)
+    assert data["baseline_nll_at_budget"] == pytest.approx(2.7) and data["delta_nll"] == pytest.approx(-0.15)
+    assert data["baseline_tokens_to_match"] == pytest.approx(9500)
+    assert data["token_ratio"] == pytest.approx(9500 / 8000)
+    assert (data["method"]["decay_start_tokens"], data["method"]["dropped_in_decay"]) == (8000, 2)
+    assert data["method"]["tokens_seen"][-1] == 8000 and data["baseline"]["dropped_in_decay"] == 0
+    height, width, _ = decoded_png(out).shape
+    assert width > height
+    assert figures.main(["pre-decay", std, sps, "--out", out]) == 2  # written once, replaced with --force only
+    assert figures.main(["pre-decay", std, sps, "--out", out, "--force"]) == 0
+
+
+def test_pre_decay_says_so_when_standard_never_reaches_the_nll(tmp_path):
+    # Standard of the same 10,000 tokens stops its pre-decay part at 2.6 (8,000 tokens), above SPS's 2.55.
+    std = write_run(tmp_path / "std", "std", "standard", None, [3.4, 3.3, 3.2, 3.1, 3.0, 2.9, 2.7, 2.6, 2.4, 2.3],
+                    train=DECAY)
+    sps = write_run(tmp_path / "sps", "sps", "sps", 2, [3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 2.6, 2.55], train=DECAY)
+    out = str(tmp_path / "pre.png")
+    assert figures.main(["pre-decay", std, sps, "--out", out]) == 0
+    data = json.load(open(out[:-4] + ".json"))
+    assert data["baseline_tokens_to_match"] is None and data["token_ratio"] is None
+    assert data["delta_nll"] == pytest.approx(-0.05)
+
+
+def test_pre_decay_refuses_bad_runs_with_one_sentence(tmp_path, capsys):
+    losses = [3.2, 3.1, 3.0]
+    sps = write_run(tmp_path / "sps", "sps", "sps", 2, losses, train=DECAY)
+    std = write_run(tmp_path / "std", "std", "standard", None, losses, train=DECAY)
+    missing = str(tmp_path / "missing")
+    short = write_run(tmp_path / "short", "short", "standard", None, losses[:2], train=DECAY)
+    wide = write_run(tmp_path / "wide", "wide", "standard", None, losses, train=DECAY, d_model=64, d_ff=192)
+    cases = {
+        "missing": (missing, f"{missing!r} does not exist: pass a run folder"),
+        "no train": (write_run(tmp_path / "no-train", "nt", "standard", None, losses),
+                     "its config.json has no train.total_tokens and train.decay_fraction"),
+        "wider": (wide, f"{wide} is 2 layers, d 64, 2 heads, d_ff 192 and {sps} is 2 layers, d 32, 2 heads, d_ff 96: "
+                        "pass two runs of one model size."),
+        "same variant": (write_run(tmp_path / "sps16", "sps16", "sps", 16, losses, train=DECAY),
+                         "are both sps: pass the baseline"),
+        "all in decay": (write_run(tmp_path / "late", "late", "standard", None, losses, tokens_per_eval=9000,
+                                   train=DECAY), "has no validation record at or before its decay start (8,000 tokens: "
+                         "the final 20% of train.total_tokens 10,000): pass a run that evaluated before its"),
+        # SPS's budget is its evaluation at 3,000 tokens; this Standard stops at 2,000.
+        "short": (short, f"{short} against {sps}: the baseline's pre-decay evaluations span 1,000 to 2,000 tokens and "
+                         "miss the method's budget of 3,000: pass a baseline run"),
+    }
+    for name, (baseline, sentence) in cases.items():
+        assert figures.main(["pre-decay", baseline, sps, "--out", str(tmp_path / "p.png")]) == 2, name
+        err = capsys.readouterr().err
+        assert sentence in err and err.count("\n") == 1, (name, err)
+    no_val = write_run(tmp_path / "no-val", "no-val", "standard", None, [], train=DECAY)
+    with open(os.path.join(no_val, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"step": 10, "tokens_seen": 1000, "loss": 3.0, "lr": 1e-3}) + "\n")
+    assert figures.main(["pre-decay", no_val, sps, "--out", str(tmp_path / "p.png")]) == 2
+    assert "has no validation record (val_loss)" in capsys.readouterr().err
+    assert figures.main(["pre-decay", std, std + "/", "--out", str(tmp_path / "p.png")]) == 2
+    assert "name the same file or folder" in capsys.readouterr().err
+    # no figure and no .json written: only the run folders
+    assert sorted(os.listdir(tmp_path)) == ["late", "no-train", "no-val", "short", "sps", "sps16", "std", "wide"]
 
 
 def t_cdf_4(t):
