@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from sps_jax import masks, mesh as sps_mesh
+from sps_jax.names import did_you_mean
 
 BACKENDS = ("xla", "pallas", "splash", "auto")
 
@@ -81,12 +82,18 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
 AUTO = {"tpu": "splash", "gpu": "pallas"}
 
 
+def check_backend(name) -> None:
+    """One sentence, naming the backend ``name`` likely means, when it is none of :data:`BACKENDS`."""
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}{did_you_mean(name, BACKENDS)}: choose one of "
+                         f"{', '.join(BACKENDS)}.")
+
+
 def resolve(name: str, platform: str | None = None) -> str:
     """The backend ``name`` stands for on ``platform``: 'auto' is splash on TPU, pallas on GPU and xla
     elsewhere (:data:`AUTO`). ``platform`` defaults to the one the program is traced for
     (``sps_jax.mesh.target_platform``: the context mesh's devices, else the default backend)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}: choose one of {', '.join(BACKENDS)}.")
+    check_backend(name)
     if name != "auto":
         return name
     return AUTO.get(platform or sps_mesh.target_platform(), "xla")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import functools
 import importlib
 import operator
@@ -27,6 +26,8 @@ import signal
 import sys
 import threading
 from importlib import metadata
+
+from sps_jax.names import close_name, did_you_mean
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -343,6 +344,10 @@ class ArgumentParser(argparse.ArgumentParser):
     def _check_value(self, action, value):
         if action.nargs == argparse.PARSER and value not in action.choices:  # argparse listed every choice
             self.error(unknown_subcommand(value, action.choices))
+        if action.choices is not None and value not in action.choices:  # argparse named no likely one
+            choices = list(map(str, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice {value!r}{did_you_mean(str(value), choices)}: "
+                                                 f"choose from {', '.join(choices)}")
         super()._check_value(action, value)
 
 
@@ -358,15 +363,6 @@ def _parses(parse, word: str) -> bool:
     except (argparse.ArgumentTypeError, TypeError, ValueError):
         return False
     return True
-
-
-def close_name(word: str, names) -> str | None:
-    """The one of ``names`` that ``word`` is likely a typo of, or None; the same name in other case
-    first (difflib scores 'SPS' against 'sps' as no match)."""
-    names = list(names)
-    same = [name for name in names if name.lower() == word.lower()]
-    found = same or difflib.get_close_matches(word, names, n=1)
-    return found[0] if found else None
 
 
 def unknown_subcommand(word: str, names) -> str:
@@ -445,8 +441,7 @@ def comma_list(kind=str, choices=None, what: str = "item"):
             raise argparse.ArgumentTypeError(f"{text!r} has an empty item: remove the extra comma")
         unknown = [v for v in values if choices is not None and v not in choices]
         if unknown:
-            close = close_name(str(unknown[0]), list(map(str, choices)))
-            guess = f" (did you mean {close!r}?)" if close else ""
+            guess = did_you_mean(str(unknown[0]), list(map(str, choices)))
             raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r}{guess}: choose from "
                                              f"{', '.join(map(str, choices))}")
         repeated = sorted({str(v) for v in values if values.count(v) > 1})

@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from sps_jax import cli, files, masks
+from sps_jax.names import close_name, did_you_mean
 from sps_jax.cli import UserError
 
 # The shipped configs/ folder sits beside the package in a source checkout (the README's editable install).
@@ -56,8 +57,7 @@ def model_config(scale: str = "s", variant: str = "sps", window: int | None = ma
     from sps_jax import model as sps_model
 
     if scale not in SCALES:
-        close = cli.close_name(str(scale), SCALES)
-        raise ValueError(f"unknown scale {scale!r}{f' (did you mean {close!r}?)' if close else ''}: choose one of "
+        raise ValueError(f"unknown scale {scale!r}{did_you_mean(str(scale), SCALES)}: choose one of "
                          f"{', '.join(SCALES)}.")
     layers, d, heads = SCALES[scale]
     cfg = sps_model.ModelConfig(variant=variant, window=window, num_layers=layers, d_model=d, num_heads=heads,
@@ -314,7 +314,7 @@ def _no_key(node, path: list[str], name: str, section: bool) -> str:
     if section and name in node:  # a field where a section was expected: --config.name.x=1
         dotted = ".".join([*path, name])
         return f"config.{dotted} is a field, not a section: set it as --config.{dotted}=VALUE."
-    close = cli.close_name(name, keys)
+    close = close_name(name, keys)
     guess = f" (did you mean --config.{'.'.join([*path, close])}?)" if close else ""
     return f"{where} has no {kind} {name!r}{guess}: its {kind}s are {', '.join(keys)}."
 
@@ -421,8 +421,8 @@ def _check_metrics(m) -> None:
         return
     mode = m.get("wandb_mode")
     if mode is not None and mode not in WANDB_MODES:
-        raise UserError(f"metrics.wandb_mode={mode!r} must be one of {', '.join(WANDB_MODES)}, or None for "
-                        "WANDB_MODE (else online).")
+        raise UserError(f"metrics.wandb_mode={mode!r}{did_you_mean(mode, WANDB_MODES)} must be one of "
+                        f"{', '.join(WANDB_MODES)}, or None for WANDB_MODE (else online).")
     for name, default in (("wandb_project", "W&B's default project"), ("wandb_entity", "the account's default"),
                           ("wandb_name", "the config's name")):
         value = m.get(name)

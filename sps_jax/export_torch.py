@@ -22,6 +22,7 @@ import numpy as np
 
 from sps_jax import cli, files, torch_layout
 from sps_jax.cli import MissingPackage, UserError
+from sps_jax.names import did_you_mean
 
 # sps_jax.runs and sps_jax.model load jax, which --help and a refused argument need not wait for: the functions
 # that read a run import them.
@@ -57,7 +58,7 @@ def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
     from sps_jax import model as sps_model
 
     if dtype not in DTYPES:
-        raise UserError(f"--dtype {dtype!r} must be one of {', '.join(DTYPES)}.")
+        raise UserError(f"--dtype {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
     cfg = sps_model.ModelConfig.from_config(config.model)
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
             torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),

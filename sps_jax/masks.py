@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 
 from sps_jax import vocab
+from sps_jax.names import did_you_mean
 
 # Per variant: which streams are persistent (never windowed), and the stream the
 # next-token logits are read from.
@@ -64,7 +65,8 @@ class Visibility:
     def __post_init__(self):
         if not isinstance(self.variant, str) or self.variant not in _VARIANTS:
             raise ValueError(
-                f"unknown attention variant {self.variant!r}: choose one of {', '.join(VARIANTS)}.")
+                f"unknown attention variant {self.variant!r}{did_you_mean(self.variant, VARIANTS)}: choose one of "
+                f"{', '.join(VARIANTS)}.")
         window = _check_window(self.window, "window")
         object.__setattr__(self, "window", window if self.windowed else None)
         object.__setattr__(self, "persistent_window",

@@ -19,6 +19,7 @@ import numpy as np
 from flax import linen as nn
 
 from sps_jax import attention, cross_entropy, hardware, masks, vocab
+from sps_jax.names import did_you_mean
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -93,16 +94,15 @@ class ModelConfig:
         vis = masks.Visibility(self.variant, self.window, self.persistent_window)
         object.__setattr__(self, "window", vis.window)
         object.__setattr__(self, "persistent_window", vis.persistent_window)
-        if not isinstance(self.attention, str) or self.attention not in attention.BACKENDS:
-            raise ValueError(
-                f"unknown attention backend {self.attention!r}: choose one of {', '.join(attention.BACKENDS)}.")
+        attention.check_backend(self.attention)
         for name in ("dtype", "param_dtype", "residual_dtype"):
             value = getattr(self, name)
             if name == "residual_dtype" and value is None:
                 continue
             if not isinstance(value, str) or value not in _DTYPES:
                 unset = " or None (model.dtype's)" if name == "residual_dtype" else ""
-                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}{unset}, got {value!r}.")
+                raise ValueError(f"model.{name} must be one of {sorted(_DTYPES)}{unset}, got {value!r}"
+                                 f"{did_you_mean(value, _DTYPES)}.")
         if self.d_model % self.num_heads or self.head_dim % 2:
             raise ValueError(
                 f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")

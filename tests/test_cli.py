@@ -243,6 +243,23 @@ BAD_ARGUMENTS = [
     # the name in other case: difflib scores 'SPS' against 'sps' as no match, so nothing was suggested
     (bench_cli.main, ["train", "--config", "configs/tiny.py", "--variants", "SPS"],
      ["unknown variant 'SPS' (did you mean 'sps'?)"]),
+    # a variant, backend, dtype or mode in the wrong case or misspelt names the one it likely means: the owners of
+    # those names (masks, attention, model) could not reach cli's helper, so only the list flags suggested one
+    *[(train.main, ["--config", "configs/tiny.py", "--workdir", "W", override], [sentence])
+      for override, sentence in (
+          ("--config.model.variant=SPS", "unknown attention variant 'SPS' (did you mean 'sps'?)"),
+          ("--config.model.variant=spss", "unknown attention variant 'spss' (did you mean 'sps'?)"),
+          ("--config.model.variant=delayed-state", "'delayed-state' (did you mean 'delayed_state'?)"),
+          ("--config.model.attention=XLA", "unknown attention backend 'XLA' (did you mean 'xla'?)"),
+          ("--config.model.dtype=bf16", "got 'bf16' (did you mean 'bfloat16'?)"),
+          ("--config.train.nonfinite=Skip", "train.nonfinite='Skip' (did you mean 'skip'?)"))],
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.metrics.wandb=True",
+                  "--config.metrics.wandb_mode=Offline"], ["wandb_mode='Offline' (did you mean 'offline'?)"]),
+    # argparse's own choices: "invalid choice: 'FLOAT32' (choose from ...)" named no likely one
+    (export_torch.main, ["W", "--out", "W/x.pt", "--dtype", "FLOAT32"],
+     ["argument --dtype: invalid choice 'FLOAT32' (did you mean 'float32'?): choose from bfloat16, float32"]),
+    (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--errors", "replac"],
+     ["invalid choice 'replac' (did you mean 'replace'?)"]),
     # a mistyped override key, on a command that takes --config
     (bench_cli.main, ["compile", "--target", "h100", "--config.model.windw=3"],
      ["config.model has no field 'windw' (did you mean --config.model.window?)"]),

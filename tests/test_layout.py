@@ -12,12 +12,13 @@ ROOT = pathlib.Path(sps_jax.__file__).parent
 # What each low-level module may import from the package (nothing else).
 LOW_LEVEL = {
     "sps_jax.vocab": set(),
-    "sps_jax.cli": set(),
+    "sps_jax.names": set(),
+    "sps_jax.cli": {"sps_jax.names"},
     "sps_jax.files": {"sps_jax.cli"},
     "sps_jax.mesh": set(),
     "sps_jax.optim": set(),
     "sps_jax.hardware": set(),
-    "sps_jax.masks": {"sps_jax.vocab"},
+    "sps_jax.masks": {"sps_jax.vocab", "sps_jax.names"},
     "sps_jax.flops": {"sps_jax.masks", "sps_jax.hardware"},
     "sps_jax.plotting": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.torch_layout": set(),

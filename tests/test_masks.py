@@ -129,9 +129,11 @@ def test_streams_and_logits_streams():
 
 
 def test_bad_variant_and_windows_are_one_sentence_errors_at_construction():
-    with pytest.raises(ValueError, match=r"^unknown attention variant 'spss': choose one of standard, sps, "
-                                         r"two_x_memory, delayed_state, reverse_sps\.$"):
+    with pytest.raises(ValueError, match=r"^unknown attention variant 'spss' \(did you mean 'sps'\?\): choose one of "
+                                         r"standard, sps, two_x_memory, delayed_state, reverse_sps\.$"):
         Vis("spss", 3)
+    with pytest.raises(ValueError, match=r"^unknown attention variant 'frobnicate': choose one of standard, "):
+        Vis("frobnicate", 3)  # a name like none of them is given no guess
     with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 or None \(unbounded\), "
                                          r"got -1\.$"):
         Vis("sps", -1)

@@ -24,6 +24,7 @@ from typing import Iterator
 
 from sps_jax import files
 from sps_jax.cli import MissingPackage, UserError
+from sps_jax.names import did_you_mean
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -186,7 +187,7 @@ def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str =
     """Yield the text documents of a source (see the module docstring for the forms)."""
     check_source(source)
     if errors not in ERRORS:
-        raise UserError(f"errors={errors!r} must be one of {', '.join(ERRORS)}.")
+        raise UserError(f"errors={errors!r}{did_you_mean(errors, ERRORS)} must be one of {', '.join(ERRORS)}.")
     if source == "builtin":
         yield from builtin_documents()
         return

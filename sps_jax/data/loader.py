@@ -27,6 +27,7 @@ import numpy as np
 
 from sps_jax import files
 from sps_jax.cli import UserError
+from sps_jax.names import did_you_mean
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
@@ -102,7 +103,8 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     """
     folder = os.fspath(folder)  # a pathlib.Path too: the sentences quote it
     if split not in SPLITS:  # a mistyped name (probes --split), not a folder to prepare again
-        raise UserError(f"a token folder has no {split!r} split: pass {' or '.join(SPLITS)}.")
+        raise UserError(f"a token folder has no {split!r} split{did_you_mean(split, SPLITS)}: pass "
+                        f"{' or '.join(SPLITS)}.")
     if os.path.isfile(folder):  # not a folder to prepare into, as the sentence below would say
         raise UserError(f"{folder} is a file, not a token folder: pass the folder that `python -m sps_jax.data "
                         f"prepare` wrote (it holds {MANIFEST}, train.bin and val.bin).")

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from sps_jax import cli, files
+from sps_jax import cli, files, names
 from sps_jax.evaluation import paper_tasks, results_table
 
 # sps_jax.runs, sps_jax.checkpoint, the token folders' loader and val_nll load jax, which --help and a refused
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "table":
         return main_table(argv[1:])
-    if argv and cli.close_name(argv[0], ["table"]):  # a typo of it; any other bare word is an unrecognized argument
+    if argv and names.close_name(argv[0], ["table"]):  # a typo of it; any other bare word is an unrecognized argument
         _parser().error(cli.unknown_subcommand(argv[0], ["table"]))
     return main_evaluate(argv)
 

@@ -29,9 +29,10 @@ def test_a_split_a_token_folder_never_has_is_named_with_the_two_it_has(tmp_path)
     # Before: "the manifest has no 'valid' split (it has ['train', 'val']); re-run `python -m sps_jax.data
     # prepare`", as if the folder were damaged (probes --split valid).
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
-    with pytest.raises(ValueError) as refusal:
-        loader.open_tokens(folder, "valid")
-    assert str(refusal.value) == "a token folder has no 'valid' split: pass train or val."
+    for split, meant in (("valid", " (did you mean 'val'?)"), ("VAL", " (did you mean 'val'?)"), ("dev", "")):
+        with pytest.raises(ValueError) as refusal:
+            loader.open_tokens(folder, split)
+        assert str(refusal.value) == f"a token folder has no {split!r} split{meant}: pass train or val."
 
 
 def test_windows_overlap_by_one_token_so_every_token_is_a_target_once():

@@ -1,0 +1,26 @@
+"""What a user likely meant by a name that is not one of the known ones (a variant, a scale, a
+subcommand, a config key): the one helper behind every "did you mean" in the package's sentences.
+
+It imports nothing from the package, so the modules that own enumerated names (``masks``'s variants,
+``attention``'s backends) use it as well as the command line (``cli``) does, without importing ``cli``.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+
+def close_name(word: str, names) -> str | None:
+    """The one of ``names`` that ``word`` is likely a typo of, or None; the same name in other case
+    first (difflib scores 'SPS' against 'sps' as no match)."""
+    names = list(names)
+    same = [name for name in names if name.lower() == word.lower()]
+    found = same or difflib.get_close_matches(word, names, n=1)
+    return found[0] if found else None
+
+
+def did_you_mean(word, names) -> str:
+    """`` (did you mean 'NAME'?)`` for the name of ``names`` that ``word`` likely means, or "" (a
+    ``word`` that is no string, such as None, means none of them)."""
+    close = close_name(word, names) if isinstance(word, str) else None
+    return f" (did you mean {close!r}?)" if close else ""
