@@ -255,6 +255,10 @@ BAD_ARGUMENTS = [
           ("--config.train.nonfinite=Skip", "train.nonfinite='Skip' (did you mean 'skip'?)"))],
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.metrics.wandb=True",
                   "--config.metrics.wandb_mode=Offline"], ["wandb_mode='Offline' (did you mean 'offline'?)"]),
+    # a source refused once figures had made --out's folder left that folder behind, empty
+    (figures.main, ["window-ablation", "W/missing.json", "--out", "W/o.png"], ["missing.json' does not exist"]),
+    (figures.main, ["accuracy-gain", "W/e.json", "--baseline", "Standard", "--out", "W/g.png"],
+     ["unknown attention variant 'Standard' (did you mean 'standard'?)"]),
     # argparse's own choices: "invalid choice: 'FLOAT32' (choose from ...)" named no likely one
     (export_torch.main, ["W", "--out", "W/x.pt", "--dtype", "FLOAT32"],
      ["argument --dtype: invalid choice 'FLOAT32' (did you mean 'float32'?): choose from bfloat16, float32"]),

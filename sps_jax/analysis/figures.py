@@ -466,7 +466,6 @@ def main(argv=None):
     given = [(f"the {inputs[1]}", path) for path in inputs[0] if os.path.isfile(path)]
     for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
         runs.output_file(path, "--out", args.force, given)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)
