@@ -33,7 +33,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, torch_layout
+from sps_jax import cli, config as sps_config, files, masks, token_folder, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
@@ -232,14 +232,13 @@ def check_out(out: str, force: bool) -> None:
     empty one, the working directory, a folder in a run or in a token folder even then
     (:func:`sps_jax.runs.output_folder`)."""
     from sps_jax import runs
-    from sps_jax.data import loader
 
     runs.output_folder(out)
-    loader.refuse_inside_tokens(out, "--out")
     files.check_folder_place(out, "--out", "pass a new folder for the imported run")
     held = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
-    kept = files.below(out, lambda folder: runs.is_run(folder) or loader.is_token_folder(folder)) if held else None
+    kept = (files.below(out, lambda folder: runs.is_run(folder) or token_folder.is_token_folder(folder))
+            if held else None)
     if kept is not None:
         raise UserError(f"--out {out} holds {kept}, a run or token folder that replacing it would delete: choose a "
                         "new --out.")

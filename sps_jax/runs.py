@@ -16,7 +16,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from sps_jax import checkpoint, cli, config as sps_config, files, metrics
+from sps_jax import checkpoint, cli, config as sps_config, files, metrics, token_folder
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
@@ -84,16 +84,20 @@ def _refuse_run_files(path: str, flag: str) -> None:
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
                 rename: str = "choose another name") -> str:
     """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
-    anything under its checkpoints/) refused even with ``force``: replacing one would damage the run."""
+    anything under its checkpoints/) refused even with ``force``: replacing one would damage the run; so is
+    any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
     _refuse_run_files(path, flag)
+    token_folder.refuse_inside_tokens(path, flag)
     return files.output_file(path, flag, force, inputs, rename)
 
 
 def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     """:func:`sps_jax.files.output_folder` of a folder that becomes a run or a token folder, refused inside an
-    existing run (:func:`refuse_inside_run`; its checkpoints/ or a folder in it as one of the run's own files)."""
+    existing run (:func:`refuse_inside_run`; its checkpoints/ or a folder in it as one of the run's own files) or
+    inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
     _refuse_run_files(path, flag)
     refuse_inside_run(path, flag)
+    token_folder.refuse_inside_tokens(path, flag)
     return files.output_folder(path, flag, inputs)
 
 
@@ -196,6 +200,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {what}), where training would "
                         "mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
+    token_folder.refuse_inside_tokens(workdir, "--workdir")
     held = files.below(workdir, is_run, max_depth=_HELD_DEPTH)
     if held is not None:
         raise UserError(f"--workdir {workdir} holds the run {held}, which a run made there would hold among its own "

@@ -343,7 +343,6 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)
-    loader.refuse_inside_tokens(workdir, "--workdir")
     source = runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 

@@ -283,6 +283,34 @@ def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, arg
     assert not (tmp_path / "w").exists(), "a refusal wrote files"
 
 
+# Every command that writes a result file, each with --force where it takes one: TOK is a token folder, RUN a
+# run folder that need not exist (the output is checked first).
+WRITES_INSIDE_TOKENS = [
+    (generate.main, ["--workdir", "RUN", "--prompt", "x", "--out", "TOK/train.bin", "--force"], "TOK/train.bin"),
+    (evaluate.main, ["--workdir", "RUN", "--step", "4", "--val-data", "RUN", "--out", "TOK/deep/e.json", "--force"],
+     "TOK/deep/e.json"),
+    (evaluate.main, ["table", "RUN/e.json", "--out", "TOK/table", "--force"], "TOK/table.md"),
+    (probes.main, ["gradients", "--workdir", "RUN", "--out", "TOK/probes", "--force"], "TOK/probes/gradients.json"),
+    (figures.main, ["curves", "RUN", "--out", "TOK/curves.png", "--force"], "TOK/curves.png"),
+    (export_torch.main, ["RUN", "--out", "TOK/model.safetensors", "--force"], "TOK/model.safetensors"),
+    (data_cli.main, ["provision-tokenizer", "--out", "TOK/gpt2.tiktoken"], "TOK/gpt2.tiktoken"),
+]
+
+
+@pytest.mark.parametrize("main, argv, named", WRITES_INSIDE_TOKENS, ids=lambda v: " ".join(v) if isinstance(v, list)
+                         else "")
+def test_no_command_writes_inside_a_token_folder(tmp_path, main, argv, named):
+    # Only bench --json and the folders of train, prepare and import were refused there: generate --out
+    # TOK/train.bin --force replaced the training tokens with its results, and any new file in a token folder is
+    # deleted by the next `data prepare --force`. runs.output_file now refuses every such path, --force or not.
+    tokens = write_token_folder(str(tmp_path / "tok"), num_docs=4)
+    before = {name: (tmp_path / "tok" / name).read_bytes() for name in os.listdir(tokens)}
+    fill = {"TOK": tokens, "RUN": str(tmp_path / "run")}
+    argv = [re.sub("TOK|RUN", lambda m: fill[m.group(0)], a) for a in argv]
+    one_sentence(fuzz.call(main, argv), f"{named.replace('TOK', tokens)} lies inside the token folder {tokens}")
+    assert {name: (tmp_path / "tok" / name).read_bytes() for name in os.listdir(tokens)} == before
+
+
 @pytest.mark.parametrize("name", ["attention", "tiles", "train", "generate", "smoke", "compile"])
 def test_each_bench_module_run_on_its_own_answers_in_one_sentence(name):
     # python -m sps_jax.bench.NAME reached main without the dispatcher's boundary: a UserError traceback, status 1.

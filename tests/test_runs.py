@@ -190,8 +190,8 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
 
 
 def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
-    from sps_jax import import_torch, trainer
-    from sps_jax.data import loader, prepare
+    from sps_jax import import_torch, token_folder, trainer
+    from sps_jax.data import prepare
     # `data prepare --out TOK/sub` was accepted; `data prepare --out TOK --force` then deleted TOK/sub with TOK,
     # and a run made in TOK/run would go the same way.
     from sps_jax.cli import UserError
@@ -202,13 +202,13 @@ def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
     for inside in ("sub", "deep/sub"):
         with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}, "
                                             r"which `data prepare --force` replaces whole, along with anything "
-                                            r"inside it: choose a folder outside it\.$"):
+                                            r"inside it: choose a path outside it\.$"):
             prepare.prepare("builtin", str(tokens / inside))
         with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}"):
             import_torch.check_out(str(tokens / inside), force=False)
         with pytest.raises(UserError, match=rf"^--workdir {tokens}/{inside} lies inside the token folder {tokens}"):
             trainer.train(config, str(tokens / inside))
-    loader.refuse_inside_tokens(str(tmp_path / "beside"), "--out")  # beside it is fine
+    token_folder.refuse_inside_tokens(str(tmp_path / "beside"), "--out")  # beside it is fine
 
 
 def test_a_folder_holding_runs_is_no_workdir_and_no_import_replaces_it(tmp_path):

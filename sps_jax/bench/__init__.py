@@ -18,14 +18,11 @@ def check_json(args):
     # Imported here, not at the top: sps_jax.runs loads jax, and ``python -m sps_jax.bench`` (this
     # package) answers --help, --version and a wrong benchmark name without it.
     from sps_jax import runs
-    from sps_jax.data import loader
     if args.json is not None:
         if args.json.strip() == "-":  # not stdout's usual name here: stdout gets the JSON already
             raise cli.UserError("--json -: the results already go to stdout; give --json a file path to also "
                                 "write them to a file.")
-        runs.output_file(args.json, "--json", args.force)
-        # --force replaced a token file (train.bin), and `data prepare --force` deletes anything written there.
-        loader.refuse_inside_tokens(args.json, "--json")
+        runs.output_file(args.json, "--json", args.force)  # a run's own files, and any token folder's, refused
     return args
 
 

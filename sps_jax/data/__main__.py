@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sps_jax import cli, files, vocab
+from sps_jax import cli, files, token_folder, vocab
 from sps_jax.data import corpus, tokenizer
 
 
@@ -63,8 +63,9 @@ def main(argv=None) -> int:
         if args.out is not None and not args.out.strip():  # provision() would take it for the default
             raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
                                 f"{tokenizer.default_ranks_path()}.")
-        if args.out is not None:
-            files.check_parent(args.out, "--out")  # before the download
+        if args.out is not None:  # before the download
+            files.check_parent(args.out, "--out")
+            token_folder.refuse_inside_tokens(args.out, "--out")
         tokenizer.provision(args.out)
     else:
         print(tokenizer.encode(args.text))

@@ -28,26 +28,12 @@ import numpy as np
 from sps_jax import files
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
+from sps_jax.token_folder import MANIFEST
 
-MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
 DTYPE = "uint16"  # the manifest's name for the token type
 TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian on any host
 REPREPARE = "re-run `python -m sps_jax.data prepare`"
-
-
-def is_token_folder(folder: str) -> bool:
-    """Whether ``folder`` holds a token folder's manifest (prepared, or being rebuilt)."""
-    return os.path.isfile(os.path.join(folder, MANIFEST))
-
-
-def refuse_inside_tokens(path: str, flag: str) -> None:
-    """One sentence when the run or token folder a command would make at ``path`` lies inside an existing token
-    folder, at any depth: `data prepare --force` replaces that folder whole, with whatever lies in it."""
-    tokens = files.enclosing(path, is_token_folder)
-    if tokens is not None:
-        raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
-                        "replaces whole, along with anything inside it: choose a folder outside it.")
 
 
 def read_manifest(folder: str) -> dict | None:

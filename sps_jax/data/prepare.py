@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from sps_jax import cli, files, runs, vocab
+from sps_jax import cli, files, runs, token_folder, vocab
 from sps_jax.cli import UserError
 from sps_jax.data import corpus, loader, tokenizer
 
@@ -122,7 +122,6 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
     local = source != "builtin" and not source.startswith("hf:")
     runs.output_folder(out, flag, inputs=[("source", source if local else None)])
-    loader.refuse_inside_tokens(out, flag)
     corpus.check_source(source)
     corpus.check_options(source, text_field, hf_split)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
@@ -163,7 +162,8 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dic
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # Building replaces the folder whole, so a run or token folder at any depth in it (one made there before
     # such folders were refused) would be deleted with it: refused by name, --force or not.
-    kept = files.below(out, lambda folder: runs.is_run(folder) or loader.is_token_folder(folder)) if names else None
+    kept = (files.below(out, lambda folder: runs.is_run(folder) or token_folder.is_token_folder(folder))
+            if names else None)
     if kept is not None:
         what = "run" if runs.is_run(kept) else "token folder"
         raise UserError(f"{flag} {out} holds the {what} {kept}, which replacing {out} would delete: move it out "

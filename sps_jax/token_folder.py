@@ -1,0 +1,32 @@
+"""What marks a token folder (its manifest), and the refusal to write inside one.
+
+A token folder is written whole by ``python -m sps_jax.data prepare`` and replaced whole by its ``--force``:
+a file any other command wrote into it would be deleted then, and one written over ``train.bin`` or ``val.bin``
+would corrupt the training data. Every command's output checks (:func:`sps_jax.runs.output_file`,
+``output_folder`` and ``check_workdir``) refuse such a path through here. This module imports only ``files``
+and ``cli``, so ``runs`` uses it without importing ``sps_jax.data``, whose ``prepare`` imports ``runs`` and whose
+``loader`` loads grain; ``sps_jax.data.loader`` reads the folders this module recognises.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sps_jax import files
+from sps_jax.cli import UserError
+
+MANIFEST = "manifest.json"
+
+
+def is_token_folder(folder: str) -> bool:
+    """Whether ``folder`` holds a token folder's manifest (prepared, or being rebuilt)."""
+    return os.path.isfile(os.path.join(folder, MANIFEST))
+
+
+def refuse_inside_tokens(path: str, flag: str) -> None:
+    """One sentence when a file or folder a command would write at ``path`` lies inside an existing token
+    folder, at any depth: `data prepare --force` replaces that folder whole, with whatever lies in it."""
+    tokens = files.enclosing(path, is_token_folder)
+    if tokens is not None:
+        raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
+                        "replaces whole, along with anything inside it: choose a path outside it.")
