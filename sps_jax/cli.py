@@ -462,6 +462,20 @@ def run_path(text: str) -> str:
     return text
 
 
+def output_path(text: str) -> str:
+    """argparse type of a file or folder a command writes. '-' (which reads as stdout, but would make a file
+    named '-') and a leading '~' the shell left unexpanded (after '=', or in quotes: --out=~/x made a folder
+    named '~' here) are refused; an empty one is left to the command's own check, which says what it takes."""
+    if text.strip() == "-":
+        raise argparse.ArgumentTypeError("'-' is not standard output here but a file named '-': pass a path (a "
+                                         "command that prints its results does so without this flag)")
+    home = os.path.expanduser(text)
+    if home != text:
+        raise argparse.ArgumentTypeError(f"{text!r} starts with '~', which the shell did not expand (it does not "
+                                         f"after '=' or in quotes), so it would name a folder '~' here: pass {home!r}")
+    return text
+
+
 def add_run_arguments(parser) -> None:
     """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
     where = parser.add_mutually_exclusive_group(required=True)

@@ -119,7 +119,8 @@ def main(argv=None) -> int:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", type=cli.run_path, help="a run folder, or one of its checkpoints/<step> folders")
     p.add_argument("--step", type=cli.non_negative_int, default=None, help="checkpoint step (default: the latest)")
-    p.add_argument("--out", required=True, help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
+    p.add_argument("--out", type=cli.output_path, required=True,
+                   help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = p.parse_args(argv)

@@ -298,7 +298,8 @@ def main(argv=None) -> int:
                    help="standard, sps, two_x_memory, delayed_state, reverse_sps (default: the file's)")
     p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
                    f"else {masks.DEFAULT_WINDOW})")
-    p.add_argument("--out", required=True, help="run folder to write (new or empty, or replaced with --force)")
+    p.add_argument("--out", type=cli.output_path, required=True,
+                   help="run folder to write (new or empty, or replaced with --force)")
     p.add_argument("--num-heads", type=cli.positive_int, default=None,
                    help="attention heads (default: the file's model_args n_head, else d/64)")
     p.add_argument("--seq-len", type=cli.positive_int, default=None,

@@ -30,7 +30,8 @@ def main(argv=None) -> int:
     rest, overrides = sps_config.split_config_args(argv)
     parser = cli.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0])
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
-    parser.add_argument("--workdir", required=True, help="run folder: config.json, checkpoints/, metrics.jsonl")
+    parser.add_argument("--workdir", type=cli.output_path, required=True,
+                        help="run folder: config.json, checkpoints/, metrics.jsonl")
     parser.add_argument("--force", action="store_true",
                         help="start this run in a --workdir holding another run's config.json/metrics.jsonl/"
                              "loss.png but no checkpoint (those files are replaced)")

@@ -270,9 +270,23 @@ BAD_ARGUMENTS = [
     # an empty item was dropped without a word: a typo of the list, not a shorter list
     (bench_cli.main, ["attention", "--variants", "sps,,standard"], ["'sps,,standard' has an empty item: remove the extra comma"]),
     (bench_cli.main, ["compile", "--target", "h100,"], ["'h100,' has an empty item: remove the extra comma"]),
-    # '-' is not stdout here (stdout has the JSON already): it made a file named '-'
-    (bench_cli.main, ["compile", "--target", "h100", "--only", "kernels", "--json", "-"],
-     ["--json -: the results already go to stdout; give --json a file path"]),
+    # '-' is not stdout here: it made a file (or folder) named '-'; and '~' that the shell left unexpanded
+    # (--out=~/x) made a folder named '~' in the working directory. Every output flag takes cli.output_path.
+    *[(main, argv + given, [f"argument {flag}: {sentence}"])
+      for main, argv, flag in (
+          (generate.main, ["--workdir", "W", "--prompt", "x"], "--out"),
+          (evaluate.main, ["--workdir", "W", "--val-data", "W"], "--out"),
+          (evaluate.main, ["table", "W/a.json"], "--out"),
+          (probes.main, ["gradients", "--workdir", "W"], "--out"),
+          (figures.main, ["seeds", "W/a.json", "W/b.json"], "--out"),
+          (export_torch.main, ["W"], "--out"),
+          (import_torch.main, ["W/x.pt"], "--out"),
+          (data_cli.main, ["prepare", "--source", "W/src.txt"], "--out"),
+          (data_cli.main, ["provision-tokenizer"], "--out"),
+          (train.main, ["--config", "configs/tiny.py", "--config.data.dir=W/data"], "--workdir"),
+          (bench_cli.main, ["compile", "--target", "h100", "--only", "kernels"], "--json"))
+      for given, sentence in (([flag, "-"], "'-' is not standard output here but a file named '-'"),
+                              ([f"{flag}=~/sps-out"], "'~/sps-out' starts with '~', which the shell did not expand"))],
 ]
 
 

@@ -419,27 +419,30 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
     c.add_argument("runs", nargs="+", type=cli.run_path, help="run folders with config.json and metrics.jsonl")
-    c.add_argument("--out", default="curves.png", help="the figure (.png), with its data next to it as .json")
+    c.add_argument("--out", type=cli.output_path, default="curves.png",
+                   help="the figure (.png), with its data next to it as .json")
     w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
     w.add_argument("sources", nargs="+", help="run folders or evaluation JSONs")
-    w.add_argument("--out", default="window_ablation.png",
+    w.add_argument("--out", type=cli.output_path, default="window_ablation.png",
                    help="the figure (.png), with its data next to it as .json")
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
     a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluation.evaluate")
     a.add_argument("--baseline", default="standard", help="the variant the gains are measured from")
-    a.add_argument("--out", default="accuracy_gain.png",
+    a.add_argument("--out", type=cli.output_path, default="accuracy_gain.png",
                    help="the figure (.png), with its data next to it as .json")
     e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
     e.add_argument("sources", nargs="+", help="run folders or evaluation JSONs of one scale, two or more per method")
     e.add_argument("--reference", default="sps", help="the variant tested for a lower NLL than every other")
     e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")
-    e.add_argument("--out", default="seeds.png", help="the figure (.png), with its data next to it as .json")
+    e.add_argument("--out", type=cli.output_path, default="seeds.png",
+                   help="the figure (.png), with its data next to it as .json")
     d = sub.add_parser("pre-decay", help="a method's pre-decay NLL gap and token saving over a baseline (Figure 1)")
     d.add_argument("baseline", type=cli.run_path, metavar="BASELINE_RUN",
                    help="the baseline's run folder (Standard, trained longer)")
     d.add_argument("method", type=cli.run_path, metavar="RUN", help="the method's run folder (SPS), of the same size")
-    d.add_argument("--out", default="pre_decay.png", help="the figure (.png), with its data next to it as .json")
+    d.add_argument("--out", type=cli.output_path, default="pre_decay.png",
+                   help="the figure (.png), with its data next to it as .json")
     for p in (c, w, a, e, d):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
     return parser

@@ -279,7 +279,7 @@ def build_parser():
                        help="positions per document (at most, and by default, model.seq_len)")
         p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, splash, auto)")
         p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
-        p.add_argument("--out", default=out_default, help="output folder")
+        p.add_argument("--out", type=cli.output_path, default=out_default, help="output folder")
         p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")

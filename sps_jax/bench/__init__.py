@@ -9,7 +9,8 @@ from sps_jax import cli, files
 def add_json_flag(parser) -> None:
     """The one JSON output flag of the bench commands (and ``--force`` to replace an existing file);
     :func:`check_json` checks it once the arguments are parsed."""
-    parser.add_argument("--json", metavar="PATH", default=None, help="also write the results here (JSON)")
+    parser.add_argument("--json", type=cli.output_path, metavar="PATH", default=None,
+                        help="also write the results here (JSON)")
     parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
 
@@ -18,10 +19,7 @@ def check_json(args):
     # Imported here, not at the top: sps_jax.runs loads jax, and ``python -m sps_jax.bench`` (this
     # package) answers --help, --version and a wrong benchmark name without it.
     from sps_jax import runs
-    if args.json is not None:
-        if args.json.strip() == "-":  # not stdout's usual name here: stdout gets the JSON already
-            raise cli.UserError("--json -: the results already go to stdout; give --json a file path to also "
-                                "write them to a file.")
+    if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
         runs.output_file(args.json, "--json", args.force)  # a run's own files, and any token folder's, refused
     return args
 

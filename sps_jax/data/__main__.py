@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="tokenise a corpus into train.bin/val.bin + manifest.json")
     p.add_argument("--source", required=True,
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", type=cli.output_path, required=True, help="output folder")
     p.add_argument("--val-fraction", type=float, default=0.01,
                    help="share of the documents held out as val.bin")
     p.add_argument("--text-field", default=None,
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check a prepared folder's sizes, ids and checksums")
     v.add_argument("dir", help="a folder written by prepare")
     t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
-    t.add_argument("--out", default=None, help=f"where to store it (default {tokenizer.default_ranks_path()})")
+    t.add_argument("--out", type=cli.output_path, default=None,
+                   help=f"where to store it (default {tokenizer.default_ranks_path()})")
     e = sub.add_parser("encode", help="print the GPT-2 ids of a text")
     e.add_argument("text", help="the text to encode")
     return parser

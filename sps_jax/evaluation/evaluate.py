@@ -161,7 +161,7 @@ def _parser() -> cli.ArgumentParser:
                    help="lm-eval: at most N documents per task (smoke tests)")
     p.add_argument("--batch-size", type=cli.positive_int, default=16, help="lm-eval requests per forward pass")
     p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
-    p.add_argument("--out", default=None, help="results JSON (default RUN/eval/step_<N>.json)")
+    p.add_argument("--out", type=cli.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
     return p
 
@@ -242,7 +242,8 @@ def main_table(argv) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
                            description="The paper's main table (and per-task table) from results JSONs.")
     p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluation.evaluate")
-    p.add_argument("--out", default=None, help="write OUT.md and OUT.tex (and print the Markdown)")
+    p.add_argument("--out", type=cli.output_path, default=None,
+                   help="write OUT.md and OUT.tex (and print the Markdown)")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
     runs = cli.load("sps_jax.runs")

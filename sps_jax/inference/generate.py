@@ -65,7 +65,7 @@ def _parser() -> cli.ArgumentParser:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
     what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
-    parser.add_argument("--out", help="write the results as JSONL here (default: print them)")
+    parser.add_argument("--out", type=cli.output_path, help="write the results as JSONL here (default: print them)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64,
                         help="tokens to generate per prompt (fewer where EOS stops it)")
