@@ -105,7 +105,9 @@ def attend(q_BHSK, pasts, lo_B, near, split: Split | None):
     jax's kernel when ``split`` is set) and the small block ``near`` ((K, V, mask) or None)."""
     parts = [past_partials(q_BHSK, k, v, lo_B, end, split) for k, v, end in pasts]
     if near is not None:
-        parts.append(attention.softmax_partials(q_BHSK, *near))
+        # A barrier on the queries: XLA's GPU compiler otherwise merges this block's products with the
+        # past's, which share them, into one over a copy of the whole cache with the ring appended.
+        parts.append(attention.softmax_partials(jax.lax.optimization_barrier(q_BHSK), *near))
     return attention.merge_partials(parts).astype(q_BHSK.dtype)
 
 
