@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-from sps_jax import files
+from sps_jax import files, names
 
 TASKS_DIR = str(Path(__file__).parent / "tasks")
 
@@ -68,6 +68,8 @@ def check_known(keys, known_tasks) -> None:
     known = set(known_tasks)
     unknown = [k for k in keys if lm_eval_name(k) not in known]
     if unknown:
+        offered = list(GROUPS) + GROUPS["paper"] + sorted(known)
+        unknown = [k + names.did_you_mean(k, offered) for k in unknown]
         raise ValueError(f"unknown task(s) {', '.join(unknown)}: use the paper's tasks "
                          f"({', '.join(GROUPS['paper'])}), the groups {', '.join(GROUPS)}, or an lm-eval "
                          "task name (`lm_eval ls tasks`); add --include-path DIR for your own YAMLs.")

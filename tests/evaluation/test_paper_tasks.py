@@ -38,3 +38,14 @@ def test_the_averages_are_the_plain_means_the_papers_tables_report():
         assert summary["corpus_nll_avg"] == pytest.approx(corpus_avg, abs=1e-3), row
         assert 100 * summary["task_accuracy_avg"] == pytest.approx(task_avg, abs=0.1), row
         assert summary["corpus_nll"]["pile_books3"] == pytest.approx(corpora[2], abs=1e-12)
+
+
+def test_an_unknown_task_is_named_with_the_task_it_likely_means():
+    known = ["arc_easy", "arc_challenge", "hellaswag", "piqa", "sciq", "lambada_openai", "wikitext", "c4",
+             "sps_pile_books3", "sps_govreport", "mmlu"]
+    with pytest.raises(ValueError) as e:
+        paper_tasks.check_known(["ARC_EASY", "hellaswg", "zzzz", "piqa"], known)
+    message = str(e.value)
+    assert message.startswith("unknown task(s) ARC_EASY (did you mean 'arc_easy'?), "
+                               "hellaswg (did you mean 'hellaswag'?), zzzz: "), message
+    paper_tasks.check_known(paper_tasks.expand(["paper", "mmlu"]), known)  # all known: no error
