@@ -190,11 +190,13 @@ def test_a_run_compiles_its_steps_once_and_after_its_first_update_runs_only_them
 def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
     # An absurd learning rate overflows the weights after the first real update.
     bad_lr = ["--config.train.peak_lr=1e30", "--config.train.warmup_tokens=0"]
-    out = run_train(tmp_path / "stop", tokens, 4, extra=bad_lr, check=False)
-    assert out.returncode == 2 and "non-finite loss" in out.stderr and "at step 2;" in out.stderr, out.stderr
+    out = train_here(tmp_path / "stop", tokens, 4, *bad_lr)
+    assert out.status == 2 and out.problem() is None, out.stderr
+    assert "non-finite loss" in out.stderr and "at step 2;" in out.stderr, out.stderr
     # A warmup over the 4 updates: each applied update would raise the rate by 1e30 / 4, a skipped one does not.
-    run_train(tmp_path / "skip", tokens, 4, extra=[*bad_lr, "--config.train.nonfinite=skip",
-                                                   "--config.train.warmup_tokens=1024"])
+    out = train_here(tmp_path / "skip", tokens, 4, *bad_lr, "--config.train.nonfinite=skip",
+                     "--config.train.warmup_tokens=1024")
+    assert out.status == 0 and out.problem() is None, out.stderr
     records = [r for r in metrics.read(str(tmp_path / "skip")) if "loss" in r]
     assert len(records) == 4 and [bool(r.get("skipped")) for r in records] == [False, True, True, True]
     # The rate each update ran at: 1e30 * 256 / 1024 for the first (it takes the second's rate) and for the skipped
@@ -384,9 +386,15 @@ def refuse(argv, *needles):
     return outcome
 
 
-def small_argv(workdir, tokens, *extra):
+def small_argv(workdir, tokens, *extra, steps=STEPS):
     return ["--config", "configs/tiny.py", "--workdir", str(workdir), *SMALL_OVERRIDES,
-            f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}", *extra]
+            f"--config.data.dir={tokens}", f"--config.train.total_tokens={steps * 256}", *extra]
+
+
+def train_here(workdir, tokens, steps, *extra):
+    """run_train's command in this process (sps_train.main behind the CLI boundary, no interpreter start): where
+    the claim is what the command does and says, not the process. The status, stdout and stderr."""
+    return fuzz.call(sps_train.main, small_argv(workdir, tokens, *extra, steps=steps), timeout=300)
 
 
 def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, tokens, reference):
@@ -591,7 +599,8 @@ def test_training_in_a_weights_only_run_folder_points_to_init_from(tmp_path, tok
 def test_a_run_cut_by_stop_at_step_says_where_it_stops_and_counts_its_eta_to_there(tmp_path, tokens):
     # Before, `--config.train.stop_at_step=3` of a 300-step schedule printed "300 steps" and "eta 291s" and then
     # stopped after 3 steps without a word (the README's init_from command, tried on the tiny run).
-    out = run_train(tmp_path / "run", tokens, 1000, extra=["--config.train.stop_at_step=2"])
+    out = train_here(tmp_path / "run", tokens, 1000, "--config.train.stop_at_step=2")
+    assert out.status == 0 and out.problem() is None, out.stderr
     assert "1000 steps, stopping at step 2 (train.stop_at_step); compiled in" in out.stdout, out.stdout
     eta = [float(line.rsplit("eta ", 1)[1].rstrip("s")) for line in out.stdout.splitlines() if " eta " in line]
     assert len(eta) == 2 and eta[-1] == 0, out.stdout
