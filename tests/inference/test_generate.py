@@ -1,6 +1,7 @@
 """Generation: prefill plus decode through the KV cache reproduces the full forward exactly; the loop, batching,
 stopping and the command line."""
 
+import functools
 import json
 import os
 import warnings
@@ -83,7 +84,7 @@ def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
     seq = np.zeros((1, len(prompt) + new), np.int32)
     seq[0, :len(prompt)] = prompt
     for i in range(len(prompt), len(prompt) + new):
-        logits_V = forward(jnp.asarray(seq))[0, i - 1]
+        logits_V = forward({"params": params}, jnp.asarray(seq))[0, i - 1]
         seq[0, i] = int(jnp.argmax(logits_V[:EOS + 1]))  # generation never emits <predict> or padding
     assert out == seq[0, len(prompt):].tolist()
 
@@ -207,18 +208,25 @@ def _tiny_run(tmp_path, name="run", edit=None):
     return workdir
 
 
+@functools.lru_cache(maxsize=None)
+def _apply(cfg):
+    return jax.jit(sps_model.Transformer(cfg).apply)
+
+
 def _greedy_completion(workdir, prompt, new):
     """The greedy completion written out independently of the generation code: repeated full forward passes
     over the growing sequence, argmax over the text ids, stopping after EOS."""
     config, params, _ = runs.load_run(workdir)
     model = sps_model.Transformer(config.model)
     ids = tokenizer.encode(prompt)
-    seq = np.zeros((1, len(ids) + new), np.int32)
+    # Every pass sees seq_len tokens, zeros after the text: the model is causal, so they do not change the
+    # logits at i - 1, and one compiled shape serves every prompt.
+    seq = np.zeros((1, model.cfg.seq_len), np.int32)
     seq[0, :len(ids)] = ids
-    forward = jax.jit(lambda tokens: model.apply({"params": params}, tokens))
+    forward = _apply(model.cfg)
     out = []
     for i in range(len(ids), len(ids) + new):
-        seq[0, i] = int(jnp.argmax(forward(jnp.asarray(seq))[0, i - 1, :vocab.EOS_ID + 1]))
+        seq[0, i] = int(jnp.argmax(forward({"params": params}, jnp.asarray(seq))[0, i - 1, :vocab.EOS_ID + 1]))
         out.append(int(seq[0, i]))
         if out[-1] == vocab.EOS_ID:
             return tokenizer.decode(out[:-1])
