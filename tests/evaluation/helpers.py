@@ -45,8 +45,11 @@ def _apply(cfg):
 
 
 def direct_logits(net, params, ids):
-    """Logits of one unpadded row (default positions and document ids)."""
-    return np.asarray(_apply(net.cfg)({"params": params}, jnp.asarray([ids], jnp.int32))[0])
+    """Logits of one unpadded row (default positions and document ids). The row runs with filler after it up
+    to seq_len: the model is causal, so the filler changes no logit of the row, and one compiled shape serves
+    every row."""
+    row = list(ids) + [0] * (net.cfg.seq_len - len(ids))
+    return np.asarray(_apply(net.cfg)({"params": params}, jnp.asarray([row], jnp.int32))[0, :len(ids)])
 
 
 def direct_logprobs(net, params, ids):

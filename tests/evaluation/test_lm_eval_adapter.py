@@ -60,13 +60,10 @@ def test_rolling_loglikelihood_scores_every_token_of_a_document_longer_than_the_
 
 
 def greedy_direct(net, params, ids, n):
-    """Repeated full forward + argmax over the text ids and EOS (generation never emits <predict> or padding).
-    Each forward sees seq_len tokens, the text then filler: the model is causal, so the logits at the last text
-    token do not depend on the filler, and one compiled shape serves every step."""
+    """Repeated full forward + argmax over the text ids and EOS (generation never emits <predict> or padding)."""
     ids = list(ids)
     for _ in range(n):
-        row = ids + [0] * (net.cfg.seq_len - len(ids))
-        ids.append(int(np.argmax(direct_logits(net, params, row)[len(ids) - 1][:net.cfg.eos_id + 1])))
+        ids.append(int(np.argmax(direct_logits(net, params, ids)[-1][:net.cfg.eos_id + 1])))
     return ids
 
 
