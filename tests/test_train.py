@@ -34,9 +34,10 @@ def tokens(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, tokens):
-    """STEPS updates on one device, uninterrupted."""
+    """STEPS updates on one device, uninterrupted (in this process: the runs compared with it are commands)."""
     workdir = tmp_path_factory.mktemp("reference")
-    run_train(workdir, tokens, STEPS)
+    out = train_here(workdir, tokens, STEPS)
+    assert out.status == 0 and out.problem() is None, out.stderr
     return workdir
 
 
