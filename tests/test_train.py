@@ -313,7 +313,8 @@ def digest(folder):
 def test_resume_skips_a_damaged_newest_checkpoint_keeps_it_and_matches_an_uninterrupted_run(tmp_path, tokens,
                                                                                            reference):
     workdir = tmp_path / "run"
-    run_train(workdir, tokens, STEPS, extra=["--config.train.milestone_every=4", "--config.train.stop_at_step=5"])
+    first = train_here(workdir, tokens, STEPS, "--config.train.milestone_every=4", "--config.train.stop_at_step=5")
+    assert first.status == 0 and first.problem() is None, first.stderr  # the resume below is the command
     assert checkpoint.steps(str(workdir)) == [4, 5]  # saved at 2, 4, 5: the latest and the milestone are kept
     damage_array_file(checkpoint.step_dir(str(workdir), 5))
     broken = digest(checkpoint.step_dir(str(workdir), 5))
