@@ -82,7 +82,9 @@ def test_eight_devices_match_one_and_the_checkpoint_moves_to_one_device(tmp_path
     net, params, _ = runs.load_model(str(workdir))
     assert {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(params)} == {
         jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
-    run_train(workdir, tokens, STEPS, devices=1)  # restores the (2, 4)-sharded checkpoint on one device
+    # Restores the (2, 4)-sharded checkpoint on this process's one device.
+    resumed = train_here(workdir, tokens, STEPS)
+    assert resumed.status == 0 and "resumed from" in resumed.stdout, resumed.stderr
     ref, got = losses(reference), losses(workdir)
     assert sorted(got) == list(range(1, STEPS + 1))
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
@@ -271,7 +273,8 @@ def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_
     assert out.stdout.splitlines()[0].endswith("attention backend splash (model.attention=splash) on cpu"), out.stdout
     saved = runs.read_config(str(workdir))
     assert (saved.model.attention, saved.resolved.attention) == ("splash", "splash")
-    resumed = run_train(workdir, tokens, STEPS, extra=["--config.model.attention=auto"])
+    resumed = train_here(workdir, tokens, STEPS, "--config.model.attention=auto")  # on this process's one device
+    assert resumed.status == 0 and resumed.problem() is None, resumed.stderr
     assert "resumed from" in resumed.stdout and "attention backend xla (model.attention=auto)" in resumed.stdout
     assert runs.read_config(str(workdir)).resolved.attention == "xla"
     ref, got = losses(reference), losses(workdir)
