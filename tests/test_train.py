@@ -354,7 +354,8 @@ def test_a_failed_save_stops_the_run_in_one_sentence_and_the_resume_is_exact(tmp
     assert len(own_lines(failed.stderr)) == 1, failed.stderr
     assert "saving checkpoint step 4" in failed.stderr and "last good checkpoint is step 2" in failed.stderr
     assert checkpoint.steps(str(workdir)) == [2]
-    run_train(workdir, tokens, STEPS)
+    resumed = train_here(workdir, tokens, STEPS)  # the failed run was a process of its own
+    assert resumed.status == 0 and resumed.problem() is None, resumed.stderr
     assert losses(workdir) == losses(reference)
 
 
