@@ -13,7 +13,6 @@ from sps_jax.evaluation import evaluate, lm_eval_adapter
 from sps_jax.inference import scoring
 from tests import fuzz
 from tests.evaluation.helpers import CharTokenizer, expected_mc, save_tiny_run, write_val_data
-from tests.helpers import run_module
 
 
 def fixed_window_nll(net, params, tokens):
@@ -49,9 +48,10 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
     # A second checkpoint in the same run with other weights.
     runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params9, step=9)
     tokens = write_val_data(tmp_path / "data")
-    proc = run_module("sps_jax.evaluation.evaluate", "--workdir", tmp_path / "run", "--val-data", tmp_path / "data",
-                      "--all-steps")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # In process (the command's entry point runs as a process in tests/test_commands.py).
+    proc = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"),
+                                     "--all-steps"], timeout=300)
+    assert proc.status == 0 and proc.problem() is None, proc.stderr[-2000:]
     written = {step: json.loads((tmp_path / "run" / "eval" / f"step_{step}.json").read_text()) for step in (5, 9)}
     for step, params in ((5, params5), (9, params9)):
         nll, count = fixed_window_nll(net, params, tokens)
