@@ -84,7 +84,7 @@ def test_greedy_generation_equals_repeated_full_forward_argmax(variant):
     seq = np.zeros((1, len(prompt) + new), np.int32)
     seq[0, :len(prompt)] = prompt
     for i in range(len(prompt), len(prompt) + new):
-        logits_V = forward({"params": params}, jnp.asarray(seq))[0, i - 1]
+        logits_V = forward(jnp.asarray(seq))[0, i - 1]
         seq[0, i] = int(jnp.argmax(logits_V[:EOS + 1]))  # generation never emits <predict> or padding
     assert out == seq[0, len(prompt):].tolist()
 
