@@ -229,7 +229,7 @@ class _LayerView:
         split = decode_attention.kernel_split(self.cfg.attention, kv.k_BHTK[0].shape[2])
         pasts = [(k, v, t if s in near else t + 1) for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
         windowed_now = lambda x_BHSK: x_BHSK[:, :, windowed[0]:windowed[0] + 1]  # noqa: E731
-        if split is not None and R and ring_in_kernel(vis):
+        if split is not None and ring_in_kernel(vis):  # a windowed stream: R = min(w + 1, T) >= 1
             o_BSHK, k_ring, v_ring = decode_attention.attend_with_ring(
                 q_BHSK, pasts[0], self.past_lo_B, (kv.k_BHRK, kv.v_BHRK, windowed_now(k_now_BHSK),
                                                    windowed_now(v_now_BHSK), t % R, self.near_mask_BSC), split)
