@@ -109,10 +109,10 @@ def _program(shape: Shape, dtype, vis, tuning, sharding):
 
     def with_a_decode_step(q, k, v, doc_ids):
         q_BHSK, cache_BHTK = q[:, 0].swapaxes(1, 2), k[:, :, 0].swapaxes(1, 2)
-        ring_BHRK, new_BH1K = cache_BHTK[:, :, :R], cache_BHTK[:, :, :1]
+        now_BHSK, ring_BHRK = k[:, 0].swapaxes(1, 2), cache_BHTK[:, :, :R]
         seen_BSR = jnp.broadcast_to(doc_ids[:, None, :R] >= 0, (1, S, R))
-        ring = (ring_BHRK, ring_BHRK, new_BH1K, new_BH1K, T % R, seen_BSR)
-        step = decode_attention.attend_with_ring(q_BHSK, (cache_BHTK, cache_BHTK, T), doc_ids[:, 0], ring, split)
+        step = decode_attention.attend_with_ring(q_BHSK, (now_BHSK, now_BHSK), T - 1, (cache_BHTK, cache_BHTK),
+                                                 doc_ids[:, 0], (ring_BHRK, ring_BHRK, seen_BSR), split)
         return forward_and_backward(q, k, v, doc_ids), step
 
     return with_a_decode_step, (q, q, q, doc)

@@ -122,52 +122,68 @@ def _padded(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
-def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, k_new_ref, v_new_ref, slot_ref, mask_ref,
-                 k_ring_ref, v_ring_ref, o_ref, k_out_ref, v_out_ref, *, scale, rows: int, slots: int):
-    """One (row, head): store this position's windowed K/V in its ring slot, take the query rows'
-    softmax partials over the ring, merge them with the past's (jax's kernel returns the past's
-    unnormalised output, row sum and row max), and normalise. The blocks are padded to Triton tile
-    sides; Triton does not bound a block's rows by its array's, so every access past the ``rows``
-    query rows and the ring's ``slots`` is masked (read as zero, never written)."""
+def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, index_ref, mask_ref, k_cache_ref, v_cache_ref, k_ring_ref, v_ring_ref,
+                 o_ref, k_cache_out_ref, v_cache_out_ref, k_ring_out_ref, v_ring_out_ref,
+                 *, scale, rows: int, slots: int):
+    """One (row, head) at position i: store x_i's K/V in the cache's slot i and rho_i's in its ring
+    slot, take the query rows' softmax partials over x_i and the ring, merge them with the past's
+    (jax's kernel returns the past's unnormalised output, row sum and row max over slots before i),
+    and normalise. The blocks are padded to Triton tile sides; Triton does not bound a block's rows
+    by its array's, so every access past the ``rows`` query rows and the ring's ``slots`` is masked
+    (read as zero, never written)."""
     from jax.experimental.pallas import triton as plgpu
 
     row_S = jnp.arange(o_ref.shape[0]) < rows
     slot_R = jnp.arange(k_ring_ref.shape[0]) < slots
-    slot = slot_ref[0]
-    k_new_1K, v_new_1K = k_new_ref[...], v_new_ref[...]
-    plgpu.store(k_out_ref.at[pl.ds(slot, 1)], k_new_1K)
-    plgpu.store(v_out_ref.at[pl.ds(slot, 1)], v_new_1K)
-    # This program's loads need not see its stores (no barrier): the new entry is put in registers.
+    i, slot = index_ref[0], index_ref[1]
+    # now_ref: [K or V, stream, K]; stream 0 is x_i (persistent), 1 is rho_i (windowed).
+    k_now_1K, v_now_1K = now_ref[0, pl.ds(0, 1)], now_ref[1, pl.ds(0, 1)]
+    k_new_1K, v_new_1K = now_ref[0, pl.ds(1, 1)], now_ref[1, pl.ds(1, 1)]
+    plgpu.store(k_cache_out_ref.at[pl.ds(i, 1)], k_now_1K)
+    plgpu.store(v_cache_out_ref.at[pl.ds(i, 1)], v_now_1K)
+    plgpu.store(k_ring_out_ref.at[pl.ds(slot, 1)], k_new_1K)
+    plgpu.store(v_ring_out_ref.at[pl.ds(slot, 1)], v_new_1K)
+    # This program's loads need not see its stores (no barrier): the new entries are in registers.
     now_R1 = (jnp.arange(k_ring_ref.shape[0]) == slot)[:, None]
     k_RK = jnp.where(now_R1, k_new_1K, plgpu.load(k_ring_ref, mask=slot_R[:, None], other=0))
     v_RK = jnp.where(now_R1, v_new_1K, plgpu.load(v_ring_ref, mask=slot_R[:, None], other=0))
     q_SK = plgpu.load(q_ref, mask=row_S[:, None], other=0)
     seen_SR = plgpu.load(mask_ref, mask=row_S[:, None] & slot_R[None, :], other=0) != 0
     scores_SR = jnp.where(seen_SR, plgpu.dot(q_SK, k_RK.T).astype(jnp.float32) * scale, -1e30)
+    # x_i precedes every query row of position i: each row sees it.
+    score_now_S = jnp.sum(q_SK.astype(jnp.float32) * k_now_1K.astype(jnp.float32), axis=1) * scale
     sum_past_S = plgpu.load(sum_past_ref, mask=row_S, other=0.0)
     max_past_S = plgpu.load(max_past_ref, mask=row_S, other=-1e30)
-    max_S = jnp.maximum(max_past_S, scores_SR.max(axis=1))
+    max_S = jnp.maximum(jnp.maximum(max_past_S, scores_SR.max(axis=1)), score_now_S)
     p_SR = jnp.exp(scores_SR - max_S[:, None]) * seen_SR
+    p_now_S = jnp.exp(score_now_S - max_S)
     past_scale_S = jnp.exp(max_past_S - max_S)
-    denom_S = past_scale_S * sum_past_S + p_SR.sum(axis=1)
+    denom_S = past_scale_S * sum_past_S + p_SR.sum(axis=1) + p_now_S
     o_past_SK = plgpu.load(o_past_ref, mask=row_S[:, None], other=0).astype(jnp.float32)
-    o_SK = plgpu.dot(p_SR.astype(v_RK.dtype), v_RK).astype(jnp.float32) + past_scale_S[:, None] * o_past_SK
-    o_SK = o_SK / jnp.where(denom_S > 0, denom_S, 1.0)[:, None]
+    o_SK = (plgpu.dot(p_SR.astype(v_RK.dtype), v_RK).astype(jnp.float32) + past_scale_S[:, None] * o_past_SK
+            + p_now_S[:, None] * v_now_1K.astype(jnp.float32))
+    o_SK = o_SK / denom_S[:, None]  # > 0: every row sees x_i
     plgpu.store(o_ref, o_SK.astype(o_ref.dtype), mask=row_S[:, None])
 
 
-def attend_with_ring(q_BHSK, past, lo_B, ring, split: Split):
-    """SPS's decode attention through two kernels: jax's over the past ``past`` ((K, V, end)) and one
-    for the ring, which also stores this position's entry in it. ``ring`` is (K [B, H, R, K],
-    V, this position's windowed K and V [B, H, 1, K], its slot, mask [B, S, R]). Returns the
-    output [B, S, H, K] (q's dtype, the layout the output projection reads) and the ring's K and V.
-    XLA would launch seven kernels for what the ring kernel does: the two ring writes, two
-    products, two reductions and the merge; at a decode step's size each costs its launch."""
+def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
+    """SPS's decode attention at position ``i`` through two kernels: jax's over the cache's past slots
+    [lo_B, i) and one that stores this position's entries and attends to them and the ring.
+
+    ``now`` is (K, V) [B, H, S, K] of position i's streams (x_i persists, rho_i is windowed),
+    ``cache`` (K, V) [B, H, T, K] the persistent stream's buffers, ``ring`` (K, V [B, H, R, K], mask
+    [B, S, R] of the ring slots each query row sees once rho_i is in slot i % R). Returns the
+    output [B, S, H, K] (q's dtype, the layout the output projection reads), the cache's K and V
+    with x_i in slot i, and the ring's with rho_i in slot i % R. Cache and ring are aliased
+    operands, written in place. XLA would launch nine kernels for what the ring kernel does: four
+    writes, two products, two reductions and the merge; at a decode step's size each costs its
+    launch."""
     B, H, S, K = q_BHSK.shape
-    k_ring, v_ring, k_new, v_new, slot, mask_BSR = ring
-    R = k_ring.shape[2]
-    k, v, end = past
-    o_past, sum_past, max_past = _kernel_past(q_BHSK, k, v, lo_B, end, split)
+    (k_now, v_now), (k_cache, v_cache), (k_ring, v_ring, mask_BSR) = now, cache, ring
+    T, R = k_cache.shape[2], k_ring.shape[2]
+    # K and V of position i stacked: one XLA fusion lays both out (RoPE on K) for the kernel.
+    kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
+    o_past, sum_past, max_past = _kernel_past(q_BHSK, k_cache, v_cache, lo_B, i, split)
     Sp, Rp = _padded(S), _padded(R)
     per_head = lambda *block: pl.BlockSpec((None, None, *block), lambda b, h: (b, h) + (0,) * len(block))  # noqa: E731
     params = None
@@ -175,18 +191,20 @@ def attend_with_ring(q_BHSK, past, lo_B, ring, split: Split):
         from jax.experimental.pallas import triton as plgpu
 
         params = plgpu.CompilerParams(num_warps=RING_WARPS, num_stages=RING_STAGES)
-    return pl.pallas_call(
+    o_BSHK, k_cache, v_cache, k_ring, v_ring = pl.pallas_call(
         functools.partial(_ring_kernel, scale=K ** -0.5, rows=S, slots=R),
         grid=(B, H),
-        in_specs=[per_head(Sp, K), per_head(Sp, K), per_head(Sp), per_head(Sp), per_head(1, K), per_head(1, K),
-                  pl.BlockSpec((1,), lambda b, h: (0,)), pl.BlockSpec((None, Sp, Rp), lambda b, h: (b, 0, 0)),
-                  per_head(Rp, K), per_head(Rp, K)],
-        out_specs=[pl.BlockSpec((None, Sp, None, K), lambda b, h: (b, 0, h, 0)), per_head(Rp, K), per_head(Rp, K)],
-        out_shape=[jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype), jax.ShapeDtypeStruct(k_ring.shape, k_ring.dtype),
-                   jax.ShapeDtypeStruct(v_ring.shape, v_ring.dtype)],
-        input_output_aliases={8: 1, 9: 2},
+        in_specs=[per_head(Sp, K), per_head(Sp, K), per_head(Sp), per_head(Sp), pl.BlockSpec((2, None, None, S, K), lambda b, h: (0, b, h, 0, 0)),
+                  pl.BlockSpec((2,), lambda b, h: (0,)), pl.BlockSpec((None, Sp, Rp), lambda b, h: (b, 0, 0)),
+                  per_head(T, K), per_head(T, K), per_head(Rp, K), per_head(Rp, K)],
+        out_specs=[pl.BlockSpec((None, Sp, None, K), lambda b, h: (b, 0, h, 0)),
+                   per_head(T, K), per_head(T, K), per_head(Rp, K), per_head(Rp, K)],
+        out_shape=[jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype)]
+        + [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (k_cache, v_cache, k_ring, v_ring)],
+        input_output_aliases={7: 1, 8: 2, 9: 3, 10: 4},
         interpret=split.interpret,
         compiler_params=params,
         name=RING_KERNEL,
-    )(q_BHSK, o_past, sum_past, max_past, k_new.astype(k_ring.dtype), v_new.astype(v_ring.dtype),
-      jnp.reshape(slot, (1,)).astype(jnp.int32), mask_BSR.astype(jnp.int32), k_ring, v_ring)
+    )(q_BHSK, o_past, sum_past, max_past, kv_now, jnp.stack([i, i % R]).astype(jnp.int32),
+      mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring)
+    return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)

@@ -151,11 +151,11 @@ def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
 
 
 def ring_in_kernel(vis: masks.Visibility) -> bool:
-    """Whether a GPU decode step with the Pallas backend attends to the ring in one kernel that also
-    writes it (:func:`sps_jax.inference.decode_attention.attend_with_ring`): one persistent stream
-    and a ring, no slot that only some streams see (``sps``). Other variants merge in XLA."""
-    persistent, windowed = cache_streams(vis)
-    return bool(windowed) and len(persistent) == 1 and not near_streams(vis)
+    """Whether a GPU decode step with the Pallas backend writes position i's entries and attends to
+    them and the ring in one kernel (:func:`sps_jax.inference.decode_attention.attend_with_ring`):
+    x persists and rho is windowed (``sps``), so x_i, which precedes both query rows, is seen by
+    both. Other variants merge in XLA."""
+    return cache_streams(vis) == ((0,), (1,))
 
 
 def _heads_first(x_BTSHK, s: int):
@@ -211,8 +211,8 @@ class _LayerView:
         blocks whose softmax partials are merged: each persistent stream's past [lo, i] (slot i
         included where every query stream sees it), and a small block of the ring plus the slots at
         i that only some streams see (:func:`near_streams`). For ``standard`` and ``sps`` that
-        block is the ring alone, so no keys are ever concatenated. On a GPU, ``sps`` writes the ring
-        and attends to it in one kernel (:func:`ring_in_kernel`)."""
+        block is the ring alone, so no keys are ever concatenated. On a GPU, ``sps`` writes x_i and
+        rho_i and attends to them and the ring in one kernel (:func:`ring_in_kernel`)."""
         vis = self.cfg.visibility
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"
@@ -222,18 +222,18 @@ class _LayerView:
         dt = q_BTSHK.dtype
         heads_first = lambda x_BTSHK: jnp.swapaxes(x_BTSHK[:, 0], 1, 2).astype(dt)  # noqa: E731  [B, H, S, K]
         q_BHSK, k_now_BHSK, v_now_BHSK = heads_first(q_BTSHK), heads_first(k_BTSHK), heads_first(v_BTSHK)
+        R = self.kv.k_BHRK.shape[2]
+        split = decode_attention.kernel_split(self.cfg.attention, self.kv.k_BHTK[0].shape[2])
+        if split is not None and ring_in_kernel(vis):  # sps: x persists (stream 0), rho in a ring of R >= 1
+            o_BSHK, (k_cache, v_cache), (k_ring, v_ring) = decode_attention.attend_with_ring(
+                q_BHSK, (k_now_BHSK, v_now_BHSK), t, (self.kv.k_BHTK[0], self.kv.v_BHTK[0]), self.past_lo_B,
+                (self.kv.k_BHRK, self.kv.v_BHRK, self.near_mask_BSC), split)
+            return o_BSHK[:, None], self.kv.replace(k_BHTK=(k_cache,), v_BHTK=(v_cache,), k_BHRK=k_ring, v_BHRK=v_ring)
         write = lambda bufs, new_BHSK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
             buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
-        R = kv.k_BHRK.shape[2]
-        split = decode_attention.kernel_split(self.cfg.attention, kv.k_BHTK[0].shape[2])
         pasts = [(k, v, t if s in near else t + 1) for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
         windowed_now = lambda x_BHSK: x_BHSK[:, :, windowed[0]:windowed[0] + 1]  # noqa: E731
-        if split is not None and ring_in_kernel(vis):  # a windowed stream: R = min(w + 1, T) >= 1
-            o_BSHK, k_ring, v_ring = decode_attention.attend_with_ring(
-                q_BHSK, pasts[0], self.past_lo_B, (kv.k_BHRK, kv.v_BHRK, windowed_now(k_now_BHSK),
-                                                   windowed_now(v_now_BHSK), t % R, self.near_mask_BSC), split)
-            return o_BSHK[:, None], kv.replace(k_BHRK=k_ring, v_BHRK=v_ring)
         if R:
             ring_write = lambda ring, new_BHSK: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
                 ring, windowed_now(new_BHSK).astype(ring.dtype), t % R, axis=2)

@@ -76,34 +76,37 @@ def test_the_value_product_on_the_vpu_is_softmax_attention_like_the_matmul(dtype
 
 
 @pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
-def test_the_ring_kernel_stores_its_slot_and_is_one_softmax_over_the_past_and_the_ring(dtype, tol):
-    """SPS's GPU decode step: jax's kernel over the past, then one kernel that writes this position's
-    rho entry into its ring slot and merges the ring with the past (run in Pallas's interpreter)."""
+def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x_i_and_the_ring(dtype, tol):
+    """SPS's GPU decode step at position i: jax's kernel over the past slots [lo, i), then one kernel that
+    writes x_i's entry into cache slot i and rho_i's into ring slot i % R, and merges x_i and the ring
+    with the past (run in Pallas's interpreter)."""
     rng = np.random.default_rng(4)
     B, H, S, K, T, R = 3, 2, 2, 16, 64, 5  # R and S below Triton's tile sides: padded blocks
     q, k, v = (rng.normal(size=(B, H, n, K)) for n in (S, T, T))
-    ring_k, ring_v, new_k, new_v = (rng.normal(size=(B, H, n, K)) for n in (R, R, 1, 1))
-    end, slot = 40, 3
-    lo = np.array([0, 17, end])  # row 2 sees no past slot
+    ring_k, ring_v = (rng.normal(size=(B, H, R, K)) for _ in range(2))
+    now_k, now_v = (rng.normal(size=(B, H, S, K)) for _ in range(2))  # stream 0: x_i, stream 1: rho_i
+    i = 40
+    lo = np.array([0, 17, i])  # row 2 sees no past slot
     seen_ring = rng.random((B, S, R)) < 0.6
-    seen_ring[0, 0] = False  # a row that sees only the past
-    seen_ring[2, 0] = False  # a row that sees nothing at all: zeros
+    seen_ring[0, 0] = False  # a row that sees the past and x_i, no ring slot
+    seen_ring[2, 0] = False  # a row that sees x_i alone: its output is x_i's value
     seen_ring[1, 1] = True
     as_jax = lambda x: jnp.asarray(x, dtype)  # noqa: E731
-    o_BSHK, ring_k_out, ring_v_out = decode_attention.attend_with_ring(
-        as_jax(q), (as_jax(k), as_jax(v), end), jnp.asarray(lo, jnp.int32),
-        (as_jax(ring_k), as_jax(ring_v), as_jax(new_k), as_jax(new_v), slot, jnp.asarray(seen_ring)),
+    o_BSHK, (k_out, v_out), (ring_k_out, ring_v_out) = decode_attention.attend_with_ring(
+        as_jax(q), (as_jax(now_k), as_jax(now_v)), jnp.asarray(i, jnp.int32), (as_jax(k), as_jax(v)),
+        jnp.asarray(lo, jnp.int32), (as_jax(ring_k), as_jax(ring_v), jnp.asarray(seen_ring)),
         decode_attention.split_for(T, interpret=True))
-    ring_k[:, :, slot], ring_v[:, :, slot] = new_k[:, :, 0], new_v[:, :, 0]
-    np.testing.assert_array_equal(np.asarray(ring_k_out), np.asarray(as_jax(ring_k)))  # the slot, nothing else
-    np.testing.assert_array_equal(np.asarray(ring_v_out), np.asarray(as_jax(ring_v)))
+    k[:, :, i], v[:, :, i] = now_k[:, :, 0], now_v[:, :, 0]
+    ring_k[:, :, i % R], ring_v[:, :, i % R] = now_k[:, :, 1], now_v[:, :, 1]
+    for got, want in ((k_out, k), (v_out, v), (ring_k_out, ring_k), (ring_v_out, ring_v)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(as_jax(want)))  # the slot, nothing else
     rounded = lambda x: np.asarray(as_jax(x), np.float64)  # noqa: E731
-    seen_past = (np.arange(T)[None, None] >= lo[:, None, None]) & (np.arange(T) < end)
-    mask = np.concatenate([np.broadcast_to(seen_past, (B, S, T)), seen_ring], axis=2)
+    seen_cache = (np.arange(T)[None, None] >= lo[:, None, None]) & (np.arange(T) <= i)  # the past and x_i
+    mask = np.concatenate([np.broadcast_to(seen_cache, (B, S, T)), seen_ring], axis=2)
     keys, values = (rounded(np.concatenate(x, axis=2)) for x in ((k, ring_k), (v, ring_v)))
-    want = _dense_attention(rounded(q), keys, values, mask | ~mask.any(-1, keepdims=True))
-    want[2, :, 0] = 0.0
+    want = _dense_attention(rounded(q), keys, values, mask)
     np.testing.assert_allclose(np.asarray(o_BSHK, np.float64).swapaxes(1, 2), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(o_BSHK, np.float64)[2, 0], rounded(now_v)[2, :, 0], rtol=tol, atol=tol)
 
 
 def test_decoding_as_traced_for_a_tpu_equals_the_full_forward(monkeypatch):
