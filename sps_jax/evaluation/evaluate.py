@@ -12,6 +12,7 @@ Tasks run through lm-evaluation-harness (``sps_jax.evaluation.lm_eval_adapter``)
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -24,27 +25,37 @@ from sps_jax.evaluation import paper_tasks, results_table
 # argument need not wait for: the functions that use them import them.
 
 
-def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
-                limit: int | None = None, include_defaults: bool = True, task_manager=None) -> tuple[dict, dict]:
-    """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
-    from lm_eval import simple_evaluate
+@functools.cache
+def task_manager(include_path: str | None = None, include_defaults: bool = True):
+    """lm-eval's TaskManager over this package's task YAMLs, ``include_path`` and (``include_defaults``) lm-eval's
+    own: its index of lm-eval's ~14,700 tasks takes 10-15 s to build, so a process builds it once per set of
+    folders and every check and evaluation shares it (a YAML added to those folders later is not seen)."""
     from lm_eval.tasks import TaskManager
 
+    return TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
+                       include_defaults=include_defaults)
+
+
+def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
+                limit: int | None = None, include_defaults: bool = True) -> tuple[dict, dict]:
+    """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
+    from lm_eval import simple_evaluate
+
     task_data = dict(task_data or {})
+    manager = task_manager(include_path, include_defaults)
+    paper_tasks.check_known(keys, manager.all_tasks)
+    paper_tasks.check_task_data(task_data, keys)
     with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir:
-        paths = [paper_tasks.TASKS_DIR] + ([include_path] if include_path else [])
-        manager = task_manager or TaskManager(include_path=paths, include_defaults=include_defaults)
-        paper_tasks.check_known(keys, manager.all_tasks)
-        paper_tasks.check_task_data(task_data, keys)
-        names = {}
+        names, specs = {}, []
         for key in keys:
             names[key] = paper_tasks.lm_eval_name(key)
-            if key in task_data:
+            spec = names[key]
+            if key in task_data:  # lm-eval loads a task from its YAML's path too: no second index with local_dir
                 base = manager.task_index[names[key]].yaml_path
-                names[key] = paper_tasks.write_local_override(key, str(base), task_data.pop(key), local_dir)
-        if any(n.startswith(paper_tasks.LOCAL_PREFIX) for n in names.values()):
-            manager = TaskManager(include_path=paths + [local_dir], include_defaults=include_defaults)
-        out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(names.values())), num_fewshot=0, limit=limit,
+                spec = paper_tasks.write_local_override(key, str(base), task_data.pop(key), local_dir)
+                names[key] = paper_tasks.local_task_name(key)
+            specs.append(spec)
+        out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
                               task_manager=manager, log_samples=False, bootstrap_iters=0)
     return out["results"], names
 
@@ -62,14 +73,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if isinstance(keys, str):  # it would be read as one task per character
         raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
                         f"paper_tasks.expand([{keys!r}]).")
-    if keys:  # resolve task names and the tokenizer before loading any weights
-        from lm_eval.tasks import TaskManager
-
+    if keys:
         from sps_jax.evaluation import lm_eval_adapter
 
-        manager = TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
-                              include_defaults=include_defaults)
-        paper_tasks.check_known(keys, manager.all_tasks)
         paper_tasks.check_task_data(dict(task_data or {}), keys)
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
     elif task_data:
@@ -80,6 +86,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         cfg = runs.model_config(runs.read_config(workdir), workdir)
         tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
         val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
+    if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
+        paper_tasks.check_known(keys, task_manager(include_path, include_defaults).all_tasks)
     net, params, step = runs.load_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
@@ -94,7 +102,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         from sps_jax.inference import scoring
 
         lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=batch_size), tokenizer=tokenizer)
-        results, names = run_lm_eval(lm, keys, task_data, include_path, limit, include_defaults, manager)
+        results, names = run_lm_eval(lm, keys, task_data, include_path, limit, include_defaults)
         result.update(paper_tasks.summarize(results, keys, names))
         result["lm_eval_tasks"] = names
         if limit is not None:

@@ -96,10 +96,15 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
         _data_format(path)
 
 
+def local_task_name(key: str) -> str:
+    """The task that reads ``key``'s evaluation split from a local file."""
+    return LOCAL_PREFIX + key
+
+
 def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str) -> str:
     """A YAML that includes the task's own definition but reads its evaluation split from a local file.
 
-    Returns the new task's name (``sps_local_<key>``). The file must hold the
+    Returns the YAML's path; the task it defines is ``local_task_name(key)``. The file must hold the
     same fields as the hub dataset (e.g. arc_easy: question, choices, answerKey).
     """
     import yaml
@@ -107,7 +112,7 @@ def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str)
     if not os.path.isfile(data_path):
         raise FileNotFoundError(f"local data for task {key!r} not found at {data_path!r}: pass the path of the "
                                 f"task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE.")
-    name = LOCAL_PREFIX + key
+    name = local_task_name(key)
     override = {
         "include": os.path.abspath(base_yaml),
         "task": name,
@@ -122,7 +127,7 @@ def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str)
     path = os.path.join(out_dir, f"{name}.yaml")
     with files.atomic_open(path) as f:
         yaml.safe_dump(override, f, sort_keys=False)
-    return name
+    return path
 
 
 def task_result(results: dict, task: str, metric: str):

@@ -107,10 +107,43 @@ def test_a_result_another_evaluation_wrote_meanwhile_is_not_replaced_without_for
     assert evaluate.main(argv + ["--force"]) == 0 and json.loads(out.read_text())["step"] == 5
 
 
-def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path):
+def test_one_command_builds_lm_evals_task_index_once(tmp_path, local_tasks, monkeypatch):
+    """lm-eval's index of its ~14,700 tasks takes 10-15 s to build. Before, an evaluation built it to check the task
+    names, again to run a task read from --task-data, and both for each checkpoint: four times here."""
+    from lm_eval.tasks import TaskManager
+
+    net, params5 = save_tiny_run(tmp_path / "run", seed=0)
+    _, params9 = save_tiny_run(tmp_path / "other", seed=1)
+    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params9, step=9)
+    shutil.copytree(local_tasks / "yaml", tmp_path / "yaml")  # a folder no earlier test's index covered
+    monkeypatch.setattr(lm_eval_adapter, "GPT2Text", lambda path: CharTokenizer())  # the tiny run's 64 ids
+    built = []
+    real_init = TaskManager.__init__
+
+    def counted(self, *args, include_defaults=True, **kwargs):
+        built.append(include_defaults)
+        # The tasks here are this package's and a local YAML: lm-eval's own would only make each build slow.
+        real_init(self, *args, include_defaults=False, **kwargs)
+    monkeypatch.setattr(TaskManager, "__init__", counted)
+    argv = ["--workdir", str(tmp_path / "run"), "--all-steps", "--tasks", "tiny_mc,pile_books3", "--task-data",
+            f"pile_books3={local_tasks / 'books.jsonl'}", "--include-path", str(tmp_path / "yaml")]
+    assert evaluate.main(argv) == 0
+    assert built == [True]  # one index, with lm-eval's tasks, as the command asks
+    for step, params in ((5, params5), (9, params9)):  # each checkpoint scored with its own weights
+        written = json.loads((tmp_path / "run" / "eval" / f"step_{step}.json").read_text())
+        lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params), tokenizer=CharTokenizer())
+        assert written["other_tasks"]["tiny_mc"]["acc"] == pytest.approx(expected_mc(lm)[0]), step
+        assert written["lm_eval_tasks"] == {"tiny_mc": "tiny_mc", "pile_books3": "sps_local_pile_books3"}
+        assert "pile_books3" in written["corpus_nll"]
+
+
+def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path, monkeypatch):
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(lm_eval_adapter, "GPT2Text", lambda path: CharTokenizer())  # the tiny run's 64 ids
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
     # In process (the exit status and stderr behind the CLI boundary): the claim is the check, not the interpreter.
-    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "nowhere"), "--tasks", "arc_easy,no_such_task"])
-    assert outcome.status == 2 and outcome.problem() is None
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--tasks", "arc_easy,no_such_task"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
     assert "unknown task(s) no_such_task" in outcome.stderr
 
 
@@ -139,6 +172,27 @@ def test_a_token_folder_of_another_eos_id_is_refused_before_loading_weights(tmp_
     outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")])
     assert outcome.status == 2 and outcome.problem() is None and "eos_id 59 differs" in outcome.stderr
     assert not (tmp_path / "run" / "eval").exists()
+
+
+def test_a_bad_tokenizer_or_token_folder_is_refused_before_lm_evals_task_index_is_built(tmp_path, monkeypatch):
+    # The index takes 10-15 s; before, these sentences came after it.
+    from lm_eval.tasks import TaskManager
+
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    manifest["eos_id"] = 59
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps(manifest))
+
+    def built(self, *args, **kwargs):
+        raise AssertionError("task index built")
+    monkeypatch.setattr(TaskManager, "__init__", built)
+    run = ["--workdir", str(tmp_path / "run"), "--tasks", "paper"]
+    outcome = fuzz.call(evaluate.main, [*run, "--tokenizer", str(tmp_path / "missing.tiktoken")])
+    assert outcome.status == 2 and outcome.problem() is None and "missing.tiktoken' does not exist" in outcome.stderr
+    monkeypatch.setattr(lm_eval_adapter, "GPT2Text", lambda path: CharTokenizer())  # the tiny run's 64 ids
+    outcome = fuzz.call(evaluate.main, [*run, "--val-data", str(tmp_path / "data")])
+    assert outcome.status == 2 and outcome.problem() is None and "eos_id 59 differs" in outcome.stderr, outcome
 
 
 def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_what_to_do(tmp_path, monkeypatch):
