@@ -81,9 +81,12 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     elif task_data:
         raise ValueError("--task-data needs --tasks naming those tasks.")
     tokens = None
-    if val_data:  # the token folder against this run's model (manifest, size, EOS id, vocabulary) before any weights
+    if keys or val_data:  # the run's model (its config.json) against the tokenizer and the token folder
         workdir, _ = runs.find_run(path)
         cfg = runs.model_config(runs.read_config(workdir), workdir)
+    if keys:
+        lm_eval_adapter.check_tokenizer(tokenizer, cfg)
+    if val_data:  # manifest, size, EOS id, vocabulary
         tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
         val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
@@ -98,7 +101,6 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
     if keys:
-        lm_eval_adapter.check_tokenizer(tokenizer, net.cfg)
         from sps_jax.inference import scoring
 
         lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=batch_size), tokenizer=tokenizer)

@@ -147,6 +147,21 @@ def test_unknown_task_is_a_clear_error_before_loading_weights(tmp_path, monkeypa
     assert "unknown task(s) no_such_task" in outcome.stderr
 
 
+def test_a_tokenizer_larger_than_the_runs_vocabulary_is_refused_before_loading_weights(tmp_path, local_tasks,
+                                                                                       monkeypatch):
+    # Before, the check came after the weights were loaded (docs/eval.md says before).
+    save_tiny_run(tmp_path / "run")  # 64 ids
+
+    class Big(CharTokenizer):
+        vocab_size = 50257
+    monkeypatch.setattr(lm_eval_adapter, "GPT2Text", lambda path: Big())
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--tasks", "tiny_mc", "--include-path",
+                                        str(local_tasks / "yaml")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert "the tokenizer has 50257 ids but the checkpoint's vocabulary has only 64" in outcome.stderr
+
+
 def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, local_tasks):
     common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
     nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first
