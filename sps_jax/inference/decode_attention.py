@@ -122,9 +122,9 @@ def _padded(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
-def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, index_ref, mask_ref, k_cache_ref, v_cache_ref, k_ring_ref, v_ring_ref,
-                 o_ref, k_cache_out_ref, v_cache_out_ref, k_ring_out_ref, v_ring_out_ref,
-                 *, scale, rows: int, slots: int):
+def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, i_ref, mask_ref,
+                 k_cache_ref, v_cache_ref, k_ring_ref, v_ring_ref, o_ref,
+                 k_cache_out_ref, v_cache_out_ref, k_ring_out_ref, v_ring_out_ref, *, scale, rows: int, slots: int):
     """One (row, head) at position i: store x_i's K/V in the cache's slot i and rho_i's in its ring
     slot, take the query rows' softmax partials over x_i and the ring, merge them with the past's
     (jax's kernel returns the past's unnormalised output, row sum and row max over slots before i),
@@ -135,7 +135,8 @@ def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, index_r
 
     row_S = jnp.arange(o_ref.shape[0]) < rows
     slot_R = jnp.arange(k_ring_ref.shape[0]) < slots
-    i, slot = index_ref[0], index_ref[1]
+    i = i_ref[0]
+    slot = i % slots
     # now_ref: [K or V, stream, K]; stream 0 is x_i (persistent), 1 is rho_i (windowed).
     k_now_1K, v_now_1K = now_ref[0, pl.ds(0, 1)], now_ref[1, pl.ds(0, 1)]
     k_new_1K, v_new_1K = now_ref[0, pl.ds(1, 1)], now_ref[1, pl.ds(1, 1)]
@@ -194,8 +195,9 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
     o_BSHK, k_cache, v_cache, k_ring, v_ring = pl.pallas_call(
         functools.partial(_ring_kernel, scale=K ** -0.5, rows=S, slots=R),
         grid=(B, H),
-        in_specs=[per_head(Sp, K), per_head(Sp, K), per_head(Sp), per_head(Sp), pl.BlockSpec((2, None, None, S, K), lambda b, h: (0, b, h, 0, 0)),
-                  pl.BlockSpec((2,), lambda b, h: (0,)), pl.BlockSpec((None, Sp, Rp), lambda b, h: (b, 0, 0)),
+        in_specs=[per_head(Sp, K), per_head(Sp, K), per_head(Sp), per_head(Sp),
+                  pl.BlockSpec((2, None, None, S, K), lambda b, h: (0, b, h, 0, 0)),
+                  pl.BlockSpec((1,), lambda b, h: (0,)), pl.BlockSpec((None, Sp, Rp), lambda b, h: (b, 0, 0)),
                   per_head(T, K), per_head(T, K), per_head(Rp, K), per_head(Rp, K)],
         out_specs=[pl.BlockSpec((None, Sp, None, K), lambda b, h: (b, 0, h, 0)),
                    per_head(T, K), per_head(T, K), per_head(Rp, K), per_head(Rp, K)],
@@ -205,6 +207,6 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
         interpret=split.interpret,
         compiler_params=params,
         name=RING_KERNEL,
-    )(q_BHSK, o_past, sum_past, max_past, kv_now, jnp.stack([i, i % R]).astype(jnp.int32),
+    )(q_BHSK, o_past, sum_past, max_past, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32),
       mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring)
     return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)
