@@ -403,10 +403,10 @@ def non_negative_int(text: str) -> int:
     return _integer(text, 0, "0 or more")
 
 
-def int_up_to(most: int, least: int = 0):
-    """argparse type: an integer from ``least`` to ``most``."""
+def int_up_to(most: int, least: int = 0, why: str = ""):
+    """argparse type: an integer from ``least`` to ``most`` (``why``, when given, says what the bound is)."""
     def parse(text: str) -> int:
-        return _integer(text, least, f"from {least} to {most}", most)
+        return _integer(text, least, f"from {least} to {most}{', ' + why if why else ''}", most)
     parse.__name__ = f"integer from {least} to {most}"
     return parse
 

@@ -345,6 +345,13 @@ def _fit(old, value, text: str, item: str):
 # depth of 1e9 hung before the first batch).
 MAX_PREFETCH = 1024
 
+# The last step a run can reach: AdamW counts its updates in int32, and optax holds the count at 2**31 - 1, where
+# the schedule and the bias correction stop. No checkpoint of a run is beyond it, so train.stop_at_step, an
+# import's step and every --step are held to it (before jax or torch loads).
+MAX_STEP = 2 ** 31 - 1
+STEP_BOUND = "the last step a run can reach (AdamW counts updates in int32)"
+step_argument = cli.int_up_to(MAX_STEP, why=STEP_BOUND)  # the argparse type of every --step
+
 # The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
 RANGES = {
     "train.seed": (int, 0, 2 ** 32 - 1, False), "train.global_batch": (int, 1, None, False),
@@ -355,7 +362,7 @@ RANGES = {
     "train.weight_decay": (float, 0, None, False), "train.grad_clip": (float, 0, None, True),
     "train.log_every": (int, 1, None, False), "train.eval_every": (int, 1, None, False),
     "train.checkpoint_every": (int, 1, None, False), "train.milestone_every": (int, 0, None, False),
-    "train.stop_at_step": (int, 0, None, False), "train.peak_flops_per_device": (float, 0, None, True),
+    "train.stop_at_step": (int, 0, MAX_STEP, False), "train.peak_flops_per_device": (float, 0, None, True),
     "data.val_windows": (int, 1, None, False), "data.val_batch": (int, 1, None, False),
     "data.prefetch": (int, 0, MAX_PREFETCH, False), "mesh.data": (int, -1, None, False), "mesh.fsdp": (int, -1, None, False),
 }

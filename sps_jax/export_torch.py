@@ -20,7 +20,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-from sps_jax import cli, files, torch_layout
+from sps_jax import cli, config as sps_config, files, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", type=cli.run_path, help="a run folder, or one of its checkpoints/<step> folders")
-    p.add_argument("--step", type=cli.non_negative_int, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--step", type=sps_config.step_argument, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--out", type=cli.output_path, required=True,
                    help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")

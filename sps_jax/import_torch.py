@@ -253,6 +253,9 @@ def _file_step(value) -> int:
         value = value.item()  # a numpy or torch scalar; a float one stays a float and is refused below
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UserError(f"the checkpoint's {torch_layout.STEP} {value!r} is not a step: pass --step.")
+    if value > sps_config.MAX_STEP:
+        raise UserError(f"the checkpoint's {torch_layout.STEP} {value} is beyond {sps_config.MAX_STEP}, "
+                        f"{sps_config.STEP_BOUND}: pass --step.")
     return value
 
 
@@ -304,7 +307,7 @@ def main(argv=None) -> int:
                    help="attention heads (default: the file's model_args n_head, else d/64)")
     p.add_argument("--seq-len", type=cli.positive_int, default=None,
                    help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
-    p.add_argument("--step", type=cli.non_negative_int, default=None,
+    p.add_argument("--step", type=sps_config.step_argument, default=None,
                    help="step to record (default: the file's iter_num or 0)")
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")

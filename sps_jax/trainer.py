@@ -11,7 +11,6 @@ mesh; SIGTERM/SIGINT save a checkpoint and exit.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import sys
@@ -68,7 +67,11 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if t.total_tokens < tokens_per_step:
         raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
                          "(global_batch x seq_len): raise it or shrink the batch.")
-    total_steps = math.ceil(t.total_tokens / tokens_per_step)
+    total_steps = -(-t.total_tokens // tokens_per_step)  # exact: a float quotient rounds past 2**53 tokens
+    if total_steps > sps_config.MAX_STEP:
+        raise ValueError(f"train.total_tokens={t.total_tokens} makes {total_steps} steps of {tokens_per_step} tokens, "
+                         f"more than {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: lower total_tokens or raise "
+                         "train.global_batch.")
     return {"model": cfg, "data": data, "fsdp": fsdp, "accum": t.global_batch // t.micro_batch,
             "tokens_per_step": tokens_per_step, "total_steps": total_steps}
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch  # the test extra installs it: a missing torch fails here instead of skipping
 
-from sps_jax import config as sps_config, import_torch, runs
+from sps_jax import config as sps_config, export_torch, import_torch, runs
+from sps_jax.evaluation import evaluate
 from tests import fuzz
 from tests.helpers import run_module
 from tests.torch_reference import numpy_forward
@@ -124,7 +125,7 @@ def test_an_id_of_model_args_outside_the_vocabulary_says_what_to_set(tmp_path):
 
 @pytest.mark.parametrize("iter_num,step", [(torch.tensor(7), 7), (torch.tensor(7, dtype=torch.int32), 7),
                                             (torch.tensor(7.0), None), (torch.tensor([7]), None), ("7", None),
-                                            (-1, None)])
+                                            (-1, None), (2 ** 31, None), (2 ** 31 - 1, 2 ** 31 - 1)])
 def test_a_step_saved_as_an_integer_scalar_is_read_and_anything_else_is_one_sentence(tmp_path, iter_num, step):
     # A 0-d integer tensor (as a trainer that saves its counter as a tensor writes it) was asked for --step.
     path = tmp_path / "ckpt.pt"
@@ -133,10 +134,24 @@ def test_a_step_saved_as_an_integer_scalar_is_read_and_anything_else_is_one_sent
                                             "--config.model.dtype=float32"])
     if step is None:
         assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
-        assert "is not a step: pass --step." in outcome.stderr and not (tmp_path / "run").exists()
+        assert ("is not a step: pass --step." in outcome.stderr or "iter_num 2147483648 is beyond 2147483647, the last "
+                "step a run can reach (AdamW counts updates in int32): pass --step." in outcome.stderr)
+        assert not (tmp_path / "run").exists()
     else:
         assert outcome.status == 0, outcome.stderr
         assert runs.load_model(str(tmp_path / "run"))[2] == step
+
+
+@pytest.mark.parametrize("module,argv", [(import_torch, ["ckpt.pt", "--out", "run"]), (export_torch, ["run", "--out", "x.pt"]),
+                                         (evaluate, ["--workdir", "run", "--val-data", "tokens"])])
+def test_a_step_beyond_adamws_int32_count_is_refused_before_anything_is_read(tmp_path, module, argv, monkeypatch):
+    # --step 99999999999999999999 was taken, and import_torch recorded it; no run reaches a step past 2**31 - 1.
+    monkeypatch.chdir(tmp_path)
+    outcome = fuzz.call(module.main, [*argv, "--step", "2147483648"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert ("argument --step: 2147483648 must be from 0 to 2147483647, the last step a run can reach (AdamW counts "
+            "updates in int32)") in outcome.stderr
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("target,variant", [("modeling.models.full_attention_model.Model", "standard"),

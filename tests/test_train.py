@@ -227,6 +227,22 @@ def test_bad_settings_fail_before_compiling(tokens):
         trainer.plan(config, num_devices=3)
 
 
+def test_a_schedule_longer_than_adamws_int32_count_is_refused_and_the_last_countable_step_is_not(tokens):
+    # AdamW's count stops at 2**31 - 1: a schedule of more steps trained on with a frozen learning rate.
+    config = small_config(tokens, 4)
+    tokens_per_step = config.train.global_batch * config.model.seq_len
+    config.train.total_tokens = (2 ** 31 - 1) * tokens_per_step
+    assert trainer.plan(config, num_devices=1)["total_steps"] == 2 ** 31 - 1
+    config.train.total_tokens += 1
+    with pytest.raises(ValueError, match=rf"^train.total_tokens={config.train.total_tokens} makes 2147483648 steps of "
+                                         rf"{tokens_per_step} tokens, more than 2147483647, the last step a run"):
+        trainer.plan(config, num_devices=1)
+    config = small_config(tokens, 4)
+    config.train.stop_at_step = 2 ** 31
+    with pytest.raises(ValueError, match=r"^train.stop_at_step=2147483648 must be an integer between 0 and 2147483647"):
+        trainer.plan(config, num_devices=1)
+
+
 def test_a_window_beyond_int32_stops_the_command_in_one_sentence_before_making_the_workdir(tmp_path):
     outcome = fuzz.call(sps_train.main, ["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
                                          "--config.model.window=2147483648"])

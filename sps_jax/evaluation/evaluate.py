@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from sps_jax import cli, files, names
+from sps_jax import cli, config as sps_config, files, names
 from sps_jax.evaluation import paper_tasks, results_table
 
 # sps_jax.runs, sps_jax.checkpoint, the token folders' loader and val_nll load jax, which --help and a refused
@@ -155,7 +155,7 @@ def _parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_run_arguments(p)
-    p.add_argument("--step", type=cli.non_negative_int, default=None, help="evaluate this checkpoint of the run")
+    p.add_argument("--step", type=sps_config.step_argument, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", type=cli.comma_list(str, what="task"), default=None,
                    help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
