@@ -126,12 +126,50 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
         raise UserError(f"{path} cannot be read past a damaged part ({' '.join(str(e).split())[:200]}).") from None
 
 
-def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
-    name, _, config = spec.partition(":")
+# How long the first request of a hf: source may wait for the hub: it answers in well under a second when it can be
+# reached, where `datasets` retries an unreachable hub five times (about 24 s) before it fails.
+HUB_PROBE_SECONDS = 5.0
+
+
+def _datasets():
     try:
         import datasets
     except ImportError:
         raise MissingPackage("Hugging Face sources need the `datasets` package: pip install -e '.[hf]'.") from None
+    return datasets
+
+
+def _unreachable(name: str, reason: str) -> ConnectionError:
+    return ConnectionError(f"cannot stream {name!r} from the Hugging Face hub ({reason}): this needs the network; "
+                           "offline, prepare local JSONL/Parquet files or --source builtin.")
+
+
+def _check_hub(name: str) -> None:
+    """Ask the hub once, within :data:`HUB_PROBE_SECONDS`, for the dataset's info: an unreachable hub or an unknown
+    dataset is one sentence at once. Any other answer (a gated dataset, a rate limit, a server error), offline mode
+    (HF_HUB_OFFLINE) and a local dataset folder (which `datasets` reads without the hub) are left to `datasets`."""
+    _datasets()  # the package a hf: source needs, named before the hub is asked
+    import huggingface_hub
+    from huggingface_hub import constants, utils
+
+    if constants.HF_HUB_OFFLINE or os.path.exists(name):
+        return
+    try:
+        huggingface_hub.HfApi().dataset_info(name, timeout=HUB_PROBE_SECONDS)
+    except utils.GatedRepoError:
+        return
+    except utils.RepositoryNotFoundError:
+        raise UserError(f"the Hugging Face hub has no dataset {name!r} that this machine may read (a private one "
+                        "needs `hf auth login`): check the name, e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT.") from None
+    except utils.HfHubHTTPError:
+        return
+    except Exception as e:  # the HTTP client's transport errors (httpx's or requests', by version): no answer at all
+        raise _unreachable(name, f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+
+
+def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
+    name, _, config = spec.partition(":")
+    datasets = _datasets()
     try:
         stream = datasets.load_dataset(name, config or None, split=split, streaming=True)
         for n, record in enumerate(stream):
@@ -141,8 +179,7 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
             if text is not None:
                 yield text
     except (ConnectionError, OSError) as e:
-        raise ConnectionError(f"cannot stream {name!r} from the Hugging Face hub ({e}): this needs the network; "
-                              "offline, prepare local JSONL/Parquet files or --source builtin.") from None
+        raise _unreachable(name, str(e)) from None
 
 
 def check_source(source: str) -> None:
@@ -153,6 +190,7 @@ def check_source(source: str) -> None:
         if not source[3:].partition(":")[0].strip():
             raise UserError(f"source {source!r} names no dataset: pass hf:NAME[:CONFIG], for example "
                             "hf:HuggingFaceFW/fineweb-edu:sample-10BT.")
+        _check_hub(source[3:].partition(":")[0])
         return
     if files.leads_nowhere(source):
         raise UserError(f"source {source!r} is a link that leads nowhere (its target is missing, or links point at "

@@ -1,19 +1,25 @@
 """Token folders from text, JSONL, Parquet and Hugging Face sources: round trips, EOS placement, a stable split."""
 
 import hashlib
+import http.server
 import json
 import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from sps_jax import vocab
 from sps_jax.data import __main__ as data_cli
-from sps_jax.data import prepare, tokenizer
+from sps_jax.data import corpus, prepare, tokenizer
 from tests import fuzz
-from tests.helpers import ensure_tokenizer
+from tests.helpers import REPO, ensure_tokenizer, env, own_lines
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -319,6 +325,68 @@ def test_a_hugging_face_source_without_a_name_is_one_sentence(tmp_path):
     outcome = fuzz.call(data_cli.main, ["prepare", "--source", "hf:", "--out", str(tmp_path / "o")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "names no dataset: pass hf:NAME[:CONFIG]" in outcome.stderr and not (tmp_path / "o").exists()
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on: a hub endpoint there refuses every connection, as offline."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_unreachable_hub_is_one_sentence_within_seconds(tmp_path):
+    # Offline, `datasets` retried the hub five times (about 24 s, a warning line each) before its error.
+    pytest.importorskip("datasets")
+    environment = {**env(), "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}
+    environment.pop("HF_HUB_OFFLINE", None)
+    environment.pop("HF_DATASETS_OFFLINE", None)
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.data", "prepare", "--source", "hf:someone/corpus:en",
+                           "--out", str(tmp_path / "o")], cwd=REPO, env=environment, capture_output=True, text=True,
+                          timeout=120)
+    seconds, lines = time.time() - start, own_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: cannot stream 'someone/corpus' from the Hugging Face hub ("), lines
+    assert seconds < 10, f"{seconds:.1f} s"
+    assert not (tmp_path / "o").exists()
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the status a test sets, as the hub's API does (its error code in a header)."""
+    status = 200
+
+    def do_GET(self):
+        self.send_response(self.status)
+        if self.status == 404:
+            self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"id": "someone/corpus"}' if self.status == 200 else b'{"error": "x"}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("status, refusal", [(200, None), (500, None), (404, "the Hugging Face hub has no dataset "
+                                                                           "'someone/corpus' that this machine may read")])
+def test_the_hubs_first_answer_refuses_only_an_unknown_dataset(monkeypatch, status, refusal):
+    # A dataset the hub knows (or a hub error `datasets` explains) goes on to be streamed; an unknown one is named.
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    pytest.importorskip("datasets")
+    monkeypatch.setattr(FakeHub, "status", status)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    try:
+        if refusal is None:
+            corpus.check_source("hf:someone/corpus:en")
+        else:
+            with pytest.raises(ValueError, match=refusal):
+                corpus.check_source("hf:someone/corpus:en")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_an_out_inside_the_source_folder_is_refused_before_any_work(tmp_path):
