@@ -453,26 +453,57 @@ def comma_list(kind=str, choices=None, what: str = "item"):
     return parse
 
 
-def run_path(text: str) -> str:
-    """argparse type of a run folder or checkpoint argument: an empty one is refused, where the path
-    functions would read it as the working directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no run: pass a run folder or one of its "
-                                         "checkpoints/<step> folders")
-    return text
+def unexpanded_home(path: str) -> str | None:
+    """What is wrong with a ``path`` that starts with a '~' the shell left unexpanded (it does not expand one after
+    '=' or in quotes: --out=~/x), else None. Every path a command reads or writes follows this one rule: such a path
+    would name a folder '~' in the working directory, which no one means, so it is refused with the expanded path."""
+    path = os.fspath(path)  # a pathlib.Path's expanduser is a str, never equal to it
+    home = os.path.expanduser(path)
+    if home == path:
+        return None
+    return (f"{path!r} starts with '~', which the shell did not expand (it does not after '=' or in quotes), so it "
+            f"would name a folder '~' here: pass {home!r}")
+
+
+FILE, FOLDER, FILE_OR_FOLDER = "file", "folder", "file or folder"  # the kinds of input_path
+
+
+def input_path(what: str, kind: str, hint: str):
+    """argparse type of a ``kind`` (:data:`FILE`, :data:`FOLDER` or :data:`FILE_OR_FOLDER`) a command reads, named
+    ``what`` ("prompts file", "token folder") in the sentence that ends with ``hint`` (what to pass). Refused as an
+    argument, before the command loads jax: an empty path (the path functions read it as the working directory), an
+    unexpanded '~' (:func:`unexpanded_home`), and an existing path of the other kind (a folder for a file, a file for
+    a folder). A missing one is left to the command's reader, which says what makes it (its checks of the outputs
+    come first)."""
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty path names no {what}: {hint}")
+        home = unexpanded_home(text)
+        if home is not None:
+            raise argparse.ArgumentTypeError(home)
+        if kind == FILE and os.path.isdir(text):  # as files.input_file says it
+            raise argparse.ArgumentTypeError(f"{what} {text!r} is a folder, not a file: {hint}")
+        if kind == FOLDER and os.path.exists(text) and not os.path.isdir(text):
+            raise argparse.ArgumentTypeError(f"{text} is a file, not a {what}: {hint}")
+        return text
+    parse.__name__ = kind  # argparse names the type in errors it makes itself
+    return parse
+
+
+# argparse type of a run folder or checkpoint argument (an empty one named the working directory).
+run_path = input_path("run folder", FOLDER, "pass a run folder or one of its checkpoints/<step> folders")
 
 
 def output_path(text: str) -> str:
     """argparse type of a file or folder a command writes. '-' (which reads as stdout, but would make a file
-    named '-') and a leading '~' the shell left unexpanded (after '=', or in quotes: --out=~/x made a folder
-    named '~' here) are refused; an empty one is left to the command's own check, which says what it takes."""
+    named '-') and a leading '~' the shell left unexpanded (:func:`unexpanded_home`) are refused; an empty one is
+    left to the command's own check, which says what it takes."""
     if text.strip() == "-":
         raise argparse.ArgumentTypeError("'-' is not standard output here but a file named '-': pass a path (a "
                                          "command that prints its results does so without this flag)")
-    home = os.path.expanduser(text)
-    if home != text:
-        raise argparse.ArgumentTypeError(f"{text!r} starts with '~', which the shell did not expand (it does not "
-                                         f"after '=' or in quotes), so it would name a folder '~' here: pass {home!r}")
+    home = unexpanded_home(text)
+    if home is not None:
+        raise argparse.ArgumentTypeError(home)
     return text
 
 

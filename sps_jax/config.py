@@ -408,6 +408,10 @@ def check_run_config(config) -> None:
     _check_schedule(config.train)
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
+    for name, path in (("data.dir", config.data.dir), ("train.init_from", init_from)):
+        home = None if path is None else cli.unexpanded_home(path)  # --config.data.dir=~/x: no shell expands it
+        if home is not None:
+            raise UserError(f"{name}={home}.")
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")

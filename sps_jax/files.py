@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import UserError
+from sps_jax.cli import UserError, unexpanded_home
 
 try:
     import fcntl
@@ -473,8 +473,12 @@ class NotAFile(UserError, FileNotFoundError):
 
 
 def input_file(path: str, what: str, hint: str = "") -> str:
-    """``path`` when it is a file; else one sentence: ``what`` ``path`` does not exist, is a link that
-    leads nowhere, or is a folder, then ``hint`` (what to pass instead)."""
+    """``path`` when it is a file; else one sentence: ``what`` ``path`` starts with a '~' the shell left unexpanded
+    (:func:`sps_jax.cli.unexpanded_home`), does not exist, is a link that leads nowhere, or is a folder, then ``hint``
+    (what to pass instead)."""
+    home = unexpanded_home(path)
+    if home is not None:
+        raise NotAFile(f"{what} {home}.")
     if not os.path.isfile(path):
         state = ("is a folder, not a file" if os.path.isdir(path) else
                  "is a link that leads nowhere (its target is missing, or links point at each other in a loop)"

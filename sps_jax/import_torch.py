@@ -39,6 +39,7 @@ from sps_jax.cli import MissingPackage, UserError
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
 # not wait for: the functions that use them import them.
 
+PASS_CHECKPOINT = "pass the checkpoint file to import"
 # The default of --variant and --window: what the file says (model_args, or the config it carries).
 FROM_FILE = "from the file"
 
@@ -67,7 +68,7 @@ def _reader(package: str, what: str, path: str):
         module = importlib.import_module(package)
     except ImportError:
         raise MissingPackage(f"reading a {what} needs the {package} package: pip install -e '.[{package}]'.") from None
-    files.input_file(path, what, "pass the checkpoint file to import")
+    files.input_file(path, what, PASS_CHECKPOINT)
     return module
 
 
@@ -296,7 +297,8 @@ def main(argv=None) -> int:
     argv, overrides = sps_config.split_config_args(argv)
     p = cli.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
+    p.add_argument("checkpoint", type=cli.input_path("checkpoint", cli.FILE, PASS_CHECKPOINT),
+                   help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
     p.add_argument("--variant", default=FROM_FILE,
                    help="standard, sps, two_x_memory, delayed_state, reverse_sps (default: the file's)")
     p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "

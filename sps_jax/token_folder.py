@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import files
+from sps_jax import cli, files
 from sps_jax.cli import UserError
 
 MANIFEST = "manifest.json"
+PASS_ONE = ("pass the folder that `python -m sps_jax.data prepare` wrote (it holds manifest.json, train.bin and "
+            "val.bin)")
+# The argparse type of every flag that names a token folder to read.
+argument = cli.input_path("token folder", cli.FOLDER, PASS_ONE)
 
 
 def is_token_folder(folder: str) -> bool:

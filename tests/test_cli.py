@@ -297,6 +297,71 @@ def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, arg
     assert not (tmp_path / "w").exists(), "a refusal wrote files"
 
 
+# Every path argument a command reads, as (main, argv with X for the path, the argument's name, its kind): RUN is a
+# run folder and OUT a folder for outputs, neither of which need exist (the path X is refused as an argument).
+INPUT_PATHS = [
+    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--tokenizer", "X"], "--tokenizer", cli.FILE),
+    (evaluate.main, ["--workdir", "RUN", "--val-data", "X"], "--val-data", cli.FOLDER),
+    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--include-path", "X"], "--include-path", cli.FOLDER),
+    (evaluate.main, ["--checkpoint", "X", "--val-data", "RUN"], "--checkpoint", cli.FOLDER),
+    (evaluate.main, ["table", "X"], "argument results", cli.FILE),
+    (generate.main, ["--workdir", "RUN", "--prompts-file", "X"], "--prompts-file", cli.FILE),
+    (generate.main, ["--workdir", "X", "--prompt", "x"], "--workdir", cli.FOLDER),
+    (export_torch.main, ["X", "--out", "OUT/x.pt"], "argument run", cli.FOLDER),
+    (import_torch.main, ["X", "--out", "OUT/o"], "argument checkpoint", cli.FILE),
+    (data_cli.main, ["verify", "X"], "argument dir", cli.FOLDER),
+    (data_cli.main, ["prepare", "--source", "X", "--out", "OUT/o"], "--source", cli.FILE_OR_FOLDER),
+    (probes.main, ["window-nll", "--workdir", "RUN", "--val-data", "X"], "--val-data", cli.FOLDER),
+    (probes.main, ["gradients", "--workdir", "X"], "--workdir", cli.FOLDER),
+    (figures.main, ["curves", "X"], "argument runs", cli.FOLDER),
+    (figures.main, ["window-ablation", "X"], "argument sources", cli.FILE_OR_FOLDER),
+    (figures.main, ["seeds", "X"], "argument sources", cli.FILE_OR_FOLDER),
+    (figures.main, ["accuracy-gain", "X"], "argument evaluations", cli.FILE),
+    (figures.main, ["pre-decay", "X", "RUN"], "argument BASELINE_RUN", cli.FOLDER),
+]
+
+
+@pytest.mark.parametrize("main, argv, flag, kind", INPUT_PATHS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_every_input_path_of_the_wrong_kind_or_with_an_unexpanded_home_is_refused_as_an_argument(tmp_path, main, argv,
+                                                                                                  flag, kind):
+    # evaluate --tokenizer FOLDER said "does not exist", after lm-eval had loaded (8 s); a folder for a file and a file
+    # for a folder were each command's own sentence, or none; --val-data=~/tokens (no shell expands '~' after '=')
+    # said "has no manifest.json", --prompts-file=~/p.txt "does not exist".
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.txt").write_text("x\n")
+    fill = {"RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out")}
+    other = {cli.FILE: ("folder", "folder' is a folder, not a file: "), cli.FOLDER: ("file.txt", "file.txt is a file, not a ")}
+    given = [(f"{'~'}/sps-input", "'~/sps-input' starts with '~', which the shell did not expand"),
+             ("", "an empty path names no"),
+             *([(str(tmp_path / other[kind][0]), other[kind][1])] if kind in other else [])]
+    for path, sentence in given:
+        args = [path if a == "X" else re.sub("RUN|OUT", lambda m: fill[m.group(0)], a) for a in argv]
+        one_sentence(fuzz.call(main, args), f"{flag}: ", sentence)
+    assert sorted(os.listdir(tmp_path)) == ["file.txt", "folder"], "a refusal wrote files"
+
+
+@pytest.mark.parametrize("call, sentence", [
+    (lambda tmp: evaluate.main(["--workdir", str(tmp / "run"), "--tasks", "arc_easy", "--out", str(tmp / "o.json"),
+                                "--task-data", "arc_easy=~/arc.jsonl"]),
+     "--task-data arc_easy: '~/arc.jsonl' starts with '~', which the shell did not expand"),
+    (lambda tmp: os.makedirs(tmp / "arc.jsonl") or evaluate.main(
+        ["--workdir", str(tmp / "run"), "--tasks", "arc_easy", "--out", str(tmp / "o.json"),
+         "--task-data", f"arc_easy={tmp / 'arc.jsonl'}"]), "arc.jsonl' is a folder, not a file"),
+    (lambda tmp: train.main(["--config=~/config.py", "--workdir", str(tmp / "run")]),
+     "config file '~/config.py' starts with '~', which the shell did not expand"),
+    (lambda tmp: train.main(["--config", "configs/tiny.py", "--workdir", str(tmp / "run"), "--config.data.dir=~/tokens"]),
+     "data.dir='~/tokens' starts with '~', which the shell did not expand"),
+    (lambda tmp: train.main(["--config", "configs/tiny.py", "--workdir", str(tmp / "run"),
+                             "--config.train.init_from=~/run"]),
+     "train.init_from='~/run' starts with '~', which the shell did not expand")])
+def test_an_input_path_inside_a_value_follows_the_same_rule(tmp_path, call, sentence):
+    # The paths inside --task-data TASK=PATH, a config spec and a config's data.dir and train.init_from (the shell
+    # never expands '~' after '=') got "not found" or "has no manifest.json"; a --task-data folder "not found".
+    outcome = fuzz.call(lambda argv: call(tmp_path), [])
+    one_sentence(outcome, sentence)
+    assert not {"run", "o.json"} & set(os.listdir(tmp_path)), "a refusal wrote files"
+
+
 # Every command that writes a result file, each with --force where it takes one: TOK is a token folder, RUN a
 # run folder that need not exist (the output is checked first).
 WRITES_INSIDE_TOKENS = [

@@ -63,8 +63,11 @@ def final_point(source: str) -> dict:
             "tokens_seen": ev.get("tokens_seen")}
 
 
+PASS_EVALUATIONS = "pass evaluation JSONs written by sps_jax.evaluation.evaluate"
+
+
 def read_evaluation(path: str) -> dict:
-    files.input_file(path, "evaluation", "pass evaluation JSONs written by sps_jax.evaluation.evaluate")
+    files.input_file(path, "evaluation", PASS_EVALUATIONS)
     ev = results_table.load([path])[0]  # the one reader of results JSONs: fields checked there
     ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # normalised
     return ev
@@ -414,6 +417,10 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
 # ----------------------------------------------------------------------------- CLI
 
 
+# The argparse type of a run folder or evaluation JSON (a missing one is said by the reader).
+SOURCE = cli.input_path("source", cli.FILE_OR_FOLDER, "pass run folders or evaluation JSONs")
+
+
 def build_parser():
     parser = cli.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -422,16 +429,18 @@ def build_parser():
     c.add_argument("--out", type=cli.output_path, default="curves.png",
                    help="the figure (.png), with its data next to it as .json")
     w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
-    w.add_argument("sources", nargs="+", help="run folders or evaluation JSONs")
+    w.add_argument("sources", nargs="+", type=SOURCE, help="run folders or evaluation JSONs")
     w.add_argument("--out", type=cli.output_path, default="window_ablation.png",
                    help="the figure (.png), with its data next to it as .json")
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
-    a.add_argument("evaluations", nargs="+", help="evaluation JSONs written by sps_jax.evaluation.evaluate")
+    a.add_argument("evaluations", nargs="+", type=cli.input_path("evaluation", cli.FILE, PASS_EVALUATIONS),
+                   help="evaluation JSONs written by sps_jax.evaluation.evaluate")
     a.add_argument("--baseline", default="standard", help="the variant the gains are measured from")
     a.add_argument("--out", type=cli.output_path, default="accuracy_gain.png",
                    help="the figure (.png), with its data next to it as .json")
     e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
-    e.add_argument("sources", nargs="+", help="run folders or evaluation JSONs of one scale, two or more per method")
+    e.add_argument("sources", nargs="+", type=SOURCE,
+                   help="run folders or evaluation JSONs of one scale, two or more per method")
     e.add_argument("--reference", default="sps", help="the variant tested for a lower NLL than every other")
     e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")

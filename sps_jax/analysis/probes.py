@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, files, masks, plotting
+from sps_jax import cli, files, masks, plotting, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
@@ -272,7 +272,8 @@ def build_parser():
     def common(p, out_default):
         p.add_argument("--workdir", action="append", required=True, type=cli.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
-        p.add_argument("--val-data", default=None, help="token folder with manifest.json (default: config.data)")
+        p.add_argument("--val-data", type=token_folder.argument, default=None,
+                       help="token folder with manifest.json (default: config.data)")
         p.add_argument("--split", default="val", help="the token folder's split to read documents from")
         p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=cli.positive_int, default=None,

@@ -15,12 +15,21 @@ from sps_jax import cli, files, token_folder, vocab
 from sps_jax.data import corpus, tokenizer
 
 
+_SOURCE_PATH = cli.input_path("source", cli.FILE_OR_FOLDER,
+                              "pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'")
+
+
+def source(text: str) -> str:
+    """argparse type of --source: 'builtin' and hf:NAME pass, a path is held to the rule of every input path."""
+    return text if text == "builtin" or text.startswith("hf:") else _SOURCE_PATH(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into train.bin/val.bin + manifest.json")
-    p.add_argument("--source", required=True,
+    p.add_argument("--source", required=True, type=source,
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
     p.add_argument("--out", type=cli.output_path, required=True, help="output folder")
     p.add_argument("--val-fraction", type=float, default=0.01,
@@ -37,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="rebuild even if the output is up to date, or replace a folder prepared with other settings")
     v = sub.add_parser("verify", help="check a prepared folder's sizes, ids and checksums")
-    v.add_argument("dir", help="a folder written by prepare")
+    v.add_argument("dir", type=token_folder.argument, help="a folder written by prepare")
     t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
     t.add_argument("--out", type=cli.output_path, default=None,
                    help=f"where to store it (default {tokenizer.default_ranks_path()})")

@@ -159,8 +159,8 @@ def _check_hub(name: str) -> None:
     except utils.GatedRepoError:
         return
     except utils.RepositoryNotFoundError:
-        raise UserError(f"the Hugging Face hub has no dataset {name!r} that this machine may read (a private one "
-                        "needs `hf auth login`): check the name, e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT.") from None
+        raise UserError(f"the Hugging Face hub has no dataset {name!r} that this machine may read (a private one needs "
+                        "`hf auth login`): check the name, e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT.") from None
     except utils.HfHubHTTPError:
         return
     except Exception as e:  # the HTTP client's transport errors (httpx's or requests', by version): no answer at all

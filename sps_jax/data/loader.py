@@ -25,7 +25,7 @@ import os
 import grain
 import numpy as np
 
-from sps_jax import files
+from sps_jax import files, token_folder
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
 from sps_jax.token_folder import MANIFEST
@@ -92,8 +92,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
         raise UserError(f"a token folder has no {split!r} split{did_you_mean(split, SPLITS)}: pass "
                         f"{' or '.join(SPLITS)}.")
     if os.path.isfile(folder):  # not a folder to prepare into, as the sentence below would say
-        raise UserError(f"{folder} is a file, not a token folder: pass the folder that `python -m sps_jax.data "
-                        f"prepare` wrote (it holds {MANIFEST}, train.bin and val.bin).")
+        raise UserError(f"{folder} is a file, not a token folder: {token_folder.PASS_ONE}.")
     manifest = read_manifest(folder)
     if manifest is None and os.path.isdir(folder) and os.listdir(folder):  # another kind of folder: a run, a corpus
         raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): pass the folder "

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from sps_jax import cli, config as sps_config, files, names
+from sps_jax import cli, config as sps_config, files, names, token_folder
 from sps_jax.evaluation import paper_tasks, results_table
 
 # sps_jax.runs, sps_jax.checkpoint, the token folders' loader and val_nll load jax, which --help and a refused
@@ -151,6 +151,9 @@ def _outputs(path: str, steps, out: str | None) -> list[str]:
     return [_default_out(workdir, step) for workdir, step in resolved if step is not None]
 
 
+TOKENIZER_HINT = "pass a gpt2.tiktoken file, or leave --tokenizer out for the provisioned one"
+
+
 def _parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -162,15 +165,19 @@ def _parser() -> cli.ArgumentParser:
                    "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
     p.add_argument("--task-data", action="append", metavar="TASK=PATH",
                    help="read TASK's evaluation split from a local .jsonl, .json(.gz) or .parquet file (repeatable)")
-    p.add_argument("--include-path", default=None, help="extra folder of lm-eval task YAMLs")
-    p.add_argument("--val-data", default=None, help="prepared token folder (manifest.json + val.bin)")
+    p.add_argument("--include-path", type=cli.input_path("folder of task YAMLs", cli.FOLDER,
+                                                         "pass the folder of lm-eval task YAMLs"),
+                   default=None, help="extra folder of lm-eval task YAMLs")
+    p.add_argument("--val-data", type=token_folder.argument, default=None,
+                   help="prepared token folder (manifest.json + val.bin)")
     p.add_argument("--val-tokens", type=cli.positive_int, default=None,
                    help="score only the first N validation tokens")
     p.add_argument("--val-batch-size", type=cli.positive_int, default=8, help="validation windows per forward pass")
     p.add_argument("--limit", type=cli.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
     p.add_argument("--batch-size", type=cli.positive_int, default=16, help="lm-eval requests per forward pass")
-    p.add_argument("--tokenizer", default=None, help="gpt2.tiktoken file (default: the provisioned one)")
+    p.add_argument("--tokenizer", type=cli.input_path("tokenizer file", cli.FILE, TOKENIZER_HINT), default=None,
+                   help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", type=cli.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
     return p
@@ -226,6 +233,10 @@ def main_evaluate(argv) -> int:
         flag, rename = "the results file", "move it away" if args.all_steps else "--out to write elsewhere"
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
         runs.output_file(out, flag, args.force, inputs, rename)
+    if keys:  # the local files lm-eval reads, before it loads (seconds) and any weights do
+        paper_tasks.check_task_data(task_data, keys)
+        if args.tokenizer is not None:
+            files.input_file(args.tokenizer, "tokenizer file", TOKENIZER_HINT)
     rows = []
     for step in steps:
         try:
@@ -251,7 +262,8 @@ def main_evaluate(argv) -> int:
 def main_table(argv) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
                            description="The paper's main table (and per-task table) from results JSONs.")
-    p.add_argument("results", nargs="+", help="results JSON files written by python -m sps_jax.evaluation.evaluate")
+    p.add_argument("results", nargs="+", type=cli.input_path("results file", cli.FILE, results_table.PASS_RESULTS),
+                   help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", type=cli.output_path, default=None,
                    help="write OUT.md and OUT.tex (and print the Markdown)")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")

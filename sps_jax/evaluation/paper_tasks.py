@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-from sps_jax import files, names
+from sps_jax import cli, files, names
 
 TASKS_DIR = str(Path(__file__).parent / "tasks")
 
@@ -85,14 +85,20 @@ def _data_format(path: str) -> str:
 
 
 def check_task_data(task_data: dict[str, str], keys) -> None:
-    """Every local file belongs to a task being run, exists, and has a readable format."""
+    """Every local file belongs to a task being run, is a file (a '~' the shell left, a folder and a missing path are
+    one sentence each), and has a readable format."""
     for key, path in task_data.items():
         if key not in keys:
             raise ValueError(f"--task-data given for {key!r}, which is not among the tasks being run "
                              f"({', '.join(keys) or 'none'}).")
+        home = cli.unexpanded_home(path)
+        if home is not None:
+            raise ValueError(f"--task-data {key}: {home}.")
+        hint = f"pass the path of the task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE"
+        if os.path.isdir(path):
+            raise ValueError(f"local data for task {key!r} at {path!r} is a folder, not a file: {hint}.")
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: pass the path of the "
-                                    f"task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE.")
+            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: {hint}.")
         _data_format(path)
 
 

@@ -20,12 +20,14 @@ CORPUS_LABELS = {"wikitext": "WT", "c4": "C4", "pile_books3": "Books3", "govrepo
 TASK_LABELS = {"arc_easy": "ARC-E", "hellaswag": "HS", "piqa": "PIQA", "sciq": "SciQ", "lambada": "LAMB"}
 
 
+PASS_RESULTS = "pass results JSONs written by python -m sps_jax.evaluation.evaluate"
+
+
 def load(paths) -> list[dict]:
     """Results JSONs, each checked for the fields the table reads (one sentence naming the file)."""
     rows = []
     for path in paths:
-        row = files.read_json(files.input_file(path, "results file",
-                                               "pass results JSONs written by python -m sps_jax.evaluation.evaluate"))
+        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS))
         bad = _bad_field(row)
         if not bad:
             try:

@@ -23,6 +23,7 @@ from sps_jax import cli, files, hardware
 # The run, the model and the decoder load jax, which --help and a refused argument need not wait for: main
 # imports them once the arguments are parsed.
 
+PASS_PROMPTS = "pass a text file with one prompt per line, or a .jsonl file"
 # The fields main adds to each prompt's record in its results.
 OUTPUT_FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos", "step")
 
@@ -30,7 +31,7 @@ OUTPUT_FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos", 
 def _read_prompts(path: str) -> list[tuple[int, dict]]:
     """(line number, record) of each prompt of a .jsonl file of {"prompt": ..., ...} objects, or of plain
     text with one prompt per line (UTF-8; a bad line is one sentence naming it)."""
-    files.input_file(path, "prompts file", "pass a text file with one prompt per line, or a .jsonl file")
+    files.input_file(path, "prompts file", PASS_PROMPTS)
     suffix = os.path.splitext(path)[1].lower()  # PROMPTS.JSONL is JSON Lines too
     if suffix == ".json":  # read as text, each line of a JSON document would be a prompt
         raise ValueError(f"prompts file {path!r} is a .json file: pass a .jsonl file (one {{\"prompt\": ...}} object "
@@ -64,7 +65,8 @@ def _parser() -> cli.ArgumentParser:
     cli.add_run_arguments(parser)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
-    what.add_argument("--prompts-file", help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
+    what.add_argument("--prompts-file", type=cli.input_path("prompts file", cli.FILE, PASS_PROMPTS),
+                      help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
     parser.add_argument("--out", type=cli.output_path, help="write the results as JSONL here (default: print them)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64,

@@ -3,6 +3,7 @@ a clear error before any weights are loaded."""
 
 import json
 import shutil
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -285,3 +286,17 @@ def test_a_run_with_no_checkpoint_yet_says_what_to_do(tmp_path):
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert outcome.stderr.endswith("has no checkpoint to evaluate: train it until it saves one "
                                    "(train.checkpoint_every), or pass a run that has one.\n"), outcome.stderr
+
+
+@pytest.mark.parametrize("flags, sentence", [
+    (["--tokenizer", "missing.tiktoken"], "tokenizer file 'missing.tiktoken' does not exist"),
+    (["--task-data", "arc_easy=missing.jsonl"], "local data for task 'arc_easy' not found at 'missing.jsonl'")])
+def test_a_missing_file_of_the_lm_eval_tasks_is_named_before_lm_eval_loads(tmp_path, monkeypatch, flags, sentence):
+    # Both were found only once lm-eval had loaded and listed its tasks (8 s on a laptop).
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing lm-eval now fails
+    outcome = fuzz.call(evaluate.main, ["--workdir", "run", "--tasks", "arc_easy", "--out", "o.json", *flags])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert sentence in outcome.stderr
+    assert not (tmp_path / "o.json").exists()
