@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from sps_jax import cli, config as sps_config, files, names, token_folder
+from sps_jax.data import tokenizer as gpt2_tokenizer
 from sps_jax.evaluation import paper_tasks, results_table
 
 # sps_jax.runs, sps_jax.checkpoint, the token folders' loader and val_nll load jax, which --help and a refused
@@ -235,8 +236,8 @@ def main_evaluate(argv) -> int:
         runs.output_file(out, flag, args.force, inputs, rename)
     if keys:  # the local files lm-eval reads, before it loads (seconds) and any weights do
         paper_tasks.check_task_data(task_data, keys)
-        if args.tokenizer is not None:
-            files.input_file(args.tokenizer, "tokenizer file", TOKENIZER_HINT)
+        if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
+            gpt2_tokenizer.get_tokenizer(args.tokenizer)
     rows = []
     for step in steps:
         try:

@@ -290,10 +290,12 @@ def test_a_run_with_no_checkpoint_yet_says_what_to_do(tmp_path):
 
 @pytest.mark.parametrize("flags, sentence", [
     (["--tokenizer", "missing.tiktoken"], "tokenizer file 'missing.tiktoken' does not exist"),
+    (["--tokenizer", "garbage.tiktoken"], "garbage.tiktoken is not a gpt2.tiktoken ranks file"),
     (["--task-data", "arc_easy=missing.jsonl"], "local data for task 'arc_easy' not found at 'missing.jsonl'")])
 def test_a_missing_file_of_the_lm_eval_tasks_is_named_before_lm_eval_loads(tmp_path, monkeypatch, flags, sentence):
-    # Both were found only once lm-eval had loaded and listed its tasks (8 s on a laptop).
+    # These were found only once lm-eval had loaded and listed its tasks (8 s on a laptop).
     save_tiny_run(tmp_path / "run")
+    (tmp_path / "garbage.tiktoken").write_bytes(bytes(range(256)))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing lm-eval now fails
     outcome = fuzz.call(evaluate.main, ["--workdir", "run", "--tasks", "arc_easy", "--out", "o.json", *flags])
