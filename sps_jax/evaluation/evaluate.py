@@ -43,6 +43,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     from lm_eval import simple_evaluate
 
     task_data = dict(task_data or {})
+    fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
     manager = task_manager(include_path, include_defaults)
     paper_tasks.check_known(keys, manager.all_tasks)
     paper_tasks.check_task_data(task_data, keys)
@@ -56,8 +57,14 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
                 spec = paper_tasks.write_local_override(key, str(base), task_data.pop(key), local_dir)
                 names[key] = paper_tasks.local_task_name(key)
             specs.append(spec)
-        out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
-                              task_manager=manager, log_samples=False, bootstrap_iters=0)
+        try:
+            out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
+                                  task_manager=manager, log_samples=False, bootstrap_iters=0)
+        except ConnectionError as e:  # datasets' "Couldn't reach 'NAME' on the Hub (...)", after its retries
+            offline = (f"; offline, pass --task-data TASK=FILE (the hub dataset's fields) for {', '.join(fetched)}"
+                       if fetched else "")
+            raise cli.UserError(f"lm-eval could not fetch task data ({' '.join(str(e).split())[:200]}): this needs "
+                                f"the network{offline}.") from None
     return out["results"], names
 
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import model as sps_model, runs
+from sps_jax import cli, model as sps_model, runs
 from sps_jax.evaluation import evaluate, lm_eval_adapter
 from sps_jax.inference import scoring
 from tests import fuzz
@@ -177,6 +177,23 @@ def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, 
     with pytest.raises(ValueError, match=".jsonl/.json"):
         evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "data.csv")},
                                      **common)
+
+
+def test_task_data_the_hub_cannot_serve_is_one_sentence_naming_task_data(local_tasks, monkeypatch):
+    """Offline, datasets gives up on a hub task after its retries with "Couldn't reach 'NAME' on the Hub (...)":
+    the sentence says that this needs the network and names --task-data for the tasks read from the hub (the
+    README's evaluation of arc_easy offline said only datasets' words)."""
+    import lm_eval
+
+    def unreachable(**kwargs):
+        raise ConnectionError("Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", unreachable)
+    with pytest.raises(cli.UserError) as raised:
+        evaluate.run_lm_eval(None, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
+    assert str(raised.value) == (
+        "lm-eval could not fetch task data (Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)): "
+        "this needs the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) for tiny_mc.")
 
 
 def test_a_token_folder_of_another_eos_id_is_refused_before_loading_weights(tmp_path):
