@@ -98,9 +98,10 @@ def curves(run_folders, out: str) -> dict:
     axes[0].set_xlabel("tokens seen")
     axes[1].set_xlabel("training compute (FLOPs: 3 x forward incl. attention, sps_jax.flops)")
     axes[0].set_ylabel("validation NLL (nats)")
-    for ax in axes:
+    for ax, field in zip(axes, ("tokens_seen", "train_flops")):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels collide on short ranges
+        _label_short_log_axis(ax, [x for s in series for x in s[field]])
         ax.grid(alpha=0.3, which="both")
     axes[1].legend(fontsize=8)
     fig.suptitle("Validation NLL during training")
@@ -109,6 +110,26 @@ def curves(run_folders, out: str) -> dict:
     data = {"figure": out, "flops_convention": __doc__.split("Compute convention: ")[1].strip(), "runs": series}
     write_json(os.path.splitext(out)[0] + ".json", data)
     return data
+
+
+def _label_short_log_axis(ax, values) -> None:
+    """Label a log x axis whose values hold fewer than two powers of ten at 1, 2, 5 (or more) times them: the
+    decades alone left such an axis one label or none (the README's tiny run: 1e5 to 3e5 tokens)."""
+    from matplotlib import ticker
+
+    values = [v for v in values if v > 0]
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    if np.floor(np.log10(hi)) - np.ceil(np.log10(lo)) >= 1:  # two decades inside: their labels suffice
+        return
+    subs = (1.0, 2.0, 3.0, 5.0) if hi / lo < 10 ** 0.5 else (1.0, 2.0, 5.0)
+    if hi / lo < 2:
+        subs = tuple(float(k) for k in range(1, 10))
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=subs))
+    # every tick this locator places gets its label (the formatter would otherwise thin them out)
+    ax.xaxis.set_major_formatter(ticker.LogFormatterSciNotation(labelOnlyBase=False,
+                                                                 minor_thresholds=(np.inf, np.inf)))
 
 
 def _scale_name(scale) -> str:

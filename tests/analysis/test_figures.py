@@ -70,6 +70,27 @@ def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
     assert width > height
 
 
+@pytest.mark.parametrize("evaluations", [(1, 2, 3), (1, 2, 3, 4), (2, 3, 5, 9)])
+def test_curves_labels_at_least_two_ticks_on_an_axis_shorter_than_two_decades(tmp_path, monkeypatch, evaluations):
+    """The README's tiny run evaluates at 1e5, 2e5 and 3e5 tokens: decade ticks alone gave its tokens axis one
+    label (1e5) and its compute axis none."""
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, out: (fig.canvas.draw(), drawn.append(fig)))
+    run = tmp_path / "run"
+    write_run(run, "tiny", "sps", 2, [4.0 - n / 10 for n in range(len(evaluations))], tokens_per_eval=1000)
+    lines = (run / "metrics.jsonl").read_text().splitlines()  # evaluations at the given multiples of 1000 tokens
+    records = [json.loads(line) for line in lines]
+    for record in records:
+        record["tokens_seen"] = evaluations[record["step"] // 10 - 1] * 1000
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    figures.curves([str(run)], str(tmp_path / "c.png"))
+    for ax in drawn[0].axes:
+        lo, hi = sorted(ax.get_xlim())
+        labels = [t.get_text() for t in ax.xaxis.get_majorticklabels()
+                  if t.get_text() and lo <= t.get_position()[0] <= hi]
+        assert len(labels) >= 2, (ax.get_xlabel(), labels)
+
+
 def test_window_ablation_command_reads_runs_and_evaluations(tmp_path):
     sources = [write_run(tmp_path / f"sps{w}", f"s-sps-w{w}", "sps", w, [3.5, 3.0 + w / 1000]) for w in (0, 16, 64)]
     sources.append(write_run(tmp_path / "std", "s-standard", "standard", None, [3.6, 3.2]))
