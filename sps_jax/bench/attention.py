@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, masks
+from sps_jax import attention, bench, cli, config as sps_config, hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
@@ -42,6 +42,19 @@ def add_shape_flags(p) -> None:
     # Bounded here: past masks.MAX_WINDOW, Visibility refused it only once the dense baselines had been timed.
     p.add_argument("--window", type=cli.int_up_to(masks.MAX_WINDOW), default=masks.DEFAULT_WINDOW,
                    help="predict window w of the windowed variants")
+
+
+def check_shape_fits(p, args) -> None:
+    """``p.error`` when the two streams' q, k, v and output at the shape flags (in ``args.dtype``) alone need more
+    memory than the largest accelerator listed has: a shape no device can time (a typo such as an extra digit in
+    --batch) is refused before anything is compiled, on any machine."""
+    acc = hardware.largest()
+    inputs_bytes = 4 * args.batch * args.seq_len * 2 * args.heads * args.head_dim * jnp.dtype(args.dtype).itemsize
+    if inputs_bytes > acc.memory_bytes:
+        p.error(f"--batch {args.batch} x --seq-len {args.seq_len} x --heads {args.heads} x --head-dim {args.head_dim} "
+                f"needs {inputs_bytes / hardware.GiB:,.0f} GiB for q, k, v and the output alone, more than the "
+                f"{acc.memory_bytes / hardware.GiB:,.0f} GiB of the largest accelerator listed ({acc.name}): lower "
+                "--batch or --seq-len.")
 
 
 def parse_args(argv):
@@ -66,6 +79,7 @@ def parse_args(argv):
     p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))
+    check_shape_fits(p, args)
     if args.head_dim % 2:
         p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     if args.documents > args.seq_len:

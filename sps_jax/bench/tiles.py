@@ -103,6 +103,7 @@ def parse_args(argv):
     p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))
+    bench_attention.check_shape_fits(p, args)
     if jax.default_backend() != "gpu":
         p.error(f"the tile sweep times the Pallas kernels on a GPU, and this machine has none (jax backend "
                 f"{jax.default_backend()}): run it where one is attached.")

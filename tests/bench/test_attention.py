@@ -71,3 +71,15 @@ def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
                           (["--num-warps", "-4"], "argument --num-warps: -4 must be at least 1 (see --help).")):
         outcome = fuzz.call(bench_main.main, ["attention", *argv])
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
+
+
+def test_a_shape_no_accelerator_can_hold_is_refused_before_anything_is_compiled():
+    """A typo in --batch (an extra digit, or twenty) made the CPU report's counts and, on a GPU, an out-of-memory
+    error after the compile; q, k, v and the output alone are 48 MiB per row at the paper's S shape in bf16."""
+    for command in ("attention", "tiles"):
+        outcome = fuzz.call(bench_main.main, [command, "--batch", "99999999999999999999"])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert "more than the" in outcome.stderr and "lower --batch or --seq-len" in outcome.stderr, outcome.stderr
+        outcome = fuzz.call(bench_main.main, [command, "--batch", "5000"])  # 234 GiB of inputs
+        assert "lower --batch or --seq-len" in outcome.stderr, outcome.stderr
+    assert bench_attention.parse_args(["--batch", "1000"]).batch == 1000  # 47 GiB: an H100 holds it
