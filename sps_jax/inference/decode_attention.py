@@ -8,7 +8,8 @@ one interval per batch row, the shape jax's maintained decode kernel takes
 one key/value head, so K and V are read once for all of them, and only up to i. Elsewhere (CPU, TPU,
 or a cache length the kernel cannot split) XLA computes the same partials over the whole cache
 under the interval's mask. Both return softmax partials (:func:`sps_jax.attention.softmax_partials`)
-for the step to merge with this position's slots and the ring.
+for the step to merge with this position's slots and the ring: in XLA (:func:`attend`), or for
+``sps`` on a GPU in one Pallas kernel that also writes those slots (:func:`attend_with_ring`).
 """
 
 from __future__ import annotations

@@ -233,10 +233,10 @@ class _LayerView:
             buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
         pasts = [(k, v, t if s in near else t + 1) for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
-        windowed_now = lambda x_BHSK: x_BHSK[:, :, windowed[0]:windowed[0] + 1]  # noqa: E731
         if R:
+            w = windowed[0]
             ring_write = lambda ring, new_BHSK: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
-                ring, windowed_now(new_BHSK).astype(ring.dtype), t % R, axis=2)
+                ring, new_BHSK[:, :, w:w + 1].astype(ring.dtype), t % R, axis=2)
             kv = kv.replace(k_BHRK=ring_write(kv.k_BHRK, k_now_BHSK), v_BHRK=ring_write(kv.v_BHRK, v_now_BHSK))
         keys = [k_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.k_BHRK] if R else [])
         values = [v_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.v_BHRK] if R else [])
