@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from sps_jax import masks, mesh as sps_mesh
 from sps_jax.names import did_you_mean
 
-BACKENDS = ("xla", "pallas", "splash", "auto")
+BACKENDS = ("xla", "pallas", "triton", "splash", "auto")
 
 
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
@@ -99,6 +99,16 @@ def resolve(name: str, platform: str | None = None) -> str:
     return AUTO.get(platform or sps_mesh.target_platform(), "xla")
 
 
+def check_available(name: str, platform: str) -> None:
+    """One sentence, before any work, where backend ``name`` cannot run on ``platform``: the jax-triton
+    kernels off a GPU without Triton's interpreter, or without jax-triton. (The Pallas and splash
+    kernels run in their interpreters anywhere.)"""
+    if resolve(name, platform) == "triton":
+        from sps_jax import triton_attention
+
+        triton_attention.where_to_run(platform)
+
+
 def get_backend(name: str):
     """The attention function for a backend name ('auto': see :func:`resolve`)."""
     name = resolve(name)
@@ -106,6 +116,10 @@ def get_backend(name: str):
         from sps_jax import pallas_attention
 
         return pallas_attention.model_backend
+    if name == "triton":
+        from sps_jax import triton_attention
+
+        return triton_attention.model_backend
     if name == "splash":
         from sps_jax import splash_attention
 

@@ -424,8 +424,10 @@ def init_params(model: Transformer, rng):
 
 
 def param_shapes(model: Transformer):
-    """Parameter ShapeDtypeStructs without allocating any weights."""
-    return _param_shapes(model.cfg)
+    """Parameter ShapeDtypeStructs without allocating any weights. They do not depend on the attention
+    backend, so the shapes are traced with the dense one: a kernel that runs only on its accelerator
+    (``triton`` off a GPU) need not be traced for them."""
+    return _param_shapes(dataclasses.replace(model.cfg, attention="xla"))
 
 
 @functools.lru_cache(maxsize=16)

@@ -113,6 +113,9 @@ TUNING = {
     (10, 64): Tuning.uniform(32, 64, num_warps=4, num_stages=3),
     (10, 128): Tuning.uniform(32, 64, num_warps=4, num_stages=2),
 }
+# jax-triton's kernels (sps_jax.triton_attention) take the same tiles, except where their own binary
+# spills: the Hopper Dh-128 dK/dV kernel with 4 warps (48 spill bytes on sm_90a; 0 with 8, at 178 registers).
+TRITON_TUNING = {**TUNING, (9, 128): dataclasses.replace(TUNING[(9, 128)], dkv=Tiles(32, 32, 8, 2))}
 TUNING_STREAMS = 2
 # Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
 _WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
@@ -138,9 +141,11 @@ def _target_major() -> int:
     return int(str(cc).split(".")[0]) if cc else 9  # interpret mode: any entry serves
 
 
-def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int | None = None) -> Tuning:
+def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int | None = None,
+                   table: dict = TUNING) -> Tuning:
     """The tiles for ``head_dim`` and a variant of ``streams`` streams on a GPU of compute
-    capability ``major`` (default: the target).
+    capability ``major`` (default: the target), from ``table`` (:data:`TUNING`, or
+    :data:`TRITON_TUNING` for the jax-triton kernels).
 
     A query tile holds block_q x S rows, the M of its matrix products, which sets its registers and
     shared memory; so a variant of other than :data:`TUNING_STREAMS` streams takes the table's
@@ -148,7 +153,7 @@ def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int |
     """
     major = _target_major() if major is None else major
     width = pl.next_power_of_2(head_dim)
-    tuning = _WIDE_HEADS if width > 128 else TUNING.get((major, max(width, 64))) or TUNING[(9, max(width, 64))]
+    tuning = _WIDE_HEADS if width > 128 else table.get((major, max(width, 64))) or table[(9, max(width, 64))]
     if streams not in (1, TUNING_STREAMS):
         raise ValueError(f"streams must be 1 or {TUNING_STREAMS}, got {streams!r}.")
     scale = TUNING_STREAMS // streams
@@ -397,7 +402,8 @@ def _compiler_params(interpret, tiles: Tiles):
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
-    """Static facts of one call: streams, padded length, softmax scale, interpret mode, tiles."""
+    """Static facts of one call: streams, padded length, softmax scale, interpret mode, tiles, and the
+    GPU the kernels are built for."""
 
     streams: int
     padded_len: int
@@ -405,6 +411,9 @@ class _Plan:
     interpret: bool
     tuning: Tuning
     scores: tuple  # (forward, dQ, dK/dV) scores computed per batch row and head, one document
+    # Compute capability ("9.0") while lowering for a GPU that is not attached, else None. jax-triton
+    # (sps_jax.triton_attention) compiles at trace time, so the target is part of what is traced.
+    target: str | None = None
 
 
 # Matmul FLOPs per computed score and head dim: forward QK^T and PV; dQ recomputes QK^T and adds
@@ -491,9 +500,7 @@ def _backward(plan, res, do_BNHK):
     S, Tp = plan.streams, plan.padded_len
     B, N, H, Dh = q_BNHK.shape
     M = S * Tp
-    # delta_r = sum_d dO * O: an O(N*Dh) row reduction, left to XLA.
-    delta_BHN = jnp.einsum("bnhd,bnhd->bhn", do_BNHK.astype(jnp.float32),
-                           o_BNHK.astype(jnp.float32))
+    delta_BHN = backward_delta(o_BNHK, do_BNHK)
     tiles = plan.tuning.dq
     rows = tiles.block_q * S
     row_vec = pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))
@@ -543,22 +550,34 @@ def _backward(plan, res, do_BNHK):
     return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
-    return _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)[0]
+def flash_with(forward, backward):
+    """Differentiable flash attention ``flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi)``
+    over one set of kernels: ``forward(plan, q, k, v, q_lo, q_hi) -> (o_BNHK, lse_BHN)`` and
+    ``backward(plan, residuals, do_BNHK) -> (dq, dk, dv)``. Pallas's here; jax-triton's in
+    sps_jax.triton_attention, which share everything else in this module."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
+        return forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)[0]
+
+    def flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
+        o_BNHK, lse_BHN = forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)
+        return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi)
+
+    def flash_bwd(plan, res, do_BNHK):
+        # Each kernel derives its block table from the row intervals with its own tiles.
+        return backward(plan, res, do_BNHK) + (None,) * 4
+
+    flash.defvjp(flash_fwd, flash_bwd)
+    return flash
 
 
-def _flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
-    o_BNHK, lse_BHN = _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)
-    return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi)
+def backward_delta(o_BNHK, do_BNHK):
+    """delta_r = sum_d dO * O [B, H, N] f32: the backward's O(N*Dh) row reduction, left to XLA."""
+    return jnp.einsum("bnhd,bnhd->bhn", do_BNHK.astype(jnp.float32), o_BNHK.astype(jnp.float32))
 
 
-def _flash_bwd(plan, res, do_BNHK):
-    # Each kernel derives its block table from the row intervals with its own tiles.
-    return _backward(plan, res, do_BNHK) + (None,) * 4
-
-
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash = flash_with(_forward, _backward)
 
 
 # ----------------------------------------------------------------------------
@@ -587,8 +606,10 @@ def _check_inputs(q, k, v, doc_ids_BT, vis):
                          "(as masks.document_ids makes them).")
 
 
-@functools.partial(jax.jit, static_argnames=("vis", "interpret", "tuning"))
-def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, interpret, tuning):
+@functools.partial(jax.jit, static_argnames=("vis", "flash", "interpret", "tuning", "target"))
+def run_flash(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, flash, interpret, tuning, target=None):
+    """``flash`` (from :func:`flash_with`) on model-layout inputs: pads T to the tiles and the head dim
+    to a power of two, lays keys out stream-major, and derives the row intervals."""
     B, T, S, H, Dh = q_BTSHK.shape
     Tp = _padded_len(T, tuning.padded_multiple)
     Dp = pl.next_power_of_2(Dh)  # Triton tiles need power-of-two extents; zero columns are inert
@@ -597,9 +618,20 @@ def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, interpret, tuning)
     # Stream-major keys, so a key block is block_k positions of one stream.
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(B, S * Tp, H, Dp)  # noqa: E731
     q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
-    plan = _Plan(S, Tp, Dh ** -0.5, interpret, tuning, _computed_scores(vis, T, Tp, tuning))
-    o_BNHK = _flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK), q_lo, q_hi, k_lo, k_hi)
+    plan = _Plan(S, Tp, Dh ** -0.5, interpret, tuning, _computed_scores(vis, T, Tp, tuning), target)
+    o_BNHK = flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK), q_lo, q_hi, k_lo, k_hi)
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
+
+
+def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, table: dict = TUNING) -> Tuning:
+    """Check the inputs (one sentence each) and return ``tuning``, by default :func:`default_tuning`
+    from ``table`` for the head dim, the streams and the target GPU."""
+    _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
+    if tuning is None:
+        return default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2], table=table)
+    if not isinstance(tuning, Tuning):
+        raise TypeError(f"tuning must be a pallas_attention.Tuning, got {type(tuning).__name__}.")
+    return tuning
 
 
 def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, interpret=False,
@@ -611,13 +643,9 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, i
     :func:`default_tuning` for the head dim, the streams and the target GPU); T need not be a
     multiple of any block. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
     """
-    _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
-    if tuning is None:
-        tuning = default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2])
-    elif not isinstance(tuning, Tuning):
-        raise TypeError(f"tuning must be a pallas_attention.Tuning, got {type(tuning).__name__}.")
-    return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis,
-                      interpret=bool(interpret), tuning=tuning)
+    tuning = checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning)
+    return run_flash(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis, flash=_flash,
+                     interpret=bool(interpret), tuning=tuning)
 
 
 def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):

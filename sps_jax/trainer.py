@@ -341,6 +341,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory())
     cfg, t = p["model"], config.train
     backend = attention.resolve(cfg.attention, devices[0].platform)
+    attention.check_available(backend, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
         f"on {devices[0].platform}")
     if tracking.enabled(config):

@@ -31,15 +31,15 @@ def bf16_reference(doc, vis):
     return fn
 
 
-def assert_bf16_error_within_twice_the_reference(kernel, doc, vis, q, k, v, ct):
-    """``kernel(q, k, v)`` on bf16 inputs is at most twice as far from the f32 reference as a bf16
-    dense reference is, for the output and every gradient."""
+def assert_bf16_error_within_twice_the_reference(kernel, doc, vis, q, k, v, ct, dtype=jnp.bfloat16):
+    """``kernel(q, k, v)`` on bf16 (or ``dtype``) inputs is at most twice as far from the f32 reference
+    as a dense reference in that dtype is, for the output and every gradient."""
     exact = outputs_and_grads(lambda q, k, v: attention.xla_attention(q, k, v, jnp.asarray(doc), vis), q, k, v, ct)
-    low = [x.astype(jnp.bfloat16) for x in (q, k, v, ct)]
+    low = [x.astype(dtype) for x in (q, k, v, ct)]
     got = outputs_and_grads(kernel, *low)
     ref = outputs_and_grads(bf16_reference(doc, vis), *low)
     for name, g, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
-        assert g.dtype == jnp.bfloat16
+        assert g.dtype == dtype
         err = np.abs(np.asarray(g, np.float32) - np.asarray(e)).max()
         ref_err = np.abs(np.asarray(r, np.float32) - np.asarray(e)).max()
         assert err <= 2 * ref_err + 1e-6, (name, err, ref_err)

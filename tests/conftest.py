@@ -12,6 +12,10 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 # Tests run on the CPU; the CUDA plugin (installed for the deviceless compiles) and libtpu then
 # stay quiet, and their topologies can still be built for compiling without the device.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The jax-triton kernels (sps_jax.triton_attention) run in Triton's interpreter on CPU, as the Pallas
+# kernels run in Pallas's. The switch only works if it is on before triton is imported; the tests
+# that compile those kernels for a GPU run them in a child process without it (tests/aot).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 # One persistent compilation cache for the whole run, shared by the test workers (they inherit this
 # process's environment) and the commands tests start: a program one test compiled is loaded, not
 # compiled again, by the next test that builds the same program (a fifth of the suite's time; the

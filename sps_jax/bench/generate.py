@@ -45,8 +45,8 @@ def _parse(argv):
                         default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=cli.positive_int, default=3, help="timed rounds over all variants (the fastest counts)")
-    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, splash, "
-                        "auto): the prefill's kernel, and on a GPU with pallas the decode step's")
+    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, triton, "
+                        "splash, auto): the prefill's kernel, and on a GPU with pallas the decode step's")
     bench.add_json_flag(parser)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
     return parser.parse_args(argv)

@@ -79,7 +79,7 @@ def _parser() -> cli.ArgumentParser:
     parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="sampling seed")
     parser.add_argument("--batch-size", type=cli.positive_int, default=8, help="prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
-    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, splash, auto)")
+    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, triton, splash, auto)")
     parser.add_argument("--prefill-chunk", type=cli.non_negative_int, default=None,
                         help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
     return parser

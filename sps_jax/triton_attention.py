@@ -1,0 +1,341 @@
+"""The block-skipping flash attention as Triton kernels called through jax-triton.
+
+Pallas's Triton backend, which ``sps_jax.pallas_attention`` lowers through, is deprecated in jax;
+jax names ``jax_triton.triton_call`` as the path for Triton kernels once it is removed. This module
+is that path, built and tested now: the same three kernels (forward, dQ, dK/dV) written in
+``triton.language``, walking the same block tables and row intervals with the same tiles, behind the
+same custom VJP (``pallas_attention.flash_with``). Only the kernels differ; pick them with
+``attention="triton"`` (docs/pallas.md, "When Pallas removes its Triton backend").
+
+Off a GPU the kernels run in Triton's interpreter, which must be switched on before Python imports
+triton (``TRITON_INTERPRET=1``): it runs them on CPU tensors (torch), through ``jax.pure_callback``,
+with the launches built exactly as for the GPU. Lowering for a GPU that is not attached
+(``sps_jax.aot``) compiles them to PTX for the target's compute capability.
+
+Pointer arithmetic is in int64 from the batch index on, so no buffer size wraps an int32 offset.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sps_jax import masks
+from sps_jax import pallas_attention as pa
+from sps_jax.cli import UserError
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the module stays importable: attention() says what to install
+    triton = None
+
+NEEDS = 'attention="triton" needs jax-triton and triton: pip install -e ".[triton]".'
+
+
+class Unavailable(UserError, RuntimeError):
+    """jax-triton's kernels cannot run here (one sentence says why and what to do)."""
+
+
+if triton is not None:
+    _MASK_VALUE = tl.constexpr(pa._MASK_VALUE)
+    _EMPTY_LSE = tl.constexpr(pa._EMPTY_LSE)
+    _LOG2E = tl.constexpr(pa._LOG2E)  # softmax in base 2, as in the Pallas kernels
+
+    @triton.jit
+    def _key_block(k_base, v_base, kb, ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Key block kb of one stream: its positions j, and K and V [BLOCK_K, D]."""
+        j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        at = j[:, None] * ROW + tl.arange(0, D)[None, :]
+        return j, tl.load(k_base + at), tl.load(v_base + at)
+
+    @triton.jit
+    def _forward_blocks(acc, m, l, q, k_base, v_base, lo, hi, start, stop,
+                        ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr,
+                        LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr):
+        """Online softmax over key blocks [start, stop) of one stream (base-2 logits)."""
+        for kb in range(start, stop):
+            j, k, v = _key_block(k_base, v_base, kb, ROW, D, BLOCK_K)
+            s = tl.dot(q, tl.trans(k)) * LOG2_SCALE
+            if MASKED:
+                seen = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
+                s = tl.where(seen, s, _MASK_VALUE)
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            if MASKED:  # a row with nothing visible yet has m_new == _MASK_VALUE: p would be 1
+                p = tl.where(seen, p, 0.0)
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        return acc, m, l
+
+    @triton.jit
+    def _query_tile(N: tl.constexpr, H: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr):
+        """This program's query tile: (tile, head, batch row, its interleaved rows, their offsets in a
+        [B, N, H, D] array)."""
+        qt, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+        r = qt * ROWS + tl.arange(0, ROWS)
+        rows_at = (b * N + r[:, None]) * (H * D) + h * D + tl.arange(0, D)[None, :]
+        return qt, h, b, r, rows_at
+
+    @triton.jit
+    def _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t, S: tl.constexpr, N: tl.constexpr,
+                       ROWS: tl.constexpr):
+        """Key stream t's entry of a query tile's block table (first, full_first, full_end, end), and its
+        rows' visible intervals [lo, hi)."""
+        tab = table_ptr + (b * (N // ROWS) + qt) * (4 * S) + 4 * t
+        lo = tl.load(lo_ptr + (b * S + t) * N + r)
+        hi = tl.load(hi_ptr + (b * S + t) * N + r)
+        return tl.load(tab), tl.load(tab + 1), tl.load(tab + 2), tl.load(tab + 3), lo, hi
+
+    @triton.jit
+    def sps_triton_forward(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+                           S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
+                           D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+        """One query tile (ROWS interleaved rows) of one head: its output and base-2 lse."""
+        ROW: tl.constexpr = H * D
+        LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
+        qt, h, b, r, rows_at = _query_tile(N, H, D, ROWS)
+        q = tl.load(q_ptr + rows_at)
+        acc = tl.zeros([ROWS, D], tl.float32)
+        m = tl.full([ROWS], _MASK_VALUE, tl.float32)
+        l = tl.zeros([ROWS], tl.float32)
+        for t in tl.static_range(S):
+            first, full_first, full_end, end, lo, hi = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t,
+                                                                      S, N, ROWS)
+            keys = (b * (S * TP) + t * TP) * ROW + h * D
+            acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
+                                        ROW, D, BLOCK_K, LOG2_SCALE, True)
+            acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
+                                        ROW, D, BLOCK_K, LOG2_SCALE, False)
+            acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
+                                        ROW, D, BLOCK_K, LOG2_SCALE, True)
+        seen = l > 0
+        l_safe = tl.where(seen, l, 1.0)
+        tl.store(o_ptr + rows_at, (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty))
+        tl.store(lse_ptr + (b * H + h) * N + r, tl.where(seen, m + tl.log2(l_safe), _EMPTY_LSE))
+
+    @triton.jit
+    def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, lo, hi, start, stop,
+                   ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr,
+                   LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr):
+        """dQ's share of key blocks [start, stop) of one stream."""
+        for kb in range(start, stop):
+            j, k, v = _key_block(k_base, v_base, kb, ROW, D, BLOCK_K)
+            p = tl.exp2(tl.dot(q, tl.trans(k)) * LOG2_SCALE - lse[:, None])
+            if MASKED:
+                p = tl.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
+            ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k)
+        return dq
+
+    @triton.jit
+    def sps_triton_dq(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+                      S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
+                      D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+        """dQ of one query tile of one head."""
+        ROW: tl.constexpr = H * D
+        LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
+        qt, h, b, r, rows_at = _query_tile(N, H, D, ROWS)
+        q, do = tl.load(q_ptr + rows_at), tl.load(do_ptr + rows_at)
+        lse = tl.load(lse_ptr + (b * H + h) * N + r)
+        delta = tl.load(delta_ptr + (b * H + h) * N + r)
+        dq = tl.zeros([ROWS, D], tl.float32)
+        for t in tl.static_range(S):
+            first, full_first, full_end, end, lo, hi = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t,
+                                                                      S, N, ROWS)
+            keys = (b * (S * TP) + t * TP) * ROW + h * D
+            dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
+                            ROW, D, BLOCK_K, LOG2_SCALE, True)
+            dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
+                            ROW, D, BLOCK_K, LOG2_SCALE, False)
+            dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
+                            ROW, D, BLOCK_K, LOG2_SCALE, True)
+        tl.store(dq_ptr + rows_at, (dq * SCALE).to(dq_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, start, stop,
+                   ROW: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
+                   LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr):
+        """dK, dV of one key block over query tiles [start, stop); scores as [keys, query rows], so p
+        needs no transpose."""
+        d = tl.arange(0, D)
+        for qt in range(start, stop):
+            r = qt * ROWS + tl.arange(0, ROWS)
+            q = tl.load(q_base + r[:, None] * ROW + d[None, :])
+            do = tl.load(do_base + r[:, None] * ROW + d[None, :])
+            lse, delta = tl.load(lse_base + r), tl.load(delta_base + r)
+            p = tl.exp2(tl.dot(k, tl.trans(q)) * LOG2_SCALE - lse[None, :])
+            if MASKED:
+                p = tl.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
+            dv += tl.dot(p.to(do.dtype), do)
+            ds = p * (tl.dot(v, tl.trans(do)) - delta[None, :])
+            dk += tl.dot(ds.to(q.dtype), q)
+        return dk, dv
+
+    @triton.jit
+    def sps_triton_dkv(table_ptr, lo_ptr, hi_ptr, k_ptr, v_ptr, q_ptr, do_ptr, lse_ptr, delta_ptr,
+                       dk_ptr, dv_ptr,
+                       N: tl.constexpr, M: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+        """dK and dV of one key block (BLOCK_K positions of one stream) of one head."""
+        kb, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+        ROW: tl.constexpr = H * D
+        LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
+        j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        d = tl.arange(0, D)
+        keys_at = (b * M + j[:, None]) * ROW + h * D + d[None, :]
+        k, v = tl.load(k_ptr + keys_at), tl.load(v_ptr + keys_at)
+        lo, hi = tl.load(lo_ptr + b * M + j), tl.load(hi_ptr + b * M + j)
+        tab = table_ptr + (b * (M // BLOCK_K) + kb) * 4
+        first, full_first = tl.load(tab), tl.load(tab + 1)
+        full_end, end = tl.load(tab + 2), tl.load(tab + 3)
+        q_base, do_base = q_ptr + b * N * ROW + h * D, do_ptr + b * N * ROW + h * D
+        lse_base, delta_base = lse_ptr + (b * H + h) * N, delta_ptr + (b * H + h) * N
+        dk = tl.zeros([BLOCK_K, D], tl.float32)
+        dv = tl.zeros([BLOCK_K, D], tl.float32)
+        dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, first, full_first,
+                            ROW, D, ROWS, LOG2_SCALE, True)
+        dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_first, full_end,
+                            ROW, D, ROWS, LOG2_SCALE, False)
+        dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_end, end,
+                            ROW, D, ROWS, LOG2_SCALE, True)
+        tl.store(dk_ptr + keys_at, (dk * SCALE).to(dk_ptr.dtype.element_ty))
+        tl.store(dv_ptr + keys_at, dv.to(dv_ptr.dtype.element_ty))
+
+
+KERNELS = ("sps_triton_forward", "sps_triton_dq", "sps_triton_dkv")
+TUNING_FIELD = dict(zip(KERNELS, ("forward", "dq", "dkv")))
+
+
+def interpreting() -> bool:
+    """Whether triton was imported with its interpreter on (``TRITON_INTERPRET=1``)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(sps_triton_forward, InterpretedFunction)
+
+
+def _compute_capability(target: str | None) -> int | None:
+    """jax-triton's spelling of a target ("9.0" -> 90); None: ask the attached GPU."""
+    if target is None:
+        return None
+    major, minor = str(target).split(".")
+    return 10 * int(major) + int(minor)
+
+
+def _to_torch(x):
+    import torch
+
+    x = np.asarray(x)
+    if x.dtype == jnp.bfloat16:  # numpy has no bfloat16 torch can read: move the bits
+        return torch.from_numpy(x.view(np.uint16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(x.copy())
+
+
+def _from_torch(t, dtype):
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(jnp.bfloat16)
+    return t.numpy().astype(dtype)
+
+
+def _interpreted(kernel, grid, meta, out_shapes, *inputs):
+    """One launch in Triton's interpreter on CPU tensors (the body of a pure_callback)."""
+    ins = [_to_torch(x) for x in inputs]
+    outs = [_to_torch(np.zeros(o.shape, o.dtype)) for o in out_shapes]
+    kernel[grid](*ins, *outs, **meta)
+    return [_from_torch(t, o.dtype) for t, o in zip(outs, out_shapes)]
+
+
+def _launch(plan, name: str, grid, inputs, out_shapes, **meta):
+    """Run kernel ``name`` with the tiles of its entry in ``plan.tuning``: jax-triton on a GPU (or
+    lowering for one), the interpreter otherwise. Outputs follow the inputs in the kernel's
+    arguments, as jax-triton passes them."""
+    kernel = globals()[name]
+    if plan.interpret:
+        return jax.pure_callback(functools.partial(_interpreted, kernel, grid, meta, out_shapes),
+                                 list(out_shapes), *inputs)
+    import jax_triton
+
+    tiles = getattr(plan.tuning, TUNING_FIELD[name])
+    return jax_triton.triton_call(*inputs, kernel=kernel, out_shape=list(out_shapes), grid=grid, name=name,
+                                  num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+                                  compute_capability=_compute_capability(plan.target), **meta)
+
+
+def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
+    S, Tp, tiles = plan.streams, plan.padded_len, plan.tuning.forward
+    B, N, H, Dh = q_BNHK.shape
+    rows = tiles.block_q * S
+    o_BNHK, lse_BHN = _launch(
+        plan, "sps_triton_forward", (N // rows, H, B),
+        (pa._query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK),
+        (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype), jax.ShapeDtypeStruct((B, H, N), jnp.float32)),
+        S=S, N=N, TP=Tp, H=H, D=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
+    return o_BNHK, lse_BHN
+
+
+def _backward(plan, res, do_BNHK):
+    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi = res
+    S, Tp = plan.streams, plan.padded_len
+    B, N, H, Dh = q_BNHK.shape
+    M = S * Tp
+    delta_BHN = pa.backward_delta(o_BNHK, do_BNHK)
+    tiles = plan.tuning.dq
+    rows = tiles.block_q * S
+    (dq,) = _launch(
+        plan, "sps_triton_dq", (N // rows, H, B),
+        (pa._query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
+         delta_BHN),
+        (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),),
+        S=S, N=N, TP=Tp, H=H, D=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
+    tiles = plan.tuning.dkv
+    rows, block_k = tiles.block_q * S, tiles.block_k
+    k_tab = pa._key_blocks(k_lo, k_hi, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
+    dk, dv = _launch(
+        plan, "sps_triton_dkv", (M // block_k, H, B),
+        (k_tab, k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK, lse_BHN, delta_BHN),
+        (jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype), jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)),
+        N=N, M=M, H=H, D=Dh, ROWS=rows, BLOCK_K=block_k, SCALE=plan.scale)
+    return dq, dk, dv
+
+
+_flash = pa.flash_with(_forward, _backward)
+
+
+def where_to_run(platform: str | None = None) -> tuple[bool, str | None]:
+    """(interpret, target) on ``platform`` (default: jax's default backend): lowering for a GPU that is
+    not attached compiles for it; on a GPU, jax-triton runs; elsewhere the interpreter, which must have
+    been switched on before triton was imported. One sentence (:class:`Unavailable`) where none holds."""
+    if triton is None:
+        raise Unavailable(NEEDS)
+    platform = platform or jax.default_backend()
+    target = pa._TARGET_CC.get()
+    if target is not None or platform == "gpu":
+        if interpreting():
+            raise Unavailable("triton was imported with TRITON_INTERPRET=1, which makes its kernels "
+                              "interpreter-only: unset it to run or compile them for a GPU.")
+        return False, target
+    if not interpreting():
+        raise Unavailable(f'attention="triton" runs its kernels on an NVIDIA GPU; on {platform} '
+                          "set TRITON_INTERPRET=1 before starting Python to run them in Triton's "
+                          "interpreter, or use attention=\"pallas\" or \"xla\".")
+    return True, None
+
+
+def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *,
+              tuning: pa.Tuning | None = None):
+    """:func:`sps_jax.pallas_attention.attention` with the jax-triton kernels: the same contract and
+    results; default tiles from :data:`sps_jax.pallas_attention.TRITON_TUNING`."""
+    tuning = pa.checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, table=pa.TRITON_TUNING)
+    interpret, target = where_to_run()
+    return pa.run_flash(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis, flash=_flash,
+                        interpret=interpret, tuning=tuning, target=target)
+
+
+model_backend = attention  # the ``triton`` backend of sps_jax.attention
