@@ -10,6 +10,7 @@ XLA's resource error, which is reported as such.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import glob
 import os
@@ -17,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -27,12 +29,20 @@ from sps_jax.aot import topology
 from sps_jax.inference import decode_attention, kv_cache
 
 KERNELS = ("sps_flash_forward", "sps_flash_dq", "sps_flash_dkv")
-TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash_dkv": "dkv"}
+TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash_dkv": "dkv",
+                "sps_triton_forward": "forward", "sps_triton_dq": "dq", "sps_triton_dkv": "dkv"}
+# The kernel sets: Pallas's Triton backend (sps_jax.pallas_attention), or the same kernels in
+# triton.language through jax-triton (sps_jax.triton_attention).
+KERNEL_SETS = ("pallas", "triton")
 
 
-def kernel_names(vis: masks.Visibility) -> tuple[str, ...]:
-    """The training kernels, and for a variant whose decode step has one the ring kernel
-    (:func:`sps_jax.inference.kv_cache.ring_in_kernel`)."""
+def kernel_names(vis: masks.Visibility, kernels: str = "pallas") -> tuple[str, ...]:
+    """The training kernels of set ``kernels``; with Pallas's, for a variant whose decode step has one,
+    the ring kernel (:func:`sps_jax.inference.kv_cache.ring_in_kernel`)."""
+    if kernels == "triton":
+        from sps_jax import triton_attention
+
+        return triton_attention.KERNELS
     return KERNELS + ((decode_attention.RING_KERNEL,) if kv_cache.ring_in_kernel(vis) else ())
 
 
@@ -91,18 +101,71 @@ def parse_launches(thunk_text: str) -> dict:
     return launches
 
 
-def _program(shape: Shape, dtype, vis, tuning, sharding):
+def _proto_fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    """(field number, value) of a serialized protobuf message: varints as ints, everything
+    length-delimited as bytes (fixed-width fields as their bytes)."""
+    def varint(i):
+        value, shift = 0, 0
+        while True:
+            byte = buf[i]
+            value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
+            if byte < 0x80:
+                return value, i
+
+    fields, i = [], 0
+    while i < len(buf):
+        tag, i = varint(i)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, i = varint(i)
+        elif wire == 2:
+            size, i = varint(i)
+            value, i = buf[i:i + size], i + size
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, i = buf[i:i + size], i + size
+        else:
+            raise ValueError(f"protobuf wire type {wire} is not one jax-triton writes")
+        fields.append((number, value))
+    return fields
+
+
+def triton_calls(hlo_text: str) -> dict:
+    """{kernel: {grid, threads, shared_memory_bytes, ptx}} of the jax-triton launches in a compiled
+    program's HLO. Each ``triton_kernel_call`` carries a zlib-compressed ``TritonAnyKernelCall``
+    whose call (field 1) holds the kernel (field 1: name 1, warps 2, shared memory 3, PTX 4) and the
+    grid (fields 2-4), as jaxlib's gpu/triton.proto declares them."""
+    calls = {}
+    for m in re.finditer(r'custom_call_target="triton_kernel_call".*?backend_config="((?:[^"\\]|\\.)*)"',
+                         hlo_text):
+        outer = dict(_proto_fields(zlib.decompress(ast.literal_eval(f'b"{m[1]}"'))))
+        call = _proto_fields(outer[1])
+        kernel = dict(_proto_fields(dict(call)[1]))
+        grid = [dict(call).get(n, 0) for n in (2, 3, 4)]
+        calls[kernel[1].decode()] = {"grid": grid, "threads": 32 * kernel.get(2, 0),
+                                     "shared_memory_bytes": kernel.get(3, 0), "ptx": kernel[4].decode()}
+    return calls
+
+
+def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"):
     """The attention forward and backward (the three training kernels) and, where the variant has
     one, a decode step's ring kernel over a cache of T slots (batch 1: as above, only the grid grows)."""
     S, H, K, T = vis.num_streams, shape.heads, shape.head_dim, shape.seq_len
     q = jax.ShapeDtypeStruct((1, T, S, H, K), dtype, sharding=sharding)
     doc = jax.ShapeDtypeStruct((1, T), jnp.int32, sharding=sharding)
 
+    if kernels == "triton":
+        from sps_jax import triton_attention
+
+        attend = triton_attention.attention
+    else:
+        attend = pa.attention
+
     def forward_and_backward(q, k, v, doc_ids):
-        out, vjp = jax.vjp(lambda q, k, v: pa.attention(q, k, v, doc_ids, vis, tuning=tuning), q, k, v)
+        out, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, doc_ids, vis, tuning=tuning), q, k, v)
         return vjp(out)
 
-    if not kv_cache.ring_in_kernel(vis):
+    if kernels == "triton" or not kv_cache.ring_in_kernel(vis):
         return forward_and_backward, (q, q, q, doc)
     R = kv_cache.ring_slots(vis, T)
     split = decode_attention.split_for(T)
@@ -119,24 +182,29 @@ def _program(shape: Shape, dtype, vis, tuning, sharding):
 
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
-                  tuning: pa.Tuning | None = None) -> dict:
-    """Compile the forward and backward for ``acc`` and report each kernel's binary.
+                  tuning: pa.Tuning | None = None, kernels: str = "pallas") -> dict:
+    """Compile the forward and backward of kernel set ``kernels`` (:data:`KERNEL_SETS`) for ``acc``
+    and report each kernel's binary.
 
     Returns ``{"status": "ok" | "compile_error" | "no_report", "error": ..., "kernels": {name: {...}}}``
     ("no_report": it compiled, but some kernel's PTX or ptxas figures were missing); a
     kernel entry holds its tiles, warps and stages, registers, spill bytes, stack frame, grid,
-    threads and shared memory.
+    threads and shared memory. XLA refuses a Pallas kernel that needs more shared memory than the
+    card has; jax-triton would only fail at launch, so the same limit is checked here.
     """
     if acc.platform != "gpu":
         raise ValueError(f"{acc.name} is not a GPU: the Pallas kernels are Triton (GPU) kernels.")
+    if kernels not in KERNEL_SETS:
+        raise ValueError(f"unknown kernel set {kernels!r}: choose one of {', '.join(KERNEL_SETS)}.")
     ptxas = find_ptxas()
     if ptxas is None:
         raise topology.Unavailable('ptxas not found: install the CUDA toolkit or pip install -e ".[aot-gpu]".')
     vis = vis or masks.Visibility("sps")
     major = acc.compute_capability[0]
-    tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major)
+    table = pa.TRITON_TUNING if kernels == "triton" else pa.TUNING
+    tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major, table=table)
     device = topology.devices(acc)[0]
-    fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device))
+    fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device), kernels)
     dump = tempfile.mkdtemp(prefix="sps_jax_ptx_")
     options = {"xla_dump_to": dump}
     if tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 11):
@@ -144,28 +212,24 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         # writes Triton's MLIR pass dumps (about 30 MB per kernel), which made a compile 7x slower.
         options["xla_dump_emitter_re"] = "ptx"
     report = {"target": acc.name, "arch": acc.sm_arch, "shape": dataclasses.asdict(shape), "dtype": str(dtype),
-              "variant": vis.variant, "window": vis.window, "status": "ok", "kernels": {}}
+              "variant": vis.variant, "window": vis.window, "kernel_set": kernels, "status": "ok", "kernels": {}}
     try:
         with topology.lowering_context(acc):
             lowered = jax.jit(fn).lower(*args)
-        lowered.compile(compiler_options=options)
+        compiled = lowered.compile(compiler_options=options)
     except Exception as e:  # the compiler's verdict is the result (e.g. shared memory exceeded)
         report.update(status="compile_error", error=" ".join(str(e).split())[:400])
         shutil.rmtree(dump, ignore_errors=True)
         return report
     try:
-        launches = {}
-        for path in glob.glob(os.path.join(dump, "*thunk_sequence*.txt")):
-            with open(path) as f:
-                launches.update(parse_launches(f.read()))
-        ptx_files = glob.glob(os.path.join(dump, "*.ptx"))
-        for name in kernel_names(vis):
+        launches, ptx_of = _binaries(kernels, compiled, dump)
+        for name in kernel_names(vis, kernels):
             tiles = (dataclasses.asdict(getattr(tuning, TUNING_FIELD[name])) if name in TUNING_FIELD
                      else {"num_warps": decode_attention.RING_WARPS, "num_stages": decode_attention.RING_STAGES})
             entry = {**tiles, **launches.get(name, {})}
-            ptx = next((p for p in ptx_files if re.search(rf"\.entry {name}\(", open(p).read())), None)
+            ptx = ptx_of.get(name)
             if ptx is None:
-                entry["error"] = "no PTX for this kernel in XLA's dump"
+                entry["error"] = "no PTX for this kernel in the compiled program"
             else:
                 out, text, lowered_from = _assemble(ptxas, acc.sm_arch, ptx)
                 if lowered_from:
@@ -179,9 +243,37 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
             if "registers" not in entry:  # no number is not zero spills: the report must say so
                 report["status"] = "no_report"
                 report["error"] = f"{name}: {entry.get('error', 'ptxas printed no register count')}"
+        too_big = [(n, k["shared_memory_bytes"]) for n, k in report["kernels"].items()
+                   if k.get("shared_memory_bytes", 0) > acc.shared_memory_per_block_optin]
+        if too_big:
+            name, need = too_big[0]
+            report.update(status="compile_error",
+                          error=f"Shared memory size limit exceeded: {name} needs {need} bytes, more than the "
+                                f"{acc.shared_memory_per_block_optin} a block may have on {acc.name}.")
     finally:
         shutil.rmtree(dump, ignore_errors=True)
     return report
+
+
+def _binaries(kernels: str, compiled, dump: str) -> tuple[dict, dict]:
+    """({kernel: launch}, {kernel: PTX file}) of a compiled program: Pallas's from XLA's dump (its
+    thunk sequence and PTX files), jax-triton's from the program's HLO, written into ``dump``."""
+    launches, ptx_of = {}, {}
+    if kernels == "triton":
+        for name, call in triton_calls(compiled.as_text()).items():
+            ptx_of[name] = os.path.join(dump, f"{name}.ptx")
+            with open(ptx_of[name], "w") as f:
+                f.write(call.pop("ptx"))
+            launches[name] = call
+        return launches, ptx_of
+    for path in glob.glob(os.path.join(dump, "*thunk_sequence*.txt")):
+        with open(path) as f:
+            launches.update(parse_launches(f.read()))
+    for path in glob.glob(os.path.join(dump, "*.ptx")):
+        with open(path) as f:
+            for name in re.findall(r"\.entry (\w+)\(", f.read()):
+                ptx_of.setdefault(name, path)
+    return launches, ptx_of
 
 
 def _assemble(ptxas: str, arch: str, ptx: str):

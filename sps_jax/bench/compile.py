@@ -2,9 +2,10 @@
 
 For each target accelerator (``sps_jax.hardware``), without one attached, it compiles and reports:
 
-- ``kernels``: on GPU targets the three Pallas kernels at the paper's S and XL attention shapes and
-  a 128-wide head, with the per-target default tiles: registers, spill bytes, stack frame, shared
-  memory, grid and threads per kernel; on TPU targets splash attention's forward and backward (its
+- ``kernels``: on GPU targets the three Pallas kernels, and the same kernels through jax-triton
+  (``--kernel-sets``), at the paper's S and XL attention shapes and a 128-wide head, with the
+  per-target default tiles: registers, spill bytes, stack frame, shared memory, grid and threads per
+  kernel; on TPU targets splash attention's forward and backward (its
   three Mosaic kernels) at the S shape and a 128-wide head for each variant: per-chip memory, FLOPs
   and the fraction of a dense causal kernel's scores its blocks compute (``sps_jax.aot.tpu_kernels``);
 - ``train``: the sharded train step for each attention backend, variant, micro-batch and remat
@@ -58,6 +59,10 @@ def parse_args(argv):
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
     p.add_argument("--devices", type=cli.int_up_to(MAX_DEVICES, least=1), default=1,
                    help="devices of the train step's mesh (FSDP over them)")
+    p.add_argument("--kernel-sets", type=cli.comma_list(str, ("pallas", "triton"), "kernel set"),
+                   default=["pallas", "triton"],
+                   help="comma-separated GPU kernel sets: pallas (Pallas's Triton backend), triton (the same "
+                        "kernels through jax-triton)")
     p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes")
     p.add_argument("--batch", type=cli.positive_int, default=16, help="generation: rows")
@@ -106,17 +111,23 @@ def attention_backends(acc, args) -> list[str]:
 def kernel_rows(acc, args) -> list[dict]:
     if acc.platform == "tpu":
         return tpu_kernel_rows(acc, args)
-    from sps_jax.aot import gpu_kernels
+    from sps_jax.aot import gpu_kernels, topology
 
     rows = []
-    for shape in gpu_kernels.SHAPES:
-        for dtype in args.dtypes:
-            t0 = time.perf_counter()
-            report = gpu_kernels.kernel_report(acc, shape, dtype)
-            report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
-            _log(f"[{acc.name}] kernels {shape.name} {dtype}: {report['status']}, "
-                 f"{report['spill_bytes']} spill bytes ({time.perf_counter() - t0:.0f} s)")
-            rows.append(report)
+    for kernels in args.kernel_sets:
+        if kernels == "triton":
+            from sps_jax import triton_attention
+
+            if triton_attention.triton is None:
+                raise topology.Unavailable(triton_attention.NEEDS)
+        for shape in gpu_kernels.SHAPES:
+            for dtype in args.dtypes:
+                t0 = time.perf_counter()
+                report = gpu_kernels.kernel_report(acc, shape, dtype, kernels=kernels)
+                report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
+                _log(f"[{acc.name}] {kernels} kernels {shape.name} {dtype}: {report['status']}, "
+                     f"{report['spill_bytes']} spill bytes ({time.perf_counter() - t0:.0f} s)")
+                rows.append(report)
     return rows
 
 

@@ -1,8 +1,17 @@
-"""The Pallas kernels compile deviceless to H100 (sm_90a) and B200 (sm_100a) binaries without spills.
+"""The Pallas kernels, and the same kernels through jax-triton, compile deviceless to H100 (sm_90a)
+and B200 (sm_100a) binaries without spills.
 
 The compiler is the judge: XLA's CUDA plugin compiles the Triton kernels for a GPU that is not
-here, ptxas reports registers and spills, and an over-sized tiling fails XLA's shared-memory check.
+here (jax-triton runs Triton at lowering), ptxas reports registers and spills, and an over-sized
+tiling fails the shared-memory check (XLA's for Pallas, the report's own for jax-triton).
 """
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zlib
 
 import pytest
 
@@ -80,3 +89,79 @@ def test_a_missing_ptxas_report_is_not_read_as_zero_spills(monkeypatch):
     monkeypatch.setattr(gpu_kernels, "find_ptxas", lambda: "/bin/true")  # runs, prints nothing
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 64, 256), "bfloat16")
     assert report["status"] == "no_report" and report["error"].split(":")[0] in gpu_kernels.KERNELS + ("sps_decode_ring",)
+
+
+def test_jax_tritons_launch_records_are_parsed():
+    """A triton_kernel_call's backend config, built byte by byte as protobuf encodes jaxlib's
+    TritonAnyKernelCall: call (1) = {kernel (1) = {name 1, warps 2, shared memory 3, PTX 4}, grid 2-4}."""
+    kernel = b"\x0a\x03abc" + b"\x10\x08" + b"\x18\xac\x02" + b"\x22\x05.ptx!"   # 300 bytes: varint ac 02
+    call = b"\x0a" + bytes([len(kernel)]) + kernel + b"\x10\x07\x18\x0c\x20\x01"
+    blob = zlib.compress(b"\x0a" + bytes([len(call)]) + call)
+    escaped = "".join(f"\\{b:03o}" for b in blob)  # as XLA prints it: octal escapes
+    hlo = f'%c = custom-call(%a), custom_call_target="triton_kernel_call", backend_config="{escaped}"'
+    assert gpu_kernels.triton_calls(hlo) == {
+        "abc": {"grid": [7, 12, 1], "threads": 256, "shared_memory_bytes": 300, "ptx": ".ptx!"}}
+
+
+def _triton_reports(cases):
+    """kernel_report of the jax-triton kernels for each (target, head dim, dtype, variant, tiles or None),
+    in a child process: tests/conftest.py turns Triton's interpreter on, which makes triton's kernels
+    interpreter-only, so the child runs without it."""
+    script = (
+        "import json, sys\n"
+        "from sps_jax import hardware, masks, pallas_attention as pa\n"
+        "from sps_jax.aot import gpu_kernels\n"
+        "out = []\n"
+        "for target, head_dim, dtype, variant, tiles in json.loads(sys.argv[1]):\n"
+        "    tuning = pa.Tuning(*(pa.Tiles(*t) for t in tiles)) if tiles else None\n"
+        "    out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2, head_dim,"
+        f" {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton'))\n"
+        "print(json.dumps(out))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env={**env, "PYTHONPATH": root},
+                          capture_output=True, text=True, timeout=900, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+needs_jax_triton = pytest.mark.skipif(importlib.util.find_spec("jax_triton") is None,
+                                      reason="jax-triton is not installed")
+# SPS on both targets at both head dims, and Standard (twice the positions per tile) on sm_90a at Dh 128.
+TRITON_CASES = [("h100", 64, "bfloat16", "sps"), ("h100", 128, "bfloat16", "sps"), ("b200", 64, "bfloat16", "sps"),
+                ("b200", 128, "bfloat16", "sps"), ("h100", 128, "bfloat16", "standard")]
+
+
+@needs_jax_triton
+def test_the_jax_triton_kernels_compile_without_register_spills():
+    for (target, head_dim, dtype, variant), report in zip(TRITON_CASES, _triton_reports(
+            [case + (None,) for case in TRITON_CASES])):
+        acc = hardware.ACCELERATORS[target]
+        assert report["status"] == "ok", (target, head_dim, variant, report.get("error"))
+        assert report["arch"] == acc.sm_arch and report["kernel_set"] == "triton"
+        assert set(report["kernels"]) == {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv"}
+        for name, k in report["kernels"].items():
+            assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (target, head_dim, name, k)
+            assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (target, head_dim, name, k)
+            assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
+        tuning = pa.default_tuning(head_dim, masks.Visibility(variant).num_streams, major=acc.compute_capability[0],
+                                   table=pa.TRITON_TUNING)
+        assert report["kernels"]["sps_triton_forward"]["grid"] == [SMALL_T // tuning.forward.block_q, 2, 1]
+        assert report["kernels"]["sps_triton_dkv"]["num_warps"] == tuning.dkv.num_warps
+
+
+@needs_jax_triton
+def test_the_jax_triton_reports_see_spills_and_shared_memory_beyond_the_card():
+    """Controls of the check above. The Pallas kernels' Hopper Dh-128 dK/dV tiles (4 warps) spill in
+    jax-triton's binary, which is why pallas_attention.TRITON_TUNING gives that kernel 8 warps; and
+    4 stages of 128 x 128 tiles at Dh 128 ask more shared memory than an H100 block has."""
+    hopper_128 = pa.TUNING[(9, 128)]
+    as_pallas = [[t.block_q, t.block_k, t.num_warps, t.num_stages]
+                 for t in (hopper_128.forward, hopper_128.dq, hopper_128.dkv)]
+    spilling, too_big = _triton_reports([("h100", 128, "bfloat16", "sps", as_pallas),
+                                         ("h100", 128, "bfloat16", "sps", [[128, 128, 8, 4]] * 3)])
+    assert spilling["status"] == "ok"
+    dkv = spilling["kernels"]["sps_triton_dkv"]
+    assert dkv["num_warps"] == 4 and dkv["spill_store_bytes"] > 0
+    assert too_big["status"] == "compile_error"
+    assert "Shared memory size limit exceeded" in too_big["error"]
