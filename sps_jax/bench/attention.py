@@ -1,7 +1,7 @@
 """``python -m sps_jax.bench attention``: a block-skipping kernel vs dense causal attention.
 
 For each variant: forward and forward+backward time of a kernel (``--backend``: the Pallas
-kernel on GPU, splash on TPU), next to dense causal attention over the same T*S interleaved
+kernel on GPU, or the same kernels through jax-triton; splash on TPU), next to dense causal attention over the same T*S interleaved
 slots and over T (what a Standard model pays): ``jax.nn.dot_product_attention`` (cuDNN where
 available, else XLA) on GPU, splash's own causal mask on TPU. TFLOP/s use computed scores
 (docs/design.md section 7): 4*B*H*K*N_computed forward and 2.5x that backward; the dense
@@ -29,7 +29,8 @@ from sps_jax import attention, bench, cli, config as sps_config, hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
-KERNELS = ("pallas", "splash")
+KERNELS = ("pallas", "triton", "splash")
+TRITON_KERNELS = ("pallas", "triton")  # the two sets of the same Triton kernels: tiles, warps, stages
 
 
 def add_shape_flags(p) -> None:
@@ -66,9 +67,9 @@ def parse_args(argv):
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
     tiles = p.add_argument_group(
         "tiles", "override every kernel's launch (default: pallas, the per-target table pallas_attention.TUNING "
-        f"for the head dim; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas: positions per tile, "
-        f"powers of two; splash: --block-q interleaved rows and --block-k keys, multiples of {sp.LANES}; "
-        "--num-warps and --num-stages are pallas's only")
+        f"for the head dim, triton, its TRITON_TUNING; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas and "
+        f"triton: positions per tile, powers of two; splash: --block-q interleaved rows and --block-k keys, "
+        f"multiples of {sp.LANES}; --num-warps and --num-stages are pallas's and triton's only")
     for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
                        ("num-stages", "pipeline stages")):
         tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
@@ -88,8 +89,13 @@ def parse_args(argv):
         args.backend = "splash" if jax.default_backend() == "tpu" else "pallas"
     if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):
         p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
+    if args.backend == "triton":
+        from sps_jax import triton_attention
+
+        if triton_attention.triton is None:
+            p.error(triton_attention.NEEDS)
     try:
-        if args.backend == "pallas":
+        if args.backend in TRITON_KERNELS:
             tuning_for(args, pa.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
     except ValueError as e:
@@ -100,7 +106,7 @@ def parse_args(argv):
 def tuning_for(args, streams: int) -> pa.Tuning:
     """The target's default tiles for the head dim and a variant of ``streams`` streams, with any
     flag given replacing that field in all three kernels (--block-q is positions, for every variant)."""
-    base = pa.default_tuning(args.head_dim, streams)
+    base = pa.default_tuning(args.head_dim, streams, table=pa.TRITON_TUNING if args.backend == "triton" else pa.TUNING)
     given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
              if getattr(args, f) is not None}
     if not given:
@@ -122,7 +128,7 @@ def describe(args) -> str:
         bs = splash_blocks(args)
         return f"splash blocks {bs.block_q}x{bs.block_kv}"
     one, two = tuning_for(args, 1), tuning_for(args, pa.TUNING_STREAMS)
-    tiles = f"pallas tiles {describe_tiles(two)}"
+    tiles = f"{args.backend} tiles {describe_tiles(two)}"
     return tiles if one == two else f"{tiles} (standard: {describe_tiles(one)})"
 
 
@@ -135,6 +141,12 @@ def make_kernel(args):
     if args.backend == "pallas":
         return (lambda q, k, v, doc, vis, interpret: pa.attention(
                     q, k, v, doc, vis, interpret=interpret, tuning=tuning_for(args, vis.num_streams)),
+                lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
+    if args.backend == "triton":  # the interpreter, where it runs, is decided when triton is imported
+        from sps_jax import triton_attention
+
+        return (lambda q, k, v, doc, vis, interpret: triton_attention.attention(
+                    q, k, v, doc, vis, tuning=tuning_for(args, vis.num_streams)),
                 lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
     bs = splash_blocks(args)
     sp._check_block_sizes(bs)
@@ -263,7 +275,7 @@ def timing_table(args, interpret=False):
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
         r = row(f"{args.backend} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
         r.update(variant=variant, counts=counts)
-        if args.backend == "pallas":
+        if args.backend in TRITON_KERNELS:
             r["tuning"] = dataclasses.asdict(tuning_for(args, vis.num_streams))
         for label, ref in base.items():
             r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
@@ -283,6 +295,7 @@ def timing_table(args, interpret=False):
 
 # The interpret-mode check's small shapes: several blocks each way, a document boundary inside a block.
 SMALL = {"pallas": dict(B=1, T=48, H=2, Dh=16, block_q=16, block_k=16, boundary=30),
+         "triton": dict(B=1, T=48, H=2, Dh=16, block_q=16, block_k=16, boundary=30),
          "splash": dict(B=1, T=200, H=2, Dh=16, block_q=128, block_k=128, boundary=130)}
 
 
@@ -312,6 +325,14 @@ def cpu_report(args):
     blocks = {"block_q": small["block_q"], "block_k": small["block_k"]}
     kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks}))
     window = min(w, 20)
+    if args.backend == "triton":
+        from sps_jax import triton_attention
+
+        if not triton_attention.interpreting():
+            print("interpret-mode check skipped: set TRITON_INTERPRET=1 before starting Python to run the triton "
+                  "kernels in Triton's interpreter.")
+            print("Timings need a GPU: run the same command on one.")
+            return results
     print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
     rng = np.random.default_rng(0)
     doc = np.zeros((small["B"], small["T"]), np.int32)
@@ -337,7 +358,7 @@ def main(argv=None):
     on_device = jax.default_backend() in ("gpu", "tpu")
     results = timing_table(args) if on_device else cpu_report(args)
     config = vars(args)
-    tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend == "pallas" else
+    tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend in TRITON_KERNELS else
              {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)

@@ -29,6 +29,25 @@ def test_benchmark_tables_and_json(tmp_path):
     assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
 
 
+def test_the_jax_triton_kernels_are_benched_with_their_own_tiles(tmp_path):
+    """--backend triton: the timing plumbing (Triton's interpreter, as tests/conftest.py sets it), its
+    tiles from TRITON_TUNING, and the CPU report's interpreter check."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax_triton")
+    args = bench_attention.parse_args(["--backend", "triton", "--variants", "sps", "--batch", "1", "--seq-len", "16",
+                                       "--heads", "1", "--head-dim", "8", "--window", "4", "--block-q", "8",
+                                       "--block-k", "8", "--dtype", "float32", "--iters", "1"])
+    (r,) = bench_attention.timing_table(args)["rows"]
+    assert r["name"].startswith("triton sps") and r["tuning"]["dkv"]["block_q"] == 8
+    out = tmp_path / "bench.json"
+    assert bench_attention.main(["--backend", "triton", "--variants", "sps", "--seq-len", "1024", "--head-dim", "128",
+                                 "--heads", "6", "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
+    # The Hopper Dh-128 dK/dV entry is jax-triton's own (8 warps), not Pallas's (4).
+    assert saved["tuning"]["dkv"]["num_warps"] == 8
+
+
 def test_splash_tables_json_and_documents(tmp_path):
     args = bench_attention.parse_args(["--backend", "splash", "--variants", "sps", "--batch", "1", "--seq-len", "200",
                                        "--heads", "1", "--head-dim", "16", "--window", "4", "--dtype", "float32",
