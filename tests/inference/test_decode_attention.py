@@ -137,12 +137,13 @@ def test_the_past_is_one_interval_per_row():
     np.testing.assert_array_equal(np.asarray(kv_cache.past_start(vis, slot_pos, slot_doc, 4)), [2, 2])
 
 
-def test_the_kernel_serves_only_gpu_pallas_steps_and_only_while_jax_has_it(monkeypatch):
+def test_the_kernel_serves_only_gpu_kernel_backends_and_only_while_jax_has_it(monkeypatch):
     from sps_jax import mesh as sps_mesh
 
     assert decode_attention.kernel_split("pallas", 4096) is None  # this CPU: XLA
     monkeypatch.setattr(sps_mesh, "target_platform", lambda: "gpu")
     assert decode_attention.kernel_split("auto", 4096) == decode_attention.Split(16, 64)
+    assert decode_attention.kernel_split("triton", 4096) == decode_attention.Split(16, 64)
     assert decode_attention.kernel_split("xla", 4096) is None
     monkeypatch.setattr(decode_attention, "KERNEL_MODULE", "jax.experimental.no_such_decode_kernel")
     assert decode_attention.kernel_split("pallas", 4096) is None  # removed from jax: XLA, same results
