@@ -1,9 +1,11 @@
 """Orbax checkpoints of a run folder: ``<workdir>/checkpoints/<step>/``.
 
 Every checkpoint holds (at least) the items ``params`` (the f32 parameter pytree) and
-``meta`` (JSON: step, tokens seen, ...); training adds the optimizer state and the data
-iterator. The run folder around them (``config.json``, finding a run, loading a model) is
-``sps_jax.runs``.
+``meta`` (JSON: step, tokens seen, ..., and ``trained_as``: the model fields that change what the weights
+compute but not their shapes, ``model.FUNCTION_FIELDS``); training adds the optimizer state and the data
+iterator. Every reader that pairs a checkpoint with a config holds the two to agree
+(:func:`check_trained_as`), since every variant has the same shapes. The run folder around them
+(``config.json``, finding a run, loading a model) is ``sps_jax.runs``.
 
 Reliability (README: What you can rely on): :func:`problem` is a cheap check that a
 checkpoint is complete; a training run resumes from the newest checkpoint that passes it and
@@ -31,6 +33,8 @@ JSON_ITEMS = ("meta", "data")
 TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
 # What a reader of a run without a checkpoint (killed before its first save) can do.
 NO_CHECKPOINT_ADVICE = "train it until it saves one (train.checkpoint_every), or pass a run that has one"
+# The meta item's record of the model the weights were trained as (ModelConfig.function_fields).
+TRAINED_AS = "trained_as"
 
 
 class _QuietOrbax(logging.Filter):
@@ -140,12 +144,47 @@ def _is_other_model(exc: BaseException) -> bool:
         s in str(exc) for s in ("is not compatible with the stored shape", "tree structures do not match"))
 
 
-def save_params(workdir: str, step: int, params, meta: dict | None = None) -> None:
-    """A weights-only checkpoint at ``step`` (written synchronously)."""
+def _meta(step: int, trained_as: dict, meta: dict | None) -> dict:
+    """The meta item of every checkpoint: its step, the writer's fields, and what the weights were trained as."""
+    return {"step": int(step), **(meta or {}), TRAINED_AS: dict(trained_as)}
+
+
+def recorded_model(workdir: str, step: int) -> dict:
+    """The model fields checkpoint ``step`` records it was trained as; empty for one written before checkpoints
+    recorded them, or whose meta item cannot be read (its weights may still load; nothing can be checked)."""
+    try:
+        meta = files.read_json(os.path.join(step_dir(workdir, step), "meta", "metadata"))
+    except (ValueError, OSError):
+        return {}
+    record = meta.get(TRAINED_AS) if isinstance(meta, dict) else None
+    return record if isinstance(record, dict) else {}
+
+
+class OtherModel(UserError):
+    """A checkpoint records another model than the config it is read with."""
+
+
+def check_trained_as(workdir: str, step: int, expected: dict, against: str, fix: str) -> None:
+    """One sentence (:class:`OtherModel`) when checkpoint ``step`` was trained as another model than
+    ``expected`` (the ModelConfig.function_fields of the config ``against`` names) on a field both name;
+    read from its meta item alone, before any weights load. A checkpoint without the record passes silently
+    (docs/design.md section 9)."""
+    recorded = recorded_model(workdir, step)
+    differ = [k for k in expected if k in recorded and recorded[k] != expected[k]]
+    if differ:
+        def fields(values):
+            return ", ".join(f"{k}={values[k]!r}" for k in differ)
+        raise OtherModel(f"checkpoint step {step} of {workdir} was trained as {fields(recorded)}, but {against} "
+                         f"says {fields(expected)}: {fix}.")
+
+
+def save_params(workdir: str, step: int, params, trained_as: dict, meta: dict | None = None) -> None:
+    """A weights-only checkpoint at ``step`` (written synchronously) of a model ``trained_as``
+    (ModelConfig.function_fields)."""
     with manager(workdir, enable_async_checkpointing=False) as mngr:
         mngr.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params),
-            meta=ocp.args.JsonSave({"step": int(step), **(meta or {})})), force=True)
+            meta=ocp.args.JsonSave(_meta(step, trained_as, meta))), force=True)
         mngr.wait_until_finished()
 
 
@@ -253,11 +292,12 @@ class SaveFailed(UserError):
 
 
 class TrainCheckpoints:
-    """A training run's checkpoints: asynchronous saves whose failure stops the run in one sentence,
-    the ``keep`` latest plus every ``milestone_every``-th step, and broken ones left alone."""
+    """A training run's checkpoints of a model ``trained_as`` (ModelConfig.function_fields): asynchronous saves
+    whose failure stops the run in one sentence, the ``keep`` latest plus every ``milestone_every``-th step, and
+    broken ones left alone."""
 
-    def __init__(self, workdir: str, milestone_every: int = 0, keep: int = 1, warn=print):
-        self.workdir, self.warn = workdir, warn
+    def __init__(self, workdir: str, trained_as: dict, milestone_every: int = 0, keep: int = 1, warn=print):
+        self.workdir, self.trained_as, self.warn = workdir, dict(trained_as), warn
         self.broken: set[int] = set()
         self.good: int | None = None      # the newest checkpoint known complete (restored or saved)
         self.pending: int | None = None   # a save started and not yet known complete
@@ -273,12 +313,14 @@ class TrainCheckpoints:
         ``restore`` does not raise; None when there is none at all.
 
         Each newer broken one is named in one warning and left in place (:class:`_Retention` keeps
-        it); when no checkpoint is intact, or a checkpoint holds another model, one sentence stops.
+        it); when no checkpoint is intact, or a checkpoint holds or records another model, one sentence stops.
         """
         tried = []
         for step in reversed(self.steps()):
             reason = problem(self.workdir, step)
             if reason is None:
+                check_trained_as(self.workdir, step, self.trained_as, "this config",
+                                 "resume with the model settings it was trained with, or use a new --workdir")
                 try:
                     state = restore(step)
                 except Exception as e:
@@ -310,7 +352,7 @@ class TrainCheckpoints:
             self.mngr.save(step, args=ocp.args.Composite(
                 params=ocp.args.StandardSave(params),
                 opt_state=ocp.args.StandardSave(opt_state),
-                meta=ocp.args.JsonSave({"step": int(step), **meta}),
+                meta=ocp.args.JsonSave(_meta(step, self.trained_as, meta)),
                 data=ocp.args.JsonSave(data_state)), force=True)
         except Exception as e:
             self.pending = step

@@ -28,6 +28,11 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 EXECUTION_FIELDS = ("attention", "remat", "loss_chunk", "prefill_chunk", "residual_dtype")
 # Fields that fix the parameters' shapes: weights move between models that agree on these.
 SHAPE_FIELDS = ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size")
+# Fields that change the function trained weights compute but not their shapes: every checkpoint records them
+# (sps_jax.checkpoint), since the weights cannot show them. The compute dtypes change only rounding, and seq_len,
+# init_std how far the model was trained and how it started, so a run may be read with other values of those.
+FUNCTION_FIELDS = ("variant", "window", "persistent_window", "rope_theta", "norm_eps", "eos_id", "predict_id",
+                   "pad_id")
 
 # The longest context: a two-stream variant's 2T entries are indexed in int32 (masks, kernels, KV cache).
 MAX_SEQ_LEN = 2 ** 30
@@ -171,6 +176,11 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"unknown model config field(s) {unknown}: valid fields are {sorted(known)}.")
         return cls(**items)
+
+    @property
+    def function_fields(self) -> dict:
+        """The values of :data:`FUNCTION_FIELDS`, as a checkpoint records what its weights were trained as."""
+        return {name: getattr(self, name) for name in FUNCTION_FIELDS}
 
 
 def check_tokens(tokens_BT, cfg: ModelConfig) -> None:

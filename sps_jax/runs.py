@@ -303,6 +303,10 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
     if step not in found:
         raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else
                                                                 f" yet: {checkpoint.NO_CHECKPOINT_ADVICE}."))
+    try:  # the weights are the saved config's model, as changed below says
+        check_trained_as(workdir, step, model_config(saved, workdir))
+    except ValueError as e:
+        raise UserError(f"{flag}: {cli.sentence(e)}") from None
     changed = model_differences(saved, config)
     shapes = [k for k in changed if k in sps_model.SHAPE_FIELDS]
     if shapes:
@@ -316,14 +320,38 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
     """Write a loadable run folder with just the weights (conversions, tests, exports)."""
     write_config(workdir, config)
-    checkpoint.save_params(workdir, step, params, meta)
+    trained_as = sps_model.ModelConfig.from_config(config.model).function_fields
+    checkpoint.save_params(workdir, step, params, trained_as, meta)
 
 
-def _load(path: str, step: int | None):
-    """(config, its ModelConfig, params, step); a config.json that is not a model stops before any weights load."""
+def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> None:
+    """One sentence when checkpoint ``step`` (None: the latest) of ``workdir`` records another model than ``cfg``,
+    read from its config.json (:func:`sps_jax.checkpoint.check_trained_as`); a step it does not have passes, for
+    the restore to say so."""
+    found = checkpoint.steps(workdir)
+    step = found[-1] if step is None and found else step
+    if step in found:
+        checkpoint.check_trained_as(
+            workdir, step, cfg.function_fields, os.path.join(workdir, CONFIG_FILE),
+            f"put back the {CONFIG_FILE} the run was trained with (this one was edited, or the checkpoints were "
+            "copied from another run)")
+
+
+def read_run(path: str, step: int | None = None):
+    """(run folder, step, config, ModelConfig) of a run folder or checkpoint path and an asked-for step (None:
+    the latest), read and checked before any weights load: config.json describes a model, and the checkpoint
+    was trained as that model (:func:`check_trained_as`)."""
     workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
     cfg = model_config(config, workdir)
+    check_trained_as(workdir, step, cfg)
+    return workdir, step, config, cfg
+
+
+def _load(path: str, step: int | None):
+    """(config, its ModelConfig, params, step); a config.json that is not this checkpoint's model stops before any
+    weights load."""
+    workdir, step, config, cfg = read_run(path, step)
     params, step = checkpoint.restore_params(workdir, step)
     return config, cfg, params, step
 

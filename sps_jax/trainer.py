@@ -357,7 +357,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         run = setup(config, p, devices)
         micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
 
-        ckpts = checkpoint.TrainCheckpoints(workdir, t.milestone_every, warn=_warn)
+        ckpts = checkpoint.TrainCheckpoints(workdir, cfg.function_fields, t.milestone_every, warn=_warn)
         writer = None
         try:
             start_step, params, opt_state, elapsed_before, iterator = _start(

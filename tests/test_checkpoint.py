@@ -19,6 +19,7 @@ from sps_jax.cli import UserError
 SHARDING = jax.sharding.SingleDeviceSharding(jax.devices()[0])
 TARGET = ({"w": jax.ShapeDtypeStruct((4,), jnp.float32, sharding=SHARDING)},
           {"m": jax.ShapeDtypeStruct((2,), jnp.float32, sharding=SHARDING)})
+TRAINED_AS = {"variant": "sps", "window": 2}  # what the toy weights stand for
 
 
 def save(ckpts, step):
@@ -28,7 +29,7 @@ def save(ckpts, step):
 
 
 def run_with_steps(workdir, steps, milestone_every=0):
-    ckpts = checkpoint.TrainCheckpoints(str(workdir), milestone_every)
+    ckpts = checkpoint.TrainCheckpoints(str(workdir), TRAINED_AS, milestone_every)
     for step in steps:
         save(ckpts, step)
     ckpts.close()
@@ -90,7 +91,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint_and_keeps_the_broken_
         f.truncate(3)
     broken = digest(checkpoint.step_dir(workdir, 6))
     warnings = []
-    ckpts = checkpoint.TrainCheckpoints(workdir, 2, warn=warnings.append)
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=warnings.append)
     step, (params, _, meta, data) = ckpts.restore_newest_intact(restore(ckpts))
     assert step == 4 and meta["tokens_seen"] == 40 and data == {"next_index": 4}
     np.testing.assert_array_equal(params["w"], np.full(4, 4.0))
@@ -106,11 +107,23 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint_and_keeps_the_broken_
     assert "moved the broken checkpoint step 6" in warnings[-1]
 
 
+def test_resuming_checkpoints_of_another_model_than_this_config_is_refused_before_restoring(tmp_path):
+    # A standard run's checkpoints copied into an sps run's folder: the same shapes, so they restored and trained on.
+    workdir = run_with_steps(tmp_path, [2, 4])
+    ckpts = checkpoint.TrainCheckpoints(workdir, {"variant": "sps", "window": 4})
+    with pytest.raises(checkpoint.OtherModel, match=rf"^checkpoint step 4 of {workdir} was trained as window=2, but "
+                                                    r"this config says window=4: resume with the model settings it "
+                                                    r"was trained with, or use a new --workdir\.$"):
+        ckpts.restore_newest_intact(lambda step: pytest.fail("restored"))
+    ckpts.close()
+    assert checkpoint.recorded_model(workdir, 4) == TRAINED_AS
+
+
 def test_no_intact_checkpoint_is_one_sentence(tmp_path):
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
     for step in (2, 4):
         shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, step), "data"))
-    ckpts = checkpoint.TrainCheckpoints(workdir, 2)
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2)
     with pytest.raises(UserError, match=r"no intact checkpoint in .*step 4: its data item is missing; "
                                         r"step 2: its data item is missing"):
         ckpts.restore_newest_intact(restore(ckpts))
@@ -187,7 +200,7 @@ def test_a_failed_save_is_one_sentence_naming_the_last_good_checkpoint(tmp_path,
         return await real_rename(src, dst)
 
     monkeypatch.setattr(async_path, "rename", disk_full_at_step_3)
-    ckpts = checkpoint.TrainCheckpoints(str(tmp_path), 0)
+    ckpts = checkpoint.TrainCheckpoints(str(tmp_path), TRAINED_AS, 0)
     save(ckpts, 2)
     with pytest.raises(checkpoint.SaveFailed, match=r"saving checkpoint step 3 in .* failed .*No space left on device"
                                                     r".*its last good checkpoint is step 2"):

@@ -73,6 +73,83 @@ def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path, fi
         runs.load_model(str(tmp_path / "run"))
 
 
+def run_of_another_variant(tmp_path, how):
+    """An sps run folder (w=2) whose latest checkpoint is a standard run's ("copied"), or whose config.json was
+    edited after training ("edited": window 2 -> 8); each variant has the same shapes, so the weights cannot show it."""
+    import shutil
+    save_small_run(tmp_path / "sps")
+    if how == "copied":
+        save_small_run(tmp_path / "standard", "standard")
+        shutil.rmtree(tmp_path / "sps" / "checkpoints")
+        shutil.copytree(tmp_path / "standard" / "checkpoints", tmp_path / "sps" / "checkpoints")
+        return str(tmp_path / "sps"), "variant='standard', window=None", "variant='sps', window=2"
+    config = json.loads((tmp_path / "sps" / "config.json").read_text())
+    config["model"]["window"] = 8
+    (tmp_path / "sps" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "sps"), "window=2", "window=8"
+
+
+def no_weights(*args, **kwargs):
+    raise AssertionError("the weights were loaded before the mismatch was found")
+
+
+@pytest.mark.parametrize("how", ["copied", "edited"])
+def test_a_checkpoint_of_another_model_than_its_config_json_is_refused_before_its_weights_load(tmp_path, monkeypatch,
+                                                                                               how):
+    from sps_jax import checkpoint
+    run, trained, says = run_of_another_variant(tmp_path, how)
+    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
+    sentence = (rf"checkpoint step 5 of {run} was trained as {trained}, but {run}/config\.json says {says}: put back "
+                r"the config\.json the run was trained with \(this one was edited, or the checkpoints were copied from "
+                r"another run\)\.$")
+    for load in (runs.load_model, runs.load_run):
+        with pytest.raises(checkpoint.OtherModel, match=sentence):
+            load(run)
+    # A new run starting from those weights (train.init_from) is told the same before they load.
+    config = ml_collections.ConfigDict(json.loads((tmp_path / "sps" / "config.json").read_text()))
+    config.train.init_from = run
+    with pytest.raises(ValueError, match=rf"^train\.init_from={run}: {sentence[:-1]}"):
+        runs.check_init_from(config)
+
+
+def test_every_command_that_loads_a_run_refuses_a_checkpoint_of_another_model_in_one_sentence(tmp_path, monkeypatch,
+                                                                                             capsys):
+    from sps_jax import checkpoint, export_torch
+    from sps_jax.analysis import probes
+    from sps_jax.evaluation import evaluate
+    from sps_jax.inference import generate
+    from tests.helpers import write_token_folder
+    run, trained, says = run_of_another_variant(tmp_path, "copied")
+    write_token_folder(tmp_path / "data")
+    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
+    commands = {"export-torch": (export_torch.main, [run, "--out", str(tmp_path / "out.pt")]),
+                "generate": (generate.main, ["--workdir", run, "--prompt", "a"]),
+                "evaluate": (evaluate.main, ["--workdir", run, "--val-data", str(tmp_path / "data")]),
+                "probes": (probes.main, ["window-nll", "--workdir", run, "--val-data", str(tmp_path / "data"),
+                                         "--out", str(tmp_path / "probes")])}
+    for name, (main, argv) in commands.items():
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"was trained as {trained}, but {run}/config.json says {says}: " in err, (name, err)
+    assert sorted(os.listdir(tmp_path)) == ["data", "sps", "standard"]  # nothing written
+
+
+def test_a_checkpoint_written_before_checkpoints_recorded_their_model_loads_as_before(tmp_path):
+    # Nothing can be checked: it loads as its config.json says, without a word (docs/design.md section 9).
+    from sps_jax import checkpoint
+    run, _, _ = run_of_another_variant(tmp_path, "copied")
+    meta_file = os.path.join(checkpoint.step_dir(run, 5), "meta", "metadata")
+    meta = json.loads(open(meta_file).read())
+    del meta[checkpoint.TRAINED_AS]
+    with open(meta_file, "w") as f:
+        json.dump(meta, f)
+    net, _, step = runs.load_model(run)
+    assert (net.cfg.variant, net.cfg.window, step) == ("sps", 2, 5)
+    config = ml_collections.ConfigDict(json.loads(open(os.path.join(run, "config.json")).read()))
+    config.train.init_from = run
+    assert runs.check_init_from(config) == (run, 5, [])
+
+
 def test_run_info_names_the_scale_from_the_dimensions_and_counts_tokens_seen(tmp_path):
     save_small_run(tmp_path / "run", "standard", 8, metrics_lines=[
         {"step": 2, "tokens_seen": 100, "loss": 3.0}, {"step": 4, "tokens_seen": 180, "loss": 2.5},

@@ -139,9 +139,8 @@ def _check_inputs(args) -> list:
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     docs = []
     for w in args.workdir:
-        workdir, _ = runs.find_run(w)
-        config = runs.read_config(workdir)
-        cfg = _with_overrides(runs.model_config(config, workdir), args)
+        _, _, config, cfg = runs.read_run(w)  # and its checkpoint was trained as that model
+        cfg = _with_overrides(cfg, args)
         data = _data_dir(args, config)
         loader.open_tokens(data, args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
         if args.context is not None and args.context > cfg.seq_len:  # the settings record what was used

@@ -90,8 +90,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         raise ValueError("--task-data needs --tasks naming those tasks.")
     tokens = None
     if keys or val_data:  # the run's model (its config.json) against the tokenizer and the token folder
-        workdir, _ = runs.find_run(path)
-        cfg = runs.model_config(runs.read_config(workdir), workdir)
+        cfg = runs.read_run(path, step)[3]
     if keys:
         lm_eval_adapter.check_tokenizer(tokenizer, cfg)
     if val_data:  # manifest, size, EOS id, vocabulary

@@ -130,9 +130,7 @@ def main(argv=None) -> int:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.
-    workdir, _ = runs.find_run(cli.run_argument(args))
-    config = runs.read_config(workdir)
-    cfg = runs.model_config(config, workdir)
+    cfg = runs.read_run(cli.run_argument(args))[3]  # and the checkpoint was trained as that model
     overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
