@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -149,3 +150,10 @@ def decoded_png(path):
     assert pixels.ndim == 3 and pixels.shape[2] in (3, 4), pixels.shape
     assert pixels[..., :3].std() > 0.05, f"{path} is blank"
     return pixels
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on: a hub endpoint there refuses every connection, as offline."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -24,6 +24,7 @@ LOW_LEVEL = {
     "sps_jax.torch_layout": set(),
     "sps_jax.tracking": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.token_folder": {"sps_jax.cli", "sps_jax.files"},
+    "sps_jax.hub": set(),
 }
 
 

@@ -22,7 +22,7 @@ import os
 import sysconfig
 from typing import Iterator
 
-from sps_jax import files
+from sps_jax import files, hub
 from sps_jax.cli import MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -126,11 +126,6 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
         raise UserError(f"{path} cannot be read past a damaged part ({' '.join(str(e).split())[:200]}).") from None
 
 
-# How long the first request of a hf: source may wait for the hub: it answers in well under a second when it can be
-# reached, where `datasets` retries an unreachable hub five times (about 24 s) before it fails.
-HUB_PROBE_SECONDS = 5.0
-
-
 def _datasets():
     try:
         import datasets
@@ -145,26 +140,15 @@ def _unreachable(name: str, reason: str) -> ConnectionError:
 
 
 def _check_hub(name: str) -> None:
-    """Ask the hub once, within :data:`HUB_PROBE_SECONDS`, for the dataset's info: an unreachable hub or an unknown
-    dataset is one sentence at once. Any other answer (a gated dataset, a rate limit, a server error), offline mode
-    (HF_HUB_OFFLINE) and a local dataset folder (which `datasets` reads without the hub) are left to `datasets`."""
+    """Ask the hub once (:func:`sps_jax.hub.probe`): an unreachable hub or an unknown dataset is one sentence at
+    once; anything else is left to `datasets`."""
     _datasets()  # the package a hf: source needs, named before the hub is asked
-    import huggingface_hub
-    from huggingface_hub import constants, utils
-
-    if constants.HF_HUB_OFFLINE or os.path.exists(name):
-        return
-    try:
-        huggingface_hub.HfApi().dataset_info(name, timeout=HUB_PROBE_SECONDS)
-    except utils.GatedRepoError:
-        return
-    except utils.RepositoryNotFoundError:
+    reason = hub.probe(name)
+    if reason == hub.UNKNOWN:
         raise UserError(f"the Hugging Face hub has no dataset {name!r} that this machine may read (a private one needs "
-                        "`hf auth login`): check the name, e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT.") from None
-    except utils.HfHubHTTPError:
-        return
-    except Exception as e:  # the HTTP client's transport errors (httpx's or requests', by version): no answer at all
-        raise _unreachable(name, f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+                        "`hf auth login`): check the name, e.g. hf:HuggingFaceFW/fineweb-edu:sample-10BT.")
+    if reason is not None:
+        raise _unreachable(name, reason)
 
 
 def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:

@@ -37,6 +37,27 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
                        include_defaults=include_defaults)
 
 
+def check_hub(keys, task_data: dict[str, str], manager) -> None:
+    """One sentence, within ``hub.PROBE_SECONDS``, when a task lm-eval would fetch from the hub has a dataset that is
+    not in the local cache and the hub cannot be reached (offline), where `datasets` would retry for about 24 s.
+    A task read from ``task_data`` or whose dataset is cached is not asked about: lm-eval reads it offline as before."""
+    from sps_jax import hub
+
+    missing = {}
+    for key in keys:
+        entry = manager.task_index.get(paper_tasks.lm_eval_name(key))
+        name = (getattr(entry, "cfg", None) or {}).get("dataset_path")  # a group's tasks are left to lm-eval
+        if key not in task_data and isinstance(name, str) and name.count("/") == 1 and not os.path.exists(name) \
+                and not hub.cached(name):
+            missing[key] = name
+    reason = hub.probe(next(iter(missing.values()))) if missing else None
+    if reason not in (None, hub.UNKNOWN):  # a dataset the hub does not know is lm-eval's to say
+        datasets = ", ".join(f"{key} ({name})" for key, name in missing.items())
+        raise cli.UserError(f"the Hugging Face hub cannot be reached ({reason}) and the data of {datasets} is not in "
+                            f"the local cache: this needs the network; offline, pass --task-data TASK=FILE (the hub "
+                            f"dataset's fields) for {', '.join(missing)}.")
+
+
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
                 limit: int | None = None, include_defaults: bool = True) -> tuple[dict, dict]:
     """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
@@ -97,7 +118,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
         val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
-        paper_tasks.check_known(keys, task_manager(include_path, include_defaults).all_tasks)
+        manager = task_manager(include_path, include_defaults)
+        paper_tasks.check_known(keys, manager.all_tasks)
+        check_hub(keys, dict(task_data or {}), manager)
     net, params, step = runs.load_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)

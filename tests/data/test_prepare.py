@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ from sps_jax import vocab
 from sps_jax.data import __main__ as data_cli
 from sps_jax.data import corpus, prepare, tokenizer
 from tests import fuzz
-from tests.helpers import REPO, ensure_tokenizer, env, own_lines
+from tests.helpers import REPO, closed_port, ensure_tokenizer, env, own_lines
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -325,13 +324,6 @@ def test_a_hugging_face_source_without_a_name_is_one_sentence(tmp_path):
     outcome = fuzz.call(data_cli.main, ["prepare", "--source", "hf:", "--out", str(tmp_path / "o")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "names no dataset: pass hf:NAME[:CONFIG]" in outcome.stderr and not (tmp_path / "o").exists()
-
-
-def closed_port() -> int:
-    """A local TCP port nothing listens on: a hub endpoint there refuses every connection, as offline."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_an_unreachable_hub_is_one_sentence_within_seconds(tmp_path):

@@ -4,6 +4,7 @@ a clear error before any weights are loaded."""
 import json
 import shutil
 import sys
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +14,8 @@ from sps_jax import cli, model as sps_model, runs
 from sps_jax.evaluation import evaluate, lm_eval_adapter
 from sps_jax.inference import scoring
 from tests import fuzz
-from tests.evaluation.helpers import CharTokenizer, expected_mc, save_tiny_run, write_val_data
+from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, write_val_data
+from tests.helpers import closed_port
 
 
 def fixed_window_nll(net, params, tokens):
@@ -194,6 +196,52 @@ def test_task_data_the_hub_cannot_serve_is_one_sentence_naming_task_data(local_t
     assert str(raised.value) == (
         "lm-eval could not fetch task data (Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)): "
         "this needs the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) for tiny_mc.")
+
+
+@pytest.fixture
+def offline_hub_task(tmp_path, monkeypatch):
+    """(include path, caches) of a task whose dataset is on the hub, with the hub at a closed local port (as offline)
+    and empty local caches."""
+    huggingface_hub, datasets = pytest.importorskip("huggingface_hub"), pytest.importorskip("datasets")
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "hub_mc.yaml").write_text(MC_YAML.replace("task: tiny_mc", "task: hub_mc").replace(
+        "dataset_path: json", "dataset_path: someone/hub_mc").format(data="unused"))
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    return str(tmp_path / "yaml"), tmp_path / "datasets"
+
+
+def test_a_hub_task_offline_and_not_cached_is_one_sentence_within_seconds(tmp_path, offline_hub_task):
+    # Offline, `datasets` retried the hub five times (about 25 s, after the weights loaded) before its error.
+    start = time.time()
+    with pytest.raises(cli.UserError) as raised:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], include_path=offline_hub_task[0],
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+    assert time.time() - start < 10
+    assert str(raised.value).startswith("the Hugging Face hub cannot be reached (")
+    assert str(raised.value).endswith(") and the data of hub_mc (someone/hub_mc) is not in the local cache: this needs "
+                                      "the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) "
+                                      "for hub_mc.")
+
+
+def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, offline_hub_task, monkeypatch):
+    # `datasets` reads it offline: the hub is not asked, so the evaluation goes on to load the weights.
+    from sps_jax import hub
+    include_path, cache = offline_hub_task
+    (cache / "someone___hub_mc" / "default" / "0.0.0" / "0123abcd").mkdir(parents=True)  # as `datasets` prepares one
+    monkeypatch.setattr(hub, "probe", lambda name: pytest.fail("the hub was asked"))
+
+    def loading(*args, **kwargs):
+        raise LookupError("loading")
+    monkeypatch.setattr(runs, "load_model", loading)
+    with pytest.raises(LookupError, match="loading"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], include_path=include_path,
+                                     tokenizer=CharTokenizer(), include_defaults=False)
 
 
 def test_a_token_folder_of_another_eos_id_is_refused_before_loading_weights(tmp_path):
