@@ -12,6 +12,7 @@ Tasks run through lm-evaluation-harness (``sps_jax.evaluation.lm_eval_adapter``)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -58,6 +59,24 @@ def check_hub(keys, task_data: dict[str, str], manager) -> None:
                             f"dataset's fields) for {', '.join(missing)}.")
 
 
+@contextlib.contextmanager
+def _no_git_hash():
+    """lm-eval logs the working directory's commit by running `git describe` with this process's stderr, so outside
+    a git checkout every evaluation printed git's "fatal: not a git repository" line. Only lm-eval's results are
+    kept, never that hash: it is not asked for."""
+    from lm_eval import evaluator
+
+    ask = getattr(evaluator, "get_git_commit_hash", None)
+    if ask is None:  # another lm-eval: nothing to quiet
+        yield
+        return
+    evaluator.get_git_commit_hash = lambda: None
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = ask
+
+
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
                 limit: int | None = None, include_defaults: bool = True) -> tuple[dict, dict]:
     """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
@@ -79,8 +98,9 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
                 names[key] = paper_tasks.local_task_name(key)
             specs.append(spec)
         try:
-            out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
-                                  task_manager=manager, log_samples=False, bootstrap_iters=0)
+            with _no_git_hash():
+                out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
+                                      task_manager=manager, log_samples=False, bootstrap_iters=0)
         except ConnectionError as e:  # datasets' "Couldn't reach 'NAME' on the Hub (...)", after its retries
             offline = (f"; offline, pass --task-data TASK=FILE (the hub dataset's fields) for {', '.join(fetched)}"
                        if fetched else "")

@@ -14,7 +14,7 @@ from sps_jax import cli, model as sps_model, runs
 from sps_jax.evaluation import evaluate, lm_eval_adapter
 from sps_jax.inference import scoring
 from tests import fuzz
-from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, write_val_data
+from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, tiny, write_val_data
 from tests.helpers import closed_port
 
 
@@ -242,6 +242,22 @@ def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, 
     with pytest.raises(LookupError, match="loading"):
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], include_path=include_path,
                                      tokenizer=CharTokenizer(), include_defaults=False)
+
+
+def test_lm_eval_run_outside_a_git_checkout_prints_no_line_of_git(tmp_path, local_tasks, monkeypatch, capfd):
+    # lm-eval ran `git describe` for its results' git_hash with our stderr: "fatal: not a git repository ...".
+    if shutil.which("git") is None:
+        pytest.skip("without git there is no git line to print")
+    (tmp_path / "work").mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git looks no further up: no checkout around
+    monkeypatch.chdir(tmp_path / "work")
+    net, params = tiny()
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params), tokenizer=CharTokenizer())
+    capfd.readouterr()
+    results, _ = evaluate.run_lm_eval(lm, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
+    assert "tiny_mc" in results
+    err = capfd.readouterr().err
+    assert "git" not in err, err
 
 
 def test_a_token_folder_of_another_eos_id_is_refused_before_loading_weights(tmp_path):
