@@ -183,6 +183,10 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
                         f"{os.path.join(path, 'results.json')}.")
+    if path.endswith(tuple(filter(None, (os.sep, os.altsep)))) or os.path.basename(path) in (".", ".."):
+        # a folder that does not exist yet: the writer's temporary file would go there, after the command's work
+        raise UserError(f"{flag} {path} names a folder (it ends in {os.path.basename(path) or os.sep!r}), not a file: "
+                        f"pass a file name, for example {os.path.join(path, 'results.json')}.")
     _refuse_inputs(path, flag, inputs)
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or {rename}.")

@@ -19,7 +19,9 @@ from tests import fuzz
 def test_output_file_refuses_empty_folders_and_existing_files_unless_forced(tmp_path):
     earlier = tmp_path / "results.json"
     earlier.write_text("{}")
-    for path, match in (("", "empty"), (" ", "empty"), (str(tmp_path), "is a folder"), (str(earlier), "--force")):
+    for path, match in (("", "empty"), (" ", "empty"), (str(tmp_path), "is a folder"), (str(earlier), "--force"),
+                        (str(tmp_path / "new") + os.sep, r"names a folder \(it ends in '/'\)"),
+                        (str(tmp_path / "new") + os.sep + ".", r"names a folder \(it ends in '\.'\)")):
         with pytest.raises(UserError, match=match):
             files.output_file(path, "--out")
     assert files.output_file(str(earlier), "--out", force=True) == str(earlier)
@@ -107,12 +109,14 @@ def commands(tmp_path, out):
     }
 
 
-@pytest.mark.parametrize("kind", ["folder", "existing", "empty", "under_a_file"])
+# "new_folder": a folder that does not exist yet (generate --out new/ wrote its results, then failed on the
+# temporary file's folder).
+@pytest.mark.parametrize("kind", ["folder", "existing", "empty", "under_a_file", "new_folder"])
 def test_every_writer_refuses_a_bad_output_before_any_work(tmp_path, kind):
     existing = tmp_path / "earlier.png"
     existing.write_text("an earlier result")
     out = {"folder": str(tmp_path), "existing": str(existing), "empty": "",
-           "under_a_file": str(existing / "new.png")}[kind]
+           "under_a_file": str(existing / "new.png"), "new_folder": str(tmp_path / "new") + os.sep}[kind]
     for name, (main, argv) in commands(tmp_path, out).items():
         if name == "figures" and kind == "folder":
             continue  # figures wants a .png name first
