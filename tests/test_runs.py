@@ -130,7 +130,8 @@ def test_every_command_that_loads_a_run_refuses_a_checkpoint_of_another_model_in
     for name, (main, argv) in commands.items():
         assert main(argv) == 2, name
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"was trained as {trained}, but {run}/config.json says {says}: " in err, (name, err)
+        assert err.count("\n") == 1, (name, err)
+        assert f"was trained as {trained}, but {run}/config.json says {says}: " in err, (name, err)
     assert sorted(os.listdir(tmp_path)) == ["data", "sps", "standard"]  # nothing written
 
 

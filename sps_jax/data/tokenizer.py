@@ -42,10 +42,18 @@ def _sha256(path: str) -> str:
 
 
 def from_ranks_file(path: str):
+    """The GPT-2 Encoding of a ranks file; one sentence when the file is a ranks file of another vocabulary, whose
+    ids would mean other text (and which tiktoken cannot encode every text with: it panics on a missing byte)."""
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
 
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=load_tiktoken_bpe(path),
+    ranks = load_tiktoken_bpe(path)
+    missing_bytes = sum(bytes([b]) not in ranks for b in range(256))
+    if len(ranks) != vocab.EOS_ID or missing_bytes or max(ranks.values()) != vocab.EOS_ID - 1:
+        raise TokenizerMissing(f"{path} holds the ranks of another vocabulary ({len(ranks)} ranks, {missing_bytes} of "
+                               f"the 256 bytes missing; GPT-2's has {vocab.EOS_ID} ids below EOS, every byte among "
+                               f"them): pass the path of a gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={EOS_TOKEN: vocab.EOS_ID})
 
 
@@ -60,6 +68,8 @@ def get_tokenizer(ranks_path: str | None = None):
     if os.path.isfile(path):
         try:
             enc = from_ranks_file(path)
+        except TokenizerMissing:
+            raise
         except Exception as exc:  # tiktoken's parse errors do not name the file
             raise TokenizerMissing(f"{path} is not a gpt2.tiktoken ranks file ({type(exc).__name__}): run "
                                    f"`{PROVISION_COMMAND}` or pass the path of a gpt2.tiktoken file.") from None

@@ -1,6 +1,7 @@
 """Evaluating a checkpoint writes the results-JSON contract, one per checkpoint from the command line; bad input is
 a clear error before any weights are loaded."""
 
+import base64
 import json
 import shutil
 import sys
@@ -372,11 +373,17 @@ def test_a_run_with_no_checkpoint_yet_says_what_to_do(tmp_path):
 @pytest.mark.parametrize("flags, sentence", [
     (["--tokenizer", "missing.tiktoken"], "tokenizer file 'missing.tiktoken' does not exist"),
     (["--tokenizer", "garbage.tiktoken"], "garbage.tiktoken is not a gpt2.tiktoken ranks file"),
+    # A ranks file of another vocabulary: tiktoken panicked on the first text with a byte it lacks, after the weights
+    # and lm-eval loaded.
+    (["--tokenizer", "other.tiktoken"], "other.tiktoken holds the ranks of another vocabulary (100 ranks, 156 of the "
+                                        "256 bytes missing; GPT-2's has 50256 ids below EOS, every byte among them)"),
     (["--task-data", "arc_easy=missing.jsonl"], "local data for task 'arc_easy' not found at 'missing.jsonl'")])
 def test_a_missing_file_of_the_lm_eval_tasks_is_named_before_lm_eval_loads(tmp_path, monkeypatch, flags, sentence):
     # These were found only once lm-eval had loaded and listed its tasks (8 s on a laptop).
     save_tiny_run(tmp_path / "run")
     (tmp_path / "garbage.tiktoken").write_bytes(bytes(range(256)))
+    ranks = "".join(f"{base64.b64encode(bytes([i])).decode()} {i}\n" for i in range(100))  # a 100-id vocabulary
+    (tmp_path / "other.tiktoken").write_text(ranks)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing lm-eval now fails
     outcome = fuzz.call(evaluate.main, ["--workdir", "run", "--tasks", "arc_easy", "--out", "o.json", *flags])
