@@ -141,6 +141,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         manager = task_manager(include_path, include_defaults)
         paper_tasks.check_known(keys, manager.all_tasks)
         check_hub(keys, dict(task_data or {}), manager)
+        paper_tasks.check_task_fields(dict(task_data or {}), {
+            key: getattr(manager.task_index.get(paper_tasks.lm_eval_name(key)), "cfg", None) for key in keys})
     net, params, step = runs.load_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)

@@ -102,6 +102,63 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
         _data_format(path)
 
 
+# The fields of a task's documents that its prompt, target and choices are rendered from.
+_TEMPLATES = ("doc_to_text", "doc_to_target", "doc_to_choice")
+
+
+def _template_fields(task_cfg: dict) -> set[str]:
+    """The document fields a task's Jinja templates read; none known when it rewrites its documents first
+    (``process_docs``) or a template is code rather than text."""
+    import jinja2
+    from jinja2 import meta
+
+    if task_cfg.get("process_docs"):
+        return set()
+    fields = set()
+    for name in _TEMPLATES:
+        template = task_cfg.get(name)
+        if isinstance(template, str) and "{" in template:
+            try:
+                fields |= meta.find_undeclared_variables(jinja2.Environment().parse(template))
+            except jinja2.TemplateSyntaxError:
+                return set()  # lm-eval's to say
+    return fields
+
+
+def _first_record_fields(path: str) -> set[str] | None:
+    """The field names of a local task file's first record (a Parquet file's columns), or None when it cannot be
+    read here (the loader then says why)."""
+    import gzip
+    import json
+
+    try:
+        if _data_format(path) == "parquet":
+            import pyarrow.parquet as pq
+            return set(pq.read_schema(path).names)
+        with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+            if path.lower().endswith((".jsonl", ".jsonl.gz")):
+                record = json.loads(next((line for line in f if line.strip()), "null"))
+            else:  # a list of records, or columns of values
+                record = json.load(f)
+                record = record[0] if isinstance(record, list) and record else record
+    except Exception:  # unreadable here: datasets names the problem when it loads the file
+        return None
+    return set(record) if isinstance(record, dict) else None
+
+
+def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) -> None:
+    """One sentence when a local task file's records lack a field its task's templates read (``task_configs``: key ->
+    lm-eval task config): lm-eval stopped on it with a Jinja traceback once the weights and the tasks had loaded."""
+    for key, path in task_data.items():
+        needed = _template_fields(task_configs.get(key) or {})
+        have = _first_record_fields(path) if needed else None
+        missing = sorted(needed - have) if have is not None else []
+        if missing:
+            raise ValueError(f"--task-data {key}={path}: its records have no {'fields' if len(missing) > 1 else 'field'} "
+                             f"{', '.join(missing)}, which lm-eval's task reads (they have "
+                             f"{', '.join(sorted(have)) or 'none'}): pass a file with the hub dataset's fields.")
+
+
 def local_task_name(key: str) -> str:
     """The task that reads ``key``'s evaluation split from a local file."""
     return LOCAL_PREFIX + key

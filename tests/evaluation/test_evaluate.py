@@ -245,6 +245,28 @@ def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, 
                                      tokenizer=CharTokenizer(), include_defaults=False)
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
+def test_task_data_without_a_field_the_task_reads_is_refused_before_loading_weights(tmp_path, local_tasks,
+                                                                                    monkeypatch, suffix):
+    # lm-eval stopped on it mid-run with a Jinja traceback ('question' is undefined), after the weights loaded.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    records = [{"query": "what color is the sky?", "choices": ["blue", "red"], "gold": 0}]
+    data = tmp_path / f"renamed{suffix}"
+    if suffix == ".parquet":
+        pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+        pq.write_table(pa.Table.from_pylist(records), data)
+    else:
+        data.write_text("\n".join(map(json.dumps, records)) if suffix == ".jsonl" else json.dumps(records))
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], task_data={"tiny_mc": str(data)},
+                                     include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
+                                     include_defaults=False)
+    assert str(refusal.value) == (f"--task-data tiny_mc={data}: its records have no field question, which lm-eval's "
+                                  "task reads (they have choices, gold, query): pass a file with the hub dataset's "
+                                  "fields.")
+
+
 def test_lm_eval_run_outside_a_git_checkout_prints_no_line_of_git(tmp_path, local_tasks, monkeypatch, capfd):
     # lm-eval ran `git describe` for its results' git_hash with our stderr: "fatal: not a git repository ...".
     if shutil.which("git") is None:
