@@ -164,8 +164,10 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     dims = torch_layout.check(sd)
     fields = torch_layout.model_fields(model_args)
     notes = []
+    exported = None  # the model an exported run was trained as
     if stored_config is not None:
         config = _stored(stored_config)
+        exported = _function_fields(config.model)
     elif variant == FROM_FILE:
         raise UserError("the checkpoint does not say which variant it is (its config names no model class of "
                         "the authors'): pass --variant (standard, sps, "
@@ -225,7 +227,24 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
+    imported = _function_fields(config.model)
+    changed = sorted(k for k in imported if exported and k in exported and exported[k] != imported[k])
+    if changed:  # allowed (an analysis may want it), never silent, as for a file of theirs
+        notes.append(f"the flags replace the {', '.join(f'{k}={exported[k]!r}' for k in changed)} the exported run "
+                     f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
+                     "computes other logits than the exported one")
     return config, notes
+
+
+def _function_fields(model) -> dict | None:
+    """The fields of what a model section computes beyond its shapes (``model.FUNCTION_FIELDS``), or None when the
+    section describes no model."""
+    from sps_jax import model as sps_model
+
+    try:
+        return sps_model.ModelConfig.from_config(model).function_fields
+    except (ValueError, TypeError):
+        return None
 
 
 def check_out(out: str, force: bool) -> None:

@@ -248,3 +248,17 @@ def test_a_bfloat16_export_imports_as_the_rounded_weights_at_the_step_asked(tmp_
                                      params)
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), rounded, back))
     assert not jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), params, back))
+
+
+def test_an_export_imported_as_another_model_says_so_in_a_note(tmp_path):
+    # The flags replaced the variant or window an exported run was trained as without a word (a file of the authors'
+    # got a note); its weights then computed other logits than the exported run.
+    run = make_run(tmp_path / "run", "sps", 3)
+    export_torch.export_run(run, str(tmp_path / "ckpt.safetensors"))
+    _, _, notes = import_torch.import_checkpoint(str(tmp_path / "ckpt.safetensors"), str(tmp_path / "same"))
+    assert notes == []
+    _, _, notes = import_torch.import_checkpoint(str(tmp_path / "ckpt.safetensors"), str(tmp_path / "standard"),
+                                                 variant="standard", overrides=["model.rope_theta=500.0"])
+    assert notes == ["the flags replace the rope_theta=10000.0, variant='sps', window=3 the exported run was trained "
+                     "as with rope_theta=500.0, variant='standard', window=None: the imported model computes other "
+                     "logits than the exported one"]
