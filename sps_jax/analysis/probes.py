@@ -100,7 +100,7 @@ def plot_window_nll(results, path):
 
 def _with_overrides(cfg, args):
     """The run's model with --attention/--dtype applied (validated like any ModelConfig)."""
-    overrides = {k: v for k, v in (("attention", args.attention), ("dtype", args.dtype)) if v}
+    overrides = {k: v for k, v in (("attention", args.attention), ("dtype", args.dtype)) if v is not None}
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 

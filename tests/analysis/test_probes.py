@@ -100,6 +100,18 @@ def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
     assert "manifest.json" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, sentence", [("--dtype", "model.dtype must be one of ['bfloat16', 'float16', 'float32'], "
+                                                       "got ''"),
+                                            ("--attention", "unknown attention backend ''")])
+def test_an_empty_override_is_refused_not_ignored(cli_fixture, monkeypatch, flag, sentence):
+    # --dtype "" (an unset shell variable, say) ran with the run's own dtype without a word.
+    root = cli_fixture
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
+                                      "--out", str(root / "empty_flag"), flag, ""])
+    assert outcome.status == 2 and outcome.problem() is None and sentence in outcome.stderr, outcome.stderr
+
+
 def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(cli_fixture, monkeypatch):
     root = cli_fixture
     monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
