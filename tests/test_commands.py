@@ -114,7 +114,11 @@ ANSWERED_WITHOUT_JAX = {
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "x", "--prompts-file", "p.txt"],
                                    ["--workdir", "w", "--prompt", "x", "--max-new-tokens", "ten"],
-                                   ["--workdir", "", "--prompt", "x"], ["--prompt", "x"]],
+                                   ["--workdir", "", "--prompt", "x"], ["--prompt", "x"],
+                                   # sampling settings no sampler can use (they loaded jax first)
+                                   ["--workdir", "w", "--prompt", "x", "--temperature", "nan"],
+                                   ["--workdir", "w", "--prompt", "x", "--temperature", "1", "--top-p", "0"],
+                                   ["--workdir", "w", "--prompt", "x", "--top-k", "5"]],
 }
 
 

@@ -112,14 +112,7 @@ def _completions(cfg, params, step: int, prompts, records, *, batch_size: int, m
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    with cli.stop_exits_while_loading():
-        from sps_jax import model as sps_model, runs
-        from sps_jax.inference import decoding, kv_cache
-        from sps_jax.inference.sampling import Sampling
-    if args.out is not None:
-        runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file)])
-
-    from sps_jax.data import tokenizer
+    from sps_jax.inference.sampling import Sampling  # loads no jax: settings no sampler can use answer at once
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     sampling.validate()
@@ -128,6 +121,13 @@ def main(argv=None) -> int:
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
     if args.seed >= 2 ** 31:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
+    with cli.stop_exits_while_loading():
+        from sps_jax import model as sps_model, runs
+        from sps_jax.inference import decoding, kv_cache
+    if args.out is not None:
+        runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file)])
+
+    from sps_jax.data import tokenizer
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.
     cfg = runs.read_run(cli.run_argument(args))[3]  # and the checkpoint was trained as that model

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 _F32 = np.finfo(np.float32)
@@ -33,6 +31,9 @@ class Sampling:
 
 def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
     """Next token per row from the first ``num_tokens`` ids (text tokens and EOS; never <predict> or padding)."""
+    import jax  # here, not above: generate checks a Sampling's settings before it loads jax
+    import jax.numpy as jnp
+
     logits = logits_BV[:, :num_tokens].astype(jnp.float32)
     if sampling.temperature == 0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
