@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     parser.add_argument("--process-id", type=cli.non_negative_int, default=os.environ.get("SPS_JAX_PROCESS_ID"),
                         help="env SPS_JAX_PROCESS_ID")
     args = parser.parse_args(rest)
-    if not args.workdir:
-        parser.error("--workdir must name a folder")
+    if not args.workdir.strip():  # whitespace alone too: it made a run folder named ' '
+        parser.error(f"--workdir {args.workdir!r} must name a folder")
     with cli.stop_exits_while_loading():  # a config builds its model with jax, and the trainer loads it
         config = sps_config.load_config(args.config, overrides)
         sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster

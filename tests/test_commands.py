@@ -108,6 +108,7 @@ ANSWERED_WITHOUT_JAX = {
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"]],
     "sps_jax.train": [["--help"], ["--version"], ["--config", "configs/tiny.py"],
                       ["--config", "configs/tiny.py", "--workdir", ""],
+                      ["--config", "configs/tiny.py", "--workdir", " "],  # made a run folder named ' '
                       ["--config", "configs/tiny.py", "--workdir", "w", "--num-processes", "two"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.seed", "3"],
                       ["--config", "README.md", "--workdir", "w"]],
