@@ -460,16 +460,19 @@ def wait_for_writer(path: str) -> None:
 
 def decode(data: bytes, path: str, errors: str = "strict", line: int | None = None, offset: int = 0,
            hint: str = "") -> str:
-    """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte.
-    A byte-order mark that opens the file (Windows editors write one) is dropped."""
+    """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte and ending in
+    ``hint``, by default to save the file as UTF-8. A byte-order mark that opens the file (Windows editors write one)
+    is dropped."""
     skip = len(codecs.BOM_UTF8) if offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[skip:].decode("utf-8", errors)
     except UnicodeDecodeError as e:
         where = f" line {line}" if line is not None else ""
         start = skip + e.start
+        utf16 = offset + start == 0 and data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
         raise UserError(f"{path}{where} is not UTF-8 text: byte {offset + start} is 0x{data[start]:02x}"
-                        f"{hint}.") from None
+                        f"{' (it opens with a UTF-16 byte-order mark)' if utf16 else ''}"
+                        f"{hint or ': save it as UTF-8'}.") from None
 
 
 class NotAFile(UserError, FileNotFoundError):

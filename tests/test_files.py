@@ -50,8 +50,14 @@ def test_readers_name_the_file_line_and_byte(tmp_path):
     assert files.read_text(str(latin), errors="replace") == "caf\ufffd"
     lines = tmp_path / "c.jsonl"
     lines.write_bytes(b'{"x": 1}\n\n{"x": 2}\n' + b'{"x": \xff}\n{"x": 3}\n')
-    with pytest.raises(UserError, match=r"c\.jsonl line 4 is not UTF-8 text: byte 25 is 0xff"):
+    with pytest.raises(UserError, match=r"c\.jsonl line 4 is not UTF-8 text: byte 25 is 0xff: save it as UTF-8\.$"):
         list(files.read_jsonl(str(lines)))
+    # A file saved as UTF-16 (Notepad's "Unicode") is named as such.
+    utf16 = tmp_path / "d.txt"
+    utf16.write_bytes("hi\n".encode("utf-16"))
+    with pytest.raises(UserError, match=r"d\.txt is not UTF-8 text: byte 0 is 0x(ff|fe) \(it opens with a UTF-16 "
+                                        r"byte-order mark\): save it as UTF-8\.$"):
+        files.read_text(str(utf16))
     lines.write_bytes(b'{"x": 1}\nnot json\n{"x": 3}\n')
     with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 2, column 1"):
         list(files.read_jsonl(str(lines)))
