@@ -5,6 +5,8 @@ per-task expansion. Markdown and LaTeX.
 
 from __future__ import annotations
 
+import math
+
 from sps_jax import cli, config as sps_config, files, masks
 from sps_jax.evaluation import paper_tasks
 
@@ -48,24 +50,28 @@ def load(paths) -> list[dict]:
 
 
 def _bad_field(row) -> str | None:
-    number = lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))  # noqa: E731
+    # evaluate writes NaN as null, so a NaN or infinity was written by hand or by another program
+    number = lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+                                     and math.isfinite(v))
     if not isinstance(row, dict):
         return "it is not an object"
     for field in ("variant", "step"):
         if field not in row:
             return f"it has no {field!r}"
-    if isinstance(row["step"], bool) or not isinstance(row["step"], int):
-        return f"its step {row['step']!r} is not an integer"
+    if isinstance(row["step"], bool) or not isinstance(row["step"], int) or row["step"] < 0:
+        return f"its step {row['step']!r} is not a step (an integer of at least 0)"
+    if number(row.get("tokens_seen")) and (row.get("tokens_seen") or 0) < 0:
+        return f"its tokens_seen {row['tokens_seen']!r} is not a count"
     for field in ("scale", "run"):
         if not (row.get(field) is None or isinstance(row[field], str)):
             return f"its {field} {row[field]!r} is not a name"
     for field in ("val_nll", "corpus_nll_avg", "task_accuracy_avg", "tokens_seen"):
         if not number(row.get(field)):
-            return f"its {field} {row[field]!r} is not a number"
+            return f"its {field} {row[field]!r} is not a finite number"
     for field in ("corpus_nll", "tasks"):
         values = row.get(field, {})
         if not isinstance(values, dict) or not all(map(number, values.values())):
-            return f"its {field} is not an object of numbers"
+            return f"its {field} is not an object of finite numbers"
     return None
 
 

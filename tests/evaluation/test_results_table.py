@@ -87,7 +87,12 @@ def test_one_checkpoint_evaluated_twice_is_refused_naming_both_files(tmp_path):
 @pytest.mark.parametrize("change, sentence", [
     ({"variant": "foo"}, "unknown attention variant 'foo': choose one of standard,"),
     ({"window": "8"}, "window must be an integer from 0 to 2147483647 or None (unbounded), got '8'."),
-    ({"step": "4"}, "its step '4' is not an integer."),
+    ({"step": "4"}, "its step '4' is not a step (an integer of at least 0)."),
+    # Hand-edited or foreign numbers the table printed as nan, inf or a negative count.
+    ({"step": -4}, "its step -4 is not a step (an integer of at least 0)."),
+    ({"val_nll": float("nan")}, "its val_nll nan is not a finite number."),
+    ({"tasks": {"arc_easy": float("inf")}}, "its tasks is not an object of finite numbers."),
+    ({"tokens_seen": -5}, "its tokens_seen -5 is not a count."),
 ])
 def test_a_results_json_with_a_bad_field_is_one_sentence_naming_the_file(tmp_path, change, sentence):
     # A bad variant or window was the model's sentence alone: which of the files it was went unsaid.
