@@ -468,6 +468,10 @@ def unexpanded_home(path: str) -> str | None:
 FILE, FOLDER, FILE_OR_FOLDER = "file", "folder", "file or folder"  # the kinds of input_path
 
 
+# An existing input that is neither a file nor a folder (/dev/stdin, /dev/null): the readers read files on disk.
+NOT_REGULAR = "is no regular file (a pipe, a device or a socket)"
+
+
 def input_path(what: str, kind: str, hint: str):
     """argparse type of a ``kind`` (:data:`FILE`, :data:`FOLDER` or :data:`FILE_OR_FOLDER`) a command reads, named
     ``what`` ("prompts file", "token folder") in the sentence that ends with ``hint`` (what to pass). Refused as an
@@ -483,6 +487,8 @@ def input_path(what: str, kind: str, hint: str):
             raise argparse.ArgumentTypeError(home)
         if kind == FILE and os.path.isdir(text):  # as files.input_file says it
             raise argparse.ArgumentTypeError(f"{what} {text!r} is a folder, not a file: {hint}")
+        if os.path.exists(text) and not (os.path.isfile(text) or os.path.isdir(text)):  # /dev/stdin: "does not exist"
+            raise argparse.ArgumentTypeError(f"{what} {text!r} {NOT_REGULAR}: {hint}")
         if kind == FOLDER and os.path.exists(text) and not os.path.isdir(text):
             raise argparse.ArgumentTypeError(f"{text} is a file, not a {what}: {hint}")
         return text

@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import UserError, unexpanded_home
+from sps_jax.cli import NOT_REGULAR, UserError, unexpanded_home
 
 try:
     import fcntl
@@ -481,15 +481,15 @@ class NotAFile(UserError, FileNotFoundError):
 
 def input_file(path: str, what: str, hint: str = "") -> str:
     """``path`` when it is a file; else one sentence: ``what`` ``path`` starts with a '~' the shell left unexpanded
-    (:func:`sps_jax.cli.unexpanded_home`), does not exist, is a link that leads nowhere, or is a folder, then ``hint``
-    (what to pass instead)."""
+    (:func:`sps_jax.cli.unexpanded_home`), does not exist, is a link that leads nowhere, is a folder, or is no regular
+    file (a pipe such as /dev/stdin, a device), then ``hint`` (what to pass instead)."""
     home = unexpanded_home(path)
     if home is not None:
         raise NotAFile(f"{what} {home}.")
     if not os.path.isfile(path):
         state = ("is a folder, not a file" if os.path.isdir(path) else
                  "is a link that leads nowhere (its target is missing, or links point at each other in a loop)"
-                 if leads_nowhere(path) else "does not exist")
+                 if leads_nowhere(path) else NOT_REGULAR if os.path.exists(path) else "does not exist")
         raise NotAFile(f"{what} {path!r} {state}{': ' + hint if hint else ''}.")
     return path
 

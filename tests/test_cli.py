@@ -333,7 +333,10 @@ def test_every_input_path_of_the_wrong_kind_or_with_an_unexpanded_home_is_refuse
     other = {cli.FILE: ("folder", "folder' is a folder, not a file: "), cli.FOLDER: ("file.txt", "file.txt is a file, not a ")}
     given = [(f"{'~'}/sps-input", "'~/sps-input' starts with '~', which the shell did not expand"),
              ("", "an empty path names no"),
-             *([(str(tmp_path / other[kind][0]), other[kind][1])] if kind in other else [])]
+             *([(str(tmp_path / other[kind][0]), other[kind][1])] if kind in other else []),
+             # a device or pipe (/dev/stdin, <(cmd)) was said not to exist
+             *([(os.devnull, f"{os.devnull!r} is no regular file (a pipe, a device or a socket): ")]
+               if kind != cli.FOLDER else [])]
     for path, sentence in given:
         args = [path if a == "X" else re.sub("RUN|OUT", lambda m: fill[m.group(0)], a) for a in argv]
         one_sentence(fuzz.call(main, args), f"{flag}: ", sentence)

@@ -247,3 +247,12 @@ def test_an_input_file_that_is_a_link_leading_nowhere_is_called_one(tmp_path, ki
         files.input_file(str(link), "prompts file", "pass a text file")
     assert str(refusal.value) == (f"prompts file {str(link)!r} is a link that leads nowhere (its target is missing, "
                                   "or links point at each other in a loop): pass a text file.")
+
+
+def test_an_input_that_is_no_regular_file_is_called_that_not_missing(tmp_path):
+    # /dev/stdin or a pipe given where a file is read was said not to exist.
+    with pytest.raises(files.NotAFile, match=rf"^prompts file {os.devnull!r} is no regular file \(a pipe, a device or a "
+                                             r"socket\): pass a file\.$"):
+        files.input_file(os.devnull, "prompts file", "pass a file")
+    with pytest.raises(files.NotAFile, match=r"does not exist: pass a file\.$"):
+        files.input_file(str(tmp_path / "missing.txt"), "prompts file", "pass a file")
