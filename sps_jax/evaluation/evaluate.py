@@ -46,11 +46,10 @@ def check_hub(keys, task_data: dict[str, str], manager) -> None:
 
     missing = {}
     for key in keys:
-        entry = manager.task_index.get(paper_tasks.lm_eval_name(key))
-        name = (getattr(entry, "cfg", None) or {}).get("dataset_path")  # a group's tasks are left to lm-eval
-        if key not in task_data and isinstance(name, str) and name.count("/") == 1 and not os.path.exists(name) \
-                and not hub.cached(name):
-            missing[key] = name
+        names = [] if key in task_data else _hub_datasets(manager, paper_tasks.lm_eval_name(key))
+        names = [name for name in dict.fromkeys(names) if not os.path.exists(name) and not hub.cached(name)]
+        if names:
+            missing[key] = names[0]
     reason = hub.probe(next(iter(missing.values()))) if missing else None
     if reason not in (None, hub.UNKNOWN):  # a dataset the hub does not know is lm-eval's to say
         datasets = ", ".join(f"{key} ({name})" for key, name in missing.items())
@@ -75,6 +74,25 @@ def _no_git_hash():
         yield
     finally:
         evaluator.get_git_commit_hash = ask
+
+
+def _hub_datasets(manager, name: str, depth: int = 0) -> list[str]:
+    """The hub datasets (NAMESPACE/NAME) lm-eval's task ``name`` reads, or the tasks of the group or tag it is."""
+    entry = manager.task_index.get(name)
+    cfg = getattr(entry, "cfg", None) or {}
+    if entry is None or depth > 8:  # groups of groups are shallow; a cycle is lm-eval's to say
+        return []
+    if "dataset_path" in cfg:
+        path = cfg["dataset_path"]
+        return [path] if isinstance(path, str) and path.count("/") == 1 else []
+    members = cfg.get("task") if cfg.get("group") else sorted(getattr(entry, "tags", None) or ())
+    found = []
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, str):
+            found += _hub_datasets(manager, member, depth + 1)
+        elif isinstance(member, dict):  # a task defined inside the group's YAML
+            found += [member["dataset_path"]] if str(member.get("dataset_path", "")).count("/") == 1 else []
+    return found
 
 
 def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,

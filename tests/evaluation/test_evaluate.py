@@ -212,22 +212,24 @@ def offline_hub_task(tmp_path, monkeypatch):
     (tmp_path / "yaml").mkdir()
     (tmp_path / "yaml" / "hub_mc.yaml").write_text(MC_YAML.replace("task: tiny_mc", "task: hub_mc").replace(
         "dataset_path: json", "dataset_path: someone/hub_mc").format(data="unused"))
+    (tmp_path / "yaml" / "hub_group.yaml").write_text("group: hub_group\ntask:\n  - hub_mc\n")
     save_tiny_run(tmp_path / "run")
     monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
     return str(tmp_path / "yaml"), tmp_path / "datasets"
 
 
-def test_a_hub_task_offline_and_not_cached_is_one_sentence_within_seconds(tmp_path, offline_hub_task):
+@pytest.mark.parametrize("task", ["hub_mc", "hub_group"])  # a group of tasks too (mmlu)
+def test_a_hub_task_offline_and_not_cached_is_one_sentence_within_seconds(tmp_path, offline_hub_task, task):
     # Offline, `datasets` retried the hub five times (about 25 s, after the weights loaded) before its error.
     start = time.time()
     with pytest.raises(cli.UserError) as raised:
-        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], include_path=offline_hub_task[0],
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [task], include_path=offline_hub_task[0],
                                      tokenizer=CharTokenizer(), include_defaults=False)
     assert time.time() - start < 10
     assert str(raised.value).startswith("the Hugging Face hub cannot be reached (")
-    assert str(raised.value).endswith(") and the data of hub_mc (someone/hub_mc) is not in the local cache: this needs "
-                                      "the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) "
-                                      "for hub_mc.")
+    assert str(raised.value).endswith(f") and the data of {task} (someone/hub_mc) is not in the local cache: this "
+                                      "needs the network; offline, pass --task-data TASK=FILE (the hub dataset's "
+                                      f"fields) for {task}.")
 
 
 def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, offline_hub_task, monkeypatch):
