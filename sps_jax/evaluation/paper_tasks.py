@@ -106,23 +106,23 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
 _TEMPLATES = ("doc_to_text", "doc_to_target", "doc_to_choice")
 
 
-def _template_fields(task_cfg: dict) -> set[str]:
-    """The document fields a task's Jinja templates read; none known when it rewrites its documents first
-    (``process_docs``) or a template is code rather than text."""
+def _template_fields(key: str, task_cfg: dict) -> set[str]:
+    """The document fields task ``key``'s Jinja templates read (none known when it rewrites its documents first,
+    ``process_docs``); one sentence when a template is not Jinja (lm-eval stopped on it with a traceback, after the
+    weights had loaded)."""
     import jinja2
     from jinja2 import meta
 
-    if task_cfg.get("process_docs"):
-        return set()
     fields = set()
     for name in _TEMPLATES:
         template = task_cfg.get(name)
         if isinstance(template, str) and "{" in template:
             try:
                 fields |= meta.find_undeclared_variables(jinja2.Environment().parse(template))
-            except jinja2.TemplateSyntaxError:
-                return set()  # lm-eval's to say
-    return fields
+            except jinja2.TemplateSyntaxError as e:
+                raise ValueError(f"task {key}'s {name} {template!r} is not a Jinja template ({e.message}): fix it in "
+                                 "the task's YAML.") from None
+    return set() if task_cfg.get("process_docs") else fields
 
 
 def _first_record_fields(path: str) -> set[str] | None:
@@ -147,10 +147,12 @@ def _first_record_fields(path: str) -> set[str] | None:
 
 
 def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) -> None:
-    """One sentence when a local task file's records lack a field its task's templates read (``task_configs``: key ->
-    lm-eval task config): lm-eval stopped on it with a Jinja traceback once the weights and the tasks had loaded."""
+    """One sentence when a task's template is not Jinja, or a local task file's records lack a field its task's
+    templates read (``task_configs``: key -> lm-eval task config): lm-eval stopped on either with a Jinja traceback once
+    the weights and the tasks had loaded."""
+    fields = {key: _template_fields(key, cfg or {}) for key, cfg in task_configs.items()}
     for key, path in task_data.items():
-        needed = _template_fields(task_configs.get(key) or {})
+        needed = fields.get(key, set())
         have = _first_record_fields(path) if needed else None
         missing = sorted(needed - have) if have is not None else []
         if missing:

@@ -269,6 +269,19 @@ def test_task_data_without_a_field_the_task_reads_is_refused_before_loading_weig
                                   "fields.")
 
 
+def test_a_task_template_that_is_not_jinja_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch):
+    # lm-eval stopped on it with a TemplateSyntaxError traceback, after the weights loaded.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "broken_mc.yaml").write_text(MC_YAML.replace("task: tiny_mc", "task: broken_mc").replace(
+        "{{{{question}}}}", "{{{{question").format(data=local_tasks / "mc.jsonl"))
+    with pytest.raises(ValueError, match=r"^task broken_mc's doc_to_text 'Question: \{\{question\\nAnswer:' is not a "
+                                         r"Jinja template \(.*\): fix it in the task's YAML\.$"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["broken_mc"], include_path=str(tmp_path / "yaml"),
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+
+
 def test_lm_eval_run_outside_a_git_checkout_prints_no_line_of_git(tmp_path, local_tasks, monkeypatch, capfd):
     # lm-eval ran `git describe` for its results' git_hash with our stderr: "fatal: not a git repository ...".
     if shutil.which("git") is None:
