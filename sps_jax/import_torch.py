@@ -227,8 +227,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
-    imported = _function_fields(config.model)
-    changed = sorted(k for k in imported if exported and k in exported and exported[k] != imported[k])
+    imported = _function_fields(config.model)  # None for a model the import refuses next, in its own sentence
+    changed = sorted(k for k in imported or {} if exported and k in exported and exported[k] != imported[k])
     if changed:  # allowed (an analysis may want it), never silent, as for a file of theirs
         notes.append(f"the flags replace the {', '.join(f'{k}={exported[k]!r}' for k in changed)} the exported run "
                      f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
