@@ -152,6 +152,10 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     s = manifest["splits"]
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")
+    if s["val"]["documents"] == 0:  # train and evaluate --val-data refuse such a folder: say so now, not then
+        log(f"warning: the val split of {out} holds no document (--val-fraction {val_fraction} of "
+            f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a larger "
+            "--val-fraction or more documents.")
     return manifest
 
 

@@ -435,3 +435,13 @@ def test_source_and_out_may_be_pathlib_paths(tmp_path):
     messages = []
     prepare.prepare(src, tmp_path / "out", log=messages.append)  # the same settings: up to date
     assert "already holds" in messages[0]
+
+
+def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path):
+    # Training and evaluate --val-data refused it, later, with "the validation split has 0 tokens".
+    (tmp_path / "one.txt").write_text("a single short document\n")
+    lines = []
+    prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out"), val_fraction=0.01, log=lines.append)
+    assert lines[-1] == (f"warning: the val split of {tmp_path / 'out'} holds no document (--val-fraction 0.01 of 1), "
+                         "which training and evaluate --val-data need: prepare it again with a larger --val-fraction "
+                         "or more documents.")
