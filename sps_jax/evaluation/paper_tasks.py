@@ -120,8 +120,9 @@ def _template_fields(key: str, task_cfg: dict) -> set[str]:
             try:
                 fields |= meta.find_undeclared_variables(jinja2.Environment().parse(template))
             except jinja2.TemplateSyntaxError as e:
-                raise ValueError(f"task {key}'s {name} {template!r} is not a Jinja template ({e.message}): fix it in "
-                                 "the task's YAML.") from None
+                reason = str(e.message).rstrip(".")
+                raise ValueError(f"task {key}'s {name} {template!r} is not a Jinja template ({reason}): fix it in the "
+                                 "task's YAML.") from None
     return set() if task_cfg.get("process_docs") else fields
 
 
@@ -146,11 +147,26 @@ def _first_record_fields(path: str) -> set[str] | None:
     return set(record) if isinstance(record, dict) else None
 
 
+def _check_data_files(key: str, task_cfg: dict) -> None:
+    """One sentence when task ``key``'s YAML reads a local data file, by absolute path, that does not exist: lm-eval
+    said "Unable to find" once the weights had loaded. Relative paths and URLs are `datasets`' to resolve."""
+    data_files = (task_cfg.get("dataset_kwargs") or {}).get("data_files")
+    values = data_files.values() if isinstance(data_files, dict) else [data_files]
+    for value in values:
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, str) and os.path.isabs(path) and not os.path.exists(path):
+                raise FileNotFoundError(f"task {key} reads the data file {path!r}, which does not exist: fix "
+                                        f"data_files in the task's YAML, or pass --task-data {key}=FILE.")
+
+
 def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) -> None:
     """One sentence when a task's template is not Jinja, or a local task file's records lack a field its task's
     templates read (``task_configs``: key -> lm-eval task config): lm-eval stopped on either with a Jinja traceback once
     the weights and the tasks had loaded."""
     fields = {key: _template_fields(key, cfg or {}) for key, cfg in task_configs.items()}
+    for key, cfg in task_configs.items():
+        if key not in task_data:
+            _check_data_files(key, cfg or {})
     for key, path in task_data.items():
         needed = fields.get(key, set())
         have = _first_record_fields(path) if needed else None

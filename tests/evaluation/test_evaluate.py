@@ -282,6 +282,20 @@ def test_a_task_template_that_is_not_jinja_is_refused_before_loading_weights(tmp
                                      tokenizer=CharTokenizer(), include_defaults=False)
 
 
+def test_a_task_reading_a_missing_local_data_file_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch):
+    # lm-eval said only "Unable to find '.../gone.jsonl'", after the weights loaded.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "gone_mc.yaml").write_text(MC_YAML.replace("task: tiny_mc", "task: gone_mc").format(
+        data=tmp_path / "gone.jsonl"))
+    with pytest.raises(FileNotFoundError, match=rf"^task gone_mc reads the data file '{tmp_path}/gone\.jsonl', which "
+                                                r"does not exist: fix data_files in the task's YAML, or pass --task-data "
+                                                r"gone_mc=FILE\.$"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["gone_mc"], include_path=str(tmp_path / "yaml"),
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+
+
 def test_lm_eval_run_outside_a_git_checkout_prints_no_line_of_git(tmp_path, local_tasks, monkeypatch, capfd):
     # lm-eval ran `git describe` for its results' git_hash with our stderr: "fatal: not a git repository ...".
     if shutil.which("git") is None:
