@@ -154,8 +154,8 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")
     if s["val"]["documents"] == 0:  # train and evaluate --val-data refuse such a folder: say so now, not then
         log(f"warning: the val split of {out} holds no document (--val-fraction {val_fraction} of "
-            f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a larger "
-            "--val-fraction or more documents.")
+            f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a "
+            "larger --val-fraction or more documents.")
     return manifest
 
 

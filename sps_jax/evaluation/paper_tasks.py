@@ -172,9 +172,10 @@ def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) 
         have = _first_record_fields(path) if needed else None
         missing = sorted(needed - have) if have is not None else []
         if missing:
-            raise ValueError(f"--task-data {key}={path}: its records have no {'fields' if len(missing) > 1 else 'field'} "
-                             f"{', '.join(missing)}, which lm-eval's task reads (they have "
-                             f"{', '.join(sorted(have)) or 'none'}): pass a file with the hub dataset's fields.")
+            fields_word = "fields" if len(missing) > 1 else "field"
+            raise ValueError(f"--task-data {key}={path}: its records have no {fields_word} {', '.join(missing)}, "
+                             f"which lm-eval's task reads (they have {', '.join(sorted(have)) or 'none'}): pass a "
+                             "file with the hub dataset's fields.")
 
 
 def local_task_name(key: str) -> str:

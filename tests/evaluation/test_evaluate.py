@@ -289,9 +289,9 @@ def test_a_task_reading_a_missing_local_data_file_is_refused_before_loading_weig
     (tmp_path / "yaml").mkdir()
     (tmp_path / "yaml" / "gone_mc.yaml").write_text(MC_YAML.replace("task: tiny_mc", "task: gone_mc").format(
         data=tmp_path / "gone.jsonl"))
-    with pytest.raises(FileNotFoundError, match=rf"^task gone_mc reads the data file '{tmp_path}/gone\.jsonl', which "
-                                                r"does not exist: fix data_files in the task's YAML, or pass --task-data "
-                                                r"gone_mc=FILE\.$"):
+    sentence = (rf"^task gone_mc reads the data file '{tmp_path}/gone\.jsonl', which does not exist: fix data_files in "
+                r"the task's YAML, or pass --task-data gone_mc=FILE\.$")
+    with pytest.raises(FileNotFoundError, match=sentence):
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["gone_mc"], include_path=str(tmp_path / "yaml"),
                                      tokenizer=CharTokenizer(), include_defaults=False)
 
