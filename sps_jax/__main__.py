@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from importlib import metadata
 
-from sps_jax import cli
+from sps_jax import cli, names
 
 
 def commands() -> dict[str, str]:
@@ -16,10 +16,24 @@ def commands() -> dict[str, str]:
             if ep.value.startswith("sps_jax.") and ep.dist is not None and ep.dist.name == "sps-jax"}
 
 
+def _refuse_command(word: str, found: dict[str, str]) -> None:
+    """``python -m sps_jax WORD``: one sentence naming the module that runs command WORD (this one runs none), or the
+    likely one; argparse said only "unrecognized arguments"."""
+    modules = {script.removeprefix("sps-"): module for script, module in found.items()}
+    if word in modules:
+        raise cli.UserError(f"python -m sps_jax runs no command itself: run python -m {modules[word]} (or "
+                            f"sps-{word}) with the same arguments.")
+    raise cli.UserError(f"python -m sps_jax has no command {word!r}{names.did_you_mean(word, modules)}: run "
+                        "python -m sps_jax alone to list the commands and their modules.")
+
+
 @cli.main
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = cli.ArgumentParser(prog="python -m sps_jax", description=__doc__)
-    parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-"):
+        _refuse_command(argv[0], commands())
+    parser.parse_args(argv)
     found = commands()
     if not found:
         raise cli.UserError("sps-jax is not installed, so its commands are not listed: install it with "

@@ -420,6 +420,18 @@ def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
     assert len(own_lines(proc.stderr)) == 1 and "README.md" in proc.stderr
 
 
+@pytest.mark.parametrize("word, sentence", [
+    ("train", "python -m sps_jax runs no command itself: run python -m sps_jax.train (or sps-train) with the same "
+              "arguments."),
+    ("trian", "python -m sps_jax has no command 'trian' (did you mean 'train'?): run python -m sps_jax alone to list "
+              "the commands and their modules.")])
+def test_a_command_given_to_python_m_sps_jax_names_its_module(monkeypatch, word, sentence):
+    # argparse said "unrecognized arguments: trian".
+    from sps_jax import __main__ as sps_main
+    monkeypatch.setattr(sps_main, "commands", lambda: {"sps-train": "sps_jax.train", "sps-data": "sps_jax.data"})
+    one_sentence(fuzz.call(sps_main.main, [word, "--config", "configs/tiny.py"]), sentence)
+
+
 def test_python_m_sps_jax_lists_every_installed_command_with_its_module():
     import tomllib
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:

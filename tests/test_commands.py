@@ -90,7 +90,7 @@ def test_every_command_and_subcommand_answers_version_with_the_installed_version
 # help, version, an unknown flag or subcommand, a missing argument, a bad int, choice or comma list, a config
 # override without its '=' (train's: a bad config file too).
 ANSWERED_WITHOUT_JAX = {
-    "sps_jax.__main__": [["--help"], ["--version"], ["--bogus"]],
+    "sps_jax.__main__": [["--help"], ["--version"], ["--bogus"], ["trian"]],
     "sps_jax.data.__main__": [["--help"], ["--version"], ["prepare", "--help"], ["verify", "--help"],
                               ["prepare", "--bogus"], ["prepare", "--out", "x"],
                               ["prepare", "--source", "x", "--out", "y", "--max-tokens", "ten"], ["frobnicate"]],
