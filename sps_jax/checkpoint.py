@@ -319,8 +319,11 @@ class TrainCheckpoints:
         for step in reversed(self.steps()):
             reason = problem(self.workdir, step)
             if reason is None:
-                check_trained_as(self.workdir, step, self.trained_as, "this config",
-                                 "resume with the model settings it was trained with, or use a new --workdir")
+                # this config is the run's config.json's model (runs.check_workdir): one of the two was swapped
+                check_trained_as(self.workdir, step, self.trained_as, "this config (and the run's config.json)",
+                                 f"move checkpoints copied from another run out of "
+                                 f"{os.path.join(self.workdir, CHECKPOINT_DIR)}, or put back the config.json it was "
+                                 "trained with and resume with those settings, or use a new --workdir")
                 try:
                     state = restore(step)
                 except Exception as e:

@@ -112,8 +112,10 @@ def test_resuming_checkpoints_of_another_model_than_this_config_is_refused_befor
     workdir = run_with_steps(tmp_path, [2, 4])
     ckpts = checkpoint.TrainCheckpoints(workdir, {"variant": "sps", "window": 4})
     with pytest.raises(checkpoint.OtherModel, match=rf"^checkpoint step 4 of {workdir} was trained as window=2, but "
-                                                    r"this config says window=4: resume with the model settings it "
-                                                    r"was trained with, or use a new --workdir\.$"):
+                                                    r"this config \(and the run's config\.json\) says window=4: move "
+                                                    rf"checkpoints copied from another run out of {workdir}/checkpoints, "
+                                                    r"or put back the config\.json it was trained with and resume with "
+                                                    r"those settings, or use a new --workdir\.$"):
         ckpts.restore_newest_intact(lambda step: pytest.fail("restored"))
     ckpts.close()
     assert checkpoint.recorded_model(workdir, 4) == TRAINED_AS
