@@ -333,8 +333,8 @@ def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig)
     if step in found:
         checkpoint.check_trained_as(
             workdir, step, cfg.function_fields, os.path.join(workdir, CONFIG_FILE),
-            f"put back the {CONFIG_FILE} the run was trained with (this one was edited, or the checkpoints were "
-            "copied from another run)")
+            f"put back the {CONFIG_FILE} it was trained with, or the run's own checkpoints (this {CONFIG_FILE} was "
+            "edited, or the checkpoints were copied from another run)")
 
 
 def read_run(path: str, step: int | None = None):

@@ -100,8 +100,8 @@ def test_a_checkpoint_of_another_model_than_its_config_json_is_refused_before_it
     run, trained, says = run_of_another_variant(tmp_path, how)
     monkeypatch.setattr(checkpoint, "restore_params", no_weights)
     sentence = (rf"checkpoint step 5 of {run} was trained as {trained}, but {run}/config\.json says {says}: put back "
-                r"the config\.json the run was trained with \(this one was edited, or the checkpoints were copied from "
-                r"another run\)\.$")
+                r"the config\.json it was trained with, or the run's own checkpoints \(this config\.json was edited, "
+                r"or the checkpoints were copied from another run\)\.$")
     for load in (runs.load_model, runs.load_run):
         with pytest.raises(checkpoint.OtherModel, match=sentence):
             load(run)
