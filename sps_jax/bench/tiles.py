@@ -1,5 +1,8 @@
 """``python -m sps_jax.bench tiles``: sweep each Pallas kernel's tiles, warps and stages against cuDNN.
 
+``--backend triton`` sweeps the same kernels called through jax-triton instead, from their own defaults
+(``pallas_attention.TRITON_TUNING``).
+
 Each kernel (forward, dQ, dK/dV) is swept alone with the other two at the default
 (``pallas_attention.default_tuning`` for the head dim, the variant's streams and this GPU): the
 forward is timed alone, dQ and dK/dV by forward + backward (the same forward in every row, so the
@@ -15,6 +18,7 @@ Timings need a GPU; on other machines the command says so and stops.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import sys
 
@@ -46,15 +50,21 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
     q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
     ct = jnp.ones_like(q)
     baseline = bench_attention.baseline_rows(args, dtype, key)["2T"]  # reads the shape fields of args
-    default = pa.default_tuning(Dh, vis.num_streams)
+    backend = getattr(args, "backend", "pallas")
+    if backend == "triton":  # where it runs (GPU or Triton's interpreter) is decided when triton is imported
+        from sps_jax import triton_attention
+
+        attend, table = triton_attention.attention, pa.TRITON_TUNING
+    else:
+        attend, table = functools.partial(pa.attention, interpret=interpret), pa.TUNING
+    default = pa.default_tuning(Dh, vis.num_streams, table=table)
     out = {"variant": args.variant, "baseline": baseline, "default": dataclasses.asdict(default), "kernels": {}}
     for kernel in args.kernels:
         rows = []
         for tuning in candidates(default, kernel, shapes, launches):
             tiles = getattr(tuning, kernel)
             row = {**dataclasses.asdict(tiles), "default": tiles == getattr(default, kernel)}
-            fn = lambda q, k, v, tuning=tuning: pa.attention(q, k, v, doc, vis, interpret=interpret,  # noqa: E731
-                                                            tuning=tuning)
+            fn = lambda q, k, v, tuning=tuning: attend(q, k, v, doc, vis, tuning=tuning)  # noqa: E731
             fwd, fwd_bwd = bench_attention.forward_and_backward(fn)
             # Only what the swept kernel runs in: the forward alone, or forward + backward.
             timed, inputs, ref = ((fwd, (q, k, v), baseline["fwd_ms"]) if kernel == "forward" else
@@ -97,6 +107,8 @@ def parse_args(argv):
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
+    p.add_argument("--backend", default="pallas", choices=bench_attention.TRITON_KERNELS,
+                   help="the kernel set: pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="dtype of q, k and v")
@@ -105,7 +117,7 @@ def parse_args(argv):
     args = bench.check_json(p.parse_args(argv))
     bench_attention.check_shape_fits(p, args)
     if jax.default_backend() != "gpu":
-        p.error(f"the tile sweep times the Pallas kernels on a GPU, and this machine has none (jax backend "
+        p.error(f"the tile sweep times the {args.backend} kernels on a GPU, and this machine has none (jax backend "
                 f"{jax.default_backend()}): run it where one is attached.")
     return args
 

@@ -21,10 +21,15 @@ def test_candidates_vary_only_the_named_kernel():
 
 
 @pytest.mark.slow  # over 30 s on two cores; run with -m slow
-def test_sweep_plumbing_reports_every_launch_and_the_fastest(monkeypatch):
-    # The CPU has no GPU to time: run the sweep's code on a tiny shape in Pallas's interpreter.
+@pytest.mark.parametrize("backend", ["pallas", "triton"])
+def test_sweep_plumbing_reports_every_launch_and_the_fastest(backend):
+    # The CPU has no GPU to time: run the sweep's code on a tiny shape in Pallas's interpreter, or Triton's
+    # (tests/conftest.py switches it on).
+    if backend == "triton":
+        pytest.importorskip("torch")
+        pytest.importorskip("jax_triton")
     args = argparse.Namespace(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,
-                              head_dim=8, window=4, dtype="float32", iters=1)
+                              head_dim=8, window=4, dtype="float32", iters=1, backend=backend)
     fwd = pa.default_tuning(8, 2).forward
     launches = ((fwd.num_warps, fwd.num_stages), (8, 2))
     result = tiles.sweep(args, interpret=True, shapes=((8, 8), (fwd.block_q, fwd.block_k)), launches=launches)
@@ -41,4 +46,6 @@ def test_sweep_plumbing_reports_every_launch_and_the_fastest(monkeypatch):
 def test_without_a_gpu_the_command_stops_with_one_sentence():
     outcome = fuzz.call(bench_main.main, ["tiles"])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
-    assert "on a GPU" in outcome.stderr
+    assert "the tile sweep times the pallas kernels on a GPU" in outcome.stderr
+    outcome = fuzz.call(bench_main.main, ["tiles", "--backend", "triton"])
+    assert outcome.status == 2 and "the tile sweep times the triton kernels on a GPU" in outcome.stderr
