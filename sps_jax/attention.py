@@ -99,11 +99,13 @@ def resolve(name: str, platform: str | None = None) -> str:
     return AUTO.get(platform or sps_mesh.target_platform(), "xla")
 
 
-def check_available(name: str, platform: str) -> None:
-    """One sentence, before any work, where backend ``name`` cannot run on ``platform``: the jax-triton
-    kernels off a GPU without Triton's interpreter, or without jax-triton. (The Pallas and splash
-    kernels run in their interpreters anywhere.)"""
-    if resolve(name, platform) == "triton":
+def check_available(name: str, platform: str | None = None) -> None:
+    """One sentence, before any work, where backend ``name`` cannot run on ``platform`` (default: jax's
+    default backend, asked only when it matters): the jax-triton kernels off a GPU without Triton's
+    interpreter, or without jax-triton. Every other backend runs anywhere ('auto' never means triton; the
+    Pallas and splash kernels have their interpreters)."""
+    check_backend(name)
+    if name == "triton":
         from sps_jax import triton_attention
 
         triton_attention.where_to_run(platform)

@@ -9,14 +9,16 @@ needs a run's weights, model, name, scale or tokens seen asks this module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
+import sys
 
 import jax
 import ml_collections
 import numpy as np
 
-from sps_jax import checkpoint, cli, config as sps_config, files, metrics, token_folder
+from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, token_folder
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
@@ -340,12 +342,31 @@ def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig)
 def read_run(path: str, step: int | None = None):
     """(run folder, step, config, ModelConfig) of a run folder or checkpoint path and an asked-for step (None:
     the latest), read and checked before any weights load: config.json describes a model, and the checkpoint
-    was trained as that model (:func:`check_trained_as`)."""
+    was trained as that model (:func:`check_trained_as`). The ModelConfig's attention backend is one this
+    machine runs (:func:`runnable_here`)."""
     workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
     cfg = model_config(config, workdir)
     check_trained_as(workdir, step, cfg)
-    return workdir, step, config, cfg
+    return workdir, step, config, runnable_here(cfg, workdir)
+
+
+def runnable_here(cfg: sps_model.ModelConfig, workdir: str) -> sps_model.ModelConfig:
+    """``cfg``, or with ``attention="auto"`` when its backend cannot run on this machine (the jax-triton
+    kernels off a GPU without Triton's interpreter): every backend computes the same attention, so a run
+    trained on a GPU reads anywhere. A note on stderr says so, once per run and backend."""
+    try:
+        attention.check_available(cfg.attention)
+    except UserError as e:
+        _note_backend_swap(workdir, cfg.attention, cli.sentence(e).rstrip("."))
+        return dataclasses.replace(cfg, attention="auto")
+    return cfg
+
+
+@functools.cache
+def _note_backend_swap(workdir: str, backend: str, why: str) -> None:
+    print(f"note: {workdir} was trained with model.attention={backend!r}, which cannot run here ({why}); "
+          "reading it with 'auto', which computes the same attention.", file=sys.stderr)
 
 
 def _load(path: str, step: int | None):

@@ -355,3 +355,28 @@ def test_a_folder_to_write_that_is_a_link_leading_nowhere_is_called_one(tmp_path
             call()
         assert str(refusal.value).startswith(f"{flag} {link} {nowhere}"), refusal.value
     assert os.path.islink(link) and not os.path.exists(link)
+
+
+def test_a_run_trained_with_a_kernel_that_cannot_run_here_is_read_with_auto_and_a_note(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Every backend computes the same attention: a run trained with the jax-triton kernels on a GPU loads on a
+    machine where they cannot run (here: off a GPU without Triton's interpreter), as 'auto', saying so once."""
+    from sps_jax import triton_attention
+
+    save_small_run(tmp_path / "run")
+    config_path = tmp_path / "run" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["model"]["attention"] = "triton"
+    config_path.write_text(json.dumps(config))
+    monkeypatch.setattr(triton_attention, "triton", object())  # installed, whatever this machine has
+    monkeypatch.setattr(triton_attention, "interpreting", lambda: False)
+    cfg = runs.read_run(str(tmp_path / "run"))[3]
+    net, _, _ = runs.load_model(str(tmp_path / "run"))
+    assert cfg.attention == net.cfg.attention == "auto" and cfg.variant == "sps"
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {tmp_path / 'run'} was trained with model.attention='triton', which cannot run here "
+                     "(attention=\"triton\" runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1 before "
+                     "starting Python to run them in Triton's interpreter, or use attention=\"pallas\" or \"xla\"); "
+                     "reading it with 'auto', which computes the same attention."]
+    monkeypatch.setattr(triton_attention, "interpreting", lambda: True)  # where it can run, it is kept
+    assert runs.read_run(str(tmp_path / "run"))[3].attention == "triton"
