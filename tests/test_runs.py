@@ -380,3 +380,28 @@ def test_a_run_trained_with_a_kernel_that_cannot_run_here_is_read_with_auto_and_
                      "reading it with 'auto', which computes the same attention."]
     monkeypatch.setattr(triton_attention, "interpreting", lambda: True)  # where it can run, it is kept
     assert runs.read_run(str(tmp_path / "run"))[3].attention == "triton"
+
+
+def test_an_attention_override_that_cannot_run_here_is_one_sentence_before_the_weights_load(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """generate --attention triton and probes --attention triton, off a GPU without Triton's interpreter."""
+    from sps_jax import checkpoint, triton_attention
+    from sps_jax.analysis import probes
+    from sps_jax.inference import generate
+    from tests.helpers import write_token_folder
+    save_small_run(tmp_path / "run")
+    write_token_folder(tmp_path / "data")
+    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
+    monkeypatch.setattr(triton_attention, "triton", object())  # installed, whatever this machine has
+    monkeypatch.setattr(triton_attention, "interpreting", lambda: False)
+    run = str(tmp_path / "run")
+    commands = {"generate": (generate.main, ["--workdir", run, "--prompt", "a", "--max-new-tokens", "4",
+                                             "--attention", "triton"]),
+                "probes": (probes.main, ["window-nll", "--workdir", run, "--val-data", str(tmp_path / "data"),
+                                         "--attention", "triton", "--out", str(tmp_path / "probes")])}
+    for name, (main, argv) in commands.items():
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, (name, err)
+        assert 'error: attention="triton" runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1' in err
+    assert sorted(os.listdir(tmp_path)) == ["data", "run"]  # nothing written

@@ -99,9 +99,14 @@ def plot_window_nll(results, path):
 
 
 def _with_overrides(cfg, args):
-    """The run's model with --attention/--dtype applied (validated like any ModelConfig)."""
+    """The run's model with --attention/--dtype applied (validated like any ModelConfig), with an attention
+    backend that runs here (one sentence otherwise, before any weights load)."""
     overrides = {k: v for k, v in (("attention", args.attention), ("dtype", args.dtype)) if v is not None}
-    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+    cfg = dataclasses.replace(cfg, **overrides) if overrides else cfg
+    from sps_jax import attention
+
+    attention.check_available(cfg.attention)
+    return cfg
 
 
 def _load(workdir, args):

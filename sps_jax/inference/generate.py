@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     if args.seed >= 2 ** 31:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
     with cli.stop_exits_while_loading():
-        from sps_jax import model as sps_model, runs
+        from sps_jax import attention, model as sps_model, runs
         from sps_jax.inference import decoding, kv_cache
     if args.out is not None:
         runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file)])
@@ -135,6 +135,7 @@ def main(argv=None) -> int:
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
+        attention.check_available(cfg.attention)  # --attention triton where it cannot run: before any weights load
     if args.prompt is not None:
         names, records = ["--prompt"], [{"prompt": args.prompt}]
     else:
