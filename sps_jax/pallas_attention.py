@@ -116,6 +116,9 @@ TUNING = {
 # jax-triton's kernels (sps_jax.triton_attention) take the same tiles, except where their own binary
 # spills: the Hopper Dh-128 dK/dV kernel with 4 warps (48 spill bytes on sm_90a; 0 with 8, at 178 registers).
 TRITON_TUNING = {**TUNING, (9, 128): dataclasses.replace(TUNING[(9, 128)], dkv=Tiles(32, 32, 8, 2))}
+# The two sets of these kernels, by name (`attention="pallas"` and `"triton"`), and each one's defaults.
+TUNING_TABLES = {"pallas": TUNING, "triton": TRITON_TUNING}
+KERNEL_SETS = tuple(TUNING_TABLES)
 TUNING_STREAMS = 2
 # Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
 _WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
@@ -142,10 +145,10 @@ def _target_major() -> int:
 
 
 def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int | None = None,
-                   table: dict = TUNING) -> Tuning:
+                   kernels: str = "pallas") -> Tuning:
     """The tiles for ``head_dim`` and a variant of ``streams`` streams on a GPU of compute
-    capability ``major`` (default: the target), from ``table`` (:data:`TUNING`, or
-    :data:`TRITON_TUNING` for the jax-triton kernels).
+    capability ``major`` (default: the target), for kernel set ``kernels`` (:data:`TUNING_TABLES`:
+    :data:`TUNING`, or :data:`TRITON_TUNING` for the jax-triton kernels).
 
     A query tile holds block_q x S rows, the M of its matrix products, which sets its registers and
     shared memory; so a variant of other than :data:`TUNING_STREAMS` streams takes the table's
@@ -153,6 +156,7 @@ def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int |
     """
     major = _target_major() if major is None else major
     width = pl.next_power_of_2(head_dim)
+    table = TUNING_TABLES[kernels]
     tuning = _WIDE_HEADS if width > 128 else table.get((major, max(width, 64))) or table[(9, max(width, 64))]
     if streams not in (1, TUNING_STREAMS):
         raise ValueError(f"streams must be 1 or {TUNING_STREAMS}, got {streams!r}.")
@@ -623,12 +627,12 @@ def run_flash(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, flash, interpret, t
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
 
 
-def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, table: dict = TUNING) -> Tuning:
+def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, kernels: str = "pallas") -> Tuning:
     """Check the inputs (one sentence each) and return ``tuning``, by default :func:`default_tuning`
-    from ``table`` for the head dim, the streams and the target GPU."""
+    of kernel set ``kernels`` for the head dim, the streams and the target GPU."""
     _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
     if tuning is None:
-        return default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2], table=table)
+        return default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2], kernels=kernels)
     if not isinstance(tuning, Tuning):
         raise TypeError(f"tuning must be a pallas_attention.Tuning, got {type(tuning).__name__}.")
     return tuning

@@ -332,7 +332,7 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *,
               tuning: pa.Tuning | None = None):
     """:func:`sps_jax.pallas_attention.attention` with the jax-triton kernels: the same contract and
     results; default tiles from :data:`sps_jax.pallas_attention.TRITON_TUNING`."""
-    tuning = pa.checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, table=pa.TRITON_TUNING)
+    tuning = pa.checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, kernels="triton")
     interpret, target = where_to_run()
     return pa.run_flash(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis, flash=_flash,
                         interpret=interpret, tuning=tuning, target=target)

@@ -31,9 +31,6 @@ from sps_jax.inference import decode_attention, kv_cache
 KERNELS = ("sps_flash_forward", "sps_flash_dq", "sps_flash_dkv")
 TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash_dkv": "dkv",
                 "sps_triton_forward": "forward", "sps_triton_dq": "dq", "sps_triton_dkv": "dkv"}
-# The kernel sets: Pallas's Triton backend (sps_jax.pallas_attention), or the same kernels in
-# triton.language through jax-triton (sps_jax.triton_attention).
-KERNEL_SETS = ("pallas", "triton")
 
 
 def kernel_names(vis: masks.Visibility, kernels: str = "pallas") -> tuple[str, ...]:
@@ -139,9 +136,9 @@ def triton_calls(hlo_text: str) -> dict:
     for m in re.finditer(r'custom_call_target="triton_kernel_call".*?backend_config="((?:[^"\\]|\\.)*)"',
                          hlo_text):
         outer = dict(_proto_fields(zlib.decompress(ast.literal_eval(f'b"{m[1]}"'))))
-        call = _proto_fields(outer[1])
-        kernel = dict(_proto_fields(dict(call)[1]))
-        grid = [dict(call).get(n, 0) for n in (2, 3, 4)]
+        call = dict(_proto_fields(outer[1]))
+        kernel = dict(_proto_fields(call[1]))
+        grid = [call.get(n, 0) for n in (2, 3, 4)]
         calls[kernel[1].decode()] = {"grid": grid, "threads": 32 * kernel.get(2, 0),
                                      "shared_memory_bytes": kernel.get(3, 0), "ptx": kernel[4].decode()}
     return calls
@@ -183,7 +180,7 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
                   tuning: pa.Tuning | None = None, kernels: str = "pallas") -> dict:
-    """Compile the forward and backward of kernel set ``kernels`` (:data:`KERNEL_SETS`) for ``acc``
+    """Compile the forward and backward of kernel set ``kernels`` (``pallas_attention.KERNEL_SETS``) for ``acc``
     and report each kernel's binary.
 
     Returns ``{"status": "ok" | "compile_error" | "no_report", "error": ..., "kernels": {name: {...}}}``
@@ -194,15 +191,14 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     """
     if acc.platform != "gpu":
         raise ValueError(f"{acc.name} is not a GPU: the Pallas kernels are Triton (GPU) kernels.")
-    if kernels not in KERNEL_SETS:
-        raise ValueError(f"unknown kernel set {kernels!r}: choose one of {', '.join(KERNEL_SETS)}.")
+    if kernels not in pa.KERNEL_SETS:
+        raise ValueError(f"unknown kernel set {kernels!r}: choose one of {', '.join(pa.KERNEL_SETS)}.")
     ptxas = find_ptxas()
     if ptxas is None:
         raise topology.Unavailable('ptxas not found: install the CUDA toolkit or pip install -e ".[aot-gpu]".')
     vis = vis or masks.Visibility("sps")
     major = acc.compute_capability[0]
-    table = pa.TRITON_TUNING if kernels == "triton" else pa.TUNING
-    tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major, table=table)
+    tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major, kernels=kernels)
     device = topology.devices(acc)[0]
     fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device), kernels)
     dump = tempfile.mkdtemp(prefix="sps_jax_ptx_")

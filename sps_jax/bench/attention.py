@@ -29,8 +29,7 @@ from sps_jax import attention, bench, cli, config as sps_config, hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
-KERNELS = ("pallas", "triton", "splash")
-TRITON_KERNELS = ("pallas", "triton")  # the two sets of the same Triton kernels: tiles, warps, stages
+KERNELS = pa.KERNEL_SETS + ("splash",)
 
 
 def add_shape_flags(p) -> None:
@@ -95,7 +94,7 @@ def parse_args(argv):
         if triton_attention.triton is None:
             p.error(triton_attention.NEEDS)
     try:
-        if args.backend in TRITON_KERNELS:
+        if args.backend in pa.KERNEL_SETS:
             tuning_for(args, pa.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
     except ValueError as e:
@@ -106,7 +105,7 @@ def parse_args(argv):
 def tuning_for(args, streams: int) -> pa.Tuning:
     """The target's default tiles for the head dim and a variant of ``streams`` streams, with any
     flag given replacing that field in all three kernels (--block-q is positions, for every variant)."""
-    base = pa.default_tuning(args.head_dim, streams, table=pa.TRITON_TUNING if args.backend == "triton" else pa.TUNING)
+    base = pa.default_tuning(args.head_dim, streams, kernels=args.backend)
     given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
              if getattr(args, f) is not None}
     if not given:
@@ -275,7 +274,7 @@ def timing_table(args, interpret=False):
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
         r = row(f"{args.backend} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
         r.update(variant=variant, counts=counts)
-        if args.backend in TRITON_KERNELS:
+        if args.backend in pa.KERNEL_SETS:
             r["tuning"] = dataclasses.asdict(tuning_for(args, vis.num_streams))
         for label, ref in base.items():
             r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
@@ -312,6 +311,28 @@ def count_rows(args, score_counts, documents: int) -> dict:
     return out
 
 
+def interpret_check(args, kernel, small: dict, window: int) -> dict:
+    """Per variant: the kernel's largest error against the dense reference on the small shape ``small``,
+    and its seconds in the interpreter."""
+    print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
+    rng = np.random.default_rng(0)
+    doc = np.zeros((small["B"], small["T"]), np.int32)
+    doc[:, small["boundary"]:] = 1
+    checked = {}
+    for variant in args.variants:
+        vis = masks.Visibility(variant, window)
+        q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], vis.num_streams, small["H"], small["Dh"])),
+                               jnp.float32) for _ in range(3))
+        t0 = time.perf_counter()
+        got = kernel(q, k, v, doc, vis, True)
+        seconds = time.perf_counter() - t0
+        want = attention.xla_attention(q, k, v, jnp.asarray(doc), vis)
+        err = float(jnp.abs(got - want).max())
+        checked[variant] = {"max_abs_error_vs_xla": err, "seconds": seconds}
+        print(f"  {variant:14s} max |{args.backend} - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
+    return checked
+
+
 def cpu_report(args):
     T, w = args.seq_len, args.window
     _, score_counts = make_kernel(args)
@@ -324,30 +345,13 @@ def cpu_report(args):
     small = SMALL[args.backend]
     blocks = {"block_q": small["block_q"], "block_k": small["block_k"]}
     kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks}))
-    window = min(w, 20)
-    if args.backend == "triton":
-        from sps_jax import triton_attention
+    from sps_jax import triton_attention  # importable without triton; asked only for its kernels
 
-        if not triton_attention.interpreting():
-            print("interpret-mode check skipped: set TRITON_INTERPRET=1 before starting Python to run the triton "
-                  "kernels in Triton's interpreter.")
-            print("Timings need a GPU: run the same command on one.")
-            return results
-    print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
-    rng = np.random.default_rng(0)
-    doc = np.zeros((small["B"], small["T"]), np.int32)
-    doc[:, small["boundary"]:] = 1
-    for variant in args.variants:
-        vis = masks.Visibility(variant, window)
-        q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], vis.num_streams, small["H"], small["Dh"])),
-                               jnp.float32) for _ in range(3))
-        t0 = time.perf_counter()
-        got = kernel(q, k, v, doc, vis, True)
-        seconds = time.perf_counter() - t0
-        want = attention.xla_attention(q, k, v, jnp.asarray(doc), vis)
-        err = float(jnp.abs(got - want).max())
-        results["interpret_check"][variant] = {"max_abs_error_vs_xla": err, "seconds": seconds}
-        print(f"  {variant:14s} max |{args.backend} - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
+    if args.backend == "triton" and not triton_attention.interpreting():
+        print("interpret-mode check skipped: set TRITON_INTERPRET=1 before starting Python to run the triton "
+              "kernels in Triton's interpreter.")
+    else:
+        results["interpret_check"] = interpret_check(args, kernel, small, min(w, 20))
     print(f"Timings need a {'TPU' if args.backend == 'splash' else 'GPU'}: run the same command on one.")
     return results
 
@@ -358,7 +362,7 @@ def main(argv=None):
     on_device = jax.default_backend() in ("gpu", "tpu")
     results = timing_table(args) if on_device else cpu_report(args)
     config = vars(args)
-    tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend in TRITON_KERNELS else
+    tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend in pa.KERNEL_SETS else
              {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)

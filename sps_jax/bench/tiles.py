@@ -54,10 +54,10 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
     if backend == "triton":  # where it runs (GPU or Triton's interpreter) is decided when triton is imported
         from sps_jax import triton_attention
 
-        attend, table = triton_attention.attention, pa.TRITON_TUNING
+        attend = triton_attention.attention
     else:
-        attend, table = functools.partial(pa.attention, interpret=interpret), pa.TUNING
-    default = pa.default_tuning(Dh, vis.num_streams, table=table)
+        attend = functools.partial(pa.attention, interpret=interpret)
+    default = pa.default_tuning(Dh, vis.num_streams, kernels=backend)
     out = {"variant": args.variant, "baseline": baseline, "default": dataclasses.asdict(default), "kernels": {}}
     for kernel in args.kernels:
         rows = []
@@ -107,7 +107,7 @@ def parse_args(argv):
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
-    p.add_argument("--backend", default="pallas", choices=bench_attention.TRITON_KERNELS,
+    p.add_argument("--backend", default="pallas", choices=pa.KERNEL_SETS,
                    help="the kernel set: pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from sps_jax import attention
+from sps_jax import attention, pallas_attention
 from sps_jax import mesh as sps_mesh
 
 
@@ -49,16 +49,12 @@ def split_for(T: int, interpret: bool = False) -> Split | None:
 KERNEL_MODULE = "jax.experimental.pallas.ops.gpu.decode_attention"
 
 
-# The backends whose decode steps use the GPU kernels: the flash kernels in either form (a decode step
-# has no jax-triton kernel of its own; jax's decode kernel serves both while jax has it).
-KERNEL_BACKENDS = ("pallas", "triton")
-
-
 def kernel_split(attention_backend: str, T: int) -> Split | None:
-    """The kernel's split when the step is traced for a GPU with a kernel backend (:data:`KERNEL_BACKENDS`)
-    and this jax still has the kernel (jax 0.12 marks it deprecated), else None (XLA)."""
+    """The kernel's split when the step is traced for a GPU with either set of the flash kernels
+    (``pallas_attention.KERNEL_SETS``: a decode step has no jax-triton kernel of its own, so jax's decode
+    kernel serves both) and this jax still has the kernel (jax 0.12 marks it deprecated), else None (XLA)."""
     platform = sps_mesh.target_platform()
-    if platform != "gpu" or attention.resolve(attention_backend, platform) not in KERNEL_BACKENDS:
+    if platform != "gpu" or attention.resolve(attention_backend, platform) not in pallas_attention.KERNEL_SETS:
         return None
     if importlib.util.find_spec(KERNEL_MODULE) is None:
         return None

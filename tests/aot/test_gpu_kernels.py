@@ -145,7 +145,7 @@ def test_the_jax_triton_kernels_compile_without_register_spills():
             assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (target, head_dim, name, k)
             assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
         tuning = pa.default_tuning(head_dim, masks.Visibility(variant).num_streams, major=acc.compute_capability[0],
-                                   table=pa.TRITON_TUNING)
+                                   kernels="triton")
         assert report["kernels"]["sps_triton_forward"]["grid"] == [SMALL_T // tuning.forward.block_q, 2, 1]
         assert report["kernels"]["sps_triton_dkv"]["num_warps"] == tuning.dkv.num_warps
 
