@@ -292,6 +292,11 @@ def _padded_len(T, multiple):
 # Kernels
 # ----------------------------------------------------------------------------
 
+def tile_side(n: int) -> int:
+    """A Triton tile side covering n rows or keys: a power of two, at least 16 (``tl.dot``'s minimum)."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
 def _dot(a, b, *, trans_b=False):
     """a @ b (or a @ b.T) accumulated in f32."""
     dims = (((1,), (1,)), ((), ())) if trans_b else (((1,), (0,)), ((), ()))

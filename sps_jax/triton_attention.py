@@ -244,28 +244,40 @@ def _from_torch(t, dtype):
     return t.numpy().astype(dtype)
 
 
-def _interpreted(kernel, grid, meta, out_shapes, *inputs):
-    """One launch in Triton's interpreter on CPU tensors (the body of a pure_callback)."""
+def _interpreted(kernel, grid, meta, out_shapes, aliases, *inputs):
+    """One launch in Triton's interpreter on CPU tensors (the body of a pure_callback). An output
+    aliased to an input starts as that input's copy, as it would in its shared buffer on a GPU."""
     ins = [_to_torch(x) for x in inputs]
-    outs = [_to_torch(np.zeros(o.shape, o.dtype)) for o in out_shapes]
+    outs = [ins[aliases[n]].clone() if n in aliases else _to_torch(np.zeros(o.shape, o.dtype))
+            for n, o in enumerate(out_shapes)]
     kernel[grid](*ins, *outs, **meta)
     return [_from_torch(t, o.dtype) for t, o in zip(outs, out_shapes)]
 
 
-def _launch(plan, name: str, grid, inputs, out_shapes, **meta):
-    """Run kernel ``name`` with the tiles of its entry in ``plan.tuning``: jax-triton on a GPU (or
-    lowering for one), the interpreter otherwise. Outputs follow the inputs in the kernel's
-    arguments, as jax-triton passes them."""
-    kernel = globals()[name]
-    if plan.interpret:
-        return jax.pure_callback(functools.partial(_interpreted, kernel, grid, meta, out_shapes),
+def launch(kernel, grid, inputs, out_shapes, *, interpret: bool, target, num_warps: int, num_stages: int,
+           input_output_aliases: dict[int, int] | None = None, name: str | None = None, **meta):
+    """Run a Triton ``kernel``: through jax-triton on a GPU (or lowering for ``target``, a compute
+    capability such as "9.0"), in the interpreter when ``interpret``. Outputs follow the inputs in the
+    kernel's arguments, as jax-triton passes them; ``input_output_aliases`` ({input: output}) updates
+    those inputs in place on a GPU."""
+    aliases = dict(input_output_aliases or {})
+    if interpret:
+        by_output = {o: i for i, o in aliases.items()}
+        return jax.pure_callback(functools.partial(_interpreted, kernel, grid, meta, out_shapes, by_output),
                                  list(out_shapes), *inputs)
     import jax_triton
 
+    return jax_triton.triton_call(*inputs, kernel=kernel, out_shape=list(out_shapes), grid=grid,
+                                  name=name or kernel.__name__, num_warps=num_warps, num_stages=num_stages,
+                                  compute_capability=_compute_capability(target),
+                                  input_output_aliases=aliases, **meta)
+
+
+def _launch(plan, name: str, grid, inputs, out_shapes, **meta):
+    """:func:`launch` of kernel ``name`` with the tiles of its entry in ``plan.tuning``."""
     tiles = getattr(plan.tuning, TUNING_FIELD[name])
-    return jax_triton.triton_call(*inputs, kernel=kernel, out_shape=list(out_shapes), grid=grid, name=name,
-                                  num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-                                  compute_capability=_compute_capability(plan.target), **meta)
+    return launch(globals()[name], grid, inputs, out_shapes, interpret=plan.interpret, target=plan.target,
+                  num_warps=tiles.num_warps, num_stages=tiles.num_stages, name=name, **meta)
 
 
 def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):

@@ -34,13 +34,26 @@ TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash
 
 
 def kernel_names(vis: masks.Visibility, kernels: str = "pallas") -> tuple[str, ...]:
-    """The training kernels of set ``kernels``; with Pallas's, for a variant whose decode step has one,
-    the ring kernel (:func:`sps_jax.inference.kv_cache.ring_in_kernel`)."""
+    """The kernels of set ``kernels`` in a :func:`kernel_report`: the training kernels and those of
+    ours a decode step runs. With Pallas's that is the ring kernel, for a variant whose step has one
+    (:func:`sps_jax.inference.kv_cache.ring_in_kernel`; the past's kernel is jax's); with jax-triton's,
+    the past's kernel and, where the step has one, the ring kernel."""
+    ring = kv_cache.ring_in_kernel(vis)
     if kernels == "triton":
         from sps_jax import triton_attention
+        from sps_jax.inference import triton_decode
 
-        return triton_attention.KERNELS
-    return KERNELS + ((decode_attention.RING_KERNEL,) if kv_cache.ring_in_kernel(vis) else ())
+        return triton_attention.KERNELS + (triton_decode.PAST_KERNEL,) + ((triton_decode.RING_KERNEL,) if ring else ())
+    return KERNELS + ((decode_attention.RING_KERNEL,) if ring else ())
+
+
+def _launch_settings(name: str, head_dim: int) -> dict:
+    """Warps and stages of a decode kernel: fixed, since its tiles follow from the shapes."""
+    if name == decode_attention.RING_KERNEL:
+        return {"num_warps": decode_attention.RING_WARPS, "num_stages": decode_attention.RING_STAGES}
+    from sps_jax.inference import triton_decode
+
+    return triton_decode.launch_settings(name, head_dim)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,8 +158,8 @@ def triton_calls(hlo_text: str) -> dict:
 
 
 def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"):
-    """The attention forward and backward (the three training kernels) and, where the variant has
-    one, a decode step's ring kernel over a cache of T slots (batch 1: as above, only the grid grows)."""
+    """The attention forward and backward (the three training kernels) and a decode step over a cache
+    of T slots where it runs kernels of ours (:func:`kernel_names`; batch 1: as above, only the grid grows)."""
     S, H, K, T = vis.num_streams, shape.heads, shape.head_dim, shape.seq_len
     q = jax.ShapeDtypeStruct((1, T, S, H, K), dtype, sharding=sharding)
     doc = jax.ShapeDtypeStruct((1, T), jnp.int32, sharding=sharding)
@@ -162,19 +175,24 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"
         out, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, doc_ids, vis, tuning=tuning), q, k, v)
         return vjp(out)
 
-    if kernels == "triton" or not kv_cache.ring_in_kernel(vis):
-        return forward_and_backward, (q, q, q, doc)
-    R = kv_cache.ring_slots(vis, T)
-    split = decode_attention.split_for(T)
+    split = decode_attention.split_for(T, kernels=kernels)
 
     def with_a_decode_step(q, k, v, doc_ids):
-        q_BHSK, cache_BHTK = q[:, 0].swapaxes(1, 2), k[:, :, 0].swapaxes(1, 2)
+        """A step at the cache's last position: the past's kernel over the T - 1 slots before it,
+        and the ring kernel where the variant's step has one."""
+        q_BHSK, cache_BHTK, lo_B = q[:, 0].swapaxes(1, 2), k[:, :, 0].swapaxes(1, 2), doc_ids[:, 0]
+        if not kv_cache.ring_in_kernel(vis):
+            return forward_and_backward(q, k, v, doc_ids), decode_attention.past_partials(
+                q_BHSK, cache_BHTK, cache_BHTK, lo_B, T - 1, split)
+        R = kv_cache.ring_slots(vis, T)
         now_BHSK, ring_BHRK = k[:, 0].swapaxes(1, 2), cache_BHTK[:, :, :R]
         seen_BSR = jnp.broadcast_to(doc_ids[:, None, :R] >= 0, (1, S, R))
         step = decode_attention.attend_with_ring(q_BHSK, (now_BHSK, now_BHSK), T - 1, (cache_BHTK, cache_BHTK),
-                                                 doc_ids[:, 0], (ring_BHRK, ring_BHRK, seen_BSR), split)
+                                                 lo_B, (ring_BHRK, ring_BHRK, seen_BSR), split)
         return forward_and_backward(q, k, v, doc_ids), step
 
+    if kernels == "pallas" and not kv_cache.ring_in_kernel(vis):
+        return forward_and_backward, (q, q, q, doc)  # no kernel of ours in the step: jax's alone
     return with_a_decode_step, (q, q, q, doc)
 
 
@@ -221,7 +239,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         launches, ptx_of = _binaries(kernels, compiled, dump)
         for name in kernel_names(vis, kernels):
             tiles = (dataclasses.asdict(getattr(tuning, TUNING_FIELD[name])) if name in TUNING_FIELD
-                     else {"num_warps": decode_attention.RING_WARPS, "num_stages": decode_attention.RING_STAGES})
+                     else _launch_settings(name, shape.head_dim))
             entry = {**tiles, **launches.get(name, {})}
             ptx = ptx_of.get(name)
             if ptx is None:

@@ -1,4 +1,4 @@
-"""A decode step's attention over the cache's past slots: jax's Pallas GPU decode kernel, or XLA.
+"""A decode step's attention over the cache's past slots: a GPU decode kernel, or XLA.
 
 At position i the query rows (one per stream) all see the same past slots of a persistent stream:
 the slots [lo, i) of i's document (within ``persistent_window`` when one is set); visibility among
@@ -10,6 +10,8 @@ or a cache length the kernel cannot split) XLA computes the same partials over t
 under the interval's mask. Both return softmax partials (:func:`sps_jax.attention.softmax_partials`)
 for the step to merge with this position's slots and the ring: in XLA (:func:`attend`), or for
 ``sps`` on a GPU in one Pallas kernel that also writes those slots (:func:`attend_with_ring`).
+With the ``triton`` backend both kernels are this package's own jax-triton kernels instead
+(:mod:`sps_jax.inference.triton_decode`), which do not depend on Pallas's deprecated Triton backend.
 """
 
 from __future__ import annotations
@@ -22,27 +24,42 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from sps_jax import attention, pallas_attention
+from sps_jax import attention
+from sps_jax import pallas_attention as pa
 from sps_jax import mesh as sps_mesh
 
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """How the kernel walks T cache slots: ``k_splits`` programs per (row, head), each looping over
-    blocks of ``block_k`` slots (16 x block_k score tiles: 16 is the kernel's query-row tile)."""
+    """How a decode kernel walks T cache slots: ``k_splits`` programs per (row, head), each looping over
+    blocks of ``block_k`` slots (16 x block_k score tiles: 16 is the query-row tile). ``kernels``
+    says whose: jax's Pallas kernel and the Pallas ring kernel ("pallas"), or their jax-triton
+    successors (``sps_jax.inference.triton_decode``, "triton")."""
 
     k_splits: int
     block_k: int
     interpret: bool = False
+    kernels: str = "pallas"
+
+    def slots_per_split(self, T: int) -> int:
+        """Each split's share of T slots: whole blocks, so the last split may end early."""
+        return -(-T // (self.block_k * self.k_splits)) * self.block_k
 
 
-def split_for(T: int, interpret: bool = False) -> Split | None:
-    """The most parallel split of T slots the kernel accepts (T divisible by k_splits, each split a
-    multiple of block_k >= 16), or None when T has none."""
+def split_for(T: int, interpret: bool = False, kernels: str = "pallas") -> Split | None:
+    """The most parallel split of T slots that ``kernels`` accept, or None when T has none. jax's
+    kernel needs T divisible by k_splits, each split a multiple of block_k >= 16; the jax-triton
+    kernel masks blocks past the end, so it takes any T: up to 16 splits of whole 64-slot blocks,
+    each holding at least one slot (one block of at least 16 slots for a short cache)."""
+    if kernels == "triton":
+        block_k = min(64, pa.tile_side(T))
+        blocks = -(-T // block_k)
+        per_split = -(-blocks // 16)
+        return Split(-(-blocks // per_split), block_k, interpret, kernels)  # no split left idle
     for k_splits in (16, 8, 4, 2, 1):
         for block_k in (64, 32, 16):
             if T % k_splits == 0 and (T // k_splits) % block_k == 0:
-                return Split(k_splits, block_k, interpret)
+                return Split(k_splits, block_k, interpret, kernels)
     return None
 
 
@@ -50,13 +67,14 @@ KERNEL_MODULE = "jax.experimental.pallas.ops.gpu.decode_attention"
 
 
 def kernel_split(attention_backend: str, T: int) -> Split | None:
-    """The kernel's split when the step is traced for a GPU with either set of the flash kernels
-    (``pallas_attention.KERNEL_SETS``: a decode step has no jax-triton kernel of its own, so jax's decode
-    kernel serves both) and this jax still has the kernel (jax 0.12 marks it deprecated), else None (XLA)."""
+    """The split of the decode kernels of the step's attention backend when it is traced for a GPU,
+    else None (XLA). ``triton`` has its own (jax-triton) kernels; ``pallas`` uses jax's Pallas kernel
+    while this jax still has it (jax 0.12 marks it deprecated)."""
     platform = sps_mesh.target_platform()
-    if platform != "gpu" or attention.resolve(attention_backend, platform) not in pallas_attention.KERNEL_SETS:
-        return None
-    if importlib.util.find_spec(KERNEL_MODULE) is None:
+    backend = attention.resolve(attention_backend, platform) if platform == "gpu" else None
+    if backend == "triton":
+        return split_for(T, kernels="triton")
+    if backend != "pallas" or importlib.util.find_spec(KERNEL_MODULE) is None:
         return None
     return split_for(T)
 
@@ -82,6 +100,10 @@ def past_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split: Split | None):
                                            jnp.broadcast_to(mask_B1T, (B, rows_BHSK.shape[2], T)),
                                            values_on_vpu=on_tpu and S > 1)
         return tuple(x[:, :, :1] for x in parts) if doubled else parts
+    if split.kernels == "triton":
+        from sps_jax.inference import triton_decode
+
+        return triton_decode.past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split)
     o_BHSK, sum_BHS, max_BHS = _kernel_past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split)
     return max_BHS[..., None], sum_BHS[..., None], o_BHSK.astype(jnp.float32)
 
@@ -117,11 +139,6 @@ def attend(q_BHSK, pasts, lo_B, near, split: Split | None):
 # at most 128 x Dh, so 4 warps and no software pipelining (nothing loops).
 RING_KERNEL = "sps_decode_ring"
 RING_WARPS, RING_STAGES = 4, 1
-
-
-def _padded(n: int) -> int:
-    """A Triton tile side for n rows or keys: a power of two, at least 16 (``tl.dot``'s minimum)."""
-    return max(16, 1 << (n - 1).bit_length())
 
 
 def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, i_ref, mask_ref,
@@ -181,13 +198,17 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
     operands, written in place. XLA would launch nine kernels for what the ring kernel does: four
     writes, two products, two reductions and the merge; at a decode step's size each costs its
     launch."""
+    if split.kernels == "triton":
+        from sps_jax.inference import triton_decode
+
+        return triton_decode.attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split)
     B, H, S, K = q_BHSK.shape
     (k_now, v_now), (k_cache, v_cache), (k_ring, v_ring, mask_BSR) = now, cache, ring
     T, R = k_cache.shape[2], k_ring.shape[2]
     # K and V of position i stacked: one XLA fusion lays both out (RoPE on K) for the kernel.
     kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
     o_past, sum_past, max_past = _kernel_past(q_BHSK, k_cache, v_cache, lo_B, i, split)
-    Sp, Rp = _padded(S), _padded(R)
+    Sp, Rp = pa.tile_side(S), pa.tile_side(R)
     per_head = lambda *block: pl.BlockSpec((None, None, *block), lambda b, h: (b, h) + (0,) * len(block))  # noqa: E731
     params = None
     if not split.interpret:

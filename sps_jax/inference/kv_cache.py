@@ -151,8 +151,8 @@ def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
 
 
 def ring_in_kernel(vis: masks.Visibility) -> bool:
-    """Whether a GPU decode step with the Pallas backend writes position i's entries and attends to
-    them and the ring in one kernel (:func:`sps_jax.inference.decode_attention.attend_with_ring`):
+    """Whether a GPU decode step with a kernel backend (``pallas`` or ``triton``) writes position i's
+    entries and attends to them and the ring in one kernel (:func:`sps_jax.inference.decode_attention.attend_with_ring`):
     x persists and rho is windowed (``sps``), so x_i, which precedes both query rows, is seen by
     both. Other variants merge in XLA."""
     return cache_streams(vis) == ((0,), (1,))

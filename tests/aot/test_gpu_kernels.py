@@ -18,6 +18,7 @@ import pytest
 from sps_jax import hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.aot import gpu_kernels
+from sps_jax.inference import decode_attention
 
 H100, B200 = hardware.ACCELERATORS["h100"], hardware.ACCELERATORS["b200"]
 SMALL_T = 1024  # the binary depends on T only through a loop bound: small T compiles faster
@@ -139,7 +140,10 @@ def test_the_jax_triton_kernels_compile_without_register_spills():
         acc = hardware.ACCELERATORS[target]
         assert report["status"] == "ok", (target, head_dim, variant, report.get("error"))
         assert report["arch"] == acc.sm_arch and report["kernel_set"] == "triton"
-        assert set(report["kernels"]) == {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv"}
+        # The training kernels and the decode step's: the past's kernel, and SPS's ring kernel.
+        assert set(report["kernels"]) == {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv",
+                                          "sps_triton_decode_past"} | ({"sps_triton_decode_ring"} if variant == "sps"
+                                                                       else set())
         for name, k in report["kernels"].items():
             assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (target, head_dim, name, k)
             assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (target, head_dim, name, k)
@@ -148,6 +152,11 @@ def test_the_jax_triton_kernels_compile_without_register_spills():
                                    kernels="triton")
         assert report["kernels"]["sps_triton_forward"]["grid"] == [SMALL_T // tuning.forward.block_q, 2, 1]
         assert report["kernels"]["sps_triton_dkv"]["num_warps"] == tuning.dkv.num_warps
+        # One program per (split of the cache, head, row); the ring kernel one per (head, row).
+        splits = decode_attention.split_for(SMALL_T, kernels="triton").k_splits
+        assert splits == 16 and report["kernels"]["sps_triton_decode_past"]["grid"] == [splits, 2, 1]
+        if variant == "sps":
+            assert report["kernels"]["sps_triton_decode_ring"]["grid"] == [2, 1, 1]
 
 
 @needs_jax_triton

@@ -1,5 +1,7 @@
 """The decode step's past-slot attention: jax's GPU decode kernel (run here in Pallas's interpreter) gives
-the same softmax partials as XLA's masked product, and decoding through it still equals the full forward."""
+the same softmax partials as XLA's masked product, and decoding through it still equals the full forward.
+The check_* functions hold the claims for either set of decode kernels (tests/inference/test_triton_decode.py
+runs them on the jax-triton ones)."""
 
 import jax
 import jax.numpy as jnp
@@ -19,15 +21,17 @@ def test_split_divides_the_cache_into_whole_blocks_or_declines():
         assert decode_attention.split_for(T) is None  # XLA serves these lengths
 
 
-def test_kernel_partials_equal_the_masked_product_including_empty_rows():
+def check_kernel_partials(kernels: str, T: int = 64, end: int = 40):
+    """The kernels' partials over slots [lo, end) equal XLA's masked product; a row with no past slot
+    contributes nothing."""
     rng = np.random.default_rng(0)
-    B, H, S, K, T = 3, 2, 2, 16, 64
+    B, H, S, K = 3, 2, 2, 16
     q, k, v = (jnp.asarray(rng.normal(size=shape), jnp.float32)
                for shape in ((B, H, S, K), (B, H, T, K), (B, H, T, K)))
-    end = 40
     lo_B = jnp.asarray([0, 17, end], jnp.int32)  # the last row sees no past slot at all
     want = decode_attention.past_partials(q, k, v, lo_B, end, None)
-    got = decode_attention.past_partials(q, k, v, lo_B, end, decode_attention.split_for(T, interpret=True))
+    got = decode_attention.past_partials(q, k, v, lo_B, end,
+                                         decode_attention.split_for(T, interpret=True, kernels=kernels))
     # Merged with a block every row sees (as the step's own slot is), the outputs agree.
     own = attention.softmax_partials(q, k[:, :, :1], v[:, :, :1], jnp.ones((B, S, 1), bool))
     np.testing.assert_allclose(np.asarray(attention.merge_partials([got, own])),
@@ -36,10 +40,13 @@ def test_kernel_partials_equal_the_masked_product_including_empty_rows():
     assert float(np.abs(np.asarray(got[1])[2]).max()) == 0.0  # an empty row contributes nothing
 
 
-@pytest.mark.parametrize("variant", ["sps", "reverse_sps", pytest.param("two_x_memory", marks=pytest.mark.slow)])
-def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatch):
+def test_kernel_partials_equal_the_masked_product_including_empty_rows():
+    check_kernel_partials("pallas")
+
+
+def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch):
     monkeypatch.setattr(decode_attention, "kernel_split",
-                        lambda backend, T: decode_attention.split_for(T, interpret=True))
+                        lambda backend, T: decode_attention.split_for(T, interpret=True, kernels=kernels))
     cfg, model, params = small_model(variant, 3)
     T, prompt_len = 32, 20
     tokens = np.random.default_rng(1).integers(0, 50, (2, T))
@@ -51,6 +58,11 @@ def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatc
     for i in range(prompt_len, T):
         logits_BV, cache = step(cfg, params, cache, tokens[:, i])
         np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["sps", "reverse_sps", pytest.param("two_x_memory", marks=pytest.mark.slow)])
+def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatch):
+    check_decoding_equals_the_full_forward(variant, "pallas", monkeypatch)
 
 
 def _dense_attention(q, k, v, mask):
@@ -75,17 +87,15 @@ def test_the_value_product_on_the_vpu_is_softmax_attention_like_the_matmul(dtype
         np.testing.assert_allclose(np.asarray(attention.merge_partials([parts]), np.float64), want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
-def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x_i_and_the_ring(dtype, tol):
-    """SPS's GPU decode step at position i: jax's kernel over the past slots [lo, i), then one kernel that
+def check_ring_kernel(kernels: str, dtype, tol, T: int = 64, i: int = 40):
+    """SPS's GPU decode step at position i: a kernel over the past slots [lo, i), then one kernel that
     writes x_i's entry into cache slot i and rho_i's into ring slot i % R, and merges x_i and the ring
-    with the past (run in Pallas's interpreter)."""
+    with the past (run in the kernels' interpreter)."""
     rng = np.random.default_rng(4)
-    B, H, S, K, T, R = 3, 2, 2, 16, 64, 5  # R and S below Triton's tile sides: padded blocks
+    B, H, S, K, R = 3, 2, 2, 16, 5  # R and S below Triton's tile sides: padded blocks
     q, k, v = (rng.normal(size=(B, H, n, K)) for n in (S, T, T))
     ring_k, ring_v = (rng.normal(size=(B, H, R, K)) for _ in range(2))
     now_k, now_v = (rng.normal(size=(B, H, S, K)) for _ in range(2))  # stream 0: x_i, stream 1: rho_i
-    i = 40
     lo = np.array([0, 17, i])  # row 2 sees no past slot
     seen_ring = rng.random((B, S, R)) < 0.6
     seen_ring[0, 0] = False  # a row that sees the past and x_i, no ring slot
@@ -95,7 +105,7 @@ def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x
     o_BSHK, (k_out, v_out), (ring_k_out, ring_v_out) = decode_attention.attend_with_ring(
         as_jax(q), (as_jax(now_k), as_jax(now_v)), jnp.asarray(i, jnp.int32), (as_jax(k), as_jax(v)),
         jnp.asarray(lo, jnp.int32), (as_jax(ring_k), as_jax(ring_v), jnp.asarray(seen_ring)),
-        decode_attention.split_for(T, interpret=True))
+        decode_attention.split_for(T, interpret=True, kernels=kernels))
     k[:, :, i], v[:, :, i] = now_k[:, :, 0], now_v[:, :, 0]
     ring_k[:, :, i % R], ring_v[:, :, i % R] = now_k[:, :, 1], now_v[:, :, 1]
     for got, want in ((k_out, k), (v_out, v), (ring_k_out, ring_k), (ring_v_out, ring_v)):
@@ -107,6 +117,11 @@ def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x
     want = _dense_attention(rounded(q), keys, values, mask)
     np.testing.assert_allclose(np.asarray(o_BSHK, np.float64).swapaxes(1, 2), want, rtol=tol, atol=tol)
     np.testing.assert_allclose(np.asarray(o_BSHK, np.float64)[2, 0], rounded(now_v)[2, :, 0], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
+def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x_i_and_the_ring(dtype, tol):
+    check_ring_kernel("pallas", dtype, tol)
 
 
 def test_decoding_as_traced_for_a_tpu_equals_the_full_forward(monkeypatch):
@@ -143,7 +158,11 @@ def test_the_kernel_serves_only_gpu_kernel_backends_and_only_while_jax_has_it(mo
     assert decode_attention.kernel_split("pallas", 4096) is None  # this CPU: XLA
     monkeypatch.setattr(sps_mesh, "target_platform", lambda: "gpu")
     assert decode_attention.kernel_split("auto", 4096) == decode_attention.Split(16, 64)
-    assert decode_attention.kernel_split("triton", 4096) == decode_attention.Split(16, 64)
+    assert decode_attention.kernel_split("triton", 4096) == decode_attention.Split(16, 64, kernels="triton")
     assert decode_attention.kernel_split("xla", 4096) is None
     monkeypatch.setattr(decode_attention, "KERNEL_MODULE", "jax.experimental.no_such_decode_kernel")
     assert decode_attention.kernel_split("pallas", 4096) is None  # removed from jax: XLA, same results
+    # triton's decode kernels are its own: jax's going changes nothing, and they take any length
+    assert decode_attention.kernel_split("triton", 4096) == decode_attention.Split(16, 64, kernels="triton")
+    # 4100 slots are 65 blocks of 64: 13 splits of 5 blocks (16 splits of 5 would leave 3 idle)
+    assert decode_attention.kernel_split("triton", 4100) == decode_attention.Split(13, 64, kernels="triton")

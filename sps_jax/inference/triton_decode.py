@@ -1,0 +1,204 @@
+"""A decode step's attention as Triton kernels called through jax-triton (``attention="triton"``).
+
+The decode kernels of the ``pallas`` backend lower through Pallas's Triton backend, which jax
+deprecates: jax's split-K decode kernel over the past slots and SPS's ring kernel
+(:mod:`sps_jax.inference.decode_attention`). These are their successors, written in
+``triton.language`` and launched like the training kernels (:func:`sps_jax.triton_attention.launch`):
+
+- ``sps_triton_decode_past``: the S query rows of one (batch row, head) over one split of the cache's
+  slots, clipped to the row's past interval [lo, end). One program per (split, head, row), so a
+  step reads each K/V slot once with every SM busy; it writes each split's softmax partials.
+- ``sps_triton_decode_ring`` (``sps``): merges those partials, stores x_i's K/V in cache slot i and
+  rho_i's in ring slot i % R (in place: aliased buffers), attends to x_i and the ring, and
+  normalises. One program per (head, row).
+
+So an SPS step's attention is two launches per layer. Other variants merge the splits, and their
+near block, in XLA. Every length works: blocks past the end are masked, not required to divide T.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from sps_jax import pallas_attention as pa
+from sps_jax import triton_attention
+
+triton, tl = triton_attention.triton, None
+if triton is not None:
+    import triton.language as tl
+
+PAST_KERNEL, RING_KERNEL = "sps_triton_decode_past", "sps_triton_decode_ring"
+
+
+def launch_settings(name: str, head_dim: int) -> dict:
+    """Warps and stages of decode kernel ``name``. The past kernel loops over key blocks (two stages
+    pipeline the loads) and holds a 16 x 64 x Dh tile: 4 warps. The ring kernel does not loop; at
+    Dh 128 it needs 8 warps (with 4, ptxas spills 8 bytes on sm_90a and sm_100a)."""
+    if name == PAST_KERNEL:
+        return {"num_warps": 4, "num_stages": 2}
+    return {"num_warps": 4 if head_dim <= 64 else 8, "num_stages": 1}
+
+
+_LN2 = math.log(2.0)
+
+
+if triton is not None:
+    _MASK_VALUE = tl.constexpr(pa._MASK_VALUE)
+    _LOG2E = tl.constexpr(pa._LOG2E)
+    _LN2_C = tl.constexpr(_LN2)
+
+    @triton.jit
+    def sps_triton_decode_past(q_ptr, k_ptr, v_ptr, lo_ptr, end_ptr, o_ptr, m_ptr, l_ptr,
+                               S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr, H: tl.constexpr,
+                               D: tl.constexpr, SPLITS: tl.constexpr, PER_SPLIT: tl.constexpr,
+                               BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+        """Softmax partials of one (row, head)'s S query rows over split ``program_id(0)`` of the
+        cache's slots within [lo, end): unnormalised output (f32), row max (natural log units) and
+        row sum; an empty split leaves max at the mask value, sum and output zero."""
+        split, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+        head = b * H + h
+        rows = tl.arange(0, SP)
+        row_ok = rows < S
+        d = tl.arange(0, D)
+        q = tl.load(q_ptr + (head * S + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        start = tl.maximum(tl.load(lo_ptr + b), split * PER_SPLIT)
+        stop = tl.minimum(tl.load(end_ptr), split * PER_SPLIT + PER_SPLIT)
+        first = start // BLOCK_K
+        last = tl.where(stop > start, (stop + BLOCK_K - 1) // BLOCK_K, first)
+        acc = tl.zeros([SP, D], tl.float32)
+        m = tl.full([SP], _MASK_VALUE, tl.float32)
+        l = tl.zeros([SP], tl.float32)
+        for kb in range(first, last):
+            j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+            seen = (j >= start) & (j < stop)
+            at = head * T * D + j[:, None] * D + d[None, :]  # K and V share the layout
+            k = tl.load(k_ptr + at, mask=seen[:, None], other=0.0)
+            v = tl.load(v_ptr + at, mask=seen[:, None], other=0.0)
+            s = tl.where(seen[None, :], tl.dot(q, tl.trans(k)) * (SCALE * _LOG2E), _MASK_VALUE)
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.where(seen[None, :], tl.exp2(s - m_new[:, None]), 0.0)
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m = m_new
+        part = (head * SPLITS + split) * S + rows
+        tl.store(o_ptr + part[:, None] * D + d[None, :], acc, mask=row_ok[:, None])
+        tl.store(m_ptr + part, m * _LN2_C, mask=row_ok)
+        tl.store(l_ptr + part, l, mask=row_ok)
+
+    @triton.jit
+    def sps_triton_decode_ring(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr, mask_ptr,
+                               k_cache_ptr, v_cache_ptr, k_ring_ptr, v_ring_ptr,
+                               o_ptr, k_cache_out_ptr, v_cache_out_ptr, k_ring_out_ptr, v_ring_out_ptr,
+                               B: tl.constexpr, S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr,
+                               R: tl.constexpr, RP: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+                               SPLITS: tl.constexpr, SCALE: tl.constexpr):
+        """One (row, head) at position i: merge the past's splits, store x_i and rho_i, attend to x_i
+        and the ring, normalise. Every access past the S query rows or the R ring slots is masked."""
+        h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        head = b * H + h
+        rows = tl.arange(0, SP)
+        row_ok = rows < S
+        slots = tl.arange(0, RP)
+        slot_ok = slots < R
+        d = tl.arange(0, D)
+        # The past: splits' partials merged to one (max, sum, unnormalised output).
+        max_past = tl.full([SP], _MASK_VALUE, tl.float32)
+        for s in tl.static_range(SPLITS):
+            part = (head * SPLITS + s) * S + rows
+            max_past = tl.maximum(max_past, tl.load(m_part_ptr + part, mask=row_ok, other=_MASK_VALUE))
+        sum_past = tl.zeros([SP], tl.float32)
+        o_past = tl.zeros([SP, D], tl.float32)
+        for s in tl.static_range(SPLITS):
+            part = (head * SPLITS + s) * S + rows
+            w = tl.exp(tl.load(m_part_ptr + part, mask=row_ok, other=_MASK_VALUE) - max_past)
+            sum_past += w * tl.load(l_part_ptr + part, mask=row_ok, other=0.0)
+            o_past += w[:, None] * tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=row_ok[:, None],
+                                           other=0.0)
+        # Position i's entries, [K or V, B, H, stream, D]: stream 0 is x_i (persists), 1 is rho_i (ring).
+        now_at = now_ptr + head * S * D + d
+        k_now, k_new = tl.load(now_at), tl.load(now_at + D)
+        v_now, v_new = tl.load(now_at + B * H * S * D), tl.load(now_at + B * H * S * D + D)
+        i = tl.load(i_ptr)
+        slot = i % R
+        tl.store(k_cache_out_ptr + (head * T + i) * D + d, k_now)
+        tl.store(v_cache_out_ptr + (head * T + i) * D + d, v_now)
+        tl.store(k_ring_out_ptr + (head * R + slot) * D + d, k_new)
+        tl.store(v_ring_out_ptr + (head * R + slot) * D + d, v_new)
+        # This program's loads need not see its stores: the new ring entry is taken from registers.
+        ring_at = (head * R + slots[:, None]) * D + d[None, :]
+        is_new = (slots == slot)[:, None]
+        k_ring = tl.where(is_new, k_new[None, :], tl.load(k_ring_ptr + ring_at, mask=slot_ok[:, None], other=0.0))
+        v_ring = tl.where(is_new, v_new[None, :], tl.load(v_ring_ptr + ring_at, mask=slot_ok[:, None], other=0.0))
+        q = tl.load(q_ptr + (head * S + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        seen = tl.load(mask_ptr + (b * S + rows[:, None]) * R + slots[None, :],
+                       mask=row_ok[:, None] & slot_ok[None, :], other=0) != 0
+        scores = tl.where(seen, tl.dot(q, tl.trans(k_ring)) * SCALE, _MASK_VALUE)
+        # x_i precedes every query row of position i: each row sees it.
+        score_now = tl.sum(q.to(tl.float32) * k_now.to(tl.float32)[None, :], 1) * SCALE
+        row_max = tl.maximum(tl.maximum(max_past, tl.max(scores, 1)), score_now)
+        p = tl.where(seen, tl.exp(scores - row_max[:, None]), 0.0)
+        p_now = tl.exp(score_now - row_max)
+        past_scale = tl.exp(max_past - row_max)
+        denom = past_scale * sum_past + tl.sum(p, 1) + p_now  # > 0: every row sees x_i
+        o = (tl.dot(p.to(v_ring.dtype), v_ring) + past_scale[:, None] * o_past
+             + p_now[:, None] * v_now.to(tl.float32)[None, :])
+        tl.store(o_ptr + ((b * S + rows[:, None]) * H + h) * D + d[None, :],
+                 (o / denom[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _run(name: str, grid, inputs, out_shapes, interpret: bool, aliases=None, **meta):
+    """Launch decode kernel ``name`` with its :func:`launch_settings`, for the GPU being traced for."""
+    target = None if interpret else triton_attention.where_to_run("gpu")[1]
+    return triton_attention.launch(globals()[name], grid, inputs, out_shapes, interpret=interpret, target=target,
+                                   input_output_aliases=aliases, name=name,
+                                   **launch_settings(name, meta["D"]), **meta)
+
+
+def _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
+    """Each of ``split``'s partials over slots [lo_B, end): output [B, H, splits, S, K] f32, max and
+    sum [B, H, splits, S]."""
+    B, H, S, K = q_BHSK.shape
+    T = k_BHTK.shape[2]
+    splits, block_k = split.k_splits, split.block_k
+    per_split = split.slots_per_split(T)
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
+    return _run(PAST_KERNEL, (splits, H, B),
+                (q_BHSK, k_BHTK, v_BHTK.astype(k_BHTK.dtype), jnp.asarray(lo_B, jnp.int32),
+                 jnp.reshape(end, (1,)).astype(jnp.int32)),
+                (f32(B, H, splits, S, K), f32(B, H, splits, S), f32(B, H, splits, S)), split.interpret,
+                S=S, SP=pa.tile_side(S), T=T, H=H, D=K, SPLITS=splits, PER_SPLIT=per_split, BLOCK_K=block_k,
+                SCALE=K ** -0.5)
+
+
+def past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
+    """The S query rows' softmax partials (:func:`sps_jax.attention.softmax_partials`' layout: max and
+    sum [B, H, S, 1], unnormalised output [B, H, S, K] f32) over the cache's slots [lo_B, end), in
+    ``split`` (``decode_attention.split_for``); XLA merges the splits."""
+    o_BHNSK, max_BHNS, sum_BHNS = _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split)
+    max_BHS = max_BHNS.max(axis=2)
+    w_BHNS = jnp.exp(max_BHNS - max_BHS[:, :, None])
+    return (max_BHS[..., None], (w_BHNS * sum_BHNS).sum(axis=2)[..., None],
+            (w_BHNS[..., None] * o_BHNSK).sum(axis=2))
+
+
+def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
+    """:func:`sps_jax.inference.decode_attention.attend_with_ring` with these kernels: the same
+    arguments and results (output [B, S, H, K], cache and ring with x_i and rho_i stored in place)."""
+    B, H, S, K = q_BHSK.shape
+    (k_now, v_now), (k_cache, v_cache), (k_ring, v_ring, mask_BSR) = now, cache, ring
+    T, R = k_cache.shape[2], k_ring.shape[2]
+    kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
+    o_part, max_part, sum_part = _split_partials(q_BHSK, k_cache, v_cache, lo_B, i, split)
+    same = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    o_BSHK, k_cache, v_cache, k_ring, v_ring = _run(
+        RING_KERNEL, (H, B),
+        (q_BHSK, o_part, max_part, sum_part, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32),
+         mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring),
+        (jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype), same(k_cache), same(v_cache), same(k_ring), same(v_ring)),
+        split.interpret, aliases={7: 1, 8: 2, 9: 3, 10: 4},
+        B=B, S=S, SP=pa.tile_side(S), T=T, R=R, RP=pa.tile_side(R), H=H, D=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
+    return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)

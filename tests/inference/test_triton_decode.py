@@ -1,0 +1,46 @@
+"""The jax-triton decode kernels (sps_jax.inference.triton_decode) in Triton's interpreter, held to the
+claims the Pallas decode kernels are held to (tests/inference/test_decode_attention.py): the past's
+partials equal XLA's masked product, SPS's ring kernel stores x_i and rho_i in their slots and nowhere
+else and is one softmax over the past, x_i and the ring, and decoding through them equals the full
+forward. Their own claim: any cache length, split or not into whole blocks. tests/conftest.py
+switches the interpreter on; 16-bit numerics run in float16 (the interpreter's bf16 products are
+wrong, docs/pallas.md)."""
+
+import jax.numpy as jnp
+import pytest
+
+from sps_jax.inference import decode_attention
+from tests.inference import test_decode_attention as pallas_checks
+
+pytest.importorskip("torch")  # the interpreter runs the kernels on torch CPU tensors
+ta = pytest.importorskip("sps_jax.triton_attention")
+if ta.triton is None:
+    pytest.skip("jax-triton is not installed", allow_module_level=True)
+
+
+@pytest.mark.parametrize("T, end", [(64, 40), (100, 97), (17, 14), (200, 3)])
+def test_partials_equal_the_masked_product_for_any_cache_length(T, end):
+    """64: one block; 100: two splits, the last block past the cache's end; 17: one short block;
+    200: four splits of which the past touches one."""
+    pallas_checks.check_kernel_partials("triton", T, end)
+
+
+def test_splits_are_whole_blocks_and_cover_the_cache():
+    for T in (1, 16, 17, 63, 64, 65, 100, 1000, 4096, 4100, 100_000):
+        split = decode_attention.split_for(T, kernels="triton")
+        assert split.block_k in (16, 32, 64) and 1 <= split.k_splits <= 16
+        per_split = split.slots_per_split(T)
+        assert per_split % split.block_k == 0
+        assert split.k_splits * per_split >= T > (split.k_splits - 1) * per_split  # all covered, none idle
+        assert split.block_k >= min(T, 64)  # one block for a short cache
+
+
+@pytest.mark.parametrize("dtype, tol, T, i", [(jnp.float32, 1e-5, 64, 40), (jnp.float16, 3e-3, 64, 40),
+                                              (jnp.float32, 1e-5, 100, 70)])
+def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x_i_and_the_ring(dtype, tol, T, i):
+    pallas_checks.check_ring_kernel("triton", dtype, tol, T, i)
+
+
+@pytest.mark.parametrize("variant", ["sps", "reverse_sps"])
+def test_decoding_through_the_kernels_equals_the_full_forward(variant, monkeypatch):
+    pallas_checks.check_decoding_equals_the_full_forward(variant, "triton", monkeypatch)
