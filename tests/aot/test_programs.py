@@ -1,16 +1,23 @@
 """Whole programs compile deviceless for an H100: the train step and generation report per-device
 memory that grows with the work, and FLOPs that match an independent count."""
 
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import pytest
 
 from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
-from sps_jax.aot import programs
+from sps_jax.aot import gpu_kernels, programs
+from sps_jax.inference import triton_decode
 
 H100 = hardware.ACCELERATORS["h100"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PALLAS_TRITON = 'custom_call_target="__gpu$xla.gpu.triton"'  # a kernel lowered by Pallas's Triton backend
 
 
 def tiny_config(variant="sps", micro_batch=1, window=4):
@@ -121,20 +128,46 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
     assert (extra[4] - extra[2]) / 2 <= 1, extra
 
 
-def test_an_sps_decode_step_writes_its_cache_and_ring_only_in_the_ring_kernel(monkeypatch):
+# One decode step of the tiny SPS model with LAYERS layers for an H100 (batch 2, 16 + 16 positions): the
+# entry computation of its compiled HLO. Run in a child process, since tests/conftest.py turns Triton's
+# interpreter on, which makes jax-triton's kernels interpreter-only here.
+LAYERS = 3
+DECODE_STEP_HLO = """
+import sys
+from sps_jax import config as sps_config, hardware, model as sps_model
+from sps_jax.aot import programs
+config = sps_config.load_config("configs/tiny.py:sps,4", [f"--config.model.attention={sys.argv[1]}",
+                                                          "--config.model.dtype=bfloat16"])
+hlo, count = [], programs.entry_kernels
+programs.entry_kernels = lambda text: hlo.append(text) or count(text)
+cfg = sps_model.ModelConfig.from_config(dict(config.model, num_layers=int(sys.argv[2])))
+programs.generation(hardware.ACCELERATORS["h100"], cfg, batch=2, prompt_len=16, new_tokens=16, only=("decode_step",))
+sys.stdout.write(hlo[0][hlo[0].index("\\nENTRY"):])
+"""
+
+
+@pytest.mark.parametrize("backend", ["pallas", pytest.param("triton", marks=pytest.mark.skipif(
+    importlib.util.find_spec("jax_triton") is None, reason="jax-triton is not installed"))])
+def test_an_sps_decode_step_writes_its_cache_and_ring_only_in_the_ring_kernel(backend):
     """On a GPU the ring kernel stores x_i's K/V in cache slot i and rho_i's in its ring slot in place
     (cache and ring are aliased operands) and attends to them: no XLA op of the compiled step writes
-    a cache- or ring-shaped buffer, and each layer launches jax's past kernel and the ring kernel."""
-    hlo = []
-    count = programs.entry_kernels
-    monkeypatch.setattr(programs, "entry_kernels", lambda text: hlo.append(text) or count(text))
-    layers = 3
-    cfg = sps_model.ModelConfig.from_config(dict(tiny_config("sps").model, num_layers=layers))
-    programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16, only=("decode_step",))
-    entry = hlo[0][hlo[0].index("\nENTRY"):]
+    a cache- or ring-shaped buffer, and each layer launches a past kernel and the ring kernel. With
+    ``pallas`` they are jax's decode kernel and our Pallas ring kernel; with ``triton`` our jax-triton
+    pair, and no kernel of the step lowers through Pallas's Triton backend."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", DECODE_STEP_HLO, backend, str(LAYERS)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    entry = done.stdout
     calls = [line for line in entry.splitlines() if " custom-call(" in line]
-    assert sum("/sps_decode_ring/" in c for c in calls) == layers
-    assert sum("mha_forward" in c for c in calls) == layers  # jax's decode kernel over the past
+    if backend == "pallas":
+        assert sum("/sps_decode_ring/" in c for c in calls) == LAYERS
+        assert sum("mha_forward" in c for c in calls) == LAYERS  # jax's decode kernel over the past
+    else:
+        assert not any(PALLAS_TRITON in c for c in calls)
+        names = [name for c in calls for name in gpu_kernels.triton_calls(c)]
+        assert sorted(names) == sorted([triton_decode.PAST_KERNEL, triton_decode.RING_KERNEL] * LAYERS), names
+    cfg = sps_model.ModelConfig.from_config(dict(tiny_config("sps").model))
     for slots in (cfg.window + 1, 16 + 16):  # the ring (w + 1) and the cache (T = prompt + new tokens)
         buffer = f"bf16[2,{cfg.num_heads},{slots},{cfg.head_dim}]"
         writers = [line for line in entry.splitlines()
