@@ -36,15 +36,17 @@ TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash
 def kernel_names(vis: masks.Visibility, kernels: str = "pallas") -> tuple[str, ...]:
     """The kernels of set ``kernels`` in a :func:`kernel_report`: the training kernels and those of
     ours a decode step runs. With Pallas's that is the ring kernel, for a variant whose step has one
-    (:func:`sps_jax.inference.kv_cache.ring_in_kernel`; the past's kernel is jax's); with jax-triton's,
-    the past's kernel and, where the step has one, the ring kernel."""
-    ring = kv_cache.ring_in_kernel(vis)
+    (:func:`sps_jax.inference.kv_cache.step_in_kernel`; the past's kernel is jax's); with jax-triton's,
+    the past's kernel and, where the step has one, the kernel after it (the ring kernel for two
+    streams, the one-stream kernel for Standard)."""
+    after_past = kv_cache.step_in_kernel(vis, kernels)
     if kernels == "triton":
         from sps_jax import triton_attention
         from sps_jax.inference import triton_decode
 
-        return triton_attention.KERNELS + (triton_decode.PAST_KERNEL,) + ((triton_decode.RING_KERNEL,) if ring else ())
-    return KERNELS + ((decode_attention.RING_KERNEL,) if ring else ())
+        after = triton_decode.RING_KERNEL if vis.num_streams == 2 else triton_decode.ONE_STREAM_KERNEL
+        return triton_attention.KERNELS + (triton_decode.PAST_KERNEL,) + ((after,) if after_past else ())
+    return KERNELS + ((decode_attention.RING_KERNEL,) if after_past else ())
 
 
 def _launch_settings(name: str, head_dim: int) -> dict:
@@ -179,19 +181,22 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"
 
     def with_a_decode_step(q, k, v, doc_ids):
         """A step at the cache's last position: the past's kernel over the T - 1 slots before it,
-        and the ring kernel where the variant's step has one."""
+        and the kernel after it where the variant's step has one."""
         q_BHSK, cache_BHTK, lo_B = q[:, 0].swapaxes(1, 2), k[:, :, 0].swapaxes(1, 2), doc_ids[:, 0]
-        if not kv_cache.ring_in_kernel(vis):
+        if not kv_cache.step_in_kernel(vis, kernels):
             return forward_and_backward(q, k, v, doc_ids), decode_attention.past_partials(
                 q_BHSK, cache_BHTK, cache_BHTK, lo_B, T - 1, split)
-        R = kv_cache.ring_slots(vis, T)
-        now_BHSK, ring_BHRK = k[:, 0].swapaxes(1, 2), cache_BHTK[:, :, :R]
-        seen_BSR = jnp.broadcast_to(doc_ids[:, None, :R] >= 0, (1, S, R))
+        ring = None
+        if S == 2:
+            R = kv_cache.ring_slots(vis, T)
+            ring_BHRK, seen_BSR = cache_BHTK[:, :, :R], jnp.broadcast_to(doc_ids[:, None, :R] >= 0, (1, S, R))
+            ring = (ring_BHRK, ring_BHRK, seen_BSR)
+        now_BHSK = k[:, 0].swapaxes(1, 2)
         step = decode_attention.attend_with_ring(q_BHSK, (now_BHSK, now_BHSK), T - 1, (cache_BHTK, cache_BHTK),
-                                                 lo_B, (ring_BHRK, ring_BHRK, seen_BSR), split)
+                                                 lo_B, ring, split)
         return forward_and_backward(q, k, v, doc_ids), step
 
-    if kernels == "pallas" and not kv_cache.ring_in_kernel(vis):
+    if kernels == "pallas" and not kv_cache.step_in_kernel(vis, kernels):
         return forward_and_backward, (q, q, q, doc)  # no kernel of ours in the step: jax's alone
     return with_a_decode_step, (q, q, q, doc)
 

@@ -3,9 +3,9 @@
 For each target accelerator (``sps_jax.hardware``), without one attached, it compiles and reports:
 
 - ``kernels``: on GPU targets the three Pallas kernels, and the same kernels through jax-triton
-  (``--kernel-sets``), at the paper's S and XL attention shapes and a 128-wide head, with the
-  per-target default tiles: registers, spill bytes, stack frame, shared memory, grid and threads per
-  kernel; on TPU targets splash attention's forward and backward (its
+  (``--kernel-sets``), with the decode kernels of ours each set's decode step runs, at the paper's S
+  and XL attention shapes and a 128-wide head for each variant, with the per-target default tiles:
+  registers, spill bytes, stack frame, shared memory, grid and threads per kernel; on TPU targets splash attention's forward and backward (its
   three Mosaic kernels) at the S shape and a 128-wide head for each variant: per-chip memory, FLOPs
   and the fraction of a dense causal kernel's scores its blocks compute (``sps_jax.aot.tpu_kernels``);
 - ``train``: the sharded train step for each attention backend, variant, micro-batch and remat
@@ -123,12 +123,14 @@ def kernel_rows(acc, args) -> list[dict]:
                 raise topology.Unavailable(triton_attention.NEEDS)
         for shape in gpu_kernels.SHAPES:
             for dtype in args.dtypes:
-                t0 = time.perf_counter()
-                report = gpu_kernels.kernel_report(acc, shape, dtype, kernels=kernels)
-                report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
-                _log(f"[{acc.name}] {kernels} kernels {shape.name} {dtype}: {report['status']}, "
-                     f"{report['spill_bytes']} spill bytes ({time.perf_counter() - t0:.0f} s)")
-                rows.append(report)
+                for variant in args.variants:
+                    t0 = time.perf_counter()
+                    vis = masks.Visibility("sps").with_variant(variant)
+                    report = gpu_kernels.kernel_report(acc, shape, dtype, vis, kernels=kernels)
+                    report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
+                    _log(f"[{acc.name}] {kernels} kernels {shape.name} {dtype} {variant}: {report['status']}, "
+                         f"{report['spill_bytes']} spill bytes ({time.perf_counter() - t0:.0f} s)")
+                    rows.append(report)
     return rows
 
 
@@ -301,17 +303,18 @@ def print_tables(results) -> None:
         if res.get("kernels") and res["platform"] == "tpu":
             print_tpu_kernels(res["kernels"])
         elif res.get("kernels"):
-            print(f"{'shape':12s} {'dtype':9s} {'kernel':18s} {'tiles q/k w s':>14s} {'regs':>5s} {'spill B':>8s} "
-                  f"{'smem KiB':>9s} {'grid':>14s}")
+            print(f"{'shape':12s} {'dtype':9s} {'variant':14s} {'kernel':18s} {'tiles q/k w s':>14s} {'regs':>5s} "
+                  f"{'spill B':>8s} {'smem KiB':>9s} {'grid':>14s}")
             for rep in res["kernels"]:
+                head = f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['variant']:14s}"
                 if rep["status"] != "ok":
-                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['status']}: {rep['error'][:90]}")
+                    print(f"{head} {rep['status']}: {rep['error'][:90]}")
                     continue
                 for kname, k in rep["kernels"].items():
                     tiles = f"{k.get('block_q', '-')}/{k.get('block_k', '-')} {k['num_warps']} {k['num_stages']}"
                     spill = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
                     grid = "x".join(str(g) for g in k.get("grid", []))
-                    print(f"{rep['shape']['name']:12s} {rep['dtype']:9s} {kname:18s} {tiles:>14s} "
+                    print(f"{head} {kname:18s} {tiles:>14s} "
                           f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / 1024:>9.1f} "
                           f"{grid:>14s}")
         if res.get("train"):

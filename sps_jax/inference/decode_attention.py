@@ -188,7 +188,9 @@ def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, i_ref, 
 
 def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
     """SPS's decode attention at position ``i`` through two kernels: jax's over the cache's past slots
-    [lo_B, i) and one that stores this position's entries and attends to them and the ring.
+    [lo_B, i) and one that stores this position's entries and attends to them and the ring. With
+    ``split.kernels == "triton"`` both are ours (:mod:`sps_jax.inference.triton_decode`), and
+    ``standard`` takes the same path with ``ring=None`` (:func:`sps_jax.inference.kv_cache.step_in_kernel`).
 
     ``now`` is (K, V) [B, H, S, K] of position i's streams (x_i persists, rho_i is windowed),
     ``cache`` (K, V) [B, H, T, K] the persistent stream's buffers, ``ring`` (K, V [B, H, R, K], mask
@@ -202,6 +204,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
         from sps_jax.inference import triton_decode
 
         return triton_decode.attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split)
+    assert ring is not None, "a Pallas decode step has no kernel for one stream: XLA merges it"
     B, H, S, K = q_BHSK.shape
     (k_now, v_now), (k_cache, v_cache), (k_ring, v_ring, mask_BSR) = now, cache, ring
     T, R = k_cache.shape[2], k_ring.shape[2]

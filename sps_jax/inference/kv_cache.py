@@ -150,12 +150,15 @@ def near_streams(vis: masks.Visibility) -> tuple[int, ...]:
                  if not all(masks.visible(vis, 0, s, 0, 0, p, 0) for s in range(vis.num_streams)))
 
 
-def ring_in_kernel(vis: masks.Visibility) -> bool:
-    """Whether a GPU decode step with a kernel backend (``pallas`` or ``triton``) writes position i's
-    entries and attends to them and the ring in one kernel (:func:`sps_jax.inference.decode_attention.attend_with_ring`):
-    x persists and rho is windowed (``sps``), so x_i, which precedes both query rows, is seen by
-    both. Other variants merge in XLA."""
-    return cache_streams(vis) == ((0,), (1,))
+def step_in_kernel(vis: masks.Visibility, kernels: str) -> bool:
+    """Whether a GPU decode step with kernel set ``kernels`` ("pallas" or "triton") stores position
+    i's entries and attends to them, and to the ring, in one kernel after the past's
+    (:func:`sps_jax.inference.decode_attention.attend_with_ring`): ``sps`` with either set (x persists
+    and rho is windowed, so x_i, which precedes both query rows, is seen by both), and ``standard``
+    (x alone) with jax-triton's. The other variants merge in XLA: their near block holds a slot of
+    position i that only one query row sees."""
+    streams = cache_streams(vis)
+    return streams == ((0,), (1,)) or (kernels == "triton" and streams == ((0,), ()))
 
 
 def _heads_first(x_BTSHK, s: int):
@@ -212,7 +215,8 @@ class _LayerView:
         included where every query stream sees it), and a small block of the ring plus the slots at
         i that only some streams see (:func:`near_streams`). For ``standard`` and ``sps`` that
         block is the ring alone, so no keys are ever concatenated. On a GPU, ``sps`` writes x_i and
-        rho_i and attends to them and the ring in one kernel (:func:`ring_in_kernel`)."""
+        rho_i and attends to them and the ring in one kernel, and with ``triton`` so does ``standard``
+        with x_i (:func:`step_in_kernel`)."""
         vis = self.cfg.visibility
         B, T, S, H, K = q_BTSHK.shape
         assert T == 1, "a decode step forwards exactly one position"
@@ -224,11 +228,12 @@ class _LayerView:
         q_BHSK, k_now_BHSK, v_now_BHSK = heads_first(q_BTSHK), heads_first(k_BTSHK), heads_first(v_BTSHK)
         R = self.kv.k_BHRK.shape[2]
         split = decode_attention.kernel_split(self.cfg.attention, self.kv.k_BHTK[0].shape[2])
-        if split is not None and ring_in_kernel(vis):  # sps: x persists (stream 0), rho in a ring of R >= 1
-            o_BSHK, (k_cache, v_cache), (k_ring, v_ring) = decode_attention.attend_with_ring(
+        if split is not None and step_in_kernel(vis, split.kernels):  # x persists (stream 0), rho in a ring of R
+            o_BSHK, (k_cache, v_cache), ring = decode_attention.attend_with_ring(
                 q_BHSK, (k_now_BHSK, v_now_BHSK), t, (self.kv.k_BHTK[0], self.kv.v_BHTK[0]), self.past_lo_B,
-                (self.kv.k_BHRK, self.kv.v_BHRK, self.near_mask_BSC), split)
-            return o_BSHK[:, None], self.kv.replace(k_BHTK=(k_cache,), v_BHTK=(v_cache,), k_BHRK=k_ring, v_BHRK=v_ring)
+                (self.kv.k_BHRK, self.kv.v_BHRK, self.near_mask_BSC) if windowed else None, split)
+            kv = self.kv.replace(k_BHTK=(k_cache,), v_BHTK=(v_cache,))
+            return o_BSHK[:, None], kv.replace(k_BHRK=ring[0], v_BHRK=ring[1]) if windowed else kv
         write = lambda bufs, new_BHSK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
             buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))

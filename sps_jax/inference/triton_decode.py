@@ -11,9 +11,12 @@ deprecates: jax's split-K decode kernel over the past slots and SPS's ring kerne
 - ``sps_triton_decode_ring`` (``sps``): merges those partials, stores x_i's K/V in cache slot i and
   rho_i's in ring slot i % R (in place: aliased buffers), attends to x_i and the ring, and
   normalises. One program per (head, row).
+- ``sps_triton_decode_one_stream`` (``standard``): the same without rho_i and the ring, which with
+  ``pallas`` is left to XLA (a merge of the splits and two cache writes per layer).
 
-So an SPS step's attention is two launches per layer. Other variants merge the splits, and their
-near block, in XLA. Every length works: blocks past the end are masked, not required to divide T.
+So the attention of an SPS or Standard step is two launches per layer. The other variants merge the
+splits, and their near block, in XLA. Every length works: blocks past the end are masked, not
+required to divide T.
 """
 
 from __future__ import annotations
@@ -30,16 +33,17 @@ triton, tl = triton_attention.triton, None
 if triton is not None:
     import triton.language as tl
 
-PAST_KERNEL, RING_KERNEL = "sps_triton_decode_past", "sps_triton_decode_ring"
+PAST_KERNEL, RING_KERNEL, ONE_STREAM_KERNEL = ("sps_triton_decode_past", "sps_triton_decode_ring",
+                                              "sps_triton_decode_one_stream")
 
 
 def launch_settings(name: str, head_dim: int) -> dict:
     """Warps and stages of decode kernel ``name``. The past kernel loops over key blocks (two stages
-    pipeline the loads) and holds a 16 x 64 x Dh tile: 4 warps. The ring kernel does not loop; at
-    Dh 128 it needs 8 warps (with 4, ptxas spills 8 bytes on sm_90a and sm_100a)."""
+    pipeline the loads) and holds a 16 x 64 x Dh tile: 4 warps. The kernels after it do not loop; at
+    Dh 128 the ring kernel needs 8 warps (with 4, ptxas spills 8 bytes on sm_90a and sm_100a)."""
     if name == PAST_KERNEL:
         return {"num_warps": 4, "num_stages": 2}
-    return {"num_warps": 4 if head_dim <= 64 else 8, "num_stages": 1}
+    return {"num_warps": 8 if name == RING_KERNEL and head_dim > 64 else 4, "num_stages": 1}
 
 
 _LN2 = math.log(2.0)
@@ -90,22 +94,9 @@ if triton is not None:
         tl.store(l_ptr + part, l, mask=row_ok)
 
     @triton.jit
-    def sps_triton_decode_ring(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr, mask_ptr,
-                               k_cache_ptr, v_cache_ptr, k_ring_ptr, v_ring_ptr,
-                               o_ptr, k_cache_out_ptr, v_cache_out_ptr, k_ring_out_ptr, v_ring_out_ptr,
-                               B: tl.constexpr, S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr,
-                               R: tl.constexpr, RP: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
-                               SPLITS: tl.constexpr, SCALE: tl.constexpr):
-        """One (row, head) at position i: merge the past's splits, store x_i and rho_i, attend to x_i
-        and the ring, normalise. Every access past the S query rows or the R ring slots is masked."""
-        h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
-        head = b * H + h
-        rows = tl.arange(0, SP)
-        row_ok = rows < S
-        slots = tl.arange(0, RP)
-        slot_ok = slots < R
-        d = tl.arange(0, D)
-        # The past: splits' partials merged to one (max, sum, unnormalised output).
+    def _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
+                     S: tl.constexpr, SP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
+        """The past kernel's splits of one (row, head) merged: (max, sum, unnormalised output)."""
         max_past = tl.full([SP], _MASK_VALUE, tl.float32)
         for s in tl.static_range(SPLITS):
             part = (head * SPLITS + s) * S + rows
@@ -118,14 +109,42 @@ if triton is not None:
             sum_past += w * tl.load(l_part_ptr + part, mask=row_ok, other=0.0)
             o_past += w[:, None] * tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=row_ok[:, None],
                                            other=0.0)
-        # Position i's entries, [K or V, B, H, stream, D]: stream 0 is x_i (persists), 1 is rho_i (ring).
+        return max_past, sum_past, o_past
+
+    @triton.jit
+    def _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d,
+                  B: tl.constexpr, S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, D: tl.constexpr):
+        """x_i's K and V, read from position i's entries ([K or V, B, H, stream, D], x in stream 0) and
+        stored in cache slot i; returns them and i."""
         now_at = now_ptr + head * S * D + d
-        k_now, k_new = tl.load(now_at), tl.load(now_at + D)
-        v_now, v_new = tl.load(now_at + B * H * S * D), tl.load(now_at + B * H * S * D + D)
+        k_now, v_now = tl.load(now_at), tl.load(now_at + B * H * S * D)
         i = tl.load(i_ptr)
-        slot = i % R
         tl.store(k_cache_out_ptr + (head * T + i) * D + d, k_now)
         tl.store(v_cache_out_ptr + (head * T + i) * D + d, v_now)
+        return k_now, v_now, i
+
+    @triton.jit
+    def sps_triton_decode_ring(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr, mask_ptr,
+                               k_cache_ptr, v_cache_ptr, k_ring_ptr, v_ring_ptr,
+                               o_ptr, k_cache_out_ptr, v_cache_out_ptr, k_ring_out_ptr, v_ring_out_ptr,
+                               B: tl.constexpr, S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr,
+                               R: tl.constexpr, RP: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+                               SPLITS: tl.constexpr, SCALE: tl.constexpr):
+        """SPS: one (row, head) at position i: merge the past's splits, store x_i and rho_i, attend to
+        x_i and the ring, normalise. Every access past the S query rows or the R ring slots is masked."""
+        h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        head = b * H + h
+        rows = tl.arange(0, SP)
+        row_ok = rows < S
+        slots = tl.arange(0, RP)
+        slot_ok = slots < R
+        d = tl.arange(0, D)
+        max_past, sum_past, o_past = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
+                                                  S, SP, D, SPLITS)
+        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, S, T, H, D)
+        # rho_i is stream 1 of position i's entries; it goes to ring slot i % R.
+        k_new, v_new = tl.load(now_ptr + head * S * D + D + d), tl.load(now_ptr + (B * H + head) * S * D + D + d)
+        slot = i % R
         tl.store(k_ring_out_ptr + (head * R + slot) * D + d, k_new)
         tl.store(v_ring_out_ptr + (head * R + slot) * D + d, v_new)
         # This program's loads need not see its stores: the new ring entry is taken from registers.
@@ -148,6 +167,30 @@ if triton is not None:
              + p_now[:, None] * v_now.to(tl.float32)[None, :])
         tl.store(o_ptr + ((b * S + rows[:, None]) * H + h) * D + d[None, :],
                  (o / denom[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+    @triton.jit
+    def sps_triton_decode_one_stream(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr,
+                                     k_cache_ptr, v_cache_ptr, o_ptr, k_cache_out_ptr, v_cache_out_ptr,
+                                     B: tl.constexpr, SP: tl.constexpr, T: tl.constexpr, H: tl.constexpr,
+                                     D: tl.constexpr, SPLITS: tl.constexpr, SCALE: tl.constexpr):
+        """Standard: one (row, head) at position i: merge the past's splits, store x_i, attend to it,
+        normalise (row 0 of a tile of SP; the others are masked)."""
+        h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+        head = b * H + h
+        rows = tl.arange(0, SP)
+        row_ok = rows < 1
+        d = tl.arange(0, D)
+        max_past, sum_past, o_past = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
+                                                  1, SP, D, SPLITS)
+        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, 1, T, H, D)
+        q = tl.load(q_ptr + (head + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        score_now = tl.sum(q.to(tl.float32) * k_now.to(tl.float32)[None, :], 1) * SCALE
+        row_max = tl.maximum(max_past, score_now)
+        p_now = tl.exp(score_now - row_max)
+        past_scale = tl.exp(max_past - row_max)
+        o = past_scale[:, None] * o_past + p_now[:, None] * v_now.to(tl.float32)[None, :]
+        tl.store(o_ptr + (head + rows[:, None]) * D + d[None, :],
+                 (o / (past_scale * sum_past + p_now)[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
 def _run(name: str, grid, inputs, out_shapes, interpret: bool, aliases=None, **meta):
@@ -187,18 +230,27 @@ def past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
 
 def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     """:func:`sps_jax.inference.decode_attention.attend_with_ring` with these kernels: the same
-    arguments and results (output [B, S, H, K], cache and ring with x_i and rho_i stored in place)."""
+    arguments and results (output [B, S, H, K], cache and ring with x_i and rho_i stored in place).
+    Without a ``ring`` (None: ``standard``, one stream) the kernel after the past's stores x_i and
+    attends to it, and the ring returned is None."""
     B, H, S, K = q_BHSK.shape
-    (k_now, v_now), (k_cache, v_cache), (k_ring, v_ring, mask_BSR) = now, cache, ring
-    T, R = k_cache.shape[2], k_ring.shape[2]
+    (k_now, v_now), (k_cache, v_cache) = now, cache
+    T = k_cache.shape[2]
     kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
     o_part, max_part, sum_part = _split_partials(q_BHSK, k_cache, v_cache, lo_B, i, split)
     same = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    o_shape = jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype)
+    inputs = (q_BHSK, o_part, max_part, sum_part, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32))
+    shared = dict(B=B, SP=pa.tile_side(S), T=T, H=H, D=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
+    if ring is None:
+        o_BSHK, k_cache, v_cache = _run(ONE_STREAM_KERNEL, (H, B), inputs + (k_cache, v_cache),
+                                        (o_shape, same(k_cache), same(v_cache)), split.interpret,
+                                        aliases={6: 1, 7: 2}, **shared)
+        return o_BSHK, (k_cache, v_cache), None
+    k_ring, v_ring, mask_BSR = ring
+    R = k_ring.shape[2]
     o_BSHK, k_cache, v_cache, k_ring, v_ring = _run(
-        RING_KERNEL, (H, B),
-        (q_BHSK, o_part, max_part, sum_part, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32),
-         mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring),
-        (jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype), same(k_cache), same(v_cache), same(k_ring), same(v_ring)),
-        split.interpret, aliases={7: 1, 8: 2, 9: 3, 10: 4},
-        B=B, S=S, SP=pa.tile_side(S), T=T, R=R, RP=pa.tile_side(R), H=H, D=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
+        RING_KERNEL, (H, B), inputs + (mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring),
+        (o_shape, same(k_cache), same(v_cache), same(k_ring), same(v_ring)), split.interpret,
+        aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=pa.tile_side(R), **shared)
     return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)

@@ -128,7 +128,7 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
     assert (extra[4] - extra[2]) / 2 <= 1, extra
 
 
-# One decode step of the tiny SPS model with LAYERS layers for an H100 (batch 2, 16 + 16 positions): the
+# One decode step of the tiny model with LAYERS layers for an H100 (batch 2, 16 + 16 positions): the
 # entry computation of its compiled HLO. Run in a child process, since tests/conftest.py turns Triton's
 # interpreter on, which makes jax-triton's kernels interpreter-only here.
 LAYERS = 3
@@ -136,8 +136,8 @@ DECODE_STEP_HLO = """
 import sys
 from sps_jax import config as sps_config, hardware, model as sps_model
 from sps_jax.aot import programs
-config = sps_config.load_config("configs/tiny.py:sps,4", [f"--config.model.attention={sys.argv[1]}",
-                                                          "--config.model.dtype=bfloat16"])
+config = sps_config.load_config(f"configs/tiny.py:{sys.argv[3]},4", [f"--config.model.attention={sys.argv[1]}",
+                                                                     "--config.model.dtype=bfloat16"])
 hlo, count = [], programs.entry_kernels
 programs.entry_kernels = lambda text: hlo.append(text) or count(text)
 cfg = sps_model.ModelConfig.from_config(dict(config.model, num_layers=int(sys.argv[2])))
@@ -146,17 +146,21 @@ sys.stdout.write(hlo[0][hlo[0].index("\\nENTRY"):])
 """
 
 
-@pytest.mark.parametrize("backend", ["pallas", pytest.param("triton", marks=pytest.mark.skipif(
-    importlib.util.find_spec("jax_triton") is None, reason="jax-triton is not installed"))])
-def test_an_sps_decode_step_writes_its_cache_and_ring_only_in_the_ring_kernel(backend):
-    """On a GPU the ring kernel stores x_i's K/V in cache slot i and rho_i's in its ring slot in place
-    (cache and ring are aliased operands) and attends to them: no XLA op of the compiled step writes
-    a cache- or ring-shaped buffer, and each layer launches a past kernel and the ring kernel. With
-    ``pallas`` they are jax's decode kernel and our Pallas ring kernel; with ``triton`` our jax-triton
-    pair, and no kernel of the step lowers through Pallas's Triton backend."""
+needs_jax_triton = pytest.mark.skipif(importlib.util.find_spec("jax_triton") is None, reason="jax-triton is not installed")
+
+
+@pytest.mark.parametrize("variant, backend", [("sps", "pallas"), pytest.param("sps", "triton", marks=needs_jax_triton),
+                                              pytest.param("standard", "triton", marks=needs_jax_triton)])
+def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_past(variant, backend):
+    """On a GPU the kernel after the past's stores x_i's K/V in cache slot i (and SPS's rho_i's in its
+    ring slot) in place (cache and ring are aliased operands) and attends to them: no XLA op of the
+    compiled step writes a cache- or ring-shaped buffer, and each layer launches a past kernel and
+    that kernel. With ``pallas`` they are jax's decode kernel and our Pallas ring kernel (SPS only);
+    with ``triton`` our jax-triton pair, and no kernel of the step lowers through Pallas's Triton
+    backend."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", DECODE_STEP_HLO, backend, str(LAYERS)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", DECODE_STEP_HLO, backend, str(LAYERS), variant], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     entry = done.stdout
     calls = [line for line in entry.splitlines() if " custom-call(" in line]
@@ -165,10 +169,12 @@ def test_an_sps_decode_step_writes_its_cache_and_ring_only_in_the_ring_kernel(ba
         assert sum("mha_forward" in c for c in calls) == LAYERS  # jax's decode kernel over the past
     else:
         assert not any(PALLAS_TRITON in c for c in calls)
+        after_past = triton_decode.RING_KERNEL if variant == "sps" else triton_decode.ONE_STREAM_KERNEL
         names = [name for c in calls for name in gpu_kernels.triton_calls(c)]
-        assert sorted(names) == sorted([triton_decode.PAST_KERNEL, triton_decode.RING_KERNEL] * LAYERS), names
-    cfg = sps_model.ModelConfig.from_config(dict(tiny_config("sps").model))
-    for slots in (cfg.window + 1, 16 + 16):  # the ring (w + 1) and the cache (T = prompt + new tokens)
+        assert sorted(names) == sorted([triton_decode.PAST_KERNEL, after_past] * LAYERS), names
+    cfg = sps_model.ModelConfig.from_config(dict(tiny_config(variant).model))
+    buffers = [32] + ([cfg.window + 1] if variant == "sps" else [])  # the cache (T = 16 + 16) and the ring (w + 1)
+    for slots in buffers:
         buffer = f"bf16[2,{cfg.num_heads},{slots},{cfg.head_dim}]"
         writers = [line for line in entry.splitlines()
                    if f"= {buffer}" in line and not re.search(r"= \S+ (parameter|get-tuple-element|bitcast)\(", line)]

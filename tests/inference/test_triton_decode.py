@@ -2,11 +2,13 @@
 claims the Pallas decode kernels are held to (tests/inference/test_decode_attention.py): the past's
 partials equal XLA's masked product, SPS's ring kernel stores x_i and rho_i in their slots and nowhere
 else and is one softmax over the past, x_i and the ring, and decoding through them equals the full
-forward. Their own claim: any cache length, split or not into whole blocks. tests/conftest.py
+forward. Their own claims: any cache length, split or not into whole blocks; Standard's step in a
+kernel of its own, storing x_i and attending to the past and x_i. tests/conftest.py
 switches the interpreter on; 16-bit numerics run in float16 (the interpreter's bf16 products are
 wrong, docs/pallas.md)."""
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from sps_jax.inference import decode_attention
@@ -41,6 +43,31 @@ def test_the_ring_kernel_stores_x_i_and_rho_i_and_is_one_softmax_over_the_past_x
     pallas_checks.check_ring_kernel("triton", dtype, tol, T, i)
 
 
-@pytest.mark.parametrize("variant", ["sps", "reverse_sps"])
+@pytest.mark.parametrize("dtype, tol, T, i", [(jnp.float32, 1e-5, 64, 40), (jnp.float16, 3e-3, 100, 70)])
+def test_standards_kernel_stores_x_i_and_is_one_softmax_over_the_past_and_x_i(dtype, tol, T, i):
+    """Standard's step at position i: the past kernel over slots [lo, i), then one kernel that writes
+    x_i's entry into cache slot i and nowhere else, and attends to the past and x_i."""
+    rng = np.random.default_rng(5)
+    B, H, K = 3, 2, 16
+    q, now_k, now_v = (rng.normal(size=(B, H, 1, K)) for _ in range(3))
+    k, v = (rng.normal(size=(B, H, T, K)) for _ in range(2))
+    lo = np.array([0, 17, i])  # row 2 sees no past slot: its output is x_i's value
+    now_k[1] = 2 * q[1]  # row 1's largest score is x_i's: the past's partials are rescaled to it
+    as_jax = lambda x: jnp.asarray(x, dtype)  # noqa: E731
+    o_BSHK, (k_out, v_out), ring = decode_attention.attend_with_ring(
+        as_jax(q), (as_jax(now_k), as_jax(now_v)), jnp.asarray(i, jnp.int32), (as_jax(k), as_jax(v)),
+        jnp.asarray(lo, jnp.int32), None, decode_attention.split_for(T, interpret=True, kernels="triton"))
+    assert ring is None
+    k[:, :, i], v[:, :, i] = now_k[:, :, 0], now_v[:, :, 0]
+    for got, want in ((k_out, k), (v_out, v)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(as_jax(want)))  # the slot, nothing else
+    rounded = lambda x: np.asarray(as_jax(x), np.float64)  # noqa: E731
+    seen = (np.arange(T)[None, None] >= lo[:, None, None]) & (np.arange(T) <= i)  # [B, 1, T]: the past and x_i
+    want = pallas_checks._dense_attention(rounded(q), rounded(k), rounded(v), seen)
+    np.testing.assert_allclose(np.asarray(o_BSHK, np.float64).swapaxes(1, 2), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(o_BSHK, np.float64)[2, 0], rounded(now_v)[2, :, 0], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("variant", ["standard", "sps", "reverse_sps"])
 def test_decoding_through_the_kernels_equals_the_full_forward(variant, monkeypatch):
     pallas_checks.check_decoding_equals_the_full_forward(variant, "triton", monkeypatch)
