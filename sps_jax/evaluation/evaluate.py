@@ -54,8 +54,48 @@ def check_hub(keys, task_data: dict[str, str], manager) -> None:
     if reason not in (None, hub.UNKNOWN):  # a dataset the hub does not know is lm-eval's to say
         datasets = ", ".join(f"{key} ({name})" for key, name in missing.items())
         raise cli.UserError(f"the Hugging Face hub cannot be reached ({reason}) and the data of {datasets} is not in "
-                            f"the local cache: this needs the network; offline, pass --task-data TASK=FILE (the hub "
-                            f"dataset's fields) for {', '.join(missing)}.")
+                            f"the local cache: this needs the network; offline, {_offline_advice(missing, manager)}.")
+
+
+def _offline_advice(keys, manager) -> str:
+    """What to pass offline for tasks ``keys`` that lm-eval would fetch: --task-data for a single task; a group or
+    tag (mmlu, ai2_arc) takes none, so its tasks are to be named one by one."""
+    single = [key for key in keys if _members(manager, paper_tasks.lm_eval_name(key)) is None]
+    grouped = [key for key in keys if key not in single]
+    advice = [f"pass --task-data TASK=FILE (the hub dataset's fields) for {', '.join(single)}"] if single else []
+    if grouped:
+        advice.append(f"name the tasks of {', '.join(grouped)} in --tasks, each with its own --task-data TASK=FILE "
+                      "(it takes single tasks, not groups)")
+    return " and ".join(advice)
+
+
+def _members(manager, name: str, depth: int = 0) -> list[str] | None:
+    """The single tasks that lm-eval's group or tag ``name`` runs (through its subgroups), or None when it is one."""
+    entry = manager.task_index.get(name)
+    cfg = getattr(entry, "cfg", None) or {}
+    if cfg.get("group"):
+        tasks = cfg.get("task")
+        members = [str(t.get("task") if isinstance(t, dict) else t) for t in (tasks if isinstance(tasks, list) else [])]
+    elif entry is not None and not cfg and getattr(entry, "yaml_path", None) is None:  # a tag, named in its tasks
+        members = sorted(getattr(entry, "tags", None) or ())
+    else:
+        return None
+    if depth > 8:  # groups of groups are shallow; a cycle is lm-eval's to say
+        return members
+    return [task for member in members for task in (_members(manager, member, depth + 1) or [member])]
+
+
+def check_task_data_tasks(task_data: dict[str, str], manager) -> None:
+    """One sentence when --task-data names a group or tag of lm-eval tasks: its file replaces one task's data, so
+    for a group lm-eval evaluated nothing and wrote an empty result (mmlu: sample_len 0), and for a tag the
+    evaluation stopped once the weights had loaded."""
+    for key, path in task_data.items():
+        members = _members(manager, paper_tasks.lm_eval_name(key))
+        if members is not None:
+            shown = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+            raise cli.UserError(f"--task-data {key}={path}: {key} is a group of lm-eval tasks ({shown or 'none'}), "
+                                "and --task-data replaces the data of one task: name its tasks in --tasks, each "
+                                "with its own --task-data TASK=FILE.")
 
 
 @contextlib.contextmanager
@@ -105,6 +145,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     manager = task_manager(include_path, include_defaults)
     paper_tasks.check_known(keys, manager.all_tasks)
     paper_tasks.check_task_data(task_data, keys)
+    check_task_data_tasks(task_data, manager)
     with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir:
         names, specs = {}, []
         for key in keys:
@@ -120,8 +161,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
                 out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
                                       task_manager=manager, log_samples=False, bootstrap_iters=0)
         except ConnectionError as e:  # datasets' "Couldn't reach 'NAME' on the Hub (...)", after its retries
-            offline = (f"; offline, pass --task-data TASK=FILE (the hub dataset's fields) for {', '.join(fetched)}"
-                       if fetched else "")
+            offline = f"; offline, {_offline_advice(fetched, manager)}" if fetched else ""
             raise cli.UserError(f"lm-eval could not fetch task data ({' '.join(str(e).split())[:200]}): this needs "
                                 f"the network{offline}.") from None
     return out["results"], names
@@ -158,6 +198,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = task_manager(include_path, include_defaults)
         paper_tasks.check_known(keys, manager.all_tasks)
+        check_task_data_tasks(dict(task_data or {}), manager)
         check_hub(keys, dict(task_data or {}), manager)
         paper_tasks.check_task_fields(dict(task_data or {}), {
             key: getattr(manager.task_index.get(paper_tasks.lm_eval_name(key)), "cfg", None) for key in keys})

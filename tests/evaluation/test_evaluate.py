@@ -227,9 +227,35 @@ def test_a_hub_task_offline_and_not_cached_is_one_sentence_within_seconds(tmp_pa
                                      tokenizer=CharTokenizer(), include_defaults=False)
     assert time.time() - start < 10
     assert str(raised.value).startswith("the Hugging Face hub cannot be reached (")
+    # --task-data takes single tasks: a group's (mmlu's) tasks are to be named one by one, each with its file.
+    advice = ("name the tasks of hub_group in --tasks, each with its own --task-data TASK=FILE (it takes single "
+              "tasks, not groups)" if task == "hub_group" else
+              "pass --task-data TASK=FILE (the hub dataset's fields) for hub_mc")
     assert str(raised.value).endswith(f") and the data of {task} (someone/hub_mc) is not in the local cache: this "
-                                      "needs the network; offline, pass --task-data TASK=FILE (the hub dataset's "
-                                      f"fields) for {task}.")
+                                      f"needs the network; offline, {advice}.")
+
+
+@pytest.mark.parametrize("kind", ["group", "tag"])
+def test_task_data_for_a_group_or_tag_of_tasks_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch,
+                                                                                  kind):
+    # --task-data mmlu=FILE wrote a result of nothing (mmlu: sample_len 0) with status 0; --task-data ai2_arc=FILE (a
+    # tag) stopped on 'RUN/None: No such file or directory' once the weights had loaded.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    yaml = MC_YAML.format(data=local_tasks / "mc.jsonl")
+    (tmp_path / "yaml" / "one_mc.yaml").write_text(yaml.replace("task: tiny_mc", "task: one_mc\ntag: mc_tag"))
+    (tmp_path / "yaml" / "two_mc.yaml").write_text(yaml.replace("task: tiny_mc", "task: two_mc\ntag: mc_tag"))
+    (tmp_path / "yaml" / "mc_group.yaml").write_text("group: mc_group\ntask:\n  - one_mc\n  - two_mc\n")
+    name = {"group": "mc_group", "tag": "mc_tag"}[kind]
+    data = str(local_tasks / "mc.jsonl")
+    with pytest.raises(cli.UserError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [name], task_data={name: data},
+                                     include_path=str(tmp_path / "yaml"), tokenizer=CharTokenizer(),
+                                     include_defaults=False)
+    assert str(refusal.value) == (f"--task-data {name}={data}: {name} is a group of lm-eval tasks (one_mc, two_mc), "
+                                  "and --task-data replaces the data of one task: name its tasks in --tasks, each "
+                                  "with its own --task-data TASK=FILE.")
 
 
 def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, offline_hub_task, monkeypatch):
