@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import functools
 import os
+import pathlib
 import sys
 import tempfile
 import time
@@ -96,6 +97,29 @@ def check_task_data_tasks(task_data: dict[str, str], manager) -> None:
             raise cli.UserError(f"--task-data {key}={path}: {key} is a group of lm-eval tasks ({shown or 'none'}), "
                                 "and --task-data replaces the data of one task: name its tasks in --tasks, each "
                                 "with its own --task-data TASK=FILE.")
+
+
+def check_include_path(include_path: str | None, manager) -> None:
+    """One sentence when a task YAML under ``include_path`` is one lm-eval cannot read: its task index skips such a
+    file without a word, so its task was called unknown, or lm-eval's own task of that name ran in its place."""
+    if include_path is None:
+        return
+    from lm_eval.tasks._yaml_loader import load_yaml  # the loader lm-eval's index reads every YAML with
+    import yaml
+
+    indexed = {os.path.realpath(e.yaml_path) for e in manager.task_index.values() if getattr(e, "yaml_path", None)}
+    for path in sorted(pathlib.Path(include_path).glob("**/*.yaml")):
+        if os.path.realpath(path) in indexed or {"__pycache__", ".ipynb_checkpoints"} & set(path.parts):
+            continue
+        try:
+            load_yaml(path, resolve_func=False, recursive=True)
+        except Exception as e:  # noqa: BLE001 - whatever lm-eval's loader raises, its index skipped the file
+            mark = getattr(e, "problem_mark", None)
+            reason = (f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
+                      if isinstance(e, yaml.MarkedYAMLError) and mark is not None else cli.sentence(e)[:200])
+            raise cli.UserError(f"--include-path {include_path}: lm-eval cannot read the task YAML {path} "
+                                f"({reason}) and would skip it without a word: fix it, or move it out of the "
+                                "folder.") from None
 
 
 @contextlib.contextmanager
@@ -197,6 +221,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = task_manager(include_path, include_defaults)
+        check_include_path(include_path, manager)
         paper_tasks.check_known(keys, manager.all_tasks)
         check_task_data_tasks(dict(task_data or {}), manager)
         check_hub(keys, dict(task_data or {}), manager)

@@ -258,6 +258,28 @@ def test_task_data_for_a_group_or_tag_of_tasks_is_refused_before_loading_weights
                                   "with its own --task-data TASK=FILE.")
 
 
+@pytest.mark.parametrize("yaml_text, reason", [
+    ("task: mine_mc\ndataset_path: json\n  bad: [\n",
+     "line 3, column 6: mapping values are not allowed in this context"),
+    ("include: gone.yaml\ntask: mine_mc\n", "No such file or directory"),
+], ids=["not-yaml", "missing-include"])
+def test_an_include_path_yaml_lm_eval_cannot_read_is_refused_before_loading_weights(tmp_path, monkeypatch, yaml_text,
+                                                                                     reason):
+    # lm-eval's task index skipped the file without a word: its task was called unknown ("add --include-path DIR for
+    # your own YAMLs", which was given), or lm-eval's own task of the same name ran in its place.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml" / "sub").mkdir(parents=True)
+    (tmp_path / "yaml" / "sub" / "mine_mc.yaml").write_text(yaml_text)
+    with pytest.raises(cli.UserError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["mine_mc"], include_path=str(tmp_path / "yaml"),
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+    assert str(refusal.value).startswith(f"--include-path {tmp_path / 'yaml'}: lm-eval cannot read the task YAML "
+                                         f"{tmp_path / 'yaml' / 'sub' / 'mine_mc.yaml'} (")
+    assert reason in str(refusal.value)
+    assert str(refusal.value).endswith(") and would skip it without a word: fix it, or move it out of the folder.")
+
+
 def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, offline_hub_task, monkeypatch):
     # `datasets` reads it offline: the hub is not asked, so the evaluation goes on to load the weights.
     from sps_jax import hub
