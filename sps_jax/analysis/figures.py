@@ -16,6 +16,7 @@ one document of seq_len positions) per layer + 2 d V for the LM head once per po
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -36,8 +37,16 @@ from sps_jax.plotting import pyplot, save_figure
 
 
 def validation_curve(run: str) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens_seen, val_loss) of a run's validation records, in order."""
+    """(tokens_seen, val_loss) of a run's validation records, in order. A NaN or infinity (or a negative count of
+    tokens) is one sentence naming the record, as in a results JSON: no figure can place it, and matplotlib said only
+    'Data cannot be log-scaled' (or the figure's JSON held null)."""
     val = metrics.curves(run)["val"]
+    for r in val:
+        for key in ("tokens_seen", "val_loss"):
+            if not math.isfinite(r[key]) or (key == "tokens_seen" and r[key] < 0):
+                raise ValueError(f"{os.path.join(run, metrics.METRICS_FILE)}: the validation record of step "
+                                 f"{r['step']} has {key}={r[key]!r}, which no figure can place: fix or delete that "
+                                 "line, or leave the run out.")
     return (np.asarray([r["tokens_seen"] for r in val], np.float64),
             np.asarray([r["val_loss"] for r in val], np.float64))
 
@@ -502,7 +511,7 @@ def main(argv=None):
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)
-            if not metrics.curves(run)["val"]:
+            if not len(validation_curve(run)[1]):
                 raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
                                  "evaluated on validation data (train.eval_every).")
     with files.results(args.force):  # the figure and its .json together

@@ -318,6 +318,24 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
         "zero-shot tasks (evaluate --tasks zero_shot)." in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["curves", "window-ablation"])
+@pytest.mark.parametrize("key, value", [("val_loss", float("nan")), ("val_loss", float("inf")),
+                                        ("tokens_seen", float("nan")), ("tokens_seen", -1000)])
+def test_a_validation_record_no_figure_can_place_is_one_sentence_naming_it(tmp_path, capsys, command, key, value):
+    # A NaN loss (metrics.jsonl is written by json.dumps, which writes NaN) failed with matplotlib's 'Data cannot be
+    # log-scaled because all values are <= 0', naming no file; window-ablation drew it and wrote null to its JSON.
+    run = write_run(tmp_path / "sps", "sps", "sps", 4, [3.0, 2.5])
+    lines = (tmp_path / "sps" / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[-1])
+    record[key] = value
+    (tmp_path / "sps" / "metrics.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(record)]) + "\n")
+    assert figures.main([command, run, "--out", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {os.path.join(run, 'metrics.jsonl')}: the validation record of step 20 has "
+                   f"{key}={value!r}, which no figure can place: fix or delete that line, or leave the run out.\n")
+    assert sorted(os.listdir(tmp_path)) == ["sps"]
+
+
 def test_a_missing_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch, capsys):
     run = write_run(tmp_path / "run", "tiny", "sps", 2, [4.0, 3.5])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # before: ModuleNotFoundError with a traceback
