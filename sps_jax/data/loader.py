@@ -25,13 +25,14 @@ import os
 import grain
 import numpy as np
 
-from sps_jax import files, token_folder
+from sps_jax import files, token_folder, vocab
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
 from sps_jax.token_folder import MANIFEST
 
 SPLITS = ("train", "val")
 DTYPE = "uint16"  # the manifest's name for the token type
+TOKENIZER = "gpt2"  # the manifest's name for GPT-2's BPE, the one tokenizer prepare writes with
 TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian on any host
 REPREPARE = "re-run `python -m sps_jax.data prepare`"
 
@@ -107,6 +108,12 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     if eos_id is not None and manifest.get("eos_id") != eos_id:
         raise ValueError(f"{folder}: the token file's eos_id {manifest.get('eos_id')} differs from the model's "
                          f"{eos_id}: it was prepared with another tokenizer.")
+    # A model with GPT-2's EOS id reads GPT-2's ids, which another BPE of the same EOS id and no larger vocabulary
+    # (p50k's) passes every other check with; a model of its own ids (another eos_id) is held to those checks alone.
+    if eos_id == vocab.EOS_ID and manifest.get("tokenizer", TOKENIZER) != TOKENIZER:
+        raise ValueError(f"{folder}: the manifest says its tokens are of the tokenizer {manifest['tokenizer']!r}, "
+                         f"not GPT-2's ({TOKENIZER!r}), whose ids the model reads: prepare the text with "
+                         "`python -m sps_jax.data prepare`.")
     info = splits[split]
     path = os.path.join(folder, info["file"])
     if not os.path.isfile(path):

@@ -143,7 +143,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
         writers = {split: _SplitWriter(building, split) for split in loader.SPLITS}
         _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc, val_fraction,
                          max_documents, max_tokens, batch_documents, log, start)
-        manifest = {"tokenizer": "gpt2", "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
+        manifest = {"tokenizer": loader.TOKENIZER, "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
                     "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
         if manifest["splits"]["train"]["tokens"] == 0:
             raise UserError(f"source {source!r} produced no training tokens: check the source and --val-fraction"

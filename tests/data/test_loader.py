@@ -123,6 +123,24 @@ def test_a_model_of_another_eos_id_is_refused(tmp_path):
         loader.open_tokens(folder, "train", vocab_size=64, eos_id=60)
 
 
+def test_a_folder_of_another_tokenizer_is_refused_for_a_model_of_gpt2s_ids(tmp_path):
+    # Only the EOS id and the largest id were checked: a folder of another BPE with GPT-2's EOS id trained silently.
+    folder = write_token_folder(str(tmp_path / "tok"), num_docs=20, eos=50256)  # its manifest names "synthetic"
+    with pytest.raises(ValueError) as refusal:
+        loader.open_tokens(folder, "train", vocab_size=50304, eos_id=50256)
+    assert str(refusal.value) == (f"{folder}: the manifest says its tokens are of the tokenizer 'synthetic', not "
+                                  "GPT-2's ('gpt2'), whose ids the model reads: prepare the text with "
+                                  "`python -m sps_jax.data prepare`.")
+    outcome = fuzz.call(data_cli.main, ["verify", folder])
+    assert outcome.status == 2 and outcome.problem() is None and "of the tokenizer 'synthetic'" in outcome.stderr
+    manifest = json.loads((tmp_path / "tok" / "manifest.json").read_text())
+    (tmp_path / "tok" / "manifest.json").write_text(json.dumps({**manifest, "tokenizer": "gpt2"}))
+    assert len(loader.open_tokens(folder, "train", vocab_size=50304, eos_id=50256))
+    # A model of its own ids (another EOS id) reads a folder of its own tokenizer as before.
+    other = write_token_folder(str(tmp_path / "other"), num_docs=20)
+    assert len(loader.open_tokens(other, "train", vocab_size=64, eos_id=60))
+
+
 def test_a_file_given_as_the_token_folder_is_named_as_a_file(tmp_path):
     # The sentence said the file had no manifest.json and to prepare into it, which prepare refuses for a file.
     (tmp_path / "corpus.txt").write_text("some text\n")
