@@ -213,6 +213,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     try:
         module_spec.loader.exec_module(module)
     except SyntaxError as e:
+        if e.lineno is None:  # no line to fix: Python refused the bytes (null bytes, as UTF-16's 'Unicode' holds)
+            raise UserError(f"config file {path} is not valid Python ({e.msg}): save it as UTF-8 text.") from None
         raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}): fix that line.") from None
     except (Exception, SystemExit) as e:  # the user's file: say where it failed instead of a traceback (or an exit)
         raise UserError(f"config file {path} failed{_failure(e, path)}") from None

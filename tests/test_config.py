@@ -254,6 +254,17 @@ def test_a_config_file_that_fails_is_one_sentence_saying_where_and_what_to_do(tm
         sps_config.load_config(str(path))
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_config_file_saved_as_utf16_says_to_save_it_as_utf8(tmp_path, encoding):
+    # Python names no line for its null bytes: the sentence said "line None is not valid Python".
+    path = tmp_path / "tiny16.py"
+    path.write_text((sps_config._SHIPPED_CONFIGS / "tiny.py").read_text(), encoding=encoding)
+    with pytest.raises(ValueError) as refusal:
+        sps_config.load_config(str(path))
+    assert str(refusal.value) == (f"config file {path} is not valid Python (source code string cannot contain null "
+                                  "bytes): save it as UTF-8 text.")
+
+
 def test_a_config_path_may_be_a_pathlib_path():
     import pathlib
 
