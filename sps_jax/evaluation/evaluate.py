@@ -104,7 +104,10 @@ def check_include_path(include_path: str | None, manager) -> None:
     file without a word, so its task was called unknown, or lm-eval's own task of that name ran in its place."""
     if include_path is None:
         return
-    from lm_eval.tasks._yaml_loader import load_yaml  # the loader lm-eval's index reads every YAML with
+    try:
+        from lm_eval.tasks._yaml_loader import load_yaml  # the loader lm-eval's index reads every YAML with
+    except ImportError:  # a private module (0.4.12, 0.4.13): where lm-eval moves it, its index alone decides
+        return
     import yaml
 
     indexed = {os.path.realpath(e.yaml_path) for e in manager.task_index.values() if getattr(e, "yaml_path", None)}
