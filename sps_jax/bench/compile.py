@@ -303,7 +303,7 @@ def print_tables(results) -> None:
         if res.get("kernels") and res["platform"] == "tpu":
             print_tpu_kernels(res["kernels"])
         elif res.get("kernels"):
-            print(f"{'shape':12s} {'dtype':9s} {'variant':14s} {'kernel':18s} {'tiles q/k w s':>14s} {'regs':>5s} "
+            print(f"{'shape':12s} {'dtype':9s} {'variant':14s} {'kernel':28s} {'tiles q/k w s':>14s} {'regs':>5s} "
                   f"{'spill B':>8s} {'smem KiB':>9s} {'grid':>14s}")
             for rep in res["kernels"]:
                 head = f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['variant']:14s}"
@@ -314,7 +314,7 @@ def print_tables(results) -> None:
                     tiles = f"{k.get('block_q', '-')}/{k.get('block_k', '-')} {k['num_warps']} {k['num_stages']}"
                     spill = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
                     grid = "x".join(str(g) for g in k.get("grid", []))
-                    print(f"{head} {kname:18s} {tiles:>14s} "
+                    print(f"{head} {kname:28s} {tiles:>14s} "
                           f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / 1024:>9.1f} "
                           f"{grid:>14s}")
         if res.get("train"):
