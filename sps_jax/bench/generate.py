@@ -16,6 +16,9 @@ never resets, so each variant runs once more in its own fresh process. Where the
 device has no such counter (CPU) the peak is reported as unavailable and the
 KV-cache bytes and XLA's compiled buffer sizes of the decode loop are given instead.
 Windowed variants take the window of ``--config`` (or ``masks.DEFAULT_WINDOW`` when it has none).
+``--attention pallas,triton`` times every variant with each backend in the same rounds: ratios to
+Standard are taken within a backend, and each run's throughput is also given over the same variant's
+with the first backend listed.
 """
 
 from __future__ import annotations
@@ -45,14 +48,16 @@ def _parse(argv):
                         default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=cli.positive_int, default=3, help="timed rounds over all variants (the fastest counts)")
-    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, triton, "
-                        "splash, auto): the prefill's kernel, and on a GPU with pallas the decode step's")
+    parser.add_argument("--attention", type=cli.comma_list(str, None, "backend"), default=None,
+                        help="comma-separated model.attention backends timed side by side (xla, pallas, triton, "
+                        "splash, auto; default: the config's): the prefill's kernel, and on a GPU with pallas "
+                        "or triton the decode step's kernels")
     bench.add_json_flag(parser)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
     return parser.parse_args(argv)
 
 
-def _model_config(args, overrides, variant):
+def _model_config(args, overrides, variant, backend=None):
     from sps_jax import config as sps_config
     from sps_jax import model as sps_model
 
@@ -61,8 +66,8 @@ def _model_config(args, overrides, variant):
     vis = masks.Visibility(fields["variant"], fields["window"]).with_variant(variant)
     fields["variant"], fields["window"] = vis.variant, vis.window
     fields["seq_len"] = max(fields["seq_len"], args.prefill)
-    if args.attention:
-        fields["attention"] = args.attention
+    if backend:
+        fields["attention"] = backend
     return sps_model.ModelConfig.from_config(fields)
 
 
@@ -74,9 +79,10 @@ def check_workload(cfg, args, memory_bytes: int, device: str) -> None:
 
 
 class VariantRun:
-    """One variant compiled for the workload; ``run()`` times prefill + decode loop end to end."""
+    """One variant compiled for the workload with attention ``backend`` (None: the config's); ``run()``
+    times prefill + decode loop end to end."""
 
-    def __init__(self, args, overrides, variant):
+    def __init__(self, args, overrides, variant, backend=None):
         import jax
         import jax.numpy as jnp
         import numpy as np
@@ -85,7 +91,8 @@ class VariantRun:
         from sps_jax import model as sps_model
 
         self.args, self.variant = args, variant
-        self.cfg = cfg = _model_config(args, overrides, variant)
+        self.cfg = cfg = _model_config(args, overrides, variant, backend)
+        self.label = f"{variant}/{backend}" if backend else variant
         check_workload(cfg, args, *hardware.local_memory())
         self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
         self.tokens_BT = jnp.asarray(
@@ -112,7 +119,7 @@ class VariantRun:
             memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
             + memory.temp_size_in_bytes)
         self.best = None
-        print(f"[{variant}] compiled in {self.compile_s:.1f} s", file=sys.stderr, flush=True)
+        print(f"[{self.label}] compiled in {self.compile_s:.1f} s", file=sys.stderr, flush=True)
 
     def run(self) -> dict:
         import jax
@@ -137,7 +144,8 @@ class VariantRun:
 
         a, best = self.args, self.best
         return {
-            "variant": self.variant, "window": self.cfg.window, "device": str(jax.devices()[0].device_kind),
+            "variant": self.variant, "window": self.cfg.window, "attention": self.cfg.attention,
+            "device": str(jax.devices()[0].device_kind),
             "batch": a.batch, "prefill": a.prefill, "decode_steps": a.decode, "compile_s": self.compile_s,
             **best,
             "tokens_per_s": a.batch * self.new_tokens / best["total_s"],
@@ -149,13 +157,28 @@ class VariantRun:
 
 
 def peak_bytes_worker(args, overrides, variant):
-    """In a fresh process: the device's peak bytes in use over one run of the workload."""
+    """In a fresh process: the device's peak bytes in use over one run of the workload (with the one
+    backend of its ``--attention``)."""
     import jax
 
     if jax.devices()[0].memory_stats() is None:
         return None  # no counter on this device (CPU): nothing to measure
-    VariantRun(args, overrides, variant).run()
+    VariantRun(args, overrides, variant, args.attention[0] if args.attention else None).run()
     return jax.devices()[0].memory_stats().get("peak_bytes_in_use")
+
+
+def _worker_argv(argv, json_path, backend) -> list[str]:
+    """The command line of a peak-memory worker: this one without ``--json`` and with ``backend``
+    alone as ``--attention`` (none: the config's)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--json", "--attention"):
+            skip = True
+        elif not (a.startswith(("--json=", "--attention=")) or a == json_path):
+            out.append(a)
+    return out + (["--attention", backend] if backend else [])
 
 
 def _spawn_peak(argv, variant):
@@ -171,8 +194,15 @@ def _spawn_peak(argv, variant):
 
 
 def _ratios(results: list[dict]) -> None:
-    base = next((r for r in results if r["variant"] == "standard"), None)
+    """Each result over Standard's with the same attention backend, and (with several backends) its
+    throughput over the same variant's with the first backend."""
+    first = results[0]["attention"]
+    several = any(r["attention"] != first for r in results)
     for r in results:
+        if several:
+            same_variant = next(b for b in results if b["variant"] == r["variant"] and b["attention"] == first)
+            r["backend_throughput_ratio"] = r["tokens_per_s"] / same_variant["tokens_per_s"]
+        base = next((b for b in results if b["variant"] == "standard" and b["attention"] == r["attention"]), None)
         if base is None:
             continue
         r["throughput_ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
@@ -184,12 +214,15 @@ def _ratios(results: list[dict]) -> None:
 
 def _table(results: list[dict]) -> str:
     fmt = lambda x, spec: format("n/a", ">" + spec.split(".")[0]) if x is None else format(x, spec)
-    rows = [f"{'variant':14s} {'window':>6s} {'tokens/s':>10s} {'x thru':>7s} {'peak MiB':>9s} "
-            f"{'x peak':>7s} {'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
+    several = any("backend_throughput_ratio" in r for r in results)
+    rows = [f"{'variant':14s} {'window':>6s} {'attention':9s} {'tokens/s':>10s} {'x thru':>7s} "
+            + (f"{'x ' + results[0]['attention']:>9s} " if several else "")
+            + f"{'peak MiB':>9s} {'x peak':>7s} {'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
     for r in results:
-        rows.append(f"{r['variant']:14s} {str(r['window']):>6s} {r['tokens_per_s']:10.1f} "
+        rows.append(f"{r['variant']:14s} {str(r['window']):>6s} {r['attention']:9s} {r['tokens_per_s']:10.1f} "
                     f"{fmt(r.get('throughput_ratio'), '7.3f')} "
-                    f"{fmt(None if r['peak_bytes'] is None else r['peak_bytes'] / 2**20, '9.1f')} "
+                    + (f"{fmt(r.get('backend_throughput_ratio'), '9.3f')} " if several else "")
+                    + f"{fmt(None if r['peak_bytes'] is None else r['peak_bytes'] / 2**20, '9.1f')} "
                     f"{fmt(r.get('peak_memory_ratio'), '7.3f')} {r['cache_bytes'] / 2**20:9.2f} "
                     f"{fmt(r.get('cache_bytes_ratio'), '7.3f')} {fmt(r.get('persistent_cache_ratio'), '9.3f')}")
     return "\n".join(rows)
@@ -205,41 +238,43 @@ def main(argv=None) -> int:
     if args.worker:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
         return 0
-    variants = args.variants
+    variants, backends = args.variants, args.attention or [None]
+    runs_asked = [(v, b) for b in backends for v in variants]
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).
     largest = hardware.largest()
-    for v in variants:
-        check_workload(_model_config(args, overrides, v), args, largest.memory_bytes, largest.name)
+    for v, b in runs_asked:
+        check_workload(_model_config(args, overrides, v, b), args, largest.memory_bytes, largest.name)
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.
-    worker_argv = [a for a in argv if a != "--json" and not a.startswith("--json=") and a != args.json]
     peaks = {}
-    for v in variants:
-        print(f"[{v}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
-        peaks[v] = _spawn_peak(worker_argv, v)
-        if peaks[v] is None:  # the device has no memory counter: the other workers would say the same
-            print(f"[{v}] this device has no peak-memory counter (memory_stats): no variant's peak is measured",
+    for v, b in runs_asked:
+        label = f"{v}/{b}" if b else v
+        print(f"[{label}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
+        peaks[v, b] = _spawn_peak(_worker_argv(argv, args.json, b), v)
+        if peaks[v, b] is None:  # the device has no memory counter: the other workers would say the same
+            print(f"[{label}] this device has no peak-memory counter (memory_stats): no variant's peak is measured",
                   file=sys.stderr, flush=True)
             break
 
     print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
-          f"{args.repeats} timed rounds; variants {', '.join(variants)}", file=sys.stderr, flush=True)
-    runs = [VariantRun(args, overrides, v) for v in variants]
+          f"{args.repeats} timed rounds; variants {', '.join(variants)}"
+          + (f"; attention {', '.join(args.attention)}" if args.attention else ""), file=sys.stderr, flush=True)
+    runs = [VariantRun(args, overrides, v, b) for v, b in runs_asked]
     for r in runs:
         r.run()  # warm-up: first-execution costs (allocations, autotuning) are not timed
         r.best = None
-    # Rounds interleave the variants so that load drifting over time hits them alike; the fastest counts.
+    # Rounds interleave the runs so that load drifting over time hits them alike; the fastest counts.
     for round_ in range(args.repeats):
         for r in runs:
             timing = r.run()
-            print(f"[{r.variant}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s",
+            print(f"[{r.label}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s",
                   file=sys.stderr, flush=True)
     results = [r.result() for r in runs]
-    for r in results:
-        r["peak_bytes"] = peaks.get(r["variant"])
+    for r, key in zip(results, runs_asked):
+        r["peak_bytes"] = peaks.get(key)
     _ratios(results)
     print(_table(results))
     if results[0]["peak_bytes"] is None:

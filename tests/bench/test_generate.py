@@ -59,3 +59,38 @@ def test_the_default_workload_is_the_papers_inference_measurement():
     assert (args.batch, args.prefill, args.decode) == (16, 1024, 3072)
     assert set(args.variants) == {
         "standard", "sps", "two_x_memory", "delayed_state", "reverse_sps"}
+
+
+def test_backends_are_timed_side_by_side_with_ratios_within_each(tmp_path, monkeypatch):
+    """--attention xla,pallas: every variant with each backend in the same rounds; ratios to Standard
+    within a backend, throughput over the same variant's with the first backend, and each peak from
+    a worker of that one backend."""
+    workers = []
+
+    def spawn(argv, variant):
+        backend = argv[argv.index("--attention") + 1]
+        workers.append((variant, backend, argv.count("--attention")))
+        return {"xla": 1000, "pallas": 1200}[backend] + (100 if variant == "sps" else 0)
+
+    monkeypatch.setattr(bench_generate, "_spawn_peak", spawn)
+    out = tmp_path / "bench.json"
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1", "--prefill", "4",
+                         "--decode", "2", "--variants", "standard,sps", "--attention", "xla,pallas",
+                         "--repeats", "1", "--json", str(out)])
+    assert sorted(workers) == [("sps", "pallas", 1), ("sps", "xla", 1), ("standard", "pallas", 1),
+                               ("standard", "xla", 1)]
+    results = {(r["variant"], r["attention"]): r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {("standard", "xla"), ("sps", "xla"), ("standard", "pallas"), ("sps", "pallas")}
+    for (variant, backend), r in results.items():
+        standard, first = results["standard", backend], results[variant, "xla"]
+        assert r["throughput_ratio"] == pytest.approx(r["tokens_per_s"] / standard["tokens_per_s"])
+        assert r["backend_throughput_ratio"] == pytest.approx(r["tokens_per_s"] / first["tokens_per_s"])
+    assert results["sps", "pallas"]["peak_memory_ratio"] == pytest.approx(1300 / 1200)
+    assert results["sps", "xla"]["peak_memory_ratio"] == pytest.approx(1100 / 1000)
+
+
+def test_a_worker_runs_the_one_backend_it_is_given_and_never_writes_the_json():
+    argv = ["--config", "c.py", "--attention", "xla,pallas", "--json", "out.json", "--variants", "sps"]
+    assert bench_generate._worker_argv(argv, "out.json", "pallas") == [
+        "--config", "c.py", "--variants", "sps", "--attention", "pallas"]
+    assert bench_generate._worker_argv(["--attention=xla,triton", "--json=o.json"], "o.json", None) == []
