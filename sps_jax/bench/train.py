@@ -3,9 +3,9 @@
 Times the real train step (the one ``sps_jax.trainer`` compiles: micro-batch scan,
 AdamW, FSDP shardings) on random tokens, after warm-up steps, and reports input
 tokens/s, step time and MFU (docs/design.md section 7; 3 x forward model FLOPs over the
-device's peak from ``sps_jax.hardware``, or ``train.peak_flops_per_device``; none on a CPU). With several variants the step-time
-ratio of each to the first is measured side by side in one run. JSON goes to
-stdout and ``--json``.
+device's peak from ``sps_jax.hardware``, or ``train.peak_flops_per_device``; none on a CPU). With several variants
+(``--variants``) or attention backends (``--attention pallas,triton``) the step-time ratio of each run to
+the first is measured side by side in one run. JSON goes to stdout and ``--json``.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base)")
+    parser.add_argument("--attention", type=cli.comma_list(str, attention.BACKENDS, "backend"), default=None,
+                        help="comma-separated model.attention backends to time each variant with (default: the "
+                        "config's); the ratio's base is the first variant with the first backend")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     try:
@@ -78,20 +81,25 @@ def main(argv=None) -> int:
         # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
         trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
         results = []
-        for variant in variants:
-            config = sps_config.load_config(args.config, overrides)
-            vis = base_vis.with_variant(variant)
-            config.model.variant, config.model.window = vis.variant, vis.window
-            print(f"timing {variant} ...", file=sys.stderr, flush=True)
-            r = bench_variant(config, args.steps, args.warmup)
-            print(f"{variant}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
-                  + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"), file=sys.stderr, flush=True)
-            results.append(r)
+        for backend in args.attention or [None]:
+            for variant in variants:
+                config = sps_config.load_config(args.config, overrides)
+                vis = base_vis.with_variant(variant)
+                config.model.variant, config.model.window = vis.variant, vis.window
+                if backend:
+                    config.model.attention = backend
+                label = f"{variant}/{backend}" if args.attention and len(args.attention) > 1 else variant
+                print(f"timing {label} ...", file=sys.stderr, flush=True)
+                r = {"label": label, **bench_variant(config, args.steps, args.warmup)}
+                print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
+                      + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
+                      file=sys.stderr, flush=True)
+                results.append(r)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = {"command": "python -m sps_jax.bench train " + " ".join(argv), "results": results,
-               "step_time_ratio_to_first": {r["variant"]: r["step_s_median"] / results[0]["step_s_median"]
+               "step_time_ratio_to_first": {r["label"]: r["step_s_median"] / results[0]["step_s_median"]
                                             for r in results}}
     print(json.dumps(summary, indent=2))
     bench.write_results(args, summary)

@@ -1,10 +1,11 @@
 """The training benchmark reports throughput, MFU and the step-time ratio of the variants it times."""
 
 import json
+import os
 
 import pytest
 
-from tests.helpers import SMALL_OVERRIDES, run_module
+from tests.helpers import REPO, SMALL_OVERRIDES, run_module
 
 
 @pytest.mark.slow  # two cold compilations: over a minute on two busy cores
@@ -22,3 +23,26 @@ def test_bench_train_reports_throughput_mfu_and_the_variant_ratio(tmp_path):
         assert r["tokens_per_s"] == pytest.approx(16 * 16 / r["step_s_median"])
         assert r["mfu"] == pytest.approx(r["train_flops_per_token"] * r["tokens_per_s"] / 1e12)
     assert summary["step_time_ratio_to_first"]["sps"] == pytest.approx(sps["step_s_median"] / standard["step_s_median"])
+
+
+def test_backends_are_timed_with_every_variant_and_ratioed_to_the_first_run(tmp_path, monkeypatch, capsys):
+    """--attention xla,pallas --variants standard,sps: four runs, each config with its variant and
+    backend, labelled variant/backend, every step time over the first run's (the timing itself is
+    faked: this pins the plumbing, the slow test above the timing)."""
+    from sps_jax.bench import train as bench_train
+
+    step_s = {("standard", "xla"): 1.0, ("sps", "xla"): 1.5, ("standard", "pallas"): 0.5, ("sps", "pallas"): 0.8}
+    seen = []
+
+    def fake_bench(config, steps, warmup):
+        seen.append((config.model.variant, config.model.attention))
+        return {"variant": config.model.variant, "attention": config.model.attention, "mfu": None,
+                "tokens_per_s": 1.0, "step_s_median": step_s[seen[-1]]}
+
+    monkeypatch.setattr(bench_train, "bench_variant", fake_bench)
+    out_json = tmp_path / "bench.json"
+    assert bench_train.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--variants", "standard,sps", "--attention", "xla,pallas",
+                             "--json", str(out_json)]) == 0
+    assert seen == [("standard", "xla"), ("sps", "xla"), ("standard", "pallas"), ("sps", "pallas")]
+    ratios = json.loads(out_json.read_text())["step_time_ratio_to_first"]
+    assert ratios == {"standard/xla": 1.0, "sps/xla": 1.5, "standard/pallas": 0.5, "sps/pallas": 0.8}
