@@ -99,12 +99,23 @@ def resolve(name: str, platform: str | None = None) -> str:
     return AUTO.get(platform or sps_mesh.target_platform(), "xla")
 
 
+def check_installed(name: str) -> None:
+    """The part of :func:`check_available` that asks no device (a process that must not touch one yet
+    can call it): the backend exists, and for ``triton`` jax-triton is installed."""
+    check_backend(name)
+    if name == "triton":
+        from sps_jax import triton_attention
+
+        if triton_attention.triton is None:
+            raise triton_attention.Unavailable(triton_attention.NEEDS)
+
+
 def check_available(name: str, platform: str | None = None) -> None:
     """One sentence, before any work, where backend ``name`` cannot run on ``platform`` (default: jax's
     default backend, asked only when it matters): the jax-triton kernels off a GPU without Triton's
     interpreter, or without jax-triton. Every other backend runs anywhere ('auto' never means triton; the
     Pallas and splash kernels have their interpreters)."""
-    check_backend(name)
+    check_installed(name)
     if name == "triton":
         from sps_jax import triton_attention
 

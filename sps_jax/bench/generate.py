@@ -243,9 +243,13 @@ def main(argv=None) -> int:
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).
+    from sps_jax import attention
+
     largest = hardware.largest()
     for v, b in runs_asked:
-        check_workload(_model_config(args, overrides, v, b), args, largest.memory_bytes, largest.name)
+        cfg = _model_config(args, overrides, v, b)
+        check_workload(cfg, args, largest.memory_bytes, largest.name)
+        attention.check_installed(cfg.attention)  # e.g. triton without jax-triton: before any worker runs
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.
@@ -262,6 +266,8 @@ def main(argv=None) -> int:
     print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
           f"{args.repeats} timed rounds; variants {', '.join(variants)}"
           + (f"; attention {', '.join(args.attention)}" if args.attention else ""), file=sys.stderr, flush=True)
+    for v, b in runs_asked:  # where each backend can run: asks the device, which the workers are done with
+        attention.check_available(_model_config(args, overrides, v, b).attention)
     runs = [VariantRun(args, overrides, v, b) for v, b in runs_asked]
     for r in runs:
         r.run()  # warm-up: first-execution costs (allocations, autotuning) are not timed

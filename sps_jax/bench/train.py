@@ -80,6 +80,8 @@ def main(argv=None) -> int:
         base_vis = masks.Visibility(base.model.variant, base.model.window)
         # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
         trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
+        for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
+            attention.check_available(backend, jax.devices()[0].platform)
         results = []
         for backend in args.attention or [None]:
             for variant in variants:

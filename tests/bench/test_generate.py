@@ -2,10 +2,13 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from sps_jax.bench import generate as bench_generate
+from tests import helpers
 from tests.helpers import REPO
 
 
@@ -94,3 +97,16 @@ def test_a_worker_runs_the_one_backend_it_is_given_and_never_writes_the_json():
     assert bench_generate._worker_argv(argv, "out.json", "pallas") == [
         "--config", "c.py", "--variants", "sps", "--attention", "pallas"]
     assert bench_generate._worker_argv(["--attention=xla,triton", "--json=o.json"], "o.json", None) == []
+
+
+def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
+    """--attention xla,triton on a CPU without Triton's interpreter: one sentence before the xla runs are
+    compiled or timed, not after them."""
+    env = {k: v for k, v in helpers.env().items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "sps_jax.bench", "generate", "--config", "configs/tiny.py",
+                           "--batch", "1", "--prefill", "4", "--decode", "2", "--variants", "standard",
+                           "--attention", "xla,triton", "--repeats", "1"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert 'error: attention="triton" runs its kernels on an NVIDIA GPU' in done.stderr
+    assert "compiled in" not in done.stderr and "Traceback" not in done.stderr

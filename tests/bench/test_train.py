@@ -2,9 +2,12 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
+from tests import helpers
 from tests.helpers import REPO, SMALL_OVERRIDES, run_module
 
 
@@ -46,3 +49,14 @@ def test_backends_are_timed_with_every_variant_and_ratioed_to_the_first_run(tmp_
     assert seen == [("standard", "xla"), ("sps", "xla"), ("standard", "pallas"), ("sps", "pallas")]
     ratios = json.loads(out_json.read_text())["step_time_ratio_to_first"]
     assert ratios == {"standard/xla": 1.0, "sps/xla": 1.5, "standard/pallas": 0.5, "sps/pallas": 0.8}
+
+
+def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_timed():
+    """--attention xla,triton on a CPU without Triton's interpreter: one sentence before the xla run."""
+    env = {k: v for k, v in helpers.env().items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "sps_jax.bench", "train", "--config", "configs/tiny.py",
+                           "--attention", "xla,triton", "--steps", "1"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert 'error: attention="triton" runs its kernels on an NVIDIA GPU' in done.stderr
+    assert "timing" not in done.stderr and "Traceback" not in done.stderr
