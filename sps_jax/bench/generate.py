@@ -92,7 +92,7 @@ class VariantRun:
 
         self.args, self.variant = args, variant
         self.cfg = cfg = _model_config(args, overrides, variant, backend)
-        self.label = f"{variant}/{backend}" if backend else variant
+        self.label = _label(variant, backend)
         check_workload(cfg, args, *hardware.local_memory())
         self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
         self.tokens_BT = jnp.asarray(
@@ -165,6 +165,11 @@ def peak_bytes_worker(args, overrides, variant):
         return None  # no counter on this device (CPU): nothing to measure
     VariantRun(args, overrides, variant, args.attention[0] if args.attention else None).run()
     return jax.devices()[0].memory_stats().get("peak_bytes_in_use")
+
+
+def _label(variant: str, backend: str | None) -> str:
+    """A run's name in the progress lines: the variant, and the backend when one was asked for."""
+    return f"{variant}/{backend}" if backend else variant
 
 
 def _worker_argv(argv, json_path, backend) -> list[str]:
@@ -246,16 +251,18 @@ def main(argv=None) -> int:
     from sps_jax import attention
 
     largest = hardware.largest()
-    for v, b in runs_asked:
-        cfg = _model_config(args, overrides, v, b)
+    cfgs = {(v, b): _model_config(args, overrides, v, b) for v, b in runs_asked}
+    backends_run = list(dict.fromkeys(cfg.attention for cfg in cfgs.values()))
+    for cfg in cfgs.values():
         check_workload(cfg, args, largest.memory_bytes, largest.name)
-        attention.check_installed(cfg.attention)  # e.g. triton without jax-triton: before any worker runs
+    for backend in backends_run:
+        attention.check_installed(backend)  # e.g. triton without jax-triton: before any worker runs
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.
     peaks = {}
     for v, b in runs_asked:
-        label = f"{v}/{b}" if b else v
+        label = _label(v, b)
         print(f"[{label}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
         peaks[v, b] = _spawn_peak(_worker_argv(argv, args.json, b), v)
         if peaks[v, b] is None:  # the device has no memory counter: the other workers would say the same
@@ -266,8 +273,8 @@ def main(argv=None) -> int:
     print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
           f"{args.repeats} timed rounds; variants {', '.join(variants)}"
           + (f"; attention {', '.join(args.attention)}" if args.attention else ""), file=sys.stderr, flush=True)
-    for v, b in runs_asked:  # where each backend can run: asks the device, which the workers are done with
-        attention.check_available(_model_config(args, overrides, v, b).attention)
+    for backend in backends_run:  # where each backend can run: asks the device, which the workers are done with
+        attention.check_available(backend)
     runs = [VariantRun(args, overrides, v, b) for v, b in runs_asked]
     for r in runs:
         r.run()  # warm-up: first-execution costs (allocations, autotuning) are not timed
