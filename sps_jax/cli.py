@@ -14,6 +14,7 @@ went away (``... | head -1``) exits quietly with 141, as a program killed by SIG
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import functools
@@ -97,21 +98,31 @@ class Terminated(KeyboardInterrupt):
 
 
 _nesting = 0  # how many cli.main wrappers are running (the bench dispatcher calls a command's main)
-_stop_signal: str | None = None  # the stop signal a command-line run received, even if its raise was lost
-
-
-def stop_requested() -> str | None:
-    """"SIGINT" or "SIGTERM" once a command run from the command line received it, else None.
-
-    Python drops an exception raised while a garbage-collector callback runs (jax has one), so a
-    Ctrl-C can be lost; a loop that can stop cleanly (train's) asks here as well."""
-    return _stop_signal
+_standalone = False  # a command run from the command line holds SIGINT and SIGTERM (see main)
+_REDELIVERY_DELAY_S = 0.05
 
 
 def _raise_stop(signum, frame):
-    global _stop_signal
-    _stop_signal = signal.Signals(signum).name
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _redeliver_lost_stops(hook):
+    """Python drops an exception raised inside a garbage-collector callback (jax has one, run often while it
+    compiles) or a ``__del__``, printing it as unraisable: a stop raised there would go unseen and the command
+    run on. Such a stop is delivered again, as the same signal, once the main thread has left this hook (a stop
+    raised inside the hook would be dropped too); if that one lands in a callback as well, it comes back here."""
+    def unraisable(info):
+        if _standalone and isinstance(info.exc_value, KeyboardInterrupt):
+            sig = signal.SIGTERM if isinstance(info.exc_value, Terminated) else signal.SIGINT
+            again = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, (sig,))
+            again.daemon = True
+            again.start()
+        else:
+            hook(info)
+    return unraisable
+
+
+sys.unraisablehook = _redeliver_lost_stops(sys.unraisablehook)
 
 
 def _exit_stopped(signum, frame):
@@ -168,12 +179,12 @@ def main(fn):
 
     @functools.wraps(fn)
     def wrapper(argv=None):
-        global _nesting, _stop_signal
+        global _nesting, _standalone
         outermost = _nesting == 0
         standalone = outermost and argv is None and threading.current_thread() is threading.main_thread()
         previous = {}
         if standalone:
-            _stop_signal = None
+            _standalone = True
             previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         _nesting += 1
         try:
@@ -220,6 +231,8 @@ def main(fn):
             return code
         finally:
             _nesting -= 1
+            if standalone:
+                _standalone = False
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

@@ -217,7 +217,7 @@ class _StopFlag:
     """SIGTERM/SIGINT set a flag; the loop saves a checkpoint at the next step boundary and exits."""
 
     def __init__(self):
-        self.signal = cli.stop_requested()  # a Ctrl-C whose KeyboardInterrupt was lost before the loop
+        self.signal = None
         self.previous = {}
 
     def __enter__(self):
