@@ -33,19 +33,20 @@ TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash
                 "sps_triton_forward": "forward", "sps_triton_dq": "dq", "sps_triton_dkv": "dkv"}
 
 
-def kernel_names(vis: masks.Visibility, kernels: str = "pallas") -> tuple[str, ...]:
-    """The kernels of set ``kernels`` in a :func:`kernel_report`: the training kernels and those of
-    ours a decode step runs. With Pallas's that is the ring kernel, for a variant whose step has one
-    (:func:`sps_jax.inference.kv_cache.step_in_kernel`; the past's kernel is jax's); with jax-triton's,
-    the past's kernel and, where the step has one, the kernel after it (the ring kernel for two
-    streams, the one-stream kernel for Standard)."""
-    after_past = kv_cache.step_in_kernel(vis, kernels)
+def kernel_names(vis: masks.Visibility, kernels: str = "pallas", decode: bool = True) -> tuple[str, ...]:
+    """The kernels of set ``kernels`` in a :func:`kernel_report`: the training kernels and, with
+    ``decode``, those of ours a decode step runs. With Pallas's that is the ring kernel, for a variant
+    whose step has one (:func:`sps_jax.inference.kv_cache.step_in_kernel`; the past's kernel is jax's);
+    with jax-triton's, the past's kernel and, where the step has one, the kernel after it (the ring
+    kernel for two streams, the one-stream kernel for Standard)."""
+    after_past = decode and kv_cache.step_in_kernel(vis, kernels)
     if kernels == "triton":
         from sps_jax import triton_attention
         from sps_jax.inference import triton_decode
 
         after = triton_decode.RING_KERNEL if vis.num_streams == 2 else triton_decode.ONE_STREAM_KERNEL
-        return triton_attention.KERNELS + (triton_decode.PAST_KERNEL,) + ((after,) if after_past else ())
+        step = (triton_decode.PAST_KERNEL,) + ((after,) if after_past else ())
+        return triton_attention.KERNELS + (step if decode else ())
     return KERNELS + ((decode_attention.RING_KERNEL,) if after_past else ())
 
 
@@ -159,9 +160,10 @@ def triton_calls(hlo_text: str) -> dict:
     return calls
 
 
-def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"):
-    """The attention forward and backward (the three training kernels) and a decode step over a cache
-    of T slots where it runs kernels of ours (:func:`kernel_names`; batch 1: as above, only the grid grows)."""
+def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas", decode: bool = True):
+    """The attention forward and backward (the three training kernels) and, with ``decode``, a decode step
+    over a cache of T slots where it runs kernels of ours (:func:`kernel_names`; batch 1: as above, only
+    the grid grows)."""
     S, H, K, T = vis.num_streams, shape.heads, shape.head_dim, shape.seq_len
     q = jax.ShapeDtypeStruct((1, T, S, H, K), dtype, sharding=sharding)
     doc = jax.ShapeDtypeStruct((1, T), jnp.int32, sharding=sharding)
@@ -196,15 +198,15 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"
                                                  lo_B, ring, split)
         return forward_and_backward(q, k, v, doc_ids), step
 
-    if kernels == "pallas" and not kv_cache.step_in_kernel(vis, kernels):
-        return forward_and_backward, (q, q, q, doc)  # no kernel of ours in the step: jax's alone
+    if not decode or (kernels == "pallas" and not kv_cache.step_in_kernel(vis, kernels)):
+        return forward_and_backward, (q, q, q, doc)  # no decode kernel of ours to report: jax's alone
     return with_a_decode_step, (q, q, q, doc)
 
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
-                  tuning: pa.Tuning | None = None, kernels: str = "pallas") -> dict:
-    """Compile the forward and backward of kernel set ``kernels`` (``pallas_attention.KERNEL_SETS``) for ``acc``
-    and report each kernel's binary.
+                  tuning: pa.Tuning | None = None, kernels: str = "pallas", decode: bool = True) -> dict:
+    """Compile the forward and backward of kernel set ``kernels`` (``pallas_attention.KERNEL_SETS``) for ``acc``,
+    and with ``decode`` a decode step (:func:`kernel_names`), and report each kernel's binary.
 
     Returns ``{"status": "ok" | "compile_error" | "no_report", "error": ..., "kernels": {name: {...}}}``
     ("no_report": it compiled, but some kernel's PTX or ptxas figures were missing); a
@@ -223,7 +225,8 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     major = acc.compute_capability[0]
     tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major, kernels=kernels)
     device = topology.devices(acc)[0]
-    fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device), kernels)
+    fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device), kernels,
+                        decode)
     dump = tempfile.mkdtemp(prefix="sps_jax_ptx_")
     options = {"xla_dump_to": dump}
     if tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 11):
@@ -242,7 +245,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         return report
     try:
         launches, ptx_of = _binaries(kernels, compiled, dump)
-        for name in kernel_names(vis, kernels):
+        for name in kernel_names(vis, kernels, decode):
             tiles = (dataclasses.asdict(getattr(tuning, TUNING_FIELD[name])) if name in TUNING_FIELD
                      else _launch_settings(name, shape.head_dim))
             entry = {**tiles, **launches.get(name, {})}

@@ -56,7 +56,7 @@ def test_the_spill_count_is_real():
     """A tiling known to need more registers than a thread has (64 x 64 queries x keys with a
     128-wide head and 4 warps) does spill: the zero above is a measurement, not a default."""
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=pa.Tuning.uniform(64, 64, num_warps=4, num_stages=2))
+                                       tuning=pa.Tuning.uniform(64, 64, num_warps=4, num_stages=2), decode=False)
     assert report["status"] == "ok"
     assert gpu_kernels.spill_bytes(report) > 0
 
@@ -64,7 +64,7 @@ def test_the_spill_count_is_real():
 def test_a_tiling_beyond_the_shared_memory_fails_with_the_resource_error():
     # 4 pipeline stages of 128 x 128 bf16 tiles at head dim 128: 582 KiB asked, an H100 block has 227 KiB.
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=pa.Tuning.uniform(128, 128, num_warps=8, num_stages=4))
+                                       tuning=pa.Tuning.uniform(128, 128, num_warps=8, num_stages=4), decode=False)
     assert report["status"] == "compile_error"
     assert "Shared memory size limit exceeded" in report["error"]
 
@@ -104,7 +104,7 @@ def test_jax_tritons_launch_records_are_parsed():
         "abc": {"grid": [7, 12, 1], "threads": 256, "shared_memory_bytes": 300, "ptx": ".ptx!"}}
 
 
-def _triton_reports(cases):
+def _triton_reports(cases, decode=True):
     """kernel_report of the jax-triton kernels for each (target, head dim, dtype, variant, tiles or None),
     in a child process: tests/conftest.py turns Triton's interpreter on, which makes triton's kernels
     interpreter-only, so the child runs without it."""
@@ -116,7 +116,7 @@ def _triton_reports(cases):
         "for target, head_dim, dtype, variant, tiles in json.loads(sys.argv[1]):\n"
         "    tuning = pa.Tuning(*(pa.Tiles(*t) for t in tiles)) if tiles else None\n"
         "    out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2, head_dim,"
-        f" {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton'))\n"
+        f" {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton', decode={decode}))\n"
         "print(json.dumps(out))\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,48 +128,53 @@ def _triton_reports(cases):
 
 needs_jax_triton = pytest.mark.skipif(importlib.util.find_spec("jax_triton") is None,
                                       reason="jax-triton is not installed")
-# SPS on both targets at both head dims, and Standard (twice the positions per tile) on sm_90a at Dh 128.
-TRITON_CASES = [("h100", 64, "bfloat16", "sps"), ("h100", 128, "bfloat16", "sps"), ("b200", 64, "bfloat16", "sps"),
-                ("b200", 128, "bfloat16", "sps"), ("h100", 128, "bfloat16", "standard")]
+# SPS on both targets at both head dims, and Standard (twice the positions per tile) on sm_90a at Dh 128; one
+# child process each, so that the test workers share them.
+TRITON_CASES = [pytest.param(target, head_dim, "bfloat16", variant,
+                             id=f"{hardware.ACCELERATORS[target].sm_arch}-{head_dim}-bfloat16-{variant}")
+                for target, head_dim, variant in (("h100", 64, "sps"), ("h100", 128, "sps"), ("b200", 64, "sps"),
+                                                  ("b200", 128, "sps"), ("h100", 128, "standard"))]
 
 
 @needs_jax_triton
-def test_the_jax_triton_kernels_compile_without_register_spills():
-    for (target, head_dim, dtype, variant), report in zip(TRITON_CASES, _triton_reports(
-            [case + (None,) for case in TRITON_CASES])):
-        acc = hardware.ACCELERATORS[target]
-        assert report["status"] == "ok", (target, head_dim, variant, report.get("error"))
-        assert report["arch"] == acc.sm_arch and report["kernel_set"] == "triton"
-        # The training kernels and the decode step's: the past's kernel, and SPS's ring kernel or
-        # Standard's one-stream kernel.
-        after_past = "sps_triton_decode_ring" if variant == "sps" else "sps_triton_decode_one_stream"
-        assert set(report["kernels"]) == {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv",
-                                          "sps_triton_decode_past", after_past}
-        for name, k in report["kernels"].items():
-            assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (target, head_dim, name, k)
-            assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (target, head_dim, name, k)
-            assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
-        tuning = pa.default_tuning(head_dim, masks.Visibility(variant).num_streams, major=acc.compute_capability[0],
-                                   kernels="triton")
-        assert report["kernels"]["sps_triton_forward"]["grid"] == [SMALL_T // tuning.forward.block_q, 2, 1]
-        assert report["kernels"]["sps_triton_dkv"]["num_warps"] == tuning.dkv.num_warps
-        # One program per (split of the cache, head, row); the ring kernel one per (head, row).
-        splits = decode_attention.split_for(SMALL_T, kernels="triton").k_splits
-        assert splits == 16 and report["kernels"]["sps_triton_decode_past"]["grid"] == [splits, 2, 1]
-        assert report["kernels"][after_past]["grid"] == [2, 1, 1]
+@pytest.mark.parametrize("target, head_dim, dtype, variant", TRITON_CASES)
+def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim, dtype, variant):
+    [report] = _triton_reports([(target, head_dim, dtype, variant, None)])
+    acc = hardware.ACCELERATORS[target]
+    assert report["status"] == "ok", report.get("error")
+    assert report["arch"] == acc.sm_arch and report["kernel_set"] == "triton"
+    # The training kernels and the decode step's: the past's kernel, and SPS's ring kernel or
+    # Standard's one-stream kernel.
+    after_past = "sps_triton_decode_ring" if variant == "sps" else "sps_triton_decode_one_stream"
+    assert set(report["kernels"]) == {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv",
+                                      "sps_triton_decode_past", after_past}
+    for name, k in report["kernels"].items():
+        assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (name, k)
+        assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (name, k)
+        assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
+    tuning = pa.default_tuning(head_dim, masks.Visibility(variant).num_streams, major=acc.compute_capability[0],
+                               kernels="triton")
+    assert report["kernels"]["sps_triton_forward"]["grid"] == [SMALL_T // tuning.forward.block_q, 2, 1]
+    assert report["kernels"]["sps_triton_dkv"]["num_warps"] == tuning.dkv.num_warps
+    # One program per (split of the cache, head, row); the ring kernel one per (head, row).
+    splits = decode_attention.split_for(SMALL_T, kernels="triton").k_splits
+    assert splits == 16 and report["kernels"]["sps_triton_decode_past"]["grid"] == [splits, 2, 1]
+    assert report["kernels"][after_past]["grid"] == [2, 1, 1]
 
 
 @needs_jax_triton
 def test_the_jax_triton_reports_see_spills_and_shared_memory_beyond_the_card():
     """Controls of the check above. The Pallas kernels' Hopper Dh-128 dK/dV tiles (4 warps) spill in
     jax-triton's binary, which is why pallas_attention.TRITON_TUNING gives that kernel 8 warps; and
-    4 stages of 128 x 128 tiles at Dh 128 ask more shared memory than an H100 block has."""
+    4 stages of 128 x 128 tiles at Dh 128 ask more shared memory than an H100 block has. Both concern the
+    training kernels, so no decode step is compiled."""
     hopper_128 = pa.TUNING[(9, 128)]
     as_pallas = [[t.block_q, t.block_k, t.num_warps, t.num_stages]
                  for t in (hopper_128.forward, hopper_128.dq, hopper_128.dkv)]
     spilling, too_big = _triton_reports([("h100", 128, "bfloat16", "sps", as_pallas),
-                                         ("h100", 128, "bfloat16", "sps", [[128, 128, 8, 4]] * 3)])
-    assert spilling["status"] == "ok"
+                                         ("h100", 128, "bfloat16", "sps", [[128, 128, 8, 4]] * 3)], decode=False)
+    assert spilling["status"] == "ok" and set(spilling["kernels"]) == {"sps_triton_forward", "sps_triton_dq",
+                                                                      "sps_triton_dkv"}
     dkv = spilling["kernels"]["sps_triton_dkv"]
     assert dkv["num_warps"] == 4 and dkv["spill_store_bytes"] > 0
     assert too_big["status"] == "compile_error"
