@@ -30,6 +30,20 @@ def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     return jnp.swapaxes(o_BHNK, 1, 2).reshape(B, T, S, H, K).astype(q_BTSHK.dtype)
 
 
+def rounded_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
+    """The dense reference with a flash kernel's rounding points: matmul operands in the inputs' dtype (the
+    probabilities rounded to it before they meet the values), f32 accumulation and softmax. In bf16 or f16,
+    its distance from :func:`xla_attention` at full precision is the rounding no such kernel avoids
+    (autodiff rounds the gradients' matmul operands the same way)."""
+    B, T, S, H, K = q_BTSHK.shape
+    q_BNHK, k_BNHK, v_BNHK = (x.reshape(B, T * S, H, K) for x in (q_BTSHK, k_BTSHK, v_BTSHK))
+    mask_B1NN = masks.dense_mask(vis, doc_ids_BT)[:, None]
+    s_BHNN = jnp.einsum("bqhd,bkhd->bhqk", q_BNHK, k_BNHK, preferred_element_type=jnp.float32) * K ** -0.5
+    p_BHNN = jax.nn.softmax(jnp.where(mask_B1NN, s_BHNN, -1e30), axis=-1)
+    o_BNHK = jnp.einsum("bhqk,bkhd->bqhd", p_BHNN.astype(v_BNHK.dtype), v_BNHK, preferred_element_type=jnp.float32)
+    return o_BNHK.astype(q_BTSHK.dtype).reshape(B, T, S, H, K)
+
+
 def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC, values_on_vpu: bool = False):
     """One key block's share of a softmax: (row max [B, H, Q, 1], row sum [B, H, Q, 1], unnormalised
     output [B, H, Q, K] f32). :func:`merge_partials` of several blocks is softmax attention over

@@ -16,28 +16,13 @@ def outputs_and_grads(fn, q, k, v, ct):
     return (out,) + vjp(ct)
 
 
-def bf16_reference(doc, vis):
-    """The dense reference with the kernels' rounding points: bf16 matmul operands, f32
-    accumulation and softmax (autodiff rounds the cotangents of bf16 operands the same way)."""
-    mask = masks.dense_mask(vis, jnp.asarray(doc))[:, None]  # [B, 1, N, N]
-
-    def fn(q, k, v):
-        B, T_, S, H, Dh = q.shape
-        q, k, v = (x.reshape(B, T_ * S, H, Dh) for x in (q, k, v))
-        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * Dh ** -0.5
-        p = jax.nn.softmax(jnp.where(mask, s, -1e30), axis=-1)
-        o = jnp.einsum("bhqk,bkhd->bqhd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        return o.astype(q.dtype).reshape(B, T_, S, H, Dh)
-    return fn
-
-
 def assert_bf16_error_within_twice_the_reference(kernel, doc, vis, q, k, v, ct, dtype=jnp.bfloat16):
     """``kernel(q, k, v)`` on bf16 (or ``dtype``) inputs is at most twice as far from the f32 reference
     as a dense reference in that dtype is, for the output and every gradient."""
     exact = outputs_and_grads(lambda q, k, v: attention.xla_attention(q, k, v, jnp.asarray(doc), vis), q, k, v, ct)
     low = [x.astype(dtype) for x in (q, k, v, ct)]
     got = outputs_and_grads(kernel, *low)
-    ref = outputs_and_grads(bf16_reference(doc, vis), *low)
+    ref = outputs_and_grads(lambda q, k, v: attention.rounded_attention(q, k, v, jnp.asarray(doc), vis), *low)
     for name, g, r, e in zip(("out", "dq", "dk", "dv"), got, ref, exact):
         assert g.dtype == dtype
         err = np.abs(np.asarray(g, np.float32) - np.asarray(e)).max()

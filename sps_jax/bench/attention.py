@@ -8,6 +8,10 @@ available, else XLA) on GPU, splash's own causal mask on TPU. TFLOP/s use comput
 baselines count their causal half, N(N+1)/2 per head. Timings are only meaningful side by side
 in one run on one device.
 
+Before timing, it checks each variant's output and gradients on the device in ``--dtype`` against the
+dense reference in float32 (:func:`numerics_check`), and exits 1 after writing its results when the kernel
+is further from it than the dtype's rounding explains.
+
 On a machine without a GPU or TPU it prints the kernel's score counts at the requested shape (one
 document, and ``--documents`` equal documents) and checks the kernel in interpret mode on a small
 shape (correctness, not speed).
@@ -333,6 +337,74 @@ def interpret_check(args, kernel, small: dict, window: int) -> dict:
     return checked
 
 
+# The on-device numerics check: at most this many positions (several tiles each way at any default tiles),
+# two heads, one row, a document boundary off the tile edges.
+CHECK_POSITIONS = 512
+GRADIENTS = ("out", "dq", "dk", "dv")
+# How far a kernel's largest error may exceed the dense reference's own rounding. The kernels' accumulation order
+# differs from XLA's: up to 2.4x was measured over the five variants in bf16 and f16 (Pallas's interpreter, T 300
+# and 512, Dh 64 and 128); a window one key off, or documents ignored, gave 15x to 400x.
+ROUNDING_FACTOR = 4
+
+
+def numerics_check(args, kernel, interpret=False) -> dict:
+    """Per variant: the kernel's output and gradients in ``args.dtype`` on this device, each one's largest
+    distance (``error``) from the dense reference in float32 at full matmul precision, next to the distance of
+    the dense reference with a flash kernel's rounding points in ``args.dtype`` (``reference_error``: the
+    dtype's rounding). ``ok``: every error is within :data:`ROUNDING_FACTOR` times its reference's. It runs
+    before the timings, so that a kernel computing something else on this device is not timed as if it did.
+    (``interpret``: only to test this on CPU.)"""
+    dtype, T = jnp.dtype(args.dtype), min(args.seq_len, CHECK_POSITIONS)
+    doc = np.zeros((1, T), np.int32)
+    doc[:, 2 * T // 3 + 1:] = 1
+    doc = jnp.asarray(doc)
+    rng = np.random.default_rng(0)
+    print(f"numerics on {jax.devices()[0].device_kind}: {args.backend} in {args.dtype} against the dense reference "
+          f"in float32, T={T}, H=2, Dh={args.head_dim}, two documents:", flush=True)
+
+    def with_gradients(fn):
+        def run(q, k, v, ct):
+            out, vjp = jax.vjp(fn, q, k, v)
+            return (out, *vjp(ct))
+        return jax.jit(run)
+
+    checked = {}
+    for variant in args.variants:
+        vis = masks.Visibility(variant, args.window)
+        xs = [jnp.asarray(rng.normal(size=(1, T, vis.num_streams, 2, args.head_dim)), dtype) for _ in range(4)]
+        got = with_gradients(lambda q, k, v: kernel(q, k, v, doc, vis, interpret))(*xs)
+        rounded = with_gradients(lambda q, k, v: attention.rounded_attention(q, k, v, doc, vis))(*xs)
+        with jax.default_matmul_precision("highest"):
+            exact = with_gradients(lambda q, k, v: attention.xla_attention(q, k, v, doc, vis))(
+                *(x.astype(jnp.float32) for x in xs))
+        row = {}
+        for name, g, r, e in zip(GRADIENTS, got, rounded, exact):
+            e = np.asarray(e, np.float32)
+            error, reference = (float(np.abs(np.asarray(x, np.float32) - e).max()) for x in (g, r))
+            # float32 on a CPU rounds almost nowhere: a floor of 1e-5 of the largest value
+            row[name] = {"error": error, "reference_error": reference,
+                         "ok": error <= ROUNDING_FACTOR * reference + 1e-5 * float(np.abs(e).max())}
+        row["ok"] = all(row[name]["ok"] for name in GRADIENTS)
+        checked[variant] = row
+        print(f"  {variant:14s} " + "  ".join(f"{name} {row[name]['error']:.1e} ({row[name]['reference_error']:.1e})"
+                                            for name in GRADIENTS) + ("  ok" if row["ok"] else "  MISMATCH"), flush=True)
+    print(f"  (in brackets: the dense reference's own error in that dtype; ok: the kernel's is within "
+          f"{ROUNDING_FACTOR}x it)")
+    return checked
+
+
+def numerics_failure(args, checked: dict) -> str | None:
+    """The sentence for the first variant whose kernel failed :func:`numerics_check`, else None."""
+    for variant, row in checked.items():
+        for name in GRADIENTS:
+            if not row[name]["ok"]:
+                return (f"the {args.backend} kernel's {name} for {variant} is {row[name]['error']:.2e} from the "
+                        f"float32 reference, more than {ROUNDING_FACTOR}x the {row[name]['reference_error']:.2e} of "
+                        f"dense attention in {args.dtype}: it computes something else on this device, so its "
+                        "timings do not count (the errors are in the JSON).")
+    return None
+
+
 def cpu_report(args):
     T, w = args.seq_len, args.window
     _, score_counts = make_kernel(args)
@@ -360,13 +432,21 @@ def cpu_report(args):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     on_device = jax.default_backend() in ("gpu", "tpu")
-    results = timing_table(args) if on_device else cpu_report(args)
+    if on_device:
+        numerics = numerics_check(args, make_kernel(args)[0])
+        results = {**timing_table(args), "numerics": numerics}
+    else:
+        results = cpu_report(args)
     config = vars(args)
     tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend in pa.KERNEL_SETS else
              {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     bench.write_results(args, results)
+    failure = on_device and numerics_failure(args, results["numerics"])
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,7 +1,9 @@
 """The attention benchmark's tables and JSON, its timing plumbing run in interpret mode."""
 
+import dataclasses
 import json
 
+import jax.numpy as jnp
 import pytest
 
 from sps_jax.bench import __main__ as bench_main, attention as bench_attention
@@ -102,3 +104,43 @@ def test_a_shape_no_accelerator_can_hold_is_refused_before_anything_is_compiled(
         outcome = fuzz.call(bench_main.main, [command, "--batch", "5000"])  # 234 GiB of inputs
         assert "lower --batch or --seq-len" in outcome.stderr, outcome.stderr
     assert bench_attention.parse_args(["--batch", "1000"]).batch == 1000  # 47 GiB: an H100 holds it
+
+
+NUMERICS_ARGS = ["--backend", "pallas", "--variants", "standard,sps", "--seq-len", "64", "--head-dim", "16",
+                 "--window", "5", "--block-q", "16", "--block-k", "16", "--dtype", "bfloat16", "--iters", "1"]
+
+
+def test_on_the_device_the_kernel_in_bf16_is_checked_against_the_float32_reference_before_it_is_timed():
+    """The timings of a kernel that computes something else on the device would not count: the benchmark
+    first compares its output and gradients in the timed dtype with the dense reference (Pallas's
+    interpreter stands in for the device here)."""
+    args = bench_attention.parse_args(NUMERICS_ARGS)
+    kernel = bench_attention.make_kernel(args)[0]
+    checked = bench_attention.numerics_check(args, kernel, interpret=True)
+    assert set(checked) == {"standard", "sps"}
+    for row in checked.values():
+        assert row["ok"], row
+        for name in bench_attention.GRADIENTS:  # bf16 rounds: the reference's own error is measured, not zero
+            assert 1e-4 < row[name]["reference_error"] < 0.5 and row[name]["error"] <= 4 * row[name]["reference_error"]
+    assert bench_attention.numerics_failure(args, checked) is None
+
+    # A kernel one key off (the window one wider) or blind to documents fails it, and says which.
+    for wrong in (lambda q, k, v, doc, vis, interpret: kernel(q, k, v, doc, dataclasses.replace(vis, window=vis.window + 1), True),
+                  lambda q, k, v, doc, vis, interpret: kernel(q, k, v, jnp.zeros_like(doc), vis, True)):
+        sps_only = bench_attention.parse_args([a.replace("standard,", "") for a in NUMERICS_ARGS])
+        checked = bench_attention.numerics_check(sps_only, wrong, interpret=True)
+        assert not checked["sps"]["ok"] and not checked["sps"]["out"]["ok"]
+        assert "pallas kernel's out for sps" in bench_attention.numerics_failure(args, checked)
+
+
+def test_a_kernel_failing_the_numerics_check_on_the_device_exits_1_after_writing_its_json(tmp_path, monkeypatch):
+    right, counts = bench_attention.make_kernel(bench_attention.parse_args(NUMERICS_ARGS))
+    blind = lambda q, k, v, doc, vis, interpret: right(q, k, v, jnp.zeros_like(doc), vis, True)  # noqa: E731
+    monkeypatch.setattr(bench_attention, "make_kernel", lambda args: (blind, counts))
+    monkeypatch.setattr(bench_attention, "timing_table", lambda args: {"rows": [], "baselines": {}, "kernel": "pallas"})
+    monkeypatch.setattr(bench_attention.jax, "default_backend", lambda: "gpu")
+    out = tmp_path / "bench.json"
+    outcome = fuzz.call(bench_main.main, ["attention", *NUMERICS_ARGS, "--json", str(out)])
+    assert outcome.status == 1 and "the pallas kernel's out for standard is" in outcome.stderr, outcome.stderr
+    saved = json.loads(out.read_text())
+    assert not saved["numerics"]["standard"]["ok"] and saved["numerics"]["sps"]["out"]["reference_error"] > 0
