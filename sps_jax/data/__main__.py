@@ -78,7 +78,7 @@ def main(argv=None) -> int:
             token_folder.refuse_inside_tokens(args.out, "--out")
         tokenizer.provision(args.out)
     else:
-        print(tokenizer.encode(args.text))
+        print(tokenizer.encode(tokenizer.check_text(args.text, "the text")))
     return 0
 
 

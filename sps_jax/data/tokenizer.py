@@ -90,6 +90,22 @@ def get_tokenizer(ranks_path: str | None = None):
     return enc
 
 
+def check_text(text: str, name: str) -> str:
+    """``text`` when it holds no lone surrogate, which is no character: tiktoken encodes one as U+FFFD without a
+    word, so the ids would be of another text. An argument's byte that is not UTF-8 reaches Python as one
+    (U+DC80..U+DCFF, the byte's escape), as does a JSON escape of half a UTF-16 pair ("\\ud800"). Else one
+    sentence naming ``name`` (where the text came from)."""
+    at = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
+    if at is None:
+        return text
+    code = ord(text[at])
+    if 0xDC80 <= code <= 0xDCFF:
+        byte = len(text[:at].encode("utf-8"))
+        raise UserError(f"{name} is not UTF-8 text: byte {byte} is 0x{code - 0xDC00:02x}: pass UTF-8 text.")
+    raise UserError(f"{name} holds U+{code:04X}, half of a UTF-16 surrogate pair, which is no character: write the "
+                    "whole pair or the character itself.")
+
+
 def encode(text: str, ranks_path: str | None = None) -> list[int]:
     """Ordinary text to ids; '<|endoftext|>' in the text is not turned into EOS."""
     return get_tokenizer(ranks_path).encode_ordinary(text)

@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     else:
         lines, records = zip(*_read_prompts(args.prompts_file))
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
-    prompts = [tokenizer.encode(r["prompt"]) for r in records]
+    prompts = [tokenizer.encode(tokenizer.check_text(r["prompt"], name)) for r, name in zip(records, names)]
     decoding.check_prompts(cfg, prompts, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")

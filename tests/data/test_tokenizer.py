@@ -33,3 +33,14 @@ def test_a_ranks_file_may_be_a_pathlib_path(ranks_file):
     import pathlib
 
     assert tokenizer.encode("Hello world", pathlib.Path(ranks_file)) == [15496, 995]
+
+
+def test_data_encode_refuses_text_that_is_not_utf8_in_one_sentence(ranks_file):
+    """A byte of the argument that is not UTF-8 reaches Python as a lone surrogate, which tiktoken replaced with
+    U+FFFD: encode printed the ids of another text with status 0."""
+    from sps_jax.data import __main__ as data_cli
+    from tests import fuzz
+
+    outcome = fuzz.call(data_cli.main, ["encode", "caf\udce9"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert "the text is not UTF-8 text: byte 3 is 0xe9: pass UTF-8 text" in outcome.stderr, outcome.stderr

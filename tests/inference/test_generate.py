@@ -342,6 +342,25 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
 
 
+def test_generate_refuses_a_prompt_that_is_not_utf8_text_in_one_sentence(tmp_path, monkeypatch):
+    """A --prompt byte that is not UTF-8 (Python passes it on as a lone surrogate) and a JSONL \\u escape of half a
+    surrogate pair are no text: the tokenizer replaced them with U+FFFD and the results recorded another prompt."""
+    ensure_tokenizer()
+    workdir = _tiny_run(tmp_path)
+    half = tmp_path / "half.jsonl"
+    half.write_text('{"prompt": "fine"}\n{"prompt": "a\\ud800b"}\n')
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("the weights loaded before the prompt was refused")
+
+    monkeypatch.setattr(runs, "load_model", load_model)
+    for args, message in (
+            (["--prompt", "caf\udce9 au lait"], "--prompt is not UTF-8 text: byte 3 is 0xe9: pass UTF-8 text"),
+            (["--prompts-file", half], f"--prompts-file {half} line 2 holds U+D800, half of a UTF-16 surrogate pair")):
+        outcome = _cli("--workdir", workdir, "--max-new-tokens", "2", *args)
+        assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
+
+
 def test_the_run_is_looked_for_before_any_prompt_is_tokenised(tmp_path, monkeypatch):
     prompts = tmp_path / "p.txt"
     prompts.write_text("one\ntwo\n")
