@@ -24,11 +24,12 @@ RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
 # GPT-2's pre-tokenisation pattern (tiktoken's r50k pattern).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 PROVISION_COMMAND = "python3 -m sps_jax.data provision-tokenizer"
+RANKS_VARIABLE = "SPS_JAX_TOKENIZER"  # a ranks file to read in place of the provisioned one
 
 
 def default_ranks_path() -> str:
     """$SPS_JAX_TOKENIZER, else ~/.cache/sps_jax/gpt2.tiktoken."""
-    return os.environ.get("SPS_JAX_TOKENIZER") or os.path.join(
+    return os.environ.get(RANKS_VARIABLE) or os.path.join(
         os.path.expanduser("~"), ".cache", "sps_jax", "gpt2.tiktoken")
 
 
@@ -65,6 +66,8 @@ def get_tokenizer(ranks_path: str | None = None):
     path = os.fspath(ranks_path) if ranks_path else default_ranks_path()  # a pathlib.Path too
     if path in _CACHE:
         return _CACHE[path]
+    if not ranks_path and os.environ.get(RANKS_VARIABLE):  # a file the user named, as --tokenizer: never a download
+        files.input_file(path, RANKS_VARIABLE, "set it to a gpt2.tiktoken file, or unset it")
     if os.path.isfile(path):
         try:
             enc = from_ranks_file(path)
@@ -84,7 +87,7 @@ def get_tokenizer(ranks_path: str | None = None):
         except Exception as exc:  # offline: tiktoken raises network errors of several kinds
             raise TokenizerMissing(
                 f"the GPT-2 tokenizer is not available offline ({type(exc).__name__}): run "
-                f"`{PROVISION_COMMAND}` once (it needs only the package index), or set SPS_JAX_TOKENIZER "
+                f"`{PROVISION_COMMAND}` once (it needs only the package index), or set {RANKS_VARIABLE} "
                 "to a gpt2.tiktoken file.") from None
     _CACHE[path] = enc
     return enc
@@ -117,14 +120,16 @@ def decode(ids, ranks_path: str | None = None) -> str:
 
 def provision(out: str | None = None) -> str:
     """Fetch whisper's gpt2.tiktoken from the package index, verify it, store it atomically."""
+    # The sentences name where the path came from: --out, else the variable, else the default.
+    given = "--out" if out else RANKS_VARIABLE if os.environ.get(RANKS_VARIABLE) else "the default file"
     out = out or default_ranks_path()
     if os.path.isfile(out) and _sha256(out) == RANKS_SHA256:
         print(f"tokenizer already provisioned at {out}")
         return out
     if os.path.isdir(out):
-        raise UserError(f"--out {out} is a folder: pass a file name, for example {os.path.join(out, 'gpt2.tiktoken')}.")
+        raise UserError(f"{given} {out} is a folder: name a file, for example {os.path.join(out, 'gpt2.tiktoken')}.")
     if os.path.lexists(out):
-        raise UserError(f"--out {out} already holds another file: remove it or choose another --out.")
+        raise UserError(f"{given} {out} already holds another file: remove it or name another file.")
     with tempfile.TemporaryDirectory() as tmp:
         print("downloading the openai-whisper source distribution (about 0.8 MB) ...", flush=True)
         fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",

@@ -1,9 +1,11 @@
 """The GPT-2 tokenizer works offline from a provisioned ranks file."""
 
 import os
+import re
 
 import pytest
 
+from sps_jax import cli
 from sps_jax.data import tokenizer
 
 
@@ -44,3 +46,32 @@ def test_data_encode_refuses_text_that_is_not_utf8_in_one_sentence(ranks_file):
     outcome = fuzz.call(data_cli.main, ["encode", "caf\udce9"])
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert "the text is not UTF-8 text: byte 3 is 0xe9: pass UTF-8 text" in outcome.stderr, outcome.stderr
+
+
+@pytest.mark.parametrize("value, state", [("missing.tiktoken", "does not exist"), (".", "is a folder, not a file"),
+                                          ("~/gpt2.tiktoken", "starts with '~', which the shell did not expand")])
+def test_a_tokenizer_variable_naming_no_file_is_refused_not_replaced_by_a_download(tmp_path, monkeypatch, value,
+                                                                                  state):
+    """SPS_JAX_TOKENIZER set to a path that is no file: tiktoken's download took its place (offline, the sentence
+    said to set SPS_JAX_TOKENIZER, which was set), as it does for the default file not provisioned yet."""
+    import tiktoken
+
+    def download(name):
+        raise AssertionError("tiktoken's download was asked")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", download)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPS_JAX_TOKENIZER", value)
+    with pytest.raises(cli.UserError, match=f"^SPS_JAX_TOKENIZER '{value}' {re.escape(state)}"):
+        tokenizer.get_tokenizer()
+
+
+def test_provisioning_names_the_tokenizer_variable_that_gave_its_path(tmp_path, monkeypatch):
+    """Without --out, provision-tokenizer writes where SPS_JAX_TOKENIZER says; its refusals named --out, a flag the
+    user never gave."""
+    other = tmp_path / "other.tiktoken"
+    other.write_text("not ranks\n")
+    for path, state in ((tmp_path, "is a folder"), (other, "already holds another file")):
+        monkeypatch.setenv("SPS_JAX_TOKENIZER", str(path))
+        with pytest.raises(cli.UserError, match=f"^SPS_JAX_TOKENIZER {re.escape(str(path))} {state}"):
+            tokenizer.provision()

@@ -469,6 +469,18 @@ def test_a_run_with_no_checkpoint_yet_says_what_to_do(tmp_path):
                                    "(train.checkpoint_every), or pass a run that has one.\n"), outcome.stderr
 
 
+def test_a_tokenizer_variable_naming_no_file_is_refused_before_lm_eval_loads(tmp_path, monkeypatch):
+    # Before, lm-eval and the weights loaded, then tiktoken's download stood in for the file (offline, the
+    # sentence said to set SPS_JAX_TOKENIZER, which was set).
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPS_JAX_TOKENIZER", "missing.tiktoken")
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing lm-eval now fails
+    outcome = fuzz.call(evaluate.main, ["--workdir", "run", "--tasks", "arc_easy", "--out", "o.json"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "SPS_JAX_TOKENIZER 'missing.tiktoken' does not exist: set it to a gpt2.tiktoken file" in outcome.stderr
+
+
 @pytest.mark.parametrize("flags, sentence", [
     (["--tokenizer", "missing.tiktoken"], "tokenizer file 'missing.tiktoken' does not exist"),
     (["--tokenizer", "garbage.tiktoken"], "garbage.tiktoken is not a gpt2.tiktoken ranks file"),
