@@ -194,9 +194,13 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     return out["results"], names
 
 
+VAL_BATCH_SIZE = 8  # validation windows per forward pass
+BATCH_SIZE = 16  # lm-eval requests per forward pass
+
+
 def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: str | None = None,
-                        val_tokens: int | None = None, val_batch_size: int = 8, task_data=None,
-                        include_path=None, limit=None, batch_size: int = 16, tokenizer=None,
+                        val_tokens: int | None = None, val_batch_size: int = VAL_BATCH_SIZE, task_data=None,
+                        include_path=None, limit=None, batch_size: int = BATCH_SIZE, tokenizer=None,
                         tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
     """The results-JSON dict for one checkpoint (fields absent when not evaluated)."""
     from sps_jax import runs
@@ -311,10 +315,12 @@ def _parser() -> cli.ArgumentParser:
                    help="prepared token folder (manifest.json + val.bin)")
     p.add_argument("--val-tokens", type=cli.positive_int, default=None,
                    help="score only the first N validation tokens")
-    p.add_argument("--val-batch-size", type=cli.positive_int, default=8, help="validation windows per forward pass")
+    p.add_argument("--val-batch-size", type=cli.positive_int, default=None,
+                   help=f"validation windows per forward pass (default: {VAL_BATCH_SIZE})")
     p.add_argument("--limit", type=cli.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
-    p.add_argument("--batch-size", type=cli.positive_int, default=16, help="lm-eval requests per forward pass")
+    p.add_argument("--batch-size", type=cli.positive_int, default=None,
+                   help=f"lm-eval requests per forward pass (default: {BATCH_SIZE})")
     p.add_argument("--tokenizer", type=cli.input_path("tokenizer file", cli.FILE, TOKENIZER_HINT), default=None,
                    help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", type=cli.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
@@ -349,9 +355,17 @@ def main_evaluate(argv) -> int:
     keys = paper_tasks.expand(args.tasks or [])
     if not keys and not args.val_data:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")
-    unused = [flag for flag, value in (("--tokenizer", args.tokenizer), ("--limit", args.limit)) if value is not None]
+    # Each half's settings without that half would be ignored without a word (their defaults are None to tell).
+    unused = [flag for flag, value in (("--tokenizer", args.tokenizer), ("--limit", args.limit),
+                                       ("--include-path", args.include_path), ("--batch-size", args.batch_size))
+              if value is not None]
     if unused and not keys:  # they set up the lm-eval tasks; --val-data reads prepared tokens
         p.error(f"{unused[0]} is for --tasks (lm-eval), and none are given: pass --tasks, or drop {unused[0]}")
+    unused = [flag for flag, value in (("--val-tokens", args.val_tokens), ("--val-batch-size", args.val_batch_size))
+              if value is not None]
+    if unused and not args.val_data:
+        p.error(f"{unused[0]} is for --val-data (the validation NLL), and none is given: pass --val-data, or drop "
+                f"{unused[0]}")
     task_data = _task_data(args.task_data)
     runs = cli.load("sps_jax.runs")
     from sps_jax import checkpoint
@@ -379,8 +393,9 @@ def main_evaluate(argv) -> int:
     rows = []
     for step in steps:
         try:
-            result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, args.val_batch_size,
-                                         task_data, args.include_path, args.limit, args.batch_size,
+            result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens,
+                                         args.val_batch_size or VAL_BATCH_SIZE, task_data, args.include_path,
+                                         args.limit, args.batch_size or BATCH_SIZE,
                                          tokenizer_path=args.tokenizer)
         except FileNotFoundError:  # checkpoint.CheckpointGone included
             if not args.all_steps or step in checkpoint.steps(workdir):

@@ -415,7 +415,9 @@ def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_wha
         assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome
 
 
-@pytest.mark.parametrize("flag", [["--tokenizer", "gpt2.tiktoken"], ["--limit", "3"]])
+# --include-path and --batch-size were ignored without a word too (status 0).
+@pytest.mark.parametrize("flag", [["--tokenizer", "gpt2.tiktoken"], ["--limit", "3"], ["--include-path", "."],
+                                  ["--batch-size", "4"]])
 def test_task_settings_without_tasks_are_refused_not_ignored(tmp_path, flag):
     save_tiny_run(tmp_path / "run")
     write_val_data(tmp_path / "data")
@@ -423,6 +425,16 @@ def test_task_settings_without_tasks_are_refused_not_ignored(tmp_path, flag):
                                         *flag])
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert f"{flag[0]} is for --tasks" in outcome.stderr and not (tmp_path / "run" / "eval").exists()
+
+
+@pytest.mark.parametrize("flag", [["--val-tokens", "500"], ["--val-batch-size", "4"]])
+def test_validation_settings_without_val_data_are_refused_not_ignored(tmp_path, flag):
+    # Before, an evaluation of --tasks alone ran with status 0 and no validation NLL, as if the flag had not been given.
+    save_tiny_run(tmp_path / "run")
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--tasks", "arc_easy", *flag])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert f"{flag[0]} is for --val-data (the validation NLL), and none is given: pass --val-data, or drop " \
+        f"{flag[0]}" in outcome.stderr and not (tmp_path / "run" / "eval").exists()
 
 
 def test_a_run_folder_passed_as_val_data_is_named_as_not_a_token_folder(tmp_path):
