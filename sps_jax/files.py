@@ -515,23 +515,25 @@ def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
         return decode(f.read(), path, errors, hint=hint)
 
 
-def parse_json(text: str, path: str, line: int | None = None):
+def parse_json(text: str, path: str, line: int | None = None, hint: str = ""):
     """JSON text from ``path`` (one line of a JSON Lines file when ``line`` is given); else one sentence
-    naming where."""
+    naming where, ending in ``hint`` (what to do) when given."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         where = f"line {line}, column {e.colno}" if line is not None else f"line {e.lineno}, column {e.colno}"
         # A pretty-printed JSON file read as JSON Lines fails on its first line although it is JSON.
         lines_hint = ": it is read as JSON Lines, one JSON value per line" if line is not None else ""
-        raise UserError(f"{path} is not JSON at {where} ({e.msg}){lines_hint}.") from None
+        raise UserError(f"{path} is not JSON at {where} ({e.msg}){lines_hint}{': ' + hint if hint else ''}.") \
+            from None
     except (ValueError, RecursionError) as e:  # integers too long, nesting too deep
-        raise UserError(f"{path}{f' line {line}' if line else ''} is not usable JSON ({e}).") from None
+        raise UserError(f"{path}{f' line {line}' if line else ''} is not usable JSON ({e})"
+                        f"{': ' + hint if hint else ''}.") from None
 
 
-def read_json(path: str):
-    """A JSON file (strict UTF-8)."""
-    return parse_json(read_text(path), path)
+def read_json(path: str, hint: str = ""):
+    """A JSON file (strict UTF-8); ``hint`` ends the sentence of one that is not JSON."""
+    return parse_json(read_text(path), path, hint=hint)
 
 
 def read_jsonl(path: str, errors: str = "strict", hint: str = "", drop_partial_last: bool = False):

@@ -145,13 +145,14 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
         raise UserError(f"{path} is a folder, not the run's config file: move it away.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
-    data = files.read_json(path)
+    put_back = f"put back the {CONFIG_FILE} the run was trained with"
+    data = files.read_json(path, put_back)
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise UserError(f"{path} is not a run config: it has no 'model' section.")
+        raise UserError(f"{path} is not a run config: it has no 'model' section: {put_back}.")
     try:
         return ml_collections.ConfigDict(data)
     except Exception as e:  # keys ConfigDict cannot hold
-        raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}).") from None
+        raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}): {put_back}.") from None
 
 
 def check_model_fields(config, workdir: str) -> str:

@@ -195,6 +195,19 @@ def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_defaul
         runs.load_model(str(tmp_path / "run"))
 
 
+@pytest.mark.parametrize("text, problem", [("", r"is not JSON at line 1, column 1 \(Expecting value\)"),
+                                           ('{"model": {"variant"', r"is not JSON at line 1, column 21"),
+                                           ("[]", r"is not a run config: it has no 'model' section")])
+def test_a_run_config_that_is_no_run_config_says_to_put_back_the_one_it_was_trained_with(tmp_path, text, problem):
+    # An emptied or cut-off config.json (a full disk, an editor) said only what was wrong, with no way out.
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run")
+    (tmp_path / "run" / "config.json").write_text(text)
+    with pytest.raises(UserError, match=rf"config\.json {problem}.*: put back the config\.json the run was trained "
+                                        r"with\.$"):
+        runs.load_model(str(tmp_path / "run"))
+
+
 def test_a_run_config_without_a_field_of_how_the_model_runs_loads_with_its_default(tmp_path):
     # A run written before loss_chunk, prefill_chunk or residual_dtype existed: their defaults compute the same model.
     save_small_run(tmp_path / "run")

@@ -42,7 +42,7 @@ def read_manifest(folder: str) -> dict | None:
     path = os.path.join(folder, MANIFEST)
     if not os.path.isfile(path):
         return None
-    manifest = files.read_json(path)
+    manifest = files.read_json(path, f"{REPREPARE} for this folder")
     check_manifest(manifest, path)
     return manifest
 

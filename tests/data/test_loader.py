@@ -35,6 +35,18 @@ def test_a_split_a_token_folder_never_has_is_named_with_the_two_it_has(tmp_path)
         assert str(refusal.value) == f"a token folder has no {split!r} split{meant}: pass train or val."
 
 
+@pytest.mark.parametrize("text", ["", '{"dtype": "uint16", "splits": {'])
+def test_a_manifest_that_is_not_json_says_to_prepare_the_folder_again(tmp_path, text):
+    # An emptied or cut-off manifest.json said only where the JSON broke, where a manifest of the wrong fields says
+    # to re-run prepare.
+    folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        f.write(text)
+    with pytest.raises(ValueError, match=r"manifest\.json is not JSON at line 1, column \d+ \([^)]*\): re-run "
+                                         r"`python -m sps_jax\.data prepare` for this folder\.$"):
+        loader.open_tokens(folder, "train", vocab_size=64)
+
+
 def test_windows_overlap_by_one_token_so_every_token_is_a_target_once():
     tokens = np.arange(50, dtype=np.uint16)
     windows = loader.TokenWindows(tokens, seq_len=8)
