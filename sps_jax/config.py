@@ -203,6 +203,9 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
                         f"[{overrides!r}].")
     path, arg = _split_spec(os.fspath(spec))  # a pathlib.Path too
+    if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word
+        raise UserError(f"config {spec!r} has nothing after ':': give the argument (configs/paper.py:s,sps,64), or "
+                        "drop the ':' for the file's defaults.")
     path = _shipped_if_missing(path)
     files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):
@@ -239,14 +242,14 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     return config
 
 
-def _split_spec(spec: str) -> tuple[str, str]:
-    """``path.py:ARG`` -> (path.py, ARG). The argument starts after ".py:", so a colon in a folder's
-    name (a timestamp) stays in the path; a spec naming no .py file splits at its first colon."""
+def _split_spec(spec: str) -> tuple[str, str | None]:
+    """``path.py:ARG`` -> (path.py, ARG), ARG None without a colon. The argument starts after ".py:", so a colon
+    in a folder's name (a timestamp) stays in the path; a spec naming no .py file splits at its first colon."""
     at = spec.find(".py:")
     if at >= 0:
         return spec[:at + 3], spec[at + 4:]
-    path, _, arg = spec.partition(":")
-    return (spec, "") if spec.endswith(".py") else (path, arg)
+    path, colon, arg = spec.partition(":")
+    return (spec, None) if spec.endswith(".py") or not colon else (path, arg)
 
 
 def _shipped_if_missing(path: str) -> str:

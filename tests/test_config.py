@@ -1,5 +1,7 @@
 """Config files, the SCALE,VARIANT[,WINDOW] argument and command-line overrides."""
 
+import re
+
 import pytest
 
 from sps_jax import config as sps_config, masks, optim
@@ -176,6 +178,16 @@ def test_an_empty_field_of_the_config_argument_is_named_not_filled_by_the_next_o
     with pytest.raises(ValueError) as refusal:
         sps_config.load_config(spec)
     assert str(refusal.value) == sentence
+
+
+@pytest.mark.parametrize("spec", ["configs/paper.py:", "configs/tiny.py: "])
+def test_a_config_argument_left_empty_after_the_colon_is_refused_not_read_as_the_defaults(spec):
+    # configs/paper.py:$ARG with ARG unset trained the file's defaults (s, sps, 64) without a word, where an empty
+    # field inside the argument (s,,64) is refused.
+    with pytest.raises(ValueError, match=rf"^config {re.escape(repr(spec))} has nothing after ':': give the "
+                                         r"argument \(configs/paper\.py:s,sps,64\), or drop the ':' for the file's "
+                                         r"defaults\.$"):
+        sps_config.load_config(spec)
 
 
 def test_a_users_config_that_leaves_the_variant_to_the_model_default_loads(tmp_path):
