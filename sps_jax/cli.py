@@ -483,21 +483,29 @@ FILE, FOLDER, FILE_OR_FOLDER = "file", "folder", "file or folder"  # the kinds o
 
 # An existing input that is neither a file nor a folder (/dev/stdin, /dev/null): the readers read files on disk.
 NOT_REGULAR = "is no regular file (a pipe, a device or a socket)"
+LEADS_NOWHERE = "is a link that leads nowhere (its target is missing, or links point at each other in a loop)"
+
+
+def leads_nowhere(path: str) -> bool:
+    """A symbolic link whose target is missing or part of a loop of links."""
+    return os.path.islink(path) and not os.path.exists(path)
 
 
 def input_path(what: str, kind: str, hint: str):
     """argparse type of a ``kind`` (:data:`FILE`, :data:`FOLDER` or :data:`FILE_OR_FOLDER`) a command reads, named
     ``what`` ("prompts file", "token folder") in the sentence that ends with ``hint`` (what to pass). Refused as an
     argument, before the command loads jax: an empty path (the path functions read it as the working directory), an
-    unexpanded '~' (:func:`unexpanded_home`), and an existing path of the other kind (a folder for a file, a file for
-    a folder). A missing one is left to the command's reader, which says what makes it (its checks of the outputs
-    come first)."""
+    unexpanded '~' (:func:`unexpanded_home`), a link that leads nowhere, and an existing path of the other kind (a
+    folder for a file, a file for a folder). A missing one is left to the command's reader, which says what makes it
+    (its checks of the outputs come first): a link to nothing cannot be made that way."""
     def parse(text: str) -> str:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"an empty path names no {what}: {hint}")
         home = unexpanded_home(text)
         if home is not None:
             raise argparse.ArgumentTypeError(home)
+        if leads_nowhere(text):  # the readers said "does not exist", or to prepare a token folder there
+            raise argparse.ArgumentTypeError(f"{what} {text!r} {LEADS_NOWHERE}: {hint}")
         if kind == FILE and os.path.isdir(text):  # as files.input_file says it
             raise argparse.ArgumentTypeError(f"{what} {text!r} is a folder, not a file: {hint}")
         if os.path.exists(text) and not (os.path.isfile(text) or os.path.isdir(text)):  # /dev/stdin: "does not exist"

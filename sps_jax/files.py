@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import NOT_REGULAR, UserError, unexpanded_home
+from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, unexpanded_home
 
 try:
     import fcntl
@@ -261,17 +261,11 @@ def check_stem(stem: str, given: str, suffixes: str, example: str, flag: str = "
         raise UserError(f"{flag} {given} has no file name before {suffixes}: add one, for example {example}.")
 
 
-def leads_nowhere(path: str) -> bool:
-    """A symbolic link whose target is missing or part of a loop of links."""
-    return os.path.islink(path) and not os.path.exists(path)
-
-
 def check_folder_place(path: str, flag: str, advice: str) -> None:
     """``path``, a folder a command writes into, is a folder or nothing yet; else one sentence ending in ``advice``
     (a link that leads nowhere was called a file)."""
     if leads_nowhere(path):
-        raise UserError(f"{flag} {path} is a link that leads nowhere (its target is missing, or links point at each "
-                        f"other in a loop): {advice}.")
+        raise UserError(f"{flag} {path} {LEADS_NOWHERE}: {advice}.")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise UserError(f"{flag} {path} is a file, not a folder: {advice}.")
 
@@ -488,8 +482,7 @@ def input_file(path: str, what: str, hint: str = "") -> str:
         raise NotAFile(f"{what} {home}.")
     if not os.path.isfile(path):
         state = ("is a folder, not a file" if os.path.isdir(path) else
-                 "is a link that leads nowhere (its target is missing, or links point at each other in a loop)"
-                 if leads_nowhere(path) else NOT_REGULAR if os.path.exists(path) else "does not exist")
+                 LEADS_NOWHERE if leads_nowhere(path) else NOT_REGULAR if os.path.exists(path) else "does not exist")
         raise NotAFile(f"{what} {path!r} {state}{': ' + hint if hint else ''}.")
     return path
 

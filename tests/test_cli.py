@@ -343,6 +343,22 @@ def test_every_input_path_of_the_wrong_kind_or_with_an_unexpanded_home_is_refuse
     assert sorted(os.listdir(tmp_path)) == ["file.txt", "folder"], "a refusal wrote files"
 
 
+@pytest.mark.parametrize("main, argv, flag, kind", INPUT_PATHS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_every_input_path_that_is_a_link_leading_nowhere_is_refused_as_an_argument(tmp_path, main, argv, flag, kind):
+    # A run or token folder given as a link to a missing target or in a loop of links was said not to exist, or to
+    # have no manifest.json with the advice to `data prepare --out` it, which prepare refuses for such a link.
+    os.symlink(tmp_path / "missing", tmp_path / "dangling")
+    os.symlink(tmp_path / "loop-a", tmp_path / "loop-b")
+    os.symlink(tmp_path / "loop-b", tmp_path / "loop-a")
+    fill = {"RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out")}
+    for name in ("dangling", "loop-a"):
+        path = str(tmp_path / name)
+        args = [path if a == "X" else re.sub("RUN|OUT", lambda m: fill[m.group(0)], a) for a in argv]
+        one_sentence(fuzz.call(main, args), f"{flag}: ", f"{path!r} is a link that leads nowhere (its target is "
+                     "missing, or links point at each other in a loop): ")
+    assert sorted(os.listdir(tmp_path)) == ["dangling", "loop-a", "loop-b"], "a refusal wrote files"
+
+
 @pytest.mark.parametrize("call, sentence", [
     (lambda tmp: evaluate.main(["--workdir", str(tmp / "run"), "--tasks", "arc_easy", "--out", str(tmp / "o.json"),
                                 "--task-data", "arc_easy=~/arc.jsonl"]),

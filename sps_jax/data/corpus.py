@@ -23,7 +23,7 @@ import sysconfig
 from typing import Iterator
 
 from sps_jax import files, hub
-from sps_jax.cli import MissingPackage, UserError
+from sps_jax.cli import LEADS_NOWHERE, MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -177,8 +177,7 @@ def check_source(source: str) -> None:
         _check_hub(source[3:].partition(":")[0])
         return
     if files.leads_nowhere(source):
-        raise UserError(f"source {source!r} is a link that leads nowhere (its target is missing, or links point at "
-                        "each other in a loop): pass the file or folder itself.")
+        raise UserError(f"source {source!r} {LEADS_NOWHERE}: pass the file or folder itself.")
     if not os.path.exists(source):
         raise FileNotFoundError(f"source {source!r} does not exist: pass a text/JSONL/Parquet file or folder, "
                                 "'builtin', or 'hf:NAME[:CONFIG]'.")
@@ -187,8 +186,7 @@ def check_source(source: str) -> None:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
     nowhere = [p for p in paths if files.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised
-        raise UserError(f"{nowhere[0]} in source folder {source!r} is a link that leads nowhere (its target is "
-                        "missing, or links point at each other in a loop): remove it or point it at a file.")
+        raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")
 
 
 def check_options(source: str, text_field: str | None = None, hf_split: str | None = None) -> None:
