@@ -257,6 +257,14 @@ def _open_data(config, cfg, log):
                                    jax.process_index(), jax.process_count())
     val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
                              jax.process_index(), jax.process_count())
+    scored, available = len(val) * config.data.val_batch, len(loader.TokenWindows(val_tokens, cfg.seq_len))
+    if scored < config.data.val_windows:  # val_loss then covers fewer tokens than the config says
+        why = (f"the val split of {config.data.dir} holds {available}: prepare it with a larger --val-fraction for "
+               "more" if available < config.data.val_windows else
+               f"only whole batches of data.val_batch={config.data.val_batch} are scored: make val_windows a "
+               "multiple of it")
+        _warn(f"warning: validation scores {scored} windows of {cfg.seq_len + 1} tokens, not "
+              f"data.val_windows={config.data.val_windows}: {why}.")
     return dataset, val
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from sps_jax import checkpoint, cli, config as sps_config, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
+from sps_jax.data import loader
 from tests import fuzz
 from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, losses, own_lines, run_train,
                            write_token_folder)
@@ -617,3 +618,21 @@ def test_a_run_cut_by_stop_at_step_says_where_it_stops_and_counts_its_eta_to_the
     assert "1000 steps, stopping at step 2 (train.stop_at_step); compiled in" in out.stdout, out.stdout
     eta = [float(line.rsplit("eta ", 1)[1].rstrip("s")) for line in out.stdout.splitlines() if " eta " in line]
     assert len(eta) == 2 and eta[-1] == 0, out.stdout
+
+
+@pytest.mark.parametrize("windows, batch, why", [
+    (10_000, 8, "the val split of {tokens} holds {available}: prepare it with a larger --val-fraction for more"),
+    (12, 8, "only whole batches of data.val_batch=8 are scored: make val_windows a multiple of it")])
+def test_validation_on_fewer_windows_than_data_val_windows_is_said_in_a_warning(tmp_path, capsys, windows, batch,
+                                                                                why):
+    # Before, a val split too small for data.val_windows (the paper configs ask 2496) or a val_windows that is no
+    # multiple of val_batch scored fewer windows without a word: val_loss covered fewer tokens than the config says.
+    tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=200)
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), [
+        *SMALL_OVERRIDES, f"--config.data.dir={tokens}", f"--config.data.val_windows={windows}",
+        f"--config.data.val_batch={batch}"])
+    val = trainer._open_data(config, sps_model.ModelConfig.from_config(config.model), print)[1]
+    scored, available = len(val) * batch, len(loader.TokenWindows(loader.open_tokens(tokens, "val"), 16))
+    why = why.format(tokens=tokens, available=available)
+    assert capsys.readouterr().err == (f"warning: validation scores {scored} windows of 17 tokens, not "
+                                       f"data.val_windows={windows}: {why}.\n")
