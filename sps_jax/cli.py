@@ -3,8 +3,8 @@
 A bad input, a refusal or a stop the user can act on is said in one sentence: the command prints
 ``error: <sentence>`` as one line on stderr and exits with status 2, without a traceback.
 :class:`UserError` is that sentence; ValueError, FileNotFoundError and other OS errors raised by
-checks and file access are treated the same at the boundary, and so is running out of memory (XLA's
-device memory, or the host's for numpy). Anything else is a bug and keeps its traceback. Argument-parsing errors take the same
+checks and file access are treated the same at the boundary, and so are running out of memory (XLA's
+device memory, or the host's for numpy) and a JAX_PLATFORMS that jax cannot start. Anything else is a bug and keeps its traceback. Argument-parsing errors take the same
 one-line form (:class:`ArgumentParser`).
 
 A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
@@ -65,6 +65,12 @@ def out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return (type(exc).__name__ in ("JaxRuntimeError", "XlaRuntimeError")
             and ("RESOURCE_EXHAUSTED" in text or "Out of memory allocating" in text))
+
+
+def backend_unavailable(exc: BaseException) -> bool:
+    """jax could not start a platform it was told to use: JAX_PLATFORMS names a misspelt one ('CPU', 'gpu') or one
+    this machine lacks ('tpu'). jax says so at the first use of a device, inside any command."""
+    return str(exc).startswith("Unable to initialize backend")
 
 
 def stdout_closed() -> bool:
@@ -208,6 +214,12 @@ def main(fn):
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
                                   "or sequence, or a smaller model."))
         except RuntimeError as exc:
+            if backend_unavailable(exc):
+                # jax's closing advice, "(set JAX_PLATFORMS='' ...)", is where the sentence ends.
+                why = str(exc).strip().splitlines()[0].split(" (set JAX_PLATFORMS")[0]
+                return fail(UserError(f"jax cannot start the platform JAX_PLATFORMS="
+                                      f"{os.environ.get('JAX_PLATFORMS', '')!r} names ({why}): set JAX_PLATFORMS to "
+                                      "platforms this machine has, such as cpu, or unset it."))
             if not out_of_memory(exc):
                 raise
             first_line = str(exc).strip().splitlines()[0]  # XLA appends the allocator's state
