@@ -31,3 +31,9 @@ def write_results(args, results) -> None:
         with files.results(args.force):
             files.write_json(args.json, results, indent=2)
         print(f"wrote {args.json}")
+
+
+def run_label(variant: str, backend: str | None) -> str:
+    """A timed run's name in progress lines and results: the variant, and the attention backend when the
+    benchmark compares several (None otherwise)."""
+    return f"{variant}/{backend}" if backend else variant

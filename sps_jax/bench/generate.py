@@ -92,7 +92,7 @@ class VariantRun:
 
         self.args, self.variant = args, variant
         self.cfg = cfg = _model_config(args, overrides, variant, backend)
-        self.label = _label(variant, backend)
+        self.label = bench.run_label(variant, backend)
         check_workload(cfg, args, *hardware.local_memory())
         self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
         self.tokens_BT = jnp.asarray(
@@ -165,11 +165,6 @@ def peak_bytes_worker(args, overrides, variant):
         return None  # no counter on this device (CPU): nothing to measure
     VariantRun(args, overrides, variant, args.attention[0] if args.attention else None).run()
     return jax.devices()[0].memory_stats().get("peak_bytes_in_use")
-
-
-def _label(variant: str, backend: str | None) -> str:
-    """A run's name in the progress lines: the variant, and the backend when one was asked for."""
-    return f"{variant}/{backend}" if backend else variant
 
 
 def _worker_argv(argv, json_path, backend) -> list[str]:
@@ -262,7 +257,7 @@ def main(argv=None) -> int:
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.
     peaks = {}
     for v, b in runs_asked:
-        label = _label(v, b)
+        label = bench.run_label(v, b)
         print(f"[{label}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
         peaks[v, b] = _spawn_peak(_worker_argv(argv, args.json, b), v)
         if peaks[v, b] is None:  # the device has no memory counter: the other workers would say the same

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                 config.model.variant, config.model.window = vis.variant, vis.window
                 if backend:
                     config.model.attention = backend
-                label = f"{variant}/{backend}" if args.attention and len(args.attention) > 1 else variant
+                label = bench.run_label(variant, backend if args.attention and len(args.attention) > 1 else None)
                 print(f"timing {label} ...", file=sys.stderr, flush=True)
                 r = {"label": label, **bench_variant(config, args.steps, args.warmup)}
                 print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
