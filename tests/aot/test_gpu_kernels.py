@@ -8,17 +8,21 @@ tiling fails the shared-memory check (XLA's for Pallas, the report's own for jax
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import zlib
 
+import jax
 import pytest
 
 from sps_jax import hardware, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.aot import gpu_kernels
 from sps_jax.inference import decode_attention
+from tests.helpers import REPO, compile_env
+
+# Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("optimized_compiles")
 
 H100, B200 = hardware.ACCELERATORS["h100"], hardware.ACCELERATORS["b200"]
 SMALL_T = 1024  # the binary depends on T only through a loop bound: small T compiles faster
@@ -31,6 +35,12 @@ SPILL_CASES = [
                  marks=pytest.mark.slow if dtype == "float16" or (variant, name) == ("standard", "sm_100a") else ())
     for variant in ("sps", "standard") for name, acc in (("sm_90a", H100), ("sm_100a", B200))
     for head_dim in (64, 128) for dtype in ("bfloat16", "float16")]
+
+
+def test_these_compiles_and_their_child_processes_get_xlas_full_optimization():
+    """The CPU tests compile with jax's disable_most_optimizations; a binary reported here must not."""
+    assert jax.config.values["jax_disable_most_optimizations"] is False
+    assert "JAX_DISABLE_MOST_OPTIMIZATIONS" not in compile_env()
 
 
 @pytest.mark.parametrize("acc, head_dim, dtype, variant", SPILL_CASES)
@@ -106,8 +116,7 @@ def test_jax_tritons_launch_records_are_parsed():
 
 def _triton_reports(cases, decode=True):
     """kernel_report of the jax-triton kernels for each (target, head dim, dtype, variant, tiles or None),
-    in a child process: tests/conftest.py turns Triton's interpreter on, which makes triton's kernels
-    interpreter-only, so the child runs without it."""
+    in a child process without Triton's interpreter, which tests/conftest.py turns on here."""
     script = (
         "import json, sys\n"
         "from sps_jax import hardware, masks, pallas_attention as pa\n"
@@ -118,20 +127,20 @@ def _triton_reports(cases, decode=True):
         "    out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2, head_dim,"
         f" {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton', decode={decode}))\n"
         "print(json.dumps(out))\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env={**env, "PYTHONPATH": root},
-                          capture_output=True, text=True, timeout=900, cwd=root)
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env={**compile_env(), "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
 
 
 needs_jax_triton = pytest.mark.skipif(importlib.util.find_spec("jax_triton") is None,
                                       reason="jax-triton is not installed")
-# SPS on both targets at both head dims, and Standard (twice the positions per tile) on sm_90a at Dh 128; one
-# child process each, so that the test workers share them.
+# SPS on both targets at both head dims, and Standard (twice the positions per tile, and its own decode kernel) on
+# sm_90a at Dh 128; one child process each, so that the test workers share them. B200 at Dh 128 is the longest
+# compile (50 s on 2 cores) and repeats the Dh-128 claim sm_90a makes: -m slow runs it.
 TRITON_CASES = [pytest.param(target, head_dim, "bfloat16", variant,
-                             id=f"{hardware.ACCELERATORS[target].sm_arch}-{head_dim}-bfloat16-{variant}")
+                             id=f"{hardware.ACCELERATORS[target].sm_arch}-{head_dim}-bfloat16-{variant}",
+                             marks=pytest.mark.slow if (target, head_dim) == ("b200", 128) else ())
                 for target, head_dim, variant in (("h100", 64, "sps"), ("h100", 128, "sps"), ("b200", 64, "sps"),
                                                   ("b200", 128, "sps"), ("h100", 128, "standard"))]
 
@@ -162,21 +171,29 @@ def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim
     assert report["kernels"][after_past]["grid"] == [2, 1, 1]
 
 
+SMALL_TILES = [32, 32, 4, 2]  # quick to compile: for the kernels a control is not about
+
+
 @needs_jax_triton
-def test_the_jax_triton_reports_see_spills_and_shared_memory_beyond_the_card():
-    """Controls of the check above. The Pallas kernels' Hopper Dh-128 dK/dV tiles (4 warps) spill in
-    jax-triton's binary, which is why pallas_attention.TRITON_TUNING gives that kernel 8 warps; and
-    forward's 4 stages of 128 x 128 tiles at Dh 128 ask more shared memory than an H100 block has. Both concern
-    the training kernels, so no decode step is compiled, and the other kernels get small tiles, quick to compile."""
+def test_the_jax_triton_spill_count_is_real():
+    """A control of the check above: the Pallas kernels' Hopper Dh-128 dK/dV tiles (4 warps) spill in
+    jax-triton's binary, which is why pallas_attention.TRITON_TUNING gives that kernel 8 warps. Training
+    kernels only: no decode step."""
     dkv = pa.TUNING[(9, 128)].dkv
-    small = [32, 32, 4, 2]
-    spilling, too_big = _triton_reports([("h100", 128, "bfloat16", "sps",
-                                          [small, small, [dkv.block_q, dkv.block_k, dkv.num_warps, dkv.num_stages]]),
-                                         ("h100", 128, "bfloat16", "sps", [[128, 128, 8, 4], small, small])],
-                                        decode=False)
+    [spilling] = _triton_reports([("h100", 128, "bfloat16", "sps",
+                                   [SMALL_TILES, SMALL_TILES, [dkv.block_q, dkv.block_k, dkv.num_warps, dkv.num_stages]])],
+                                 decode=False)
     assert spilling["status"] == "ok" and set(spilling["kernels"]) == {"sps_triton_forward", "sps_triton_dq",
                                                                       "sps_triton_dkv"}
     assert spilling["kernels"]["sps_triton_dkv"]["num_warps"] == 4
     assert spilling["kernels"]["sps_triton_dkv"]["spill_store_bytes"] > 0
+
+
+@needs_jax_triton
+def test_a_jax_triton_tiling_beyond_the_shared_memory_fails_with_the_resource_error():
+    """jax-triton would only fail at launch; the report checks the card's limit itself. Forward's 4 stages of
+    32 x 128 (queries x keys) tiles at Dh 128 ask 272 KiB of shared memory; an H100 block may have 227 KiB."""
+    [too_big] = _triton_reports([("h100", 128, "bfloat16", "sps", [[32, 128, 4, 4], SMALL_TILES, SMALL_TILES])],
+                                decode=False)
     assert too_big["status"] == "compile_error"
     assert "Shared memory size limit exceeded: sps_triton_forward needs" in too_big["error"]
