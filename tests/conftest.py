@@ -16,6 +16,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # kernels run in Pallas's. The switch only works if it is on before triton is imported; the tests
 # that compile those kernels for a GPU run them in a child process without it (tests/aot).
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# XLA compiles the tests' CPU programs without its expensive optimizations (jax's own switch): they compute the
+# same values, and on 2 cores compiling, not running, is most of a test's time (a quarter less for the model and
+# prefill tests). Deviceless compiles, and the main command's training run, are as users get them: see the
+# optimized_compiles fixture.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # One persistent compilation cache for the whole run, shared by the test workers (they inherit this
 # process's environment) and the commands tests start: a program one test compiled is loaded, not
 # compiled again, by the next test that builds the same program (a fifth of the suite's time; the
@@ -33,6 +38,17 @@ import pytest  # noqa: E402
 from tests.helpers import small_model  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture
+def optimized_compiles(monkeypatch):
+    """XLA's full optimization for this test's compiles and the commands it starts: the registers, spills and
+    memory a user's compile gets, or a command that runs long enough for its programs' speed to count."""
+    monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)
+    before = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", False)
+    yield
+    jax.config.update("jax_disable_most_optimizations", before)
 
 
 @pytest.fixture

@@ -101,6 +101,12 @@ def env(devices=1):
     return e
 
 
+def compile_env():
+    """The environment of a child process that compiles for a GPU: this one's, without Triton's interpreter
+    (tests/conftest.py turns it on, and it makes triton's kernels interpreter-only)."""
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
 # jax's CUDA plugin (the test extra installs it for deviceless GPU compiles) logs from native code when it
 # loads on a machine without an NVIDIA driver, before any of a command's own code runs.
 PLUGIN_NOTICES = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",

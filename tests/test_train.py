@@ -253,6 +253,7 @@ def run_main_command(workdir, data_dir, steps, *extra):
     return [r["loss"] for r in metrics.read(str(workdir)) if "loss" in r], metrics.read(str(workdir))
 
 
+@pytest.mark.usefixtures("optimized_compiles")  # twelve steps: their speed, not compiling, is most of the time
 def test_main_command_trains_tiny_on_the_builtin_corpus_and_the_loss_falls(tmp_path):
     ensure_tokenizer()
     # 12 steps, 2 of them warmup (the config's 20-step warmup would leave the rate low for all of them): a
@@ -264,6 +265,7 @@ def test_main_command_trains_tiny_on_the_builtin_corpus_and_the_loss_falls(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("optimized_compiles")
 def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     ensure_tokenizer()
     losses_, records = run_main_command(tmp_path / "run", os.path.join(REPO, "data", "builtin"), 300)

@@ -14,6 +14,10 @@ from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
 from sps_jax.aot import gpu_kernels, programs
 from sps_jax.inference import triton_decode
+from tests.helpers import compile_env
+
+# Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("optimized_compiles")
 
 H100 = hardware.ACCELERATORS["h100"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,8 +162,7 @@ def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_pa
     that kernel. With ``pallas`` they are jax's decode kernel and our Pallas ring kernel (SPS only);
     with ``triton`` our jax-triton pair, and no kernel of the step lowers through Pallas's Triton
     backend."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", DECODE_STEP_HLO, backend, str(LAYERS), variant], env=env,
+    done = subprocess.run([sys.executable, "-c", DECODE_STEP_HLO, backend, str(LAYERS), variant], env=compile_env(),
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     entry = done.stdout

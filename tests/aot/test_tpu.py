@@ -17,6 +17,9 @@ from sps_jax.aot import programs, topology, tpu_kernels
 from sps_jax.aot.gpu_kernels import Shape
 from tests.helpers import SMALL_OVERRIDES, needs_libtpu, run_module
 
+# Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("optimized_compiles")
+
 V5E, V6E = hardware.ACCELERATORS["tpu-v5e"], hardware.ACCELERATORS["tpu-v6e"]
 
 

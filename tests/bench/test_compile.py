@@ -10,6 +10,9 @@ from sps_jax.bench import __main__ as bench_main, compile as bench_compile
 from tests import fuzz
 from tests.helpers import REPO
 
+# Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("optimized_compiles")
+
 
 def test_bench_compile_writes_the_tables_and_json(tmp_path):
     out_json = tmp_path / "compile.json"
