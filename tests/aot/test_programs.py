@@ -2,7 +2,6 @@
 memory that grows with the work, and FLOPs that match an independent count."""
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -14,13 +13,12 @@ from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
 from sps_jax.aot import gpu_kernels, programs
 from sps_jax.inference import triton_decode
-from tests.helpers import compile_env
+from tests.helpers import REPO, compile_env
 
 # Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("optimized_compiles")
 
 H100 = hardware.ACCELERATORS["h100"]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PALLAS_TRITON = 'custom_call_target="__gpu$xla.gpu.triton"'  # a kernel lowered by Pallas's Triton backend
 
 
@@ -163,7 +161,7 @@ def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_pa
     with ``triton`` our jax-triton pair, and no kernel of the step lowers through Pallas's Triton
     backend."""
     done = subprocess.run([sys.executable, "-c", DECODE_STEP_HLO, backend, str(LAYERS), variant], env=compile_env(),
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     entry = done.stdout
     calls = [line for line in entry.splitlines() if " custom-call(" in line]
