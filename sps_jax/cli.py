@@ -40,6 +40,10 @@ class UserError(ValueError):
     """An error the user can fix from its one sentence (bad input, a refusal, a failed save)."""
 
 
+class Reported(UserError):
+    """A user error that a child process sharing this stderr has already stated in its one sentence."""
+
+
 class MissingPackage(UserError, ImportError):
     """An optional package a command needs is not installed (the sentence says what to install)."""
 
@@ -95,7 +99,8 @@ def _silence_stdout() -> None:
 
 
 def fail(exc: BaseException) -> int:
-    print(f"error: {sentence(exc)}", file=sys.stderr, flush=True)
+    if not isinstance(exc, Reported):
+        print(f"error: {sentence(exc)}", file=sys.stderr, flush=True)
     return EXIT_USAGE
 
 

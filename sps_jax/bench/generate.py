@@ -167,16 +167,16 @@ def peak_bytes_worker(args, overrides, variant):
     return jax.devices()[0].memory_stats().get("peak_bytes_in_use")
 
 
-def _worker_argv(argv, json_path, backend) -> list[str]:
-    """The command line of a peak-memory worker: this one without ``--json`` and with ``backend``
-    alone as ``--attention`` (none: the config's)."""
+def _worker_argv(argv, backend) -> list[str]:
+    """The command line of a peak-memory worker: this one without ``--json`` (flag and value; another
+    flag's value equal to the path stays) and with ``backend`` alone as ``--attention`` (none: the config's)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
         elif a in ("--json", "--attention"):
             skip = True
-        elif not (a.startswith(("--json=", "--attention=")) or a == json_path):
+        elif not a.startswith(("--json=", "--attention=")):
             out.append(a)
     return out + (["--attention", backend] if backend else [])
 
@@ -187,6 +187,8 @@ def _spawn_peak(argv, variant):
     proc = subprocess.run([sys.executable, "-m", "sps_jax.bench", "generate", *argv, "--worker", variant],
                           stdout=subprocess.PIPE, stderr=None, text=True, env=env)
     lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT_PREFIX)]
+    if proc.returncode == cli.EXIT_USAGE:
+        raise cli.Reported(f"the {variant} peak-memory process stopped on an error it stated")  # e.g. out of memory
     if proc.returncode or not lines:
         raise RuntimeError(f"the {variant} peak-memory process failed (exit code {proc.returncode}); see its "
                            "output above.")
@@ -259,7 +261,7 @@ def main(argv=None) -> int:
     for v, b in runs_asked:
         label = bench.run_label(v, b)
         print(f"[{label}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
-        peaks[v, b] = _spawn_peak(_worker_argv(argv, args.json, b), v)
+        peaks[v, b] = _spawn_peak(_worker_argv(argv, b), v)
         if peaks[v, b] is None:  # the device has no memory counter: the other workers would say the same
             print(f"[{label}] this device has no peak-memory counter (memory_stats): no variant's peak is measured",
                   file=sys.stderr, flush=True)

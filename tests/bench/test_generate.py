@@ -94,9 +94,25 @@ def test_backends_are_timed_side_by_side_with_ratios_within_each(tmp_path, monke
 
 def test_a_worker_runs_the_one_backend_it_is_given_and_never_writes_the_json():
     argv = ["--config", "c.py", "--attention", "xla,pallas", "--json", "out.json", "--variants", "sps"]
-    assert bench_generate._worker_argv(argv, "out.json", "pallas") == [
+    assert bench_generate._worker_argv(argv, "pallas") == [
         "--config", "c.py", "--variants", "sps", "--attention", "pallas"]
-    assert bench_generate._worker_argv(["--attention=xla,triton", "--json=o.json"], "o.json", None) == []
+    assert bench_generate._worker_argv(["--attention=xla,triton", "--json=o.json"], None) == []
+    # Only the --json flag's own value goes: another option whose value happens to equal the path stays.
+    assert bench_generate._worker_argv(["--json", "8", "--prefill", "8"], None) == ["--prefill", "8"]
+
+
+def test_a_worker_that_stops_on_a_user_error_leaves_its_one_sentence_alone(monkeypatch, capsys):
+    """A worker that runs out of device memory says so in its own `error:` line on the shared stderr; the
+    command then ends with status 2 and adds no second sentence and no traceback."""
+    def worker(cmd, **kwargs):
+        print("error: the device ran out of memory (...): use a smaller batch.", file=sys.stderr)
+        return subprocess.CompletedProcess(cmd, 2, stdout="")
+
+    monkeypatch.setattr(bench_generate.subprocess, "run", worker)
+    code = bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1",
+                                "--prefill", "4", "--decode", "2", "--variants", "sps", "--repeats", "1"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == ["error: the device ran out of memory (...): use a smaller batch."]
 
 
 def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
