@@ -350,7 +350,8 @@ def print_tables(results) -> None:
 def _check_workload(args) -> None:
     """What would stop the command part way stops it before the first compile: a config the train step
     refuses (``trainer.plan``: a schedule, interval or field out of range), a target whose compiler is not
-    installed here or whose topology lacks ``--devices`` devices, and a generation workload whose KV cache no
+    installed here or whose topology lacks ``--devices`` devices, an attention backend or kernel dtype a target
+    cannot compile, and a generation workload whose KV cache no
     listed accelerator holds (as ``bench generate``; XLA's compile of one past int64 fails in C++)."""
     from sps_jax import trainer
     from sps_jax.aot import topology
@@ -368,7 +369,36 @@ def _check_workload(args) -> None:
             kv_cache.check_fits(_generation_model(args, variant), args.batch, args.prefill + args.decode,
                                 largest.memory_bytes, largest.name, "lower --batch, --prefill or --decode")
     for name in args.target:
+        acc = hardware.ACCELERATORS[name]
+        if "train" in args.only:
+            for backend in attention_backends(acc, args):
+                _check_backend(acc, backend)
+        if "generate" in args.only:
+            _check_backend(acc, config.model.attention)
+        if "kernels" in args.only and acc.platform == "tpu" and set(args.dtypes) == {"float16"}:
+            raise cli.UserError(f"{name}'s kernels compile in bfloat16 or float32, not float16: add one of them to "
+                                "--dtypes, or leave the TPU targets out.")
+    for name in args.target:  # last: a TPU topology wakes libtpu, which logs its start-up complaints
         topology.devices(hardware.ACCELERATORS[name], args.devices if "train" in args.only else 1)
+
+
+def _check_backend(acc, backend) -> None:
+    """The train step's ``backend`` can be compiled for ``acc`` from here: jax-triton's kernels only for a
+    GPU, and only from a Triton imported without its interpreter."""
+    from sps_jax import attention
+
+    attention.check_installed(backend)
+    if backend != "triton":
+        return
+    from sps_jax import triton_attention
+
+    gpus = ", ".join(n for n, a in hardware.ACCELERATORS.items() if a.platform == "gpu")
+    if acc.platform != "gpu":
+        raise cli.UserError(f'attention="triton" compiles its kernels for NVIDIA GPUs, not for {acc.name}: choose '
+                            f"another attention backend, or GPU targets ({gpus}).")
+    if triton_attention.interpreting():
+        raise cli.UserError('attention="triton" cannot compile for a GPU: Triton was imported with '
+                            "TRITON_INTERPRET=1, which makes its kernels interpreter-only; unset it.")
 
 
 def _check_sizes(args, model) -> None:

@@ -73,6 +73,18 @@ def test_bad_arguments_get_one_sentence(args, message):
     (["--target", "h100", "--config", "configs/tiny.py", "--prefill", "999999999"],
      r"standard's KV cache for batch 16 x 1,000,003,071 positions needs .* GiB, .* of one b200: lower --batch, "
      r"--prefill or --decode\.$"),
+    # jax-triton's kernels asked of a TPU: refused after the TPU's splash kernels had compiled, naming the CPU
+    (["--target", "tpu-v5e,h100", "--config", "configs/tiny.py", "--attention", "auto,triton"],
+     r'attention="triton" compiles its kernels for NVIDIA GPUs, not for tpu-v5e: choose another attention backend, '
+     r"or GPU targets \(h100, .*\)\.$"),
+    (["--target", "tpu-v6e", "--only", "generate", "--config", "configs/tiny.py", "--config.model.attention=triton"],
+     r'attention="triton" compiles its kernels for NVIDIA GPUs, not for tpu-v6e'),
+    # Triton imported with its interpreter on (as in these tests) cannot compile jax-triton's kernels for a GPU
+    (["--target", "h100", "--only", "train", "--config", "configs/tiny.py", "--attention", "triton"],
+     r"Triton was imported with TRITON_INTERPRET=1, which makes its kernels interpreter-only; unset it\.$"),
+    # TPU kernels are compiled in bfloat16 and float32 only: float16 alone compiled nothing and exited 0
+    (["--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"],
+     r"tpu-v5e's kernels compile in bfloat16 or float32, not float16: add one of them to --dtypes"),
 ])
 def test_what_would_stop_the_command_part_way_stops_it_before_the_first_compile(monkeypatch, args, sentence):
     import importlib.util
