@@ -65,7 +65,7 @@ def parse_args(argv):
                    help="comma-separated GPU kernel sets: pallas (Pallas's Triton backend), triton (the same "
                         "kernels through jax-triton)")
     p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),
-                   default=["bfloat16", "float16"], help="comma-separated kernel dtypes")
+                   default=["bfloat16", "float16"], help="comma-separated kernel dtypes (TPU targets skip float16)")
     p.add_argument("--batch", type=cli.positive_int, default=16, help="generation: rows")
     p.add_argument("--prefill", type=cli.positive_int, default=1024, help="generation: prompt tokens per row")
     p.add_argument("--decode", type=cli.positive_int, default=3072, help="generation: new tokens per row")
