@@ -146,6 +146,11 @@ def _stored(text) -> ml_collections.ConfigDict:
 
 # The model fields a file of theirs (no stored config) gives through model_args, where it has them.
 _FROM_ARGS = ("window", "predict_id", "eos_id", "pad_id", "norm_eps")
+
+
+def _flag(field: str) -> str:
+    """The flag that replaces model_args' value of ``field``."""
+    return "--window N" if field == "window" else f"--config.model.{field}=VALUE"
 # The model fields an import sets from the tensors, the flags or model_args, over a stored config's values.
 _SIZES = ("num_layers", "d_model", "d_ff", "vocab_size", "num_heads", "seq_len")
 
@@ -175,13 +180,16 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     else:
         config = sps_config.paper_config("s", variant)
         config.name = name
+        replaced = {"window"} if window != FROM_FILE else set()  # a flag's value never meets the file's
+        replaced |= {field for field in _FROM_ARGS for item in overrides
+                     if item.partition("=")[0].endswith(f"model.{field}")}
         for key, field in torch_layout.ARGS.items():
-            if field in _FROM_ARGS and field in fields:
+            if field in _FROM_ARGS and field in fields and field not in replaced:
                 try:
                     config.model[field] = fields[field]
                 except TypeError:  # ConfigDict keeps each field's type
                     raise UserError(f"the checkpoint's model_args[{key!r}] = {fields[field]!r} is not of "
-                                    f"type {type(config.model[field]).__name__}: pass --config.model.{field}=VALUE.") from None
+                                    f"type {type(config.model[field]).__name__}: pass {_flag(field)}.") from None
     m = config.model
     with m.ignore_type():  # the flags replace a stored config's values, whatever their type
         if variant != FROM_FILE:
@@ -190,8 +198,14 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             m.window = window
         if stored_config is None or variant != FROM_FILE or window != FROM_FILE:
             # None where the variant has no window; a stored config may leave both to ModelConfig's defaults
-            m.window = masks.Visibility(m.get("variant", sps_model.ModelConfig.variant),
-                                        m.get("window", sps_model.ModelConfig.window)).window
+            try:
+                m.window = masks.Visibility(m.get("variant", sps_model.ModelConfig.variant),
+                                            m.get("window", sps_model.ModelConfig.window)).window
+            except ValueError as exc:
+                if window != FROM_FILE or "window" not in fields:
+                    raise
+                raise UserError(f"the checkpoint's model_args['window_size'] = {fields['window']!r} is not a "
+                                f"window ({str(exc).rstrip('.')}): pass {_flag('window')}.") from None
     if stored_config is None and window == FROM_FILE and "window" not in fields and m.window is not None:
         notes.append(f"the checkpoint has no model_args['window_size']: using a window of {m.window} (pass --window "
                      "to set it)")

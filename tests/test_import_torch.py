@@ -191,6 +191,26 @@ def test_a_model_arg_of_the_wrong_type_is_one_sentence(tmp_path):
     assert "model_args['eos_token_id'] = '50256' is not of type int: pass --config.model.eos_id=VALUE" in outcome.stderr
 
 
+@pytest.mark.parametrize("model_args, sentence, fix, field, value", [
+    ({"eos_token_id": "50256"}, "model_args['eos_token_id'] = '50256' is not of type int: pass "
+     "--config.model.eos_id=VALUE.", ["--config.model.eos_id=60"], "eos_id", 60),
+    ({"window_size": "64"}, "model_args['window_size'] = '64' is not of type int: pass --window N.",
+     ["--window", "8"], "window", 8),
+    ({"window_size": -3}, "model_args['window_size'] = -3 is not a window (window must be an integer from 0 to",
+     ["--window", "8"], "window", 8),
+])
+def test_the_fix_a_bad_model_arg_is_refused_with_imports_the_file(tmp_path, model_args, sentence, fix, field, value):
+    """The sentence names the file's key and the flag that replaces it, and that flag does: the file's value is not
+    read where a flag gives the field (it was, and the same sentence came back)."""
+    torch.save(authors_checkpoint(synthetic_state_dict(), **model_args), tmp_path / "ckpt.pt")
+    argv = [str(tmp_path / "ckpt.pt"), "--variant", "sps", "--out", str(tmp_path / "r")]
+    outcome = fuzz.call(import_torch.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None and sentence in outcome.stderr, outcome.stderr
+    outcome = fuzz.call(import_torch.main, argv + fix)
+    assert outcome.status == 0, outcome.stderr
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["model"][field] == value
+
+
 def _buffers(sd):  # what other PyTorch models register beside their parameters: RoPE caches, a causal mask
     return {**sd, "freqs_cis": torch.polar(torch.ones(T, D // H // 2), torch.ones(T, D // H // 2)),
             "transformer.h.0.attn.bias": torch.ones(1, 1, T, T).tril(), "transformer.h.1.attn.mask": torch.ones(T, T) > 0,
