@@ -16,7 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from sps_jax import bench, cli, config as sps_config, hardware
+from sps_jax import attention, bench, cli, config as sps_config, hardware
 from sps_jax import masks
 from sps_jax import model as sps_model
 
@@ -26,6 +26,7 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)
+    attention.check_available(base.attention)  # e.g. triton off a GPU: before the first model is built
     memory_bytes, device = hardware.local_memory()
     sps_model.check_fits(base, memory_bytes, device, copies=2, holding="the weights and their gradient")
     cfgs = [dataclasses.replace(base, variant=vis.variant, window=vis.window)

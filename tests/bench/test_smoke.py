@@ -38,3 +38,17 @@ def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkey
     assert outcome.stderr.strip().startswith(
         "error: --batch-size 1000000 of 128 positions needs at least 122.1 GiB for the weights, their gradient and "
         "each layer's input, more than the 8.0 GiB of the test host: lower --batch-size.")
+
+
+def test_a_backend_that_cannot_run_here_is_one_sentence_before_anything_is_built(monkeypatch):
+    """jax-triton's kernels on a CPU without Triton's interpreter: refused before the first model (it was refused
+    from inside the first variant's initialisation)."""
+    from sps_jax import triton_attention
+    from sps_jax.bench import __main__ as bench_main
+    from tests import fuzz
+
+    monkeypatch.setattr(triton_attention, "interpreting", lambda: False)
+    monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
+    outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--config.model.attention=triton"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert 'error: attention="triton" runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1' in outcome.stderr
