@@ -101,6 +101,9 @@ def make_train_step(model, opt, param_shardings, lr_schedule):
         loss = loss_sum / denom
         grad_norm = jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree_util.tree_leaves(grads)))
         updates, new_opt_state = opt.update(grads, opt_state, params)
+        # The averaged gradient is float32, which would promote weights and moments in a narrower param_dtype: the
+        # state keeps its dtypes, so the step's outputs can be its next inputs (one compile, donated in place).
+        new_opt_state = jax.tree_util.tree_map(lambda new, old: new.astype(old.dtype), new_opt_state, opt_state)
         new_params = optax.apply_updates(params, updates)
         # A non-finite step never reaches the state, whether the run then stops or skips it.
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

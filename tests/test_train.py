@@ -512,9 +512,13 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p4, p1)
 
 
-def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens):
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens, param_dtype):
     # Donated, the old weights and AdamW moments are reused for the new ones: without it a step holds two copies.
+    # bfloat16 weights: the gradient, averaged in float32, turned the moments to float32 after one update, and the
+    # second call of the step, compiled for bfloat16 ones, failed (a traceback).
     config = small_config(tokens, STEPS)
+    config.model.param_dtype = param_dtype
     p = trainer.plan(config, 1)
     run = trainer.setup(config, p, jax.devices()[:1])
     params, opt_state = run.init_state(0)
@@ -524,10 +528,15 @@ def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens):
         warnings.filterwarnings("error", message=".*donated buffers were not usable")
         # _compile makes an eval step too, not run here.
         step_fn, _ = trainer._compile(run, params, opt_state, shape_ABL, shape_ABL[1:], run.repl)
-        new_params, _, out = step_fn(params, opt_state, jax.device_put(np.ones(shape_ABL, np.int32), run.micro_sh))
-    assert np.isfinite(float(out["loss"])) and not new_params["embed"].is_deleted()
-    leaves = jax.tree_util.tree_leaves((params, opt_state))
-    assert len(leaves) > 3 and sum(not leaf.is_deleted() for leaf in leaves) == 0
+        batch = jax.device_put(np.ones(shape_ABL, np.int32), run.micro_sh)
+        new_params, new_opt_state, out = step_fn(params, opt_state, batch)
+        dtypes = [leaf.dtype for leaf in jax.tree_util.tree_leaves((new_params, new_opt_state))]
+        assert dtypes == [leaf.dtype for leaf in jax.tree_util.tree_leaves((run.abstract_params, run.abstract_opt))]
+        assert new_params["embed"].dtype == param_dtype and not new_params["embed"].is_deleted()
+        leaves = jax.tree_util.tree_leaves((params, opt_state))
+        assert len(leaves) > 3 and sum(not leaf.is_deleted() for leaf in leaves) == 0
+        again = step_fn(new_params, new_opt_state, batch)[2]
+    assert np.isfinite(float(out["loss"])) and np.isfinite(float(again["loss"]))
 
 
 def test_validation_dispatches_every_batch_before_it_fetches_the_sums(monkeypatch):
