@@ -21,7 +21,29 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None, p
     if jax.config.jax_platforms in (None, "", "cpu") and hasattr(jax.config, "jax_cpu_collectives_implementation"):
         # Multi-process CPU runs (tests, laptops) need a collectives backend.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    try:
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+    except ValueError as exc:  # jax's own words ("Number of processes must be defined.") name no flag
+        raise cli.UserError(f"jax.distributed could not start ({cli.sentence(exc).rstrip('.')}): pass --num-processes "
+                            "and --process-id (or SPS_JAX_NUM_PROCESSES and SPS_JAX_PROCESS_ID) where no cluster "
+                            "environment (SLURM, a TPU slice, ...) gives them.") from None
+
+
+def check_distributed(args) -> None:
+    """The distributed flags (or their environment variables) in one sentence before any work: a coordinator
+    that is no HOST:PORT (a port past 65535 left jax waiting minutes for it), a process id beyond the
+    processes, and process counts that nothing would use."""
+    if args.coordinator is not None:
+        host, colon, port = args.coordinator.rpartition(":")
+        if not (colon and host.strip() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise cli.UserError(f"--coordinator (or SPS_JAX_COORDINATOR) {args.coordinator!r} must be HOST:PORT, the address of process 0 "
+                                "with a port from 1 to 65535 (e.g. node0:1234).")
+    elif not args.distributed and (args.num_processes is not None or args.process_id is not None):
+        raise cli.UserError("--num-processes and --process-id (or SPS_JAX_NUM_PROCESSES and SPS_JAX_PROCESS_ID) "
+                            "take effect only with --coordinator HOST:PORT or --distributed: add one, or drop them.")
+    if None not in (args.num_processes, args.process_id) and args.process_id >= args.num_processes:
+        raise cli.UserError(f"--process-id {args.process_id} must be below --num-processes {args.num_processes}: "
+                            "processes are numbered from 0.")
 
 
 @cli.main
@@ -46,6 +68,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(rest)
     if not args.workdir.strip():  # whitespace alone too: it made a run folder named ' '
         parser.error(f"--workdir {args.workdir!r} must name a folder")
+    check_distributed(args)
     with cli.stop_exits_while_loading():  # a config builds its model with jax, and the trainer loads it
         config = sps_config.load_config(args.config, overrides)
         sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster

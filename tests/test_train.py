@@ -572,6 +572,41 @@ def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     assert fuzz.call(sps_train.main, argv).status == 2 and len(calls) == 3  # a bad value stops before joining
 
 
+@pytest.mark.parametrize("flags, sentence", [
+    # a port past 65535 left jax waiting five minutes for a coordinator, deaf to SIGTERM, then an XLA crash dump
+    (["--coordinator", "localhost:99999", "--num-processes", "2", "--process-id", "0"],
+     "--coordinator (or SPS_JAX_COORDINATOR) 'localhost:99999' must be HOST:PORT, the address of process 0 with a "
+     "port from 1 to 65535 (e.g. node0:1234)."),
+    (["--coordinator", "node0", "--num-processes", "2", "--process-id", "0"], "'node0' must be HOST:PORT"),
+    (["--coordinator", ":1234", "--num-processes", "2", "--process-id", "0"], "':1234' must be HOST:PORT"),
+    (["--coordinator", "node0:1234", "--num-processes", "2", "--process-id", "2"],
+     "--process-id 2 must be below --num-processes 2: processes are numbered from 0."),
+    # a single-process run that silently left the flag unused
+    (["--num-processes", "2"], "--num-processes and --process-id (or SPS_JAX_NUM_PROCESSES and SPS_JAX_PROCESS_ID) "
+                               "take effect only with --coordinator HOST:PORT or --distributed: add one, or drop them."),
+])
+def test_distributed_flags_that_cannot_work_are_one_sentence_before_anything_loads(monkeypatch, flags, sentence):
+    monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: pytest.fail("jax.distributed was started"))
+    monkeypatch.setattr(sps_config, "load_config", lambda *a: pytest.fail("the config was loaded"))
+    outcome = fuzz.call(sps_train.main, ["--config", "configs/tiny.py", "--workdir", "unused", *flags])
+    assert outcome.status == 2 and outcome.problem() is None and sentence in outcome.stderr, outcome.stderr
+
+
+def test_a_coordinator_without_the_process_counts_outside_a_cluster_names_the_flags(tmp_path):
+    """Outside SLURM, MPI or a TPU slice jax cannot find the process count, and said only "Number of processes must
+    be defined." (a subprocess: joining a cluster changes this process's jax for good)."""
+    cluster = ("SLURM_", "OMPI_", "PMI_", "MV2_", "TPU_", "SPS_JAX_")
+    clean = {k: v for k, v in env().items() if not k.startswith(cluster)}
+    done = subprocess.run([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
+                           str(tmp_path / "run"), "--coordinator", "localhost:1234"],
+                          cwd=REPO, env=clean, capture_output=True, text=True, timeout=300)
+    errors = [line for line in own_lines(done.stderr) if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert errors[0].startswith("error: jax.distributed could not start (Number of processes must be defined): pass "
+                                "--num-processes and --process-id"), errors
+    assert not (tmp_path / "run").exists()
+
+
 FROZEN = ["--config.train.peak_lr=0", "--config.train.final_lr=0"]  # AdamW then leaves every weight as it is
 
 
