@@ -99,7 +99,7 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
             raise ValueError(f"local data for task {key!r} at {path!r} is a folder, not a file: {hint}.")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: {hint}.")
-        _data_format(path)
+        _first_record_fields(key, path)  # its format, and a first record that can be read
 
 
 # The fields of a task's documents that its prompt, target and choices are rendered from.
@@ -126,25 +126,53 @@ def _template_fields(key: str, task_cfg: dict) -> set[str]:
     return set() if task_cfg.get("process_docs") else fields
 
 
-def _first_record_fields(path: str) -> set[str] | None:
-    """The field names of a local task file's first record (a Parquet file's columns), or None when it cannot be
-    read here (the loader then says why)."""
+_NO_RECORD = object()
+
+
+def _first_record(path: str, data_format: str):
+    """A local task file's first record (a Parquet file's: its columns, as keys), or ``_NO_RECORD``; a file that
+    cannot be read raises what its reader raised."""
     import gzip
     import json
 
+    if data_format == "parquet":
+        import pyarrow.parquet as pq
+
+        return dict.fromkeys(pq.read_schema(path).names) if pq.read_metadata(path).num_rows else _NO_RECORD
+    with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+        if path.lower().endswith((".jsonl", ".jsonl.gz")):
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        return json.loads(line)
+                    except ValueError as e:
+                        raise ValueError(f"line {number}: {cli.sentence(e)}") from None
+            return _NO_RECORD
+        records = json.load(f)  # a list of records, or columns of values
+    if records == [] or records == {}:
+        return _NO_RECORD
+    return records[0] if isinstance(records, list) else records
+
+
+def _first_record_fields(key: str, path: str) -> set[str]:
+    """The field names of a local task file's first record. One sentence when it holds no record that can be read:
+    `datasets` stopped on an empty or non-JSON file with a traceback, once the weights had loaded."""
+    data_format = _data_format(path)
+
+    def refuse(problem: str):
+        return ValueError(f"--task-data {key}={path} {problem}: pass a .jsonl file of one JSON object per line (or a "
+                          f".json list of them, or a .parquet table) as --task-data {key}=FILE.")
+
     try:
-        if _data_format(path) == "parquet":
-            import pyarrow.parquet as pq
-            return set(pq.read_schema(path).names)
-        with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
-            if path.lower().endswith((".jsonl", ".jsonl.gz")):
-                record = json.loads(next((line for line in f if line.strip()), "null"))
-            else:  # a list of records, or columns of values
-                record = json.load(f)
-                record = record[0] if isinstance(record, list) and record else record
-    except Exception:  # unreadable here: datasets names the problem when it loads the file
-        return None
-    return set(record) if isinstance(record, dict) else None
+        record = _first_record(path, data_format)
+    except (OSError, ValueError) as e:  # JSON's and pyarrow's errors are ValueErrors, gzip's OSErrors
+        raise refuse(f"cannot be read as {'Parquet' if data_format == 'parquet' else 'JSON'} "
+                     f"({cli.sentence(e).rstrip('.')})") from None
+    if record is _NO_RECORD:
+        raise refuse("holds no records")
+    if not isinstance(record, dict):
+        raise refuse(f"starts with a record that is not a JSON object ({type(record).__name__})")
+    return set(record)
 
 
 def _check_data_files(key: str, task_cfg: dict) -> None:
@@ -169,8 +197,8 @@ def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) 
             _check_data_files(key, cfg or {})
     for key, path in task_data.items():
         needed = fields.get(key, set())
-        have = _first_record_fields(path) if needed else None
-        missing = sorted(needed - have) if have is not None else []
+        have = _first_record_fields(key, path)
+        missing = sorted(needed - have)
         if missing:
             fields_word = "fields" if len(missing) > 1 else "field"
             raise ValueError(f"--task-data {key}={path}: its records have no {fields_word} {', '.join(missing)}, "

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sps_jax import cli, model as sps_model, runs
-from sps_jax.evaluation import evaluate, lm_eval_adapter
+from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks
 from sps_jax.inference import scoring
 from tests import fuzz
 from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, tiny, write_val_data
@@ -293,6 +293,32 @@ def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, 
     with pytest.raises(LookupError, match="loading"):
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], include_path=include_path,
                                      tokenizer=CharTokenizer(), include_defaults=False)
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    # datasets stopped on these with a traceback (StopIteration, DatasetGenerationError), after the weights loaded
+    ("empty.jsonl", b"", "holds no records"),
+    ("blank.jsonl", b"\n  \n", "holds no records"),
+    ("text.jsonl", b'{"question": "q"}\nnot json\n', None),  # only the first record is read here
+    ("text2.jsonl", b"\nnot json\n", "cannot be read as JSON (line 2: Expecting value: line 1 column 1 (char 0))"),
+    ("latin1.jsonl", b'{"question": "caf\xe9"}\n', "cannot be read as JSON ('utf-8' codec can't decode byte 0xe9"),
+    ("list.json", b"[]", "holds no records"),  # lm-eval said 'Instruction "test" corresponds to no data!'
+    ("numbers.json", b"[1, 2]", "starts with a record that is not a JSON object (int)"),
+    ("plain.jsonl.gz", b"not gzip", "cannot be read as JSON (Not a gzipped file"),
+    ("garbage.parquet", b"not parquet", "cannot be read as Parquet (Parquet magic bytes not found"),
+])
+def test_a_local_task_file_without_a_readable_record_is_one_sentence_before_any_work(tmp_path, name, content,
+                                                                                     problem):
+    data = tmp_path / name
+    data.write_bytes(content)
+    if problem is None:
+        paper_tasks.check_task_data({"arc_easy": str(data)}, ["arc_easy"])
+        return
+    with pytest.raises(ValueError) as refusal:
+        paper_tasks.check_task_data({"arc_easy": str(data)}, ["arc_easy"])
+    assert str(refusal.value).startswith(f"--task-data arc_easy={data} {problem}"), refusal.value
+    assert str(refusal.value).endswith(": pass a .jsonl file of one JSON object per line (or a .json list of them, or "
+                                       "a .parquet table) as --task-data arc_easy=FILE.")
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
