@@ -226,9 +226,9 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         raise UserError(f"config file {path} defines no get_config(arg) function: see configs/tiny.py.")
     try:
         config = get_config(arg) if arg else get_config()
-    except ValueError:
-        raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
     except (Exception, SystemExit) as e:
+        if isinstance(e, ValueError) and _raised_here(e):
+            raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
         call = f"get_config({arg!r})" if arg else "get_config()"
         raise UserError(f"{call} of {path} failed{_failure(e, path)}") from None
     if not isinstance(config, ml_collections.ConfigDict):
@@ -260,6 +260,13 @@ def _shipped_if_missing(path: str) -> str:
         return path
     shipped = _SHIPPED_CONFIGS / parts[1]
     return str(shipped) if shipped.is_file() else path
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by this package's code (a sentence of its own), not by a config file's."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(package)
 
 
 def _failure(exc: BaseException, path: str) -> str:

@@ -258,6 +258,12 @@ def test_none_for_a_field_that_takes_a_number_is_one_sentence(field):
     ("import sys\nsys.exit(3)\n", r"^config file .*bad\.py failed at line 2: SystemExit: 3: fix the file there\.$"),
     ("def get_config():\n    raise SystemExit('no')\n",
      r"^get_config\(\) of .*bad\.py failed at line 2: SystemExit: no: fix the file there\.$"),
+    # a ValueError of the file's own passed through as it was ("invalid literal for int() ..."), naming no file
+    ("def get_config():\n    return int('abc')\n",
+     r"^get_config\(\) of .*bad\.py failed at line 2: ValueError: invalid literal for int\(\) with base 10: 'abc': "
+     r"fix the file there\.$"),
+    # the package's builders, called by the file, keep their own sentence
+    ("from sps_jax import config\ndef get_config():\n    return config.paper_config('q')\n", r"^unknown scale 'q'"),
 ])
 def test_a_config_file_that_fails_is_one_sentence_saying_where_and_what_to_do(tmp_path, body, sentence):
     path = tmp_path / "bad.py"
