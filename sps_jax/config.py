@@ -328,6 +328,8 @@ def _no_key(node, path: list[str], name: str, section: bool) -> str:
         return f"config.{dotted} is a field, not a section: set it as --config.{dotted}=VALUE."
     close = close_name(name, keys)
     guess = f" (did you mean --config.{'.'.join([*path, close])}?)" if close else ""
+    if not keys:  # an empty list said nothing
+        return f"{where} has no {kind}s, so no {kind} {name!r}: its get_config builds none (see configs/tiny.py)."
     return f"{where} has no {kind} {name!r}{guess}: its {kind}s are {', '.join(keys)}."
 
 

@@ -375,3 +375,12 @@ def test_an_unknown_scale_is_named_with_the_one_it_likely_means():
     with pytest.raises(ValueError, match=r"^unknown scale 'xll' \(did you mean 'xl'\?\): choose one of xs, s, m, l, "
                                          r"xl\.$"):
         sps_config.load_config("configs/paper.py:xll,sps")
+
+
+def test_an_override_of_a_config_without_sections_says_so(tmp_path):
+    # The sentence listed the sections there are as an empty list: "its sections are ."
+    path = tmp_path / "empty.py"
+    path.write_text("import ml_collections\ndef get_config():\n    return ml_collections.ConfigDict()\n")
+    with pytest.raises(ValueError, match=r"^override '--config\.train\.steps=3': the config has no sections, so no "
+                                         r"section 'train': its get_config builds none \(see configs/tiny\.py\)\.$"):
+        sps_config.load_config(str(path), ["--config.train.steps=3"])
