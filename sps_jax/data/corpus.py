@@ -29,6 +29,8 @@ from sps_jax.names import did_you_mean
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
+# Archives a plain-text reader would tokenise as bytes (with --errors replace) instead of their text.
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
 ERRORS = ("strict", "replace")
 # The record field that holds a document's text, and the split of a hf: source, when none is given.
 DEFAULT_TEXT_FIELD = "text"
@@ -70,14 +72,22 @@ def _module_docstrings(path: str) -> str:
     return "\n\n".join(parts)
 
 
+def _kind(path: str) -> str | None:
+    """'text', 'jsonl' or 'parquet' by the file's suffix in any case (.JSONL too), None for another suffix."""
+    name = path.lower()
+    for kind, suffixes in (("text", TEXT_SUFFIXES), ("jsonl", JSONL_SUFFIXES), ("parquet", PARQUET_SUFFIXES)):
+        if name.endswith(suffixes):
+            return kind
+    return None
+
+
 def _files(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
     out = []
     for folder, dirs, names in os.walk(path):
         dirs.sort()
-        out += [os.path.join(folder, f) for f in sorted(names)
-                if f.endswith(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)]
+        out += [os.path.join(folder, f) for f in sorted(names) if _kind(f)]
     return out
 
 
@@ -181,6 +191,9 @@ def check_source(source: str) -> None:
     if not os.path.exists(source):
         raise FileNotFoundError(f"source {source!r} does not exist: pass a text/JSONL/Parquet file or folder, "
                                 "'builtin', or 'hf:NAME[:CONFIG]'.")
+    if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
+        raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
+                        "decompress it and pass the file it holds.")
     paths = _files(source)
     if not paths:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
@@ -197,7 +210,7 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
                         "drop --hf-split, or pass the dataset as hf:NAME[:CONFIG].")
     if text_field is None or source.startswith("hf:"):
         return
-    if source == "builtin" or not any(p.endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES) for p in _files(source)):
+    if source == "builtin" or not any(_kind(p) in ("jsonl", "parquet") for p in _files(source)):
         raise UserError(f"--text-field {text_field} names a field of JSONL, Parquet or hf: records, and source "
                         f"{source!r} holds plain text only: drop --text-field.")
 
@@ -215,9 +228,10 @@ def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str =
         yield from _huggingface(source[3:], text_field, hf_split)
         return
     for path in _files(source):
-        if path.endswith(JSONL_SUFFIXES):
+        kind = _kind(path)
+        if kind == "jsonl":
             yield from _jsonl_file(path, text_field, errors)
-        elif path.endswith(PARQUET_SUFFIXES):
+        elif kind == "parquet":
             yield from _parquet_file(path, text_field)
-        else:
+        else:  # a text suffix, or a single file of another (a README, a corpus.dat)
             yield from _text_file(path, errors)
