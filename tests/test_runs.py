@@ -280,6 +280,24 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
     runs.check_workdir(str(tmp_path / "model" / "run"), config)
 
 
+def test_no_result_replaces_the_tokenizers_ranks_file_even_when_forced(tmp_path, monkeypatch):
+    # generate --out RANKS --force replaced $SPS_JAX_TOKENIZER's ranks with its JSONL (unseen at first: tiktoken had
+    # cached them).
+    from sps_jax.cli import UserError
+    from sps_jax.data import tokenizer
+
+    ranks = tmp_path / "gpt2.tiktoken"
+    ranks.write_text("ranks")
+    monkeypatch.setenv(tokenizer.RANKS_VARIABLE, str(ranks))
+    for path in (str(ranks), os.path.join(str(tmp_path), ".", "gpt2.tiktoken")):
+        with pytest.raises(UserError, match=rf"^--out {path} is the tokenizer's ranks file {ranks}, which this command "
+                                            r"reads: choose another name \(--force replaces earlier results, never an "
+                                            r"input\)\.$"):
+            runs.output_file(path, "--out", force=True)
+    assert ranks.read_text() == "ranks"
+    runs.output_file(str(tmp_path / "samples.jsonl"), "--out")
+
+
 def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
     from sps_jax import import_torch, token_folder, trainer
     from sps_jax.data import prepare
