@@ -122,6 +122,11 @@ class ModelConfig:
         if len({self.eos_id, self.predict_id, self.pad_id}) < 3:
             raise ValueError(f"model.eos_id={self.eos_id}, predict_id={self.predict_id} and pad_id={self.pad_id} "
                              "must be three different ids: each marks something else.")
+        for name in ("predict_id", "pad_id"):  # the tokenizer's ids end with EOS (sps_jax.vocab)
+            if getattr(self, name) < self.eos_id:
+                raise ValueError(f"model.{name}={getattr(self, name)} is a text token's id (the tokenizer's ids run up "
+                                 f"to model.eos_id={self.eos_id}): set model.{name} to an id above it, below "
+                                 f"{self.vocab_size}.")
 
     @property
     def visibility(self) -> masks.Visibility:

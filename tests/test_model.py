@@ -317,6 +317,17 @@ def test_bad_input_stops_with_a_clear_message(make_model):
         sps_model.ModelConfig.from_config({"varaint": "sps"})
 
 
+@pytest.mark.parametrize("field", ["predict_id", "pad_id"])
+def test_predict_and_pad_ids_lie_above_the_text_ids(field):
+    # predict_id=0 trained a model whose <predict> was the text token '!' (only distinctness and range were checked).
+    with pytest.raises(ValueError, match=rf"^model\.{field}=0 is a text token's id \(the tokenizer's ids run up to "
+                                         rf"model\.eos_id=60\): set model\.{field} to an id above it, below 64\.$"):
+        small_config("sps", 4, **{field: 0})
+    paper = sps_config.paper_config("s", "sps").model
+    cfg = sps_model.ModelConfig.from_config(paper)
+    assert cfg.eos_id < cfg.predict_id and cfg.eos_id < cfg.pad_id
+
+
 def test_a_context_whose_entries_overflow_int32_is_one_sentence():
     # Two streams of T entries are indexed in int32: an import with block_size 10**13 was refused only by a
     # sentence about persistent_window, and the model itself accepted any length.
