@@ -419,7 +419,7 @@ def main_table(argv) -> int:
     p.add_argument("results", nargs="+", type=cli.input_path("results file", cli.FILE, results_table.PASS_RESULTS),
                    help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", type=cli.output_path, default=None,
-                   help="write OUT.md and OUT.tex (and print the Markdown)")
+                   help="write OUT.md and OUT.tex (and print the Markdown); OUT.md or OUT.tex names the same pair")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
     runs = cli.load("sps_jax.runs")
@@ -428,7 +428,12 @@ def main_table(argv) -> int:
     if args.out is not None:
         if not args.out.strip():
             p.error("--out is empty: pass the stem of the .md and .tex files to write")
-        files.check_stem(args.out, args.out, ".md and .tex", os.path.join(os.path.normpath(args.out), "table"))
+        given = args.out
+        folder, name = os.path.split(given)
+        for suffix in (".md", ".tex"):  # --out main.md wrote main.md.md and main.md.tex
+            if name.lower().endswith(suffix):
+                args.out = os.path.join(folder, name[:-len(suffix)])
+        files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))
         for suffix in (".md", ".tex"):
             runs.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
     rows = results_table.load(args.results)

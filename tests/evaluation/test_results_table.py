@@ -116,3 +116,19 @@ def test_a_table_out_with_no_file_name_is_one_sentence(tmp_path, capsys, out):
     assert err.startswith(f"error: --out {tmp_path}/{out} has no file name before .md and .tex: add one, for "
                           "example ") and err.count("\n") == 1, err
     assert sorted(os.listdir(tmp_path / "tables")) == [] and sorted(os.listdir(tmp_path)) == ["r.json", "tables"]
+
+
+@pytest.mark.parametrize("out", ["main", "main.md", "main.tex", "main.MD"])
+def test_a_table_out_names_the_pair_with_or_without_a_suffix(tmp_path, out):
+    # --out main.md wrote main.md.md and main.md.tex.
+    evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", str(tmp_path / out)]) == 0
+    assert sorted(os.listdir(tmp_path)) == ["main.md", "main.tex", "r.json"]
+    assert "| " in (tmp_path / "main.md").read_text() and "\\begin{tabular}" in (tmp_path / "main.tex").read_text()
+
+
+def test_a_table_out_of_a_suffix_alone_is_one_sentence(tmp_path, capsys):
+    evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/.md"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --out {tmp_path}/.md has no file name before .md and .tex")
+    assert sorted(os.listdir(tmp_path)) == ["r.json"]
