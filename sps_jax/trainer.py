@@ -381,12 +381,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
             val_shape = (config.data.val_batch, cfg.seq_len + 1)
 
+            if jax.process_index() == 0:  # before compiling: a W&B login that fails is said at once
+                writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
             t0 = time.time()
             step_fn, eval_fn = _compile(run, params, opt_state, micro_shape, val_shape, val_sh)
             log(_run_line(config, p, devices, end, time.time() - t0))
 
-            if jax.process_index() == 0:
-                writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
             emit = writer.write if writer else (lambda record: None)
             step, record, val_loss, stopped_by = start_step, {}, None, None
             run_start = time.time()

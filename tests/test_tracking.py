@@ -15,7 +15,7 @@ import wandb  # the test extra has it: no skips
 from wandb.proto import wandb_internal_pb2
 
 from sps_jax import config as sps_config, metrics, tracking, train as sps_train
-from tests.helpers import run_train, write_token_folder
+from tests.helpers import SMALL_OVERRIDES, run_train, write_token_folder
 
 
 def read_wandb_log(path):
@@ -128,6 +128,23 @@ def test_a_missing_wandb_package_stops_training_before_it_starts(tmp_path, monke
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "needs the wandb package: pip install -e '.[wandb]'" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_wandb_run_that_cannot_start_stops_training_before_it_compiles(tmp_path, wandb_home, monkeypatch, capsys):
+    # Not logged in: the sentence came after the train step had compiled (8 s at tiny scale, minutes at the paper's).
+    from sps_jax import trainer
+
+    def no_login(**kwargs):
+        raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+    monkeypatch.setattr(wandb, "init", no_login)
+    monkeypatch.setattr(trainer, "_compile", lambda *a: pytest.fail("the train step was compiled"))
+    tokens = write_token_folder(str(tmp_path / "tokens"))
+    rc = sps_train.main(["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"), *SMALL_OVERRIDES,
+                         "--config.metrics.wandb=True", f"--config.data.dir={tokens}"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert rc == 2 and err == ["error: W&B could not start a run (UsageError: No API key configured. Use `wandb login` "
+                               "to log in.); run `wandb login`, or pass --config.metrics.wandb_mode=offline."], err
 
 
 def test_a_disabled_wandb_run_keeps_no_run_id(tmp_path, wandb_home):
