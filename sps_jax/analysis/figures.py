@@ -331,6 +331,9 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
         raise ValueError(f"{' and '.join(m['method'] for m in refs)} are both {reference}: pass the seeds of one "
                          "window.")
     others = [m for m in methods if m["variant"] != reference]
+    if not refs:  # the intervals and equivalence tests stand; the tests for a lower NLL have nothing to test
+        print(f"warning: no source is a {reference} run, so no Welch test compares it with the others: pass its "
+              "seeds, or --reference with a variant among the sources.", file=sys.stderr, flush=True)
     welch = [{"reference": r["method"], "other": m["method"], **seeds.welch_lower(r["val_nll"], m["val_nll"])}
              for r in refs for m in others]
     tost = [{"a": a["method"], "b": b["method"], **seeds.tost(a["val_nll"], b["val_nll"], margin)}

@@ -285,6 +285,12 @@ def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
     longer = write_eval(d, "sps-40b", "s", "sps", 64, None, tokens=40_000, val_nll=2.7)
     assert figures.main(["seeds", *sources, longer, "--out", str(tmp_path / "longer.png")]) == 2
     assert "training tokens and" in capsys.readouterr().err
+    # No seed of the reference: the intervals and TOST stand, and the missing Welch tests are said (it was silent).
+    assert figures.main(["seeds", *sources[3:], "--out", str(tmp_path / "noref.png")]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "warning: no source is a sps run, so no Welch test compares it with the others: pass its seeds, or "
+        "--reference with a variant among the sources.")
+    assert json.load(open(tmp_path / "noref.json"))["welch_one_sided"] == []
 
 
 def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
