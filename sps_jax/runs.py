@@ -87,14 +87,10 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
                 rename: str = "choose another name") -> str:
     """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
     anything under its checkpoints/) refused even with ``force``: replacing one would damage the run; so is
-    any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`), and the tokenizer's ranks
-    file, which every command that reads text reads."""
-    from sps_jax.data import tokenizer
-
+    any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
     _refuse_run_files(path, flag)
     token_folder.refuse_inside_tokens(path, flag)
-    ranks = ("the tokenizer's ranks file", tokenizer.default_ranks_path())
-    return files.output_file(path, flag, force, [*inputs, ranks], rename)
+    return files.output_file(path, flag, force, inputs, rename)
 
 
 def output_folder(path: str, flag: str = "--out", inputs=()) -> str:

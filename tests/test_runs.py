@@ -280,22 +280,28 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
     runs.check_workdir(str(tmp_path / "model" / "run"), config)
 
 
-def test_no_result_replaces_the_tokenizers_ranks_file_even_when_forced(tmp_path, monkeypatch):
+@pytest.mark.parametrize("command", ["generate", "evaluate"])
+def test_no_result_replaces_the_tokenizers_ranks_file_the_command_reads_even_when_forced(tmp_path, monkeypatch,
+                                                                                          command):
     # generate --out RANKS --force replaced $SPS_JAX_TOKENIZER's ranks with its JSONL (unseen at first: tiktoken had
     # cached them).
-    from sps_jax.cli import UserError
     from sps_jax.data import tokenizer
+    from sps_jax.evaluation import evaluate
+    from sps_jax.inference import generate
+    from tests import fuzz
 
     ranks = tmp_path / "gpt2.tiktoken"
     ranks.write_text("ranks")
     monkeypatch.setenv(tokenizer.RANKS_VARIABLE, str(ranks))
-    for path in (str(ranks), os.path.join(str(tmp_path), ".", "gpt2.tiktoken")):
-        with pytest.raises(UserError, match=rf"^--out {path} is the tokenizer's ranks file {ranks}, which this command "
-                                            r"reads: choose another name \(--force replaces earlier results, never an "
-                                            r"input\)\.$"):
-            runs.output_file(path, "--out", force=True)
+    main, argv = {"generate": (generate.main, ["--prompt", "x"]),
+                  "evaluate": (evaluate.main, ["--tasks", "arc_easy"])}[command]
+    for out in (str(ranks), os.path.join(str(tmp_path), ".", "gpt2.tiktoken")):
+        outcome = fuzz.call(main, ["--workdir", str(tmp_path / "run"), *argv, "--out", out, "--force"])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert outcome.stderr.strip() == (f"error: --out {out} is the tokenizer's ranks file {ranks}, which this "
+                                          "command reads: choose another name (--force replaces earlier results, "
+                                          "never an input).")
     assert ranks.read_text() == "ranks"
-    runs.output_file(str(tmp_path / "samples.jsonl"), "--out")
 
 
 def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):

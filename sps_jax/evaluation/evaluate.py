@@ -378,7 +378,9 @@ def main_evaluate(argv) -> int:
         # file's check, which would say that file "lies in --val-data" and to rename it
         raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "
                             "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
-    inputs = [("--val-data", args.val_data), ("--tokenizer", args.tokenizer), ("--include-path", args.include_path),
+    ranks = ("--tokenizer", args.tokenizer) if args.tokenizer else (
+        "the tokenizer's ranks file", gpt2_tokenizer.default_ranks_path() if keys else None)
+    inputs = [("--val-data", args.val_data), ranks, ("--include-path", args.include_path),
               *(("--task-data", data) for data in task_data.values())]
     if args.out is not None:
         flag, rename = "--out", "choose another name"

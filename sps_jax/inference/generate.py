@@ -124,10 +124,11 @@ def main(argv=None) -> int:
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
         from sps_jax.inference import decoding, kv_cache
-    if args.out is not None:
-        runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file)])
-
     from sps_jax.data import tokenizer
+    if args.out is not None:
+        runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
+                                                        ("the tokenizer's ranks file", tokenizer.default_ranks_path())])
+
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.
     cfg = runs.read_run(cli.run_argument(args))[3]  # and the checkpoint was trained as that model
