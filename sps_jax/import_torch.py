@@ -47,7 +47,7 @@ FROM_FILE = "from the file"
 def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
     """The saved dict (``{"model": state_dict, "model_args": ..., "config": ...}``) with tensors;
     a ``.safetensors`` file gives the same layout (numpy arrays, no torch needed)."""
-    if path.endswith(".safetensors"):
+    if path.lower().endswith(".safetensors"):  # MODEL.SAFETENSORS too: torch.load cannot read one
         return _load_safetensors(path)
     torch = _reader("torch", "PyTorch checkpoint", path)
     try:

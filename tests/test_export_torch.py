@@ -112,6 +112,9 @@ def test_pt_and_safetensors_hold_the_same_numbers(tmp_path, dtype):
         metadata = json.loads(f.read(int.from_bytes(f.read(8), "little")))["__metadata__"]
     assert json.loads(metadata["model_args"]) == pt["model_args"] and metadata["iter_num"] == str(STEP)
     assert json.loads(metadata["sps_jax_config"]) == json.loads(pt["sps_jax_config"])
+    upper = tmp_path / "CKPT.SAFETENSORS"  # the suffix in any case: it went to torch.load, which cannot read one
+    upper.write_bytes((tmp_path / "ckpt.safetensors").read_bytes())
+    assert set(import_torch.load_torch_checkpoint(str(upper))["model"]) == set(st)
     if dtype == "bfloat16":  # rounded as torch rounds the float32 export
         export_torch.export_run(run, str(tmp_path / "f32.pt"))
         f32 = torch.load(tmp_path / "f32.pt", weights_only=True)["model"]
