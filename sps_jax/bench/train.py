@@ -80,8 +80,15 @@ def main(argv=None) -> int:
         base_vis = masks.Visibility(base.model.variant, base.model.window)
         # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
         trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
+        platform = jax.devices()[0].platform
         for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
-            attention.check_available(backend, jax.devices()[0].platform)
+            attention.check_available(backend, platform)
+        resolved = {}
+        for backend in args.attention or []:  # auto,xla on a CPU timed one program twice and printed a ratio
+            same = resolved.setdefault(attention.resolve(backend, platform), backend)
+            if same != backend:
+                raise cli.UserError(f"--attention {same},{backend} runs one backend twice here ({same} and {backend} "
+                                    f"are both {attention.resolve(backend, platform)} on {platform}): list it once.")
         results = []
         for backend in args.attention or [None]:
             for variant in variants:

@@ -60,3 +60,18 @@ def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_timed():
     assert done.returncode == 2, done.stderr[-2000:]
     assert 'error: attention="triton" runs its kernels on an NVIDIA GPU' in done.stderr
     assert "timing" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("backends", ["auto,xla", "xla,auto"])
+def test_two_backends_that_are_one_here_are_refused_before_any_run_is_timed(monkeypatch, backends):
+    """On a CPU, auto means xla: --attention auto,xla timed one program twice and printed a ratio between them."""
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    outcome = fuzz.call(bench_train.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--attention",
+                                           backends])
+    first, second = backends.split(",")
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: --attention {first},{second} runs one backend twice here ({first} and "
+                                      f"{second} are both xla on cpu): list it once.")
