@@ -136,8 +136,10 @@ def _first_record(path: str, data_format: str):
     import json
 
     if data_format == "parquet":
-        import pyarrow.parquet as pq
-
+        try:
+            import pyarrow.parquet as pq  # lm-eval's datasets brings it
+        except ImportError:
+            raise cli.MissingPackage(f"reading {path} needs the pyarrow package: pip install -e '.[eval]'.") from None
         return dict.fromkeys(pq.read_schema(path).names) if pq.read_metadata(path).num_rows else _NO_RECORD
     with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
         if path.lower().endswith((".jsonl", ".jsonl.gz")):
@@ -165,6 +167,8 @@ def _first_record_fields(key: str, path: str) -> set[str]:
 
     try:
         record = _first_record(path, data_format)
+    except cli.MissingPackage:
+        raise
     except (OSError, ValueError) as e:  # JSON's and pyarrow's errors are ValueErrors, gzip's OSErrors
         raise refuse(f"cannot be read as {'Parquet' if data_format == 'parquet' else 'JSON'} "
                      f"({cli.sentence(e).rstrip('.')})") from None
