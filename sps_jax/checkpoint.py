@@ -90,7 +90,9 @@ def weights_only(workdir: str) -> bool:
     """Every checkpoint holds weights without optimizer state (an imported or converted run): such a
     run can be trained from (``train.init_from``), not resumed."""
     found = steps(workdir)
-    return bool(found) and not any(os.path.isdir(os.path.join(step_dir(workdir, s), "opt_state")) for s in found)
+    has = lambda s, item: os.path.isdir(os.path.join(step_dir(workdir, s), item))
+    # A step folder emptied by hand holds no weights either: the damaged-checkpoint sentence is its own.
+    return any(has(s, "params") for s in found) and not any(has(s, "opt_state") for s in found)
 
 
 def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
@@ -254,7 +256,7 @@ def _others(workdir: str, step: int, all_steps) -> str:
         return f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, intact[-1])}"
     if rest:
         return f"; its other checkpoints {rest} are damaged too: restore the run folder from a copy, or train again"
-    return ""
+    return ": it is the run's only checkpoint, so restore the run folder from a copy, or train again"
 
 
 def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state):

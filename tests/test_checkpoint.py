@@ -160,6 +160,30 @@ def test_a_damaged_checkpoint_suggests_only_an_intact_other_one(tmp_path):
         checkpoint.restore_params(workdir)
 
 
+def test_a_damaged_only_checkpoint_says_what_to_do(tmp_path):
+    # Said only "checkpoint step 2 of RUN is damaged (its params item is missing)." when no other step was there.
+    workdir = run_with_steps(tmp_path, [2])
+    shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, 2), "params"))
+    with pytest.raises(UserError, match=r"^checkpoint step 2 of .* is damaged \(its params item is missing\): it is "
+                                        r"the run's only checkpoint, so restore the run folder from a copy, or train "
+                                        r"again\.$"):
+        checkpoint.restore_params(workdir)
+
+
+def test_an_emptied_step_folder_is_not_a_weights_only_run(tmp_path):
+    # A step folder emptied by hand was taken for an imported run's (weights without optimizer state), and the
+    # sentence advised training from its weights, which are not there.
+    workdir = run_with_steps(tmp_path, [2])
+    for item in os.listdir(checkpoint.step_dir(workdir, 2)):
+        path = os.path.join(checkpoint.step_dir(workdir, 2), item)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    assert not checkpoint.weights_only(workdir)
+    shutil.rmtree(checkpoint.step_dir(workdir, 2))
+    workdir = run_with_steps(tmp_path / "imported", [2])
+    shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, 2), "opt_state"))
+    assert checkpoint.weights_only(workdir)
+
+
 @pytest.mark.parametrize("when", ["before the read", "half-way through the delete"])
 def test_a_checkpoint_deleted_while_it_is_read_is_not_called_damaged(tmp_path, monkeypatch, when):
     # generate, evaluate and export read a run that may still be training: its retention deletes the checkpoint
