@@ -271,13 +271,10 @@ def _open_data(config, cfg, log):
     return dataset, val
 
 
-def _start(run, ckpts, source, dataset, config, workdir: str, backend: str, log):
+def _start(run, ckpts, source, dataset, config, workdir: str, log):
     """(start step, params, opt_state, seconds trained before, data iterator): the newest intact
-    checkpoint's, else a new run's. The run folder is brought in line: config.json written, metrics
-    after the start step dropped."""
+    checkpoint's, else a new run's."""
     restored = ckpts.restore_newest_intact(lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
-    if jax.process_index() == 0:  # after the restore: a folder it refuses keeps its config.json
-        runs.write_config(workdir, with_resolved(config, attention=backend))
     if restored is None:
         params, opt_state = _fresh_state(run, source, config.train.seed, log)
         start_step, elapsed_before = 0, 0.0
@@ -285,9 +282,19 @@ def _start(run, ckpts, source, dataset, config, workdir: str, backend: str, log)
     else:
         start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
         log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
-    if jax.process_index() == 0:
-        metrics.truncate(workdir, start_step)
     return start_step, params, opt_state, elapsed_before, iterator
+
+
+def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> None:
+    """Once there is something to train: config.json says what this run trains (a resumed run keeps the
+    init_from it started from: the flag is ignored there), and metrics after the start step are dropped."""
+    if jax.process_index() != 0:
+        return
+    written = with_resolved(config, attention=backend)
+    if start_step > 0:
+        written.train.init_from = runs.read_config(workdir).train.get("init_from")
+    runs.write_config(workdir, written)
+    metrics.truncate(workdir, start_step)
 
 
 def _nothing_to_train(start_step: int, end: int, t) -> str:
@@ -372,11 +379,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         writer = None
         try:
             start_step, params, opt_state, elapsed_before, iterator = _start(
-                run, ckpts, source, dataset, config, workdir, backend, log)
+                run, ckpts, source, dataset, config, workdir, log)
             end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
-            if start_step >= end:  # a finished run rerun, or an end moved before it: nothing to compile
+            if start_step >= end:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, end, t))
                 return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
+            _align_run_folder(workdir, config, backend, start_step)
 
             micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
             val_shape = (config.data.val_batch, cfg.seq_len + 1)

@@ -295,14 +295,26 @@ def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_
 def test_a_run_rerun_past_its_end_says_so_without_compiling_or_touching_its_files(tmp_path, tokens, reference):
     workdir = tmp_path / "run"
     shutil.copytree(reference, workdir)
-    before = (workdir / "metrics.jsonl").read_bytes()
-    # The schedule's end, and an end moved before the run: the sentence names the field that ends it.
-    for extra, end in (([], f"{STEPS} (train.total_tokens)"), (["--config.train.stop_at_step=3"], "3 (train.stop_at_step)")):
-        out = run_train(workdir, tokens, STEPS, extra=extra)
+    before = digest(workdir)
+    # The schedule's end, and an end moved before the run: the sentence names the field that ends it. config.json
+    # kept what the run trained: it was rewritten with the new, unused settings (a shorter schedule, an init_from).
+    for steps, extra, end in ((STEPS, [], f"{STEPS} (train.total_tokens)"),
+                              (STEPS, ["--config.train.stop_at_step=3"], "3 (train.stop_at_step)"),
+                              (STEPS - 2, [f"--config.train.init_from={reference}"], f"{STEPS - 2} (train.total_tokens)")):
+        out = run_train(workdir, tokens, steps, extra=extra)
         assert f"step {STEPS} is already at this run's end, step {end}: nothing to train" in out.stdout, out.stdout
         assert "compiled in" not in out.stdout, out.stdout
-        assert (workdir / "metrics.jsonl").read_bytes() == before
-    assert checkpoint.steps(str(workdir)) == checkpoint.steps(str(reference))
+        assert digest(workdir) == before
+
+
+def test_a_resumed_run_keeps_in_its_config_the_init_from_it_started_from(tmp_path, tokens, reference):
+    # init_from is ignored once a run has checkpoints: config.json said the run had started from that run.
+    workdir = tmp_path / "run"
+    shutil.copytree(reference, workdir)
+    out = run_train(workdir, tokens, STEPS + 1, extra=[f"--config.train.init_from={reference}"])
+    assert "resumed from" in out.stdout and "initialised from" not in out.stdout, out.stdout
+    written = runs.read_config(str(workdir))
+    assert written.train.init_from is None and written.train.total_tokens == (STEPS + 1) * 256
 
 
 def test_loss_png_is_drawn_at_the_end_of_a_run(reference):
