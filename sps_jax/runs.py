@@ -75,7 +75,8 @@ def _run_file(path: str) -> str | None:
     return None
 
 
-def _refuse_run_files(path: str, flag: str) -> None:
+def refuse_run_files(path: str, flag: str) -> None:
+    """One sentence when writing ``path`` would replace or add to a run's own files, whatever ``--force`` says."""
     run = _run_file(path) if path.strip() else None
     if run is not None:
         raise UserError(f"{flag} {path} would write into the run {run}'s own files (its {CONFIG_FILE}, "
@@ -88,7 +89,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
     anything under its checkpoints/) refused even with ``force``: replacing one would damage the run; so is
     any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
-    _refuse_run_files(path, flag)
+    refuse_run_files(path, flag)
     token_folder.refuse_inside_tokens(path, flag)
     return files.output_file(path, flag, force, inputs, rename)
 
@@ -97,7 +98,7 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     """:func:`sps_jax.files.output_folder` of a folder that becomes a run or a token folder, refused inside an
     existing run (:func:`refuse_inside_run`; its checkpoints/ or a folder in it as one of the run's own files) or
     inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
-    _refuse_run_files(path, flag)
+    refuse_run_files(path, flag)
     refuse_inside_run(path, flag)
     token_folder.refuse_inside_tokens(path, flag)
     return files.output_folder(path, flag, inputs)

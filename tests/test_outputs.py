@@ -10,6 +10,7 @@ import pytest
 from sps_jax import export_torch, files, runs
 from sps_jax.analysis import figures, probes
 from sps_jax.bench import __main__ as bench_cli
+from sps_jax.data import __main__ as data_cli
 from sps_jax.cli import UserError
 from sps_jax.evaluation import evaluate
 from sps_jax.inference import generate
@@ -80,8 +81,10 @@ def test_commands_refuse_to_write_over_their_input_or_their_run_even_with_force(
             (generate.main, ["--workdir", run, "--prompts-file", prompts, "--out", prompts], "is --prompts-file"),
             (generate.main, ["--workdir", run, "--prompt", "x", "--out", run / "config.json"], "own files"),
             (evaluate.main, ["--workdir", run, "--val-data", tmp_path, "--out", run / "config.json"], "own files"),
-            (export_torch.main, [run, "--out", run / "checkpoints" / "4" / "x.safetensors"], "own files")):
-        outcome = fuzz.call(main, [*map(str, argv), "--force"])
+            (export_torch.main, [run, "--out", run / "checkpoints" / "4" / "x.safetensors"], "own files"),
+            # it took no --force, and downloaded the ranks into the run's checkpoints/
+            (data_cli.main, ["provision-tokenizer", "--out", run / "checkpoints" / "4" / "x.tiktoken"], "own files")):
+        outcome = fuzz.call(main, [*map(str, argv), *(["--force"] if main is not data_cli.main else [])])
         assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome.stderr
     assert prompts.read_text() == "hello\n" and (run / "config.json").read_text() == '{"model": {}}'
     assert os.listdir(run / "checkpoints" / "4") == []

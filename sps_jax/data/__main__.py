@@ -76,6 +76,7 @@ def main(argv=None) -> int:
         if args.out is not None:  # before the download
             files.check_parent(args.out, "--out")
             token_folder.refuse_inside_tokens(args.out, "--out")
+            cli.load("sps_jax.runs").refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
         tokenizer.provision(args.out)
     else:
         print(tokenizer.encode(tokenizer.check_text(args.text, "the text")))
