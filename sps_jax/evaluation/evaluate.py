@@ -226,6 +226,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if val_data:  # manifest, size, EOS id, vocabulary
         tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
         val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
+        if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
+            print(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
+                  "all of them are scored.", file=sys.stderr, flush=True)
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = task_manager(include_path, include_defaults)
         check_include_path(include_path, manager)

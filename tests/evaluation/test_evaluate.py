@@ -28,6 +28,19 @@ def fixed_window_nll(net, params, tokens):
     return float(total / count), int(count)
 
 
+def test_val_tokens_beyond_the_split_score_all_of_it_and_say_so(tmp_path, capsys):
+    # It scored the whole split without a word: the count was on stdout and in the JSON only.
+    net, params = save_tiny_run(tmp_path / "run")
+    tokens = write_val_data(tmp_path / "data")
+    whole = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"))
+    assert "warning" not in capsys.readouterr().err
+    more = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"),
+                                        val_tokens=10 ** 8)
+    assert capsys.readouterr().err.strip() == (f"warning: --val-tokens 100,000,000 is more than the validation "
+                                               f"split's {len(tokens):,} tokens: all of them are scored.")
+    assert more["val_nll"] == whole["val_nll"] and more["val_tokens"] == whole["val_tokens"]
+
+
 def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     net, params = save_tiny_run(tmp_path / "run")
     tokens = write_val_data(tmp_path / "data")
