@@ -190,8 +190,13 @@ class ModelConfig:
 
 def check_tokens(tokens_BT, cfg: ModelConfig) -> None:
     """Shape and range checks with one clear sentence; value checks only on concrete arrays."""
+    if not hasattr(tokens_BT, "ndim"):  # a nested list: numpy or jax arrays carry the shape and dtype checked here
+        raise ValueError(f"tokens must be a [batch, time] array of integers, got a {type(tokens_BT).__name__}: "
+                         "pass jnp.asarray(tokens, jnp.int32).")
     if tokens_BT.ndim != 2:
         raise ValueError(f"tokens must be a [batch, time] array, got shape {tuple(tokens_BT.shape)}.")
+    if tokens_BT.shape[1] == 0:
+        raise ValueError("tokens have no positions (shape [batch, 0]): pass at least one token per row.")
     if tokens_BT.shape[1] > cfg.seq_len:
         raise ValueError(
             f"sequence of {tokens_BT.shape[1]} tokens is longer than the configured context "

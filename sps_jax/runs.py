@@ -394,6 +394,8 @@ def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] =
     """Every parameter the config implies exists with the same shape (else one sentence naming the first,
     ``mismatch`` saying what disagrees and what to do)."""
     what, fix = mismatch
+    if isinstance(params, dict) and set(params) == {"params"}:  # said otherwise as a missing parameter's shape
+        raise ValueError("params is flax's variables dict {'params': ...}: pass its 'params' entry.")
     have_count = sum(int(np.prod(np.shape(v))) for v in jax.tree_util.tree_leaves(params))
     if have_count != net.cfg.num_params:  # counted, not traced: a config.json of absurd size would hang the trace
         raise ValueError(f"{what}: it holds {have_count:,} parameters but the config implies "

@@ -309,6 +309,12 @@ def test_bad_input_stops_with_a_clear_message(make_model):
         model.apply({"params": params}, jnp.asarray([[1, 2, 64]]))
     with pytest.raises(ValueError, match="longer than the configured context"):
         model.apply({"params": params}, jnp.zeros((1, 9), jnp.int32))
+    # a nested list ('list' object has no attribute 'ndim') and no positions (a zero-size max inside the attention)
+    with pytest.raises(ValueError, match=r"^tokens must be a \[batch, time\] array of integers, got a list: pass "
+                                         r"jnp\.asarray\(tokens, jnp\.int32\)\."):
+        model.apply({"params": params}, [[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"^tokens have no positions \(shape \[batch, 0\]\): pass at least one"):
+        model.apply({"params": params}, jnp.zeros((1, 0), jnp.int32))
     with pytest.raises(ValueError, match="unknown attention variant"):
         small_config("sps2", 2)
     with pytest.raises(ValueError, match="must be an integer from 0 to"):

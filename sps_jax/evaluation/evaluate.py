@@ -211,6 +211,13 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if isinstance(keys, str):  # it would be read as one task per character
         raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
                         f"paper_tasks.expand([{keys!r}]).")
+    if not keys and not val_data:  # every metric of the result would be empty, after the weights had loaded
+        raise ValueError("nothing to evaluate: pass keys (lm-eval task names) and/or val_data (a token folder).")
+    if val_tokens is not None:
+        cli.integer(val_tokens, "val_tokens")
+    for name, value in (("val_batch_size", val_batch_size), ("batch_size", batch_size)):
+        if cli.integer(value, name) < 1:  # a batch of 0 stopped in range() once the weights had loaded
+            raise ValueError(f"{name} must be at least 1, got {value}.")
     if keys:
         from sps_jax.evaluation import lm_eval_adapter
 
@@ -260,7 +267,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
 
 
 def write_json(path: str, obj) -> None:
-    """An evaluation results JSON (indented, sorted keys; NaN as null), atomically."""
+    """An evaluation results JSON (indented, sorted keys; NaN as null), atomically; never one of a run's own files
+    (its config.json, metrics.jsonl, ...)."""
+    cli.load("sps_jax.runs").refuse_run_files(os.fspath(path), "the results JSON")
     files.write_json(path, obj, indent=2, sort_keys=True)
 
 

@@ -210,13 +210,15 @@ _OTHER_MODEL = ("params do not match cfg", "pass the params of this model (runs.
                 "params), or its config")
 
 
-def _check_options(sampling: Sampling, seed: int, **sizes: int) -> None:
-    """One sentence for a sampling, seed or size (at least 1) of the wrong type or range."""
+def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: int) -> None:
+    """One sentence for a sampling, seed, stop_on_eos or size (at least 1) of the wrong type or range."""
     if not isinstance(sampling, Sampling):
         raise TypeError(f"sampling must be a sps_jax.inference.sampling.Sampling (e.g. Sampling(temperature=0.8)), "
                         f"got {sampling!r}.")
     sampling.validate()
     cli.integer(seed, "seed")
+    if not isinstance(stop_on_eos, (bool, np.bool_)):  # "no" is truthy: it stopped at EOS
+        raise TypeError(f"stop_on_eos must be True or False, got {stop_on_eos!r}.")
     for name, value in sizes.items():
         if cli.integer(value, name) < 1:
             raise ValueError(f"{name} must be at least 1, got {value}.")
@@ -250,7 +252,7 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     reuse compilations, never beyond the context).
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
-    _check_options(sampling, seed, pad_to_multiple=pad_to_multiple)
+    _check_options(sampling, seed, stop_on_eos, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
     runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
     longest = max(len(p) for p in prompts)
@@ -272,7 +274,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     one per request. Results come back in input order; ``progress(n)`` after each batch.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
-    _check_options(sampling, seed, max_batch=max_batch, min_len=min_len)
+    _check_options(sampling, seed, stop_on_eos, max_batch=max_batch, min_len=min_len)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
     runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
     buffer = bucket(max_new_tokens, cfg.seq_len)

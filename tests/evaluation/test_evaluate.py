@@ -179,6 +179,31 @@ def test_a_tokenizer_larger_than_the_runs_vocabulary_is_refused_before_loading_w
     assert "the tokenizer has 50257 ids but the checkpoint's vocabulary has only 64" in outcome.stderr
 
 
+def test_a_notebooks_bad_arguments_are_one_sentence_before_the_weights_load(tmp_path, monkeypatch):
+    # Each loaded the weights first, or failed in Python's own words: nothing to evaluate returned a result of
+    # empty metrics, val_batch_size=0 stopped in range(), val_tokens="256" in a comparison.
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    run, data = str(tmp_path / "run"), str(tmp_path / "data")
+    with pytest.raises(ValueError, match=r"^nothing to evaluate: pass keys \(lm-eval task names\) and/or val_data"):
+        evaluate.evaluate_checkpoint(run)
+    with pytest.raises(ValueError, match=r"^val_batch_size must be at least 1, got 0\.$"):
+        evaluate.evaluate_checkpoint(run, val_data=data, val_batch_size=0)
+    with pytest.raises(TypeError, match=r"^val_tokens must be an integer, got '256'\.$"):
+        evaluate.evaluate_checkpoint(run, val_data=data, val_tokens="256")
+
+
+def test_the_results_writer_never_replaces_a_runs_own_files(tmp_path):
+    # evaluate.write_json(RUN/config.json, ...) replaced the run's config, and the run could no longer be loaded.
+    save_tiny_run(tmp_path / "run")
+    before = (tmp_path / "run" / "config.json").read_bytes()
+    with pytest.raises(cli.UserError, match=r"would write into the run .*'s own files"):
+        evaluate.write_json(str(tmp_path / "run" / "config.json"), {"a": 1})
+    assert (tmp_path / "run" / "config.json").read_bytes() == before
+    evaluate.write_json(str(tmp_path / "run" / "eval" / "step_5.json"), {"a": 1})  # its results belong there
+
+
 def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, local_tasks):
     common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
     nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first

@@ -190,9 +190,20 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
     with pytest.raises(ValueError, match=r"^min_len must be at least 1, got 0\.$"):
         decoding.generate_bucketed(cfg, params, [[1, 2]], 4, min_len=0)
     _, _, wider = small_model("sps", 2, d_model=64)
-    for other in (wider, {"params": params}):  # another model's, or flax's variables dict
-        with pytest.raises(ValueError, match=r"^params do not match cfg: .*; pass the params of this model"):
-            decoding.generate(cfg, other, [[1, 2]], 4)
+    with pytest.raises(ValueError, match=r"^params do not match cfg: .*; pass the params of this model"):
+        decoding.generate(cfg, wider, [[1, 2]], 4)
+    # flax's variables dict: it was said as a parameter of shape None, the wrapper unnamed
+    with pytest.raises(ValueError, match=r"^params is flax's variables dict \{'params': \.\.\.\}: pass its 'params' "
+                                         r"entry\.$"):
+        decoding.generate(cfg, {"params": params}, [[1, 2]], 4)
+    with pytest.raises(TypeError, match=r"^stop_on_eos must be True or False, got 'no'\.$"):  # 'no' was taken as True
+        decoding.generate(cfg, params, [[1, 2]], 4, stop_on_eos="no")
+    # Sampling's fields compared as numbers: a str failed with Python's TypeError, top_k=2.5 inside jax after prefill
+    for sampling, message in ((Sampling(temperature="0.8"), r"^temperature must be a number, got '0\.8'\.$"),
+                              (Sampling(1.0, top_p=None), r"^top_p must be a number, got None\.$"),
+                              (Sampling(1.0, top_k=2.5), r"^top_k must be an integer \(0 keeps every token\), got 2\.5\.$")):
+        with pytest.raises((TypeError, ValueError), match=message):
+            decoding.generate(cfg, params, [[1, 2]], 4, sampling=sampling)
     # Token ids of any integer type, in any sequence, are prompts: numpy and jax arrays, tuples, numpy ints.
     want = decoding.generate(cfg, params, [[1, 2, 3]], 4)
     for prompts in (np.array([[1, 2, 3]], np.int64), jnp.array([[1, 2, 3]]), ((1, 2, 3),),
