@@ -175,7 +175,10 @@ class ModelConfig:
     def from_config(cls, cfg: Any) -> "ModelConfig":
         if isinstance(cfg, ModelConfig):
             return cfg
-        items = dict(cfg.items()) if hasattr(cfg, "items") else dict(cfg)
+        if not hasattr(cfg, "items"):  # None or a list failed in dict()'s own words
+            raise TypeError(f"a model config must be a ModelConfig, a ConfigDict or a dict of its fields, got "
+                            f"{type(cfg).__name__}: pass config.model (e.g. sps_jax.config.load_config(...).model).")
+        items = dict(cfg.items())
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(items) - known)
         if unknown:
@@ -341,6 +344,9 @@ class Transformer(nn.Module):
         c = self.cfg
         check_tokens(tokens_BT, c)
         B, T = tokens_BT.shape
+        for name, given in (("positions_BT", positions_BT), ("doc_ids_BT", doc_ids_BT)):
+            if given is not None and tuple(np.shape(given)) != (B, T):  # failed later in jax's broadcasting words
+                raise ValueError(f"{name} must have the tokens' shape {(B, T)}, got {tuple(np.shape(given))}.")
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         if doc_ids_BT is None:

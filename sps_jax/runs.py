@@ -426,7 +426,8 @@ def run_info(path: str, step: int | None = None) -> dict:
             "variant": cfg.variant, "window": cfg.window,
             "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}
     if step is not None:
-        info.update(step=int(step), tokens_seen=tokens_seen(workdir, step, config))
+        step = cli.integer(step, "step")  # "8" failed in a comparison with the metrics' steps
+        info.update(step=step, tokens_seen=tokens_seen(workdir, step, config))
     return info
 
 

@@ -315,6 +315,16 @@ def test_bad_input_stops_with_a_clear_message(make_model):
         model.apply({"params": params}, [[1, 2, 3]])
     with pytest.raises(ValueError, match=r"^tokens have no positions \(shape \[batch, 0\]\): pass at least one"):
         model.apply({"params": params}, jnp.zeros((1, 0), jnp.int32))
+    # positions and documents of another shape failed in jax's broadcasting words (or an IndexError in the masks)
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    for name, given in (("positions_BT", jnp.zeros((1, 3), jnp.int32)), ("doc_ids_BT", jnp.zeros((4,), jnp.int32))):
+        with pytest.raises(ValueError, match=rf"^{name} must have the tokens' shape \(1, 4\), got \({given.shape[0]}"):
+            model.apply({"params": params}, tokens, **{name: given})
+    # a model config of the wrong kind failed in dict()'s words
+    for bad in (None, [1, 2]):
+        with pytest.raises(TypeError, match=r"^a model config must be a ModelConfig, a ConfigDict or a dict of its "
+                                            rf"fields, got {type(bad).__name__}: pass config\.model"):
+            sps_model.ModelConfig.from_config(bad)
     with pytest.raises(ValueError, match="unknown attention variant"):
         small_config("sps2", 2)
     with pytest.raises(ValueError, match="must be an integer from 0 to"):

@@ -164,6 +164,8 @@ def test_run_info_names_the_scale_from_the_dimensions_and_counts_tokens_seen(tmp
     save_small_run(tmp_path / "bare", "sps", 4)
     assert runs.run_info(str(tmp_path / "bare"), step=5)["tokens_seen"] == 320
     assert "step" not in runs.run_info(str(tmp_path / "bare"))
+    with pytest.raises(TypeError, match=r"^step must be an integer, got '5'\.$"):  # failed comparing '5' with 4
+        runs.run_info(str(tmp_path / "bare"), step="5")
     # A run at a paper scale says which.
     config = sps_config.load_config("configs/paper.py:xs,sps,16")
     runs.write_config(str(tmp_path / "xs"), config)
