@@ -396,9 +396,7 @@ def _check_backend(acc, backend) -> None:
     if acc.platform != "gpu":
         raise cli.UserError(f'attention="triton" compiles its kernels for NVIDIA GPUs, not for {acc.name}: choose '
                             f"another attention backend, or GPU targets ({gpus}).")
-    if triton_attention.interpreting():
-        raise cli.UserError('attention="triton" cannot compile for a GPU: Triton was imported with '
-                            "TRITON_INTERPRET=1, which makes its kernels interpreter-only; unset it.")
+    triton_attention.where_to_run("gpu")  # refuses a Triton imported with its interpreter on
 
 
 def _check_sizes(args, model) -> None:

@@ -81,7 +81,8 @@ def test_bad_arguments_get_one_sentence(args, message):
      r'attention="triton" compiles its kernels for NVIDIA GPUs, not for tpu-v6e'),
     # Triton imported with its interpreter on (as in these tests) cannot compile jax-triton's kernels for a GPU
     (["--target", "h100", "--only", "train", "--config", "configs/tiny.py", "--attention", "triton"],
-     r"Triton was imported with TRITON_INTERPRET=1, which makes its kernels interpreter-only; unset it\.$"),
+     r"^error: triton was imported with TRITON_INTERPRET=1, which makes its kernels interpreter-only: unset it to run "
+     r"or compile them for a GPU\.$"),
     # TPU kernels are compiled in bfloat16 and float32 only: float16 alone compiled nothing and exited 0
     (["--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"],
      r"tpu-v5e's kernels compile in bfloat16 or float32, not float16: add one of them to --dtypes"),
