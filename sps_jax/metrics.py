@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from sps_jax import files, plotting
+from sps_jax import cli, files, plotting
 from sps_jax.cli import UserError
 
 METRICS_FILE = "metrics.jsonl"
@@ -106,14 +106,28 @@ class Writer:
 
 def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
     """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by
-    side; returns the figure (and writes it to ``out_png`` when given)."""
+    side; returns the figure (and writes it to ``out_png`` when given, never over a run's own files)."""
     if not hasattr(runs, "items"):
         raise TypeError(f"runs must be a dict of {{label: run folder}}, not a {type(runs).__name__}: pass e.g. "
                         "{os.path.basename(path): path for path in paths}.")
-    plt = plotting.pyplot(headless=bool(out_png))
+    if out_png:  # a run's config.json or loss.png is training's to write
+        cli.load("sps_jax.runs").refuse_run_files(os.fspath(out_png), "the figure")
+    fig = _draw(runs, x, headless=bool(out_png))
+    if out_png:
+        plotting.save_figure(fig, out_png, dpi=120)
+    return fig
+
+
+def _draw(runs, x: str, headless: bool):
+    plt = plotting.pyplot(headless=headless)
+    records = {label: curves(workdir) for label, workdir in runs.items()}
+    for label, m in records.items():
+        missing = [r for r in m["train"] + m["val"] if x not in r]
+        if missing:
+            raise UserError(f"the metrics of {label} ({runs[label]}) have no {x!r} at step {missing[0].get('step')}: "
+                            "plot against a field every record has, such as 'step' or 'tokens_seen'.")
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, workdir in runs.items():
-        m = curves(workdir)
+    for label, m in records.items():
         if m["train"]:
             ax_train.plot([r[x] for r in m["train"]], [r["loss"] for r in m["train"]], label=label, lw=1)
         if m["val"]:
@@ -125,8 +139,6 @@ def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "toke
         if ax.lines:  # a run without validation yet leaves that panel empty
             ax.legend()
     fig.tight_layout()
-    if out_png:
-        plotting.save_figure(fig, out_png, dpi=120)
     return fig
 
 
@@ -137,6 +149,7 @@ def plot(workdir: str) -> str | None:
     except ImportError:
         return None
     path = os.path.join(workdir, PLOT_FILE)
-    fig = plot_curves({os.path.basename(os.path.abspath(workdir)): workdir}, path)
+    fig = _draw({os.path.basename(os.path.abspath(workdir)): workdir}, "tokens_seen", headless=True)
+    plotting.save_figure(fig, path, dpi=120)
     plotting.pyplot().close(fig)
     return path

@@ -4,6 +4,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # the test extra installs it
 
 from sps_jax import metrics
+from sps_jax.cli import UserError
 
 
 def test_jsonl_tensorboard_and_truncate(tmp_path):
@@ -55,3 +56,24 @@ def test_a_bad_line_in_the_middle_of_the_metrics_says_what_to_do(tmp_path, line,
     assert says in message and message.endswith("; fix or delete that line (training writes one JSON record per "
                                                  'line, each with "step").'), message
     assert message.count(".;") == 0 and "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["config.json", "loss.png", "metrics.jsonl"])
+def test_plot_curves_never_writes_over_a_runs_own_files(tmp_path, name):
+    writer = metrics.Writer(str(tmp_path), tensorboard=False)
+    writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
+    writer.close()
+    (tmp_path / "config.json").write_text("{}")
+    before = (tmp_path / name).read_bytes() if (tmp_path / name).exists() else None
+    with pytest.raises(UserError, match="own files"):
+        metrics.plot_curves({"run": str(tmp_path)}, str(tmp_path / name))
+    assert ((tmp_path / name).read_bytes() if (tmp_path / name).exists() else None) == before
+
+
+def test_plot_against_a_field_the_records_lack_is_one_sentence(tmp_path):
+    writer = metrics.Writer(str(tmp_path), tensorboard=False)
+    writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
+    writer.close()
+    with pytest.raises(UserError, match="have no 'wall_s' at step 1"):
+        metrics.plot_curves({"run": str(tmp_path)}, x="wall_s")
+    assert metrics.plot_curves({"run": str(tmp_path)}, x="step").axes[0].lines[0].get_xdata().tolist() == [1]
