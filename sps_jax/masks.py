@@ -117,6 +117,7 @@ def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
     always 0 for ``standard``. A persistent window also restricts persistent keys
     to the last ``vis.persistent_window`` positions; a query always sees its own slot.
     """
+    _check_visibility(vis)
     persist = vis.persistent_streams
     n = len(persist)
     delta = q_pos - k_pos
@@ -137,6 +138,22 @@ def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
     return causal & same_doc & allowed
 
 
+def _ids_BT(x, name: str):
+    """``x`` as an integer [B, T] array (a nested list becomes a numpy array), else one sentence."""
+    if not hasattr(x, "ndim"):
+        x = np.asarray(x)
+    if x.ndim != 2 or not np.issubdtype(x.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array of shape [batch, positions], got {x.dtype} of shape "
+                         f"{tuple(x.shape)}: add a batch axis with x[None] for one sequence.")
+    return x
+
+
+def _check_visibility(vis) -> None:
+    if not isinstance(vis, Visibility):
+        raise TypeError(f"the visibility must be a masks.Visibility, not {type(vis).__name__} {vis!r}: "
+                        "pass e.g. Visibility('sps', window=64).")
+
+
 def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_ID):
     """int32 [B, T] document index per position.
 
@@ -144,6 +161,7 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     each pad token is its own one-token document, so padding is never attended
     to by real tokens and never attends to them.
     """
+    tokens_BT = _ids_BT(tokens_BT, "tokens_BT")
     xp = _xp(tokens_BT)
     is_eos = tokens_BT == eos_id
     is_pad = tokens_BT == pad_id
@@ -163,6 +181,8 @@ def slot_coordinates(num_positions: int, streams: int, xp=np):
 
 def dense_mask(vis: Visibility, doc_ids_BT):
     """bool [B, N, N] over the N = T*S slots in the paper's interleaved order (x0, rho0, x1, rho1, ...)."""
+    _check_visibility(vis)
+    doc_ids_BT = _ids_BT(doc_ids_BT, "doc_ids_BT")
     xp = _xp(doc_ids_BT)
     S = vis.num_streams
     T = doc_ids_BT.shape[1]

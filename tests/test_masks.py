@@ -119,6 +119,20 @@ def test_document_ids_eos_belongs_to_the_document_it_ends():
                                   [np.sum(row[:i] == E) for i in range(len(row))])
 
 
+def test_the_mask_functions_name_a_wrong_argument_in_one_sentence():
+    E = vocab.EOS_ID
+    # A nested list is tokens too; one sequence without its batch axis, or float ids, is not.
+    np.testing.assert_array_equal(masks.document_ids([[5, E, 6]]), [[0, 0, 1]])
+    with pytest.raises(ValueError, match=r"tokens_BT must be an integer array of shape \[batch, positions\], got "
+                                         r"int\d+ of shape \(3,\): add a batch axis"):
+        masks.document_ids(np.array([5, E, 6]))
+    with pytest.raises(ValueError, match=r"doc_ids_BT must be .* got float32 of shape \(1, 2\)"):
+        masks.dense_mask(Vis("sps"), np.zeros((1, 2), np.float32))
+    with pytest.raises(TypeError, match=r"must be a masks.Visibility, not str 'sps': pass e.g."):
+        masks.dense_mask("sps", np.zeros((1, 2), np.int32))
+    assert masks.dense_mask(Vis("sps"), [[0, 0]]).shape == (1, 4, 4)
+
+
 def test_streams_and_logits_streams():
     # The paper: SPS predicts x_{i+1} "at the position of rho_i" (Section 3); 2x Memory's "<predict> entries still
     # serve both prediction and state-preparation" and Delayed State "performs both ... at the <predict> slot"
