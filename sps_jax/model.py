@@ -181,6 +181,8 @@ class ModelConfig:
         items = dict(cfg.items())
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(items) - known)
+        if unknown and "model" in unknown:  # a whole run config, not its model section
+            raise ValueError("this is a run config, not a model config: pass its model section, config.model.")
         if unknown:
             raise ValueError(f"unknown model config field(s) {unknown}: valid fields are {sorted(known)}.")
         return cls(**items)
@@ -449,11 +451,12 @@ def init_params(model: Transformer, rng):
     return model.init(rng, jnp.zeros((1, 1), jnp.int32))["params"]
 
 
-def param_shapes(model: Transformer):
-    """Parameter ShapeDtypeStructs without allocating any weights. They do not depend on the attention
-    backend, so the shapes are traced with the dense one: a kernel that runs only on its accelerator
-    (``triton`` off a GPU) need not be traced for them."""
-    return _param_shapes(dataclasses.replace(model.cfg, attention="xla"))
+def param_shapes(model: Transformer | Any):
+    """Parameter ShapeDtypeStructs of a model (or its config: what ``Transformer`` takes) without allocating any weights. They do not
+    depend on the attention backend, so the shapes are traced with the dense one: a kernel that runs only
+    on its accelerator (``triton`` off a GPU) need not be traced for them."""
+    cfg = model.cfg if isinstance(model, Transformer) else ModelConfig.from_config(model)
+    return _param_shapes(dataclasses.replace(cfg, attention="xla"))
 
 
 @functools.lru_cache(maxsize=16)
@@ -463,6 +466,6 @@ def _param_shapes(cfg: ModelConfig):
     return jax.eval_shape(lambda rng: init_params(Transformer(cfg), rng), jax.random.PRNGKey(0))
 
 
-def count_params(model: Transformer) -> int:
+def count_params(model: Transformer | Any) -> int:
     """Parameters with the tied embedding counted once (the paper's convention)."""
     return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(param_shapes(model)))

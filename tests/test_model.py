@@ -225,6 +225,17 @@ def test_the_parameter_count_from_the_sizes_alone_is_the_built_models(scale):
     assert other.num_params == sps_model.count_params(sps_model.Transformer(other))
 
 
+def test_the_parameter_count_takes_a_model_its_config_or_the_config_section_and_names_a_whole_run_config():
+    config = sps_config.paper_config("xs", "sps", 64)
+    n = sps_model.count_params(sps_model.Transformer(config.model))
+    assert sps_model.count_params(config.model) == n
+    assert sps_model.count_params(sps_model.ModelConfig.from_config(config.model)) == n
+    with pytest.raises(ValueError, match=r"^this is a run config, not a model config: pass its model section"):
+        sps_model.count_params(config)
+    with pytest.raises(TypeError, match="a model config must be"):
+        sps_model.count_params(None)
+
+
 def test_a_model_is_refused_when_its_copies_exceed_the_memory_and_accepted_when_they_fit():
     cfg = small_config("sps", 2)
     need = 4 * cfg.num_params * 4  # four f32 copies
