@@ -35,6 +35,14 @@ _WRITERS = itertools.count()  # numbers this process's partial files
 NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
 
 
+def path_text(value, name: str) -> str:
+    """A path given to the API (str or pathlib.Path) as text, else one sentence naming the argument."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be one path (a str or pathlib.Path), not a {type(value).__name__}: "
+                        f"give one {name} per call.")
+    return os.fspath(value)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
     """The name to write ``path`` under (``<path>.<pid>.<n>.partial``), renamed into place on success;

@@ -117,7 +117,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     ``hf_split`` default to corpus.DEFAULT_TEXT_FIELD and DEFAULT_HF_SPLIT; given for a source that
     never reads them, they are refused.
     """
-    source, out = os.fspath(source), os.fspath(out)  # a pathlib.Path too; the manifest records text
+    source, out = files.path_text(source, "source"), files.path_text(out, "out")  # the manifest records text
     _check_limits(val_fraction, max_documents, max_tokens)
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
     local = source != "builtin" and not source.startswith("hf:")

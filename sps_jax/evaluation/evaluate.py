@@ -167,7 +167,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
     from lm_eval import simple_evaluate
 
-    task_data = dict(task_data or {})
+    keys, task_data = _check_keys(keys), _task_mapping(task_data)
     fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
     manager = task_manager(include_path, include_defaults)
     paper_tasks.check_known(keys, manager.all_tasks)
@@ -208,9 +208,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     from sps_jax.evaluation import val_nll
 
     t0 = time.time()
-    if isinstance(keys, str):  # it would be read as one task per character
-        raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
-                        f"paper_tasks.expand([{keys!r}]).")
+    keys, task_data = _check_keys(keys), _task_mapping(task_data)
     if not keys and not val_data:  # every metric of the result would be empty, after the weights had loaded
         raise ValueError("nothing to evaluate: pass keys (lm-eval task names) and/or val_data (a token folder).")
     if val_tokens is not None:
@@ -221,7 +219,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if keys:
         from sps_jax.evaluation import lm_eval_adapter
 
-        paper_tasks.check_task_data(dict(task_data or {}), keys)
+        paper_tasks.check_task_data(task_data, keys)
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
     elif task_data:
         raise ValueError("--task-data needs --tasks naming those tasks.")
@@ -240,9 +238,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         manager = task_manager(include_path, include_defaults)
         check_include_path(include_path, manager)
         paper_tasks.check_known(keys, manager.all_tasks)
-        check_task_data_tasks(dict(task_data or {}), manager)
-        check_hub(keys, dict(task_data or {}), manager)
-        paper_tasks.check_task_fields(dict(task_data or {}), {
+        check_task_data_tasks(task_data, manager)
+        check_hub(keys, task_data, manager)
+        paper_tasks.check_task_fields(task_data, {
             key: getattr(manager.task_index.get(paper_tasks.lm_eval_name(key)), "cfg", None) for key in keys})
     net, params, step = runs.load_model(path, step)
     info = runs.run_info(path, step)
@@ -271,6 +269,31 @@ def write_json(path: str, obj) -> None:
     (its config.json, metrics.jsonl, ...)."""
     cli.load("sps_jax.runs").refuse_run_files(os.fspath(path), "the results JSON")
     files.write_json(path, obj, indent=2, sort_keys=True)
+
+
+def _check_keys(keys) -> list[str]:
+    """The lm-eval task names of the API, as a list of str, else one sentence."""
+    if isinstance(keys, str):  # it would be read as one task per character
+        raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
+                        f"paper_tasks.expand([{keys!r}]).")
+    keys = list(keys or ())
+    bad = [key for key in keys if not isinstance(key, str)]
+    if bad:
+        raise TypeError(f"keys must be lm-eval task names (str), got {bad[0]!r}: pass a flat list such as "
+                        "paper_tasks.expand(['paper']).")
+    return keys
+
+
+def _task_mapping(task_data) -> dict[str, str]:
+    """The API's task_data, {task: file}, as a fresh dict (run_lm_eval pops from it), else one sentence."""
+    if task_data is None:
+        return {}
+    if not hasattr(task_data, "items"):
+        raise TypeError(f"task_data must be a dict of {{task: file}}, not a {type(task_data).__name__}: pass e.g. "
+                        "{'arc_easy': 'arc_easy_test.jsonl'}.")
+    if not all(isinstance(key, str) for key in task_data):
+        raise TypeError(f"task_data must map task names (str) to files, got {list(task_data)!r}.")
+    return {key: files.path_text(path, f"task_data[{key!r}]") for key, path in task_data.items()}
 
 
 def _task_data(items) -> dict[str, str]:

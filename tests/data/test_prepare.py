@@ -437,6 +437,15 @@ def test_source_and_out_may_be_pathlib_paths(tmp_path):
     assert "already holds" in messages[0]
 
 
+def test_several_sources_in_one_call_are_one_sentence_before_any_work(tmp_path):
+    srcs = write_sources(tmp_path)
+    with pytest.raises(TypeError, match=r"^source must be one path \(a str or pathlib.Path\), not a list: give one"):
+        prepare.prepare([srcs["jsonl"], srcs["parquet"]], tmp_path / "out", log=lambda *a: None)
+    with pytest.raises(TypeError, match=r"^out must be one path .* not a NoneType"):
+        prepare.prepare(srcs["jsonl"], None, log=lambda *a: None)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path):
     # Training and evaluate --val-data refused it, later, with "the validation split has 0 tokens".
     (tmp_path / "one.txt").write_text("a single short document\n")

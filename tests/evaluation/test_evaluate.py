@@ -192,6 +192,13 @@ def test_a_notebooks_bad_arguments_are_one_sentence_before_the_weights_load(tmp_
         evaluate.evaluate_checkpoint(run, val_data=data, val_batch_size=0)
     with pytest.raises(TypeError, match=r"^val_tokens must be an integer, got '256'\.$"):
         evaluate.evaluate_checkpoint(run, val_data=data, val_tokens="256")
+    # A nested list of task names, or task files as one string, failed in lm-eval's or dict()'s own words.
+    with pytest.raises(TypeError, match=r"^keys must be lm-eval task names \(str\), got \['arc_easy'\]: pass a flat"):
+        evaluate.evaluate_checkpoint(run, keys=[["arc_easy"]])
+    with pytest.raises(TypeError, match=r"^task_data must be a dict of \{task: file\}, not a str: pass e.g."):
+        evaluate.evaluate_checkpoint(run, keys=["arc_easy"], task_data="arc_easy=x.jsonl")
+    with pytest.raises(TypeError, match=r"^task_data\['arc_easy'\] must be one path \(a str or pathlib.Path\), not a int"):
+        evaluate.evaluate_checkpoint(run, keys=["arc_easy"], task_data={"arc_easy": 3})
 
 
 def test_the_results_writer_never_replaces_a_runs_own_files(tmp_path):
