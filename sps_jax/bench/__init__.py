@@ -37,3 +37,16 @@ def run_label(variant: str, backend: str | None) -> str:
     """A timed run's name in progress lines and results: the variant, and the attention backend when the
     benchmark compares several (None otherwise)."""
     return f"{variant}/{backend}" if backend else variant
+
+
+def check_distinct_backends(backends, platform: str) -> None:
+    """One sentence when two listed attention backends are one on ``platform`` ('auto' and what it stands
+    for there): the benchmark would time one program twice and print a ratio between the two."""
+    from sps_jax import attention
+
+    resolved = {}
+    for backend in backends or []:
+        same = resolved.setdefault(attention.resolve(backend, platform), backend)
+        if same != backend:
+            raise cli.UserError(f"--attention {same},{backend} runs one backend twice here ({same} and {backend} "
+                                f"are both {attention.resolve(backend, platform)} on {platform}): list it once.")

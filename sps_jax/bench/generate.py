@@ -181,6 +181,16 @@ def _worker_argv(argv, backend) -> list[str]:
     return out + (["--attention", backend] if backend else [])
 
 
+def _platform() -> str:
+    """The platform of jax's default backend, asked in a short-lived process: this one must not touch the
+    device before the peak-memory workers have run."""
+    proc = subprocess.run([sys.executable, "-c", "import jax; print(jax.devices()[0].platform)"],
+                          stdout=subprocess.PIPE, text=True)
+    if proc.returncode or not proc.stdout.strip():
+        raise RuntimeError(f"asking jax for its platform failed (exit code {proc.returncode}); see its output above.")
+    return proc.stdout.split()[-1]
+
+
 def _spawn_peak(argv, variant):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(sps_jax.__file__)))
     env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -254,6 +264,8 @@ def main(argv=None) -> int:
         check_workload(cfg, args, largest.memory_bytes, largest.name)
     for backend in backends_run:
         attention.check_installed(backend)  # e.g. triton without jax-triton: before any worker runs
+    if "auto" in backends and len(backends) > 1:  # auto,xla on a CPU would time one program twice
+        bench.check_distinct_backends(backends, _platform())
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.

@@ -83,12 +83,7 @@ def main(argv=None) -> int:
         platform = jax.devices()[0].platform
         for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
             attention.check_available(backend, platform)
-        resolved = {}
-        for backend in args.attention or []:  # auto,xla on a CPU timed one program twice and printed a ratio
-            same = resolved.setdefault(attention.resolve(backend, platform), backend)
-            if same != backend:
-                raise cli.UserError(f"--attention {same},{backend} runs one backend twice here ({same} and {backend} "
-                                    f"are both {attention.resolve(backend, platform)} on {platform}): list it once.")
+        bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU timed one program twice
         results = []
         for backend in args.attention or [None]:
             for variant in variants:

@@ -126,3 +126,19 @@ def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
     assert done.returncode == 2, done.stderr[-2000:]
     assert 'error: attention="triton" runs its kernels on an NVIDIA GPU' in done.stderr
     assert "compiled in" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("backends", ["auto,xla", "xla,auto"])
+def test_two_backends_that_are_one_here_are_refused_before_any_worker_runs(monkeypatch, backends):
+    """On a CPU, auto means xla: --attention auto,xla timed one program twice and printed a ratio of 1 between
+    them. The platform is asked in a process of its own: this one must not touch the device before the workers."""
+    from tests import fuzz
+
+    monkeypatch.setattr(bench_generate, "_spawn_peak", lambda *a: pytest.fail("a worker ran"))
+    monkeypatch.setattr(bench_generate, "VariantRun", lambda *a: pytest.fail("a run was compiled"))
+    outcome = fuzz.call(bench_generate.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1",
+                                              "--prefill", "4", "--decode", "2", "--attention", backends])
+    first, second = backends.split(",")
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: --attention {first},{second} runs one backend twice here ({first} and "
+                                      f"{second} are both xla on cpu): list it once.")
