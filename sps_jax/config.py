@@ -237,7 +237,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     prefix = _generated_name_prefix(config)
     for item in overrides:
         apply_override(config, item)
-    if prefix is not None and "name" not in (_override_key(item) for item in overrides):
+    if prefix is not None and "name" not in (override_key(item) for item in overrides):
         config.name = run_name(prefix, config.model)  # the name says what was trained, overrides included
     return config
 
@@ -277,7 +277,7 @@ def _failure(exc: BaseException, path: str) -> str:
     return f"{where}: {type(exc).__name__}: {cli.sentence(exc).rstrip('.')}: fix the file{' there' if lines else ''}."
 
 
-def _override_key(item: str) -> str:
+def override_key(item: str) -> str:
     """``a.b`` of an override ``--config.a.b=value`` (or ``a.b=value``)."""
     return item.removeprefix("--").removeprefix("config.").partition("=")[0]
 
@@ -289,7 +289,7 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     numbers for float fields, ``True``/``False`` for flags, any text for string fields; ``None``
     is accepted everywhere and left to the checks of whoever reads the field.
     """
-    key = _override_key(item)
+    key = override_key(item)
     _, sep, text = item.partition("=")
     if not sep:
         raise ValueError(f"override {item!r} must look like --config.a.b=value.")

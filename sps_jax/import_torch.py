@@ -182,7 +182,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         config.name = name
         replaced = {"window"} if window != FROM_FILE else set()  # a flag's value never meets the file's
         replaced |= {field for field in _FROM_ARGS for item in overrides
-                     if item.partition("=")[0].endswith(f"model.{field}")}
+                     if sps_config.override_key(item) == f"model.{field}"}
         for key, field in torch_layout.ARGS.items():
             if field in _FROM_ARGS and field in fields and field not in replaced:
                 try:
@@ -237,7 +237,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         sps_config.apply_override(config, item)
     for field, have in shapes.items():
         if m[field] != have:
-            given = [item for item in overrides if item.partition("=")[0].endswith(f"model.{field}")]
+            given = [item for item in overrides if sps_config.override_key(item) == f"model.{field}"]
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
