@@ -221,11 +221,11 @@ def past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
     """The S query rows' softmax partials (:func:`sps_jax.attention.softmax_partials`' layout: max and
     sum [B, H, S, 1], unnormalised output [B, H, S, K] f32) over the cache's slots [lo_B, end), in
     ``split`` (``decode_attention.split_for``); XLA merges the splits."""
-    o_BHNSK, max_BHNS, sum_BHNS = _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split)
-    max_BHS = max_BHNS.max(axis=2)
-    w_BHNS = jnp.exp(max_BHNS - max_BHS[:, :, None])
-    return (max_BHS[..., None], (w_BHNS * sum_BHNS).sum(axis=2)[..., None],
-            (w_BHNS[..., None] * o_BHNSK).sum(axis=2))
+    o_BHXSK, max_BHXS, sum_BHXS = _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split)
+    max_BHS = max_BHXS.max(axis=2)
+    w_BHXS = jnp.exp(max_BHXS - max_BHS[:, :, None])
+    return (max_BHS[..., None], (w_BHXS * sum_BHXS).sum(axis=2)[..., None],
+            (w_BHXS[..., None] * o_BHXSK).sum(axis=2))
 
 
 def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
