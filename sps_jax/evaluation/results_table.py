@@ -6,6 +6,7 @@ per-task expansion. Markdown and LaTeX.
 from __future__ import annotations
 
 import math
+import os
 
 from sps_jax import cli, config as sps_config, files, masks
 from sps_jax.evaluation import paper_tasks
@@ -41,12 +42,19 @@ def load(paths) -> list[dict]:
         rows.append(row)
     seen = {}
     for path, row in zip(paths, rows):
-        key = (row.get("run"), row["step"], row.get("scale"), method(row))
+        key = (_run_id(row), row["step"], row.get("scale"), method(row))
         if key[0] is not None and key in seen:  # one checkpoint evaluated twice: which row would be the table's?
-            raise ValueError(f"{seen[key]} and {path} both hold {key[3]} of run {key[0]} at step {key[1]}: "
-                             "pass one of them.")
+            where = f" ({row['workdir']})" if isinstance(row.get("workdir"), str) else ""
+            raise ValueError(f"{seen[key]} and {path} both hold {key[3]} of run {row.get('run') or '-'}{where} at "
+                             f"step {key[1]}: pass one of them.")
         seen[key] = path
     return rows
+
+
+def _run_id(row: dict):
+    """Which run a result is of: its run folder, as evaluate records it (two seeds of one config share a run
+    name, not a folder), else its run name."""
+    return row["workdir"] if isinstance(row.get("workdir"), str) else row.get("run")
 
 
 def _bad_field(row) -> str | None:
@@ -88,12 +96,24 @@ def _labels(rows) -> list[str]:
     for row in rows:
         same = [r for r in rows if r.get("scale") == row.get("scale") and method(r) == method(row)]
         parts = [method(row)]
-        if len({r.get("run") for r in same}) > 1:
-            parts.append(f"run {row.get('run') or '-'}")
+        if len({_run_id(r) for r in same}) > 1:
+            parts.append(f"run {_run_label(row, same)}")
         if len({r["step"] for r in same}) > 1:
             parts.append(f"step {row['step']}")
         labels.append(", ".join(parts))
     return labels
+
+
+def _run_label(row: dict, same: list[dict]) -> str:
+    """The run's name, or where runs of one name are among ``same`` (seeds of one config), its folder below
+    the folders' common parent."""
+    if len({r.get("run") for r in same}) == len({_run_id(r) for r in same}):
+        return row.get("run") or "-"
+    folders = [r["workdir"] for r in same if isinstance(r.get("workdir"), str)]
+    if not isinstance(row.get("workdir"), str):
+        return row.get("run") or "-"
+    parent = os.path.commonpath(folders) if len(folders) > 1 else os.path.dirname(row["workdir"])
+    return os.path.relpath(row["workdir"], parent) if row["workdir"] != parent else row["workdir"]
 
 
 def _columns(full: bool):

@@ -84,6 +84,23 @@ def test_one_checkpoint_evaluated_twice_is_refused_naming_both_files(tmp_path):
         results_table.load(paths)
 
 
+def test_two_runs_that_share_a_name_are_two_rows_told_apart_by_their_folders(tmp_path):
+    # Two seeds of one config share the run name: they were refused as "one checkpoint evaluated twice".
+    base = {"run": "tiny-sps-w8", "variant": "sps", "window": 8, "scale": "s", "step": 2, "val_nll": 3.0}
+    paths = []
+    for seed, nll in (("seedA", 3.0), ("seed1", 3.5)):
+        paths.append(str(tmp_path / f"{seed}.json"))
+        evaluate.write_json(paths[-1], dict(base, workdir=f"/runs/sweep/{seed}", val_nll=nll))
+    table = results_table.markdown(results_table.load(paths)).splitlines()[2:]
+    assert [(l.split("|")[2].strip(), l.split("|")[3].strip()) for l in table] == [
+        ("SPS (w=8), run seedA", "**3.000**"), ("SPS (w=8), run seed1", "3.500")]
+    # The same folder's checkpoint twice is still one row too many, named with its folder.
+    evaluate.write_json(str(tmp_path / "again.json"), dict(base, workdir="/runs/sweep/seedA"))
+    with pytest.raises(ValueError, match=r"seedA.json and .*again.json both hold SPS \(w=8\) of run tiny-sps-w8 "
+                                         r"\(/runs/sweep/seedA\) at step 2: pass one of them\.$"):
+        results_table.load(paths + [str(tmp_path / "again.json")])
+
+
 @pytest.mark.parametrize("change, sentence", [
     ({"variant": "foo"}, "unknown attention variant 'foo': choose one of standard,"),
     ({"window": "8"}, "window must be an integer from 0 to 2147483647 or None (unbounded), got '8'."),
