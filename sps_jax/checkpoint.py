@@ -16,10 +16,12 @@ of retention.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import sys
 import time
+import warnings
 
 import jax
 import orbax.checkpoint as ocp
@@ -180,9 +182,21 @@ def check_trained_as(workdir: str, step: int, expected: dict, against: str, fix:
                          f"says {fields(expected)}: {fix}.")
 
 
+def check_writable_path(workdir: str, flag: str = "--workdir") -> None:
+    """One sentence where Orbax could not read back checkpoints it writes under ``workdir``: it finds each
+    save's per-process files with a glob over the whole path, so a folder name such as ``exp[1]`` (a pattern
+    that does not match itself) leaves every checkpoint without its manifest, and it says nothing."""
+    for name in os.path.abspath(workdir).split(os.sep):
+        if not fnmatch.fnmatchcase(name, name):
+            raise UserError(f"{flag} {workdir} lies under a folder named {name!r}, where Orbax cannot find the "
+                            "checkpoints it writes (it reads [...] in a path as a pattern): rename that folder, or "
+                            "choose a path without brackets.")
+
+
 def save_params(workdir: str, step: int, params, trained_as: dict, meta: dict | None = None) -> None:
     """A weights-only checkpoint at ``step`` (written synchronously) of a model ``trained_as``
     (ModelConfig.function_fields)."""
+    check_writable_path(workdir, "the run folder")
     with manager(workdir, enable_async_checkpointing=False) as mngr:
         mngr.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params),
@@ -299,6 +313,7 @@ class TrainCheckpoints:
     broken ones left alone."""
 
     def __init__(self, workdir: str, trained_as: dict, milestone_every: int = 0, keep: int = 1, warn=print):
+        check_writable_path(workdir)
         self.workdir, self.trained_as, self.warn = workdir, dict(trained_as), warn
         self.broken: set[int] = set()
         self.good: int | None = None      # the newest checkpoint known complete (restored or saved)
@@ -399,6 +414,9 @@ class TrainCheckpoints:
         self.good, self.pending = self.pending, None
 
     def _failed(self, exc: BaseException) -> SaveFailed:
+        # The failed save leaves Orbax's other coroutines unawaited; collected as the process ends, each would
+        # print a RuntimeWarning after the sentence. The run is stopping: the sentence says it all.
+        warnings.filterwarnings("ignore", r"coroutine .* was never awaited", RuntimeWarning)
         last = (f"its last good checkpoint is step {self.good}" if self.good is not None
                 else "it has no checkpoint yet")
         return SaveFailed(f"saving checkpoint step {self.pending} in {os.path.join(self.workdir, CHECKPOINT_DIR)} "

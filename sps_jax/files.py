@@ -178,13 +178,14 @@ def write_jsonl(path: str, records) -> None:
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
-                rename: str = "choose another name") -> str:
+                rename: str = "choose another name", elsewhere: str = "choose another path") -> str:
     """``path`` checked before a command's work: refused when empty, a folder, or an existing file
     unless ``force``, so a command neither fails after its work nor replaces an earlier result
     unasked. ``inputs`` ((what, path or None) pairs) are the files and folders the command reads: an output
     that is one of those files, or lies in one of those folders, is refused even with ``force``, which
     replaces results, never what the command reads. ``rename`` is the other way out of an existing file
-    that the sentence offers (a default file name is changed with a flag, not by naming it). Commands call
+    that the sentence offers (a default file name is changed with a flag, not by naming it), and ``elsewhere``
+    the way out of a folder where no file can be made. Commands call
     :func:`sps_jax.runs.output_file`, which also keeps a run's own files."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")
@@ -198,7 +199,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     _refuse_inputs(path, flag, inputs)
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or {rename}.")
-    check_parent(path, flag)
+    check_parent(path, flag, elsewhere)
     check_name_length(path, flag)
     return path
 
@@ -278,9 +279,9 @@ def check_folder_place(path: str, flag: str, advice: str) -> None:
         raise UserError(f"{flag} {path} is a file, not a folder: {advice}.")
 
 
-def check_parent(path: str, flag: str) -> None:
+def check_parent(path: str, flag: str, elsewhere: str = "choose another path") -> None:
     """The folders above ``path`` can be made and written: the nearest one that exists is a folder
-    this process may write in (the writers create the rest)."""
+    this process may write in (the writers create the rest); ``elsewhere`` says what to do if not."""
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
@@ -288,7 +289,7 @@ def check_parent(path: str, flag: str) -> None:
         raise UserError(f"{flag} {path} lies under {parent}, which is a file, not a folder: choose another path.")
     reason = cannot_create(parent)
     if reason is not None:
-        raise UserError(f"{flag} {path} lies under {parent}, {reason}: choose another path.")
+        raise UserError(f"{flag} {path} lies under {parent}, {reason}: {elsewhere}.")
 
 
 def cannot_create(folder: str) -> str | None:

@@ -265,10 +265,11 @@ def check_out(out: str, force: bool) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
     empty one, the working directory, a folder in a run or in a token folder even then
     (:func:`sps_jax.runs.output_folder`)."""
-    from sps_jax import runs
+    from sps_jax import checkpoint, runs
 
     runs.output_folder(out)
     files.check_folder_place(out, "--out", "pass a new folder for the imported run")
+    checkpoint.check_writable_path(out, "--out")
     held = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
     kept = (files.below(out, lambda folder: runs.is_run(folder) or token_folder.is_token_folder(folder))

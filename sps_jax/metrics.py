@@ -14,6 +14,7 @@ from sps_jax.cli import UserError
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
+TENSORBOARD_DIR = "tensorboard"
 
 
 def truncate(workdir: str, last_step: int) -> None:
@@ -82,7 +83,7 @@ class Writer:
                 from tensorboard.summary.writer.event_file_writer import EventFileWriter
             except ImportError:
                 return
-            self.tb = EventFileWriter(os.path.join(workdir, "tensorboard"))
+            self.tb = EventFileWriter(os.path.join(workdir, TENSORBOARD_DIR))
             self._event, self._summary = event_pb2.Event, summary_pb2.Summary
 
     def write(self, record: dict) -> None:

@@ -85,13 +85,13 @@ def refuse_run_files(path: str, flag: str) -> None:
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
-                rename: str = "choose another name") -> str:
+                rename: str = "choose another name", elsewhere: str = "choose another path") -> str:
     """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
     anything under its checkpoints/) refused even with ``force``: replacing one would damage the run; so is
     any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
     refuse_run_files(path, flag)
     token_folder.refuse_inside_tokens(path, flag)
-    return files.output_file(path, flag, force, inputs, rename)
+    return files.output_file(path, flag, force, inputs, rename, elsewhere)
 
 
 def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
@@ -197,6 +197,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     """
     files.check_folder_place(workdir, "--workdir", "pass a new or existing run folder")
+    checkpoint.check_writable_path(workdir)
     owner = _run_file(workdir)
     if owner is not None:
         name = os.path.basename(os.path.realpath(workdir))
@@ -218,6 +219,11 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         files.check_parent(workdir, "--workdir")
     elif (reason := files.cannot_create(workdir)) is not None:
         raise UserError(f"--workdir {workdir} is a folder {reason}: make it writable, or pass another --workdir.")
+    for sub, what in ((checkpoint.CHECKPOINT_DIR, "checkpoints"), (metrics.TENSORBOARD_DIR, "TensorBoard events")):
+        folder = os.path.join(workdir, sub)  # found at the first save or event otherwise, after compiling and steps
+        if os.path.isdir(folder) and (reason := files.cannot_create(folder)) is not None:
+            raise UserError(f"{folder}, where training writes its {what}, is a folder {reason}: make it writable, "
+                            "or pass another --workdir.")
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")

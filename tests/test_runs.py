@@ -444,3 +444,36 @@ def test_an_attention_override_that_cannot_run_here_is_one_sentence_before_the_w
         assert err.count("\n") == 1, (name, err)
         assert 'error: attention="triton" runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1' in err
     assert sorted(os.listdir(tmp_path)) == ["data", "run"]  # nothing written
+
+
+@pytest.mark.parametrize("sub, what", [("checkpoints", "checkpoints"), ("tensorboard", "TensorBoard events")])
+def test_a_run_subfolder_training_cannot_write_is_refused_before_any_work(tmp_path, monkeypatch, sub, what):
+    # A read-only checkpoints/ was found at the first save, after compiling and a checkpoint interval of steps
+    # (and followed by a dozen lines of Orbax's unawaited coroutines); a read-only tensorboard/ by a thread's
+    # traceback with the path as a bytes literal.
+    from sps_jax.cli import UserError
+    run = tmp_path / "run"
+    for name in ("checkpoints", "tensorboard"):
+        (run / name).mkdir(parents=True)
+    config = sps_config.load_config("configs/tiny.py")
+    runs.check_workdir(str(run), config)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).endswith(sub)
+                        else access(path, mode, **kw))  # chmod a-w, for a user other than root
+    with pytest.raises(UserError, match=rf"^{run}/{sub}, where training writes its {what}, is a folder which this "
+                                        r"user cannot write in: make it writable, or pass another --workdir\.$"):
+        runs.check_workdir(str(run), config)
+
+
+def test_a_workdir_under_a_bracketed_folder_is_refused_before_any_work(tmp_path):
+    # Orbax cannot read back checkpoints written there (tests/test_checkpoint.py): a run trained to its end,
+    # said nothing, and could be neither resumed nor evaluated.
+    from sps_jax import import_torch
+    from sps_jax.cli import UserError
+    config = sps_config.load_config("configs/tiny.py")
+    with pytest.raises(UserError, match=r"^--workdir .*/exp\[1\]/run lies under a folder named 'exp\[1\]', where "
+                                        r"Orbax cannot find the checkpoints it writes"):
+        runs.check_workdir(str(tmp_path / "exp[1]" / "run"), config)
+    with pytest.raises(UserError, match=r"^--out .*/imp\[0\] lies under a folder named 'imp\[0\]'"):
+        import_torch.check_out(str(tmp_path / "imp[0]"), force=False)
+    runs.check_workdir(str(tmp_path / "exp[1" / "run"), config)  # no pattern: Orbax finds its files there

@@ -418,11 +418,15 @@ def main_evaluate(argv) -> int:
     inputs = [("--val-data", args.val_data), ranks, ("--include-path", args.include_path),
               *(("--task-data", data) for data in task_data.values())]
     if args.out is not None:
-        flag, rename = "--out", "choose another name"
-    else:  # the default RUN/eval/step_<N>.json; --all-steps takes no --out
-        flag, rename = "the results file", "move it away" if args.all_steps else "--out to write elsewhere"
+        flag, rename, elsewhere = "--out", "choose another name", "choose another path"
+    elif args.all_steps:  # RUN/eval/step_<N>.json, and --all-steps takes no --out
+        flag, rename = "the results file", "move it away"
+        elsewhere = "make that folder writable, or evaluate one checkpoint at a time with --step N --out FILE"
+    else:  # the default RUN/eval/step_<N>.json
+        flag, rename = "the results file", "--out to write elsewhere"
+        elsewhere = "pass --out FILE to write the results elsewhere"
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
-        runs.output_file(out, flag, args.force, inputs, rename)
+        runs.output_file(out, flag, args.force, inputs, rename, elsewhere)
     if keys:  # the local files lm-eval reads, before it loads (seconds) and any weights do
         paper_tasks.check_task_data(task_data, keys)
         if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it

@@ -104,6 +104,25 @@ def test_all_steps_skips_a_checkpoint_that_the_training_runs_retention_deletes_m
     assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == ["step_5.json", "step_9.json"]
 
 
+@pytest.mark.parametrize("all_steps, advice", [
+    (False, "pass --out FILE to write the results elsewhere."),
+    (True, "make that folder writable, or evaluate one checkpoint at a time with --step N --out FILE.")])
+def test_a_run_folder_this_user_cannot_write_in_gets_advice_it_can_follow(tmp_path, monkeypatch, all_steps, advice):
+    # Said "choose another path" of the default RUN/eval/step_<N>.json, which --all-steps gives no flag to change.
+    import os
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path) == str(tmp_path / "run")
+                        else access(path, mode, **kw))  # chmod -R a-w run, for a user other than root
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")]
+                        + (["--all-steps"] if all_steps else []))
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: the results file {tmp_path}/run/eval/step_5.json lies under "
+                                      f"{tmp_path}/run, which this user cannot write in: {advice}")
+
+
 def test_a_result_another_evaluation_wrote_meanwhile_is_not_replaced_without_force(tmp_path, monkeypatch, capsys):
     """The same evaluation started twice: both find no results file at the start; before, the last to finish
     replaced the other's file unasked."""
