@@ -519,7 +519,10 @@ def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
 
 def parse_json(text: str, path: str, line: int | None = None, hint: str = ""):
     """JSON text from ``path`` (one line of a JSON Lines file when ``line`` is given); else one sentence
-    naming where, ending in ``hint`` (what to do) when given."""
+    naming where, ending in ``hint`` (what to do) when given. A line may start with a byte-order mark: JSONL
+    files joined with ``cat`` carry each later file's there, and it is no part of the value."""
+    if line is not None:
+        text = text.removeprefix("\ufeff")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

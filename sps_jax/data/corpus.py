@@ -84,8 +84,14 @@ def _kind(path: str) -> str | None:
 def _files(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
-    out = []
-    for folder, dirs, names in os.walk(path):
+    out, walked = [], set()
+    # Linked folders are read as linked files are; a link back to a folder above is walked once, not forever.
+    for folder, dirs, names in os.walk(path, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in walked:
+            dirs.clear()
+            continue
+        walked.add(real)
         dirs.sort()
         out += [os.path.join(folder, f) for f in sorted(names) if _kind(f)]
     return out
@@ -109,7 +115,8 @@ def _text_of(value, where: str, field: str) -> str | None:
     """A record's text: a string, or None (skipped, as a null Parquet cell is); anything else is refused."""
     if value is None or isinstance(value, str):
         return value
-    raise UserError(f"{where}: field {field!r} holds a {type(value).__name__}, not text.")
+    raise UserError(f"{where}: field {field!r} holds {value!r:.40}, a {type(value).__name__} value, not text: fix that "
+                    "record, or pass --text-field naming the field that holds the documents.")
 
 
 def _parquet_file(path: str, field: str) -> Iterator[str]:
@@ -125,9 +132,11 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
     if field not in names:
         raise UserError(f"{path} has no column {field!r} (columns: {names}): pass --text-field.")
     try:
+        row = 0
         for batch in pf.iter_batches(batch_size=1024, columns=[field]):
             for value in batch.column(0).to_pylist():
-                text = _text_of(value, path, field)
+                row += 1
+                text = _text_of(value, f"{path} row {row}", field)
                 if text is not None:
                     yield text
     except UserError:

@@ -39,3 +39,38 @@ def test_a_compressed_source_is_refused_before_it_is_read_as_text(tmp_path, name
     with pytest.raises(ValueError, match=rf"^source '.*{name}' is compressed, and only plain text, JSONL and Parquet "
                                          r"files are read: decompress it and pass the file it holds\.$"):
         corpus.check_source(str(path))
+
+
+def test_a_linked_folder_is_read_as_a_linked_file_is_and_a_link_loop_once(tmp_path):
+    # Documents under a linked subfolder were skipped unsaid (linked files were read); a source holding only such
+    # a folder was said to "hold no .txt ... files".
+    shared, source = tmp_path / "shared", tmp_path / "corpus"
+    shared.mkdir()
+    source.mkdir()
+    (shared / "doc.txt").write_text("in a linked folder")
+    (source / "more").symlink_to(shared)
+    (source / "again").symlink_to(source)  # a loop: read once
+    assert list(corpus.documents(str(source))) == ["in a linked folder"]
+    (source / "top.txt").write_text("at the top")
+    (source / "linked.txt").symlink_to(shared / "doc.txt")
+    assert list(corpus.documents(str(source))) == ["in a linked folder", "at the top", "in a linked folder"]
+
+
+def test_a_record_whose_text_is_no_string_is_named_with_its_line_or_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "n.jsonl").write_text('{"text": "ok"}\n{"text": 7}\n')
+    with pytest.raises(ValueError, match=r"n.jsonl line 2: field 'text' holds 7, a int value, not text: fix that "
+                                         r"record, or pass --text-field naming the field that holds the documents\.$"):
+        list(corpus.documents(str(tmp_path / "n.jsonl")))
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
+    with pytest.raises(ValueError, match=r"ints.parquet row 1: field 'text' holds 1, a int value, not text"):
+        list(corpus.documents(str(tmp_path / "ints.parquet")))
+
+
+def test_jsonl_files_joined_with_cat_keep_the_later_files_first_records(tmp_path):
+    # The second file's byte-order mark, now at the start of a line, was "not JSON (Unexpected UTF-8 BOM (decode
+    # using utf-8-sig))", a remedy no flag gives.
+    (tmp_path / "cat.jsonl").write_bytes(b'{"text": "a"}\n\xef\xbb\xbf{"text": "b"}\n')
+    assert list(corpus.documents(str(tmp_path / "cat.jsonl"))) == ["a", "b"]
