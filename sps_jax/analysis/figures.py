@@ -63,13 +63,13 @@ def final_point(source: str) -> dict:
             raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
                              "evaluated on validation data (train.eval_every), or their evaluation JSONs.")
         return {"label": info["run"], **{k: info[k] for k in ("variant", "window", "scale")},
-                "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1])}
+                "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1]), "measured": "training's validation"}
     ev = read_evaluation(source)
     if ev.get("val_nll") is None:
         raise ValueError(f"{source!r} has no val_nll.")
     return {"label": os.path.basename(ev.get("run") or source), "variant": ev["variant"],
             "window": ev.get("window"), "scale": ev.get("scale"), "val_nll": float(ev["val_nll"]),
-            "tokens_seen": ev.get("tokens_seen")}
+            "tokens_seen": ev.get("tokens_seen"), "measured": f"evaluate over {ev.get('val_tokens')} tokens"}
 
 
 PASS_EVALUATIONS = "pass evaluation JSONs written by sps_jax.evaluation.evaluate"
@@ -168,6 +168,18 @@ def _one_length(sources, points) -> None:
                          "trained for one number of tokens.")
 
 
+def _measures(sources, points) -> str | None:
+    """What differs where the sources' validation NLLs are measured over different tokens (training's validation
+    windows, evaluate over its --val-tokens), else None: their differences mix the methods' with the measurements'."""
+    measures = {}
+    for source, p in zip(sources, points):
+        measures.setdefault(p["measured"], source)
+    if len(measures) < 2:
+        return None
+    (a, first), (b, second) = list(measures.items())[:2]
+    return f"{first}'s NLL comes from {a} and {second}'s from {b}, which score other tokens"
+
+
 def window_ablation(sources, out: str) -> dict:
     """Figure 4 style: final validation NLL against the <predict> window w, one line per variant and scale.
 
@@ -178,6 +190,8 @@ def window_ablation(sources, out: str) -> dict:
     sources = [os.fspath(s) for s in sources]
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
+    if (differ := _measures(sources, points)) is not None:
+        print(f"warning: {differ}: the figure draws them as they are.", file=sys.stderr, flush=True)
     _one_per_key(zip(sources, points), lambda p: (p["scale"], p["variant"], p["window"]),
                  lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
     several_scales = len({p["scale"] for p in points}) > 1
@@ -312,6 +326,8 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     sources = [os.fspath(s) for s in sources]
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
+    if (differ := _measures(sources, points)) is not None:  # a test between seeds would test the measurements too
+        raise ValueError(f"{differ}: pass sources of one kind (run folders, or evaluation JSONs of one --val-tokens).")
     scales = sorted({_scale_name(p["scale"]) for p in points})
     if len(scales) > 1:
         raise ValueError(f"the sources hold scales {', '.join(scales)}: pass the seeds of one scale.")

@@ -248,6 +248,28 @@ def t_cdf_4(t):
     return 0.5 + 3 / 8 * u * (1 - t * t / (12 * (1 + t * t / 4)))
 
 
+def test_seeds_measured_over_other_tokens_are_not_pooled_and_an_ablation_says_so(tmp_path, capsys):
+    # A run folder's NLL (training's validation windows) and an evaluation JSON's (evaluate --val-tokens) were
+    # pooled into one seed sample, and the Welch test tested the measurements too.
+    d = str(tmp_path)
+    runs = [write_run(tmp_path / f"std{n}", f"s-standard-{n}", "standard", None, [3.6, 3.2 + n / 100])
+            for n in range(2)]
+    evals = []
+    for n, val_tokens in enumerate((2048, 4096)):
+        path = write_eval(d, f"std-e{n}", "s", "standard", None, None, val_nll=3.21, tokens=2000)
+        record = json.load(open(path))
+        json.dump(dict(record, val_tokens=val_tokens), open(path, "w"))
+        evals.append(path)
+    for sources, says in (([runs[0], evals[0]], r"std0's NLL comes from training's validation and .*std-e0.json's "
+                                                r"from evaluate over 2048 tokens, which score other tokens"),
+                          (evals, r"from evaluate over 2048 tokens and .* from evaluate over 4096 tokens, which score other tokens")):
+        with pytest.raises(ValueError, match=says + r": pass sources of one kind \(run folders, or evaluation "
+                                                    r"JSONs of one --val-tokens\)\.$"):
+            figures.seed_variance(sources, str(tmp_path / "seeds.png"))
+    figures.window_ablation([runs[0], evals[0]], str(tmp_path / "window.png"))
+    assert "which score other tokens: the figure draws them as they are." in capsys.readouterr().err
+
+
 def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
     """Appendix C: mean and 95% interval over 3 seeds with t_{0.025,2} ~ 4.30, one-sided Welch t-tests of SPS
     against each baseline, and TOST within +-0.01 NLL between two baselines. Three seeds of equal spread give
