@@ -452,9 +452,9 @@ def init_params(model: Transformer, rng):
 
 
 def param_shapes(model: Transformer | Any):
-    """Parameter ShapeDtypeStructs of a model (or its config: what ``Transformer`` takes) without allocating any weights. They do not
-    depend on the attention backend, so the shapes are traced with the dense one: a kernel that runs only
-    on its accelerator (``triton`` off a GPU) need not be traced for them."""
+    """Parameter ShapeDtypeStructs of a model (or of its config: whatever ``Transformer`` takes) without
+    allocating any weights. They do not depend on the attention backend, so the shapes are traced with the
+    dense one: a kernel that runs only on its accelerator (``triton`` off a GPU) need not be traced for them."""
     cfg = model.cfg if isinstance(model, Transformer) else ModelConfig.from_config(model)
     return _param_shapes(dataclasses.replace(cfg, attention="xla"))
 

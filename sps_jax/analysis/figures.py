@@ -67,9 +67,10 @@ def final_point(source: str) -> dict:
     ev = read_evaluation(source)
     if ev.get("val_nll") is None:
         raise ValueError(f"{source!r} has no val_nll.")
+    measured = f"evaluate over {ev['val_tokens']} tokens" if ev.get("val_tokens") else "evaluate"
     return {"label": os.path.basename(ev.get("run") or source), "variant": ev["variant"],
             "window": ev.get("window"), "scale": ev.get("scale"), "val_nll": float(ev["val_nll"]),
-            "tokens_seen": ev.get("tokens_seen"), "measured": f"evaluate over {ev.get('val_tokens')} tokens"}
+            "tokens_seen": ev.get("tokens_seen"), "measured": measured}
 
 
 PASS_EVALUATIONS = "pass evaluation JSONs written by sps_jax.evaluation.evaluate"

@@ -262,7 +262,8 @@ def test_seeds_measured_over_other_tokens_are_not_pooled_and_an_ablation_says_so
         evals.append(path)
     for sources, says in (([runs[0], evals[0]], r"std0's NLL comes from training's validation and .*std-e0.json's "
                                                 r"from evaluate over 2048 tokens, which score other tokens"),
-                          (evals, r"from evaluate over 2048 tokens and .* from evaluate over 4096 tokens, which score other tokens")):
+                          (evals, r"from evaluate over 2048 tokens and .* from evaluate over 4096 tokens, which "
+                                  r"score other tokens")):
         with pytest.raises(ValueError, match=says + r": pass sources of one kind \(run folders, or evaluation "
                                                     r"JSONs of one --val-tokens\)\.$"):
             figures.seed_variance(sources, str(tmp_path / "seeds.png"))
