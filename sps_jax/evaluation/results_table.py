@@ -107,11 +107,10 @@ def _labels(rows) -> list[str]:
 def _run_label(row: dict, same: list[dict]) -> str:
     """The run's name, or where runs of one name are among ``same`` (seeds of one config), its folder below
     the folders' common parent."""
-    if len({r.get("run") for r in same}) == len({_run_id(r) for r in same}):
+    names_suffice = len({r.get("run") for r in same}) == len({_run_id(r) for r in same})
+    if names_suffice or not isinstance(row.get("workdir"), str):
         return row.get("run") or "-"
     folders = [r["workdir"] for r in same if isinstance(r.get("workdir"), str)]
-    if not isinstance(row.get("workdir"), str):
-        return row.get("run") or "-"
     parent = os.path.commonpath(folders) if len(folders) > 1 else os.path.dirname(row["workdir"])
     return os.path.relpath(row["workdir"], parent) if row["workdir"] != parent else row["workdir"]
 
