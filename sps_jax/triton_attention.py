@@ -55,11 +55,11 @@ if triton is not None:
     @triton.jit
     def _forward_blocks(acc, m, l, q, k_base, v_base, lo, hi, start, stop,
                         ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr,
-                        LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr):
+                        LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """Online softmax over key blocks [start, stop) of one stream (base-2 logits)."""
         for kb in range(start, stop):
             j, k, v = _key_block(k_base, v_base, kb, ROW, D, BLOCK_K)
-            s = tl.dot(q, tl.trans(k)) * LOG2_SCALE
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * LOG2_SCALE
             if MASKED:
                 seen = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
                 s = tl.where(seen, s, _MASK_VALUE)
@@ -69,7 +69,7 @@ if triton is not None:
                 p = tl.where(seen, p, 0.0)
             alpha = tl.exp2(m - m_new)
             l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
             m = m_new
         return acc, m, l
 
@@ -95,7 +95,8 @@ if triton is not None:
     @triton.jit
     def sps_triton_forward(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                            S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
-                           D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+                           D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
+                      DOT_PRECISION: tl.constexpr):
         """One query tile (ROWS interleaved rows) of one head: its output and base-2 lse."""
         ROW: tl.constexpr = H * D
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
@@ -109,11 +110,11 @@ if triton is not None:
                                                                       S, N, ROWS)
             keys = (b * (S * TP) + t * TP) * ROW + h * D
             acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
-                                        ROW, D, BLOCK_K, LOG2_SCALE, True)
+                                        ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
             acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
-                                        ROW, D, BLOCK_K, LOG2_SCALE, False)
+                                        ROW, D, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
             acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
-                                        ROW, D, BLOCK_K, LOG2_SCALE, True)
+                                        ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
         seen = l > 0
         l_safe = tl.where(seen, l, 1.0)
         tl.store(o_ptr + rows_at, (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty))
@@ -122,21 +123,22 @@ if triton is not None:
     @triton.jit
     def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, lo, hi, start, stop,
                    ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr,
-                   LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr):
+                   LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """dQ's share of key blocks [start, stop) of one stream."""
         for kb in range(start, stop):
             j, k, v = _key_block(k_base, v_base, kb, ROW, D, BLOCK_K)
-            p = tl.exp2(tl.dot(q, tl.trans(k)) * LOG2_SCALE - lse[:, None])
+            p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * LOG2_SCALE - lse[:, None])
             if MASKED:
                 p = tl.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
-            ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
-            dq += tl.dot(ds.to(k.dtype), k)
+            ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION) - delta[:, None])
+            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
         return dq
 
     @triton.jit
     def sps_triton_dq(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                       S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
-                      D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+                      D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
+                      DOT_PRECISION: tl.constexpr):
         """dQ of one query tile of one head."""
         ROW: tl.constexpr = H * D
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
@@ -150,17 +152,17 @@ if triton is not None:
                                                                       S, N, ROWS)
             keys = (b * (S * TP) + t * TP) * ROW + h * D
             dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
-                            ROW, D, BLOCK_K, LOG2_SCALE, True)
+                            ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
             dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
-                            ROW, D, BLOCK_K, LOG2_SCALE, False)
+                            ROW, D, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
             dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
-                            ROW, D, BLOCK_K, LOG2_SCALE, True)
+                            ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
         tl.store(dq_ptr + rows_at, (dq * SCALE).to(dq_ptr.dtype.element_ty))
 
     @triton.jit
     def _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, start, stop,
                    ROW: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
-                   LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr):
+                   LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """dK, dV of one key block over query tiles [start, stop); scores as [keys, query rows], so p
         needs no transpose."""
         d = tl.arange(0, D)
@@ -169,19 +171,20 @@ if triton is not None:
             q = tl.load(q_base + r[:, None] * ROW + d[None, :])
             do = tl.load(do_base + r[:, None] * ROW + d[None, :])
             lse, delta = tl.load(lse_base + r), tl.load(delta_base + r)
-            p = tl.exp2(tl.dot(k, tl.trans(q)) * LOG2_SCALE - lse[None, :])
+            p = tl.exp2(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * LOG2_SCALE - lse[None, :])
             if MASKED:
                 p = tl.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
-            dv += tl.dot(p.to(do.dtype), do)
-            ds = p * (tl.dot(v, tl.trans(do)) - delta[None, :])
-            dk += tl.dot(ds.to(q.dtype), q)
+            dv += tl.dot(p.to(do.dtype), do, input_precision=DOT_PRECISION)
+            ds = p * (tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION) - delta[None, :])
+            dk += tl.dot(ds.to(q.dtype), q, input_precision=DOT_PRECISION)
         return dk, dv
 
     @triton.jit
     def sps_triton_dkv(table_ptr, lo_ptr, hi_ptr, k_ptr, v_ptr, q_ptr, do_ptr, lse_ptr, delta_ptr,
                        dk_ptr, dv_ptr,
                        N: tl.constexpr, M: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
-                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+                       ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr):
         """dK and dV of one key block (BLOCK_K positions of one stream) of one head."""
         kb, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
         ROW: tl.constexpr = H * D
@@ -199,11 +202,11 @@ if triton is not None:
         dk = tl.zeros([BLOCK_K, D], tl.float32)
         dv = tl.zeros([BLOCK_K, D], tl.float32)
         dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, first, full_first,
-                            ROW, D, ROWS, LOG2_SCALE, True)
+                            ROW, D, ROWS, LOG2_SCALE, True, DOT_PRECISION)
         dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_first, full_end,
-                            ROW, D, ROWS, LOG2_SCALE, False)
+                            ROW, D, ROWS, LOG2_SCALE, False, DOT_PRECISION)
         dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_end, end,
-                            ROW, D, ROWS, LOG2_SCALE, True)
+                            ROW, D, ROWS, LOG2_SCALE, True, DOT_PRECISION)
         tl.store(dk_ptr + keys_at, (dk * SCALE).to(dk_ptr.dtype.element_ty))
         tl.store(dv_ptr + keys_at, dv.to(dv_ptr.dtype.element_ty))
 
@@ -273,11 +276,27 @@ def launch(kernel, grid, inputs, out_shapes, *, interpret: bool, target, num_war
                                   input_output_aliases=aliases, **meta)
 
 
+# jax's matmul precision names -> tl.dot's input_precision for float32 operands, as Pallas's Triton
+# lowering maps them; every other name (None, 'default', 'high', 'tensorfloat32', ...) is one
+# TensorFloat-32 product.
+_INPUT_PRECISION = {"highest": "ieee", "float32": "ieee", "F32_F32_F32": "ieee", "F64_F64_F64": "ieee",
+                    "TF32_TF32_F32_X3": "tf32x3"}
+
+
+def dot_precision() -> str:
+    """``tl.dot``'s ``input_precision`` under jax's matmul precision at trace time. Triton's own default
+    is always TensorFloat-32, which left these kernels 1e-3 off the Pallas ones under
+    ``jax.default_matmul_precision("highest")`` in float32 (measured on an H100). 16-bit operands
+    ignore it."""
+    return _INPUT_PRECISION.get(jax.config.jax_default_matmul_precision, "tf32")
+
+
 def _launch(plan, name: str, grid, inputs, out_shapes, **meta):
     """:func:`launch` of kernel ``name`` with the tiles of its entry in ``plan.tuning``."""
     tiles = getattr(plan.tuning, TUNING_FIELD[name])
     return launch(globals()[name], grid, inputs, out_shapes, interpret=plan.interpret, target=plan.target,
-                  num_warps=tiles.num_warps, num_stages=tiles.num_stages, name=name, **meta)
+                  num_warps=tiles.num_warps, num_stages=tiles.num_stages, name=name,
+                  DOT_PRECISION=dot_precision(), **meta)
 
 
 def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):

@@ -4,8 +4,9 @@ One deviceless compile of the attention forward and backward builds all three Tr
 for the target (XLA runs Triton and ptxas). The PTX comes out of XLA's dump; ``ptxas -v`` on it
 gives registers, spill bytes and the stack frame, and XLA's thunk sequence gives each launch's
 grid, threads and dynamic shared memory (Triton's shared memory is all dynamic, so ptxas does not
-report it). A configuration that needs more shared memory than the card has fails to compile with
-XLA's resource error, which is reported as such.
+report it). The PTX also says which tensor-core instructions each kernel's products use. A
+configuration that needs more shared memory than the card has fails to compile with XLA's resource
+error, which is reported as such.
 """
 
 from __future__ import annotations
@@ -102,6 +103,35 @@ def parse_ptxas(text: str) -> dict:
     if m:
         info["registers"] = int(m[1])
     return info
+
+
+# Tensor-core matrix instructions in PTX: Hopper's warpgroup MMA, Blackwell's tcgen05, and the warp-level
+# mma.sync of earlier cards (which Hopper and Blackwell still run, slower).
+_MATRIX_OP = re.compile(r"\b((?:wgmma\.mma_async|tcgen05\.mma|mma\.sync)[\w.:]*)")
+
+
+def matrix_instructions(ptx: str, name: str) -> dict:
+    """{instruction: count} of kernel ``name``'s tensor-core instructions in a PTX module (which may hold
+    other kernels). Empty when its products run on the FMA units, as float32 at full precision does."""
+    body = re.split(rf"\.entry {re.escape(name)}\(", ptx, maxsplit=1)
+    if len(body) < 2:
+        return {}
+    own = re.split(r"\.entry \w+\(", body[1], maxsplit=1)[0]
+    found = {}
+    for op in _MATRIX_OP.findall(own):
+        found[op] = found.get(op, 0) + 1
+    return found
+
+
+def matrix_summary(instructions: dict) -> str:
+    """A kernel's matrix instructions in two words, family and input type ("wgmma bf16", "mma.sync tf32";
+    tcgen05 names its kind, "f16" for bf16 too), or "fma" when there are none."""
+    kinds = set()
+    for op in instructions:
+        family = op.split(".mma")[0] if not op.startswith("mma") else "mma.sync"
+        types = re.findall(r"(?:\.|kind::)(bf16|f16|tf32|f8f6f4|e4m3|e5m2|s8|u8|i8)\b", op)
+        kinds.add(f"{family} {types[0] if types else '?'}")
+    return ", ".join(sorted(kinds)) or "fma"
 
 
 def parse_launches(thunk_text: str) -> dict:
@@ -253,6 +283,8 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
             if ptx is None:
                 entry["error"] = "no PTX for this kernel in the compiled program"
             else:
+                with open(ptx) as f:
+                    entry["matrix_instructions"] = matrix_instructions(f.read(), name)
                 out, text, lowered_from = _assemble(ptxas, acc.sm_arch, ptx)
                 if lowered_from:
                     entry["ptx_version_lowered_from"] = lowered_from

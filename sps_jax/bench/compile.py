@@ -5,7 +5,9 @@ For each target accelerator (``sps_jax.hardware``), without one attached, it com
 - ``kernels``: on GPU targets the three Pallas kernels, and the same kernels through jax-triton
   (``--kernel-sets``), with the decode kernels of ours each set's decode step runs, at the paper's S
   and XL attention shapes and a 128-wide head for each variant, with the per-target default tiles:
-  registers, spill bytes, stack frame, shared memory, grid and threads per kernel; on TPU targets splash attention's forward and backward (its
+  registers, spill bytes, stack frame, shared memory, grid and threads per kernel, and its tensor-core
+  instructions (``matmul``: wgmma on Hopper, tcgen05 on Blackwell; fma when float32 runs at full
+  precision); on TPU targets splash attention's forward and backward (its
   three Mosaic kernels) at the S shape and a 128-wide head for each variant: per-chip memory, FLOPs
   and the fraction of a dense causal kernel's scores its blocks compute (``sps_jax.aot.tpu_kernels``);
 - ``train``: the sharded train step for each attention backend, variant, micro-batch and remat
@@ -304,7 +306,7 @@ def print_tables(results) -> None:
             print_tpu_kernels(res["kernels"])
         elif res.get("kernels"):
             print(f"{'shape':12s} {'dtype':9s} {'variant':14s} {'kernel':28s} {'tiles q/k w s':>14s} {'regs':>5s} "
-                  f"{'spill B':>8s} {'smem KiB':>9s} {'grid':>14s}")
+                  f"{'spill B':>8s} {'smem KiB':>9s} {'grid':>14s}  matmul")
             for rep in res["kernels"]:
                 head = f"{rep['shape']['name']:12s} {rep['dtype']:9s} {rep['variant']:14s}"
                 if rep["status"] != "ok":
@@ -316,7 +318,7 @@ def print_tables(results) -> None:
                     grid = "x".join(str(g) for g in k.get("grid", []))
                     print(f"{head} {kname:28s} {tiles:>14s} "
                           f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / 1024:>9.1f} "
-                          f"{grid:>14s}")
+                          f"{grid:>14s}  {gpu_kernels.matrix_summary(k.get('matrix_instructions', {}))}")
         if res.get("train"):
             print(f"\n{'attention':9s} {'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} "
                   f"{'fits':>5s} {'TFLOP':>10s} {'model TFLOP':>12s}")

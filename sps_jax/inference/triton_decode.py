@@ -58,7 +58,7 @@ if triton is not None:
     def sps_triton_decode_past(q_ptr, k_ptr, v_ptr, lo_ptr, end_ptr, o_ptr, m_ptr, l_ptr,
                                S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr, H: tl.constexpr,
                                D: tl.constexpr, SPLITS: tl.constexpr, PER_SPLIT: tl.constexpr,
-                               BLOCK_K: tl.constexpr, SCALE: tl.constexpr):
+                               BLOCK_K: tl.constexpr, SCALE: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """Softmax partials of one (row, head)'s S query rows over split ``program_id(0)`` of the
         cache's slots within [lo, end): unnormalised output (f32), row max (natural log units) and
         row sum; an empty split leaves max at the mask value, sum and output zero."""
@@ -81,12 +81,13 @@ if triton is not None:
             at = head * T * D + j[:, None] * D + d[None, :]  # K and V share the layout
             k = tl.load(k_ptr + at, mask=seen[:, None], other=0.0)
             v = tl.load(v_ptr + at, mask=seen[:, None], other=0.0)
-            s = tl.where(seen[None, :], tl.dot(q, tl.trans(k)) * (SCALE * _LOG2E), _MASK_VALUE)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * (SCALE * _LOG2E)
+            s = tl.where(seen[None, :], s, _MASK_VALUE)
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.where(seen[None, :], tl.exp2(s - m_new[:, None]), 0.0)
             alpha = tl.exp2(m - m_new)
             l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
             m = m_new
         part = (head * SPLITS + split) * S + rows
         tl.store(o_ptr + part[:, None] * D + d[None, :], acc, mask=row_ok[:, None])
@@ -129,7 +130,7 @@ if triton is not None:
                                o_ptr, k_cache_out_ptr, v_cache_out_ptr, k_ring_out_ptr, v_ring_out_ptr,
                                B: tl.constexpr, S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr,
                                R: tl.constexpr, RP: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
-                               SPLITS: tl.constexpr, SCALE: tl.constexpr):
+                               SPLITS: tl.constexpr, SCALE: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """SPS: one (row, head) at position i: merge the past's splits, store x_i and rho_i, attend to
         x_i and the ring, normalise. Every access past the S query rows or the R ring slots is masked."""
         h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
@@ -155,7 +156,7 @@ if triton is not None:
         q = tl.load(q_ptr + (head * S + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
         seen = tl.load(mask_ptr + (b * S + rows[:, None]) * R + slots[None, :],
                        mask=row_ok[:, None] & slot_ok[None, :], other=0) != 0
-        scores = tl.where(seen, tl.dot(q, tl.trans(k_ring)) * SCALE, _MASK_VALUE)
+        scores = tl.where(seen, tl.dot(q, tl.trans(k_ring), input_precision=DOT_PRECISION) * SCALE, _MASK_VALUE)
         # x_i precedes every query row of position i: each row sees it.
         score_now = tl.sum(q.to(tl.float32) * k_now.to(tl.float32)[None, :], 1) * SCALE
         row_max = tl.maximum(tl.maximum(max_past, tl.max(scores, 1)), score_now)
@@ -163,7 +164,7 @@ if triton is not None:
         p_now = tl.exp(score_now - row_max)
         past_scale = tl.exp(max_past - row_max)
         denom = past_scale * sum_past + tl.sum(p, 1) + p_now  # > 0: every row sees x_i
-        o = (tl.dot(p.to(v_ring.dtype), v_ring) + past_scale[:, None] * o_past
+        o = (tl.dot(p.to(v_ring.dtype), v_ring, input_precision=DOT_PRECISION) + past_scale[:, None] * o_past
              + p_now[:, None] * v_now.to(tl.float32)[None, :])
         tl.store(o_ptr + ((b * S + rows[:, None]) * H + h) * D + d[None, :],
                  (o / denom[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -214,7 +215,7 @@ def _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
                  jnp.reshape(end, (1,)).astype(jnp.int32)),
                 (f32(B, H, splits, S, K), f32(B, H, splits, S), f32(B, H, splits, S)), split.interpret,
                 S=S, SP=pa.tile_side(S), T=T, H=H, D=K, SPLITS=splits, PER_SPLIT=per_split, BLOCK_K=block_k,
-                SCALE=K ** -0.5)
+                SCALE=K ** -0.5, DOT_PRECISION=triton_attention.dot_precision())
 
 
 def past(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
@@ -252,5 +253,6 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     o_BSHK, k_cache, v_cache, k_ring, v_ring = _run(
         RING_KERNEL, (H, B), inputs + (mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring),
         (o_shape, same(k_cache), same(v_cache), same(k_ring), same(v_ring)), split.interpret,
-        aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=pa.tile_side(R), **shared)
+        aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=pa.tile_side(R),
+        DOT_PRECISION=triton_attention.dot_precision(), **shared)
     return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)

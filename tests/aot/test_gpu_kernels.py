@@ -91,6 +91,26 @@ def test_ptxas_and_thunk_reports_are_parsed():
         "sps_flash_dkv": {"grid": [1, 12, 128], "threads": 128, "shared_memory_bytes": 82944}}
 
 
+def test_each_kernels_matrix_instructions_are_read_from_its_own_part_of_the_ptx():
+    ptx = (".visible .entry sps_flash_forward(\n"
+           "  wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%f1}, %rd1, %rd2;\n"
+           "  wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%f1}, %rd3, %rd4;\n"
+           "  wgmma.fence.sync.aligned;\n}\n"
+           ".visible .entry sps_flash_dq(\n"
+           "  @%p1 mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1}, {%r1}, {%r2}, {%f2};\n}\n"
+           ".visible .entry sps_flash_dkv(\n  fma.rn.f32 %f1, %f2, %f3, %f4;\n}\n")
+    assert gpu_kernels.matrix_instructions(ptx, "sps_flash_forward") == {
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16": 2}
+    assert gpu_kernels.matrix_instructions(ptx, "sps_flash_dq") == {
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32": 1}
+    assert gpu_kernels.matrix_instructions(ptx, "sps_flash_dkv") == {}
+    assert gpu_kernels.matrix_instructions(ptx, "sps_decode_ring") == {}
+    summary = {name: gpu_kernels.matrix_summary(gpu_kernels.matrix_instructions(ptx, name))
+               for name in ("sps_flash_forward", "sps_flash_dq", "sps_flash_dkv")}
+    assert summary == {"sps_flash_forward": "wgmma bf16", "sps_flash_dq": "mma.sync tf32", "sps_flash_dkv": "fma"}
+    assert gpu_kernels.matrix_summary({"tcgen05.mma.cta_group::1.kind::f16": 4}) == "tcgen05 f16"
+
+
 def test_a_tpu_has_no_triton_kernels():
     with pytest.raises(ValueError, match="not a GPU"):
         gpu_kernels.kernel_report(hardware.ACCELERATORS["tpu-v5e"], gpu_kernels.SHAPES[0])
@@ -115,17 +135,21 @@ def test_jax_tritons_launch_records_are_parsed():
 
 
 def _triton_reports(cases, decode=True):
-    """kernel_report of the jax-triton kernels for each (target, head dim, dtype, variant, tiles or None),
-    in a child process without Triton's interpreter, which tests/conftest.py turns on here."""
+    """kernel_report of the jax-triton kernels for each (target, head dim, dtype, variant, tiles or None[,
+    jax's matmul precision]), in a child process without Triton's interpreter, which tests/conftest.py
+    turns on here."""
     script = (
         "import json, sys\n"
         "from sps_jax import hardware, masks, pallas_attention as pa\n"
         "from sps_jax.aot import gpu_kernels\n"
         "out = []\n"
-        "for target, head_dim, dtype, variant, tiles in json.loads(sys.argv[1]):\n"
+        "import jax\n"
+        "for target, head_dim, dtype, variant, tiles, *precision in json.loads(sys.argv[1]):\n"
         "    tuning = pa.Tuning(*(pa.Tiles(*t) for t in tiles)) if tiles else None\n"
-        "    out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2, head_dim,"
-        f" {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton', decode={decode}))\n"
+        "    with jax.default_matmul_precision(precision[0] if precision else None):\n"
+        "        out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2,"
+        f" head_dim, {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton',"
+        f" decode={decode}))\n"
         "print(json.dumps(out))\n")
     done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env={**compile_env(), "PYTHONPATH": REPO},
                           capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -169,6 +193,34 @@ def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim
     splits = decode_attention.split_for(SMALL_T, kernels="triton").k_splits
     assert splits == 16 and report["kernels"]["sps_triton_decode_past"]["grid"] == [splits, 2, 1]
     assert report["kernels"][after_past]["grid"] == [2, 1, 1]
+    # The training kernels' products take each generation's own tensor-core instructions (Hopper's
+    # warpgroup MMA, Blackwell's tcgen05); the decode kernels' few rows take warp-level mma.sync. A Hopper
+    # warpgroup (4 warps) multiplies 64 rows at a time: the Dh-128 dK/dV tile, 32 keys over 8 warps, has too
+    # few and falls back to mma.sync (its 64-key tiles spill: pallas_attention.TRITON_TUNING).
+    matmul = {name: gpu_kernels.matrix_summary(k["matrix_instructions"]) for name, k in report["kernels"].items()}
+    newest = "wgmma bf16" if target == "h100" else "tcgen05 f16"
+    dkv = "mma.sync bf16" if target == "h100" and tuning.dkv.block_k < 16 * tuning.dkv.num_warps else newest
+    assert (target, head_dim, dkv) != ("h100", 64, "mma.sync bf16")
+    assert matmul == {"sps_triton_forward": newest, "sps_triton_dq": newest, "sps_triton_dkv": dkv,
+                      "sps_triton_decode_past": "mma.sync bf16",
+                      after_past: "fma" if variant == "standard" else "mma.sync bf16"}, matmul
+
+
+@needs_jax_triton
+def test_the_jax_triton_kernels_multiply_float32_at_the_precision_jax_asks_for():
+    """Under jax.default_matmul_precision("highest") every float32 product is full float32 (FMA units), as in
+    the Pallas kernels; at jax's default they are TensorFloat-32 tensor-core products, as XLA's own are on a
+    GPU. Triton's default is TensorFloat-32 whatever jax asks: an H100 measured the jax-triton forward 3.4e-3
+    off the dense float32 logits under "highest", the Pallas one 6e-6."""
+    default, highest = _triton_reports([("h100", 64, "float32", "sps", None),
+                                        ("h100", 64, "float32", "sps", None, "highest")])
+    assert default["status"] == highest["status"] == "ok", (default.get("error"), highest.get("error"))
+    products = {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv", "sps_triton_decode_past",
+                "sps_triton_decode_ring"}
+    assert set(highest["kernels"]) == products
+    for name in products:
+        assert gpu_kernels.matrix_summary(default["kernels"][name]["matrix_instructions"]).endswith("tf32"), name
+        assert highest["kernels"][name]["matrix_instructions"] == {}, name
 
 
 SMALL_TILES = [32, 32, 4, 2]  # quick to compile: for the kernels a control is not about
