@@ -17,7 +17,7 @@ COMMANDS = {
     "tiles": "sweep each Pallas kernel's tiles, warps and stages against cuDNN (GPU)",
     "train": "training step throughput (input tokens/s) and MFU",
     "generate": "prefill + decode throughput and peak memory of every variant vs Standard",
-    "smoke": "forward, loss and gradient of every variant on a config (a quick health check)",
+    "smoke": "loss, gradient and decoding of every variant on a config, decoding checked against the dense forward",
     "compile": "deviceless compile for H100/B200/TPU: kernel binaries, per-device memory and FLOPs",
 }
 

@@ -1,8 +1,13 @@
-"""Forward, loss and gradient of every variant on a config: a one-minute health check.
+"""Forward, loss and gradient of every variant on a config, and decoding checked against the dense
+forward: a one-minute health check of a machine and an attention backend.
 
     python -m sps_jax.bench smoke --config configs/tiny.py [--config.model.attention=pallas]
 
-The windowed variants take the config's window (or the default one, docs/design.md section 1).
+The windowed variants take the config's window (or the default one, docs/design.md section 1). The
+decode check prefills half of up to 512 positions and decodes the rest one step at a time through the
+config's attention backend (on a GPU, the training kernels in prefill and the decode kernels after
+it), in float32 at full matmul precision, and compares each step's logits with the dense ``xla``
+forward of the same weights: more than 1e-4 of the largest logit exits 1.
 """
 
 from __future__ import annotations
@@ -19,6 +24,33 @@ import jax.numpy as jnp
 from sps_jax import attention, bench, cli, config as sps_config, hardware
 from sps_jax import masks
 from sps_jax import model as sps_model
+from sps_jax.inference import decoding
+
+DECODE_CHECK_LEN = 512  # positions of the decode check: the first half prefilled, the rest decoded
+# Of the largest |logit|: float32 rounding differs by about 1e-6; TensorFloat-32 products by about 1e-3.
+DECODE_TOLERANCE = 1e-4
+
+
+def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
+    """Prefill the first half of ``tokens_BT`` and decode the rest through ``cfg``'s attention backend;
+    the largest |logit| difference to the dense ``xla`` forward over the largest |logit|. Both run in
+    float32 at full matmul precision, so that what differs is the kernels' logic, not their rounding."""
+    L = tokens_BT.shape[1]
+    exact = dataclasses.replace(cfg, dtype="float32", param_dtype="float32", residual_dtype=None, seq_len=L)
+    params = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
+    half = L // 2
+
+    def step(cache, token_B):
+        logits_BV, cache = decoding.decode_step(exact, params, cache, token_B)
+        return cache, logits_BV
+
+    with jax.default_matmul_precision("highest"):
+        want_BTV = jax.jit(sps_model.Transformer(dataclasses.replace(exact, attention="xla")).apply)(
+            {"params": params}, tokens_BT)[:, half:]
+        cache, _ = decoding.prefill(exact, params, tokens_BT[:, :half], max_len=L)
+        decode_all = jax.jit(lambda cache, tokens_TB: jax.lax.scan(step, cache, tokens_TB)[1])
+        got_TBV = decode_all(cache, tokens_BT[:, half:].T)
+    return float(jnp.abs(got_TBV.swapaxes(0, 1) - want_BTV).max() / jnp.abs(want_BTV).max())
 
 
 def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
@@ -38,6 +70,8 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
                             f"for the weights, their gradient and each layer's input, more than the "
                             f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size.")
     tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
+    L = min(T, DECODE_CHECK_LEN)
+    decode_tokens = tokens[:, :L].at[0, 3 * L // 4].set(base.eos_id)  # decoding across a document boundary
     for cfg in cfgs:
         variant = cfg.variant
         model = sps_model.Transformer(cfg)
@@ -46,7 +80,8 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
         loss, grads = jax.jit(jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens)))(params)
         grad_norm = jnp.sqrt(sum(jnp.vdot(g, g) for g in jax.tree_util.tree_leaves(grads)))
         row = dict(variant=variant, window=cfg.window, params=sps_model.count_params(model),
-                   loss=float(loss), grad_norm=float(grad_norm), seconds=time.perf_counter() - start)
+                   loss=float(loss), grad_norm=float(grad_norm),
+                   decode_error=decode_error(cfg, params, decode_tokens), seconds=time.perf_counter() - start)
         print(json.dumps(row), flush=True)
         results.append(row)
     return results
@@ -61,11 +96,17 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=cli.positive_int, default=2, help="rows per forward pass")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
-    results = smoke(sps_config.load_config(args.config, overrides), args.batch_size)
+    config = sps_config.load_config(args.config, overrides)
+    results = smoke(config, args.batch_size)
     bench.write_results(args, results)
     bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]
     if bad:
         print(f"non-finite loss for {bad}", file=sys.stderr)
+        return 1
+    off = [r["variant"] for r in results if not r["decode_error"] <= DECODE_TOLERANCE]
+    if off:
+        print(f"decoding through attention={config.model.attention} is more than {DECODE_TOLERANCE:g} of the largest "
+              f"logit off the dense forward for {', '.join(off)} (decode_error in the rows above).", file=sys.stderr)
         return 1
     return 0
 

@@ -1,12 +1,17 @@
-"""The smoke check runs every variant on a config and reports finite losses."""
+"""The smoke check runs every variant on a config, reports finite losses, and checks that decoding through the
+attention backend equals the dense forward."""
 
 import json
 import math
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from sps_jax.bench import smoke
-from tests.helpers import SMALL_OVERRIDES
+from sps_jax.inference import decoding
+from tests.helpers import EOS, SMALL_OVERRIDES, small_model
 
 
 @pytest.mark.slow  # five variants' gradients compiled: the model tests cover each variant's loss
@@ -21,6 +26,42 @@ def test_smoke_check_runs_every_variant_with_the_configs_window(tmp_path):
     # Every variant has the same parameters, and at init the loss is about ln(vocabulary).
     assert len({r["params"] for r in rows.values()}) == 1
     assert all(abs(r["loss"] - math.log(64)) < 1.0 and r["grad_norm"] > 0 for r in rows.values())
+    assert all(r["decode_error"] < 1e-5 for r in rows.values()), rows
+
+
+def _decode_tokens(L=32):
+    tokens = np.random.default_rng(3).integers(0, 50, (2, L))
+    tokens[0, 3 * L // 4] = EOS
+    return jnp.asarray(tokens, jnp.int32)
+
+
+@pytest.mark.parametrize("attention", ["xla", "pallas"])
+def test_decoding_through_the_backend_is_the_dense_forward(attention):
+    """Pallas's training kernel (in its interpreter here) fills the cache in prefill; the steps after it decode."""
+    cfg, _, params = small_model("sps", 3, attention=attention)
+    assert smoke.decode_error(cfg, params, _decode_tokens()) < 1e-5
+
+
+def test_the_decode_check_sees_reduced_precision_products(monkeypatch):
+    """Logits rounded to bfloat16's 8 bits, about what TensorFloat-32 products cost a kernel: past the tolerance."""
+    step = decoding.decode_step
+
+    def rounded(cfg, params, cache, tokens_B):
+        logits_BV, cache = step(cfg, params, cache, tokens_B)
+        return logits_BV.astype(jnp.bfloat16).astype(jnp.float32), cache
+
+    monkeypatch.setattr(decoding, "decode_step", rounded)
+    cfg, _, params = small_model("sps", 3)
+    assert smoke.decode_error(cfg, params, _decode_tokens()) > smoke.DECODE_TOLERANCE
+
+
+def test_a_decode_error_past_the_tolerance_exits_1_naming_the_variants(monkeypatch, capsys):
+    rows = [dict(variant="standard", loss=4.1, decode_error=2e-7), dict(variant="sps", loss=4.2, decode_error=3e-3)]
+    monkeypatch.setattr(smoke, "smoke", lambda config, batch_size: rows)
+    assert smoke.main(["--config", "configs/tiny.py"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "decoding through attention=xla is more than 0.0001 of the largest logit off the dense forward for sps "
+        "(decode_error in the rows above).")
 
 
 def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkeypatch):
