@@ -300,6 +300,8 @@ def print_tpu_kernels(rows) -> None:
 
 
 def print_tables(results) -> None:
+    from sps_jax.aot import gpu_kernels
+
     for name, res in results["targets"].items():
         print(f"\n== {name} (deviceless compile; jax {results['jax_version']}) ==")
         if res.get("kernels") and res["platform"] == "tpu":

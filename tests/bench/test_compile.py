@@ -42,6 +42,26 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     assert "GB accessed" in out.stdout
 
 
+def test_the_gpu_kernel_table_gives_each_kernels_binary_and_matrix_instructions(capsys):
+    """One row per kernel of each report, as kernel_report writes them (tests/aot compile the real ones)."""
+    kernel = dict(block_q=32, block_k=64, num_warps=4, num_stages=3, registers=168, spill_store_bytes=0,
+                  spill_load_bytes=0, shared_memory_bytes=66560, grid=[128, 12, 6])
+    report = {"shape": {"name": "S"}, "dtype": "bfloat16", "variant": "sps", "status": "ok", "kernels": {
+        "sps_flash_forward": {**kernel,
+                              "matrix_instructions": {"wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16": 24}},
+        "sps_flash_dkv": {**kernel, "spill_store_bytes": 8, "spill_load_bytes": 4, "matrix_instructions": {}}}}
+    failed = {"shape": {"name": "S, Dh 128"}, "dtype": "float16", "variant": "sps", "status": "compile_error",
+              "error": "Shared memory size limit exceeded: sps_flash_forward needs 278528 bytes"}
+    bench_compile.print_tables({"jax_version": "0.10.2", "targets": {"h100": {"platform": "gpu",
+                                                                              "kernels": [report, failed]}}})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "== h100 (deviceless compile; jax 0.10.2) =="
+    assert lines[2].split()[-1] == "matmul"
+    assert lines[3].split()[-6:] == ["168", "0", "65.0", "128x12x6", "wgmma", "bf16"]
+    assert lines[4].split()[-5:] == ["168", "12", "65.0", "128x12x6", "fma"] and "32/64 4 3" in lines[4]
+    assert lines[5].startswith("S, Dh 128") and "compile_error: Shared memory size limit exceeded" in lines[5]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--target", "h999"], "unknown target 'h999': choose from h100,"),
     (["--target", "h100", "--only", "kernels,speed"], "unknown program 'speed': choose from kernels, train, generate"),
