@@ -196,6 +196,7 @@ def check_writable_path(workdir: str, flag: str = "--workdir") -> None:
 def save_params(workdir: str, step: int, params, trained_as: dict, meta: dict | None = None) -> None:
     """A weights-only checkpoint at ``step`` (written synchronously) of a model ``trained_as``
     (ModelConfig.function_fields)."""
+    workdir = files.path_text(workdir, "workdir")
     check_writable_path(workdir, "the run folder")
     with manager(workdir, enable_async_checkpointing=False) as mngr:
         mngr.save(step, args=ocp.args.Composite(
@@ -220,6 +221,7 @@ def restore_params(workdir: str, step: int | None = None, target=None):
     under it: the latest is then read again from the newest one, and a given step that vanished is
     :class:`CheckpointGone`, not "damaged".
     """
+    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
     for _ in range(_READS_WHILE_TRAINING):
         found = steps(workdir)
         want = found[-1] if step is None and found else step
@@ -238,7 +240,6 @@ def restore_params(workdir: str, step: int | None = None, target=None):
 
 
 def _restore_params(workdir: str, step: int | None, target):
-    workdir = os.fspath(workdir)  # a pathlib.Path too: the sentences quote it
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step

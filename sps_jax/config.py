@@ -202,7 +202,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if isinstance(overrides, str):  # it would be read one character at a time
         raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
                         f"[{overrides!r}].")
-    path, arg = _split_spec(os.fspath(spec))  # a pathlib.Path too
+    spec = files.path_text(spec, "spec")  # the sentences quote it
+    path, arg = _split_spec(spec)
     if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word
         raise UserError(f"config {spec!r} has nothing after ':': give the argument (configs/paper.py:s,sps,64), or "
                         "drop the ':' for the file's defaults.")

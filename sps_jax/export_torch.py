@@ -103,7 +103,7 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = "float3
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
     from sps_jax import model as sps_model, runs
 
-    run, out = os.fspath(run), os.fspath(out)  # a pathlib.Path too
+    run, out = files.path_text(run, "run"), files.path_text(out, "out")
     check_output(out, force)
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
     runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)

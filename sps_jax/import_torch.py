@@ -299,7 +299,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
     from sps_jax import model as sps_model, runs
 
-    path, out = os.fspath(path), os.fspath(out)  # a pathlib.Path too
+    path, out = files.path_text(path, "path"), files.path_text(out, "out")
     check_out(out, force)
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)

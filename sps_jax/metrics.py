@@ -32,7 +32,7 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     mid-write leaves one partial last line, which is dropped; any other bad line, or a record
     without an integer "step", is one sentence naming the line.
     """
-    workdir = os.fspath(workdir)  # a pathlib.Path too: the sentences quote it
+    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, METRICS_FILE)
     if os.path.isdir(path):
         raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")
@@ -111,8 +111,10 @@ def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "toke
     if not hasattr(runs, "items"):
         raise TypeError(f"runs must be a dict of {{label: run folder}}, not a {type(runs).__name__}: pass e.g. "
                         "{os.path.basename(path): path for path in paths}.")
+    if out_png is not None:
+        out_png = files.path_text(out_png, "out_png")
     if out_png:  # a run's config.json or loss.png is training's to write
-        cli.load("sps_jax.runs").refuse_run_files(os.fspath(out_png), "the figure")
+        cli.load("sps_jax.runs").refuse_run_files(out_png, "the figure")
     fig = _draw(runs, x, headless=bool(out_png))
     if out_png:
         plotting.save_figure(fig, out_png, dpi=120)

@@ -140,7 +140,7 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
-    workdir = os.fspath(workdir)  # a pathlib.Path too: the sentences quote it
+    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, CONFIG_FILE)
     if os.path.isdir(path):
         raise UserError(f"{path} is a folder, not the run's config file: move it away.")

@@ -266,3 +266,21 @@ def test_orbax_loses_the_checkpoints_under_a_bracketed_folder_so_such_a_path_is_
         ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS)
         assert ckpts.restore_newest_intact(restore(ckpts))[0] == 2
         ckpts.close()
+
+
+@pytest.mark.parametrize("call", [lambda w: checkpoint.restore_params([w, w]),
+                                  lambda w: checkpoint.save_params([w, w], 0, {"w": jnp.zeros(4)}, TRAINED_AS)],
+                         ids=["restore_params", "save_params"])
+def test_a_list_given_as_workdir_is_one_sentence(tmp_path, call):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.path.abspath inside Orbax's
+    # manager.
+    with pytest.raises(TypeError, match=r"^workdir must be one path \(a str or pathlib\.Path\), not a list: give "
+                                        r"one workdir per call\.$"):
+        call(str(tmp_path / "run"))
+    assert not os.listdir(tmp_path)
+
+
+def test_weights_save_to_and_restore_from_a_pathlib_path(tmp_path):
+    checkpoint.save_params(tmp_path / "run", 3, {"w": jnp.arange(4.0)}, TRAINED_AS)
+    params, step = checkpoint.restore_params(tmp_path / "run")
+    assert step == 3 and np.array_equal(params["w"], np.arange(4.0))

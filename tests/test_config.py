@@ -384,3 +384,12 @@ def test_an_override_of_a_config_without_sections_says_so(tmp_path):
     with pytest.raises(ValueError, match=r"^override '--config\.train\.steps=3': the config has no sections, so no "
                                          r"section 'train': its get_config builds none \(see configs/tiny\.py\)\.$"):
         sps_config.load_config(str(path), ["--config.train.steps=3"])
+
+
+@pytest.mark.parametrize("spec, kind", [(["configs/tiny.py", "configs/paper.py"], "list"), (None, "NoneType"),
+                                        (b"configs/tiny.py", "bytes")])
+def test_a_config_spec_that_is_not_one_path_is_one_sentence(spec, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath (bytes: a str.find error).
+    with pytest.raises(TypeError, match=rf"^spec must be one path \(a str or pathlib\.Path\), not a {kind}: give one "
+                                        r"spec per call\.$"):
+        sps_config.load_config(spec)

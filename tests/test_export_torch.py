@@ -265,3 +265,13 @@ def test_an_export_imported_as_another_model_says_so_in_a_note(tmp_path):
     assert notes == ["the flags replace the rope_theta=10000.0, variant='sps', window=3 the exported run was trained "
                      "as with rope_theta=500.0, variant='standard', window=None: the imported model computes other "
                      "logits than the exported one"]
+
+
+@pytest.mark.parametrize("args, name, kind", [((["run1", "run2"], "ckpt.pt"), "run", "list"),
+                                              (("run", None), "out", "NoneType")])
+def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, args, name, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
+    with pytest.raises(TypeError, match=rf"^{name} must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        rf"one {name} per call\.$"):
+        export_torch.export_run(*(str(tmp_path / a) if isinstance(a, str) else a for a in args))
+    assert not list(tmp_path.iterdir())

@@ -478,3 +478,12 @@ def test_tied_weights_holding_nan_import_as_tied(tmp_path):
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
     _, params, _ = runs.load_run(str(tmp_path / "run"))
     assert np.isnan(np.asarray(params["embed"])[3, :5]).all()
+
+
+@pytest.mark.parametrize("args, name, kind", [((["a.pt", "b.pt"], "out"), "path", "list"), (("a.pt", 3), "out", "int")])
+def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, args, name, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
+    with pytest.raises(TypeError, match=rf"^{name} must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        rf"one {name} per call\.$"):
+        import_torch.import_checkpoint(*(str(tmp_path / a) if isinstance(a, str) else a for a in args))
+    assert not os.listdir(tmp_path)

@@ -77,3 +77,25 @@ def test_plot_against_a_field_the_records_lack_is_one_sentence(tmp_path):
     with pytest.raises(UserError, match="have no 'wall_s' at step 1"):
         metrics.plot_curves({"run": str(tmp_path)}, x="wall_s")
     assert metrics.plot_curves({"run": str(tmp_path)}, x="step").axes[0].lines[0].get_xdata().tolist() == [1]
+
+
+@pytest.mark.parametrize("call, name, kind", [
+    (lambda tmp: metrics.read([str(tmp), str(tmp)]), "workdir", "list"),
+    (lambda tmp: metrics.plot_curves({"run": str(tmp)}, [str(tmp / "a.png"), str(tmp / "b.png")]), "out_png", "list"),
+    (lambda tmp: metrics.plot_curves({"run": str(tmp)}, 5), "out_png", "int"),
+])
+def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, call, name, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
+    with pytest.raises(TypeError, match=rf"^{name} must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        rf"one {name} per call\.$"):
+        call(tmp_path)
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_plot_curves_writes_its_figure_to_a_pathlib_path(tmp_path):
+    (tmp_path / "run").mkdir()
+    writer = metrics.Writer(str(tmp_path / "run"), tensorboard=False)
+    writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
+    writer.close()
+    metrics.plot_curves({"run": tmp_path / "run"}, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

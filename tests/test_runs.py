@@ -477,3 +477,11 @@ def test_a_workdir_under_a_bracketed_folder_is_refused_before_any_work(tmp_path)
     with pytest.raises(UserError, match=r"^--out .*/imp\[0\] lies under a folder named 'imp\[0\]'"):
         import_torch.check_out(str(tmp_path / "imp[0]"), force=False)
     runs.check_workdir(str(tmp_path / "exp[1" / "run"), config)  # no pattern: Orbax finds its files there
+
+
+@pytest.mark.parametrize("workdir, kind", [(["run1", "run2"], "list"), (None, "NoneType")])
+def test_a_workdir_that_is_not_one_path_is_one_sentence(workdir, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
+    with pytest.raises(TypeError, match=rf"^workdir must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        r"one workdir per call\.$"):
+        runs.read_config(workdir)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from sps_jax import files
 from sps_jax.data import loader
 
 
@@ -14,7 +13,7 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
     """The first ``num_docs`` documents of a prepared token file with at least ``min_tokens``
     tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens``.
     ``flags`` names what sets ``min_tokens`` in the sentence said when no document is long enough."""
-    data_dir = os.fspath(data_dir)  # a pathlib.Path too: the sentences quote it
+    data_dir = files.path_text(data_dir, "data_dir")  # the sentences quote it
     tokens = loader.open_tokens(data_dir, split, eos_id=eos_id)
     file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)

@@ -55,7 +55,7 @@ def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
     from sps_jax import runs
 
-    source = os.fspath(source)  # a pathlib.Path too: the sentences quote it
+    source = files.path_text(source, "source")  # the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
         tokens, loss = validation_curve(source)
@@ -86,11 +86,23 @@ def read_evaluation(path: str) -> dict:
 # ----------------------------------------------------------------------------- figures
 
 
+def _paths(values, name: str) -> list[str]:
+    """A list of paths given to the API, each as text (files.path_text names ``name[i]``), else one sentence: a str
+    would be read one character at a time (paths 'r', 'u', 'n'), so one path where a list belongs is refused."""
+    if isinstance(values, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name} must be a list of paths, not the one path {values!r}: pass [{values!r}].")
+    if not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of paths (str or pathlib.Path), not a {type(values).__name__}: "
+                        "pass e.g. [path1, path2].")
+    return [files.path_text(value, f"{name}[{n}]") for n, value in enumerate(values)]
+
+
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
     from sps_jax import model as sps_model, runs
 
-    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    out = files.path_text(out, "out")  # the JSON records it as text
+    run_folders = _paths(run_folders, "run_folders")
     series = []
     for run in run_folders:
         info = runs.run_info(run)
@@ -187,8 +199,8 @@ def window_ablation(sources, out: str) -> dict:
     Runs without a window (Standard, two_x_memory) are drawn as horizontal reference lines. Two sources of
     one scale, variant and window are refused: the line would zigzag between them.
     """
-    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
-    sources = [os.fspath(s) for s in sources]
+    out = files.path_text(out, "out")  # the JSON records it as text
+    sources = _paths(sources, "sources")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:
@@ -280,9 +292,9 @@ def _method_rank(row) -> tuple:
 
 def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
-    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    out = files.path_text(out, "out")  # the JSON records it as text
+    paths = _paths(paths, "paths")
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
-    paths = [os.fspath(p) for p in paths]
     rows = accuracy_gains([read_evaluation(p) for p in paths], baseline, paths)
     if not rows:
         raise ValueError(f"no scale has both a {baseline!r} evaluation and another variant's with "
@@ -320,11 +332,11 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     """Appendix C style: per method, the final validation NLL of each seed and their mean with a Student-t 95%
     interval; one-sided Welch t-tests of ``reference`` against every other method; and TOST for the
     equivalence of every other pair within ``margin`` nats. The sources are one scale's runs or evaluations."""
-    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    out = files.path_text(out, "out")  # the JSON records it as text
+    sources = _paths(sources, "sources")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
     if not margin > 0:
         raise ValueError(f"--margin {margin} is not a positive NLL difference: pass one such as 0.01.")
-    sources = [os.fspath(s) for s in sources]
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:  # a test between seeds would test the measurements too
@@ -377,7 +389,7 @@ def pre_decay_curve(run: str) -> dict:
     or before ``optim.decay_start_tokens`` of its config's train section; how many were dropped is kept)."""
     from sps_jax import optim, runs
 
-    run = os.fspath(run)  # a pathlib.Path too: the sentences quote it
+    run = files.path_text(run, "run")  # the sentences quote it
     info = runs.run_info(run)
     config = runs.read_config(info["workdir"])
     train = config.get("train") or {}
@@ -411,7 +423,8 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
     """Figure 1 (bottom) style: two runs' validation NLL before their learning-rate decay, with the method's gap
     to the baseline at the method's pre-decay budget and the tokens the baseline needs to reach the method's NLL
     (``data_efficiency.pre_decay_comparison``). The two runs must be one model size and two variants."""
-    out = os.fspath(out)  # a pathlib.Path too: the JSON records it as text
+    out = files.path_text(out, "out")  # the JSON records it as text
+    baseline_run, method_run = files.path_text(baseline_run, "baseline_run"), files.path_text(method_run, "method_run")
     base, ours = pre_decay_curve(baseline_run), pre_decay_curve(method_run)
     if base["size"] != ours["size"]:
         raise ValueError(f"{baseline_run} is {_size_name(base)} and {method_run} is {_size_name(ours)}: pass two "

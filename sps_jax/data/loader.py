@@ -88,7 +88,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     ``vocab_size``: every id is inside the vocabulary; with ``eos_id``: the manifest's EOS id
     is the model's; with ``verify_checksum``: the file's sha256.
     """
-    folder = os.fspath(folder)  # a pathlib.Path too: the sentences quote it
+    folder = files.path_text(folder, "folder")  # the sentences quote it
     if split not in SPLITS:  # a mistyped name (probes --split), not a folder to prepare again
         raise UserError(f"a token folder has no {split!r} split{did_you_mean(split, SPLITS)}: pass "
                         f"{' or '.join(SPLITS)}.")

@@ -63,7 +63,9 @@ _CACHE = {}
 
 def get_tokenizer(ranks_path: str | None = None):
     """The GPT-2 tiktoken Encoding: a local ranks file if present, else tiktoken's download."""
-    path = os.fspath(ranks_path) if ranks_path else default_ranks_path()  # a pathlib.Path too
+    if ranks_path is not None:
+        ranks_path = files.path_text(ranks_path, "ranks_path")
+    path = ranks_path or default_ranks_path()  # "" is the default too
     if path in _CACHE:
         return _CACHE[path]
     if not ranks_path and os.environ.get(RANKS_VARIABLE):  # a file the user named, as --tokenizer: never a download

@@ -267,7 +267,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
 def write_json(path: str, obj) -> None:
     """An evaluation results JSON (indented, sorted keys; NaN as null), atomically; never one of a run's own files
     (its config.json, metrics.jsonl, ...)."""
-    cli.load("sps_jax.runs").refuse_run_files(os.fspath(path), "the results JSON")
+    path = files.path_text(path, "path")
+    cli.load("sps_jax.runs").refuse_run_files(path, "the results JSON")
     files.write_json(path, obj, indent=2, sort_keys=True)
 
 

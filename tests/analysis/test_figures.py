@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -393,3 +394,55 @@ def test_figures_take_pathlib_paths(tmp_path):
     gains = figures.accuracy_gain([tmp_path / os.path.basename(p) for p in evals], tmp_path / "g.png")
     assert gains["figure"] == str(tmp_path / "g.png") and json.load(open(tmp_path / "g.json"))["gains"]
     assert sps
+
+
+ONE_PATH = r" must be one path \(a str or pathlib\.Path\), not a "
+
+
+@pytest.mark.parametrize("call, sentence", [
+    (lambda run, out: figures.final_point([run, run]), r"source" + ONE_PATH + r"list: give one source per call\.$"),
+    (lambda run, out: figures.pre_decay_curve(3), r"run" + ONE_PATH + r"int: give one run per call\.$"),
+    (lambda run, out: figures.curves([run], [out, out]), r"out" + ONE_PATH + r"list: give one out per call\.$"),
+    (lambda run, out: figures.curves([run, 3], out), r"run_folders\[1\]" + ONE_PATH + r"int: give one "),
+    (lambda run, out: figures.window_ablation([run, None], out), r"sources\[1\]" + ONE_PATH + "NoneType: give one "),
+    (lambda run, out: figures.seed_variance([[run, run]], out), r"sources\[0\]" + ONE_PATH + "list: give one "),
+    (lambda run, out: figures.accuracy_gain([run], 5), r"out" + ONE_PATH + "int: give one out per call"),
+    (lambda run, out: figures.pre_decay([run, run], run, out), r"baseline_run" + ONE_PATH + "list: give one "),
+    (lambda run, out: figures.pre_decay(run, None, out), r"method_run" + ONE_PATH + "NoneType: give one "),
+], ids=["final_point", "pre_decay_curve", "curves-out", "curves", "window_ablation", "seed_variance",
+        "accuracy_gain", "pre_decay-baseline", "pre_decay-method"])
+def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, call, sentence):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath, or from os.path deeper.
+    run = write_run(tmp_path / "run", "run", "sps", 2, [3.9, 3.4], train=DECAY)
+    with pytest.raises(TypeError, match="^" + sentence):
+        call(run, str(tmp_path / "f.png"))
+    assert os.listdir(tmp_path) == ["run"]  # no figure, no JSON
+
+
+@pytest.mark.parametrize("function", [figures.curves, figures.window_ablation, figures.seed_variance,
+                                      figures.accuracy_gain])
+@pytest.mark.parametrize("as_path", [False, True], ids=["str", "pathlib"])
+def test_one_path_given_where_a_list_of_paths_belongs_is_one_sentence(tmp_path, function, as_path):
+    # A str is a sequence: its characters were read as the paths 'r', 'u', 'n' ("'r' does not exist"); a pathlib
+    # path was Python's "'PosixPath' object is not iterable".
+    run = write_run(tmp_path / "run", "run", "sps", 2, [3.9, 3.4])
+    given = tmp_path / "run" if as_path else run
+    name = "run_folders" if function is figures.curves else "paths" if function is figures.accuracy_gain else "sources"
+    with pytest.raises(TypeError, match=rf"^{name} must be a list of paths, not the one path {re.escape(repr(given))}: "
+                                        rf"pass \[{re.escape(repr(given))}\]\.$"):
+        function(given, str(tmp_path / "f.png"))
+    with pytest.raises(TypeError, match=rf"^{name} must be a list of paths \(str or pathlib\.Path\), not a int: pass "):
+        function(5, str(tmp_path / "f.png"))
+    assert os.listdir(tmp_path) == ["run"]
+
+
+def test_seeds_and_pre_decay_take_pathlib_paths(tmp_path):
+    d = str(tmp_path)
+    sources = [write_eval(d, f"{v}-{n}", "s", v, w, None, val_nll=x) for v, w in (("sps", 64), ("standard", None))
+               for n, x in enumerate((2.8, 2.82))]
+    data = figures.seed_variance([tmp_path / os.path.basename(s) for s in sources], tmp_path / "seeds.png")
+    assert data["figure"] == str(tmp_path / "seeds.png") and data["methods"][0]["sources"] == [sources[2], sources[3]]
+    write_run(tmp_path / "std", "std", "standard", None, [3.4, 3.3, 3.2, 3.1, 3.0, 2.9, 2.7, 2.6], train=DECAY)
+    write_run(tmp_path / "sps", "sps", "sps", 2, [3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 2.6, 2.55], train=DECAY)
+    data = figures.pre_decay(tmp_path / "std", tmp_path / "sps", tmp_path / "pre.png")
+    assert data["figure"] == str(tmp_path / "pre.png") and data["delta_nll"] == pytest.approx(-0.05)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from sps_jax import runs
-from sps_jax.analysis import probes
+from sps_jax.analysis import documents, probes
 from tests import fuzz
 from tests.analysis.helpers import random_docs, write_documents_folder, write_run
 from tests.helpers import decoded_png
@@ -185,3 +185,11 @@ def test_the_defaults_are_the_papers_probe_settings_where_they_are_cheap():
     window = parser.parse_args(["window-nll", "--workdir", "run"])
     assert gradients.positions_per_doc == 8 and gradients.min_offset == 0
     assert window.omega == 64
+
+
+@pytest.mark.parametrize("data_dir, kind", [(["data1", "data2"], "list"), (None, "NoneType")])
+def test_a_documents_folder_that_is_not_one_path_is_one_sentence(data_dir, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath in read_documents.
+    with pytest.raises(TypeError, match=rf"^data_dir must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        r"one data_dir per call\.$"):
+        documents.read_documents(data_dir, 1, 1)

@@ -160,3 +160,11 @@ def test_a_file_given_as_the_token_folder_is_named_as_a_file(tmp_path):
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "corpus.txt is a file, not a token folder: pass the folder that" in outcome.stderr, outcome.stderr
     assert "--out" not in outcome.stderr
+
+
+@pytest.mark.parametrize("folder, kind", [(["data1", "data2"], "list"), (7, "int")])
+def test_a_token_folder_that_is_not_one_path_is_one_sentence(folder, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
+    with pytest.raises(TypeError, match=rf"^folder must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        r"one folder per call\.$"):
+        loader.open_tokens(folder, "train")

@@ -75,3 +75,12 @@ def test_provisioning_names_the_tokenizer_variable_that_gave_its_path(tmp_path, 
         monkeypatch.setenv("SPS_JAX_TOKENIZER", str(path))
         with pytest.raises(cli.UserError, match=f"^SPS_JAX_TOKENIZER {re.escape(str(path))} {state}"):
             tokenizer.provision()
+
+
+@pytest.mark.parametrize("ranks_path, kind", [(["a.tiktoken", "b.tiktoken"], "list"), (5, "int"), (0, "int")])
+def test_a_ranks_path_that_is_not_one_path_is_one_sentence(ranks_path, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath, and a 0 (falsy) read the
+    # default ranks file. None (and "") still mean the default.
+    with pytest.raises(TypeError, match=rf"^ranks_path must be one path \(a str or pathlib\.Path\), not a {kind}: give "
+                                        r"one ranks_path per call\.$"):
+        tokenizer.get_tokenizer(ranks_path)

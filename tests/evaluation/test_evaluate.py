@@ -230,6 +230,17 @@ def test_the_results_writer_never_replaces_a_runs_own_files(tmp_path):
     evaluate.write_json(str(tmp_path / "run" / "eval" / "step_5.json"), {"a": 1})  # its results belong there
 
 
+
+@pytest.mark.parametrize("path, kind", [(["a.json", "b.json"], "list"), (None, "NoneType")])
+def test_a_results_path_that_is_not_one_path_is_one_sentence(tmp_path, path, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
+    with pytest.raises(TypeError, match=rf"^path must be one path \(a str or pathlib\.Path\), not a {kind}: give one "
+                                        r"path per call\.$"):
+        evaluate.write_json(path, {"a": 1})
+    evaluate.write_json(tmp_path / "results.json", {"a": 1})  # a pathlib.Path is one
+    assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
+
+
 def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, local_tasks):
     common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
     nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first
