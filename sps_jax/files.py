@@ -43,6 +43,17 @@ def path_text(value, name: str) -> str:
     return os.fspath(value)
 
 
+def path_list(values, name: str) -> list[str]:
+    """A list of paths given to the API, each as text (:func:`path_text` names ``name[i]``), else one sentence: a
+    str would be read one character at a time (paths 'r', 'u', 'n'), so one path where a list belongs is refused."""
+    if isinstance(values, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name} must be a list of paths, not the one path {values!r}: pass [{values!r}].")
+    if not hasattr(values, "__iter__") or isinstance(values, dict):
+        raise TypeError(f"{name} must be a list of paths (str or pathlib.Path), not a {type(values).__name__}: "
+                        "pass e.g. [path1, path2].")
+    return [path_text(value, f"{name}[{n}]") for n, value in enumerate(values)]
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
     """The name to write ``path`` under (``<path>.<pid>.<n>.partial``), renamed into place on success;

@@ -86,23 +86,12 @@ def read_evaluation(path: str) -> dict:
 # ----------------------------------------------------------------------------- figures
 
 
-def _paths(values, name: str) -> list[str]:
-    """A list of paths given to the API, each as text (files.path_text names ``name[i]``), else one sentence: a str
-    would be read one character at a time (paths 'r', 'u', 'n'), so one path where a list belongs is refused."""
-    if isinstance(values, (str, bytes, os.PathLike)):
-        raise TypeError(f"{name} must be a list of paths, not the one path {values!r}: pass [{values!r}].")
-    if not hasattr(values, "__iter__"):
-        raise TypeError(f"{name} must be a list of paths (str or pathlib.Path), not a {type(values).__name__}: "
-                        "pass e.g. [path1, path2].")
-    return [files.path_text(value, f"{name}[{n}]") for n, value in enumerate(values)]
-
-
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
     from sps_jax import model as sps_model, runs
 
     out = files.path_text(out, "out")  # the JSON records it as text
-    run_folders = _paths(run_folders, "run_folders")
+    run_folders = files.path_list(run_folders, "run_folders")
     series = []
     for run in run_folders:
         info = runs.run_info(run)
@@ -200,7 +189,7 @@ def window_ablation(sources, out: str) -> dict:
     one scale, variant and window are refused: the line would zigzag between them.
     """
     out = files.path_text(out, "out")  # the JSON records it as text
-    sources = _paths(sources, "sources")
+    sources = files.path_list(sources, "sources")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:
@@ -293,7 +282,7 @@ def _method_rank(row) -> tuple:
 def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
     out = files.path_text(out, "out")  # the JSON records it as text
-    paths = _paths(paths, "paths")
+    paths = files.path_list(paths, "paths")
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
     rows = accuracy_gains([read_evaluation(p) for p in paths], baseline, paths)
     if not rows:
@@ -333,7 +322,7 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     interval; one-sided Welch t-tests of ``reference`` against every other method; and TOST for the
     equivalence of every other pair within ``margin`` nats. The sources are one scale's runs or evaluations."""
     out = files.path_text(out, "out")  # the JSON records it as text
-    sources = _paths(sources, "sources")
+    sources = files.path_list(sources, "sources")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
     if not margin > 0:
         raise ValueError(f"--margin {margin} is not a positive NLL difference: pass one such as 0.01.")

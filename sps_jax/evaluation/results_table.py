@@ -28,6 +28,7 @@ PASS_RESULTS = "pass results JSONs written by python -m sps_jax.evaluation.evalu
 
 def load(paths) -> list[dict]:
     """Results JSONs, each checked for the fields the table reads (one sentence naming the file)."""
+    paths = files.path_list(paths, "paths")
     rows = []
     for path in paths:
         row = files.read_json(files.input_file(path, "results file", PASS_RESULTS))

@@ -149,3 +149,9 @@ def test_a_table_out_of_a_suffix_alone_is_one_sentence(tmp_path, capsys):
     assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/.md"]) == 2
     assert capsys.readouterr().err.startswith(f"error: --out {tmp_path}/.md has no file name before .md and .tex")
     assert sorted(os.listdir(tmp_path)) == ["r.json"]
+
+
+def test_one_results_file_given_where_the_list_belongs_is_one_sentence(tmp_path):
+    """It was read one character at a time: "results file 'r' does not exist"."""
+    with pytest.raises(TypeError, match=r"^paths must be a list of paths, not the one path 'results.json'"):
+        results_table.load("results.json")
