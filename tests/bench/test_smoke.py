@@ -4,7 +4,6 @@ attention backend equals the dense forward."""
 import json
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
