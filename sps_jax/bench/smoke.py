@@ -1,7 +1,10 @@
 """Forward, loss and gradient of every variant on a config, and decoding checked against the dense
-forward: a one-minute health check of a machine and an attention backend.
+forward: a health check of a machine and an attention backend.
 
-    python -m sps_jax.bench smoke --config configs/tiny.py [--config.model.attention=pallas]
+    python -m sps_jax.bench smoke --config configs/tiny.py [--config.model.attention=pallas] [--variants sps]
+
+Each variant compiles a gradient and a decode loop: on an H100 at the xs scale with the jax-triton kernels,
+28 to 59 s per variant, nearly all of it compiling (timed on 2026-11-27); ``--variants`` checks fewer.
 
 The windowed variants take the config's window (or the default one, docs/design.md section 1). The
 decode check prefills half of up to 512 positions and decodes the rest one step at a time through the
@@ -53,8 +56,9 @@ def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
     return float(jnp.abs(got_TBV.swapaxes(0, 1) - want_BTV).max() / jnp.abs(want_BTV).max())
 
 
-def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
-    """Loss and gradient norm at init for each variant on random GPT-2-range tokens."""
+def smoke(config, batch_size: int = 2, seed: int = 0, variants=masks.VARIANTS) -> list[dict]:
+    """Loss, gradient norm and decode error at init for each of ``variants`` (in that order) on random
+    GPT-2-range tokens."""
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)
@@ -62,7 +66,7 @@ def smoke(config, batch_size: int = 2, seed: int = 0) -> list[dict]:
     memory_bytes, device = hardware.local_memory()
     sps_model.check_fits(base, memory_bytes, device, copies=2, holding="the weights and their gradient")
     cfgs = [dataclasses.replace(base, variant=vis.variant, window=vis.window)
-            for vis in map(base.visibility.with_variant, masks.VARIANTS)]
+            for vis in map(base.visibility.with_variant, variants)]
     # A batch past the memory aborted the process inside XLA's CPU allocator (a crash dump, status 134).
     need = 2 * base.param_bytes + max(cfg.layer_input_bytes(batch_size) for cfg in cfgs)
     if need > memory_bytes:
@@ -94,10 +98,13 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
     parser.add_argument("--batch-size", type=cli.positive_int, default=2, help="rows per forward pass")
+    parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
+                        help="comma-separated variants to check, in this order (each one compiles a gradient and a "
+                        "decode loop)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     config = sps_config.load_config(args.config, overrides)
-    results = smoke(config, args.batch_size)
+    results = smoke(config, args.batch_size, variants=args.variants)
     bench.write_results(args, results)
     bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]
     if bad:

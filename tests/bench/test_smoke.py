@@ -28,6 +28,22 @@ def test_smoke_check_runs_every_variant_with_the_configs_window(tmp_path):
     assert all(r["decode_error"] < 1e-5 for r in rows.values()), rows
 
 
+def test_variants_picks_which_variants_are_checked_and_in_what_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(smoke, "decode_error", lambda cfg, params, tokens: 0.0)  # checked by the tests below
+    out = tmp_path / "smoke.json"
+    argv = ["--config", "configs/tiny.py:standard", "--variants", "reverse_sps,standard", "--json", str(out)]
+    assert smoke.main(argv + SMALL_OVERRIDES) == 0
+    rows = json.loads(out.read_text())
+    # reverse_sps takes the default window when the config (standard) has none.
+    assert [(r["variant"], r["window"]) for r in rows] == [("reverse_sps", 64), ("standard", None)]
+
+
+def test_an_unknown_variant_is_refused_before_anything_is_built(monkeypatch, capsys):
+    monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
+    assert smoke.main(["--config", "configs/tiny.py", "--variants", "sps,spss"]) == 2
+    assert "argument --variants: unknown variant 'spss' (did you mean 'sps'?)" in capsys.readouterr().err
+
+
 def _decode_tokens(L=32):
     tokens = np.random.default_rng(3).integers(0, 50, (2, L))
     tokens[0, 3 * L // 4] = EOS
@@ -56,7 +72,7 @@ def test_the_decode_check_sees_reduced_precision_products(monkeypatch):
 
 def test_a_decode_error_past_the_tolerance_exits_1_naming_the_variants(monkeypatch, capsys):
     rows = [dict(variant="standard", loss=4.1, decode_error=2e-7), dict(variant="sps", loss=4.2, decode_error=3e-3)]
-    monkeypatch.setattr(smoke, "smoke", lambda config, batch_size: rows)
+    monkeypatch.setattr(smoke, "smoke", lambda config, batch_size, variants: rows)
     assert smoke.main(["--config", "configs/tiny.py"]) == 1
     assert capsys.readouterr().err.strip() == (
         "decoding through attention=xla is more than 0.0001 of the largest logit off the dense forward for sps "
