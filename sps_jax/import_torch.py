@@ -33,7 +33,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, token_folder, torch_layout
+from sps_jax import cli, config as sps_config, files, masks, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
@@ -264,22 +264,11 @@ def _function_fields(model) -> dict | None:
 def check_out(out: str, force: bool) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
     empty one, the working directory, a folder in a run or in a token folder even then
-    (:func:`sps_jax.runs.output_folder`)."""
+    (:func:`sps_jax.runs.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
     from sps_jax import checkpoint, runs
 
-    runs.output_folder(out)
-    files.check_folder_place(out, "--out", "pass a new folder for the imported run")
-    checkpoint.check_writable_path(out, "--out")
-    held = sorted(os.listdir(out)) if os.path.isdir(out) else []
-    # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
-    kept = (files.below(out, lambda folder: runs.is_run(folder) or token_folder.is_token_folder(folder))
-            if held else None)
-    if kept is not None:
-        raise UserError(f"--out {out} holds {kept}, a run or token folder that replacing it would delete: choose a "
-                        "new --out.")
-    if held and not force:
-        raise UserError(f"--out {out} already holds files ({', '.join(held[:3])}): choose a new --out, or pass "
-                        "--force to replace that folder with the imported run (it is swapped in only when complete).")
+    runs.replaceable_folder(out, "--out", force, "the imported run",
+                            check=lambda: checkpoint.check_writable_path(out, "--out"))
 
 
 def _file_step(value) -> int:

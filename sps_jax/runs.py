@@ -104,6 +104,26 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     return files.output_folder(path, flag, inputs)
 
 
+def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None) -> None:
+    """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.files.replace_folder` would fill with ``what``:
+    one that already holds files unless ``force``; even then an empty path, the working directory, a folder in a
+    run or a token folder (:func:`output_folder`), a file, or one holding a run or token folder that replacing
+    it would delete. ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
+    output_folder(path, flag)
+    files.check_folder_place(path, flag, f"pass a new folder for {what}")
+    if check is not None:
+        check()
+    held = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
+    kept = files.below(path, lambda folder: is_run(folder) or token_folder.is_token_folder(folder)) if held else None
+    if kept is not None:
+        raise UserError(f"{flag} {path} holds {kept}, a run or token folder that replacing it would delete: choose a "
+                        f"new {flag}.")
+    if held and not force:
+        raise UserError(f"{flag} {path} already holds files ({', '.join(held[:3])}): choose a new {flag}, or pass "
+                        f"--force to replace that folder with {what} (it is swapped in only when complete).")
+
+
 # How deep a --workdir is searched for runs it would hold (`runs/` and `runs/group/` above their runs); a deeper
 # search could take long under a big folder, and training deletes nothing.
 _HELD_DEPTH = 2

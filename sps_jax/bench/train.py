@@ -10,18 +10,24 @@ the first is measured side by side in one run. JSON goes to stdout and ``--json`
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 
 import jax
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, flops, hardware, masks
+from sps_jax import attention, bench, cli, config as sps_config, files, flops, hardware, masks, profiling, runs
 from sps_jax import trainer
 
 
-def bench_variant(config, steps: int, warmup: int) -> dict:
+# Steps traced per run with --profile, after the timed ones (the profiler's overhead stays out of the timings).
+PROFILE_STEPS = 3
+
+
+def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
     devices = jax.devices()
     p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory())
     cfg, t = p["model"], config.train
@@ -45,6 +51,13 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
         jax.block_until_ready(out)
         times.append(time.perf_counter() - t0)
     step_s = float(np.median(times))
+    profile = None
+    if profile_folder is not None:
+        def one_step():
+            nonlocal params, opt_state
+            params, opt_state, out = compiled(params, opt_state, tokens)
+            return out
+        profile = profiling.profile(one_step, PROFILE_STEPS, profile_folder)
     peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
     tokens_per_s = p["tokens_per_step"] / step_s
     return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
@@ -56,7 +69,30 @@ def bench_variant(config, steps: int, warmup: int) -> dict:
             "train_flops_per_token": flops.train_flops_per_token(cfg),
             "mfu": flops.mfu(cfg, tokens_per_s, len(devices), peak_flops),
             "mfu_convention": "3 x forward model FLOPs per input token (docs/design.md section 7) / (devices x peak)",
-            "peak_flops_per_device": peak_flops, "final_loss": float(out["loss"])}
+            "peak_flops_per_device": peak_flops, "final_loss": float(out["loss"]),
+            **({"profile": profile} if profile else {})}
+
+
+def time_runs(args, overrides, base_vis, variants, traces: str | None) -> list[dict]:
+    """:func:`bench_variant` for every backend (outer) and variant (inner), printing a line each; with
+    ``traces``, each run's profile goes to its own folder there."""
+    results = []
+    for backend in args.attention or [None]:
+        for variant in variants:
+            config = sps_config.load_config(args.config, overrides)
+            vis = base_vis.with_variant(variant)
+            config.model.variant, config.model.window = vis.variant, vis.window
+            if backend:
+                config.model.attention = backend
+            label = bench.run_label(variant, backend if args.attention and len(args.attention) > 1 else None)
+            print(f"timing {label} ...", file=sys.stderr, flush=True)
+            folder = os.path.join(traces, label.replace("/", "-")) if traces else None
+            r = {"label": label, **bench_variant(config, args.steps, args.warmup, folder)}
+            print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
+                  + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
+                  file=sys.stderr, flush=True)
+            results.append(r)
+    return results
 
 
 @cli.main
@@ -72,9 +108,15 @@ def main(argv=None) -> int:
     parser.add_argument("--attention", type=cli.comma_list(str, attention.BACKENDS, "backend"), default=None,
                         help="comma-separated model.attention backends to time each variant with (default: the "
                         "config's); the ratio's base is the first variant with the first backend")
+    parser.add_argument("--profile", type=cli.output_path, metavar="FOLDER", default=None,
+                        help=f"after timing, trace {PROFILE_STEPS} more steps of each run with jax's profiler into "
+                        "FOLDER/<run> and print the device kernels that took the time (--force replaces a FOLDER "
+                        "that holds files)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     try:
+        if args.profile is not None:
+            runs.replaceable_folder(args.profile, "--profile", args.force, "the traces")
         base = sps_config.load_config(args.config, overrides)
         variants = args.variants or [base.model.variant]
         base_vis = masks.Visibility(base.model.variant, base.model.window)
@@ -84,21 +126,13 @@ def main(argv=None) -> int:
         for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
             attention.check_available(backend, platform)
         bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU timed one program twice
-        results = []
-        for backend in args.attention or [None]:
-            for variant in variants:
-                config = sps_config.load_config(args.config, overrides)
-                vis = base_vis.with_variant(variant)
-                config.model.variant, config.model.window = vis.variant, vis.window
-                if backend:
-                    config.model.attention = backend
-                label = bench.run_label(variant, backend if args.attention and len(args.attention) > 1 else None)
-                print(f"timing {label} ...", file=sys.stderr, flush=True)
-                r = {"label": label, **bench_variant(config, args.steps, args.warmup)}
-                print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
-                      + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
-                      file=sys.stderr, flush=True)
-                results.append(r)
+        with contextlib.ExitStack() as stack:
+            traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
+            results = time_runs(args, overrides, base_vis, variants, traces)
+        for r in results:  # the trace files' paths once the folder is in place
+            if "profile" in r:
+                r["profile"]["trace"] = os.path.join(args.profile, os.path.relpath(r["profile"]["trace"], traces))
+                print(f"{r['label']}:\n{profiling.format_summary(r['profile'])}", file=sys.stderr, flush=True)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -37,7 +37,7 @@ def test_backends_are_timed_with_every_variant_and_ratioed_to_the_first_run(tmp_
     step_s = {("standard", "xla"): 1.0, ("sps", "xla"): 1.5, ("standard", "pallas"): 0.5, ("sps", "pallas"): 0.8}
     seen = []
 
-    def fake_bench(config, steps, warmup):
+    def fake_bench(config, steps, warmup, profile_folder=None):
         seen.append((config.model.variant, config.model.attention))
         return {"variant": config.model.variant, "attention": config.model.attention, "mfu": None,
                 "tokens_per_s": 1.0, "step_s_median": step_s[seen[-1]]}
@@ -75,3 +75,33 @@ def test_two_backends_that_are_one_here_are_refused_before_any_run_is_timed(monk
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr.strip() == (f"error: --attention {first},{second} runs one backend twice here ({first} and "
                                       f"{second} are both xla on cpu): list it once.")
+
+
+def test_profile_traces_each_run_into_its_own_folder(tmp_path):
+    out_json, traces = tmp_path / "bench.json", tmp_path / "traces"
+    out = run_module("sps_jax.bench", "train", "--config", "configs/tiny.py", "--steps", "1", "--warmup", "0",
+                     "--variants", "sps", "--attention", "xla", "--profile", traces, "--json", out_json,
+                     *SMALL_OVERRIDES)
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads(out_json.read_text())["results"]
+    trace = run["profile"]["trace"]
+    assert trace.startswith(os.path.join(str(traces), "sps", "")) and os.path.isfile(trace)
+    assert run["profile"]["calls"] == 3 and run["profile"]["top"] == []  # a CPU trace has no device plane
+    assert not os.path.exists(str(traces) + ".partial")
+
+
+def test_a_profile_folder_that_holds_files_is_refused_before_any_run_is_timed(tmp_path, monkeypatch):
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "notes.txt").write_text("mine")
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    outcome = fuzz.call(bench_train.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--profile",
+                                           str(traces)])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (
+        f"error: --profile {traces} already holds files (notes.txt): choose a new --profile, or pass --force to "
+        "replace that folder with the traces (it is swapped in only when complete).")
+    assert (traces / "notes.txt").read_text() == "mine"
