@@ -314,6 +314,7 @@ class TrainCheckpoints:
     broken ones left alone."""
 
     def __init__(self, workdir: str, trained_as: dict, milestone_every: int = 0, keep: int = 1, warn=print):
+        workdir = files.path_text(workdir, "workdir")
         check_writable_path(workdir)
         self.workdir, self.trained_as, self.warn = workdir, dict(trained_as), warn
         self.broken: set[int] = set()

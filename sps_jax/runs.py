@@ -32,7 +32,7 @@ def find_run(path: str) -> tuple[str, int | None]:
 
     Raises FileNotFoundError (one sentence) when the path does not exist or is none of these.
     """
-    path = os.path.realpath(path)  # a link to a checkpoints/<step> folder names that checkpoint
+    path = os.path.realpath(files.path_text(path, "path"))  # a link to a checkpoints/<step> folder names that checkpoint
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path!r} does not exist: pass a run folder (the one holding {CONFIG_FILE}) "
                                 "or one of its checkpoints/<step> folders.")

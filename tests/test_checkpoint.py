@@ -284,3 +284,10 @@ def test_weights_save_to_and_restore_from_a_pathlib_path(tmp_path):
     checkpoint.save_params(tmp_path / "run", 3, {"w": jnp.arange(4.0)}, TRAINED_AS)
     params, step = checkpoint.restore_params(tmp_path / "run")
     assert step == 3 and np.array_equal(params["w"], np.arange(4.0))
+
+
+def test_a_training_runs_checkpoints_need_one_workdir(tmp_path):
+    # Before: Python's "expected str, bytes or os.PathLike object, not NoneType" from os.path.abspath.
+    with pytest.raises(TypeError, match=r"^workdir must be one path \(a str or pathlib\.Path\), not a NoneType: give "
+                                        r"one workdir per call\.$"):
+        checkpoint.TrainCheckpoints(None, TRAINED_AS)

@@ -485,3 +485,13 @@ def test_a_workdir_that_is_not_one_path_is_one_sentence(workdir, kind):
     with pytest.raises(TypeError, match=rf"^workdir must be one path \(a str or pathlib\.Path\), not a {kind}: give "
                                         r"one workdir per call\.$"):
         runs.read_config(workdir)
+
+
+@pytest.mark.parametrize("call", [runs.find_run, runs.run_info, runs.load_run, runs.checkpoint_step],
+                         ids=["find_run", "run_info", "load_run", "checkpoint_step"])
+@pytest.mark.parametrize("path, kind", [(["run1", "run2"], "list"), (None, "NoneType"), (3, "int")])
+def test_a_run_path_that_is_not_one_path_is_one_sentence(call, path, kind):
+    # Before: Python's "expected str, bytes or os.PathLike object, not NoneType" from os.path.realpath.
+    with pytest.raises(TypeError, match=rf"^path must be one path \(a str or pathlib\.Path\), not a {kind}: give one "
+                                        r"path per call\.$"):
+        call(path)

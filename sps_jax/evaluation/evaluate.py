@@ -208,6 +208,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     from sps_jax.evaluation import val_nll
 
     t0 = time.time()
+    path = files.path_text(path, "path")
     keys, task_data = _check_keys(keys), _task_mapping(task_data)
     if not keys and not val_data:  # every metric of the result would be empty, after the weights had loaded
         raise ValueError("nothing to evaluate: pass keys (lm-eval task names) and/or val_data (a token folder).")

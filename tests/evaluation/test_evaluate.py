@@ -614,3 +614,11 @@ def test_a_missing_file_of_the_lm_eval_tasks_is_named_before_lm_eval_loads(tmp_p
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert sentence in outcome.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_a_checkpoint_path_that_is_not_one_path_is_one_sentence_before_any_check(monkeypatch):
+    # Before: the tokenizer was built and lm-eval's checks ran, then os.path.realpath failed on None.
+    monkeypatch.setattr(evaluate, "_check_keys", lambda keys: pytest.fail("the keys were checked first"))
+    with pytest.raises(TypeError, match=r"^path must be one path \(a str or pathlib\.Path\), not a NoneType: give one "
+                                        r"path per call\.$"):
+        evaluate.evaluate_checkpoint(None, keys=["arc_easy"])
