@@ -123,7 +123,7 @@ def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "toke
 
 def _draw(runs, x: str, headless: bool):
     plt = plotting.pyplot(headless=headless)
-    records = {label: curves(workdir) for label, workdir in runs.items()}
+    records = {label: curves(files.path_text(workdir, f"runs[{label!r}]")) for label, workdir in runs.items()}
     for label, m in records.items():
         missing = [r for r in m["train"] + m["val"] if x not in r]
         if missing:

@@ -83,6 +83,8 @@ def test_plot_against_a_field_the_records_lack_is_one_sentence(tmp_path):
     (lambda tmp: metrics.read([str(tmp), str(tmp)]), "workdir", "list"),
     (lambda tmp: metrics.plot_curves({"run": str(tmp)}, [str(tmp / "a.png"), str(tmp / "b.png")]), "out_png", "list"),
     (lambda tmp: metrics.plot_curves({"run": str(tmp)}, 5), "out_png", "int"),
+    # The run's own entry is named, not a "workdir" argument the caller never passed.
+    (lambda tmp: metrics.plot_curves({"run": None}, str(tmp / "c.png")), r"runs\['run'\]", "NoneType"),
 ])
 def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, call, name, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
