@@ -64,22 +64,24 @@ def kernel_times(planes) -> dict[str, tuple[int, int]]:
     return {name: (int(total_ns[name]), count[name]) for name in total_ns}
 
 
-def summary(times: dict[str, tuple[int, int]], calls: int, top: int = 15) -> dict:
-    """Per call: the summed kernel time, this package's kernels' share of it, and the ``top`` kernels by time."""
+def summary(times: dict[str, tuple[int, int]], steps: int, top: int = 15) -> dict:
+    """Per step (the trace held ``steps`` of them): the summed kernel time, this package's kernels' share of it,
+    and the ``top`` kernels by time."""
     all_ns = sum(ns for ns, _ in times.values())
     ours_ns = sum(ns for name, (ns, _) in times.items() if OUR_KERNEL_PREFIX in name)
     ranked = sorted(times.items(), key=lambda item: -item[1][0])[:top]
-    return {"calls": calls, "kernel_ms_per_call": all_ns / 1e6 / calls,
+    return {"steps": steps, "kernel_ms_per_step": all_ns / 1e6 / steps,
             "our_kernels_share": ours_ns / all_ns if all_ns else None,
-            "top": [{"name": name, "ms_per_call": ns / 1e6 / calls, "share": ns / all_ns if all_ns else None,
-                     "launches_per_call": n / calls} for name, (ns, n) in ranked]}
+            "top": [{"name": name, "ms_per_step": ns / 1e6 / steps, "share": ns / all_ns if all_ns else None,
+                     "launches_per_step": n / steps} for name, (ns, n) in ranked]}
 
 
-def profile(fn, calls: int, folder: str, top: int = 15) -> dict:
-    """:func:`trace` then :func:`summary` of its device kernels, with the trace file's path."""
+def profile(fn, calls: int, folder: str, steps_per_call: int = 1, top: int = 15) -> dict:
+    """:func:`trace` then :func:`summary` of its device kernels per step (each call runs ``steps_per_call``
+    steps: one train step, or a decode loop of many), with the trace file's path."""
     path = trace(fn, calls, folder)
     planes = jax.profiler.ProfileData.from_file(path).planes
-    return {"trace": path, **summary(kernel_times(planes), calls, top)}
+    return {"trace": path, **summary(kernel_times(planes), calls * steps_per_call, top)}
 
 
 def format_summary(result: dict) -> str:
@@ -87,8 +89,8 @@ def format_summary(result: dict) -> str:
     if not result["top"]:
         return f"  no device kernels in the trace (a CPU has none): {result['trace']}"
     pct = lambda x: "n/a" if x is None else f"{x:.1%}"  # noqa: E731 (no time at all: no share)
-    lines = [f"  kernel time {result['kernel_ms_per_call']:.2f} ms per step, {pct(result['our_kernels_share'])} in "
+    lines = [f"  kernel time {result['kernel_ms_per_step']:.2f} ms per step, {pct(result['our_kernels_share'])} in "
              f"this package's kernels ({OUR_KERNEL_PREFIX}*); trace {result['trace']}"]
-    lines += [f"  {row['ms_per_call']:9.3f} ms {pct(row['share']):>6s} x{row['launches_per_call']:<5g} {row['name'][:100]}"
+    lines += [f"  {row['ms_per_step']:9.3f} ms {pct(row['share']):>6s} x{row['launches_per_step']:<5g} {row['name'][:100]}"
               for row in result["top"]]
     return "\n".join(lines)

@@ -44,11 +44,11 @@ def test_a_device_plane_with_only_an_ops_line_counts_its_ops():
 
 
 def test_the_summary_gives_time_per_call_this_packages_share_and_the_top_kernels():
-    result = profiling.summary(profiling.kernel_times(gpu_planes()), calls=2, top=2)
-    # 2.0 ms of kernels over 2 calls; the two sps_ launches are 0.7 of 2.0 ms.
-    assert result["kernel_ms_per_call"] == pytest.approx(1.0)
+    result = profiling.summary(profiling.kernel_times(gpu_planes()), steps=2, top=2)
+    # 2.0 ms of kernels over 2 steps; the two sps_ launches are 0.7 of 2.0 ms.
+    assert result["kernel_ms_per_step"] == pytest.approx(1.0)
     assert result["our_kernels_share"] == pytest.approx(0.35)
-    assert [(r["name"], r["ms_per_call"], r["share"], r["launches_per_call"]) for r in result["top"]] == [
+    assert [(r["name"], r["ms_per_step"], r["share"], r["launches_per_step"]) for r in result["top"]] == [
         ("sm90_xmma_gemm_bf16", pytest.approx(0.6), pytest.approx(0.6), 0.5),
         ("sps_triton_forward", pytest.approx(0.35), pytest.approx(0.35), 1.0)]
 
@@ -58,7 +58,7 @@ def test_profiling_a_cpu_call_writes_a_trace_without_device_kernels(tmp_path):
     f = jax.jit(lambda x: jnp.tanh(x @ x).sum())
     x = jnp.ones((64, 64))
     f(x)
-    result = profiling.profile(lambda: f(x), 2, str(folder))
+    result = profiling.profile(lambda: f(x), 2, str(folder), steps_per_call=5)
     assert os.path.isfile(result["trace"]) and result["trace"].startswith(str(folder))
-    assert result["top"] == [] and result["our_kernels_share"] is None
+    assert result["steps"] == 10 and result["top"] == [] and result["our_kernels_share"] is None
     assert profiling.format_summary(result) == f"  no device kernels in the trace (a CPU has none): {result['trace']}"

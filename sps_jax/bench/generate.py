@@ -31,7 +31,7 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench, cli, hardware, masks
+from sps_jax import bench, cli, files, hardware, masks
 
 RESULT_PREFIX = "BENCH_RESULT "
 
@@ -52,6 +52,10 @@ def _parse(argv):
                         help="comma-separated model.attention backends timed side by side (xla, pallas, triton, "
                         "splash, auto; default: the config's): the prefill's kernel, and on a GPU with pallas "
                         "or triton the decode step's kernels")
+    parser.add_argument("--profile", type=cli.output_path, metavar="FOLDER", default=None,
+                        help="after timing, trace one more decode loop of each run (after its prefill) with jax's "
+                        "profiler into FOLDER/<run> and print the device kernels per decode step (a shorter "
+                        "--decode keeps the trace small; --force replaces a FOLDER that holds files)")
     bench.add_json_flag(parser)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
     return parser.parse_args(argv)
@@ -138,6 +142,17 @@ class VariantRun:
         if self.best is None or timing["total_s"] < self.best["total_s"]:
             self.best = timing
         return timing
+
+    def profile(self, folder: str) -> dict:
+        """The device kernels of one decode loop, per decode step (the prefill runs before the trace starts)."""
+        import jax
+
+        from sps_jax import profiling
+
+        cache, h_BTD = self.prefill(self.params, self.tokens_BT)
+        logits_BV = jax.block_until_ready(self.logits(self.params, h_BTD))
+        return profiling.profile(lambda: self.decode(self.params, cache, logits_BV, self.rng)[0], 1, folder,
+                                 steps_per_call=self.args.decode)
 
     def result(self) -> dict:
         import jax
@@ -252,6 +267,8 @@ def main(argv=None) -> int:
         return 0
     variants, backends = args.variants, args.attention or [None]
     runs_asked = [(v, b) for b in backends for v in variants]
+    if args.profile is not None:
+        cli.load("sps_jax.runs").replaceable_folder(args.profile, "--profile", args.force, "the traces")
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).
@@ -295,6 +312,16 @@ def main(argv=None) -> int:
             print(f"[{r.label}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s",
                   file=sys.stderr, flush=True)
     results = [r.result() for r in runs]
+    if args.profile:
+        from sps_jax import profiling
+
+        with files.replace_folder(args.profile) as traces:
+            for r, result in zip(runs, results):
+                result["profile"] = r.profile(os.path.join(traces, r.label.replace("/", "-")))
+        for r, result in zip(runs, results):  # the trace files' paths once the folder is in place
+            result["profile"]["trace"] = os.path.join(args.profile, os.path.relpath(result["profile"]["trace"], traces))
+            print(f"[{r.label}] per decode step:\n{profiling.format_summary(result['profile'])}", file=sys.stderr,
+                  flush=True)
     for r, key in zip(results, runs_asked):
         r["peak_bytes"] = peaks.get(key)
     _ratios(results)

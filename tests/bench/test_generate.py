@@ -142,3 +142,30 @@ def test_two_backends_that_are_one_here_are_refused_before_any_worker_runs(monke
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr.strip() == (f"error: --attention {first},{second} runs one backend twice here ({first} and "
                                       f"{second} are both xla on cpu): list it once.")
+
+
+def test_profile_traces_one_decode_loop_of_each_run_into_its_own_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_generate, "_spawn_peak", lambda argv, variant: None)  # no worker: CPU has no counter
+    out, traces = tmp_path / "bench.json", tmp_path / "traces"
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1", "--prefill", "4",
+                         "--decode", "3", "--variants", "sps", "--repeats", "1", "--profile", str(traces),
+                         "--json", str(out)])
+    (result,) = json.loads(out.read_text())["results"]
+    profile = result["profile"]
+    assert profile["trace"].startswith(os.path.join(str(traces), "sps", "")) and os.path.isfile(profile["trace"])
+    assert profile["steps"] == 3 and profile["top"] == []  # per decode step; a CPU trace has no device plane
+
+
+def test_a_profile_folder_that_holds_files_is_refused_before_any_worker_runs(tmp_path, monkeypatch):
+    from tests import fuzz
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "notes.txt").write_text("mine")
+    monkeypatch.setattr(bench_generate, "_spawn_peak", lambda *a: pytest.fail("a worker ran"))
+    outcome = fuzz.call(bench_generate.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--decode", "2",
+                                              "--profile", str(traces)])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (
+        f"error: --profile {traces} already holds files (notes.txt): choose a new --profile, or pass --force to "
+        "replace that folder with the traces (it is swapped in only when complete).")

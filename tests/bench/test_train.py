@@ -86,7 +86,7 @@ def test_profile_traces_each_run_into_its_own_folder(tmp_path):
     (run,) = json.loads(out_json.read_text())["results"]
     trace = run["profile"]["trace"]
     assert trace.startswith(os.path.join(str(traces), "sps", "")) and os.path.isfile(trace)
-    assert run["profile"]["calls"] == 3 and run["profile"]["top"] == []  # a CPU trace has no device plane
+    assert run["profile"]["steps"] == 3 and run["profile"]["top"] == []  # a CPU trace has no device plane
     assert not os.path.exists(str(traces) + ".partial")
 
 
