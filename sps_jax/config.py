@@ -93,6 +93,8 @@ def train_config(scale: str = "s"):
     t.stop_at_step = 0             # end this invocation (with a checkpoint) at this step; 0: run the whole schedule
     t.nonfinite = "stop"           # non-finite loss: "stop" the run or "skip" the update
     t.peak_flops_per_device = None  # MFU denominator; None: the device's dense bf16 peak (sps_jax.hardware), no MFU where unknown
+    t.profile_steps = 0            # steps traced with jax's profiler into <workdir>/profile (0: none) ...
+    t.profile_start = 10           # ... starting after this step (past the compile and the first steps)
     t.tensorboard = True           # also write TensorBoard events when the package is installed
     t.init_from = None             # a run folder or its checkpoints/<step>: a new run starts from those weights
                                    # with a fresh optimizer and schedule (fine-tuning); a resume ignores it
@@ -378,6 +380,7 @@ RANGES = {
     "train.log_every": (int, 1, None, False), "train.eval_every": (int, 1, None, False),
     "train.checkpoint_every": (int, 1, None, False), "train.milestone_every": (int, 0, None, False),
     "train.stop_at_step": (int, 0, MAX_STEP, False), "train.peak_flops_per_device": (float, 0, None, True),
+    "train.profile_steps": (int, 0, MAX_STEP, False), "train.profile_start": (int, 0, MAX_STEP, False),
     "data.val_windows": (int, 1, None, False), "data.val_batch": (int, 1, None, False),
     "data.prefetch": (int, 0, MAX_PREFETCH, False), "mesh.data": (int, -1, None, False), "mesh.fsdp": (int, -1, None, False),
 }

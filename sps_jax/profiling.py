@@ -32,7 +32,13 @@ def trace(fn, calls: int, folder: str) -> str:
     with jax.profiler.trace(folder):
         for _ in range(calls):
             jax.block_until_ready(fn())
-    found = sorted(glob.glob(os.path.join(glob.escape(folder), "**", "*.xplane.pb"), recursive=True))
+    return trace_file(folder)
+
+
+def trace_file(folder: str) -> str:
+    """The newest trace file jax's profiler wrote under ``folder`` (its name taken literally, brackets too)."""
+    found = sorted(glob.glob(os.path.join(glob.escape(folder), "**", "*.xplane.pb"), recursive=True),
+                   key=os.path.getmtime)
     if not found:
         raise RuntimeError(f"jax.profiler wrote no *.xplane.pb under {folder}.")
     return found[-1]
@@ -76,12 +82,16 @@ def summary(times: dict[str, tuple[int, int]], steps: int, top: int = 15) -> dic
                      "launches_per_step": n / steps} for name, (ns, n) in ranked]}
 
 
-def profile(fn, calls: int, folder: str, steps_per_call: int = 1, top: int = 15) -> dict:
-    """:func:`trace` then :func:`summary` of its device kernels per step (each call runs ``steps_per_call``
-    steps: one train step, or a decode loop of many), with the trace file's path."""
-    path = trace(fn, calls, folder)
+def read(path: str, steps: int, top: int = 15) -> dict:
+    """:func:`summary` of the device kernels in the trace file ``path``, which holds ``steps`` steps."""
     planes = jax.profiler.ProfileData.from_file(path).planes
-    return {"trace": path, **summary(kernel_times(planes), calls * steps_per_call, top)}
+    return {"trace": path, **summary(kernel_times(planes), steps, top)}
+
+
+def profile(fn, calls: int, folder: str, steps_per_call: int = 1, top: int = 15) -> dict:
+    """:func:`trace` then :func:`read` per step (each call runs ``steps_per_call`` steps: one train step, or a
+    decode loop of many)."""
+    return read(trace(fn, calls, folder), calls * steps_per_call, top)
 
 
 def format_summary(result: dict) -> str:

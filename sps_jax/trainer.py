@@ -24,7 +24,7 @@ import optax
 
 from sps_jax import attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, runs, tracking
+from sps_jax import optim, profiling, runs, tracking
 from sps_jax.data import loader, prepare
 from sps_jax.names import did_you_mean
 
@@ -340,6 +340,44 @@ def _on_nonfinite(record: dict, nonfinite: str, ckpts, log) -> None:
     log(f"step {step}: non-finite loss, update skipped")
 
 
+class _Profile:
+    """``train.profile_steps`` steps after step ``train.profile_start`` traced with jax's profiler into
+    ``<workdir>/profile/steps_<first>-<last>`` (per process on several hosts), and their device kernels
+    logged. A run resumed past the first of them traces none."""
+
+    def __init__(self, t, workdir: str, start_step: int, log):
+        self.first, self.last = t.profile_start + 1, t.profile_start + t.profile_steps
+        self.active = bool(t.profile_steps) and start_step < self.first
+        folder = os.path.join(workdir, "profile", f"steps_{self.first}-{self.last}")
+        self.folder = folder if jax.process_count() == 1 else os.path.join(folder, f"process_{jax.process_index()}")
+        self.tracing, self.log = False, log
+
+    def before(self, step: int) -> None:
+        """Called before step ``step`` runs."""
+        if self.active and step == self.first:
+            jax.profiler.start_trace(self.folder)
+            self.tracing = True
+
+    def after(self, step: int) -> None:
+        """Called once step ``step``'s outputs are on the host; the last traced step (or the run's end) stops it."""
+        if self.tracing and step >= self.last:
+            self.stop(step)
+
+    def stop(self, step: int) -> None:
+        if not self.tracing:
+            return
+        jax.profiler.stop_trace()
+        self.tracing = self.active = False
+        result = profiling.read(profiling.trace_file(self.folder), step - self.first + 1, top=10)
+        self.log(f"profile of steps {self.first}-{step}:\n{profiling.format_summary(result)}")
+
+    def close(self) -> None:
+        """Stop a trace that an error left running (the next one in this process could not start)."""
+        if self.tracing:
+            jax.profiler.stop_trace()
+            self.tracing = False
+
+
 def _progress_line(record: dict, total_steps: int, eta_s: float) -> str:
     return (f"step {record['step']}/{total_steps}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
             f"grad_norm {record['grad_norm']:.3f}  {record['tokens_per_s']:,.0f} tok/s  "
@@ -376,7 +414,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
 
         ckpts = checkpoint.TrainCheckpoints(workdir, cfg.function_fields, t.milestone_every, warn=_warn)
-        writer = None
+        writer = profile = None
         try:
             start_step, params, opt_state, elapsed_before, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
@@ -409,13 +447,16 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                             "process_count": jax.process_count(), "elapsed_s": elapsed_s()},
                            iterator.get_state())
 
+            profile = _Profile(t, workdir, start_step, log)
             with _StopFlag() as stop:
                 while step < end:
                     ckpts.poll()  # a save that failed in the background stops the run here
+                    profile.before(step + 1)
                     tick = time.time()
                     params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, micro_shape))
                     out = jax.device_get(out)
                     step += 1
+                    profile.after(step)
                     step_s = time.time() - tick
                     record = _step_record(step, out, tokens_per_step=p["tokens_per_step"], step_s=step_s,
                                           elapsed_s=elapsed_s(), cfg=cfg, num_devices=len(devices),
@@ -441,8 +482,11 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         ckpts.check()
                         log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
                         break
+            profile.stop(step)  # a run that ended (or was stopped) inside the traced steps
             ckpts.check()  # the run succeeds only once its last checkpoint is on disk
         finally:
+            if profile is not None:
+                profile.close()
             ckpts.close()
             if writer:
                 writer.close()

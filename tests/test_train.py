@@ -4,6 +4,7 @@ another run's files alone, gradient accumulation, the distributed flags, and the
 loss fall."""
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -694,3 +695,26 @@ def test_validation_on_fewer_windows_than_data_val_windows_is_said_in_a_warning(
     why = why.format(tokens=tokens, available=available)
     assert capsys.readouterr().err == (f"warning: validation scores {scored} windows of 17 tokens, not "
                                        f"data.val_windows={windows}: {why}.\n")
+
+
+def test_profile_steps_trace_the_steps_after_profile_start_and_log_their_kernels(tmp_path, tokens):
+    workdir = tmp_path / "run"
+    out = train_here(workdir, tokens, 4, "--config.train.profile_steps=2", "--config.train.profile_start=1")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    traces = glob.glob(str(workdir / "profile" / "steps_2-3" / "**" / "*.xplane.pb"), recursive=True)
+    assert len(traces) == 1
+    # A CPU trace has no device plane; the line still names what was traced and where.
+    assert f"profile of steps 2-3:\n  no device kernels in the trace (a CPU has none): {traces[0]}" in out.stdout
+    # A resume past the traced steps traces none.
+    out = train_here(workdir, tokens, 6, "--config.train.profile_steps=2", "--config.train.profile_start=1")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert "profile of steps" not in out.stdout
+    assert glob.glob(str(workdir / "profile" / "steps_2-3" / "**" / "*.xplane.pb"), recursive=True) == traces
+
+
+def test_a_run_that_ends_inside_the_traced_steps_stops_the_trace_there(tmp_path, tokens):
+    out = train_here(tmp_path / "run", tokens, 3, "--config.train.profile_steps=5", "--config.train.profile_start=1")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert "profile of steps 2-3:" in out.stdout
+    jax.profiler.start_trace(str(tmp_path / "next"))  # no trace was left running in this process
+    jax.profiler.stop_trace()
