@@ -23,8 +23,8 @@ DERIVED_LINES = frozenset({"Steps", "XLA Modules", "XLA Ops", "Async XLA Ops", "
                            "TensorFlow Ops", "TensorFlow Name Scope", "SparseCore Steps", "SparseCore XLA Ops"})
 # The line that carries a device's ops where there are no kernel lines (TPU planes).
 OPS_LINE = "XLA Ops"
-# This package's kernels are named with this prefix (pallas_call's and jax-triton's name).
-OUR_KERNEL_PREFIX = "sps_"
+# This package's kernels have this in their names (pallas_call's and jax-triton's name; a compiler may add to it).
+OUR_KERNEL_MARK = "sps_"
 
 
 def trace(fn, calls: int, folder: str) -> str:
@@ -74,7 +74,7 @@ def summary(times: dict[str, tuple[int, int]], steps: int, top: int = 15) -> dic
     """Per step (the trace held ``steps`` of them): the summed kernel time, this package's kernels' share of it,
     and the ``top`` kernels by time."""
     all_ns = sum(ns for ns, _ in times.values())
-    ours_ns = sum(ns for name, (ns, _) in times.items() if OUR_KERNEL_PREFIX in name)
+    ours_ns = sum(ns for name, (ns, _) in times.items() if OUR_KERNEL_MARK in name)
     ranked = sorted(times.items(), key=lambda item: -item[1][0])[:top]
     return {"steps": steps, "kernel_ms_per_step": all_ns / 1e6 / steps,
             "our_kernels_share": ours_ns / all_ns if all_ns else None,
@@ -100,7 +100,7 @@ def format_summary(result: dict) -> str:
         return f"  no device kernels in the trace (a CPU has none): {result['trace']}"
     pct = lambda x: "n/a" if x is None else f"{x:.1%}"  # noqa: E731 (no time at all: no share)
     lines = [f"  kernel time {result['kernel_ms_per_step']:.2f} ms per step, {pct(result['our_kernels_share'])} in "
-             f"this package's kernels ({OUR_KERNEL_PREFIX}*); trace {result['trace']}"]
+             f"this package's kernels (named *{OUR_KERNEL_MARK}*); trace {result['trace']}"]
     lines += [f"  {row['ms_per_step']:9.3f} ms {pct(row['share']):>6s} x{row['launches_per_step']:<5g} {row['name'][:100]}"
               for row in result["top"]]
     return "\n".join(lines)
