@@ -3,6 +3,8 @@ the ``--json PATH`` flag every command writes its results with."""
 
 from __future__ import annotations
 
+import os
+
 from sps_jax import cli, files
 
 
@@ -22,6 +24,17 @@ def check_json(args):
     if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
         runs.output_file(args.json, "--json", args.force)  # a run's own files, and any token folder's, refused
     return args
+
+
+def check_profile(args) -> None:
+    """Refuse, before any work, a ``--profile`` folder that cannot take the traces (one holding files, without
+    ``--force``; see :func:`sps_jax.runs.replaceable_folder`) or that is the ``--json`` file's path."""
+    from sps_jax import runs  # loads jax: see check_json
+    if args.profile is None:
+        return
+    if args.json is not None and os.path.realpath(args.json) == os.path.realpath(args.profile):
+        raise cli.UserError(f"--profile {args.profile} is the --json path: give the traces a folder of their own.")
+    runs.replaceable_folder(args.profile, "--profile", args.force, "the traces")
 
 
 def write_results(args, results) -> None:

@@ -267,8 +267,7 @@ def main(argv=None) -> int:
         return 0
     variants, backends = args.variants, args.attention or [None]
     runs_asked = [(v, b) for b in backends for v in variants]
-    if args.profile is not None:
-        cli.load("sps_jax.runs").replaceable_folder(args.profile, "--profile", args.force, "the traces")
+    bench.check_profile(args)
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).

@@ -19,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, files, flops, hardware, masks, profiling, runs
+from sps_jax import attention, bench, cli, config as sps_config, files, flops, hardware, masks, profiling
 from sps_jax import trainer
 
 
@@ -115,8 +115,7 @@ def main(argv=None) -> int:
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     try:
-        if args.profile is not None:
-            runs.replaceable_folder(args.profile, "--profile", args.force, "the traces")
+        bench.check_profile(args)
         base = sps_config.load_config(args.config, overrides)
         variants = args.variants or [base.model.variant]
         base_vis = masks.Visibility(base.model.variant, base.model.window)

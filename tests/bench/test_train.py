@@ -105,3 +105,15 @@ def test_a_profile_folder_that_holds_files_is_refused_before_any_run_is_timed(tm
         f"error: --profile {traces} already holds files (notes.txt): choose a new --profile, or pass --force to "
         "replace that folder with the traces (it is swapped in only when complete).")
     assert (traces / "notes.txt").read_text() == "mine"
+
+
+def test_a_profile_folder_at_the_json_path_is_refused_before_any_run_is_timed(tmp_path, monkeypatch):
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    out = tmp_path / "out"
+    outcome = fuzz.call(bench_train.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--profile", str(out),
+                                           "--json", str(out)])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == f"error: --profile {out} is the --json path: give the traces a folder of their own."
