@@ -34,6 +34,17 @@ TILE_SHAPES = ((32, 32), (32, 64), (64, 32), (64, 64), (128, 64), (64, 128), (12
 LAUNCHES = ((4, 2), (4, 3), (8, 2), (8, 3))  # (warps, stages)
 
 
+def _pair(text: str) -> tuple[int, int]:
+    """'32x64' as (32, 64): a tile shape (positions per query tile x per key block) or a launch (warps x stages)."""
+    first, sep, second = text.lower().partition("x")
+    if not sep:
+        raise ValueError(text)
+    return int(first), int(second)
+
+
+_pair.__name__ = "NxM pairs"
+
+
 def candidates(default: pa.Tuning, kernel: str, shapes=TILE_SHAPES, launches=LAUNCHES) -> list[pa.Tuning]:
     """``default`` with ``kernel``'s tiles replaced by every (block_q, block_k) x (warps, stages)."""
     return [dataclasses.replace(default, **{kernel: pa.Tiles(bq, bk, w, s)})
@@ -102,7 +113,7 @@ def print_summary(result: dict) -> None:
               (f"; default {default['ms']:.3f} ms" if default else "; the default is not in the grid"))
 
 
-def parse_args(argv):
+def build_parser():
     p = cli.ArgumentParser(prog="python -m sps_jax.bench tiles", description=__doc__.split("\n")[0])
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
@@ -112,9 +123,26 @@ def parse_args(argv):
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                    help="dtype of q, k and v")
+    p.add_argument("--tiles", type=cli.comma_list(_pair), default=list(TILE_SHAPES), metavar="QxK,...",
+                   help="tile shapes swept: positions per query tile x per key block, powers of two (default: "
+                   f"{','.join(f'{q}x{k}' for q, k in TILE_SHAPES)})")
+    p.add_argument("--launches", type=cli.comma_list(_pair), default=list(LAUNCHES), metavar="WxS,...",
+                   help="launches swept with each shape: warps x pipeline stages (default: "
+                   f"{','.join(f'{w}x{s}' for w, s in LAUNCHES)})")
     p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
+    return p
+
+
+def parse_args(argv):
+    p = build_parser()
     args = bench.check_json(p.parse_args(argv))
+    for (bq, bk), (w, st) in itertools.product(args.tiles, args.launches):
+        try:
+            pa.Tiles(bq, bk, w, st)
+        except ValueError as e:
+            launch = str(e).startswith(("num_warps", "num_stages"))
+            p.error(f"--launches {w}x{st}: {e}" if launch else f"--tiles {bq}x{bk}: {e}")
     bench_attention.check_shape_fits(p, args)
     if jax.default_backend() != "gpu":
         p.error(f"the tile sweep times the {args.backend} kernels on a GPU, and this machine has none (jax backend "
@@ -127,7 +155,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     print(f"{args.variant}: B={args.batch} T={args.seq_len} H={args.heads} Dh={args.head_dim} w={args.window} "
           f"{args.dtype} on {jax.devices()[0].device_kind}", flush=True)
-    result = sweep(args)
+    result = sweep(args, shapes=args.tiles, launches=args.launches)
     print_summary(result)
     result.update(config=vars(args), device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     bench.write_results(args, result)

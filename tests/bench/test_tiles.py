@@ -49,3 +49,22 @@ def test_without_a_gpu_the_command_stops_with_one_sentence():
     assert "the tile sweep times the pallas kernels on a GPU" in outcome.stderr
     outcome = fuzz.call(bench_main.main, ["tiles", "--backend", "triton"])
     assert outcome.status == 2 and "the tile sweep times the triton kernels on a GPU" in outcome.stderr
+
+
+@pytest.mark.parametrize("argv, sentence", [
+    (["--tiles", "48x64"], "--tiles 48x64: block_q must be a positive power of two (Triton tiles), got 48"),
+    (["--tiles", "32x64,32"], "argument --tiles: expected a comma-separated list of NxM pairs, got '32x64,32'"),
+    (["--launches", "3x2"], "--launches 3x2: num_warps must be 1, 2, 4, 8 or 16, got 3"),
+    (["--launches", "4x0"], "--launches 4x0: num_stages must be a positive integer, got 0"),
+])
+def test_a_grid_the_kernels_cannot_launch_is_one_sentence_before_the_gpu_is_asked_for(argv, sentence):
+    outcome = fuzz.call(bench_main.main, ["tiles", *argv])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert sentence in outcome.stderr and "GPU" not in outcome.stderr, outcome.stderr
+
+
+def test_the_grid_flags_default_to_the_full_grid_and_take_any_subset():
+    assert (tiles.build_parser().parse_args([]).tiles, tiles.build_parser().parse_args([]).launches) == (
+        list(tiles.TILE_SHAPES), list(tiles.LAUNCHES))
+    args = tiles.build_parser().parse_args(["--tiles", "32x64,64X128", "--launches", "4x3"])
+    assert (args.tiles, args.launches) == ([(32, 64), (64, 128)], [(4, 3)])
