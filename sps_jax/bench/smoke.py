@@ -4,7 +4,8 @@ forward: a health check of a machine and an attention backend.
     python -m sps_jax.bench smoke --config configs/tiny.py [--config.model.attention=pallas] [--variants sps]
 
 Each variant compiles a gradient and a decode loop: on an H100 at the xs scale with the jax-triton kernels,
-28 to 59 s per variant, nearly all of it compiling (timed on 2026-11-27); ``--variants`` checks fewer.
+28 to 59 s per variant with jax's compilation cache warm from an earlier, cut-short run, and more than 80 s
+for the first variant on a fresh machine (timed on 2026-11-27); ``--variants`` checks fewer.
 
 The windowed variants take the config's window (or the default one, docs/design.md section 1). The
 decode check prefills half of up to 512 positions and decodes the rest one step at a time through the
