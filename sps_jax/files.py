@@ -36,11 +36,12 @@ NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file system
 
 
 def path_text(value, name: str) -> str:
-    """A path given to the API (str or pathlib.Path) as text, else one sentence naming the argument."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be one path (a str or pathlib.Path), not a {type(value).__name__}: "
-                        f"give one {name} per call.")
-    return os.fspath(value)
+    """A path given to the API (str or pathlib.Path) as text, else one sentence naming the argument: several
+    paths go one per call, anything else (None, a number) should be the path itself."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    advice = f"give one {name} per call" if isinstance(value, (list, tuple, set)) else "pass the path itself"
+    raise TypeError(f"{name} must be one path (a str or pathlib.Path), not a {type(value).__name__}: {advice}.")
 
 
 def path_list(values, name: str) -> list[str]:

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -163,3 +164,10 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def not_one_path(name: str, kind: str) -> str:
+    """The regex of the sentence ``sps_jax.files.path_text`` gives when argument ``name`` is a ``kind`` (a type's
+    name) instead of one path: several paths go one per call, anything else should be the path itself."""
+    advice = f"give one {name} per call" if kind in ("list", "tuple", "set") else "pass the path itself"
+    return rf"^{re.escape(name)} must be one path \(a str or pathlib\.Path\), not a {kind}: {re.escape(advice)}\.$"

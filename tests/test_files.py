@@ -262,7 +262,7 @@ def test_an_input_that_is_no_regular_file_is_called_that_not_missing(tmp_path):
     ("run1", "runs must be a list of paths, not the one path 'run1': pass ['run1']."),
     (7, "runs must be a list of paths (str or pathlib.Path), not a int: pass e.g. [path1, path2]."),
     ({"a": "run1"}, "runs must be a list of paths (str or pathlib.Path), not a dict: pass e.g. [path1, path2]."),
-    (["run1", 3], "runs[1] must be one path (a str or pathlib.Path), not a int: give one runs[1] per call."),
+    (["run1", 3], "runs[1] must be one path (a str or pathlib.Path), not a int: pass the path itself."),
 ])
 def test_a_list_of_paths_is_a_list_and_each_of_it_one_path(value, sentence):
     """A str would be iterated one character at a time (runs 'r', 'u', 'n', '1'), and a dict by its keys."""

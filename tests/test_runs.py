@@ -11,6 +11,7 @@ import pytest
 
 from sps_jax import config as sps_config, model as sps_model, runs
 from tests.helpers import small_model
+from tests.helpers import not_one_path
 
 
 def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
@@ -482,8 +483,7 @@ def test_a_workdir_under_a_bracketed_folder_is_refused_before_any_work(tmp_path)
 @pytest.mark.parametrize("workdir, kind", [(["run1", "run2"], "list"), (None, "NoneType")])
 def test_a_workdir_that_is_not_one_path_is_one_sentence(workdir, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
-    with pytest.raises(TypeError, match=rf"^workdir must be one path \(a str or pathlib\.Path\), not a {kind}: give "
-                                        r"one workdir per call\.$"):
+    with pytest.raises(TypeError, match=not_one_path('workdir', kind)):
         runs.read_config(workdir)
 
 
@@ -492,6 +492,5 @@ def test_a_workdir_that_is_not_one_path_is_one_sentence(workdir, kind):
 @pytest.mark.parametrize("path, kind", [(["run1", "run2"], "list"), (None, "NoneType"), (3, "int")])
 def test_a_run_path_that_is_not_one_path_is_one_sentence(call, path, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not NoneType" from os.path.realpath.
-    with pytest.raises(TypeError, match=rf"^path must be one path \(a str or pathlib\.Path\), not a {kind}: give one "
-                                        r"path per call\.$"):
+    with pytest.raises(TypeError, match=not_one_path('path', kind)):
         call(path)

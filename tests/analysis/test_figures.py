@@ -401,14 +401,14 @@ ONE_PATH = r" must be one path \(a str or pathlib\.Path\), not a "
 
 @pytest.mark.parametrize("call, sentence", [
     (lambda run, out: figures.final_point([run, run]), r"source" + ONE_PATH + r"list: give one source per call\.$"),
-    (lambda run, out: figures.pre_decay_curve(3), r"run" + ONE_PATH + r"int: give one run per call\.$"),
+    (lambda run, out: figures.pre_decay_curve(3), r"run" + ONE_PATH + r"int: pass the path itself\.$"),
     (lambda run, out: figures.curves([run], [out, out]), r"out" + ONE_PATH + r"list: give one out per call\.$"),
-    (lambda run, out: figures.curves([run, 3], out), r"run_folders\[1\]" + ONE_PATH + r"int: give one "),
-    (lambda run, out: figures.window_ablation([run, None], out), r"sources\[1\]" + ONE_PATH + "NoneType: give one "),
+    (lambda run, out: figures.curves([run, 3], out), r"run_folders\[1\]" + ONE_PATH + r"int: pass the path itself\.$"),
+    (lambda run, out: figures.window_ablation([run, None], out), r"sources\[1\]" + ONE_PATH + r"NoneType: pass the path itself\.$"),
     (lambda run, out: figures.seed_variance([[run, run]], out), r"sources\[0\]" + ONE_PATH + "list: give one "),
-    (lambda run, out: figures.accuracy_gain([run], 5), r"out" + ONE_PATH + "int: give one out per call"),
+    (lambda run, out: figures.accuracy_gain([run], 5), r"out" + ONE_PATH + r"int: pass the path itself\.$"),
     (lambda run, out: figures.pre_decay([run, run], run, out), r"baseline_run" + ONE_PATH + "list: give one "),
-    (lambda run, out: figures.pre_decay(run, None, out), r"method_run" + ONE_PATH + "NoneType: give one "),
+    (lambda run, out: figures.pre_decay(run, None, out), r"method_run" + ONE_PATH + r"NoneType: pass the path itself\.$"),
 ], ids=["final_point", "pre_decay_curve", "curves-out", "curves", "window_ablation", "seed_variance",
         "accuracy_gain", "pre_decay-baseline", "pre_decay-method"])
 def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, call, sentence):

@@ -17,6 +17,7 @@ from sps_jax.inference import scoring
 from tests import fuzz
 from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, tiny, write_val_data
 from tests.helpers import closed_port
+from tests.helpers import not_one_path
 
 
 def fixed_window_nll(net, params, tokens):
@@ -234,8 +235,7 @@ def test_the_results_writer_never_replaces_a_runs_own_files(tmp_path):
 @pytest.mark.parametrize("path, kind", [(["a.json", "b.json"], "list"), (None, "NoneType")])
 def test_a_results_path_that_is_not_one_path_is_one_sentence(tmp_path, path, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
-    with pytest.raises(TypeError, match=rf"^path must be one path \(a str or pathlib\.Path\), not a {kind}: give one "
-                                        r"path per call\.$"):
+    with pytest.raises(TypeError, match=not_one_path('path', kind)):
         evaluate.write_json(path, {"a": 1})
     evaluate.write_json(tmp_path / "results.json", {"a": 1})  # a pathlib.Path is one
     assert json.loads((tmp_path / "results.json").read_text()) == {"a": 1}
@@ -619,6 +619,5 @@ def test_a_missing_file_of_the_lm_eval_tasks_is_named_before_lm_eval_loads(tmp_p
 def test_a_checkpoint_path_that_is_not_one_path_is_one_sentence_before_any_check(monkeypatch):
     # Before: the tokenizer was built and lm-eval's checks ran, then os.path.realpath failed on None.
     monkeypatch.setattr(evaluate, "_check_keys", lambda keys: pytest.fail("the keys were checked first"))
-    with pytest.raises(TypeError, match=r"^path must be one path \(a str or pathlib\.Path\), not a NoneType: give one "
-                                        r"path per call\.$"):
+    with pytest.raises(TypeError, match=not_one_path('path', 'NoneType')):
         evaluate.evaluate_checkpoint(None, keys=["arc_easy"])
