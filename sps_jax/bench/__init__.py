@@ -37,6 +37,18 @@ def check_profile(args) -> None:
     runs.replaceable_folder(args.profile, "--profile", args.force, "the traces")
 
 
+def trace_folder(traces: str, label: str) -> str:
+    """The folder of one run's trace under ``traces`` (the --profile folder being built): its label, whose
+    '/' (``sps/triton``) would make a subfolder, as ``sps-triton``."""
+    return os.path.join(traces, label.replace("/", "-"))
+
+
+def place_trace(profile: dict, built: str, placed: str) -> None:
+    """``profile["trace"]``, a path under the folder ``built`` while it was built, as the path under ``placed``,
+    where that folder now is."""
+    profile["trace"] = os.path.join(placed, os.path.relpath(profile["trace"], built))
+
+
 def write_results(args, results) -> None:
     """The results as indented JSON at ``args.json`` (nothing when None), atomically; a file another
     command wrote there meanwhile is replaced only with ``--force``."""

@@ -125,13 +125,18 @@ class VariantRun:
         self.best = None
         print(f"[{self.label}] compiled in {self.compile_s:.1f} s", file=sys.stderr, flush=True)
 
+    def prefilled(self):
+        """(cache, first logits) of the prompts, on the device."""
+        import jax
+
+        cache, h_BTD = self.prefill(self.params, self.tokens_BT)
+        return cache, jax.block_until_ready(self.logits(self.params, h_BTD))
+
     def run(self) -> dict:
         import jax
 
         start = time.perf_counter()
-        cache, h_BTD = self.prefill(self.params, self.tokens_BT)
-        logits_BV = self.logits(self.params, h_BTD)
-        jax.block_until_ready(logits_BV)
+        cache, logits_BV = self.prefilled()
         prefilled = time.perf_counter()
         out, steps, cache = self.decode(self.params, cache, logits_BV, self.rng)
         jax.block_until_ready(out)
@@ -145,12 +150,9 @@ class VariantRun:
 
     def profile(self, folder: str) -> dict:
         """The device kernels of one decode loop, per decode step (the prefill runs before the trace starts)."""
-        import jax
-
         from sps_jax import profiling
 
-        cache, h_BTD = self.prefill(self.params, self.tokens_BT)
-        logits_BV = jax.block_until_ready(self.logits(self.params, h_BTD))
+        cache, logits_BV = self.prefilled()
         return profiling.profile(lambda: self.decode(self.params, cache, logits_BV, self.rng)[0], 1, folder,
                                  steps_per_call=self.args.decode)
 
@@ -316,9 +318,9 @@ def main(argv=None) -> int:
 
         with files.replace_folder(args.profile) as traces:
             for r, result in zip(runs, results):
-                result["profile"] = r.profile(os.path.join(traces, r.label.replace("/", "-")))
-        for r, result in zip(runs, results):  # the trace files' paths once the folder is in place
-            result["profile"]["trace"] = os.path.join(args.profile, os.path.relpath(result["profile"]["trace"], traces))
+                result["profile"] = r.profile(bench.trace_folder(traces, r.label))
+        for r, result in zip(runs, results):
+            bench.place_trace(result["profile"], traces, args.profile)
             print(f"[{r.label}] per decode step:\n{profiling.format_summary(result['profile'])}", file=sys.stderr,
                   flush=True)
     for r, key in zip(results, runs_asked):

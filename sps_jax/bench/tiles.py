@@ -137,12 +137,16 @@ def build_parser():
 def parse_args(argv):
     p = build_parser()
     args = bench.check_json(p.parse_args(argv))
-    for (bq, bk), (w, st) in itertools.product(args.tiles, args.launches):
+    for bq, bk in args.tiles:
         try:
-            pa.Tiles(bq, bk, w, st)
+            pa.Tiles(bq, bk)
         except ValueError as e:
-            launch = str(e).startswith(("num_warps", "num_stages"))
-            p.error(f"--launches {w}x{st}: {e}" if launch else f"--tiles {bq}x{bk}: {e}")
+            p.error(f"--tiles {bq}x{bk}: {e}")
+    for w, st in args.launches:  # with a shape known good, the error is the launch's
+        try:
+            pa.Tiles(*args.tiles[0], w, st)
+        except ValueError as e:
+            p.error(f"--launches {w}x{st}: {e}")
     bench_attention.check_shape_fits(p, args)
     if jax.default_backend() != "gpu":
         p.error(f"the tile sweep times the {args.backend} kernels on a GPU, and this machine has none (jax backend "

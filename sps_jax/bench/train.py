@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 
@@ -86,7 +85,7 @@ def time_runs(args, overrides, base_vis, variants, traces: str | None) -> list[d
                 config.model.attention = backend
             label = bench.run_label(variant, backend if args.attention and len(args.attention) > 1 else None)
             print(f"timing {label} ...", file=sys.stderr, flush=True)
-            folder = os.path.join(traces, label.replace("/", "-")) if traces else None
+            folder = bench.trace_folder(traces, label) if traces else None
             r = {"label": label, **bench_variant(config, args.steps, args.warmup, folder)}
             print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
                   + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
@@ -128,9 +127,9 @@ def main(argv=None) -> int:
         with contextlib.ExitStack() as stack:
             traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
             results = time_runs(args, overrides, base_vis, variants, traces)
-        for r in results:  # the trace files' paths once the folder is in place
+        for r in results:
             if "profile" in r:
-                r["profile"]["trace"] = os.path.join(args.profile, os.path.relpath(r["profile"]["trace"], traces))
+                bench.place_trace(r["profile"], traces, args.profile)
                 print(f"{r['label']}:\n{profiling.format_summary(r['profile'])}", file=sys.stderr, flush=True)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
