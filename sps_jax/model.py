@@ -280,7 +280,17 @@ class Attention(nn.Module):
         w_qkv = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
         w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
         self.sow("intermediates", "qkv", x_BTSD)
-        qkv = _probe(self, "qkv", jnp.einsum("btsd,dchk->cbtshk", x_BTSD.astype(dt), w_qkv.astype(dt)))
+        x_BTSD = x_BTSD.astype(dt)
+        if x_BTSD.shape[1] == 1:
+            # One position (a decode step): q, k and v in one product, one kernel launch; the slices below
+            # fuse into their consumers.
+            qkv = jnp.moveaxis(jnp.einsum("btsd,dchk->btschk", x_BTSD, w_qkv.astype(dt)), 3, 0)
+        else:
+            # Many positions: one product each, already in the [B, T, S, H, K] layout attention reads. One
+            # product for all three left a [3, ...] buffer that XLA transposed: an S-scale train step moved
+            # 5.5% more bytes, and a prefill held both copies (docs/design.md section 5).
+            qkv = jnp.stack([jnp.einsum("btsd,dhk->btshk", x_BTSD, w_qkv[:, i].astype(dt)) for i in range(3)])
+        qkv = _probe(self, "qkv", qkv)
         q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
         if cache is not None:
@@ -322,8 +332,19 @@ class Block(nn.Module):
         if cache is not None:
             attn, cache = attn
         x_BTSD = x_BTSD + attn
-        x_BTSD = x_BTSD + MLP(self.cfg, name="mlp")(RMSNorm(self.cfg, name="mlp_norm")(x_BTSD))
-        return x_BTSD if cache is None else (x_BTSD, cache)
+        mlp, norm = MLP(self.cfg, name="mlp"), RMSNorm(self.cfg, name="mlp_norm")
+        if cache is None:
+            return x_BTSD + mlp(norm(x_BTSD))
+        if x_BTSD.shape[1] == 1:  # a decode step
+            return x_BTSD + mlp(norm(x_BTSD)), cache
+        # A prompt into the cache (prefill): one stream's MLP at a time, so that one stream's [B, T, d_ff]
+        # activations are alive, not every stream's (a backward pass would keep them all anyway).
+        streams = []
+        for s in range(x_BTSD.shape[2]):
+            x_BT1D = x_BTSD[:, :, s:s + 1]
+            y_BT1D, x_BTSD = jax.lax.optimization_barrier((x_BT1D + mlp(norm(x_BT1D)), x_BTSD))
+            streams.append(y_BT1D)
+        return jnp.concatenate(streams, axis=2), cache
 
 
 class Transformer(nn.Module):
