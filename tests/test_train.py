@@ -274,6 +274,9 @@ def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.0  # measured: 5.65 and 5.39
 
 
+# -m slow: splash's kernels are checked against the reference by tests/test_splash_attention.py, and
+# training on eight devices by the test above (CI's 20 minutes)
+@pytest.mark.slow
 def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_another(tmp_path, tokens, reference):
     """The splash kernel (interpret mode) runs per batch shard of a 2 x 4 mesh; the run's first line and
     config.json name the backend; a run may resume with another backend (same model)."""
@@ -712,6 +715,8 @@ def test_profile_steps_trace_the_steps_after_profile_start_and_log_their_kernels
     assert glob.glob(str(workdir / "profile" / "steps_2-3" / "**" / "*.xplane.pb"), recursive=True) == traces
 
 
+# -m slow: the trace's start and logging are checked by the test above (CI's 20 minutes)
+@pytest.mark.slow
 def test_a_run_that_ends_inside_the_traced_steps_stops_the_trace_there(tmp_path, tokens):
     out = train_here(tmp_path / "run", tokens, 3, "--config.train.profile_steps=5", "--config.train.profile_start=1")
     assert out.status == 0 and out.problem() is None, out.stderr
