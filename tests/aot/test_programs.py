@@ -109,6 +109,7 @@ ENTRY %main (a: f32[4], e: bf16[2,0]) -> (f32[4], bf16[2,0]) {
     assert programs.entry_kernels(hlo) == 2
 
 
+@pytest.mark.slow  # four decode-step compiles; the test below holds the kernel that makes the claim (CI's 20 minutes)
 def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
     """The pair (x_i, rho_i) shares every matmul and the cache read; what SPS adds per layer is the
     ring: on a GPU one kernel writes x_i and rho_i (in place of Standard's two cache writes) and attends
