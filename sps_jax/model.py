@@ -333,18 +333,17 @@ class Block(nn.Module):
             attn, cache = attn
         x_BTSD = x_BTSD + attn
         mlp, norm = MLP(self.cfg, name="mlp"), RMSNorm(self.cfg, name="mlp_norm")
-        if cache is None:
-            return x_BTSD + mlp(norm(x_BTSD))
-        if x_BTSD.shape[1] == 1:  # a decode step
-            return x_BTSD + mlp(norm(x_BTSD)), cache
-        # A prompt into the cache (prefill): one stream's MLP at a time, so that one stream's [B, T, d_ff]
-        # activations are alive, not every stream's (a backward pass would keep them all anyway).
-        streams = []
-        for s in range(x_BTSD.shape[2]):
-            x_BT1D = x_BTSD[:, :, s:s + 1]
-            y_BT1D, x_BTSD = jax.lax.optimization_barrier((x_BT1D + mlp(norm(x_BT1D)), x_BTSD))
-            streams.append(y_BT1D)
-        return jnp.concatenate(streams, axis=2), cache
+        if cache is not None and x_BTSD.shape[1] > 1:
+            # A prompt into the cache (prefill): one stream's MLP at a time, so that one stream's [B, T, d_ff]
+            # activations are alive, not every stream's (a backward pass would keep them all anyway).
+            streams = []
+            for s in range(x_BTSD.shape[2]):
+                x_BT1D = x_BTSD[:, :, s:s + 1]
+                y_BT1D, x_BTSD = jax.lax.optimization_barrier((x_BT1D + mlp(norm(x_BT1D)), x_BTSD))
+                streams.append(y_BT1D)
+            return jnp.concatenate(streams, axis=2), cache
+        x_BTSD = x_BTSD + mlp(norm(x_BTSD))
+        return x_BTSD if cache is None else (x_BTSD, cache)
 
 
 class Transformer(nn.Module):

@@ -274,8 +274,8 @@ def test_full_main_command_reaches_a_low_validation_loss(tmp_path):
     assert np.mean(losses_[-20:]) < 6.0 and val[-1] < 6.0  # measured: 5.65 and 5.39
 
 
-# -m slow: splash's kernels are checked against the reference by tests/test_splash_attention.py, and
-# training on eight devices by the test above (CI's 20 minutes)
+# -m slow: splash's kernels are checked against the reference by tests/test_splash_attention.py, and training on
+# eight devices by test_eight_devices_match_one_and_the_checkpoint_moves_to_one_device (CI's 20 minutes)
 @pytest.mark.slow
 def test_splash_on_eight_devices_matches_xla_names_its_backend_and_resumes_with_another(tmp_path, tokens, reference):
     """The splash kernel (interpret mode) runs per batch shard of a 2 x 4 mesh; the run's first line and
