@@ -273,7 +273,7 @@ class Attention(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None):
+    def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None, fused=False):
         c = self.cfg
         dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
         H, K, D = c.num_heads, c.head_dim, c.d_model
@@ -281,25 +281,24 @@ class Attention(nn.Module):
         w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
         self.sow("intermediates", "qkv", x_BTSD)
         x_BTSD = x_BTSD.astype(dt)
-        if x_BTSD.shape[1] == 1:
-            # One position (a decode step): q, k and v in one product, one kernel launch; the slices below
-            # fuse into their consumers.
-            qkv = jnp.moveaxis(jnp.einsum("btsd,dchk->btschk", x_BTSD, w_qkv.astype(dt)), 3, 0)
+        if fused or x_BTSD.shape[1] == 1:
+            # One product (Block says when); a decode step's single position always takes it: one launch,
+            # and the slices below fuse into their consumers.
+            qkv_BTS3HK = jnp.einsum("btsd,dchk->btschk", x_BTSD, w_qkv.astype(dt))
         else:
-            # Many positions: one product each, already in the [B, T, S, H, K] layout attention reads. One
-            # product for all three left a [3, ...] buffer that XLA transposed: an S-scale train step moved
-            # 5.5% more bytes, and a prefill held both copies (docs/design.md section 5).
-            qkv = jnp.stack([jnp.einsum("btsd,dhk->btshk", x_BTSD, w_qkv[:, i].astype(dt)) for i in range(3)])
-        qkv = _probe(self, "qkv", qkv)
-        q_BTSHK = apply_rope(qkv[0], positions_BT, c.rope_theta)
-        k_BTSHK = apply_rope(qkv[1], positions_BT, c.rope_theta)
+            qkv_BTS3HK = jnp.stack(
+                [jnp.einsum("btsd,dhk->btshk", x_BTSD, w_qkv[:, i].astype(dt)) for i in range(3)], axis=3)
+        qkv_BTS3HK = _probe(self, "qkv", qkv_BTS3HK)
+        q_BTSHK = apply_rope(qkv_BTS3HK[:, :, :, 0], positions_BT, c.rope_theta)
+        k_BTSHK = apply_rope(qkv_BTS3HK[:, :, :, 1], positions_BT, c.rope_theta)
+        v_BTSHK = qkv_BTS3HK[:, :, :, 2]
         if cache is not None:
             # Inference (sps_jax.inference.kv_cache): the cache attends over its stored keys and
             # returns itself updated with this call's post-RoPE keys and values.
-            o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, qkv[2], positions_BT, doc_ids_BT)
+            o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT)
             return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)), cache
         attend = attention.get_backend(c.attention)
-        o_BTSHK = attend(q_BTSHK, k_BTSHK, qkv[2], doc_ids_BT, c.visibility)
+        o_BTSHK = attend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, c.visibility)
         self.sow("intermediates", "out", o_BTSHK)
         return _probe(self, "out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
 
@@ -308,7 +307,7 @@ class MLP(nn.Module):
     cfg: ModelConfig
 
     @nn.compact
-    def __call__(self, x_BTSD):
+    def __call__(self, x_BTSD, fused=False):
         c = self.cfg
         dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
         w_gate = self.param("gate", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
@@ -317,7 +316,13 @@ class MLP(nn.Module):
         x = x_BTSD.astype(dt)
         self.sow("intermediates", "gate", x)
         self.sow("intermediates", "up", x)
-        h = nn.silu(_probe(self, "gate", x @ w_gate.astype(dt))) * _probe(self, "up", x @ w_up.astype(dt))
+        if fused:
+            # The stack runs in the f32 -> compute-dtype cast, which runs anyway.
+            gate_up_BTS2U = jnp.einsum("btsd,dcu->btscu", x, jnp.stack([w_gate, w_up], axis=1).astype(dt))
+            gate, up = gate_up_BTS2U[..., 0, :], gate_up_BTS2U[..., 1, :]
+        else:
+            gate, up = x @ w_gate.astype(dt), x @ w_up.astype(dt)
+        h = nn.silu(_probe(self, "gate", gate)) * _probe(self, "up", up)
         self.sow("intermediates", "down", h)
         return _probe(self, "down", h @ w_down.astype(dt))
 
@@ -327,8 +332,14 @@ class Block(nn.Module):
 
     @nn.compact
     def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None):
+        # Training without remat makes q, k, v in one product and gate, up in one, so that its backward pass
+        # reads each stacked gradient once (one fusion, one input-gradient and one weight-gradient product
+        # where there were three and two). Elsewhere they stay apart: remat's recomputed block would hold
+        # the stacked products and their gradients at once, and a prefill the stacked buffer until its last
+        # slice is read (docs/design.md section 5).
+        fused = cache is None and not self.cfg.remat
         attn = Attention(self.cfg, name="attn")(
-            RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT, cache)
+            RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT, cache, fused)
         if cache is not None:
             attn, cache = attn
         x_BTSD = x_BTSD + attn
@@ -342,7 +353,7 @@ class Block(nn.Module):
                 y_BT1D, x_BTSD = jax.lax.optimization_barrier((x_BT1D + mlp(norm(x_BT1D)), x_BTSD))
                 streams.append(y_BT1D)
             return jnp.concatenate(streams, axis=2), cache
-        x_BTSD = x_BTSD + mlp(norm(x_BTSD))
+        x_BTSD = x_BTSD + mlp(norm(x_BTSD), fused)
         return x_BTSD if cache is None else (x_BTSD, cache)
 
 

@@ -1,6 +1,7 @@
 """The backbone: causality and isolation by gradients, loss exclusions, sizes, bad input."""
 
 import dataclasses
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -266,6 +267,53 @@ def test_bf16_compute_keeps_f32_parameters_and_tracks_f32(make_model):
     b = model16.apply({"params": params}, tokens)
     assert b.dtype == jnp.float32  # logits accumulate in f32
     assert float(jnp.abs(a - b).max()) < 0.1 * float(jnp.abs(a).max())
+
+
+def _products_of_a_blocks_input(fn, *args, d_model):
+    """Output shapes of the jaxpr's products whose weight takes the model width in (q/k/v, gate, up)."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                rhs = eqn.invars[1].aval.shape
+                if len(rhs) >= 2 and rhs[0] == d_model and eqn.invars[0].aval.shape[-1] == d_model:
+                    found.append(tuple(eqn.outvars[0].aval.shape))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    sub = getattr(sub, "jaxpr", sub)
+                    if hasattr(sub, "eqns"):
+                        walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+
+def test_training_makes_q_k_v_in_one_product_and_gate_and_up_in_one_while_remat_and_a_prefill_keep_them_apart():
+    from sps_jax.inference import decoding
+
+    cfg, model, params = small_model("sps", 2)
+    L, H, K, F = cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.d_ff
+    tokens = jnp.asarray(random_tokens(np.random.default_rng(3), 2, 8))
+    count = lambda fn, *args: _products_of_a_blocks_input(fn, *args, d_model=cfg.d_model)
+    # Training: per layer one [B, T, S, 3, H, K] product and one [B, T, S, 2, d_ff] (a backward pass
+    # then reads each gradient once: docs/design.md section 5).
+    trained = count(lambda p, t: model.apply({"params": p}, t), params, tokens)
+    assert Counter(trained) == {(2, 8, 2, 3, H, K): L, (2, 8, 2, 2, F): L}
+    # Remat recomputes each block in the backward pass, where the stacked products and their gradients
+    # would be alive at once: three products and two.
+    rematted = sps_model.Transformer(dataclasses.replace(cfg, remat=True))
+    rematted = count(lambda p, t: rematted.apply({"params": p}, t), params, tokens)
+    assert Counter(rematted) == {(2, 8, 2, H, K): 3 * L, (2, 8, 2, F): 2 * L}
+    # A prefill keeps nothing for a backward pass: q, k, v apart and gate, up apart, one stream's MLP at
+    # a time (three products plus two per stream).
+    prefilled = count(lambda p, t: decoding.prefill(cfg, p, t, 16), params, tokens)
+    assert Counter(prefilled) == {(2, 8, 2, H, K): 3 * L, (2, 8, 1, F): 4 * L}
+    # A decode step: q, k, v in one product (one launch), gate and up apart (stacking their weights
+    # would be one more launch per layer and step).
+    cache, _ = decoding.prefill(cfg, params, tokens, 16)
+    stepped = count(lambda p, c, t: decoding.decode_step(cfg, p, c, t), params, cache, tokens[:, 0])
+    assert Counter(stepped) == {(2, 1, 2, 3, H, K): L, (2, 1, 2, F): 2 * L}
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)

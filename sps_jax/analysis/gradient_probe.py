@@ -58,8 +58,6 @@ def _slot_sq_norms(cfg, inter, grads, source_pos_BI):
         for module, name in (("attn_norm", "scale"), ("attn", "qkv"), ("attn", "out"),
                              ("mlp_norm", "scale"), ("mlp", "gate"), ("mlp", "up"), ("mlp", "down")):
             g = grads[f"block_{layer}"][module][name]
-            if name == "qkv":  # the einsum output is [3, B, T, S, H, K]
-                g = jnp.moveaxis(g, 0, 3)
             g = at_sources(g)
             x = at_sources(inter[f"block_{layer}"][module][name][0])
             if name == "scale":
