@@ -9,7 +9,8 @@ log-sum-exp and target logit, and (when differentiated) the chunk's gradients ri
     dh = g @ E          dE += g^T @ h
 
 so no [B, T, V] buffer exists, no logits are recomputed, and the two gradient matmuls run in the
-compute dtype (bf16 on accelerators) instead of as f32 x f32 products. The loss is a sum, so the
+compute dtype (bf16 on accelerators) instead of as f32 x f32 products. A chunk's f32 logits are read
+twice: once for the max and the sum of exponentials together, once to write ``g``. The loss is a sum, so the
 backward only scales the stored gradients by the incoming cotangent.
 """
 
@@ -32,12 +33,29 @@ def _chunks(h_FD, targets_F, weights_F, rows: int):
             pad_rows(weights_F).reshape(G, rows))
 
 
-def _chunk_logits(h_FD, embed_VD, targets_F):
-    """f32 logits of a chunk (compute-dtype operands, f32 accumulation), their lse and target logit."""
-    logits_FV = jnp.einsum("fd,vd->fv", h_FD, embed_VD.astype(h_FD.dtype), preferred_element_type=jnp.float32)
-    lse_F = jax.nn.logsumexp(logits_FV, axis=-1)
+def _max_and_sum_exp(logits_FV):
+    """(max, sum of exp(logits - max)) per row in one pass over the logits (an online log-sum-exp)."""
+
+    def combine(a, b):
+        (m_a, s_a), (m_b, s_b) = a, b
+        m = jnp.maximum(m_a, m_b)
+        return m, s_a * jnp.exp(m_a - m) + s_b * jnp.exp(m_b - m)
+
+    # Rows start at each logit with a sum of one; the initial value is the smallest finite float, so that
+    # exp(init - m) is 0 against any logit and 1 (times a zero sum) against another initial value.
+    init = (jnp.asarray(jnp.finfo(jnp.float32).min, jnp.float32), jnp.asarray(0.0, jnp.float32))
+    return jax.lax.reduce((logits_FV, jnp.ones_like(logits_FV)), init, combine, (1,))
+
+
+def _chunk_logits(h_FD, E_VD, targets_F):
+    """f32 logits of a chunk (compute-dtype operands, f32 accumulation), their lse and target logit.
+
+    ``E_VD`` is the embedding already in the compute dtype: cast once, not once per chunk.
+    """
+    logits_FV = jnp.einsum("fd,vd->fv", h_FD, E_VD, preferred_element_type=jnp.float32)
+    max_F, sum_F = _max_and_sum_exp(logits_FV)
     target_F = jnp.take_along_axis(logits_FV, targets_F[:, None], axis=-1)[:, 0]
-    return logits_FV, lse_F, target_F
+    return logits_FV, max_F + jnp.log(sum_F), target_F
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
@@ -48,10 +66,11 @@ def linear_cross_entropy(h_FD, embed_VD, targets_F, weights_F, rows: int):
     int ids, ``weights_F`` per-position loss weights (not differentiated).
     """
     chunks = _chunks(h_FD, targets_F, weights_F, rows)
+    E_VD = embed_VD.astype(h_FD.dtype)
 
     def body(total, chunk):
         h_chunk_FD, targets_chunk_F, weights_chunk_F = chunk
-        _, lse_F, target_F = _chunk_logits(h_chunk_FD, embed_VD, targets_chunk_F)
+        _, lse_F, target_F = _chunk_logits(h_chunk_FD, E_VD, targets_chunk_F)
         return total + ((lse_F - target_F) * weights_chunk_F).sum(), None
 
     total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), chunks)
@@ -66,10 +85,11 @@ def _forward(h_FD, embed_VD, targets_F, weights_F, rows):
     def body(carry, chunk):
         total, dE_VD = carry
         h_chunk_FD, targets_chunk_F, weights_chunk_F = chunk
-        logits_FV, lse_F, target_F = _chunk_logits(h_chunk_FD, embed_VD, targets_chunk_F)
-        g_FV = jnp.exp(logits_FV - lse_F[:, None])
-        g_FV = g_FV.at[jnp.arange(targets_chunk_F.shape[0]), targets_chunk_F].add(-1.0) * weights_chunk_F[:, None]
-        g_FV = g_FV.astype(dtype)
+        logits_FV, lse_F, target_F = _chunk_logits(h_chunk_FD, E_VD, targets_chunk_F)
+        # One pass from the f32 logits to the compute-dtype gradient: the one-hot as a comparison, not a
+        # scatter into a stored softmax.
+        onehot_FV = jnp.arange(logits_FV.shape[1]) == targets_chunk_F[:, None]
+        g_FV = ((jnp.exp(logits_FV - lse_F[:, None]) - onehot_FV) * weights_chunk_F[:, None]).astype(dtype)
         dh_FD = jnp.einsum("fv,vd->fd", g_FV, E_VD, preferred_element_type=jnp.float32)
         dE_VD = dE_VD + jnp.einsum("fv,fd->vd", g_FV, h_chunk_FD, preferred_element_type=jnp.float32)
         return (total + ((lse_F - target_F) * weights_chunk_F).sum(), dE_VD), dh_FD
