@@ -334,9 +334,9 @@ class Block(nn.Module):
     def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None):
         # Training without remat makes q, k, v in one product and gate, up in one, so that its backward pass
         # reads each stacked gradient once (one fusion, one input-gradient and one weight-gradient product
-        # where there were three and two). Elsewhere they stay apart: remat's recomputed block would hold
-        # the stacked products and their gradients at once, and a prefill the stacked buffer until its last
-        # slice is read (docs/design.md section 5).
+        # where there were three and two). Elsewhere they stay apart (a decode step's q, k, v aside, see
+        # Attention): remat's recomputed block would hold the stacked products and their gradients at once,
+        # and a prefill the stacked buffer until its last slice is read (docs/design.md section 5).
         fused = cache is None and not self.cfg.remat
         attn = Attention(self.cfg, name="attn")(
             RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT, cache, fused)

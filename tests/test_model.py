@@ -302,8 +302,8 @@ def test_training_makes_q_k_v_in_one_product_and_gate_and_up_in_one_while_remat_
     assert Counter(trained) == {(2, 8, 2, 3, H, K): L, (2, 8, 2, 2, F): L}
     # Remat recomputes each block in the backward pass, where the stacked products and their gradients
     # would be alive at once: three products and two.
-    rematted = sps_model.Transformer(dataclasses.replace(cfg, remat=True))
-    rematted = count(lambda p, t: rematted.apply({"params": p}, t), params, tokens)
+    remat_model = sps_model.Transformer(dataclasses.replace(cfg, remat=True))
+    rematted = count(lambda p, t: remat_model.apply({"params": p}, t), params, tokens)
     assert Counter(rematted) == {(2, 8, 2, H, K): 3 * L, (2, 8, 2, F): 2 * L}
     # A prefill keeps nothing for a backward pass: q, k, v apart and gate, up apart, one stream's MLP at
     # a time (three products plus two per stream).
