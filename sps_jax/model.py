@@ -458,9 +458,15 @@ def loss_fn(model: Transformer, params, tokens_BL):
 def compute_params(params, cfg: ModelConfig):
     """The weight matrices in the compute dtype, norm scales as they are: what every forward casts
     them to anyway (so results are bit-identical), done once. Inference loops take these, so a
-    decode step reads bf16 weights instead of converting f32 ones at every step."""
+    decode step reads bf16 weights instead of converting f32 ones at every step.
+
+    The embedding also starts the residual stream, in the carry dtype: it is cast only where that is the
+    compute dtype, since an f32 residual stream in bf16 (the authors' autocast) reads it unrounded."""
     cast = lambda x: x.astype(cfg.compute_dtype) if x.ndim >= 2 else x  # noqa: E731
-    return jax.tree_util.tree_map(cast, params)
+    cast_params = jax.tree_util.tree_map(cast, params)
+    if cfg.carry_dtype != cfg.compute_dtype:
+        cast_params = {**cast_params, "embed": params["embed"]}
+    return cast_params
 
 
 def check_fits(cfg: ModelConfig, memory_bytes: int, device: str, *, copies: int = 1, shards: int = 1,

@@ -358,6 +358,23 @@ def test_an_f32_residual_stream_in_bf16_is_closer_to_the_authors_float64_model()
     assert rms_error["float32"] < 0.8 * rms_error[None], rms_error  # 0.018 against 0.032 when written
 
 
+@pytest.mark.parametrize("dtype,residual", [("float32", None), ("bfloat16", None), ("bfloat16", "float32"),
+                                            ("float16", "float32"), ("bfloat16", "float16")])
+def test_weights_cast_once_to_the_compute_dtype_give_the_forward_of_the_stored_weights_bit_for_bit(dtype, residual):
+    # Generation casts the weights once (compute_params) instead of at every use. The embedding feeds the
+    # residual stream as well as the LM head: an f32 residual stream in bf16 (the authors' autocast) starts from
+    # the f32 embedding, which a bf16 copy would round (4e-3 off the logits of this model when found).
+    cfg = small_config("sps", 4, dtype=dtype, residual_dtype=residual)
+    net = sps_model.Transformer(cfg)
+    params = sps_model.init_params(net, jax.random.PRNGKey(0))
+    cast = sps_model.compute_params(params, cfg)
+    tokens = random_tokens(np.random.default_rng(3), 2, 16)
+    forward = jax.jit(lambda p: net.apply({"params": p}, tokens))
+    np.testing.assert_array_equal(np.asarray(forward(cast)), np.asarray(forward(params)))
+    matrices = [x for x in jax.tree_util.tree_leaves(cast) if x.ndim >= 2]
+    assert sum(x.dtype == cfg.compute_dtype for x in matrices) >= len(matrices) - 1  # all but the embedding at most
+
+
 def test_the_residual_dtype_is_one_of_the_dtypes_or_none():
     with pytest.raises(ValueError, match=r"model.residual_dtype must be one of .* or None"):
         small_config("sps", 4, residual_dtype="float64")
