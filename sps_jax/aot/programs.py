@@ -181,7 +181,9 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     device = topology.devices(acc)[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     cfg = dataclasses.replace(cfg, attention=attention.resolve(cfg.attention, acc.platform))
-    params = _on(sps_model.param_shapes(sps_model.Transformer(cfg)), sharding)
+    # The weights as generation holds them (sps_jax.inference.generate): once, in the compute dtype.
+    params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg),
+                                sps_model.param_shapes(sps_model.Transformer(cfg))), sharding)
     max_len = prompt_len + new_tokens
     cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
     fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch=batch,
@@ -204,12 +206,11 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
             program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
 
     def decode_step():
-        # One step of the loop's body alone (parameters already in the compute dtype, the cache
-        # donated): its bytes accessed are what a memory-bound decode step moves.
-        step_params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg), params), sharding)
+        # One step of the loop's body alone (the cache donated): its bytes accessed are what a
+        # memory-bound decode step moves.
         step = jax.jit(functools.partial(decoding.decode_step, cfg), donate_argnums=(1,))
         tokens_B = jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=sharding)
-        return _compile_and_report(acc, lambda: step.lower(step_params, cache, tokens_B),
+        return _compile_and_report(acc, lambda: step.lower(params, cache, tokens_B),
                                    program="decode_step", count_kernels=True, **fields)
 
     build = {"prefill": prefill, "decode_loop": decode_loop, "decode_step": decode_step}

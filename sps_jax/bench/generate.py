@@ -98,7 +98,9 @@ class VariantRun:
         self.cfg = cfg = _model_config(args, overrides, variant, backend)
         self.label = bench.run_label(variant, backend)
         check_workload(cfg, args, *hardware.local_memory())
-        self.params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
+        # The weights as the generate command holds them: once, in the compute dtype.
+        self.params = sps_model.compute_params(
+            sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0)), cfg)
         self.tokens_BT = jnp.asarray(
             np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch, args.prefill)), jnp.int32)
         self.new_tokens = args.decode + 1  # the prefill's logits give the first token, each decode step one more

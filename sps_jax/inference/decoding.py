@@ -255,6 +255,7 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     _check_options(sampling, seed, stop_on_eos, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
     runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
+    params = sps_model.compute_params(params, cfg)  # prefill and the decode loop read one cast copy
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
@@ -277,6 +278,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     _check_options(sampling, seed, stop_on_eos, max_batch=max_batch, min_len=min_len)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
     runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
+    params = sps_model.compute_params(params, cfg)  # once for every batch
     buffer = bucket(max_new_tokens, cfg.seq_len)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[Optional[list[int]]] = [None] * len(prompts)
