@@ -165,6 +165,17 @@ class ModelConfig:
     def param_bytes(self) -> int:
         return self.num_params * np.dtype(_DTYPES[self.param_dtype]).itemsize
 
+    @property
+    def inference_weight_bytes(self) -> int:
+        """Bytes of the weights as inference holds them (:func:`compute_params`): the matrices in the
+        compute dtype, the norm scales as stored, and the embedding as stored where the residual stream
+        is not in the compute dtype. Arithmetic, like :attr:`num_params`."""
+        d = self.d_model
+        stored, compute = np.dtype(_DTYPES[self.param_dtype]).itemsize, np.dtype(self.compute_dtype).itemsize
+        embed = self.vocab_size * d * (compute if self.carry_dtype == self.compute_dtype else stored)
+        return (embed + self.num_layers * (4 * d * d + 3 * d * self.d_ff) * compute
+                + (2 * self.num_layers + 1) * d * stored)
+
     def layer_input_bytes(self, rows: int) -> int:
         """Every layer's input for ``rows`` sequences of ``seq_len`` positions (all streams, model.dtype):
         what a backward pass keeps at the least (remat keeps only these), a lower bound on its activations."""

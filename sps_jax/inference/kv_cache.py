@@ -130,14 +130,15 @@ def cache_nbytes(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> int:
 
 def check_fits(cfg: sps_model.ModelConfig, batch: int, max_len: int, memory_bytes: int, device: str,
                advice: str) -> None:
-    """The weights and a cache of ``batch`` rows of ``max_len`` positions fit in ``memory_bytes`` (a lower
-    bound on generation's peak): else one sentence ending in ``advice``, before anything is compiled."""
+    """The stored weights, as they load, and then the weights as generation holds them (in the compute
+    dtype) with a cache of ``batch`` rows of ``max_len`` positions fit in ``memory_bytes`` (lower bounds
+    on generation's peak): else one sentence ending in ``advice``, before anything is compiled."""
     sps_model.check_fits(cfg, memory_bytes, device)
-    cache = cache_nbytes(cfg, batch, max_len)
-    if cfg.param_bytes + cache > memory_bytes:
+    cache, weights = cache_nbytes(cfg, batch, max_len), cfg.inference_weight_bytes
+    if weights + cache > memory_bytes:
         raise ValueError(
             f"{cfg.variant}'s KV cache for batch {batch} x {max_len:,} positions needs {cache / hardware.GiB:,.1f} "
-            f"GiB, and with the weights ({cfg.param_bytes / hardware.GiB:,.1f} GiB) that is more than the "
+            f"GiB, and with the weights ({weights / hardware.GiB:,.1f} GiB in {cfg.dtype}) that is more than the "
             f"{memory_bytes / hardware.GiB:,.1f} GiB of one {device}: {advice}.")
 
 

@@ -1,10 +1,12 @@
 """The KV cache: persistent slots per position, a ring of w + 1 slots, post-RoPE keys in the compute dtype."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sps_jax import masks
+from sps_jax import model as sps_model
 from sps_jax.inference import decoding, kv_cache
 from tests.helpers import small_config, small_model
 
@@ -30,6 +32,28 @@ def test_the_cache_size_from_the_config_alone_is_the_size_of_the_allocated_cache
     # Commands refuse a workload whose cache cannot fit before they compile it, from this arithmetic.
     cfg = small_config(variant, window, dtype=dtype)
     assert kv_cache.cache_nbytes(cfg, 3, 40) == kv_cache.cache_bytes(kv_cache.init_cache(cfg, 3, 40))["total"]
+
+
+@pytest.mark.parametrize("dtype,residual", [("float32", None), ("bfloat16", None), ("bfloat16", "float32")])
+def test_the_weight_bytes_from_the_config_alone_are_those_of_the_weights_generation_holds(dtype, residual):
+    cfg = small_config("sps", 3, dtype=dtype, residual_dtype=residual)
+    shapes = jax.eval_shape(lambda p: sps_model.compute_params(p, cfg), sps_model.param_shapes(cfg))
+    held = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
+    assert cfg.inference_weight_bytes == held
+
+
+def test_a_cache_beside_the_weights_is_refused_by_what_generation_holds_not_by_the_stored_weights():
+    # Generation holds the weights in bf16 (half the stored f32 bytes): a cache that fits beside them is
+    # accepted even where it would not fit beside the f32 weights, and one byte less memory refuses it.
+    cfg = small_config("sps", 3, dtype="bfloat16")
+    cache = kv_cache.cache_nbytes(cfg, 8, 512)
+    need = cfg.inference_weight_bytes + cache
+    assert cfg.param_bytes < need < cfg.param_bytes + cache
+    kv_cache.check_fits(cfg, 8, 512, need, "device", "lower the batch")
+    with pytest.raises(ValueError, match=r"KV cache for batch 8 x 512 positions .* in bfloat16\) .* lower the batch\.$"):
+        kv_cache.check_fits(cfg, 8, 512, need - 1, "device", "lower the batch")
+    with pytest.raises(ValueError, match=r"shrink the model"):  # the stored weights must load first
+        kv_cache.check_fits(cfg, 1, 1, cfg.param_bytes - 1, "device", "lower the batch")
 
 
 def test_prefill_stores_post_rope_keys_in_the_compute_dtype():
