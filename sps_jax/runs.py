@@ -442,6 +442,13 @@ def load_model(path: str, step: int | None = None):
     return net, params, step
 
 
+def load_inference_model(path: str, step: int | None = None):
+    """(Transformer, params, step) as :func:`load_model`, with the weights as inference holds them: once, in the
+    compute dtype (``model.compute_params``; the same forward bit for bit), the stored f32 copy let go."""
+    net, params, step = load_model(path, step)
+    return net, sps_model.compute_params(params, net.cfg), step
+
+
 def run_info(path: str, step: int | None = None) -> dict:
     """Name, folder, variant, window and paper scale (None off the paper's scales) of a run, from
     its config.json; with ``step`` also the step and the tokens seen by then."""

@@ -171,3 +171,30 @@ def not_one_path(name: str, kind: str) -> str:
     name) instead of one path: several paths go one per call, anything else should be the path itself."""
     advice = f"give one {name} per call" if kind in ("list", "tuple", "set") else "pass the path itself"
     return rf"^{re.escape(name)} must be one path \(a str or pathlib\.Path\), not a {kind}: {re.escape(advice)}\.$"
+
+
+def track_restored_weights(monkeypatch) -> list:
+    """Weak references to every weight matrix ``runs.load_model`` restores from here on: a command that lets
+    its stored copy go leaves them dead (``all(ref() is None ...)`` after ``gc.collect()``)."""
+    import weakref
+
+    from sps_jax import runs
+
+    restored, load_model = [], runs.load_model
+
+    def spy(*args, **kwargs):
+        net, params, step = load_model(*args, **kwargs)
+        restored.extend(weakref.ref(x) for x in jax.tree_util.tree_leaves(params) if x.ndim >= 2)
+        return net, params, step
+
+    monkeypatch.setattr(runs, "load_model", spy)
+    return restored
+
+
+def held_weights(restored, params) -> tuple[bool, set]:
+    """(whether every restored weight matrix is gone, the dtypes of ``params``' matrices)."""
+    import gc
+
+    gc.collect()
+    return (bool(restored) and all(ref() is None for ref in restored),
+            {x.dtype for x in jax.tree_util.tree_leaves(params) if x.ndim >= 2})

@@ -243,7 +243,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         check_hub(keys, task_data, manager)
         paper_tasks.check_task_fields(task_data, {
             key: getattr(manager.task_index.get(paper_tasks.lm_eval_name(key)), "cfg", None) for key in keys})
-    net, params, step = runs.load_model(path, step)
+    net, params, step = runs.load_inference_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
     result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},

@@ -78,7 +78,7 @@ class SPSLM(TemplateLM):
             path = checkpoint or workdir
             if path is None:
                 raise ValueError("sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP.")
-            net, params, self.step = runs.load_model(path, step=_int_or(step, None))
+            net, params, self.step = runs.load_inference_model(path, step=_int_or(step, None))
             check_tokenizer(self.tok, net.cfg)  # before building anything expensive
             scorer = scoring.Scorer(net, params, max_batch=batch)
         check_tokenizer(self.tok, scorer.cfg)

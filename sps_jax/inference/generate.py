@@ -146,9 +146,7 @@ def main(argv=None) -> int:
     decoding.check_prompts(cfg, prompts, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
-    _, params, step = runs.load_model(cli.run_argument(args))
-    # Generation never updates the weights: hold them once, as every product reads them, not also in f32.
-    params = sps_model.compute_params(params, cfg)
+    _, params, step = runs.load_inference_model(cli.run_argument(args))
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
 
     results = _completions(cfg, params, step, prompts, records, batch_size=args.batch_size,

@@ -62,11 +62,11 @@ def requests(kind, args):
     return [Instance(request_type=kind, doc={}, arguments=a, idx=i) for i, a in enumerate(args)]
 
 
-def save_tiny_run(path, variant="sps", window=2, seed=0):
-    cfg = small_config(variant, window)
+def save_tiny_run(path, variant="sps", window=2, seed=0, **overrides):
+    cfg = small_config(variant, window, **overrides)
     config = ml_collections.ConfigDict({"name": f"tiny-{variant}", "model": {
         f: getattr(cfg, f) for f in cfg.__dataclass_fields__}, "train": {"global_batch": 2}})
-    net, params = tiny(variant, window, seed)
+    net, params = tiny(variant, window, seed, **overrides)
     runs.save_run(str(path), config, params, step=5)
     return net, params
 

@@ -16,7 +16,7 @@ from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks
 from sps_jax.inference import scoring
 from tests import fuzz
 from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, tiny, write_val_data
-from tests.helpers import closed_port
+from tests.helpers import closed_port, held_weights, track_restored_weights
 from tests.helpers import not_one_path
 
 
@@ -491,6 +491,23 @@ def test_a_bad_tokenizer_or_token_folder_is_refused_before_lm_evals_task_index_i
     monkeypatch.setattr(lm_eval_adapter, "GPT2Text", lambda path: CharTokenizer())  # the tiny run's 64 ids
     outcome = fuzz.call(evaluate.main, [*run, "--val-data", str(tmp_path / "data")])
     assert outcome.status == 2 and outcome.problem() is None and "eos_id 59 differs" in outcome.stderr, outcome
+
+
+def test_evaluation_holds_the_weights_once_in_the_compute_dtype(tmp_path, monkeypatch):
+    # As generation: scoring never updates the weights, so they are cast once and the restored f32 copy let go.
+    from sps_jax.evaluation import val_nll
+    save_tiny_run(tmp_path / "run", dtype="bfloat16")
+    write_val_data(tmp_path / "data")
+    restored, seen, score = track_restored_weights(monkeypatch), [], val_nll.validation_nll
+
+    def spy_score(net, params, *args, **kwargs):
+        seen.append(held_weights(restored, params))
+        return score(net, params, *args, **kwargs)
+
+    monkeypatch.setattr(val_nll, "validation_nll", spy_score)
+    result = evaluate.evaluate_checkpoint(str(tmp_path / "run"), val_data=str(tmp_path / "data"))
+    assert np.isfinite(result["val_nll"])
+    assert seen == [(True, {jnp.dtype(jnp.bfloat16)})]
 
 
 def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_what_to_do(tmp_path, monkeypatch):

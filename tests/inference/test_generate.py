@@ -2,11 +2,9 @@
 stopping and the command line."""
 
 import functools
-import gc
 import json
 import os
 import warnings
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +18,7 @@ from sps_jax.data import tokenizer
 from sps_jax.inference import decoding, generate
 from sps_jax.inference.sampling import Sampling
 from tests import fuzz
-from tests.helpers import EOS, PAD, REPO, ensure_tokenizer, small_model
+from tests.helpers import EOS, PAD, REPO, ensure_tokenizer, held_weights, small_model, track_restored_weights
 
 decode_step = jax.jit(decoding.decode_step, static_argnums=0)
 
@@ -286,27 +284,16 @@ def test_the_command_holds_the_weights_once_in_the_compute_dtype(tmp_path, monke
     # loop then needs 2560 MiB instead of 3059 on an H100, README).
     ensure_tokenizer()
     workdir = _tiny_run(tmp_path, overrides=["model.dtype=bfloat16"])
-    restored, seen = [], []
-    load_model, generate_batch = runs.load_model, decoding.generate
-
-    def spy_load(*args, **kwargs):
-        net, params, step = load_model(*args, **kwargs)
-        restored.extend(weakref.ref(x) for x in jax.tree_util.tree_leaves(params) if x.ndim >= 2)
-        return net, params, step
+    restored, seen, generate_batch = track_restored_weights(monkeypatch), [], decoding.generate
 
     def spy_generate(cfg, params, *args, **kwargs):
-        gc.collect()
-        seen.append(([ref() is None for ref in restored],
-                     {x.dtype for x in jax.tree_util.tree_leaves(params) if x.ndim >= 2}))
+        seen.append(held_weights(restored, params))
         return generate_batch(cfg, params, *args, **kwargs)
 
-    monkeypatch.setattr(runs, "load_model", spy_load)
     monkeypatch.setattr(decoding, "generate", spy_generate)
     run = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "3")
     assert run.status == 0, run.stderr
-    ((freed, dtypes),) = seen
-    assert restored and all(freed)
-    assert dtypes == {jnp.dtype(jnp.bfloat16)}
+    assert seen == [(True, {jnp.dtype(jnp.bfloat16)})]
 
 
 def _always_eos(params):
