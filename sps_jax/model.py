@@ -474,10 +474,9 @@ def compute_params(params, cfg: ModelConfig):
     The embedding also starts the residual stream, in the carry dtype: it is cast only where that is the
     compute dtype, since an f32 residual stream in bf16 (the authors' autocast) reads it unrounded."""
     cast = lambda x: x.astype(cfg.compute_dtype) if x.ndim >= 2 else x  # noqa: E731
-    cast_params = jax.tree_util.tree_map(cast, params)
-    if cfg.carry_dtype != cfg.compute_dtype:
-        cast_params = {**cast_params, "embed": params["embed"]}
-    return cast_params
+    keep_embed = cfg.carry_dtype != cfg.compute_dtype
+    return {name: tree if name == "embed" and keep_embed else jax.tree_util.tree_map(cast, tree)
+            for name, tree in params.items()}
 
 
 def check_fits(cfg: ModelConfig, memory_bytes: int, device: str, *, copies: int = 1, shards: int = 1,
