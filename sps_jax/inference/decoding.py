@@ -210,6 +210,13 @@ _OTHER_MODEL = ("params do not match cfg", "pass the params of this model (runs.
                 "params), or its config")
 
 
+def _held_params(cfg: sps_model.ModelConfig, params):
+    """``params`` checked against ``cfg``'s model and cast once to the compute dtype: prefill and the
+    decode loop read that one copy."""
+    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
+    return sps_model.compute_params(params, cfg)
+
+
 def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: int) -> None:
     """One sentence for a sampling, seed, stop_on_eos or size (at least 1) of the wrong type or range."""
     if not isinstance(sampling, Sampling):
@@ -254,8 +261,7 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
-    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
-    params = sps_model.compute_params(params, cfg)  # prefill and the decode loop read one cast copy
+    params = _held_params(cfg, params)
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
@@ -277,8 +283,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, max_batch=max_batch, min_len=min_len)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
-    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
-    params = sps_model.compute_params(params, cfg)  # once for every batch
+    params = _held_params(cfg, params)  # once for every batch
     buffer = bucket(max_new_tokens, cfg.seq_len)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[Optional[list[int]]] = [None] * len(prompts)
