@@ -231,6 +231,18 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
             raise ValueError(f"{name} must be at least 1, got {value}.")
 
 
+def batch_seed(seed: int, first: int) -> int:
+    """The sampling seed of the batch whose first prompt is number ``first`` of a run seeded ``seed``.
+
+    ``seed + first`` gave seed 1's batches the samples of seed 0's next ones; a hash of the pair gives
+    every (seed, batch) its own stream. The first batch keeps ``seed`` itself, so one batch samples as
+    :func:`generate` with that seed does.
+    """
+    if first == 0:
+        return seed
+    return int(np.random.SeedSequence((seed, first)).generate_state(1, np.uint32)[0] >> 1)  # in [0, 2**31)
+
+
 def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
                      buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool) -> list[list[int]]:
     """Prompts left-padded to ``length`` in a batch of ``rows`` (extra rows all pad), a
@@ -293,7 +305,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
         outs = _generate_padded(cfg, params, batch, max_new_tokens,
                                 length=bucket(len(batch[0]), cfg.seq_len, min_len),
                                 rows=bucket(len(batch), max_batch), buffer=buffer, sampling=sampling,
-                                seed=seed + first, stop_on_eos=stop_on_eos)
+                                seed=batch_seed(seed, first), stop_on_eos=stop_on_eos)
         for i, ids in zip(chunk, outs):
             results[i] = ids
         if progress:

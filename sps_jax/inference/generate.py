@@ -96,8 +96,8 @@ def _completions(cfg, params, step: int, prompts, records, *, batch_size: int, m
     results = []
     for first in range(0, len(prompts), batch_size):
         batch = prompts[first:first + batch_size]
-        outs = decoding.generate(cfg, params, batch, max_new_tokens, sampling=sampling, seed=seed + first,
-                        stop_on_eos=stop_on_eos, pad_to_multiple=32)
+        outs = decoding.generate(cfg, params, batch, max_new_tokens, sampling=sampling,
+                                 seed=decoding.batch_seed(seed, first), stop_on_eos=stop_on_eos, pad_to_multiple=32)
         for record, prompt, ids in zip(records[first:first + batch_size], batch, outs):
             stopped = bool(ids) and ids[-1] == cfg.eos_id and stop_on_eos
             text_ids = ids[:-1] if stopped else ids

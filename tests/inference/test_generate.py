@@ -151,6 +151,18 @@ def test_sampled_generation_is_reproducible_from_the_seed():
     assert sample(3) != sample(4)
 
 
+def test_each_batch_of_a_seeded_run_samples_from_a_stream_of_its_own():
+    # Seed s + 1's batches once drew seed s's next batches' samples (the seed was seed + first prompt).
+    seeds = {decoding.batch_seed(seed, first) for seed in range(64) for first in range(64)}
+    assert len(seeds) == 64 * 64 and all(0 <= s < 2 ** 31 for s in seeds)
+    assert decoding.batch_seed(7, 0) == 7  # one batch samples as generate(seed=7) does
+    cfg, _, params = small_model("sps", 2)
+    run = lambda seed: decoding.generate_bucketed(cfg, params, [[1, 2, 3]] * 4, 8, max_batch=1, seed=seed,  # noqa: E731
+                                                  sampling=Sampling(temperature=1.0), stop_on_eos=False)
+    zero, one = run(0), run(1)
+    assert len({tuple(ids) for ids in zero + one}) == 8, "two batches of the same prompt drew the same sample"
+
+
 def test_bad_input_gives_clear_errors(tmp_path):
     cfg, _, params = small_model("sps", 2)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
