@@ -99,7 +99,7 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
             raise ValueError(f"local data for task {key!r} at {path!r} is a folder, not a file: {hint}.")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: {hint}.")
-        _first_record_fields(key, path)  # its format, and a first record that can be read
+        _record_fields(key, path)  # its format, and records that can be read
 
 
 # The fields of a task's documents that its prompt, target and choices are rendered from.
@@ -126,12 +126,10 @@ def _template_fields(key: str, task_cfg: dict) -> set[str]:
     return set() if task_cfg.get("process_docs") else fields
 
 
-_NO_RECORD = object()
-
-
-def _first_record(path: str, data_format: str):
-    """A local task file's first record (a Parquet file's: its columns, as keys), or ``_NO_RECORD``; a file that
-    cannot be read raises what its reader raised."""
+def _records(path: str, data_format: str):
+    """Every record of a local task file as (where, record): a .jsonl's lines, a .json list's items, a .json of columns
+    or a Parquet table as one record of its column names (every row has them). A file that cannot be read raises what
+    its reader raised; `datasets` reads every record, so every one is read here."""
     import gzip
     import json
 
@@ -140,25 +138,28 @@ def _first_record(path: str, data_format: str):
             import pyarrow.parquet as pq  # lm-eval's datasets brings it
         except ImportError:
             raise cli.MissingPackage(f"reading {path} needs the pyarrow package: pip install -e '.[eval]'.") from None
-        return dict.fromkeys(pq.read_schema(path).names) if pq.read_metadata(path).num_rows else _NO_RECORD
+        return [("its table", dict.fromkeys(pq.read_schema(path).names))] if pq.read_metadata(path).num_rows else []
     with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
         if path.lower().endswith((".jsonl", ".jsonl.gz")):
+            records = []
             for number, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        return json.loads(line)
+                        records.append((f"line {number}", json.loads(line)))
                     except ValueError as e:
                         raise ValueError(f"line {number}: {cli.sentence(e)}") from None
-            return _NO_RECORD
+            return records
         records = json.load(f)  # a list of records, or columns of values
-    if records == [] or records == {}:
-        return _NO_RECORD
-    return records[0] if isinstance(records, list) else records
+    if isinstance(records, list):
+        return [(f"record {number}", record) for number, record in enumerate(records, 1)]
+    if isinstance(records, dict):
+        return [("its columns", records)] if records else []
+    return [("its top level", records)]
 
 
-def _first_record_fields(key: str, path: str) -> set[str]:
-    """The field names of a local task file's first record. One sentence when it holds no record that can be read:
-    `datasets` stopped on an empty or non-JSON file with a traceback, once the weights had loaded."""
+def _record_fields(key: str, path: str) -> list[tuple[str, set[str]]]:
+    """(where, field names) of every record of a local task file. One sentence when one cannot be read or is not an
+    object, or there is none: `datasets` stopped on each with a traceback, once the weights had loaded."""
     data_format = _data_format(path)
 
     def refuse(problem: str):
@@ -166,17 +167,18 @@ def _first_record_fields(key: str, path: str) -> set[str]:
                           f".json list of them, or a .parquet table) as --task-data {key}=FILE.")
 
     try:
-        record = _first_record(path, data_format)
+        records = _records(path, data_format)
     except cli.MissingPackage:
         raise
     except (OSError, ValueError) as e:  # JSON's and pyarrow's errors are ValueErrors, gzip's OSErrors
         raise refuse(f"cannot be read as {'Parquet' if data_format == 'parquet' else 'JSON'} "
                      f"({cli.sentence(e).rstrip('.')})") from None
-    if record is _NO_RECORD:
+    if not records:
         raise refuse("holds no records")
-    if not isinstance(record, dict):
-        raise refuse(f"starts with a record that is not a JSON object ({type(record).__name__})")
-    return set(record)
+    for where, record in records:
+        if not isinstance(record, dict):
+            raise refuse(f"has a record that is not a JSON object at {where} ({type(record).__name__})")
+    return [(where, set(record)) for where, record in records]
 
 
 def _check_data_files(key: str, task_cfg: dict) -> None:
@@ -201,13 +203,13 @@ def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) 
             _check_data_files(key, cfg or {})
     for key, path in task_data.items():
         needed = fields.get(key, set())
-        have = _first_record_fields(key, path)
-        missing = sorted(needed - have)
-        if missing:
-            fields_word = "fields" if len(missing) > 1 else "field"
-            raise ValueError(f"--task-data {key}={path}: its records have no {fields_word} {', '.join(missing)}, "
-                             f"which lm-eval's task reads (they have {', '.join(sorted(have)) or 'none'}): pass a "
-                             "file with the hub dataset's fields.")
+        for where, have in _record_fields(key, path):
+            missing = sorted(needed - have)
+            if missing:
+                fields_word = "fields" if len(missing) > 1 else "field"
+                raise ValueError(f"--task-data {key}={path}: {where} has no {fields_word} {', '.join(missing)}, which "
+                                 f"lm-eval's task reads (it has {', '.join(sorted(have)) or 'none'}): pass a file whose "
+                                 "records all have the hub dataset's fields.")
 
 
 def local_task_name(key: str) -> str:

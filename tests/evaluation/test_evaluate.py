@@ -374,11 +374,13 @@ def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, 
     # datasets stopped on these with a traceback (StopIteration, DatasetGenerationError), after the weights loaded
     ("empty.jsonl", b"", "holds no records"),
     ("blank.jsonl", b"\n  \n", "holds no records"),
-    ("text.jsonl", b'{"question": "q"}\nnot json\n', None),  # only the first record is read here
+    ("text.jsonl", b'{"question": "q"}\nnot json\n', "cannot be read as JSON (line 2: Expecting value"),
+    ("later.jsonl", b'{"question": "q"}\n\n[1]\n', "has a record that is not a JSON object at line 3 (list)"),
     ("text2.jsonl", b"\nnot json\n", "cannot be read as JSON (line 2: Expecting value: line 1 column 1 (char 0))"),
     ("latin1.jsonl", b'{"question": "caf\xe9"}\n', "cannot be read as JSON ('utf-8' codec can't decode byte 0xe9"),
     ("list.json", b"[]", "holds no records"),  # lm-eval said 'Instruction "test" corresponds to no data!'
-    ("numbers.json", b"[1, 2]", "starts with a record that is not a JSON object (int)"),
+    ("numbers.json", b"[1, 2]", "has a record that is not a JSON object at record 1 (int)"),
+    ("text.json", b'"q"', "has a record that is not a JSON object at its top level (str)"),
     ("plain.jsonl.gz", b"not gzip", "cannot be read as JSON (Not a gzipped file"),
     ("garbage.parquet", b"not parquet", "cannot be read as Parquet (Parquet magic bytes not found"),
 ])
@@ -386,9 +388,6 @@ def test_a_local_task_file_without_a_readable_record_is_one_sentence_before_any_
                                                                                      problem):
     data = tmp_path / name
     data.write_bytes(content)
-    if problem is None:
-        paper_tasks.check_task_data({"arc_easy": str(data)}, ["arc_easy"])
-        return
     with pytest.raises(ValueError) as refusal:
         paper_tasks.check_task_data({"arc_easy": str(data)}, ["arc_easy"])
     assert str(refusal.value).startswith(f"--task-data arc_easy={data} {problem}"), refusal.value
@@ -396,26 +395,28 @@ def test_a_local_task_file_without_a_readable_record_is_one_sentence_before_any_
                                        "a .parquet table) as --task-data arc_easy=FILE.")
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
-def test_task_data_without_a_field_the_task_reads_is_refused_before_loading_weights(tmp_path, local_tasks,
-                                                                                    monkeypatch, suffix):
-    # lm-eval stopped on it mid-run with a Jinja traceback ('question' is undefined), after the weights loaded.
+@pytest.mark.parametrize("suffix, where", [(".jsonl", "line 2"), (".json", "record 2"), (".parquet", "its table")])
+def test_task_data_with_a_record_lacking_a_field_the_task_reads_is_refused_before_loading_weights(
+        tmp_path, local_tasks, monkeypatch, suffix, where):
+    # lm-eval stopped on it mid-run with a Jinja traceback ('question' is undefined), after the weights loaded; a
+    # record after the first lacking it was found only then, until every record was checked.
     save_tiny_run(tmp_path / "run")
     monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
-    records = [{"query": "what color is the sky?", "choices": ["blue", "red"], "gold": 0}]
+    renamed = {"query": "what color is the sky?", "choices": ["blue", "red"], "gold": 0}
     data = tmp_path / f"renamed{suffix}"
-    if suffix == ".parquet":
+    if suffix == ".parquet":  # a table's rows share its columns
         pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
-        pq.write_table(pa.Table.from_pylist(records), data)
+        pq.write_table(pa.Table.from_pylist([renamed, renamed]), data)
     else:
+        records = [{**renamed, "question": "what color is grass?"}, renamed]
         data.write_text("\n".join(map(json.dumps, records)) if suffix == ".jsonl" else json.dumps(records))
     with pytest.raises(ValueError) as refusal:
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], task_data={"tiny_mc": str(data)},
                                      include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
                                      include_defaults=False)
-    assert str(refusal.value) == (f"--task-data tiny_mc={data}: its records have no field question, which lm-eval's "
-                                  "task reads (they have choices, gold, query): pass a file with the hub dataset's "
-                                  "fields.")
+    assert str(refusal.value) == (f"--task-data tiny_mc={data}: {where} has no field question, which lm-eval's task "
+                                  "reads (it has choices, gold, query): pass a file whose records all have the hub "
+                                  "dataset's fields.")
 
 
 def test_a_task_template_that_is_not_jinja_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch):
