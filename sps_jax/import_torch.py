@@ -108,13 +108,18 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
     for key, tensor in sd.items():
         key = str(key).removeprefix(torch_layout.PREFIX)
         if hasattr(tensor, "detach"):
-            if tensor.is_floating_point():
-                out[key] = tensor.detach().float().cpu().numpy()
-        elif isinstance(tensor, np.ndarray):
-            try:  # bfloat16 (a .safetensors export) is no np.number but converts
-                out[key] = tensor.astype(np.float32)
-            except (TypeError, ValueError):  # not numbers: not a parameter
-                continue
+            floating = tensor.is_floating_point()
+        else:  # bfloat16 (a .safetensors export) is no np.floating; integers and booleans are not weights either
+            floating = isinstance(tensor, np.ndarray) and tensor.dtype.kind not in "biuOSUM"
+        if not floating:
+            if key.endswith(".weight"):  # a parameter's name: said here, not as a tensor the state dict lacks
+                raise UserError(f"{key} holds {tensor.dtype} values, not floating-point weights: the file was not "
+                                "saved from the model's parameters.")
+            continue
+        out[key] = tensor.detach().float().cpu().numpy() if hasattr(tensor, "detach") else tensor.astype(np.float32)
+        if not np.isfinite(out[key]).all():
+            raise UserError(f"{key} holds NaN or infinite values: the model diverged or the file is damaged; import "
+                            "a checkpoint of finite weights.")
     return out
 
 

@@ -16,6 +16,7 @@ as JSON strings in its metadata.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 
@@ -120,6 +121,15 @@ def _entries(L: int):
             yield block_key(i, suffix), (f"block_{i}", *path), kind, shape
 
 
+def _d_ff(sd: dict[str, np.ndarray], L: int, D: int) -> int:
+    """d_ff as most of the MLP tensors give it: one tensor of a wrong shape is then named, not a right one beside
+    it (layer 0's up_proj alone blamed its gate_proj)."""
+    counts = collections.Counter(
+        sd[key].shape[shape.index("F")] for key, _, _, shape in _entries(L)
+        if "F" in shape and key in sd and sd[key].ndim == len(shape))
+    return counts.most_common(1)[0][0] if counts else 3 * D
+
+
 def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
     """The dimensions ``{"L", "V", "D", "F"}`` of a state dict (prefix-free keys) holding every tensor of the
     table with the shape its embedding and layer 0 imply; else one sentence naming the tensor, with the
@@ -128,9 +138,8 @@ def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
     if wte.ndim != 2:
         raise ValueError(f"{EMBED} has shape {tuple(wte.shape)}, not [vocabulary, d].")
     V, D = wte.shape
-    up = sd.get(block_key(0, "mlp.up_proj.weight"))
-    F = up.shape[0] if up is not None and up.ndim == 2 else 3 * D
     L = num_layers(sd)
+    F = _d_ff(sd, L, D)
     dims = {"V": V, "D": D, "3D": 3 * D, "F": F}
     want = {key: tuple(dims[d] for d in shape) for key, _, _, shape in _entries(L)}
     if LM_HEAD in sd:

@@ -341,6 +341,16 @@ def test_a_tensor_of_the_wrong_shape_names_the_parameter_and_both_shapes(tmp_pat
     assert f"needs ({3 * D}, {D})" in message
 
 
+@pytest.mark.parametrize("key", ["h.0.mlp.up_proj", "h.0.mlp.gate_proj", "h.1.mlp.down_proj"])
+def test_one_mlp_tensor_of_another_width_is_the_one_named(tmp_path, key):
+    # d_ff was read from layer 0's up_proj alone: a wrong up_proj made its correct gate_proj the one blamed.
+    sd = synthetic_state_dict()
+    shape = (D, 100) if "down" in key else (100, D)
+    sd[f"_orig_mod.transformer.{key}.weight"] = torch.zeros(*shape)
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message.startswith(f"error: transformer.{key}.weight has shape {shape} but the model (d={D}, d_ff={3 * D},")
+
+
 def test_a_missing_package_names_its_extra(tmp_path, monkeypatch):
     torch.save({"model": synthetic_state_dict()}, tmp_path / "ckpt.pt")
     (tmp_path / "ckpt.safetensors").write_bytes(b"")
@@ -467,18 +477,24 @@ def test_a_stored_config_that_leaves_the_variant_to_the_default_imports_and_says
     logits_match(tmp_path / "run", sd, "sps", 2)
 
 
-def test_tied_weights_holding_nan_import_as_tied(tmp_path):
-    # lm_head.weight is the embedding; NaN != NaN made the tie check say "differs" of one and the same tensor.
+@pytest.mark.parametrize("key", ["transformer.wte.weight", "transformer.h.1.mlp.down_proj.weight"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused_naming_the_tensor(tmp_path, key, value):
+    # They imported without a word; evaluation then wrote val_nll null and generation argmaxed NaN logits.
     sd = synthetic_state_dict()
-    sd["_orig_mod.transformer.wte.weight"][3, :5] = float("nan")
-    assert sd["_orig_mod.lm_head.weight"] is sd["_orig_mod.transformer.wte.weight"]
-    path = tmp_path / "ckpt.pt"
-    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}}, path)
-    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--window", "2", "--out",
-                                            str(tmp_path / "run"), *OVERRIDES])
-    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
-    _, params, _ = runs.load_run(str(tmp_path / "run"))
-    assert np.isnan(np.asarray(params["embed"])[3, :5]).all()
+    sd["_orig_mod." + key][1, :3] = value  # the tied lm_head is the same tensor
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message == (f"error: {key} holds NaN or infinite values: the model diverged or the file is damaged; "
+                       "import a checkpoint of finite weights.\n")
+
+
+def test_a_weight_that_is_not_floating_point_is_named_as_such(tmp_path):
+    # It was dropped as a buffer and then reported as a tensor the state dict lacks.
+    sd = synthetic_state_dict()
+    sd["_orig_mod.transformer.output_norm.weight"] = torch.ones(D, dtype=torch.int64)
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message == ("error: transformer.output_norm.weight holds torch.int64 values, not floating-point weights: "
+                       "the file was not saved from the model's parameters.\n")
 
 
 @pytest.mark.parametrize("args, name, kind", [((["a.pt", "b.pt"], "out"), "path", "list"), (("a.pt", 3), "out", "int")])
