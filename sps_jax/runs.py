@@ -15,6 +15,7 @@ import os
 import sys
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -402,7 +403,19 @@ def _load(path: str, step: int | None):
     weights load."""
     workdir, step, config, cfg = read_run(path, step)
     params, step = checkpoint.restore_params(workdir, step)
+    _check_finite(params, f"checkpoint {step} of {workdir}")
     return config, cfg, params, step
+
+
+def _check_finite(params, where: str) -> None:
+    """One sentence naming the first parameter that holds NaN or inf: evaluation read such weights as val_nll null
+    and generation as an argmax of NaN logits, without a word."""
+    finite = jax.device_get(jax.tree_util.tree_map(lambda x: jnp.isfinite(x).all(), params))
+    for key, ok in jax.tree_util.tree_leaves_with_path(finite):
+        if not ok:
+            raise UserError(f"{where}: parameter {jax.tree_util.keystr(key)} holds NaN or infinite values, which "
+                                "training never saves (the update that makes one is skipped or stops the run): the "
+                                "checkpoint is damaged or was imported so; use another checkpoint.")
 
 
 def load_run(path: str, step: int | None = None):

@@ -136,6 +136,45 @@ def test_every_command_that_loads_a_run_refuses_a_checkpoint_of_another_model_in
     assert sorted(os.listdir(tmp_path)) == ["data", "sps", "standard"]  # nothing written
 
 
+def _run_holding_inf(path, config):
+    """A run whose checkpoint (step 5) holds inf in block_1's MLP down projection."""
+    params = jax.tree_util.tree_map(np.array, sps_model.init_params(sps_model.Transformer(config.model),
+                                                                    jax.random.PRNGKey(0)))
+    params["block_1"]["mlp"]["down"][3, 4] = np.inf
+    runs.save_run(str(path), config, params, step=5)
+    return str(path)
+
+
+def test_every_command_that_loads_a_checkpoint_of_weights_holding_nan_refuses_it_naming_the_parameter(tmp_path,
+                                                                                                    capsys):
+    # Evaluation wrote val_nll null and generation printed an argmax of NaN logits, each with status 0.
+    from sps_jax import export_torch
+    from sps_jax.analysis import probes
+    from sps_jax.evaluation import evaluate
+    from sps_jax.inference import generate
+    from tests.helpers import REPO, write_token_folder
+    cfg, _, _ = small_model("sps", 2)
+    run = _run_holding_inf(tmp_path / "run", ml_collections.ConfigDict(
+        {"name": "tiny-run", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}}))
+    gpt2_run = _run_holding_inf(tmp_path / "gpt2", sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), []))
+    write_token_folder(tmp_path / "data")
+    commands = {"export-torch": (export_torch.main, [run, "--out", str(tmp_path / "out.pt")]),
+                "generate": (generate.main, ["--workdir", gpt2_run, "--prompt", "a", "--max-new-tokens", "4"]),
+                "evaluate": (evaluate.main, ["--workdir", run, "--val-data", str(tmp_path / "data")]),
+                "probes": (probes.main, ["window-nll", "--workdir", run, "--val-data", str(tmp_path / "data"),
+                                         "--out", str(tmp_path / "probes")])}
+    for name, (main, argv) in commands.items():
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, (name, err)
+        assert f"checkpoint 5 of {gpt2_run if name == 'generate' else run}: parameter ['block_1']['mlp']['down'] " \
+               "holds NaN or infinite values" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["data", "gpt2", "run"]  # nothing written
+    with pytest.raises(ValueError, match=r"\['block_1'\]\['mlp'\]\['down'\] holds NaN or infinite values, which "
+                                         r"training never saves"):
+        runs.load_model(run)
+
+
 def test_a_checkpoint_written_before_checkpoints_recorded_their_model_loads_as_before(tmp_path):
     # Nothing can be checked: it loads as its config.json says, without a word (docs/design.md section 9).
     from sps_jax import checkpoint
