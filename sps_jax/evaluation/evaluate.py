@@ -251,6 +251,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if tokens is not None:
         stats = val_nll.validation_nll(net, params, tokens, batch_size=val_batch_size, max_tokens=val_tokens)
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
+        sha256 = ((loader.read_manifest(val_data) or {}).get("splits", {}).get("val") or {}).get("sha256")
+        if sha256:  # which data: the table refuses to subtract NLLs of different splits
+            result["val_sha256"] = sha256
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
     if keys:
         from sps_jax.inference import scoring

@@ -49,7 +49,39 @@ def load(paths) -> list[dict]:
             raise ValueError(f"{seen[key]} and {path} both hold {key[3]} of run {row.get('run') or '-'}{where} at "
                              f"step {key[1]}: pass one of them.")
         seen[key] = path
+    _check_measured_alike(paths, rows)
     return rows
+
+
+# How a result was measured, by the columns it fills: (field, what it says, when a row has that column).
+_MEASURED_BY = (
+    ("val_tokens", "validation tokens", lambda r: r.get("val_nll") is not None),
+    ("val_sha256", "validation split (sha256)", lambda r: r.get("val_nll") is not None),
+    ("limit", "--limit of documents per lm-eval task", lambda r: bool(r.get("tasks") or r.get("corpus_nll"))),
+)
+
+
+def _check_measured_alike(paths, rows) -> None:
+    """One sentence when two results of one scale, which the table sets side by side and subtracts, were measured
+    on different data: another number of validation tokens, another validation split, another --limit. A field an
+    older results JSON lacks is not compared, except --limit, whose absence means none."""
+    for field, what, fills in _MEASURED_BY:
+        first: dict = {}
+        for path, row in zip(paths, rows):
+            if not fills(row) or (field not in row and field != "limit"):
+                continue
+            value, scale = row.get(field), row.get("scale")
+            if scale not in first:
+                first[scale] = (path, value)
+            elif first[scale][1] != value:
+                other, was = first[scale]
+                raise ValueError(f"{other} and {path} were measured on different data ({what}: {_shown(was)} "
+                                 f"against {_shown(value)}), and the table compares results of one scale: evaluate "
+                                 "them alike.")
+
+
+def _shown(value) -> str:
+    return "none" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _run_id(row: dict):

@@ -2,6 +2,7 @@
 run folders and token folders made here, and a local multiple-choice task."""
 
 import functools
+import hashlib
 import json
 
 import jax
@@ -78,7 +79,7 @@ def write_val_data(data):
     tokens[[37, 90, 150, 199]] = 60
     tokens.tofile(data / "val.bin")
     (data / "manifest.json").write_text(json.dumps({"tokenizer": "gpt2", "dtype": "uint16", "eos_id": 60, "splits": {
-        "val": {"file": "val.bin", "tokens": 200, "documents": 4, "sha256": ""}}}))
+        "val": {"file": "val.bin", "tokens": 200, "documents": 4, "sha256": hashlib.sha256(tokens.tobytes()).hexdigest()}}}))
     return tokens
 
 

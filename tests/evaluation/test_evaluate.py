@@ -2,6 +2,7 @@
 a clear error before any weights are loaded."""
 
 import base64
+import hashlib
 import json
 import shutil
 import sys
@@ -54,6 +55,7 @@ def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     nll, count = fixed_window_nll(net, params, tokens)
     assert result["val_nll"] == pytest.approx(nll, rel=1e-5)
     assert result["val_tokens"] == count
+    assert result["val_sha256"] == hashlib.sha256(tokens.astype("<u2").tobytes()).hexdigest()  # which data: the table checks
     assert set(result) >= {"run", "variant", "window", "scale", "step", "tokens_seen", "val_nll", "corpus_nll",
                            "corpus_nll_avg", "tasks", "task_accuracy_avg"}
     assert result["other_tasks"]["tiny_mc"]["acc"] == pytest.approx(expected_mc(

@@ -74,6 +74,30 @@ def test_rows_of_one_method_and_scale_are_told_apart_by_run_and_step(tmp_path):
                      "SPS (w=64), run b, step 200"]
 
 
+@pytest.mark.parametrize("field, first, second, what", [
+    ("val_tokens", 11003, 256, "validation tokens: 11,003 against 256"),
+    ("val_sha256", "ab12", "cd34", "validation split (sha256): ab12 against cd34"),
+    ("limit", None, 1, "--limit of documents per lm-eval task: none against 1"),
+])
+def test_results_of_one_scale_measured_on_different_data_are_refused_naming_both_files(tmp_path, field, first, second,
+                                                                                      what):
+    # The table printed the delta between an NLL over 256 tokens and one over 11,003 without a word.
+    base = {"scale": "s", "step": 100, "val_nll": 3.0, "tasks": {"arc_easy": 0.5}, "task_accuracy_avg": 0.5}
+    rows = [dict(base, run="a", variant="standard", window=None), dict(base, run="b", variant="sps", window=64),
+            dict(base, run="c", variant="sps", window=64, scale="xs", **{field: second})]
+    for row, value in zip(rows[:2], (first, second)):
+        if value is not None:
+            row[field] = value
+    paths = [str(tmp_path / f"{row['run']}.json") for row in rows]
+    for path, row in zip(paths, rows):
+        evaluate.write_json(path, row)
+    results_table.load([paths[0], paths[2]])  # another scale is not compared with it
+    with pytest.raises(ValueError) as refusal:
+        results_table.load(paths)
+    assert str(refusal.value) == (f"{paths[0]} and {paths[1]} were measured on different data ({what}), and the table "
+                                  "compares results of one scale: evaluate them alike.")
+
+
 def test_one_checkpoint_evaluated_twice_is_refused_naming_both_files(tmp_path):
     row = {"run": "a", "variant": "sps", "window": 64, "scale": "s", "step": 100, "val_nll": 3.0}
     paths = [str(tmp_path / "first.json"), str(tmp_path / "again.json")]
