@@ -151,7 +151,7 @@ def run_name(prefix: str, model) -> str:
     return f"{prefix}-{model.variant}" + (f"-w{model.window}" if windowed else "")
 
 
-def _generated_name_prefix(config) -> str | None:
+def generated_name_prefix(config) -> str | None:
     """The PREFIX when ``config.name`` is :func:`run_name`'s name for its model, else None (a name of its own)."""
     name, model = config.get("name"), config.get("model")
     if not isinstance(name, str) or not isinstance(model, ml_collections.ConfigDict):
@@ -237,7 +237,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict: "
                         "return one, as configs/tiny.py does.")
-    prefix = _generated_name_prefix(config)
+    prefix = generated_name_prefix(config)
     for item in overrides:
         apply_override(config, item)
     if prefix is not None and "name" not in (override_key(item) for item in overrides):

@@ -58,7 +58,18 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
             raise UserError(f"{path} holds Python objects beyond tensors and plain containers, which could run "
                             "code when loaded: pass --trust-pickle only if you trust where the file came "
                             "from.") from None
-        raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read ({_reason(exc)}).") from None
+        if _is_safetensors(path):
+            raise UserError(f"{path} is a safetensors file: rename it to end in .safetensors, which this command "
+                            "reads with safetensors.") from None
+        raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read ({_reason(exc)}): pass a file "
+                        "saved with torch.save, or a .safetensors export.") from None
+
+
+def _is_safetensors(path: str) -> bool:
+    """A safetensors file's start: the little-endian length of its JSON header, then the header's '{'."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= os.path.getsize(path)
 
 
 def _reader(package: str, what: str, path: str):
@@ -72,9 +83,16 @@ def _reader(package: str, what: str, path: str):
     return module
 
 
-def _reason(exc: BaseException) -> str:
-    first = " ".join(str(exc).split())[:120]
-    return f"{type(exc).__name__}{': ' + first if first else ''}"
+def _reason(exc: BaseException, limit: int = 120) -> str:
+    """The error's type and the start of its text, cut at a word; for torch's refusal of a weights-only load, the
+    unpickler's own reason, not the advice about weights_only around it."""
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n", 1)[0]
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    return f"{type(exc).__name__}{': ' + text if text else ''}"
 
 
 def _load_safetensors(path: str) -> dict:
@@ -196,6 +214,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                     raise UserError(f"the checkpoint's model_args[{key!r}] = {fields[field]!r} is not of "
                                     f"type {type(config.model[field]).__name__}: pass {_flag(field)}.") from None
     m = config.model
+    prefix = sps_config.generated_name_prefix(config)  # an exported run's name made from its variant and window
     with m.ignore_type():  # the flags replace a stored config's values, whatever their type
         if variant != FROM_FILE:
             m.variant = variant
@@ -240,6 +259,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     m.seq_len = int(context or m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
+    if prefix is not None and "name" not in (sps_config.override_key(item) for item in overrides):
+        config.name = sps_config.run_name(prefix, m)  # as load_config renames a config after its overrides
     for field, have in shapes.items():
         if m[field] != have:
             given = [item for item in overrides if sps_config.override_key(item) == f"model.{field}"]

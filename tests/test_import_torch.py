@@ -4,6 +4,7 @@ files are one sentence, and an existing run is never overwritten without --force
 
 import json
 import os
+import re
 import sys
 
 import jax.numpy as jnp
@@ -326,7 +327,14 @@ def bad_file_message(tmp_path, write):
 
 def test_files_that_are_not_checkpoints_are_one_sentence(tmp_path):
     assert "bad.pt is not a PyTorch checkpoint" in bad_file_message(tmp_path, lambda p: p.write_bytes(os.urandom(512)))
-    assert "bad.pt is not a PyTorch checkpoint" in bad_file_message(tmp_path, lambda p: p.write_text("hello\n"))
+    message = bad_file_message(tmp_path, lambda p: p.write_text("hello\n"))
+    assert re.fullmatch(r"error: \S+bad\.pt is not a PyTorch checkpoint that torch\.load can read \(\w+[^()]*\): pass "
+                        r"a file saved with torch\.save, or a \.safetensors export\.\n", message), message
+    header = b'{"__metadata__":{}}'
+    # torch's refusal was cut mid-word after 120 characters of advice about weights_only.
+    message = bad_file_message(tmp_path, lambda p: p.write_bytes(len(header).to_bytes(8, "little") + header))
+    assert message.endswith("bad.pt is a safetensors file: rename it to end in .safetensors, which this command reads "
+                            "with safetensors.\n"), message
     sd = synthetic_state_dict()
     del sd["_orig_mod.transformer.h.1.mlp.up_proj.weight"]
     message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
@@ -427,12 +435,13 @@ def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(t
     assert not (tmp_path / "run").exists()
 
 
-def export_with_stored_config(tmp_path, edit, sd):
-    """An exported .pt of ``sd`` whose stored run config (the tiny config at this file's sizes, window 2) was
-    changed by hand: ``edit`` changes its model section in place."""
+def export_with_stored_config(tmp_path, edit, sd, name=None):
+    """An exported .pt of ``sd`` whose stored run config (the tiny config at this file's sizes, window 2; named
+    ``name`` when given) was changed by hand: ``edit`` changes its model section in place."""
     config = sps_config.load_config("configs/tiny.py", OVERRIDES)
     config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T, window=2)
     stored = json.loads(config.to_json())
+    stored["name"] = name or stored["name"]
     edit(stored["model"])
     path = tmp_path / "edited.pt"
     torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}, "sps_jax_config": json.dumps(stored)}, path)
@@ -464,6 +473,15 @@ def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tm
                                             "--window", "2"])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
     logits_match(tmp_path / "run", sd, "sps", 2)
+
+
+@pytest.mark.parametrize("name, imported", [("tiny-sps-w2", "tiny-standard"), ("mine", "mine")])
+def test_a_name_made_from_the_variant_follows_the_variant_flag_and_a_name_of_its_own_stays(tmp_path, name, imported):
+    # The run imported as standard kept the name tiny-sps-w2, which evaluate then printed and wrote as its run.
+    path = export_with_stored_config(tmp_path, lambda model: None, synthetic_state_dict(), name=name)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run"), "--variant", "standard"])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert runs.read_config(str(tmp_path / "run")).name == imported
 
 
 def test_a_stored_config_that_leaves_the_variant_to_the_default_imports_and_says_so(tmp_path):
