@@ -151,6 +151,17 @@ def run_name(prefix: str, model) -> str:
     return f"{prefix}-{model.variant}" + (f"-w{model.window}" if windowed else "")
 
 
+def run_config_problem(data) -> str | None:
+    """Why parsed JSON is not a run config (no object, no 'model' section, a 'model' that is no section), or None."""
+    if not isinstance(data, dict):
+        return f"it is {type(data).__name__}, not an object"
+    if "model" not in data:
+        return "it has no 'model' section"
+    if not isinstance(data["model"], dict):
+        return f"its 'model' is {data['model']!r}, not a section of fields"
+    return None
+
+
 def generated_name_prefix(config) -> str | None:
     """The PREFIX when ``config.name`` is :func:`run_name`'s name for its model, else None (a name of its own)."""
     name, model = config.get("name"), config.get("model")

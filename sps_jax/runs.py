@@ -169,8 +169,9 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
         raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
     put_back = f"put back the {CONFIG_FILE} the run was trained with"
     data = files.read_json(path, put_back)
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise UserError(f"{path} is not a run config: it has no 'model' section: {put_back}.")
+    problem = sps_config.run_config_problem(data)
+    if problem:
+        raise UserError(f"{path} is not a run config: {problem}: {put_back}.")
     try:
         return ml_collections.ConfigDict(data)
     except Exception as e:  # keys ConfigDict cannot hold

@@ -239,7 +239,10 @@ def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_defaul
 
 @pytest.mark.parametrize("text, problem", [("", r"is not JSON at line 1, column 1 \(Expecting value\)"),
                                            ('{"model": {"variant"', r"is not JSON at line 1, column 21"),
-                                           ("[]", r"is not a run config: it has no 'model' section")])
+                                           ("[]", r"is not a run config: it is list, not an object"),
+                                           ('{"name": "a"}', r"is not a run config: it has no 'model' section"),
+                                           ('{"model": NaN}', r"is not a run config: its 'model' is nan, not a section "
+                                                              r"of fields")])
 def test_a_run_config_that_is_no_run_config_says_to_put_back_the_one_it_was_trained_with(tmp_path, text, problem):
     # An emptied or cut-off config.json (a full disk, an editor) said only what was wrong, with no way out.
     from sps_jax.cli import UserError

@@ -1,7 +1,7 @@
 """Evaluate checkpoints: validation NLL, the paper's corpus NLL and zero-shot tasks, one JSON per checkpoint.
 
   python -m sps_jax.evaluation.evaluate --workdir RUN --tasks paper --val-data DATA_DIR
-  python -m sps_jax.evaluation.evaluate --checkpoint RUN/checkpoints/2000 --tasks arc_easy,wikitext \
+  python -m sps_jax.evaluation.evaluate --checkpoint RUN/checkpoints/2000 --tasks arc_easy,wikitext \\
       --task-data arc_easy=arc_easy_test.jsonl --out arc.json
   python -m sps_jax.evaluation.evaluate table RUN_A/eval/*.json RUN_B/eval/*.json --out results/main
 

@@ -1,6 +1,6 @@
 """lm-eval's own command line with the ``sps_jax`` model registered.
 
-  python -m sps_jax.evaluation.lm_eval_cli --model sps_jax --model_args workdir=RUN --tasks arc_easy,wikitext \
+  python -m sps_jax.evaluation.lm_eval_cli --model sps_jax --model_args workdir=RUN --tasks arc_easy,wikitext \\
       --include_path sps_jax/evaluation/tasks --batch_size 16
 
 The plain ``lm_eval`` command never imports sps_jax, so it cannot know the model;

@@ -115,7 +115,11 @@ def main(argv=None) -> int:
     from sps_jax.inference.sampling import Sampling  # loads no jax: settings no sampler can use answer at once
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    sampling.validate()
+    try:
+        sampling.validate()
+    except ValueError as e:  # its sentence names the field (top_p): here the flag it came from (--top-p)
+        field, _, rest = str(e).partition(" ")
+        parser.error(f"argument --{field.replace('_', '-')}: {rest}")
     if sampling.temperature == 0 and (sampling.top_k or sampling.top_p < 1):  # greedy never reads the filters
         parser.error("--top-k and --top-p filter sampling, but --temperature 0 (the default) is greedy decoding: "
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")

@@ -375,8 +375,12 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
          "earlier.jsonl line 1 has a field 'completion'"),
         (["--workdir", workdir, "--prompts-file", array, "--max-new-tokens", "2"],
          "prompts.json' is a .json file: pass a .jsonl file"),
-        (["--workdir", workdir, "--prompt", "x", "--temperature", "-1"], "temperature must be 0 (greedy) or a number from"),
-        (["--workdir", workdir, "--prompt", "x", "--temperature", "inf"], "temperature must be 0 (greedy) or a number from"),
+        (["--workdir", workdir, "--prompt", "x", "--temperature", "-1"],
+         "argument --temperature: must be 0 (greedy) or a number from"),
+        (["--workdir", workdir, "--prompt", "x", "--temperature", "inf"],
+         "argument --temperature: must be 0 (greedy) or a number from"),
+        (["--workdir", workdir, "--prompt", "x", "--temperature", "1", "--top-p", "1.5"],
+         "argument --top-p: must be in (0, 1] (1 keeps every token), got 1.5"),
     ]
     for args, message in cases:
         outcome = _cli(*args)
