@@ -216,7 +216,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
                         f"[{overrides!r}].")
     spec = files.path_text(spec, "spec")  # the sentences quote it
-    path, arg = _split_spec(spec)
+    path, arg = split_spec(spec)
     if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word
         raise UserError(f"config {spec!r} has nothing after ':': give the argument (configs/paper.py:s,sps,64), or "
                         "drop the ':' for the file's defaults.")
@@ -256,7 +256,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     return config
 
 
-def _split_spec(spec: str) -> tuple[str, str | None]:
+def split_spec(spec: str) -> tuple[str, str | None]:
     """``path.py:ARG`` -> (path.py, ARG), ARG None without a colon. The argument starts after ".py:", so a colon
     in a folder's name (a timestamp) stays in the path; a spec naming no .py file splits at its first colon."""
     at = spec.find(".py:")

@@ -115,10 +115,14 @@ def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None)
     if check is not None:
         check()
     held = sorted(os.listdir(path)) if os.path.isdir(path) else []
-    # --force deletes the folder whole, so a run or token folder at any depth below would go with it.
-    kept = files.below(path, lambda folder: is_run(folder) or token_folder.is_token_folder(folder)) if held else None
-    if kept is not None:
-        raise UserError(f"{flag} {path} holds {kept}, a run or token folder that replacing it would delete: choose a "
+    # --force deletes the folder whole, so a run or token folder, it or one at any depth below, would go with it.
+    kept = lambda folder: is_run(folder) or token_folder.is_token_folder(folder)  # noqa: E731
+    if held and kept(path):
+        raise UserError(f"{flag} {path} is a {'run' if is_run(path) else 'token folder'}, which replacing it would "
+                        f"delete: choose a new {flag}.")
+    below = files.below(path, kept) if held else None
+    if below is not None:
+        raise UserError(f"{flag} {path} holds {below}, a run or token folder that replacing it would delete: choose a "
                         f"new {flag}.")
     if held and not force:
         raise UserError(f"{flag} {path} already holds files ({', '.join(held[:3])}): choose a new {flag}, or pass "

@@ -316,6 +316,20 @@ def test_an_existing_run_is_not_overwritten_without_force(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "run"]  # swapped in whole, nothing left beside it
 
 
+def test_an_out_that_is_a_run_is_never_replaced_even_with_force(tmp_path):
+    # --force swapped the import in over a trained run, its checkpoints and metrics deleted.
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": sd, "model_args": {"n_head": H, "block_size": T}}, path)
+    argv = [str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "run"), *OVERRIDES]
+    assert import_torch.main(argv) == 0
+    before = sorted(os.listdir(tmp_path / "run"))
+    outcome = fuzz.call(import_torch.main, argv + ["--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == f"error: --out {tmp_path / 'run'} is a run, which replacing it would delete: choose a new --out.\n"
+    assert sorted(os.listdir(tmp_path / "run")) == before
+
+
 def bad_file_message(tmp_path, write):
     path = tmp_path / "bad.pt"
     write(path)

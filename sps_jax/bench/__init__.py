@@ -22,7 +22,11 @@ def check_json(args):
     # package) answers --help, --version and a wrong benchmark name without it.
     from sps_jax import runs
     if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
-        runs.output_file(args.json, "--json", args.force)  # a run's own files, and any token folder's, refused
+        # A run's own files, any token folder's and the --config file read (which --force replaced) refused.
+        from sps_jax import config as sps_config
+        config = getattr(args, "config", None)
+        runs.output_file(args.json, "--json", args.force, [("--config", sps_config.split_spec(config)[0])] if config
+                         else [])
     return args
 
 

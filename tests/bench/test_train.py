@@ -107,6 +107,40 @@ def test_a_profile_folder_that_holds_files_is_refused_before_any_run_is_timed(tm
     assert (traces / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("kind", ["run", "token folder"])
+def test_a_profile_folder_that_is_a_run_or_token_folder_is_refused_even_with_force(tmp_path, monkeypatch, kind):
+    # --force replaced the folder with the traces: the run's checkpoints, or the tokens, were deleted.
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+    from tests.test_runs import save_small_run
+
+    folder = tmp_path / "victim"
+    save_small_run(folder) if kind == "run" else helpers.write_token_folder(folder)
+    before = sorted(os.listdir(folder))
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    outcome = fuzz.call(bench_train.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--profile",
+                                           str(folder), "--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: --profile {folder} is a {kind}, which replacing it would delete: choose "
+                                      "a new --profile.")
+    assert sorted(os.listdir(folder)) == before
+
+
+def test_a_json_at_the_config_file_it_reads_is_refused_even_with_force(tmp_path, monkeypatch):
+    # --force wrote the results over the config file, which no later command could then read.
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+
+    config = tmp_path / "mine.py"
+    config.write_text(open(os.path.join(REPO, "configs", "tiny.py")).read())
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    outcome = fuzz.call(bench_train.main, ["--config", f"{config}:sps,4", "--json", str(config), "--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: --json {config} is --config {config}, which this command reads: choose "
+                                      "another name (--force replaces earlier results, never an input).")
+    assert config.read_text() == open(os.path.join(REPO, "configs", "tiny.py")).read()
+
+
 def test_a_profile_folder_at_the_json_path_is_refused_before_any_run_is_timed(tmp_path, monkeypatch):
     from sps_jax.bench import train as bench_train
     from tests import fuzz
