@@ -248,6 +248,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict: "
                         "return one, as configs/tiny.py does.")
+    if isinstance(config, ml_collections.FrozenConfigDict):  # a ConfigDict that refused the name and the overrides
+        config = config.as_configdict()
     prefix = generated_name_prefix(config)
     for item in overrides:
         apply_override(config, item)

@@ -393,3 +393,12 @@ def test_a_config_spec_that_is_not_one_path_is_one_sentence(spec, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath (bytes: a str.find error).
     with pytest.raises(TypeError, match=not_one_path('spec', kind)):
         sps_config.load_config(spec)
+
+
+def test_a_config_file_returning_a_frozen_config_loads_and_takes_overrides(tmp_path):
+    # FrozenConfigDict is a ConfigDict that refuses writes: naming the run and each override ended in a traceback.
+    path = tmp_path / "frozen.py"
+    path.write_text("import ml_collections\nfrom sps_jax import config\n\ndef get_config():\n"
+                    "    return ml_collections.FrozenConfigDict(config.paper_config('xs', 'sps', 8))\n")
+    config = sps_config.load_config(str(path), ["model.window=4"])
+    assert config.model.window == 4 and config.name == "xs-sps-w4"
