@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, token_folder
+from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, token_folder, tracking
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 
@@ -212,6 +212,9 @@ def model_config(config, workdir: str) -> sps_model.ModelConfig:
 # that steps, schedules and tokens_seen are counted in. Everything else in train (the schedule's
 # length, learning rates, logging, stop_at_step) may change between legs of a run.
 RESUME_FIXED = ("seed", "global_batch")
+# What a run that starts at step 0 removes from its folder, as it empties metrics.jsonl: the TensorBoard events and
+# the W&B run id of an earlier start (or, under --force, of another run).
+NEW_RUN_DROPS = (metrics.TENSORBOARD_DIR, tracking.RUN_ID_FILE)
 
 
 def check_workdir(workdir: str, config, force: bool = False) -> None:
@@ -275,6 +278,10 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
     elif os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
         other = f"a {metrics.PLOT_FILE} of no run here"  # a run folder's plot has the run's config beside it
+    elif any(os.path.lexists(os.path.join(workdir, name)) for name in NEW_RUN_DROPS):
+        # A new run drops them (trainer): events TensorBoard would show as one run with this one's, and the id of
+        # a W&B run this one would have logged into.
+        other = f"{metrics.TENSORBOARD_DIR}/ events or a {tracking.RUN_ID_FILE} of no run here"
     if has_checkpoints and other is None and checkpoint.weights_only(workdir):
         raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
                         f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
@@ -295,7 +302,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                             "another data order or batch would not continue it; use its values, or a new --workdir.")
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
-                        f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced).")
+                        f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
+                        f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
 
 
 def exclusive(workdir: str):

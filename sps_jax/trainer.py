@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -295,6 +296,12 @@ def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> No
         written.train.init_from = runs.read_config(workdir).train.get("init_from")
     runs.write_config(workdir, written)
     metrics.truncate(workdir, start_step)
+    if start_step == 0:  # a new run: no events or W&B run of an earlier start join its own
+        for path in (os.path.join(workdir, name) for name in runs.NEW_RUN_DROPS):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
 
 
 def _nothing_to_train(start_step: int, end: int, t) -> str:

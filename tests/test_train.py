@@ -429,6 +429,26 @@ def train_here(workdir, tokens, steps, *extra):
     return fuzz.call(sps_train.main, small_argv(workdir, tokens, *extra, steps=steps), timeout=300)
 
 
+def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_its_folder(tmp_path, tokens):
+    # Another run's events were shown with this one's as one run, and its W&B id made this run log into that run.
+    other = tmp_path / "other"
+    (other / "tensorboard").mkdir(parents=True)
+    (other / "tensorboard" / "events.out.tfevents.1.other").write_bytes(b"theirs")
+    (other / "wandb_run_id").write_text("theirs123\n")
+    before = digest(other)
+    refuse(small_argv(other, tokens), "tensorboard/ events or a wandb_run_id of no run here", "--force")
+    assert digest(other) == before
+    outcome = train_here(other, tokens, 2, "--force", "--config.train.tensorboard=True")
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    events = os.listdir(other / "tensorboard")
+    assert len(events) == 1 and not events[0].endswith(".other") and not (other / "wandb_run_id").exists()
+    # A run started over from step 0 (no checkpoint yet) drops the events of its earlier start the same way.
+    (other / "tensorboard" / "events.out.tfevents.2.earlier").write_bytes(b"earlier")
+    shutil.rmtree(other / "checkpoints")
+    assert train_here(other, tokens, 2, "--config.train.tensorboard=True").status == 0
+    assert not (other / "tensorboard" / "events.out.tfevents.2.earlier").exists()
+
+
 def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, tokens, reference):
     other = tmp_path / "other"
     other.mkdir()
