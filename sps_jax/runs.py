@@ -217,6 +217,28 @@ RESUME_FIXED = ("seed", "global_batch")
 NEW_RUN_DROPS = (metrics.TENSORBOARD_DIR, tracking.RUN_ID_FILE)
 
 
+def _check_same_data(workdir: str, saved, config) -> None:
+    """One sentence when a resume's data.dir holds other tokens than the folder the run trained on (their manifests'
+    checksums differ): it went on with other data without a word, and config.json then named only the new folder.
+    Another path to the same tokens (a copy, a move) resumes; a folder that cannot be compared is said in a note."""
+    trained_on = saved.get("data", {}).get("dir")
+    now = config.data.get("dir") if "data" in config else None
+    if not (isinstance(trained_on, str) and isinstance(now, str)) or os.path.realpath(trained_on) == os.path.realpath(now):
+        return
+    before, after = token_folder.split_checksums(trained_on), token_folder.split_checksums(now)
+    if before is None or after is None:
+        print(f"note: {workdir} was trained on data.dir={trained_on} and resumes on data.dir={now}; "
+              f"{trained_on if before is None else now} has no readable manifest, so the two were not compared.",
+              file=sys.stderr)
+        return
+    differ = sorted(split for split in set(before) & set(after) if before[split] != after[split])
+    if differ:
+        raise UserError(f"--workdir {workdir} was trained on data.dir={trained_on}, and data.dir={now} holds other "
+                        f"tokens (its {' and '.join(differ)} split{'s differ' if len(differ) > 1 else ' differs'}): "
+                        f"resuming would go on with other data; pass --config.data.dir={trained_on}, or use a new "
+                        "--workdir.")
+
+
 def check_workdir(workdir: str, config, force: bool = False) -> None:
     """Refuse (one sentence) a training ``--workdir`` whose files another run owns.
 
@@ -300,6 +322,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         if changed:
             raise UserError(f"--workdir {workdir} holds a run trained with {', '.join(changed)}: resuming with "
                             "another data order or batch would not continue it; use its values, or a new --workdir.")
+        _check_same_data(workdir, saved, config)
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "

@@ -34,3 +34,13 @@ def refuse_inside_tokens(path: str, flag: str) -> None:
     if tokens is not None:
         raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
                         "replaces whole, along with anything inside it: choose a path outside it.")
+
+
+def split_checksums(folder: str) -> dict[str, str] | None:
+    """``{split: sha256}`` of a token folder's manifest (the splits that record one), or None where no manifest can
+    be read: what tells two folders' tokens apart without reading them."""
+    try:
+        manifest = files.read_json(os.path.join(folder, MANIFEST))
+        return {name: split["sha256"] for name, split in manifest["splits"].items() if split.get("sha256")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -429,6 +429,30 @@ def train_here(workdir, tokens, steps, *extra):
     return fuzz.call(sps_train.main, small_argv(workdir, tokens, *extra, steps=steps), timeout=300)
 
 
+def test_resuming_on_a_token_folder_of_other_tokens_is_refused_and_a_copy_of_the_same_resumes(tmp_path, tokens,
+                                                                                               reference, capsys):
+    # It resumed on the other folder without a word, and config.json then named only that one.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    other = write_token_folder(str(tmp_path / "other"), seed=1)
+    before = digest(trained)
+    refuse(small_argv(trained, other), f"--workdir {trained} was trained on data.dir={tokens}, and data.dir={other} "
+           f"holds other tokens (its train and val splits differ): resuming would go on with other data; pass "
+           f"--config.data.dir={tokens}, or use a new --workdir.")
+    assert digest(trained) == before
+    copy = shutil.copytree(tokens, tmp_path / "copy")  # the same tokens elsewhere (moved, or on another disk)
+    runs.check_workdir(str(trained), small_config(copy, STEPS))
+    gone = tmp_path / "gone"
+    config = small_config(copy, STEPS)
+    saved = json.loads((trained / "config.json").read_text())
+    saved["data"]["dir"] = str(gone)  # a folder no longer there: not compared, and said
+    (trained / "config.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+    runs.check_workdir(str(trained), config)
+    assert capsys.readouterr().err == (f"note: {trained} was trained on data.dir={gone} and resumes on data.dir={copy}; "
+                                       f"{gone} has no readable manifest, so the two were not compared.\n")
+
+
 def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_its_folder(tmp_path, tokens):
     # Another run's events were shown with this one's as one run, and its W&B id made this run log into that run.
     other = tmp_path / "other"
