@@ -73,6 +73,10 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
         raise ValueError(f"train.total_tokens={t.total_tokens} makes {total_steps} steps of {tokens_per_step} tokens, "
                          f"more than {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: lower total_tokens or raise "
                          "train.global_batch.")
+    end = min(total_steps, t.stop_at_step or total_steps)
+    if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing said so
+        raise ValueError(f"train.profile_start={t.profile_start} is at or past the run's last step, {end}: no step "
+                         "would be traced; lower it (steps after profile_start are traced).")
     return {"model": cfg, "data": data, "fsdp": fsdp, "accum": t.global_batch // t.micro_batch,
             "tokens_per_step": tokens_per_step, "total_steps": total_steps}
 
@@ -342,7 +346,8 @@ def _on_nonfinite(record: dict, nonfinite: str, ckpts, log) -> None:
         ckpts.check()
         raise NonFiniteLoss(
             f"non-finite loss ({record['loss']}) or gradient norm ({record['grad_norm']}) at step "
-            f"{step}; the last checkpoint is step {ckpts.good}. Lower train.peak_lr, or set "
+            f"{step}; " + (f"the last checkpoint is step {ckpts.good}" if ckpts.good is not None else "no checkpoint "
+                           "was saved yet") + ". Lower train.peak_lr, or set "
             "--config.train.nonfinite=skip to skip such updates.")
     log(f"step {step}: non-finite loss, update skipped")
 

@@ -188,7 +188,7 @@ def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
     bad_lr = ["--config.train.peak_lr=1e30", "--config.train.warmup_tokens=0"]
     out = train_here(tmp_path / "stop", tokens, 4, *bad_lr)
     assert out.status == 2 and out.problem() is None, out.stderr
-    assert "non-finite loss" in out.stderr and "at step 2;" in out.stderr, out.stderr
+    assert "non-finite loss" in out.stderr and "at step 2; no checkpoint was saved yet." in out.stderr, out.stderr
     # A warmup over the 4 updates: each applied update would raise the rate by 1e30 / 4, a skipped one does not.
     out = train_here(tmp_path / "skip", tokens, 4, *bad_lr, "--config.train.nonfinite=skip",
                      "--config.train.warmup_tokens=1024")
@@ -767,3 +767,13 @@ def test_a_run_that_ends_inside_the_traced_steps_stops_the_trace_there(tmp_path,
     assert "profile of steps 2-3:" in out.stdout
     jax.profiler.start_trace(str(tmp_path / "next"))  # no trace was left running in this process
     jax.profiler.stop_trace()
+
+
+@pytest.mark.parametrize("start, extra", [(6, ()), (3, ("--config.train.stop_at_step=3",))])
+def test_a_profile_that_starts_at_or_past_the_last_step_is_refused_before_any_work(tmp_path, tokens, start, extra):
+    # The run trained to its end with no trace and no word.
+    refuse(small_argv(tmp_path / "run", tokens, "--config.train.profile_steps=2",
+                      f"--config.train.profile_start={start}", *extra),
+           f"train.profile_start={start} is at or past the run's last step, {min(start, STEPS)}: no step would be "
+           "traced; lower it")
+    assert not (tmp_path / "run").exists()
