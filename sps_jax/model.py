@@ -90,10 +90,15 @@ class ModelConfig:
         if self.seq_len > MAX_SEQ_LEN:
             raise ValueError(f"model.seq_len={self.seq_len} is above {MAX_SEQ_LEN}: the 2T entries of two streams are "
                              "indexed in int32 in the masks, kernels and KV cache; pass a shorter context.")
+        f32 = np.finfo(np.float32)
         for name in ("rope_theta", "init_std", "norm_eps"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-                raise ValueError(f"model.{name} must be a positive finite number, got {value!r}.")
+            # Used in float32: beyond its range one became inf (norm_eps=1e300 trained a model that learned
+            # nothing), below its smallest normal number 0.
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not float(f32.tiny) <= value <= float(
+                    f32.max):
+                raise ValueError(f"model.{name} must be a positive number that float32 holds ({f32.tiny:.3g} to "
+                                 f"{f32.max:.3g}), got {value!r}.")
         if not isinstance(self.remat, bool):
             raise ValueError(f"model.remat must be True or False, got {self.remat!r}.")
         vis = masks.Visibility(self.variant, self.window, self.persistent_window)

@@ -129,10 +129,11 @@ BAD_ARGUMENTS = [
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.model.num_heads=x"], ["integer"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.model=3"], ["section"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--num-processes", "-2"], ["--num-processes"]),
-    # an infinite init_std trained NaNs after compiling; an infinite rope_theta or norm_eps trained nonsense
+    # an infinite init_std trained NaNs after compiling; an infinite rope_theta or norm_eps trained nonsense, and so
+    # did one that float32, which computes them, rounds to inf (norm_eps=1e300: a model that learned nothing) or 0
     *[(train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
-                    f"--config.model.{field}=1e999"], [f"model.{field} must be a positive finite number"])
-      for field in ("init_std", "rope_theta", "norm_eps")],
+                    f"--config.model.{field}={value}"], [f"model.{field} must be a positive number that float32 holds"])
+      for field in ("init_std", "rope_theta", "norm_eps") for value in ("1e999", "1e300", "1e-300")],
     # a schedule that would rise after warm-up instead of decaying: the run trained on with it
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.train.final_lr=1"], ["train.final_lr=1.0 is above train.peak_lr=0.003"]),
@@ -182,7 +183,7 @@ BAD_ARGUMENTS = [
                          (import_torch.main, ["W/x.pt", "stray"]), (probes.main, ["gradients", "stray"]),
                          (bench_cli.main, ["compile", "stray"]), (bench_cli.main, ["generate", "stray"]))],
     (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),
-    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["top_p"]),
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["argument --top-p: must be in (0, 1]"]),
     # greedy decoding (temperature 0, the default) never reads the sampling filters
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-k", "5"], ["--top-k", "greedy", "--temperature"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0.9"], ["--top-p", "greedy"]),
