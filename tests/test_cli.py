@@ -204,6 +204,9 @@ BAD_ARGUMENTS = [
     (import_torch.main, ["W/x.pt", "--variant", "sps3", "--out", "W/o"], ["unknown attention variant 'sps3'"]),
     (import_torch.main, ["W/x.pt", "--out", "W/o", "--config.model.nope=1"], ["no field 'nope'"]),
     (data_cli.main, ["provision-tokenizer", "--out", ""], ["--out is empty"]),
+    # a folder's path was found only when the downloaded ranks were written into it (as '.N.partial')
+    (data_cli.main, ["provision-tokenizer", "--out", "W/new/"], ["/w/new/ names a folder, not a file: name a file, "
+                                                                 "for example ", "/w/new/gpt2.tiktoken."]),
     # an empty run path named the working directory (or crashed with a TypeError)
     *[(main, argv, [flag, "empty path names no run"])
       for main, argv, flag in ((generate.main, ["--workdir", "", "--prompt", "x"], "--workdir"),

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sps_jax import cli, files, token_folder, vocab
@@ -74,6 +75,9 @@ def main(argv=None) -> int:
             raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
                                 f"{tokenizer.default_ranks_path()}.")
         if args.out is not None:  # before the download
+            if os.path.basename(args.out) in ("", ".", ".."):  # dir/: found only when the download was written
+                raise cli.UserError(f"--out {args.out} names a folder, not a file: name a file, for example "
+                                    f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
             files.check_parent(args.out, "--out")
             token_folder.refuse_inside_tokens(args.out, "--out")
             cli.load("sps_jax.runs").refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
