@@ -446,11 +446,14 @@ def test_several_sources_in_one_call_are_one_sentence_before_any_work(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path):
+def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path, capsys):
     # Training and evaluate --val-data refused it, later, with "the validation split has 0 tokens".
     (tmp_path / "one.txt").write_text("a single short document\n")
     lines = []
-    prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out"), val_fraction=0.01, log=lines.append)
-    assert lines[-1] == (f"warning: the val split of {tmp_path / 'out'} holds no document (--val-fraction 0.01 of 1), "
-                         "which training and evaluate --val-data need: prepare it again with a larger --val-fraction "
-                         "or more documents.")
+    prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out"), val_fraction=0.01, log=print, warn=lines.append)
+    assert lines == [f"warning: the val split of {tmp_path / 'out'} holds no document (--val-fraction 0.01 of 1), "
+                     "which training and evaluate --val-data need: prepare it again with a larger --val-fraction "
+                     "or more documents."]  # to stderr from the command, with the other warnings, not to stdout
+    prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out2"), val_fraction=0.01)
+    out, err = capsys.readouterr()
+    assert err.startswith("warning: the val split of") and "warning" not in out
