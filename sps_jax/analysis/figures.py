@@ -63,14 +63,27 @@ def final_point(source: str) -> dict:
             raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
                              "evaluated on validation data (train.eval_every), or their evaluation JSONs.")
         return {"label": info["run"], **{k: info[k] for k in ("variant", "window", "scale")},
-                "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1]), "measured": "training's validation"}
+                "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1]), "measured": "training's validation",
+                "seed": _train_seed(source)}
     ev = read_evaluation(source)
     if ev.get("val_nll") is None:
         raise ValueError(f"{source!r} has no val_nll.")
     measured = f"evaluate over {ev['val_tokens']} tokens" if ev.get("val_tokens") else "evaluate"
+    workdir = ev.get("workdir")
     return {"label": os.path.basename(ev.get("run") or source), "variant": ev["variant"],
             "window": ev.get("window"), "scale": ev.get("scale"), "val_nll": float(ev["val_nll"]),
-            "tokens_seen": ev.get("tokens_seen"), "measured": measured}
+            "tokens_seen": ev.get("tokens_seen"), "measured": measured,
+            "seed": _train_seed(workdir) if isinstance(workdir, str) and os.path.isdir(workdir) else None}
+
+
+def _train_seed(workdir: str):
+    """The train.seed a run folder was trained with (it fixes the initial weights and the data order), or None."""
+    from sps_jax import runs
+
+    try:
+        return runs.read_config(workdir).get("train", {}).get("seed")
+    except (OSError, ValueError):  # an evaluation's run folder moved or edited since: not compared
+        return None
 
 
 PASS_EVALUATIONS = "pass evaluation JSONs written by sps_jax.evaluation.evaluate"
@@ -324,8 +337,8 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     out = files.path_text(out, "out")  # the JSON records it as text
     sources = files.path_list(sources, "sources")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
-    if not margin > 0:
-        raise ValueError(f"--margin {margin} is not a positive NLL difference: pass one such as 0.01.")
+    if not (margin > 0 and math.isfinite(margin)):  # an infinite margin called any gap equivalent
+        raise ValueError(f"--margin {margin} is not a positive finite NLL difference: pass one such as 0.01.")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:  # a test between seeds would test the measurements too
@@ -339,6 +352,12 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
         group["sources"].append(source)
         group["val_nll"].append(p["val_nll"])
     methods = []
+    for n, (source, p) in enumerate(zip(sources, points)):  # a copied run, or one job trained twice, is one seed
+        twin = next((s for s, q in zip(sources[:n], points[:n]) if q["seed"] is not None and q["seed"] == p["seed"]
+                     and results_table.method(q) == results_table.method(p)), None)
+        if twin is not None:
+            raise ValueError(f"{twin} and {source} are {results_table.method(p)} runs of one train.seed "
+                             f"({p['seed']}), the same run twice: pass runs of different seeds.")
     for name, g in groups.items():
         if len(g["val_nll"]) < 2:
             raise ValueError(f"{name} has one run ({g['sources'][0]}): an interval needs at least two seeds of "

@@ -272,6 +272,22 @@ def test_seeds_measured_over_other_tokens_are_not_pooled_and_an_ablation_says_so
     assert "which score other tokens: the figure draws them as they are." in capsys.readouterr().err
 
 
+def test_two_runs_of_one_seed_are_refused_and_an_infinite_margin_too(tmp_path):
+    # A copied run (or one job trained twice) counted as two seeds: std 0 and a "significant" Welch test; an infinite
+    # margin called a 0.59-nat gap equivalent.
+    sps = [write_run(tmp_path / f"sps{n}", "s-sps", "sps", 64, [3.6, 3.1], train={"seed": 0}) for n in range(2)]
+    std = [write_run(tmp_path / f"std{n}", "s-standard", "standard", None, [3.6, 3.2 + n / 100], train={"seed": n})
+           for n in range(2)]
+    with pytest.raises(ValueError) as refusal:
+        figures.seed_variance(sps + std, str(tmp_path / "seeds.png"))
+    assert str(refusal.value) == (f"{sps[0]} and {sps[1]} are SPS (w=64) runs of one train.seed (0), the same run "
+                                  "twice: pass runs of different seeds.")
+    for margin in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match=r"is not a positive finite NLL difference: pass one such as 0\.01\.$"):
+            figures.seed_variance(std + std, str(tmp_path / "seeds.png"), margin=margin)
+    assert sorted(os.listdir(tmp_path)) == ["sps0", "sps1", "std0", "std1"]
+
+
 def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
     """Appendix C: mean and 95% interval over 3 seeds with t_{0.025,2} ~ 4.30, one-sided Welch t-tests of SPS
     against each baseline, and TOST within +-0.01 NLL between two baselines. Three seeds of equal spread give
