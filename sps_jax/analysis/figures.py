@@ -255,6 +255,12 @@ def accuracy_gains(evaluations, baseline: str = "standard", sources=None) -> lis
     """
     pairs = [(source, ev) for source, ev in zip(sources or [ev.get("run") for ev in evaluations], evaluations)
              if ev.get("task_accuracy_avg") is not None]
+    limited = lambda limit: f"with --limit {limit}" if limit is not None else "without --limit"  # noqa: E731
+    for source, ev in pairs[1:]:  # a smoke run's few documents against a whole task: no gain of the method
+        if ev.get("limit") != pairs[0][1].get("limit"):
+            raise ValueError(f"{pairs[0][0]} was evaluated {limited(pairs[0][1].get('limit'))} and {source} "
+                             f"{limited(ev.get('limit'))}, so their accuracies are over other documents: evaluate "
+                             "them alike.")
     key = lambda ev: (ev.get("scale"), ev["variant"], ev.get("window"))  # noqa: E731
     _one_per_key(pairs, lambda ev: (*key(ev), ev.get("tokens_seen")),
                  lambda ev: f"{results_table.method(ev)} at scale {_scale_name(ev.get('scale'))} after "

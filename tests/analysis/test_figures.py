@@ -147,6 +147,12 @@ def test_accuracy_gain_keeps_each_window_of_a_variant(tmp_path, capsys):
     assert figures.main(["accuracy-gain", *paths, twice, "--out", str(tmp_path / "g2.png")]) == 2
     assert f"{paths[2]} and {twice} both hold SPS (w=64) at scale S after 20000 tokens: pass one of them." \
         in capsys.readouterr().err
+    # A smoke evaluation (evaluate --limit 10) against whole tasks: a gain of 20 pp was drawn without a word.
+    smoke = write_eval(d, "s-sps64-smoke", "s", "sps", 64, 0.65)
+    json.dump(dict(json.load(open(smoke)), limit=10), open(smoke, "w"))
+    assert figures.main(["accuracy-gain", *paths[:2], smoke, "--out", str(tmp_path / "g3.png")]) == 2
+    assert capsys.readouterr().err == (f"error: {paths[0]} was evaluated without --limit and {smoke} with --limit 10, "
+                                       "so their accuracies are over other documents: evaluate them alike.\n")
 
 
 def test_accuracy_gain_command_compares_with_standard_at_the_same_scale_and_tokens(tmp_path):
