@@ -145,12 +145,15 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         inputs, targets, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
         source_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + offsets[None, :]).ravel()) for _, src in part]
-        # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%.
-        J = -(-bucket(max(len(x) for x in loss_lists), sizes_per_octave=8) // chunk) * chunk
+        # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%. A chunk above
+        # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 ran 32 times the passes).
+        terms = bucket(max(len(x) for x in loss_lists), sizes_per_octave=8)
+        step = min(chunk, terms)
+        J = -(-terms // step) * step
         loss_JB = np.full((J, batch), -1, np.int64)
         for b, lst in enumerate(loss_lists):
             loss_JB[:len(lst), b] = lst
-        norms = slot_grad_sq_norms(model, params, inputs, targets, loss_JB, source_BI, chunk)
+        norms = slot_grad_sq_norms(model, params, inputs, targets, loss_JB, source_BI, step)
         total_JBIS = np.asarray(sum(norms.values()))
         for b, (d, src) in enumerate(part):
             at_k = np.searchsorted(loss_lists[b], src[:, None] + offsets[None, :])  # [I, O]

@@ -154,3 +154,19 @@ def test_a_batch_larger_than_the_documents_gives_the_same_ratios_without_empty_r
     huge = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, batch=100_000, **common)
     assert rows == [2, 2, 3]
     np.testing.assert_allclose(huge["ratio"], small["ratio"], rtol=1e-5)
+
+
+def test_a_chunk_above_the_loss_terms_runs_no_padded_reverse_passes(monkeypatch):
+    """A --chunk of 1024 padded each batch's reverse passes up to 1024 (32x the work and memory of 32 terms)."""
+    model, params = make("sps", 2, seed=5)
+    docs = random_docs([20, 18])
+    passes = []
+    real = gradient_probe.slot_grad_sq_norms
+    monkeypatch.setattr(gradient_probe, "slot_grad_sq_norms",
+                        lambda model, params, inputs, targets, loss_JB, *rest: passes.append(len(loss_JB))
+                        or real(model, params, inputs, targets, loss_JB, *rest))
+    common = dict(context=16, seed=0, log=lambda *_: None)
+    small = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, chunk=2, **common)
+    huge = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, chunk=1024, **common)
+    assert max(passes) <= 8 and passes[len(passes) // 2:] == passes[:len(passes) // 2]  # 2 positions x 3 offsets
+    np.testing.assert_allclose(huge["ratio"], small["ratio"], rtol=1e-5)
