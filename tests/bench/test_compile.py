@@ -29,7 +29,9 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     results = json.loads(out_json.read_text())
     assert "train" not in results["targets"]["h100"]  # --only generate
     gen = results["targets"]["h100"]["generate"]
-    # A chunk of 8 is the whole prompt: the one-pass prefill, compiled once.
+    # A chunk of 8 is the whole prompt: the one-pass prefill, compiled once, and said.
+    assert "note: --prefill-chunks 8 is not below --prefill 8: a chunk of the whole prompt is the one-pass prefill " \
+           "(0)." in out.stderr
     assert sorted((r["program"], r["variant"]) for r in gen) == sorted(
         (p, v) for p in ("prefill", "prefill/3", "decode_loop", "decode_step") for v in ("standard", "sps"))
     chunked = {r["variant"]: r for r in gen if r["program"] == "prefill/3"}
