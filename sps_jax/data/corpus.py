@@ -92,9 +92,24 @@ def _files(path: str) -> list[str]:
             dirs.clear()
             continue
         walked.add(real)
-        dirs.sort()
-        out += [os.path.join(folder, f) for f in sorted(names) if _kind(f)]
+        # Hidden files and folders are a tool's copies and state (.ipynb_checkpoints, .git), not the corpus: read,
+        # an editor's checkpoint was one more copy of a document.
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out += [os.path.join(folder, f) for f in sorted(names) if _kind(f) and not f.startswith(".")]
     return out
+
+
+def fingerprint(source: str) -> dict[str, list[int]] | None:
+    """{file: [size, modified time in ns]} of a local source's files (a stat each, nothing read), or None for
+    'builtin' and the hub: what tells prepare that a folder's tokens came from the files as they are now."""
+    if source == "builtin" or source.startswith("hf:"):
+        return None
+    prints = {}
+    for path in _files(source):
+        stat = os.stat(path)
+        prints[os.path.relpath(path, source) if os.path.isdir(source) else os.path.basename(path)] = [
+            stat.st_size, stat.st_mtime_ns]
+    return prints
 
 
 def _text_file(path: str, errors: str) -> Iterator[str]:

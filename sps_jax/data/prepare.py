@@ -137,7 +137,8 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
                 "max_tokens": max_tokens}
     if errors != "strict":  # recorded only when used, so folders prepared before the option still match
         settings["errors"] = errors
-    existing = _existing(out, settings, force, flag)
+    source_files = corpus.fingerprint(source)
+    existing = _existing(out, settings, force, flag, source_files)
     if existing is not None:
         log(f"{out} already holds this corpus ({existing['splits']['train']['tokens']:,} train tokens); "
             "pass --force to rebuild.")
@@ -150,6 +151,8 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
                          max_documents, max_tokens, batch_documents, log, start)
         manifest = {"tokenizer": loader.TOKENIZER, "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
                     "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
+        if source_files is not None:
+            manifest["source_files"] = source_files
         if manifest["splits"]["train"]["tokens"] == 0:
             raise UserError(f"source {source!r} produced no training tokens: check the source and --val-fraction"
                             + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
@@ -164,9 +167,11 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     return manifest
 
 
-def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dict | None:
+def _existing(out: str, settings: dict, force: bool, flag: str = "--out", source_files=None) -> dict | None:
     """The manifest of ``out`` when it already holds this corpus intact (skip the work), None when
-    it may be (re)built; a refusal when building would replace something else."""
+    it may be (re)built; a refusal when building would replace something else. ``source_files`` is the source's
+    :func:`sps_jax.data.corpus.fingerprint`: a folder prepared from files since changed, added or removed is not
+    this corpus (one whose manifest predates the record is compared on its settings alone)."""
     files.check_folder_place(out, flag, "pass the folder to write the token files into")
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # Building replaces the folder whole, so a run or token folder at any depth in it (one made there before
@@ -190,14 +195,32 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out") -> dic
             loader.open_tokens(out, split)  # the files the manifest vouches for are there, with their sizes
     except (ValueError, OSError) as e:
         manifest, problem = None, cli.sentence(e).rstrip('.')
-    if manifest is not None and manifest.get("settings") == settings and not force:
+    stale = None
+    if manifest is not None and manifest.get("source_files") not in (None, source_files):
+        stale = _stale(manifest["source_files"], source_files or {})
+    if manifest is not None and manifest.get("settings") == settings and stale is None and not force:
         return manifest
     if not force:
-        held = (f"a token folder prepared with other settings ({_changed(manifest.get('settings', {}), settings)})"
-                if manifest is not None else f"a damaged token folder ({problem})")
+        if manifest is None:
+            held = f"a damaged token folder ({problem})"
+        elif manifest.get("settings") != settings:
+            held = f"a token folder prepared with other settings ({_changed(manifest.get('settings', {}), settings)})"
+        else:
+            held = f"a token folder prepared from the source as it was before ({stale})"
         raise UserError(f"{flag} {out} already holds {held}: pass --force to replace it (the new folder is built "
                         f"aside and swapped in only when complete), or choose another {flag}.")
     return None
+
+
+def _stale(before: dict, now: dict) -> str:
+    """What changed in a source's files since a folder was prepared from them, as a phrase."""
+    changed = sorted(name for name in set(before) & set(now) if before[name] != now[name])
+    for names, what in ((changed, "changed"), (sorted(set(now) - set(before)), "added"),
+                        (sorted(set(before) - set(now)), "removed")):
+        if names:
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+            return f"{names[0]}{more} {what} since"
+    return "its files differ"
 
 
 def _changed(old: dict, new: dict) -> str:

@@ -180,6 +180,44 @@ def test_the_refusal_of_a_folder_prepared_otherwise_names_the_settings_that_diff
         assert f"prepared with other settings {changed}: pass --force to replace it" in outcome.stderr, outcome.stderr
 
 
+def test_a_folder_prepared_from_source_files_since_changed_is_not_called_up_to_date(tmp_path):
+    # An edited source file was skipped as "already holds this corpus", and training went on the old tokens.
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.txt").write_text("the first document\n")
+    out = tmp_path / "tokens"
+    prepare.prepare(str(source), str(out), val_fraction=0, log=lambda *a: None)
+    before = (out / "train.bin").read_bytes()
+    for change, says in ((lambda: (source / "a.txt").write_text("the first document, edited at more length\n"),
+                          "a.txt changed since"),
+                         (lambda: (source / "b.txt").write_text("a second document\n"), "b.txt added since")):
+        change()
+        outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(source), "--out", str(out), "--val-fraction",
+                                            "0"])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert outcome.stderr == (f"error: --out {out} already holds a token folder prepared from the source as it was "
+                                  f"before ({says}): pass --force to replace it (the new folder is built aside and "
+                                  "swapped in only when complete), or choose another --out.\n")
+        assert (out / "train.bin").read_bytes() == before
+        prepare.prepare(str(source), str(out), val_fraction=0, force=True, log=lambda *a: None)
+        assert (out / "train.bin").read_bytes() != before
+        before = (out / "train.bin").read_bytes()
+    messages = []
+    prepare.prepare(str(source), str(out), val_fraction=0, log=messages.append)  # unchanged since: up to date
+    assert "already holds this corpus" in messages[0]
+
+
+def test_hidden_files_and_folders_of_a_source_folder_are_not_read(tmp_path):
+    # A notebook's .ipynb_checkpoints copy was read as one more document.
+    source = tmp_path / "src"
+    (source / ".ipynb_checkpoints").mkdir(parents=True)
+    (source / "a.txt").write_text("the only document\n")
+    (source / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("the only document\n")
+    (source / ".draft.txt").write_text("not yet\n")
+    manifest = prepare.prepare(str(source), str(tmp_path / "tokens"), val_fraction=0, log=lambda *a: None)
+    assert manifest["splits"]["train"]["documents"] == 1 and list(manifest["source_files"]) == ["a.txt"]
+
+
 def test_a_run_inside_a_token_folder_is_named_and_kept_even_with_force(tmp_path):
     # A run made inside a token folder before such runs were refused: one under a name ending in .partial was
     # deleted by --force with the folder, one under another name was called files prepare did not write.
