@@ -213,8 +213,18 @@ def check_source(source: str) -> None:
     if files.leads_nowhere(source):
         raise UserError(f"source {source!r} {LEADS_NOWHERE}: pass the file or folder itself.")
     if not os.path.exists(source):
-        raise FileNotFoundError(f"source {source!r} does not exist: pass a text/JSONL/Parquet file or folder, "
-                                "'builtin', or 'hf:NAME[:CONFIG]'.")
+        meant = ("builtin" if source.lower() == "builtin" else "hf:" + source[3:] if source.lower().startswith("hf:")
+                 else None)
+        raise FileNotFoundError(f"source {source!r} does not exist" + (f" (did you mean {meant!r}?)" if meant else "")
+                                + ": pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'.")
+    if os.path.isdir(source):  # their JSON files were read as JSONL documents, and refused as "not JSON at line 1"
+        from sps_jax import runs, token_folder
+        if token_folder.is_token_folder(source):
+            raise UserError(f"source {source!r} is a token folder, prepare's output: pass it as data.dir (or "
+                            "--val-data), or pass the text it was prepared from as --source.")
+        if runs.is_run(source):
+            raise UserError(f"source {source!r} is a training run's folder, not a corpus: pass a text/JSONL/Parquet "
+                            "file or folder.")
     if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
@@ -226,9 +236,16 @@ def check_source(source: str) -> None:
         raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")
 
 
-def check_options(source: str, text_field: str | None = None, hf_split: str | None = None) -> None:
-    """Refuse a --text-field or --hf-split (None: not given) that ``source`` would never read, instead
-    of ignoring it: the user meant another source, or the flag for one."""
+def check_options(source: str, text_field: str | None = None, hf_split: str | None = None,
+                  errors: str = "strict") -> None:
+    """Refuse a --text-field, --hf-split (None: not given) or --errors other than strict that ``source`` would
+    never read, instead of ignoring it: the user meant another source, or the flag for one."""
+    reads_bytes = (source != "builtin" and not source.startswith("hf:") and (
+        _kind(source) != "parquet" if os.path.isfile(source) else any(_kind(p) in ("text", "jsonl")
+                                                                       for p in _files(source))))
+    if errors != "strict" and not reads_bytes:
+        raise UserError(f"--errors {errors} reads the bad bytes of text and JSONL files, and source {source!r} holds "
+                        "none: drop --errors.")
     if hf_split is not None and not source.startswith("hf:"):
         raise UserError(f"--hf-split {hf_split} picks a split of a hf:NAME source, and source {source!r} is not one: "
                         "drop --hf-split, or pass the dataset as hf:NAME[:CONFIG].")

@@ -128,7 +128,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     local = source != "builtin" and not source.startswith("hf:")
     runs.output_folder(out, flag, inputs=[("source", source if local else None)])
     corpus.check_source(source)
-    corpus.check_options(source, text_field, hf_split)
+    corpus.check_options(source, text_field, hf_split, errors)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
     hf_split = corpus.DEFAULT_HF_SPLIT if hf_split is None else hf_split
     enc = tokenizer.get_tokenizer()  # raises TokenizerMissing with the provisioning command

@@ -495,3 +495,23 @@ def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path, ca
     prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out2"), val_fraction=0.01)
     out, err = capsys.readouterr()
     assert err.startswith("warning: the val split of") and "warning" not in out
+
+
+def test_sources_that_are_no_corpus_or_a_miscased_name_are_told_what_they_are(tmp_path):
+    # A token folder's manifest.json was refused as "not JSON at line 1, column 1 ...: it is read as JSON Lines".
+    token_dir = tmp_path / "tokens"
+    prepare.prepare("builtin", str(token_dir), max_documents=5, log=lambda *a: None)
+    for source, says in ((token_dir, f"source '{token_dir}' is a token folder, prepare's output: pass it as data.dir "
+                                     "(or --val-data), or pass the text it was prepared from as --source."),
+                         ("Builtin", "source 'Builtin' does not exist (did you mean 'builtin'?): pass a"),
+                         ("HF:org/data", "source 'HF:org/data' does not exist (did you mean 'hf:org/data'?): pass a")):
+        with pytest.raises((ValueError, OSError)) as refusal:
+            prepare.prepare(str(source), str(tmp_path / "out"), log=lambda *a: None)
+        assert str(refusal.value).startswith(says), refusal.value
+    # --errors replace reads bad bytes of text and JSONL files: for a source of none it did nothing, and was recorded.
+    with pytest.raises(ValueError, match=r"^--errors replace reads the bad bytes of text and JSONL files, and source "
+                                         r"'builtin' holds none: drop --errors\.$"):
+        prepare.prepare("builtin", str(tmp_path / "out"), errors="replace", log=lambda *a: None)
+    (tmp_path / "notes.dat").write_bytes(b"caf\xe9\n")  # a single file of any suffix is read as text
+    assert prepare.prepare(str(tmp_path / "notes.dat"), str(tmp_path / "out"), errors="replace", val_fraction=0,
+                           log=lambda *a: None)["splits"]["train"]["documents"] == 1
