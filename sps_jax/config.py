@@ -250,12 +250,25 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
                         "return one, as configs/tiny.py does.")
     if isinstance(config, ml_collections.FrozenConfigDict):  # a ConfigDict that refused the name and the overrides
         config = config.as_configdict()
+    _plain_numbers(config)
     prefix = generated_name_prefix(config)
     for item in overrides:
         apply_override(config, item)
     if prefix is not None and "name" not in (override_key(item) for item in overrides):
         config.name = run_name(prefix, config.model)  # the name says what was trained, overrides included
     return config
+
+
+def _plain_numbers(config: ml_collections.ConfigDict) -> None:
+    """numpy scalars a config file set (``np.float32(3e-3)``) as the Python numbers they hold: the range checks,
+    JSON and the overrides' types take Python's, and refused np.float32(0.003) as not "a finite number"."""
+    for key in list(config.keys()):
+        value = config[key]
+        if isinstance(value, ml_collections.ConfigDict):
+            _plain_numbers(value)
+        elif isinstance(value, np.generic) and np.ndim(value) == 0 and isinstance(value.item(), (bool, int, float)):
+            with config.ignore_type():
+                config[key] = value.item()
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:

@@ -402,3 +402,17 @@ def test_a_config_file_returning_a_frozen_config_loads_and_takes_overrides(tmp_p
                     "    return ml_collections.FrozenConfigDict(config.paper_config('xs', 'sps', 8))\n")
     config = sps_config.load_config(str(path), ["model.window=4"])
     assert config.model.window == 4 and config.name == "xs-sps-w4"
+
+
+def test_numpy_numbers_a_config_file_sets_are_the_numbers_they_hold(tmp_path):
+    # np.float32(0.003) was refused as not "a finite number of at least 0", and np.int64(8) as not an integer.
+    path = tmp_path / "np.py"
+    path.write_text("import numpy as np\nfrom sps_jax import config\n\ndef get_config():\n"
+                    "    c = config.paper_config('xs', 'sps', 8)\n    with c.ignore_type():\n"
+                    "        c.train.peak_lr = np.float32(0.5)\n        c.train.global_batch = np.int64(16)\n"
+                    "        c.model.remat = np.bool_(True)\n    return c\n")
+    config = sps_config.load_config(str(path), ["train.micro_batch=8"])
+    sps_config.check_run_config(config)
+    assert (config.train.peak_lr, config.train.global_batch, config.model.remat) == (0.5, 16, True)
+    assert all(type(v) in (float, int, bool) for v in (config.train.peak_lr, config.train.global_batch,
+                                                        config.model.remat))
