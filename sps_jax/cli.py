@@ -474,7 +474,7 @@ def comma_list(kind=str, choices=None, what: str = "item"):
             guess = did_you_mean(str(unknown[0]), list(map(str, choices)))
             raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r}{guess}: choose from "
                                              f"{', '.join(map(str, choices))}")
-        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        repeated = sorted({item for item, v in zip(items, values) if values.count(v) > 1})  # as written: 4x2
         if repeated:
             raise argparse.ArgumentTypeError(f"{', '.join(repeated)} is listed more than once: list each once")
         return values

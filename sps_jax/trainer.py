@@ -56,7 +56,8 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if t.micro_batch % process_count:
         raise ValueError(f"train.micro_batch={t.micro_batch} does not split over {process_count} processes.")
     if config.data.val_batch % (data * fsdp):
-        raise ValueError(f"data.val_batch={config.data.val_batch} must be a multiple of the {data * fsdp} devices.")
+        raise ValueError(f"data.val_batch={config.data.val_batch} does not split over the {data * fsdp} devices: make it "
+                         f"a multiple of {data * fsdp} (--config.data.val_batch=N).")
     if t.nonfinite not in ("stop", "skip"):
         raise ValueError(f"train.nonfinite={t.nonfinite!r}{did_you_mean(t.nonfinite, ('stop', 'skip'))} must be 'stop' "
                          "or 'skip'.")

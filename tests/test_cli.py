@@ -277,7 +277,12 @@ BAD_ARGUMENTS = [
     # a source refused once figures had made --out's folder left that folder behind, empty
     (figures.main, ["window-ablation", "W/missing.json", "--out", "W/o.png"], ["missing.json' does not exist"]),
     (figures.main, ["accuracy-gain", "W/e.json", "--baseline", "Standard", "--out", "W/g.png"],
-     ["unknown attention variant 'Standard' (did you mean 'standard'?)"]),
+     ["argument --baseline: invalid choice 'Standard' (did you mean 'standard'?)"]),
+    # the token folder's refusal named no flag, and the probe's dtype was refused as model.dtype
+    (probes.main, ["window-nll", "--workdir", "W", "--split", "test", "--out", "W/o"],
+     ["argument --split: invalid choice 'test': choose from train, val"]),
+    (probes.main, ["window-nll", "--workdir", "W", "--dtype", "int32", "--out", "W/o"],
+     ["argument --dtype: invalid choice 'int32': choose from bfloat16, float16, float32"]),
     # argparse's own choices: "invalid choice: 'FLOAT32' (choose from ...)" named no likely one
     (export_torch.main, ["W", "--out", "W/x.pt", "--dtype", "FLOAT32"],
      ["argument --dtype: invalid choice 'FLOAT32' (did you mean 'float32'?): choose from bfloat16, float32"]),

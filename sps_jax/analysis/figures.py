@@ -512,13 +512,15 @@ def build_parser():
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
     a.add_argument("evaluations", nargs="+", type=cli.input_path("evaluation", cli.FILE, PASS_EVALUATIONS),
                    help="evaluation JSONs written by sps_jax.evaluation.evaluate")
-    a.add_argument("--baseline", default="standard", help="the variant the gains are measured from")
+    a.add_argument("--baseline", default="standard", choices=masks.VARIANTS,
+                   help="the variant the gains are measured from")
     a.add_argument("--out", type=cli.output_path, default="accuracy_gain.png",
                    help="the figure (.png), with its data next to it as .json")
     e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
     e.add_argument("sources", nargs="+", type=SOURCE,
                    help="run folders or evaluation JSONs of one scale, two or more per method")
-    e.add_argument("--reference", default="sps", help="the variant tested for a lower NLL than every other")
+    e.add_argument("--reference", default="sps", choices=masks.VARIANTS,
+                   help="the variant tested for a lower NLL than every other")
     e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")
     e.add_argument("--out", type=cli.output_path, default="seeds.png",

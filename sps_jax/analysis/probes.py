@@ -278,12 +278,14 @@ def build_parser():
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--val-data", type=token_folder.argument, default=None,
                        help="token folder with manifest.json (default: config.data)")
-        p.add_argument("--split", default="val", help="the token folder's split to read documents from")
+        p.add_argument("--split", default="val", choices=token_folder.SPLITS,
+                       help="the token folder's split to read documents from")
         p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=cli.positive_int, default=None,
                        help="positions per document (at most, and by default, model.seq_len)")
         p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, triton, splash, auto)")
-        p.add_argument("--dtype", default=None, help="override the compute dtype (e.g. float32 for exact norms)")
+        p.add_argument("--dtype", default=None, choices=("bfloat16", "float16", "float32"),
+                       help="override the compute dtype (e.g. float32 for exact norms)")
         p.add_argument("--out", type=cli.output_path, default=out_default, help="output folder")
         p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")
 

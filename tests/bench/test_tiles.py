@@ -56,6 +56,7 @@ def test_without_a_gpu_the_command_stops_with_one_sentence():
     (["--tiles", "32x64,32"], "argument --tiles: expected a comma-separated list of NxM pairs, got '32x64,32'"),
     (["--launches", "3x2"], "--launches 3x2: num_warps must be 1, 2, 4, 8 or 16, got 3"),
     (["--launches", "4x0"], "--launches 4x0: num_stages must be a positive integer, got 0"),
+    (["--launches", "4x2,4x2"], "argument --launches: 4x2 is listed more than once"),  # was the tuple (4, 2)
 ])
 def test_a_grid_the_kernels_cannot_launch_is_one_sentence_before_the_gpu_is_asked_for(argv, sentence):
     outcome = fuzz.call(bench_main.main, ["tiles", *argv])
