@@ -132,22 +132,38 @@ def _check_inputs(args) -> list:
     """Each run's documents (a list per --workdir); bad paths, bad config.json files, token folders
     that do not fit a run's model (EOS id, vocabulary) and settings no document or context can meet
     stop the command before any weights are loaded."""
-    from sps_jax import runs
+    from sps_jax import checkpoint, runs
     from sps_jax.analysis.documents import read_documents
     from sps_jax.data import loader
 
     plotting.require()
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
+    suffix = os.path.splitext(args.out.rstrip(os.sep))[1]
+    if suffix.lower() in (".png", ".json", ".csv", ".pdf", ".jpg", ".svg") and not os.path.isdir(args.out):
+        raise UserError(f"--out {args.out} names a {suffix} file, and probes write a folder of results (their .json, "
+                        ".csv and .png): pass a folder, such as probes_out.")  # it became a folder of that name
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         runs.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
-    docs = []
+    docs, seen = [], {}
     for w in args.workdir:
-        _, _, config, cfg = runs.read_run(w)  # and its checkpoint was trained as that model
+        workdir, step, config, cfg = runs.read_run(w)  # and its checkpoint was trained as that model
+        step = max(checkpoint.steps(workdir), default=None) if step is None else step
+        key = (os.path.realpath(workdir), step)
+        if key in seen:  # the run folder and its latest checkpoint: one curve drawn twice, under one label
+            raise UserError(f"--workdir {seen[key]} and --workdir {w} are one checkpoint (step {step} of {workdir}): "
+                            "pass each once.")
+        seen[key] = w
         cfg = _with_overrides(cfg, args)
         data = _data_dir(args, config)
-        loader.open_tokens(data, args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        try:
+            loader.open_tokens(data, args.split, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        except (ValueError, OSError) as e:
+            if args.val_data:
+                raise
+            raise UserError(f"the token folder {w}'s config.json names (data.dir={data}) cannot be read "
+                            f"({cli.sentence(e).rstrip('.')}): pass --val-data DIR.") from None
         if args.context is not None and args.context > cfg.seq_len:  # the settings record what was used
             raise UserError(f"--context {args.context} is beyond the context of {cfg.seq_len} positions of {w}: pass "
                             f"at most {cfg.seq_len}, or leave --context out.")

@@ -192,3 +192,35 @@ def test_a_documents_folder_that_is_not_one_path_is_one_sentence(data_dir, kind)
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath in read_documents.
     with pytest.raises(TypeError, match=not_one_path('data_dir', kind)):
         documents.read_documents(data_dir, 1, 1)
+
+
+def test_an_out_named_as_a_file_one_checkpoint_twice_and_a_run_configs_missing_data_are_one_sentence(
+        cli_fixture, tmp_path, monkeypatch):
+    # --out x.png became a folder named x.png; a run and its latest checkpoint drew one curve twice under one label;
+    # a data.dir from the run's config.json that is gone was said as a folder to prepare, with no word of --val-data.
+    import shutil
+
+    root = cli_fixture
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    run = str(root / "sps")
+    (step,) = os.listdir(os.path.join(run, "checkpoints"))
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    config = json.loads((moved / "config.json").read_text())
+    config["data"] = {"dir": str(tmp_path / "gone")}
+    (moved / "config.json").write_text(json.dumps(config))
+    for argv, sentence in (
+            (["--workdir", run, "--val-data", str(root / "data"), "--out", str(tmp_path / "nll.png")],
+             f"error: --out {tmp_path / 'nll.png'} names a .png file, and probes write a folder of results (their "
+             ".json, .csv and .png): pass a folder, such as probes_out."),
+            (["--workdir", run, "--workdir", os.path.join(run, "checkpoints", step), "--val-data", str(root / "data"),
+              "--out", str(tmp_path / "o")],
+             f"error: --workdir {run} and --workdir {run}/checkpoints/{step} are one checkpoint (step {step} of {run}): "
+             "pass each once."),
+            (["--workdir", str(moved), "--out", str(tmp_path / "o")],
+             f"error: the token folder {moved}'s config.json names (data.dir={tmp_path / 'gone'}) cannot be read")):
+        outcome = fuzz.call(probes.main, ["window-nll", *argv])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert outcome.stderr.startswith(sentence) and outcome.stderr.endswith(": pass --val-data DIR.\n"
+                                                                               if "gone" in sentence else "\n")
+    assert sorted(os.listdir(tmp_path)) == ["moved"]
