@@ -101,3 +101,13 @@ def test_plot_curves_writes_its_figure_to_a_pathlib_path(tmp_path):
     writer.close()
     metrics.plot_curves({"run": tmp_path / "run"}, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_metrics_of_a_checkpoint_folder_point_to_its_run(tmp_path):
+    # figures curves RUN/checkpoints/40 said the checkpoint "is not a training run folder".
+    (tmp_path / "run" / "checkpoints" / "40").mkdir(parents=True)
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    with pytest.raises(FileNotFoundError) as refusal:
+        metrics.read(str(tmp_path / "run" / "checkpoints" / "40"), required=True)
+    assert str(refusal.value) == (f"'{tmp_path}/run/checkpoints/40' is a checkpoint of the run {tmp_path}/run, whose "
+                                  "metrics.jsonl holds the curves: pass the run folder.")
