@@ -7,6 +7,7 @@ answer at once; the trainer is imported once the arguments are read.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -46,6 +47,18 @@ def check_distributed(args) -> None:
                             "processes are numbered from 0.")
 
 
+def _from_env(name: str, kind, parser):
+    """A flag's default from the environment, read as the flag is: a bad value names the variable, not a flag the
+    user never passed (argparse converted a string default as if given on the command line)."""
+    text = os.environ.get(name)
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"{name}={text!r}: {exc}")
+
+
 @cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -61,11 +74,13 @@ def main(argv=None) -> int:
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
     parser.add_argument("--coordinator", default=os.environ.get("SPS_JAX_COORDINATOR"),
                         help="host:port of process 0 (implies --distributed; env SPS_JAX_COORDINATOR)")
-    parser.add_argument("--num-processes", type=cli.positive_int, default=os.environ.get("SPS_JAX_NUM_PROCESSES"),
-                        help="env SPS_JAX_NUM_PROCESSES")
-    parser.add_argument("--process-id", type=cli.non_negative_int, default=os.environ.get("SPS_JAX_PROCESS_ID"),
-                        help="env SPS_JAX_PROCESS_ID")
+    parser.add_argument("--num-processes", type=cli.positive_int, default=None, help="env SPS_JAX_NUM_PROCESSES")
+    parser.add_argument("--process-id", type=cli.non_negative_int, default=None, help="env SPS_JAX_PROCESS_ID")
     args = parser.parse_args(rest)
+    for field, name, kind in (("num_processes", "SPS_JAX_NUM_PROCESSES", cli.positive_int),
+                              ("process_id", "SPS_JAX_PROCESS_ID", cli.non_negative_int)):
+        if getattr(args, field) is None:  # the flag wins over its variable
+            setattr(args, field, _from_env(name, kind, parser))
     if not args.workdir.strip():  # whitespace alone too: it made a run folder named ' '
         parser.error(f"--workdir {args.workdir!r} must name a folder")
     check_distributed(args)

@@ -629,7 +629,11 @@ def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     assert sps_train.main(argv) == 0 and calls[-1] == ("host0:1234", 4, 3)  # the coordinator implies --distributed
     assert sps_train.main(argv + ["--process-id", "1"]) == 0 and calls[-1] == ("host0:1234", 4, 1)  # flags win
     monkeypatch.setenv("SPS_JAX_NUM_PROCESSES", "four")
-    assert fuzz.call(sps_train.main, argv).status == 2 and len(calls) == 3  # a bad value stops before joining
+    outcome = fuzz.call(sps_train.main, argv)
+    assert outcome.status == 2 and len(calls) == 3  # a bad value stops before joining
+    # named as the variable it came from: it was "argument --num-processes", a flag the user never passed
+    assert "SPS_JAX_NUM_PROCESSES='four': 'four' is not an integer" in outcome.stderr, outcome.stderr
+    assert sps_train.main(argv + ["--num-processes", "4"]) == 0 and calls[-1] == ("host0:1234", 4, 3)  # flag wins
 
 
 @pytest.mark.parametrize("flags, sentence", [
