@@ -420,6 +420,8 @@ _BELOW_MAX = frozenset({"train.b1", "train.b2"})
 # there, and the parameters NaN (a learning rate) or -inf (weight decay) after the first update.
 _FLOAT32_FIELDS = ("train.peak_lr", "train.final_lr", "train.eps", "train.weight_decay", "train.grad_clip")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The train section's switches (model.remat and metrics.wandb are checked with their sections).
+_SWITCHES = ("train.tensorboard",)
 
 
 def check_run_config(config) -> None:
@@ -431,6 +433,12 @@ def check_run_config(config) -> None:
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
     check_ranges(config)
+    if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # printed as "None: ..."
+        raise UserError(f"name={config.name!r} must name the run (a non-empty string, as in its logs and results).")
+    for dotted in _SWITCHES:  # 'no' in a config file is truthy: it switched TensorBoard on
+        value = config.train.get(dotted.partition(".")[2], False)
+        if not isinstance(value, (bool, np.bool_)):
+            raise UserError(f"{dotted}={value!r} must be True or False.")
     for dotted in _FLOAT32_FIELDS:
         value = config.train[dotted.partition(".")[2]]
         if value is not None and value > _FLOAT32_MAX:

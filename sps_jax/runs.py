@@ -300,7 +300,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
     elif os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
         other = f"a {metrics.PLOT_FILE} of no run here"  # a run folder's plot has the run's config beside it
-    elif any(os.path.lexists(os.path.join(workdir, name)) for name in NEW_RUN_DROPS):
+    elif any(os.listdir(path) if os.path.isdir(path) else os.path.lexists(path)  # an empty tensorboard/ is nothing
+             for path in (os.path.join(workdir, name) for name in NEW_RUN_DROPS)):
         # A new run drops them (trainer): events TensorBoard would show as one run with this one's, and the id of
         # a W&B run this one would have logged into.
         other = f"{metrics.TENSORBOARD_DIR}/ events or a {tracking.RUN_ID_FILE} of no run here"

@@ -416,3 +416,21 @@ def test_numpy_numbers_a_config_file_sets_are_the_numbers_they_hold(tmp_path):
     assert (config.train.peak_lr, config.train.global_batch, config.model.remat) == (0.5, 16, True)
     assert all(type(v) in (float, int, bool) for v in (config.train.peak_lr, config.train.global_batch,
                                                         config.model.remat))
+
+
+def test_a_switch_a_config_file_sets_to_a_word_is_one_sentence():
+    # train.tensorboard = "no" is truthy: TensorBoard stayed on without a word.
+    config = sps_config.load_config("configs/tiny.py")
+    with config.ignore_type():
+        config.train.tensorboard = "no"
+    with pytest.raises(ValueError, match=r"^train\.tensorboard='no' must be True or False\.$"):
+        sps_config.check_run_config(config)
+
+
+@pytest.mark.parametrize("name", ["None", "''"])
+def test_a_run_name_that_names_nothing_is_one_sentence(name):
+    # --config.name=None trained a run whose every log line began "None:".
+    config = sps_config.load_config("configs/tiny.py", [f"name={name}"])
+    with pytest.raises(ValueError, match=r"^name=(None|'') must name the run \(a non-empty string, as in its logs and "
+                                         r"results\)\.$"):
+        sps_config.check_run_config(config)
