@@ -115,16 +115,25 @@ def test_a_checkpoint_of_another_model_than_its_config_json_is_refused_before_it
 
 def test_every_command_that_loads_a_run_refuses_a_checkpoint_of_another_model_in_one_sentence(tmp_path, monkeypatch,
                                                                                              capsys):
-    from sps_jax import checkpoint, export_torch
+    from sps_jax import checkpoint
+    run, trained, says = run_of_another_variant(tmp_path, "copied")
+    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
+    for name, err in refusals_of_every_loading_command(tmp_path, run, run, capsys):
+        assert f"was trained as {trained}, but {run}/config.json says {says}: " in err, (name, err)
+    assert sorted(os.listdir(tmp_path)) == ["data", "sps", "standard"]  # nothing written
+
+
+def refusals_of_every_loading_command(tmp_path, run, generate_run, capsys):
+    """(command, its stderr) of export-torch, generate (of ``generate_run``, whose tokenizer is GPT-2's), evaluate and
+    probes on ``run``, each checked to end with status 2 and one line; a token folder is written to tmp_path/data."""
+    from sps_jax import export_torch
     from sps_jax.analysis import probes
     from sps_jax.evaluation import evaluate
     from sps_jax.inference import generate
     from tests.helpers import write_token_folder
-    run, trained, says = run_of_another_variant(tmp_path, "copied")
     write_token_folder(tmp_path / "data")
-    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
     commands = {"export-torch": (export_torch.main, [run, "--out", str(tmp_path / "out.pt")]),
-                "generate": (generate.main, ["--workdir", run, "--prompt", "a"]),
+                "generate": (generate.main, ["--workdir", generate_run, "--prompt", "a", "--max-new-tokens", "4"]),
                 "evaluate": (evaluate.main, ["--workdir", run, "--val-data", str(tmp_path / "data")]),
                 "probes": (probes.main, ["window-nll", "--workdir", run, "--val-data", str(tmp_path / "data"),
                                          "--out", str(tmp_path / "probes")])}
@@ -132,8 +141,7 @@ def test_every_command_that_loads_a_run_refuses_a_checkpoint_of_another_model_in
         assert main(argv) == 2, name
         err = capsys.readouterr().err
         assert err.count("\n") == 1, (name, err)
-        assert f"was trained as {trained}, but {run}/config.json says {says}: " in err, (name, err)
-    assert sorted(os.listdir(tmp_path)) == ["data", "sps", "standard"]  # nothing written
+        yield name, err
 
 
 def _run_holding_inf(path, config):
@@ -148,25 +156,12 @@ def _run_holding_inf(path, config):
 def test_every_command_that_loads_a_checkpoint_of_weights_holding_nan_refuses_it_naming_the_parameter(tmp_path,
                                                                                                     capsys):
     # Evaluation wrote val_nll null and generation printed an argmax of NaN logits, each with status 0.
-    from sps_jax import export_torch
-    from sps_jax.analysis import probes
-    from sps_jax.evaluation import evaluate
-    from sps_jax.inference import generate
-    from tests.helpers import REPO, write_token_folder
+    from tests.helpers import REPO
     cfg, _, _ = small_model("sps", 2)
     run = _run_holding_inf(tmp_path / "run", ml_collections.ConfigDict(
         {"name": "tiny-run", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}}))
     gpt2_run = _run_holding_inf(tmp_path / "gpt2", sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), []))
-    write_token_folder(tmp_path / "data")
-    commands = {"export-torch": (export_torch.main, [run, "--out", str(tmp_path / "out.pt")]),
-                "generate": (generate.main, ["--workdir", gpt2_run, "--prompt", "a", "--max-new-tokens", "4"]),
-                "evaluate": (evaluate.main, ["--workdir", run, "--val-data", str(tmp_path / "data")]),
-                "probes": (probes.main, ["window-nll", "--workdir", run, "--val-data", str(tmp_path / "data"),
-                                         "--out", str(tmp_path / "probes")])}
-    for name, (main, argv) in commands.items():
-        assert main(argv) == 2, name
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1, (name, err)
+    for name, err in refusals_of_every_loading_command(tmp_path, run, gpt2_run, capsys):
         assert f"checkpoint 5 of {gpt2_run if name == 'generate' else run}: parameter ['block_1']['mlp']['down'] " \
                "holds NaN or infinite values" in err, err
     assert sorted(os.listdir(tmp_path)) == ["data", "gpt2", "run"]  # nothing written
