@@ -131,8 +131,9 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
             floating = isinstance(tensor, np.ndarray) and tensor.dtype.kind not in "biuOSUM"
         if not floating:
             if key.endswith(".weight"):  # a parameter's name: said here, not as a tensor the state dict lacks
-                raise UserError(f"{key} holds {tensor.dtype} values, not floating-point weights: the file was not "
-                                "saved from the model's parameters.")
+                what = f"{tensor.dtype} values" if hasattr(tensor, "dtype") else f"a {type(tensor).__name__}"
+                raise UserError(f"{key} holds {what}, not floating-point weights: the file was not saved from the "
+                                "model's parameters.")
             continue
         out[key] = tensor.detach().float().cpu().numpy() if hasattr(tensor, "detach") else tensor.astype(np.float32)
         if not np.isfinite(out[key]).all():

@@ -527,6 +527,10 @@ def test_a_weight_that_is_not_floating_point_is_named_as_such(tmp_path):
     message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
     assert message == ("error: transformer.output_norm.weight holds torch.int64 values, not floating-point weights: "
                        "the file was not saved from the model's parameters.\n")
+    sd["_orig_mod.transformer.output_norm.weight"] = None  # not a tensor at all (found by the fuzzer)
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message == ("error: transformer.output_norm.weight holds a NoneType, not floating-point weights: the file "
+                       "was not saved from the model's parameters.\n")
 
 
 @pytest.mark.parametrize("args, name, kind", [((["a.pt", "b.pt"], "out"), "path", "list"), (("a.pt", 3), "out", "int")])
