@@ -99,12 +99,32 @@ def read_evaluation(path: str) -> dict:
 # ----------------------------------------------------------------------------- figures
 
 
+def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: str = "out") -> None:
+    """Refuse, before any input is read, a figure ``out`` (a .png, its numbers beside it as .json) that would replace
+    one of the ``inputs`` (``what``s; none given, or one given twice, is refused too), a run's own file or anything
+    in a token folder, even with ``force``; or, without ``force``, an earlier figure. Every figure function checks
+    this itself: called from a notebook, curves(runs, "RUN/config.json") replaced the run's config."""
+    from sps_jax import runs
+
+    if not inputs:
+        raise ValueError(f"no {what} given: pass at least one.")
+    files.distinct_inputs(inputs, what)
+    if not out.endswith(".png"):
+        raise ValueError(f"{flag} must name a .png file, got {out!r}: end it in .png (the numbers go beside it, in "
+                         "the same name's .json).")
+    files.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
+    given = [(f"the {what}", path) for path in inputs if os.path.isfile(path)]
+    for path in (out, os.path.splitext(out)[0] + ".json"):
+        runs.output_file(path, flag, force, given)
+
+
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
     from sps_jax import model as sps_model, runs
 
     out = files.path_text(out, "out")  # the JSON records it as text
     run_folders = files.path_list(run_folders, "run_folders")
+    check_out(out, run_folders, "run folder", "curves")
     series = []
     for run in run_folders:
         info = runs.run_info(run)
@@ -203,6 +223,7 @@ def window_ablation(sources, out: str) -> dict:
     """
     out = files.path_text(out, "out")  # the JSON records it as text
     sources = files.path_list(sources, "sources")
+    check_out(out, sources, "source", "window-ablation")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:
@@ -302,6 +323,7 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
     out = files.path_text(out, "out")  # the JSON records it as text
     paths = files.path_list(paths, "paths")
+    check_out(out, paths, "evaluation JSON", "accuracy-gain")
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
     rows = accuracy_gains([read_evaluation(p) for p in paths], baseline, paths)
     if not rows:
@@ -342,6 +364,7 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     equivalence of every other pair within ``margin`` nats. The sources are one scale's runs or evaluations."""
     out = files.path_text(out, "out")  # the JSON records it as text
     sources = files.path_list(sources, "sources")
+    check_out(out, sources, "source", "seeds")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
     if not (margin > 0 and math.isfinite(margin)):  # an infinite margin called any gap equivalent
         raise ValueError(f"--margin {margin} is not a positive finite NLL difference: pass one such as 0.01.")
@@ -439,6 +462,7 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
     (``data_efficiency.pre_decay_comparison``). The two runs must be one model size and two variants."""
     out = files.path_text(out, "out")  # the JSON records it as text
     baseline_run, method_run = files.path_text(baseline_run, "baseline_run"), files.path_text(method_run, "method_run")
+    check_out(out, [baseline_run, method_run], "run folder", "pre-decay")
     base, ours = pre_decay_curve(baseline_run), pre_decay_curve(method_run)
     if base["size"] != ours["size"]:
         raise ValueError(f"{baseline_run} is {_size_name(base)} and {method_run} is {_size_name(ours)}: pass two "
@@ -548,15 +572,7 @@ def main(argv=None):
         name, what = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
                       "accuracy-gain": ("evaluations", "evaluation JSON"), "seeds": ("sources", "source")}[args.command]
         inputs = (getattr(args, name), what)
-    files.distinct_inputs(*inputs)
-    if not args.out.endswith(".png"):
-        raise ValueError(f"--out must name a .png file, got {args.out!r}: end it in .png (the numbers go "
-                         "beside it, in the same name's .json).")
-    files.check_stem(args.out.removesuffix(".png"), args.out, ".png",
-                     os.path.join(os.path.dirname(args.out), f"{args.command}.png"))
-    given = [(f"the {inputs[1]}", path) for path in inputs[0] if os.path.isfile(path)]
-    for path in (args.out, os.path.splitext(args.out)[0] + ".json"):
-        runs.output_file(path, "--out", args.force, given)
+    check_out(args.out, *inputs, args.command, args.force, "--out")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)

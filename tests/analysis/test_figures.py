@@ -290,8 +290,32 @@ def test_two_runs_of_one_seed_are_refused_and_an_infinite_margin_too(tmp_path):
                                   "twice: pass runs of different seeds.")
     for margin in (float("inf"), float("nan"), 0.0):
         with pytest.raises(ValueError, match=r"is not a positive finite NLL difference: pass one such as 0\.01\.$"):
-            figures.seed_variance(std + std, str(tmp_path / "seeds.png"), margin=margin)
+            figures.seed_variance(sps + std, str(tmp_path / "seeds.png"), margin=margin)
     assert sorted(os.listdir(tmp_path)) == ["sps0", "sps1", "std0", "std1"]
+
+
+def test_figure_functions_called_from_a_notebook_never_write_over_a_run_or_into_a_token_folder(tmp_path):
+    # Only the command checked its --out: curves(runs, "RUN/config.json") replaced the run's config with the figure's
+    # JSON, and window_ablation(..., "RUN/metrics.jsonl") its metrics with a PNG.
+    from tests.helpers import write_token_folder
+    run = write_run(tmp_path / "run", "s-sps", "sps", 64, [3.6, 3.1])
+    write_token_folder(tmp_path / "tokens")
+    before = {name: (tmp_path / "run" / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
+    for call, out, says in (
+            (figures.curves, f"{run}/config.json", "out must name a .png file"),
+            (figures.window_ablation, f"{run}/loss.png", "would write into the run"),
+            (figures.curves, str(tmp_path / "tokens" / "x.png"), "lies inside the token folder"),
+            (figures.curves, str(tmp_path / "x.json"), "out must name a .png file")):
+        with pytest.raises(ValueError, match=says):
+            call([run], out)
+    with pytest.raises(ValueError, match="name the same file or folder"):
+        figures.curves([run, run + "/"], str(tmp_path / "twice.png"))
+    with pytest.raises(ValueError, match=r"^no run folder given: pass at least one\.$"):
+        figures.curves([], str(tmp_path / "none.png"))
+    assert {name: (tmp_path / "run" / name).read_bytes() for name in before} == before
+    assert sorted(os.listdir(tmp_path)) == ["run", "tokens"] and "x.png" not in os.listdir(tmp_path / "tokens")
+    figures.curves([run], str(tmp_path / "again.png"))
+    figures.curves([run], str(tmp_path / "again.png"))  # a notebook redraws its own figure
 
 
 def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
