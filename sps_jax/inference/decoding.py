@@ -27,16 +27,27 @@ from sps_jax.inference.batching import bucket, left_pad
 from sps_jax.inference.sampling import Sampling, sample_logits
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
 def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
     """Prompts [B, T] through the model -> (filled cache, hidden states [B, T, D]): one forward pass
     with the training attention kernel, or, with ``cfg.prefill_chunk`` below T, in chunks of that
-    many positions (:func:`_prefill_chunks`).
+    many positions (:func:`_prefill_chunks`). The cache has ``max_len`` positions (at least T).
 
     Left-padded prompts pass the positions :func:`sps_jax.inference.batching.left_pad`
     gives them; by default positions are 0..T-1 (unpadded prompts). The next-token logits
-    of position t are ``model.unembed(h[:, t:t+1], params["embed"])``.
+    of position t are ``model.unembed(h[:, t:t+1], params["embed"])``. Tokens and sizes are checked
+    first, in one sentence (jax said "dynamic_update_slice update shape must be smaller than operand shape").
     """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    sps_model.check_tokens(tokens_BT, cfg)  # ids as well, where the tokens are concrete
+    max_len = cli.integer(max_len, "max_len")
+    if max_len < tokens_BT.shape[1]:
+        raise ValueError(f"max_len={max_len} is below the prompts' {tokens_BT.shape[1]} positions: the cache holds "
+                         "the prompt and every generated token; pass at least that many.")
+    return _prefill(cfg, params, tokens_BT, max_len, positions_BT)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
+def _prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
     B, T = tokens_BT.shape
     if positions_BT is None:
         positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -89,7 +100,11 @@ def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, t
 
 
 def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_B):
-    """Forward one token per row (the pair x_i, rho_i at position i) -> (logits [B, V] f32, cache)."""
+    """Forward one token per row (the pair x_i, rho_i at position i) -> (logits [B, V] f32, cache). Called with a
+    concrete cache, a full one is refused (its writes were clamped onto its last slot)."""
+    if kv_cache.free_positions(cache) == 0:
+        raise ValueError(f"the cache is full ({cache.slot_pos_BT.shape[1]} positions): prefill with a larger "
+                         "max_len.")
     # Same document rule as training: a document starts after an EOS, at a pad and after a pad.
     pair_B2 = jnp.stack([cache.last_token_B, tokens_B], axis=1)
     doc_B = cache.last_doc_B + masks.document_ids(pair_B2, cfg.eos_id, cfg.pad_id)[:, 1]
@@ -114,8 +129,6 @@ def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, token
 
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
-                   donate_argnames=("cache",))
 def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
     """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
@@ -124,7 +137,27 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     stops after that many tokens instead, so one compilation with a bucketed
     ``max_new_tokens`` serves every smaller count. Returns (tokens [B, max_new_tokens] with
     ``pad_id`` after a row's EOS or past ``limit``, number of decode steps run, the final cache).
+    The settings, and whether the cache has room for the tokens, are checked first: past its last slot
+    the cache's writes were clamped onto that slot, and the logits went wrong without a word.
     """
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    _check_options(sampling, 0, stop_on_eos, max_new_tokens=max_new_tokens)
+    if logits_BV.ndim != 2 or logits_BV.shape[0] != cache.last_token_B.shape[0]:
+        raise ValueError(f"logits_BV has shape {tuple(logits_BV.shape)}, not [{cache.last_token_B.shape[0]}, V] of "
+                         "the cache's rows: pass the prompt's last-position logits.")
+    free = kv_cache.free_positions(cache)
+    if free is not None and max_new_tokens - 1 > free:  # the first token is sampled from the prompt's logits
+        raise ValueError(f"max_new_tokens={max_new_tokens} needs {max_new_tokens - 1} more cache positions, and the "
+                         f"cache has {free} left: prefill with a max_len of at least the prompt plus "
+                         "max_new_tokens - 1.")
+    return _decode_loop(cfg, params, cache, logits_BV, rng, max_new_tokens=max_new_tokens, sampling=sampling,
+                        stop_on_eos=stop_on_eos, limit=limit)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
+                   donate_argnames=("cache",))
+def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
+                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
     B = logits_BV.shape[0]
     limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
     num_tokens = cfg.eos_id + 1
@@ -153,6 +186,11 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
 
     steps, _, cache, out, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), token, cache, out, done))
     return out, steps - 1, cache
+
+
+# What compiles ahead of time (sps_jax.aot.programs, bench generate) lowers the jitted programs behind the checks.
+prefill.lower = _prefill.lower
+decode_loop.lower = _decode_loop.lower
 
 
 # ----------------------------------------------------------------------------- host-level API

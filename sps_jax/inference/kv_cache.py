@@ -384,3 +384,10 @@ def views(cfg: sps_model.ModelConfig, cache: Cache, prefill: bool):
     past_lo_B = past_start(vis, cache.slot_pos_BT, cache.slot_doc_BT, cache.length)
     mask_BSC = near_mask(vis, cache)
     return [_LayerView(kv, cache.length, past_lo_B, mask_BSC, cfg, prefill) for kv in cache.layers]
+
+
+def free_positions(cache: Cache) -> int | None:
+    """Positions the cache can still take, or None inside a trace (its length is not known there)."""
+    if isinstance(cache.length, jax.core.Tracer):
+        return None
+    return cache.slot_pos_BT.shape[1] - int(cache.length)

@@ -95,16 +95,16 @@ def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
     # 24 prompt lengths with one max_gen_toks, then three max_gen_toks values on one prompt length.
     args = [(text(n), {"until": ["."], "max_gen_toks": 3}) for n in range(1, 25)]
     args += [(text(5), {"until": ["."], "max_gen_toks": m}) for m in (5, 6, 7)]
-    before = decoding.prefill._cache_size(), decoding.decode_loop._cache_size()
+    before = decoding._prefill._cache_size(), decoding._decode_loop._cache_size()
     out = lm.generate_until(requests("generate_until", args), disable_tqdm=True)
     assert len(out) == len(args) and all("." not in t for t in out)
     assert all(len(t) <= 3 for t in out[:24]) and all(len(t) <= m for t, m in zip(out[24:], (5, 6, 7)))
     # Batches of 4 prompts of lengths 24..21, 20..17 (-> 32), 16..13, 12..9 (-> 16), 8..5, 4..1 (-> 8): three
     # shapes for six batches; max_gen_toks 5, 6, 7 share the 8-token buffer: one more shape, not three.
-    grew = decoding.prefill._cache_size() - before[0], decoding.decode_loop._cache_size() - before[1]
+    grew = decoding._prefill._cache_size() - before[0], decoding._decode_loop._cache_size() - before[1]
     assert grew[0] <= 4 and grew[1] <= 4, grew
     assert lm.generate_until(requests("generate_until", args), disable_tqdm=True) == out
-    assert (decoding.prefill._cache_size() - before[0], decoding.decode_loop._cache_size() - before[1]) == grew
+    assert (decoding._prefill._cache_size() - before[0], decoding._decode_loop._cache_size() - before[1]) == grew
 
 
 def test_lm_eval_runs_local_tasks_end_to_end(local_tasks):

@@ -163,6 +163,29 @@ def test_each_batch_of_a_seeded_run_samples_from_a_stream_of_its_own():
     assert len({tuple(ids) for ids in zero + one}) == 8, "two batches of the same prompt drew the same sample"
 
 
+def test_decoding_past_the_caches_room_or_with_bad_settings_is_refused_before_any_step():
+    # The writes past the cache's last slot were clamped onto it: logits 0.12 off the forward, without a word; a
+    # negative temperature sampled from the inverted distribution.
+    cfg, _, params = small_model("sps", 2)
+    tokens = jnp.asarray([[5, 17, 3, 44, 9]], jnp.int32)
+    cache, h = decoding.prefill(cfg, params, tokens, max_len=7)  # room for 2 more positions: 3 new tokens
+    logits = sps_model.unembed(h[:, -1:], params["embed"])[:, 0]
+    rng = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match=r"^max_new_tokens=4 needs 3 more cache positions, and the cache has 2 left: "
+                                         r"prefill with a max_len of at least the prompt plus max_new_tokens - 1\.$"):
+        decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"^temperature must be 0 \(greedy\) or a number from"):
+        decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, sampling=Sampling(temperature=-1.0))
+    out, steps, cache = decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, stop_on_eos=False)
+    assert out.shape == (1, 3) and int(steps) == 2
+    with pytest.raises(ValueError, match=r"^the cache is full \(7 positions\): prefill with a larger max_len\.$"):
+        decoding.decode_step(cfg, params, cache, out[:, -1])
+    with pytest.raises(ValueError, match=r"^max_len=4 is below the prompts' 5 positions"):
+        decoding.prefill(cfg, params, tokens, max_len=4)
+    with pytest.raises(ValueError, match=r"^token id 64 is outside the vocabulary \[0, 64\)"):
+        decoding.prefill(cfg, params, tokens.at[0, 1].set(64), max_len=8)
+
+
 def test_bad_input_gives_clear_errors(tmp_path):
     cfg, _, params = small_model("sps", 2)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
@@ -445,8 +468,8 @@ def test_decode_loop_is_one_compiled_while_loop_that_consumes_the_cache():
 
 def test_prompts_and_counts_of_one_bucket_share_one_prefill_and_one_decode_loop():
     cfg, _, params = small_model("sps", 2, seq_len=44)  # a config no other test compiles: fresh cache entries
-    before = decoding.prefill._cache_size(), decoding.decode_loop._cache_size()
-    grew = lambda: (decoding.prefill._cache_size() - before[0], decoding.decode_loop._cache_size() - before[1])
+    before = decoding._prefill._cache_size(), decoding._decode_loop._cache_size()  # the jitted programs
+    grew = lambda: (decoding._prefill._cache_size() - before[0], decoding._decode_loop._cache_size() - before[1])
     prompts = [[1] * 9, [2] * 12, [3] * 16]
     # 9 to 16 prompt tokens pad to the 16-position bucket, three rows to four, 8 and 5 new tokens to an 8-token buffer.
     first = decoding.generate_bucketed(cfg, params, prompts, 8, max_batch=4, min_len=16)
