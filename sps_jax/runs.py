@@ -386,10 +386,20 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
-    """Write a loadable run folder with just the weights (conversions, tests, exports)."""
+    """Write a loadable run folder with just the weights (conversions, tests, exports). What every reader would
+    refuse is refused before anything is written, as it is when read: a step below 0, params of another model or
+    holding NaN, a folder inside another run."""
+    step = cli.integer(step, "step")
+    if step < 0:
+        raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    check_params(sps_model.Transformer(cfg), params, ("params do not match config.model", "pass this model's params, "
+                                                                                           "or the config they are of"))
+    _check_finite(params, "params", "which no run can be read with: save finite weights")
+    refuse_run_files(workdir, "workdir")
+    refuse_inside_run(workdir, "workdir")
     write_config(workdir, config)
-    trained_as = sps_model.ModelConfig.from_config(config.model).function_fields
-    checkpoint.save_params(workdir, step, params, trained_as, meta)
+    checkpoint.save_params(workdir, step, params, cfg.function_fields, meta)
 
 
 def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> None:
@@ -440,19 +450,18 @@ def _load(path: str, step: int | None):
     weights load."""
     workdir, step, config, cfg = read_run(path, step)
     params, step = checkpoint.restore_params(workdir, step)
-    _check_finite(params, f"checkpoint {step} of {workdir}")
+    _check_finite(params, f"checkpoint {step} of {workdir}", "which training never saves (the update that makes one "
+                  "is skipped or stops the run): the checkpoint is damaged or was imported so; use another checkpoint")
     return config, cfg, params, step
 
 
-def _check_finite(params, where: str) -> None:
+def _check_finite(params, where: str, why: str) -> None:
     """One sentence naming the first parameter that holds NaN or inf: evaluation read such weights as val_nll null
     and generation as an argmax of NaN logits, without a word."""
     finite = jax.device_get(jax.tree_util.tree_map(lambda x: jnp.isfinite(x).all(), params))
     for key, ok in jax.tree_util.tree_leaves_with_path(finite):
         if not ok:
-            raise UserError(f"{where}: parameter {jax.tree_util.keystr(key)} holds NaN or infinite values, which "
-                                "training never saves (the update that makes one is skipped or stops the run): the "
-                                "checkpoint is damaged or was imported so; use another checkpoint.")
+            raise UserError(f"{where}: parameter {jax.tree_util.keystr(key)} holds NaN or infinite values, {why}.")
 
 
 def load_run(path: str, step: int | None = None):

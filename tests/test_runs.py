@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sps_jax import config as sps_config, model as sps_model, runs
+from sps_jax import checkpoint, config as sps_config, model as sps_model, runs
 from tests.helpers import small_model
 from tests.helpers import not_one_path
 
@@ -149,8 +149,31 @@ def _run_holding_inf(path, config):
     params = jax.tree_util.tree_map(np.array, sps_model.init_params(sps_model.Transformer(config.model),
                                                                     jax.random.PRNGKey(0)))
     params["block_1"]["mlp"]["down"][3, 4] = np.inf
-    runs.save_run(str(path), config, params, step=5)
+    # save_run refuses them: written as a damaged checkpoint (or an import before import_torch refused them) has them
+    runs.write_config(str(path), config)
+    checkpoint.save_params(str(path), 5, params, sps_model.ModelConfig.from_config(config.model).function_fields)
     return str(path)
+
+
+def test_save_run_refuses_what_no_reader_could_load_before_writing(tmp_path):
+    # Each was written, and refused only when read ("has no checkpoint yet", "holds NaN", "flax's variables dict").
+    cfg, _, params = small_model("sps", 2)
+    config = ml_collections.ConfigDict({"name": "r", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}})
+    _, _, other = small_model("sps", 2, d_model=48)
+    nan = jax.tree_util.tree_map(np.array, params)
+    nan["embed"][0, 0] = np.nan
+    save_small_run(tmp_path / "run")
+    for kwargs, says in (({"step": -1}, r"^step=-1 must be 0 or more"),
+                         ({"step": 1.5}, r"^step must be an integer"),
+                         ({"params": other}, r"^params do not match config\.model"),
+                         ({"params": {"params": params}}, r"^params is flax's variables dict"),
+                         ({"params": nan}, r"^params: parameter \['embed'\] holds NaN or infinite values, which no run "
+                                           r"can be read with: save finite weights\.$"),
+                         ({"workdir": str(tmp_path / "run" / "checkpoints")}, r"would write into the run")):
+        call = {"workdir": str(tmp_path / "new"), "config": config, "params": params, **kwargs}
+        with pytest.raises((ValueError, TypeError), match=says):
+            runs.save_run(**call)
+    assert sorted(os.listdir(tmp_path)) == ["run"] and sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["5"]
 
 
 def test_every_command_that_loads_a_checkpoint_of_weights_holding_nan_refuses_it_naming_the_parameter(tmp_path,
