@@ -224,9 +224,14 @@ def check_tokens(tokens_BT, cfg: ModelConfig) -> None:
             f"model.seq_len={cfg.seq_len}: truncate it or raise model.seq_len.")
     if not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
         raise ValueError(f"tokens must be integers, got dtype {tokens_BT.dtype}.")
-    if isinstance(tokens_BT, jax.core.Tracer):
+    check_token_ids(tokens_BT, cfg)
+
+
+def check_token_ids(tokens, cfg: ModelConfig) -> None:
+    """One sentence for an id outside the vocabulary in a concrete array of any shape (inside a trace: nothing)."""
+    if isinstance(tokens, jax.core.Tracer):
         return
-    tokens = np.asarray(tokens_BT)
+    tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() >= cfg.vocab_size):
         bad = tokens[(tokens < 0) | (tokens >= cfg.vocab_size)][0]
         raise ValueError(
@@ -454,6 +459,10 @@ def loss_sums(model: Transformer, params, tokens_BL):
     token-weighted mean over the global batch.
     """
     c = model.cfg
+    if not hasattr(tokens_BL, "ndim") or tokens_BL.ndim != 2 or tokens_BL.shape[1] < 2:
+        raise ValueError(f"tokens must be a [batch, T + 1] array of windows (inputs and the last target), got "
+                         f"{getattr(tokens_BL, 'shape', type(tokens_BL).__name__)}.")
+    check_token_ids(tokens_BL[:, -1], c)  # the inputs' are checked by the forward; the last target only here
     inputs_BT, targets_BT = tokens_BL[:, :-1], tokens_BL[:, 1:]
     weights_BT = loss_weights(inputs_BT, targets_BT, c.eos_id, c.pad_id)
     if not c.loss_chunk:

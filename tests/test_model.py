@@ -429,3 +429,14 @@ def test_a_context_whose_entries_overflow_int32_is_one_sentence():
         with pytest.raises(ValueError, match=rf"model\.seq_len={seq_len} is above 1073741824: .* pass a shorter "
                                              r"context\.$"):
             sps_model.ModelConfig(seq_len=seq_len)
+
+
+@pytest.mark.parametrize("bad", [64, -3])
+def test_the_loss_refuses_a_target_id_outside_the_vocabulary_the_forward_never_sees(bad):
+    # The last column is only a target: 64 gave a NaN loss and -3 a finite wrong one, without a word.
+    cfg, model, params = small_model("sps", 2)
+    tokens = jnp.asarray([[1, 2, 3, 4, 5]], jnp.int32)
+    with pytest.raises(ValueError, match=rf"^token id {bad} is outside the vocabulary \[0, 64\)"):
+        sps_model.loss_sums(model, params, tokens.at[0, -1].set(bad))
+    with pytest.raises(ValueError, match=r"^tokens must be a \[batch, T \+ 1\] array of windows"):
+        sps_model.loss_sums(model, params, tokens[0])

@@ -51,6 +51,8 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
     cfg = net.cfg
     T = cfg.seq_len
     starts = windows(len(tokens), T, max_tokens)
+    # Once, over what is scored: inside the compiled sums an id past the vocabulary gave NaN, a negative one a number.
+    sps_model.check_token_ids(tokens[:int(starts[-1]) + T + 1] if len(starts) else tokens[:0], cfg)
     batch_size = min(batch_size, len(starts))  # rows past the last window would be filler, and memory
     sums = _loss_sums(cfg)
     total, count, t0, last = 0.0, 0.0, time.time(), time.time()

@@ -3,8 +3,10 @@
 import types
 
 import numpy as np
+import pytest
 
 from sps_jax.evaluation import val_nll
+from tests.helpers import small_model
 
 
 def test_validation_windows_are_fixed_and_non_overlapping():
@@ -17,6 +19,17 @@ def test_a_batch_larger_than_the_split_is_cut_to_its_windows(monkeypatch):
     """Before, every batch was filled up to --val-batch-size rows: 100000 for 7 windows asked for 170 GB."""
     shapes = []
     monkeypatch.setattr(val_nll, "_loss_sums", lambda cfg: lambda params, batch: shapes.append(batch.shape) or (7., 7.))
-    net = types.SimpleNamespace(cfg=types.SimpleNamespace(seq_len=128, pad_id=0))
+    net = types.SimpleNamespace(cfg=types.SimpleNamespace(seq_len=128, pad_id=0, vocab_size=64))
     out = val_nll.validation_nll(net, None, np.zeros(1000, np.int32), batch_size=100_000)
     assert shapes == [(7, 129)] and out["windows"] == 7
+
+
+def test_an_id_outside_the_vocabulary_in_the_scored_tokens_is_refused_before_any_window():
+    # Inside the compiled sums an id of 60000 gave val_nll NaN without a word.
+    cfg, net, params = small_model("sps", 2)
+    tokens = np.arange(3 * (cfg.seq_len + 1)) % 60
+    tokens[cfg.seq_len + 3] = 60000
+    with pytest.raises(ValueError, match=r"^token id 60000 is outside the vocabulary \[0, 64\)"):
+        val_nll.validation_nll(net, params, tokens)
+    tokens[cfg.seq_len + 3] = 7
+    assert np.isfinite(val_nll.validation_nll(net, params, tokens)["val_nll"])
