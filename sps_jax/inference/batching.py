@@ -8,6 +8,7 @@ real tokens' logits; the real tokens get positions 0, 1, ... as if unpadded.
 
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -38,3 +39,21 @@ def left_pad(rows: Sequence[Sequence[int]], length: int, batch: int, pad_id: int
             tokens_BT[b, length - n:] = row
             positions_BT[b, length - n:] = np.arange(n)
     return tokens_BT, positions_BT
+
+
+def token_ids(prompt, name: str) -> list[int]:
+    """A prompt, context or continuation (any sequence or array of integers) as a list of ints; text, fractions,
+    booleans or other values are one sentence naming it ``name``."""
+    if isinstance(prompt, str):
+        raise TypeError(f"{name} is text, not token ids: encode it first (sps_jax.data.tokenizer.encode).")
+    try:
+        tokens = np.asarray(prompt).tolist() if hasattr(prompt, "__array__") else list(prompt)
+    except TypeError:  # a number
+        tokens = prompt
+    if not isinstance(tokens, list):  # a number, or a 0-d array's number
+        raise TypeError(f"{name} is {tokens!r}, not a sequence of token ids: pass a list of prompts, each a list "
+                        "of ids.")
+    for t in tokens:
+        if isinstance(t, bool) or not hasattr(t, "__index__"):
+            raise TypeError(f"{name} holds {t}, not an integer token id.")
+    return [operator.index(t) for t in tokens]

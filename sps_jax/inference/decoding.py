@@ -13,7 +13,6 @@ command over them.
 from __future__ import annotations
 
 import functools
-import operator
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -23,7 +22,7 @@ import numpy as np
 from sps_jax import cli, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
-from sps_jax.inference.batching import bucket, left_pad
+from sps_jax.inference.batching import bucket, left_pad, token_ids
 from sps_jax.inference.sampling import Sampling, sample_logits
 
 
@@ -195,23 +194,6 @@ decode_loop.lower = _decode_loop.lower
 
 # ----------------------------------------------------------------------------- host-level API
 
-def _token_ids(prompt, name: str) -> list[int]:
-    """A prompt (any sequence or array of integers) as a list of ints; text or other values are one sentence."""
-    if isinstance(prompt, str):
-        raise TypeError(f"{name} is text, not token ids: encode it first (sps_jax.data.tokenizer.encode).")
-    try:
-        tokens = np.asarray(prompt).tolist() if hasattr(prompt, "__array__") else list(prompt)
-    except TypeError:  # a number
-        tokens = prompt
-    if not isinstance(tokens, list):  # a number, or a 0-d array's number
-        raise TypeError(f"{name} is {tokens!r}, not a sequence of token ids: pass a list of prompts, each a list "
-                        "of ids.")
-    for t in tokens:
-        if isinstance(t, bool) or not hasattr(t, "__index__"):
-            raise TypeError(f"{name} holds {t}, not an integer token id.")
-    return [operator.index(t) for t in tokens]
-
-
 def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                   names: Optional[Sequence[str]] = None, limit_name: str = "max_new_tokens") -> list[list[int]]:
     """Clear errors before any compilation, naming a bad prompt by ``names`` (where the user wrote it:
@@ -220,7 +202,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     if isinstance(prompts, str):
         raise TypeError("prompts is text, not a list of prompts of token ids: encode each with "
                         "sps_jax.data.tokenizer.encode and pass a list of them.")
-    prompts = [_token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
+    prompts = [token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
     if not len(prompts):
         raise ValueError("no prompts given: pass at least one prompt.")
     max_new_tokens = cli.integer(max_new_tokens, limit_name)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sps_jax import model as sps_model
-from sps_jax.inference.batching import bucket, left_pad
+from sps_jax.inference.batching import bucket, left_pad, token_ids
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,7 +78,9 @@ class Scorer:
         length so each batch pads little; results come back in input order.
         """
         rows = []
-        for ctx, cont in pairs:
+        for n, (ctx, cont) in enumerate(pairs):
+            # Lists of ints: 464.7 was scored as 464, True as 1, and arrays' truth values were ambiguous.
+            ctx, cont = token_ids(ctx, f"the context of pair {n}"), token_ids(cont, f"the continuation of pair {n}")
             if not cont:
                 raise ValueError("a continuation must have at least one token.")
             if not ctx:

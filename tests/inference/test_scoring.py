@@ -19,3 +19,19 @@ def test_rows_per_batch_are_powers_of_two_within_the_token_budget(make_model):
     net, params = make_model("sps", 2)
     scorer = scoring.Scorer(net, params, max_batch=16, max_batch_tokens=256)
     assert [scorer.rows_for(n) for n in (8, 16, 32)] == [16, 16, 8]
+
+
+def test_arrays_score_as_their_lists_and_ids_that_are_no_integers_are_one_sentence(make_model):
+    # 464.7 was scored as 464 and True as 1; numpy and jax arrays failed on their ambiguous truth value.
+    import jax.numpy as jnp
+    import pytest
+
+    net, params = make_model("sps", 2)
+    scorer = scoring.Scorer(net, params)
+    want = scorer.loglikelihood_tokens([([5, 17, 3], [44, 9])])
+    assert scorer.loglikelihood_tokens([(np.array([5, 17, 3]), jnp.array([44, 9]))]) == want
+    for pair, says in ((([5.7, 17], [3]), r"^the context of pair 0 holds 5\.7, not an integer token id\.$"),
+                       (([5, 17], [True]), r"^the continuation of pair 0 holds True, not an integer token id\.$"),
+                       (("five", [3]), r"^the context of pair 0 is text, not token ids")):
+        with pytest.raises(TypeError, match=says):
+            scorer.loglikelihood_tokens([pair])
