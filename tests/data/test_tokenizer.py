@@ -84,3 +84,16 @@ def test_a_ranks_path_that_is_not_one_path_is_one_sentence(ranks_path, kind):
     # default ranks file. None (and "") still mean the default.
     with pytest.raises(TypeError, match=not_one_path('ranks_path', kind)):
         tokenizer.get_tokenizer(ranks_path)
+
+
+def test_decode_takes_one_sequence_of_ids_and_refuses_anything_else_in_one_sentence(ranks_file):
+    # "15496" was decoded as the ids of its characters, 15496.7 as 15496, generate's rows failed inside int().
+    import numpy as np
+
+    assert tokenizer.decode(np.array([15496, 995, 50257])) == tokenizer.decode([15496, 995]) == "Hello world"
+    for ids, error, says in (("15496", TypeError, r"^decode takes token ids, not text"),
+                             ([[15496], [995]], TypeError, r"holds \[15496\]: decode each row of a batch on its own"),
+                             ([15496.7], TypeError, r"holds 15496\.7"),
+                             ([-1], ValueError, r"^token id -1 is negative")):
+        with pytest.raises(error, match=says):
+            tokenizer.decode(ids)
