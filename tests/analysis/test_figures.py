@@ -492,3 +492,18 @@ def test_seeds_and_pre_decay_take_pathlib_paths(tmp_path):
     write_run(tmp_path / "sps", "sps", "sps", 2, [3.2, 3.1, 3.0, 2.9, 2.8, 2.7, 2.6, 2.55], train=DECAY)
     data = figures.pre_decay(tmp_path / "std", tmp_path / "sps", tmp_path / "pre.png")
     assert data["figure"] == str(tmp_path / "pre.png") and data["delta_nll"] == pytest.approx(-0.05)
+
+
+def test_the_seed_statistics_refuse_what_gives_no_test_in_one_sentence():
+    # One seed or a NaN gave p = nan with only numpy's warnings; a negative margin and strings were taken.
+    from sps_jax.analysis import seeds
+
+    for call, error, says in ((lambda: seeds.welch_lower([6.1], [6.2, 6.3]), ValueError, "at least two seeds"),
+                              (lambda: seeds.welch_lower([6.1, float("nan")], [6.2, 6.3]), ValueError,
+                               r"NLLs must be finite, got \[6\.1, nan\]"),
+                              (lambda: seeds.tost([6.1, 6.2], [6.2, 6.3], margin=-0.01), ValueError,
+                               r"margin -0\.01 is not a positive finite NLL difference"),
+                              (lambda: seeds.summary(["6.1", "6.2"]), TypeError, r"NLLs must be numbers")):
+        with pytest.raises(error, match=says):
+            call()
+    assert seeds.tost([6.1, 6.2], [6.2, 6.3])["p"] > 0.05  # a 0.1-nat gap is no equivalence within 0.01
