@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from sps_jax import files
+from sps_jax import cli, files
+from sps_jax import model as sps_model
 from sps_jax.data import loader
 
 
 def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "val",
-                   eos_id: int | None = None, flags: str = "min_tokens") -> list[np.ndarray]:
+                   eos_id: int | None = None, flags: str = "min_tokens",
+                   vocab_size: int | None = None) -> list[np.ndarray]:
     """The first ``num_docs`` documents of a prepared token file with at least ``min_tokens``
-    tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens``.
-    ``flags`` names what sets ``min_tokens`` in the sentence said when no document is long enough."""
+    tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens`` (its ids against
+    ``vocab_size`` when given). ``flags`` names what sets ``min_tokens`` in the sentence said when no document is
+    long enough."""
     data_dir = files.path_text(data_dir, "data_dir")  # the sentences quote it
-    tokens = loader.open_tokens(data_dir, split, eos_id=eos_id)
+    at_least("num_docs", num_docs, 1)  # 0 and -1 read every document
+    at_least("min_tokens", min_tokens, 1)
+    tokens = loader.open_tokens(data_dir, split, eos_id=eos_id, vocab_size=vocab_size)
     file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)
     starts = np.concatenate([[0], ends[:-1] + 1])
@@ -28,6 +33,32 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
         raise ValueError(f"{data_dir!r} ({split}) has no document of at least {min_tokens} tokens: "
                          f"lower {flags} or use longer documents.")
     return docs
+
+
+def at_least(name: str, value, least: int) -> int:
+    """``value`` as an int of at least ``least``, else one sentence naming it (a probe's sizes, called from a
+    notebook: 0 documents read all of them, a batch of 0 stopped in range())."""
+    value = cli.integer(value, name)
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, got {value}.")
+    return value
+
+
+def check_probe(model, docs, context, batch: int) -> int:
+    """The probes' shared inputs, before any compile: documents whose ids the model has, a batch of at least one
+    and a context within the model's (None: the model's). Returns the context."""
+    cfg = model.cfg
+    if not len(docs):
+        raise ValueError("docs is empty: pass the documents to probe (analysis.documents.read_documents).")
+    for doc in docs:
+        sps_model.check_token_ids(doc, cfg)  # out-of-vocabulary ids gave NaN or finite garbage
+    at_least("batch", batch, 1)
+    if context is None:
+        return cfg.seq_len
+    context = at_least("context", context, 1)  # 0 meant the model's context without a word
+    if context > cfg.seq_len:
+        raise ValueError(f"context {context} is beyond the model's {cfg.seq_len} positions: pass at most that.")
+    return context
 
 
 def document_rows(docs, context: int, pad_id: int):

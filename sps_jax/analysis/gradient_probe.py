@@ -34,8 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import model as sps_model
-from sps_jax.analysis.documents import document_rows
+from sps_jax import cli, model as sps_model
+from sps_jax.analysis.documents import at_least, check_probe, document_rows
 from sps_jax.inference.batching import bucket
 
 THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, attn/qkv, attn/out, "
@@ -121,7 +121,12 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     {"ratio": f32 [E, O, S], "examples": [(doc index, i)] (E of them), "offsets": [O]}.
     """
     cfg = model.cfg
-    context = context or cfg.seq_len
+    context = check_probe(model, docs, context, batch)
+    at_least("positions_per_doc", positions_per_doc, 1)
+    at_least("chunk", chunk, 1)
+    offsets = [cli.integer(k, "an offset") for k in offsets]  # 1.5 was read as 1
+    if not offsets:
+        raise ValueError("offsets is empty: pass the offsets k to probe, such as range(0, 65).")
     offsets = np.asarray(offsets, np.int64)
     lo, hi = max(0, -int(offsets.min())), int(offsets.max())
     rng = np.random.default_rng(seed)

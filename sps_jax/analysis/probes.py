@@ -179,7 +179,8 @@ def _check_inputs(args) -> list:
         else:
             flags = "--min-tokens"
         min_tokens = _min_tokens(args)
-        docs.append(read_documents(data, args.docs, min_tokens, split=args.split, eos_id=cfg.eos_id, flags=flags))
+        docs.append(read_documents(data, args.docs, min_tokens, split=args.split, eos_id=cfg.eos_id, flags=flags,
+                                   vocab_size=cfg.vocab_size))
     return docs
 
 

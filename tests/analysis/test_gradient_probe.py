@@ -170,3 +170,23 @@ def test_a_chunk_above_the_loss_terms_runs_no_padded_reverse_passes(monkeypatch)
     huge = gradient_probe.gradient_ratios(model, params, docs, np.arange(0, 3), 2, chunk=1024, **common)
     assert max(passes) <= 8 and passes[len(passes) // 2:] == passes[:len(passes) // 2]  # 2 positions x 3 offsets
     np.testing.assert_allclose(huge["ratio"], small["ratio"], rtol=1e-5)
+
+
+def test_probe_settings_that_measure_nothing_are_one_sentence_before_any_compile():
+    # Called from a notebook: offsets 1.5 were read as 1, 0 positions divided by zero, a batch of 0 stopped in range(),
+    # a context of 0 meant the model's, ids past the vocabulary gave finite garbage.
+    model, params = make("sps", 2, seed=5)
+    docs = random_docs([20, 18])
+    for kwargs, says in (({"offsets": [1.5, 4]}, r"^an offset must be an integer"),
+                         ({"offsets": []}, r"^offsets is empty"),
+                         ({"positions_per_doc": 0}, r"^positions_per_doc must be at least 1, got 0\.$"),
+                         ({"batch": 0}, r"^batch must be at least 1, got 0\.$"),
+                         ({"context": 0}, r"^context must be at least 1, got 0\.$"),
+                         ({"docs": []}, r"^docs is empty"),
+                         ({"docs": [np.array([1, 2, 64, 3])]}, r"^token id 64 is outside the vocabulary")):
+        call = {"docs": docs, "offsets": np.arange(0, 3), "positions_per_doc": 2, **kwargs}
+        with pytest.raises((ValueError, TypeError), match=says):
+            gradient_probe.gradient_ratios(model, params, call["docs"], call["offsets"], call["positions_per_doc"],
+                                           **{k: v for k, v in kwargs.items() if k in ("batch", "context")})
+    with pytest.raises(ValueError, match=r"^docs is empty"):
+        window_nll.window_nll_deltas(model, params, [], 2)

@@ -224,3 +224,13 @@ def test_an_out_named_as_a_file_one_checkpoint_twice_and_a_run_configs_missing_d
         assert outcome.stderr.startswith(sentence) and outcome.stderr.endswith(": pass --val-data DIR.\n"
                                                                                if "gone" in sentence else "\n")
     assert sorted(os.listdir(tmp_path)) == ["moved"]
+
+
+def test_read_documents_refuses_a_count_that_reads_nothing_or_everything(cli_fixture):
+    # 0 and -1 returned every document of the split.
+    from sps_jax.analysis.documents import read_documents
+    for num_docs in (0, -1):
+        with pytest.raises(ValueError, match=rf"^num_docs must be at least 1, got {num_docs}\.$"):
+            read_documents(str(cli_fixture / "data"), num_docs, 2)
+    with pytest.raises(ValueError, match="outside"):
+        read_documents(str(cli_fixture / "data"), 2, 2, vocab_size=8)  # the model's vocabulary, as the CLI passes it
