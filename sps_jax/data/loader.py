@@ -25,7 +25,7 @@ import os
 import grain
 import numpy as np
 
-from sps_jax import files, token_folder, vocab
+from sps_jax import cli, files, token_folder, vocab
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
 from sps_jax.token_folder import MANIFEST
@@ -89,6 +89,9 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     is the model's; with ``verify_checksum``: the file's sha256.
     """
     folder = files.path_text(folder, "folder")  # the sentences quote it
+    for name, value in (("vocab_size", vocab_size), ("eos_id", eos_id)):  # "50256" was said to differ from 50256
+        if value is not None:
+            cli.integer(value, name)
     if split not in SPLITS:  # a mistyped name (probes --split), not a folder to prepare again
         raise UserError(f"a token folder has no {split!r} split{did_you_mean(split, SPLITS)}: pass "
                         f"{' or '.join(SPLITS)}.")

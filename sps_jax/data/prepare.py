@@ -64,7 +64,7 @@ def _check_limits(val_fraction, max_documents, max_tokens) -> None:
         raise UserError(f"val_fraction={val_fraction!r} must be a number in [0, 1): it is the share of documents "
                         "held out for validation, so pass one from 0 up to below 1.")
     for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
-        if value is not None and value < 1:
+        if value is not None and cli.integer(value, name) < 1:  # 5.5 wrote 6 documents and recorded 5.5
             raise UserError(f"{name}={value} must be at least 1.")
 
 

@@ -515,3 +515,15 @@ def test_sources_that_are_no_corpus_or_a_miscased_name_are_told_what_they_are(tm
     (tmp_path / "notes.dat").write_bytes(b"caf\xe9\n")  # a single file of any suffix is read as text
     assert prepare.prepare(str(tmp_path / "notes.dat"), str(tmp_path / "out"), errors="replace", val_fraction=0,
                            log=lambda *a: None)["splits"]["train"]["documents"] == 1
+
+
+def test_counts_and_ids_of_the_wrong_type_are_one_sentence(tmp_path):
+    # max_documents=5.5 wrote 6 documents and recorded 5.5; eos_id="50256" was said to differ from 50256.
+    from sps_jax.data import loader
+    with pytest.raises(TypeError, match=r"^max_documents must be an integer"):
+        prepare.prepare("builtin", str(tmp_path / "out"), max_documents=5.5, log=lambda *a: None)
+    assert not (tmp_path / "out").exists()
+    for kwargs, says in (({"eos_id": "50256"}, r"^eos_id must be an integer"),
+                         ({"vocab_size": "50304"}, r"^vocab_size must be an integer")):
+        with pytest.raises(TypeError, match=says):
+            loader.open_tokens(str(tmp_path / "tokens"), "val", **kwargs)  # said before the folder is looked at
