@@ -85,6 +85,8 @@ class ModelConfig:
                      "eos_id", "predict_id", "pad_id"):
             value = getattr(self, name)
             least = 0 if name.endswith("_id") else 1
+            if isinstance(value, np.integer):  # as Visibility takes a window: np.int64(2) is 2 (a hashable int)
+                object.__setattr__(self, name, value := int(value))
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"model.{name} must be an integer of at least {least}, got {value!r}.")
         if self.seq_len > MAX_SEQ_LEN:
@@ -487,6 +489,9 @@ def compute_params(params, cfg: ModelConfig):
 
     The embedding also starts the residual stream, in the carry dtype: it is cast only where that is the
     compute dtype, since an f32 residual stream in bf16 (the authors' autocast) reads it unrounded."""
+    cfg = ModelConfig.from_config(cfg)  # a config.model ConfigDict too, as count_params and generate take
+    if isinstance(params, dict) and set(params) == {"params"}:  # every leaf would be cast, the embedding included
+        raise ValueError("params is flax's variables dict {'params': ...}: pass its 'params' entry.")
     cast = lambda x: x.astype(cfg.compute_dtype) if x.ndim >= 2 else x  # noqa: E731
     keep_embed = cfg.carry_dtype != cfg.compute_dtype
     return {name: tree if name == "embed" and keep_embed else jax.tree_util.tree_map(cast, tree)
@@ -512,6 +517,10 @@ def init_params(model: Transformer, rng):
 
     One compiled program per config: the values a training run starts from (its init is this program inside
     its own jit), where flax's op-by-op init gave others in the last bits, and seconds faster on a CPU."""
+    if not isinstance(model, Transformer):  # said as "has no attribute 'cfg'"
+        raise TypeError(f"model must be a Transformer, got a {type(model).__name__}: pass Transformer(config).")
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):  # flax's InvalidRngError named no fix
+        raise TypeError(f"rng must be a jax PRNG key, got the integer {rng}: pass jax.random.PRNGKey({rng}).")
     return _compiled_init(model.cfg)(rng)
 
 

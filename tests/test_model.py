@@ -440,3 +440,22 @@ def test_the_loss_refuses_a_target_id_outside_the_vocabulary_the_forward_never_s
         sps_model.loss_sums(model, params, tokens.at[0, -1].set(bad))
     with pytest.raises(ValueError, match=r"^tokens must be a \[batch, T \+ 1\] array of windows"):
         sps_model.loss_sums(model, params, tokens[0])
+
+
+def test_the_model_helpers_take_what_their_siblings_take_and_say_what_they_do_not():
+    # compute_params(params, config.model) failed on 'carry_dtype', a variables dict was cast whole, an integer rng
+    # was flax's InvalidRngError, a ModelConfig for the model had "no attribute 'cfg'", np.int64 sizes were refused.
+    from sps_jax import config as sps_config
+    config = sps_config.load_config("configs/tiny.py")
+    cfg, model, params = small_model("sps", 2)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+        lambda a, b: a.dtype == b.dtype, sps_model.compute_params(params, dataclasses.asdict(cfg)),
+        sps_model.compute_params(params, cfg)))
+    with pytest.raises(ValueError, match=r"^params is flax's variables dict"):
+        sps_model.compute_params({"params": params}, cfg)
+    with pytest.raises(TypeError, match=r"^rng must be a jax PRNG key, got the integer 0: pass jax\.random\.PRNGKey\(0\)"):
+        sps_model.init_params(model, 0)
+    with pytest.raises(TypeError, match=r"^model must be a Transformer, got a ModelConfig"):
+        sps_model.init_params(cfg, jax.random.PRNGKey(0))
+    sized = sps_model.ModelConfig.from_config(dict(config.model, num_layers=np.int64(3)))
+    assert sized.num_layers == 3 and type(sized.num_layers) is int
