@@ -24,6 +24,8 @@ from sps_jax import hardware, masks
 @functools.lru_cache(maxsize=None)
 def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     """Mean over positions of the visible keys summed over the position's S query slots."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:  # 0 divided by 0
+        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}.")
     S = vis.num_streams
     i = np.arange(seq_len, dtype=np.int64)
     total = 0
@@ -64,6 +66,8 @@ def mfu(cfg, tokens_per_s: float, num_devices: int, peak_flops: float | None) ->
     (a CPU, or an accelerator ``sps_jax.hardware`` does not know): no made-up denominator."""
     if not peak_flops:
         return None
+    if isinstance(num_devices, bool) or not isinstance(num_devices, (int, np.integer)) or num_devices < 1:
+        raise ValueError(f"num_devices must be a positive integer, got {num_devices!r}.")
     return train_flops_per_token(cfg) * tokens_per_s / (num_devices * peak_flops)
 
 

@@ -519,6 +519,8 @@ def run_info(path: str, step: int | None = None) -> dict:
             "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}
     if step is not None:
         step = cli.integer(step, "step")  # "8" failed in a comparison with the metrics' steps
+        if step < 0:  # its tokens_seen came out negative
+            raise ValueError(f"step={step} must be 0 or more.")
         info.update(step=step, tokens_seen=tokens_seen(workdir, step, config))
     return info
 

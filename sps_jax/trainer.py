@@ -25,7 +25,7 @@ import optax
 
 from sps_jax import attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, profiling, runs, tracking
+from sps_jax import files, optim, profiling, runs, tracking
 from sps_jax.data import loader, prepare
 from sps_jax.names import did_you_mean
 
@@ -406,6 +406,11 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     is named and left alone); a failed save stops the run with one sentence.
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
+    workdir = files.path_text(workdir, "workdir")  # None and "" failed in os calls
+    if not workdir.strip():
+        raise cli.UserError("workdir is empty: pass the run folder to train in.")
+    if on_step is not None and not callable(on_step):  # found only after compiling and the first update
+        raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory())
     cfg, t = p["model"], config.train

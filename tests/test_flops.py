@@ -68,3 +68,11 @@ def test_delayed_state_has_the_per_step_compute_of_sps_which_roughly_doubles_sta
     ratio = flops.train_flops_per_token(cfg["sps"]) / flops.train_flops_per_token(cfg["standard"])
     assert ratio == pytest.approx(expected["sps"] / expected["standard"], rel=1e-12)
     assert 1.7 < ratio < 2.0  # 1.79 at S: roughly double, the LM head being paid once per position
+
+
+def test_counts_of_no_positions_or_no_devices_are_one_sentence():
+    # 0 positions and 0 devices divided by zero.
+    with pytest.raises(ValueError, match=r"^seq_len must be a positive integer, got 0\.$"):
+        flops.visible_keys_per_position(masks.Visibility("sps"), 0)
+    with pytest.raises(ValueError, match=r"^num_devices must be a positive integer, got 0\.$"):
+        flops.mfu(small_config("sps", 2), 1000.0, 0, 1e12)

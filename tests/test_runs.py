@@ -554,3 +554,10 @@ def test_a_run_path_that_is_not_one_path_is_one_sentence(call, path, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not NoneType" from os.path.realpath.
     with pytest.raises(TypeError, match=not_one_path('path', kind)):
         call(path)
+
+
+def test_run_info_of_a_negative_step_is_one_sentence(tmp_path):
+    # Its tokens_seen came out as -5 x the step's tokens.
+    save_small_run(tmp_path / "run")
+    with pytest.raises(ValueError, match=r"^step=-5 must be 0 or more\.$"):
+        runs.run_info(str(tmp_path / "run"), -5)

@@ -781,3 +781,14 @@ def test_a_profile_that_starts_at_or_past_the_last_step_is_refused_before_any_wo
            f"train.profile_start={start} is at or past the run's last step, {min(start, STEPS)}: no step would be "
            "traced; lower it")
     assert not (tmp_path / "run").exists()
+
+
+def test_train_called_from_a_notebook_refuses_a_workdir_or_callback_it_cannot_use_before_any_work(tmp_path, tokens):
+    # "" and None failed in os calls; on_step=5 only after the compile and the first update.
+    config = small_config(tokens, STEPS)
+    for workdir, says in (("", r"^workdir is empty"), (None, r"workdir")):
+        with pytest.raises((ValueError, TypeError), match=says):
+            trainer.train(config, workdir)
+    with pytest.raises(TypeError, match=r"^on_step must be a function of \(step, record\), got 5\.$"):
+        trainer.train(config, str(tmp_path / "run"), on_step=5)
+    assert not (tmp_path / "run").exists()
