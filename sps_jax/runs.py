@@ -25,7 +25,9 @@ from sps_jax.cli import UserError
 
 CONFIG_FILE = "config.json"
 # A run folder's own files beside its checkpoints/, which only training writes.
-_RUN_FILES = (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE)
+_RUN_FILES = (CONFIG_FILE, metrics.METRICS_FILE, metrics.PLOT_FILE, tracking.RUN_ID_FILE)
+# Folders of a run that only training writes: a new run removes its tensorboard/ (NEW_RUN_DROPS) with anything in it.
+_RUN_FOLDERS = (checkpoint.CHECKPOINT_DIR, metrics.TENSORBOARD_DIR)
 
 
 def find_run(path: str) -> tuple[str, int | None]:
@@ -61,28 +63,29 @@ def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None
     return workdir, path_step if step is None else step
 
 
-def _run_file(path: str) -> str | None:
-    """The run folder whose config.json, metrics.jsonl or loss.png ``path`` is, or whose checkpoints/ it
-    lies in; else None."""
+def _run_file(path: str) -> tuple[str, str] | None:
+    """(run folder, which of its own files) when ``path`` is a run's config.json, metrics.jsonl, loss.png or
+    wandb_run_id, or lies in its checkpoints/ or tensorboard/; else None."""
     full = os.path.realpath(path)
     if os.path.basename(full) in _RUN_FILES and \
             os.path.isfile(os.path.join(os.path.dirname(full), CONFIG_FILE)):
-        return os.path.dirname(full)
+        return os.path.dirname(full), os.path.basename(full)
     folder = full
     while os.path.dirname(folder) != folder:
         folder, name = os.path.dirname(folder), os.path.basename(folder)
-        if name == checkpoint.CHECKPOINT_DIR and os.path.isfile(os.path.join(folder, CONFIG_FILE)):
-            return folder
+        if name in _RUN_FOLDERS and os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+            return folder, name + "/"
     return None
 
 
 def refuse_run_files(path: str, flag: str) -> None:
     """One sentence when writing ``path`` would replace or add to a run's own files, whatever ``--force`` says."""
-    run = _run_file(path) if path.strip() else None
-    if run is not None:
-        raise UserError(f"{flag} {path} would write into the run {run}'s own files (its {CONFIG_FILE}, "
-                        f"{metrics.METRICS_FILE}, {metrics.PLOT_FILE} and {checkpoint.CHECKPOINT_DIR}/), which only "
-                        "training writes: choose another path.")
+    owned = _run_file(path) if path.strip() else None
+    if owned is not None:
+        raise UserError(f"{flag} {path} would write into the run {owned[0]}'s own files (its {CONFIG_FILE}, "
+                        f"{metrics.METRICS_FILE}, {metrics.PLOT_FILE}, {tracking.RUN_ID_FILE}, "
+                        f"{checkpoint.CHECKPOINT_DIR}/ and {metrics.TENSORBOARD_DIR}/), which only training writes: "
+                        "choose another path.")
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
@@ -249,12 +252,10 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     """
     files.check_folder_place(workdir, "--workdir", "pass a new or existing run folder")
     checkpoint.check_writable_path(workdir)
-    owner = _run_file(workdir)
-    if owner is not None:
-        name = os.path.basename(os.path.realpath(workdir))
-        what = name if name in _RUN_FILES else f"{checkpoint.CHECKPOINT_DIR}/"
-        raise UserError(f"--workdir {workdir} lies in the run {owner}'s own files (its {what}), where training would "
-                        "mix its files with that run's: pass another --workdir.")
+    owned = _run_file(workdir)
+    if owned is not None:
+        raise UserError(f"--workdir {workdir} lies in the run {owned[0]}'s own files (its {owned[1]}), where training "
+                        "would mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
     token_folder.refuse_inside_tokens(workdir, "--workdir")
     held = files.below(workdir, is_run, max_depth=_HELD_DEPTH)

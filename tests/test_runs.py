@@ -330,12 +330,19 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
     (run / "config.json").write_text("{}")
     (run / "metrics.jsonl").write_text("")
     config = sps_config.load_config("configs/tiny.py")
-    for inside in ("tensorboard/x", "eval/x", "x/y"):
+    for inside in ("eval/x", "x/y"):
         with pytest.raises(UserError, match=rf"^--workdir {run}/{inside} lies inside the run {run}, where its files "
                                             r"would mix with that run's: choose a folder outside it\.$"):
             runs.check_workdir(str(run / inside), config)
         with pytest.raises(UserError, match=rf"^--out {run}/{inside} lies inside the run {run}"):
             runs.output_folder(str(run / inside))
+    # tensorboard/ is training's alone: a new run of the folder removes it, with any result written there.
+    with pytest.raises(UserError, match=rf"^--workdir {run}/tensorboard/x lies in the run {run}'s own files \(its "
+                                        r"tensorboard/\)"):
+        runs.check_workdir(str(run / "tensorboard" / "x"), config)
+    with pytest.raises(UserError, match=rf"^--out {run}/tensorboard/gen\.jsonl would write into the run {run}'s own "
+                                        r"files"):
+        runs.output_file(str(run / "tensorboard" / "gen.jsonl"))
     runs.check_workdir(str(tmp_path / "other"), config)  # beside it is fine
     runs.output_file(str(run / "eval" / "step_5.json"), "the results file")  # evaluate's results belong there
     (tmp_path / "model").mkdir()  # a config.json alone (a Hugging Face model's) is no run
