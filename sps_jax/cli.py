@@ -413,6 +413,15 @@ def integer(value, name: str, hint: str = "") -> int:
         raise TypeError(f"{name} must be an integer{hint}, got {value!r}.") from None
 
 
+def at_least(name: str, value, least: int) -> int:
+    """``value`` as an int (:func:`integer`) of at least ``least``, else one sentence naming ``name``: a count or
+    size given to a function (0 documents read all of them, a batch of 0 stopped in range())."""
+    value = integer(value, name)
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, got {value}.")
+    return value
+
+
 def _integer(text: str, least: int, what: str, most: int | None = None) -> int:
     try:
         value = int(text)

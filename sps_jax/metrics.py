@@ -38,8 +38,10 @@ def read(workdir: str, required: bool = False) -> list[dict]:
         raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")
     if not os.path.isfile(path):
         if required:
+            from sps_jax.checkpoint import CHECKPOINT_DIR  # here: Orbax loads with it, and only this error needs it
+
             run = os.path.dirname(os.path.dirname(os.path.abspath(workdir)))
-            if os.path.basename(os.path.dirname(os.path.abspath(workdir))) == "checkpoints" and os.path.isfile(
+            if os.path.basename(os.path.dirname(os.path.abspath(workdir))) == CHECKPOINT_DIR and os.path.isfile(
                     os.path.join(run, METRICS_FILE)):  # a checkpoint's folder: its run holds the metrics
                 raise FileNotFoundError(f"{workdir!r} is a checkpoint of the run {run}, whose {METRICS_FILE} holds "
                                         "the curves: pass the run folder.")

@@ -17,8 +17,8 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
     ``vocab_size`` when given). ``flags`` names what sets ``min_tokens`` in the sentence said when no document is
     long enough."""
     data_dir = files.path_text(data_dir, "data_dir")  # the sentences quote it
-    at_least("num_docs", num_docs, 1)  # 0 and -1 read every document
-    at_least("min_tokens", min_tokens, 1)
+    cli.at_least("num_docs", num_docs, 1)  # 0 and -1 read every document
+    cli.at_least("min_tokens", min_tokens, 1)
     tokens = loader.open_tokens(data_dir, split, eos_id=eos_id, vocab_size=vocab_size)
     file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)
@@ -35,15 +35,6 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
     return docs
 
 
-def at_least(name: str, value, least: int) -> int:
-    """``value`` as an int of at least ``least``, else one sentence naming it (a probe's sizes, called from a
-    notebook: 0 documents read all of them, a batch of 0 stopped in range())."""
-    value = cli.integer(value, name)
-    if value < least:
-        raise ValueError(f"{name} must be at least {least}, got {value}.")
-    return value
-
-
 def check_probe(model, docs, context, batch: int) -> int:
     """The probes' shared inputs, before any compile: documents whose ids the model has, a batch of at least one
     and a context within the model's (None: the model's). Returns the context."""
@@ -52,10 +43,10 @@ def check_probe(model, docs, context, batch: int) -> int:
         raise ValueError("docs is empty: pass the documents to probe (analysis.documents.read_documents).")
     for doc in docs:
         sps_model.check_token_ids(doc, cfg)  # out-of-vocabulary ids gave NaN or finite garbage
-    at_least("batch", batch, 1)
+    cli.at_least("batch", batch, 1)
     if context is None:
         return cfg.seq_len
-    context = at_least("context", context, 1)  # 0 meant the model's context without a word
+    context = cli.at_least("context", context, 1)  # 0 meant the model's context without a word
     if context > cfg.seq_len:
         raise ValueError(f"context {context} is beyond the model's {cfg.seq_len} positions: pass at most that.")
     return context

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sps_jax import cli, model as sps_model
-from sps_jax.analysis.documents import at_least, check_probe, document_rows
+from sps_jax.analysis.documents import check_probe, document_rows
 from sps_jax.inference.batching import bucket
 
 THETA_P = ("embedding row used as the slot's input; per block attn_norm/scale, attn/qkv, attn/out, "
@@ -122,8 +122,8 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     """
     cfg = model.cfg
     context = check_probe(model, docs, context, batch)
-    at_least("positions_per_doc", positions_per_doc, 1)
-    at_least("chunk", chunk, 1)
+    cli.at_least("positions_per_doc", positions_per_doc, 1)
+    cli.at_least("chunk", chunk, 1)
     offsets = [cli.integer(k, "an offset") for k in offsets]  # 1.5 was read as 1
     if not offsets:
         raise ValueError("offsets is empty: pass the offsets k to probe, such as range(0, 65).")

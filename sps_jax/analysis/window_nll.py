@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sps_jax import cli
 from sps_jax import model as sps_model
-from sps_jax.analysis.documents import at_least, check_probe, document_rows
+from sps_jax.analysis.documents import check_probe, document_rows
 
 
 def ablated_config(cfg: sps_model.ModelConfig, omega: int) -> sps_model.ModelConfig:
@@ -42,7 +43,7 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=4, log=
     """
     cfg = model.cfg
     context = check_probe(model, docs, context, batch)
-    at_least("omega", omega, 0)
+    cli.at_least("omega", omega, 0)
     # M itself runs with a persistent window of T positions, which hides no key (its mask is
     # the vanilla one): M and M_omega are then one XLA program up to a constant, so delta holds
     # no fusion-order noise and is exactly zero wherever the two masks agree.

@@ -240,18 +240,18 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
                   errors: str = "strict") -> None:
     """Refuse a --text-field, --hf-split (None: not given) or --errors other than strict that ``source`` would
     never read, instead of ignoring it: the user meant another source, or the flag for one."""
-    reads_bytes = (source != "builtin" and not source.startswith("hf:") and (
-        _kind(source) != "parquet" if os.path.isfile(source) else any(_kind(p) in ("text", "jsonl")
-                                                                       for p in _files(source))))
-    if errors != "strict" and not reads_bytes:
+    local = source != "builtin" and not source.startswith("hf:")
+    # The kinds of file the source holds (a single file of any other suffix is read as text), walked once and only
+    # for a flag that depends on them.
+    kinds = (({_kind(source) or "text"} if os.path.isfile(source) else {_kind(p) for p in _files(source)})
+             if local and (errors != "strict" or text_field is not None) else set())
+    if errors != "strict" and not kinds & {"text", "jsonl"}:
         raise UserError(f"--errors {errors} reads the bad bytes of text and JSONL files, and source {source!r} holds "
                         "none: drop --errors.")
     if hf_split is not None and not source.startswith("hf:"):
         raise UserError(f"--hf-split {hf_split} picks a split of a hf:NAME source, and source {source!r} is not one: "
                         "drop --hf-split, or pass the dataset as hf:NAME[:CONFIG].")
-    if text_field is None or source.startswith("hf:"):
-        return
-    if source == "builtin" or not any(_kind(p) in ("jsonl", "parquet") for p in _files(source)):
+    if text_field is not None and not source.startswith("hf:") and not kinds & {"jsonl", "parquet"}:
         raise UserError(f"--text-field {text_field} names a field of JSONL, Parquet or hf: records, and source "
                         f"{source!r} holds plain text only: drop --text-field.")
 

@@ -112,7 +112,7 @@ def _to_stderr(line: str) -> None:
 def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
-            force: bool = False, errors: str = "strict", log=print, warn=None, flag: str = "--out") -> dict:
+            force: bool = False, errors: str = "strict", log=print, warn=_to_stderr, flag: str = "--out") -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
 
     ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in
@@ -161,9 +161,9 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")
     if s["val"]["documents"] == 0:  # train and evaluate --val-data refuse such a folder: say so now, not then
-        (warn or _to_stderr)(f"warning: the val split of {out} holds no document (--val-fraction {val_fraction} of "
-            f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a "
-            "larger --val-fraction or more documents.")
+        warn(f"warning: the val split of {out} holds no document (--val-fraction {val_fraction} of "
+             f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a "
+             "larger --val-fraction or more documents.")
     return manifest
 
 

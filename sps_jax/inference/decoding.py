@@ -247,8 +247,7 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
     if not isinstance(stop_on_eos, (bool, np.bool_)):  # "no" is truthy: it stopped at EOS
         raise TypeError(f"stop_on_eos must be True or False, got {stop_on_eos!r}.")
     for name, value in sizes.items():
-        if cli.integer(value, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}.")
+        cli.at_least(name, value, 1)
 
 
 def batch_seed(seed: int, first: int) -> int:
