@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from sps_jax import cli, files, plotting
+from sps_jax import files, plotting
 from sps_jax.cli import UserError
 
 METRICS_FILE = "metrics.jsonl"
@@ -112,23 +112,8 @@ class Writer:
             sink.close()
 
 
-def plot_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
-    """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by
-    side; returns the figure (and writes it to ``out_png`` when given, never over a run's own files)."""
-    if not hasattr(runs, "items"):
-        raise TypeError(f"runs must be a dict of {{label: run folder}}, not a {type(runs).__name__}: pass e.g. "
-                        "{os.path.basename(path): path for path in paths}.")
-    if out_png is not None:
-        out_png = files.path_text(out_png, "out_png")
-    if out_png:  # a run's config.json or loss.png is training's to write
-        cli.load("sps_jax.runs").refuse_run_files(out_png, "the figure")
-    fig = _draw(runs, x, headless=bool(out_png))
-    if out_png:
-        plotting.save_figure(fig, out_png, dpi=120)
-    return fig
-
-
-def _draw(runs, x: str, headless: bool):
+def draw_curves(runs: dict, x: str, headless: bool):
+    """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by side."""
     plt = plotting.pyplot(headless=headless)
     records = {label: curves(files.path_text(workdir, f"runs[{label!r}]")) for label, workdir in runs.items()}
     for label, m in records.items():
@@ -153,13 +138,13 @@ def _draw(runs, x: str, headless: bool):
 
 
 def plot(workdir: str) -> str | None:
-    """``workdir/loss.png`` of one run by :func:`plot_curves` (None when matplotlib is not installed)."""
+    """``workdir/loss.png`` of one run by :func:`draw_curves` (None when matplotlib is not installed)."""
     try:
         import matplotlib  # noqa: F401  (an optional extra; training runs without it)
     except ImportError:
         return None
     path = os.path.join(workdir, PLOT_FILE)
-    fig = _draw({os.path.basename(os.path.abspath(workdir)): workdir}, "tokens_seen", headless=True)
+    fig = draw_curves({os.path.basename(os.path.abspath(workdir)): workdir}, "tokens_seen", headless=True)
     plotting.save_figure(fig, path, dpi=120)
     plotting.pyplot().close(fig)
     return path

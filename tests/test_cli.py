@@ -820,7 +820,7 @@ def test_refusals_end_with_what_to_do(tmp_path, call, ending):
      "val_fraction='0.1' must be a number in [0, 1)"),
     (lambda tmp: flops.train_flops_per_token(sps_config.load_config("configs/tiny.py").model),
      "cfg must be a sps_jax.model.ModelConfig, not a ConfigDict"),
-    (lambda tmp: metrics.plot_curves([str(tmp)]),
+    (lambda tmp: figures.training_curves([str(tmp)]),
      "runs must be a dict of {label: run folder}, not a list"),
 ])
 def test_a_notebooks_argument_of_another_type_is_one_sentence(tmp_path, call, sentence):

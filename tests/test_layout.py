@@ -43,8 +43,9 @@ def module_files() -> dict[str, pathlib.Path]:
 def imported_modules(name: str, path: pathlib.Path, modules) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its source, lazy imports included.
 
-    ``from a import b`` counts as importing module ``a.b`` when that is a module, else ``a``;
-    the parent packages Python imports on the way are not counted.
+    ``from a import b`` counts as importing module ``a.b`` when that is a module, else ``a``, and a module
+    loaded by its name in a string (``cli.load``) counts too; the parent packages Python imports on the way
+    are not counted.
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
@@ -58,7 +59,16 @@ def imported_modules(name: str, path: pathlib.Path, modules) -> set[str]:
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        elif _loads_by_name(node):
+            found.add(node.args[0].value)
     return {m for m in found if m in modules and m != name}
+
+
+def _loads_by_name(node) -> bool:
+    """``cli.load("sps_jax.x")`` or ``importlib.import_module("sps_jax.x")``: an import all the same."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("load", "import_module") and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str))
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -106,6 +116,12 @@ def test_the_cycle_check_finds_cycles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     assert unit("sps_jax.inference.kv_cache") == "sps_jax.inference" and unit("sps_jax.masks") == "sps_jax.masks"
+
+
+def test_a_module_loaded_by_name_counts_as_imported(tmp_path):
+    source = tmp_path / "lazy.py"
+    source.write_text('def f():\n    return cli.load("sps_jax.runs")\n')  # how commands defer jax
+    assert imported_modules("sps_jax.lazy", source, module_files()) == {"sps_jax.runs"}
 
 
 def test_every_module_imports():

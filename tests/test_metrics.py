@@ -4,6 +4,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # the test extra installs it
 
 from sps_jax import metrics
+from sps_jax.analysis import figures
 from sps_jax.cli import UserError
 from tests.helpers import not_one_path
 
@@ -30,7 +31,7 @@ def test_plot_curves_draws_the_records_of_each_run(tmp_path):
         writer.write({"step": step, "tokens_seen": 10 * step, "loss": 5.0 - step})
     writer.write({"step": 4, "tokens_seen": 40, "val_loss": 1.5})
     writer.close()
-    fig = metrics.plot_curves({"run": str(tmp_path)})
+    fig = figures.training_curves({"run": str(tmp_path)})
     train_ax, val_ax = fig.axes
     (train_line,), (val_line,) = train_ax.lines, val_ax.lines
     assert train_line.get_xdata().tolist() == [10, 20, 30, 40] and train_line.get_ydata().tolist() == [4, 3, 2, 1]
@@ -67,7 +68,7 @@ def test_plot_curves_never_writes_over_a_runs_own_files(tmp_path, name):
     (tmp_path / "config.json").write_text("{}")
     before = (tmp_path / name).read_bytes() if (tmp_path / name).exists() else None
     with pytest.raises(UserError, match="own files"):
-        metrics.plot_curves({"run": str(tmp_path)}, str(tmp_path / name))
+        figures.training_curves({"run": str(tmp_path)}, str(tmp_path / name))
     assert ((tmp_path / name).read_bytes() if (tmp_path / name).exists() else None) == before
 
 
@@ -76,16 +77,16 @@ def test_plot_against_a_field_the_records_lack_is_one_sentence(tmp_path):
     writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
     writer.close()
     with pytest.raises(UserError, match="have no 'wall_s' at step 1"):
-        metrics.plot_curves({"run": str(tmp_path)}, x="wall_s")
-    assert metrics.plot_curves({"run": str(tmp_path)}, x="step").axes[0].lines[0].get_xdata().tolist() == [1]
+        figures.training_curves({"run": str(tmp_path)}, x="wall_s")
+    assert figures.training_curves({"run": str(tmp_path)}, x="step").axes[0].lines[0].get_xdata().tolist() == [1]
 
 
 @pytest.mark.parametrize("call, name, kind", [
     (lambda tmp: metrics.read([str(tmp), str(tmp)]), "workdir", "list"),
-    (lambda tmp: metrics.plot_curves({"run": str(tmp)}, [str(tmp / "a.png"), str(tmp / "b.png")]), "out_png", "list"),
-    (lambda tmp: metrics.plot_curves({"run": str(tmp)}, 5), "out_png", "int"),
+    (lambda tmp: figures.training_curves({"run": str(tmp)}, [str(tmp / "a.png"), str(tmp / "b.png")]), "out_png", "list"),
+    (lambda tmp: figures.training_curves({"run": str(tmp)}, 5), "out_png", "int"),
     # The run's own entry is named, not a "workdir" argument the caller never passed.
-    (lambda tmp: metrics.plot_curves({"run": None}, str(tmp / "c.png")), "runs['run']", "NoneType"),
+    (lambda tmp: figures.training_curves({"run": None}, str(tmp / "c.png")), "runs['run']", "NoneType"),
 ])
 def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, call, name, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
@@ -99,7 +100,7 @@ def test_plot_curves_writes_its_figure_to_a_pathlib_path(tmp_path):
     writer = metrics.Writer(str(tmp_path / "run"), tensorboard=False)
     writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
     writer.close()
-    metrics.plot_curves({"run": tmp_path / "run"}, tmp_path / "curves.png")
+    figures.training_curves({"run": tmp_path / "run"}, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

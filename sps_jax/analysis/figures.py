@@ -156,6 +156,23 @@ def curves(run_folders, out: str) -> dict:
     return data
 
 
+def training_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
+    """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by
+    side, as training draws each run's loss.png; returns the figure (and writes it to ``out_png`` when given,
+    never over a run's own files)."""
+    if not hasattr(runs, "items"):
+        raise TypeError(f"runs must be a dict of {{label: run folder}}, not a {type(runs).__name__}: pass e.g. "
+                        "{os.path.basename(path): path for path in paths}.")
+    if out_png is not None:
+        out_png = files.path_text(out_png, "out_png")
+    if out_png:  # a run's config.json or loss.png is training's to write
+        cli.load("sps_jax.runs").refuse_run_files(out_png, "the figure")
+    fig = metrics.draw_curves(runs, x, headless=bool(out_png))
+    if out_png:
+        save_figure(fig, out_png, dpi=120)
+    return fig
+
+
 def _label_short_log_axis(ax, values) -> None:
     """Label a log x axis whose values hold fewer than two powers of ten at 1, 2, 5 (or more) times them: the
     decades alone left such an axis one label or none (the README's tiny run: 1e5 to 3e5 tokens)."""
