@@ -26,6 +26,8 @@ from sps_jax.cli import UserError
 # The shipped configs/ folder sits beside the package in a source checkout (the README's editable install).
 _SHIPPED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
+VAL_BATCH = 8  # validation windows per forward pass, in training and in evaluate
+
 # The paper's context T in input tokens, at every scale (also the benchmarks' default shape).
 PAPER_SEQ_LEN = 4096
 # (layers, d_model, heads) per scale; d_ff = 3 d and head_dim = d_model / heads = 64 everywhere.
@@ -108,7 +110,7 @@ def data_config(folder: str = "data/fineweb-edu"):
     # Fixed validation windows of seq_len+1 tokens (the first ones of val.bin). The authors score 10M tokens
     # rounded up to whole batches of 96 x 4096: 26 x 96 windows, 10.2M tokens at the paper's T.
     d.val_windows = 2496
-    d.val_batch = 8                # sequences per validation forward pass
+    d.val_batch = VAL_BATCH        # sequences per validation forward pass
     d.prefetch = 2                 # batches prepared ahead by a background thread
     return d
 

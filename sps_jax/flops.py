@@ -39,11 +39,6 @@ def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     return total / seq_len
 
 
-def matmul_params_per_slot(num_layers: int, d_model: int, d_ff: int) -> int:
-    """Weights each slot multiplies by in the blocks: qkv and output projections, SwiGLU gate/up/down."""
-    return num_layers * (4 * d_model * d_model + 3 * d_model * d_ff)
-
-
 def forward_flops_per_token(cfg) -> float:
     """Forward model FLOPs per input token of a ``sps_jax.model.ModelConfig``."""
     if not hasattr(cfg, "visibility"):  # a config section: this module does not build models
@@ -51,7 +46,7 @@ def forward_flops_per_token(cfg) -> float:
                         "ModelConfig.from_config(config.model).")
     vis = cfg.visibility
     d = cfg.d_model
-    matmul = 2 * matmul_params_per_slot(cfg.num_layers, d, cfg.d_ff) * vis.num_streams
+    matmul = 2 * cfg.block_matrix_params * vis.num_streams
     attention = 4 * d * cfg.num_layers * visible_keys_per_position(vis, cfg.seq_len)
     head = 2 * d * cfg.vocab_size
     return float(matmul + attention + head)

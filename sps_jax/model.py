@@ -161,12 +161,19 @@ class ModelConfig:
         return _DTYPES[self.residual_dtype or self.dtype]
 
     @property
-    def num_params(self) -> int:
-        """The parameter count from the sizes alone, tied embedding once: the embedding, per block
-        the q/k/v/output projections, SwiGLU's three matrices and two norms, then the final norm.
-        Arithmetic, so a config of any size is sized before anything is traced."""
+    def block_matrix_params(self) -> int:
+        """The blocks' matrix weights, which every slot multiplies by: per block the q/k/v/output
+        projections and SwiGLU's three matrices."""
         d = self.d_model
-        return self.vocab_size * d + self.num_layers * (4 * d * d + 3 * d * self.d_ff + 2 * d) + d
+        return self.num_layers * (4 * d * d + 3 * d * self.d_ff)
+
+    @property
+    def num_params(self) -> int:
+        """The parameter count from the sizes alone, tied embedding once: the embedding, the blocks'
+        matrices and two norms per block, then the final norm. Arithmetic, so a config of any size is
+        sized before anything is traced."""
+        d = self.d_model
+        return self.vocab_size * d + self.block_matrix_params + (2 * self.num_layers + 1) * d
 
     @property
     def param_bytes(self) -> int:
@@ -180,7 +187,7 @@ class ModelConfig:
         d = self.d_model
         stored, compute = np.dtype(_DTYPES[self.param_dtype]).itemsize, np.dtype(self.compute_dtype).itemsize
         embed = self.vocab_size * d * (compute if self.carry_dtype == self.compute_dtype else stored)
-        return (embed + self.num_layers * (4 * d * d + 3 * d * self.d_ff) * compute
+        return (embed + self.block_matrix_params * compute
                 + (2 * self.num_layers + 1) * d * stored)
 
     def layer_input_bytes(self, rows: int) -> int:

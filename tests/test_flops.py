@@ -24,7 +24,7 @@ def test_flops_formula_for_standard():
     assert flops.forward_flops_per_token(cfg) == pytest.approx(expected)
     # Standard's matmul FLOPs are the usual 2 x (non-embedding params) per token.
     blocks = sps_model.count_params(sps_model.Transformer(cfg)) - cfg.vocab_size * d
-    assert flops.matmul_params_per_slot(L, d, cfg.d_ff) == blocks - (2 * L + 1) * d  # minus norm scales
+    assert cfg.block_matrix_params == blocks - (2 * L + 1) * d  # minus norm scales
     assert flops.mfu(cfg, 1e6, num_devices=2, peak_flops=1e12) == pytest.approx(3 * expected * 1e6 / 2e12)
 
 

@@ -574,6 +574,16 @@ def build_parser():
                    help="the figure (.png), with its data next to it as .json")
     for p in (c, w, a, e, d):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
+    # Per command: its inputs (checked with --out before any work) and the figure it draws.
+    c.set_defaults(inputs=lambda args: (args.runs, "run folder"), draw=lambda args: curves(args.runs, args.out))
+    w.set_defaults(inputs=lambda args: (args.sources, "source"),
+                   draw=lambda args: window_ablation(args.sources, args.out))
+    a.set_defaults(inputs=lambda args: (args.evaluations, "evaluation JSON"),
+                   draw=lambda args: accuracy_gain(args.evaluations, args.out, args.baseline))
+    e.set_defaults(inputs=lambda args: (args.sources, "source"),
+                   draw=lambda args: seed_variance(args.sources, args.out, args.reference, args.margin))
+    d.set_defaults(inputs=lambda args: ([args.baseline, args.method], "run folder"),
+                   draw=lambda args: pre_decay(args.baseline, args.method, args.out))
     return parser
 
 
@@ -583,13 +593,7 @@ def main(argv=None):
     runs = cli.load("sps_jax.runs")
 
     plotting.require()
-    if args.command == "pre-decay":  # two named positionals, one role each
-        inputs = ([args.baseline, args.method], "run folder")
-    else:
-        name, what = {"curves": ("runs", "run folder"), "window-ablation": ("sources", "source"),
-                      "accuracy-gain": ("evaluations", "evaluation JSON"), "seeds": ("sources", "source")}[args.command]
-        inputs = (getattr(args, name), what)
-    check_out(args.out, *inputs, args.command, args.force, "--out")
+    check_out(args.out, *args.inputs(args), args.command, args.force, "--out")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)
@@ -597,16 +601,7 @@ def main(argv=None):
                 raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
                                  "evaluated on validation data (train.eval_every).")
     with files.results(args.force):  # the figure and its .json together
-        if args.command == "curves":
-            curves(args.runs, args.out)
-        elif args.command == "window-ablation":
-            window_ablation(args.sources, args.out)
-        elif args.command == "pre-decay":
-            pre_decay(args.baseline, args.method, args.out)
-        elif args.command == "seeds":
-            seed_variance(args.sources, args.out, args.reference, args.margin)
-        else:
-            accuracy_gain(args.evaluations, args.out, args.baseline)
+        args.draw(args)
     print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")
     return 0
 

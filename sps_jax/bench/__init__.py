@@ -8,6 +8,18 @@ import os
 from sps_jax import cli, files
 
 
+# The paper's inference workload (section 4): rows, prompt tokens per row, new tokens per row.
+GENERATION_WORKLOAD = {"batch": 16, "prefill": 1024, "decode": 3072}
+
+
+def add_workload_flags(parser, prefix: str = "") -> None:
+    """--batch, --prefill and --decode: the generation workload, the paper's by default."""
+    for flag, what in (("batch", "prompts (rows) per batch"), ("prefill", "prompt tokens per row"),
+                       ("decode", "new tokens per row (one decode step each)")):
+        parser.add_argument(f"--{flag}", type=cli.positive_int, default=GENERATION_WORKLOAD[flag],
+                            help=f"{prefix}{what}")
+
+
 def add_json_flag(parser) -> None:
     """The one JSON output flag of the bench commands (and ``--force`` to replace an existing file);
     :func:`check_json` checks it once the arguments are parsed."""

@@ -68,9 +68,7 @@ def parse_args(argv):
                         "kernels through jax-triton)")
     p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes (TPU targets skip float16)")
-    p.add_argument("--batch", type=cli.positive_int, default=16, help="generation: rows")
-    p.add_argument("--prefill", type=cli.positive_int, default=1024, help="generation: prompt tokens per row")
-    p.add_argument("--decode", type=cli.positive_int, default=3072, help="generation: new tokens per row")
+    bench.add_workload_flags(p, "generation: ")
     p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=[0, 32],
                    help="generation: comma-separated prefill chunks, positions per chunk (0: one pass)")
     bench.add_json_flag(p)

@@ -41,9 +41,7 @@ def _parse(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/paper.py:s,sps,64",
                         help="model shapes (and the window of windowed variants)")
-    parser.add_argument("--batch", type=cli.positive_int, default=16, help="prompts (rows) per batch")
-    parser.add_argument("--prefill", type=cli.positive_int, default=1024, help="prompt tokens per row")
-    parser.add_argument("--decode", type=cli.positive_int, default=3072, help="decode steps (one forward each)")
+    bench.add_workload_flags(parser)
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"),
                         default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")

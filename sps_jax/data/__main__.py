@@ -22,7 +22,7 @@ _SOURCE_PATH = cli.input_path("source", cli.FILE_OR_FOLDER,
 
 def source(text: str) -> str:
     """argparse type of --source: 'builtin' and hf:NAME pass, a path is held to the rule of every input path."""
-    return text if text == "builtin" or text.startswith("hf:") else _SOURCE_PATH(text)
+    return _SOURCE_PATH(text) if corpus.is_local(text) else text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,44 +46,59 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes that are not UTF-8 in text/JSONL sources: stop (strict, default) or replace with U+FFFD")
     p.add_argument("--force", action="store_true",
                    help="rebuild even if the output is up to date, or replace a folder prepared with other settings")
+    p.set_defaults(run=_prepare)
     v = sub.add_parser("verify", help="check a prepared folder's sizes, ids and checksums")
     v.add_argument("dir", type=token_folder.argument, help="a folder written by prepare")
+    v.set_defaults(run=_verify)
     t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
     t.add_argument("--out", type=cli.output_path, default=None,
                    help=f"where to store it (default {tokenizer.default_ranks_path()})")
+    t.set_defaults(run=_provision_tokenizer)
     e = sub.add_parser("encode", help="print the GPT-2 ids of a text")
     e.add_argument("text", help="the text to encode")
+    e.set_defaults(run=_encode)
     return parser
+
+
+# prepare and loader are imported where they are used: they load jax (through grain and sps_jax.runs), a second
+# and the CUDA plugin's warnings that --help, --version, an argument error and encode do without.
+
+
+def _prepare(args) -> None:
+    from sps_jax.data import prepare
+    prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
+                    hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
+                    force=args.force, errors=args.errors)
+
+
+def _verify(args) -> None:
+    from sps_jax.data import loader
+    for split, tokens in loader.verify(args.dir, vocab.VOCAB_SIZE).items():
+        print(f"{split}: {tokens:,} tokens ok")
+
+
+def _provision_tokenizer(args) -> None:
+    if args.out is not None and not args.out.strip():  # provision() would take it for the default
+        raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
+                            f"{tokenizer.default_ranks_path()}.")
+    if args.out is not None:  # before the download
+        if os.path.basename(args.out) in ("", ".", ".."):  # dir/: found only when the download was written
+            raise cli.UserError(f"--out {args.out} names a folder, not a file: name a file, for example "
+                                f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
+        files.check_parent(args.out, "--out")
+        token_folder.refuse_inside_tokens(args.out, "--out")
+        cli.load("sps_jax.runs").refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
+    tokenizer.provision(args.out)
+
+
+def _encode(args) -> None:
+    print(tokenizer.encode(tokenizer.check_text(args.text, "the text")))
 
 
 @cli.main
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    # prepare and loader are imported where they are used: they load jax (through grain and sps_jax.runs), a
-    # second and the CUDA plugin's warnings that --help, --version, an argument error and encode do without.
-    if args.command == "prepare":
-        from sps_jax.data import prepare
-        prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
-                        hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
-                        force=args.force, errors=args.errors)
-    elif args.command == "verify":
-        from sps_jax.data import loader
-        for split, tokens in loader.verify(args.dir, vocab.VOCAB_SIZE).items():
-            print(f"{split}: {tokens:,} tokens ok")
-    elif args.command == "provision-tokenizer":
-        if args.out is not None and not args.out.strip():  # provision() would take it for the default
-            raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
-                                f"{tokenizer.default_ranks_path()}.")
-        if args.out is not None:  # before the download
-            if os.path.basename(args.out) in ("", ".", ".."):  # dir/: found only when the download was written
-                raise cli.UserError(f"--out {args.out} names a folder, not a file: name a file, for example "
-                                    f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
-            files.check_parent(args.out, "--out")
-            token_folder.refuse_inside_tokens(args.out, "--out")
-            cli.load("sps_jax.runs").refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
-        tokenizer.provision(args.out)
-    else:
-        print(tokenizer.encode(tokenizer.check_text(args.text, "the text")))
+    args.run(args)
     return 0
 
 

@@ -32,6 +32,8 @@ PARQUET_SUFFIXES = (".parquet",)
 # Archives a plain-text reader would tokenise as bytes (with --errors replace) instead of their text.
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
 ERRORS = ("strict", "replace")
+BUILTIN = "builtin"  # the source that is the embedded corpus
+HF_PREFIX = "hf:"  # a source that names a Hugging Face dataset: hf:NAME[:CONFIG]
 # The record field that holds a document's text, and the split of a hf: source, when none is given.
 DEFAULT_TEXT_FIELD = "text"
 DEFAULT_HF_SPLIT = "train"
@@ -99,10 +101,19 @@ def _files(path: str) -> list[str]:
     return out
 
 
+def is_hub(source: str) -> bool:
+    return source.startswith(HF_PREFIX)
+
+
+def is_local(source: str) -> bool:
+    """Whether ``source`` is a file or folder (and not the embedded corpus or a hub dataset)."""
+    return source != BUILTIN and not is_hub(source)
+
+
 def fingerprint(source: str) -> dict[str, list[int]] | None:
     """{file: [size, modified time in ns]} of a local source's files (a stat each, nothing read), or None for
     'builtin' and the hub: what tells prepare that a folder's tokens came from the files as they are now."""
-    if source == "builtin" or source.startswith("hf:"):
+    if not is_local(source):
         return None
     prints = {}
     for path in _files(source):
@@ -202,13 +213,14 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
 
 def check_source(source: str) -> None:
     """Fail fast, before any work, on a source that cannot be read."""
-    if source == "builtin":
+    if source == BUILTIN:
         return
-    if source.startswith("hf:"):
-        if not source[3:].partition(":")[0].strip():
+    if is_hub(source):
+        name = source[len(HF_PREFIX):].partition(":")[0]
+        if not name.strip():
             raise UserError(f"source {source!r} names no dataset: pass hf:NAME[:CONFIG], for example "
                             "hf:HuggingFaceFW/fineweb-edu:sample-10BT.")
-        _check_hub(source[3:].partition(":")[0])
+        _check_hub(name)
         return
     if files.leads_nowhere(source):
         raise UserError(f"source {source!r} {LEADS_NOWHERE}: pass the file or folder itself.")
@@ -240,7 +252,7 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
                   errors: str = "strict") -> None:
     """Refuse a --text-field, --hf-split (None: not given) or --errors other than strict that ``source`` would
     never read, instead of ignoring it: the user meant another source, or the flag for one."""
-    local = source != "builtin" and not source.startswith("hf:")
+    local = is_local(source)
     # The kinds of file the source holds (a single file of any other suffix is read as text), walked once and only
     # for a flag that depends on them.
     kinds = (({_kind(source) or "text"} if os.path.isfile(source) else {_kind(p) for p in _files(source)})
@@ -248,10 +260,10 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
     if errors != "strict" and not kinds & {"text", "jsonl"}:
         raise UserError(f"--errors {errors} reads the bad bytes of text and JSONL files, and source {source!r} holds "
                         "none: drop --errors.")
-    if hf_split is not None and not source.startswith("hf:"):
+    if hf_split is not None and not is_hub(source):
         raise UserError(f"--hf-split {hf_split} picks a split of a hf:NAME source, and source {source!r} is not one: "
                         "drop --hf-split, or pass the dataset as hf:NAME[:CONFIG].")
-    if text_field is not None and not source.startswith("hf:") and not kinds & {"jsonl", "parquet"}:
+    if text_field is not None and not is_hub(source) and not kinds & {"jsonl", "parquet"}:
         raise UserError(f"--text-field {text_field} names a field of JSONL, Parquet or hf: records, and source "
                         f"{source!r} holds plain text only: drop --text-field.")
 
@@ -262,11 +274,11 @@ def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str =
     check_source(source)
     if errors not in ERRORS:
         raise UserError(f"errors={errors!r}{did_you_mean(errors, ERRORS)} must be one of {', '.join(ERRORS)}.")
-    if source == "builtin":
+    if source == BUILTIN:
         yield from builtin_documents()
         return
-    if source.startswith("hf:"):
-        yield from _huggingface(source[3:], text_field, hf_split)
+    if is_hub(source):
+        yield from _huggingface(source[len(HF_PREFIX):], text_field, hf_split)
         return
     for path in _files(source):
         kind = _kind(path)

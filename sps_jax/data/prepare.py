@@ -125,8 +125,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     source, out = files.path_text(source, "source"), files.path_text(out, "out")  # the manifest records text
     _check_limits(val_fraction, max_documents, max_tokens)
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
-    local = source != "builtin" and not source.startswith("hf:")
-    runs.output_folder(out, flag, inputs=[("source", source if local else None)])
+    runs.output_folder(out, flag, inputs=[("source", source if corpus.is_local(source) else None)])
     corpus.check_source(source)
     corpus.check_options(source, text_field, hf_split, errors)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
@@ -243,7 +242,7 @@ def ensure_builtin(out: str, log=print) -> dict:
         if not waiting:
             log(f"preparing the built-in corpus into {out} (once; a few seconds) ...")
         try:
-            return prepare("builtin", out, log=log, flag="data.dir")  # training's name for the folder
+            return prepare(corpus.BUILTIN, out, log=log, flag="data.dir")  # training's name for the folder
         except files.FolderBusy:
             if not waiting:
                 log(f"another command is preparing {out}: waiting for it ...")

@@ -23,6 +23,7 @@ import time
 from sps_jax import cli, config as sps_config, files, names, token_folder
 from sps_jax.data import tokenizer as gpt2_tokenizer
 from sps_jax.evaluation import paper_tasks, results_table
+from sps_jax.inference import batching
 
 # sps_jax.runs, sps_jax.checkpoint, the token folders' loader and val_nll load jax, which --help and a refused
 # argument need not wait for: the functions that use them import them.
@@ -194,13 +195,11 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     return out["results"], names
 
 
-VAL_BATCH_SIZE = 8  # validation windows per forward pass
-BATCH_SIZE = 16  # lm-eval requests per forward pass
 
 
 def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: str | None = None,
-                        val_tokens: int | None = None, val_batch_size: int = VAL_BATCH_SIZE, task_data=None,
-                        include_path=None, limit=None, batch_size: int = BATCH_SIZE, tokenizer=None,
+                        val_tokens: int | None = None, val_batch_size: int = sps_config.VAL_BATCH, task_data=None,
+                        include_path=None, limit=None, batch_size: int = batching.MAX_BATCH, tokenizer=None,
                         tokenizer_path: str | None = None, include_defaults: bool = True) -> dict:
     """The results-JSON dict for one checkpoint (fields absent when not evaluated)."""
     from sps_jax import runs
@@ -356,11 +355,11 @@ def _parser() -> cli.ArgumentParser:
     p.add_argument("--val-tokens", type=cli.positive_int, default=None,
                    help="score only the first N validation tokens")
     p.add_argument("--val-batch-size", type=cli.positive_int, default=None,
-                   help=f"validation windows per forward pass (default: {VAL_BATCH_SIZE})")
+                   help=f"validation windows per forward pass (default: {sps_config.VAL_BATCH})")
     p.add_argument("--limit", type=cli.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
     p.add_argument("--batch-size", type=cli.positive_int, default=None,
-                   help=f"lm-eval requests per forward pass (default: {BATCH_SIZE})")
+                   help=f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
     p.add_argument("--tokenizer", type=cli.input_path("tokenizer file", cli.FILE, TOKENIZER_HINT), default=None,
                    help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", type=cli.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
@@ -440,8 +439,8 @@ def main_evaluate(argv) -> int:
     for step in steps:
         try:
             result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens,
-                                         args.val_batch_size or VAL_BATCH_SIZE, task_data, args.include_path,
-                                         args.limit, args.batch_size or BATCH_SIZE,
+                                         args.val_batch_size or sps_config.VAL_BATCH, task_data, args.include_path,
+                                         args.limit, args.batch_size or batching.MAX_BATCH,
                                          tokenizer_path=args.tokenizer)
         except FileNotFoundError:  # checkpoint.CheckpointGone included
             if not args.all_steps or step in checkpoint.steps(workdir):

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from sps_jax import model as sps_model
 from sps_jax import runs, vocab
-from sps_jax.inference import decoding, scoring
+from sps_jax.inference import batching, decoding, scoring
 from sps_jax.data import tokenizer as sps_tokenizer
 
 DEFAULT_MAX_GEN_TOKS = 256
@@ -69,10 +69,10 @@ class SPSLM(TemplateLM):
     """
 
     def __init__(self, workdir: str | None = None, checkpoint: str | None = None, step: Any = None,
-                 batch_size: Any = 16, max_gen_toks: Any = DEFAULT_MAX_GEN_TOKS, tokenizer_path: str | None = None,
+                 batch_size: Any = batching.MAX_BATCH, max_gen_toks: Any = DEFAULT_MAX_GEN_TOKS, tokenizer_path: str | None = None,
                  scorer: scoring.Scorer | None = None, tokenizer=None, device=None, max_batch_size=None):
         super().__init__()
-        batch = _int_or(batch_size, 16)
+        batch = _int_or(batch_size, batching.MAX_BATCH)
         self.tok = tokenizer or GPT2Text(tokenizer_path)
         if scorer is None:
             path = checkpoint or workdir

@@ -16,7 +16,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import model as sps_model
+from sps_jax import config as sps_config, model as sps_model
 
 
 def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:
@@ -45,7 +45,7 @@ def _loss_sums(cfg: sps_model.ModelConfig):
     return jax.jit(lambda params, tokens_BL: sps_model.loss_sums(net, params, tokens_BL))
 
 
-def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = 8,
+def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = sps_config.VAL_BATCH,
                    max_tokens: int | None = None, log_every_s: float = 10.0) -> dict:
     """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
     cfg = net.cfg

@@ -13,6 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
+MAX_BATCH = 16  # rows per forward pass when scoring or generating, unless the caller says otherwise
+MIN_LEN = 16  # the smallest padded length: shorter requests share one compiled shape
+
 
 def bucket(n: int, cap: int | None = None, floor: int = 1, sizes_per_octave: int = 1) -> int:
     """The smallest bucket size >= max(n, floor), at most ``cap``.

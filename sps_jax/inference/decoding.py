@@ -22,6 +22,7 @@ import numpy as np
 from sps_jax import cli, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
+from sps_jax.inference import batching
 from sps_jax.inference.batching import bucket, left_pad, token_ids
 from sps_jax.inference.sampling import Sampling, sample_logits
 
@@ -299,8 +300,8 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                             buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
 
 
-def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, max_batch: int = 16,
-                      min_len: int = 16, sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, max_batch: int = batching.MAX_BATCH,
+                      min_len: int = batching.MIN_LEN, sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
                       progress: Optional[Callable[[int], None]] = None) -> list[list[int]]:
     """Like :func:`generate` for any number of prompts of mixed lengths, with a bounded set of compiled shapes.
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sps_jax import model as sps_model
+from sps_jax.inference import batching
 from sps_jax.inference.batching import bucket, left_pad, token_ids
 
 
@@ -42,7 +43,7 @@ class Scorer:
     tokens x 50304 ids is 3.3 GB); ``min_len`` is the smallest length bucket.
     """
 
-    def __init__(self, net: sps_model.Transformer, params, max_batch: int = 16, min_len: int = 16,
+    def __init__(self, net: sps_model.Transformer, params, max_batch: int = batching.MAX_BATCH, min_len: int = batching.MIN_LEN,
                  max_batch_tokens: int = 16384):
         self.net = net
         self.cfg = net.cfg
