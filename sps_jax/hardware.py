@@ -1,7 +1,7 @@
 """Accelerator facts in one place: peak FLOP/s, memory, and the descriptions deviceless compiles use.
 
 Every figure is a published spec (vendor datasheets, the CUDA programming guide's
-compute-capability table, Cloud TPU system-architecture pages). ``peak_flops``
+compute-capability table, Cloud TPU system-architecture pages). ``peak_flops_per_s``
 is dense bf16 (no sparsity): the MFU denominator (docs/design.md section 7).
 A GPU entry also carries what XLA needs to compile for the card without one:
 the fields of an XLA ``GpuTargetConfigProto`` (:func:`gpu_target_config`). A TPU
@@ -23,14 +23,15 @@ class Accelerator:
     name: str                 # the --target name of `bench compile`
     device_kind: str          # what jax reports as device.device_kind (a prefix match)
     platform: str             # "gpu" or "tpu"
-    peak_flops: float         # dense bf16 FLOP/s per device
+    peak_flops_per_s: float   # dense bf16, per device
     memory_bytes: int         # HBM per device
     # GPU only: the card as XLA's GpuDeviceInfoProto sees it.
     compute_capability: Optional[tuple[int, int]] = None
     sm_count: int = 0
     l2_bytes: int = 0
-    memory_bandwidth: float = 0.0   # bytes/s
+    memory_bytes_per_s: float = 0.0
     clock_ghz: float = 0.0
+    # Bytes, under the names of XLA's proto fields they fill.
     shared_memory_per_block_optin: int = 232448   # 227 KiB, Hopper and Blackwell
     shared_memory_per_sm: int = 233472            # 228 KiB
     # TPU only: the abstract topology, e.g. "v5e:2x2" (libtpu needs at least a 2x2 slice on some versions).
@@ -56,19 +57,19 @@ ACCELERATORS = {
     a.name: a for a in (
         # H100 SXM5 80GB: 132 SMs, 50 MiB L2, 3.35 TB/s HBM3, 989 TFLOP/s dense bf16.
         Accelerator("h100", "NVIDIA H100", "gpu", 989e12, 80 * GiB, compute_capability=(9, 0), sm_count=132,
-                    l2_bytes=50 * 2 ** 20, memory_bandwidth=3.35e12, clock_ghz=1.98),
+                    l2_bytes=50 * 2 ** 20, memory_bytes_per_s=3.35e12, clock_ghz=1.98),
         # H100 PCIe 80GB: 114 SMs, 2 TB/s, 756 TFLOP/s dense bf16.
         Accelerator("h100-pcie", "NVIDIA H100 PCIe", "gpu", 756e12, 80 * GiB, compute_capability=(9, 0), sm_count=114,
-                    l2_bytes=50 * 2 ** 20, memory_bandwidth=2.0e12, clock_ghz=1.755),
+                    l2_bytes=50 * 2 ** 20, memory_bytes_per_s=2.0e12, clock_ghz=1.755),
         # H200 SXM 141GB: the H100's chip with 141 GB HBM3e at 4.8 TB/s.
         Accelerator("h200", "NVIDIA H200", "gpu", 989e12, 141 * 10 ** 9, compute_capability=(9, 0), sm_count=132,
-                    l2_bytes=50 * 2 ** 20, memory_bandwidth=4.8e12, clock_ghz=1.98),
+                    l2_bytes=50 * 2 ** 20, memory_bytes_per_s=4.8e12, clock_ghz=1.98),
         # B200 (HGX): 148 SMs, 126 MiB L2, 180 GB HBM3e at 8 TB/s, 2.25 PFLOP/s dense bf16.
         Accelerator("b200", "NVIDIA B200", "gpu", 2.25e15, 180 * 10 ** 9, compute_capability=(10, 0), sm_count=148,
-                    l2_bytes=126 * 2 ** 20, memory_bandwidth=8.0e12, clock_ghz=1.965),
+                    l2_bytes=126 * 2 ** 20, memory_bytes_per_s=8.0e12, clock_ghz=1.965),
         # A100 SXM4 80GB: 108 SMs, 164 KiB opt-in shared memory per block.
         Accelerator("a100", "NVIDIA A100", "gpu", 312e12, 80 * GiB, compute_capability=(8, 0), sm_count=108,
-                    l2_bytes=40 * 2 ** 20, memory_bandwidth=2.04e12, clock_ghz=1.41,
+                    l2_bytes=40 * 2 ** 20, memory_bytes_per_s=2.04e12, clock_ghz=1.41,
                     shared_memory_per_block_optin=166912, shared_memory_per_sm=167936),
         # Cloud TPU v5e: 197 TFLOP/s bf16, 16 GiB HBM per chip.
         Accelerator("tpu-v5e", "TPU v5 lite", "tpu", 197e12, 16 * GiB, tpu_topology="v5e:2x2"),
@@ -113,7 +114,7 @@ def local_memory() -> tuple[int, str]:
 def peak_flops(device_kind: str) -> Optional[float]:
     """Dense bf16 peak of a device kind; None where it is unknown (MFU is then not reported)."""
     acc = find(device_kind)
-    return None if acc is None else acc.peak_flops
+    return None if acc is None else acc.peak_flops_per_s
 
 
 def gpu_target_config(acc: Accelerator) -> str:
@@ -144,7 +145,7 @@ def gpu_target_config(acc: Accelerator) -> str:
         "  block_dim_limit_z: 65535",
         f"  l2_cache_size: {acc.l2_bytes}",
         f"  device_memory_size: {acc.memory_bytes}",
-        f"  memory_bandwidth: {int(acc.memory_bandwidth)}",
+        f"  memory_bandwidth: {int(acc.memory_bytes_per_s)}",
         f"  clock_rate_ghz: {acc.clock_ghz}",
         "}",
         'platform_name: "CUDA"',

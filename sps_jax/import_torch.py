@@ -142,6 +142,12 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
     return out
 
 
+# The model fields a file of theirs (no stored config) gives through model_args, where it has them.
+_FROM_ARGS = ("window", "predict_id", "eos_id", "pad_id", "norm_eps")
+# The model fields an import sets from the tensors, the flags or model_args, over a stored config's values.
+_SIZES = ("num_layers", "d_model", "d_ff", "vocab_size", "num_heads", "seq_len")
+
+
 def _given(fields: dict, field: str, key: str, flag: str):
     """A positive integer of model_args (``key``, read as ModelConfig ``field``), or None when absent."""
     value = fields.get(field)
@@ -169,15 +175,9 @@ def _stored(text) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(data)
 
 
-# The model fields a file of theirs (no stored config) gives through model_args, where it has them.
-_FROM_ARGS = ("window", "predict_id", "eos_id", "pad_id", "norm_eps")
-
-
 def _flag(field: str) -> str:
     """The flag that replaces model_args' value of ``field``."""
     return "--window N" if field == "window" else f"--config.model.{field}=VALUE"
-# The model fields an import sets from the tensors, the flags or model_args, over a stored config's values.
-_SIZES = ("num_layers", "d_model", "d_ff", "vocab_size", "num_heads", "seq_len")
 
 
 def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),
@@ -244,9 +244,9 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                      f"{dims['D'] // num_heads} wide instead of {dims['D'] // in_file}, so the imported model "
                      "computes other logits than the saved one")
     if heads is None and stored_config is None:
-        heads = max(dims["D"] // 64, 1)
-        notes.append(f"the checkpoint has no model_args['n_head']: using d/64 = {heads} heads (pass --num-heads to "
-                     "set them)")
+        heads = max(dims["D"] // sps_config.PAPER_HEAD_DIM, 1)
+        notes.append(f"the checkpoint has no model_args['n_head']: using d/{sps_config.PAPER_HEAD_DIM} = {heads} heads "
+                     "(pass --num-heads to set them)")
     context = seq_len or _given(fields, "seq_len", "block_size", "--seq-len")
     if context is None and stored_config is None:
         notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "

@@ -28,7 +28,7 @@ def test_unknown_devices_have_no_peak(device_kind):
 
 def test_published_peaks_and_memory():
     acc = hardware.ACCELERATORS
-    assert acc["h100"].peak_flops == 989e12 and acc["h100"].memory_bytes == 80 * 2 ** 30
+    assert acc["h100"].peak_flops_per_s == 989e12 and acc["h100"].memory_bytes == 80 * 2 ** 30
     assert acc["b200"].compute_capability == (10, 0) and acc["b200"].sm_arch == "sm_100a"
     assert acc["tpu-v5e"].memory_bytes == 16 * 2 ** 30 and acc["tpu-v6e"].memory_bytes == 32 * 2 ** 30
 

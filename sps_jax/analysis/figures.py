@@ -118,6 +118,16 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
         runs.output_file(path, flag, force, given)
 
 
+def _finish(fig, out: str, data: dict) -> dict:
+    """Write the figure to ``out`` and ``data`` (its plotted numbers, with the figure's path) beside it as
+    .json; returns that dict."""
+    save_figure(fig, out)
+    pyplot().close(fig)
+    data = {"figure": out, **data}
+    write_json(os.path.splitext(out)[0] + ".json", data)
+    return data
+
+
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
     from sps_jax import model as sps_model, runs
@@ -149,11 +159,7 @@ def curves(run_folders, out: str) -> dict:
         ax.grid(alpha=0.3, which="both")
     axes[1].legend(fontsize=8)
     fig.suptitle("Validation NLL during training")
-    save_figure(fig, out)
-    plt.close(fig)
-    data = {"figure": out, "flops_convention": __doc__.split("Compute convention: ")[1].strip(), "runs": series}
-    write_json(os.path.splitext(out)[0] + ".json", data)
-    return data
+    return _finish(fig, out, {"flops_convention": __doc__.split("Compute convention: ")[1].strip(), "runs": series})
 
 
 def training_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):
@@ -277,11 +283,7 @@ def window_ablation(sources, out: str) -> dict:
     ax.grid(alpha=0.3)
     if lines:
         ax.legend(fontsize=8)
-    save_figure(fig, out)
-    plt.close(fig)
-    data = {"figure": out, "points": points, "lines": lines}
-    write_json(os.path.splitext(out)[0] + ".json", data)
-    return data
+    return _finish(fig, out, {"points": points, "lines": lines})
 
 
 def accuracy_gains(evaluations, baseline: str = "standard", sources=None) -> list[dict]:
@@ -368,11 +370,7 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     ax.set_title("Zero-shot accuracy gain by scale")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    save_figure(fig, out)
-    plt.close(fig)
-    data = {"figure": out, "baseline": baseline, "gains": rows}
-    write_json(os.path.splitext(out)[0] + ".json", data)
-    return data
+    return _finish(fig, out, {"baseline": baseline, "gains": rows})
 
 
 def seed_variance(sources, out: str, reference: str = "sps", margin: float = seeds.EQUIVALENCE_MARGIN_NATS) -> dict:
@@ -430,12 +428,8 @@ def seed_variance(sources, out: str, reference: str = "sps", margin: float = see
     ax.set_ylabel("final validation NLL (nats)")
     ax.set_title(f"Seeds at scale {scales[0]}: mean and Student-t 95% interval")
     ax.grid(alpha=0.3, axis="y")
-    save_figure(fig, out)
-    plt.close(fig)
-    data = {"figure": out, "scale": scales[0], "confidence": seeds.CONFIDENCE, "methods": methods,
-            "welch_one_sided": welch, "tost": tost}
-    write_json(os.path.splitext(out)[0] + ".json", data)
-    return data
+    return _finish(fig, out, {"scale": scales[0], "confidence": seeds.CONFIDENCE, "methods": methods,
+                              "welch_one_sided": welch, "tost": tost})
 
 
 def pre_decay_curve(run: str) -> dict:
@@ -524,12 +518,8 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
     ax.margins(x=0.15)  # room right of the last star for the labels
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-    save_figure(fig, out)
-    plt.close(fig)
-    data = {"figure": out, "baseline": base, "method": ours, **numbers,
-            "interpolation": "linear in tokens between the two evaluations around a point"}
-    write_json(os.path.splitext(out)[0] + ".json", data)
-    return data
+    return _finish(fig, out, {"baseline": base, "method": ours, **numbers,
+                              "interpolation": "linear in tokens between the two evaluations around a point"})
 
 
 # ----------------------------------------------------------------------------- CLI
