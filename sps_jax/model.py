@@ -258,14 +258,15 @@ def rms_norm(x, scale, eps):
 def apply_rope(x_BTSHK, positions_BT, theta):
     """Rotate interleaved feature pairs (2k, 2k+1) of each head by position (shared by both streams)."""
     K = x_BTSHK.shape[-1]
-    inv_freq = theta ** (-jnp.arange(0, K, 2, dtype=jnp.float32) / K)
-    angle_BTP = positions_BT.astype(jnp.float32)[..., None] * inv_freq
-    cos = jnp.cos(angle_BTP)[:, :, None, None, :]
-    sin = jnp.sin(angle_BTP)[:, :, None, None, :]
-    x = x_BTSHK.astype(jnp.float32)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    out = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
-    return out.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
+    inv_freq_P = theta ** (-jnp.arange(0, K, 2, dtype=jnp.float32) / K)
+    angle_BTP = positions_BT.astype(jnp.float32)[..., None] * inv_freq_P
+    cos_BT11P = jnp.cos(angle_BTP)[:, :, None, None, :]
+    sin_BT11P = jnp.sin(angle_BTP)[:, :, None, None, :]
+    x32_BTSHK = x_BTSHK.astype(jnp.float32)
+    even_BTSHP, odd_BTSHP = x32_BTSHK[..., 0::2], x32_BTSHK[..., 1::2]
+    out_BTSHP2 = jnp.stack([even_BTSHP * cos_BT11P - odd_BTSHP * sin_BT11P,
+                            even_BTSHP * sin_BT11P + odd_BTSHP * cos_BT11P], axis=-1)
+    return out_BTSHP2.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
 
 
 # Probe hooks (sps_jax.analysis.gradient_probe): each parameterised op sows its input as
@@ -307,17 +308,17 @@ class Attention(nn.Module):
         c = self.cfg
         dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
         H, K, D = c.num_heads, c.head_dim, c.d_model
-        w_qkv = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
-        w_out = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
+        w_qkv_D3HK = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
+        w_out_HKD = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
         self.sow("intermediates", "qkv", x_BTSD)
         x_BTSD = x_BTSD.astype(dt)
         if fused or x_BTSD.shape[1] == 1:
             # One product (Block says when); a decode step's single position always takes it: one launch,
             # and the slices below fuse into their consumers.
-            qkv_BTS3HK = jnp.einsum("btsd,dchk->btschk", x_BTSD, w_qkv.astype(dt))
+            qkv_BTS3HK = jnp.einsum("btsd,dchk->btschk", x_BTSD, w_qkv_D3HK.astype(dt))
         else:
             qkv_BTS3HK = jnp.stack(
-                [jnp.einsum("btsd,dhk->btshk", x_BTSD, w_qkv[:, i].astype(dt)) for i in range(3)], axis=3)
+                [jnp.einsum("btsd,dhk->btshk", x_BTSD, w_qkv_D3HK[:, i].astype(dt)) for i in range(3)], axis=3)
         qkv_BTS3HK = _probe(self, "qkv", qkv_BTS3HK)
         q_BTSHK = apply_rope(qkv_BTS3HK[:, :, :, 0], positions_BT, c.rope_theta)
         k_BTSHK = apply_rope(qkv_BTS3HK[:, :, :, 1], positions_BT, c.rope_theta)
@@ -326,11 +327,11 @@ class Attention(nn.Module):
             # Inference (sps_jax.inference.kv_cache): the cache attends over its stored keys and
             # returns itself updated with this call's post-RoPE keys and values.
             o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT)
-            return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)), cache
+            return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out_HKD.astype(dt)), cache
         attend = attention.get_backend(c.attention)
         o_BTSHK = attend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, c.visibility)
         self.sow("intermediates", "out", o_BTSHK)
-        return _probe(self, "out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out.astype(dt)))
+        return _probe(self, "out", jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out_HKD.astype(dt)))
 
 
 class MLP(nn.Module):
@@ -340,21 +341,21 @@ class MLP(nn.Module):
     def __call__(self, x_BTSD, fused=False):
         c = self.cfg
         dt, pdt = c.compute_dtype, _DTYPES[c.param_dtype]
-        w_gate = self.param("gate", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
-        w_up = self.param("up", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
-        w_down = self.param("down", _normal(c.init_std), (c.d_ff, c.d_model), pdt)
-        x = x_BTSD.astype(dt)
-        self.sow("intermediates", "gate", x)
-        self.sow("intermediates", "up", x)
+        w_gate_DU = self.param("gate", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
+        w_up_DU = self.param("up", _normal(c.init_std), (c.d_model, c.d_ff), pdt)
+        w_down_UD = self.param("down", _normal(c.init_std), (c.d_ff, c.d_model), pdt)
+        x_BTSD = x_BTSD.astype(dt)
+        self.sow("intermediates", "gate", x_BTSD)
+        self.sow("intermediates", "up", x_BTSD)
         if fused:
             # The stack runs in the f32 -> compute-dtype cast, which runs anyway.
-            gate_up_BTS2U = jnp.einsum("btsd,dcu->btscu", x, jnp.stack([w_gate, w_up], axis=1).astype(dt))
-            gate, up = gate_up_BTS2U[..., 0, :], gate_up_BTS2U[..., 1, :]
+            gate_up_BTS2U = jnp.einsum("btsd,dcu->btscu", x_BTSD, jnp.stack([w_gate_DU, w_up_DU], axis=1).astype(dt))
+            gate_BTSU, up_BTSU = gate_up_BTS2U[..., 0, :], gate_up_BTS2U[..., 1, :]
         else:
-            gate, up = x @ w_gate.astype(dt), x @ w_up.astype(dt)
-        h = nn.silu(_probe(self, "gate", gate)) * _probe(self, "up", up)
-        self.sow("intermediates", "down", h)
-        return _probe(self, "down", h @ w_down.astype(dt))
+            gate_BTSU, up_BTSU = x_BTSD @ w_gate_DU.astype(dt), x_BTSD @ w_up_DU.astype(dt)
+        h_BTSU = nn.silu(_probe(self, "gate", gate_BTSU)) * _probe(self, "up", up_BTSU)
+        self.sow("intermediates", "down", h_BTSU)
+        return _probe(self, "down", h_BTSU @ w_down_UD.astype(dt))
 
 
 class Block(nn.Module):
@@ -368,11 +369,11 @@ class Block(nn.Module):
         # Attention): remat's recomputed block would hold the stacked products and their gradients at once,
         # and a prefill the stacked buffer until its last slice is read (docs/design.md section 5).
         fused = cache is None and not self.cfg.remat
-        attn = Attention(self.cfg, name="attn")(
+        attn_BTSD = Attention(self.cfg, name="attn")(
             RMSNorm(self.cfg, name="attn_norm")(x_BTSD), positions_BT, doc_ids_BT, cache, fused)
         if cache is not None:
-            attn, cache = attn
-        x_BTSD = x_BTSD + attn
+            attn_BTSD, cache = attn_BTSD
+        x_BTSD = x_BTSD + attn_BTSD
         mlp, norm = MLP(self.cfg, name="mlp"), RMSNorm(self.cfg, name="mlp_norm")
         if cache is not None and x_BTSD.shape[1] > 1:
             # A prompt into the cache (prefill): one stream's MLP at a time, so that one stream's [B, T, d_ff]
@@ -414,12 +415,12 @@ class Transformer(nn.Module):
             positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         if doc_ids_BT is None:
             doc_ids_BT = masks.document_ids(jnp.asarray(tokens_BT), c.eos_id, c.pad_id)
-        embed = self.param("embed", _normal(c.init_std), (c.vocab_size, c.d_model), _DTYPES[c.param_dtype])
-        x_BTD = embed[tokens_BT]
+        embed_VD = self.param("embed", _normal(c.init_std), (c.vocab_size, c.d_model), _DTYPES[c.param_dtype])
+        x_BTD = embed_VD[tokens_BT]
         streams = [x_BTD]
         if c.num_streams == 2:
             # Every predict slot starts from the single <predict> embedding.
-            streams.append(jnp.broadcast_to(embed[c.predict_id], x_BTD.shape))
+            streams.append(jnp.broadcast_to(embed_VD[c.predict_id], x_BTD.shape))
         x_BTSD = jnp.stack(streams, axis=2).astype(c.carry_dtype)
         # Zero-valued unless a "perturbations" collection is passed: its gradient is the
         # per-slot gradient of the loss w.r.t. the layer-0 inputs (tests, probes).
@@ -434,7 +435,7 @@ class Transformer(nn.Module):
                     x_BTSD, positions_BT, doc_ids_BT, cache[layer])
                 new_cache.append(layer_cache)
         h_BTD = RMSNorm(c, name="final_norm")(x_BTSD[:, :, c.logits_stream]).astype(c.compute_dtype)
-        out = h_BTD if return_hidden else unembed(h_BTD, embed)
+        out = h_BTD if return_hidden else unembed(h_BTD, embed_VD)
         return out if cache is None else (out, tuple(new_cache))
 
 

@@ -110,21 +110,22 @@ def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, token
     doc_B = cache.last_doc_B + masks.document_ids(pair_B2, cfg.eos_id, cfg.pad_id)[:, 1]
     pos_B = cache.last_pos_B + 1
     t = cache.length
-    slot_pos = jax.lax.dynamic_update_slice(cache.slot_pos_BT, pos_B[:, None], (0, t))
-    slot_doc = jax.lax.dynamic_update_slice(cache.slot_doc_BT, doc_B[:, None], (0, t))
+    slot_pos_BT = jax.lax.dynamic_update_slice(cache.slot_pos_BT, pos_B[:, None], (0, t))
+    slot_doc_BT = jax.lax.dynamic_update_slice(cache.slot_doc_BT, doc_B[:, None], (0, t))
     # The ring also takes position t before the layers attend: its slot t % R then holds this
     # position's windowed entry, so the ring is one key block (kv_cache.ring_slots).
-    ring_pos, ring_doc = cache.ring_pos_BR, cache.ring_doc_BR
-    R = ring_pos.shape[1]
+    ring_pos_BR, ring_doc_BR = cache.ring_pos_BR, cache.ring_doc_BR
+    R = ring_pos_BR.shape[1]
     if R:
-        ring_pos = jax.lax.dynamic_update_slice_in_dim(ring_pos, pos_B[:, None], t % R, axis=1)
-        ring_doc = jax.lax.dynamic_update_slice_in_dim(ring_doc, doc_B[:, None], t % R, axis=1)
-    cache = cache.replace(slot_pos_BT=slot_pos, slot_doc_BT=slot_doc, ring_pos_BR=ring_pos, ring_doc_BR=ring_doc)
+        ring_pos_BR = jax.lax.dynamic_update_slice_in_dim(ring_pos_BR, pos_B[:, None], t % R, axis=1)
+        ring_doc_BR = jax.lax.dynamic_update_slice_in_dim(ring_doc_BR, doc_B[:, None], t % R, axis=1)
+    cache = cache.replace(slot_pos_BT=slot_pos_BT, slot_doc_BT=slot_doc_BT, ring_pos_BR=ring_pos_BR,
+                          ring_doc_BR=ring_doc_BR)
     h_B1D, layers = sps_model.Transformer(cfg).apply(
         {"params": params}, tokens_B[:, None], pos_B[:, None], doc_B[:, None], return_hidden=True,
         cache=kv_cache.views(cfg, cache, prefill=False))
     logits_BV = sps_model.unembed(h_B1D, params["embed"])[:, 0]
-    cache = kv_cache.Cache(layers, slot_pos, slot_doc, ring_pos, ring_doc, t + 1, tokens_B, pos_B, doc_B)
+    cache = cache.replace(layers=layers, length=t + 1, last_token_B=tokens_B, last_pos_B=pos_B, last_doc_B=doc_B)
     return logits_BV, cache
 
 

@@ -41,20 +41,20 @@ def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
     import jax  # here, not above: generate checks a Sampling's settings before it loads jax
     import jax.numpy as jnp
 
-    logits = logits_BV[:, :num_tokens].astype(jnp.float32)
+    logits_BV = logits_BV[:, :num_tokens].astype(jnp.float32)
     if sampling.temperature == 0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
     # Shifting by the row max first keeps a tiny temperature from overflowing to inf - inf = NaN.
-    logits = (logits - jnp.max(logits, axis=-1, keepdims=True)) / sampling.temperature
+    logits_BV = (logits_BV - jnp.max(logits_BV, axis=-1, keepdims=True)) / sampling.temperature
     if 0 < sampling.top_k < num_tokens:
-        kth_B1 = jax.lax.top_k(logits, sampling.top_k)[0][:, -1:]
-        logits = jnp.where(logits < kth_B1, -jnp.inf, logits)
+        kth_B1 = jax.lax.top_k(logits_BV, sampling.top_k)[0][:, -1:]
+        logits_BV = jnp.where(logits_BV < kth_B1, -jnp.inf, logits_BV)
     if sampling.top_p < 1:
-        sorted_BV = jnp.sort(logits, axis=-1)[:, ::-1]
+        sorted_BV = jnp.sort(logits_BV, axis=-1)[:, ::-1]
         probs_BV = jax.nn.softmax(sorted_BV, axis=-1)
         mass_before_BV = jnp.cumsum(probs_BV, axis=-1) - probs_BV
         # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
         cutoff_B1 = jnp.min(jnp.where(mass_before_BV < sampling.top_p, sorted_BV, jnp.inf), axis=-1,
                             keepdims=True)
-        logits = jnp.where(logits < cutoff_B1, -jnp.inf, logits)
-    return jax.random.categorical(rng, logits, axis=-1).astype(jnp.int32)
+        logits_BV = jnp.where(logits_BV < cutoff_B1, -jnp.inf, logits_BV)
+    return jax.random.categorical(rng, logits_BV, axis=-1).astype(jnp.int32)
