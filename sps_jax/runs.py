@@ -250,6 +250,35 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     """
+    _check_workdir_place(workdir, config)
+    checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
+    if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
+        raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
+    has_checkpoints = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+    if has_checkpoints and not os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
+        # Training writes config.json before its first checkpoint, so it was lost; a resume would take this
+        # config's variant and window, which the weights' shapes cannot tell apart (sps and standard share them).
+        raise UserError(f"--workdir {workdir} holds checkpoints but no {CONFIG_FILE}, so the model and data order "
+                        f"they were trained with are unknown: put back the run's {CONFIG_FILE}, or use a new "
+                        "--workdir.")
+    other, saved = _other_owner(workdir, config)
+    if has_checkpoints and other is None:
+        if checkpoint.weights_only(workdir):
+            raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
+                            f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
+                            "--workdir NEW.")
+        _check_resume(workdir, saved, config)
+    if other and has_checkpoints:
+        raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
+                        "original model settings to resume it.")
+    if other and not force:
+        raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
+                        f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
+                        f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
+
+
+def _check_workdir_place(workdir: str, config) -> None:
+    """Where the folder lies: not in a run's or a token folder's files, not holding a run, and writable."""
     files.check_folder_place(workdir, "--workdir", "pass a new or existing run folder")
     checkpoint.check_writable_path(workdir)
     owned = _run_file(workdir)
@@ -276,59 +305,47 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         if os.path.isdir(folder) and (reason := files.cannot_create(folder)) is not None:
             raise UserError(f"{folder}, where training writes its {what}, is a folder {reason}: make it writable, "
                             "or pass another --workdir.")
-    checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
-    if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
-        raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
-    has_checkpoints = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
-    if has_checkpoints and not os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
-        # Training writes config.json before its first checkpoint, so it was lost; a resume would take this
-        # config's variant and window, which the weights' shapes cannot tell apart (sps and standard share them).
-        raise UserError(f"--workdir {workdir} holds checkpoints but no {CONFIG_FILE}, so the model and data order "
-                        f"they were trained with are unknown: put back the run's {CONFIG_FILE}, or use a new "
-                        "--workdir.")
+
+
+def _other_owner(workdir: str, config):
+    """(what in ``workdir`` belongs to another run, said as a phrase, or None; its config.json where it is this
+    model's run)."""
     records = metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
-    other = None
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         try:
             saved = read_config(workdir)
             check_model_fields(saved, workdir)  # a default filled in could pass for this model, or differ from it
-            changed = model_differences(saved, config)
-            if changed:
-                other = f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})"
         except (ValueError, OSError) as e:
-            other = f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})"
-    elif records:  # (checkpoints without a config.json were refused above)
-        other = f"a {metrics.METRICS_FILE} without {CONFIG_FILE}"
-    elif os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
-        other = f"a {metrics.PLOT_FILE} of no run here"  # a run folder's plot has the run's config beside it
-    elif any(os.listdir(path) if os.path.isdir(path) else os.path.lexists(path)  # an empty tensorboard/ is nothing
-             for path in (os.path.join(workdir, name) for name in NEW_RUN_DROPS)):
+            return f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})", None
+        changed = model_differences(saved, config)
+        if changed:
+            return f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})", None
+        return None, saved
+    if records:  # (checkpoints without a config.json are refused before)
+        return f"a {metrics.METRICS_FILE} without {CONFIG_FILE}", None
+    if os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
+        return f"a {metrics.PLOT_FILE} of no run here", None  # a run folder's plot has the run's config beside it
+    if any(os.listdir(path) if os.path.isdir(path) else os.path.lexists(path)  # an empty tensorboard/ is nothing
+           for path in (os.path.join(workdir, name) for name in NEW_RUN_DROPS)):
         # A new run drops them (trainer): events TensorBoard would show as one run with this one's, and the id of
         # a W&B run this one would have logged into.
-        other = f"{metrics.TENSORBOARD_DIR}/ events or a {tracking.RUN_ID_FILE} of no run here"
-    if has_checkpoints and other is None and checkpoint.weights_only(workdir):
-        raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
-                        f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
-                        "--workdir NEW.")
-    if other and has_checkpoints:
-        raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
-                        "original model settings to resume it.")
-    if has_checkpoints and other is None:  # so `saved` is the config.json read above
-        if not isinstance(saved.get("train"), ml_collections.ConfigDict):  # a config.json edited by hand
-            raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} has no train section, so the "
-                            f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
-                            "unknown: put back the section with the values the run was trained with, or use a new "
-                            "--workdir.")
-        changed = [f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in RESUME_FIXED
-                   if saved.train.get(k) != config.train.get(k)]
-        if changed:
-            raise UserError(f"--workdir {workdir} holds a run trained with {', '.join(changed)}: resuming with "
-                            "another data order or batch would not continue it; use its values, or a new --workdir.")
-        _check_same_data(workdir, saved, config)
-    if other and not force:
-        raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
-                        f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
-                        f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
+        return f"{metrics.TENSORBOARD_DIR}/ events or a {tracking.RUN_ID_FILE} of no run here", None
+    return None, None
+
+
+def _check_resume(workdir: str, saved, config) -> None:
+    """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens."""
+    if not isinstance(saved.get("train"), ml_collections.ConfigDict):  # a config.json edited by hand
+        raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} has no train section, so the "
+                        f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
+                        "unknown: put back the section with the values the run was trained with, or use a new "
+                        "--workdir.")
+    changed = [f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in RESUME_FIXED
+               if saved.train.get(k) != config.train.get(k)]
+    if changed:
+        raise UserError(f"--workdir {workdir} holds a run trained with {', '.join(changed)}: resuming with "
+                        "another data order or batch would not continue it; use its values, or a new --workdir.")
+    _check_same_data(workdir, saved, config)
 
 
 def exclusive(workdir: str):

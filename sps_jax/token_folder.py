@@ -16,11 +16,16 @@ from sps_jax import cli, files
 from sps_jax.cli import UserError
 
 MANIFEST = "manifest.json"
-SPLITS = ("train", "val")  # each one's tokens in <split>.bin
+SPLITS = ("train", "val")  # each one's tokens in split_file(split)
 PASS_ONE = ("pass the folder that `python -m sps_jax.data prepare` wrote (it holds manifest.json, train.bin and "
             "val.bin)")
 # The argparse type of every flag that names a token folder to read.
 argument = cli.input_path("token folder", cli.FOLDER, PASS_ONE)
+
+
+def split_file(split: str) -> str:
+    """The file name of a split's tokens in a token folder."""
+    return f"{split}.bin"
 
 
 def is_token_folder(folder: str) -> bool:

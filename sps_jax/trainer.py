@@ -11,6 +11,7 @@ mesh; SIGTERM/SIGINT save a checkpoint and exit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -39,8 +40,20 @@ class NonFiniteLoss(cli.UserError, RuntimeError):
 TRAIN_STATE_COPIES = 4
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainPlan:
+    """The sizes a checked config and its devices give a run."""
+    model: sps_model.ModelConfig
+    data: int              # the mesh's data-parallel axis
+    fsdp: int              # and its parameter-sharding axis
+    accum: int             # micro-batches per update
+    tokens_per_step: int
+    total_steps: int       # of the whole schedule (train.total_tokens)
+    end_step: int          # where this run stops: total_steps, or train.stop_at_step before it
+
+
 def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | None = None,
-         device: str = "device") -> dict:
+         device: str = "device") -> TrainPlan:
     """Validate the config against the devices and return derived sizes (one clear sentence on error).
     With ``memory_bytes`` (per device), a model whose training state cannot fit is refused too."""
     sps_config.check_run_config(config)
@@ -78,8 +91,8 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing said so
         raise ValueError(f"train.profile_start={t.profile_start} is at or past the run's last step, {end}: no step "
                          "would be traced; lower it (steps after profile_start are traced).")
-    return {"model": cfg, "data": data, "fsdp": fsdp, "accum": t.global_batch // t.micro_batch,
-            "tokens_per_step": tokens_per_step, "total_steps": total_steps}
+    return TrainPlan(model=cfg, data=data, fsdp=fsdp, accum=t.global_batch // t.micro_batch,
+                     tokens_per_step=tokens_per_step, total_steps=total_steps, end_step=end)
 
 
 def make_train_step(model, opt, param_shardings, lr_schedule):
@@ -120,12 +133,12 @@ def make_train_step(model, opt, param_shardings, lr_schedule):
     return train_step
 
 
-def setup(config, p: dict, devices) -> types.SimpleNamespace:
+def setup(config, p: TrainPlan, devices) -> types.SimpleNamespace:
     """What a run trains with, shared by ``train`` and ``bench train``: the mesh, model, optimizer,
     abstract state and its shardings, ``init_state(seed)`` and the jitted, donated train step."""
     mesh = sps_mesh.make_mesh(config.mesh, devices)
-    model = sps_model.Transformer(p["model"])
-    opt = optim.optimizer(config.train, p["tokens_per_step"])
+    model = sps_model.Transformer(p.model)
+    opt = optim.optimizer(config.train, p.tokens_per_step)
     abstract_params = sps_model.param_shapes(model)
     abstract_opt = jax.eval_shape(opt.init, abstract_params)
     param_sh = sps_mesh.state_shardings(mesh, abstract_params)
@@ -144,7 +157,7 @@ def setup(config, p: dict, devices) -> types.SimpleNamespace:
         params, _ = checkpoint.restore_params(workdir, step, target=sps_mesh.placed(abstract_params, param_sh))
         return params, fresh_opt_state(params)
 
-    step_fn = jax.jit(make_train_step(model, opt, param_sh, optim.schedule(config.train, p["tokens_per_step"])),
+    step_fn = jax.jit(make_train_step(model, opt, param_sh, optim.schedule(config.train, p.tokens_per_step)),
                       in_shardings=(param_sh, opt_sh, micro_sh), out_shardings=(param_sh, opt_sh, repl),
                       donate_argnums=(0, 1))
     return types.SimpleNamespace(mesh=mesh, model=model, opt=opt, abstract_params=abstract_params,
@@ -315,14 +328,14 @@ def _nothing_to_train(start_step: int, end: int, t) -> str:
             "train.total_tokens or train.stop_at_step to train on.")
 
 
-def _run_line(config, p: dict, devices, end: int, compile_s: float) -> str:
+def _run_line(config, p: TrainPlan, devices, compile_s: float) -> str:
     """The line that opens training: model size, mesh, batch shape, steps and compile time."""
-    cfg, t = p["model"], config.train
+    cfg, t = p.model, config.train
     return (f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
-            f"mesh data={p['data']} x fsdp={p['fsdp']} on {len(devices)} {devices[0].platform} device(s), "
-            f"{p['accum']} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
-            f"{p['total_steps']} steps"
-            + (f", stopping at step {end} (train.stop_at_step)" if end < p["total_steps"] else "")
+            f"mesh data={p.data} x fsdp={p.fsdp} on {len(devices)} {devices[0].platform} device(s), "
+            f"{p.accum} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
+            f"{p.total_steps} steps"
+            + (f", stopping at step {p.end_step} (train.stop_at_step)" if p.end_step < p.total_steps else "")
             + f"; compiled in {compile_s:.1f}s")
 
 
@@ -413,7 +426,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory())
-    cfg, t = p["model"], config.train
+    cfg, t = p.model, config.train
     backend = attention.resolve(cfg.attention, devices[0].platform)
     attention.check_available(backend, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
@@ -436,20 +449,19 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         try:
             start_step, params, opt_state, elapsed_before, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
-            end = min(p["total_steps"], t.stop_at_step or p["total_steps"])
-            if start_step >= end:  # a finished run rerun, or an end moved before it: nothing to compile or write
-                log(_nothing_to_train(start_step, end, t))
+            if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
+                log(_nothing_to_train(start_step, p.end_step, t))
                 return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
             _align_run_folder(workdir, config, backend, start_step)
 
-            micro_shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+            micro_shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
             val_shape = (config.data.val_batch, cfg.seq_len + 1)
 
             if jax.process_index() == 0:  # before compiling: a W&B login that fails is said at once
                 writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
             t0 = time.time()
             step_fn, eval_fn = _compile(run, params, opt_state, micro_shape, val_shape, val_sh)
-            log(_run_line(config, p, devices, end, time.time() - t0))
+            log(_run_line(config, p, devices, time.time() - t0))
 
             emit = writer.write if writer else (lambda record: None)
             step, record, val_loss, stopped_by = start_step, {}, None, None
@@ -461,13 +473,13 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
 
             def save(step):  # the loop's current params and opt_state
                 ckpts.save(step, params, opt_state,
-                           {"tokens_seen": step * p["tokens_per_step"], "seed": t.seed,
+                           {"tokens_seen": step * p.tokens_per_step, "seed": t.seed,
                             "process_count": jax.process_count(), "elapsed_s": elapsed_s()},
                            iterator.get_state())
 
             profile = _Profile(t, workdir, start_step, log)
             with _StopFlag() as stop:
-                while step < end:
+                while step < p.end_step:
                     ckpts.poll()  # a save that failed in the background stops the run here
                     profile.before(step + 1)
                     tick = time.time()
@@ -476,20 +488,20 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                     step += 1
                     profile.after(step)
                     step_s = time.time() - tick
-                    record = _step_record(step, out, tokens_per_step=p["tokens_per_step"], step_s=step_s,
+                    record = _step_record(step, out, tokens_per_step=p.tokens_per_step, step_s=step_s,
                                           elapsed_s=elapsed_s(), cfg=cfg, num_devices=len(devices),
                                           peak_flops=peak_flops)
                     if record.get("skipped"):
                         _on_nonfinite(record, t.nonfinite, ckpts, log)
                     emit(record)
                     if step % t.log_every == 0 or step == start_step + 1:
-                        eta_s = (end - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
-                        log(_progress_line(record, p["total_steps"], eta_s))
-                    if step % t.eval_every == 0 or step == p["total_steps"]:
+                        eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
+                        log(_progress_line(record, p.total_steps, eta_s))
+                    if step % t.eval_every == 0 or step == p.total_steps:
                         val_loss = _validate(eval_fn, params, val, val_sh, val_shape)
-                        emit({"step": step, "tokens_seen": step * p["tokens_per_step"], "val_loss": val_loss})
+                        emit({"step": step, "tokens_seen": step * p.tokens_per_step, "val_loss": val_loss})
                         log(f"step {step}: val_loss {val_loss:.4f}")
-                    if step % t.checkpoint_every == 0 or step == end:
+                    if step % t.checkpoint_every == 0 or step == p.end_step:
                         save(step)
                     if on_step is not None:
                         on_step(step, record)

@@ -46,19 +46,19 @@ if triton is not None:
     _LOG2E = tl.constexpr(pa._LOG2E)  # softmax in base 2, as in the Pallas kernels
 
     @triton.jit
-    def _key_block(k_base, v_base, kb, ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Key block kb of one stream: its positions j, and K and V [BLOCK_K, D]."""
+    def _key_block(k_base, v_base, kb, ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Key block kb of one stream: its positions j, and K and V [BLOCK_K, DH]."""
         j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
-        at = j[:, None] * ROW + tl.arange(0, D)[None, :]
+        at = j[:, None] * ROW + tl.arange(0, DH)[None, :]
         return j, tl.load(k_base + at), tl.load(v_base + at)
 
     @triton.jit
     def _forward_blocks(acc, m, l, q, k_base, v_base, lo, hi, start, stop,
-                        ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr,
+                        ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr,
                         LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """Online softmax over key blocks [start, stop) of one stream (base-2 logits)."""
         for kb in range(start, stop):
-            j, k, v = _key_block(k_base, v_base, kb, ROW, D, BLOCK_K)
+            j, k, v = _key_block(k_base, v_base, kb, ROW, DH, BLOCK_K)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * LOG2_SCALE
             if MASKED:
                 seen = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
@@ -74,12 +74,12 @@ if triton is not None:
         return acc, m, l
 
     @triton.jit
-    def _query_tile(N: tl.constexpr, H: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr):
+    def _query_tile(N: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, ROWS: tl.constexpr):
         """This program's query tile: (tile, head, batch row, its interleaved rows, their offsets in a
-        [B, N, H, D] array)."""
+        [B, N, H, DH] array)."""
         qt, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
         r = qt * ROWS + tl.arange(0, ROWS)
-        rows_at = (b * N + r[:, None]) * (H * D) + h * D + tl.arange(0, D)[None, :]
+        rows_at = (b * N + r[:, None]) * (H * DH) + h * DH + tl.arange(0, DH)[None, :]
         return qt, h, b, r, rows_at
 
     @triton.jit
@@ -95,26 +95,26 @@ if triton is not None:
     @triton.jit
     def sps_triton_forward(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                            S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
-                           D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
+                           DH: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
                       DOT_PRECISION: tl.constexpr):
         """One query tile (ROWS interleaved rows) of one head: its output and base-2 lse."""
-        ROW: tl.constexpr = H * D
+        ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
-        qt, h, b, r, rows_at = _query_tile(N, H, D, ROWS)
+        qt, h, b, r, rows_at = _query_tile(N, H, DH, ROWS)
         q = tl.load(q_ptr + rows_at)
-        acc = tl.zeros([ROWS, D], tl.float32)
+        acc = tl.zeros([ROWS, DH], tl.float32)
         m = tl.full([ROWS], _MASK_VALUE, tl.float32)
         l = tl.zeros([ROWS], tl.float32)
         for t in tl.static_range(S):
             first, full_first, full_end, end, lo, hi = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t,
                                                                       S, N, ROWS)
-            keys = (b * (S * TP) + t * TP) * ROW + h * D
+            keys = (b * (S * TP) + t * TP) * ROW + h * DH
             acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
-                                        ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+                                        ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
             acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
-                                        ROW, D, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
+                                        ROW, DH, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
             acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
-                                        ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+                                        ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
         seen = l > 0
         l_safe = tl.where(seen, l, 1.0)
         tl.store(o_ptr + rows_at, (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty))
@@ -122,11 +122,11 @@ if triton is not None:
 
     @triton.jit
     def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, lo, hi, start, stop,
-                   ROW: tl.constexpr, D: tl.constexpr, BLOCK_K: tl.constexpr,
+                   ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr,
                    LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """dQ's share of key blocks [start, stop) of one stream."""
         for kb in range(start, stop):
-            j, k, v = _key_block(k_base, v_base, kb, ROW, D, BLOCK_K)
+            j, k, v = _key_block(k_base, v_base, kb, ROW, DH, BLOCK_K)
             p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * LOG2_SCALE - lse[:, None])
             if MASKED:
                 p = tl.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
@@ -137,35 +137,35 @@ if triton is not None:
     @triton.jit
     def sps_triton_dq(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                       S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
-                      D: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
+                      DH: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
                       DOT_PRECISION: tl.constexpr):
         """dQ of one query tile of one head."""
-        ROW: tl.constexpr = H * D
+        ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
-        qt, h, b, r, rows_at = _query_tile(N, H, D, ROWS)
+        qt, h, b, r, rows_at = _query_tile(N, H, DH, ROWS)
         q, do = tl.load(q_ptr + rows_at), tl.load(do_ptr + rows_at)
         lse = tl.load(lse_ptr + (b * H + h) * N + r)
         delta = tl.load(delta_ptr + (b * H + h) * N + r)
-        dq = tl.zeros([ROWS, D], tl.float32)
+        dq = tl.zeros([ROWS, DH], tl.float32)
         for t in tl.static_range(S):
             first, full_first, full_end, end, lo, hi = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t,
                                                                       S, N, ROWS)
-            keys = (b * (S * TP) + t * TP) * ROW + h * D
+            keys = (b * (S * TP) + t * TP) * ROW + h * DH
             dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
-                            ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+                            ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
             dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
-                            ROW, D, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
+                            ROW, DH, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
             dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
-                            ROW, D, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+                            ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
         tl.store(dq_ptr + rows_at, (dq * SCALE).to(dq_ptr.dtype.element_ty))
 
     @triton.jit
     def _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, start, stop,
-                   ROW: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
+                   ROW: tl.constexpr, DH: tl.constexpr, ROWS: tl.constexpr,
                    LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """dK, dV of one key block over query tiles [start, stop); scores as [keys, query rows], so p
         needs no transpose."""
-        d = tl.arange(0, D)
+        d = tl.arange(0, DH)
         for qt in range(start, stop):
             r = qt * ROWS + tl.arange(0, ROWS)
             q = tl.load(q_base + r[:, None] * ROW + d[None, :])
@@ -182,31 +182,31 @@ if triton is not None:
     @triton.jit
     def sps_triton_dkv(table_ptr, lo_ptr, hi_ptr, k_ptr, v_ptr, q_ptr, do_ptr, lse_ptr, delta_ptr,
                        dk_ptr, dv_ptr,
-                       N: tl.constexpr, M: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+                       N: tl.constexpr, M: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                        ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
                        DOT_PRECISION: tl.constexpr):
         """dK and dV of one key block (BLOCK_K positions of one stream) of one head."""
         kb, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-        ROW: tl.constexpr = H * D
+        ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
         j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
-        d = tl.arange(0, D)
-        keys_at = (b * M + j[:, None]) * ROW + h * D + d[None, :]
+        d = tl.arange(0, DH)
+        keys_at = (b * M + j[:, None]) * ROW + h * DH + d[None, :]
         k, v = tl.load(k_ptr + keys_at), tl.load(v_ptr + keys_at)
         lo, hi = tl.load(lo_ptr + b * M + j), tl.load(hi_ptr + b * M + j)
         tab = table_ptr + (b * (M // BLOCK_K) + kb) * 4
         first, full_first = tl.load(tab), tl.load(tab + 1)
         full_end, end = tl.load(tab + 2), tl.load(tab + 3)
-        q_base, do_base = q_ptr + b * N * ROW + h * D, do_ptr + b * N * ROW + h * D
+        q_base, do_base = q_ptr + b * N * ROW + h * DH, do_ptr + b * N * ROW + h * DH
         lse_base, delta_base = lse_ptr + (b * H + h) * N, delta_ptr + (b * H + h) * N
-        dk = tl.zeros([BLOCK_K, D], tl.float32)
-        dv = tl.zeros([BLOCK_K, D], tl.float32)
+        dk = tl.zeros([BLOCK_K, DH], tl.float32)
+        dv = tl.zeros([BLOCK_K, DH], tl.float32)
         dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, first, full_first,
-                            ROW, D, ROWS, LOG2_SCALE, True, DOT_PRECISION)
+                            ROW, DH, ROWS, LOG2_SCALE, True, DOT_PRECISION)
         dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_first, full_end,
-                            ROW, D, ROWS, LOG2_SCALE, False, DOT_PRECISION)
+                            ROW, DH, ROWS, LOG2_SCALE, False, DOT_PRECISION)
         dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_end, end,
-                            ROW, D, ROWS, LOG2_SCALE, True, DOT_PRECISION)
+                            ROW, DH, ROWS, LOG2_SCALE, True, DOT_PRECISION)
         tl.store(dk_ptr + keys_at, (dk * SCALE).to(dk_ptr.dtype.element_ty))
         tl.store(dv_ptr + keys_at, dv.to(dv_ptr.dtype.element_ty))
 
@@ -307,7 +307,7 @@ def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
         plan, "sps_triton_forward", (N // rows, H, B),
         (pa._query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK),
         (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype), jax.ShapeDtypeStruct((B, H, N), jnp.float32)),
-        S=S, N=N, TP=Tp, H=H, D=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
+        S=S, N=N, TP=Tp, H=H, DH=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
     return o_BNHK, lse_BHN
 
 
@@ -324,7 +324,7 @@ def _backward(plan, res, do_BNHK):
         (pa._query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
          delta_BHN),
         (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),),
-        S=S, N=N, TP=Tp, H=H, D=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
+        S=S, N=N, TP=Tp, H=H, DH=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
     k_tab = pa._key_blocks(k_lo, k_hi, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
@@ -332,7 +332,7 @@ def _backward(plan, res, do_BNHK):
         plan, "sps_triton_dkv", (M // block_k, H, B),
         (k_tab, k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK, lse_BHN, delta_BHN),
         (jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype), jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)),
-        N=N, M=M, H=H, D=Dh, ROWS=rows, BLOCK_K=block_k, SCALE=plan.scale)
+        N=N, M=M, H=H, DH=Dh, ROWS=rows, BLOCK_K=block_k, SCALE=plan.scale)
     return dq, dk, dv
 
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, cli, config as sps_config, metrics, optim, runs, train as sps_train, trainer
+from sps_jax import checkpoint, config as sps_config, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 from tests import fuzz
@@ -225,7 +225,7 @@ def test_a_schedule_longer_than_adamws_int32_count_is_refused_and_the_last_count
     config = small_config(tokens, 4)
     tokens_per_step = config.train.global_batch * config.model.seq_len
     config.train.total_tokens = (2 ** 31 - 1) * tokens_per_step
-    assert trainer.plan(config, num_devices=1)["total_steps"] == 2 ** 31 - 1
+    assert trainer.plan(config, num_devices=1).total_steps == 2 ** 31 - 1
     config.train.total_tokens += 1
     with pytest.raises(ValueError, match=rf"^train.total_tokens={config.train.total_tokens} makes 2147483648 steps of "
                                          rf"{tokens_per_step} tokens, more than 2147483647, the last step a run"):
@@ -554,7 +554,7 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     plan = trainer.plan(config, 1)
     run = trainer.setup(config, plan, jax.devices()[:1])
     model, opt, shardings = run.model, run.opt, run.param_sh
-    lr_schedule = optim.schedule(config.train, plan["tokens_per_step"])
+    lr_schedule = optim.schedule(config.train, plan.tokens_per_step)
     params = sps_model.init_params(model, jax.random.PRNGKey(0))
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 60, (16, 17)).astype(np.int32)
@@ -582,7 +582,7 @@ def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens, 
     p = trainer.plan(config, 1)
     run = trainer.setup(config, p, jax.devices()[:1])
     params, opt_state = run.init_state(0)
-    shape_ABL = (p["accum"], config.train.micro_batch, p["model"].seq_len + 1)
+    shape_ABL = (p.accum, config.train.micro_batch, p.model.seq_len + 1)
     with warnings.catch_warnings():
         # jax warns, and copies, when a donated input matches no output in shape and dtype.
         warnings.filterwarnings("error", message=".*donated buffers were not usable")

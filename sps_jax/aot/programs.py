@@ -157,11 +157,11 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     config = _for_target(acc, config)
     plan = trainer.plan(config, len(devices))
     run = trainer.setup(config, plan, devices)
-    cfg, t = plan["model"], config.train
-    tokens = jax.ShapeDtypeStruct((plan["accum"], t.micro_batch, cfg.seq_len + 1), jnp.int32,
+    cfg, t = plan.model, config.train
+    tokens = jax.ShapeDtypeStruct((plan.accum, t.micro_batch, cfg.seq_len + 1), jnp.int32,
                                   sharding=run.micro_sh)
-    model_flops = flops.train_flops_per_token(cfg) * plan["tokens_per_step"] / len(devices)
-    rows = plan["tokens_per_step"] // cfg.seq_len // len(devices)  # sequences per device and step
+    model_flops = flops.train_flops_per_token(cfg) * plan.tokens_per_step / len(devices)
+    rows = plan.tokens_per_step // cfg.seq_len // len(devices)  # sequences per device and step
     return _compile_and_report(
         acc, lambda: run.step_fn.lower(sps_mesh.placed(run.abstract_params, run.param_sh),
                                        sps_mesh.placed(run.abstract_opt, run.opt_sh), tokens),

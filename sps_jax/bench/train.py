@@ -29,11 +29,11 @@ PROFILE_STEPS = 3
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
     devices = jax.devices()
     p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory())
-    cfg, t = p["model"], config.train
+    cfg, t = p.model, config.train
     run = trainer.setup(config, p, devices)  # the same state, shardings and step training uses
     params, opt_state = run.init_state(0)
     step, micro_sh = run.step_fn, run.micro_sh
-    shape = (p["accum"], t.micro_batch, cfg.seq_len + 1)
+    shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
     # Random ids below EOS: one document per window, the no-documents case the FLOP count assumes.
     tokens = jax.device_put(np.random.default_rng(0).integers(0, cfg.eos_id, shape, dtype=np.int32), micro_sh)
     t0 = time.time()
@@ -58,7 +58,7 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
             return out
         profile = profiling.profile(one_step, PROFILE_STEPS, profile_folder)
     peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
-    tokens_per_s = p["tokens_per_step"] / step_s
+    tokens_per_s = p.tokens_per_step / step_s
     return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
             "global_batch": t.global_batch, "micro_batch": t.micro_batch, "attention": cfg.attention,
             "attention_backend": attention.resolve(cfg.attention, devices[0].platform), "dtype": cfg.dtype,

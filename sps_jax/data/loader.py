@@ -28,9 +28,8 @@ import numpy as np
 from sps_jax import cli, files, token_folder, vocab
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
-from sps_jax.token_folder import MANIFEST
+from sps_jax.token_folder import MANIFEST, SPLITS
 
-SPLITS = token_folder.SPLITS
 DTYPE = "uint16"  # the manifest's name for the token type
 TOKENIZER = "gpt2"  # the manifest's name for GPT-2's BPE, the one tokenizer prepare writes with
 TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian on any host

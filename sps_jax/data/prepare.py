@@ -39,7 +39,7 @@ class _SplitWriter:
     """Appends uint16 tokens to ``<split>.bin`` of the folder being built, hashing and counting as it goes."""
 
     def __init__(self, out: str, split: str):
-        self.path = os.path.join(out, f"{split}.bin")
+        self.path = os.path.join(out, token_folder.split_file(split))
         self.file = open(self.path, "wb")
         self.sha = hashlib.sha256()
         self.tokens = self.documents = self.max_id = 0
@@ -145,7 +145,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     start = time.time()
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with files.replace_folder(out) as building:
-        writers = {split: _SplitWriter(building, split) for split in loader.SPLITS}
+        writers = {split: _SplitWriter(building, split) for split in token_folder.SPLITS}
         _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc, val_fraction,
                          max_documents, max_tokens, batch_documents, log, start)
         manifest = {"tokenizer": loader.TOKENIZER, "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
@@ -155,7 +155,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
         if manifest["splits"]["train"]["tokens"] == 0:
             raise UserError(f"source {source!r} produced no training tokens: check the source and --val-fraction"
                             + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
-        files.write_json(os.path.join(building, loader.MANIFEST), manifest, indent=2)
+        files.write_json(os.path.join(building, token_folder.MANIFEST), manifest, indent=2)
     s = manifest["splits"]
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")
@@ -181,16 +181,16 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out", source
         what = "run" if runs.is_run(kept) else "token folder"
         raise UserError(f"{flag} {out} holds the {what} {kept}, which replacing {out} would delete: move it out "
                         f"of {out}, or choose another {flag}.")
-    ours = {loader.MANIFEST} | {f"{split}.bin" for split in loader.SPLITS}
+    ours = {token_folder.MANIFEST} | {token_folder.split_file(split) for split in token_folder.SPLITS}
     foreign = [n for n in names if n not in ours and not n.endswith(".partial")]
     if foreign:
         raise UserError(f"{flag} {out} holds files that prepare did not write ({', '.join(foreign[:3])}): "
                         "pass a new or empty folder.")
-    if loader.MANIFEST not in names:
+    if token_folder.MANIFEST not in names:
         return None  # empty, or an unfinished folder of prepare's own files
     try:
         manifest = loader.read_manifest(out)
-        for split in loader.SPLITS:
+        for split in token_folder.SPLITS:
             loader.open_tokens(out, split)  # the files the manifest vouches for are there, with their sizes
     except (ValueError, OSError) as e:
         manifest, problem = None, cli.sentence(e).rstrip('.')

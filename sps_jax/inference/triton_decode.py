@@ -57,7 +57,7 @@ if triton is not None:
     @triton.jit
     def sps_triton_decode_past(q_ptr, k_ptr, v_ptr, lo_ptr, end_ptr, o_ptr, m_ptr, l_ptr,
                                S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr, H: tl.constexpr,
-                               D: tl.constexpr, SPLITS: tl.constexpr, PER_SPLIT: tl.constexpr,
+                               DH: tl.constexpr, SPLITS: tl.constexpr, PER_SPLIT: tl.constexpr,
                                BLOCK_K: tl.constexpr, SCALE: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """Softmax partials of one (row, head)'s S query rows over split ``program_id(0)`` of the
         cache's slots within [lo, end): unnormalised output (f32), row max (natural log units) and
@@ -66,19 +66,19 @@ if triton is not None:
         head = b * H + h
         rows = tl.arange(0, SP)
         row_ok = rows < S
-        d = tl.arange(0, D)
-        q = tl.load(q_ptr + (head * S + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        d = tl.arange(0, DH)
+        q = tl.load(q_ptr + (head * S + rows[:, None]) * DH + d[None, :], mask=row_ok[:, None], other=0.0)
         start = tl.maximum(tl.load(lo_ptr + b), split * PER_SPLIT)
         stop = tl.minimum(tl.load(end_ptr), split * PER_SPLIT + PER_SPLIT)
         first = start // BLOCK_K
         last = tl.where(stop > start, (stop + BLOCK_K - 1) // BLOCK_K, first)
-        acc = tl.zeros([SP, D], tl.float32)
+        acc = tl.zeros([SP, DH], tl.float32)
         m = tl.full([SP], _MASK_VALUE, tl.float32)
         l = tl.zeros([SP], tl.float32)
         for kb in range(first, last):
             j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
             seen = (j >= start) & (j < stop)
-            at = head * T * D + j[:, None] * D + d[None, :]  # K and V share the layout
+            at = head * T * DH + j[:, None] * DH + d[None, :]  # K and V share the layout
             k = tl.load(k_ptr + at, mask=seen[:, None], other=0.0)
             v = tl.load(v_ptr + at, mask=seen[:, None], other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * (SCALE * _LOG2E)
@@ -90,38 +90,38 @@ if triton is not None:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
             m = m_new
         part = (head * SPLITS + split) * S + rows
-        tl.store(o_ptr + part[:, None] * D + d[None, :], acc, mask=row_ok[:, None])
+        tl.store(o_ptr + part[:, None] * DH + d[None, :], acc, mask=row_ok[:, None])
         tl.store(m_ptr + part, m * _LN2_C, mask=row_ok)
         tl.store(l_ptr + part, l, mask=row_ok)
 
     @triton.jit
     def _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
-                     S: tl.constexpr, SP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
+                     S: tl.constexpr, SP: tl.constexpr, DH: tl.constexpr, SPLITS: tl.constexpr):
         """The past kernel's splits of one (row, head) merged: (max, sum, unnormalised output)."""
         max_past = tl.full([SP], _MASK_VALUE, tl.float32)
         for s in tl.static_range(SPLITS):
             part = (head * SPLITS + s) * S + rows
             max_past = tl.maximum(max_past, tl.load(m_part_ptr + part, mask=row_ok, other=_MASK_VALUE))
         sum_past = tl.zeros([SP], tl.float32)
-        o_past = tl.zeros([SP, D], tl.float32)
+        o_past = tl.zeros([SP, DH], tl.float32)
         for s in tl.static_range(SPLITS):
             part = (head * SPLITS + s) * S + rows
             w = tl.exp(tl.load(m_part_ptr + part, mask=row_ok, other=_MASK_VALUE) - max_past)
             sum_past += w * tl.load(l_part_ptr + part, mask=row_ok, other=0.0)
-            o_past += w[:, None] * tl.load(o_part_ptr + part[:, None] * D + d[None, :], mask=row_ok[:, None],
+            o_past += w[:, None] * tl.load(o_part_ptr + part[:, None] * DH + d[None, :], mask=row_ok[:, None],
                                            other=0.0)
         return max_past, sum_past, o_past
 
     @triton.jit
     def _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d,
-                  B: tl.constexpr, S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, D: tl.constexpr):
-        """x_i's K and V, read from position i's entries ([K or V, B, H, stream, D], x in stream 0) and
+                  B: tl.constexpr, S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, DH: tl.constexpr):
+        """x_i's K and V, read from position i's entries ([K or V, B, H, stream, DH], x in stream 0) and
         stored in cache slot i; returns them and i."""
-        now_at = now_ptr + head * S * D + d
-        k_now, v_now = tl.load(now_at), tl.load(now_at + B * H * S * D)
+        now_at = now_ptr + head * S * DH + d
+        k_now, v_now = tl.load(now_at), tl.load(now_at + B * H * S * DH)
         i = tl.load(i_ptr)
-        tl.store(k_cache_out_ptr + (head * T + i) * D + d, k_now)
-        tl.store(v_cache_out_ptr + (head * T + i) * D + d, v_now)
+        tl.store(k_cache_out_ptr + (head * T + i) * DH + d, k_now)
+        tl.store(v_cache_out_ptr + (head * T + i) * DH + d, v_now)
         return k_now, v_now, i
 
     @triton.jit
@@ -129,7 +129,7 @@ if triton is not None:
                                k_cache_ptr, v_cache_ptr, k_ring_ptr, v_ring_ptr,
                                o_ptr, k_cache_out_ptr, v_cache_out_ptr, k_ring_out_ptr, v_ring_out_ptr,
                                B: tl.constexpr, S: tl.constexpr, SP: tl.constexpr, T: tl.constexpr,
-                               R: tl.constexpr, RP: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+                               R: tl.constexpr, RP: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
                                SPLITS: tl.constexpr, SCALE: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """SPS: one (row, head) at position i: merge the past's splits, store x_i and rho_i, attend to
         x_i and the ring, normalise. Every access past the S query rows or the R ring slots is masked."""
@@ -139,21 +139,21 @@ if triton is not None:
         row_ok = rows < S
         slots = tl.arange(0, RP)
         slot_ok = slots < R
-        d = tl.arange(0, D)
+        d = tl.arange(0, DH)
         max_past, sum_past, o_past = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
-                                                  S, SP, D, SPLITS)
-        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, S, T, H, D)
+                                                  S, SP, DH, SPLITS)
+        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, S, T, H, DH)
         # rho_i is stream 1 of position i's entries; it goes to ring slot i % R.
-        k_new, v_new = tl.load(now_ptr + head * S * D + D + d), tl.load(now_ptr + (B * H + head) * S * D + D + d)
+        k_new, v_new = tl.load(now_ptr + head * S * DH + DH + d), tl.load(now_ptr + (B * H + head) * S * DH + DH + d)
         slot = i % R
-        tl.store(k_ring_out_ptr + (head * R + slot) * D + d, k_new)
-        tl.store(v_ring_out_ptr + (head * R + slot) * D + d, v_new)
+        tl.store(k_ring_out_ptr + (head * R + slot) * DH + d, k_new)
+        tl.store(v_ring_out_ptr + (head * R + slot) * DH + d, v_new)
         # This program's loads need not see its stores: the new ring entry is taken from registers.
-        ring_at = (head * R + slots[:, None]) * D + d[None, :]
+        ring_at = (head * R + slots[:, None]) * DH + d[None, :]
         is_new = (slots == slot)[:, None]
         k_ring = tl.where(is_new, k_new[None, :], tl.load(k_ring_ptr + ring_at, mask=slot_ok[:, None], other=0.0))
         v_ring = tl.where(is_new, v_new[None, :], tl.load(v_ring_ptr + ring_at, mask=slot_ok[:, None], other=0.0))
-        q = tl.load(q_ptr + (head * S + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
+        q = tl.load(q_ptr + (head * S + rows[:, None]) * DH + d[None, :], mask=row_ok[:, None], other=0.0)
         seen = tl.load(mask_ptr + (b * S + rows[:, None]) * R + slots[None, :],
                        mask=row_ok[:, None] & slot_ok[None, :], other=0) != 0
         scores = tl.where(seen, tl.dot(q, tl.trans(k_ring), input_precision=DOT_PRECISION) * SCALE, _MASK_VALUE)
@@ -166,31 +166,31 @@ if triton is not None:
         denom = past_scale * sum_past + tl.sum(p, 1) + p_now  # > 0: every row sees x_i
         o = (tl.dot(p.to(v_ring.dtype), v_ring, input_precision=DOT_PRECISION) + past_scale[:, None] * o_past
              + p_now[:, None] * v_now.to(tl.float32)[None, :])
-        tl.store(o_ptr + ((b * S + rows[:, None]) * H + h) * D + d[None, :],
+        tl.store(o_ptr + ((b * S + rows[:, None]) * H + h) * DH + d[None, :],
                  (o / denom[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
     @triton.jit
     def sps_triton_decode_one_stream(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr,
                                      k_cache_ptr, v_cache_ptr, o_ptr, k_cache_out_ptr, v_cache_out_ptr,
                                      B: tl.constexpr, SP: tl.constexpr, T: tl.constexpr, H: tl.constexpr,
-                                     D: tl.constexpr, SPLITS: tl.constexpr, SCALE: tl.constexpr):
+                                     DH: tl.constexpr, SPLITS: tl.constexpr, SCALE: tl.constexpr):
         """Standard: one (row, head) at position i: merge the past's splits, store x_i, attend to it,
         normalise (row 0 of a tile of SP; the others are masked)."""
         h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
         head = b * H + h
         rows = tl.arange(0, SP)
         row_ok = rows < 1
-        d = tl.arange(0, D)
+        d = tl.arange(0, DH)
         max_past, sum_past, o_past = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
-                                                  1, SP, D, SPLITS)
-        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, 1, T, H, D)
-        q = tl.load(q_ptr + (head + rows[:, None]) * D + d[None, :], mask=row_ok[:, None], other=0.0)
+                                                  1, SP, DH, SPLITS)
+        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, 1, T, H, DH)
+        q = tl.load(q_ptr + (head + rows[:, None]) * DH + d[None, :], mask=row_ok[:, None], other=0.0)
         score_now = tl.sum(q.to(tl.float32) * k_now.to(tl.float32)[None, :], 1) * SCALE
         row_max = tl.maximum(max_past, score_now)
         p_now = tl.exp(score_now - row_max)
         past_scale = tl.exp(max_past - row_max)
         o = past_scale[:, None] * o_past + p_now[:, None] * v_now.to(tl.float32)[None, :]
-        tl.store(o_ptr + (head + rows[:, None]) * D + d[None, :],
+        tl.store(o_ptr + (head + rows[:, None]) * DH + d[None, :],
                  (o / (past_scale * sum_past + p_now)[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -199,7 +199,7 @@ def _run(name: str, grid, inputs, out_shapes, interpret: bool, aliases=None, **m
     target = None if interpret else triton_attention.where_to_run("gpu")[1]
     return triton_attention.launch(globals()[name], grid, inputs, out_shapes, interpret=interpret, target=target,
                                    input_output_aliases=aliases, name=name,
-                                   **launch_settings(name, meta["D"]), **meta)
+                                   **launch_settings(name, meta["DH"]), **meta)
 
 
 def _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
@@ -214,7 +214,7 @@ def _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
                 (q_BHSK, k_BHTK, v_BHTK.astype(k_BHTK.dtype), jnp.asarray(lo_B, jnp.int32),
                  jnp.reshape(end, (1,)).astype(jnp.int32)),
                 (f32(B, H, splits, S, K), f32(B, H, splits, S), f32(B, H, splits, S)), split.interpret,
-                S=S, SP=pa.tile_side(S), T=T, H=H, D=K, SPLITS=splits, PER_SPLIT=per_split, BLOCK_K=block_k,
+                S=S, SP=pa.tile_side(S), T=T, H=H, DH=K, SPLITS=splits, PER_SPLIT=per_split, BLOCK_K=block_k,
                 SCALE=K ** -0.5, DOT_PRECISION=triton_attention.dot_precision())
 
 
@@ -242,7 +242,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     same = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
     o_shape = jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype)
     inputs = (q_BHSK, o_part, max_part, sum_part, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32))
-    shared = dict(B=B, SP=pa.tile_side(S), T=T, H=H, D=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
+    shared = dict(B=B, SP=pa.tile_side(S), T=T, H=H, DH=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
     if ring is None:
         o_BSHK, k_cache, v_cache = _run(ONE_STREAM_KERNEL, (H, B), inputs + (k_cache, v_cache),
                                         (o_shape, same(k_cache), same(v_cache)), split.interpret,
