@@ -170,12 +170,17 @@ def verify(folder: str, vocab_size: int) -> dict[str, int]:
     return out
 
 
+def window_count(num_tokens: int, seq_len: int) -> int:
+    """Windows of seq_len + 1 tokens at stride seq_len (each one's last target is the next one's first input)."""
+    return max(0, (num_tokens - 1) // seq_len)
+
+
 class TokenWindows:
     """grain RandomAccessDataSource: window i = tokens[i*T : i*T + T + 1] as int32."""
 
     def __init__(self, tokens: np.ndarray, seq_len: int):
         self.tokens, self.seq_len = tokens, seq_len
-        self.num_windows = max(0, (len(tokens) - 1) // seq_len)
+        self.num_windows = window_count(len(tokens), seq_len)
 
     def __len__(self) -> int:
         return self.num_windows

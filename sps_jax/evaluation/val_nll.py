@@ -17,13 +17,13 @@ import jax
 import numpy as np
 
 from sps_jax import config as sps_config, model as sps_model
+from sps_jax.data import loader
 
 
 def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:
     """Starts of the fixed windows of seq_len + 1 tokens (stride seq_len), optionally the first max_tokens only."""
     usable = num_tokens if max_tokens is None else min(num_tokens, int(max_tokens) + 1)
-    count = max((usable - 1) // seq_len, 0)
-    return np.arange(count, dtype=np.int64) * seq_len
+    return np.arange(loader.window_count(usable, seq_len), dtype=np.int64) * seq_len
 
 
 def windows(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:
@@ -54,14 +54,14 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
     # Once, over what is scored: inside the compiled sums an id past the vocabulary gave NaN, a negative one a number.
     sps_model.check_token_ids(tokens[:int(starts[-1]) + T + 1] if len(starts) else tokens[:0], cfg)
     batch_size = min(batch_size, len(starts))  # rows past the last window would be filler, and memory
-    sums = _loss_sums(cfg)
+    sums, source = _loss_sums(cfg), loader.TokenWindows(tokens, T)
     total, count, t0, last = 0.0, 0.0, time.time(), time.time()
     for b in range(0, len(starts), batch_size):
         chunk = starts[b:b + batch_size]
         # A fixed batch shape (one compile); filler rows are all pad and carry no weight.
         batch = np.full((batch_size, T + 1), cfg.pad_id, np.int32)
         for r, s in enumerate(chunk):
-            batch[r] = tokens[s:s + T + 1]
+            batch[r] = source[s // T]
         s_, c_ = sums(params, batch)
         total += float(s_)
         count += float(c_)
