@@ -52,7 +52,7 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
     return next((name for name, dims in SCALES.items() if dims == (num_layers, d_model, num_heads)), None)
 
 
-def model_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
+def paper_model_section(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     """The paper's model at a scale: ``ModelConfig``'s defaults (the only ones) with the scale's
     dimensions, T = 4096, bf16 compute, the Pallas kernel on GPU and splash on TPU."""
     # Imported here, not at the top, so that the commands' parsers (split_config_args) load without jax.
@@ -137,7 +137,7 @@ def metrics_config():
 
 def paper_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
     config = ml_collections.ConfigDict()
-    config.model = model_config(scale, variant, window)
+    config.model = paper_model_section(scale, variant, window)
     config.name = run_name(scale, config.model)
     config.train = train_config(scale)
     config.data = data_config()

@@ -199,7 +199,7 @@ def check_model_fields(config, workdir: str) -> str:
     return path
 
 
-def model_config(config, workdir: str) -> sps_model.ModelConfig:
+def checked_model_config(config, workdir: str) -> sps_model.ModelConfig:
     """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad.
     Every field of what the model is must be there (:func:`check_model_fields`): train writes them all,
     and a default filled in for a lost one (the window, the variant) would build another model than the
@@ -390,7 +390,7 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
         raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else
                                                                 f" yet: {checkpoint.NO_CHECKPOINT_ADVICE}."))
     try:  # the weights are the saved config's model, as changed below says
-        check_trained_as(workdir, step, model_config(saved, workdir))
+        check_trained_as(workdir, step, checked_model_config(saved, workdir))
     except ValueError as e:
         raise UserError(f"{flag}: {cli.sentence(e)}") from None
     changed = model_differences(saved, config)
@@ -440,7 +440,7 @@ def read_run(path: str, step: int | None = None):
     machine runs (:func:`runnable_here`)."""
     workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
-    cfg = model_config(config, workdir)
+    cfg = checked_model_config(config, workdir)
     check_trained_as(workdir, step, cfg)
     return workdir, step, config, runnable_here(cfg, workdir)
 
@@ -531,7 +531,7 @@ def run_info(path: str, step: int | None = None) -> dict:
     its config.json; with ``step`` also the step and the tokens seen by then."""
     workdir, _ = find_run(path)
     config = read_config(workdir)
-    cfg = model_config(config, workdir)
+    cfg = checked_model_config(config, workdir)
     info = {"run": str(config.get("name") or os.path.basename(workdir)), "workdir": workdir,
             "variant": cfg.variant, "window": cfg.window,
             "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}

@@ -48,7 +48,7 @@ def test_delayed_state_has_the_per_step_compute_of_sps_which_roughly_doubles_sta
     # Section 5: Delayed State "has the same per-step compute as SPS"; Section 7: SPS's prediction stream
     # "adds a forward-pass slot per input position, roughly doubling per-step training compute".
     T, w = 4096, 64
-    cfg = {v: sps_model.ModelConfig.from_config(dict(sps_config.model_config("s", v, w))) for v in masks.VARIANTS}
+    cfg = {v: sps_model.ModelConfig.from_config(dict(sps_config.paper_model_section("s", v, w))) for v in masks.VARIANTS}
     d, L, V = cfg["sps"].d_model, cfg["sps"].num_layers, cfg["sps"].vocab_size
     # Keys of one document of T positions seen by the queries of position i, counted from the attention sets
     # (eq. sps-mask for SPS; Delayed State: the w most recent inputs and every causal <predict> entry).

@@ -686,7 +686,7 @@ def test_a_run_initialised_from_another_runs_weights_starts_from_them(tmp_path, 
     _, params, step = runs.load_run(str(tuned))
     assert step == 2
     jax.tree_util.tree_map(np.testing.assert_array_equal, params, source)
-    initial = sps_model.init_params(sps_model.Transformer(runs.model_config(runs.read_config(str(tuned)), "")),
+    initial = sps_model.init_params(sps_model.Transformer(runs.checked_model_config(runs.read_config(str(tuned)), "")),
                                     jax.random.PRNGKey(0))
     assert not np.array_equal(initial["embed"], source["embed"])
     # The optimizer state and schedule are the new run's: it counts its own steps from 0.

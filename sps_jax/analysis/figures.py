@@ -286,7 +286,7 @@ def window_ablation(sources, out: str) -> dict:
     return _finish(fig, out, {"points": points, "lines": lines})
 
 
-def accuracy_gains(evaluations, baseline: str = "standard", sources=None) -> list[dict]:
+def gains_over_baseline(evaluations, baseline: str = "standard", sources=None) -> list[dict]:
     """Per scale and method (variant and window): task_accuracy_avg minus the baseline's, in percentage points.
 
     Each method is compared with the baseline evaluation of the same scale at the largest
@@ -344,7 +344,7 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     paths = files.path_list(paths, "paths")
     check_out(out, paths, "evaluation JSON", "accuracy-gain")
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
-    rows = accuracy_gains([read_evaluation(p) for p in paths], baseline, paths)
+    rows = gains_over_baseline([read_evaluation(p) for p in paths], baseline, paths)
     if not rows:
         raise ValueError(f"no scale has both a {baseline!r} evaluation and another variant's with "
                          "task_accuracy_avg at the same tokens_seen: pass evaluations of paper-scale runs "
@@ -454,7 +454,7 @@ def pre_decay_curve(run: str) -> dict:
         raise ValueError(f"{run!r} has no validation record at or before its decay start ({decay_start:,.0f} tokens: "
                          f"the final {train['decay_fraction']:.0%} of train.total_tokens {train['total_tokens']:,}): "
                          "pass a run that evaluated before its learning-rate decay (train.eval_every).")
-    cfg = runs.model_config(config, info["workdir"])
+    cfg = runs.checked_model_config(config, info["workdir"])
     return {"label": info["run"], "workdir": info["workdir"], "variant": info["variant"], "window": info["window"],
             "method": results_table.method(info), "scale": info["scale"],
             "size": (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff),

@@ -105,7 +105,7 @@ def test_generation_compiles_prefill_with_splash_and_the_decode_loop():
     ("sps", 64, dict(num_layers=1, seq_len=4096)),
 ])
 def test_the_decode_loop_on_a_v5e_holds_no_copy_of_its_cache(variant, window, sizes):
-    model = dict(sps_config.model_config("s", variant, window), **sizes)
+    model = dict(sps_config.paper_model_section("s", variant, window), **sizes)
     prompt_len = model["seq_len"] // 4
     (loop,) = programs.generation(V5E, sps_model.ModelConfig.from_config(model), batch=16, prompt_len=prompt_len,
                                   new_tokens=model["seq_len"] - prompt_len, only=("decode_loop",))
