@@ -91,25 +91,24 @@ def num_layers(sd) -> int:
     return len(layers)
 
 
+# How each kind of tensor (the layouts above TOP) goes from their layout to ours, given the heads, and back,
+# side by side so that each pair is seen to be inverse; "copy" is the same array in both.
+_CONVERSIONS = {
+    "linear": (lambda w, H: w.T,
+               lambda w: w.T),
+    "qkv": (lambda w, H: w.reshape(3, H, w.shape[1] // H, w.shape[1]).transpose(3, 0, 1, 2),
+            lambda w: w.transpose(1, 2, 3, 0).reshape(-1, w.shape[0])),
+    "out": (lambda w, H: w.T.reshape(H, w.shape[0] // H, w.shape[0]),
+            lambda w: w.reshape(-1, w.shape[-1]).T),
+}
+
+
 def _to_ours(kind: str, w: np.ndarray, num_heads: int) -> np.ndarray:
-    if kind == "linear":
-        return w.T
-    if kind == "qkv":
-        D = w.shape[1]
-        return w.reshape(3, num_heads, D // num_heads, D).transpose(3, 0, 1, 2)
-    if kind == "out":
-        D = w.shape[0]
-        return w.T.reshape(num_heads, D // num_heads, D)
-    return w
+    return _CONVERSIONS[kind][0](w, num_heads) if kind in _CONVERSIONS else w
 
 
 def _to_theirs(kind: str, w: np.ndarray) -> np.ndarray:
-    if kind == "linear":
-        w = w.T
-    elif kind == "qkv":
-        w = w.transpose(1, 2, 3, 0).reshape(-1, w.shape[0])
-    elif kind == "out":
-        w = w.reshape(-1, w.shape[-1]).T
+    w = _CONVERSIONS[kind][1](w) if kind in _CONVERSIONS else w
     return np.ascontiguousarray(w)  # torch.save and safetensors store dense row-major tensors
 
 
