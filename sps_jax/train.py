@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         config = sps_config.load_config(args.config, overrides)
         sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster
         from sps_jax import model as sps_model, trainer
-    sps_model.ModelConfig.from_config(config.model)
+    sps_model.ModelConfig.from_config(config.model)  # refuses a bad model section here, not after joining a cluster
     if args.distributed or args.coordinator:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
     summary = trainer.train(config, args.workdir, force=args.force)
