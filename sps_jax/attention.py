@@ -22,6 +22,9 @@ BACKENDS = ("xla", "pallas", "triton", "splash", "auto")
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     """Dense reference: the full N x N mask (N = T*S slots) from the visibility rule, f32 softmax."""
     B, T, S, H, K = q_BTSHK.shape
+    if S != vis.num_streams:  # failed in jax's broadcasting words
+        raise ValueError(f"q must be [B, T, S={vis.num_streams}, H, K] for variant {vis.variant!r}, got shape "
+                         f"{q_BTSHK.shape}.")
     N = T * S
     # Flattening (T, S) is exactly the paper's interleaved order: no permutation needed.
     heads_first = lambda x: jnp.swapaxes(x.reshape(B, N, H, K).astype(jnp.float32), 1, 2)

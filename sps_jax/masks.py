@@ -173,6 +173,21 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     return xp.cumsum(starts.astype(xp.int32), axis=1).astype(xp.int32)
 
 
+def document_runs(doc_ids_BT):
+    """int32 [B, T]: the documents of ``doc_ids_BT`` as maximal runs of equal ids, numbered from 0 in each row.
+
+    A document is a run of positions: the flash kernels visit the interval a run spans, so an id that comes
+    back after another document's (``[0, 0, 1, 1, 0, 0]``) starts a third document, not the first again. The
+    model passes ids it is given through this, so that every backend reads them alike, under jit too, where
+    no check can see the values. Ids from :func:`document_ids` are runs already and come back unchanged.
+    """
+    ids_BT = _ids_BT(doc_ids_BT, "doc_ids_BT")
+    xp = _xp(ids_BT)
+    change = ids_BT[:, 1:] != ids_BT[:, :-1]
+    starts = xp.concatenate([xp.zeros_like(change[:, :1]), change], axis=1)
+    return xp.cumsum(starts.astype(xp.int32), axis=1).astype(xp.int32)
+
+
 def slot_coordinates(num_positions: int, streams: int, xp=np):
     """(position, stream) of each slot in interleaved order, each [T*S]."""
     idx = xp.arange(num_positions * streams)

@@ -392,7 +392,8 @@ class Transformer(nn.Module):
     """``Transformer(config.model).apply({"params": p}, tokens_BT)`` -> logits [B, T, V].
 
     ``logits[:, i]`` predicts token i+1 and is read from the variant's logits
-    stream. Document ids come from EOS and pad tokens unless given.
+    stream. Document ids come from EOS and pad tokens unless given; given ones are read as runs of
+    equal ids (``masks.document_runs``).
     With ``cache`` (one per-layer cache object with an ``attend`` method, see
     ``sps_jax.inference.kv_cache.views``) it returns ``(output, new per-layer caches)``.
     """
@@ -415,6 +416,8 @@ class Transformer(nn.Module):
             positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         if doc_ids_BT is None:
             doc_ids_BT = masks.document_ids(jnp.asarray(tokens_BT), c.eos_id, c.pad_id)
+        elif cache is None:  # (with a cache the ids are the cache's own, numbered across calls)
+            doc_ids_BT = masks.document_runs(jnp.asarray(doc_ids_BT))
         embed_VD = self.param("embed", _normal(c.init_std), (c.vocab_size, c.d_model), _DTYPES[c.param_dtype])
         x_BTD = embed_VD[tokens_BT]
         streams = [x_BTD]

@@ -603,6 +603,10 @@ def _check_inputs(q, k, v, doc_ids_BT, vis):
         raise ValueError(f"q, k and v must have the same shape, got {q.shape}, {k.shape}, {v.shape}.")
     if doc_ids_BT.shape != q.shape[:2]:
         raise ValueError(f"doc_ids_BT must be [B, T] = {q.shape[:2]}, got {doc_ids_BT.shape}.")
+    if not jnp.issubdtype(doc_ids_BT.dtype, jnp.integer):  # cast to int32 below, 0.5 would have become 0
+        raise ValueError(f"doc_ids_BT must hold integer document ids, got {doc_ids_BT.dtype}.")
+    if q.shape[1] == 0:
+        raise ValueError("q, k and v have no positions (T = 0): pass at least one.")
     if not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must be floating point, got {q.dtype}.")
     try:
@@ -651,6 +655,8 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, i
     1/sqrt(K) inside. ``tuning`` gives each kernel's tiles, warps and stages (default:
     :func:`default_tuning` for the head dim, the streams and the target GPU); T need not be a
     multiple of any block. ``interpret=True`` runs the kernels in the Pallas interpreter (CPU).
+    A document is a run of positions: ids that are not runs are refused where their values can be
+    seen, and under jit cannot be (the model passes its ids through ``masks.document_runs``).
     """
     tuning = checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning)
     return run_flash(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis, flash=_flash,

@@ -153,8 +153,11 @@ def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, bs, interpret):
     Tp = padded_len(T, S, bs)
     kernel = _kernel(vis, Tp, H, bs, interpret)
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, 0)]
-    # Splash takes no softmax scale: q is pre-scaled (exact in bf16 at head_dim 64, a power of 4).
-    q_BHNK = jnp.pad(q_BTSHK * K ** -0.5, pad).reshape(B, Tp * S, H, K).transpose(0, 2, 1, 3)
+    # Splash takes no softmax scale, so q is pre-scaled: in f32 and rounded once (a weakly typed scale would be
+    # rounded to q's dtype first, scaling every logit off by up to 2**-9). Exact at head_dim 64 (a power of 4);
+    # at 128 the rounded product costs bf16 and f16 about one more rounding of each logit (docs/tpu.md).
+    q_BTSHK = (q_BTSHK.astype(jnp.float32) * K ** -0.5).astype(q_BTSHK.dtype)
+    q_BHNK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, K).transpose(0, 2, 1, 3)
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 3, 2, 1, 4).reshape(B, H, S * Tp, K)  # noqa: E731
     # Padded positions: one segment below every document id of the row, seen by nothing real.
     pad_id = jnp.min(doc_ids_BT, axis=1, keepdims=True) - 1

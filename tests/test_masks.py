@@ -119,6 +119,18 @@ def test_document_ids_eos_belongs_to_the_document_it_ends():
                                   [np.sum(row[:i] == E) for i in range(len(row))])
 
 
+def test_a_document_is_a_run_of_positions_and_document_ids_are_runs_already():
+    given = np.array([[0, 0, 1, 1, 0, 0], [7, 7, 7, 3, 3, 9]])
+    expected = np.array([[0, 0, 1, 1, 2, 2], [0, 0, 0, 1, 1, 2]])
+    np.testing.assert_array_equal(masks.document_runs(given), expected)
+    np.testing.assert_array_equal(np.asarray(masks.document_runs(jnp.asarray(given))), expected)
+    E, P = vocab.EOS_ID, vocab.PAD_ID
+    tokens = np.random.default_rng(0).choice([5, 6, E, P], size=(4, 40))
+    np.testing.assert_array_equal(masks.document_runs(masks.document_ids(tokens)), masks.document_ids(tokens))
+    with pytest.raises(ValueError, match="integer array"):
+        masks.document_runs(np.array([[0.0, 0.5, 1.0]]))
+
+
 def test_the_mask_functions_name_a_wrong_argument_in_one_sentence():
     E = vocab.EOS_ID
     # A nested list is tokens too; one sequence without its batch axis, or float ids, is not.

@@ -260,6 +260,12 @@ def test_bad_input_stops_with_a_clear_message():
     split[0, -1] = 0  # document 0 again after others: not one contiguous run
     with pytest.raises(ValueError, match="contiguous run"):
         pa.attention(q, k, v, split, Vis("sps", 2), interpret=True)
+    with pytest.raises(ValueError, match="integer document ids"):  # had been cast to int32: 0.5 became 0
+        pa.attention(q, k, v, doc + 0.5, Vis("sps", 2), interpret=True)
+    with pytest.raises(ValueError, match="no positions"):  # had said "contiguous run"
+        pa.attention(q[:, :0], k[:, :0], v[:, :0], doc[:, :0], Vis("sps", 2), interpret=True)
+    with pytest.raises(ValueError, match="S=1"):  # the dense reference had failed in jax's broadcasting words
+        attention.xla_attention(q, k, v, doc, Vis("standard"))
 
 
 def test_mixed_tiles_per_kernel_match_reference():
