@@ -17,6 +17,8 @@ from sps_jax import masks, mesh as sps_mesh
 from sps_jax.names import did_you_mean
 
 BACKENDS = ("xla", "pallas", "triton", "splash", "auto")
+# The score a hidden key gets: finite, so a row with every key hidden gives exp(0) times a zero mask, not inf - inf.
+MASKED_SCORE = -1e30
 
 
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
@@ -42,7 +44,7 @@ def rounded_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibili
     q_BNHK, k_BNHK, v_BNHK = (x.reshape(B, T * S, H, K) for x in (q_BTSHK, k_BTSHK, v_BTSHK))
     mask_B1NN = masks.dense_mask(vis, doc_ids_BT)[:, None]
     s_BHNN = jnp.einsum("bqhd,bkhd->bhqk", q_BNHK, k_BNHK, preferred_element_type=jnp.float32) * K ** -0.5
-    p_BHNN = jax.nn.softmax(jnp.where(mask_B1NN, s_BHNN, -1e30), axis=-1)
+    p_BHNN = jax.nn.softmax(jnp.where(mask_B1NN, s_BHNN, MASKED_SCORE), axis=-1)
     o_BNHK = jnp.einsum("bhqk,bkhd->bqhd", p_BHNN.astype(v_BNHK.dtype), v_BNHK, preferred_element_type=jnp.float32)
     return o_BNHK.astype(q_BTSHK.dtype).reshape(B, T, S, H, K)
 
@@ -61,7 +63,7 @@ def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC, values_on_vpu: bool = Fal
     mask_BHQC = mask_BQC[:, None]
     # A finite fill plus multiplying by the mask keeps fully hidden rows at exactly
     # zero output and zero gradient instead of NaN.
-    scores_BHQC = jnp.where(mask_BHQC, scores_BHQC, -1e30)
+    scores_BHQC = jnp.where(mask_BHQC, scores_BHQC, MASKED_SCORE)
     max_BHQ1 = jax.lax.stop_gradient(scores_BHQC.max(axis=-1, keepdims=True))
     p_BHQC = jnp.exp(scores_BHQC - max_BHQ1) * mask_BHQC
     if values_on_vpu:

@@ -101,7 +101,7 @@ class Visibility:
         return Visibility(variant, window, self.persistent_window)
 
 
-def _xp(x):
+def array_module(x):
     """numpy for numpy/Python inputs, jax.numpy for jax arrays (and tracers)."""
     if isinstance(x, (np.ndarray, np.generic, int, bool)):
         return np
@@ -162,7 +162,7 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     to by real tokens and never attends to them.
     """
     tokens_BT = _ids_BT(tokens_BT, "tokens_BT")
-    xp = _xp(tokens_BT)
+    xp = array_module(tokens_BT)
     is_eos = tokens_BT == eos_id
     is_pad = tokens_BT == pad_id
     none = xp.zeros_like(is_eos[:, :1])
@@ -182,7 +182,7 @@ def document_runs(doc_ids_BT):
     no check can see the values. Ids from :func:`document_ids` are runs already and come back unchanged.
     """
     ids_BT = _ids_BT(doc_ids_BT, "doc_ids_BT")
-    xp = _xp(ids_BT)
+    xp = array_module(ids_BT)
     change = ids_BT[:, 1:] != ids_BT[:, :-1]
     starts = xp.concatenate([xp.zeros_like(change[:, :1]), change], axis=1)
     return xp.cumsum(starts.astype(xp.int32), axis=1).astype(xp.int32)
@@ -198,7 +198,7 @@ def dense_mask(vis: Visibility, doc_ids_BT):
     """bool [B, N, N] over the N = T*S slots in the paper's interleaved order (x0, rho0, x1, rho1, ...)."""
     _check_visibility(vis)
     doc_ids_BT = _ids_BT(doc_ids_BT, "doc_ids_BT")
-    xp = _xp(doc_ids_BT)
+    xp = array_module(doc_ids_BT)
     S = vis.num_streams
     T = doc_ids_BT.shape[1]
     pos, stream = slot_coordinates(T, S, xp)

@@ -19,7 +19,7 @@ and per key row (j, t) the query rows that see it are the interval
 ``[S*j + t, S*min(doc_end(j), j + w_t + 1))`` of interleaved query rows. From these
 row intervals, O(T) reductions give per (query tile, key stream) the range of key
 blocks with any visible pair and the sub-range that is fully visible
-(:func:`block_tables`); the kernels loop only over that range, applying the
+(:func:`sps_jax.block_tables.tables`); the kernels loop only over that range, applying the
 elementwise mask only outside the fully visible sub-range. The dK/dV kernel uses
 the transposed tables built the same way from the key-side intervals, so all three
 kernels visit exactly the blocks that hold visible pairs (up to interval hulls).
@@ -34,8 +34,6 @@ under ``interpret=True`` on CPU, which is how the tests check them.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import math
@@ -46,256 +44,22 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from sps_jax import masks
+from sps_jax import block_tables, kernel_tuning, masks
+from sps_jax.kernel_tuning import Tiles, Tuning
 
+# The online softmax's constants, which the jax-triton kernels (triton_attention, inference.triton_decode) share.
 # Finite, so masked logits never produce inf - inf = NaN in the running max.
-_MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 # lse of an empty row: exp2(s - lse) underflows to exactly 0 for any finite score.
-_EMPTY_LSE = 1e30
+EMPTY_LSE = 1e30
 # Softmax runs in base 2 (exp2 is the GPU's native exponential): logits are scaled by
 # log2(e) and the saved log-sum-exp is base 2; gradients are unchanged.
-_LOG2E = math.log2(math.e)
-
-
-# ----------------------------------------------------------------------------
-# Launch configuration: tiles, warps and pipeline stages per kernel and GPU
-# ----------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Tiles:
-    """One kernel's launch: ``block_q`` positions (x S streams) per query tile, ``block_k``
-    positions of one key stream per key block, and Triton's warps and pipeline stages."""
-
-    block_q: int
-    block_k: int
-    num_warps: int = 4
-    num_stages: int = 2
-
-    def __post_init__(self):
-        for name in ("block_q", "block_k"):
-            b = getattr(self, name)
-            if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 or b & (b - 1):
-                raise ValueError(f"{name} must be a positive power of two (Triton tiles), got {b!r}.")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}.")
-        if not isinstance(self.num_stages, (int, np.integer)) or self.num_stages < 1:
-            raise ValueError(f"num_stages must be a positive integer, got {self.num_stages!r}.")
-
-
-@dataclasses.dataclass(frozen=True)
-class Tuning:
-    """Tiles of the three kernels. Each kernel gets its own: the dK/dV kernel keeps two
-    [block_k, K] f32 accumulators live, so it runs out of registers before the others."""
-
-    forward: Tiles
-    dq: Tiles
-    dkv: Tiles
-
-    @classmethod
-    def uniform(cls, block_q: int, block_k: int, num_warps: int = 4, num_stages: int = 2) -> "Tuning":
-        tiles = Tiles(block_q, block_k, num_warps, num_stages)
-        return cls(tiles, tiles, tiles)
-
-    @property
-    def padded_multiple(self) -> int:
-        """T is padded to a multiple of every block (powers of two: the largest one)."""
-        return max(max(t.block_q, t.block_k) for t in (self.forward, self.dq, self.dkv))
-
-
-# Per (compute capability major, head dim padded to a power of two): the defaults, written for two
-# streams (every variant but standard). Each has zero register spills in all three kernels for bf16
-# and f16 on sm_90a and sm_100a (`python -m sps_jax.bench compile`); among those, the H100 entries
-# are the fastest measured against cuDNN (docs/pallas.md, "Per-target defaults"). Unlisted
-# architectures use the Hopper entries.
-TUNING = {
-    (9, 64): Tuning(forward=Tiles(32, 32, 4, 3), dq=Tiles(32, 64, 4, 3), dkv=Tiles(32, 64, 4, 3)),
-    (9, 128): Tuning(forward=Tiles(32, 32, 4, 3), dq=Tiles(32, 64, 4, 2), dkv=Tiles(32, 32, 4, 2)),
-    (10, 64): Tuning.uniform(32, 64, num_warps=4, num_stages=3),
-    (10, 128): Tuning.uniform(32, 64, num_warps=4, num_stages=2),
-}
-# jax-triton's kernels (sps_jax.triton_attention) take the same tiles, except where their own binary
-# spills: the Hopper Dh-128 dK/dV kernel with 4 warps (48 spill bytes on sm_90a; 0 with 8, at 178 registers).
-TRITON_TUNING = {**TUNING, (9, 128): dataclasses.replace(TUNING[(9, 128)], dkv=Tiles(32, 32, 8, 2))}
-# The two sets of these kernels, by name (`attention="pallas"` and `"triton"`), and each one's defaults.
-TUNING_TABLES = {"pallas": TUNING, "triton": TRITON_TUNING}
-KERNEL_SETS = tuple(TUNING_TABLES)
-TUNING_STREAMS = 2
-# Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
-_WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
-
-# The GPU a lowering is for when no GPU is attached (deviceless compiles set it; see `lowering_for`).
-_TARGET_CC = contextvars.ContextVar("sps_jax_pallas_target_cc", default=None)
-
-
-@contextlib.contextmanager
-def lowering_for(compute_capability: str):
-    """Pick the defaults of ``compute_capability`` (e.g. "9.0") while lowering without that GPU."""
-    token = _TARGET_CC.set(str(compute_capability))
-    try:
-        yield
-    finally:
-        _TARGET_CC.reset(token)
-
-
-def _target_major() -> int:
-    cc = _TARGET_CC.get()
-    if cc is None:
-        cc = getattr(jax.devices()[0], "compute_capability", None)  # "9.0" on a CUDA device
-    return int(str(cc).split(".")[0]) if cc else 9  # interpret mode: any entry serves
-
-
-def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int | None = None,
-                   kernels: str = "pallas") -> Tuning:
-    """The tiles for ``head_dim`` and a variant of ``streams`` streams on a GPU of compute
-    capability ``major`` (default: the target), for kernel set ``kernels`` (:data:`TUNING_TABLES`:
-    :data:`TUNING`, or :data:`TRITON_TUNING` for the jax-triton kernels).
-
-    A query tile holds block_q x S rows, the M of its matrix products, which sets its registers and
-    shared memory; so a variant of other than :data:`TUNING_STREAMS` streams takes the table's
-    tiles with block_q scaled to the same rows (standard: twice the positions).
-    """
-    major = _target_major() if major is None else major
-    width = pl.next_power_of_2(head_dim)
-    table = TUNING_TABLES[kernels]
-    tuning = _WIDE_HEADS if width > 128 else table.get((major, max(width, 64))) or table[(9, max(width, 64))]
-    if streams not in (1, TUNING_STREAMS):
-        raise ValueError(f"streams must be 1 or {TUNING_STREAMS}, got {streams!r}.")
-    scale = TUNING_STREAMS // streams
-    return Tuning(*(dataclasses.replace(t, block_q=t.block_q * scale)
-                    for t in (tuning.forward, tuning.dq, tuning.dkv)))
-
-
-# ----------------------------------------------------------------------------
-# Row intervals and block tables (pure, O(T) on device)
-# ----------------------------------------------------------------------------
-
-def _doc_bounds(doc_ids_BT):
-    """(start, end) per position: the first and one-past-last position of its document.
-
-    Documents must be contiguous runs of equal ids (as masks.document_ids makes them).
-    """
-    xp = masks._xp(doc_ids_BT)
-    B, T = doc_ids_BT.shape
-    pos = xp.arange(T, dtype=xp.int32)
-    change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]  # [B, T-1]: a new document at i+1
-    first = xp.concatenate([xp.ones((B, 1), bool), change], axis=1)
-    last = xp.concatenate([change, xp.ones((B, 1), bool)], axis=1)
-    starts, ends = xp.where(first, pos, 0), xp.where(last, pos + 1, T)
-    if xp is np:
-        start = np.maximum.accumulate(starts, axis=1)
-        end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]
-    else:
-        start, end = lax.cummax(starts, axis=1), lax.cummin(ends, axis=1, reverse=True)
-    return start.astype(xp.int32), end.astype(xp.int32)
-
-
-def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
-    """Visible intervals of the visibility rule, both ways, as int32 arrays.
-
-    Returns ``(q_lo, q_hi, k_lo, k_hi)``:
-    - ``q_lo, q_hi`` ``[B, S, Tp*S]``: for key stream t and interleaved query row
-      r = S*i + s, query (i, s) sees keys (j, t) exactly for q_lo <= j < q_hi.
-    - ``k_lo, k_hi`` ``[B, S*Tp]``: for key row t*Tp + j (stream-major), key (j, t)
-      is seen by exactly the interleaved query rows k_lo <= r < k_hi.
-    Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
-    out (fast host-side counting); jax in, jax out (the kernels' on-device path).
-    """
-    xp = masks._xp(doc_ids_BT)
-    S = vis.num_streams
-    B, T = doc_ids_BT.shape
-    Tp = T if padded_len is None else padded_len
-    start_BT, end_BT = _doc_bounds(doc_ids_BT)
-    pos = xp.arange(T, dtype=xp.int32)
-    pad = [(0, 0), (0, Tp - T)]
-    q_lo, q_hi, k_lo, k_hi = [], [], [], []
-    for t in range(S):
-        w = vis.stream_window(t)
-        w = None if w is None else min(int(w), T)  # a window >= T is unbounded; keeps int32 safe
-        lo_BT = start_BT if w is None else xp.maximum(start_BT, pos - w)
-        per_stream_lo, per_stream_hi = [], []
-        for s in range(S):
-            hi_T = pos + 1 if t <= s else pos
-            per_stream_lo.append(xp.pad(lo_BT, pad))
-            per_stream_hi.append(xp.pad(xp.broadcast_to(hi_T, (B, T)), pad))
-        # [B, Tp, S] -> [B, Tp*S]: interleaved query rows.
-        q_lo.append(xp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
-        q_hi.append(xp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
-        seen_until = end_BT if w is None else xp.minimum(end_BT, pos + w + 1)
-        k_lo.append(xp.pad(xp.broadcast_to(S * pos + t, (B, T)), pad))
-        k_hi.append(xp.pad(S * seen_until, pad))
-    return (xp.stack(q_lo, axis=1).astype(xp.int32), xp.stack(q_hi, axis=1).astype(xp.int32),
-            xp.concatenate(k_lo, axis=1).astype(xp.int32),
-            xp.concatenate(k_hi, axis=1).astype(xp.int32))
-
-
-def _ranges(lo, hi, block):
-    """Per tile ([..., rows of the tile] intervals): [first, full_first, full_end, end) block indices.
-
-    Needed blocks hull every non-empty row interval; fully visible blocks lie inside
-    every row's interval (an empty row makes the full sub-range empty).
-    """
-    xp = masks._xp(lo)
-    big = np.iinfo(np.int32).max
-    nonempty = lo < hi
-    any_row = nonempty.any(axis=-1)
-    first = xp.where(nonempty, lo, big).min(axis=-1) // block
-    end = -(-xp.where(nonempty, hi, 0).max(axis=-1) // block)
-    first = xp.where(any_row, first, 0)
-    end = xp.where(any_row, end, 0)
-    full_first = xp.clip(-(-lo.max(axis=-1) // block), first, end)
-    full_end = xp.clip(hi.min(axis=-1) // block, full_first, end)
-    return xp.stack([first, full_first, full_end, end], axis=-1).astype(xp.int32)
-
-
-def _query_blocks(q_lo, q_hi, streams: int, block_q: int, block_k: int):
-    """[B, nQ, S, 4] per query tile (block_q positions x S streams) and key stream t: key blocks
-    (block_k positions of stream t) [first, end) hold every visible pair, [full_first, full_end)
-    need no elementwise mask."""
-    B, S, rows_all = q_lo.shape
-    rows = block_q * streams
-    shape = (B, S, rows_all // rows, rows)
-    return _ranges(q_lo.reshape(shape), q_hi.reshape(shape), block_k).swapaxes(1, 2)
-
-
-def _key_blocks(k_lo, k_hi, streams: int, block_q: int, block_k: int):
-    """[B, S, nK, 4] per key block of stream t: the same four numbers over query tiles."""
-    B, keys = k_lo.shape
-    shape = (B, streams, keys // (streams * block_k), block_k)
-    return _ranges(k_lo.reshape(shape), k_hi.reshape(shape), block_q * streams)
-
-
-def block_tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded_len=None):
-    """Block-skipping tables for the kernels (pure; exposed for tests).
-
-    Returns ``(q_tables, k_tables)``:
-    - ``q_tables`` int32 ``[B, nQ, S, 4]``: for query tile qt (positions
-      [qt*block_q, (qt+1)*block_q) x all streams) and key stream t, key blocks
-      (of ``block_k`` positions of stream t) ``[first, end)`` hold every visible pair
-      and ``[full_first, full_end)`` need no elementwise mask.
-    - ``k_tables`` int32 ``[B, S, nK, 4]``: for key block kb of stream t, the same
-      four numbers over query tiles (used by the dK/dV kernel).
-    T is padded to ``padded_len``, by default the next multiple of both block sizes.
-    """
-    Tiles(block_q, block_k)  # validates the blocks
-    T = doc_ids_BT.shape[1]
-    Tp = _padded_len(T, max(block_q, block_k)) if padded_len is None else padded_len
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
-    S = vis.num_streams
-    return (_query_blocks(q_lo, q_hi, S, block_q, block_k), _key_blocks(k_lo, k_hi, S, block_q, block_k))
-
-
-def _padded_len(T, multiple):
-    return -(-T // multiple) * multiple
+LOG2E = math.log2(math.e)
 
 
 # ----------------------------------------------------------------------------
 # Kernels
 # ----------------------------------------------------------------------------
-
-def tile_side(n: int) -> int:
-    """A Triton tile side covering n rows or keys: a power of two, at least 16 (``tl.dot``'s minimum)."""
-    return max(16, 1 << (n - 1).bit_length())
-
 
 def _dot(a, b, *, trans_b=False):
     """a @ b (or a @ b.T) accumulated in f32."""
@@ -315,10 +79,10 @@ def _three_loops(table_ref, t, body, carry):
 def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
                     streams, block_k, padded_len, scale):
     q = q_ref[...]  # [block_q * S interleaved rows, K]
-    log2_scale = scale * _LOG2E
+    log2_scale = scale * LOG2E
     rows = q.shape[0]
     acc = jnp.zeros(q.shape, jnp.float32)
-    m = jnp.full((rows,), _MASK_VALUE, jnp.float32)
+    m = jnp.full((rows,), MASK_VALUE, jnp.float32)
     l = jnp.zeros((rows,), jnp.float32)
     for t in range(streams):
         lo, hi = lo_ref[t, :], hi_ref[t, :]
@@ -331,10 +95,10 @@ def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_r
             if masked:
                 j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
                 vis = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
-                s = jnp.where(vis, s, _MASK_VALUE)
+                s = jnp.where(vis, s, MASK_VALUE)
             m_new = jnp.maximum(m, s.max(axis=1))
             p = jnp.exp2(s - m_new[:, None])
-            if masked:  # rows with nothing visible yet have m_new == _MASK_VALUE: p would be 1
+            if masked:  # rows with nothing visible yet have m_new == MASK_VALUE: p would be 1
                 p = jnp.where(vis, p, 0.0)
             alpha = jnp.exp2(m - m_new)
             l = l * alpha + p.sum(axis=1)
@@ -344,14 +108,14 @@ def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_r
         acc, m, l = _three_loops(table_ref, t, body, (acc, m, l))
     seen = l > 0
     o_ref[...] = (acc / jnp.where(seen, l, 1.0)[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(seen, m + jnp.log2(jnp.where(seen, l, 1.0)), _EMPTY_LSE)
+    lse_ref[...] = jnp.where(seen, m + jnp.log2(jnp.where(seen, l, 1.0)), EMPTY_LSE)
 
 
 def _dq_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref,
                dq_ref, *, streams, block_k, padded_len, scale):
     q, do = q_ref[...], do_ref[...]
     lse, delta = lse_ref[...], delta_ref[...]
-    log2_scale = scale * _LOG2E
+    log2_scale = scale * LOG2E
     dq = jnp.zeros(q.shape, jnp.float32)
     for t in range(streams):
         lo, hi = lo_ref[t, :], hi_ref[t, :]
@@ -375,7 +139,7 @@ def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref,
     # Transposed formulation: scores as [block_k, query rows] so no in-kernel transposes of p.
     k, v = k_ref[...], v_ref[...]
     lo, hi = lo_ref[...], hi_ref[...]
-    log2_scale = scale * _LOG2E
+    log2_scale = scale * LOG2E
     dk = jnp.zeros(k.shape, jnp.float32)
     dv = jnp.zeros(v.shape, jnp.float32)
 
@@ -440,11 +204,11 @@ def _computed_scores(vis, T, Tp, tuning):
     """Scores each kernel computes for one document of T positions (what XLA's cost model is
     told: an upper bound, since documents only remove blocks)."""
     S = vis.num_streams
-    q_lo, q_hi, k_lo, k_hi = row_intervals(np.zeros((1, T), np.int32), vis, padded_len=Tp)
+    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(np.zeros((1, T), np.int32), vis, padded_len=Tp)
     fwd, dq, dkv = tuning.forward, tuning.dq, tuning.dkv
-    return (_scores_in(_query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k), fwd, S),
-            _scores_in(_query_blocks(q_lo, q_hi, S, dq.block_q, dq.block_k), dq, S),
-            _scores_in(_key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S))
+    return (_scores_in(block_tables.query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k), fwd, S),
+            _scores_in(block_tables.query_blocks(q_lo, q_hi, S, dq.block_q, dq.block_k), dq, S),
+            _scores_in(block_tables.key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S))
 
 
 def _cost(name, scores, q_BNHK, *others):
@@ -474,9 +238,9 @@ def _query_tile_specs(S, rows, M, Dh):
     ]
 
 
-def _query_table(plan, tiles, q_lo, q_hi):
+def query_table(plan, tiles, q_lo, q_hi):
     """[B, tiles, 4 * S] block table of a query-side kernel (forward or dQ) with ``tiles``."""
-    q_tab = _query_blocks(q_lo, q_hi, plan.streams, tiles.block_q, tiles.block_k)
+    q_tab = block_tables.query_blocks(q_lo, q_hi, plan.streams, tiles.block_q, tiles.block_k)
     B, nQ = q_tab.shape[:2]
     return q_tab.reshape(B, nQ, 4 * plan.streams)
 
@@ -501,7 +265,7 @@ def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
         compiler_params=_compiler_params(plan.interpret, tiles),
         cost_estimate=_cost("sps_flash_forward", plan.scores[0], q_BNHK, k_BMHK, v_BMHK, q_BNHK),
         name="sps_flash_forward",
-    )(_query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
+    )(query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
 
 
 def _backward(plan, res, do_BNHK):
@@ -526,11 +290,11 @@ def _backward(plan, res, do_BNHK):
         compiler_params=_compiler_params(plan.interpret, tiles),
         cost_estimate=_cost("sps_flash_dq", plan.scores[1], q_BNHK, k_BMHK, v_BMHK, do_BNHK, q_BNHK),
         name="sps_flash_dq",
-    )(_query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
+    )(query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
       lse_BHN, delta_BHN)
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
-    k_tab = _key_blocks(k_lo, k_hi, S, tiles.block_q, block_k)
+    k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k)
     whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
     dk, dv = pl.pallas_call(
@@ -593,7 +357,7 @@ _flash = flash_with(_forward, _backward)
 # Public API
 # ----------------------------------------------------------------------------
 
-def _check_inputs(q, k, v, doc_ids_BT, vis):
+def check_inputs(q, k, v, doc_ids_BT, vis):
     if not isinstance(vis, masks.Visibility):
         raise TypeError(f"vis must be a masks.Visibility, got {type(vis).__name__}.")
     S = vis.num_streams
@@ -624,13 +388,13 @@ def run_flash(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, flash, interpret, t
     """``flash`` (from :func:`flash_with`) on model-layout inputs: pads T to the tiles and the head dim
     to a power of two, lays keys out stream-major, and derives the row intervals."""
     B, T, S, H, Dh = q_BTSHK.shape
-    Tp = _padded_len(T, tuning.padded_multiple)
+    Tp = block_tables.round_up(T, tuning.padded_multiple)
     Dp = pl.next_power_of_2(Dh)  # Triton tiles need power-of-two extents; zero columns are inert
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, Dp - Dh)]
     q_BNHK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, Dp)
     # Stream-major keys, so a key block is block_k positions of one stream.
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(B, S * Tp, H, Dp)  # noqa: E731
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
     plan = _Plan(S, Tp, Dh ** -0.5, interpret, tuning, _computed_scores(vis, T, Tp, tuning), target)
     o_BNHK = flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK), q_lo, q_hi, k_lo, k_hi)
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
@@ -639,11 +403,11 @@ def run_flash(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, flash, interpret, t
 def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, kernels: str = "pallas") -> Tuning:
     """Check the inputs (one sentence each) and return ``tuning``, by default :func:`default_tuning`
     of kernel set ``kernels`` for the head dim, the streams and the target GPU."""
-    _check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
+    check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
     if tuning is None:
-        return default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2], kernels=kernels)
+        return kernel_tuning.default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2], kernels=kernels)
     if not isinstance(tuning, Tuning):
-        raise TypeError(f"tuning must be a pallas_attention.Tuning, got {type(tuning).__name__}.")
+        raise TypeError(f"tuning must be a kernel_tuning.Tuning, got {type(tuning).__name__}.")
     return tuning
 
 
@@ -665,7 +429,7 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *, i
 
 def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     """The ``pallas`` backend of sps_jax.attention: interpret mode off GPU (unless lowering for one)."""
-    interpret = jax.default_backend() != "gpu" and _TARGET_CC.get() is None
+    interpret = jax.default_backend() != "gpu" and kernel_tuning.target_compute_capability() is None
     return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, interpret=interpret)
 
 
@@ -677,14 +441,14 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]  # host-side: O(T) numpy
     T = doc_ids_BT.shape[1]
     S = vis.num_streams
-    Tp = _padded_len(T, tuning.padded_multiple)
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    Tp = block_tables.round_up(T, tuning.padded_multiple)
+    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
     fwd, dkv = tuning.forward, tuning.dkv
-    q_tab = _query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k)
+    q_tab = block_tables.query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k)
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
     N = T * S
     return {"visible": int(np.maximum(q_hi - q_lo, 0).sum()),
             "computed": _scores_in(q_tab, fwd, S),
-            "computed_dkv": _scores_in(_key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S),
+            "computed_dkv": _scores_in(block_tables.key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S),
             "masked_blocks": blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum()), "blocks": blocks_fwd,
             "dense_causal": N * (N + 1) // 2}

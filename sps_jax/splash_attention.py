@@ -35,7 +35,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 from jax.sharding import PartitionSpec as P
 
-from sps_jax import masks, mesh as sps_mesh
+from sps_jax import block_tables, masks, mesh as sps_mesh
 from sps_jax import pallas_attention as pa
 
 # Splash computes scores and masks 128 lanes at a time: every block is a multiple of this.
@@ -176,7 +176,7 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *,
     ``BlockSizes``, see :func:`block_sizes`): every block a multiple of 128; T need not be a
     multiple of any. ``interpret=True`` runs splash's kernels in the Pallas interpreter (CPU).
     """
-    pa._check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)  # the same contract as the GPU kernel
+    pa.check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)  # the same contract as the GPU kernel
     _check_block_sizes(block_sizes)
     return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis,
                       bs=block_sizes, interpret=bool(interpret))
@@ -209,9 +209,9 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, block_sizes: splash.BlockSiz
     doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]
     T, S = doc_ids_BT.shape[1], vis.num_streams
     Tp = padded_len(T, S, block_sizes)
-    q_lo, q_hi, _, _ = pa.row_intervals(doc_ids_BT, vis)
+    q_lo, q_hi, _, _ = block_tables.row_intervals(doc_ids_BT, vis)
     visible = int(np.maximum(q_hi - q_lo, 0).sum())
-    static_lo, static_hi, _, _ = pa.row_intervals(np.zeros((1, Tp), np.int32), vis)
+    static_lo, static_hi, _, _ = block_tables.row_intervals(np.zeros((1, Tp), np.int32), vis)
     counts = {"visible": visible, "dense_causal": T * S * (T * S + 1) // 2, "padded_len": Tp}
     bs = block_sizes
     for name, bq, bkv in (("", bs.block_q, bs.block_kv), ("_dq", bs.block_q_dq, bs.block_kv_dq),

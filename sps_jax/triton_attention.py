@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import masks
+from sps_jax import block_tables, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.cli import UserError
 
@@ -41,9 +41,9 @@ class Unavailable(UserError, RuntimeError):
 
 
 if triton is not None:
-    _MASK_VALUE = tl.constexpr(pa._MASK_VALUE)
-    _EMPTY_LSE = tl.constexpr(pa._EMPTY_LSE)
-    _LOG2E = tl.constexpr(pa._LOG2E)  # softmax in base 2, as in the Pallas kernels
+    _MASK_VALUE = tl.constexpr(pa.MASK_VALUE)
+    _EMPTY_LSE = tl.constexpr(pa.EMPTY_LSE)
+    _LOG2E = tl.constexpr(pa.LOG2E)  # softmax in base 2, as in the Pallas kernels
 
     @triton.jit
     def _key_block(k_base, v_base, kb, ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -305,7 +305,7 @@ def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
     rows = tiles.block_q * S
     o_BNHK, lse_BHN = _launch(
         plan, "sps_triton_forward", (N // rows, H, B),
-        (pa._query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK),
+        (pa.query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK),
         (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype), jax.ShapeDtypeStruct((B, H, N), jnp.float32)),
         S=S, N=N, TP=Tp, H=H, DH=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
     return o_BNHK, lse_BHN
@@ -321,13 +321,13 @@ def _backward(plan, res, do_BNHK):
     rows = tiles.block_q * S
     (dq,) = _launch(
         plan, "sps_triton_dq", (N // rows, H, B),
-        (pa._query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
+        (pa.query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
          delta_BHN),
         (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),),
         S=S, N=N, TP=Tp, H=H, DH=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
-    k_tab = pa._key_blocks(k_lo, k_hi, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
+    k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
     dk, dv = _launch(
         plan, "sps_triton_dkv", (M // block_k, H, B),
         (k_tab, k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK, lse_BHN, delta_BHN),
@@ -346,7 +346,7 @@ def where_to_run(platform: str | None = None) -> tuple[bool, str | None]:
     if triton is None:
         raise Unavailable(NEEDS)
     platform = platform or jax.default_backend()
-    target = pa._TARGET_CC.get()
+    target = kernel_tuning.target_compute_capability()
     if target is not None or platform == "gpu":
         if interpreting():
             raise Unavailable("triton was imported with TRITON_INTERPRET=1, which makes its kernels "
@@ -360,9 +360,9 @@ def where_to_run(platform: str | None = None) -> tuple[bool, str | None]:
 
 
 def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *,
-              tuning: pa.Tuning | None = None):
+              tuning: kernel_tuning.Tuning | None = None):
     """:func:`sps_jax.pallas_attention.attention` with the jax-triton kernels: the same contract and
-    results; default tiles from :data:`sps_jax.pallas_attention.TRITON_TUNING`."""
+    results; default tiles from :data:`sps_jax.kernel_tuning.TRITON_TUNING`."""
     tuning = pa.checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, kernels="triton")
     interpret, target = where_to_run()
     return pa.run_flash(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis, flash=_flash,

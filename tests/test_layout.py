@@ -25,6 +25,8 @@ LOW_LEVEL = {
     "sps_jax.tracking": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.token_folder": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.hub": set(),
+    "sps_jax.kernel_tuning": set(),
+    "sps_jax.block_tables": {"sps_jax.kernel_tuning", "sps_jax.masks"},
 }
 
 

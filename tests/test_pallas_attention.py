@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import aot, attention, hardware, masks
+from sps_jax import aot, attention, block_tables, hardware, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
 from tests import attention_checks as checks
 from tests.helpers import two_row_layout
@@ -36,7 +36,7 @@ def random_qkv(seed, variant, T=T, B=2, H=2, Dh=8, dtype=jnp.float32):
 
 
 def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK, tuning=None):
-    tuning = tuning or pa.Tuning.uniform(block_q, block_k)
+    tuning = tuning or kernel_tuning.Tuning.uniform(block_q, block_k)
     return functools.partial(pa.attention, doc_ids_BT=doc, vis=Vis(variant, window, persistent_window),
                              interpret=True, tuning=tuning)
 
@@ -119,7 +119,7 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients(flash=pa._flash)
     variant, S, Tp = "sps", 2, 32
     doc = layout_doc_ids()[:1]
     q, k, v, ct = [x[:1] for x in random_qkv(4, variant)]
-    q_lo, q_hi, k_lo, k_hi = pa.row_intervals(doc, Vis(variant, 3), padded_len=Tp)
+    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(doc, Vis(variant, 3), padded_len=Tp)
     # Empty the query rows of positions 20..24 (the end of document [17, 25)), both ways.
     empty = np.zeros(Tp * S, bool)
     empty[20 * S:25 * S] = True
@@ -129,7 +129,7 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients(flash=pa._flash)
     k_hi = jnp.where(key_doc, jnp.minimum(k_hi, 20 * S), k_hi)
     k_lo = jnp.where(k_lo < k_hi, k_lo, 0)
     k_hi = jnp.where(k_lo < k_hi, k_hi, 0)
-    plan = pa._Plan(S, Tp, 8 ** -0.5, True, pa.Tuning.uniform(BLOCK, BLOCK), scores=(0, 0, 0))
+    plan = pa._Plan(S, Tp, 8 ** -0.5, True, kernel_tuning.Tuning.uniform(BLOCK, BLOCK), scores=(0, 0, 0))
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, 0)]
     to_q = lambda x: jnp.pad(x, pad).reshape(1, Tp * S, 2, 8)  # noqa: E731
     to_k = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(1, S * Tp, 2, 8)  # noqa: E731
@@ -165,7 +165,7 @@ def dense_block_classes(variant, window, doc, block_q, block_k, persistent_windo
     vis = Vis(variant, window, persistent_window)
     S = vis.num_streams
     B, T = doc.shape
-    Tp = pa._padded_len(T, max(block_q, block_k))
+    Tp = block_tables.round_up(T, max(block_q, block_k))
     dense = np.zeros((B, Tp * S, Tp, S), bool)  # query row, key position, key stream
     dense[:, :T * S, :T] = np.asarray(masks.dense_mask(vis, doc)).reshape(B, T * S, T, S)
     nQ, nK = Tp // block_q, Tp // block_k
@@ -184,7 +184,7 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         starts = rng.random((2, T_)) < rng.choice([0.02, 0.1, 0.4])
         doc = np.cumsum(starts, axis=1).astype(np.int32)
         any_vis, all_vis = dense_block_classes(variant, window, doc, bq, bk, omega)  # [B, nQ, S, nK]
-        q_tab, k_tab = pa.block_tables(doc, Vis(variant, window, omega), block_q=bq, block_k=bk)
+        q_tab, k_tab = block_tables.tables(doc, Vis(variant, window, omega), block_q=bq, block_k=bk)
         kb = np.arange(any_vis.shape[-1])
         first, full_first, full_end, end = (q_tab[..., i, None] for i in range(4))
         needed = (kb >= first) & (kb < end)
@@ -203,25 +203,25 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         assert (((qt >= first) & (qt < end)) | ~any_T).all()
         assert (all_T | ~((qt >= full_first) & (qt < full_end))).all()
     # The kernels build the same tables on device (jax path) as the host (numpy path).
-    on_device = jax.jit(functools.partial(pa.block_tables, vis=Vis(variant, window, omega),
+    on_device = jax.jit(functools.partial(block_tables.tables, vis=Vis(variant, window, omega),
                                           block_q=bq, block_k=bk))(jnp.asarray(doc))
     for host, dev in zip((q_tab, k_tab), on_device):
         np.testing.assert_array_equal(host, np.asarray(dev))
 
 
 def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_slots():
-    counts = pa.score_counts(np.zeros((1, 4096), np.int32), Vis("sps", 64), pa.default_tuning(64, major=9))
+    counts = pa.score_counts(np.zeros((1, 4096), np.int32), Vis("sps", 64), kernel_tuning.default_tuning(64, major=9))
     assert counts["visible"] <= counts["computed"]
     assert counts["computed"] / counts["dense_causal"] <= 0.57
     with_docs = pa.score_counts(np.repeat(np.arange(8, dtype=np.int32), 512)[None], Vis("sps", 64),
-                                pa.default_tuning(64, major=9))
+                                kernel_tuning.default_tuning(64, major=9))
     assert with_docs["computed"] < 0.6 * counts["computed"]  # blocks across documents are skipped
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
     doc = layout_doc_ids()
-    counts = pa.score_counts(doc, Vis(variant, 3), pa.Tuning.uniform(4, 4))
+    counts = pa.score_counts(doc, Vis(variant, 3), kernel_tuning.Tuning.uniform(4, 4))
     assert counts["visible"] == int(np.asarray(masks.dense_mask(Vis(variant, 3), doc[:1])).sum())
     assert counts["visible"] <= counts["computed"]
 
@@ -251,7 +251,7 @@ def test_bad_input_stops_with_a_clear_message():
     with pytest.raises(TypeError, match="masks.Visibility"):
         pa.attention(q, k, v, doc, "sps", interpret=True)
     with pytest.raises(ValueError, match="power of two"):
-        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=pa.Tuning.uniform(6, 8))
+        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=kernel_tuning.Tuning.uniform(6, 8))
     with pytest.raises(TypeError, match="Tuning"):
         pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=(8, 8))
     with pytest.raises(ValueError, match="S=1"):
@@ -270,26 +270,26 @@ def test_bad_input_stops_with_a_clear_message():
 
 def test_mixed_tiles_per_kernel_match_reference():
     """Each kernel may use its own tiles (the dK/dV kernel's differ from the others' by default)."""
-    tuning = pa.Tuning(forward=pa.Tiles(4, 8), dq=pa.Tiles(8, 4), dkv=pa.Tiles(16, 2))
+    tuning = kernel_tuning.Tuning(forward=kernel_tuning.Tiles(4, 8), dq=kernel_tuning.Tiles(8, 4), dkv=kernel_tuning.Tiles(16, 2))
     assert_matches_reference("sps", BLOCK + 1, tuning=tuning)
 
 
 def test_default_tuning_follows_the_target_head_dim_and_streams():
-    assert pa.default_tuning(64, major=9) == pa.TUNING[(9, 64)]
+    assert kernel_tuning.default_tuning(64, major=9) == kernel_tuning.TUNING[(9, 64)]
     # One stream (standard) gets the same rows per query tile: twice the positions, the rest unchanged.
-    one, two = pa.default_tuning(64, 1, major=9), pa.TUNING[(9, 64)]
+    one, two = kernel_tuning.default_tuning(64, 1, major=9), kernel_tuning.TUNING[(9, 64)]
     for a, b in zip((one.forward, one.dq, one.dkv), (two.forward, two.dq, two.dkv)):
         assert (a.block_q, a.block_k, a.num_warps, a.num_stages) == (2 * b.block_q, b.block_k, b.num_warps, b.num_stages)
     with pytest.raises(ValueError, match="streams"):
-        pa.default_tuning(64, 3)
-    assert pa.default_tuning(100, major=10) == pa.TUNING[(10, 128)]  # padded to a power of two
-    assert pa.default_tuning(48, major=8) == pa.TUNING[(9, 64)]      # unlisted GPUs use Hopper's
-    with pa.lowering_for("10.0"):
-        assert pa.default_tuning(128) == pa.TUNING[(10, 128)]
+        kernel_tuning.default_tuning(64, 3)
+    assert kernel_tuning.default_tuning(100, major=10) == kernel_tuning.TUNING[(10, 128)]  # padded to a power of two
+    assert kernel_tuning.default_tuning(48, major=8) == kernel_tuning.TUNING[(9, 64)]      # unlisted GPUs use Hopper's
+    with kernel_tuning.lowering_for("10.0"):
+        assert kernel_tuning.default_tuning(128) == kernel_tuning.TUNING[(10, 128)]
     for bad in (dict(block_q=0, block_k=8), dict(block_q=8, block_k=8, num_warps=3),
                 dict(block_q=8, block_k=8, num_stages=0)):
         with pytest.raises(ValueError):
-            pa.Tiles(**bad)
+            kernel_tuning.Tiles(**bad)
 
 
 def test_kernels_lower_to_triton_for_nvidia_gpus():
@@ -297,7 +297,7 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
     each with its own warps and stages from the per-target table."""
     q = jnp.zeros((1, 256, 2, 2, 64), jnp.bfloat16)
     doc = jnp.zeros((1, 256), jnp.int32)
-    tuning = pa.Tuning(forward=pa.Tiles(32, 64, 4, 3), dq=pa.Tiles(32, 64, 8, 2), dkv=pa.Tiles(64, 32, 2, 1))
+    tuning = kernel_tuning.Tuning(forward=kernel_tuning.Tiles(32, 64, 4, 3), dq=kernel_tuning.Tiles(32, 64, 8, 2), dkv=kernel_tuning.Tiles(64, 32, 2, 1))
 
     def loss(q, k, v):
         out = pa.run_flash(q, k, v, doc, Vis("sps", 64), flash=pa._flash, interpret=False, tuning=tuning)

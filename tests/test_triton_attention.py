@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import attention, masks
-from sps_jax import pallas_attention as pa
+from sps_jax import attention, kernel_tuning, masks
 from tests import attention_checks as checks
 from tests import test_pallas_attention
 from tests.test_pallas_attention import BLOCK, layout_doc_ids, random_qkv, xla_fn
@@ -28,7 +27,7 @@ Vis = masks.Visibility
 
 def triton_fn(doc, variant, window, tuning=None):
     return functools.partial(ta.attention, doc_ids_BT=doc, vis=Vis(variant, window),
-                             tuning=tuning or pa.Tuning.uniform(BLOCK, BLOCK))
+                             tuning=tuning or kernel_tuning.Tuning.uniform(BLOCK, BLOCK))
 
 
 def test_the_interpreter_is_on_in_the_tests():
@@ -50,7 +49,7 @@ def test_output_and_gradients_match_the_dense_reference(variant, window, tuning=
 
 def test_each_kernel_with_its_own_tiles_matches_the_dense_reference():
     """As the Hopper Dh-128 defaults do: the forward, dQ and dK/dV kernels with different tiles."""
-    tuning = pa.Tuning(forward=pa.Tiles(8, 16), dq=pa.Tiles(16, 8), dkv=pa.Tiles(8, 8, num_warps=8))
+    tuning = kernel_tuning.Tuning(forward=kernel_tuning.Tiles(8, 16), dq=kernel_tuning.Tiles(16, 8), dkv=kernel_tuning.Tiles(8, 8, num_warps=8))
     test_output_and_gradients_match_the_dense_reference("sps", BLOCK + 1, tuning)
 
 
@@ -88,7 +87,7 @@ def test_model_loss_and_gradients_with_triton_equal_xla():
 def test_where_the_kernels_cannot_run_is_one_sentence(monkeypatch):
     q = jnp.zeros((1, 8, 2, 1, 8))
     doc = np.zeros((1, 8), np.int32)
-    with pa.lowering_for("9.0"), pytest.raises(ta.Unavailable, match=r"TRITON_INTERPRET=1.*unset it"):
+    with kernel_tuning.lowering_for("9.0"), pytest.raises(ta.Unavailable, match=r"TRITON_INTERPRET=1.*unset it"):
         ta.attention(q, q, q, doc, Vis("sps", 2))
     monkeypatch.setattr(ta, "interpreting", lambda: False)
     with pytest.raises(ta.Unavailable, match=r"runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1"):

@@ -24,7 +24,7 @@ import zlib
 import jax
 import jax.numpy as jnp
 
-from sps_jax import config as sps_config, hardware, masks
+from sps_jax import config as sps_config, hardware, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.aot import topology
 from sps_jax.inference import decode_attention, kv_cache
@@ -234,8 +234,8 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"
 
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
-                  tuning: pa.Tuning | None = None, kernels: str = "pallas", decode: bool = True) -> dict:
-    """Compile the forward and backward of kernel set ``kernels`` (``pallas_attention.KERNEL_SETS``) for ``acc``,
+                  tuning: kernel_tuning.Tuning | None = None, kernels: str = "pallas", decode: bool = True) -> dict:
+    """Compile the forward and backward of kernel set ``kernels`` (``kernel_tuning.KERNEL_SETS``) for ``acc``,
     and with ``decode`` a decode step (:func:`kernel_names`), and report each kernel's binary.
 
     Returns ``{"status": "ok" | "compile_error" | "no_report", "error": ..., "kernels": {name: {...}}}``
@@ -246,14 +246,14 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     """
     if acc.platform != "gpu":
         raise ValueError(f"{acc.name} is not a GPU: the Pallas kernels are Triton (GPU) kernels.")
-    if kernels not in pa.KERNEL_SETS:
-        raise ValueError(f"unknown kernel set {kernels!r}: choose one of {', '.join(pa.KERNEL_SETS)}.")
+    if kernels not in kernel_tuning.KERNEL_SETS:
+        raise ValueError(f"unknown kernel set {kernels!r}: choose one of {', '.join(kernel_tuning.KERNEL_SETS)}.")
     ptxas = find_ptxas()
     if ptxas is None:
         raise topology.Unavailable('ptxas not found: install the CUDA toolkit or pip install -e ".[aot-gpu]".')
     vis = vis or masks.Visibility("sps")
     major = acc.compute_capability[0]
-    tuning = tuning or pa.default_tuning(shape.head_dim, vis.num_streams, major=major, kernels=kernels)
+    tuning = tuning or kernel_tuning.default_tuning(shape.head_dim, vis.num_streams, major=major, kernels=kernels)
     device = topology.devices(acc)[0]
     fn, args = _program(shape, jnp.dtype(dtype), vis, tuning, jax.sharding.SingleDeviceSharding(device), kernels,
                         decode)

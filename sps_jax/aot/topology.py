@@ -23,7 +23,7 @@ import importlib.util  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sps_jax import hardware, pallas_attention  # noqa: E402
+from sps_jax import hardware, kernel_tuning  # noqa: E402
 from sps_jax.cli import UserError  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def lowering_context(acc: hardware.Accelerator, mesh=None):
     with contextlib.ExitStack() as stack:
         if acc.platform == "gpu":
             major, minor = acc.compute_capability
-            stack.enter_context(pallas_attention.lowering_for(f"{major}.{minor}"))
+            stack.enter_context(kernel_tuning.lowering_for(f"{major}.{minor}"))
             sh = jax.sharding
             if hasattr(sh, "AbstractDevice"):  # jax >= 0.11; earlier versions lower for any GPU
                 abstract = sh.AbstractDevice(device_kind=acc.device_kind, num_cores=acc.sm_count,

@@ -29,11 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, hardware, masks
+from sps_jax import attention, bench, cli, config as sps_config, hardware, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
-KERNELS = pa.KERNEL_SETS + ("splash",)
+KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 
 
 def add_shape_flags(p) -> None:
@@ -69,7 +69,7 @@ def parse_args(argv):
     p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel: auto is splash on TPU and pallas elsewhere")
     tiles = p.add_argument_group(
-        "tiles", "override every kernel's launch (default: pallas, the per-target table pallas_attention.TUNING "
+        "tiles", "override every kernel's launch (default: pallas, the per-target table kernel_tuning.TUNING "
         f"for the head dim, triton, its TRITON_TUNING; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas and "
         f"triton: positions per tile, powers of two; splash: --block-q interleaved rows and --block-k keys, "
         f"multiples of {sp.LANES}; --num-warps and --num-stages are pallas's and triton's only")
@@ -98,30 +98,30 @@ def parse_args(argv):
         if triton_attention.triton is None:
             p.error(triton_attention.NEEDS)
     try:
-        if args.backend in pa.KERNEL_SETS:
-            tuning_for(args, pa.TUNING_STREAMS)  # checks the tile flags
+        if args.backend in kernel_tuning.KERNEL_SETS:
+            tuning_for(args, kernel_tuning.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
     except ValueError as e:
         p.error(str(e))
     return args
 
 
-def tuning_for(args, streams: int) -> pa.Tuning:
+def tuning_for(args, streams: int) -> kernel_tuning.Tuning:
     """The target's default tiles for the head dim and a variant of ``streams`` streams, with any
     flag given replacing that field in all three kernels (--block-q is positions, for every variant)."""
-    base = pa.default_tuning(args.head_dim, streams, kernels=args.backend)
+    base = kernel_tuning.default_tuning(args.head_dim, streams, kernels=args.backend)
     given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
              if getattr(args, f) is not None}
     if not given:
         return base
-    return pa.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
+    return kernel_tuning.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
 
 
-def tiles_label(x: pa.Tiles) -> str:
+def tiles_label(x: kernel_tuning.Tiles) -> str:
     return f"{x.block_q}x{x.block_k} w{x.num_warps} s{x.num_stages}"
 
 
-def describe_tiles(t: pa.Tuning) -> str:
+def describe_tiles(t: kernel_tuning.Tuning) -> str:
     return ", ".join(f"{name} {tiles_label(x)}" for name, x in (("fwd", t.forward), ("dq", t.dq), ("dkv", t.dkv)))
 
 
@@ -130,7 +130,7 @@ def describe(args) -> str:
     if args.backend == "splash":
         bs = splash_blocks(args)
         return f"splash blocks {bs.block_q}x{bs.block_kv}"
-    one, two = tuning_for(args, 1), tuning_for(args, pa.TUNING_STREAMS)
+    one, two = tuning_for(args, 1), tuning_for(args, kernel_tuning.TUNING_STREAMS)
     tiles = f"{args.backend} tiles {describe_tiles(two)}"
     return tiles if one == two else f"{tiles} (standard: {describe_tiles(one)})"
 
@@ -278,7 +278,7 @@ def timing_table(args, interpret=False):
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
         r = row(f"{args.backend} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
         r.update(variant=variant, counts=counts)
-        if args.backend in pa.KERNEL_SETS:
+        if args.backend in kernel_tuning.KERNEL_SETS:
             r["tuning"] = dataclasses.asdict(tuning_for(args, vis.num_streams))
         for label, ref in base.items():
             r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
@@ -438,7 +438,7 @@ def main(argv=None):
     else:
         results = cpu_report(args)
     config = vars(args)
-    tiles = (dataclasses.asdict(tuning_for(args, pa.TUNING_STREAMS)) if args.backend in pa.KERNEL_SETS else
+    tiles = (dataclasses.asdict(tuning_for(args, kernel_tuning.TUNING_STREAMS)) if args.backend in kernel_tuning.KERNEL_SETS else
              {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)

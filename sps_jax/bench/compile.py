@@ -31,9 +31,8 @@ import dataclasses
 import sys
 import time
 
-from sps_jax import attention, bench, cli, hardware, masks
+from sps_jax import attention, bench, cli, hardware, kernel_tuning, masks
 from sps_jax import config as sps_config
-from sps_jax import pallas_attention as pa
 
 PROGRAMS = ("kernels", "train", "generate")
 # The most devices of the train step's one-host deviceless mesh, far beyond a host's 8 to 72 GPUs: building
@@ -62,8 +61,8 @@ def parse_args(argv):
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
     p.add_argument("--devices", type=cli.int_up_to(MAX_DEVICES, least=1), default=1,
                    help="devices of the train step's mesh (FSDP over them)")
-    p.add_argument("--kernel-sets", type=cli.comma_list(str, pa.KERNEL_SETS, "kernel set"),
-                   default=list(pa.KERNEL_SETS),
+    p.add_argument("--kernel-sets", type=cli.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"),
+                   default=list(kernel_tuning.KERNEL_SETS),
                    help="comma-separated GPU kernel sets: pallas (Pallas's Triton backend), triton (the same "
                         "kernels through jax-triton)")
     p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),

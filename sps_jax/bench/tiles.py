@@ -1,16 +1,16 @@
 """``python -m sps_jax.bench tiles``: sweep each Pallas kernel's tiles, warps and stages against cuDNN.
 
 ``--backend triton`` sweeps the same kernels called through jax-triton instead, from their own defaults
-(``pallas_attention.TRITON_TUNING``).
+(``kernel_tuning.TRITON_TUNING``).
 
 Each kernel (forward, dQ, dK/dV) is swept alone with the other two at the default
-(``pallas_attention.default_tuning`` for the head dim, the variant's streams and this GPU): the
+(``kernel_tuning.default_tuning`` for the head dim, the variant's streams and this GPU): the
 forward is timed alone, dQ and dK/dV by forward + backward (the same forward in every row, so the
 differences are the swept kernel's). cuDNN's causal attention over the same 2T slots is timed in
 the same process as the yardstick. It prints every launch as it is timed (the default marked), then
 per kernel the fastest beside the default, and writes all of it with ``--json``. A launch the compiler refuses (shared memory, say)
 is reported, not fatal. What to do with the result: pick spill-free winners
-(``python -m sps_jax.bench compile --only kernels``) for ``pallas_attention.TUNING``.
+(``python -m sps_jax.bench compile --only kernels``) for ``kernel_tuning.TUNING``.
 
 Timings need a GPU; on other machines the command says so and stops.
 """
@@ -25,7 +25,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from sps_jax import bench, cli, masks
+from sps_jax import bench, cli, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.bench import attention as bench_attention
 
@@ -45,9 +45,9 @@ def _pair(text: str) -> tuple[int, int]:
 _pair.__name__ = "NxM pairs"
 
 
-def candidates(default: pa.Tuning, kernel: str, shapes=TILE_SHAPES, launches=LAUNCHES) -> list[pa.Tuning]:
+def candidates(default: kernel_tuning.Tuning, kernel: str, shapes=TILE_SHAPES, launches=LAUNCHES) -> list[kernel_tuning.Tuning]:
     """``default`` with ``kernel``'s tiles replaced by every (block_q, block_k) x (warps, stages)."""
-    return [dataclasses.replace(default, **{kernel: pa.Tiles(bq, bk, w, s)})
+    return [dataclasses.replace(default, **{kernel: kernel_tuning.Tiles(bq, bk, w, s)})
             for (bq, bk), (w, s) in itertools.product(shapes, launches)]
 
 
@@ -68,7 +68,7 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
         attend = triton_attention.attention
     else:
         attend = functools.partial(pa.attention, interpret=interpret)
-    default = pa.default_tuning(Dh, vis.num_streams, kernels=backend)
+    default = kernel_tuning.default_tuning(Dh, vis.num_streams, kernels=backend)
     out = {"variant": args.variant, "baseline": baseline, "default": dataclasses.asdict(default), "kernels": {}}
     for kernel in args.kernels:
         rows = []
@@ -95,7 +95,7 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
 
 
 def _launch(row) -> str:
-    tiles = pa.Tiles(row["block_q"], row["block_k"], row["num_warps"], row["num_stages"])
+    tiles = kernel_tuning.Tiles(row["block_q"], row["block_k"], row["num_warps"], row["num_stages"])
     return bench_attention.tiles_label(tiles) + (" (default)" if row["default"] else "")
 
 
@@ -118,7 +118,7 @@ def build_parser():
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
-    p.add_argument("--backend", default="pallas", choices=pa.KERNEL_SETS,
+    p.add_argument("--backend", default="pallas", choices=kernel_tuning.KERNEL_SETS,
                    help="the kernel set: pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
@@ -139,12 +139,12 @@ def parse_args(argv):
     args = bench.check_json(p.parse_args(argv))
     for bq, bk in args.tiles:
         try:
-            pa.Tiles(bq, bk)
+            kernel_tuning.Tiles(bq, bk)
         except ValueError as e:
             p.error(f"--tiles {bq}x{bk}: {e}")
     for w, st in args.launches:  # with a shape known good, the error is the launch's
         try:
-            pa.Tiles(*args.tiles[0], w, st)
+            kernel_tuning.Tiles(*args.tiles[0], w, st)
         except ValueError as e:
             p.error(f"--launches {w}x{st}: {e}")
     bench_attention.check_shape_fits(p, args)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from sps_jax import attention
+from sps_jax import attention, kernel_tuning
 from sps_jax import pallas_attention as pa
 from sps_jax import mesh as sps_mesh
 
@@ -52,7 +52,7 @@ def split_for(T: int, interpret: bool = False, kernels: str = "pallas") -> Split
     kernel masks blocks past the end, so it takes any T: up to 16 splits of whole 64-slot blocks,
     each holding at least one slot (one block of at least 16 slots for a short cache)."""
     if kernels == "triton":
-        block_k = min(64, pa.tile_side(T))
+        block_k = min(64, kernel_tuning.tile_side(T))
         blocks = -(-T // block_k)
         per_split = -(-blocks // 16)
         return Split(-(-blocks // per_split), block_k, interpret, kernels)  # no split left idle
@@ -169,11 +169,11 @@ def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, i_ref, 
     v_RK = jnp.where(now_R1, v_new_1K, plgpu.load(v_ring_ref, mask=slot_R[:, None], other=0))
     q_SK = plgpu.load(q_ref, mask=row_S[:, None], other=0)
     seen_SR = plgpu.load(mask_ref, mask=row_S[:, None] & slot_R[None, :], other=0) != 0
-    scores_SR = jnp.where(seen_SR, plgpu.dot(q_SK, k_RK.T).astype(jnp.float32) * scale, -1e30)
+    scores_SR = jnp.where(seen_SR, plgpu.dot(q_SK, k_RK.T).astype(jnp.float32) * scale, pa.MASK_VALUE)
     # x_i precedes every query row of position i: each row sees it.
     score_now_S = jnp.sum(q_SK.astype(jnp.float32) * k_now_1K.astype(jnp.float32), axis=1) * scale
     sum_past_S = plgpu.load(sum_past_ref, mask=row_S, other=0.0)
-    max_past_S = plgpu.load(max_past_ref, mask=row_S, other=-1e30)
+    max_past_S = plgpu.load(max_past_ref, mask=row_S, other=pa.MASK_VALUE)
     max_S = jnp.maximum(jnp.maximum(max_past_S, scores_SR.max(axis=1)), score_now_S)
     p_SR = jnp.exp(scores_SR - max_S[:, None]) * seen_SR
     p_now_S = jnp.exp(score_now_S - max_S)
@@ -211,7 +211,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
     # K and V of position i stacked: one XLA fusion lays both out (RoPE on K) for the kernel.
     kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
     o_past, sum_past, max_past = _kernel_past(q_BHSK, k_cache, v_cache, lo_B, i, split)
-    Sp, Rp = pa.tile_side(S), pa.tile_side(R)
+    Sp, Rp = kernel_tuning.tile_side(S), kernel_tuning.tile_side(R)
     per_head = lambda *block: pl.BlockSpec((None, None, *block), lambda b, h: (b, h) + (0,) * len(block))  # noqa: E731
     params = None
     if not split.interpret:

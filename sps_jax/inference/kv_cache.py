@@ -317,7 +317,7 @@ class _ChunkView:
             return attention.combine_partials(carry, attention.softmax_partials(
                 q_BHQK, take(k_BHTK, 2), take(v_BHTK, 2), mask_BQC))
 
-        empty = (jnp.full((B, H, Q, 1), -1e30, jnp.float32), jnp.zeros((B, H, Q, 1), jnp.float32),
+        empty = (jnp.full((B, H, Q, 1), attention.MASKED_SCORE, jnp.float32), jnp.zeros((B, H, Q, 1), jnp.float32),
                  jnp.zeros((B, H, Q, K), jnp.float32))
         return jax.lax.fori_loop(0, (end + size - 1) // size, block, empty)
 

@@ -26,8 +26,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from sps_jax import kernel_tuning, triton_attention
 from sps_jax import pallas_attention as pa
-from sps_jax import triton_attention
 
 triton, tl = triton_attention.triton, None
 if triton is not None:
@@ -50,8 +50,8 @@ _LN2 = math.log(2.0)
 
 
 if triton is not None:
-    _MASK_VALUE = tl.constexpr(pa._MASK_VALUE)
-    _LOG2E = tl.constexpr(pa._LOG2E)
+    _MASK_VALUE = tl.constexpr(pa.MASK_VALUE)
+    _LOG2E = tl.constexpr(pa.LOG2E)
     _LN2_C = tl.constexpr(_LN2)
 
     @triton.jit
@@ -214,7 +214,7 @@ def _split_partials(q_BHSK, k_BHTK, v_BHTK, lo_B, end, split):
                 (q_BHSK, k_BHTK, v_BHTK.astype(k_BHTK.dtype), jnp.asarray(lo_B, jnp.int32),
                  jnp.reshape(end, (1,)).astype(jnp.int32)),
                 (f32(B, H, splits, S, K), f32(B, H, splits, S), f32(B, H, splits, S)), split.interpret,
-                S=S, SP=pa.tile_side(S), T=T, H=H, DH=K, SPLITS=splits, PER_SPLIT=per_split, BLOCK_K=block_k,
+                S=S, SP=kernel_tuning.tile_side(S), T=T, H=H, DH=K, SPLITS=splits, PER_SPLIT=per_split, BLOCK_K=block_k,
                 SCALE=K ** -0.5, DOT_PRECISION=triton_attention.dot_precision())
 
 
@@ -242,7 +242,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     same = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
     o_shape = jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype)
     inputs = (q_BHSK, o_part, max_part, sum_part, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32))
-    shared = dict(B=B, SP=pa.tile_side(S), T=T, H=H, DH=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
+    shared = dict(B=B, SP=kernel_tuning.tile_side(S), T=T, H=H, DH=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
     if ring is None:
         o_BSHK, k_cache, v_cache = _run(ONE_STREAM_KERNEL, (H, B), inputs + (k_cache, v_cache),
                                         (o_shape, same(k_cache), same(v_cache)), split.interpret,
@@ -253,6 +253,6 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     o_BSHK, k_cache, v_cache, k_ring, v_ring = _run(
         RING_KERNEL, (H, B), inputs + (mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring),
         (o_shape, same(k_cache), same(v_cache), same(k_ring), same(v_ring)), split.interpret,
-        aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=pa.tile_side(R),
+        aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=kernel_tuning.tile_side(R),
         DOT_PRECISION=triton_attention.dot_precision(), **shared)
     return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)

@@ -15,8 +15,7 @@ import zlib
 import jax
 import pytest
 
-from sps_jax import hardware, masks
-from sps_jax import pallas_attention as pa
+from sps_jax import hardware, kernel_tuning, masks
 from sps_jax.aot import gpu_kernels
 from sps_jax.inference import decode_attention
 from tests.helpers import REPO, compile_env
@@ -56,7 +55,7 @@ def test_default_tiles_compile_without_register_spills(acc, head_dim, dtype, var
         assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (name, k)
         assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (name, k)
         assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
-    tuning = pa.default_tuning(head_dim, vis.num_streams, major=acc.compute_capability[0])
+    tuning = kernel_tuning.default_tuning(head_dim, vis.num_streams, major=acc.compute_capability[0])
     fwd = report["kernels"]["sps_flash_forward"]
     assert fwd["grid"] == [1, 2, SMALL_T // tuning.forward.block_q]  # (batch, heads, query tiles)
     if variant == "sps":  # the decode step's ring kernel: one program per (row, head)
@@ -68,7 +67,7 @@ def test_the_spill_count_is_real():
     """A tiling known to need more registers than a thread has (64 x 64 queries x keys with a
     128-wide head and 4 warps) does spill: the zero above is a measurement, not a default."""
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=pa.Tuning.uniform(64, 64, num_warps=4, num_stages=2), decode=False)
+                                       tuning=kernel_tuning.Tuning.uniform(64, 64, num_warps=4, num_stages=2), decode=False)
     assert report["status"] == "ok"
     assert gpu_kernels.spill_bytes(report) > 0
 
@@ -76,7 +75,7 @@ def test_the_spill_count_is_real():
 def test_a_tiling_beyond_the_shared_memory_fails_with_the_resource_error():
     # 4 pipeline stages of 128 x 128 bf16 tiles at head dim 128: 582 KiB asked, an H100 block has 227 KiB.
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=pa.Tuning.uniform(128, 128, num_warps=8, num_stages=4), decode=False)
+                                       tuning=kernel_tuning.Tuning.uniform(128, 128, num_warps=8, num_stages=4), decode=False)
     assert report["status"] == "compile_error"
     assert "Shared memory size limit exceeded" in report["error"]
 
@@ -142,12 +141,12 @@ def _triton_reports(cases, decode=True):
     turns on here."""
     script = (
         "import json, sys\n"
-        "from sps_jax import hardware, masks, pallas_attention as pa\n"
+        "from sps_jax import hardware, kernel_tuning, masks\n"
         "from sps_jax.aot import gpu_kernels\n"
         "out = []\n"
         "import jax\n"
         "for target, head_dim, dtype, variant, tiles, *precision in json.loads(sys.argv[1]):\n"
-        "    tuning = pa.Tuning(*(pa.Tiles(*t) for t in tiles)) if tiles else None\n"
+        "    tuning = kernel_tuning.Tuning(*(kernel_tuning.Tiles(*t) for t in tiles)) if tiles else None\n"
         "    with jax.default_matmul_precision(precision[0] if precision else None):\n"
         "        out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2,"
         f" head_dim, {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton',"
@@ -189,7 +188,7 @@ def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim
         assert k["registers"] > 0 and k["threads"] == 32 * k["num_warps"], (name, k)
         assert k["spill_store_bytes"] == 0 and k["spill_load_bytes"] == 0, (name, k)
         assert 0 < k["shared_memory_bytes"] <= acc.shared_memory_per_block_optin
-    tuning = pa.default_tuning(head_dim, masks.Visibility(variant).num_streams, major=acc.compute_capability[0],
+    tuning = kernel_tuning.default_tuning(head_dim, masks.Visibility(variant).num_streams, major=acc.compute_capability[0],
                                kernels="triton")
     assert report["kernels"]["sps_triton_forward"]["grid"] == [SMALL_T // tuning.forward.block_q, 2, 1]
     assert report["kernels"]["sps_triton_dkv"]["num_warps"] == tuning.dkv.num_warps
@@ -200,7 +199,7 @@ def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim
     # The training kernels' products take each generation's own tensor-core instructions (Hopper's
     # warpgroup MMA, Blackwell's tcgen05); the decode kernels' few rows take warp-level mma.sync. A Hopper
     # warpgroup (4 warps) multiplies 64 rows at a time: the Dh-128 dK/dV tile, 32 keys over 8 warps, has too
-    # few and falls back to mma.sync (its 64-key tiles spill: pallas_attention.TRITON_TUNING).
+    # few and falls back to mma.sync (its 64-key tiles spill: kernel_tuning.TRITON_TUNING).
     matmul = {name: gpu_kernels.matrix_summary(k["matrix_instructions"]) for name, k in report["kernels"].items()}
     newest = "wgmma bf16" if target == "h100" else "tcgen05 f16"
     dkv = "mma.sync bf16" if target == "h100" and tuning.dkv.block_k < 16 * tuning.dkv.num_warps else newest
@@ -232,9 +231,9 @@ SMALL_TILES = [32, 32, 4, 2]  # quick to compile: for the kernels a control is n
 @needs_jax_triton
 def test_the_jax_triton_spill_count_is_real():
     """A control of the check above: the Pallas kernels' Hopper Dh-128 dK/dV tiles (4 warps) spill in
-    jax-triton's binary, which is why pallas_attention.TRITON_TUNING gives that kernel 8 warps. Training
+    jax-triton's binary, which is why kernel_tuning.TRITON_TUNING gives that kernel 8 warps. Training
     kernels only: no decode step."""
-    dkv = pa.TUNING[(9, 128)].dkv
+    dkv = kernel_tuning.TUNING[(9, 128)].dkv
     [spilling] = _triton_reports([("h100", 128, "bfloat16", "sps",
                                    [SMALL_TILES, SMALL_TILES, [dkv.block_q, dkv.block_k, dkv.num_warps, dkv.num_stages]])],
                                  decode=False)

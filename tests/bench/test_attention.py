@@ -70,16 +70,16 @@ def test_splash_tables_json_and_documents(tmp_path):
 
 
 def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
-    from sps_jax import pallas_attention as pa
+    from sps_jax import kernel_tuning
 
     args = bench_attention.parse_args(["--head-dim", "128", "--num-warps", "8"])
     for streams in (1, 2):
-        default, tuning = pa.default_tuning(128, streams), bench_attention.tuning_for(args, streams)
+        default, tuning = kernel_tuning.default_tuning(128, streams), bench_attention.tuning_for(args, streams)
         for got, base in zip((tuning.forward, tuning.dq, tuning.dkv), (default.forward, default.dq, default.dkv)):
             assert got.num_warps == 8 and (got.block_q, got.block_k, got.num_stages) == (
                 base.block_q, base.block_k, base.num_stages)
     plain = bench_attention.parse_args([])
-    assert [bench_attention.tuning_for(plain, s) for s in (1, 2)] == [pa.default_tuning(64, s) for s in (1, 2)]
+    assert [bench_attention.tuning_for(plain, s) for s in (1, 2)] == [kernel_tuning.default_tuning(64, s) for s in (1, 2)]
     literal = bench_attention.parse_args(["--block-q", "16"])  # a flag means the same positions for every variant
     assert {bench_attention.tuning_for(literal, s).dq.block_q for s in (1, 2)} == {16}
     outcome = fuzz.call(bench_main.main, ["attention", "--block-q", "48"])

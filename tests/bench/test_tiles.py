@@ -5,13 +5,13 @@ import argparse
 
 import pytest
 
-from sps_jax import pallas_attention as pa
+from sps_jax import kernel_tuning
 from sps_jax.bench import __main__ as bench_main, tiles
 from tests import fuzz
 
 
 def test_candidates_vary_only_the_named_kernel():
-    default = pa.default_tuning(64, 2, major=9)
+    default = kernel_tuning.default_tuning(64, 2, major=9)
     for kernel in tiles.KERNEL_FIELDS:
         got = tiles.candidates(default, kernel)
         assert len(got) == len(tiles.TILE_SHAPES) * len(tiles.LAUNCHES)
@@ -30,7 +30,7 @@ def test_sweep_plumbing_reports_every_launch_and_the_fastest(backend):
         pytest.importorskip("jax_triton")
     args = argparse.Namespace(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,
                               head_dim=8, window=4, dtype="float32", iters=1, backend=backend)
-    fwd = pa.default_tuning(8, 2).forward
+    fwd = kernel_tuning.default_tuning(8, 2).forward
     launches = ((fwd.num_warps, fwd.num_stages), (8, 2))
     result = tiles.sweep(args, interpret=True, shapes=((8, 8), (fwd.block_q, fwd.block_k)), launches=launches)
     assert set(result["kernels"]) == {"forward", "dkv"}
