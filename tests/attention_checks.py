@@ -75,22 +75,27 @@ def assert_model_matches_xla(backend, variant):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=2e-4)
 
 
-def assert_training_reduces_loss(backend):
-    """Five Adam steps of the small SPS model with an attention backend lower its loss."""
-    model = sps_model.Transformer(small_config("sps", 2, attention=backend))
-    params = sps_model.init_params(model, jax.random.PRNGKey(1))
+def assert_training_follows_the_dense_reference(backend):
+    """Five Adam steps of the small SPS model with an attention backend lower its loss along the same
+    curve as the dense reference's: each step's loss within 1e-4 (a kernel off by a constant factor
+    still lowers the loss, but not along this curve)."""
     tokens = random_tokens(8)
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
+    curves = {}
+    for name in (backend, "xla"):
+        model = sps_model.Transformer(small_config("sps", 2, attention=name))
+        params = sps_model.init_params(model, jax.random.PRNGKey(1))
+        opt = optax.adam(3e-3)
+        state = opt.init(params)
 
-    @jax.jit
-    def step(params, state):
-        loss, g = jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens))(params)
-        updates, state = opt.update(g, state)
-        return optax.apply_updates(params, updates), state, loss
+        @jax.jit
+        def step(params, state):
+            loss, g = jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens))(params)
+            updates, state = opt.update(g, state)
+            return optax.apply_updates(params, updates), state, loss
 
-    losses = []
-    for _ in range(5):
-        params, state, loss = step(params, state)
-        losses.append(float(loss))
-    assert losses[-1] < losses[0] - 0.05, losses
+        curves[name] = []
+        for _ in range(5):
+            params, state, loss = step(params, state)
+            curves[name].append(float(loss))
+    assert curves["xla"][-1] < curves["xla"][0] - 0.05, curves
+    np.testing.assert_allclose(curves[backend], curves["xla"], atol=1e-4)

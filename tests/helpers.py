@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -159,11 +160,28 @@ def decoded_png(path):
     return pixels
 
 
-def closed_port() -> int:
-    """A local TCP port nothing listens on: a hub endpoint there refuses every connection, as offline."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class ClosingDoor:
+    """A local endpoint that takes every connection and closes it at once, counting them: a hub that never
+    answers, where a test can see how often a command knocked (``datasets`` retried five times, 24 s)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port, self.connections = self.sock.getsockname()[1], 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self):
+        self.sock.close()
 
 
 def not_one_path(name: str, kind: str) -> str:

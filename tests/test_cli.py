@@ -693,6 +693,7 @@ def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig,
         deadline = time.monotonic() + 60
         while not importing_jax(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.005)
+        assert importing_jax(proc.pid), "the command never began loading jaxlib: the stop would test nothing"
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

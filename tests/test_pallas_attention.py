@@ -15,6 +15,7 @@ import pytest
 
 from sps_jax import aot, attention, block_tables, hardware, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
+from sps_jax.kernel_tuning import Tiles, Tuning
 from tests import attention_checks as checks
 from tests.helpers import two_row_layout
 
@@ -36,7 +37,7 @@ def random_qkv(seed, variant, T=T, B=2, H=2, Dh=8, dtype=jnp.float32):
 
 
 def pallas_fn(doc, variant, window, persistent_window=None, block_q=BLOCK, block_k=BLOCK, tuning=None):
-    tuning = tuning or kernel_tuning.Tuning.uniform(block_q, block_k)
+    tuning = tuning or Tuning.uniform(block_q, block_k)
     return functools.partial(pa.attention, doc_ids_BT=doc, vis=Vis(variant, window, persistent_window),
                              interpret=True, tuning=tuning)
 
@@ -129,7 +130,7 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients(flash=pa._flash)
     k_hi = jnp.where(key_doc, jnp.minimum(k_hi, 20 * S), k_hi)
     k_lo = jnp.where(k_lo < k_hi, k_lo, 0)
     k_hi = jnp.where(k_lo < k_hi, k_hi, 0)
-    plan = pa._Plan(S, Tp, 8 ** -0.5, True, kernel_tuning.Tuning.uniform(BLOCK, BLOCK), scores=(0, 0, 0))
+    plan = pa._Plan(S, Tp, 8 ** -0.5, True, Tuning.uniform(BLOCK, BLOCK), scores=(0, 0, 0))
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, 0)]
     to_q = lambda x: jnp.pad(x, pad).reshape(1, Tp * S, 2, 8)  # noqa: E731
     to_k = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(1, S * Tp, 2, 8)  # noqa: E731
@@ -202,11 +203,13 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         first, full_first, full_end, end = (k_tab[..., i, None] for i in range(4))
         assert (((qt >= first) & (qt < end)) | ~any_T).all()
         assert (all_T | ~((qt >= full_first) & (qt < full_end))).all()
-    # The kernels build the same tables on device (jax path) as the host (numpy path).
-    on_device = jax.jit(functools.partial(block_tables.tables, vis=Vis(variant, window, omega),
-                                          block_q=bq, block_k=bk))(jnp.asarray(doc))
-    for host, dev in zip((q_tab, k_tab), on_device):
-        np.testing.assert_array_equal(host, np.asarray(dev))
+        if trial >= 10:  # ten compiles cover every window, persistent window and pair of blocks
+            continue
+        # The kernels build the same tables on device (jax path) as the host (numpy path).
+        on_device = jax.jit(functools.partial(block_tables.tables, vis=Vis(variant, window, omega),
+                                              block_q=bq, block_k=bk))(jnp.asarray(doc))
+        for host, dev in zip((q_tab, k_tab), on_device):
+            np.testing.assert_array_equal(host, np.asarray(dev))
 
 
 def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_slots():
@@ -221,19 +224,9 @@ def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
     doc = layout_doc_ids()
-    counts = pa.score_counts(doc, Vis(variant, 3), kernel_tuning.Tuning.uniform(4, 4))
+    counts = pa.score_counts(doc, Vis(variant, 3), Tuning.uniform(4, 4))
     assert counts["visible"] == int(np.asarray(masks.dense_mask(Vis(variant, 3), doc[:1])).sum())
     assert counts["visible"] <= counts["computed"]
-
-
-def test_runs_are_deterministic():
-    doc = layout_doc_ids()
-    q, k, v, ct = random_qkv(6, "sps")
-    fn = pallas_fn(doc, "sps", BLOCK)
-    first = checks.outputs_and_grads(fn, q, k, v, ct)
-    second = checks.outputs_and_grads(fn, q, k, v, ct)
-    for a, b in zip(first, second):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("variant", [pytest.param("standard", marks=pytest.mark.slow), "sps"])
@@ -241,8 +234,8 @@ def test_model_loss_and_gradients_with_pallas_equal_xla(variant):
     checks.assert_model_matches_xla("pallas", variant)
 
 
-def test_a_few_training_steps_with_pallas_reduce_the_loss():
-    checks.assert_training_reduces_loss("pallas")
+def test_a_few_training_steps_with_pallas_follow_the_dense_reference():
+    checks.assert_training_follows_the_dense_reference("pallas")
 
 
 def test_bad_input_stops_with_a_clear_message():
@@ -251,7 +244,7 @@ def test_bad_input_stops_with_a_clear_message():
     with pytest.raises(TypeError, match="masks.Visibility"):
         pa.attention(q, k, v, doc, "sps", interpret=True)
     with pytest.raises(ValueError, match="power of two"):
-        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=kernel_tuning.Tuning.uniform(6, 8))
+        pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=Tuning.uniform(6, 8))
     with pytest.raises(TypeError, match="Tuning"):
         pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=(8, 8))
     with pytest.raises(ValueError, match="S=1"):
@@ -270,7 +263,7 @@ def test_bad_input_stops_with_a_clear_message():
 
 def test_mixed_tiles_per_kernel_match_reference():
     """Each kernel may use its own tiles (the dK/dV kernel's differ from the others' by default)."""
-    tuning = kernel_tuning.Tuning(forward=kernel_tuning.Tiles(4, 8), dq=kernel_tuning.Tiles(8, 4), dkv=kernel_tuning.Tiles(16, 2))
+    tuning = Tuning(forward=Tiles(4, 8), dq=Tiles(8, 4), dkv=Tiles(16, 2))
     assert_matches_reference("sps", BLOCK + 1, tuning=tuning)
 
 
@@ -289,7 +282,7 @@ def test_default_tuning_follows_the_target_head_dim_and_streams():
     for bad in (dict(block_q=0, block_k=8), dict(block_q=8, block_k=8, num_warps=3),
                 dict(block_q=8, block_k=8, num_stages=0)):
         with pytest.raises(ValueError):
-            kernel_tuning.Tiles(**bad)
+            Tiles(**bad)
 
 
 def test_kernels_lower_to_triton_for_nvidia_gpus():
@@ -297,7 +290,7 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
     each with its own warps and stages from the per-target table."""
     q = jnp.zeros((1, 256, 2, 2, 64), jnp.bfloat16)
     doc = jnp.zeros((1, 256), jnp.int32)
-    tuning = kernel_tuning.Tuning(forward=kernel_tuning.Tiles(32, 64, 4, 3), dq=kernel_tuning.Tiles(32, 64, 8, 2), dkv=kernel_tuning.Tiles(64, 32, 2, 1))
+    tuning = Tuning(forward=Tiles(32, 64, 4, 3), dq=Tiles(32, 64, 8, 2), dkv=Tiles(64, 32, 2, 1))
 
     def loss(q, k, v):
         out = pa.run_flash(q, k, v, doc, Vis("sps", 64), flash=pa._flash, interpret=False, tuning=tuning)

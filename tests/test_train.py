@@ -618,8 +618,11 @@ def test_validation_dispatches_every_batch_before_it_fetches_the_sums(monkeypatc
 
 def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     calls = []
-    monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: calls.append(a))
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(
+        (kw["coordinator_address"], kw["num_processes"], kw["process_id"])))
     monkeypatch.setattr(trainer, "train", lambda config, workdir, force: {"step": 0})
+    # initialize_distributed switches a CPU run to gloo collectives, which this test process must not take on.
+    monkeypatch.setattr(jax.config, "update", lambda name, value: None)
     argv = ["--config", "configs/tiny.py", "--workdir", "unused"]
     assert sps_train.main(argv) == 0 and calls == []  # a single process by default
     assert sps_train.main(argv + ["--distributed"]) == 0 and calls[-1] == (None, None, None)  # cluster auto-detect

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from sps_jax import attention, kernel_tuning, masks
+from sps_jax.kernel_tuning import Tiles, Tuning
 from tests import attention_checks as checks
 from tests import test_pallas_attention
 from tests.test_pallas_attention import BLOCK, layout_doc_ids, random_qkv, xla_fn
@@ -27,7 +28,7 @@ Vis = masks.Visibility
 
 def triton_fn(doc, variant, window, tuning=None):
     return functools.partial(ta.attention, doc_ids_BT=doc, vis=Vis(variant, window),
-                             tuning=tuning or kernel_tuning.Tuning.uniform(BLOCK, BLOCK))
+                             tuning=tuning or Tuning.uniform(BLOCK, BLOCK))
 
 
 def test_the_interpreter_is_on_in_the_tests():
@@ -49,7 +50,7 @@ def test_output_and_gradients_match_the_dense_reference(variant, window, tuning=
 
 def test_each_kernel_with_its_own_tiles_matches_the_dense_reference():
     """As the Hopper Dh-128 defaults do: the forward, dQ and dK/dV kernels with different tiles."""
-    tuning = kernel_tuning.Tuning(forward=kernel_tuning.Tiles(8, 16), dq=kernel_tuning.Tiles(16, 8), dkv=kernel_tuning.Tiles(8, 8, num_warps=8))
+    tuning = Tuning(forward=Tiles(8, 16), dq=Tiles(16, 8), dkv=Tiles(8, 8, num_warps=8))
     test_output_and_gradients_match_the_dense_reference("sps", BLOCK + 1, tuning)
 
 

@@ -438,8 +438,10 @@ def main(argv=None):
     else:
         results = cpu_report(args)
     config = vars(args)
-    tiles = (dataclasses.asdict(tuning_for(args, kernel_tuning.TUNING_STREAMS)) if args.backend in kernel_tuning.KERNEL_SETS else
-             {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)})  # splash: its block sizes
+    if args.backend in kernel_tuning.KERNEL_SETS:
+        tiles = dataclasses.asdict(tuning_for(args, kernel_tuning.TUNING_STREAMS))
+    else:  # splash: its block sizes
+        tiles = {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)}
     results.update(config=config, tuning=tiles, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind), jax_version=jax.__version__)
     bench.write_results(args, results)

@@ -45,7 +45,8 @@ def _pair(text: str) -> tuple[int, int]:
 _pair.__name__ = "NxM pairs"
 
 
-def candidates(default: kernel_tuning.Tuning, kernel: str, shapes=TILE_SHAPES, launches=LAUNCHES) -> list[kernel_tuning.Tuning]:
+def candidates(default: kernel_tuning.Tuning, kernel: str, shapes=TILE_SHAPES,
+               launches=LAUNCHES) -> list[kernel_tuning.Tuning]:
     """``default`` with ``kernel``'s tiles replaced by every (block_q, block_k) x (warps, stages)."""
     return [dataclasses.replace(default, **{kernel: kernel_tuning.Tiles(bq, bk, w, s)})
             for (bq, bk), (w, s) in itertools.product(shapes, launches)]

@@ -62,12 +62,12 @@ def test_default_tiles_compile_without_register_spills(acc, head_dim, dtype, var
         assert report["kernels"]["sps_decode_ring"]["grid"] == [1, 2, 1]
 
 
-@pytest.mark.slow  # a control of the check above: 64x64 tiles at Dh 128 compile for long
-def test_the_spill_count_is_real():
+def test_the_spill_count_is_real():  # the control of the zero-spill checks above, in the default selection
     """A tiling known to need more registers than a thread has (64 x 64 queries x keys with a
     128-wide head and 4 warps) does spill: the zero above is a measurement, not a default."""
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=kernel_tuning.Tuning.uniform(64, 64, num_warps=4, num_stages=2), decode=False)
+                                       tuning=kernel_tuning.Tuning.uniform(64, 64, num_warps=4, num_stages=2),
+                                       decode=False)
     assert report["status"] == "ok"
     assert gpu_kernels.spill_bytes(report) > 0
 
@@ -75,7 +75,8 @@ def test_the_spill_count_is_real():
 def test_a_tiling_beyond_the_shared_memory_fails_with_the_resource_error():
     # 4 pipeline stages of 128 x 128 bf16 tiles at head dim 128: 582 KiB asked, an H100 block has 227 KiB.
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=kernel_tuning.Tuning.uniform(128, 128, num_warps=8, num_stages=4), decode=False)
+                                       tuning=kernel_tuning.Tuning.uniform(128, 128, num_warps=8, num_stages=4),
+                                       decode=False)
     assert report["status"] == "compile_error"
     assert "Shared memory size limit exceeded" in report["error"]
 

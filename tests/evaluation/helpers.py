@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from lm_eval.api.instance import Instance
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from sps_jax import model as sps_model, runs
 from tests.helpers import small_config
@@ -57,6 +58,14 @@ def direct_logprobs(net, params, ids):
     """log p(ids[i+1] | ids[:i+1]) from one unpadded forward pass."""
     logp = jax.nn.log_softmax(direct_logits(net, params, ids[:-1]), axis=-1)
     return np.asarray(logp[np.arange(len(ids) - 1), np.asarray(ids[1:])])
+
+
+def rolling_logprob(net, params, text):
+    """log p(text) as lm-eval's rolling windows score it (each token once, with up to seq_len tokens before it),
+    from one unpadded forward pass per window."""
+    ids = CharTokenizer().encode(text)
+    windows = map(make_disjoint_window, get_rolling_token_windows(ids, CharTokenizer.eos_id, net.cfg.seq_len, 1))
+    return sum(float(direct_logprobs(net, params, ctx + cont)[-len(cont):].sum()) for ctx, cont in windows)
 
 
 def requests(kind, args):
@@ -115,13 +124,16 @@ CORPUS_DOCS = [{"text": "the history of the city begins in the year one. it grew
                {"text": "a short note.\nwith two lines, and some words that run past the context size."}]
 
 
-def expected_mc(lm):
-    """acc and acc_norm from the adapter's own loglikelihoods (acc_norm divides by the choice's length)."""
+def expected_mc(net, params):
+    """acc and acc_norm of the local multiple-choice task from one unpadded forward pass per choice, not through
+    the adapter (acc_norm divides by the choice's length, as lm-eval does)."""
     acc = acc_norm = 0
     for doc in MC_DOCS:
         ctx = f"Question: {doc['question']}\nAnswer:"
-        lls = [ll for ll, _ in lm.loglikelihood(requests("loglikelihood", [(ctx, " " + c) for c in doc["choices"]]),
-                                                disable_tqdm=True)]
+        lls = []
+        for c in doc["choices"]:
+            ids = CharTokenizer().encode(ctx + " " + c)[-(net.cfg.seq_len + 1):]  # lm-eval keeps the last T + 1
+            lls.append(direct_logprobs(net, params, ids)[-len(" " + c):].sum())
         acc += int(np.argmax(lls) == doc["gold"])
         acc_norm += int(np.argmax([ll / len(c) for ll, c in zip(lls, doc["choices"])]) == doc["gold"])
     return acc / len(MC_DOCS), acc_norm / len(MC_DOCS)
