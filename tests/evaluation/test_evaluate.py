@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sps_jax import cli, model as sps_model, runs
-from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks
+from sps_jax.evaluation import evaluate, lm_eval_adapter, lm_eval_tasks, paper_tasks
 from sps_jax.inference import scoring
 from tests import fuzz
 from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, tiny, write_val_data
@@ -267,7 +267,7 @@ def test_task_data_the_hub_cannot_serve_is_one_sentence_naming_task_data(local_t
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", unreachable)
     with pytest.raises(cli.UserError) as raised:
-        evaluate.run_lm_eval(None, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
+        lm_eval_tasks.run_lm_eval(None, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
     assert str(raised.value) == (
         "lm-eval could not fetch task data (Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)): "
         "this needs the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) for tiny_mc.")
@@ -456,7 +456,7 @@ def test_lm_eval_run_outside_a_git_checkout_prints_no_line_of_git(tmp_path, loca
     net, params = tiny()
     lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params), tokenizer=CharTokenizer())
     capfd.readouterr()
-    results, _ = evaluate.run_lm_eval(lm, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
+    results, _ = lm_eval_tasks.run_lm_eval(lm, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
     assert "tiny_mc" in results
     err = capfd.readouterr().err
     assert "git" not in err, err
@@ -636,6 +636,6 @@ def test_a_missing_file_of_the_lm_eval_tasks_is_named_before_lm_eval_loads(tmp_p
 
 def test_a_checkpoint_path_that_is_not_one_path_is_one_sentence_before_any_check(monkeypatch):
     # Before: the tokenizer was built and lm-eval's checks ran, then os.path.realpath failed on None.
-    monkeypatch.setattr(evaluate, "_check_keys", lambda keys: pytest.fail("the keys were checked first"))
+    monkeypatch.setattr(lm_eval_tasks, "check_keys", lambda keys: pytest.fail("the keys were checked first"))
     with pytest.raises(TypeError, match=not_one_path('path', 'NoneType')):
         evaluate.evaluate_checkpoint(None, keys=["arc_easy"])

@@ -8,7 +8,7 @@ import pytest
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # the test extra installs lm-eval
 
 from sps_jax import model as sps_model, runs
-from sps_jax.evaluation import evaluate, lm_eval_adapter, paper_tasks
+from sps_jax.evaluation import lm_eval_adapter, lm_eval_tasks, paper_tasks
 from sps_jax.inference import scoring
 from tests.evaluation.helpers import (CharTokenizer, CORPUS_DOCS, direct_logits, direct_logprobs,
                                       expected_mc, requests, rolling_logprob, save_tiny_run, tiny)
@@ -109,7 +109,7 @@ def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
 
 def test_lm_eval_runs_local_tasks_end_to_end(local_tasks):
     lm, net, params = adapter("sps", 2)
-    results, names = evaluate.run_lm_eval(lm, ["tiny_mc", "pile_books3"],
+    results, names = lm_eval_tasks.run_lm_eval(lm, ["tiny_mc", "pile_books3"],
                                           task_data={"pile_books3": str(local_tasks / "books.jsonl")},
                                           include_path=str(local_tasks / "yaml"), include_defaults=False)
     assert names == {"tiny_mc": "tiny_mc", "pile_books3": "sps_local_pile_books3"}

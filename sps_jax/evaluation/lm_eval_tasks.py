@@ -1,0 +1,206 @@
+"""lm-eval's task index and the checks of what it can run here, before any weights load: the task names and
+local files given, an include folder, the hub for tasks whose data it would fetch; and the run of lm-eval itself
+(zero-shot, local files as overrides of the tasks' YAMLs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pathlib
+import tempfile
+
+from sps_jax import cli, files
+from sps_jax.evaluation import paper_tasks
+
+
+@functools.cache
+def task_manager(include_path: str | None = None, include_defaults: bool = True):
+    """lm-eval's TaskManager over this package's task YAMLs, ``include_path`` and (``include_defaults``) lm-eval's
+    own: its index of lm-eval's ~14,700 tasks takes 10-15 s to build, so a process builds it once per set of
+    folders and every check and evaluation shares it (a YAML added to those folders later is not seen)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
+                       include_defaults=include_defaults)
+
+
+def check_hub(keys, task_data: dict[str, str], manager) -> None:
+    """One sentence, within ``hub.PROBE_SECONDS``, when a task lm-eval would fetch from the hub has a dataset that is
+    not in the local cache and the hub cannot be reached (offline), where `datasets` would retry for about 24 s.
+    A task read from ``task_data`` or whose dataset is cached is not asked about: lm-eval reads it offline as before."""
+    from sps_jax import hub
+
+    missing = {}
+    for key in keys:
+        names = [] if key in task_data else _hub_datasets(manager, paper_tasks.lm_eval_name(key))
+        names = [name for name in dict.fromkeys(names) if not os.path.exists(name) and not hub.cached(name)]
+        if names:
+            missing[key] = names[0]
+    reason = hub.probe(next(iter(missing.values()))) if missing else None
+    if reason not in (None, hub.UNKNOWN):  # a dataset the hub does not know is lm-eval's to say
+        datasets = ", ".join(f"{key} ({name})" for key, name in missing.items())
+        raise cli.UserError(f"the Hugging Face hub cannot be reached ({reason}) and the data of {datasets} is not in "
+                            f"the local cache: this needs the network; offline, {_offline_advice(missing, manager)}.")
+
+
+def _offline_advice(keys, manager) -> str:
+    """What to pass offline for tasks ``keys`` that lm-eval would fetch: --task-data for a single task; a group or
+    tag (mmlu, ai2_arc) takes none, so its tasks are to be named one by one."""
+    single = [key for key in keys if _members(manager, paper_tasks.lm_eval_name(key)) is None]
+    grouped = [key for key in keys if key not in single]
+    advice = [f"pass --task-data TASK=FILE (the hub dataset's fields) for {', '.join(single)}"] if single else []
+    if grouped:
+        advice.append(f"name the tasks of {', '.join(grouped)} in --tasks, each with its own --task-data TASK=FILE "
+                      "(it takes single tasks, not groups)")
+    return " and ".join(advice)
+
+
+def _members(manager, name: str, depth: int = 0) -> list[str] | None:
+    """The single tasks that lm-eval's group or tag ``name`` runs (through its subgroups), or None when it is one."""
+    entry = manager.task_index.get(name)
+    cfg = getattr(entry, "cfg", None) or {}
+    if cfg.get("group"):
+        tasks = cfg.get("task")
+        members = [str(t.get("task") if isinstance(t, dict) else t) for t in (tasks if isinstance(tasks, list) else [])]
+    elif entry is not None and not cfg and getattr(entry, "yaml_path", None) is None:  # a tag, named in its tasks
+        members = sorted(getattr(entry, "tags", None) or ())
+    else:
+        return None
+    if depth > 8:  # groups of groups are shallow; a cycle is lm-eval's to say
+        return members
+    return [task for member in members for task in (_members(manager, member, depth + 1) or [member])]
+
+
+def check_task_data_tasks(task_data: dict[str, str], manager) -> None:
+    """One sentence when --task-data names a group or tag of lm-eval tasks: its file replaces one task's data, so
+    for a group lm-eval evaluated nothing and wrote an empty result (mmlu: sample_len 0), and for a tag the
+    evaluation stopped once the weights had loaded."""
+    for key, path in task_data.items():
+        members = _members(manager, paper_tasks.lm_eval_name(key))
+        if members is not None:
+            shown = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
+            raise cli.UserError(f"--task-data {key}={path}: {key} is a group of lm-eval tasks ({shown or 'none'}), "
+                                "and --task-data replaces the data of one task: name its tasks in --tasks, each "
+                                "with its own --task-data TASK=FILE.")
+
+
+def check_include_path(include_path: str | None, manager) -> None:
+    """One sentence when a task YAML under ``include_path`` is one lm-eval cannot read: its task index skips such a
+    file without a word, so its task was called unknown, or lm-eval's own task of that name ran in its place."""
+    if include_path is None:
+        return
+    try:
+        from lm_eval.tasks._yaml_loader import load_yaml  # the loader lm-eval's index reads every YAML with
+    except ImportError:  # a private module (0.4.12, 0.4.13): where lm-eval moves it, its index alone decides
+        return
+    import yaml
+
+    indexed = {os.path.realpath(e.yaml_path) for e in manager.task_index.values() if getattr(e, "yaml_path", None)}
+    for path in sorted(pathlib.Path(include_path).glob("**/*.yaml")):
+        if os.path.realpath(path) in indexed or {"__pycache__", ".ipynb_checkpoints"} & set(path.parts):
+            continue
+        try:
+            load_yaml(path, resolve_func=False, recursive=True)
+        except Exception as e:  # noqa: BLE001 - whatever lm-eval's loader raises, its index skipped the file
+            mark = getattr(e, "problem_mark", None)
+            reason = (f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
+                      if isinstance(e, yaml.MarkedYAMLError) and mark is not None else cli.sentence(e)[:200])
+            raise cli.UserError(f"--include-path {include_path}: lm-eval cannot read the task YAML {path} "
+                                f"({reason}) and would skip it without a word: fix it, or move it out of the "
+                                "folder.") from None
+
+
+@contextlib.contextmanager
+def _no_git_hash():
+    """lm-eval logs the working directory's commit by running `git describe` with this process's stderr, so outside
+    a git checkout every evaluation printed git's "fatal: not a git repository" line. Only lm-eval's results are
+    kept, never that hash: it is not asked for."""
+    from lm_eval import evaluator
+
+    ask = getattr(evaluator, "get_git_commit_hash", None)
+    if ask is None:  # another lm-eval: nothing to quiet
+        yield
+        return
+    evaluator.get_git_commit_hash = lambda: None
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = ask
+
+
+def _hub_datasets(manager, name: str, depth: int = 0) -> list[str]:
+    """The hub datasets (NAMESPACE/NAME) lm-eval's task ``name`` reads, or the tasks of the group or tag it is."""
+    entry = manager.task_index.get(name)
+    cfg = getattr(entry, "cfg", None) or {}
+    if entry is None or depth > 8:  # groups of groups are shallow; a cycle is lm-eval's to say
+        return []
+    if "dataset_path" in cfg:
+        path = cfg["dataset_path"]
+        return [path] if isinstance(path, str) and path.count("/") == 1 else []
+    members = cfg.get("task") if cfg.get("group") else sorted(getattr(entry, "tags", None) or ())
+    found = []
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, str):
+            found += _hub_datasets(manager, member, depth + 1)
+        elif isinstance(member, dict):  # a task defined inside the group's YAML
+            found += [member["dataset_path"]] if str(member.get("dataset_path", "")).count("/") == 1 else []
+    return found
+
+
+def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path: str | None = None,
+                limit: int | None = None, include_defaults: bool = True) -> tuple[dict, dict]:
+    """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
+    from lm_eval import simple_evaluate
+
+    keys, task_data = check_keys(keys), task_mapping(task_data)
+    fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
+    manager = task_manager(include_path, include_defaults)
+    paper_tasks.check_known(keys, manager.all_tasks)
+    paper_tasks.check_task_data(task_data, keys)
+    check_task_data_tasks(task_data, manager)
+    with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir:
+        names, specs = {}, []
+        for key in keys:
+            names[key] = paper_tasks.lm_eval_name(key)
+            spec = names[key]
+            if key in task_data:  # lm-eval loads a task from its YAML's path too: no second index with local_dir
+                base = manager.task_index[names[key]].yaml_path
+                spec = paper_tasks.write_local_override(key, str(base), task_data.pop(key), local_dir)
+                names[key] = paper_tasks.local_task_name(key)
+            specs.append(spec)
+        try:
+            with _no_git_hash():
+                out = simple_evaluate(model=lm, tasks=list(dict.fromkeys(specs)), num_fewshot=0, limit=limit,
+                                      task_manager=manager, log_samples=False, bootstrap_iters=0)
+        except ConnectionError as e:  # datasets' "Couldn't reach 'NAME' on the Hub (...)", after its retries
+            offline = f"; offline, {_offline_advice(fetched, manager)}" if fetched else ""
+            raise cli.UserError(f"lm-eval could not fetch task data ({' '.join(str(e).split())[:200]}): this needs "
+                                f"the network{offline}.") from None
+    return out["results"], names
+
+
+def check_keys(keys) -> list[str]:
+    """The lm-eval task names of the API, as a list of str, else one sentence."""
+    if isinstance(keys, str):  # it would be read as one task per character
+        raise TypeError(f"keys must be a list of lm-eval task names, not the string {keys!r}: pass "
+                        f"paper_tasks.expand([{keys!r}]).")
+    keys = list(keys or ())
+    bad = [key for key in keys if not isinstance(key, str)]
+    if bad:
+        raise TypeError(f"keys must be lm-eval task names (str), got {bad[0]!r}: pass a flat list such as "
+                        "paper_tasks.expand(['paper']).")
+    return keys
+
+
+def task_mapping(task_data) -> dict[str, str]:
+    """The API's task_data, {task: file}, as a fresh dict (run_lm_eval pops from it), else one sentence."""
+    if task_data is None:
+        return {}
+    if not hasattr(task_data, "items"):
+        raise TypeError(f"task_data must be a dict of {{task: file}}, not a {type(task_data).__name__}: pass e.g. "
+                        "{'arc_easy': 'arc_easy_test.jsonl'}.")
+    if not all(isinstance(key, str) for key in task_data):
+        raise TypeError(f"task_data must map task names (str) to files, got {list(task_data)!r}.")
+    return {key: files.path_text(path, f"task_data[{key!r}]") for key, path in task_data.items()}
