@@ -56,16 +56,16 @@ def train_flops_per_token(cfg) -> float:
     return 3.0 * forward_flops_per_token(cfg)
 
 
-def mfu(cfg, tokens_per_s: float, num_devices: int, peak_flops: float | None) -> float | None:
+def mfu(cfg, tokens_per_s: float, num_devices: int, peak_flops_per_s: float | None) -> float | None:
     """Model FLOPs utilisation (fraction) at ``tokens_per_s`` input tokens/s; None without a peak
     (a CPU, or an accelerator ``sps_jax.hardware`` does not know): no made-up denominator."""
-    if not peak_flops:
+    if not peak_flops_per_s:
         return None
     if isinstance(num_devices, bool) or not isinstance(num_devices, (int, np.integer)) or num_devices < 1:
         raise ValueError(f"num_devices must be a positive integer, got {num_devices!r}.")
-    return train_flops_per_token(cfg) * tokens_per_s / (num_devices * peak_flops)
+    return train_flops_per_token(cfg) * tokens_per_s / (num_devices * peak_flops_per_s)
 
 
 def peak_flops_per_device(configured: float | None, device_kind: str) -> float | None:
     """The MFU denominator: ``train.peak_flops_per_device`` when set, else the device's known peak."""
-    return configured or hardware.peak_flops(device_kind)
+    return configured or hardware.peak_flops_per_s(device_kind)

@@ -111,7 +111,7 @@ def local_memory() -> tuple[int, str]:
     return device_memory_bytes(device), f"{device.platform} device"
 
 
-def peak_flops(device_kind: str) -> Optional[float]:
+def peak_flops_per_s(device_kind: str) -> Optional[float]:
     """Dense bf16 peak of a device kind; None where it is unknown (MFU is then not reported)."""
     acc = find(device_kind)
     return None if acc is None else acc.peak_flops_per_s

@@ -340,13 +340,13 @@ def _run_line(config, p: TrainPlan, devices, compile_s: float) -> str:
 
 
 def _step_record(step: int, out: dict, *, tokens_per_step: int, step_s: float, elapsed_s: float,
-                 cfg, num_devices: int, peak_flops: float | None) -> dict:
+                 cfg, num_devices: int, peak_flops_per_s: float | None) -> dict:
     """One update's metrics.jsonl record (``out``: the train step's metrics, on the host)."""
     tokens_per_s = tokens_per_step / step_s
     record = {"step": step, "tokens_seen": step * tokens_per_step, "loss": float(out["loss"]), "lr": float(out["lr"]),
               "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s, "elapsed_s": elapsed_s}
-    if peak_flops:  # MFU only against a known peak: none on CPU
-        record["mfu"] = flops.mfu(cfg, tokens_per_s, num_devices, peak_flops)
+    if peak_flops_per_s:  # MFU only against a known peak: none on CPU
+        record["mfu"] = flops.mfu(cfg, tokens_per_s, num_devices, peak_flops_per_s)
     if not out["finite"]:
         record["skipped"] = True
     return record
@@ -466,7 +466,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             emit = writer.write if writer else (lambda record: None)
             step, record, val_loss, stopped_by = start_step, {}, None, None
             run_start = time.time()
-            peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
+            peak_flops_per_s = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
 
             def elapsed_s():  # seconds trained, across restarts
                 return elapsed_before + time.time() - run_start
@@ -490,12 +490,13 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                     step_s = time.time() - tick
                     record = _step_record(step, out, tokens_per_step=p.tokens_per_step, step_s=step_s,
                                           elapsed_s=elapsed_s(), cfg=cfg, num_devices=len(devices),
-                                          peak_flops=peak_flops)
+                                          peak_flops_per_s=peak_flops_per_s)
                     if record.get("skipped"):
                         _on_nonfinite(record, t.nonfinite, ckpts, log)
                     emit(record)
                     if step % t.log_every == 0 or step == start_step + 1:
-                        eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)  # to this run's end
+                        # to this run's end
+                        eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)
                         log(_progress_line(record, p.total_steps, eta_s))
                     if step % t.eval_every == 0 or step == p.total_steps:
                         val_loss = _validate(eval_fn, params, val, val_sh, val_shape)

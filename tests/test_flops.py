@@ -25,7 +25,7 @@ def test_flops_formula_for_standard():
     # Standard's matmul FLOPs are the usual 2 x (non-embedding params) per token.
     blocks = sps_model.count_params(sps_model.Transformer(cfg)) - cfg.vocab_size * d
     assert cfg.block_matrix_params == blocks - (2 * L + 1) * d  # minus norm scales
-    assert flops.mfu(cfg, 1e6, num_devices=2, peak_flops=1e12) == pytest.approx(3 * expected * 1e6 / 2e12)
+    assert flops.mfu(cfg, 1e6, num_devices=2, peak_flops_per_s=1e12) == pytest.approx(3 * expected * 1e6 / 2e12)
 
 
 def test_sps_costs_less_than_twice_standard_attention_at_small_windows():
@@ -37,7 +37,7 @@ def test_sps_costs_less_than_twice_standard_attention_at_small_windows():
 
 def test_mfu_needs_a_known_peak():
     cfg = small_config("sps", 2)
-    assert flops.mfu(cfg, 1e6, num_devices=1, peak_flops=None) is None
+    assert flops.mfu(cfg, 1e6, num_devices=1, peak_flops_per_s=None) is None
     # A CPU has no published bf16 peak: no MFU rather than one against an H100 denominator.
     assert flops.peak_flops_per_device(None, "cpu") is None
     assert flops.peak_flops_per_device(None, "NVIDIA H100 80GB HBM3") == 989e12

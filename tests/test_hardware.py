@@ -23,7 +23,7 @@ def test_device_kinds_name_their_card(device_kind, name):
 @pytest.mark.parametrize("device_kind", ["cpu", "NVIDIA GeForce RTX 4090", ""])
 def test_unknown_devices_have_no_peak(device_kind):
     assert hardware.find(device_kind) is None
-    assert hardware.peak_flops(device_kind) is None
+    assert hardware.peak_flops_per_s(device_kind) is None
 
 
 def test_published_peaks_and_memory():

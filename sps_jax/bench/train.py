@@ -57,7 +57,7 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
             params, opt_state, out = compiled(params, opt_state, tokens)
             return out
         profile = profiling.profile(one_step, PROFILE_STEPS, profile_folder)
-    peak_flops = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
+    peak_flops_per_s = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
     tokens_per_s = p.tokens_per_step / step_s
     return {"variant": cfg.variant, "window": cfg.window, "seq_len": cfg.seq_len,
             "global_batch": t.global_batch, "micro_batch": t.micro_batch, "attention": cfg.attention,
@@ -66,9 +66,9 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
             "device_kind": devices[0].device_kind, "compile_s": compile_s, "step_s_median": step_s,
             "step_s_all": times, "tokens_per_s": tokens_per_s,
             "train_flops_per_token": flops.train_flops_per_token(cfg),
-            "mfu": flops.mfu(cfg, tokens_per_s, len(devices), peak_flops),
+            "mfu": flops.mfu(cfg, tokens_per_s, len(devices), peak_flops_per_s),
             "mfu_convention": "3 x forward model FLOPs per input token (docs/design.md section 7) / (devices x peak)",
-            "peak_flops_per_device": peak_flops, "final_loss": float(out["loss"]),
+            "peak_flops_per_device": peak_flops_per_s, "final_loss": float(out["loss"]),
             **({"profile": profile} if profile else {})}
 
 
