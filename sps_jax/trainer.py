@@ -495,7 +495,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         _on_nonfinite(record, t.nonfinite, ckpts, log)
                     emit(record)
                     if step % t.log_every == 0 or step == start_step + 1:
-                        # to this run's end
+                        # seconds left to this run's end (stop_at_step, not the schedule's), at its rate so far
                         eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)
                         log(_progress_line(record, p.total_steps, eta_s))
                     if step % t.eval_every == 0 or step == p.total_steps:
