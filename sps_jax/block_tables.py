@@ -123,8 +123,15 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
     T is padded to ``padded_len``, by default the next multiple of both block sizes.
     """
     kernel_tuning.Tiles(block_q, block_k)  # validates the blocks
+    if not isinstance(vis, masks.Visibility):
+        raise TypeError(f"vis must be a masks.Visibility, not {type(vis).__name__} {vis!r}.")
+    if getattr(doc_ids_BT, "ndim", None) != 2:
+        raise ValueError(f"doc_ids_BT must be an integer array [batch, positions], got shape "
+                         f"{getattr(doc_ids_BT, 'shape', None)}: add a batch axis with x[None] for one sequence.")
     T = doc_ids_BT.shape[1]
     Tp = round_up(T, max(block_q, block_k)) if padded_len is None else padded_len
+    if Tp < T or Tp % max(block_q, block_k):
+        raise ValueError(f"padded_len={Tp} must be at least the {T} positions and a multiple of both blocks.")
     q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
     S = vis.num_streams
     return (query_blocks(q_lo, q_hi, S, block_q, block_k), key_blocks(k_lo, k_hi, S, block_q, block_k))

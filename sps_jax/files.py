@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import shutil
+import stat
 import tempfile
 
 import numpy as np
@@ -55,12 +56,33 @@ def path_list(values, name: str) -> list[str]:
     return [path_text(value, f"{name}[{n}]") for n, value in enumerate(values)]
 
 
+def _special_file(path: str) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder ("a character device" such as
+    /dev/null, "a FIFO", ...), else None: a result renamed over it would replace the device node itself."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def _refuse_special(path: str, flag: str) -> None:
+    kind = _special_file(path)
+    if kind is not None:
+        raise UserError(f"{flag} {path} is not a regular file ({kind}): pass the path of a file to write.")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
     """The name to write ``path`` under (``<path>.<pid>.<n>.partial``), renamed into place on success;
     for writers that take a file name rather than a file object. The name is this writer's own, so two
     commands writing one file at once (two first runs provisioning the tokenizer) each rename a whole
     file, and the last one wins."""
+    _refuse_special(path, "the output")  # before anything is written: a rename would replace the node
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"
     head, name = os.path.split(path)
@@ -204,6 +226,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     if os.path.isdir(path):
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
                         f"{os.path.join(path, 'results.json')}.")
+    _refuse_special(path, flag)  # even with --force: /dev/null would have become a file
     if path.endswith(tuple(filter(None, (os.sep, os.altsep)))) or os.path.basename(path) in (".", ".."):
         # a folder that does not exist yet: the writer's temporary file would go there, after the command's work
         raise UserError(f"{flag} {path} names a folder (it ends in {os.path.basename(path) or os.sep!r}), not a file: "

@@ -113,8 +113,14 @@ def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int |
     shared memory; so a variant of other than :data:`TUNING_STREAMS` streams takes the table's
     tiles with block_q scaled to the same rows (standard: twice the positions).
     """
+    if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}.")
+    if kernels not in TUNING_TABLES:
+        raise ValueError(f"kernels must be one of {', '.join(TUNING_TABLES)}, got {kernels!r}.")
+    if major is not None and (isinstance(major, bool) or not isinstance(major, (int, np.integer)) or major < 1):
+        raise ValueError(f"major must be a GPU's compute capability major (9 for Hopper), got {major!r}.")
     major = _target_major() if major is None else major
-    width = 1 << max(head_dim - 1, 0).bit_length()
+    width = 1 << (int(head_dim) - 1).bit_length()
     table = TUNING_TABLES[kernels]
     tuning = WIDE_HEADS if width > 128 else table.get((major, max(width, 64))) or table[(9, max(width, 64))]
     if streams not in (1, TUNING_STREAMS):

@@ -2,6 +2,7 @@
 the line and the byte that is wrong."""
 
 import os
+import stat
 
 import pytest
 
@@ -275,3 +276,18 @@ def test_a_list_of_paths_comes_back_as_text():
     import pathlib
 
     assert files.path_list((pathlib.Path("a/b"), "c"), "runs") == ["a/b", "c"]
+
+
+def test_an_output_that_is_a_device_or_a_fifo_is_refused_even_with_force(tmp_path):
+    # `generate --out /dev/null --force` renamed its result over /dev/null: the device node became a file.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "to_null"
+    link.symlink_to(os.devnull)
+    for path, kind in ((fifo, "a FIFO"), (link, "a character device")):
+        with pytest.raises(UserError, match=f"is not a regular file \\({kind}\\): pass the path of a file"):
+            files.output_file(str(path), "--out", force=True)
+        with pytest.raises(UserError, match="is not a regular file"):  # the notebook's writers check it too
+            files.write_json(str(path), {"a": 1})
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "to_null"]  # no partial file left

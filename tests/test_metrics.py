@@ -60,16 +60,26 @@ def test_a_bad_line_in_the_middle_of_the_metrics_says_what_to_do(tmp_path, line,
     assert message.count(".;") == 0 and "\n" not in message
 
 
-@pytest.mark.parametrize("name", ["config.json", "loss.png", "metrics.jsonl"])
-def test_plot_curves_never_writes_over_a_runs_own_files(tmp_path, name):
+@pytest.mark.parametrize("name, sentence", [("config.json", "must name a .png file"), ("loss.png", "own files"),
+                                            ("metrics.jsonl", "must name a .png file")])
+def test_plot_curves_never_writes_over_a_runs_own_files(tmp_path, name, sentence):
     writer = metrics.Writer(str(tmp_path), tensorboard=False)
     writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
     writer.close()
     (tmp_path / "config.json").write_text("{}")
     before = (tmp_path / name).read_bytes() if (tmp_path / name).exists() else None
-    with pytest.raises(UserError, match="own files"):
+    with pytest.raises((UserError, ValueError), match=sentence):
         figures.training_curves({"run": str(tmp_path)}, str(tmp_path / name))
     assert ((tmp_path / name).read_bytes() if (tmp_path / name).exists() else None) == before
+
+
+def test_the_curves_of_no_run_or_into_a_file_that_is_no_png_are_one_sentence(tmp_path):
+    # {} drew an empty figure; out_png="curves.txt" wrote a PNG under that name (the command refuses both).
+    with pytest.raises(ValueError, match="runs is empty: pass at least one"):
+        figures.training_curves({})
+    with pytest.raises(ValueError, match="out_png must name a .png file"):
+        figures.training_curves({"run": str(tmp_path / "run")}, str(tmp_path / "curves.txt"))
+    assert not (tmp_path / "curves.txt").exists()
 
 
 def test_plot_against_a_field_the_records_lack_is_one_sentence(tmp_path):

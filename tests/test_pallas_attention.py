@@ -261,6 +261,23 @@ def test_bad_input_stops_with_a_clear_message():
         attention.xla_attention(q, k, v, doc, Vis("standard"))
 
 
+def test_the_tables_and_tunings_of_a_notebook_call_refuse_what_no_kernel_runs():
+    # numpy's "index can't contain negative values", an IndexError, an AttributeError; a tuning for head_dim 0
+    doc = np.zeros((1, 128), np.int32)
+    with pytest.raises(ValueError, match=r"padded_len=64 must be at least the 128 positions"):
+        block_tables.tables(doc, Vis("sps", 2), 8, 8, padded_len=64)
+    with pytest.raises(ValueError, match=r"add a batch axis"):
+        block_tables.tables(doc[0], Vis("sps", 2), 8, 8)
+    with pytest.raises(TypeError, match=r"vis must be a masks.Visibility"):
+        block_tables.tables(doc, "sps", 8, 8)
+    for kwargs, sentence in ((dict(head_dim=0), "head_dim must be a positive integer, got 0"),
+                             (dict(head_dim=64.0), "head_dim must be a positive integer, got 64.0"),
+                             (dict(head_dim=64, kernels="bogus"), "kernels must be one of pallas, triton"),
+                             (dict(head_dim=64, major=-1), "major must be a GPU's compute capability major")):
+        with pytest.raises(ValueError, match=sentence):
+            kernel_tuning.default_tuning(**kwargs)
+
+
 def test_mixed_tiles_per_kernel_match_reference():
     """Each kernel may use its own tiles (the dK/dV kernel's differ from the others' by default)."""
     tuning = Tuning(forward=Tiles(4, 8), dq=Tiles(8, 4), dkv=Tiles(16, 2))

@@ -568,3 +568,15 @@ def test_run_info_of_a_negative_step_is_one_sentence(tmp_path):
     save_small_run(tmp_path / "run")
     with pytest.raises(ValueError, match=r"^step=-5 must be 0 or more\.$"):
         runs.run_info(str(tmp_path / "run"), -5)
+
+
+def test_a_step_the_run_has_no_checkpoint_of_is_said_before_any_weights_load(tmp_path, monkeypatch):
+    # run_info(RUN, 999) had answered the last step's tokens_seen labelled as step 999, and read_run let the
+    # evaluation build its tokenizer and task index before the restore said the step did not exist.
+    save_small_run(tmp_path / "run")
+    run = str(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded"))
+    for call in (lambda: runs.run_info(run, 999), lambda: runs.read_run(run, 4)):
+        with pytest.raises(FileNotFoundError, match=r"has no checkpoint at step (999|4); it has \[5\]: pass one"):
+            call()
+    assert runs.run_info(run, 5)["step"] == 5 and runs.read_run(run, 5)[1] == 5

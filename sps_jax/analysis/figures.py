@@ -169,10 +169,13 @@ def training_curves(runs: dict[str, str], out_png: str | None = None, x: str = "
     if not hasattr(runs, "items"):
         raise TypeError(f"runs must be a dict of {{label: run folder}}, not a {type(runs).__name__}: pass e.g. "
                         "{os.path.basename(path): path for path in paths}.")
+    if not runs:  # an empty figure, without a word
+        raise ValueError("runs is empty: pass at least one {label: run folder}.")
     if out_png is not None:
         out_png = files.path_text(out_png, "out_png")
-    if out_png:  # a run's config.json or loss.png is training's to write
-        cli.load("sps_jax.runs").refuse_run_files(out_png, "the figure")
+    if out_png:  # a .png, never a run's own file or one of the runs read (a replaced earlier figure is fine)
+        check_out(out_png, [files.path_text(path, f"runs[{label!r}]") for label, path in runs.items()],
+                  "run folder", "curves", force=True, flag="out_png")
     fig = metrics.draw_curves(runs, x, headless=bool(out_png))
     if out_png:
         save_figure(fig, out_png, dpi=120)

@@ -153,8 +153,18 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
                 limit: int | None = None, include_defaults: bool = True) -> tuple[dict, dict]:
     """(lm-eval's results dict, key -> task name run) for the given task keys, zero-shot."""
     from lm_eval import simple_evaluate
+    from lm_eval.api.model import LM
 
     keys, task_data = check_keys(keys), task_mapping(task_data)
+    if not keys:  # lm-eval's own words named none of these arguments
+        raise ValueError("keys is empty: pass the lm-eval task names to run, e.g. paper_tasks.expand(['paper']).")
+    if not isinstance(lm, LM):
+        raise TypeError(f"lm must be an lm-eval model (e.g. lm_eval_adapter.SPSLM(workdir=RUN)), got "
+                        f"{type(lm).__name__}.")
+    if limit is not None and cli.integer(limit, "limit", " (documents per task) or None (all)") < 1:
+        raise ValueError(f"limit must be at least 1 document per task, or None for all, got {limit}.")
+    if include_path is not None and not os.path.isdir(files.path_text(include_path, "include_path")):
+        raise FileNotFoundError(f"include_path {include_path!r} is not a folder: pass the folder of task YAMLs.")
     fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
     manager = task_manager(include_path, include_defaults)
     paper_tasks.check_known(keys, manager.all_tasks)

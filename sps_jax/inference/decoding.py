@@ -24,7 +24,7 @@ from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference import batching
 from sps_jax.inference.batching import bucket, left_pad, token_ids
-from sps_jax.inference.sampling import Sampling, sample_logits
+from sps_jax.inference.sampling import SEED_LIMIT, Sampling, sample_logits
 
 
 def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
@@ -245,7 +245,11 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         raise TypeError(f"sampling must be a sps_jax.inference.sampling.Sampling (e.g. Sampling(temperature=0.8)), "
                         f"got {sampling!r}.")
     sampling.validate()
-    cli.integer(seed, "seed")
+    if sampling.temperature == 0 and (sampling.top_k or sampling.top_p < 1):  # greedy never reads the filters
+        raise ValueError(f"top_k={sampling.top_k} and top_p={sampling.top_p} filter sampling, but temperature 0 is "
+                         "greedy decoding: pass a temperature above 0 to sample, or leave the filters at 0 and 1.")
+    if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 overflowed inside jax's key
+        raise ValueError(f"seed must be from 0 to 2**31 - 1, got {seed}.")
     if not isinstance(stop_on_eos, (bool, np.bool_)):  # "no" is truthy: it stopped at EOS
         raise TypeError(f"stop_on_eos must be True or False, got {stop_on_eos!r}.")
     for name, value in sizes.items():

@@ -112,7 +112,7 @@ def _completions(cfg, params, step: int, prompts, records, *, batch_size: int, m
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    from sps_jax.inference.sampling import Sampling  # loads no jax: settings no sampler can use answer at once
+    from sps_jax.inference.sampling import SEED_LIMIT, Sampling  # no jax: settings no sampler can use answer at once
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     try:
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     if sampling.temperature == 0 and (sampling.top_k or sampling.top_p < 1):  # greedy never reads the filters
         parser.error("--top-k and --top-p filter sampling, but --temperature 0 (the default) is greedy decoding: "
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
-    if args.seed >= 2 ** 31:
+    if args.seed >= SEED_LIMIT:
         parser.error(f"argument --seed: {args.seed} must be below 2**31")
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs

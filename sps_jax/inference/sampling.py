@@ -36,6 +36,9 @@ class Sampling:
             raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p}.")
 
 
+SEED_LIMIT = 2 ** 31  # sampling seeds lie in [0, SEED_LIMIT): jax's key takes them as int32-sized
+
+
 def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
     """Next token per row from the first ``num_tokens`` ids (text tokens and EOS; never <predict> or padding)."""
     import jax  # here, not above: generate checks a Sampling's settings before it loads jax

@@ -267,7 +267,8 @@ def test_task_data_the_hub_cannot_serve_is_one_sentence_naming_task_data(local_t
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", unreachable)
     with pytest.raises(cli.UserError) as raised:
-        lm_eval_tasks.run_lm_eval(None, ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
+        lm_eval_tasks.run_lm_eval(lm_eval_adapter.SPSLM(scorer=scoring.Scorer(*tiny("sps", 2)), tokenizer=CharTokenizer()),
+                                  ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
     assert str(raised.value) == (
         "lm-eval could not fetch task data (Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)): "
         "this needs the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) for tiny_mc.")
@@ -639,3 +640,16 @@ def test_a_checkpoint_path_that_is_not_one_path_is_one_sentence_before_any_check
     monkeypatch.setattr(lm_eval_tasks, "check_keys", lambda keys: pytest.fail("the keys were checked first"))
     with pytest.raises(TypeError, match=not_one_path('path', 'NoneType')):
         evaluate.evaluate_checkpoint(None, keys=["arc_easy"])
+
+
+def test_run_lm_eval_refuses_what_lm_eval_would_say_in_its_own_words(local_tasks):
+    # keys=[] had been lm-eval's "No tasks specified", lm=None its TypeError about HFLM, limit=0 and a missing
+    # include_path had fallen through to lm-eval's model error
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(*tiny("sps", 2)), tokenizer=CharTokenizer())
+    yaml = str(local_tasks / "yaml")
+    for args, kwargs, sentence in (((lm, []), {}, "keys is empty: pass the lm-eval task names"),
+                                   ((None, ["tiny_mc"]), {}, "lm must be an lm-eval model"),
+                                   ((lm, ["tiny_mc"]), dict(limit=0), "limit must be at least 1 document per task"),
+                                   ((lm, ["tiny_mc"]), dict(include_path=yaml + "/nope"), "is not a folder")):
+        with pytest.raises((ValueError, TypeError, FileNotFoundError), match=sentence):
+            lm_eval_tasks.run_lm_eval(*args, include_defaults=False, **kwargs)

@@ -233,6 +233,11 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
         decoding.generate(cfg, {"params": params}, [[1, 2]], 4)
     with pytest.raises(TypeError, match=r"^stop_on_eos must be True or False, got 'no'\.$"):  # 'no' was taken as True
         decoding.generate(cfg, params, [[1, 2]], 4, stop_on_eos="no")
+    for seed in (-1, 2 ** 31, 2 ** 63):  # 2**63 overflowed inside jax's key; the command refuses these too
+        with pytest.raises(ValueError, match=rf"^seed must be from 0 to 2\*\*31 - 1, got {seed}\.$"):
+            decoding.generate(cfg, params, [[1, 2]], 4, seed=seed)
+    with pytest.raises(ValueError, match=r"^top_k=5 and top_p=1\.0 filter sampling, but temperature 0 is greedy"):
+        decoding.generate(cfg, params, [[1, 2]], 4, sampling=Sampling(0.0, top_k=5))  # the filter was ignored
     # Sampling's fields compared as numbers: a str failed with Python's TypeError, top_k=2.5 inside jax after prefill
     for sampling, message in ((Sampling(temperature="0.8"), r"^temperature must be a number, got '0\.8'\.$"),
                               (Sampling(1.0, top_p=None), r"^top_p must be a number, got None\.$"),
