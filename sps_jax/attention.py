@@ -14,9 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from sps_jax import masks, mesh as sps_mesh
-from sps_jax.names import did_you_mean
+from sps_jax.names import ATTENTION_BACKENDS, did_you_mean
 
-BACKENDS = ("xla", "pallas", "triton", "splash", "auto")
 # The score a hidden key gets: finite, so a row with every key hidden gives exp(0) times a zero mask, not inf - inf.
 MASKED_SCORE = -1e30
 
@@ -102,10 +101,10 @@ AUTO = {"tpu": "splash", "gpu": "pallas"}
 
 
 def check_backend(name) -> None:
-    """One sentence, naming the backend ``name`` likely means, when it is none of :data:`BACKENDS`."""
-    if not isinstance(name, str) or name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}{did_you_mean(name, BACKENDS)}: choose one of "
-                         f"{', '.join(BACKENDS)}.")
+    """One sentence, naming the backend ``name`` likely means, when it is none of :data:`ATTENTION_BACKENDS`."""
+    if not isinstance(name, str) or name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}{did_you_mean(name, ATTENTION_BACKENDS)}: choose one of "
+                         f"{', '.join(ATTENTION_BACKENDS)}.")
 
 
 def resolve(name: str, platform: str | None = None) -> str:

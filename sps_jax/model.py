@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from sps_jax import attention, cross_entropy, hardware, masks, vocab
+from sps_jax import attention, cross_entropy, hardware, masks, names, vocab
 from sps_jax.names import did_you_mean
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+_DTYPES = {name: getattr(jnp, name) for name in names.DTYPES}
 
 
 # Fields that say how the model is computed, not what it is: a run may resume with other values.

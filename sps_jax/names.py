@@ -1,13 +1,18 @@
 """What a user likely meant by a name that is not one of the known ones (a variant, a scale, a
 subcommand, a config key): the one helper behind every "did you mean" in the package's sentences.
 
-It imports nothing from the package, so the modules that own enumerated names (``masks``'s variants,
-``attention``'s backends) use it as well as the command line (``cli``) does, without importing ``cli``.
+It imports nothing from the package, so the modules that own enumerated names (``masks``'s variants, the
+backends and dtypes below) use it as well as the command line (``cli``) does, without importing ``cli``. The
+backends and dtypes live here, not in the modules that load jax, so that a command's parser offers them (and
+refuses others) before jax loads.
 """
 
 from __future__ import annotations
 
 import difflib
+
+ATTENTION_BACKENDS = ("xla", "pallas", "triton", "splash", "auto")  # model.attention (sps_jax.attention)
+DTYPES = ("bfloat16", "float16", "float32")  # model.dtype, param_dtype, residual_dtype; the kernels' dtypes
 
 
 def close_name(word: str, names) -> str | None:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import attention, kernel_tuning, masks
+from sps_jax import attention, kernel_tuning, masks, names
 from sps_jax.kernel_tuning import Tiles, Tuning
 from tests import attention_checks as checks
 from tests import test_pallas_attention
@@ -99,7 +99,7 @@ def test_where_the_kernels_cannot_run_is_one_sentence(monkeypatch):
 
 
 def test_triton_is_a_backend_of_the_model():
-    assert "triton" in attention.BACKENDS
+    assert "triton" in names.ATTENTION_BACKENDS
     assert attention.get_backend("triton") is ta.model_backend
 
 

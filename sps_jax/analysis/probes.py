@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, files, masks, plotting, token_folder
+from sps_jax import cli, files, masks, names, plotting, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
@@ -300,8 +300,9 @@ def build_parser():
         p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=cli.positive_int, default=None,
                        help="positions per document (at most, and by default, model.seq_len)")
-        p.add_argument("--attention", default=None, help="override the attention backend (xla, pallas, triton, splash, auto)")
-        p.add_argument("--dtype", default=None, choices=("bfloat16", "float16", "float32"),
+        p.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
+                       help="override the attention backend")
+        p.add_argument("--dtype", default=None, choices=names.DTYPES,
                        help="override the compute dtype (e.g. float32 for exact norms)")
         p.add_argument("--out", type=cli.output_path, default=out_default, help="output folder")
         p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, hardware, kernel_tuning, masks
+from sps_jax import attention, bench, cli, config as sps_config, hardware, kernel_tuning, masks, names
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
@@ -78,7 +78,7 @@ def parse_args(argv):
         tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
     p.add_argument("--documents", type=cli.positive_int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+    p.add_argument("--dtype", default="bfloat16", choices=names.DTYPES,
                    help="dtype of q, k and v")
     p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)

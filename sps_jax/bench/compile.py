@@ -31,7 +31,7 @@ import dataclasses
 import sys
 import time
 
-from sps_jax import attention, bench, cli, hardware, kernel_tuning, masks
+from sps_jax import bench, cli, hardware, kernel_tuning, masks, names
 from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
@@ -54,7 +54,7 @@ def parse_args(argv):
                    help="comma-separated micro-batches per device to compile")
     p.add_argument("--remat", type=cli.comma_list(str, ("off", "on"), "remat setting"), default=["off", "on"],
                    help="comma-separated: off, on, or off,on for both (the default)")
-    p.add_argument("--attention", type=cli.comma_list(str, attention.BACKENDS, "backend"), default=None,
+    p.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
                    help="comma-separated train step attention backends (default: auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
@@ -65,7 +65,7 @@ def parse_args(argv):
                    default=list(kernel_tuning.KERNEL_SETS),
                    help="comma-separated GPU kernel sets: pallas (Pallas's Triton backend), triton (the same "
                         "kernels through jax-triton)")
-    p.add_argument("--dtypes", type=cli.comma_list(str, ("bfloat16", "float16", "float32"), "dtype"),
+    p.add_argument("--dtypes", type=cli.comma_list(str, names.DTYPES, "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes (TPU targets skip float16)")
     bench.add_workload_flags(p, "generation: ")
     p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=[0, 32],

@@ -31,7 +31,7 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench, cli, files, hardware, masks
+from sps_jax import bench, cli, files, hardware, masks, names
 
 RESULT_PREFIX = "BENCH_RESULT "
 
@@ -46,10 +46,9 @@ def _parse(argv):
                         default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=cli.positive_int, default=3, help="timed rounds over all variants (the fastest counts)")
-    parser.add_argument("--attention", type=cli.comma_list(str, None, "backend"), default=None,
-                        help="comma-separated model.attention backends timed side by side (xla, pallas, triton, "
-                        "splash, auto; default: the config's): the prefill's kernel, and on a GPU with pallas "
-                        "or triton the decode step's kernels")
+    parser.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
+                        help="comma-separated model.attention backends timed side by side (default: the config's): "
+                        "the prefill's kernel, and on a GPU with pallas or triton the decode step's kernels")
     parser.add_argument("--profile", type=cli.output_path, metavar="FOLDER", default=None,
                         help="after timing, trace one more decode loop of each run (after its prefill) with jax's "
                         "profiler into FOLDER/<run> and print the device kernels per decode step (a shorter "

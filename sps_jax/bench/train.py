@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, files, flops, hardware, masks, profiling
+from sps_jax import attention, bench, cli, config as sps_config, files, flops, hardware, masks, names, profiling
 from sps_jax import trainer
 
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base)")
-    parser.add_argument("--attention", type=cli.comma_list(str, attention.BACKENDS, "backend"), default=None,
+    parser.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
                         help="comma-separated model.attention backends to time each variant with (default: the "
                         "config's); the ratio's base is the first variant with the first backend")
     parser.add_argument("--profile", type=cli.output_path, metavar="FOLDER", default=None,

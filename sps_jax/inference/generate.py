@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import cli, files, hardware
+from sps_jax import cli, files, hardware, names
 
 # The run, the model and the decoder load jax, which --help and a refused argument need not wait for: main
 # imports them once the arguments are parsed.
@@ -79,7 +79,8 @@ def _parser() -> cli.ArgumentParser:
     parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="sampling seed")
     parser.add_argument("--batch-size", type=cli.positive_int, default=8, help="prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
-    parser.add_argument("--attention", default=None, help="override model.attention (xla, pallas, triton, splash, auto)")
+    parser.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
+                        help="override model.attention")
     parser.add_argument("--prefill-chunk", type=cli.non_negative_int, default=None,
                         help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
     return parser

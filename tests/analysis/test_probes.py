@@ -101,14 +101,14 @@ def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
     assert "manifest.json" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag, sentence", [("--dtype", "argument --dtype: invalid choice ''"),
-                                            ("--attention", "unknown attention backend ''")])
-def test_an_empty_override_is_refused_not_ignored(cli_fixture, monkeypatch, flag, sentence):
+@pytest.mark.parametrize("flag", ["--dtype", "--attention"])
+def test_an_empty_override_is_refused_not_ignored(cli_fixture, monkeypatch, flag):
     # --dtype "" (an unset shell variable, say) ran with the run's own dtype without a word.
     root = cli_fixture
     monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
     outcome = fuzz.call(probes.main, ["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"),
                                       "--out", str(root / "empty_flag"), flag, ""])
+    sentence = f"argument {flag}: invalid choice ''"  # --attention's had come after jax loaded
     assert outcome.status == 2 and outcome.problem() is None and sentence in outcome.stderr, outcome.stderr
 
 

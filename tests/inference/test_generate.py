@@ -388,6 +388,8 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
     cases = [
         (["--workdir", tmp_path / "nowhere", "--prompt", "x"], "does not exist"),
         (["--workdir", workdir, "--prompt", ""], "--prompt is empty"),
+        (["--workdir", workdir, "--prompt", "x", "--attention", "Pallas"],  # had been said once jax loaded
+         "argument --attention: invalid choice 'Pallas' (did you mean 'pallas'?)"),
         (["--workdir", workdir, "--prompts-file", blank, "--max-new-tokens", "2"],
          f"--prompts-file {blank} line 3 is empty"),
         (["--workdir", workdir, "--prompts-file", upper, "--max-new-tokens", "2"],
