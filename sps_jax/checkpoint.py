@@ -239,15 +239,20 @@ def restore_params(workdir: str, step: int | None = None, target=None):
                          f"keeps only its latest checkpoints and milestones); it now has {steps(workdir)}.")
 
 
+def check_step(workdir: str, step: int, found: list[int]) -> None:
+    """One sentence when the run has checkpoints (``found``) but none at ``step``."""
+    if found and step not in found:
+        raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; it has {found}: pass one "
+                                "of those.")
+
+
 def _restore_params(workdir: str, step: int | None, target):
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step
         if not all_steps:  # also with a --step: "it has []: pass one of those" offered nothing
             raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet: {NO_CHECKPOINT_ADVICE}.")
-        if step not in all_steps:
-            raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; "
-                                    f"it has {all_steps}: pass one of those.")
+        check_step(workdir, step, all_steps)
         reason = problem(workdir, step, ("params",))
         if reason is None:
             try:

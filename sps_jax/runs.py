@@ -420,21 +420,13 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     checkpoint.save_params(workdir, step, params, cfg.function_fields, meta)
 
 
-def _check_has_step(workdir: str, step: int, found: list[int]) -> None:
-    """The restore's sentence for a step the run has no checkpoint of, said before any weights load (a run
-    without any checkpoint is left to the restore, which says what to do about that)."""
-    if found and step not in found:
-        raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; it has {found}: pass one "
-                                "of those.")
-
-
 def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> None:
     """One sentence when checkpoint ``step`` (None: the latest) of ``workdir`` records another model than ``cfg``,
     read from its config.json (:func:`sps_jax.checkpoint.check_trained_as`), or when the run has checkpoints but
     none at ``step``."""
     found = checkpoint.steps(workdir)
     step = found[-1] if step is None and found else step
-    _check_has_step(workdir, step, found)
+    checkpoint.check_step(workdir, step, found)  # said before any weights load
     if step in found:
         checkpoint.check_trained_as(
             workdir, step, cfg.function_fields, os.path.join(workdir, CONFIG_FILE),
@@ -548,7 +540,7 @@ def run_info(path: str, step: int | None = None) -> dict:
         step = cli.integer(step, "step")  # "8" failed in a comparison with the metrics' steps
         if step < 0:  # its tokens_seen came out negative
             raise ValueError(f"step={step} must be 0 or more.")
-        _check_has_step(workdir, step, checkpoint.steps(workdir))  # step 999 had taken the last step's tokens
+        checkpoint.check_step(workdir, step, checkpoint.steps(workdir))  # 999 had taken the last step's tokens
         info.update(step=step, tokens_seen=tokens_seen(workdir, step, config))
     return info
 

@@ -245,7 +245,7 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         raise TypeError(f"sampling must be a sps_jax.inference.sampling.Sampling (e.g. Sampling(temperature=0.8)), "
                         f"got {sampling!r}.")
     sampling.validate()
-    if sampling.temperature == 0 and (sampling.top_k or sampling.top_p < 1):  # greedy never reads the filters
+    if sampling.filters_unread:
         raise ValueError(f"top_k={sampling.top_k} and top_p={sampling.top_p} filter sampling, but temperature 0 is "
                          "greedy decoding: pass a temperature above 0 to sample, or leave the filters at 0 and 1.")
     if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 overflowed inside jax's key
@@ -305,8 +305,9 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                             buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
 
 
-def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, max_batch: int = batching.MAX_BATCH,
-                      min_len: int = batching.MIN_LEN, sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                      max_batch: int = batching.MAX_BATCH, min_len: int = batching.MIN_LEN,
+                      sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
                       progress: Optional[Callable[[int], None]] = None) -> list[list[int]]:
     """Like :func:`generate` for any number of prompts of mixed lengths, with a bounded set of compiled shapes.
 

@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     except ValueError as e:  # its sentence names the field (top_p): here the flag it came from (--top-p)
         field, _, rest = str(e).partition(" ")
         parser.error(f"argument --{field.replace('_', '-')}: {rest}")
-    if sampling.temperature == 0 and (sampling.top_k or sampling.top_p < 1):  # greedy never reads the filters
+    if sampling.filters_unread:
         parser.error("--top-k and --top-p filter sampling, but --temperature 0 (the default) is greedy decoding: "
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
     if args.seed >= SEED_LIMIT:

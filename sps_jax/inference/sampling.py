@@ -19,6 +19,11 @@ class Sampling:
     top_k: int = 0
     top_p: float = 1.0
 
+    @property
+    def filters_unread(self) -> bool:
+        """Greedy decoding (temperature 0) with a top-k or top-p filter, which greedy decoding never reads."""
+        return self.temperature == 0 and bool(self.top_k or self.top_p < 1)
+
     def validate(self) -> None:
         # Compared below as numbers: a str failed there with Python's own TypeError, and top_k=2.5 inside jax.
         for name, value in (("temperature", self.temperature), ("top_p", self.top_p)):
