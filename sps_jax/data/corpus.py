@@ -225,8 +225,8 @@ def check_source(source: str) -> None:
     if files.leads_nowhere(source):
         raise UserError(f"source {source!r} {LEADS_NOWHERE}: pass the file or folder itself.")
     if not os.path.exists(source):
-        meant = ("builtin" if source.lower() == "builtin" else "hf:" + source[3:] if source.lower().startswith("hf:")
-                 else None)
+        meant = (BUILTIN if source.lower() == BUILTIN else HF_PREFIX + source[len(HF_PREFIX):]
+                 if source.lower().startswith(HF_PREFIX) else None)
         raise FileNotFoundError(f"source {source!r} does not exist" + (f" (did you mean {meant!r}?)" if meant else "")
                                 + ": pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'.")
     if os.path.isdir(source):  # their JSON files were read as JSONL documents, and refused as "not JSON at line 1"
