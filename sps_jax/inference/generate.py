@@ -28,15 +28,16 @@ PASS_PROMPTS = "pass a text file with one prompt per line, or a .jsonl file"
 OUTPUT_FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos", "step")
 
 
-def _read_prompts(path: str) -> list[tuple[int, dict]]:
+def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
     """(line number, record) of each prompt of a .jsonl file of {"prompt": ..., ...} objects, or of plain
-    text with one prompt per line (UTF-8; a bad line is one sentence naming it)."""
+    text with one prompt per line (UTF-8; a bad line is one sentence naming it), and the number of blank
+    lines (empty or only whitespace) of plain text, which separate prompts rather than being one."""
     files.input_file(path, "prompts file", PASS_PROMPTS)
     suffix = os.path.splitext(path)[1].lower()  # PROMPTS.JSONL is JSON Lines too
     if suffix == ".json":  # read as text, each line of a JSON document would be a prompt
         raise ValueError(f"prompts file {path!r} is a .json file: pass a .jsonl file (one {{\"prompt\": ...}} object "
                          "per line) or plain text with one prompt per line.")
-    records = []
+    records, blank = [], 0
     if suffix == ".jsonl":
         for n, record in files.read_jsonl(path):
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
@@ -53,10 +54,14 @@ def _read_prompts(path: str) -> list[tuple[int, dict]]:
             records.append((n, record))
     else:
         text = files.read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()
-        records = [(n, {"prompt": line}) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
+        lines = text.split("\n")
+        if lines[-1] == "":  # the file's last newline ends a line; it starts none
+            lines.pop()
+        records = [(n, {"prompt": line}) for n, line in enumerate(lines, 1) if line.strip()]
+        blank = len(lines) - len(records)
     if not records:
         raise ValueError(f"prompts file {path!r} holds no prompts.")
-    return records
+    return records, blank
 
 
 def _parser() -> cli.ArgumentParser:
@@ -142,17 +147,21 @@ def main(argv=None) -> int:
     if overrides:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
         attention.check_available(cfg.attention)  # --attention triton where it cannot run: before any weights load
+    blank = 0
     if args.prompt is not None:
         names, records = ["--prompt"], [{"prompt": args.prompt}]
     else:
-        lines, records = zip(*_read_prompts(args.prompts_file))
+        numbered, blank = _read_prompts(args.prompts_file)
+        lines, records = zip(*numbered)
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     prompts = [tokenizer.encode(tokenizer.check_text(r["prompt"], name)) for r, name in zip(records, names)]
     decoding.check_prompts(cfg, prompts, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_inference_model(cli.run_argument(args))
-    print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s)", file=sys.stderr)
+    skipped = f" ({blank} blank line(s) of the prompts file skipped)" if blank else ""
+    print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}",
+          file=sys.stderr)
 
     results = _completions(cfg, params, step, prompts, records, batch_size=args.batch_size,
                            max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,

@@ -299,9 +299,11 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     assert (chunked.status, chunked.stdout) == (0, one.stdout), chunked.stderr
 
     plain = tmp_path / "prompts.txt"
-    plain.write_text("Hello world\n\nOne\n")  # one prompt per line; blank lines are not prompts
+    plain.write_text("Hello world\n\n \t \nOne\n")  # one prompt per line; blank lines separate, and are counted
     out = tmp_path / "plain.jsonl"
-    assert _cli("--workdir", workdir, "--prompts-file", plain, "--out", out, "--max-new-tokens", "4").status == 0
+    from_file = _cli("--workdir", workdir, "--prompts-file", plain, "--out", out, "--max-new-tokens", "4")
+    assert from_file.status == 0, from_file.stderr
+    assert "2 prompt(s) (2 blank line(s) of the prompts file skipped)" in from_file.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["prompt"] for r in records] == ["Hello world", "One"]
     assert [r["prompt_tokens"] for r in records] == [len(tokenizer.encode("Hello world")), len(tokenizer.encode("One"))]
