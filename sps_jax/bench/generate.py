@@ -12,9 +12,12 @@ RoPE costs the same at every position (``generate`` on a trained run refuses tha
 Throughput: all variants are compiled in one process and timed in interleaved
 rounds (the fastest round counts), so load drifting over time hits them alike.
 Peak memory: the device's counter (``device.memory_stats()["peak_bytes_in_use"]``)
-never resets, so each variant runs once more in its own fresh process. Where the
-device has no such counter (CPU) the peak is reported as unavailable and the
-KV-cache bytes and XLA's compiled buffer sizes of the decode loop are given instead.
+never resets, so each variant runs once more in its own fresh process, in two parts. First the
+decode loop alone, from a cache of zeros of the prefill's shapes: its peak is the paper's figure,
+"peak GPU memory used during decode" (the prefill's temporaries are gone by then). Then the whole
+workload, prefill included: the run's peak. Where the device has no such counter (CPU) both are
+reported as unavailable and the KV-cache bytes and XLA's compiled buffer sizes of the decode loop
+are given instead.
 Windowed variants take the window of ``--config`` (or ``masks.DEFAULT_WINDOW`` when it has none).
 ``--attention pallas,triton`` times every variant with each backend in the same rounds: ratios to
 Standard are taken within a backend, and each run's throughput is also given over the same variant's
@@ -116,6 +119,7 @@ class VariantRun:
         self.decode = decoding.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
                                             max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
         self.compile_s = time.perf_counter() - t0
+        self.cache_shape, self.logits_shape = cache_shape, logits_shape
         self.cache_sizes = kv_cache.cache_bytes(cache_shape)
         memory = self.decode.memory_analysis()
         self.decode_compiled_bytes = None if memory is None else int(
@@ -147,6 +151,16 @@ class VariantRun:
             self.best = timing
         return timing
 
+    def decode_alone(self) -> None:
+        """The decode loop once, from a cache of zeros: the memory of decoding without the prefill's (the
+        values do not change what the loop holds; the time of this call means nothing)."""
+        import jax
+        import jax.numpy as jnp
+
+        zeros = lambda s: jnp.zeros(s.shape, s.dtype)
+        cache = jax.tree.map(zeros, self.cache_shape)
+        jax.block_until_ready(self.decode(self.params, cache, zeros(self.logits_shape), self.rng)[0])
+
     def profile(self, folder: str) -> dict:
         """The device kernels of one decode loop, per decode step (the prefill runs before the trace starts)."""
         from sps_jax import profiling
@@ -166,21 +180,32 @@ class VariantRun:
             **best,
             "tokens_per_s": a.batch * self.new_tokens / best["total_s"],
             "decode_tokens_per_s": a.batch * a.decode / best["decode_s"],
-            "peak_bytes": None,
+            "decode_peak_bytes": None, "peak_bytes": None,
             "cache_persistent_bytes": self.cache_sizes["persistent"], "cache_ring_bytes": self.cache_sizes["ring"],
             "cache_bytes": self.cache_sizes["total"], "decode_compiled_bytes": self.decode_compiled_bytes,
         }
 
 
-def peak_bytes_worker(args, overrides, variant):
-    """In a fresh process: the device's peak bytes in use over one run of the workload (with the one
-    backend of its ``--attention``)."""
+def _peak_bytes() -> int | None:
     import jax
 
-    if jax.devices()[0].memory_stats() is None:
+    stats = jax.devices()[0].memory_stats()
+    return None if stats is None else stats.get("peak_bytes_in_use")
+
+
+def peak_bytes_worker(args, overrides, variant, peak_bytes=_peak_bytes) -> dict | None:
+    """In a fresh process (with the one backend of its ``--attention``): {"decode_peak_bytes": the
+    device's peak while the decode loop alone runs, "peak_bytes": its peak over the whole workload};
+    None where the device has no counter (CPU). The decode's peak is None where the loop did not raise
+    the peak set before it (weights and compilation): it is then not measured, only bounded."""
+    if peak_bytes() is None:
         return None  # no counter on this device (CPU): nothing to measure
-    VariantRun(args, overrides, variant, args.attention[0] if args.attention else None).run()
-    return jax.devices()[0].memory_stats().get("peak_bytes_in_use")
+    run = VariantRun(args, overrides, variant, args.attention[0] if args.attention else None)
+    before = peak_bytes()
+    run.decode_alone()
+    decoded = peak_bytes()
+    run.run()
+    return {"decode_peak_bytes": decoded if decoded > before else None, "peak_bytes": peak_bytes()}
 
 
 def _worker_argv(argv, backend) -> list[str]:
@@ -234,8 +259,9 @@ def _ratios(results: list[dict]) -> None:
         if base is None:
             continue
         r["throughput_ratio"] = r["tokens_per_s"] / base["tokens_per_s"]
-        r["peak_memory_ratio"] = (r["peak_bytes"] / base["peak_bytes"]
-                                  if r["peak_bytes"] and base["peak_bytes"] else None)
+        for peak in ("decode_peak", "peak"):
+            r[peak + "_memory_ratio"] = (r[peak + "_bytes"] / base[peak + "_bytes"]
+                                         if r[peak + "_bytes"] and base[peak + "_bytes"] else None)
         r["cache_bytes_ratio"] = r["cache_bytes"] / base["cache_bytes"]
         r["persistent_cache_ratio"] = r["cache_persistent_bytes"] / base["cache_persistent_bytes"]
 
@@ -245,14 +271,17 @@ def _table(results: list[dict]) -> str:
     several = any("backend_throughput_ratio" in r for r in results)
     rows = [f"{'variant':14s} {'window':>6s} {'attention':9s} {'tokens/s':>10s} {'x thru':>7s} "
             + (f"{'x ' + results[0]['attention']:>9s} " if several else "")
-            + f"{'peak MiB':>9s} {'x peak':>7s} {'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
+            + f"{'decode MiB':>10s} {'x decode':>8s} {'peak MiB':>9s} {'x peak':>7s} "
+            f"{'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
+    mib = lambda x, spec: fmt(None if x is None else x / 2**20, spec)
     for r in results:
         rows.append(f"{r['variant']:14s} {str(r['window']):>6s} {r['attention']:9s} {r['tokens_per_s']:10.1f} "
                     f"{fmt(r.get('throughput_ratio'), '7.3f')} "
                     + (f"{fmt(r.get('backend_throughput_ratio'), '9.3f')} " if several else "")
-                    + f"{fmt(None if r['peak_bytes'] is None else r['peak_bytes'] / 2**20, '9.1f')} "
-                    f"{fmt(r.get('peak_memory_ratio'), '7.3f')} {r['cache_bytes'] / 2**20:9.2f} "
-                    f"{fmt(r.get('cache_bytes_ratio'), '7.3f')} {fmt(r.get('persistent_cache_ratio'), '9.3f')}")
+                    + f"{mib(r['decode_peak_bytes'], '10.1f')} {fmt(r.get('decode_peak_memory_ratio'), '8.3f')} "
+                    f"{mib(r['peak_bytes'], '9.1f')} {fmt(r.get('peak_memory_ratio'), '7.3f')} "
+                    f"{mib(r['cache_bytes'], '9.2f')} {fmt(r.get('cache_bytes_ratio'), '7.3f')} "
+                    f"{fmt(r.get('persistent_cache_ratio'), '9.3f')}")
     return "\n".join(rows)
 
 
@@ -323,7 +352,7 @@ def main(argv=None) -> int:
             print(f"[{r.label}] per decode step:\n{profiling.format_summary(result['profile'])}", file=sys.stderr,
                   flush=True)
     for r, key in zip(results, runs_asked):
-        r["peak_bytes"] = peaks.get(key)
+        r.update(peaks.get(key) or {})
     _ratios(results)
     print(_table(results))
     if results[0]["peak_bytes"] is None:

@@ -32,7 +32,8 @@ def test_peak_memory_is_measured_in_fresh_processes_before_this_one_runs_anythin
     """On a GPU this process's allocator would hold the memory the workers need, so the workers
     come first; their peaks become the ratios."""
     events = []
-    fake_peaks = {"standard": 1000, "sps": 1100}
+    fake_peaks = {"standard": {"decode_peak_bytes": 800, "peak_bytes": 1000},
+                  "sps": {"decode_peak_bytes": 808, "peak_bytes": 1100}}
 
     def spawn(argv, variant):
         events.append(("peak", variant))
@@ -53,6 +54,28 @@ def test_peak_memory_is_measured_in_fresh_processes_before_this_one_runs_anythin
     assert events[:2] == [("peak", "standard"), ("peak", "sps")] and ("run", "standard") in events[2:]
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert results["sps"]["peak_memory_ratio"] == 1.1 and results["standard"]["peak_bytes"] == 1000
+    assert results["sps"]["decode_peak_memory_ratio"] == 1.01 and results["sps"]["decode_peak_bytes"] == 808
+
+
+def test_the_decode_peak_is_read_before_the_prefill_runs_and_only_where_the_loop_raised_it(monkeypatch):
+    """The paper's memory figure is the peak during decode: the worker decodes from a cache of zeros before any
+    prefill, reads the counter, then runs the whole workload for the run's peak. A loop that did not raise the
+    peak its weights and compilation had set is not measured by the counter: None, not the earlier peak."""
+    args = bench_generate._parse(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1",
+                                  "--prefill", "4", "--decode", "2"])
+    events, counter = [], {"peak": 100}
+    for name, raise_to in (("decode_alone", 300), ("run", 500)):
+        def step(self, real=getattr(bench_generate.VariantRun, name), name=name, raise_to=raise_to):
+            events.append(name)
+            real(self)
+            counter["peak"] = max(counter["peak"], raise_to)
+        monkeypatch.setattr(bench_generate.VariantRun, name, step)
+    peaks = bench_generate.peak_bytes_worker(args, [], "sps", peak_bytes=lambda: counter["peak"])
+    assert events == ["decode_alone", "run"]
+    assert peaks == {"decode_peak_bytes": 300, "peak_bytes": 500}
+    counter["peak"] = 10_000  # the weights' peak is above anything the loop needs
+    assert bench_generate.peak_bytes_worker(args, [], "sps", peak_bytes=lambda: counter["peak"]) == {
+        "decode_peak_bytes": None, "peak_bytes": 10_000}
 
 
 def test_the_default_workload_is_the_papers_inference_measurement():
@@ -73,7 +96,8 @@ def test_backends_are_timed_side_by_side_with_ratios_within_each(tmp_path, monke
     def spawn(argv, variant):
         backend = argv[argv.index("--attention") + 1]
         workers.append((variant, backend, argv.count("--attention")))
-        return {"xla": 1000, "pallas": 1200}[backend] + (100 if variant == "sps" else 0)
+        peak = {"xla": 1000, "pallas": 1200}[backend] + (100 if variant == "sps" else 0)
+        return {"decode_peak_bytes": peak // 2, "peak_bytes": peak}
 
     monkeypatch.setattr(bench_generate, "_spawn_peak", spawn)
     out = tmp_path / "bench.json"
