@@ -346,6 +346,31 @@ def _check_resume(workdir: str, saved, config) -> None:
         raise UserError(f"--workdir {workdir} holds a run trained with {', '.join(changed)}: resuming with "
                         "another data order or batch would not continue it; use its values, or a new --workdir.")
     _check_same_data(workdir, saved, config)
+    changes = resume_changes(saved, config)
+    if changes:  # allowed, but config.json will name only the new values: the earlier records were made with the old
+        print(f"note: {workdir} resumes with {', '.join(changes)}; its config.json will say the new values, and "
+              f"{metrics.METRICS_FILE}'s records before this resume were made with the old.", file=sys.stderr)
+
+
+# Sections whose changed fields a resume names (the model's are refused; mesh and metrics change only where and how
+# the same training runs), and the fields said elsewhere: init_from is ignored on resume, data.dir is compared by
+# its tokens.
+_RESUME_NOTED = ("train", "data")
+_RESUME_UNNOTED = ("train.init_from", "data.dir") + tuple("train." + k for k in RESUME_FIXED)
+
+
+def resume_changes(saved, config) -> list[str]:
+    """``section.field old -> new`` for each train and data field a resume changes (sorted)."""
+    def flat(section_name, c):
+        section = c.get(section_name)
+        return {} if section is None else {f"{section_name}.{k}": v for k, v in section.to_dict().items()}
+
+    changes = []
+    for name in _RESUME_NOTED:
+        old, new = flat(name, saved), flat(name, config)
+        changes += [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+                    if k not in _RESUME_UNNOTED and old.get(k) != new.get(k)]
+    return changes
 
 
 def exclusive(workdir: str):

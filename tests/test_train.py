@@ -453,6 +453,24 @@ def test_resuming_on_a_token_folder_of_other_tokens_is_refused_and_a_copy_of_the
                                        f"{gone} has no readable manifest, so the two were not compared.\n")
 
 
+def test_a_resume_with_other_training_or_validation_settings_names_each_change(tmp_path, tokens, reference, capsys):
+    # A resume may change the schedule, the optimizer or validation, but config.json then names only the new values
+    # while metrics.jsonl's earlier records were made with the old: it went on without a word.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    capsys.readouterr()
+    runs.check_workdir(str(trained), small_config(tokens, STEPS))
+    assert capsys.readouterr().err == ""  # the run's own settings: nothing to say
+    changed = small_config(tokens, STEPS)
+    changed.train.weight_decay, changed.train.grad_clip, changed.data.val_windows = 0.5, None, 4
+    saved = runs.read_config(str(trained))
+    runs.check_workdir(str(trained), changed)
+    assert capsys.readouterr().err == (
+        f"note: {trained} resumes with train.grad_clip {saved.train.grad_clip!r} -> None, train.weight_decay "
+        f"{saved.train.weight_decay!r} -> 0.5, data.val_windows {saved.data.val_windows!r} -> 4; its config.json will "
+        "say the new values, and metrics.jsonl's records before this resume were made with the old.\n")
+
+
 def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_its_folder(tmp_path, tokens):
     # Another run's events were shown with this one's as one run, and its W&B id made this run log into that run.
     other = tmp_path / "other"
