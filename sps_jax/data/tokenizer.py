@@ -9,6 +9,7 @@ sha256 and stores it where ``get_tokenizer`` looks first.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import subprocess
@@ -42,9 +43,17 @@ def _sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def ranks_sha256(ranks: dict[bytes, int]) -> str:
+    """The sha256 of ranks written as a .tiktoken file is (base64 of the bytes, space, rank, newline, by rank):
+    GPT-2's is RANKS_SHA256, however its file was written."""
+    lines = (base64.b64encode(token) + b" %d\n" % rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]))
+    return hashlib.sha256(b"".join(lines)).hexdigest()
+
+
 def from_ranks_file(path: str):
-    """The GPT-2 Encoding of a ranks file; one sentence when the file is a ranks file of another vocabulary, whose
-    ids would mean other text (and which tiktoken cannot encode every text with: it panics on a missing byte)."""
+    """The GPT-2 Encoding of a ranks file; one sentence when the file holds other ranks than GPT-2's: of another
+    vocabulary (which tiktoken cannot encode every text with: it panics on a missing byte), or GPT-2's size with
+    other ids (two swapped), whose ids would mean other text without a word."""
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
 
@@ -54,6 +63,10 @@ def from_ranks_file(path: str):
         raise TokenizerMissing(f"{path} holds the ranks of another vocabulary ({len(ranks)} ranks, {missing_bytes} of "
                                f"the 256 bytes missing; GPT-2's has {vocab.EOS_ID} ids below EOS, every byte among "
                                f"them): pass the path of a gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
+    if ranks_sha256(ranks) != RANKS_SHA256:
+        raise TokenizerMissing(f"{path} holds {len(ranks)} ranks, as GPT-2's does, but not GPT-2's (their sha256 is "
+                               f"{ranks_sha256(ranks)[:12]}..., GPT-2's {RANKS_SHA256[:12]}...), so its ids would mean "
+                               f"other text: pass the path of GPT-2's gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={EOS_TOKEN: vocab.EOS_ID})
 

@@ -27,6 +27,24 @@ def test_provisioned_tokenizer_encodes_like_gpt2(ranks_file):
     assert tokenizer.decode(tokenizer.encode(text, ranks_file), ranks_file) == text
 
 
+def test_a_ranks_file_of_gpt2s_size_with_two_ids_swapped_is_refused(ranks_file, tmp_path):
+    """Two lines' ranks swapped (" the" and " of"): the count and the bytes were all that was checked, so every
+    command encoded " the of" as [286, 262] without a word, and `data prepare` wrote a folder its manifest called gpt2."""
+    lines = open(ranks_file, "rb").read().splitlines(keepends=True)
+    the, of = lines[262], lines[286]
+    assert the.endswith(b" 262\n") and of.endswith(b" 286\n")
+    lines[262], lines[286] = the.replace(b" 262", b" 286"), of.replace(b" 286", b" 262")
+    swapped = tmp_path / "swapped.tiktoken"
+    swapped.write_bytes(b"".join(lines))
+    with pytest.raises(tokenizer.TokenizerMissing, match=re.escape(f"{swapped} holds 50256 ranks, as GPT-2's does, "
+                                                                   "but not GPT-2's")):
+        tokenizer.get_tokenizer(str(swapped))
+    # The same ranks in another order of lines are GPT-2's.
+    shuffled = tmp_path / "shuffled.tiktoken"
+    shuffled.write_bytes(b"".join(reversed(open(ranks_file, "rb").read().splitlines(keepends=True))))
+    assert tokenizer.encode(" the of", str(shuffled)) == [262, 286]
+
+
 def test_missing_tokenizer_file_names_the_command_to_run(tmp_path):
     with pytest.raises(tokenizer.TokenizerMissing, match="python3 -m sps_jax.data provision-tokenizer"):
         tokenizer.get_tokenizer(str(tmp_path / "missing.tiktoken"))
