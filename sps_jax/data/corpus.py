@@ -84,8 +84,12 @@ def _kind(path: str) -> str | None:
 
 
 def _files(path: str) -> list[str]:
-    if os.path.isfile(path):
-        return [path]
+    """The files a source reads: itself, or a folder's files of a readable kind."""
+    return [path] if os.path.isfile(path) else [p for p in _folder_files(path) if _kind(p)]
+
+
+def _folder_files(path: str) -> list[str]:
+    """Every file in the folder ``path`` and below, but hidden ones and those in hidden folders."""
     out, walked = [], set()
     # Linked folders are read as linked files are; a link back to a folder above is walked once, not forever.
     for folder, dirs, names in os.walk(path, followlinks=True):
@@ -97,7 +101,7 @@ def _files(path: str) -> list[str]:
         # Hidden files and folders are a tool's copies and state (.ipynb_checkpoints, .git), not the corpus: read,
         # an editor's checkpoint was one more copy of a document.
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out += [os.path.join(folder, f) for f in sorted(names) if _kind(f) and not f.startswith(".")]
+        out += [os.path.join(folder, f) for f in sorted(names) if not f.startswith(".")]
     return out
 
 
@@ -240,6 +244,12 @@ def check_source(source: str) -> None:
     if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
+    if os.path.isdir(source):  # a folder's other files are not its documents, but an archive is: it was skipped
+        packed = [p for p in _folder_files(source) if p.lower().endswith(COMPRESSED_SUFFIXES)]
+        if packed:
+            raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"
+                            + (f" and {len(packed) - 1} more" if len(packed) > 1 else "") + "): decompress them in "
+                            "place, or move them out of the folder.")
     paths = _files(source)
     if not paths:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")

@@ -41,6 +41,24 @@ def test_a_compressed_source_is_refused_before_it_is_read_as_text(tmp_path, name
         corpus.check_source(str(path))
 
 
+def test_a_folder_holding_compressed_files_is_refused_rather_than_read_without_them(tmp_path):
+    # big.jsonl.gz beside small.jsonl: prepare wrote small.jsonl's documents alone, with status 0.
+    folder = tmp_path / "corpus"
+    (folder / "part").mkdir(parents=True)
+    (folder / "small.jsonl").write_text('{"text": "x"}\n')
+    (folder / "part" / "big.jsonl.gz").write_bytes(gzip.compress(b'{"text": "y"}\n'))
+    (folder / "part" / "more.txt.zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    with pytest.raises(ValueError, match=rf"^source folder '{folder}' holds compressed files, which are not read "
+                                         rf"\({folder / 'part' / 'big.jsonl.gz'} and 1 more\): decompress them in "
+                                         r"place, or move them out of the folder\.$"):
+        corpus.check_source(str(folder))
+    for packed in (folder / "part").iterdir():
+        packed.unlink()
+    (folder / "notes.csv").write_text("a,b")  # another suffix is not a document, packed or not
+    corpus.check_source(str(folder))
+    assert list(corpus.documents(str(folder))) == ["x"]
+
+
 def test_a_linked_folder_is_read_as_a_linked_file_is_and_a_link_loop_once(tmp_path):
     # Documents under a linked subfolder were skipped unsaid (linked files were read); a source holding only such
     # a folder was said to "hold no .txt ... files".
