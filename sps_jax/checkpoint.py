@@ -155,10 +155,15 @@ def _meta(step: int, trained_as: dict, meta: dict | None) -> dict:
 
 def recorded_model(workdir: str, step: int) -> dict:
     """The model fields checkpoint ``step`` records it was trained as; empty for one written before checkpoints
-    recorded them, or whose meta item cannot be read (its weights may still load; nothing can be checked)."""
+    recorded them. A meta item that is missing or unreadable is damage (every checkpoint of this package has one):
+    one sentence, as for damaged weights, since taking it for an old checkpoint's let another model's weights load."""
+    reason = problem(workdir, step, ("meta",)) if os.path.isdir(step_dir(workdir, step)) else None
+    if reason is not None:
+        raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}), so what it was trained as cannot "
+                        f"be checked{_others(workdir, step, steps(workdir))}.")
     try:
         meta = files.read_json(os.path.join(step_dir(workdir, step), "meta", "metadata"))
-    except (ValueError, OSError):
+    except (ValueError, OSError):  # gone since the check: a run's retention deleting it is said by the restore
         return {}
     record = meta.get(TRAINED_AS) if isinstance(meta, dict) else None
     return record if isinstance(record, dict) else {}

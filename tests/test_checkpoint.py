@@ -124,6 +124,25 @@ def test_resuming_checkpoints_of_another_model_than_this_config_is_refused_befor
     assert checkpoint.recorded_model(workdir, 4) == TRAINED_AS
 
 
+@pytest.mark.parametrize("damage", ["missing", "not JSON"])
+def test_a_damaged_meta_item_is_damage_not_an_old_checkpoint_without_a_record(tmp_path, damage):
+    # The record read as {} (an old checkpoint's), so generate, export and evaluate loaded another model's weights
+    # under an edited config.json without a word.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    metadata = os.path.join(checkpoint.step_dir(workdir, 4), "meta", "metadata")
+    if damage == "missing":
+        os.remove(metadata)
+    else:
+        with open(metadata, "w") as f:
+            f.write("{not json")
+    with pytest.raises(UserError, match=rf"^checkpoint step 4 of {workdir} is damaged \(meta/metadata is "
+                                        rf"{'missing' if damage == 'missing' else 'unreadable: .*'}\), so what it was "
+                                        r"trained as cannot be checked; its other checkpoints are \[2\]: read one of "
+                                        rf"them instead, e\.g\. {checkpoint.step_dir(workdir, 2)}\.$"):
+        checkpoint.check_trained_as(workdir, 4, {"variant": "reverse_sps"}, "config.json", "fix it")
+    assert checkpoint.recorded_model(workdir, 2) == TRAINED_AS  # the intact one still answers
+
+
 def test_no_intact_checkpoint_is_one_sentence(tmp_path):
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
     for step in (2, 4):
