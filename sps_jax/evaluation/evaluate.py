@@ -70,6 +70,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         lm_eval_tasks.check_hub(keys, task_data, manager)
         paper_tasks.check_task_fields(task_data, {
             key: getattr(manager.task_index.get(paper_tasks.lm_eval_name(key)), "cfg", None) for key in keys})
+        lm_eval_tasks.check_task_records(task_data, manager)
     net, params, step = runs.load_inference_model(path, step)
     info = runs.run_info(path, step)
     print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)

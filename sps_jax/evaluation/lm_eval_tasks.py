@@ -86,6 +86,75 @@ def check_task_data_tasks(task_data: dict[str, str], manager) -> None:
                                 "with its own --task-data TASK=FILE.")
 
 
+def check_task_records(task_data: dict[str, str], manager) -> None:
+    """One sentence when lm-eval's task cannot read a --task-data file's records as it would score them: values of
+    another kind (ARC's "choices" a string), an answer that is none of the choices, or a corpus without a word. Each
+    record is rendered by the task itself (text, target, choices), in a task built for the check: lm-eval had
+    stopped on each with a Jinja, Attribute or ZeroDivision traceback once the weights had loaded."""
+    if not task_data:
+        return
+    with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir, _quiet_lm_eval():
+        for key, path in task_data.items():
+            base = manager.task_index[paper_tasks.lm_eval_name(key)].yaml_path
+            spec = paper_tasks.write_local_override(key, str(base), path, local_dir)
+            try:
+                (task,) = manager.load([spec])["tasks"].values()
+                problem = _records_problem(task)
+            except Exception as e:  # lm-eval renders the first record while it builds the task
+                problem = f"lm-eval's task cannot read its records ({_error(e)})"
+            if problem:
+                raise cli.UserError(f"--task-data {key}={path}: {problem}: pass a file whose records hold the hub "
+                                    "dataset's fields, with its kinds of values.")
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+
+
+def _records_problem(task) -> str | None:
+    """What is wrong with the first record ``task`` cannot score, or None: each record is rendered, and its
+    results are computed by the task from stand-in log-likelihoods (0.0), as the evaluation computes them."""
+    rolling, text = task.OUTPUT_TYPE == "loglikelihood_rolling", ""
+    for n, doc in enumerate(task.eval_docs, 1):
+        try:
+            task.doc_to_text(doc)
+            target = task.doc_to_target(doc)
+            choices = task.doc_to_choice(doc) if task.OUTPUT_TYPE == "multiple_choice" else None
+        except Exception as e:
+            return f"record {n} cannot be read by lm-eval's task ({_error(e)})"
+        if choices is not None:
+            if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
+                return f"record {n}'s choices are {choices!r:.60}, not a list of texts"
+            if not (isinstance(target, int) and 0 <= target < len(choices) or target in choices):
+                return f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"
+        stand_in = {"multiple_choice": [(0.0, False)] * len(choices or ()), "loglikelihood": [(0.0, False)],
+                    "loglikelihood_rolling": [0.0]}.get(task.OUTPUT_TYPE)
+        if stand_in is not None:
+            try:
+                task.process_results(doc, stand_in)
+            except Exception as e:
+                return f"record {n} cannot be scored by lm-eval's task ({_error(e)})"
+        if rolling and not text:
+            text = str(target).strip()
+    if rolling and not text:  # its NLL per byte and per word would divide by zero, or mean nothing
+        return "its records hold no text, only empty or blank documents"
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_lm_eval():
+    """lm-eval's notes while it builds a task (default aggregations, say) are said again by the evaluation."""
+    import logging
+
+    logger = logging.getLogger("lm_eval")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def check_include_path(include_path: str | None, manager) -> None:
     """One sentence when a task YAML under ``include_path`` is one lm-eval cannot read: its task index skips such a
     file without a word, so its task was called unknown, or lm-eval's own task of that name ran in its place."""
@@ -170,6 +239,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     paper_tasks.check_known(keys, manager.all_tasks)
     paper_tasks.check_task_data(task_data, keys)
     check_task_data_tasks(task_data, manager)
+    check_task_records(task_data, manager)
     with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir:
         names, specs = {}, []
         for key in keys:

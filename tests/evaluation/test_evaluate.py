@@ -420,6 +420,34 @@ def test_task_data_with_a_record_lacking_a_field_the_task_reads_is_refused_befor
                                   "dataset's fields.")
 
 
+@pytest.mark.parametrize("key, records, problem", [
+    # Each stopped lm-eval with a traceback (or lm-eval's bare "'Z' is not in list"), after the weights loaded.
+    ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": "ab", "gold": 0}],
+     "record 2's choices are 'ab', not a list of texts"),
+    ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", "b"], "gold": 5}],
+     "record 2's answer 5 is none of its 2 choices"),
+    ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", "b"],
+                                                                       "gold": "c"}],
+     "record 2's answer 'c' is none of its 2 choices"),
+    ("pile_books3", [{"text": ""}, {"text": " "}], "its records hold no text, only empty or blank documents"),
+    ("pile_books3", [{"text": "a few words"}, {"text": 123}], "record 2 cannot be scored by lm-eval's task "
+                                                             "(AttributeError: 'int' object has no attribute 'encode')"),
+])
+def test_task_data_whose_values_the_task_cannot_score_is_refused_before_loading_weights(
+        tmp_path, local_tasks, monkeypatch, key, records, problem):
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    data = tmp_path / "records.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [key], task_data={key: str(data)},
+                                     include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
+                                     include_defaults=False)
+    assert str(refusal.value).startswith(f"--task-data {key}={data}: {problem}"), refusal.value
+    assert str(refusal.value).endswith(": pass a file whose records hold the hub dataset's fields, with its kinds of "
+                                       "values.")
+
+
 def test_a_task_template_that_is_not_jinja_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch):
     # lm-eval stopped on it with a TemplateSyntaxError traceback, after the weights loaded.
     save_tiny_run(tmp_path / "run")
