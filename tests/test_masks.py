@@ -108,11 +108,18 @@ def test_dense_mask_agrees_with_visible_in_interleaved_order(variant, window):
 def test_document_ids_eos_belongs_to_the_document_it_ends():
     E, P = vocab.EOS_ID, vocab.PAD_ID
     tokens = np.array([[5, 6, E, 7, E, E, 8],
-                       [P, P, 9, 9, E, 1, 2]])
+                       [P, P, 9, 9, E, 1, 2],
+                       [5, 6, P, P, 7, E, P]])  # right padding, and a pad between documents
     expected = np.array([[0, 0, 0, 1, 1, 2, 3],
-                         [0, 1, 2, 2, 2, 3, 3]])
+                         [0, 1, 2, 2, 2, 3, 3],
+                         [0, 0, 1, 2, 3, 3, 4]])
     np.testing.assert_array_equal(masks.document_ids(tokens), expected)
     np.testing.assert_array_equal(np.asarray(masks.document_ids(jnp.asarray(tokens))), expected)
+    # Each pad is a document of its own: no real token sees one, and a pad sees only itself.
+    mask = masks.dense_mask(masks.Visibility("standard"), masks.document_ids(tokens[2:]))[0]
+    pads = np.flatnonzero(tokens[2] == P)
+    assert not mask[np.ix_(np.flatnonzero(tokens[2] != P), pads)].any()
+    np.testing.assert_array_equal(mask[pads], np.eye(7, dtype=bool)[pads])
     # Without padding the id is the number of EOS tokens strictly before the position.
     row = tokens[0]
     np.testing.assert_array_equal(masks.document_ids(tokens)[0],

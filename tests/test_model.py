@@ -72,6 +72,15 @@ def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, 
         assert (i - j).max() == window and (i - j >= 0).all()
 
 
+def test_rms_norm_adds_the_configured_epsilon_to_the_mean_square():
+    """Appendix A: RMSNorm(x) = x / sqrt(mean(x^2) + eps) * scale, with the config's eps (the authors' checkpoints
+    use 1e-5, this package's default is 1e-6): for x = 1 and eps = 0.5 every output is 1 / sqrt(1.5)."""
+    norm = sps_model.RMSNorm(sps_model.ModelConfig(norm_eps=0.5))
+    x = jnp.ones((1, 4), jnp.float32)
+    y = norm.apply(norm.init(jax.random.PRNGKey(0), x), x)
+    np.testing.assert_allclose(np.asarray(y), np.full((1, 4), 1 / np.sqrt(1.5)), rtol=1e-6)
+
+
 def test_rope_rotates_x_i_and_rho_i_by_the_same_matrix_r_i():
     """Appendix A applies a rotary transform R_i to queries and keys at position i, and Section 3 gives x_i and
     rho_i the same position encoding. R_i is written out here as a dense block-diagonal matrix of 2x2 rotations of
@@ -119,6 +128,10 @@ def test_loss_excludes_eos_and_pad_inputs_but_trains_eos_targets(make_model):
     weights = np.asarray(sps_model.loss_weights(inputs, targets, EOS, PAD))[0]
     # pad inputs excluded; 5->6 and 6->EOS kept; EOS->7 excluded; 7->8 and 8->EOS kept.
     np.testing.assert_array_equal(weights, [0, 0, 1, 1, 0, 1, 1, 0])
+    # Right padding: the last real token is not trained to predict a pad.
+    right = jnp.asarray([[5, 6, EOS, 7, PAD, PAD]], jnp.int32)
+    np.testing.assert_array_equal(np.asarray(sps_model.loss_weights(right[:, :-1], right[:, 1:], EOS, PAD))[0],
+                                  [1, 1, 0, 0, 0])
     logits = np.asarray(model.apply({"params": params}, inputs), np.float64)[0]
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
         - logits.max(-1, keepdims=True)

@@ -57,6 +57,24 @@ def test_windows_overlap_by_one_token_so_every_token_is_a_target_once():
     assert targets.tolist() == list(range(1, 49))
 
 
+@pytest.mark.parametrize("num_tokens, count", [(8, 1), (9, 2), (12, 2), (13, 3), (4, 0), (5, 1)])
+def test_a_window_needs_seq_len_plus_one_tokens_so_a_multiple_of_seq_len_ends_one_short(num_tokens, count):
+    # Window k holds tokens kT .. kT + T (T + 1 of them): it fits when kT + T + 1 <= N.
+    windows = loader.TokenWindows(np.arange(num_tokens), seq_len=4)
+    assert len(windows) == loader.window_count(num_tokens, 4) == count
+    assert all(len(windows[k]) == 5 for k in range(count))
+
+
+def test_each_process_validates_its_own_rows_of_the_same_batches():
+    tokens = np.arange(100)
+    whole = loader.val_batches(tokens, 4, batch=4, max_windows=8)
+    parts = [loader.val_batches(tokens, 4, batch=4, max_windows=8, process_index=p, process_count=2) for p in (0, 1)]
+    assert len(whole) == 2 and all(len(part) == 2 for part in parts)
+    for b, rows in enumerate(whole):
+        np.testing.assert_array_equal(np.concatenate([parts[0][b], parts[1][b]]), rows)
+    assert [rows[:, 0].tolist() for rows in whole] == [[0, 4, 8, 12], [16, 20, 24, 28]]  # windows in order
+
+
 def take(it, n):
     return [next(it) for _ in range(n)]
 

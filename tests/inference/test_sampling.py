@@ -4,6 +4,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from sps_jax.inference.sampling import Sampling, sample_logits
@@ -18,6 +19,15 @@ def test_sampling_filters():
     assert draws(Sampling(temperature=1.0)) == {0, 1, 2, 3}       # id 4 is past num_tokens
     with pytest.raises(ValueError, match="top_p"):
         Sampling(top_p=0.0).validate()
+
+
+def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_p_exactly_at_the_boundary():
+    # Nucleus sampling keeps the fewest top tokens whose probabilities sum to at least p. These probabilities are
+    # powers of two, exact in float32, so a prefix's mass equals p exactly: it is enough, and no further token joins.
+    logits_BV = jnp.log(jnp.tile(jnp.asarray([[0.5, 0.25, 0.125, 0.125]]), (512, 1)))
+    draws = lambda p: set(np.asarray(sample_logits(logits_BV, jax.random.PRNGKey(0), Sampling(1.0, top_p=p), 4)))
+    assert draws(0.5) == {0}
+    assert draws(0.75) == {0, 1}
 
 
 def test_a_tiny_temperature_samples_the_top_token_not_nan():
