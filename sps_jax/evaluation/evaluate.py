@@ -58,10 +58,13 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         lm_eval_adapter.check_tokenizer(tokenizer, cfg)
     if val_data:  # manifest, size, EOS id, vocabulary
         tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
-        val_nll.windows(len(tokens), cfg.seq_len, val_tokens)
+        scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens)) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
             print(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
-                  "all of them are scored.", file=sys.stderr, flush=True)
+                  f"its whole windows are scored, {scored:,} targets.", file=sys.stderr, flush=True)
+        elif val_tokens is not None and scored != val_tokens:
+            print(f"note: --val-tokens {val_tokens:,} scores whole windows of seq_len {cfg.seq_len}: {scored:,} "
+                  "targets.", file=sys.stderr, flush=True)
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = lm_eval_tasks.task_manager(include_path, include_defaults)
         lm_eval_tasks.check_include_path(include_path, manager)
@@ -157,7 +160,7 @@ def _parser() -> cli.ArgumentParser:
     p.add_argument("--val-data", type=token_folder.argument, default=None,
                    help="prepared token folder (manifest.json + val.bin)")
     p.add_argument("--val-tokens", type=cli.positive_int, default=None,
-                   help="score only the first N validation tokens")
+                   help="score only the first N validation tokens (whole windows of seq_len targets)")
     p.add_argument("--val-batch-size", type=cli.positive_int, default=None,
                    help=f"validation windows per forward pass (default: {sps_config.VAL_BATCH})")
     p.add_argument("--limit", type=cli.positive_int, default=None,

@@ -29,7 +29,7 @@ def fixed_window_nll(net, params, tokens):
     return float(total / count), int(count)
 
 
-def test_val_tokens_beyond_the_split_score_all_of_it_and_say_so(tmp_path, capsys):
+def test_val_tokens_are_scored_in_whole_windows_and_beyond_the_split_all_of_them_and_either_is_said(tmp_path, capsys):
     # It scored the whole split without a word: the count was on stdout and in the JSON only.
     net, params = save_tiny_run(tmp_path / "run")
     tokens = write_val_data(tmp_path / "data")
@@ -37,9 +37,19 @@ def test_val_tokens_beyond_the_split_score_all_of_it_and_say_so(tmp_path, capsys
     assert "warning" not in capsys.readouterr().err
     more = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"),
                                         val_tokens=10 ** 8)
+    T = net.cfg.seq_len
+    targets = (len(tokens) - 1) // T * T  # windows of T + 1 tokens at stride T
     assert capsys.readouterr().err.strip() == (f"warning: --val-tokens 100,000,000 is more than the validation "
-                                               f"split's {len(tokens):,} tokens: all of them are scored.")
+                                               f"split's {len(tokens):,} tokens: its whole windows are scored, "
+                                               f"{targets:,} targets.")
     assert more["val_nll"] == whole["val_nll"] and more["val_tokens"] == whole["val_tokens"]
+    # A count that is not whole windows is rounded down to them, and said (it was without a word).
+    part = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"),
+                                        val_tokens=T + T // 2)
+    assert capsys.readouterr().err.strip() == (f"note: --val-tokens {T + T // 2} scores whole windows of seq_len {T}: "
+                                               f"{T} targets.")
+    assert (part["val_nll"], part["val_tokens"]) == pytest.approx(fixed_window_nll(net, params, tokens[:T + 1]),
+                                                                  rel=1e-5)
 
 
 def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
