@@ -198,6 +198,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     if stored_config is not None:
         config = _stored(stored_config)
         exported = _function_fields(config.model)
+        notes += _disagreements(fields, config.model)
     elif variant == FROM_FILE:
         raise UserError("the checkpoint does not say which variant it is (its config names no model class of "
                         "the authors'): pass --variant (standard, sps, "
@@ -232,6 +233,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                     raise
                 raise UserError(f"the checkpoint's model_args['window_size'] = {fields['window']!r} is not a "
                                 f"window ({str(exc).rstrip('.')}): pass {_flag('window')}.") from None
+            if window not in (FROM_FILE, None) and m.window is None:  # the flag was asked for: never dropped unsaid
+                notes.append(f"--window {window} is dropped: {m.variant} has no windowed stream")
     if stored_config is None and window == FROM_FILE and "window" not in fields and m.window is not None:
         notes.append(f"the checkpoint has no model_args['window_size']: using a window of {m.window} (pass --window "
                      "to set it)")
@@ -276,6 +279,23 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                      f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
                      "computes other logits than the exported one")
     return config, notes
+
+
+# The model_args fields that win over a stored config's (the file's own context and heads); the stored config wins
+# on the others. The shapes' fields come from the tensors, whatever either says.
+_ARGS_WIN = ("num_heads", "seq_len")
+
+
+def _disagreements(fields: dict, stored_model) -> list[str]:
+    """A note for each field on which an exported file's model_args and its stored config disagree (an edited file):
+    one of the two values is used, never silently."""
+    keys = {field: key for key, field in torch_layout.ARGS.items()}
+    shapes = ("num_layers", "d_model", "d_ff", "vocab_size")  # said against the tensors
+    return [f"the checkpoint's model_args[{keys[field]!r}] = {fields[field]!r} disagrees with its stored config's "
+            f"model.{field} = {stored_model.get(field)!r}: the "
+            + ("model_args value" if field in _ARGS_WIN else "stored config's value") + " is used"
+            for field in sorted(fields) if field not in shapes and field in stored_model
+            and fields[field] != stored_model.get(field)]
 
 
 def _function_fields(model) -> dict | None:

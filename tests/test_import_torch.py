@@ -462,6 +462,39 @@ def export_with_stored_config(tmp_path, edit, sd, name=None):
     return path
 
 
+def test_model_args_that_disagree_with_the_stored_config_are_said_with_the_value_used(tmp_path):
+    # An exported file edited by hand: the stored config's window and norm_eps were used and model_args' n_head won,
+    # each without a word.
+    sd = synthetic_state_dict()
+    path = export_with_stored_config(tmp_path, lambda model: None, sd)
+    saved = torch.load(path, weights_only=False)
+    saved["model_args"].update(n_head=1, window_size=16, norm_eps=1e-5)
+    torch.save(saved, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    notes = [line for line in outcome.stdout.splitlines() if line.startswith("note:")]
+    assert notes == [
+        "note: the checkpoint's model_args['norm_eps'] = 1e-05 disagrees with its stored config's model.norm_eps = "
+        "1e-06: the stored config's value is used.",
+        f"note: the checkpoint's model_args['n_head'] = 1 disagrees with its stored config's model.num_heads = {H}: "
+        "the model_args value is used.",
+        "note: the checkpoint's model_args['window_size'] = 16 disagrees with its stored config's model.window = 2: the "
+        "stored config's value is used."]
+    m = runs.load_model(str(tmp_path / "run"))[0].cfg
+    assert (m.num_heads, m.norm_eps, m.window) == (1, 1e-6, 2)
+
+
+def test_a_window_given_to_a_variant_without_one_is_said_to_be_dropped(tmp_path):
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(sd), path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "standard", "--window", "16", "--out",
+                                            str(tmp_path / "run"), *OVERRIDES[3:]])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert "note: --window 16 is dropped: standard has no windowed stream." in outcome.stdout.splitlines()
+    assert runs.load_model(str(tmp_path / "run"))[0].cfg.window is None
+
+
 @pytest.mark.parametrize("field,value", [("seq_len", "abc"), ("num_heads", "2"), ("d_model", 32.0),
                                          ("num_layers", None)])
 def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, field, value):
