@@ -437,10 +437,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     source = runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 
-    os.makedirs(workdir, exist_ok=True)
     # One training process writes a run folder: a second one (the same job launched twice, a re-queued job
     # whose first attempt still runs) would interleave metrics.jsonl and race on the checkpoints.
-    with runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+    with _made_for_this_run(workdir), runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
         run = setup(config, p, devices)
         micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
 
@@ -524,6 +523,21 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 metrics.plot(workdir)
         return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
                 "workdir": workdir}
+
+
+@contextlib.contextmanager
+def _made_for_this_run(workdir: str):
+    """Make ``workdir`` where it is missing; a start that fails before writing anything there (a damaged
+    train.init_from, say) leaves no empty folders behind, as the checks before it leave nothing."""
+    made = not os.path.lexists(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in [os.path.join(workdir, checkpoint.CHECKPOINT_DIR)] + [workdir] * made:
+            with contextlib.suppress(OSError):  # not empty: what the run wrote is kept
+                os.rmdir(folder)
+        raise
 
 
 def with_resolved(config, **resolved):

@@ -729,6 +729,18 @@ def test_init_from_a_run_of_another_model_or_nowhere_is_refused_before_training(
            f"train.init_from={tmp_path / 'unsaved'}: the run has no checkpoint yet: train it until it saves one "
            "(train.checkpoint_every), or pass a run that has one.")
     assert not any((tmp_path / name).exists() for name in "abcd")
+    # Damaged weights are found only when restored, after the run folder was made: it is not left behind, empty.
+    damaged = shutil.copytree(reference, tmp_path / "damaged")
+    arrays = sorted(glob.glob(str(damaged / "checkpoints" / "*" / "params" / "ocdbt.process_0" / "d" / "*")),
+                    key=os.path.getsize)
+    with open(arrays[-1], "r+b") as f:
+        f.truncate(100)
+    refuse(small_argv(tmp_path / "e" / "run", tokens, f"--config.train.init_from={damaged}"), "is damaged")
+    assert os.listdir(tmp_path / "e") == []
+    mine = tmp_path / "mine"
+    mine.mkdir()  # a folder the user made stays, as it was
+    refuse(small_argv(mine, tokens, f"--config.train.init_from={damaged}"), "is damaged")
+    assert os.listdir(mine) == []
 
 
 def test_training_in_a_weights_only_run_folder_points_to_init_from(tmp_path, tokens, reference):
