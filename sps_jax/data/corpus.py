@@ -131,9 +131,16 @@ def _text_file(path: str, errors: str) -> Iterator[str]:
     yield files.read_text(path, errors, _UTF8_HINT)
 
 
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
 def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
     for line_no, record in files.read_jsonl(path, errors, _UTF8_HINT):
-        if not isinstance(record, dict) or field not in record:
+        if not isinstance(record, dict):  # a JSON array of records, say: --text-field would not help
+            raise UserError(f"{path} line {line_no} is a JSON {_JSON_KINDS.get(type(record), 'value')}, not an object: "
+                            "JSONL sources (.json files too) hold one object per line; write each record on its own "
+                            "line.")
+        if field not in record:
             raise UserError(f"{path} line {line_no} has no {field!r} field: JSONL sources need one object per "
                             "line; pass --text-field with the name of the text field.")
         text = _text_of(record[field], f"{path} line {line_no}", field)

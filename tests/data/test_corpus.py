@@ -87,6 +87,14 @@ def test_a_record_whose_text_is_no_string_is_named_with_its_line_or_row(tmp_path
         list(corpus.documents(str(tmp_path / "ints.parquet")))
 
 
+def test_a_json_array_of_records_is_said_to_be_one_line_not_a_record_without_the_field(tmp_path):
+    # The sentence said line 1 had no 'text' field and to pass --text-field, which could not help.
+    (tmp_path / "records.json").write_text('[{"text": "a"}, {"text": "b"}]')
+    with pytest.raises(ValueError, match=r"records.json line 1 is a JSON array, not an object: JSONL sources \(.json "
+                                         r"files too\) hold one object per line; write each record on its own line\.$"):
+        list(corpus.documents(str(tmp_path / "records.json")))
+
+
 def test_jsonl_files_joined_with_cat_keep_the_later_files_first_records(tmp_path):
     # The second file's byte-order mark, now at the start of a line, was "not JSON (Unexpected UTF-8 BOM (decode
     # using utf-8-sig))", a remedy no flag gives.
