@@ -26,6 +26,7 @@ from sps_jax import cli, config as sps_config, files
 from sps_jax import flops, masks, metrics, plotting
 from sps_jax.analysis import data_efficiency, seeds
 from sps_jax.evaluation import results_table
+from sps_jax.cli import UserError
 from sps_jax.files import write_json
 from sps_jax.plotting import pyplot, save_figure
 
@@ -256,6 +257,9 @@ def window_ablation(sources, out: str) -> dict:
         print(f"warning: {differ}: the figure draws them as they are.", file=sys.stderr, flush=True)
     _one_per_key(zip(sources, points), lambda p: (p["scale"], p["variant"], p["window"]),
                  lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
+    if all(p["window"] is None for p in points):  # the figure's axis is the window: it had only reference lines
+        raise UserError(f"window-ablation draws NLL against the window, and none of its {len(points)} source(s) has "
+                        "one (standard and two_x_memory are reference lines): add runs of a windowed variant.")
     several_scales = len({p["scale"] for p in points}) > 1
 
     def label(p):

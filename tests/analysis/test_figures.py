@@ -123,6 +123,11 @@ def test_window_ablation_draws_one_line_per_scale_and_refuses_a_window_twice(tmp
     assert figures.main(["window-ablation", *sources, twice, "--out", str(tmp_path / "w2.png"), "--force"]) == 2
     assert f"{sources[1]} and {twice} both hold SPS (w=64) at scale S: pass one of them." in capsys.readouterr().err
     assert not (tmp_path / "w2.png").exists()
+    # Reference lines alone: the figure had no window axis, only the dashed lines, and was written.
+    assert figures.main(["window-ablation", sources[-1], "--out", str(tmp_path / "w4.png")]) == 2
+    assert ("window-ablation draws NLL against the window, and none of its 1 source(s) has one (standard and "
+            "two_x_memory are reference lines): add runs of a windowed variant.") in capsys.readouterr().err
+    assert not (tmp_path / "w4.png").exists()
     # The paper's points are all after 20B tokens: a run stopped at half of that is not one of them.
     half = write_eval(d, "s-sps-16-half", "s", "sps", 16, None, tokens=10_000, val_nll=3.2)
     assert figures.main(["window-ablation", *sources, half, "--out", str(tmp_path / "w3.png")]) == 2
@@ -274,7 +279,9 @@ def test_seeds_measured_over_other_tokens_are_not_pooled_and_an_ablation_says_so
         with pytest.raises(ValueError, match=says + r": pass sources of one kind \(run folders, or evaluation "
                                                     r"JSONs of one --val-tokens\)\.$"):
             figures.seed_variance(sources, str(tmp_path / "seeds.png"))
-    figures.window_ablation([runs[0], evals[0]], str(tmp_path / "window.png"))
+    windowed = write_eval(d, "sps-e0", "s", "sps", 64, None, val_nll=3.1, tokens=2000)
+    json.dump(dict(json.load(open(windowed)), val_tokens=2048), open(windowed, "w"))
+    figures.window_ablation([runs[0], evals[0], windowed], str(tmp_path / "window.png"))
     assert "which score other tokens: the figure draws them as they are." in capsys.readouterr().err
 
 
