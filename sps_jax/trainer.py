@@ -279,6 +279,10 @@ def _open_data(config, cfg, log):
                                    jax.process_index(), jax.process_count())
     val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,
                              jax.process_index(), jax.process_count())
+    passes = t.total_tokens / (loader.window_count(len(train_tokens), cfg.seq_len) * cfg.seq_len)
+    if passes > 1:  # allowed (a small corpus), but the schedule then sees each window more than once
+        _warn(f"note: train.total_tokens={t.total_tokens:,} is {passes:.1f} passes over the train split of "
+              f"{config.data.dir} ({len(train_tokens):,} tokens), each pass in a new order.")
     scored, available = len(val) * config.data.val_batch, len(loader.TokenWindows(val_tokens, cfg.seq_len))
     if scored < config.data.val_windows:  # val_loss then covers fewer tokens than the config says
         why = (f"the val split of {config.data.dir} holds {available}: prepare it with a larger --val-fraction for "

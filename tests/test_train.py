@@ -471,6 +471,17 @@ def test_a_resume_with_other_training_or_validation_settings_names_each_change(t
         "say the new values, and metrics.jsonl's records before this resume were made with the old.\n")
 
 
+def test_a_schedule_longer_than_the_train_split_says_how_many_passes_it_makes(tmp_path):
+    # The windows then repeat (each pass in a new order): documented, but a run did it without a word.
+    small = write_token_folder(str(tmp_path / "small"), num_docs=20)
+    train_tokens = json.loads(open(os.path.join(small, "manifest.json")).read())["splits"]["train"]["tokens"]
+    windows = (train_tokens - 1) // 16  # of seq_len 16
+    outcome = train_here(tmp_path / "run", small, 2)
+    assert outcome.status == 0, outcome.stderr
+    assert (f"note: train.total_tokens=512 is {512 / (windows * 16):.1f} passes over the train split of {small} "
+            f"({train_tokens:,} tokens), each pass in a new order.") in outcome.stderr
+
+
 def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_its_folder(tmp_path, tokens):
     # Another run's events were shown with this one's as one run, and its W&B id made this run log into that run.
     other = tmp_path / "other"
