@@ -435,6 +435,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     attention.check_available(backend, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
         f"on {devices[0].platform}")
+    if cfg.window is not None and cfg.window >= cfg.seq_len - 1:  # allowed (an ablation's end point), never unsaid
+        _warn(f"note: model.window={cfg.window} spans the whole context (model.seq_len={cfg.seq_len}): no entry ever "
+              f"leaves the window, so {cfg.variant} attends here as with no window at all.")
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)

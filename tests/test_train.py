@@ -482,6 +482,17 @@ def test_a_schedule_longer_than_the_train_split_says_how_many_passes_it_makes(tm
             f"({train_tokens:,} tokens), each pass in a new order.") in outcome.stderr
 
 
+@pytest.mark.parametrize("window, said", [(15, True), (100, True), (14, False)])
+def test_a_window_that_spans_the_context_is_said(tmp_path, tokens, window, said):
+    # Distances within a context of 16 positions are at most 15: a window of 15 or more cuts nothing, and the run,
+    # named tiny-sps-w100, trained two_x_memory's mask without a word.
+    outcome = train_here(tmp_path / "run", tokens, 1, f"--config.model.window={window}")
+    assert outcome.status == 0, outcome.stderr
+    note = (f"note: model.window={window} spans the whole context (model.seq_len=16): no entry ever leaves the "
+            "window, so sps attends here as with no window at all.")
+    assert (note in outcome.stderr) == said, outcome.stderr
+
+
 def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_its_folder(tmp_path, tokens):
     # Another run's events were shown with this one's as one run, and its W&B id made this run log into that run.
     other = tmp_path / "other"
