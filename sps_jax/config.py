@@ -523,7 +523,8 @@ def check_ranges(config) -> None:
             bound = (f"of at least {least}" if most is None else f"in [{least}, {most})" if dotted in _BELOW_MAX
                      else f"between {least} and {most}")
             kind_text = "an integer" if kind is int else "a finite number"
-            raise UserError(f"{dotted}={value!r} must be {kind_text} {bound}.")
+            shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100
+            raise UserError(f"{dotted}={shown} must be {kind_text} {bound}.")
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

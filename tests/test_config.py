@@ -133,6 +133,8 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     (["train.peak_lr=1e300", "train.final_lr=1e300"], r"^train\.peak_lr=1e\+300 is beyond float32's"),
     # grain sized its buffer up front: a depth of 1e9 hung before the first batch
     (["data.prefetch=1e9"], r"data\.prefetch=1000000000 must be an integer between 0 and 1024\.$"),
+    # written out, the number ran to 101 digits
+    (["train.log_every=1e100"], r"^train\.log_every=1e\+100 must be an integer between 1 and 4611686018427387904\.$"),
 ])
 def test_settings_read_only_once_training_runs_are_checked_with_the_config(overrides, sentence):
     config = sps_config.load_config("configs/tiny.py", [f"--config.{o}" for o in overrides])
