@@ -353,10 +353,15 @@ def _check_resume(workdir: str, saved, config) -> None:
 
 
 # Sections whose changed fields a resume names (the model's are refused; mesh and metrics change only where and how
-# the same training runs), and the fields said elsewhere: init_from is ignored on resume, data.dir is compared by
-# its tokens.
+# the same training runs). Not named: fields said elsewhere (init_from is ignored on resume, data.dir is compared
+# by its tokens) and those that change only how a leg runs and reports, not what it trains or measures
+# (stop_at_step ends each leg of a preemptible job, say).
 _RESUME_NOTED = ("train", "data")
-_RESUME_UNNOTED = ("train.init_from", "data.dir") + tuple("train." + k for k in RESUME_FIXED)
+_RESUME_UNNOTED = (("train.init_from", "data.dir") + tuple("train." + k for k in RESUME_FIXED)
+                   + tuple("train." + k for k in ("stop_at_step", "log_every", "eval_every", "checkpoint_every",
+                                                  "milestone_every", "profile_steps", "profile_start", "tensorboard",
+                                                  "peak_flops_per_device"))
+                   + ("data.prefetch", "data.val_batch"))
 
 
 def resume_changes(saved, config) -> list[str]:

@@ -461,6 +461,10 @@ def test_a_resume_with_other_training_or_validation_settings_names_each_change(t
     capsys.readouterr()
     runs.check_workdir(str(trained), small_config(tokens, STEPS))
     assert capsys.readouterr().err == ""  # the run's own settings: nothing to say
+    legs = small_config(tokens, STEPS)  # how a leg runs and reports: a preemptible job's legs change these
+    legs.train.stop_at_step, legs.train.log_every, legs.train.eval_every, legs.data.prefetch = 3, 1, 2, 4
+    runs.check_workdir(str(trained), legs)
+    assert capsys.readouterr().err == ""
     changed = small_config(tokens, STEPS)
     changed.train.weight_decay, changed.train.grad_clip, changed.data.val_windows = 0.5, None, 4
     saved = runs.read_config(str(trained))
