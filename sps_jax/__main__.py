@@ -20,6 +20,7 @@ def _refuse_command(word: str, found: dict[str, str]) -> None:
     """``python -m sps_jax WORD``: one sentence naming the module that runs command WORD (this one runs none), or the
     likely one; argparse said only "unrecognized arguments"."""
     modules = {script.removeprefix("sps-"): module for script, module in found.items()}
+    word = word.removeprefix("sps-") if word in found else word  # the console script's name, as listed
     if word in modules:
         raise cli.UserError(f"python -m sps_jax runs no command itself: run python -m {modules[word]} (or "
                             f"sps-{word}) with the same arguments.")

@@ -463,6 +463,9 @@ def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
 @pytest.mark.parametrize("word, sentence", [
     ("train", "python -m sps_jax runs no command itself: run python -m sps_jax.train (or sps-train) with the same "
               "arguments."),
+    # the name the listing shows: it was "no command 'sps-train' (did you mean 'train'?)"
+    ("sps-train", "python -m sps_jax runs no command itself: run python -m sps_jax.train (or sps-train) with the "
+                  "same arguments."),
     ("trian", "python -m sps_jax has no command 'trian' (did you mean 'train'?): run python -m sps_jax alone to list "
               "the commands and their modules.")])
 def test_a_command_given_to_python_m_sps_jax_names_its_module(monkeypatch, word, sentence):
