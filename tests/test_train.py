@@ -799,7 +799,7 @@ def test_validation_on_fewer_windows_than_data_val_windows_is_said_in_a_warning(
     tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=200)
     config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), [
         *SMALL_OVERRIDES, f"--config.data.dir={tokens}", f"--config.data.val_windows={windows}",
-        f"--config.data.val_batch={batch}"])
+        f"--config.data.val_batch={batch}", "--config.train.total_tokens=256"])  # one pass: no note of passes
     val = trainer._open_data(config, sps_model.ModelConfig.from_config(config.model), print)[1]
     scored, available = len(val) * batch, len(loader.TokenWindows(loader.open_tokens(tokens, "val"), 16))
     why = why.format(tokens=tokens, available=available)
