@@ -580,3 +580,24 @@ def test_a_step_the_run_has_no_checkpoint_of_is_said_before_any_weights_load(tmp
         with pytest.raises(FileNotFoundError, match=r"has no checkpoint at step (999|4); it has \[5\]: pass one"):
             call()
     assert runs.run_info(run, 5)["step"] == 5 and runs.read_run(run, 5)[1] == 5
+
+
+def test_a_checkpoints_folder_without_a_step_holds_no_checkpoint(tmp_path):
+    # Only numbered step folders are checkpoints: an empty checkpoints/ left by a failed start, or one holding the
+    # user's notes, is no run whose config.json went missing.
+    config = sps_config.load_config("configs/tiny.py")
+    os.makedirs(tmp_path / "run" / "checkpoints" / "notes")
+    runs.check_workdir(str(tmp_path / "run"), config)
+    os.makedirs(tmp_path / "run" / "checkpoints" / "20")
+    with pytest.raises(ValueError, match=r"holds checkpoints but no config\.json"):
+        runs.check_workdir(str(tmp_path / "run"), config)
+
+
+def test_a_resume_names_a_field_the_saved_config_lacks():
+    # A config.json written before a field existed: the change from its default-less absence is still a change.
+    saved, now = sps_config.load_config("configs/tiny.py"), sps_config.load_config("configs/tiny.py")
+    with saved.unlocked():
+        del saved.train["weight_decay"]
+        del saved.data["val_windows"]
+    assert runs.resume_changes(saved, now) == [f"train.weight_decay None -> {now.train.weight_decay!r}",
+                                               f"data.val_windows None -> {now.data.val_windows!r}"]

@@ -43,6 +43,10 @@ def test_the_first_crossing_counts_and_a_first_evaluation_already_below_is_its_o
     assert data_efficiency.tokens_to_reach([1000, 2000, 3000], [2.7, 2.6, 2.7], 2.65) == \
         (pytest.approx(1500), [[1000, 2.7], [2000, 2.6]])
     assert data_efficiency.tokens_to_reach([1000, 2000], [2.5, 2.4], 2.55) == (1000, [[1000, 2.5]])
+    # An evaluation exactly at the target reaches it: the bracket ends there, not at the next one below.
+    assert data_efficiency.tokens_to_reach([1000, 2000, 3000], [2.7, 2.6, 2.5], 2.6) == \
+        (pytest.approx(2000), [[1000, 2.7], [2000, 2.6]])
+    assert data_efficiency.tokens_to_reach([1000, 2000], [2.5, 2.4], 2.5) == (1000, [[1000, 2.5]])
 
 
 def test_points_inside_the_decay_are_dropped():

@@ -11,7 +11,7 @@ import pytest
 
 from sps_jax import flops, masks
 from sps_jax import model as sps_model
-from sps_jax.analysis import figures
+from sps_jax.analysis import figures, seeds
 from tests.helpers import decoded_png, run_module, small_config
 
 
@@ -370,6 +370,15 @@ def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
     assert json.load(open(tmp_path / "noref.json"))["welch_one_sided"] == []
 
 
+def test_welch_weighs_each_variance_by_its_own_count():
+    # Equal counts and spreads (above) hide which count divides which variance. a: mean 2, variance 1 over 3 seeds;
+    # b: mean 6, variance 10 over 5. Welch: se^2 = 1/3 + 10/5 = 7/3, df = (7/3)^2 / ((1/3)^2/2 + 2^2/4) = 98/19.
+    w = seeds.welch_lower([1, 2, 3], [2, 4, 6, 8, 10])
+    assert w["gap"] == pytest.approx(-4)
+    assert w["t"] == pytest.approx(-4 / np.sqrt(7 / 3), rel=1e-12)
+    assert w["df"] == pytest.approx(98 / 19, rel=1e-12)
+
+
 def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
     assert figures.main(["curves", str(tmp_path / "missing"), "--out", str(tmp_path / "c.png")]) == 2
     assert "config.json" in capsys.readouterr().err
@@ -503,8 +512,6 @@ def test_seeds_and_pre_decay_take_pathlib_paths(tmp_path):
 
 def test_the_seed_statistics_refuse_what_gives_no_test_in_one_sentence():
     # One seed or a NaN gave p = nan with only numpy's warnings; a negative margin and strings were taken.
-    from sps_jax.analysis import seeds
-
     for call, error, says in ((lambda: seeds.welch_lower([6.1], [6.2, 6.3]), ValueError, "at least two seeds"),
                               (lambda: seeds.welch_lower([6.1, float("nan")], [6.2, 6.3]), ValueError,
                                r"NLLs must be finite, got \[6\.1, nan\]"),

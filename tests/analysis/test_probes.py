@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from sps_jax import runs
@@ -53,6 +54,14 @@ def test_window_nll_command_writes_means_and_figure(cli_fixture):
         assert run["count"][0] == 4
     height, width, _ = decoded_png(os.path.join(out, "window_nll_omega6.png")).shape
     assert width > height
+
+
+def test_a_position_is_averaged_over_the_documents_that_reach_it():
+    # Documents shorter than a position hold NaN there: they neither add to its mean nor count.
+    mean, count = probes.nan_mean_and_count(np.array([[1.0, np.nan], [3.0, np.nan], [np.nan, 4.0]]))
+    assert mean.tolist() == [2.0, 4.0] and count.tolist() == [2, 1]
+    mean, count = probes.nan_mean_and_count(np.array([[np.nan], [np.nan]]))
+    assert np.isnan(mean).all() and count.tolist() == [0]
 
 
 def test_window_nll_positions_are_the_papers_from_1(cli_fixture, monkeypatch):

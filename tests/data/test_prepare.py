@@ -245,6 +245,21 @@ def test_max_documents_and_max_tokens_cut_the_source_where_documented(tmp_path):
     kept = read_docs(tmp_path / "tok", "train") + read_docs(tmp_path / "tok", "val")
     assert sorted(kept) == sorted(DOCS[:12])
     assert sum(s["tokens"] for s in manifest["splits"].values()) == int(sizes[11])
+    # A limit reached exactly at the end of a document keeps that document and no more.
+    manifest = prepare.prepare(str(src), str(tmp_path / "exact"), val_fraction=0.2, max_tokens=int(sizes[11]),
+                               log=lambda *a: None)
+    assert sorted(read_docs(tmp_path / "exact", "train") + read_docs(tmp_path / "exact", "val")) == sorted(DOCS[:12])
+    assert sum(s["tokens"] for s in manifest["splits"].values()) == int(sizes[11])
+
+
+def test_empty_documents_are_skipped_and_not_counted_by_max_documents(tmp_path):
+    src = tmp_path / "gaps.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["first doc", "", "second doc", "", "third doc"]))
+    manifest = prepare.prepare(str(src), str(tmp_path / "tok"), val_fraction=0.0, max_documents=2, log=lambda *a: None)
+    assert read_docs(tmp_path / "tok", "train") == ["first doc", "second doc"]
+    assert manifest["splits"]["train"]["documents"] == 2
+    assert manifest["splits"]["train"]["tokens"] == len(tokenizer.encode("first doc")) + len(
+        tokenizer.encode("second doc")) + 2  # each with its EOS
 
 
 def test_bytes_that_are_not_utf8_stop_naming_the_file_unless_replaced(tmp_path):

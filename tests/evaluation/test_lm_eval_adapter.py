@@ -84,6 +84,34 @@ def test_generate_until_is_greedy_and_stops_at_the_first_stop_sequence():
     assert stop not in cut[1]
 
 
+def test_a_prompt_longer_than_the_context_keeps_its_last_tokens_room_for_the_generation():
+    # The context holds max_length positions: the prompt keeps its last max_length - max_gen_toks tokens.
+    lm, net, params = adapter("sps", 2)
+    tok, T = CharTokenizer(), lm.max_length
+    prompt = ("the quick brown fox jumps over the lazy dog " * 4)[:T + 8]
+    (text,) = lm.generate_until(requests("generate_until", [(prompt, {"until": [], "max_gen_toks": 12})]),
+                                disable_tqdm=True)
+    kept = tok.encode(prompt)[-(T - 12):]
+    direct = greedy_direct(net, params, kept, 12)[len(kept):]
+    assert text == tok.decode(direct[:direct.index(tok.eos_id)] if tok.eos_id in direct else direct)
+
+
+def test_the_eos_a_row_stopped_on_is_not_part_of_its_text(monkeypatch):
+    # GPT-2's tokenizer decodes EOS to "<|endoftext|>"; this test's tokenizer had dropped it, hiding whether the
+    # adapter cut it off.
+    class EosAsText(CharTokenizer):
+        def decode(self, ids):
+            return "".join("<|endoftext|>" if i == self.eos_id else self.alphabet[i] for i in ids)
+
+    net, params = tiny("sps", 2)
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=8, min_len=16), tokenizer=EosAsText())
+    monkeypatch.setattr(lm_eval_adapter.decoding, "generate_bucketed",
+                        lambda *args, **kwargs: [[0, 1, CharTokenizer.eos_id]])  # "ab", then EOS
+    (text,) = lm.generate_until(requests("generate_until", [("the cat", {"until": [], "max_gen_toks": 5})]),
+                                disable_tqdm=True)
+    assert text == "ab"
+
+
 @pytest.mark.slow  # over 30 s on two cores; run with -m slow
 def test_generation_requests_of_many_lengths_compile_only_the_bucketed_shapes():
     from sps_jax.inference import decoding

@@ -74,6 +74,17 @@ def test_rows_of_one_method_and_scale_are_told_apart_by_run_and_step(tmp_path):
                      "SPS (w=64), run b, step 200"]
 
 
+def test_deltas_are_to_the_latest_standard_of_the_scale_and_a_lone_value_is_not_best():
+    base = {"scale": "s", "tokens_seen": 0}
+    rows = [dict(base, run="std", variant="standard", window=None, step=1000, val_nll=3.0),
+            dict(base, run="std", variant="standard", window=None, step=2000, val_nll=2.9),
+            dict(base, run="sps", variant="sps", window=64, step=2000, val_nll=2.8)]
+    sps = next(texts for _, name, texts in results_table.cells(rows) if name.startswith("SPS"))
+    assert sps[0][:2] == ("2.800", "-0.100")  # 2.8 - 2.9, the Standard run's last step, not its first (3.0)
+    (_, _, texts), = results_table.cells([rows[2]])
+    assert texts[0] == ("2.800", None, False)  # one value in its column: nothing to be best among
+
+
 @pytest.mark.parametrize("field, first, second, what", [
     ("val_tokens", 11003, 256, "validation tokens: 11,003 against 256"),
     ("val_sha256", "ab12", "cd34", "validation split (sha256): ab12 against cd34"),

@@ -13,6 +13,9 @@ def test_validation_windows_are_fixed_and_non_overlapping():
     starts = val_nll.window_starts(1000, 128)
     assert list(starts) == [0, 128, 256, 384, 512, 640, 768]  # each of 129 tokens; the last ends at 897
     assert list(val_nll.window_starts(1000, 128, max_tokens=300)) == [0, 128]
+    # A window scores T targets from T + 1 tokens: --val-tokens 128 is exactly one window, 256 two.
+    assert list(val_nll.window_starts(1000, 128, max_tokens=128)) == [0]
+    assert list(val_nll.window_starts(1000, 128, max_tokens=256)) == [0, 128]
 
 
 def test_a_batch_larger_than_the_split_is_cut_to_its_windows(monkeypatch):
