@@ -13,7 +13,7 @@ Throughput: all variants are compiled in one process and timed in interleaved
 rounds (the fastest round counts), so load drifting over time hits them alike.
 Peak memory: the device's counter (``device.memory_stats()["peak_bytes_in_use"]``)
 never resets, so each variant runs once more in its own fresh process, in two parts. First the
-decode loop alone, from a cache of zeros of the prefill's shapes: its peak is the paper's figure,
+decode loop alone, from a cache of zeros of the prefill's shapes and length: its peak is the paper's figure,
 "peak GPU memory used during decode" (the prefill's temporaries are gone by then). Then the whole
 workload, prefill included: the run's peak. Where the device has no such counter (CPU) both are
 reported as unavailable and the KV-cache bytes and XLA's compiled buffer sizes of the decode loop
@@ -152,13 +152,14 @@ class VariantRun:
         return timing
 
     def decode_alone(self) -> None:
-        """The decode loop once, from a cache of zeros: the memory of decoding without the prefill's (the
-        values do not change what the loop holds; the time of this call means nothing)."""
+        """The decode loop once, from a cache of zeros that says the prompts' positions are written: the memory
+        of decoding without the prefill's (the values do not change what the loop holds; it reads the same slot
+        ranges as after a prefill; the time of this call means nothing)."""
         import jax
         import jax.numpy as jnp
 
         zeros = lambda s: jnp.zeros(s.shape, s.dtype)
-        cache = jax.tree.map(zeros, self.cache_shape)
+        cache = jax.tree.map(zeros, self.cache_shape).replace(length=jnp.int32(self.args.prefill))
         jax.block_until_ready(self.decode(self.params, cache, zeros(self.logits_shape), self.rng)[0])
 
     def profile(self, folder: str) -> dict:
