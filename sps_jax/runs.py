@@ -287,6 +287,9 @@ def _check_workdir_place(workdir: str, config) -> None:
                         "would mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
     token_folder.refuse_inside_tokens(workdir, "--workdir")
+    if token_folder.is_token_folder(workdir):  # any token folder, not only data.dir: the run's files would mix in
+        raise UserError(f"--workdir {workdir} is a token folder (it holds {token_folder.MANIFEST}), which `data "
+                        "prepare --force` replaces whole, run and all: pass a --workdir outside it.")
     held = files.below(workdir, is_run, max_depth=_HELD_DEPTH)
     if held is not None:
         raise UserError(f"--workdir {workdir} holds the run {held}, which a run made there would hold among its own "

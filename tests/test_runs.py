@@ -433,6 +433,20 @@ def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
     runs.check_workdir(str(tmp_path / "run"), config)  # beside it is fine
 
 
+def test_a_workdir_that_is_another_token_folder_is_refused(tmp_path):
+    # Only data.dir's own folder was refused: a run trained into another prepared folder, among its tokens.
+    from sps_jax.cli import UserError
+    from tests.helpers import write_token_folder
+    other = write_token_folder(str(tmp_path / "other"))
+    before = sorted(os.listdir(other))
+    config = sps_config.load_config("configs/tiny.py", [f"--config.data.dir={tmp_path / 'data'}"])
+    with pytest.raises(UserError, match=rf"^--workdir {other} is a token folder \(it holds manifest\.json\), which "
+                                        r"`data prepare --force` replaces whole, run and all: pass a --workdir "
+                                        r"outside it\.$"):
+        runs.check_workdir(other, config)
+    assert sorted(os.listdir(other)) == before
+
+
 def test_a_step_of_the_wrong_type_is_one_sentence_and_numpy_integers_are_steps(tmp_path):
     cfg, net, params = small_model()
     config = ml_collections.ConfigDict({"model": dataclasses.asdict(cfg)})
