@@ -437,9 +437,12 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
 
 
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
-    """Write a loadable run folder with just the weights (conversions, tests, exports). What every reader would
-    refuse is refused before anything is written, as it is when read: a step below 0, params of another model or
-    holding NaN, a folder inside another run."""
+    """Write a loadable run folder with just the weights (conversions, tests, exports), or add a checkpoint to
+    such a run given its own config. What every reader would refuse is refused before anything is written, as it
+    is when read: a step below 0, params of another model or holding NaN, a folder inside another run or a token
+    folder; and so is what would damage a run there: another config (its config.json was rewritten, and the run
+    no longer loaded) or a step it has."""
+    workdir = files.path_text(workdir, "workdir")
     step = cli.integer(step, "step")
     if step < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
@@ -449,7 +452,18 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     _check_finite(params, "params", "which no run can be read with: save finite weights")
     refuse_run_files(workdir, "workdir")
     refuse_inside_run(workdir, "workdir")
-    write_config(workdir, config)
+    token_folder.refuse_inside_tokens(workdir, "workdir")
+    if token_folder.is_token_folder(workdir):
+        raise UserError(f"workdir {workdir} is a token folder: save the run in a folder of its own.")
+    if is_run(workdir):
+        if json.loads(read_config(workdir).to_json()) != json.loads(config.to_json()):
+            raise UserError(f"workdir {workdir} holds a run of another config: save into a new folder, or pass that "
+                            "run's own config (runs.read_config) to add a checkpoint to it.")
+        if step in checkpoint.steps(workdir):
+            raise UserError(f"workdir {workdir} has a checkpoint at step {step} already: pass another step, or save "
+                            "into a new folder.")
+    else:
+        write_config(workdir, config)
     checkpoint.save_params(workdir, step, params, cfg.function_fields, meta)
 
 

@@ -174,6 +174,20 @@ def test_save_run_refuses_what_no_reader_could_load_before_writing(tmp_path):
         with pytest.raises((ValueError, TypeError), match=says):
             runs.save_run(**call)
     assert sorted(os.listdir(tmp_path)) == ["run"] and sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["5"]
+    # Into an existing run: another config rewrote its config.json before Orbax refused the step, and the run no
+    # longer loaded; a step it has was Orbax's traceback. Its own config adds a checkpoint.
+    run = tmp_path / "run"
+    own, before = runs.read_config(str(run)), (run / "config.json").read_text()
+    standard = ml_collections.ConfigDict(json.loads(own.to_json()))
+    standard.model.variant = "standard"
+    for config_given, step, says in ((standard, 5, r"holds a run of another config: save into a new folder"),
+                                     (standard, 9, r"holds a run of another config"),
+                                     (own, 5, r"has a checkpoint at step 5 already: pass another step")):
+        with pytest.raises(ValueError, match=says):
+            runs.save_run(run, config_given, params, step=step)
+    assert (run / "config.json").read_text() == before and sorted(os.listdir(run / "checkpoints")) == ["5"]
+    runs.save_run(run, own, params, step=9)  # a pathlib.Path is a folder too
+    assert sorted(os.listdir(run / "checkpoints")) == ["5", "9"] and runs.load_model(str(run))[2] == 9
 
 
 def test_every_command_that_loads_a_checkpoint_of_weights_holding_nan_refuses_it_naming_the_parameter(tmp_path,
