@@ -36,6 +36,8 @@ def check_output(out: str, force: bool = False) -> str:
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
     from sps_jax import runs
 
+    if not isinstance(force, bool):  # "no" is true: it replaced the file
+        raise TypeError(f"force must be True or False, got {force!r}.")
     suffix = next((s for s in FORMATS if out.endswith(s)), None)
     if suffix is not None:  # o/.pt: splitext reads it as a hidden file with no suffix
         files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
@@ -54,12 +56,17 @@ def check_output(out: str, force: bool = False) -> str:
 
 
 def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
-    """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays."""
-    from sps_jax import model as sps_model
+    """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays. Params of another
+    model than ``config.model`` are refused (a deeper model's extra layers were dropped without a word)."""
+    from sps_jax import model as sps_model, runs
 
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
+    if cli.integer(step, "step") < 0:
+        raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
     cfg = sps_model.ModelConfig.from_config(config.model)
+    runs.check_params(sps_model.Transformer(cfg), params, ("params do not match config.model",
+                                                           "pass this model's params, or the config they are of"))
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
             torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),
             torch_layout.STEP: int(step),
@@ -80,8 +87,11 @@ def _torch_tensors(sd: dict[str, np.ndarray]) -> dict:
     return out
 
 
-def write(ckpt: dict, out: str) -> None:
-    """Write a checkpoint dict as ``.pt`` or ``.safetensors`` (by suffix), atomically."""
+def write(ckpt: dict, out: str, force: bool = False) -> None:
+    """Write a checkpoint dict as ``.pt`` or ``.safetensors`` (by suffix), atomically; an existing ``out`` is
+    replaced only with ``force``, and a run's own files never (:func:`check_output`)."""
+    out = files.path_text(out, "out")
+    check_output(out, force)
     fmt = FORMATS[os.path.splitext(out)[1]]
     with files.atomic_path(out) as partial:
         if fmt == "torch":
@@ -106,10 +116,10 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = "float3
     run, out = files.path_text(run, "run"), files.path_text(out, "out")
     check_output(out, force)
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
-    runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)
+    runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)  # the run's words
     ckpt = checkpoint_dict(config, params, step, dtype)
     with files.results(force):
-        write(ckpt, out)
+        write(ckpt, out, force)
     return ckpt
 
 

@@ -189,6 +189,30 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
                                                f"one, for example {tmp_path / 'model.pt'}.")
 
 
+def test_the_notebook_functions_keep_existing_files_and_refuse_params_of_another_model(tmp_path):
+    # write() replaced any file, a run's own included; checkpoint_dict() dropped a deeper model's extra layers.
+    run = make_run(tmp_path / "run", "sps", 3)
+    config, params, _ = runs.load_run(run)
+    ckpt = export_torch.checkpoint_dict(config, params, STEP)
+    out = tmp_path / "x.pt"
+    out.write_bytes(b"precious")
+    with pytest.raises(ValueError, match=r"--out .*x\.pt already exists: pass --force"):
+        export_torch.write(ckpt, str(out))
+    assert out.read_bytes() == b"precious"
+    with pytest.raises(ValueError, match=r"would write into the run"):
+        export_torch.write(ckpt, str(tmp_path / "run" / "checkpoints" / "x.pt"), force=True)
+    with pytest.raises(TypeError, match=r"^force must be True or False, got 'no'\.$"):
+        export_torch.write(ckpt, str(out), force="no")
+    export_torch.write(ckpt, out, force=True)
+    assert out.read_bytes() != b"precious"
+    shallower = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.num_layers=1"])
+    with pytest.raises(ValueError, match=r"^params do not match config\.model"):
+        export_torch.checkpoint_dict(shallower, params, STEP)
+    for step, says in ((4.7, r"^step must be an integer"), (-3, r"^step=-3 must be 0 or more")):
+        with pytest.raises((TypeError, ValueError), match=says):
+            export_torch.checkpoint_dict(config, params, step)
+
+
 def test_both_formats_get_the_file_mode_of_any_other_output(tmp_path):
     import stat
     run = make_run(tmp_path / "run", "sps", 3)
