@@ -426,6 +426,21 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _SWITCHES = ("train.tensorboard",)
 
 
+def _check_known_fields(config) -> None:
+    """One sentence for a field a run never reads in its train, data, mesh or metrics section: set in Python
+    (``config.train.peak_learning_rate = 1.0``), it was ignored, and the run trained with the default."""
+    for name, section_of in (("train", train_config), ("data", data_config), ("mesh", mesh_config),
+                             ("metrics", metrics_config)):
+        section = config.get(name)
+        if not isinstance(section, ml_collections.ConfigDict):
+            continue  # said by the checks that read it
+        known = set(section_of().keys())
+        unknown = sorted(set(section.keys()) - known)
+        if unknown:
+            raise UserError(f"config.{name} has no field {unknown[0]!r}{did_you_mean(unknown[0], known)}: a run "
+                            f"reads only the fields of sps_jax.config.{section_of.__name__}(); rename it, or remove it.")
+
+
 def check_run_config(config) -> None:
     """Every field a training run reads is present and in range (else one sentence naming it)."""
     if not isinstance(config, ml_collections.ConfigDict):
@@ -434,6 +449,7 @@ def check_run_config(config) -> None:
     if not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
+    _check_known_fields(config)
     check_ranges(config)
     if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # printed as "None: ..."
         raise UserError(f"name={config.name!r} must name the run (a non-empty string, as in its logs and results).")

@@ -436,3 +436,15 @@ def test_a_run_name_that_names_nothing_is_one_sentence(name):
     with pytest.raises(ValueError, match=r"^name=(None|'') must name the run \(a non-empty string, as in its logs and "
                                          r"results\)\.$"):
         sps_config.check_run_config(config)
+
+
+@pytest.mark.parametrize("section, field", [("train", "peak_learning_rate"), ("data", "val_window"),
+                                            ("mesh", "tensor"), ("metrics", "wandb_projekt")])
+def test_a_field_set_in_python_that_no_run_reads_is_refused(section, field):
+    # Set in a notebook, a misspelt train field was ignored and the run trained with the default (an unknown
+    # model field was already refused, and so was every --config override).
+    config = sps_config.load_config("configs/tiny.py")
+    config[section][field] = 1
+    with pytest.raises(ValueError, match=rf"^config\.{section} has no field '{field}'.*: a run reads only the fields "
+                                         rf"of sps_jax\.config\.{section}_config\(\); rename it, or remove it\.$"):
+        sps_config.check_run_config(config)
