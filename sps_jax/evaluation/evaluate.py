@@ -44,6 +44,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     for name, value in (("val_batch_size", val_batch_size), ("batch_size", batch_size)):
         if cli.integer(value, name) < 1:  # a batch of 0 stopped in range() once the weights had loaded
             raise ValueError(f"{name} must be at least 1, got {value}.")
+    lm_eval_tasks.check_limit(limit)  # run_lm_eval says it too, but only after the validation NLL
     if keys:
         from sps_jax.evaluation import lm_eval_adapter
 

@@ -230,8 +230,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     if not isinstance(lm, LM):
         raise TypeError(f"lm must be an lm-eval model (e.g. lm_eval_adapter.SPSLM(workdir=RUN)), got "
                         f"{type(lm).__name__}.")
-    if limit is not None and cli.integer(limit, "limit", " (documents per task) or None (all)") < 1:
-        raise ValueError(f"limit must be at least 1 document per task, or None for all, got {limit}.")
+    check_limit(limit)
     if include_path is not None and not os.path.isdir(files.path_text(include_path, "include_path")):
         raise FileNotFoundError(f"include_path {include_path!r} is not a folder: pass the folder of task YAMLs.")
     fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
@@ -259,6 +258,12 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
             raise cli.UserError(f"lm-eval could not fetch task data ({' '.join(str(e).split())[:200]}): this needs "
                                 f"the network{offline}.") from None
     return out["results"], names
+
+
+def check_limit(limit) -> None:
+    """lm-eval's documents per task: a whole number from 1, or None for all (else one sentence)."""
+    if limit is not None and cli.integer(limit, "limit", " (documents per task) or None (all)") < 1:
+        raise ValueError(f"limit must be at least 1 document per task, or None for all, got {limit}.")
 
 
 def check_keys(keys) -> list[str]:

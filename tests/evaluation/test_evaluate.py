@@ -458,6 +458,19 @@ def test_task_data_whose_values_the_task_cannot_score_is_refused_before_loading_
                                        "values.")
 
 
+@pytest.mark.parametrize("limit", [-1, 0, 2.5])
+def test_a_limit_that_is_no_count_of_documents_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch,
+                                                                                   limit):
+    # It was said only by run_lm_eval, after the weights had loaded and the validation NLL had run.
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    with pytest.raises((TypeError, ValueError), match=r"^limit must be"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], val_data=str(tmp_path / "data"),
+                                     include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
+                                     include_defaults=False, limit=limit)
+
+
 def test_a_task_template_that_is_not_jinja_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch):
     # lm-eval stopped on it with a TemplateSyntaxError traceback, after the weights loaded.
     save_tiny_run(tmp_path / "run")

@@ -36,3 +36,18 @@ def test_an_id_outside_the_vocabulary_in_the_scored_tokens_is_refused_before_any
         val_nll.validation_nll(net, params, tokens)
     tokens[cfg.seq_len + 3] = 7
     assert np.isfinite(val_nll.validation_nll(net, params, tokens)["val_nll"])
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"batch_size": -1}, r"^batch_size must be at least 1 window, got -1\.$"),  # was val_nll 0.0 over no window
+    ({"batch_size": 0}, r"^batch_size must be at least 1 window"),
+    ({"batch_size": 2.5}, r"^batch_size must be an integer"),
+    ({"max_tokens": 512.9}, r"^max_tokens must be an integer"),  # was read as 512
+    ({"tokens": np.zeros((2, 400), np.int32)}, r"^tokens must be a 1-D array of token ids .* got shape \(2, 400\)"),
+    ({"tokens": np.zeros(400, np.float32)}, r"^tokens must be a 1-D array of token ids .* of float32\.$"),
+])
+def test_arguments_that_score_nothing_or_something_else_are_one_sentence(kwargs, says):
+    cfg, net, params = small_model("sps", 2)
+    call = {"tokens": np.arange(400) % 60, **kwargs}
+    with pytest.raises((TypeError, ValueError), match=says):
+        val_nll.validation_nll(net, params, **call)
