@@ -449,7 +449,7 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     cfg = sps_model.ModelConfig.from_config(config.model)
     check_params(sps_model.Transformer(cfg), params, ("params do not match config.model", "pass this model's params, "
                                                                                            "or the config they are of"))
-    _check_finite(params, "params", "which no run can be read with: save finite weights")
+    check_finite(params, "params", "which no run can be read with: save finite weights")
     refuse_run_files(workdir, "workdir")
     refuse_inside_run(workdir, "workdir")
     token_folder.refuse_inside_tokens(workdir, "workdir")
@@ -516,12 +516,12 @@ def _load(path: str, step: int | None):
     weights load."""
     workdir, step, config, cfg = read_run(path, step)
     params, step = checkpoint.restore_params(workdir, step)
-    _check_finite(params, f"checkpoint {step} of {workdir}", "which training never saves (the update that makes one "
+    check_finite(params, f"checkpoint {step} of {workdir}", "which training never saves (the update that makes one "
                   "is skipped or stops the run): the checkpoint is damaged or was imported so; use another checkpoint")
     return config, cfg, params, step
 
 
-def _check_finite(params, where: str, why: str) -> None:
+def check_finite(params, where: str, why: str) -> None:
     """One sentence naming the first parameter that holds NaN or inf: evaluation read such weights as val_nll null
     and generation as an argmax of NaN logits, without a word."""
     finite = jax.device_get(jax.tree_util.tree_map(lambda x: jnp.isfinite(x).all(), params))
@@ -557,6 +557,23 @@ def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] =
         if want.get(key) != have.get(key):
             raise ValueError(f"{what}: parameter {key} has shape {have.get(key)} but the config implies "
                              f"{want.get(key)}; {fix}.")
+    for key, value in jax.tree_util.tree_leaves_with_path(params):  # integer weights computed garbage, unsaid
+        if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
+            raise ValueError(f"{what}: parameter {jax.tree_util.keystr(key)} is {jnp.result_type(value)}, not "
+                             f"floating point; {fix}.")
+
+
+# The words of a notebook function given params that are not its model's (runs.check_model_params).
+OTHER_MODEL = ("params do not match the model", "pass the params of this model (runs.load_model gives a run's "
+               "model and params), or its config")
+
+
+def check_model_params(net: sps_model.Transformer, params) -> None:
+    """What a function that computes with ``net`` and ``params`` checks once, on the host, before any work: the
+    params are ``net``'s (a deeper model's ran in a shallower config without a word: flax ignores extra
+    parameters) and finite (NaN weights gave NaN scores or an argmax of NaN logits)."""
+    check_params(net, params, OTHER_MODEL)
+    check_finite(params, "params", "which would compute NaN: pass finite weights")
 
 
 def load_model(path: str, step: int | None = None):

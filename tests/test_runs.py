@@ -629,3 +629,36 @@ def test_a_resume_names_a_field_the_saved_config_lacks():
         del saved.data["val_windows"]
     assert runs.resume_changes(saved, now) == [f"train.weight_decay None -> {now.train.weight_decay!r}",
                                                f"data.val_windows None -> {now.data.val_windows!r}"]
+
+
+def test_notebook_functions_refuse_params_of_another_model_or_holding_nan_before_any_work():
+    # Flax ignores parameters a config does not name: a 2-layer model's params ran in a 1-layer config and gave
+    # another NLL, other log-likelihoods and other probes without a word; NaN or integer weights gave NaN or argmax 0.
+    from sps_jax.analysis import gradient_probe, window_nll
+    from sps_jax.evaluation import val_nll
+    from sps_jax.inference import decoding, scoring
+    cfg, net, params = small_model("sps", 2)
+    shallow = sps_model.Transformer(dataclasses.replace(cfg, num_layers=1))
+    nan = jax.tree_util.tree_map(np.array, params)
+    nan["embed"][0, 0] = np.nan
+    ints = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(np.int32), params)
+    tokens, docs = np.arange(200) % 60, [np.arange(40) % 60]
+    calls = {
+        "validation_nll": lambda n, p: val_nll.validation_nll(n, p, tokens),
+        "Scorer": lambda n, p: scoring.Scorer(n, p),
+        "generate": lambda n, p: decoding.generate(n.cfg, p, [[1, 2]], 2),
+        "window_nll_deltas": lambda n, p: window_nll.window_nll_deltas(n, p, docs, 2, log=lambda *a: None),
+        "gradient_ratios": lambda n, p: gradient_probe.gradient_ratios(n, p, docs, [1], 1, log=lambda *a: None),
+    }
+    for name, call in calls.items():
+        for n, p, says in ((shallow, params, r"^params do not match the model: it holds"),
+                           (net, nan, r"^params: parameter \['embed'\] holds NaN or infinite values"),
+                           (net, ints, r"^params do not match the model: parameter .* is int32, not floating point")):
+            with pytest.raises(ValueError, match=says):
+                call(n, p)
+    for kwargs, says in (({"max_batch": 0}, r"^max_batch must be at least 1, got 0\.$"),  # was read as 1
+                         ({"min_len": 2.7}, r"^min_len must be an integer")):
+        with pytest.raises((TypeError, ValueError), match=says):
+            scoring.Scorer(net, params, **kwargs)
+    with pytest.raises(TypeError, match=r"^net must be a sps_jax\.model\.Transformer"):
+        scoring.Scorer(cfg, params)

@@ -35,9 +35,12 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "
     return docs
 
 
-def check_probe(model, docs, context, batch: int) -> int:
-    """The probes' shared inputs, before any compile: documents whose ids the model has, a batch of at least one
-    and a context within the model's (None: the model's). Returns the context."""
+def check_probe(model, params, docs, context, batch: int) -> int:
+    """The probes' shared inputs, before any compile: the model's own finite params, documents whose ids the model
+    has, a batch of at least one and a context within the model's (None: the model's). Returns the context."""
+    from sps_jax import runs
+
+    runs.check_model_params(model, params)
     cfg = model.cfg
     if not len(docs):
         raise ValueError("docs is empty: pass the documents to probe (analysis.documents.read_documents).")

@@ -56,6 +56,9 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
         got = f"shape {tokens.shape} of {tokens.dtype}" if hasattr(tokens, "dtype") else type(tokens).__name__
         raise ValueError(f"tokens must be a 1-D array of token ids (a split, as loader.open_tokens gives it), got "
                          f"{got}.")
+    from sps_jax import runs
+
+    runs.check_model_params(net, params)  # a deeper model's params gave another NLL without a word
     cfg = net.cfg
     T = cfg.seq_len
     starts = windows(len(tokens), T, max_tokens)

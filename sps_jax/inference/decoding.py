@@ -227,15 +227,10 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     return prompts
 
 
-# What generate says when its params are not the config's model (runs.check_params).
-_OTHER_MODEL = ("params do not match cfg", "pass the params of this model (runs.load_model gives a run's model and "
-                "params), or its config")
-
-
 def _held_params(cfg: sps_model.ModelConfig, params):
-    """``params`` checked against ``cfg``'s model and cast once to the compute dtype: prefill and the
-    decode loop read that one copy."""
-    runs.check_params(sps_model.Transformer(cfg), params, _OTHER_MODEL)
+    """``params`` checked against ``cfg``'s model (runs.check_model_params) and cast once to the compute dtype:
+    prefill and the decode loop read that one copy."""
+    runs.check_model_params(sps_model.Transformer(cfg), params)
     return sps_model.compute_params(params, cfg)
 
 

@@ -45,12 +45,18 @@ class Scorer:
 
     def __init__(self, net: sps_model.Transformer, params, max_batch: int = batching.MAX_BATCH, min_len: int = batching.MIN_LEN,
                  max_batch_tokens: int = 16384):
+        from sps_jax import cli, runs
+
+        if not isinstance(net, sps_model.Transformer):  # a ModelConfig said "'ModelConfig' object has no attribute 'cfg'"
+            raise TypeError(f"net must be a sps_jax.model.Transformer (Transformer(cfg)), got {type(net).__name__}.")
+        runs.check_model_params(net, params)
         self.net = net
         self.cfg = net.cfg
         self.params = params
-        self.max_batch = int(max_batch)
-        self.min_len = int(min_len)
-        self.max_batch_tokens = int(max_batch_tokens)
+        # 0 and negatives were read as 1, 2.7 as 2 and "4" as 4
+        self.max_batch, self.min_len, self.max_batch_tokens = (
+            cli.at_least(name, value, 1) for name, value in (("max_batch", max_batch), ("min_len", min_len),
+                                                              ("max_batch_tokens", max_batch_tokens)))
         self._target_logprobs = _jitted(self.cfg)
 
     @property

@@ -1,6 +1,5 @@
 """Validation windows are fixed and cover each target once."""
 
-import types
 
 import numpy as np
 import pytest
@@ -22,9 +21,9 @@ def test_a_batch_larger_than_the_split_is_cut_to_its_windows(monkeypatch):
     """Before, every batch was filled up to --val-batch-size rows: 100000 for 7 windows asked for 170 GB."""
     shapes = []
     monkeypatch.setattr(val_nll, "_loss_sums", lambda cfg: lambda params, batch: shapes.append(batch.shape) or (7., 7.))
-    net = types.SimpleNamespace(cfg=types.SimpleNamespace(seq_len=128, pad_id=0, vocab_size=64))
-    out = val_nll.validation_nll(net, None, np.zeros(1000, np.int32), batch_size=100_000)
-    assert shapes == [(7, 129)] and out["windows"] == 7
+    cfg, net, params = small_model("sps", 2)  # seq_len 32: 1000 tokens hold 31 windows of 33
+    out = val_nll.validation_nll(net, params, np.zeros(1000, np.int32), batch_size=100_000)
+    assert shapes == [(31, 33)] and out["windows"] == 31
 
 
 def test_an_id_outside_the_vocabulary_in_the_scored_tokens_is_refused_before_any_window():

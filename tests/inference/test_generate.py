@@ -225,7 +225,7 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
     with pytest.raises(ValueError, match=r"^min_len must be at least 1, got 0\.$"):
         decoding.generate_bucketed(cfg, params, [[1, 2]], 4, min_len=0)
     _, _, wider = small_model("sps", 2, d_model=64)
-    with pytest.raises(ValueError, match=r"^params do not match cfg: .*; pass the params of this model"):
+    with pytest.raises(ValueError, match=r"^params do not match the model: .*; pass the params of this model"):
         decoding.generate(cfg, wider, [[1, 2]], 4)
     # flax's variables dict: it was said as a parameter of shape None, the wrapper unnamed
     with pytest.raises(ValueError, match=r"^params is flax's variables dict \{'params': \.\.\.\}: pass its 'params' "
