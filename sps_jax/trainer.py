@@ -56,6 +56,10 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
          device: str = "device") -> TrainPlan:
     """Validate the config against the devices and return derived sizes (one clear sentence on error).
     With ``memory_bytes`` (per device), a model whose training state cannot fit is refused too."""
+    num_devices = cli.at_least("num_devices", num_devices, 1)  # 0 processes stopped on a ZeroDivisionError
+    process_count = cli.at_least("process_count", process_count, 1)
+    if memory_bytes is not None:
+        memory_bytes = cli.at_least("memory_bytes", memory_bytes, 1)
     sps_config.check_run_config(config)
     cfg = sps_model.ModelConfig.from_config(config.model)
     t = config.train

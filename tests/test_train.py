@@ -497,6 +497,15 @@ def test_a_window_that_spans_the_context_is_said(tmp_path, tokens, window, said)
     assert (note in outcome.stderr) == said, outcome.stderr
 
 
+@pytest.mark.parametrize("args, says", [((1, 0), r"^process_count must be at least 1, got 0\.$"),  # ZeroDivisionError
+                                        (("1",), r"^num_devices must be an integer"),
+                                        ((0,), r"^num_devices must be at least 1"),
+                                        ((1, 1, "1e9"), r"^memory_bytes must be an integer")])
+def test_a_plan_for_no_devices_is_one_sentence(args, says):
+    with pytest.raises((TypeError, ValueError), match=says):
+        trainer.plan(sps_config.load_config("configs/tiny.py"), *args)
+
+
 def test_a_step_record_counts_this_steps_tokens_over_its_seconds_and_mfu_over_every_device():
     out = {"loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "finite": True}
     cfg = sps_model.ModelConfig.from_config(small_config(None, STEPS).model)

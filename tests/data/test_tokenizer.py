@@ -45,6 +45,12 @@ def test_a_ranks_file_of_gpt2s_size_with_two_ids_swapped_is_refused(ranks_file, 
     assert tokenizer.encode(" the of", str(shuffled)) == [262, 286]
 
 
+@pytest.mark.parametrize("text", [None, b"bytes", ["a", "list"]])
+def test_encode_takes_one_str(ranks_file, text):
+    with pytest.raises(TypeError, match=rf"^text must be a str, got {type(text).__name__}: decode bytes first"):
+        tokenizer.encode(text, ranks_file)
+
+
 def test_missing_tokenizer_file_names_the_command_to_run(tmp_path):
     with pytest.raises(tokenizer.TokenizerMissing, match="python3 -m sps_jax.data provision-tokenizer"):
         tokenizer.get_tokenizer(str(tmp_path / "missing.tiktoken"))
