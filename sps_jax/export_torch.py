@@ -65,8 +65,7 @@ def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
     if cli.integer(step, "step") < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
     cfg = sps_model.ModelConfig.from_config(config.model)
-    runs.check_params(sps_model.Transformer(cfg), params, ("params do not match config.model",
-                                                           "pass this model's params, or the config they are of"))
+    runs.check_params(sps_model.Transformer(cfg), params, runs.OTHER_CONFIG)
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
             torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),
             torch_layout.STEP: int(step),

@@ -286,10 +286,7 @@ def _check_workdir_place(workdir: str, config) -> None:
         raise UserError(f"--workdir {workdir} lies in the run {owned[0]}'s own files (its {owned[1]}), where training "
                         "would mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
-    token_folder.refuse_inside_tokens(workdir, "--workdir")
-    if token_folder.is_token_folder(workdir):  # any token folder, not only data.dir: the run's files would mix in
-        raise UserError(f"--workdir {workdir} is a token folder (it holds {token_folder.MANIFEST}), which `data "
-                        "prepare --force` replaces whole, run and all: pass a --workdir outside it.")
+    token_folder.refuse_tokens(workdir, "--workdir")  # any token folder, not only data.dir
     held = files.below(workdir, is_run, max_depth=_HELD_DEPTH)
     if held is not None:
         raise UserError(f"--workdir {workdir} holds the run {held}, which a run made there would hold among its own "
@@ -447,14 +444,11 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     if step < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
     cfg = sps_model.ModelConfig.from_config(config.model)
-    check_params(sps_model.Transformer(cfg), params, ("params do not match config.model", "pass this model's params, "
-                                                                                           "or the config they are of"))
+    check_params(sps_model.Transformer(cfg), params, OTHER_CONFIG)
     check_finite(params, "params", "which no run can be read with: save finite weights")
     refuse_run_files(workdir, "workdir")
     refuse_inside_run(workdir, "workdir")
-    token_folder.refuse_inside_tokens(workdir, "workdir")
-    if token_folder.is_token_folder(workdir):
-        raise UserError(f"workdir {workdir} is a token folder: save the run in a folder of its own.")
+    token_folder.refuse_tokens(workdir, "workdir")
     if is_run(workdir):
         if json.loads(read_config(workdir).to_json()) != json.loads(config.to_json()):
             raise UserError(f"workdir {workdir} holds a run of another config: save into a new folder, or pass that "
@@ -563,6 +557,8 @@ def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] =
                              f"floating point; {fix}.")
 
 
+# The words of a function given a config and params that are not its model's (save_run, export_torch.checkpoint_dict).
+OTHER_CONFIG = ("params do not match config.model", "pass this model's params, or the config they are of")
 # The words of a notebook function given params that are not its model's (runs.check_model_params).
 OTHER_MODEL = ("params do not match the model", "pass the params of this model (runs.load_model gives a run's "
                "model and params), or its config")

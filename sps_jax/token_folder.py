@@ -42,6 +42,15 @@ def refuse_inside_tokens(path: str, flag: str) -> None:
                         "replaces whole, along with anything inside it: choose a path outside it.")
 
 
+def refuse_tokens(path: str, flag: str) -> None:
+    """:func:`refuse_inside_tokens`, and a ``path`` that is a token folder itself: a run made there mixes its files
+    with the tokens (``data prepare --out`` alone may name one, to replace it)."""
+    refuse_inside_tokens(path, flag)
+    if is_token_folder(path):
+        raise UserError(f"{flag} {path} is a token folder (it holds {MANIFEST}), which `data prepare --force` "
+                        f"replaces whole, run and all: pass a {flag} outside it.")
+
+
 def split_checksums(folder: str) -> dict[str, str] | None:
     """``{split: sha256}`` of a token folder's manifest (the splits that record one), or None where no manifest can
     be read: what tells two folders' tokens apart without reading them."""

@@ -44,8 +44,8 @@ def _sha256(path: str) -> str:
 
 
 def ranks_sha256(ranks: dict[bytes, int]) -> str:
-    """The sha256 of ranks written as a .tiktoken file is (base64 of the bytes, space, rank, newline, by rank):
-    GPT-2's is RANKS_SHA256, however its file was written."""
+    """The sha256 of ``ranks`` written as a .tiktoken file (base64 of the bytes, a space, the rank and a newline, in
+    rank order): GPT-2's is RANKS_SHA256, whatever the order of the lines its file was written in."""
     lines = (base64.b64encode(token) + b" %d\n" % rank for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]))
     return hashlib.sha256(b"".join(lines)).hexdigest()
 
@@ -63,9 +63,10 @@ def from_ranks_file(path: str):
         raise TokenizerMissing(f"{path} holds the ranks of another vocabulary ({len(ranks)} ranks, {missing_bytes} of "
                                f"the 256 bytes missing; GPT-2's has {vocab.EOS_ID} ids below EOS, every byte among "
                                f"them): pass the path of a gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
-    if ranks_sha256(ranks) != RANKS_SHA256:
+    digest = ranks_sha256(ranks)
+    if digest != RANKS_SHA256:
         raise TokenizerMissing(f"{path} holds {len(ranks)} ranks, as GPT-2's does, but not GPT-2's (their sha256 is "
-                               f"{ranks_sha256(ranks)[:12]}..., GPT-2's {RANKS_SHA256[:12]}...), so its ids would mean "
+                               f"{digest[:12]}..., GPT-2's {RANKS_SHA256[:12]}...), so its ids would mean "
                                f"other text: pass the path of GPT-2's gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={EOS_TOKEN: vocab.EOS_ID})

@@ -91,20 +91,27 @@ def check_task_records(task_data: dict[str, str], manager) -> None:
     another kind (ARC's "choices" a string), an answer that is none of the choices, or a corpus without a word. Each
     record is rendered by the task itself (text, target, choices), in a task built for the check: lm-eval had
     stopped on each with a Jinja, Attribute or ZeroDivision traceback once the weights had loaded."""
-    if not task_data:
-        return
+    for key, path in task_data.items():
+        stat = os.stat(path)
+        problem = _file_problem(manager, key, os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+        if problem:
+            raise cli.UserError(f"--task-data {key}={path}: {problem}: pass a file whose records hold the hub "
+                                "dataset's fields, with its kinds of values.")
+
+
+@functools.lru_cache(maxsize=None)
+def _file_problem(manager, key: str, path: str, size: int, mtime_ns: int) -> str | None:
+    """:func:`check_task_records` of one file, once per content (its size and modification time stand for it):
+    evaluate checks before the weights load and run_lm_eval again, for every checkpoint of --all-steps, and each
+    check builds lm-eval's task and reads every record."""
     with tempfile.TemporaryDirectory(prefix="sps_tasks_") as local_dir, _quiet_lm_eval():
-        for key, path in task_data.items():
-            base = manager.task_index[paper_tasks.lm_eval_name(key)].yaml_path
-            spec = paper_tasks.write_local_override(key, str(base), path, local_dir)
-            try:
-                (task,) = manager.load([spec])["tasks"].values()
-                problem = _records_problem(task)
-            except Exception as e:  # lm-eval renders the first record while it builds the task
-                problem = f"lm-eval's task cannot read its records ({_error(e)})"
-            if problem:
-                raise cli.UserError(f"--task-data {key}={path}: {problem}: pass a file whose records hold the hub "
-                                    "dataset's fields, with its kinds of values.")
+        base = manager.task_index[paper_tasks.lm_eval_name(key)].yaml_path
+        spec = paper_tasks.write_local_override(key, str(base), path, local_dir)
+        try:
+            (task,) = manager.load([spec])["tasks"].values()
+            return _records_problem(task)
+        except Exception as e:  # lm-eval renders the first record while it builds the task
+            return f"lm-eval's task cannot read its records ({_error(e)})"
 
 
 def _error(e: BaseException) -> str:
