@@ -32,12 +32,7 @@ def load(paths) -> list[dict]:
     rows = []
     for path in paths:
         row = files.read_json(files.input_file(path, "results file", PASS_RESULTS))
-        bad = _bad_field(row)
-        if not bad:
-            try:
-                masks.Visibility(row["variant"], row.get("window"))
-            except ValueError as e:  # its sentence did not say which of the files it was
-                bad = cli.sentence(e).rstrip(".")
+        bad = _row_problem(row)
         if bad:
             raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")
         rows.append(row)
@@ -88,6 +83,17 @@ def _run_id(row: dict):
     """Which run a result is of: its run folder, as evaluate records it (two seeds of one config share a run
     name, not a folder), else its run name."""
     return row["workdir"] if isinstance(row.get("workdir"), str) else row.get("run")
+
+
+def _row_problem(row) -> str | None:
+    """What makes ``row`` no result of evaluate (a missing or bad field, an unknown variant or window), or None."""
+    bad = _bad_field(row)
+    if not bad:
+        try:
+            masks.Visibility(row["variant"], row.get("window"))
+        except ValueError as e:  # its sentence does not say which row or file it was
+            bad = cli.sentence(e).rstrip(".")
+    return bad
 
 
 def _bad_field(row) -> str | None:
@@ -177,7 +183,13 @@ def _baseline(rows, scale):
 
 
 def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | None, str | None, bool]]]]:
-    """Per row: (scale, method, [(value text, delta to Standard or None, best in column at this scale)])."""
+    """Per row: (scale, method, [(value text, delta to Standard or None, best in column at this scale)]). Rows
+    are :func:`load`'s or evaluate's; another dict is refused in one sentence naming it."""
+    for i, row in enumerate(rows):
+        bad = _row_problem(row)
+        if bad:
+            raise ValueError(f"row {i} of the table's rows is not a result of python -m sps_jax.evaluation.evaluate: "
+                             f"{bad}.")
     out = []
     cols = _columns(full)
     ordered = _ordered(rows)

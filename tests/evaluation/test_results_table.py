@@ -190,3 +190,18 @@ def test_one_results_file_given_where_the_list_belongs_is_one_sentence(tmp_path)
     """It was read one character at a time: "results file 'r' does not exist"."""
     with pytest.raises(TypeError, match=r"^paths must be a list of paths, not the one path 'results.json'"):
         results_table.load("results.json")
+
+
+@pytest.mark.parametrize("change, sentence", [
+    ({"variant": None}, "row 1 of the table's rows is not a result of python -m sps_jax.evaluation.evaluate: "
+                        "it has no 'variant'."),
+    ({"window": -3}, "row 1 of the table's rows is not a result of python -m sps_jax.evaluation.evaluate: window "),
+])
+def test_rows_given_to_the_table_in_python_are_checked_as_files_are(change, sentence):
+    # A notebook builds the table from dicts; one without a variant stopped on a KeyError.
+    rows = fixture_rows()[:2]
+    rows[1] = {k: v for k, v in {**rows[1], **change}.items() if v is not None}
+    for table in (results_table.markdown, results_table.latex):
+        with pytest.raises(ValueError) as refusal:
+            table(rows)
+        assert str(refusal.value).startswith(sentence), refusal.value
