@@ -80,13 +80,17 @@ class ModelConfig:
     prefill_chunk: int = 0
 
     def __post_init__(self):
+        # numpy's scalars are Python's (np.int64(2) is 2, a hashable int, as Visibility takes a window), for every
+        # field alike: they come from arrays and sweeps.
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, (np.integer, np.floating, np.bool_)):
+                object.__setattr__(self, field.name, value.item())
         # Types first: a hand-edited config.json must fail here in one sentence, not deep in the model.
         for name in ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size", "seq_len",
                      "eos_id", "predict_id", "pad_id"):
             value = getattr(self, name)
             least = 0 if name.endswith("_id") else 1
-            if isinstance(value, np.integer):  # as Visibility takes a window: np.int64(2) is 2 (a hashable int)
-                object.__setattr__(self, name, value := int(value))
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"model.{name} must be an integer of at least {least}, got {value!r}.")
         if self.seq_len > MAX_SEQ_LEN:
@@ -530,9 +534,15 @@ def init_params(model: Transformer, rng):
     its own jit), where flax's op-by-op init gave others in the last bits, and seconds faster on a CPU."""
     if not isinstance(model, Transformer):  # said as "has no attribute 'cfg'"
         raise TypeError(f"model must be a Transformer, got a {type(model).__name__}: pass Transformer(config).")
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):  # flax's InvalidRngError named no fix
-        raise TypeError(f"rng must be a jax PRNG key, got the integer {rng}: pass jax.random.PRNGKey({rng}).")
+    check_rng(rng)
     return _compiled_init(model.cfg)(rng)
+
+
+def check_rng(rng) -> None:
+    """An integer where a PRNG key belongs, said with the fix (flax's InvalidRngError and jax's "invalid PRNG key
+    data" named none)."""
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        raise TypeError(f"rng must be a jax PRNG key, got the integer {rng}: pass jax.random.PRNGKey({rng}).")
 
 
 @functools.lru_cache(maxsize=16)

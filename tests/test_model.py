@@ -473,6 +473,16 @@ def test_the_model_helpers_take_what_their_siblings_take_and_say_what_they_do_no
         sps_model.init_params(cfg, jax.random.PRNGKey(0))
     sized = sps_model.ModelConfig.from_config(dict(config.model, num_layers=np.int64(3)))
     assert sized.num_layers == 3 and type(sized.num_layers) is int
+    # numpy scalars from a sweep's array, for every field alike: loss_chunk=np.int64(8) and rope_theta=np.float32(1e4)
+    # were refused; norm_eps=np.float64(1e-5) was kept as numpy's (np.float64(1e-05) in reprs and messages).
+    swept = sps_model.ModelConfig.from_config(dict(config.model, loss_chunk=np.int64(8), prefill_chunk=np.uint8(4),
+                                                   rope_theta=np.float32(1e4), norm_eps=np.float64(1e-5),
+                                                   remat=np.bool_(True)))
+    plain = sps_model.ModelConfig.from_config(dict(config.model, loss_chunk=8, prefill_chunk=4, rope_theta=1e4,
+                                                   norm_eps=1e-5, remat=True))
+    assert swept == plain and hash(swept) == hash(plain)
+    assert [type(getattr(swept, f)) for f in ("loss_chunk", "rope_theta", "norm_eps", "remat")] == [int, float, float,
+                                                                                                     bool]
 
 
 def test_given_document_ids_are_read_as_runs_by_every_backend_under_jit_too(make_model):

@@ -143,6 +143,7 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, 0, stop_on_eos, max_new_tokens=max_new_tokens)
+    sps_model.check_rng(rng)
     if logits_BV.ndim != 2 or logits_BV.shape[0] != cache.last_token_B.shape[0]:
         raise ValueError(f"logits_BV has shape {tuple(logits_BV.shape)}, not [{cache.last_token_B.shape[0]}, V] of "
                          "the cache's rows: pass the prompt's last-position logits.")

@@ -176,6 +176,8 @@ def test_decoding_past_the_caches_room_or_with_bad_settings_is_refused_before_an
         decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=4)
     with pytest.raises(ValueError, match=r"^temperature must be 0 \(greedy\) or a number from"):
         decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, sampling=Sampling(temperature=-1.0))
+    with pytest.raises(TypeError, match=r"^rng must be a jax PRNG key, got the integer 7: pass jax\.random\.PRNGKey\(7\)"):
+        decoding.decode_loop(cfg, params, cache, logits, 7, max_new_tokens=3)  # jax's "invalid PRNG key data"
     out, steps, cache = decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, stop_on_eos=False)
     assert out.shape == (1, 3) and int(steps) == 2
     with pytest.raises(ValueError, match=r"^the cache is full \(7 positions\): prefill with a larger max_len\.$"):
