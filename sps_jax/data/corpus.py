@@ -83,9 +83,12 @@ def _kind(path: str) -> str | None:
     return None
 
 
-def _files(path: str) -> list[str]:
-    """The files a source reads: itself, or a folder's files of a readable kind."""
-    return [path] if os.path.isfile(path) else [p for p in _folder_files(path) if _kind(p)]
+def _files(path: str, walked: list[str] | None = None) -> list[str]:
+    """The files a source reads: itself, or a folder's files of a readable kind (of ``walked``, its
+    :func:`_folder_files` where the caller has them)."""
+    if os.path.isfile(path):
+        return [path]
+    return [p for p in (_folder_files(path) if walked is None else walked) if _kind(p)]
 
 
 def _folder_files(path: str) -> list[str]:
@@ -251,13 +254,15 @@ def check_source(source: str) -> None:
     if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
+    every = None
     if os.path.isdir(source):  # a folder's other files are not its documents, but an archive is: it was skipped
-        packed = [p for p in _folder_files(source) if p.lower().endswith(COMPRESSED_SUFFIXES)]
+        every = _folder_files(source)
+        packed = [p for p in every if p.lower().endswith(COMPRESSED_SUFFIXES)]
         if packed:
             raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"
                             + (f" and {len(packed) - 1} more" if len(packed) > 1 else "") + "): decompress them in "
                             "place, or move them out of the folder.")
-    paths = _files(source)
+    paths = _files(source, every)
     if not paths:
         raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
     nowhere = [p for p in paths if files.leads_nowhere(p)]
