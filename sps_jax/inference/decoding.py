@@ -228,7 +228,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     return prompts
 
 
-def _held_params(cfg: sps_model.ModelConfig, params):
+def held_params(cfg: sps_model.ModelConfig, params):
     """``params`` checked against ``cfg``'s model (runs.check_model_params) and cast once to the compute dtype:
     prefill and the decode loop read that one copy."""
     runs.check_model_params(sps_model.Transformer(cfg), params)
@@ -294,7 +294,7 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
-    params = _held_params(cfg, params)
+    params = held_params(cfg, params)
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
@@ -319,7 +319,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     if progress is not None and not callable(progress):  # found only after the first batch
         raise TypeError(f"progress must be a function of the prompts done, got {progress!r}.")
     prompts = check_prompts(cfg, prompts, max_new_tokens)
-    params = _held_params(cfg, params)  # once for every batch
+    params = held_params(cfg, params)  # once for every batch
     buffer = bucket(max_new_tokens, cfg.seq_len)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[Optional[list[int]]] = [None] * len(prompts)

@@ -19,13 +19,15 @@ import sys
 import time
 
 from sps_jax import cli, files, hardware, names
+from sps_jax.inference import batching, completions
+from sps_jax.inference.sampling import SEED_LIMIT, Sampling
 
 # The run, the model and the decoder load jax, which --help and a refused argument need not wait for: main
-# imports them once the arguments are parsed.
+# imports them once the arguments are parsed (batching, completions and sampling do not).
 
 PASS_PROMPTS = "pass a text file with one prompt per line, or a .jsonl file"
 # The fields main adds to each prompt's record in its results.
-OUTPUT_FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos", "step")
+OUTPUT_FIELDS = (*completions.FIELDS, "step")
 
 
 def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
@@ -76,13 +78,14 @@ def _parser() -> cli.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64,
                         help="tokens to generate per prompt (fewer where EOS stops it)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=cli.non_negative_int, default=0,
+    parser.add_argument("--temperature", type=float, default=Sampling.temperature, help="0 = greedy")
+    parser.add_argument("--top-k", type=cli.non_negative_int, default=Sampling.top_k,
                         help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
-    parser.add_argument("--top-p", type=float, default=1.0,
+    parser.add_argument("--top-p", type=float, default=Sampling.top_p,
                         help="sample among the likeliest tokens whose mass reaches p (1: all; needs --temperature above 0)")
     parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="sampling seed")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=8, help="prompts per generation batch")
+    parser.add_argument("--batch-size", type=cli.positive_int, default=batching.MAX_BATCH,
+                        help="prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
                         help="override model.attention")
@@ -91,35 +94,10 @@ def _parser() -> cli.ArgumentParser:
     return parser
 
 
-def _completions(cfg, params, step: int, prompts, records, *, batch_size: int, max_new_tokens: int,
-                 sampling, seed: int, stop_on_eos: bool) -> list[dict]:
-    """Each prompt's record with its completion and counts (OUTPUT_FIELDS), generated ``batch_size``
-    prompts at a time with ``sampling`` (a sampling.Sampling); progress goes to stderr."""
-    from sps_jax.data import tokenizer
-    from sps_jax.inference import decoding
-
-    start = time.perf_counter()
-    results = []
-    for first in range(0, len(prompts), batch_size):
-        batch = prompts[first:first + batch_size]
-        outs = decoding.generate(cfg, params, batch, max_new_tokens, sampling=sampling,
-                                 seed=decoding.batch_seed(seed, first), stop_on_eos=stop_on_eos, pad_to_multiple=32)
-        for record, prompt, ids in zip(records[first:first + batch_size], batch, outs):
-            stopped = bool(ids) and ids[-1] == cfg.eos_id and stop_on_eos
-            text_ids = ids[:-1] if stopped else ids
-            results.append({**record, "completion": tokenizer.decode(text_ids), "prompt_tokens": len(prompt),
-                            "new_tokens": len(ids), "stopped_on_eos": stopped, "step": int(step)})
-        print(f"generated {min(first + batch_size, len(prompts))}/{len(prompts)} "
-              f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
-    return results
-
-
 @cli.main
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    from sps_jax.inference.sampling import SEED_LIMIT, Sampling  # no jax: settings no sampler can use answer at once
-
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     try:
         sampling.validate()
@@ -130,7 +108,7 @@ def main(argv=None) -> int:
         parser.error("--top-k and --top-p filter sampling, but --temperature 0 (the default) is greedy decoding: "
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
     if args.seed >= SEED_LIMIT:
-        parser.error(f"argument --seed: {args.seed} must be below 2**31")
+        parser.error(f"argument --seed: {args.seed} must be below {SEED_LIMIT:,}")
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
         from sps_jax.inference import decoding, kv_cache
@@ -163,9 +141,12 @@ def main(argv=None) -> int:
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}",
           file=sys.stderr)
 
-    results = _completions(cfg, params, step, prompts, records, batch_size=args.batch_size,
-                           max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed,
-                           stop_on_eos=not args.no_stop_on_eos)
+    start = time.perf_counter()
+    done = lambda n: print(f"generated {n}/{len(prompts)} ({time.perf_counter() - start:.1f} s)",  # noqa: E731
+                           file=sys.stderr)
+    results = [{**record, **completion, "step": int(step)} for record, completion in zip(records, completions.complete(
+        cfg, params, [r["prompt"] for r in records], args.max_new_tokens, batch_size=args.batch_size,
+        sampling=sampling, seed=args.seed, stop_on_eos=not args.no_stop_on_eos, names=names, progress=done))]
 
     if args.out is not None:
         with files.results(args.force):

@@ -488,3 +488,27 @@ def test_prompts_and_counts_of_one_bucket_share_one_prefill_and_one_decode_loop(
     decoding.generate_bucketed(cfg, params, [[4] * 10, [5] * 13, [6] * 15], 5, max_batch=4, min_len=16)
     assert decoding.generate_bucketed(cfg, params, prompts, 8, max_batch=4, min_len=16) == first
     assert grew() == (1, 1), "a request of the same bucket compiled a program of its own"
+
+
+def test_a_notebook_completes_texts_as_the_command_does(tmp_path):
+    # The command's text layer (encode, batches in the order given, decode, the EOS trimmed) is a function.
+    from sps_jax.inference import completions
+    ensure_tokenizer()
+    workdir = _tiny_run(tmp_path)
+    config, params, _ = runs.load_run(workdir)
+    texts = ["Hello world", "One", "The cat sat"]
+    seen = []
+    for batch_size in (1, 2):
+        done = completions.complete(config.model, params, texts, 4, batch_size=batch_size, progress=seen.append)
+        assert [r["completion"] for r in done] == [_greedy_completion(workdir, t, 4) for t in texts]
+        assert [r["prompt_tokens"] for r in done] == [len(tokenizer.encode(t)) for t in texts]
+        assert [list(r) for r in done] == [list(completions.FIELDS)] * 3
+    assert seen == [1, 2, 3, 2, 3]  # prompts done after each batch
+    with pytest.raises(TypeError, match=r"^prompts must be a list of texts, got one str: pass \[prompt\]\.$"):
+        completions.complete(config.model, params, "Hello", 4)
+    with pytest.raises(ValueError, match=r"^batch_size must be at least 1, got 0\.$"):
+        completions.complete(config.model, params, texts, 4, batch_size=0)
+    with pytest.raises(ValueError, match=r"^names has 1 entries for 3 prompts"):
+        completions.complete(config.model, params, texts, 4, names=["a"])
+    with pytest.raises(ValueError, match=r"^line 2 is empty"):
+        completions.complete(config.model, params, ["a", ""], 4, names=["line 1", "line 2"])

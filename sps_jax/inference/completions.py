@@ -1,0 +1,60 @@
+"""Text prompts in, completions out: what ``python -m sps_jax.inference.generate`` does, importable.
+
+Prompts are encoded with the GPT-2 tokenizer, generated ``batch_size`` at a time in the order given
+(:func:`sps_jax.inference.decoding.generate`, left-padded to a multiple of ``PAD_TO_MULTIPLE`` tokens so
+that batches of similar lengths share a compilation), and the new tokens decoded to text.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from sps_jax import cli
+from sps_jax.inference import batching
+from sps_jax.inference.sampling import Sampling
+
+# The model and the decoder load jax, which the command's --help and its checks of the prompts file need not wait
+# for: complete imports them.
+
+PAD_TO_MULTIPLE = 32  # prompt tokens per batch, rounded up to this: a few compiled lengths serve every prompt
+# The fields of each completion, in order.
+FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos")
+
+
+def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, batch_size: int = batching.MAX_BATCH,
+             sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True, names=None,
+             progress: Optional[Callable[[int], None]] = None) -> list[dict]:
+    """Per prompt: {"completion": the new text (without the EOS a row stopped on), "prompt_tokens",
+    "new_tokens" (the EOS counted), "stopped_on_eos"}. Batch b samples with
+    ``decoding.batch_seed(seed, b * batch_size)``. Each prompt is checked (text, length against the context)
+    before any generation, named by ``names`` (default "prompt i"); ``progress(n)`` after each batch, with the
+    prompts done so far."""
+    from sps_jax import model as sps_model
+    from sps_jax.data import tokenizer
+    from sps_jax.inference import decoding
+
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    if isinstance(prompts, str):  # each character would be a prompt
+        raise TypeError("prompts must be a list of texts, got one str: pass [prompt].")
+    names = list(names) if names is not None else [f"prompt {i}" for i in range(len(prompts))]
+    if len(names) != len(prompts):
+        raise ValueError(f"names has {len(names)} entries for {len(prompts)} prompts: pass one name per prompt.")
+    batch_size = cli.at_least("batch_size", batch_size, 1)
+    if progress is not None and not callable(progress):  # found only after the first batch
+        raise TypeError(f"progress must be a function of the prompts done, got {progress!r}.")
+    ids = [tokenizer.encode(tokenizer.check_text(text, name)) for text, name in zip(prompts, names)]
+    decoding.check_prompts(cfg, ids, max_new_tokens, names)
+    params = decoding.held_params(cfg, params)  # once for every batch
+    results = []
+    for first in range(0, len(ids), batch_size):
+        batch = ids[first:first + batch_size]
+        outs = decoding.generate(cfg, params, batch, max_new_tokens, sampling=sampling,
+                                 seed=decoding.batch_seed(seed, first), stop_on_eos=stop_on_eos,
+                                 pad_to_multiple=PAD_TO_MULTIPLE)
+        for prompt, new in zip(batch, outs):
+            stopped = stop_on_eos and bool(new) and new[-1] == cfg.eos_id
+            results.append({"completion": tokenizer.decode(new[:-1] if stopped else new),
+                            "prompt_tokens": len(prompt), "new_tokens": len(new), "stopped_on_eos": stopped})
+        if progress is not None:
+            progress(len(results))
+    return results
