@@ -17,6 +17,7 @@ from sps_jax.cli import UserError
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")  # each one's tokens in split_file(split)
+TRAIN, VAL = SPLITS
 PASS_ONE = ("pass the folder that `python -m sps_jax.data prepare` wrote (it holds manifest.json, train.bin and "
             "val.bin)")
 # The argparse type of every flag that names a token folder to read.

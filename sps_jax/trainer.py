@@ -26,7 +26,7 @@ import optax
 
 from sps_jax import attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh, metrics
 from sps_jax import model as sps_model
-from sps_jax import files, optim, profiling, runs, tracking
+from sps_jax import files, optim, profiling, runs, token_folder, tracking
 from sps_jax.data import loader, prepare
 from sps_jax.names import did_you_mean
 
@@ -278,7 +278,7 @@ def _open_data(config, cfg, log):
     _ensure_data(config, log)
     t = config.train
     train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
-    val_tokens = loader.open_tokens(config.data.dir, "val", cfg.vocab_size, cfg.eos_id)
+    val_tokens = loader.open_tokens(config.data.dir, token_folder.VAL, cfg.vocab_size, cfg.eos_id)
     dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
                                    jax.process_index(), jax.process_count())
     val = loader.val_batches(val_tokens, cfg.seq_len, config.data.val_batch, config.data.val_windows,

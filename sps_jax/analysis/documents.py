@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sps_jax import cli, files
+from sps_jax import cli, files, token_folder
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 
 
-def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = "val",
+def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = token_folder.VAL,
                    eos_id: int | None = None, flags: str = "min_tokens",
                    vocab_size: int | None = None) -> list[np.ndarray]:
     """The first ``num_docs`` documents of a prepared token file with at least ``min_tokens``

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sps_jax import cli, model as sps_model
+from sps_jax.analysis import GRADIENT_BATCH, GRADIENT_CHUNK
 from sps_jax.analysis.documents import check_probe, document_rows
 from sps_jax.inference.batching import bucket
 
@@ -113,7 +114,7 @@ def slot_grad_sq_norms(model: sps_model.Transformer, params, inputs_BT, targets_
 
 
 def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=None, seed=0,
-                    batch=1, chunk=8, log=print):
+                    batch=GRADIENT_BATCH, chunk=GRADIENT_CHUNK, log=print):
     """r(p, k) for ``positions_per_doc`` random source positions of each document.
 
     Source positions i are drawn so that every i + k (k in ``offsets``) is a loss position

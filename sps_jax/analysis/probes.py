@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, files, masks, names, plotting, token_folder
+from sps_jax import analysis, cli, files, masks, names, plotting, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import pyplot, save_figure, smooth
@@ -121,10 +121,9 @@ def _load(workdir, args):
 def _data_dir(args, config):
     if args.val_data:
         return args.val_data
-    data = config.get("data") or {}
-    for key in ("dir", "path", "data_dir"):
-        if data.get(key):
-            return data[key]
+    data = (config.get("data") or {}).get("dir")
+    if data:
+        return data
     raise ValueError("no token folder: pass --val-data DIR (a folder written by `python -m sps_jax.data prepare`).")
 
 
@@ -294,8 +293,8 @@ def build_parser():
         p.add_argument("--workdir", action="append", required=True, type=cli.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--val-data", type=token_folder.argument, default=None,
-                       help="token folder with manifest.json (default: config.data)")
-        p.add_argument("--split", default="val", choices=token_folder.SPLITS,
+                       help="token folder with manifest.json (default: the run's data.dir)")
+        p.add_argument("--split", default=token_folder.VAL, choices=token_folder.SPLITS,
                        help="the token folder's split to read documents from")
         p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
         p.add_argument("--context", type=cli.positive_int, default=None,
@@ -315,16 +314,18 @@ def build_parser():
     g.add_argument("--min-offset", type=cli.non_negative_int, default=0,
                    help="also probe offsets -min..-1 (zero by causality)")
     g.add_argument("--seed", type=cli.non_negative_int, default=0, help="seed of the sampled positions")
-    g.add_argument("--batch", type=cli.positive_int, default=1, help="documents per forward pass")
-    g.add_argument("--chunk", type=cli.positive_int, default=8, help="loss terms per batched reverse pass")
+    g.add_argument("--batch", type=cli.positive_int, default=analysis.GRADIENT_BATCH, help="documents per forward pass")
+    g.add_argument("--chunk", type=cli.positive_int, default=analysis.GRADIENT_CHUNK,
+                   help="loss terms per batched reverse pass")
     g.set_defaults(func=cmd_gradients)
 
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
     common(w, "probes_out")
-    w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=64,
+    w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=masks.DEFAULT_WINDOW,
                    help="persistent window; at or beyond the context it hides nothing (a warning says so)")
     w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
-    w.add_argument("--batch", type=cli.positive_int, default=4, help="documents per forward pass")
+    w.add_argument("--batch", type=cli.positive_int, default=analysis.WINDOW_NLL_BATCH,
+                   help="documents per forward pass")
     w.set_defaults(func=cmd_window_nll)
     return parser
 

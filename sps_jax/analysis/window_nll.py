@@ -13,6 +13,7 @@ import numpy as np
 
 from sps_jax import cli
 from sps_jax import model as sps_model
+from sps_jax.analysis import WINDOW_NLL_BATCH
 from sps_jax.analysis.documents import check_probe, document_rows
 
 
@@ -35,7 +36,7 @@ def position_nll(model, params, inputs_BT, targets_BT):
     return _nll_fn(model)(params, jnp.asarray(inputs_BT), jnp.asarray(targets_BT))
 
 
-def window_nll_deltas(model, params, docs, omega, *, context=None, batch=4, log=print):
+def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_NLL_BATCH, log=print):
     """Per document and document-relative position: l_i(M), l_i(M_omega) and their difference.
 
     Returns {"nll", "nll_ablated", "delta"}, each f32 [len(docs), context] with NaN past each

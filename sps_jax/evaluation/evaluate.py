@@ -58,7 +58,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if keys:
         lm_eval_adapter.check_tokenizer(tokenizer, cfg)
     if val_data:  # manifest, size, EOS id, vocabulary
-        tokens = loader.open_tokens(val_data, "val", vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+        tokens = loader.open_tokens(val_data, token_folder.VAL, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
         scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens)) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
             print(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
