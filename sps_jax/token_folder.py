@@ -18,6 +18,7 @@ from sps_jax.cli import UserError
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")  # each one's tokens in split_file(split)
 TRAIN, VAL = SPLITS
+VAL_FRACTION = 0.01  # prepare's default share of the documents in VAL (chosen by a hash of each text)
 PASS_ONE = ("pass the folder that `python -m sps_jax.data prepare` wrote (it holds manifest.json, train.bin and "
             "val.bin)")
 # The argparse type of every flag that names a token folder to read.

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", required=True, type=source,
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
     p.add_argument("--out", type=cli.output_path, required=True, help="output folder")
-    p.add_argument("--val-fraction", type=float, default=0.01,
+    p.add_argument("--val-fraction", type=float, default=token_folder.VAL_FRACTION,
                    help="share of the documents held out as val.bin")
     p.add_argument("--text-field", default=None,
                    help=f"JSONL/Parquet/HF field holding the text (default {corpus.DEFAULT_TEXT_FIELD})")
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the first N non-empty documents")
     p.add_argument("--max-tokens", type=cli.positive_int, default=None,
                    help="keep documents until N tokens (train + val, EOS included) are written")
-    p.add_argument("--errors", choices=corpus.ERRORS, default="strict",
+    p.add_argument("--errors", choices=corpus.ERRORS, default=corpus.STRICT,
                    help="bytes that are not UTF-8 in text/JSONL sources: stop (strict, default) or replace with U+FFFD")
     p.add_argument("--force", action="store_true",
                    help="rebuild even if the output is up to date, or replace a folder prepared with other settings")

@@ -32,6 +32,7 @@ PARQUET_SUFFIXES = (".parquet",)
 # Archives a plain-text reader would tokenise as bytes (with --errors replace) instead of their text.
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
 ERRORS = ("strict", "replace")
+STRICT = ERRORS[0]  # the default: a bad byte stops prepare
 BUILTIN = "builtin"  # the source that is the embedded corpus
 HF_PREFIX = "hf:"  # a source that names a Hugging Face dataset: hf:NAME[:CONFIG]
 # The record field that holds a document's text, and the split of a hf: source, when none is given.
@@ -271,15 +272,15 @@ def check_source(source: str) -> None:
 
 
 def check_options(source: str, text_field: str | None = None, hf_split: str | None = None,
-                  errors: str = "strict") -> None:
+                  errors: str = STRICT) -> None:
     """Refuse a --text-field, --hf-split (None: not given) or --errors other than strict that ``source`` would
     never read, instead of ignoring it: the user meant another source, or the flag for one."""
     local = is_local(source)
     # The kinds of file the source holds (a single file of any other suffix is read as text), walked once and only
     # for a flag that depends on them.
     kinds = (({_kind(source) or "text"} if os.path.isfile(source) else {_kind(p) for p in _files(source)})
-             if local and (errors != "strict" or text_field is not None) else set())
-    if errors != "strict" and not kinds & {"text", "jsonl"}:
+             if local and (errors != STRICT or text_field is not None) else set())
+    if errors != STRICT and not kinds & {"text", "jsonl"}:
         raise UserError(f"--errors {errors} reads the bad bytes of text and JSONL files, and source {source!r} holds "
                         "none: drop --errors.")
     if hf_split is not None and not is_hub(source):
@@ -291,7 +292,7 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
 
 
 def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str = DEFAULT_HF_SPLIT,
-              errors: str = "strict") -> Iterator[str]:
+              errors: str = STRICT) -> Iterator[str]:
     """Yield the text documents of a source (see the module docstring for the forms)."""
     check_source(source)
     if errors not in ERRORS:

@@ -109,10 +109,10 @@ def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)  # with the other commands' warnings, not among the progress on stdout
 
 
-def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: str | None = None,
+def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRACTION, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
-            force: bool = False, errors: str = "strict", log=print, warn=_to_stderr, flag: str = "--out") -> dict:
+            force: bool = False, errors: str = corpus.STRICT, log=print, warn=_to_stderr, flag: str = "--out") -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
 
     ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in
@@ -134,7 +134,7 @@ def prepare(source: str, out: str, *, val_fraction: float = 0.01, text_field: st
     settings = {"source": source, "val_fraction": val_fraction, "text_field": text_field,
                 "hf_split": hf_split, "max_documents": max_documents,
                 "max_tokens": max_tokens}
-    if errors != "strict":  # recorded only when used, so folders prepared before the option still match
+    if errors != corpus.STRICT:  # recorded only when used, so folders prepared before the option still match
         settings["errors"] = errors
     source_files = corpus.fingerprint(source)
     existing = _existing(out, settings, force, flag, source_files)
@@ -227,7 +227,7 @@ def _changed(old: dict, new: dict) -> str:
     old and new values (``--val-fraction 0.01 -> 0.02``)."""
     def value(settings, key):
         # --errors is recorded only when not "strict", so a folder without it was prepared strictly
-        found = settings.get(key, "strict" if key == "errors" else None)
+        found = settings.get(key, corpus.STRICT if key == "errors" else None)
         return "unset" if found is None else found  # a limit left out (--max-tokens), or a field it lacks
     keys = [*new, *(k for k in old if k not in new)]
     return ", ".join(f"--{k.replace('_', '-')} {value(old, k)} -> {value(new, k)}"
