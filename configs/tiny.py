@@ -4,18 +4,16 @@ The paper's backbone and GPT-2 vocabulary, shrunk so that a few hundred steps
 run in minutes on two CPU cores.
 """
 
-from sps_jax import config as sps_config
+from sps_jax import config as sps_config, masks
+
+WINDOW = 8  # the tiny context's window, where the paper's 64 would span half of its 128 positions
 
 
-def get_config(arg="sps,8"):
-    variant, window = sps_config.parse_arg(arg, ("sps", "8"), "VARIANT[,WINDOW]")
+def get_config(arg=""):
+    variant, window = sps_config.parse_arg(arg, (masks.DEFAULT_VARIANT, str(WINDOW)), "VARIANT[,WINDOW]")
     config = sps_config.paper_config("xs", variant, sps_config.parse_window(window))
+    config.model = sps_config.model_section(config.model.variant, config.model.window)  # ModelConfig's defaults
     config.name = sps_config.run_name("tiny", config.model)
-    m = config.model
-    m.num_layers, m.d_model, m.num_heads, m.d_ff = 2, 64, 2, 192
-    m.seq_len = 128
-    m.attention = "xla"
-    m.dtype = "float32"
     t = config.train
     t.global_batch = t.micro_batch = 8
     t.total_tokens = 300 * 8 * 128

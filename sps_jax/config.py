@@ -39,6 +39,7 @@ SCALES = {
     "l": (36, 1280, 20),
     "xl": (48, 1600, 25),
 }
+DEFAULT_SCALE = "s"  # the paper's reference scale (124M), where a config or benchmark names none
 
 
 def attention_dims(scale: str, head_dim: int = PAPER_HEAD_DIM) -> tuple[int, int]:
@@ -52,19 +53,24 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
     return next((name for name, dims in SCALES.items() if dims == (num_layers, d_model, num_heads)), None)
 
 
-def paper_model_section(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
+def model_section(variant: str = masks.DEFAULT_VARIANT, window: int | None = masks.DEFAULT_WINDOW, **fields):
+    """``ModelConfig``'s defaults (the tiny CPU model) with ``fields`` set, as a ConfigDict."""
+    from sps_jax import model as sps_model  # not at the top: the commands' parsers load without jax
+
+    return ml_collections.ConfigDict(dataclasses.asdict(sps_model.ModelConfig(variant=variant, window=window,
+                                                                              **fields)))
+
+
+def paper_model_section(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
+                        window: int | None = masks.DEFAULT_WINDOW):
     """The paper's model at a scale: ``ModelConfig``'s defaults (the only ones) with the scale's
     dimensions, T = 4096, bf16 compute, the Pallas kernel on GPU and splash on TPU."""
-    # Imported here, not at the top, so that the commands' parsers (split_config_args) load without jax.
-    from sps_jax import model as sps_model
-
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}{did_you_mean(str(scale), SCALES)}: choose one of "
                          f"{', '.join(SCALES)}.")
     layers, d, heads = SCALES[scale]
-    cfg = sps_model.ModelConfig(variant=variant, window=window, num_layers=layers, d_model=d, num_heads=heads,
-                                d_ff=3 * d, seq_len=PAPER_SEQ_LEN, attention="auto", dtype="bfloat16")
-    return ml_collections.ConfigDict(dataclasses.asdict(cfg))
+    return model_section(variant, window, num_layers=layers, d_model=d, num_heads=heads, d_ff=3 * d,
+                         seq_len=PAPER_SEQ_LEN, attention="auto", dtype="bfloat16")
 
 
 # The linear warmup per scale, in tokens: the paper says only "a brief linear warmup"; the authors'
@@ -72,7 +78,7 @@ def paper_model_section(scale: str = "s", variant: str = "sps", window: int | No
 WARMUP_TOKENS = {"xs": 50_000_000, "s": 50_000_000, "m": 100_000_000, "l": 100_000_000, "xl": 100_000_000}
 
 
-def train_config(scale: str = "s"):
+def train_config(scale: str = DEFAULT_SCALE):
     """nanoGPT's optimiser with the paper's warmup-constant-decay schedule, counted in tokens."""
     t = ml_collections.ConfigDict()
     t.seed = 0
@@ -135,7 +141,8 @@ def metrics_config():
     return m
 
 
-def paper_config(scale: str = "s", variant: str = "sps", window: int | None = masks.DEFAULT_WINDOW):
+def paper_config(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
+                 window: int | None = masks.DEFAULT_WINDOW):
     config = ml_collections.ConfigDict()
     config.model = paper_model_section(scale, variant, window)
     config.name = run_name(scale, config.model)

@@ -28,6 +28,7 @@ from sps_jax.names import did_you_mean
 # that read a run import them.
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}  # ml_dtypes' is numpy's bfloat16, as jax's is
+DEFAULT_DTYPE = "float32"  # the weights as training holds them (model.param_dtype)
 FORMATS = {".pt": "torch", ".safetensors": "safetensors"}  # file suffix -> the package that writes it
 
 
@@ -55,7 +56,7 @@ def check_output(out: str, force: bool = False) -> str:
     return fmt
 
 
-def checkpoint_dict(config, params, step: int, dtype: str = "float32") -> dict:
+def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE) -> dict:
     """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays. Params of another
     model than ``config.model`` are refused (a deeper model's extra layers were dropped without a word)."""
     from sps_jax import model as sps_model, runs
@@ -108,7 +109,7 @@ def write(ckpt: dict, out: str, force: bool = False) -> None:
             os.chmod(partial, 0o666 & ~umask)
 
 
-def export_run(run: str, out: str, step: int | None = None, dtype: str = "float32", force: bool = False) -> dict:
+def export_run(run: str, out: str, step: int | None = None, dtype: str = DEFAULT_DTYPE, force: bool = False) -> dict:
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
     from sps_jax import model as sps_model, runs
 
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--step", type=sps_config.step_argument, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--out", type=cli.output_path, required=True,
                    help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="tensor dtype (default float32)")
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES), help="tensor dtype")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = p.parse_args(argv)
     cli.load("sps_jax.runs")  # the run's weights

@@ -40,7 +40,7 @@ from sps_jax.cli import MissingPackage, UserError
 # not wait for: the functions that use them import them.
 
 PASS_CHECKPOINT = "pass the checkpoint file to import"
-# The default of --variant and --window: what the file says (model_args, or the config it carries).
+# --variant's default, and what --window's None means: what the file says (model_args, or the config it carries).
 FROM_FILE = "from the file"
 
 
@@ -201,10 +201,9 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         notes += _disagreements(fields, config.model)
     elif variant == FROM_FILE:
         raise UserError("the checkpoint does not say which variant it is (its config names no model class of "
-                        "the authors'): pass --variant (standard, sps, "
-                        "two_x_memory, delayed_state, reverse_sps).")
+                        f"the authors'): pass --variant ({', '.join(masks.VARIANTS)}).")
     else:
-        config = sps_config.paper_config("s", variant)
+        config = sps_config.paper_config(sps_config.DEFAULT_SCALE, variant)
         config.name = name
         replaced = {"window"} if window != FROM_FILE else set()  # a flag's value never meets the file's
         replaced |= {field for field in _FROM_ARGS for item in overrides
@@ -371,13 +370,13 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", type=cli.input_path("checkpoint", cli.FILE, PASS_CHECKPOINT),
                    help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
     p.add_argument("--variant", default=FROM_FILE,
-                   help="standard, sps, two_x_memory, delayed_state, reverse_sps (default: the file's)")
+                   help=f"{', '.join(masks.VARIANTS)} (default: the file's)")
     p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
                    f"else {masks.DEFAULT_WINDOW})")
     p.add_argument("--out", type=cli.output_path, required=True,
                    help="run folder to write (new or empty, or replaced with --force)")
     p.add_argument("--num-heads", type=cli.positive_int, default=None,
-                   help="attention heads (default: the file's model_args n_head, else d/64)")
+                   help=f"attention heads (default: the file's model_args n_head, else d/{sps_config.PAPER_HEAD_DIM})")
     p.add_argument("--seq-len", type=cli.positive_int, default=None,
                    help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
     p.add_argument("--step", type=sps_config.step_argument, default=None,
@@ -388,7 +387,8 @@ def main(argv=None) -> int:
     sps_model = cli.load("sps_jax.model")
 
     # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
-    preview = sps_config.paper_config("s", "sps" if args.variant == FROM_FILE else args.variant)
+    preview = sps_config.paper_config(sps_config.DEFAULT_SCALE,
+                                      masks.DEFAULT_VARIANT if args.variant == FROM_FILE else args.variant)
     for item in overrides:
         sps_config.apply_override(preview, item)
     window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)

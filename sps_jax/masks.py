@@ -31,6 +31,8 @@ _VARIANTS = {
     "reverse_sps": ((False, True), 0),
 }
 VARIANTS = tuple(_VARIANTS)
+BASELINE = "standard"  # the paper's baseline: ratios, deltas and gains are to it
+DEFAULT_VARIANT = "sps"  # the paper's method, where a config or command names no variant
 
 # The window of a variant's windowed stream when none is given (the paper's w).
 DEFAULT_WINDOW = 64

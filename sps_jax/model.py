@@ -42,13 +42,14 @@ MAX_SEQ_LEN = 2 ** 30
 class ModelConfig:
     """Hashable model hyper-parameters (built from ``config.model``), validated when made.
 
-    These defaults are the only ones: ``sps_jax.config.model_config`` starts from them.
+    These defaults are the only ones, and they are the tiny CPU model (``configs/tiny.py``):
+    ``sps_jax.config.paper_model_section`` starts from them.
     ``variant``, ``window`` and ``persistent_window`` form :attr:`visibility`; a window
     given to a variant without a windowed stream is normalised to None (docs/design.md
     section 1).
     """
 
-    variant: str = "sps"
+    variant: str = masks.DEFAULT_VARIANT
     window: Optional[int] = masks.DEFAULT_WINDOW
     num_layers: int = 2
     d_model: int = 64

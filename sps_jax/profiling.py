@@ -25,6 +25,7 @@ DERIVED_LINES = frozenset({"Steps", "XLA Modules", "XLA Ops", "Async XLA Ops", "
 OPS_LINE = "XLA Ops"
 # This package's kernels have this in their names (pallas_call's and jax-triton's name; a compiler may add to it).
 OUR_KERNEL_MARK = "sps_"
+TOP_KERNELS = 15  # device kernels a summary lists, the slowest first
 
 
 def trace(fn, calls: int, folder: str) -> str:
@@ -70,7 +71,7 @@ def kernel_times(planes) -> dict[str, tuple[int, int]]:
     return {name: (int(total_ns[name]), count[name]) for name in total_ns}
 
 
-def summary(times: dict[str, tuple[int, int]], steps: int, top: int = 15) -> dict:
+def summary(times: dict[str, tuple[int, int]], steps: int, top: int = TOP_KERNELS) -> dict:
     """Per step (the trace held ``steps`` of them): the summed kernel time, this package's kernels' share of it,
     and the ``top`` kernels by time."""
     all_ns = sum(ns for ns, _ in times.values())
@@ -82,13 +83,13 @@ def summary(times: dict[str, tuple[int, int]], steps: int, top: int = 15) -> dic
                      "launches_per_step": n / steps} for name, (ns, n) in ranked]}
 
 
-def read(path: str, steps: int, top: int = 15) -> dict:
+def read(path: str, steps: int, top: int = TOP_KERNELS) -> dict:
     """:func:`summary` of the device kernels in the trace file ``path``, which holds ``steps`` steps."""
     planes = jax.profiler.ProfileData.from_file(path).planes
     return {"trace": path, **summary(kernel_times(planes), steps, top)}
 
 
-def profile(fn, calls: int, folder: str, steps_per_call: int = 1, top: int = 15) -> dict:
+def profile(fn, calls: int, folder: str, steps_per_call: int = 1, top: int = TOP_KERNELS) -> dict:
     """:func:`trace` then :func:`read` per step (each call runs ``steps_per_call`` steps: one train step, or a
     decode loop of many)."""
     return read(trace(fn, calls, folder), calls * steps_per_call, top)

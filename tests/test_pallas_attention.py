@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import aot, attention, block_tables, hardware, kernel_tuning, masks
+from sps_jax import attention, block_tables, hardware, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
+from sps_jax.aot import topology
 from sps_jax.kernel_tuning import Tiles, Tuning
 from tests import attention_checks as checks
 from tests.helpers import two_row_layout
@@ -313,7 +314,7 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
         out = pa.run_flash(q, k, v, doc, Vis("sps", 64), flash=pa._flash, interpret=False, tuning=tuning)
         return out.astype(jnp.float32).sum()
 
-    with aot.lowering_context(hardware.ACCELERATORS["h100"]):
+    with topology.lowering_context(hardware.ACCELERATORS["h100"]):
         text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, q, q).lower(
             lowering_platforms=("cuda",)).as_text()
     calls = [line for line in text.splitlines() if "__gpu$xla.gpu.triton" in line]

@@ -293,7 +293,7 @@ def window_ablation(sources, out: str) -> dict:
     return _finish(fig, out, {"points": points, "lines": lines})
 
 
-def gains_over_baseline(evaluations, baseline: str = "standard", sources=None) -> list[dict]:
+def gains_over_baseline(evaluations, baseline: str = masks.BASELINE, sources=None) -> list[dict]:
     """Per scale and method (variant and window): task_accuracy_avg minus the baseline's, in percentage points.
 
     Each method is compared with the baseline evaluation of the same scale at the largest
@@ -345,7 +345,7 @@ def _method_rank(row) -> tuple:
     return (order.index(variant) if variant in order else len(order), variant, row.get("window") or 0)
 
 
-def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
+def accuracy_gain(paths, out: str, baseline: str = masks.BASELINE) -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
     out = files.path_text(out, "out")  # the JSON records it as text
     paths = files.path_list(paths, "paths")
@@ -380,7 +380,7 @@ def accuracy_gain(paths, out: str, baseline: str = "standard") -> dict:
     return _finish(fig, out, {"baseline": baseline, "gains": rows})
 
 
-def seed_variance(sources, out: str, reference: str = "sps", margin: float = seeds.EQUIVALENCE_MARGIN_NATS) -> dict:
+def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, margin: float = seeds.EQUIVALENCE_MARGIN_NATS) -> dict:
     """Appendix C style: per method, the final validation NLL of each seed and their mean with a Student-t 95%
     interval; one-sided Welch t-tests of ``reference`` against every other method; and TOST for the
     equivalence of every other pair within ``margin`` nats. The sources are one scale's runs or evaluations."""
@@ -550,14 +550,14 @@ def build_parser():
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
     a.add_argument("evaluations", nargs="+", type=cli.input_path("evaluation", cli.FILE, PASS_EVALUATIONS),
                    help="evaluation JSONs written by sps_jax.evaluation.evaluate")
-    a.add_argument("--baseline", default="standard", choices=masks.VARIANTS,
+    a.add_argument("--baseline", default=masks.BASELINE, choices=masks.VARIANTS,
                    help="the variant the gains are measured from")
     a.add_argument("--out", type=cli.output_path, default="accuracy_gain.png",
                    help="the figure (.png), with its data next to it as .json")
     e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
     e.add_argument("sources", nargs="+", type=SOURCE,
                    help="run folders or evaluation JSONs of one scale, two or more per method")
-    e.add_argument("--reference", default="sps", choices=masks.VARIANTS,
+    e.add_argument("--reference", default=masks.DEFAULT_VARIANT, choices=masks.VARIANTS,
                    help="the variant tested for a lower NLL than every other")
     e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")

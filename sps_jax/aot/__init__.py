@@ -7,5 +7,3 @@ it runs (``python -m sps_jax.bench compile`` is the command; docs/pallas.md has 
 docs/tpu.md the TPU ones). ``gpu_kernels``: the Pallas kernels as GPU binaries; ``tpu_kernels``:
 splash attention's Mosaic kernels for TPU.
 """
-
-from sps_jax.aot.topology import Unavailable, devices, lowering_context  # noqa: F401

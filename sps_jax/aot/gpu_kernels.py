@@ -251,7 +251,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     ptxas = find_ptxas()
     if ptxas is None:
         raise topology.Unavailable('ptxas not found: install the CUDA toolkit or pip install -e ".[aot-gpu]".')
-    vis = vis or masks.Visibility("sps")
+    vis = vis or masks.Visibility(masks.DEFAULT_VARIANT)
     major = acc.compute_capability[0]
     tuning = tuning or kernel_tuning.default_tuning(shape.head_dim, vis.num_streams, major=major, kernels=kernels)
     device = topology.devices(acc)[0]

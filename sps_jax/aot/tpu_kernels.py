@@ -38,7 +38,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     number of Mosaic kernels and the blocks computed."""
     if acc.platform != "tpu":
         raise ValueError(f"{acc.name} is not a TPU: splash's kernels are Mosaic (TPU) kernels.")
-    vis = vis or masks.Visibility("sps")
+    vis = vis or masks.Visibility(masks.DEFAULT_VARIANT)
     counts = sp.score_counts(np.zeros((1, shape.seq_len), np.int32), vis, block_sizes)
     report = {"target": acc.name, "shape": dict(name=shape.name, heads=shape.heads, head_dim=shape.head_dim,
                                                  seq_len=shape.seq_len),

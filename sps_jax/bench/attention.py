@@ -40,7 +40,7 @@ def add_shape_flags(p) -> None:
     """The attention shape a kernel bench times (this one and ``bench tiles``): the paper's S attention."""
     p.add_argument("--batch", type=cli.positive_int, default=6, help="rows")
     p.add_argument("--seq-len", type=cli.positive_int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
-    heads, head_dim = sps_config.attention_dims("s")
+    heads, head_dim = sps_config.attention_dims(sps_config.DEFAULT_SCALE)
     p.add_argument("--heads", type=cli.positive_int, default=heads, help="attention heads")
     p.add_argument("--head-dim", type=cli.positive_int, default=head_dim, help="dimensions per head")
     # Bounded here: past masks.MAX_WINDOW, Visibility refused it only once the dense baselines had been timed.
@@ -89,7 +89,7 @@ def parse_args(argv):
     if args.documents > args.seq_len:
         p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
     if args.backend == "auto":
-        args.backend = "splash" if jax.default_backend() == "tpu" else "pallas"
+        args.backend = attention.AUTO.get(jax.default_backend(), "pallas")  # a kernel to time on CPU too, not xla
     if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):
         p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
     if args.backend == "triton":

@@ -48,7 +48,7 @@ def parse_args(argv):
     p.add_argument("--only", type=cli.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
                    help=f"comma-separated subset of {','.join(PROGRAMS)}")
     p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
-    p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=["standard", "sps"],
+    p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=[masks.BASELINE, masks.DEFAULT_VARIANT],
                    help="comma-separated variants compiled side by side (standard first: the ratios' base)")
     p.add_argument("--micro-batches", type=cli.comma_list(cli.positive_int), default=[1, 8],
                    help="comma-separated micro-batches per device to compile")
@@ -124,7 +124,7 @@ def kernel_rows(acc, args) -> list[dict]:
             for dtype in args.dtypes:
                 for variant in args.variants:
                     t0 = time.perf_counter()
-                    vis = masks.Visibility("sps").with_variant(variant)
+                    vis = masks.Visibility(masks.DEFAULT_VARIANT).with_variant(variant)
                     report = gpu_kernels.kernel_report(acc, shape, dtype, vis, kernels=kernels)
                     report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
                     _log(f"[{acc.name}] {kernels} kernels {shape.name} {dtype} {variant}: {report['status']}, "
@@ -142,7 +142,7 @@ def tpu_kernel_rows(acc, args) -> list[dict]:
             if dtype == "float16":
                 continue  # TPUs compute in bfloat16 (and float32)
             for variant in args.variants:
-                vis = masks.Visibility("sps").with_variant(variant)
+                vis = masks.Visibility(masks.DEFAULT_VARIANT).with_variant(variant)
                 report = tpu_kernels.kernel_report(acc, shape, dtype, vis)
                 _log(f"[{acc.name}] kernels {shape.name} {dtype} {variant}: {report['status']}"
                      + (f", {report['mosaic_kernels']} Mosaic kernels, peak {report['peak_bytes'] / 2**20:.0f} MiB "
@@ -228,7 +228,7 @@ def _linear_estimate(rows, usable_bytes) -> int | None:
 
 def _ratios(rows, keys):
     """Each row's peak memory and FLOPs over standard's at the same settings."""
-    base = {tuple(r[k] for k in keys) + (r.get("program"),): r for r in rows if r["variant"] == "standard"}
+    base = {tuple(r[k] for k in keys) + (r.get("program"),): r for r in rows if r["variant"] == masks.BASELINE}
     for r in rows:
         b = base.get(tuple(r[k] for k in keys) + (r.get("program"),))
         if b is None or not r["peak_bytes"] or not b["peak_bytes"]:

@@ -256,7 +256,7 @@ def _ratios(results: list[dict]) -> None:
         if several:
             same_variant = next(b for b in results if b["variant"] == r["variant"] and b["attention"] == first)
             r["backend_throughput_ratio"] = r["tokens_per_s"] / same_variant["tokens_per_s"]
-        base = next((b for b in results if b["variant"] == "standard" and b["attention"] == r["attention"]), None)
+        base = next((b for b in results if b["variant"] == masks.BASELINE and b["attention"] == r["attention"]), None)
         if base is None:
             continue
         r["throughput_ratio"] = r["tokens_per_s"] / base["tokens_per_s"]

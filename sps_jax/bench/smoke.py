@@ -33,6 +33,7 @@ from sps_jax.inference import decoding
 DECODE_CHECK_LEN = 512  # positions of the decode check: the first half prefilled, the rest decoded
 # Of the largest |logit|: float32 rounding differs by about 1e-6; TensorFloat-32 products by about 1e-3.
 DECODE_TOLERANCE = 1e-4
+BATCH_SIZE = 2  # rows per forward pass of each check, by default
 
 
 def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
@@ -57,7 +58,7 @@ def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
     return float(jnp.abs(got_TBV.swapaxes(0, 1) - want_BTV).max() / jnp.abs(want_BTV).max())
 
 
-def smoke(config, batch_size: int = 2, seed: int = 0, variants=masks.VARIANTS) -> list[dict]:
+def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VARIANTS) -> list[dict]:
     """Loss, gradient norm and decode error at init for each of ``variants`` (in that order) on random
     GPT-2-range tokens."""
     results = []
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=2, help="rows per forward pass")
+    parser.add_argument("--batch-size", type=cli.positive_int, default=BATCH_SIZE, help="rows per forward pass")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
                         help="comma-separated variants to check, in this order (each one compiles a gradient and a "
                         "decode loop)")

@@ -62,7 +62,7 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
     q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
     ct = jnp.ones_like(q)
     baseline = bench_attention.baseline_rows(args, dtype, key)["2T"]  # reads the shape fields of args
-    backend = getattr(args, "backend", "pallas")
+    backend = args.backend
     if backend == "triton":  # where it runs (GPU or Triton's interpreter) is decided when triton is imported
         from sps_jax import triton_attention
 

@@ -113,27 +113,23 @@ def main(argv=None) -> int:
                         "that holds files)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
-    try:
-        bench.check_profile(args)
-        base = sps_config.load_config(args.config, overrides)
-        variants = args.variants or [base.model.variant]
-        base_vis = masks.Visibility(base.model.variant, base.model.window)
-        # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
-        trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
-        platform = jax.devices()[0].platform
-        for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
-            attention.check_available(backend, platform)
-        bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU timed one program twice
-        with contextlib.ExitStack() as stack:
-            traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
-            results = time_runs(args, overrides, base_vis, variants, traces)
-        for r in results:
-            if "profile" in r:
-                bench.place_trace(r["profile"], traces, args.profile)
-                print(f"{r['label']}:\n{profiling.format_summary(r['profile'])}", file=sys.stderr, flush=True)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    bench.check_profile(args)
+    base = sps_config.load_config(args.config, overrides)
+    variants = args.variants or [base.model.variant]
+    base_vis = masks.Visibility(base.model.variant, base.model.window)
+    # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
+    trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
+    platform = jax.devices()[0].platform
+    for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
+        attention.check_available(backend, platform)
+    bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU timed one program twice
+    with contextlib.ExitStack() as stack:
+        traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
+        results = time_runs(args, overrides, base_vis, variants, traces)
+    for r in results:
+        if "profile" in r:
+            bench.place_trace(r["profile"], traces, args.profile)
+            print(f"{r['label']}:\n{profiling.format_summary(r['profile'])}", file=sys.stderr, flush=True)
     summary = {"command": "python -m sps_jax.bench train " + " ".join(argv), "results": results,
                "step_time_ratio_to_first": {r["label"]: r["step_s_median"] / results[0]["step_s_median"]
                                             for r in results}}

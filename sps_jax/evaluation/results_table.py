@@ -178,7 +178,7 @@ def _ordered(rows):
 
 def _baseline(rows, scale):
     """The Standard row of a scale (the latest step if several), or None."""
-    std = [r for r in rows if r.get("scale") == scale and r["variant"] == "standard"]
+    std = [r for r in rows if r.get("scale") == scale and r["variant"] == masks.BASELINE]
     return max(std, key=lambda r: r.get("step", 0)) if std else None
 
 
