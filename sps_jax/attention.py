@@ -9,6 +9,7 @@ it returns the attention output in the same shape and dtype as q. Backends apply
 from __future__ import annotations
 
 import functools
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +99,9 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
 
 # What "auto" means on each platform; anything not listed gets the dense reference.
 AUTO = {"tpu": "splash", "gpu": "pallas"}
+# The kernel backends' modules, each with its ``model_backend``; "xla" is this module's own.
+KERNEL_MODULES = {"pallas": "sps_jax.pallas_attention", "triton": "sps_jax.triton_attention",
+                  "splash": "sps_jax.splash_attention"}
 
 
 def check_backend(name) -> None:
@@ -143,16 +147,6 @@ def check_available(name: str, platform: str | None = None) -> None:
 def get_backend(name: str):
     """The attention function for a backend name ('auto': see :func:`resolve`)."""
     name = resolve(name)
-    if name == "pallas":
-        from sps_jax import pallas_attention
-
-        return pallas_attention.model_backend
-    if name == "triton":
-        from sps_jax import triton_attention
-
-        return triton_attention.model_backend
-    if name == "splash":
-        from sps_jax import splash_attention
-
-        return splash_attention.model_backend
+    if name in KERNEL_MODULES:  # imported on first use: each loads its kernel library
+        return importlib.import_module(KERNEL_MODULES[name]).model_backend
     return xla_attention

@@ -14,7 +14,7 @@ import dataclasses
 import os
 from typing import Optional
 
-GiB = 2 ** 30
+KiB, MiB, GiB = 2 ** 10, 2 ** 20, 2 ** 30
 GPU_ALLOCATOR_FRACTION = 0.9  # see Accelerator.usable_bytes
 
 
@@ -57,19 +57,19 @@ ACCELERATORS = {
     a.name: a for a in (
         # H100 SXM5 80GB: 132 SMs, 50 MiB L2, 3.35 TB/s HBM3, 989 TFLOP/s dense bf16.
         Accelerator("h100", "NVIDIA H100", "gpu", 989e12, 80 * GiB, compute_capability=(9, 0), sm_count=132,
-                    l2_bytes=50 * 2 ** 20, memory_bytes_per_s=3.35e12, clock_ghz=1.98),
+                    l2_bytes=50 * MiB, memory_bytes_per_s=3.35e12, clock_ghz=1.98),
         # H100 PCIe 80GB: 114 SMs, 2 TB/s, 756 TFLOP/s dense bf16.
         Accelerator("h100-pcie", "NVIDIA H100 PCIe", "gpu", 756e12, 80 * GiB, compute_capability=(9, 0), sm_count=114,
-                    l2_bytes=50 * 2 ** 20, memory_bytes_per_s=2.0e12, clock_ghz=1.755),
+                    l2_bytes=50 * MiB, memory_bytes_per_s=2.0e12, clock_ghz=1.755),
         # H200 SXM 141GB: the H100's chip with 141 GB HBM3e at 4.8 TB/s.
         Accelerator("h200", "NVIDIA H200", "gpu", 989e12, 141 * 10 ** 9, compute_capability=(9, 0), sm_count=132,
-                    l2_bytes=50 * 2 ** 20, memory_bytes_per_s=4.8e12, clock_ghz=1.98),
+                    l2_bytes=50 * MiB, memory_bytes_per_s=4.8e12, clock_ghz=1.98),
         # B200 (HGX): 148 SMs, 126 MiB L2, 180 GB HBM3e at 8 TB/s, 2.25 PFLOP/s dense bf16.
         Accelerator("b200", "NVIDIA B200", "gpu", 2.25e15, 180 * 10 ** 9, compute_capability=(10, 0), sm_count=148,
-                    l2_bytes=126 * 2 ** 20, memory_bytes_per_s=8.0e12, clock_ghz=1.965),
+                    l2_bytes=126 * MiB, memory_bytes_per_s=8.0e12, clock_ghz=1.965),
         # A100 SXM4 80GB: 108 SMs, 164 KiB opt-in shared memory per block.
         Accelerator("a100", "NVIDIA A100", "gpu", 312e12, 80 * GiB, compute_capability=(8, 0), sm_count=108,
-                    l2_bytes=40 * 2 ** 20, memory_bytes_per_s=2.04e12, clock_ghz=1.41,
+                    l2_bytes=40 * MiB, memory_bytes_per_s=2.04e12, clock_ghz=1.41,
                     shared_memory_per_block_optin=166912, shared_memory_per_sm=167936),
         # Cloud TPU v5e: 197 TFLOP/s bf16, 16 GiB HBM per chip.
         Accelerator("tpu-v5e", "TPU v5 lite", "tpu", 197e12, 16 * GiB, tpu_topology="v5e:2x2"),

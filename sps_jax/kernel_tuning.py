@@ -73,6 +73,7 @@ TRITON_TUNING = {**TUNING, (9, 128): dataclasses.replace(TUNING[(9, 128)], dkv=T
 # The two sets of these kernels, by name (`attention="pallas"` and `"triton"`), and each one's defaults.
 TUNING_TABLES = {"pallas": TUNING, "triton": TRITON_TUNING}
 KERNEL_SETS = tuple(TUNING_TABLES)
+DEFAULT_KERNELS = KERNEL_SETS[0]  # Pallas's: where a caller names no kernel set
 TUNING_STREAMS = 2
 # Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
 WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
@@ -104,7 +105,7 @@ def _target_major() -> int:
 
 
 def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int | None = None,
-                   kernels: str = "pallas") -> Tuning:
+                   kernels: str = DEFAULT_KERNELS) -> Tuning:
     """The tiles for ``head_dim`` and a variant of ``streams`` streams on a GPU of compute
     capability ``major`` (default: the target), for kernel set ``kernels`` (:data:`TUNING_TABLES`:
     :data:`TUNING`, or :data:`TRITON_TUNING` for the jax-triton kernels).

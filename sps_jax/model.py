@@ -330,8 +330,8 @@ class Attention(nn.Module):
         v_BTSHK = qkv_BTS3HK[:, :, :, 2]
         if cache is not None:
             # Inference (sps_jax.inference.kv_cache): the cache attends over its stored keys and
-            # returns itself updated with this call's post-RoPE keys and values.
-            o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT)
+            # returns itself updated with this call's post-RoPE keys and values (positions are in them).
+            o_BTSHK, cache = cache.attend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT)
             return jnp.einsum("btshk,hkd->btsd", o_BTSHK, w_out_HKD.astype(dt)), cache
         attend = attention.get_backend(c.attention)
         o_BTSHK = attend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, c.visibility)

@@ -400,7 +400,8 @@ def run_flash(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, flash, interpret, t
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
 
 
-def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning, kernels: str = "pallas") -> Tuning:
+def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning,
+                   kernels: str = kernel_tuning.DEFAULT_KERNELS) -> Tuning:
     """Check the inputs (one sentence each) and return ``tuning``, by default :func:`default_tuning`
     of kernel set ``kernels`` for the head dim, the streams and the target GPU."""
     check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)

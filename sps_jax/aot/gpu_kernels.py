@@ -34,7 +34,8 @@ TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash
                 "sps_triton_forward": "forward", "sps_triton_dq": "dq", "sps_triton_dkv": "dkv"}
 
 
-def kernel_names(vis: masks.Visibility, kernels: str = "pallas", decode: bool = True) -> tuple[str, ...]:
+def kernel_names(vis: masks.Visibility, kernels: str = kernel_tuning.DEFAULT_KERNELS,
+                 decode: bool = True) -> tuple[str, ...]:
     """The kernels of set ``kernels`` in a :func:`kernel_report`: the training kernels and, with
     ``decode``, those of ours a decode step runs. With Pallas's that is the ring kernel, for a variant
     whose step has one (:func:`sps_jax.inference.kv_cache.step_in_kernel`; the past's kernel is jax's);
@@ -190,7 +191,8 @@ def triton_calls(hlo_text: str) -> dict:
     return calls
 
 
-def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas", decode: bool = True):
+def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = kernel_tuning.DEFAULT_KERNELS,
+             decode: bool = True):
     """The attention forward and backward (the three training kernels) and, with ``decode``, a decode step
     over a cache of T slots where it runs kernels of ours (:func:`kernel_names`; batch 1: as above, only
     the grid grows)."""
@@ -234,7 +236,8 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = "pallas"
 
 
 def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis=None,
-                  tuning: kernel_tuning.Tuning | None = None, kernels: str = "pallas", decode: bool = True) -> dict:
+                  tuning: kernel_tuning.Tuning | None = None, kernels: str = kernel_tuning.DEFAULT_KERNELS,
+                  decode: bool = True) -> dict:
     """Compile the forward and backward of kernel set ``kernels`` (``kernel_tuning.KERNEL_SETS``) for ``acc``,
     and with ``decode`` a decode step (:func:`kernel_names`), and report each kernel's binary.
 

@@ -145,7 +145,7 @@ def tpu_kernel_rows(acc, args) -> list[dict]:
                 vis = masks.Visibility(masks.DEFAULT_VARIANT).with_variant(variant)
                 report = tpu_kernels.kernel_report(acc, shape, dtype, vis)
                 _log(f"[{acc.name}] kernels {shape.name} {dtype} {variant}: {report['status']}"
-                     + (f", {report['mosaic_kernels']} Mosaic kernels, peak {report['peak_bytes'] / 2**20:.0f} MiB "
+                     + (f", {report['mosaic_kernels']} Mosaic kernels, peak {report['peak_bytes'] / hardware.MiB:.0f} MiB "
                         f"({report['compile_s']:.0f} s)" if report["status"] == "ok" else ""))
                 report["program"] = f"attention {shape.name} {dtype}"
                 report["attention"] = "splash"
@@ -269,13 +269,13 @@ def generation_rows(acc, args) -> list[dict]:
 
 
 def _gib(x):
-    return "-" if x is None else f"{x / 2**30:.2f}"
+    return "-" if x is None else f"{x / hardware.GiB:.2f}"
 
 
 def _peak(r):
     """Peak GiB, or '>N' where the compiler refused the program for needing at least N GiB."""
     if r["peak_bytes"] is None and r.get("required_bytes"):
-        return f">{r['required_bytes'] / 2**30:.2f}"
+        return f">{r['required_bytes'] / hardware.GiB:.2f}"
     return _gib(r["peak_bytes"])
 
 
@@ -292,7 +292,7 @@ def print_tpu_kernels(rows) -> None:
             print(f"{head} compile error: {r['error'][:90]}")
             continue
         print(f"{head} {r['block_q']:>4d}x{r['block_kv']:<3d} {r['computed_over_dense_causal']:22.3f} "
-              f"{r['mosaic_kernels']:15d} {r['peak_bytes'] / 2**20:9.1f} {_ratio(r.get('peak_vs_standard')):>6s} "
+              f"{r['mosaic_kernels']:15d} {r['peak_bytes'] / hardware.MiB:9.1f} {_ratio(r.get('peak_vs_standard')):>6s} "
               f"{r['flops'] / 1e9:8.1f}")
 
 
@@ -316,7 +316,7 @@ def print_tables(results) -> None:
                     spill = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
                     grid = "x".join(str(g) for g in k.get("grid", []))
                     print(f"{head} {kname:28s} {tiles:>14s} "
-                          f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / 1024:>9.1f} "
+                          f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / hardware.KiB:>9.1f} "
                           f"{grid:>14s}  {gpu_kernels.matrix_summary(k.get('matrix_instructions', {}))}")
         if res.get("train"):
             print(f"\n{'attention':9s} {'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} "

@@ -274,7 +274,7 @@ def _table(results: list[dict]) -> str:
             + (f"{'x ' + results[0]['attention']:>9s} " if several else "")
             + f"{'decode MiB':>10s} {'x decode':>8s} {'peak MiB':>9s} {'x peak':>7s} "
             f"{'cache MiB':>9s} {'x cache':>7s} {'x persist':>9s}"]
-    mib = lambda x, spec: fmt(None if x is None else x / 2**20, spec)
+    mib = lambda x, spec: fmt(None if x is None else x / hardware.MiB, spec)
     for r in results:
         rows.append(f"{r['variant']:14s} {str(r['window']):>6s} {r['attention']:9s} {r['tokens_per_s']:10.1f} "
                     f"{fmt(r.get('throughput_ratio'), '7.3f')} "

@@ -119,7 +119,7 @@ def build_parser():
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
-    p.add_argument("--backend", default="pallas", choices=kernel_tuning.KERNEL_SETS,
+    p.add_argument("--backend", default=kernel_tuning.DEFAULT_KERNELS, choices=kernel_tuning.KERNEL_SETS,
                    help="the kernel set: pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
     p.add_argument("--dtype", default="bfloat16", choices=names.DTYPES,

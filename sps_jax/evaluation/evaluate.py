@@ -151,8 +151,8 @@ def _parser() -> cli.ArgumentParser:
     p.add_argument("--step", type=sps_config.step_argument, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", type=cli.comma_list(str, what="task"), default=None,
-                   help="comma-separated: paper, zero_shot, corpus, arc_easy, hellaswag, "
-                   "piqa, sciq, lambada, wikitext, c4, pile_books3, govreport, or any lm-eval task")
+                   help=f"comma-separated: {', '.join([*paper_tasks.GROUPS, *paper_tasks.GROUPS['paper']])}, or "
+                   "any lm-eval task")
     p.add_argument("--task-data", action="append", metavar="TASK=PATH",
                    help="read TASK's evaluation split from a local .jsonl, .json(.gz) or .parquet file (repeatable)")
     p.add_argument("--include-path", type=cli.input_path("folder of task YAMLs", cli.FOLDER,
@@ -244,12 +244,14 @@ def main_evaluate(argv) -> int:
         if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
             gpt2_tokenizer.get_tokenizer(args.tokenizer)
     rows = []
+    # The batch sizes given; evaluate_checkpoint's defaults are the others'.
+    sizes = {name: value for name, value in (("val_batch_size", args.val_batch_size), ("batch_size", args.batch_size))
+             if value is not None}
     for step in steps:
         try:
-            result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens,
-                                         args.val_batch_size or sps_config.VAL_BATCH, task_data, args.include_path,
-                                         args.limit, args.batch_size or batching.MAX_BATCH,
-                                         tokenizer_path=args.tokenizer)
+            result = evaluate_checkpoint(path, step, keys, args.val_data, args.val_tokens, task_data=task_data,
+                                         include_path=args.include_path, limit=args.limit,
+                                         tokenizer_path=args.tokenizer, **sizes)
         except FileNotFoundError:  # checkpoint.CheckpointGone included
             if not args.all_steps or step in checkpoint.steps(workdir):
                 raise

@@ -39,14 +39,14 @@ class Split:
     k_splits: int
     block_k: int
     interpret: bool = False
-    kernels: str = "pallas"
+    kernels: str = kernel_tuning.DEFAULT_KERNELS
 
     def slots_per_split(self, T: int) -> int:
         """Each split's share of T slots: whole blocks, so the last split may end early."""
         return -(-T // (self.block_k * self.k_splits)) * self.block_k
 
 
-def split_for(T: int, interpret: bool = False, kernels: str = "pallas") -> Split | None:
+def split_for(T: int, interpret: bool = False, kernels: str = kernel_tuning.DEFAULT_KERNELS) -> Split | None:
     """The most parallel split of T slots that ``kernels`` accept, or None when T has none. jax's
     kernel needs T divisible by k_splits, each split a multiple of block_k >= 16; the jax-triton
     kernel masks blocks past the end, so it takes any T: up to 16 splits of whole 64-slot blocks,

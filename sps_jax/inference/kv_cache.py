@@ -195,7 +195,7 @@ class _LayerView:
     cfg: sps_model.ModelConfig = struct.field(pytree_node=False)
     prefill: bool = struct.field(pytree_node=False)
 
-    def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
+    def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT):
         if self.prefill:
             return self._prefill(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT)
         return self._decode(q_BTSHK, k_BTSHK, v_BTSHK)
@@ -277,7 +277,7 @@ class _ChunkView:
     ring_mask_BQC: jax.Array | None  # what the chunk's query slots see of (ring, the chunk's windowed entries)
     cfg: sps_model.ModelConfig = struct.field(pytree_node=False)
 
-    def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, positions_BT, doc_ids_BT):
+    def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT):
         """Store the chunk's entries (persistent slots and ring), attend to each persistent stream's
         slots [0, start + C) block by block with an online softmax, and to the ring as the chunks
         before left it plus the chunk's windowed entries in one block. Query slot c * S + s is
