@@ -21,6 +21,14 @@ import numpy as np
 
 from sps_jax import hardware, masks
 
+# Attention kernels' matmul FLOPs per computed score and head dimension: the forward's QK^T and PV; dQ recomputes
+# QK^T and adds dO V^T and dS K; dK/dV recomputes K Q^T and adds P^T dO, V dO^T and dS^T Q. The kernels' cost
+# estimates and splash's count (which XLA's cost model leaves out) use these.
+KERNEL_FLOPS_PER_SCORE = {"forward": 4, "dq": 6, "dkv": 8}
+# A forward and backward in forwards, as FlashAttention's papers count throughput (the backward 2.5 forwards), so
+# that bench attention's TFLOP/s compare with published ones.
+FWD_BWD_IN_FORWARDS = 3.5
+
 @functools.lru_cache(maxsize=None)
 def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     """Mean over positions of the visible keys summed over the position's S query slots."""

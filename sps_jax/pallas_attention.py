@@ -44,7 +44,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from sps_jax import block_tables, kernel_tuning, masks
+from sps_jax import block_tables, flops, kernel_tuning, masks
 from sps_jax.kernel_tuning import Tiles, Tuning
 
 # The online softmax's constants, which the jax-triton kernels (triton_attention, inference.triton_decode) share.
@@ -189,9 +189,8 @@ class _Plan:
     target: str | None = None
 
 
-# Matmul FLOPs per computed score and head dim: forward QK^T and PV; dQ recomputes QK^T and adds
-# dO V^T and dS K; dK/dV recomputes K Q^T and adds P^T dO, V dO^T and dS^T Q.
-_FLOPS_PER_SCORE = {"sps_flash_forward": 4, "sps_flash_dq": 6, "sps_flash_dkv": 8}
+# The kernels' entries of flops.KERNEL_FLOPS_PER_SCORE.
+_FLOPS_PER_SCORE = {f"sps_flash_{kernel}": n for kernel, n in flops.KERNEL_FLOPS_PER_SCORE.items()}
 
 
 def _scores_in(table, tiles: Tiles, streams: int) -> int:

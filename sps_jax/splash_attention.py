@@ -35,7 +35,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 from jax.sharding import PartitionSpec as P
 
-from sps_jax import block_tables, masks, mesh as sps_mesh
+from sps_jax import block_tables, flops, masks, mesh as sps_mesh
 from sps_jax import pallas_attention as pa
 
 # Splash computes scores and masks 128 lanes at a time: every block is a multiple of this.
@@ -233,7 +233,8 @@ def kernel_flops(vis: masks.Visibility, seq_len: int, rows_x_heads: int, head_di
     dQ kernel and 8 in the dK/dV kernel (each recomputes the scores), as the GPU kernels' cost
     estimates count them. Documents do not change it (splash skips static blocks only)."""
     c = score_counts(np.zeros((1, seq_len), np.int32), vis, block_sizes)
-    per_head_dim = 4 * forwards * c["computed"]
+    per_score = flops.KERNEL_FLOPS_PER_SCORE
+    per_head_dim = per_score["forward"] * forwards * c["computed"]
     if backward:
-        per_head_dim += 6 * c.get("computed_dq", c["computed_dkv"]) + 8 * c["computed_dkv"]
+        per_head_dim += per_score["dq"] * c.get("computed_dq", c["computed_dkv"]) + per_score["dkv"] * c["computed_dkv"]
     return float(per_head_dim * rows_x_heads * head_dim)

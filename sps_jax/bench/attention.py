@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, hardware, kernel_tuning, masks, names
+from sps_jax import attention, bench, cli, config as sps_config, flops, hardware, kernel_tuning, masks, names
 from sps_jax import pallas_attention as pa
 from sps_jax import splash_attention as sp
 
@@ -197,9 +197,9 @@ def time_pair(fn, q, k, v, iters):
 
 
 def row(name, scores, B, H, Dh, t_f, t_fb):
-    flops_f = 4 * B * H * Dh * scores
+    flops_f = flops.KERNEL_FLOPS_PER_SCORE["forward"] * B * H * Dh * scores
     return {"name": name, "scores_per_head": scores, "fwd_ms": 1e3 * t_f, "fwd_bwd_ms": 1e3 * t_fb,
-            "fwd_tflops": flops_f / t_f / 1e12, "fwd_bwd_tflops": 3.5 * flops_f / t_fb / 1e12}
+            "fwd_tflops": flops_f / t_f / 1e12, "fwd_bwd_tflops": flops.FWD_BWD_IN_FORWARDS * flops_f / t_fb / 1e12}
 
 
 def splash_causal(slots: int, heads: int, interpret: bool = False):
