@@ -18,6 +18,9 @@ from sps_jax import masks, mesh as sps_mesh
 from sps_jax.names import ATTENTION_BACKENDS, did_you_mean
 
 # The score a hidden key gets: finite, so a row with every key hidden gives exp(0) times a zero mask, not inf - inf.
+# The kernels use pallas_attention.MASK_VALUE (-0.7 x float32's max, as jax's flash kernels do): any finite value far
+# below every real score gives the same softmax, and partials merged across the two the same result (a side with no
+# visible key has a zero sum, whatever its max).
 MASKED_SCORE = -1e30
 
 

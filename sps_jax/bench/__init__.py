@@ -8,6 +8,7 @@ import os
 from sps_jax import cli, files
 
 
+PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
 # The paper's inference workload (section 4): rows, prompt tokens per row, new tokens per row.
 GENERATION_WORKLOAD = {"batch": 16, "prefill": 1024, "decode": 3072}
 

@@ -48,6 +48,12 @@ def add_shape_flags(p) -> None:
                    help="predict window w of the windowed variants")
 
 
+def add_timing_flags(p) -> None:
+    """How a kernel bench times (this one and ``bench tiles``): the inputs' dtype and the repetitions."""
+    p.add_argument("--dtype", default="bfloat16", choices=names.DTYPES, help="dtype of q, k and v")
+    p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
+
+
 def check_shape_fits(p, args) -> None:
     """``p.error`` when the two streams' q, k, v and output at the shape flags (in ``args.dtype``) alone need more
     memory than the largest accelerator listed has: a shape no device can time (a typo such as an extra digit in
@@ -78,9 +84,7 @@ def parse_args(argv):
         tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
     p.add_argument("--documents", type=cli.positive_int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
-    p.add_argument("--dtype", default="bfloat16", choices=names.DTYPES,
-                   help="dtype of q, k and v")
-    p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
+    add_timing_flags(p)
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))
     check_shape_fits(p, args)

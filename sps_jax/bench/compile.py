@@ -47,7 +47,7 @@ def parse_args(argv):
                    help=f"comma-separated accelerators to compile for: {', '.join(hardware.ACCELERATORS)}")
     p.add_argument("--only", type=cli.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
                    help=f"comma-separated subset of {','.join(PROGRAMS)}")
-    p.add_argument("--config", default="configs/paper.py:s,sps", help="the model of train and generate")
+    p.add_argument("--config", default=bench.PAPER_CONFIG, help="the model of train and generate")
     p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=[masks.BASELINE, masks.DEFAULT_VARIANT],
                    help="comma-separated variants compiled side by side (standard first: the ratios' base)")
     p.add_argument("--micro-batches", type=cli.comma_list(cli.positive_int), default=[1, 8],

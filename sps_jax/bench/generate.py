@@ -42,7 +42,7 @@ RESULT_PREFIX = "BENCH_RESULT "
 def _parse(argv):
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/paper.py:s,sps",
+    parser.add_argument("--config", default=bench.PAPER_CONFIG,
                         help="model shapes (and the window of windowed variants)")
     bench.add_workload_flags(parser)
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"),

@@ -25,7 +25,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from sps_jax import bench, cli, kernel_tuning, masks, names
+from sps_jax import bench, cli, kernel_tuning, masks
 from sps_jax import pallas_attention as pa
 from sps_jax.bench import attention as bench_attention
 
@@ -122,15 +122,13 @@ def build_parser():
     p.add_argument("--backend", default=kernel_tuning.DEFAULT_KERNELS, choices=kernel_tuning.KERNEL_SETS,
                    help="the kernel set: pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
-    p.add_argument("--dtype", default="bfloat16", choices=names.DTYPES,
-                   help="dtype of q, k and v")
+    bench_attention.add_timing_flags(p)
     p.add_argument("--tiles", type=cli.comma_list(_pair), default=list(TILE_SHAPES), metavar="QxK,...",
                    help="tile shapes swept: positions per query tile x per key block, powers of two (default: "
                    f"{','.join(f'{q}x{k}' for q, k in TILE_SHAPES)})")
     p.add_argument("--launches", type=cli.comma_list(_pair), default=list(LAUNCHES), metavar="WxS,...",
                    help="launches swept with each shape: warps x pipeline stages (default: "
                    f"{','.join(f'{w}x{s}' for w, s in LAUNCHES)})")
-    p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
     bench.add_json_flag(p)
     return p
 
