@@ -165,14 +165,14 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     """
     tokens_BT = _ids_BT(tokens_BT, "tokens_BT")
     xp = array_module(tokens_BT)
-    is_eos = tokens_BT == eos_id
-    is_pad = tokens_BT == pad_id
-    none = xp.zeros_like(is_eos[:, :1])
-    prev_eos = xp.concatenate([none, is_eos[:, :-1]], axis=1)
-    prev_pad = xp.concatenate([none, is_pad[:, :-1]], axis=1)
+    is_eos_BT = tokens_BT == eos_id
+    is_pad_BT = tokens_BT == pad_id
+    none_B1 = xp.zeros_like(is_eos_BT[:, :1])
+    prev_eos_BT = xp.concatenate([none_B1, is_eos_BT[:, :-1]], axis=1)
+    prev_pad_BT = xp.concatenate([none_B1, is_pad_BT[:, :-1]], axis=1)
     # A document starts after an EOS, at a pad, and right after a pad; ids begin at 0.
-    starts = xp.concatenate([none, (prev_eos | prev_pad | is_pad)[:, 1:]], axis=1)
-    return xp.cumsum(starts.astype(xp.int32), axis=1).astype(xp.int32)
+    starts_BT = xp.concatenate([none_B1, (prev_eos_BT | prev_pad_BT | is_pad_BT)[:, 1:]], axis=1)
+    return xp.cumsum(starts_BT.astype(xp.int32), axis=1).astype(xp.int32)
 
 
 def document_runs(doc_ids_BT):

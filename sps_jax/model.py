@@ -459,15 +459,15 @@ def loss_weights(inputs_BT, targets_BT, eos_id, pad_id):
     Positions whose input is EOS or pad are excluded (never predict the first
     token of an unrelated document); predicting an EOS is kept.
     """
-    keep = (inputs_BT != eos_id) & (inputs_BT != pad_id) & (targets_BT != pad_id)
-    return keep.astype(jnp.float32)
+    keep_BT = (inputs_BT != eos_id) & (inputs_BT != pad_id) & (targets_BT != pad_id)
+    return keep_BT.astype(jnp.float32)
 
 
 def token_nll(logits_BTV, targets_BT):
     """Per-position negative log-likelihood in f32."""
-    logits = logits_BTV.astype(jnp.float32)
-    target_logit = jnp.take_along_axis(logits, targets_BT[..., None], axis=-1)[..., 0]
-    return jax.nn.logsumexp(logits, axis=-1) - target_logit
+    logits_BTV = logits_BTV.astype(jnp.float32)
+    target_logit_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
+    return jax.nn.logsumexp(logits_BTV, axis=-1) - target_logit_BT
 
 
 def loss_sums(model: Transformer, params, tokens_BL):

@@ -276,7 +276,7 @@ def _backward(plan, res, do_BNHK):
     tiles = plan.tuning.dq
     rows = tiles.block_q * S
     row_vec = pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))
-    dq = pl.pallas_call(
+    dq_BNHK = pl.pallas_call(
         functools.partial(_dq_kernel, streams=S, block_k=tiles.block_k, padded_len=Tp, scale=plan.scale),
         grid=(B, H, N // rows),
         in_specs=_query_tile_specs(S, rows, M, Dh) + [
@@ -296,7 +296,7 @@ def _backward(plan, res, do_BNHK):
     k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k)
     whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
-    dk, dv = pl.pallas_call(
+    dk_BMHK, dv_BMHK = pl.pallas_call(
         functools.partial(_dkv_kernel, rows_per_tile=rows, scale=plan.scale),
         grid=(B, H, M // block_k),
         in_specs=[
@@ -319,7 +319,7 @@ def _backward(plan, res, do_BNHK):
         name="sps_flash_dkv",
     )(k_tab.reshape(B, M // block_k, 4), k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK,
       lse_BHN, delta_BHN)
-    return dq, dk, dv
+    return dq_BNHK, dk_BMHK, dv_BMHK
 
 
 def flash_with(forward, backward):

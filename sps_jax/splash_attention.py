@@ -160,8 +160,8 @@ def _attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, bs, interpret):
     q_BHNK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, K).transpose(0, 2, 1, 3)
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 3, 2, 1, 4).reshape(B, H, S * Tp, K)  # noqa: E731
     # Padded positions: one segment below every document id of the row, seen by nothing real.
-    pad_id = jnp.min(doc_ids_BT, axis=1, keepdims=True) - 1
-    seg_BT = jnp.concatenate([doc_ids_BT, jnp.broadcast_to(pad_id, (B, Tp - T))], axis=1)
+    pad_segment_B1 = jnp.min(doc_ids_BT, axis=1, keepdims=True) - 1
+    seg_BT = jnp.concatenate([doc_ids_BT, jnp.broadcast_to(pad_segment_B1, (B, Tp - T))], axis=1)
     segments = splash.SegmentIds(q=jnp.repeat(seg_BT, S, axis=1), kv=jnp.tile(seg_BT, (1, S)))
     o_BHNK = _per_batch_shard(jax.vmap(kernel), q_BHNK, to_keys(k_BTSHK), to_keys(v_BTSHK), segments)
     return o_BHNK.transpose(0, 2, 1, 3).reshape(B, Tp, S, H, K)[:, :T]

@@ -319,7 +319,7 @@ def _backward(plan, res, do_BNHK):
     delta_BHN = pa.backward_delta(o_BNHK, do_BNHK)
     tiles = plan.tuning.dq
     rows = tiles.block_q * S
-    (dq,) = _launch(
+    (dq_BNHK,) = _launch(
         plan, "sps_triton_dq", (N // rows, H, B),
         (pa.query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
          delta_BHN),
@@ -328,12 +328,12 @@ def _backward(plan, res, do_BNHK):
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
     k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
-    dk, dv = _launch(
+    dk_BMHK, dv_BMHK = _launch(
         plan, "sps_triton_dkv", (M // block_k, H, B),
         (k_tab, k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK, lse_BHN, delta_BHN),
         (jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype), jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)),
         N=N, M=M, H=H, DH=Dh, ROWS=rows, BLOCK_K=block_k, SCALE=plan.scale)
-    return dq, dk, dv
+    return dq_BNHK, dk_BMHK, dv_BMHK
 
 
 _flash = pa.flash_with(_forward, _backward)

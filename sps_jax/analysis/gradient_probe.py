@@ -162,13 +162,13 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         norms = slot_grad_sq_norms(model, params, inputs, targets, loss_JB, source_BI, step)
         total_JBIS = np.asarray(sum(norms.values()))
         for b, (d, src) in enumerate(part):
-            at_k = np.searchsorted(loss_lists[b], src[:, None] + offsets[None, :])  # [I, O]
-            at_0 = np.searchsorted(loss_lists[b], src)                            # [I]
+            at_k_IO = np.searchsorted(loss_lists[b], src[:, None] + offsets[None, :])
+            at_0_I = np.searchsorted(loss_lists[b], src)
             rows_I = np.arange(len(src))
-            num = total_JBIS[at_k, b, rows_I[:, None]]      # [I, O, S]
-            den = total_JBIS[at_0, b, rows_I][:, None]     # [I, 1, S]
+            num_IOS = total_JBIS[at_k_IO, b, rows_I[:, None]]
+            den_I1S = total_JBIS[at_0_I, b, rows_I][:, None]
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratios.append(np.sqrt(num / den))
+                ratios.append(np.sqrt(num_IOS / den_I1S))
             examples.extend((d, int(i)) for i in src)
         log(f"  gradient probe: {min(b0 + batch, len(chosen))}/{len(chosen)} documents "
             f"({time.time() - start:.0f}s)")

@@ -206,11 +206,11 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
         return triton_decode.attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split)
     assert ring is not None, "a Pallas decode step has no kernel for one stream: XLA merges it"
     B, H, S, K = q_BHSK.shape
-    (k_now, v_now), (k_cache, v_cache), (k_ring, v_ring, mask_BSR) = now, cache, ring
-    T, R = k_cache.shape[2], k_ring.shape[2]
+    (k_now_BHSK, v_now_BHSK), (k_cache_BHTK, v_cache_BHTK), (k_ring_BHRK, v_ring_BHRK, mask_BSR) = now, cache, ring
+    T, R = k_cache_BHTK.shape[2], k_ring_BHRK.shape[2]
     # K and V of position i stacked: one XLA fusion lays both out (RoPE on K) for the kernel.
-    kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
-    o_past, sum_past, max_past = _kernel_past(q_BHSK, k_cache, v_cache, lo_B, i, split)
+    kv_now_2BHSK = jnp.stack([k_now_BHSK, v_now_BHSK]).astype(k_cache_BHTK.dtype)
+    o_past_BHSK, sum_past_BHS, max_past_BHS = _kernel_past(q_BHSK, k_cache_BHTK, v_cache_BHTK, lo_B, i, split)
     Sp, Rp = kernel_tuning.tile_side(S), kernel_tuning.tile_side(R)
     per_head = lambda *block: pl.BlockSpec((None, None, *block), lambda b, h: (b, h) + (0,) * len(block))  # noqa: E731
     params = None
@@ -218,7 +218,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
         from jax.experimental.pallas import triton as plgpu
 
         params = plgpu.CompilerParams(num_warps=RING_WARPS, num_stages=RING_STAGES)
-    o_BSHK, k_cache, v_cache, k_ring, v_ring = pl.pallas_call(
+    o_BSHK, k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK = pl.pallas_call(
         functools.partial(_ring_kernel, scale=K ** -0.5, rows=S, slots=R),
         grid=(B, H),
         in_specs=[per_head(Sp, K), per_head(Sp, K), per_head(Sp), per_head(Sp),
@@ -228,11 +228,12 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
         out_specs=[pl.BlockSpec((None, Sp, None, K), lambda b, h: (b, 0, h, 0)),
                    per_head(T, K), per_head(T, K), per_head(Rp, K), per_head(Rp, K)],
         out_shape=[jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype)]
-        + [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (k_cache, v_cache, k_ring, v_ring)],
+        + [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (k_cache_BHTK, v_cache_BHTK, k_ring_BHRK,
+                                                            v_ring_BHRK)],
         input_output_aliases={7: 1, 8: 2, 9: 3, 10: 4},
         interpret=split.interpret,
         compiler_params=params,
         name=RING_KERNEL,
-    )(q_BHSK, o_past, sum_past, max_past, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32),
-      mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring)
-    return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)
+    )(q_BHSK, o_past_BHSK, sum_past_BHS, max_past_BHS, kv_now_2BHSK, jnp.reshape(i, (1,)).astype(jnp.int32),
+      mask_BSR.astype(jnp.int32), k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK)
+    return o_BSHK, (k_cache_BHTK, v_cache_BHTK), (k_ring_BHRK, v_ring_BHRK)

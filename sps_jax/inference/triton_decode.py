@@ -235,24 +235,26 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     Without a ``ring`` (None: ``standard``, one stream) the kernel after the past's stores x_i and
     attends to it, and the ring returned is None."""
     B, H, S, K = q_BHSK.shape
-    (k_now, v_now), (k_cache, v_cache) = now, cache
-    T = k_cache.shape[2]
-    kv_now = jnp.stack([k_now, v_now]).astype(k_cache.dtype)
-    o_part, max_part, sum_part = _split_partials(q_BHSK, k_cache, v_cache, lo_B, i, split)
+    (k_now_BHSK, v_now_BHSK), (k_cache_BHTK, v_cache_BHTK) = now, cache
+    T = k_cache_BHTK.shape[2]
+    kv_now_2BHSK = jnp.stack([k_now_BHSK, v_now_BHSK]).astype(k_cache_BHTK.dtype)
+    o_part_BHXSK, max_part_BHXS, sum_part_BHXS = _split_partials(q_BHSK, k_cache_BHTK, v_cache_BHTK, lo_B, i, split)
     same = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
     o_shape = jax.ShapeDtypeStruct((B, S, H, K), q_BHSK.dtype)
-    inputs = (q_BHSK, o_part, max_part, sum_part, kv_now, jnp.reshape(i, (1,)).astype(jnp.int32))
-    shared = dict(B=B, SP=kernel_tuning.tile_side(S), T=T, H=H, DH=K, SPLITS=o_part.shape[2], SCALE=K ** -0.5)
+    inputs = (q_BHSK, o_part_BHXSK, max_part_BHXS, sum_part_BHXS, kv_now_2BHSK,
+              jnp.reshape(i, (1,)).astype(jnp.int32))
+    shared = dict(B=B, SP=kernel_tuning.tile_side(S), T=T, H=H, DH=K, SPLITS=o_part_BHXSK.shape[2], SCALE=K ** -0.5)
     if ring is None:
-        o_BSHK, k_cache, v_cache = _run(ONE_STREAM_KERNEL, (H, B), inputs + (k_cache, v_cache),
-                                        (o_shape, same(k_cache), same(v_cache)), split.interpret,
-                                        aliases={6: 1, 7: 2}, **shared)
-        return o_BSHK, (k_cache, v_cache), None
-    k_ring, v_ring, mask_BSR = ring
-    R = k_ring.shape[2]
-    o_BSHK, k_cache, v_cache, k_ring, v_ring = _run(
-        RING_KERNEL, (H, B), inputs + (mask_BSR.astype(jnp.int32), k_cache, v_cache, k_ring, v_ring),
-        (o_shape, same(k_cache), same(v_cache), same(k_ring), same(v_ring)), split.interpret,
+        o_BSHK, k_cache_BHTK, v_cache_BHTK = _run(ONE_STREAM_KERNEL, (H, B), inputs + (k_cache_BHTK, v_cache_BHTK),
+                                                  (o_shape, same(k_cache_BHTK), same(v_cache_BHTK)), split.interpret,
+                                                  aliases={6: 1, 7: 2}, **shared)
+        return o_BSHK, (k_cache_BHTK, v_cache_BHTK), None
+    k_ring_BHRK, v_ring_BHRK, mask_BSR = ring
+    R = k_ring_BHRK.shape[2]
+    o_BSHK, k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK = _run(
+        RING_KERNEL, (H, B),
+        inputs + (mask_BSR.astype(jnp.int32), k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK),
+        (o_shape, same(k_cache_BHTK), same(v_cache_BHTK), same(k_ring_BHRK), same(v_ring_BHRK)), split.interpret,
         aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=kernel_tuning.tile_side(R),
         DOT_PRECISION=triton_attention.dot_precision(), **shared)
-    return o_BSHK, (k_cache, v_cache), (k_ring, v_ring)
+    return o_BSHK, (k_cache_BHTK, v_cache_BHTK), (k_ring_BHRK, v_ring_BHRK)
