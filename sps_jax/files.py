@@ -344,10 +344,15 @@ def cannot_create(folder: str) -> str | None:
 def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     """``path`` resolved for :func:`replace_folder`; refused when empty, or when it is the working
     directory or holds it (swapping it out would move the working directory, and everything in it,
-    away), or when it is one of ``inputs`` or lies in one (as in :func:`output_file`)."""
+    away), or when it is one of ``inputs`` or lies in one (as in :func:`output_file`), or holds one (replacing
+    the folder deletes what it holds, with --force too)."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the folder to write.")
     _refuse_inputs(path, flag, inputs)
+    for what, given in inputs:
+        if given is not None and os.path.exists(given) and inside(given, path):
+            raise UserError(f"{flag} {path} holds {what} {given}, which this command reads and replacing the folder "
+                            f"would delete: choose another {flag} (--force replaces earlier results, never an input).")
     full, cwd = os.path.realpath(path), os.path.realpath(os.getcwd())
     if cwd == full or cwd.startswith(full.rstrip(os.sep) + os.sep):
         raise UserError(f"{flag} {path} is the working directory or one of its parents: pass a new folder "

@@ -308,14 +308,15 @@ def _function_fields(model) -> dict | None:
         return None
 
 
-def check_out(out: str, force: bool) -> None:
+def check_out(out: str, force: bool, checkpoint_path: str | None = None) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
-    empty one, the working directory, a folder in a run or in a token folder even then
-    (:func:`sps_jax.runs.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
+    empty one, the working directory, a folder in a run or in a token folder, one holding the checkpoint file
+    read, even then (:func:`sps_jax.runs.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
     from sps_jax import checkpoint, runs
 
     runs.replaceable_folder(out, "--out", force, "the imported run",
-                            check=lambda: checkpoint.check_writable_path(out, "--out"))
+                            check=lambda: checkpoint.check_writable_path(out, "--out"),
+                            inputs=[("the checkpoint", checkpoint_path)])
 
 
 def _file_step(value) -> int:
@@ -336,7 +337,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     from sps_jax import model as sps_model, runs
 
     path, out = files.path_text(path, "path"), files.path_text(out, "out")
-    check_out(out, force)
+    check_out(out, force, path)
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd = state_dict_of(ckpt)
     get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)

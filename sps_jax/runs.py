@@ -108,12 +108,13 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     return files.output_folder(path, flag, inputs)
 
 
-def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None) -> None:
+def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None, inputs=()) -> None:
     """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.files.replace_folder` would fill with ``what``:
     one that already holds files unless ``force``; even then an empty path, the working directory, a folder in a
-    run or a token folder (:func:`output_folder`), a file, or one holding a run or token folder that replacing
-    it would delete. ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
-    output_folder(path, flag)
+    run or a token folder (:func:`output_folder`), a file, one holding a run or token folder that replacing
+    it would delete, or one holding or lying in one of the command's ``inputs`` ((what, path or None) pairs).
+    ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
+    output_folder(path, flag, inputs)
     files.check_folder_place(path, flag, f"pass a new folder for {what}")
     if check is not None:
         check()

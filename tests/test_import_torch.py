@@ -572,3 +572,19 @@ def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, args, na
     with pytest.raises(TypeError, match=not_one_path(name, kind)):
         import_torch.import_checkpoint(*(str(tmp_path / a) if isinstance(a, str) else a for a in args))
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_an_out_holding_the_checkpoint_file_is_refused_even_with_force(tmp_path, depth):
+    # --out DIR --force, DIR holding the .pt being imported: the run replaced DIR, and the checkpoint was deleted.
+    out = tmp_path / "imported"
+    folder = out.joinpath(*["d"] * depth)
+    folder.mkdir(parents=True)
+    path = folder / "ckpt.pt"
+    torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(out), "--force", *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (
+        f"error: --out {out} holds the checkpoint {path}, which this command reads and replacing the folder would "
+        "delete: choose another --out (--force replaces earlier results, never an input).")
+    assert path.is_file()

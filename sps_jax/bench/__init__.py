@@ -51,7 +51,10 @@ def check_profile(args) -> None:
         return
     if args.json is not None and os.path.realpath(args.json) == os.path.realpath(args.profile):
         raise cli.UserError(f"--profile {args.profile} is the --json path: give the traces a folder of their own.")
-    runs.replaceable_folder(args.profile, "--profile", args.force, "the traces")
+    from sps_jax import config as sps_config
+    config = getattr(args, "config", None)
+    runs.replaceable_folder(args.profile, "--profile", args.force, "the traces",
+                            inputs=[("--config", sps_config.split_spec(config)[0] if config else None)])
 
 
 def trace_folder(traces: str, label: str) -> str:

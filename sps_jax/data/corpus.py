@@ -23,7 +23,7 @@ import sysconfig
 from typing import Iterator
 
 from sps_jax import files, hub
-from sps_jax.cli import LEADS_NOWHERE, MissingPackage, UserError
+from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -269,6 +269,10 @@ def check_source(source: str) -> None:
     nowhere = [p for p in paths if files.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised
         raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")
+    # A pipe waited forever for a writer, and a link to /dev/zero read until the host's memory ran out.
+    odd = [p for p in paths if os.path.exists(p) and not os.path.isfile(p)]
+    if odd:
+        raise UserError(f"{odd[0]} in source folder {source!r} {NOT_REGULAR}: remove it, or move it out of the folder.")
 
 
 def check_options(source: str, text_field: str | None = None, hf_split: str | None = None,

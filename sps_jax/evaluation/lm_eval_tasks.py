@@ -22,6 +22,12 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
     folders and every check and evaluation shares it (a YAML added to those folders later is not seen)."""
     from lm_eval.tasks import TaskManager
 
+    if include_path:  # lm-eval's index reads every file it lists: a pipe waited forever for a writer
+        odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if p.exists() and not p.is_file()
+                    and not p.is_dir()), None)
+        if odd is not None:
+            raise cli.UserError(f"{odd} in --include-path {include_path} {cli.NOT_REGULAR}: remove it, or move it out "
+                                "of the folder.")
     return TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
                        include_defaults=include_defaults)
 

@@ -151,3 +151,21 @@ def test_a_profile_folder_at_the_json_path_is_refused_before_any_run_is_timed(tm
                                            "--json", str(out)])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr.strip() == f"error: --profile {out} is the --json path: give the traces a folder of their own."
+
+
+def test_a_profile_folder_holding_the_config_file_is_refused_even_with_force(tmp_path, monkeypatch):
+    # --profile DIR --force replaced DIR with the traces: the --config file in it, read by this very command, was gone.
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+
+    folder = tmp_path / "mine"
+    (folder / "deeper").mkdir(parents=True)
+    config = folder / "deeper" / "tiny.py"
+    config.write_text(open(os.path.join(REPO, "configs", "tiny.py")).read())
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    outcome = fuzz.call(bench_train.main, ["--config", f"{config}:sps,4", "--profile", str(folder), "--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (
+        f"error: --profile {folder} holds --config {config}, which this command reads and replacing the folder would "
+        "delete: choose another --profile (--force replaces earlier results, never an input).")
+    assert config.is_file()

@@ -542,3 +542,20 @@ def test_counts_and_ids_of_the_wrong_type_are_one_sentence(tmp_path):
                          ({"vocab_size": "50304"}, r"^vocab_size must be an integer")):
         with pytest.raises(TypeError, match=says):
             loader.open_tokens(str(tmp_path / "tokens"), "val", **kwargs)  # said before the folder is looked at
+
+
+@pytest.mark.parametrize("kind", ["pipe", "link to a device"])
+def test_a_pipe_or_device_in_a_source_folder_is_named_before_any_work(tmp_path, kind):
+    # Given as --source they were refused; inside a folder a pipe waited forever for a writer, and a link to
+    # /dev/zero read until the host ran out of memory.
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("A document that is fine.\n")
+    odd = folder / "b.txt"
+    os.mkfifo(odd) if kind == "pipe" else os.symlink("/dev/zero", odd)
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(folder), "--out", str(tmp_path / "out")],
+                        timeout=60)
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: {odd} in source folder {str(folder)!r} is no regular file (a pipe, a "
+                                      "device or a socket): remove it, or move it out of the folder.")
+    assert not (tmp_path / "out").exists()

@@ -4,6 +4,7 @@ a clear error before any weights are loaded."""
 import base64
 import hashlib
 import json
+import os
 import shutil
 import sys
 
@@ -364,6 +365,19 @@ def test_an_include_path_yaml_lm_eval_cannot_read_is_refused_before_loading_weig
                                          f"{tmp_path / 'yaml' / 'sub' / 'mine_mc.yaml'} (")
     assert reason in str(refusal.value)
     assert str(refusal.value).endswith(") and would skip it without a word: fix it, or move it out of the folder.")
+
+
+def test_a_pipe_in_an_include_path_is_refused_before_lm_eval_reads_it(tmp_path, monkeypatch):
+    # lm-eval's task index opened every file of the folder: a pipe named t.yaml waited forever for a writer.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    os.mkfifo(tmp_path / "yaml" / "t.yaml")
+    outcome = fuzz.call(lambda argv: evaluate.evaluate_checkpoint(
+        str(tmp_path / "run"), None, ["mine_mc"], include_path=str(tmp_path / "yaml"), tokenizer=CharTokenizer(),
+        include_defaults=False), [], timeout=60)  # a Hang where the pipe is opened
+    assert outcome.crash == (f"UserError: {tmp_path / 'yaml' / 't.yaml'} in --include-path {tmp_path / 'yaml'} is no "
+                             "regular file (a pipe, a device or a socket): remove it, or move it out of the folder.")
 
 
 def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, offline_hub_task, monkeypatch):
