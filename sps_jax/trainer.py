@@ -62,6 +62,11 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
         memory_bytes = cli.at_least("memory_bytes", memory_bytes, 1)
     sps_config.check_run_config(config)
     cfg = sps_model.ModelConfig.from_config(config.model)
+    if cfg.param_dtype == "float16":  # bfloat16 has float32's range; generation may hold float16 weights
+        raise ValueError("model.param_dtype=float16 cannot train: AdamW's moments are kept in the weights' dtype, and "
+                         "float16 rounds a second moment below 6e-8 to 0 (small gradients' moments vanish), so the "
+                         "updates are no longer AdamW's: train with param_dtype float32 or bfloat16 (model.dtype may "
+                         "stay float16).")
     t = config.train
     data, fsdp = sps_mesh.resolve_axes(config.mesh, num_devices)
     if t.global_batch % t.micro_batch:

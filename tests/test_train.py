@@ -218,6 +218,14 @@ def test_bad_settings_fail_before_compiling(tokens):
     config.mesh.data = 3
     with pytest.raises(ValueError, match="does not split over the 3x1 mesh"):
         trainer.plan(config, num_devices=3)
+    # AdamW's moments in float16 lose small gradients' second moments to 0: it trained another optimizer, unsaid
+    # (or stopped on a non-finite loss that blamed the learning rate).
+    config = small_config(tokens, 4)
+    config.model.param_dtype = "float16"
+    with pytest.raises(ValueError, match=r"^model\.param_dtype=float16 cannot train: AdamW's moments are kept in"):
+        trainer.plan(config, num_devices=1)
+    config.model.param_dtype = "bfloat16"
+    assert trainer.plan(config, num_devices=1).total_steps > 0
 
 
 def test_a_schedule_longer_than_adamws_int32_count_is_refused_and_the_last_countable_step_is_not(tokens):
