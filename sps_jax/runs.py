@@ -297,6 +297,14 @@ def _check_workdir_place(workdir: str, config) -> None:
             os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):
         raise UserError(f"--workdir {workdir} lies in the token folder data.dir={data_dir}, which `data prepare "
                         "--force` replaces whole, run and all: pass a --workdir outside it.")
+    # A token folder in the run (data.dir, prepared there on first use, or any other): `data prepare` then refused to
+    # rebuild it, as a folder inside a run.
+    tokens = (data_dir if isinstance(data_dir, str) and data_dir and files.inside(data_dir, workdir)
+              else files.below(workdir, token_folder.is_token_folder, max_depth=_HELD_DEPTH))
+    if tokens is not None:
+        raise UserError(f"--workdir {workdir} holds the token folder {tokens}, which a run made there would hold among "
+                        f"its own files (and `data prepare` could no longer rebuild): pass a new folder (a sibling of "
+                        f"{tokens}, say).")
     if not os.path.lexists(workdir):
         files.check_parent(workdir, "--workdir")
     elif (reason := files.cannot_create(workdir)) is not None:

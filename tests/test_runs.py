@@ -662,3 +662,21 @@ def test_notebook_functions_refuse_params_of_another_model_or_holding_nan_before
             scoring.Scorer(net, params, **kwargs)
     with pytest.raises(TypeError, match=r"^net must be a sps_jax\.model\.Transformer"):
         scoring.Scorer(cfg, params)
+
+
+def test_a_folder_holding_a_token_folder_is_no_workdir(tmp_path):
+    # train --workdir data (the README's data/builtin in it, prepared by the run itself when missing) trained there:
+    # `data prepare --force --out data/builtin` then refused to rebuild the tokens, as a folder inside a run.
+    from sps_jax.cli import UserError
+    config = sps_config.load_config("configs/tiny.py")
+    tokens = tmp_path / "data" / "group" / "tok"
+    tokens.mkdir(parents=True)
+    (tokens / "manifest.json").write_text("{}")
+    for holder in (tmp_path / "data", tmp_path / "data" / "group"):
+        with pytest.raises(UserError, match=rf"^--workdir {holder} holds the token folder {tokens}, which a run made "
+                                            r"there would hold among its own files"):
+            runs.check_workdir(str(holder), config)
+    config.data.dir = str(tmp_path / "fresh" / "builtin")  # not prepared yet: training would prepare it in the run
+    with pytest.raises(UserError, match=rf"^--workdir {tmp_path / 'fresh'} holds the token folder {config.data.dir},"):
+        runs.check_workdir(str(tmp_path / "fresh"), config)
+    runs.check_workdir(str(tmp_path / "beside"), config)
