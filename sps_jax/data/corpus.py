@@ -22,7 +22,7 @@ import os
 import sysconfig
 from typing import Iterator
 
-from sps_jax import files, hub
+from sps_jax import files, hub, token_folder
 from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -244,20 +244,29 @@ def check_source(source: str) -> None:
                  if source.lower().startswith(HF_PREFIX) else None)
         raise FileNotFoundError(f"source {source!r} does not exist" + (f" (did you mean {meant!r}?)" if meant else "")
                                 + ": pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'.")
+    from sps_jax import runs  # not at the top: it loads jax
     if os.path.isdir(source):  # their JSON files were read as JSONL documents, and refused as "not JSON at line 1"
-        from sps_jax import runs, token_folder
         if token_folder.is_token_folder(source):
             raise UserError(f"source {source!r} is a token folder, prepare's output: pass it as data.dir (or "
                             "--val-data), or pass the text it was prepared from as --source.")
         if runs.is_run(source):
             raise UserError(f"source {source!r} is a training run's folder, not a corpus: pass a text/JSONL/Parquet "
                             "file or folder.")
+    run = files.enclosing(source, runs.is_run)
+    if run is not None:  # a checkpoint's commit_success.txt files were tokenised as documents
+        raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
+                        "text/JSONL/Parquet file or folder.")
     if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
     every = None
     if os.path.isdir(source):  # a folder's other files are not its documents, but an archive is: it was skipped
         every = _folder_files(source)
+        tokens = next((os.path.dirname(p) for p in every if os.path.basename(p) == token_folder.MANIFEST
+                       and token_folder.is_token_folder(os.path.dirname(p))), None)
+        if tokens is not None:  # its manifest.json was read as a JSON Lines document and refused as not JSON
+            raise UserError(f"source folder {source!r} holds the token folder {tokens}, prepare's output, not a "
+                            "corpus: pass a folder of text, JSONL or Parquet files only.")
         packed = [p for p in every if p.lower().endswith(COMPRESSED_SUFFIXES)]
         if packed:
             raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"

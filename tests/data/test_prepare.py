@@ -559,3 +559,26 @@ def test_a_pipe_or_device_in_a_source_folder_is_named_before_any_work(tmp_path, 
     assert outcome.stderr.strip() == (f"error: {odd} in source folder {str(folder)!r} is no regular file (a pipe, a "
                                       "device or a socket): remove it, or move it out of the folder.")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_in_a_run_or_holding_a_token_folder_is_named_before_any_work(tmp_path):
+    # RUN/checkpoints/40 was prepared: Orbax's commit_success.txt files became documents. A folder holding a token
+    # folder said only that its manifest.json was not JSON Lines.
+    from tests.test_runs import save_small_run
+    run = tmp_path / "run"
+    save_small_run(run)
+    inside = run / "checkpoints"
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(inside), "--out", str(tmp_path / "out")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: source {str(inside)!r} lies in the training run {run}, whose files are "
+                                      "no corpus: pass a text/JSONL/Parquet file or folder.")
+    corpus_dir = tmp_path / "corpus"
+    (corpus_dir / "tok").mkdir(parents=True)
+    (corpus_dir / "a.txt").write_text("A document.\n")
+    (corpus_dir / "tok" / "manifest.json").write_text("{}")
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(corpus_dir), "--out", str(tmp_path / "out")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip() == (f"error: source folder {str(corpus_dir)!r} holds the token folder "
+                                      f"{corpus_dir / 'tok'}, prepare's output, not a corpus: pass a folder of text, "
+                                      "JSONL or Parquet files only.")
+    assert not (tmp_path / "out").exists()
