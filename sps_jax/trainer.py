@@ -447,6 +447,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     if cfg.window is not None and cfg.window >= cfg.seq_len - 1:  # allowed (an ablation's end point), never unsaid
         _warn(f"note: model.window={cfg.window} spans the whole context (model.seq_len={cfg.seq_len}): no entry ever "
               f"leaves the window, so {cfg.variant} attends here as with no window at all.")
+    if t.peak_lr == 0:  # allowed (a frozen run checks the loop and the data), never unsaid; 1e-400 reads as 0.0
+        _warn("note: train.peak_lr=0 leaves the weights as they start: every step trains at learning rate 0.")
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     runs.check_workdir(workdir, config, force)

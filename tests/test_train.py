@@ -505,6 +505,15 @@ def test_a_window_that_spans_the_context_is_said(tmp_path, tokens, window, said)
     assert (note in outcome.stderr) == said, outcome.stderr
 
 
+@pytest.mark.parametrize("peak, said", [("1e-400", True), ("0", True), ("1e-3", False)])
+def test_a_peak_learning_rate_of_zero_is_said(tmp_path, tokens, peak, said):
+    # It trained every step at learning rate 0 without a word (1e-400 is read as 0.0); a frozen run is allowed.
+    outcome = train_here(tmp_path / "run", tokens, 1, f"--config.train.peak_lr={peak}", "--config.train.final_lr=0")
+    assert outcome.status == 0, outcome.stderr
+    note = "note: train.peak_lr=0 leaves the weights as they start: every step trains at learning rate 0."
+    assert (note in outcome.stderr) == said, outcome.stderr
+
+
 @pytest.mark.parametrize("args, says", [((1, 0), r"^process_count must be at least 1, got 0\.$"),  # ZeroDivisionError
                                         (("1",), r"^num_devices must be an integer"),
                                         ((0,), r"^num_devices must be at least 1"),
