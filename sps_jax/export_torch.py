@@ -32,6 +32,11 @@ DEFAULT_DTYPE = "float32"  # the weights as training holds them (model.param_dty
 FORMATS = {".pt": "torch", ".safetensors": "safetensors"}  # file suffix -> the package that writes it
 
 
+def _format(out: str) -> str | None:
+    """The package that writes ``out``, by its suffix in any case (MODEL.PT is a .pt file, as import_torch reads it)."""
+    return FORMATS.get(os.path.splitext(out)[1].lower())
+
+
 def check_output(out: str, force: bool = False) -> str:
     """The writer package of ``out`` (``torch`` or ``safetensors``), after the checks that need no
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
@@ -39,10 +44,10 @@ def check_output(out: str, force: bool = False) -> str:
 
     if not isinstance(force, bool):  # "no" is true: it replaced the file
         raise TypeError(f"force must be True or False, got {force!r}.")
-    suffix = next((s for s in FORMATS if out.endswith(s)), None)
+    suffix = next((out[-len(s):] for s in FORMATS if out.lower().endswith(s)), None)
     if suffix is not None:  # o/.pt: splitext reads it as a hidden file with no suffix
         files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
-    fmt = FORMATS.get(os.path.splitext(out)[1])
+    fmt = _format(out)
     if fmt is None:
         raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
     if os.path.isdir(out):
@@ -92,7 +97,7 @@ def write(ckpt: dict, out: str, force: bool = False) -> None:
     replaced only with ``force``, and a run's own files never (:func:`check_output`)."""
     out = files.path_text(out, "out")
     check_output(out, force)
-    fmt = FORMATS[os.path.splitext(out)[1]]
+    fmt = _format(out)
     with files.atomic_path(out) as partial:
         if fmt == "torch":
             import torch

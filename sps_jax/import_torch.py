@@ -72,6 +72,13 @@ def _is_safetensors(path: str) -> bool:
     return len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= os.path.getsize(path)
 
 
+def _is_torch_save(path: str) -> bool:
+    """torch.save's start: a zip archive (its format since torch 1.6), or a pickle (protocol 2 and up)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head == b"PK\x03\x04" or head[:1] == b"\x80"
+
+
 def _reader(package: str, what: str, path: str):
     """The package that reads ``path`` (a ``what``), once both are there; else one sentence: the extra to
     install (named as the package), or the missing file."""
@@ -101,6 +108,9 @@ def _load_safetensors(path: str) -> dict:
         with safetensors.safe_open(path, framework="numpy") as f:
             tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
     except Exception as exc:  # safetensors raises its own SafetensorError (and OS errors) on bad files
+        if _is_torch_save(path):
+            raise UserError(f"{path} is a PyTorch checkpoint (torch.save's): rename it to end in .pt, which this "
+                            "command reads with torch.") from None
         raise UserError(f"{path} is not a safetensors file that safetensors can read ({_reason(exc)}).") from None
     try:
         return torch_layout.from_safetensors(tensors, metadata)

@@ -187,6 +187,10 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     assert export_torch.main([run, "--out", str(tmp_path / ".pt")]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --out {tmp_path / '.pt'} has no file name before .pt: add "
                                                f"one, for example {tmp_path / 'model.pt'}.")
+    # A suffix in capitals names the same format, as import_torch reads MODEL.SAFETENSORS (.PT was refused).
+    for name, reader in (("MODEL.PT", torch.load), ("MODEL.SafeTensors", safetensors_torch.load_file)):
+        assert export_torch.main([run, "--out", str(tmp_path / name)]) == 0, capsys.readouterr().err
+        assert reader(str(tmp_path / name))
 
 
 def test_the_notebook_functions_keep_existing_files_and_refuse_params_of_another_model(tmp_path):

@@ -349,6 +349,13 @@ def test_files_that_are_not_checkpoints_are_one_sentence(tmp_path):
     message = bad_file_message(tmp_path, lambda p: p.write_bytes(len(header).to_bytes(8, "little") + header))
     assert message.endswith("bad.pt is a safetensors file: rename it to end in .safetensors, which this command reads "
                             "with safetensors.\n"), message
+    # The other way round, safetensors' "header too large" named no fix.
+    renamed = tmp_path / "renamed.safetensors"
+    torch.save({"model": synthetic_state_dict()}, renamed)
+    outcome = fuzz.call(import_torch.main, [str(renamed), "--variant", "sps", "--out", str(tmp_path / "r"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.stderr.endswith(
+        "renamed.safetensors is a PyTorch checkpoint (torch.save's): rename it to end in .pt, which this command reads "
+        "with torch.\n"), outcome.stderr
     sd = synthetic_state_dict()
     del sd["_orig_mod.transformer.h.1.mlp.up_proj.weight"]
     message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
