@@ -96,6 +96,9 @@ def _row_problem(row) -> str | None:
     return bad
 
 
+_NLL, _ACCURACY = "an NLL's range (0 and up)", "an accuracy's range (0 to 1)"
+
+
 def _bad_field(row) -> str | None:
     # evaluate writes NaN as null, so a NaN or infinity was written by hand or by another program
     number = lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
@@ -119,6 +122,16 @@ def _bad_field(row) -> str | None:
         values = row.get(field, {})
         if not isinstance(values, dict) or not all(map(number, values.values())):
             return f"its {field} is not an object of finite numbers"
+    # A hand edit the table printed as it was (an accuracy of 1.7 as 170.0): NLLs are at least 0, accuracies 0 to 1.
+    for field, values, lo, hi, what in (
+            ("val_nll", [row.get("val_nll")], 0, math.inf, _NLL),
+            ("corpus_nll_avg", [row.get("corpus_nll_avg")], 0, math.inf, _NLL),
+            ("corpus_nll", row.get("corpus_nll", {}).values(), 0, math.inf, _NLL),
+            ("task_accuracy_avg", [row.get("task_accuracy_avg")], 0, 1, _ACCURACY),
+            ("tasks", row.get("tasks", {}).values(), 0, 1, _ACCURACY)):
+        bad = next((v for v in values if v is not None and not lo <= v <= hi), None)
+        if bad is not None:
+            return f"its {field} holds {bad!r}, outside {what}"
     return None
 
 

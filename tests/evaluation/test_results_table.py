@@ -145,6 +145,11 @@ def test_two_runs_that_share_a_name_are_two_rows_told_apart_by_their_folders(tmp
     ({"val_nll": float("nan")}, "its val_nll nan is not a finite number."),
     ({"tasks": {"arc_easy": float("inf")}}, "its tasks is not an object of finite numbers."),
     ({"tokens_seen": -5}, "its tokens_seen -5 is not a count."),
+    # Out of range: the table printed an accuracy of 1.7 as 170.0.
+    ({"tasks": {"arc_easy": 1.7}}, "its tasks holds 1.7, outside an accuracy's range (0 to 1)."),
+    ({"task_accuracy_avg": -0.1}, "its task_accuracy_avg holds -0.1, outside an accuracy's range (0 to 1)."),
+    ({"val_nll": -3.0}, "its val_nll holds -3.0, outside an NLL's range (0 and up)."),
+    ({"corpus_nll": {"wikitext": -1.0}}, "its corpus_nll holds -1.0, outside an NLL's range (0 and up)."),
 ])
 def test_a_results_json_with_a_bad_field_is_one_sentence_naming_the_file(tmp_path, change, sentence):
     # A bad variant or window was the model's sentence alone: which of the files it was went unsaid.
