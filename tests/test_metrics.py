@@ -91,6 +91,17 @@ def test_plot_against_a_field_the_records_lack_is_one_sentence(tmp_path):
     assert figures.training_curves({"run": str(tmp_path)}, x="step").axes[0].lines[0].get_xdata().tolist() == [1]
 
 
+def test_a_loss_below_zero_is_named_not_plotted(tmp_path):
+    # A hand-edited val_loss of -3.0 was drawn as it was: no cross-entropy is below 0.
+    writer = metrics.Writer(str(tmp_path), tensorboard=False)
+    writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
+    writer.write({"step": 2, "tokens_seen": 20, "val_loss": -3.0})
+    writer.close()
+    with pytest.raises(UserError, match=r"the record of step 2 has val_loss=-3\.0, below 0, which no loss or count of "
+                                        r"a run is\.$"):
+        figures.training_curves({"run": str(tmp_path)})
+
+
 @pytest.mark.parametrize("call, name, kind", [
     (lambda tmp: metrics.read([str(tmp), str(tmp)]), "workdir", "list"),
     (lambda tmp: figures.training_curves({"run": str(tmp)}, [str(tmp / "a.png"), str(tmp / "b.png")]), "out_png", "list"),
