@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 
 import numpy as np
@@ -482,6 +483,9 @@ def replace_folder(path: str):
                     os.rename(old, path)
                     raise
                 shutil.rmtree(old, ignore_errors=True)
+                if os.path.lexists(old):  # the new folder is in place; what could not be deleted is said, not left
+                    print(f"warning: {given} was replaced, but its earlier files could not all be deleted: they are "
+                          f"in {old}; delete it yourself.", file=sys.stderr)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise

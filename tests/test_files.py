@@ -28,6 +28,20 @@ def test_replace_folder_swaps_in_a_complete_folder_and_leaves_the_old_one_on_fai
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_earlier_files_that_cannot_be_deleted_after_a_replacement_are_said(tmp_path, monkeypatch, capsys):
+    # An immutable file left OUT.<random>.old/ beside the new folder without a word.
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    monkeypatch.setattr(files.shutil, "rmtree", lambda path, ignore_errors=False: None)  # as chattr +i leaves it
+    with files.replace_folder(str(target)):
+        (tmp_path / "out.partial" / "new.txt").write_text("new")
+    [old] = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]
+    assert (old / "old.txt").read_text() == "old" and [p.name for p in target.iterdir()] == ["new.txt"]
+    assert capsys.readouterr().err == (f"warning: {target} was replaced, but its earlier files could not all be "
+                                       f"deleted: they are in {old}; delete it yourself.\n")
+
+
 def test_two_writers_of_one_file_at_once_each_rename_a_whole_file(tmp_path):
     # Two first runs provisioning the tokenizer, say: the one that finishes last wins, neither fails.
     path = tmp_path / "out.txt"
