@@ -73,9 +73,9 @@ def curves(workdir: str) -> dict[str, list[dict]]:
                 if isinstance(r.get(key), bool) or not isinstance(r.get(key), (int, float)):
                     raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
                                     f"{key}={r.get(key)!r}, not a number.")
-                if r[key] < 0:  # a cross-entropy and a count are never below 0: a hand edit, plotted as it was
-                    raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
-                                    f"{key}={r[key]!r}, below 0, which no loss or count of a run is.")
+            if r[value] < 0:  # no cross-entropy is: a hand edit, plotted as it was (the figures place tokens_seen)
+                raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
+                                f"{value}={r[value]!r}, below 0, which no loss is.")
     return out
 
 
