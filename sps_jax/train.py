@@ -93,7 +93,9 @@ def main(argv=None) -> int:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id)
     summary = trainer.train(config, args.workdir, force=args.force)
     trainer.print0(json.dumps(summary))
-    return 0
+    # Stopped by a signal, with a checkpoint saved: 128 + the signal as any stopped command, so that `train && ...`
+    # and a scheduler's requeue see a run that did not finish.
+    return {"SIGINT": cli.EXIT_INTERRUPTED, "SIGTERM": cli.EXIT_TERMINATED}.get(summary.get("stopped_by"), 0)
 
 
 if __name__ == "__main__":

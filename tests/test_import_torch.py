@@ -107,7 +107,7 @@ def test_model_args_that_contradict_the_tensors_are_said_and_the_tensors_used(tm
     torch.save(authors_checkpoint(sd, window=1, hidden_size=2 * D, n_layer=L + 1), path)
     assert import_torch.main([str(path), "--out", str(tmp_path / "run"), "--config.model.attention=xla",
                               "--config.model.dtype=float32"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert f"note: the checkpoint's model_args['hidden_size'] = {2 * D} contradicts its tensors, which have " \
            f"d_model={D}: the tensors are used" in out
     assert f"model_args['n_layer'] = {L + 1} contradicts its tensors, which have num_layers={L}" in out
@@ -172,7 +172,7 @@ def test_the_model_class_their_config_names_gives_the_variant(tmp_path, target, 
 def test_a_variant_against_the_saved_model_class_is_said_and_an_unknown_class_needs_the_flag(tmp_path, capsys):
     torch.save(authors_checkpoint(synthetic_state_dict(), target="modeling.models.sps.SPSModel"), tmp_path / "a.pt")
     assert import_torch.main([str(tmp_path / "a.pt"), "--variant", "delayed_state", "--out", str(tmp_path / "r")]) == 0
-    assert "note: --variant delayed_state replaces the sps model the checkpoint was trained as" in capsys.readouterr().out
+    assert "note: --variant delayed_state replaces the sps model the checkpoint was trained as" in capsys.readouterr().err
     torch.save(authors_checkpoint(synthetic_state_dict(), target="mine.Model"), tmp_path / "b.pt")
     outcome = fuzz.call(import_torch.main, [str(tmp_path / "b.pt"), "--out", str(tmp_path / "s")])
     assert outcome.status == 2 and "its config names no model class of the authors'): pass --variant" in outcome.stderr
@@ -183,7 +183,7 @@ def test_a_file_without_a_window_says_which_window_it_used(tmp_path, capsys):
     torch.save({"model": synthetic_state_dict(), "model_args": args}, tmp_path / "ckpt.pt")
     assert import_torch.main([str(tmp_path / "ckpt.pt"), "--variant", "sps", "--out", str(tmp_path / "run")]) == 0
     assert "note: the checkpoint has no model_args['window_size']: using a window of 64 (pass --window" in \
-        capsys.readouterr().out
+        capsys.readouterr().err
 
 
 def test_a_model_arg_of_the_wrong_type_is_one_sentence(tmp_path):
@@ -280,11 +280,11 @@ def test_a_state_dict_without_prefix_or_model_args_imports_with_the_heads_and_co
     assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "run"),
                               "--num-heads", str(H), "--seq-len", str(T), *OVERRIDES]) == 0
     net, _ = logits_match(tmp_path / "run", sd)
-    assert (net.cfg.num_heads, net.cfg.seq_len) == (H, T) and "note:" not in capsys.readouterr().out
+    assert (net.cfg.num_heads, net.cfg.seq_len) == (H, T) and "note:" not in capsys.readouterr().err
     # Without the flags the file says nothing of heads or context: the output says which defaults were used.
     assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "guess"),
                               *OVERRIDES]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "using d/64 = 1 heads (pass --num-heads" in out and "context of 4096 (pass --seq-len" in out
     assert runs.load_model(str(tmp_path / "guess"))[0].cfg.num_heads == 1  # d = 32: d/64 rounds up to one head
 
@@ -296,7 +296,7 @@ def test_heads_that_contradict_the_files_n_head_are_said(tmp_path, capsys):
     assert import_torch.main([str(path), "--variant", "sps", "--window", "2", "--out", str(tmp_path / "run"),
                               "--num-heads", "4", *OVERRIDES]) == 0
     assert f"note: --num-heads 4 replaces the checkpoint's {H} heads: each head is {D // 4} wide instead of " \
-           f"{D // H}" in capsys.readouterr().out
+           f"{D // H}" in capsys.readouterr().err
     assert runs.load_model(str(tmp_path / "run"))[0].cfg.num_heads == 4
 
 
@@ -479,7 +479,7 @@ def test_model_args_that_disagree_with_the_stored_config_are_said_with_the_value
     torch.save(saved, path)
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
-    notes = [line for line in outcome.stdout.splitlines() if line.startswith("note:")]
+    notes = [line for line in outcome.stderr.splitlines() if line.startswith("note:")]
     assert notes == [
         "note: the checkpoint's model_args['norm_eps'] = 1e-05 disagrees with its stored config's model.norm_eps = "
         "1e-06: the stored config's value is used.",
@@ -498,7 +498,7 @@ def test_a_window_given_to_a_variant_without_one_is_said_to_be_dropped(tmp_path)
     outcome = fuzz.call(import_torch.main, [str(path), "--variant", "standard", "--window", "16", "--out",
                                             str(tmp_path / "run"), *OVERRIDES[3:]])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
-    assert "note: --window 16 is dropped: standard has no windowed stream." in outcome.stdout.splitlines()
+    assert "note: --window 16 is dropped: standard has no windowed stream." in outcome.stderr.splitlines()
     assert runs.load_model(str(tmp_path / "run"))[0].cfg.window is None
 
 

@@ -142,6 +142,26 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path, tokens, referenc
     assert max(losses(tmp_path)) == 3
 
 
+def test_the_command_stopped_in_its_loop_saves_then_exits_128_plus_the_signal(tmp_path, tokens):
+    # It exited 0 after the checkpoint: `train && evaluate` went on, and a scheduler saw a finished job.
+    argv = small_argv(tmp_path / "run", tokens, "--config.train.log_every=1", steps=1000)
+    proc = subprocess.Popen([sys.executable, "-m", "sps_jax.train", *argv], cwd=REPO, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or not lines[-1].startswith("step "):  # the loop has started
+            lines.append(proc.stdout.readline())
+            assert lines[-1], proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    step = runs.load_run(str(tmp_path / "run"))[2]
+    assert f"SIGTERM: saved a checkpoint at step {step}; rerun the same command to resume." in out, out
+    assert json.loads(out.splitlines()[-1])["stopped_by"] == "SIGTERM"
+
+
 # jax records this event for every program it compiles (a persistent-cache hit too), with the function's name.
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 

@@ -25,6 +25,11 @@ from sps_jax.plotting import pyplot, save_figure, smooth
 STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
 
 
+def _progress(msg: str) -> None:
+    """A progress line, on stderr: stdout holds the command's answer (the files it wrote)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 def nan_mean_and_count(a, axis=0):
     count = np.sum(~np.isnan(a), axis=axis)
     with np.errstate(invalid="ignore"):
@@ -222,10 +227,10 @@ def cmd_gradients(args):
     for workdir, docs in zip(args.workdir, all_docs):
         cfg, params, step, label = _load(workdir, args)
         context = _context(args, cfg)
-        print(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
-              f"context {context}", flush=True)
+        _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
+                  f"context {context}")
         out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
-                              context=context, seed=args.seed, batch=args.batch, chunk=args.chunk)
+                              context=context, seed=args.seed, batch=args.batch, chunk=args.chunk, log=_progress)
         mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [O, S]
         names = STREAM_NAMES[cfg.num_streams]
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
@@ -266,17 +271,16 @@ def cmd_window_nll(args):
         if args.omega >= context:
             print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
                   "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
-        print(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}",
-              flush=True)
+        _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}")
         out = window_nll_deltas(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
-                                batch=args.batch)
+                                batch=args.batch, log=_progress)
         mean, count = nan_mean_and_count(out["delta"])
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
                         "window": cfg.window, "omega": args.omega, "step": int(step), "documents": len(docs),
                         "mean_delta": mean.tolist(), "count": count.tolist(),
                         "mean_nll": float(np.nanmean(out["nll"])),
                         "mean_nll_ablated": float(np.nanmean(out["nll_ablated"]))})
-        print(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
+        _progress(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
     _write(args, results,
            ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
            [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)

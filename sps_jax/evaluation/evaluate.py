@@ -77,7 +77,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         lm_eval_tasks.check_task_records(task_data, manager)
     net, params, step = runs.load_inference_model(path, step)
     info = runs.run_info(path, step)
-    print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", flush=True)
+    print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", file=sys.stderr,
+          flush=True)
     result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},
               "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
     if tokens is not None:
@@ -86,7 +87,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         sha256 = ((loader.read_manifest(val_data) or {}).get("splits", {}).get("val") or {}).get("sha256")
         if sha256:  # which data: the table refuses to subtract NLLs of different splits
             result["val_sha256"] = sha256
-        print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", flush=True)
+        print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", file=sys.stderr, flush=True)
     if keys:
         from sps_jax.inference import scoring
 
@@ -262,7 +263,7 @@ def main_evaluate(argv) -> int:
         out = args.out or _default_out(result["workdir"], result["step"])
         with files.results(args.force):
             write_json(out, result)
-        print(f"wrote {out}", flush=True)
+        print(f"wrote {out}", file=sys.stderr, flush=True)
         rows.append(result)
     print(results_table.markdown_both(rows))
     return 0
@@ -298,7 +299,7 @@ def main_table(argv) -> int:
         with files.results(args.force):
             files.write_text(args.out + ".md", md + "\n")
             files.write_text(args.out + ".tex", results_table.latex_both(rows) + "\n")
-        print(f"wrote {args.out}.md and {args.out}.tex")
+        print(f"wrote {args.out}.md and {args.out}.tex", file=sys.stderr)
     return 0
 
 

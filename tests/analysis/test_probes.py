@@ -91,15 +91,15 @@ def test_fewer_documents_than_docs_asks_for_are_named(cli_fixture, capsys):
     root = cli_fixture
     common = ["--workdir", str(root / "std"), "--val-data", str(root / "data"), "--docs", "50"]
     assert probes.main(["window-nll", *common, "--omega", "6", "--out", str(root / "few_nll")]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # a progress line: stdout holds what the command wrote
     assert "5 documents (fewer than --docs 50: the val split of" in out and "holds no more of at least 2 tokens)" in out
     assert probes.main(["gradients", *common, "--positions-per-doc", "2", "--max-offset", "8", "--context", "16",
                         "--out", str(root / "few_grad")]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "4 documents (fewer than --docs 50: " in out and "holds no more of at least 11 tokens)" in out
     assert probes.main(["window-nll", "--workdir", str(root / "std"), "--val-data", str(root / "data"), "--docs", "5",
                         "--omega", "6", "--out", str(root / "all_nll")]) == 0
-    assert "5 documents, omega 6" in capsys.readouterr().out
+    assert "5 documents, omega 6" in capsys.readouterr().err
 
 
 def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
