@@ -306,6 +306,14 @@ class ArgumentParser(argparse.ArgumentParser):
                           help="print the versions of sps-jax, jax, jaxlib and Python, and exit")
 
     def error(self, message):
+        if message.startswith("unrecognized arguments: "):  # a misspelt flag: the one it likely means
+            flags = [o for parser in _parsers(self) for a in parser._actions for o in a.option_strings
+                     if o.startswith("--")]
+            for word in message.split(": ", 1)[1].split():
+                close = close_name(word.partition("=")[0], flags) if word.startswith("--") else None
+                if close:
+                    message = f"{message.rstrip('.')} (did you mean {close}?)"
+                    break
         raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
 
     def parse_args(self, args=None, namespace=None):

@@ -851,3 +851,16 @@ def test_a_notebooks_pathlib_path_is_quoted_as_the_path_it_names(tmp_path, call)
     with pytest.raises((ValueError, OSError)) as refusal:
         call(folder)
     assert "PosixPath" not in str(refusal.value) and str(folder) in str(refusal.value), refusal.value
+
+
+@pytest.mark.parametrize("main, argv, meant", [
+    ("sps_jax.inference.generate", ["--workdr", "RUN", "--prompt", "a"], "--workdir"),
+    ("sps_jax.inference.generate", ["--workdir", "RUN", "--prompt", "a", "--max-new-token=3"], "--max-new-tokens"),
+    ("sps_jax.bench.compile", ["--dtype", "float32"], "--dtypes"),
+])
+def test_a_misspelt_flag_is_answered_with_the_flag_it_likely_means(main, argv, meant, capsys):
+    # Subcommands, config fields and choices got a suggestion; a flag got only "unrecognized arguments".
+    import importlib
+    assert importlib.import_module(main).main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: " in err and f"(did you mean {meant}?)" in err, err
