@@ -314,6 +314,9 @@ class ArgumentParser(argparse.ArgumentParser):
                 if close:
                     message = f"{message.rstrip('.')} (did you mean {close}?)"
                     break
+        commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if commands and message.startswith("the following arguments are required: ") and "command" in message:
+            message = f"name a command, one of {', '.join(commands)}"  # "required: command" named none of them
         raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
 
     def parse_args(self, args=None, namespace=None):

@@ -37,6 +37,11 @@ _WRITERS = itertools.count()  # numbers this process's partial files
 NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
 
 
+def _cut(name: str, most_bytes: int) -> str:
+    """``name``'s start of at most ``most_bytes`` bytes in UTF-8 (a cut by characters overran the limit)."""
+    return name.encode()[:most_bytes].decode("utf-8", "ignore")
+
+
 def path_text(value, name: str) -> str:
     """A path given to the API (str or pathlib.Path) as text, else one sentence naming the argument: several
     paths go one per call, anything else (None, a number) should be the path itself."""
@@ -87,7 +92,7 @@ def atomic_path(path: str):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"
     head, name = os.path.split(path)
-    partial = os.path.join(head, name[:NAME_MAX - len(suffix)] + suffix)  # a name near the limit still fits
+    partial = os.path.join(head, _cut(name, NAME_MAX - len(suffix)) + suffix)  # a name near the limit still fits
     try:
         yield partial
     except BaseException:
@@ -474,8 +479,9 @@ def replace_folder(path: str):
             if not os.path.lexists(path):
                 os.rename(partial, path)
             else:
-                old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", suffix=".old",
-                                       dir=os.path.dirname(path))
+                # mkdtemp adds 8 random characters: the prefix is cut so that the aside name fits as the name does
+                old = tempfile.mkdtemp(prefix=_cut(os.path.basename(path), NAME_MAX - 8 - len("..old")) + ".",
+                                       suffix=".old", dir=os.path.dirname(path))
                 os.rename(path, old)  # onto the empty folder just made: the name was free
                 try:
                     os.rename(partial, path)

@@ -864,3 +864,15 @@ def test_a_misspelt_flag_is_answered_with_the_flag_it_likely_means(main, argv, m
     assert importlib.import_module(main).main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unrecognized arguments: " in err and f"(did you mean {meant}?)" in err, err
+
+
+@pytest.mark.parametrize("main, commands", [
+    ("sps_jax.data.__main__", "prepare, verify, provision-tokenizer, encode"),
+    ("sps_jax.analysis.probes", "gradients, window-nll"),
+    ("sps_jax.analysis.figures", "curves, window-ablation, accuracy-gain, seeds, pre-decay"),
+])
+def test_a_group_command_without_its_command_names_them(main, commands, capsys):
+    # It said "the following arguments are required: command", naming none (bench already listed its own).
+    import importlib
+    assert importlib.import_module(main).main([]) == 2
+    assert capsys.readouterr().err.strip().endswith(f": name a command, one of {commands} (see --help).")

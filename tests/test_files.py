@@ -305,3 +305,55 @@ def test_an_output_that_is_a_device_or_a_fifo_is_refused_even_with_force(tmp_pat
             files.write_json(str(path), {"a": 1})
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and stat.S_ISCHR(os.stat(os.devnull).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "to_null"]  # no partial file left
+
+
+def test_a_link_leading_nowhere_at_the_output_path_is_an_existing_name(tmp_path):
+    # The writer's rename replaces the link itself: an earlier name is kept unless --force, as a file would be.
+    link = tmp_path / "results.json"
+    link.symlink_to(tmp_path / "moved-away.json")
+    with pytest.raises(UserError, match=r"results\.json already exists: pass --force to replace it"):
+        files.output_file(str(link), "--out")
+    assert files.output_file(str(link), "--out", force=True) == str(link)
+
+
+def test_a_file_name_of_exactly_the_file_systems_limit_is_written(tmp_path):
+    longest = "a" * 250 + ".json"  # 255 bytes, the most a name may have
+    assert files.output_file(str(tmp_path / longest), "--out") == str(tmp_path / longest)
+    files.write_text(str(tmp_path / longest), "x")
+    assert (tmp_path / longest).read_text() == "x"
+    with pytest.raises(UserError, match=r"the file name is 256 bytes, more than the 255 a file system allows"):
+        files.output_file(str(tmp_path / ("b" + longest)), "--out")
+
+
+def test_a_folder_whose_name_extends_an_input_folders_name_is_not_inside_it(tmp_path):
+    # run2/ is beside run/, not in it: the text "run" being a prefix of "run2" makes no parent folder.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run2").mkdir()
+    assert files.inside(str(tmp_path / "run" / "a.json"), str(tmp_path / "run"))
+    assert not files.inside(str(tmp_path / "run2" / "a.json"), str(tmp_path / "run"))
+    assert not files.inside(str(tmp_path / "run"), str(tmp_path / "run"))  # the folder itself is not in it
+    inputs = [("the run folder", str(tmp_path / "run"))]
+    beside = str(tmp_path / "run2" / "a.json")
+    assert files.output_file(beside, "--out", inputs=inputs) == beside
+    with pytest.raises(UserError, match="lies in the run folder"):
+        files.output_file(str(tmp_path / "run" / "a.json"), "--out", inputs=inputs)
+
+
+def test_a_name_the_output_check_accepts_is_one_the_writer_can_write(tmp_path):
+    # The writer's partial name was cut by characters: 245 bytes of two-byte characters overran the limit there.
+    name = "\u00e9" * 120 + ".json"  # 245 bytes
+    path = str(tmp_path / name)
+    assert files.output_file(path, "--out") == path
+    files.write_text(path, "x")
+    assert (tmp_path / name).read_text() == "x"
+
+
+def test_a_folder_whose_name_is_near_the_limit_is_replaced_after_its_work(tmp_path, monkeypatch):
+    # The old folder's aside name (<name>.<8 random>.old) ran past 255 bytes once the new folder was built.
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / ("a" * 245)
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with files.replace_folder(str(target)):
+        (tmp_path / (target.name + ".partial") / "new.txt").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
