@@ -876,3 +876,22 @@ def test_a_group_command_without_its_command_names_them(main, commands, capsys):
     import importlib
     assert importlib.import_module(main).main([]) == 2
     assert capsys.readouterr().err.strip().endswith(f": name a command, one of {commands} (see --help).")
+
+
+def test_an_integer_argument_takes_both_of_its_bounds():
+    parse = cli.int_up_to(1024, least=1)
+    assert (parse("1"), parse("1024")) == (1, 1024)
+    for text in ("0", "1025"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"must be from 1 to 1024"):
+            parse(text)
+    assert sps_config.step_argument(str(2 ** 31 - 1)) == 2 ** 31 - 1  # the last step a run can reach
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_bool_is_no_count_or_step(value):
+    # True is an int to Python: a count of 1 or a step 1 nobody meant.
+    with pytest.raises(TypeError, match=rf"^limit must be an integer, got {value}\.$"):
+        cli.integer(value, "limit")
+    with pytest.raises(TypeError, match=r"^batch must be an integer"):
+        cli.at_least("batch", value, 1)
+    assert cli.integer(np.int64(3), "limit") == 3

@@ -448,3 +448,29 @@ def test_a_field_set_in_python_that_no_run_reads_is_refused(section, field):
     with pytest.raises(ValueError, match=rf"^config\.{section} has no field '{field}'.*: a run reads only the fields "
                                          rf"of sps_jax\.config\.{section}_config\(\); rename it, or remove it\.$"):
         sps_config.check_run_config(config)
+
+
+def test_window_zero_is_a_window_and_only_a_negative_one_or_one_past_the_limit_is_refused():
+    assert sps_config.parse_window("0") == 0
+    assert sps_config.parse_window(str(masks.MAX_WINDOW)) == masks.MAX_WINDOW
+    assert sps_config.parse_window("None") is None
+    for text in ("-1", str(masks.MAX_WINDOW + 1), "2.5", "w"):
+        with pytest.raises(ValueError, match=r"must be an integer from 0 to"):
+            sps_config.parse_window(text)
+
+
+def test_a_text_field_takes_an_override_that_reads_as_a_number_as_text():
+    # A folder named 2024 and a run named 123: the literal's int would not be a path or a name.
+    config = sps_config.load_config("configs/tiny.py", ["--config.data.dir=2024", "--config.name=123"])
+    assert config.data.dir == "2024" and config.name == "123"
+
+
+@pytest.mark.parametrize("field", ["b1", "b2"])
+def test_an_adam_beta_of_one_is_refused_and_one_just_below_it_accepted(field):
+    # A beta of 1 divides by zero in AdamW's bias correction (1 - beta ** t): their range is [0, 1).
+    from sps_jax.cli import UserError
+
+    config = sps_config.load_config("configs/tiny.py", [f"--config.train.{field}=1.0"])
+    with pytest.raises(UserError, match=rf"^train\.{field}=1\.0 must be a finite number in \[0, 1\)\.$"):
+        sps_config.check_run_config(config)
+    sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{field}=0.9999"]))

@@ -303,3 +303,25 @@ def test_a_path_argument_that_is_not_one_path_is_one_sentence(tmp_path, args, na
     with pytest.raises(TypeError, match=not_one_path(name, kind)):
         export_torch.export_run(*(str(tmp_path / a) if isinstance(a, str) else a for a in args))
     assert not list(tmp_path.iterdir())
+
+
+def test_a_safetensors_file_gets_the_mode_this_processs_umask_gives(tmp_path):
+    # safetensors writes 0600; the export gives it 0666 less the umask, as every other output gets.
+    import os
+    import stat
+
+    ckpt = {"model": {"w": np.zeros(2, np.float32)}, "model_args": {}, "iter_num": 0}
+    old = os.umask(0o027)
+    try:
+        export_torch.write(ckpt, str(tmp_path / "ckpt.safetensors"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "ckpt.safetensors").stat().st_mode) == 0o640
+
+
+def test_a_negative_step_is_refused(tmp_path):
+    run = make_run(tmp_path / "run", "sps", 3)
+    config, params, _ = runs.load_run(run)
+    with pytest.raises(ValueError, match=r"^step=-1 must be 0 or more"):
+        export_torch.checkpoint_dict(config, params, -1)
+    assert export_torch.checkpoint_dict(config, params, 0)["iter_num"] == 0

@@ -595,3 +595,34 @@ def test_an_out_holding_the_checkpoint_file_is_refused_even_with_force(tmp_path,
         f"error: --out {out} holds the checkpoint {path}, which this command reads and replacing the folder would "
         "delete: choose another --out (--force replaces earlier results, never an input).")
     assert path.is_file()
+
+
+def test_an_lm_head_that_differs_from_the_embedding_is_refused(tmp_path):
+    # This model ties them: the import would score with the embedding and drop the file's own unembedding.
+    sd = synthetic_state_dict(compiled=False)
+    sd["lm_head.weight"] = sd["transformer.wte.weight"] + 0.01
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert "lm_head.weight differs from transformer.wte.weight; this project ties them." in message
+
+
+def test_an_mlp_width_other_than_three_times_d_is_read_from_the_tensors(tmp_path):
+    sd = synthetic_state_dict(compiled=False)
+    g = torch.Generator().manual_seed(1)
+    for i in range(L):
+        h = f"transformer.h.{i}.mlp."
+        sd.update({h + "gate_proj.weight": torch.randn(2 * D, D, generator=g) * 0.3,
+                   h + "up_proj.weight": torch.randn(2 * D, D, generator=g) * 0.3,
+                   h + "down_proj.weight": torch.randn(D, 2 * D, generator=g) * 0.3})
+    torch.save(authors_checkpoint(sd, window=2, intermediate_size=2 * D), tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 0, outcome.stderr
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["d_ff"] == 2 * D
+    logits_match(tmp_path / "run", sd, "sps", 2)
+
+
+def test_a_model_arg_n_head_of_zero_is_refused_naming_the_flag(tmp_path):
+    torch.save(authors_checkpoint(synthetic_state_dict(), n_head=0), tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "r"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "model_args['n_head'] = 0 is not a positive integer: pass --num-heads." in outcome.stderr
+    assert not (tmp_path / "r").exists()

@@ -521,3 +521,22 @@ def test_the_seed_statistics_refuse_what_gives_no_test_in_one_sentence():
         with pytest.raises(error, match=says):
             call()
     assert seeds.tost([6.1, 6.2], [6.2, 6.3])["p"] > 0.05  # a 0.1-nat gap is no equivalence within 0.01
+
+
+def test_accuracy_gain_is_taken_at_the_largest_token_count_both_evaluations_share():
+    measured = (("standard", None, 10_000, 0.40), ("standard", None, 20_000, 0.45),
+                ("sps", 64, 10_000, 0.41), ("sps", 64, 20_000, 0.48))
+    evaluations = [dict(run=f"{variant}-{tokens}", scale="s", variant=variant, window=window, tokens_seen=tokens,
+                        task_accuracy_avg=acc) for variant, window, tokens, acc in measured]
+    (row,) = figures.gains_over_baseline(evaluations)
+    assert row["tokens_seen"] == 20_000 and row["gain_pp"] == pytest.approx(3.0)
+
+
+def test_window_ablation_draws_a_line_in_window_order_whatever_the_order_of_its_sources(tmp_path):
+    d = str(tmp_path)
+    sources = [write_eval(d, f"sps-{w}", "s", "sps", w, None, val_nll=nll) for w, nll in ((64, 2.95), (0, 3.0),
+                                                                                            (16, 2.97))]
+    out = str(tmp_path / "w.png")
+    figures.window_ablation(sources, out)
+    assert json.load(open(out[:-4] + ".json"))["lines"] == [
+        {"label": "SPS", "window": [0, 16, 64], "val_nll": [3.0, 2.97, 2.95]}]

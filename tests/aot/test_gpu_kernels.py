@@ -253,3 +253,15 @@ def test_a_jax_triton_tiling_beyond_the_shared_memory_fails_with_the_resource_er
                                 decode=False)
     assert too_big["status"] == "compile_error"
     assert "Shared memory size limit exceeded: sps_triton_forward needs" in too_big["error"]
+
+
+def test_fixed_width_protobuf_fields_are_skipped_by_their_width():
+    # Wire type 5 (fixed32) is 4 bytes and wire type 1 (fixed64) 8: the field after one is read where it starts.
+    buf = b"\x0d" + b"\x01\x02\x03\x04" + b"\x11" + bytes(range(8)) + b"\x18\x2a"
+    assert gpu_kernels._proto_fields(buf) == [(1, b"\x01\x02\x03\x04"), (2, bytes(range(8))), (3, 42)]
+
+
+def test_the_spill_count_adds_stores_and_loads_over_every_kernel():
+    report = {"kernels": {"sps_flash_forward": {"spill_store_bytes": 276, "spill_load_bytes": 272},
+                          "sps_flash_dq": {"spill_load_bytes": 8}, "sps_flash_dkv": {"registers": 128}}}
+    assert gpu_kernels.spill_bytes(report) == 276 + 272 + 8

@@ -143,3 +143,28 @@ def test_a_kernel_failing_the_numerics_check_on_the_device_exits_1_after_writing
     assert outcome.status == 1 and "the pallas kernel's out for standard is" in outcome.stderr, outcome.stderr
     saved = json.loads(out.read_text())
     assert not saved["numerics"]["standard"]["ok"] and saved["numerics"]["sps"]["out"]["reference_error"] > 0
+
+
+def test_a_rows_throughput_is_4_b_h_k_flops_per_score_forward_and_3_5_forwards_for_forward_and_backward():
+    r = bench_attention.row("kernel", 1000, 2, 3, 8, 1e-3, 4e-3)  # scores per head, B, H, Dh, seconds
+    forward_flops = 4 * 2 * 3 * 8 * 1000
+    assert (r["fwd_ms"], r["fwd_bwd_ms"]) == pytest.approx((1.0, 4.0))
+    assert r["fwd_tflops"] == pytest.approx(forward_flops / 1e-3 / 1e12)
+    assert r["fwd_bwd_tflops"] == pytest.approx(3.5 * forward_flops / 4e-3 / 1e12)
+
+
+def test_document_ids_cover_every_position_the_last_document_shorter():
+    assert bench_attention.document_ids(2, 10, 3).tolist() == [[0, 0, 0, 0, 1, 1, 1, 1, 2, 2]] * 2
+    assert bench_attention.document_ids(1, 6, 3).tolist() == [[0, 0, 1, 1, 2, 2]]
+
+
+def test_a_shape_is_refused_by_its_q_k_v_and_output_together():
+    # Four tensors of batch x T x 2 streams x heads x head_dim in bf16 at the default S shape (T 4096, 12 x 64).
+    from sps_jax import hardware
+    from sps_jax.cli import UserError
+
+    per_row = 4 * 4096 * 2 * 12 * 64 * 2
+    most = hardware.largest().memory_bytes // per_row  # the most rows the largest accelerator holds
+    assert bench_attention.parse_args(["--batch", str(most)]).batch == most
+    with pytest.raises(UserError, match="lower --batch or --seq-len"):
+        bench_attention.parse_args(["--batch", str(most + 1)])

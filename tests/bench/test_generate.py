@@ -193,3 +193,23 @@ def test_a_profile_folder_that_holds_files_is_refused_before_any_worker_runs(tmp
     assert outcome.stderr.strip() == (
         f"error: --profile {traces} already holds files (notes.txt): choose a new --profile, or pass --force to "
         "replace that folder with the traces (it is swapped in only when complete).")
+
+
+def test_throughput_counts_every_new_token_and_decode_throughput_the_decode_steps_alone():
+    # Batch 2 and 4 decode steps: 5 new tokens per row (the prefill's logits give the first), 4 of them decoded.
+    import types
+
+    run = types.SimpleNamespace(
+        args=types.SimpleNamespace(batch=2, prefill=8, decode=4), variant="sps", new_tokens=5, compile_s=1.0,
+        cfg=types.SimpleNamespace(window=64, attention="xla"), best={"prefill_s": 0.5, "decode_s": 2.0, "total_s": 2.5},
+        cache_sizes={"persistent": 100, "ring": 10, "total": 110}, decode_compiled_bytes=None)
+    r = bench_generate.VariantRun.result(run)
+    assert r["tokens_per_s"] == pytest.approx(2 * 5 / 2.5)
+    assert r["decode_tokens_per_s"] == pytest.approx(2 * 4 / 2.0)
+
+
+def test_a_runs_trace_folder_is_one_level_below_the_traces_whatever_its_label():
+    from sps_jax import bench
+
+    assert bench.trace_folder("/traces", "sps/triton") == os.path.join("/traces", "sps-triton")
+    assert bench.trace_folder("/traces", "standard") == os.path.join("/traces", "standard")

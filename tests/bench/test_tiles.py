@@ -69,3 +69,27 @@ def test_the_grid_flags_default_to_the_full_grid_and_take_any_subset():
         list(tiles.TILE_SHAPES), list(tiles.LAUNCHES))
     args = tiles.build_parser().parse_args(["--tiles", "32x64,64X128", "--launches", "4x3"])
     assert (args.tiles, args.launches) == ([(32, 64), (64, 128)], [(4, 3)])
+
+
+def test_the_fastest_launch_is_the_best_and_a_refused_one_is_reported(monkeypatch):
+    """The sweep's bookkeeping, with the timing faked (the slow test above times the kernels in the interpreter)."""
+    times_ms = iter([3.0, 1.0, 2.0, None])  # in the candidates' order: 8x8 w4, 8x8 w8, 16x16 w4, 16x16 w8
+
+    def median_seconds(fn, *inputs, iters):
+        ms = next(times_ms)
+        if ms is None:
+            raise RuntimeError("Shared memory size limit exceeded")
+        return ms / 1e3
+
+    monkeypatch.setattr(tiles.bench_attention, "baseline_rows",
+                        lambda args, dtype, key: {"2T": {"fwd_ms": 4.0, "fwd_bwd_ms": 8.0}})
+    monkeypatch.setattr(tiles.bench_attention, "forward_and_backward", lambda fn: (fn, fn))
+    monkeypatch.setattr(tiles.bench_attention, "median_seconds", median_seconds)
+    args = argparse.Namespace(variant="sps", kernels=["forward"], batch=1, seq_len=16, heads=1, head_dim=8, window=4,
+                              dtype="float32", iters=1, backend="pallas")
+    result = tiles.sweep(args, shapes=((8, 8), (16, 16)), launches=((4, 2), (8, 2)))["kernels"]["forward"]
+    assert [(r["block_q"], r["num_warps"], r.get("ms")) for r in result["rows"]] == [
+        (8, 4, 3.0), (8, 8, 1.0), (16, 4, 2.0), (16, 8, None)]
+    assert "Shared memory size limit exceeded" in result["rows"][3]["error"]
+    best = result["best"]
+    assert (best["block_q"], best["num_warps"], best["ms"], best["vs_cudnn_2t"]) == (8, 8, 1.0, 0.25)

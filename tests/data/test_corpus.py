@@ -100,3 +100,9 @@ def test_jsonl_files_joined_with_cat_keep_the_later_files_first_records(tmp_path
     # using utf-8-sig))", a remedy no flag gives.
     (tmp_path / "cat.jsonl").write_bytes(b'{"text": "a"}\n\xef\xbb\xbf{"text": "b"}\n')
     assert list(corpus.documents(str(tmp_path / "cat.jsonl"))) == ["a", "b"]
+
+
+def test_a_record_whose_text_is_null_is_skipped(tmp_path):
+    # As a null Parquet cell is: None is no document to tokenise.
+    (tmp_path / "n.jsonl").write_text('{"text": "a"}\n{"text": null}\n{"text": "b"}\n')
+    assert list(corpus.documents(str(tmp_path / "n.jsonl"))) == ["a", "b"]

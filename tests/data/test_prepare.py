@@ -582,3 +582,31 @@ def test_a_source_in_a_run_or_holding_a_token_folder_is_named_before_any_work(tm
                                       f"{corpus_dir / 'tok'}, prepare's output, not a corpus: pass a folder of text, "
                                       "JSONL or Parquet files only.")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_file_edited_to_the_same_size_is_not_called_up_to_date(tmp_path):
+    # The fingerprint holds each file's modification time beside its size: an edit that keeps the size is an edit.
+    source = tmp_path / "src"
+    source.mkdir()
+    doc = source / "a.txt"
+    doc.write_text("the first document\n")
+    out = tmp_path / "tokens"
+    prepare.prepare(str(source), str(out), val_fraction=0, log=lambda *a: None)
+    before = doc.stat()
+    doc.write_text("the other document\n")  # 19 bytes, as before
+    os.utime(doc, ns=(before.st_atime_ns, before.st_mtime_ns + 10 ** 9))  # a second later, whatever the clock
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(source), "--out", str(out), "--val-fraction", "0"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "already holds a token folder prepared from the source as it was before (a.txt changed since)" \
+        in outcome.stderr, outcome.stderr
+
+
+def test_a_run_folder_given_as_the_source_is_named_as_one(tmp_path):
+    # Its config.json and metrics.jsonl would be read as JSON Lines documents.
+    from tests.test_runs import save_small_run
+
+    run = tmp_path / "run"
+    save_small_run(run)
+    with pytest.raises(ValueError, match=rf"^source '{re.escape(str(run))}' is a training run's folder, not a corpus"):
+        prepare.prepare(str(run), str(tmp_path / "out"), log=lambda *a: None)
+    assert not (tmp_path / "out").exists()

@@ -121,3 +121,12 @@ def test_decode_takes_one_sequence_of_ids_and_refuses_anything_else_in_one_sente
                              ([-1], ValueError, r"^token id -1 is negative")):
         with pytest.raises(error, match=says):
             tokenizer.decode(ids)
+
+
+def test_the_end_of_text_marker_written_in_a_text_is_ordinary_text_not_eos(ranks_file):
+    # Only the data pipeline puts EOS between documents: a document that quotes the marker is not split by it.
+    from sps_jax import vocab
+
+    ids = tokenizer.encode("a<|endoftext|>b", ranks_file)
+    assert vocab.EOS_ID not in ids and len(ids) > 3
+    assert tokenizer.decode(ids, ranks_file) == "a<|endoftext|>b"

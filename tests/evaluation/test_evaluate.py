@@ -718,3 +718,46 @@ def test_run_lm_eval_refuses_what_lm_eval_would_say_in_its_own_words(local_tasks
                                    ((lm, ["tiny_mc"]), dict(include_path=yaml + "/nope"), "is not a folder")):
         with pytest.raises((ValueError, TypeError, FileNotFoundError), match=sentence):
             lm_eval_tasks.run_lm_eval(*args, include_defaults=False, **kwargs)
+
+
+def test_task_data_whose_answer_is_one_past_its_last_choice_is_refused_before_loading_weights(tmp_path, local_tasks,
+                                                                                             monkeypatch):
+    # gold 2 of two choices (0 and 1): an index just past the list, which lm-eval scored only once the weights loaded.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    data = tmp_path / "records.jsonl"
+    data.write_text(json.dumps({"question": "q", "choices": ["a", "b"], "gold": 1}) + "\n"
+                    + json.dumps({"question": "q", "choices": ["a", "b"], "gold": 2}) + "\n")
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], task_data={"tiny_mc": str(data)},
+                                     include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
+                                     include_defaults=False)
+    assert str(refusal.value).startswith(f"--task-data tiny_mc={data}: record 2's answer 2 is none of its 2 choices")
+
+
+def test_a_dataset_the_hub_does_not_know_is_left_to_lm_eval_and_an_unreachable_hub_is_said(monkeypatch):
+    # check_hub speaks only for a hub it cannot reach; an unknown name (a typo) is lm-eval's own error to give.
+    import types
+
+    from sps_jax import hub
+
+    entry = types.SimpleNamespace(cfg={"dataset_path": "someone/hub_mc"}, yaml_path="hub_mc.yaml")
+    manager = types.SimpleNamespace(task_index={"hub_mc": entry})
+    monkeypatch.setattr(hub, "cached", lambda name: False)
+    monkeypatch.setattr(hub, "probe", lambda name: hub.UNKNOWN)
+    lm_eval_tasks.check_hub(["hub_mc"], {}, manager)  # no sentence
+    monkeypatch.setattr(hub, "probe", lambda name: "timed out")
+    with pytest.raises(cli.UserError, match=r"^the Hugging Face hub cannot be reached \(timed out\) and the data of "
+                                            r"hub_mc \(someone/hub_mc\) is not in the local cache"):
+        lm_eval_tasks.check_hub(["hub_mc"], {}, manager)
+
+
+def test_task_data_for_a_group_of_no_tasks_is_refused():
+    # A group whose task list is empty is still a group: its file would replace the data of no task.
+    import types
+
+    manager = types.SimpleNamespace(task_index={"empty_group": types.SimpleNamespace(
+        cfg={"group": "empty_group", "task": []}, yaml_path="empty_group.yaml")})
+    with pytest.raises(cli.UserError, match=r"^--task-data empty_group=f\.jsonl: empty_group is a group of lm-eval "
+                                            r"tasks \(none\)"):
+        lm_eval_tasks.check_task_data_tasks({"empty_group": "f.jsonl"}, manager)

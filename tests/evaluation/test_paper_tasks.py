@@ -49,3 +49,32 @@ def test_an_unknown_task_is_named_with_the_task_it_likely_means():
     assert message.startswith("unknown task(s) ARC_EASY (did you mean 'arc_easy'?), "
                                "hellaswg (did you mean 'hellaswag'?), zzzz: "), message
     paper_tasks.check_known(paper_tasks.expand(["paper", "mmlu"]), known)  # all known: no error
+
+
+def test_a_task_named_twice_or_in_two_groups_is_run_once_in_its_first_place():
+    assert paper_tasks.expand(["zero_shot", "piqa,arc_easy", "corpus,wikitext"]) == [
+        "arc_easy", "hellaswag", "piqa", "sciq", "lambada", "wikitext", "c4", "pile_books3", "govreport"]
+
+
+def test_local_task_data_is_read_by_its_suffix_in_any_case(tmp_path):
+    import yaml
+
+    for name, data_format in (("ARC.JSONL", "json"), ("arc.Json.GZ", "json"), ("ARC.PARQUET", "parquet")):
+        path = tmp_path / name
+        path.write_text("{}\n")
+        spec = paper_tasks.write_local_override("arc_easy", "arc_easy.yaml", str(path), str(tmp_path))
+        with open(spec) as f:
+            assert yaml.safe_load(f)["dataset_path"] == data_format, name
+
+
+def test_a_metric_lm_eval_reports_as_na_counts_as_absent():
+    results = {"arc_easy": {"acc_norm,none": "N/A", "acc,none": 0.5}, "wikitext": {"word_perplexity,none": "N/A"}}
+    assert paper_tasks.task_result(results, "arc_easy", "acc_norm") is None
+    summary = paper_tasks.summarize(results, ["arc_easy", "wikitext"], {})
+    assert (summary["tasks"], summary["corpus_nll"]) == ({}, {})
+
+
+def test_another_tasks_metrics_leave_out_their_standard_errors_and_text():
+    results = {"mmlu": {"alias": "mmlu", "acc,none": 0.31, "acc_stderr,none": 0.004, "acc_norm,none": 0.33,
+                        "acc_norm_stderr,none": 0.005}}
+    assert paper_tasks.summarize(results, ["mmlu"], {})["other_tasks"] == {"mmlu": {"acc": 0.31, "acc_norm": 0.33}}
