@@ -20,12 +20,14 @@ def _refuse_command(word: str, found: dict[str, str]) -> None:
     """``python -m sps_jax WORD``: one sentence naming the module that runs command WORD (this one runs none), or the
     likely one; argparse said only "unrecognized arguments"."""
     modules = {script.removeprefix("sps-"): module for script, module in found.items()}
-    word = word.removeprefix("sps-") if word in found else word  # the console script's name, as listed
-    if word in modules:
-        raise cli.UserError(f"python -m sps_jax runs no command itself: run python -m {modules[word]} (or "
-                            f"sps-{word}) with the same arguments.")
-    raise cli.UserError(f"python -m sps_jax has no command {word!r}{names.did_you_mean(word, modules)}: run "
-                        "python -m sps_jax alone to list the commands and their modules.")
+    key = word.removeprefix("sps-")  # the console script's name, as listed, or a typo of one (sps-bnech)
+    if key in modules:
+        raise cli.UserError(f"python -m sps_jax runs no command itself: run python -m {modules[key]} (or "
+                            f"sps-{key}) with the same arguments.")
+    meant = names.close_name(key, modules)
+    raise cli.UserError(f"python -m sps_jax has no command {word!r}"
+                        + (f" (did you mean {('sps-' if word.startswith('sps-') else '') + meant!r}?)" if meant else "")
+                        + ": run python -m sps_jax alone to list the commands and their modules.")
 
 
 @cli.main

@@ -282,7 +282,7 @@ def _open_data(config, cfg, log):
     the builtin corpus is prepared first when missing."""
     _ensure_data(config, log)
     t = config.train
-    train_tokens = loader.open_tokens(config.data.dir, "train", cfg.vocab_size, cfg.eos_id)
+    train_tokens = loader.open_tokens(config.data.dir, token_folder.TRAIN, cfg.vocab_size, cfg.eos_id)
     val_tokens = loader.open_tokens(config.data.dir, token_folder.VAL, cfg.vocab_size, cfg.eos_id)
     dataset = loader.train_dataset(train_tokens, cfg.seq_len, t.global_batch, t.seed,
                                    jax.process_index(), jax.process_count())

@@ -467,7 +467,10 @@ def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
     ("sps-train", "python -m sps_jax runs no command itself: run python -m sps_jax.train (or sps-train) with the "
                   "same arguments."),
     ("trian", "python -m sps_jax has no command 'trian' (did you mean 'train'?): run python -m sps_jax alone to list "
-              "the commands and their modules.")])
+              "the commands and their modules."),
+    # a typo of a listed name: no suggestion ('sps-trian' matched nothing in the short names)
+    ("sps-trian", "python -m sps_jax has no command 'sps-trian' (did you mean 'sps-train'?): run python -m sps_jax "
+                  "alone to list the commands and their modules.")])
 def test_a_command_given_to_python_m_sps_jax_names_its_module(monkeypatch, word, sentence):
     # argparse said "unrecognized arguments: trian".
     from sps_jax import __main__ as sps_main
