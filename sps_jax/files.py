@@ -62,7 +62,7 @@ def path_list(values, name: str) -> list[str]:
     return [path_text(value, f"{name}[{n}]") for n, value in enumerate(values)]
 
 
-def _special_file(path: str) -> str | None:
+def special_file(path: str) -> str | None:
     """What ``path`` is when it exists and is neither a regular file nor a folder ("a character device" such as
     /dev/null, "a FIFO", ...), else None: a result renamed over it would replace the device node itself."""
     try:
@@ -77,7 +77,7 @@ def _special_file(path: str) -> str | None:
 
 
 def _refuse_special(path: str, flag: str) -> None:
-    kind = _special_file(path)
+    kind = special_file(path)
     if kind is not None:
         raise UserError(f"{flag} {path} is not a regular file ({kind}): pass the path of a file to write.")
 

@@ -279,7 +279,7 @@ def check_source(source: str) -> None:
     if nowhere:  # found now, not after the files before it were tokenised
         raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")
     # A pipe waited forever for a writer, and a link to /dev/zero read until the host's memory ran out.
-    odd = [p for p in paths if os.path.exists(p) and not os.path.isfile(p)]
+    odd = [p for p in paths if files.special_file(p)]
     if odd:
         raise UserError(f"{odd[0]} in source folder {source!r} {NOT_REGULAR}: remove it, or move it out of the folder.")
 

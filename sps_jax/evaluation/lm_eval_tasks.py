@@ -23,8 +23,7 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
     from lm_eval.tasks import TaskManager
 
     if include_path:  # lm-eval's index reads every file it lists: a pipe waited forever for a writer
-        odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if p.exists() and not p.is_file()
-                    and not p.is_dir()), None)
+        odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if files.special_file(str(p))), None)
         if odd is not None:
             raise cli.UserError(f"{odd} in --include-path {include_path} {cli.NOT_REGULAR}: remove it, or move it out "
                                 "of the folder.")
