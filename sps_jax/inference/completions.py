@@ -21,14 +21,10 @@ PAD_TO_MULTIPLE = 32  # prompt tokens per batch, rounded up to this: a few compi
 FIELDS = ("completion", "prompt_tokens", "new_tokens", "stopped_on_eos")
 
 
-def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, batch_size: int = batching.MAX_BATCH,
-             sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True, names=None,
-             progress: Optional[Callable[[int], None]] = None) -> list[dict]:
-    """Per prompt: {"completion": the new text (without the EOS a row stopped on), "prompt_tokens",
-    "new_tokens" (the EOS counted), "stopped_on_eos"}. Batch b samples with
-    ``decoding.batch_seed(seed, b * batch_size)``. Each prompt is checked (text, length against the context)
-    before any generation, named by ``names`` (default "prompt i"); ``progress(n)`` after each batch, with the
-    prompts done so far."""
+def encode(cfg, prompts: Sequence[str], max_new_tokens: int, names=None,
+           limit_name: str = "max_new_tokens") -> list[list[int]]:
+    """Each text prompt's token ids, each checked (text, length against the context) before any generation, named by
+    ``names`` (default "prompt i") and ``max_new_tokens`` by ``limit_name``."""
     from sps_jax import model as sps_model
     from sps_jax.data import tokenizer
     from sps_jax.inference import decoding
@@ -39,15 +35,35 @@ def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, batch_
     names = list(names) if names is not None else [f"prompt {i}" for i in range(len(prompts))]
     if len(names) != len(prompts):
         raise ValueError(f"names has {len(names)} entries for {len(prompts)} prompts: pass one name per prompt.")
+    ids = [tokenizer.encode(tokenizer.check_text(text, name)) for text, name in zip(prompts, names)]
+    return decoding.check_prompts(cfg, ids, max_new_tokens, names, limit_name=limit_name)
+
+
+def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, names=None, **settings) -> list[dict]:
+    """Per text prompt: {"completion": the new text (without the EOS a row stopped on), "prompt_tokens",
+    "new_tokens" (the EOS counted), "stopped_on_eos"}; the prompts are checked first (:func:`encode`, named by
+    ``names``), then generated as :func:`complete_ids` does with ``settings``."""
+    return complete_ids(cfg, params, encode(cfg, prompts, max_new_tokens, names), max_new_tokens, **settings)
+
+
+def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                 batch_size: int = batching.MAX_BATCH, sampling: Sampling = Sampling(), seed: int = 0,
+                 stop_on_eos: bool = True, progress: Optional[Callable[[int], None]] = None) -> list[dict]:
+    """:func:`complete` of prompts already encoded (:func:`encode`): ``batch_size`` at a time in the order given, batch
+    b sampling with ``decoding.batch_seed(seed, b * batch_size)``; ``progress(n)`` after each batch, with the prompts
+    done so far."""
+    from sps_jax import model as sps_model
+    from sps_jax.data import tokenizer
+    from sps_jax.inference import decoding
+
+    cfg = sps_model.ModelConfig.from_config(cfg)
     batch_size = cli.at_least("batch_size", batch_size, 1)
     if progress is not None and not callable(progress):  # found only after the first batch
         raise TypeError(f"progress must be a function of the prompts done, got {progress!r}.")
-    ids = [tokenizer.encode(tokenizer.check_text(text, name)) for text, name in zip(prompts, names)]
-    decoding.check_prompts(cfg, ids, max_new_tokens, names)
     params = decoding.held_params(cfg, params)  # once for every batch
     results = []
-    for first in range(0, len(ids), batch_size):
-        batch = ids[first:first + batch_size]
+    for first in range(0, len(prompts), batch_size):
+        batch = prompts[first:first + batch_size]
         outs = decoding.generate(cfg, params, batch, max_new_tokens, sampling=sampling,
                                  seed=decoding.batch_seed(seed, first), stop_on_eos=stop_on_eos,
                                  pad_to_multiple=PAD_TO_MULTIPLE)

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         parser.error(f"argument --seed: {args.seed} must be below {SEED_LIMIT:,}")
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
-        from sps_jax.inference import decoding, kv_cache
+        from sps_jax.inference import kv_cache
     from sps_jax.data import tokenizer
     if args.out is not None:
         runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
@@ -132,8 +132,7 @@ def main(argv=None) -> int:
         numbered, blank = _read_prompts(args.prompts_file)
         lines, records = zip(*numbered)
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
-    prompts = [tokenizer.encode(tokenizer.check_text(r["prompt"], name)) for r, name in zip(records, names)]
-    decoding.check_prompts(cfg, prompts, args.max_new_tokens, names, limit_name="--max-new-tokens")
+    prompts = completions.encode(cfg, [r["prompt"] for r in records], args.max_new_tokens, names, "--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_inference_model(cli.run_argument(args))
@@ -144,9 +143,10 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     done = lambda n: print(f"generated {n}/{len(prompts)} ({time.perf_counter() - start:.1f} s)",  # noqa: E731
                            file=sys.stderr)
-    results = [{**record, **completion, "step": int(step)} for record, completion in zip(records, completions.complete(
-        cfg, params, [r["prompt"] for r in records], args.max_new_tokens, batch_size=args.batch_size,
-        sampling=sampling, seed=args.seed, stop_on_eos=not args.no_stop_on_eos, names=names, progress=done))]
+    done_texts = completions.complete_ids(cfg, params, prompts, args.max_new_tokens, batch_size=args.batch_size,
+                                          sampling=sampling, seed=args.seed, stop_on_eos=not args.no_stop_on_eos,
+                                          progress=done)
+    results = [{**record, **completion, "step": int(step)} for record, completion in zip(records, done_texts)]
 
     if args.out is not None:
         with files.results(args.force):
