@@ -68,8 +68,7 @@ def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE) -> di
 
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
-    if cli.integer(step, "step") < 0:
-        raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
+    step = runs.saved_step(step)
     cfg = sps_model.ModelConfig.from_config(config.model)
     runs.check_params(sps_model.Transformer(cfg), params, runs.OTHER_CONFIG)
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),

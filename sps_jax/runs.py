@@ -288,8 +288,10 @@ def _check_workdir_place(workdir: str, config) -> None:
                         "would mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
     token_folder.refuse_tokens(workdir, "--workdir")  # any token folder, not only data.dir
-    held = files.below(workdir, is_run, max_depth=_HELD_DEPTH)
-    if held is not None:
+    # One walk for the runs and token folders it holds: `data prepare` could not rebuild a token folder in a run.
+    held = files.below(workdir, lambda folder: is_run(folder) or token_folder.is_token_folder(folder),
+                       max_depth=_HELD_DEPTH)
+    if held is not None and is_run(held):
         raise UserError(f"--workdir {workdir} holds the run {held}, which a run made there would hold among its own "
                         f"files: pass a new folder (a sibling of {held}, say).")
     data_dir = config.data.get("dir") if "data" in config else None
@@ -297,10 +299,8 @@ def _check_workdir_place(workdir: str, config) -> None:
             os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):
         raise UserError(f"--workdir {workdir} lies in the token folder data.dir={data_dir}, which `data prepare "
                         "--force` replaces whole, run and all: pass a --workdir outside it.")
-    # A token folder in the run (data.dir, prepared there on first use, or any other): `data prepare` then refused to
-    # rebuild it, as a folder inside a run.
-    tokens = (data_dir if isinstance(data_dir, str) and data_dir and files.inside(data_dir, workdir)
-              else files.below(workdir, token_folder.is_token_folder, max_depth=_HELD_DEPTH))
+    # data.dir, prepared there on first use, is a token folder in the run before it exists.
+    tokens = data_dir if isinstance(data_dir, str) and data_dir and files.inside(data_dir, workdir) else held
     if tokens is not None:
         raise UserError(f"--workdir {workdir} holds the token folder {tokens}, which a run made there would hold among "
                         f"its own files (and `data prepare` could no longer rebuild): pass a new folder (a sibling of "
@@ -442,6 +442,14 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
     return workdir, step, changed
 
 
+def saved_step(step) -> int:
+    """``step`` as the step a checkpoint is saved under: an integer of at least 0 (else one sentence)."""
+    step = cli.integer(step, "step")
+    if step < 0:
+        raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
+    return step
+
+
 def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = None) -> None:
     """Write a loadable run folder with just the weights (conversions, tests, exports), or add a checkpoint to
     such a run given its own config. What every reader would refuse is refused before anything is written, as it
@@ -449,9 +457,7 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     folder; and so is what would damage a run there: another config (its config.json was rewritten, and the run
     no longer loaded) or a step it has."""
     workdir = files.path_text(workdir, "workdir")
-    step = cli.integer(step, "step")
-    if step < 0:
-        raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
+    step = saved_step(step)
     cfg = sps_model.ModelConfig.from_config(config.model)
     check_params(sps_model.Transformer(cfg), params, OTHER_CONFIG)
     check_finite(params, "params", "which no run can be read with: save finite weights")
