@@ -344,13 +344,15 @@ class ArgumentParser(argparse.ArgumentParser):
     def _check_flags_once(self, args) -> None:
         """A flag that takes one value, a comma list included, given twice: argparse kept the last and dropped
         the others without a word. Flags meant to repeat (append) are not among them."""
-        seen = {}
+        seen = {}  # by action: a flag's other name (--batch for --batch-size) is the same flag
         for flag, _, value, action in self._flag_uses(args, lambda a: type(a) is argparse._StoreAction):
-            if flag in seen:
+            if action in seen:
+                first_flag, first = seen[action]
+                named = flag if first_flag == flag else f"{first_flag} (also named {flag})"
                 if _is_list(action):
-                    self.error(f"{flag} is given twice: give one comma-separated list, e.g. {flag} {seen[flag]},{value}")
-                self.error(f"{flag} is given twice ({seen[flag]!r} and {value!r}): give it once")
-            seen[flag] = value
+                    self.error(f"{named} is given twice: give one comma-separated list, e.g. {flag} {first},{value}")
+                self.error(f"{named} is given twice ({first!r} and {value!r}): give it once")
+            seen[action] = flag, value
 
     def _check_list_words(self, args, stray) -> None:
         """Words after a list flag's value that are items of its list (``--variants standard sps``): say
@@ -459,6 +461,13 @@ def int_up_to(most: int, least: int = 0, why: str = ""):
         return _integer(text, least, f"from {least} to {most}{', ' + why if why else ''}", most)
     parse.__name__ = f"integer from {least} to {most}"
     return parse
+
+
+def add_batch_size(parser, default, help: str) -> None:
+    """The rows-per-batch flag, named alike by every command: ``--batch-size``, which ``--batch`` (the bench
+    commands' and probes' first spelling) names too, so that scripts written with either keep working."""
+    parser.add_argument("--batch-size", "--batch", dest="batch_size", metavar="N", type=positive_int, default=default,
+                        help=help)
 
 
 def _parsers(parser):

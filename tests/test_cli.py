@@ -229,12 +229,12 @@ BAD_ARGUMENTS = [
     (bench_cli.main, ["nonsense"], ["unknown subcommand 'nonsense': the subcommands are attention, tiles"]),
     (bench_cli.main, [], ["name a benchmark"]),
     # every bench's counts go through cli.positive_int / non_negative_int (each module had its own loop)
-    *[(bench_cli.main, [bench, *flags, flag, "0"], [f"argument {flag}: 0 must be at least 1"])
-      for bench, flags, names in (("attention", [], ["--batch", "--seq-len", "--heads", "--head-dim", "--iters",
+    *[(bench_cli.main, [bench, *flags, flag, "0"], [f"argument {flag}", ": 0 must be at least 1"])
+      for bench, flags, names in (("attention", [], ["--batch-size", "--seq-len", "--heads", "--head-dim", "--iters",
                                                      "--documents"]),
-                                  ("tiles", [], ["--batch", "--iters"]),
-                                  ("compile", ["--target", "h100"], ["--batch", "--prefill", "--decode"]),
-                                  ("generate", [], ["--batch", "--prefill", "--decode", "--repeats"]))
+                                  ("tiles", [], ["--batch-size", "--iters"]),
+                                  ("compile", ["--target", "h100"], ["--batch-size", "--prefill", "--decode"]),
+                                  ("generate", [], ["--batch-size", "--prefill", "--decode", "--repeats"]))
       for flag in names],
     (bench_cli.main, ["compile", "--target", "h100", "--devices", "0"], ["argument --devices: 0 must be from 1 to 1024"]),
     *[(bench_cli.main, [bench, "--window", window], [f"argument --window: {window} must be from 0 to 2147483647"])
@@ -589,6 +589,33 @@ def test_every_list_flag_of_every_command_takes_one_comma_separated_list(command
                   if action.option_strings and (action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction))}
     assert word_lists == {"python -m sps_jax.evaluation.evaluate --task-data",
                           *[f"python -m sps_jax.analysis.probes {name} --workdir" for name in ("gradients", "window-nll")]}
+
+
+def test_one_concept_has_one_flag_name_in_every_command_and_the_earlier_names_still_work(command_parsers):
+    """Rows per batch were --batch in bench and the probes and --batch-size in generate, evaluate and bench
+    smoke; the attention kernel was --backend in bench attention and tiles and --attention elsewhere. Each is
+    now one flag, named first alike in every command, which also answers to the earlier name (scripts keep
+    working), and giving both names is a flag given twice."""
+    renamed = {"--batch": ("--batch-size", "batch_size"), "--backend": ("--attention", "attention")}
+    named = {}
+    for prog, parser in command_parsers.items():
+        for action in parser._actions:
+            for old, (new, dest) in renamed.items():
+                if {old, new} & set(action.option_strings):
+                    assert action.option_strings[0] == new and dest == action.dest, (prog, action.option_strings)
+                    named.setdefault(new, set()).add((prog.split("sps_jax.")[1], old in action.option_strings))
+    assert {prog for prog, _ in named["--batch-size"]} == {
+        "inference.generate", "evaluation.evaluate", "analysis.probes gradients", "analysis.probes window-nll",
+        *[f"bench {name}" for name in ("attention", "tiles", "compile", "generate", "smoke")]}
+    assert all(also_old for _, also_old in named["--batch-size"])
+    generate_bench = command_parsers["python -m sps_jax.bench generate"]
+    assert generate_bench.parse_args(["--batch", "3"]).batch_size == generate_bench.parse_args(
+        ["--batch-size", "3"]).batch_size == 3
+    tiles = command_parsers["python -m sps_jax.bench tiles"]
+    assert tiles.parse_args(["--backend", "triton"]).attention == tiles.parse_args(["--attention", "triton"]).attention
+    with pytest.raises(cli.UserError, match=r"--batch-size \(also named --batch\) is given twice \('3' and '4'\): "
+                                            r"give it once"):
+        generate_bench.parse_args(["--batch-size", "3", "--batch", "4"])
 
 
 def test_a_command_whose_stdout_reader_went_away_exits_quietly_with_141():

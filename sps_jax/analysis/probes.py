@@ -230,7 +230,7 @@ def cmd_gradients(args):
         _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
                   f"context {context}")
         out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
-                              context=context, seed=args.seed, batch=args.batch, chunk=args.chunk, log=_progress)
+                              context=context, seed=args.seed, batch=args.batch_size, chunk=args.chunk, log=_progress)
         mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [O, S]
         names = STREAM_NAMES[cfg.num_streams]
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
@@ -273,7 +273,7 @@ def cmd_window_nll(args):
                   "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
         _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}")
         out = window_nll_deltas(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
-                                batch=args.batch, log=_progress)
+                                batch=args.batch_size, log=_progress)
         mean, count = nan_mean_and_count(out["delta"])
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
                         "window": cfg.window, "omega": args.omega, "step": int(step), "documents": len(docs),
@@ -318,7 +318,7 @@ def build_parser():
     g.add_argument("--min-offset", type=cli.non_negative_int, default=0,
                    help="also probe offsets -min..-1 (zero by causality)")
     g.add_argument("--seed", type=cli.non_negative_int, default=0, help="seed of the sampled positions")
-    g.add_argument("--batch", type=cli.positive_int, default=analysis.GRADIENT_BATCH, help="documents per forward pass")
+    cli.add_batch_size(g, analysis.GRADIENT_BATCH, "documents per forward pass")
     g.add_argument("--chunk", type=cli.positive_int, default=analysis.GRADIENT_CHUNK,
                    help="loss terms per batched reverse pass")
     g.set_defaults(func=cmd_gradients)
@@ -328,8 +328,7 @@ def build_parser():
     w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=masks.DEFAULT_WINDOW,
                    help="persistent window; at or beyond the context it hides nothing (a warning says so)")
     w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
-    w.add_argument("--batch", type=cli.positive_int, default=analysis.WINDOW_NLL_BATCH,
-                   help="documents per forward pass")
+    cli.add_batch_size(w, analysis.WINDOW_NLL_BATCH, "documents per forward pass")
     w.set_defaults(func=cmd_window_nll)
     return parser
 

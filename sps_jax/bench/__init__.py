@@ -10,13 +10,13 @@ from sps_jax import cli, files
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
 # The paper's inference workload (section 4): rows, prompt tokens per row, new tokens per row.
-GENERATION_WORKLOAD = {"batch": 16, "prefill": 1024, "decode": 3072}
+GENERATION_WORKLOAD = {"batch_size": 16, "prefill": 1024, "decode": 3072}
 
 
 def add_workload_flags(parser, prefix: str = "") -> None:
-    """--batch, --prefill and --decode: the generation workload, the paper's by default."""
-    for flag, what in (("batch", "prompts (rows) per batch"), ("prefill", "prompt tokens per row"),
-                       ("decode", "new tokens per row (one decode step each)")):
+    """--batch-size, --prefill and --decode: the generation workload, the paper's by default."""
+    cli.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
+    for flag, what in (("prefill", "prompt tokens per row"), ("decode", "new tokens per row (one decode step each)")):
         parser.add_argument(f"--{flag}", type=cli.positive_int, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
 

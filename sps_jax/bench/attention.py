@@ -1,6 +1,6 @@
 """``python -m sps_jax.bench attention``: a block-skipping kernel vs dense causal attention.
 
-For each variant: forward and forward+backward time of a kernel (``--backend``: the Pallas
+For each variant: forward and forward+backward time of a kernel (``--attention``: the Pallas
 kernel on GPU, or the same kernels through jax-triton; splash on TPU), next to dense causal attention over the same T*S interleaved
 slots and over T (what a Standard model pays): ``jax.nn.dot_product_attention`` (cuDNN where
 available, else XLA) on GPU, splash's own causal mask on TPU. TFLOP/s use computed scores
@@ -38,7 +38,7 @@ KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 
 def add_shape_flags(p) -> None:
     """The attention shape a kernel bench times (this one and ``bench tiles``): the paper's S attention."""
-    p.add_argument("--batch", type=cli.positive_int, default=6, help="rows")
+    cli.add_batch_size(p, 6, "rows")
     p.add_argument("--seq-len", type=cli.positive_int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     heads, head_dim = sps_config.attention_dims(sps_config.DEFAULT_SCALE)
     p.add_argument("--heads", type=cli.positive_int, default=heads, help="attention heads")
@@ -57,14 +57,14 @@ def add_timing_flags(p) -> None:
 def check_shape_fits(p, args) -> None:
     """``p.error`` when the two streams' q, k, v and output at the shape flags (in ``args.dtype``) alone need more
     memory than the largest accelerator listed has: a shape no device can time (a typo such as an extra digit in
-    --batch) is refused before anything is compiled, on any machine."""
+    --batch-size) is refused before anything is compiled, on any machine."""
     acc = hardware.largest()
-    inputs_bytes = 4 * args.batch * args.seq_len * 2 * args.heads * args.head_dim * jnp.dtype(args.dtype).itemsize
+    inputs_bytes = 4 * args.batch_size * args.seq_len * 2 * args.heads * args.head_dim * jnp.dtype(args.dtype).itemsize
     if inputs_bytes > acc.memory_bytes:
-        p.error(f"--batch {args.batch} x --seq-len {args.seq_len} x --heads {args.heads} x --head-dim {args.head_dim} "
+        p.error(f"--batch-size {args.batch_size} x --seq-len {args.seq_len} x --heads {args.heads} x --head-dim {args.head_dim} "
                 f"needs {inputs_bytes / hardware.GiB:,.0f} GiB for q, k, v and the output alone, more than the "
                 f"{acc.memory_bytes / hardware.GiB:,.0f} GiB of the largest accelerator listed ({acc.name}): lower "
-                "--batch or --seq-len.")
+                "--batch-size or --seq-len.")
 
 
 def parse_args(argv):
@@ -72,8 +72,9 @@ def parse_args(argv):
     p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
                    help="comma-separated attention variants to time")
     add_shape_flags(p)
-    p.add_argument("--backend", default="auto", choices=("auto",) + KERNELS,
-                   help="the kernel: auto is splash on TPU and pallas elsewhere")
+    p.add_argument("--attention", "--backend", dest="attention", default="auto", choices=("auto",) + KERNELS,
+                   help="the kernel, a model.attention backend (--backend is its earlier name): auto is splash on "
+                   "TPU and pallas elsewhere")
     tiles = p.add_argument_group(
         "tiles", "override every kernel's launch (default: pallas, the per-target table kernel_tuning.TUNING "
         f"for the head dim, triton, its TRITON_TUNING; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas and "
@@ -92,17 +93,17 @@ def parse_args(argv):
         p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     if args.documents > args.seq_len:
         p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
-    if args.backend == "auto":
-        args.backend = attention.AUTO.get(jax.default_backend(), "pallas")  # a kernel to time on CPU too, not xla
-    if args.backend == "splash" and (args.num_warps is not None or args.num_stages is not None):
+    if args.attention == "auto":
+        args.attention = attention.AUTO.get(jax.default_backend(), "pallas")  # a kernel to time on CPU too, not xla
+    if args.attention == "splash" and (args.num_warps is not None or args.num_stages is not None):
         p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
-    if args.backend == "triton":
+    if args.attention == "triton":
         from sps_jax import triton_attention
 
         if triton_attention.triton is None:
             p.error(triton_attention.NEEDS)
     try:
-        if args.backend in kernel_tuning.KERNEL_SETS:
+        if args.attention in kernel_tuning.KERNEL_SETS:
             tuning_for(args, kernel_tuning.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
     except ValueError as e:
@@ -113,7 +114,7 @@ def parse_args(argv):
 def tuning_for(args, streams: int) -> kernel_tuning.Tuning:
     """The target's default tiles for the head dim and a variant of ``streams`` streams, with any
     flag given replacing that field in all three kernels (--block-q is positions, for every variant)."""
-    base = kernel_tuning.default_tuning(args.head_dim, streams, kernels=args.backend)
+    base = kernel_tuning.default_tuning(args.head_dim, streams, kernels=args.attention)
     given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
              if getattr(args, f) is not None}
     if not given:
@@ -131,11 +132,11 @@ def describe_tiles(t: kernel_tuning.Tuning) -> str:
 
 def describe(args) -> str:
     """The kernel's tiles, for the console."""
-    if args.backend == "splash":
+    if args.attention == "splash":
         bs = splash_blocks(args)
         return f"splash blocks {bs.block_q}x{bs.block_kv}"
     one, two = tuning_for(args, 1), tuning_for(args, kernel_tuning.TUNING_STREAMS)
-    tiles = f"{args.backend} tiles {describe_tiles(two)}"
+    tiles = f"{args.attention} tiles {describe_tiles(two)}"
     return tiles if one == two else f"{tiles} (standard: {describe_tiles(one)})"
 
 
@@ -144,12 +145,12 @@ def splash_blocks(args):
 
 
 def make_kernel(args):
-    """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.backend`` with its tiles."""
-    if args.backend == "pallas":
+    """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.attention`` with its tiles."""
+    if args.attention == "pallas":
         return (lambda q, k, v, doc, vis, interpret: pa.attention(
                     q, k, v, doc, vis, interpret=interpret, tuning=tuning_for(args, vis.num_streams)),
                 lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
-    if args.backend == "triton":  # the interpreter, where it runs, is decided when triton is imported
+    if args.attention == "triton":  # the interpreter, where it runs, is decided when triton is imported
         from sps_jax import triton_attention
 
         return (lambda q, k, v, doc, vis, interpret: triton_attention.attention(
@@ -225,7 +226,7 @@ def splash_causal(slots: int, heads: int, interpret: bool = False):
 def baseline_rows(args, dtype, key):
     """Dense causal attention over T*2 slots and over T: splash's causal kernel on TPU, else
     jax.nn.dot_product_attention."""
-    B, T, H, Dh = args.batch, args.seq_len, args.heads, args.head_dim
+    B, T, H, Dh = args.batch_size, args.seq_len, args.heads, args.head_dim
     rows = {}
     for slots, label in ((2 * T, "2T"), (T, "T")):
         q, k, v = (jax.random.normal(kk, (B, slots, H, Dh), dtype) for kk in jax.random.split(key, 3))
@@ -262,14 +263,14 @@ def print_table(rows):
 def timing_table(args, interpret=False):
     """Times every variant and the baselines (interpret=True only to test this plumbing on CPU)."""
     dtype = jnp.dtype(args.dtype)
-    B, T, H, Dh, w = args.batch, args.seq_len, args.heads, args.head_dim, args.window
+    B, T, H, Dh, w = args.batch_size, args.seq_len, args.heads, args.head_dim, args.window
     key = jax.random.PRNGKey(0)
     doc = jnp.asarray(document_ids(B, T, args.documents))  # one document per row by default: the counts' case
     kernel, score_counts = make_kernel(args)
     print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}; "
           f"{describe(args)}", flush=True)
     base = baseline_rows(args, dtype, key)
-    results = {"rows": [], "baselines": base, "kernel": args.backend}
+    results = {"rows": [], "baselines": base, "kernel": args.attention}
     for variant in args.variants:
         vis = masks.Visibility(variant, w)
         counts = score_counts(doc, vis)
@@ -278,11 +279,11 @@ def timing_table(args, interpret=False):
         def fn(q, k, v, vis=vis):
             return kernel(q, k, v, doc, vis, interpret)
 
-        print(f"{args.backend} {variant}: timing ...", flush=True)
+        print(f"{args.attention} {variant}: timing ...", flush=True)
         t_f, t_fb = time_pair(fn, q, k, v, args.iters)
-        r = row(f"{args.backend} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
+        r = row(f"{args.attention} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
         r.update(variant=variant, counts=counts)
-        if args.backend in kernel_tuning.KERNEL_SETS:
+        if args.attention in kernel_tuning.KERNEL_SETS:
             r["tuning"] = dataclasses.asdict(tuning_for(args, vis.num_streams))
         for label, ref in base.items():
             r[f"fwd_bwd_time_vs_dense_{label}"] = r["fwd_bwd_ms"] / ref["fwd_bwd_ms"]
@@ -337,7 +338,7 @@ def interpret_check(args, kernel, small: dict, window: int) -> dict:
         want = attention.xla_attention(q, k, v, jnp.asarray(doc), vis)
         err = float(jnp.abs(got - want).max())
         checked[variant] = {"max_abs_error_vs_xla": err, "seconds": seconds}
-        print(f"  {variant:14s} max |{args.backend} - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
+        print(f"  {variant:14s} max |{args.attention} - xla| = {err:.2e}  ({seconds:.1f} s in the interpreter)")
     return checked
 
 
@@ -363,7 +364,7 @@ def numerics_check(args, kernel, interpret=False) -> dict:
     doc[:, 2 * T // 3 + 1:] = 1
     doc = jnp.asarray(doc)
     rng = np.random.default_rng(0)
-    print(f"numerics on {jax.devices()[0].device_kind}: {args.backend} in {args.dtype} against the dense reference "
+    print(f"numerics on {jax.devices()[0].device_kind}: {args.attention} in {args.dtype} against the dense reference "
           f"in float32, T={T}, H=2, Dh={args.head_dim}, two documents:", flush=True)
 
     def with_gradients(fn):
@@ -402,7 +403,7 @@ def numerics_failure(args, checked: dict) -> str | None:
     for variant, row in checked.items():
         for name in GRADIENTS:
             if not row[name]["ok"]:
-                return (f"the {args.backend} kernel's {name} for {variant} is {row[name]['error']:.2e} from the "
+                return (f"the {args.attention} kernel's {name} for {variant} is {row[name]['error']:.2e} from the "
                         f"float32 reference, more than {ROUNDING_FACTOR}x the {row[name]['reference_error']:.2e} of "
                         f"dense attention in {args.dtype}: it computes something else on this device, so its "
                         "timings do not count (the errors are in the JSON).")
@@ -412,23 +413,23 @@ def numerics_failure(args, checked: dict) -> str | None:
 def cpu_report(args):
     T, w = args.seq_len, args.window
     _, score_counts = make_kernel(args)
-    print(f"no GPU or TPU ({jax.default_backend()}): {args.backend} score counts at T={T}, w={w}, {describe(args)} "
+    print(f"no GPU or TPU ({jax.default_backend()}): {args.attention} score counts at T={T}, w={w}, {describe(args)} "
           "(per row and head), one document:")
-    results = {"kernel": args.backend, "counts": count_rows(args, score_counts, 1), "interpret_check": {}}
+    results = {"kernel": args.attention, "counts": count_rows(args, score_counts, 1), "interpret_check": {}}
     if args.documents > 1:
         print(f"  ... and {args.documents} documents of {-(-T // args.documents)} positions:")
         results["counts_documents"] = count_rows(args, score_counts, args.documents)
-    small = SMALL[args.backend]
+    small = SMALL[args.attention]
     blocks = {"block_q": small["block_q"], "block_k": small["block_k"]}
     kernel, _ = make_kernel(argparse.Namespace(**{**vars(args), **blocks}))
     from sps_jax import triton_attention  # importable without triton; asked only for its kernels
 
-    if args.backend == "triton" and not triton_attention.interpreting():
+    if args.attention == "triton" and not triton_attention.interpreting():
         print("interpret-mode check skipped: set TRITON_INTERPRET=1 before starting Python to run the triton "
               "kernels in Triton's interpreter.")
     else:
         results["interpret_check"] = interpret_check(args, kernel, small, min(w, 20))
-    print(f"Timings need a {'TPU' if args.backend == 'splash' else 'GPU'}: run the same command on one.")
+    print(f"Timings need a {'TPU' if args.attention == 'splash' else 'GPU'}: run the same command on one.")
     return results
 
 
@@ -442,7 +443,7 @@ def main(argv=None):
     else:
         results = cpu_report(args)
     config = vars(args)
-    if args.backend in kernel_tuning.KERNEL_SETS:
+    if args.attention in kernel_tuning.KERNEL_SETS:
         tiles = dataclasses.asdict(tuning_for(args, kernel_tuning.TUNING_STREAMS))
     else:  # splash: its block sizes
         tiles = {k: v for k, v in dataclasses.asdict(splash_blocks(args)).items() if isinstance(v, int)}

@@ -257,9 +257,9 @@ def generation_rows(acc, args) -> list[dict]:
         # A chunk of the whole prompt or more is the one-pass prefill.
         chunks = dict.fromkeys(c if c < args.prefill else 0 for c in args.prefill_chunks)
         reports = [r for chunk in chunks for r in programs.generation(
-            acc, dataclasses.replace(cfg, prefill_chunk=chunk), args.batch, args.prefill, args.decode,
+            acc, dataclasses.replace(cfg, prefill_chunk=chunk), args.batch_size, args.prefill, args.decode,
             only=("prefill",))]
-        reports += programs.generation(acc, cfg, args.batch, args.prefill, args.decode,
+        reports += programs.generation(acc, cfg, args.batch_size, args.prefill, args.decode,
                                        only=("decode_loop", "decode_step"))
         for r in reports:
             _log(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
@@ -371,8 +371,8 @@ def _check_workload(args) -> None:
                   f"--prefill {args.prefill}: a chunk of the whole prompt is the one-pass prefill (0).", file=sys.stderr)
         largest = hardware.largest()
         for variant in args.variants:
-            kv_cache.check_fits(_generation_model(args, variant), args.batch, args.prefill + args.decode,
-                                largest.memory_bytes, largest.name, "lower --batch, --prefill or --decode")
+            kv_cache.check_fits(_generation_model(args, variant), args.batch_size, args.prefill + args.decode,
+                                largest.memory_bytes, largest.name, "lower --batch-size, --prefill or --decode")
     for name in args.target:
         acc = hardware.ACCELERATORS[name]
         if "train" in args.only:

@@ -7,7 +7,7 @@ run past the config's ``seq_len``: the cache holds prefill + decode positions an
 RoPE costs the same at every position (``generate`` on a trained run refuses that)::
 
     python -m sps_jax.bench generate --config configs/paper.py:s,sps,64 --json gen.json
-    python -m sps_jax.bench generate --config configs/tiny.py --batch 4 --prefill 64 --decode 64   # CPU
+    python -m sps_jax.bench generate --config configs/tiny.py --batch-size 4 --prefill 64 --decode 64   # CPU
 
 Throughput: all variants are compiled in one process and timed in interleaved
 rounds (the fastest round counts), so load drifting over time hits them alike.
@@ -78,8 +78,8 @@ def _model_config(args, overrides, variant, backend=None):
 def check_workload(cfg, args, memory_bytes: int, device: str) -> None:
     from sps_jax.inference import kv_cache
 
-    kv_cache.check_fits(cfg, args.batch, args.prefill + args.decode, memory_bytes, device,
-                        "lower --batch, --prefill or --decode")
+    kv_cache.check_fits(cfg, args.batch_size, args.prefill + args.decode, memory_bytes, device,
+                        "lower --batch-size, --prefill or --decode")
 
 
 class VariantRun:
@@ -102,7 +102,7 @@ class VariantRun:
         self.params = sps_model.compute_params(
             sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0)), cfg)
         self.tokens_BT = jnp.asarray(
-            np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch, args.prefill)), jnp.int32)
+            np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch_size, args.prefill)), jnp.int32)
         self.new_tokens = args.decode + 1  # the prefill's logits give the first token, each decode step one more
         max_len = args.prefill + args.decode
         self.rng = jax.random.PRNGKey(0)
@@ -115,7 +115,7 @@ class VariantRun:
         cache_shape, h_shape = jax.eval_shape(lambda p, t: decoding.prefill(cfg, p, t, max_len=max_len),
                                               self.params, self.tokens_BT)
         self.logits = jax.jit(last_logits).lower(self.params, h_shape).compile()
-        logits_shape = jax.ShapeDtypeStruct((args.batch, cfg.vocab_size), jnp.float32)
+        logits_shape = jax.ShapeDtypeStruct((args.batch_size, cfg.vocab_size), jnp.float32)
         self.decode = decoding.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
                                             max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
         self.compile_s = time.perf_counter() - t0
@@ -177,10 +177,10 @@ class VariantRun:
         return {
             "variant": self.variant, "window": self.cfg.window, "attention": self.cfg.attention,
             "device": str(jax.devices()[0].device_kind),
-            "batch": a.batch, "prefill": a.prefill, "decode_steps": a.decode, "compile_s": self.compile_s,
+            "batch": a.batch_size, "prefill": a.prefill, "decode_steps": a.decode, "compile_s": self.compile_s,
             **best,
-            "tokens_per_s": a.batch * self.new_tokens / best["total_s"],
-            "decode_tokens_per_s": a.batch * a.decode / best["decode_s"],
+            "tokens_per_s": a.batch_size * self.new_tokens / best["total_s"],
+            "decode_tokens_per_s": a.batch_size * a.decode / best["decode_s"],
             "decode_peak_bytes": None, "peak_bytes": None,
             "cache_persistent_bytes": self.cache_sizes["persistent"], "cache_ring_bytes": self.cache_sizes["ring"],
             "cache_bytes": self.cache_sizes["total"], "decode_compiled_bytes": self.decode_compiled_bytes,
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
             break
 
-    print(f"workload: batch {args.batch}, prefill {args.prefill}, {args.decode} decode steps, "
+    print(f"workload: batch {args.batch_size}, prefill {args.prefill}, {args.decode} decode steps, "
           f"{args.repeats} timed rounds; variants {', '.join(variants)}"
           + (f"; attention {', '.join(args.attention)}" if args.attention else ""), file=sys.stderr, flush=True)
     for backend in backends_run:  # where each backend can run: asks the device, which the workers are done with

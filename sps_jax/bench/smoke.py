@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=BATCH_SIZE, help="rows per forward pass")
+    cli.add_batch_size(parser, BATCH_SIZE, "rows per forward pass")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
                         help="comma-separated variants to check, in this order (each one compiles a gradient and a "
                         "decode loop)")

@@ -1,6 +1,6 @@
 """``python -m sps_jax.bench tiles``: sweep each Pallas kernel's tiles, warps and stages against cuDNN.
 
-``--backend triton`` sweeps the same kernels called through jax-triton instead, from their own defaults
+``--attention triton`` sweeps the same kernels called through jax-triton instead, from their own defaults
 (``kernel_tuning.TRITON_TUNING``).
 
 Each kernel (forward, dQ, dK/dV) is swept alone with the other two at the default
@@ -55,14 +55,14 @@ def candidates(default: kernel_tuning.Tuning, kernel: str, shapes=TILE_SHAPES,
 def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> dict:
     """Times every candidate of every kernel in ``args.kernels`` (interpret=True: the plumbing on CPU)."""
     dtype = jnp.dtype(args.dtype)
-    B, T, H, Dh = args.batch, args.seq_len, args.heads, args.head_dim
+    B, T, H, Dh = args.batch_size, args.seq_len, args.heads, args.head_dim
     vis = masks.Visibility(args.variant, args.window)
     key = jax.random.PRNGKey(0)
     doc = jnp.zeros((B, T), jnp.int32)
     q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
     ct = jnp.ones_like(q)
     baseline = bench_attention.baseline_rows(args, dtype, key)["2T"]  # reads the shape fields of args
-    backend = args.backend
+    backend = args.attention
     if backend == "triton":  # where it runs (GPU or Triton's interpreter) is decided when triton is imported
         from sps_jax import triton_attention
 
@@ -119,8 +119,9 @@ def build_parser():
     p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
-    p.add_argument("--backend", default=kernel_tuning.DEFAULT_KERNELS, choices=kernel_tuning.KERNEL_SETS,
-                   help="the kernel set: pallas, or the same kernels through jax-triton (triton)")
+    p.add_argument("--attention", "--backend", dest="attention", default=kernel_tuning.DEFAULT_KERNELS,
+                   choices=kernel_tuning.KERNEL_SETS, help="the kernel set, a model.attention backend (--backend is "
+                   "its earlier name): pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
     bench_attention.add_timing_flags(p)
     p.add_argument("--tiles", type=cli.comma_list(_pair), default=list(TILE_SHAPES), metavar="QxK,...",
@@ -148,7 +149,7 @@ def parse_args(argv):
             p.error(f"--launches {w}x{st}: {e}")
     bench_attention.check_shape_fits(p, args)
     if jax.default_backend() != "gpu":
-        p.error(f"the tile sweep times the {args.backend} kernels on a GPU, and this machine has none (jax backend "
+        p.error(f"the tile sweep times the {args.attention} kernels on a GPU, and this machine has none (jax backend "
                 f"{jax.default_backend()}): run it where one is attached.")
     return args
 
@@ -156,7 +157,7 @@ def parse_args(argv):
 @cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    print(f"{args.variant}: B={args.batch} T={args.seq_len} H={args.heads} Dh={args.head_dim} w={args.window} "
+    print(f"{args.variant}: B={args.batch_size} T={args.seq_len} H={args.heads} Dh={args.head_dim} w={args.window} "
           f"{args.dtype} on {jax.devices()[0].device_kind}", flush=True)
     result = sweep(args, shapes=args.tiles, launches=args.launches)
     print_summary(result)

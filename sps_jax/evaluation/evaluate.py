@@ -167,8 +167,7 @@ def _parser() -> cli.ArgumentParser:
                    help=f"validation windows per forward pass (default: {sps_config.VAL_BATCH})")
     p.add_argument("--limit", type=cli.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
-    p.add_argument("--batch-size", type=cli.positive_int, default=None,
-                   help=f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
+    cli.add_batch_size(p, None, f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
     p.add_argument("--tokenizer", type=cli.input_path("tokenizer file", cli.FILE, TOKENIZER_HINT), default=None,
                    help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", type=cli.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")

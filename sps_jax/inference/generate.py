@@ -84,8 +84,7 @@ def _parser() -> cli.ArgumentParser:
     parser.add_argument("--top-p", type=float, default=Sampling.top_p,
                         help="sample among the likeliest tokens whose mass reaches p (1: all; needs --temperature above 0)")
     parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="sampling seed")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=batching.MAX_BATCH,
-                        help="prompts per generation batch")
+    cli.add_batch_size(parser, batching.MAX_BATCH, "prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
                         help="override model.attention")

@@ -11,7 +11,7 @@ from tests import fuzz
 
 
 def test_benchmark_tables_and_json(tmp_path):
-    args = bench_attention.parse_args(["--variants", "sps", "--batch", "1", "--seq-len", "16", "--heads", "1",
+    args = bench_attention.parse_args(["--variants", "sps", "--batch-size", "1", "--seq-len", "16", "--heads", "1",
                                        "--head-dim", "8", "--window", "4", "--block-q", "8", "--block-k", "8",
                                        "--dtype", "float32", "--iters", "1"])
     result = bench_attention.timing_table(args, interpret=True)
@@ -36,13 +36,13 @@ def test_the_jax_triton_kernels_are_benched_with_their_own_tiles(tmp_path):
     tiles from TRITON_TUNING, and the CPU report's interpreter check."""
     pytest.importorskip("torch")
     pytest.importorskip("jax_triton")
-    args = bench_attention.parse_args(["--backend", "triton", "--variants", "sps", "--batch", "1", "--seq-len", "16",
+    args = bench_attention.parse_args(["--attention", "triton", "--variants", "sps", "--batch-size", "1", "--seq-len", "16",
                                        "--heads", "1", "--head-dim", "8", "--window", "4", "--block-q", "8",
                                        "--block-k", "8", "--dtype", "float32", "--iters", "1"])
     (r,) = bench_attention.timing_table(args)["rows"]
     assert r["name"].startswith("triton sps") and r["tuning"]["dkv"]["block_q"] == 8
     out = tmp_path / "bench.json"
-    assert bench_attention.main(["--backend", "triton", "--variants", "sps", "--seq-len", "1024", "--head-dim", "128",
+    assert bench_attention.main(["--attention", "triton", "--variants", "sps", "--seq-len", "1024", "--head-dim", "128",
                                  "--heads", "6", "--json", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert saved["interpret_check"]["sps"]["max_abs_error_vs_xla"] < 1e-4
@@ -51,7 +51,7 @@ def test_the_jax_triton_kernels_are_benched_with_their_own_tiles(tmp_path):
 
 
 def test_splash_tables_json_and_documents(tmp_path):
-    args = bench_attention.parse_args(["--backend", "splash", "--variants", "sps", "--batch", "1", "--seq-len", "200",
+    args = bench_attention.parse_args(["--attention", "splash", "--variants", "sps", "--batch-size", "1", "--seq-len", "200",
                                        "--heads", "1", "--head-dim", "16", "--window", "4", "--dtype", "float32",
                                        "--iters", "1", "--documents", "2"])
     result = bench_attention.timing_table(args, interpret=True)
@@ -61,7 +61,7 @@ def test_splash_tables_json_and_documents(tmp_path):
     # rho keys (w=4) 1, 1, 2, 1: 11 blocks of 128 x 128 scores.
     assert r["scores_per_head"] == r["counts"]["computed"] == 11 * 128 * 128
     out = tmp_path / "bench.json"
-    assert bench_attention.main(["--backend", "splash", "--variants", "sps", "--documents", "8", "--json", str(out)]) == 0
+    assert bench_attention.main(["--attention", "splash", "--variants", "sps", "--documents", "8", "--json", str(out)]) == 0
     saved = json.loads(out.read_text())
     one, eight = saved["counts"]["sps"], saved["counts_documents"]["sps"]
     assert one["computed"] == eight["computed"] and eight["visible"] < one["visible"]  # splash: static blocks only
@@ -98,15 +98,15 @@ def test_a_shape_no_accelerator_can_hold_is_refused_before_anything_is_compiled(
     """A typo in --batch (an extra digit, or twenty) made the CPU report's counts and, on a GPU, an out-of-memory
     error after the compile; q, k, v and the output alone are 48 MiB per row at the paper's S shape in bf16."""
     for command in ("attention", "tiles"):
-        outcome = fuzz.call(bench_main.main, [command, "--batch", "99999999999999999999"])
+        outcome = fuzz.call(bench_main.main, [command, "--batch-size", "99999999999999999999"])
         assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
-        assert "more than the" in outcome.stderr and "lower --batch or --seq-len" in outcome.stderr, outcome.stderr
-        outcome = fuzz.call(bench_main.main, [command, "--batch", "5000"])  # 234 GiB of inputs
-        assert "lower --batch or --seq-len" in outcome.stderr, outcome.stderr
-    assert bench_attention.parse_args(["--batch", "1000"]).batch == 1000  # 47 GiB: an H100 holds it
+        assert "more than the" in outcome.stderr and "lower --batch-size or --seq-len" in outcome.stderr, outcome.stderr
+        outcome = fuzz.call(bench_main.main, [command, "--batch-size", "5000"])  # 234 GiB of inputs
+        assert "lower --batch-size or --seq-len" in outcome.stderr, outcome.stderr
+    assert bench_attention.parse_args(["--batch-size", "1000"]).batch_size == 1000  # 47 GiB: an H100 holds it
 
 
-NUMERICS_ARGS = ["--backend", "pallas", "--variants", "standard,sps", "--seq-len", "64", "--head-dim", "16",
+NUMERICS_ARGS = ["--attention", "pallas", "--variants", "standard,sps", "--seq-len", "64", "--head-dim", "16",
                  "--window", "5", "--block-q", "16", "--block-k", "16", "--dtype", "bfloat16", "--iters", "1"]
 
 
@@ -165,6 +165,6 @@ def test_a_shape_is_refused_by_its_q_k_v_and_output_together():
 
     per_row = 4 * 4096 * 2 * 12 * 64 * 2
     most = hardware.largest().memory_bytes // per_row  # the most rows the largest accelerator holds
-    assert bench_attention.parse_args(["--batch", str(most)]).batch == most
-    with pytest.raises(UserError, match="lower --batch or --seq-len"):
-        bench_attention.parse_args(["--batch", str(most + 1)])
+    assert bench_attention.parse_args(["--batch-size", str(most)]).batch_size == most
+    with pytest.raises(UserError, match="lower --batch-size or --seq-len"):
+        bench_attention.parse_args(["--batch-size", str(most + 1)])

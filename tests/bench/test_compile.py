@@ -22,7 +22,7 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
     # In process, as tests/aot compiles (no interpreter start): the claim is the command's output.
     out = fuzz.call(bench_main.main, ["compile", "--target", "h100", "--only", "generate",
                                       "--config", f"{REPO}/configs/tiny.py:sps,4", "--config.model.attention=xla",
-                                      "--batch", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3,8",
+                                      "--batch-size", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3,8",
                                       "--json", str(out_json)], timeout=600)
     assert out.status == 0 and out.problem() is None, out.stderr
     assert "deviceless compile" in out.stdout
@@ -93,7 +93,7 @@ def test_bad_arguments_get_one_sentence(args, message):
      r"config\.model has no field 'seqlen' \(did you mean --config\.model\.seq_len\?\)"),
     # a KV cache no card holds: after kernels and train, XLA's compile failed in C++ (a traceback)
     (["--target", "h100", "--config", "configs/tiny.py", "--prefill", "999999999"],
-     r"standard's KV cache for batch 16 x 1,000,003,071 positions needs .* GiB, .* of one b200: lower --batch, "
+     r"standard's KV cache for batch 16 x 1,000,003,071 positions needs .* GiB, .* of one b200: lower --batch-size, "
      r"--prefill or --decode\.$"),
     # jax-triton's kernels asked of a TPU: refused after the TPU's splash kernels had compiled, naming the CPU
     (["--target", "tpu-v5e,h100", "--config", "configs/tiny.py", "--attention", "auto,triton"],

@@ -14,7 +14,7 @@ from tests.helpers import REPO
 
 def test_generation_benchmark_reports_ratios_to_standard(tmp_path, capfd):
     out = tmp_path / "bench.json"
-    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "2", "--prefill", "8",
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "2", "--prefill", "8",
                          "--decode", "4", "--variants", "standard,sps,two_x_memory", "--repeats", "1",
                          "--json", str(out)])
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
@@ -49,7 +49,7 @@ def test_peak_memory_is_measured_in_fresh_processes_before_this_one_runs_anythin
     monkeypatch.setattr(bench_generate, "_spawn_peak", spawn)
     monkeypatch.setattr(bench_generate.VariantRun, "run", run)
     out = tmp_path / "bench.json"
-    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1", "--prefill", "4",
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1", "--prefill", "4",
                          "--decode", "2", "--variants", "standard,sps", "--repeats", "1", "--json", str(out)])
     assert events[:2] == [("peak", "standard"), ("peak", "sps")] and ("run", "standard") in events[2:]
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
@@ -61,7 +61,7 @@ def test_the_decode_peak_is_read_before_the_prefill_runs_and_only_where_the_loop
     """The paper's memory figure is the peak during decode: the worker decodes from a cache of zeros before any
     prefill, reads the counter, then runs the whole workload for the run's peak. A loop that did not raise the
     peak its weights and compilation had set is not measured by the counter: None, not the earlier peak."""
-    args = bench_generate._parse(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1",
+    args = bench_generate._parse(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1",
                                   "--prefill", "4", "--decode", "2"])
     events, counter = [], {"peak": 100}
     for name, raise_to in (("decode_alone", 300), ("run", 500)):
@@ -82,7 +82,7 @@ def test_the_default_workload_is_the_papers_inference_measurement():
     """Section 4 (Evaluation): throughput and peak memory 'for a batch of 16 sequences with a prefill of 1024 tokens
     followed by 3072 decode steps', every variant against Standard at the same scale."""
     args = bench_generate._parse([])
-    assert (args.batch, args.prefill, args.decode) == (16, 1024, 3072)
+    assert (args.batch_size, args.prefill, args.decode) == (16, 1024, 3072)
     assert set(args.variants) == {
         "standard", "sps", "two_x_memory", "delayed_state", "reverse_sps"}
 
@@ -101,7 +101,7 @@ def test_backends_are_timed_side_by_side_with_ratios_within_each(tmp_path, monke
 
     monkeypatch.setattr(bench_generate, "_spawn_peak", spawn)
     out = tmp_path / "bench.json"
-    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1", "--prefill", "4",
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1", "--prefill", "4",
                          "--decode", "2", "--variants", "standard,sps", "--attention", "xla,pallas",
                          "--repeats", "1", "--json", str(out)])
     assert sorted(workers) == [("sps", "pallas", 1), ("sps", "xla", 1), ("standard", "pallas", 1),
@@ -133,7 +133,7 @@ def test_a_worker_that_stops_on_a_user_error_leaves_its_one_sentence_alone(monke
         return subprocess.CompletedProcess(cmd, 2, stdout="")
 
     monkeypatch.setattr(bench_generate.subprocess, "run", worker)
-    code = bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1",
+    code = bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1",
                                 "--prefill", "4", "--decode", "2", "--variants", "sps", "--repeats", "1"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and errors == ["error: the device ran out of memory (...): use a smaller batch."]
@@ -144,7 +144,7 @@ def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
     compiled or timed, not after them."""
     env = {k: v for k, v in helpers.env().items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-m", "sps_jax.bench", "generate", "--config", "configs/tiny.py",
-                           "--batch", "1", "--prefill", "4", "--decode", "2", "--variants", "standard",
+                           "--batch-size", "1", "--prefill", "4", "--decode", "2", "--variants", "standard",
                            "--attention", "xla,triton", "--repeats", "1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
@@ -160,7 +160,7 @@ def test_two_backends_that_are_one_here_are_refused_before_any_worker_runs(monke
 
     monkeypatch.setattr(bench_generate, "_spawn_peak", lambda *a: pytest.fail("a worker ran"))
     monkeypatch.setattr(bench_generate, "VariantRun", lambda *a: pytest.fail("a run was compiled"))
-    outcome = fuzz.call(bench_generate.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1",
+    outcome = fuzz.call(bench_generate.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1",
                                               "--prefill", "4", "--decode", "2", "--attention", backends])
     first, second = backends.split(",")
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
@@ -171,7 +171,7 @@ def test_two_backends_that_are_one_here_are_refused_before_any_worker_runs(monke
 def test_profile_traces_one_decode_loop_of_each_run_into_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_generate, "_spawn_peak", lambda argv, variant: None)  # no worker: CPU has no counter
     out, traces = tmp_path / "bench.json", tmp_path / "traces"
-    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch", "1", "--prefill", "4",
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1", "--prefill", "4",
                          "--decode", "3", "--variants", "sps", "--repeats", "1", "--profile", str(traces),
                          "--json", str(out)])
     (result,) = json.loads(out.read_text())["results"]
@@ -200,7 +200,7 @@ def test_throughput_counts_every_new_token_and_decode_throughput_the_decode_step
     import types
 
     run = types.SimpleNamespace(
-        args=types.SimpleNamespace(batch=2, prefill=8, decode=4), variant="sps", new_tokens=5, compile_s=1.0,
+        args=types.SimpleNamespace(batch_size=2, prefill=8, decode=4), variant="sps", new_tokens=5, compile_s=1.0,
         cfg=types.SimpleNamespace(window=64, attention="xla"), best={"prefill_s": 0.5, "decode_s": 2.0, "total_s": 2.5},
         cache_sizes={"persistent": 100, "ring": 10, "total": 110}, decode_compiled_bytes=None)
     r = bench_generate.VariantRun.result(run)

@@ -28,8 +28,8 @@ def test_sweep_plumbing_reports_every_launch_and_the_fastest(backend):
     if backend == "triton":
         pytest.importorskip("torch")
         pytest.importorskip("jax_triton")
-    args = argparse.Namespace(variant="sps", kernels=["forward", "dkv"], batch=1, seq_len=16, heads=1,
-                              head_dim=8, window=4, dtype="float32", iters=1, backend=backend)
+    args = argparse.Namespace(variant="sps", kernels=["forward", "dkv"], batch_size=1, seq_len=16, heads=1,
+                              head_dim=8, window=4, dtype="float32", iters=1, attention=backend)
     fwd = kernel_tuning.default_tuning(8, 2).forward
     launches = ((fwd.num_warps, fwd.num_stages), (8, 2))
     result = tiles.sweep(args, interpret=True, shapes=((8, 8), (fwd.block_q, fwd.block_k)), launches=launches)
@@ -47,7 +47,7 @@ def test_without_a_gpu_the_command_stops_with_one_sentence():
     outcome = fuzz.call(bench_main.main, ["tiles"])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "the tile sweep times the pallas kernels on a GPU" in outcome.stderr
-    outcome = fuzz.call(bench_main.main, ["tiles", "--backend", "triton"])
+    outcome = fuzz.call(bench_main.main, ["tiles", "--attention", "triton"])
     assert outcome.status == 2 and "the tile sweep times the triton kernels on a GPU" in outcome.stderr
 
 
@@ -85,8 +85,8 @@ def test_the_fastest_launch_is_the_best_and_a_refused_one_is_reported(monkeypatc
                         lambda args, dtype, key: {"2T": {"fwd_ms": 4.0, "fwd_bwd_ms": 8.0}})
     monkeypatch.setattr(tiles.bench_attention, "forward_and_backward", lambda fn: (fn, fn))
     monkeypatch.setattr(tiles.bench_attention, "median_seconds", median_seconds)
-    args = argparse.Namespace(variant="sps", kernels=["forward"], batch=1, seq_len=16, heads=1, head_dim=8, window=4,
-                              dtype="float32", iters=1, backend="pallas")
+    args = argparse.Namespace(variant="sps", kernels=["forward"], batch_size=1, seq_len=16, heads=1, head_dim=8, window=4,
+                              dtype="float32", iters=1, attention="pallas")
     result = tiles.sweep(args, shapes=((8, 8), (16, 16)), launches=((4, 2), (8, 2)))["kernels"]["forward"]
     assert [(r["block_q"], r["num_warps"], r.get("ms")) for r in result["rows"]] == [
         (8, 4, 3.0), (8, 8, 1.0), (16, 4, 2.0), (16, 8, None)]
