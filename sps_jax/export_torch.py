@@ -61,16 +61,18 @@ def check_output(out: str, force: bool = False) -> str:
     return fmt
 
 
-def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE) -> dict:
+def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE,
+                    mismatch: tuple[str, str] | None = None) -> dict:
     """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays. Params of another
-    model than ``config.model`` are refused (a deeper model's extra layers were dropped without a word)."""
+    model than ``config.model`` are refused (a deeper model's extra layers were dropped without a word), in
+    ``mismatch``'s words (default ``runs.OTHER_CONFIG``: a caller's config and params)."""
     from sps_jax import model as sps_model, runs
 
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
     step = runs.saved_step(step)
     cfg = sps_model.ModelConfig.from_config(config.model)
-    runs.check_params(sps_model.Transformer(cfg), params, runs.OTHER_CONFIG)
+    runs.check_params(sps_model.Transformer(cfg), params, mismatch or runs.OTHER_CONFIG)
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
             torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),
             torch_layout.STEP: int(step),
@@ -115,13 +117,12 @@ def write(ckpt: dict, out: str, force: bool = False) -> None:
 
 def export_run(run: str, out: str, step: int | None = None, dtype: str = DEFAULT_DTYPE, force: bool = False) -> dict:
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
-    from sps_jax import model as sps_model, runs
+    from sps_jax import runs
 
     run, out = files.path_text(run, "run"), files.path_text(out, "out")
     check_output(out, force)
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
-    runs.check_params(sps_model.Transformer(sps_model.ModelConfig.from_config(config.model)), params)  # the run's words
-    ckpt = checkpoint_dict(config, params, step, dtype)
+    ckpt = checkpoint_dict(config, params, step, dtype, runs.RUN_CHECKPOINT)
     with files.results(force):
         write(ckpt, out, force)
     return ckpt

@@ -546,11 +546,12 @@ def load_run(path: str, step: int | None = None):
     return config, params, step
 
 
-_CHECKPOINT = ("checkpoint does not match its config.json", "put back the config.json the run was trained with "
+# The words of a run folder whose checkpoint is not its config.json's model (load_model, export_torch.export_run).
+RUN_CHECKPOINT = ("checkpoint does not match its config.json", "put back the config.json the run was trained with "
                "(this one was edited, or belongs to another run)")
 
 
-def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] = _CHECKPOINT) -> None:
+def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] = RUN_CHECKPOINT) -> None:
     """Every parameter the config implies exists with the same shape (else one sentence naming the first,
     ``mismatch`` saying what disagrees and what to do)."""
     what, fix = mismatch

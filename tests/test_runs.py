@@ -72,6 +72,10 @@ def test_checkpoint_that_does_not_match_its_config_is_a_clear_error(tmp_path, fi
     with pytest.raises(ValueError, match=r"does not match its config.json: .*; put back the config.json the run was "
                                          r"trained with \(this one was edited, or belongs to another run\)\.$"):
         runs.load_model(str(tmp_path / "run"))
+    from sps_jax import export_torch  # export says it in the run's words too (not a caller's config and params)
+    with pytest.raises(ValueError, match=r"does not match its config.json: .*; put back the config.json"):
+        export_torch.export_run(str(tmp_path / "run"), str(tmp_path / "out.safetensors"))
+    assert not (tmp_path / "out.safetensors").exists()
 
 
 def run_of_another_variant(tmp_path, how):
