@@ -72,6 +72,20 @@ def test_bf16_compute_keeps_f32_parameter_gradients():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=3e-3, rtol=5e-2)
 
 
+def test_with_bf16_hidden_states_the_loss_alone_is_the_training_loss_and_each_gradient_has_its_inputs_dtype():
+    """Validation computes the loss without its gradient, through the primal path: it must multiply in the compute
+    dtype as the training step's forward does (bit for bit), and the gradients come back in their inputs' dtypes
+    (bf16 hidden states, f32 embedding)."""
+    rng = np.random.default_rng(1)
+    h = jnp.asarray(rng.normal(size=(37, 8)), jnp.bfloat16)
+    E = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
+    t, w = jnp.asarray(rng.integers(0, 11, 37)), jnp.asarray(rng.random(37) < 0.7, jnp.float32)
+    alone = cross_entropy.linear_cross_entropy(h, E, t, w, 5)
+    trained, (dh, dE) = jax.value_and_grad(cross_entropy.linear_cross_entropy, argnums=(0, 1))(h, E, t, w, 5)
+    assert float(alone) == float(trained)
+    assert (dh.dtype, dE.dtype) == (jnp.bfloat16, jnp.float32)
+
+
 def test_bad_chunk_is_refused():
     with pytest.raises(ValueError, match="loss_chunk"):
         small_model("sps", 2, loss_chunk=-1)

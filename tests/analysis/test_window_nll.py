@@ -73,3 +73,25 @@ def test_a_batch_larger_than_the_documents_gives_the_same_deltas_without_the_mem
     huge = window_nll.window_nll_deltas(model, params, docs, 4, context=20, batch=100_000, log=lambda *_: None)
     assert rows == [2, 2, 3]
     np.testing.assert_allclose(huge["delta"], small["delta"], atol=1e-6)
+
+
+def test_the_curves_are_each_models_own_nll_and_delta_is_the_ablated_minus_the_vanilla_one():
+    """Delta l_i = l_i(M_omega) - l_i(M): a flipped sign or swapped curves passed the tests above, which only
+    look at where delta is zero. Expected values: each model's logits, log-softmaxed here in numpy."""
+    model, params = make("sps", 2, seed=6)
+    doc = random_docs([18], seed=3)[0]
+    omega = 3
+    out = window_nll.window_nll_deltas(model, params, [doc], omega, context=20, batch=1, log=lambda *_: None)
+
+    def nll(cfg):
+        logits = np.asarray(sps_model.Transformer(cfg).apply({"params": params}, doc[None, :-1]), np.float64)[0]
+        top = logits.max(-1, keepdims=True)
+        log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+        return -log_probs[np.arange(len(doc) - 1), doc[1:]]
+
+    vanilla, ablated = nll(model.cfg), nll(window_nll.ablated_config(model.cfg, omega))
+    n = len(doc) - 1
+    np.testing.assert_allclose(out["nll"][0, :n], vanilla, atol=2e-5)
+    np.testing.assert_allclose(out["nll_ablated"][0, :n], ablated, atol=2e-5)
+    np.testing.assert_allclose(out["delta"][0, :n], ablated - vanilla, atol=4e-5)
+    assert np.abs(ablated - vanilla).max() > 1e-3  # the ablation moves some position (else the sign is untested)

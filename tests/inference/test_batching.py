@@ -20,8 +20,9 @@ def test_eight_sizes_per_octave_pad_by_at_most_an_eighth():
     for n in range(1, 2000):
         size = batching.bucket(n, sizes_per_octave=8)
         assert n <= size <= n * 1.125 + 1
-    with pytest.raises(ValueError, match="power of two"):
-        batching.bucket(5, sizes_per_octave=3)
+    for sizes in (3, 0):  # 0 passes the bit test of a power of two (0 & -1 == 0)
+        with pytest.raises(ValueError, match="power of two"):
+            batching.bucket(5, sizes_per_octave=sizes)
 
 
 def test_left_pad_right_aligns_rows_and_counts_positions_from_the_first_real_token():

@@ -15,7 +15,7 @@ from sps_jax import config as sps_config
 from sps_jax import masks, runs, vocab
 from sps_jax import model as sps_model
 from sps_jax.data import tokenizer
-from sps_jax.inference import decoding, generate
+from sps_jax.inference import batching, decoding, generate
 from sps_jax.inference.sampling import Sampling
 from tests import fuzz
 from tests.helpers import EOS, PAD, REPO, ensure_tokenizer, held_weights, small_model, track_restored_weights
@@ -71,6 +71,24 @@ def test_a_cache_missing_the_ring_would_change_the_logits():
     full_BV = model.apply({"params": params}, tokens[:, :9])[:, -1]
     np.testing.assert_allclose(np.asarray(good_BV), np.asarray(full_BV), rtol=1e-5, atol=1e-5)
     assert np.abs(np.asarray(blind_BV) - np.asarray(full_BV)).max() > 1e-3
+
+
+@pytest.mark.parametrize("variant", ["standard", "sps", "delayed_state"])
+def test_decode_logits_of_left_padded_rows_in_their_first_document_equal_each_rows_full_forward(variant):
+    """Two cases the equality above never meets: rows left-padded in a batch (their positions are not their
+    columns: a step at the column's position gave other RoPE angles), and decoding in a row's first document
+    while ring slots are still empty (an empty slot's document must match none, the first included)."""
+    cfg, model, params = small_model(variant, 40)
+    rows = [[7, 3, 1], [9, 4, 2, 8, 6]]
+    fed_BS = np.array([[5, 11, 2], [13, 1, 4]], np.int32)
+    tokens_BT, positions_BT = batching.left_pad(rows, 5, 2, cfg.pad_id)
+    cache, _ = decoding.prefill(cfg, params, jnp.asarray(tokens_BT), max_len=8, positions_BT=jnp.asarray(positions_BT))
+    for s in range(fed_BS.shape[1]):
+        step_BV, cache = decode_step(cfg, params, cache, jnp.asarray(fed_BS[:, s]))
+        for b, row in enumerate(rows):
+            alone_T = np.array(row + fed_BS[b, :s + 1].tolist(), np.int32)[None]
+            np.testing.assert_allclose(np.asarray(step_BV[b]), np.asarray(model.apply({"params": params}, alone_T)[0, -1]),
+                                       rtol=1e-5, atol=1e-5, err_msg=f"row {b}, step {s}")
 
 
 @pytest.mark.parametrize("variant", ["standard", "sps", "delayed_state"])
@@ -149,6 +167,24 @@ def test_sampled_generation_is_reproducible_from_the_seed():
                                             seed=seed, stop_on_eos=False)
     assert sample(3) == sample(3)
     assert sample(3) != sample(4)
+
+
+def test_a_bucketed_batch_is_padded_to_its_longest_prompt():
+    """Prompts are generated longest first, so a batch's first prompt sets its padded length: in any other order
+    (lengths 1, 3, 5, 7, 11 in batches of 2 happened to fit) a longer prompt met a shorter bucket."""
+    cfg, _, params = small_model("sps", 2)
+    prompts = [[4, 9, 1], [7, 2, 8, 3, 6]]  # alone, 3 would be padded to 4 and 5 to 8
+    bucketed = decoding.generate_bucketed(cfg, params, prompts, 2, max_batch=2, min_len=4, stop_on_eos=False)
+    assert bucketed == [decoding.generate(cfg, params, [p], 2, stop_on_eos=False)[0] for p in prompts]
+
+
+def test_rounding_a_prompt_up_to_pad_to_multiple_stops_at_the_context():
+    """A 28-token prompt rounded up to a multiple of 24 would be 48 positions, past the context of 36: it is
+    padded to the context (it was refused as longer than the context)."""
+    cfg, _, params = small_model("sps", 2, seq_len=36)
+    prompt = np.random.default_rng(4).integers(0, 50, 28).tolist()
+    padded = decoding.generate(cfg, params, [prompt], 4, stop_on_eos=False, pad_to_multiple=24)  # 48 > 36
+    assert padded == decoding.generate(cfg, params, [prompt], 4, stop_on_eos=False)
 
 
 def test_each_batch_of_a_seeded_run_samples_from_a_stream_of_its_own():
@@ -504,6 +540,14 @@ def test_a_notebook_completes_texts_as_the_command_does(tmp_path):
         assert [r["prompt_tokens"] for r in done] == [len(tokenizer.encode(t)) for t in texts]
         assert [list(r) for r in done] == [list(completions.FIELDS)] * 3
     assert seen == [1, 2, 3, 2, 3]  # prompts done after each batch
+    # Batch b samples with batch_seed(seed, b * batch_size), as generate does, not with the first batch's seed.
+    sampled = completions.complete_ids(config.model, params, [[464, 3797]] * 2, 6, batch_size=1,
+                                       sampling=Sampling(temperature=1.0), seed=5, stop_on_eos=False)
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    assert [r["completion"] for r in sampled] == [tokenizer.decode(decoding.generate(
+        cfg, params, [[464, 3797]], 6, sampling=Sampling(temperature=1.0), seed=decoding.batch_seed(5, b),
+        stop_on_eos=False, pad_to_multiple=completions.PAD_TO_MULTIPLE)[0]) for b in (0, 1)]
+    assert sampled[0]["completion"] != sampled[1]["completion"]
     with pytest.raises(TypeError, match=r"^prompts must be a list of texts, got one str: pass \[prompt\]\.$"):
         completions.complete(config.model, params, "Hello", 4)
     with pytest.raises(ValueError, match=r"^batch_size must be at least 1, got 0\.$"):

@@ -30,6 +30,17 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_p_exactly_at_the_bou
     assert draws(0.75) == {0, 1}
 
 
+def test_logits_are_compared_in_float32_whatever_their_dtype():
+    """10.0 and 10.01 are one bf16 value: read in bf16, greedy took the first of a tie it had made."""
+    assert int(sample_logits(jnp.asarray([[10.0, 10.01]], jnp.float32), jax.random.PRNGKey(0), Sampling(), 2)[0]) == 1
+
+
+@pytest.mark.parametrize("top_k", [-1, -5])
+def test_a_negative_top_k_is_refused_not_read_as_no_filter(top_k):
+    with pytest.raises(ValueError, match=r"^top_k must be >= 0 \(0 keeps every token\), got -"):
+        Sampling(1.0, top_k=top_k).validate()
+
+
 def test_a_tiny_temperature_samples_the_top_token_not_nan():
     # Dividing raw logits by 1e-38 overflows f32 to inf, and softmax of inf is NaN; the limit of
     # temperature -> 0 is greedy decoding, so every draw must be the argmax.

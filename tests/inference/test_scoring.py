@@ -30,6 +30,10 @@ def test_arrays_score_as_their_lists_and_ids_that_are_no_integers_are_one_senten
     scorer = scoring.Scorer(net, params)
     want = scorer.loglikelihood_tokens([([5, 17, 3], [44, 9])])
     assert scorer.loglikelihood_tokens([(np.array([5, 17, 3]), jnp.array([44, 9]))]) == want
+    vocab = net.cfg.vocab_size  # ids past the vocabulary, or negative: a tokenizer of another model
+    for pair, bad in ((([5], [vocab]), vocab), (([-1], [2]), -1), (([3, vocab + 7], [2]), vocab + 7)):
+        with pytest.raises(ValueError, match=rf"^token id {bad} is outside the model's vocabulary \[0, {vocab}\)"):
+            scorer.loglikelihood_tokens([pair])
     for pair, says in ((([5.7, 17], [3]), r"^the context of pair 0 holds 5\.7, not an integer token id\.$"),
                        (([5, 17], [True]), r"^the continuation of pair 0 holds True, not an integer token id\.$"),
                        (("five", [3]), r"^the context of pair 0 is text, not token ids")):
