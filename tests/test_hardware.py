@@ -56,3 +56,43 @@ def test_a_cpu_device_holds_the_hosts_physical_memory():
         total_kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
     # MemTotal leaves out the kernel's reserved pages, so it is a little below the physical total.
     assert 0.9 * total_kib * 1024 <= hardware.device_memory_bytes(jax.devices("cpu")[0]) <= 1.1 * total_kib * 1024
+
+
+# Vendor datasheets: dense bf16 peak FLOP/s (no sparsity) and memory per device. NVIDIA's H100/A100 "80GB" are
+# 80 GiB; its H200 "141GB" and B200 "180GB" are decimal gigabytes; Cloud TPU pages give v5e 16 GiB, v6e 32 GiB.
+PUBLISHED = {
+    "h100": (989e12, 85_899_345_920),
+    "h100-pcie": (756e12, 85_899_345_920),
+    "h200": (989e12, 141_000_000_000),
+    "b200": (2.25e15, 180_000_000_000),
+    "a100": (312e12, 85_899_345_920),
+    "tpu-v5e": (197e12, 17_179_869_184),
+    "tpu-v6e": (918e12, 34_359_738_368),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_each_accelerators_peak_and_memory_are_its_published_figures(name):
+    # Guards against a mistyped figure in the table (a wrong peak skews every MFU; wrong memory every fit check).
+    acc = hardware.ACCELERATORS[name]
+    assert (acc.peak_flops_per_s, acc.memory_bytes) == PUBLISHED[name]
+    assert hardware.peak_flops_per_s(acc.device_kind) == PUBLISHED[name][0]
+
+
+def test_the_h100s_gpu_description_gives_xla_its_80_gib_of_memory():
+    # Guards against device_memory_size carrying another field (or figure) than the card's HBM in bytes.
+    text = hardware.gpu_target_config(hardware.ACCELERATORS["h100"])
+    assert "  device_memory_size: 85899345920\n" in text
+
+
+class _FakeDevice:
+    def __init__(self, stats):
+        self.stats = stats
+
+    def memory_stats(self):
+        return self.stats
+
+
+def test_a_devices_memory_is_its_allocators_limit_not_what_is_in_use():
+    # Guards against reading bytes_in_use (what is taken now) for what the device can hold.
+    assert hardware.device_memory_bytes(_FakeDevice({"bytes_limit": 7, "bytes_in_use": 3})) == 7

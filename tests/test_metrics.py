@@ -132,3 +132,32 @@ def test_the_metrics_of_a_checkpoint_folder_point_to_its_run(tmp_path):
         metrics.read(str(tmp_path / "run" / "checkpoints" / "40"), required=True)
     assert str(refusal.value) == (f"'{tmp_path}/run/checkpoints/40' is a checkpoint of the run {tmp_path}/run, whose "
                                   "metrics.jsonl holds the curves: pass the run folder.")
+
+
+def test_a_metrics_line_cut_by_a_kill_is_dropped_when_read(tmp_path):
+    # Guards against reading without drop_partial_last: a run killed mid-write left its metrics unreadable.
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    assert [r["step"] for r in metrics.read(str(tmp_path))] == [1, 2]
+
+
+def test_curves_come_out_sorted_by_step_whatever_the_file_order(tmp_path):
+    # Guards against dropping the sort by step: records appended out of order drew a zigzag.
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 3, "tokens_seen": 30, "loss": 1.0}\n{"step": 1, "tokens_seen": 10, "loss": 3.0}\n'
+        '{"step": 2, "tokens_seen": 20, "loss": 2.0, "val_loss": 2.5}\n'
+        '{"step": 1, "tokens_seen": 10, "val_loss": 3.5}\n')
+    out = metrics.curves(str(tmp_path))
+    assert [r["step"] for r in out["train"]] == [1, 2, 3]
+    assert [r["step"] for r in out["val"]] == [1, 2]
+
+
+def test_tensorboard_gets_no_step_scalar_since_every_event_carries_its_step(tmp_path):
+    # Guards against mirroring "step" itself as a scalar (a spurious "step" curve in TensorBoard).
+    writer = metrics.Writer(str(tmp_path), tensorboard=True)
+    writer.write({"step": 1, "tokens_seen": 10, "loss": 2.0})
+    writer.write({"step": 2, "tokens_seen": 20, "loss": 1.0})
+    writer.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["loss", "tokens_seen"]
+    assert [e.step for e in events.Scalars("tokens_seen")] == [1, 2]

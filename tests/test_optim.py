@@ -123,3 +123,15 @@ def test_the_pre_decay_part_ends_where_the_rate_leaves_its_peak():
     assert start == pytest.approx(90_000)
     assert float(optim.learning_rate(start, **S)) == pytest.approx(6e-4)
     assert float(optim.learning_rate(start + 100, **S)) < 6e-4
+
+
+def test_adamw_takes_the_configs_eps():
+    # Guards against AdamW left at optax's own eps (1e-8): train.eps was silently ignored. With eps 1 the first
+    # update of a gradient of 2 is -lr * m / (sqrt(v) + eps) with bias-corrected m = 2, v = 4: -lr * 2 / 3.
+    t = sps_config.train_config()
+    t.update(peak_lr=1e-3, final_lr=1e-3, warmup_tokens=0, total_tokens=10 ** 9, decay_fraction=0.1)
+    t.weight_decay, t.grad_clip, t.eps = 0.0, None, 1.0
+    opt = optim.optimizer(t, tokens_per_step=1)
+    params = {"w": jnp.ones((2, 2))}
+    updates, _ = opt.update({"w": jnp.full((2, 2), 2.0)}, opt.init(params), params)
+    np.testing.assert_allclose(updates["w"], -1e-3 * 2 / 3, rtol=1e-6)

@@ -323,3 +323,12 @@ def test_kernels_lower_to_triton_for_nvidia_gpus():
                 ((c.split('name = "')[1].split('"')[0], int(c.split("num_warps = ")[1].split()[0].rstrip(",}")),
                   int(c.split("num_stages = ")[1].split()[0].rstrip(",}"))) for c in calls)}
     assert launches == {"sps_flash_forward": (4, 3), "sps_flash_dq": (8, 2), "sps_flash_dkv": (2, 1)}
+
+
+@pytest.mark.parametrize("variant", ["standard", "sps"])
+def test_a_padded_length_that_is_not_a_multiple_of_both_blocks_is_the_tables_own_sentence(variant):
+    # Guards against dropping the multiple-of-both-blocks check: 24 positions in 16-key blocks failed in a reshape.
+    doc = np.zeros((1, 20), np.int32)
+    with pytest.raises(ValueError, match=r"^padded_len=24 must be at least the 20 positions and a multiple of both "
+                                         r"blocks\.$"):
+        block_tables.tables(doc, Vis(variant, 2), 8, 16, padded_len=24)

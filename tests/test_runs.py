@@ -684,3 +684,33 @@ def test_a_folder_holding_a_token_folder_is_no_workdir(tmp_path):
     with pytest.raises(UserError, match=rf"^--workdir {tmp_path / 'fresh'} holds the token folder {config.data.dir},"):
         runs.check_workdir(str(tmp_path / "fresh"), config)
     runs.check_workdir(str(tmp_path / "beside"), config)
+
+
+def test_a_metrics_record_exactly_at_the_step_counts_the_tokens_seen_by_then(tmp_path):
+    # Guards against ``<= step`` becoming ``< step``: the record at step 5 itself was ignored (250 -> 100).
+    save_small_run(tmp_path / "run", metrics_lines=[{"step": 2, "tokens_seen": 100}, {"step": 5, "tokens_seen": 250}])
+    assert runs.run_info(str(tmp_path / "run"), step=5)["tokens_seen"] == 250
+
+
+def test_configs_differing_only_in_how_the_model_is_computed_are_the_same_model():
+    # Guards against dropping the EXECUTION_FIELDS filter: another attention backend, remat or loss chunk on resume
+    # or init_from was called "another model".
+    saved = sps_config.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
+    config.model.attention = "pallas" if saved.model.attention != "pallas" else "xla"
+    config.model.remat = not saved.model.remat
+    config.model.loss_chunk = saved.model.loss_chunk + 7
+    assert runs.model_differences(saved, config) == []
+    config.model.num_layers = saved.model.num_layers + 1
+    assert runs.model_differences(saved, config) == ["num_layers"]
+
+
+def test_init_from_a_run_folder_starts_from_its_newest_checkpoint(tmp_path):
+    # Guards against ``found[-1]`` becoming ``found[0]``: init_from a run folder took its earliest checkpoint.
+    params = save_small_run(tmp_path / "run")  # step 5
+    run = str(tmp_path / "run")
+    config = ml_collections.ConfigDict(json.loads((tmp_path / "run" / "config.json").read_text()))
+    runs.save_run(run, config, params, step=2)
+    runs.save_run(run, config, params, step=9)
+    config.train.init_from = run
+    assert runs.check_init_from(config) == (run, 9, [])

@@ -160,3 +160,41 @@ def test_wandb_is_off_by_default():
     config = sps_config.load_config("configs/tiny.py")
     assert not tracking.enabled(config) and tracking.sinks("/nonexistent", config) == []
     assert wandb.__version__  # the package itself is present in the test extra
+
+
+class _FakeWandb:
+    """A ``wandb`` module that records what ``tracking`` asks of it: each init's keyword arguments, and each
+    run's define_metric calls and logged rows."""
+
+    def __init__(self):
+        import types
+        self.inits, self.runs = [], []
+        self.module = types.SimpleNamespace(init=self.init)
+
+    def init(self, **kwargs):
+        import types
+        self.inits.append(kwargs)
+        run = types.SimpleNamespace(id=kwargs.get("id") or "fake-id-1", settings=types.SimpleNamespace(mode="offline"),
+                                    metrics=[], rows=[])
+        run.define_metric = lambda *args, **kw: run.metrics.append((args, kw))
+        run.log = run.rows.append
+        run.finish = lambda: None
+        self.runs.append(run)
+        return run
+
+
+def test_the_wandb_run_is_named_after_the_config_resumed_by_its_kept_id_and_plotted_against_step(tmp_path,
+                                                                                                 monkeypatch):
+    # Guards against a W&B run named otherwise than the config, a second start that does not resume the kept run
+    # id ("allow"), and records drawn against W&B's own counter instead of their "step".
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake.module)
+    config = sps_config.load_config("configs/tiny.py", ["--config.metrics.wandb=True", "--config.name=my-run"])
+    workdir = str(tmp_path)
+    (first,) = tracking.sinks(workdir, config)
+    (second,) = tracking.sinks(workdir, config)
+    assert fake.inits[0]["name"] == "my-run" and fake.inits[0]["id"] is None and fake.inits[0]["resume"] is None
+    assert fake.inits[1]["id"] == "fake-id-1" and fake.inits[1]["resume"] == "allow"
+    assert fake.inits[1]["name"] == "my-run"
+    for run in fake.runs:
+        assert (("*",), {"step_metric": "step"}) in run.metrics

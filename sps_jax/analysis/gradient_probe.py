@@ -129,7 +129,9 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     if not offsets:
         raise ValueError("offsets is empty: pass the offsets k to probe, such as range(0, 65).")
     offsets = np.asarray(offsets, np.int64)
-    lo, hi = max(0, -int(offsets.min())), int(offsets.max())
+    # Each ratio's denominator is l_i's gradient (k = 0) whatever the offsets asked: its loss term is always computed.
+    needed = np.union1d(offsets, [0])
+    lo, hi = -int(needed.min()), int(needed.max())
     rng = np.random.default_rng(seed)
     chosen = []  # (doc index, sorted source positions)
     for d, doc in enumerate(docs):
@@ -150,7 +152,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         filler = [docs[part[0][0]][:1]] * (batch - len(part))
         inputs, targets, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
         source_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
-        loss_lists = [np.unique((src[:, None] + offsets[None, :]).ravel()) for _, src in part]
+        loss_lists = [np.unique((src[:, None] + needed[None, :]).ravel()) for _, src in part]
         # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%. A chunk above
         # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 ran 32 times the passes).
         terms = bucket(max(len(x) for x in loss_lists), sizes_per_octave=8)

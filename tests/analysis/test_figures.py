@@ -540,3 +540,11 @@ def test_window_ablation_draws_a_line_in_window_order_whatever_the_order_of_its_
     figures.window_ablation(sources, out)
     assert json.load(open(out[:-4] + ".json"))["lines"] == [
         {"label": "SPS", "window": [0, 16, 64], "val_nll": [3.0, 2.97, 2.95]}]
+
+
+@pytest.mark.parametrize("test", [seeds.welch_lower, seeds.tost])
+def test_a_t_test_of_methods_whose_seeds_all_agree_is_one_sentence_not_a_division_by_zero(test):
+    # Guards against dropping the zero-variance check: both standard errors 0 raised ZeroDivisionError.
+    with pytest.raises(ValueError, match=r"^two methods whose seeds all have one NLL leave a t-test nothing to "
+                                         r"measure: pass runs that differ in their seed\.$"):
+        test([2.0, 2.0], [3.0, 3.0])

@@ -190,3 +190,30 @@ def test_probe_settings_that_measure_nothing_are_one_sentence_before_any_compile
                                            **{k: v for k, v in kwargs.items() if k in ("batch", "context")})
     with pytest.raises(ValueError, match=r"^docs is empty"):
         window_nll.window_nll_deltas(model, params, [], 2)
+
+
+def test_source_positions_leave_room_for_the_most_negative_offset(monkeypatch):
+    """Guards against drawing source positions from 0 whatever the offsets: i + k fell before the document for k < 0."""
+    model, params = make("sps", 2, seed=5)
+    docs = random_docs([20, 20, 20])  # context 16: loss positions 0..15, so with k in -4..4 only i in 4..11 fit
+    monkeypatch.setattr(gradient_probe, "slot_grad_sq_norms",  # no compile: every norm 1
+                        lambda model, params, inputs, targets, loss_JB, source_BI, *rest:
+                        {"all": np.ones((*loss_JB.shape, source_BI.shape[1], 2), np.float32)})
+    res = gradient_probe.gradient_ratios(model, params, docs, np.arange(-4, 5), 8, context=16, seed=0,
+                                         log=lambda *_: None)
+    assert sorted(res["examples"]) == [(d, i) for d in range(3) for i in range(4, 12)]
+
+
+@pytest.mark.parametrize("asked, columns", [([1, 2], [1, 2]), ([-2, -1], [0, 1])])
+def test_offsets_without_zero_still_divide_by_the_gradient_of_l_i(asked, columns):
+    """r(p, k) divides by l_i's gradient (k = 0) whether or not 0 is among the offsets: without it, [1, 2] divided
+    by l_{i+1}'s (every r(p, 1) was 1) and [-2, -1] read past the loss terms (an IndexError)."""
+    model, params = make("sps", 2, seed=5)
+    docs = random_docs([20, 18])
+    common = dict(context=16, seed=0, log=lambda *_: None)
+    span = np.arange(min(asked + [0]), max(asked + [0]) + 1)  # the same span with 0: the same source positions
+    with_zero = gradient_probe.gradient_ratios(model, params, docs, span, 2, **common)
+    alone = gradient_probe.gradient_ratios(model, params, docs, asked, 2, **common)
+    assert alone["examples"] == with_zero["examples"]
+    np.testing.assert_allclose(alone["ratio"], with_zero["ratio"][:, columns], rtol=1e-5)
+    assert not np.allclose(alone["ratio"], 1.0)

@@ -243,3 +243,22 @@ def test_read_documents_refuses_a_count_that_reads_nothing_or_everything(cli_fix
             read_documents(str(cli_fixture / "data"), num_docs, 2)
     with pytest.raises(ValueError, match="outside"):
         read_documents(str(cli_fixture / "data"), 2, 2, vocab_size=8)  # the model's vocabulary, as the CLI passes it
+
+
+def test_a_document_of_exactly_min_tokens_is_read(tmp_path):
+    # Guards against ``>= min_tokens`` becoming ``>``: a document of exactly min_tokens (its EOS counted) was dropped.
+    docs = random_docs([3, 5, 2])
+    write_documents_folder(tmp_path / "data", docs)
+    read = documents.read_documents(str(tmp_path / "data"), 5, 3)
+    assert [len(d) for d in read] == [3, 5]
+    np.testing.assert_array_equal(read[0], docs[0])
+
+
+def test_a_context_one_past_the_models_is_refused_and_the_models_own_is_not():
+    # Guards against an off-by-one in the context check: seq_len + 1 positions passed, past the model's own.
+    from tests.analysis.helpers import make
+    model, params = make("sps", 2)  # seq_len 32
+    docs = random_docs([5])
+    assert documents.check_probe(model, params, docs, 32, batch=1) == 32
+    with pytest.raises(ValueError, match=r"^context 33 is beyond the model's 32 positions: pass at most that\.$"):
+        documents.check_probe(model, params, docs, 33, batch=1)
