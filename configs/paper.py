@@ -9,6 +9,7 @@ from sps_jax import config as sps_config, masks
 
 
 def get_config(arg=""):
+    usage = "SCALE,VARIANT[,WINDOW]"
     scale, variant, window = sps_config.parse_arg(
-        arg, (sps_config.DEFAULT_SCALE, masks.DEFAULT_VARIANT, str(masks.DEFAULT_WINDOW)), "SCALE,VARIANT[,WINDOW]")
-    return sps_config.paper_config(scale, variant, sps_config.parse_window(window))
+        arg, (sps_config.DEFAULT_SCALE, masks.DEFAULT_VARIANT, str(masks.DEFAULT_WINDOW)), usage)
+    return sps_config.paper_config(scale, variant, sps_config.parse_window(window, usage))

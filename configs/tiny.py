@@ -10,8 +10,9 @@ WINDOW = 8  # the tiny context's window, where the paper's 64 would span half of
 
 
 def get_config(arg=""):
-    variant, window = sps_config.parse_arg(arg, (masks.DEFAULT_VARIANT, str(WINDOW)), "VARIANT[,WINDOW]")
-    config = sps_config.paper_config("xs", variant, sps_config.parse_window(window))
+    usage = "VARIANT[,WINDOW]"
+    variant, window = sps_config.parse_arg(arg, (masks.DEFAULT_VARIANT, str(WINDOW)), usage)
+    config = sps_config.paper_config("xs", variant, sps_config.parse_window(window, usage))
     config.model = sps_config.model_section(config.model.variant, config.model.window)  # ModelConfig's defaults
     config.name = sps_config.run_name("tiny", config.model)
     t = config.train

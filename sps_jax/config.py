@@ -141,6 +141,10 @@ def metrics_config():
     return m
 
 
+# A run config's top level: its name and sections (paper_config builds each).
+RUN_FIELDS = ("name", "model", "train", "data", "mesh", "metrics")
+
+
 def paper_config(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
                  window: int | None = masks.DEFAULT_WINDOW):
     config = ml_collections.ConfigDict()
@@ -203,7 +207,9 @@ def parse_arg(arg: str, defaults: Sequence[str], usage: str | None = None) -> li
     return parts + list(defaults[len(parts):])
 
 
-def parse_window(text: str) -> int | None:
+def parse_window(text: str, usage: str = "") -> int | None:
+    """A window field: an integer, or 'none' for unbounded. ``usage`` (a config file's ``VARIANT[,WINDOW]``) is said
+    with a refusal: ``configs/tiny.py:s,sps`` read 'sps' as the window, since tiny takes no scale."""
     if text.lower() in ("none", "inf", "unbounded"):
         return None
     try:
@@ -211,7 +217,8 @@ def parse_window(text: str) -> int | None:
     except ValueError:
         window = -1
     if not 0 <= window <= masks.MAX_WINDOW:
-        raise ValueError(f"window {text!r} must be an integer from 0 to {masks.MAX_WINDOW} (or 'none' for unbounded).")
+        raise ValueError(f"window {text!r} must be an integer from 0 to {masks.MAX_WINDOW} (or 'none' for unbounded)"
+                         + (f": the config's argument is {usage}." if usage else "."))
     return window
 
 
@@ -269,8 +276,10 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
 
 
 def _plain_numbers(config: ml_collections.ConfigDict) -> None:
-    """numpy scalars a config file set (``np.float32(3e-3)``) as the Python numbers they hold: the range checks,
-    JSON and the overrides' types take Python's, and refused np.float32(0.003) as not "a finite number"."""
+    """numpy scalars a config file put in its fields (a field it made, or ``np.float64(3e-3)``, which a float field
+    takes) as the Python numbers they hold: the range checks, JSON and the overrides' types take Python's, and refused
+    np.float64(0.003) as not "a finite number". (A numpy scalar of another type, np.int64 on an int field, is refused
+    by ml_collections as the file sets it: :func:`_failure` says so.)"""
     for key in list(config.keys()):
         value = config[key]
         if isinstance(value, ml_collections.ConfigDict):
@@ -307,11 +316,24 @@ def _raised_here(exc: BaseException) -> bool:
     return bool(frames) and os.path.abspath(frames[-1].filename).startswith(package)
 
 
+# ml_collections' words for a value of another type set on a field: "Could not override field 'n' (reference). 3 is
+# of original type <class 'numpy.int64'> and cannot be casted to type <class 'int'>".
+_RETYPED = re.compile(r"Could not override field '(?P<field>[^']+)' \(reference\)\. (?P<value>.*) is of original type "
+                      r"<class '(?P<given>[\w.]+)'> and cannot be casted to type <class '(?P<kind>[\w.]+)'>")
+
+
 def _failure(exc: BaseException, path: str) -> str:
     """' at line N: Error: what: fix the file there.', N the innermost traceback frame in ``path``."""
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
              if os.path.abspath(f.filename) == os.path.abspath(path)]
     where = f" at line {lines[-1]}" if lines else ""
+    retyped = _RETYPED.search(str(exc)) if isinstance(exc, TypeError) else None
+    if retyped:  # np.int64(8) or "2" set on an int field
+        kind = retyped["kind"].removeprefix("builtins.")
+        article = lambda word: "an" if word[0] in "aeiou" else "a"  # noqa: E731
+        return (f"{where}: field {retyped['field']!r} holds {kind} values, and {retyped['value']} is "
+                f"{article(retyped['given'])} {retyped['given']}: set {article(kind)} {kind} there (a plain Python "
+                f"number: {kind}(value)).")
     return f"{where}: {type(exc).__name__}: {cli.sentence(exc).rstrip('.')}: fix the file{' there' if lines else ''}."
 
 
@@ -429,6 +451,9 @@ _BELOW_MAX = frozenset({"train.b1", "train.b2"})
 # there, and the parameters NaN (a learning rate) or -inf (weight decay) after the first update.
 _FLOAT32_FIELDS = ("train.peak_lr", "train.final_lr", "train.eps", "train.weight_decay", "train.grad_clip")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Below float32's smallest normal number a value is 0 to the step: XLA flushes subnormals to zero (a grad_clip of
+# 1e-40 zeroed every update; a peak_lr of 1e-50 trained at -0.0 without the note a 0 gets).
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 # The train section's switches (model.remat and metrics.wandb are checked with their sections).
 _SWITCHES = ("train.tensorboard",)
 
@@ -436,6 +461,11 @@ _SWITCHES = ("train.tensorboard",)
 def _check_known_fields(config) -> None:
     """One sentence for a field a run never reads in its train, data, mesh or metrics section: set in Python
     (``config.train.peak_learning_rate = 1.0``), it was ignored, and the run trained with the default."""
+    known_sections = set(RUN_FIELDS)
+    unknown = sorted(set(config.keys()) - known_sections)
+    if unknown:  # c.optim = {...} trained without it, and config.json then held it as if it had been read
+        raise UserError(f"the config has no section or field {unknown[0]!r}{did_you_mean(unknown[0], known_sections)}: "
+                        f"a run reads only {', '.join(sorted(known_sections))}; rename it, or remove it.")
     for name, section_of in (("train", train_config), ("data", data_config), ("mesh", mesh_config),
                              ("metrics", metrics_config)):
         section = config.get(name)
@@ -469,6 +499,9 @@ def check_run_config(config) -> None:
         if value is not None and value > _FLOAT32_MAX:
             raise UserError(f"{dotted}={value!r} is beyond float32's largest number ({_FLOAT32_MAX:.4g}), in which "
                             "the training step computes it: it would become inf there; set a smaller value.")
+        if value is not None and 0 < value < _FLOAT32_TINY:
+            raise UserError(f"{dotted}={value!r} is below float32's smallest normal number ({_FLOAT32_TINY:.4g}), in "
+                            "which the training step computes it: it would be 0 there; set a larger value.")
     init_from = config.train.get("init_from")
     if init_from is not None and (not isinstance(init_from, str) or not init_from):
         raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
@@ -505,8 +538,7 @@ def _check_metrics(m) -> None:
         return
     if not isinstance(m.get("wandb", False), bool):
         raise UserError(f"metrics.wandb={m.wandb!r} must be True or False.")
-    if not m.get("wandb", False):
-        return
+    # Checked with W&B off too: config.json keeps them, and a resume with wandb=True would meet them then.
     mode = m.get("wandb_mode")
     if mode is not None and mode not in WANDB_MODES:
         raise UserError(f"metrics.wandb_mode={mode!r}{did_you_mean(mode, WANDB_MODES)} must be one of "
@@ -540,11 +572,11 @@ def check_ranges(config) -> None:
             continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool) \
             and (isinstance(value, int) or math.isfinite(value))
-        most = _INT_MAX if most is None and kind is int else most
-        above = number and most is not None and (value >= most if dotted in _BELOW_MAX else value > most)
+        cap = _INT_MAX if most is None and kind is int else most
+        above = number and cap is not None and (value >= cap if dotted in _BELOW_MAX else value > cap)
         if not number or (kind is int and not isinstance(value, int)) or value < least or above:
-            bound = (f"of at least {least}" if most is None else f"in [{least}, {most})" if dotted in _BELOW_MAX
-                     else f"between {least} and {most}")
+            bound = (f"of at least {least}" + (" and below 2**62" if kind is int else "") if most is None
+                     else f"in [{least}, {most})" if dotted in _BELOW_MAX else f"between {least} and {most}")
             kind_text = "an integer" if kind is int else "a finite number"
             shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100
             raise UserError(f"{dotted}={shown} must be {kind_text} {bound}.")

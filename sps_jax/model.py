@@ -214,7 +214,9 @@ class ModelConfig:
         if unknown and "model" in unknown:  # a whole run config, not its model section
             raise ValueError("this is a run config, not a model config: pass its model section, config.model.")
         if unknown:
-            raise ValueError(f"unknown model config field(s) {unknown}: valid fields are {sorted(known)}.")
+            raise ValueError(f"the model config has no field {unknown[0]!r}{did_you_mean(unknown[0], known)}"
+                             f"{f' (nor {unknown[1:]})' if len(unknown) > 1 else ''}: rename or remove it; the fields "
+                             f"are {', '.join(sorted(known))}.")
         return cls(**items)
 
     @property

@@ -357,8 +357,8 @@ def _check_resume(workdir: str, saved, config) -> None:
     _check_same_data(workdir, saved, config)
     changes = resume_changes(saved, config)
     if changes:  # allowed, but config.json will name only the new values: the earlier records were made with the old
-        print(f"note: {workdir} resumes with {', '.join(changes)}; its config.json will say the new values, and "
-              f"{metrics.METRICS_FILE}'s records before this resume were made with the old.", file=sys.stderr)
+        print(f"note: {workdir} resumes with {', '.join(changes)}; once it trains, its config.json says the new "
+              f"values, and {metrics.METRICS_FILE}'s records before this resume were made with the old.", file=sys.stderr)
 
 
 # Sections whose changed fields a resume names (the model's are refused; mesh and metrics change only where and how

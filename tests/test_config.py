@@ -131,10 +131,21 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
                                  r"which the training step computes it: it would become inf there; set a smaller value\.$")
       for field in ("peak_lr", "eps", "weight_decay", "grad_clip")],
     (["train.peak_lr=1e300", "train.final_lr=1e300"], r"^train\.peak_lr=1e\+300 is beyond float32's"),
+    # ... nor one below its smallest normal number, which the step flushes to 0: a grad_clip of 1e-40 zeroed every
+    # update, a peak_lr of 1e-50 trained at -0.0 without the note a 0 gets
+    *[([f"train.{field}=1e-40", "train.final_lr=0"], rf"^train\.{field}=1e-40 is below float32's smallest normal "
+                                                      r"number \(1\.175e-38\), in which the training step computes it: "
+                                                      r"it would be 0 there; set a larger value\.$")
+      for field in ("peak_lr", "eps", "weight_decay", "grad_clip")],
+    # W&B's settings are checked with W&B off too: config.json keeps them for a resume that turns it on
+    (["metrics.wandb_mode=bogus"], r"metrics\.wandb_mode='bogus' must be one of online, offline, disabled"),
+    (["metrics.wandb_name=[1]"], r"metrics\.wandb_name=\[1\] must be a non-empty string"),
+    # the internal cap of an unbounded count is no bound a person set
+    (["train.global_batch=0"], r"^train\.global_batch=0 must be an integer of at least 1 and below 2\*\*62\.$"),
     # grain sized its buffer up front: a depth of 1e9 hung before the first batch
     (["data.prefetch=1e9"], r"data\.prefetch=1000000000 must be an integer between 0 and 1024\.$"),
     # written out, the number ran to 101 digits
-    (["train.log_every=1e100"], r"^train\.log_every=1e\+100 must be an integer between 1 and 4611686018427387904\.$"),
+    (["train.log_every=1e100"], r"^train\.log_every=1e\+100 must be an integer of at least 1 and below 2\*\*62\.$"),
 ])
 def test_settings_read_only_once_training_runs_are_checked_with_the_config(overrides, sentence):
     config = sps_config.load_config("configs/tiny.py", [f"--config.{o}" for o in overrides])
@@ -420,6 +431,20 @@ def test_numpy_numbers_a_config_file_sets_are_the_numbers_they_hold(tmp_path):
                                                         config.model.remat))
 
 
+@pytest.mark.parametrize("line, sentence", [
+    ("c.model.window = np.int64(8)", r"field 'window' holds int values, and 8 is a numpy\.int64: set an int there"),
+    ("c.model.num_layers = '2'", r"field 'num_layers' holds int values, and 2 is a str: set an int there"),
+])
+def test_a_value_of_another_type_set_on_a_field_says_which_type_the_field_takes(tmp_path, line, sentence):
+    # Without ignore_type, ml_collections refuses the assignment itself, in its own words ("cannot be casted").
+    path = tmp_path / "typed.py"
+    path.write_text("import numpy as np\nfrom sps_jax import config\n\ndef get_config():\n"
+                    f"    c = config.paper_config('xs', 'sps', 8)\n    {line}\n    return c\n")
+    with pytest.raises(ValueError, match=rf"^get_config\(\) of {re.escape(str(path))} failed at line 6: {sentence} \(a "
+                                         r"plain Python number: int\(value\)\)\.$"):
+        sps_config.load_config(str(path))
+
+
 def test_a_switch_a_config_file_sets_to_a_word_is_one_sentence():
     # train.tensorboard = "no" is truthy: TensorBoard stayed on without a word.
     config = sps_config.load_config("configs/tiny.py")
@@ -436,6 +461,17 @@ def test_a_run_name_that_names_nothing_is_one_sentence(name):
     with pytest.raises(ValueError, match=r"^name=(None|'') must name the run \(a non-empty string, as in its logs and "
                                          r"results\)\.$"):
         sps_config.check_run_config(config)
+
+
+def test_a_section_no_run_reads_is_refused_and_the_known_ones_are_paper_configs():
+    # c.optim = {"lr": 1.0} in a config file trained without it, and config.json then held it as if it had been read.
+    assert sorted(sps_config.paper_config().keys()) == sorted(sps_config.RUN_FIELDS)
+    for name, says in (("optim", r"'optim': a run reads only data, mesh, metrics, model, name, train; rename it, or "
+                                 r"remove it\.$"), ("trian", r"'trian' \(did you mean 'train'\?\)")):
+        config = sps_config.load_config("configs/tiny.py")
+        config[name] = {"lr": 1.0}
+        with pytest.raises(ValueError, match=rf"^the config has no section or field {says}"):
+            sps_config.check_run_config(config)
 
 
 @pytest.mark.parametrize("section, field", [("train", "peak_learning_rate"), ("data", "val_window"),
@@ -457,6 +493,10 @@ def test_window_zero_is_a_window_and_only_a_negative_one_or_one_past_the_limit_i
     for text in ("-1", str(masks.MAX_WINDOW + 1), "2.5", "w"):
         with pytest.raises(ValueError, match=r"must be an integer from 0 to"):
             sps_config.parse_window(text)
+    # A scale given to configs/tiny.py (which takes none) was read as its window without saying what it takes.
+    with pytest.raises(ValueError, match=r"^window 'sps' must be an integer from 0 to \d+ \(or 'none' for unbounded\): "
+                                         r"the config's argument is VARIANT\[,WINDOW\]\.$"):
+        sps_config.load_config("configs/tiny.py:s,sps")
 
 
 def test_a_text_field_takes_an_override_that_reads_as_a_number_as_text():

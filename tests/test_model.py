@@ -420,8 +420,11 @@ def test_bad_input_stops_with_a_clear_message(make_model):
         small_config("sps2", 2)
     with pytest.raises(ValueError, match="must be an integer from 0 to"):
         small_config("sps", -3)
-    with pytest.raises(ValueError, match="unknown model config field"):
+    with pytest.raises(ValueError, match=r"^the model config has no field 'varaint' \(did you mean 'variant'\?\): rename "
+                                         r"or remove it; the fields are "):
         sps_model.ModelConfig.from_config({"varaint": "sps"})
+    with pytest.raises(ValueError, match=r"^the model config has no field 'a' \(nor \['b'\]\): rename or remove it"):
+        sps_model.ModelConfig.from_config({"a": 1, "b": 2})
 
 
 @pytest.mark.parametrize("field", ["predict_id", "pad_id"])

@@ -499,8 +499,8 @@ def test_a_resume_with_other_training_or_validation_settings_names_each_change(t
     runs.check_workdir(str(trained), changed)
     assert capsys.readouterr().err == (
         f"note: {trained} resumes with train.grad_clip {saved.train.grad_clip!r} -> None, train.weight_decay "
-        f"{saved.train.weight_decay!r} -> 0.5, data.val_windows {saved.data.val_windows!r} -> 4; its config.json will "
-        "say the new values, and metrics.jsonl's records before this resume were made with the old.\n")
+        f"{saved.train.weight_decay!r} -> 0.5, data.val_windows {saved.data.val_windows!r} -> 4; once it trains, its "
+        "config.json says the new values, and metrics.jsonl's records before this resume were made with the old.\n")
 
 
 def test_a_schedule_longer_than_the_train_split_says_how_many_passes_it_makes(tmp_path):

@@ -55,7 +55,8 @@ def parse_args(argv):
     p.add_argument("--remat", type=cli.comma_list(str, ("off", "on"), "remat setting"), default=["off", "on"],
                    help="comma-separated: off, on, or off,on for both (the default)")
     p.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
-                   help="comma-separated train step attention backends (default: auto; on TPU targets auto,xla)")
+                   help="comma-separated train step attention backends (default: a --config.model.attention "
+                   "override, else auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
@@ -102,9 +103,13 @@ def _train_config(args, variant, micro_batch, remat, backend=None):
 
 
 def attention_backends(acc, args) -> list[str]:
-    """The train step's attention backends for ``acc``: as asked, else auto (and xla on TPU)."""
+    """The train step's attention backends for ``acc``: as asked (--attention, or a --config.model.attention
+    override, which was replaced by auto without a word), else auto (and xla on TPU): the target's kernels, not
+    the CPU backend a shipped config names."""
     if args.attention:
         return args.attention
+    if any(sps_config.override_key(item) == "model.attention" for item in args.overrides):
+        return [sps_config.load_config(args.config, args.overrides).model.attention]
     return ["auto", "xla"] if acc.platform == "tpu" else ["auto"]
 
 

@@ -201,6 +201,8 @@ def peak_bytes_worker(args, overrides, variant, peak_bytes=_peak_bytes) -> dict 
     the peak set before it (weights and compilation): it is then not measured, only bounded."""
     if peak_bytes() is None:
         return None  # no counter on this device (CPU): nothing to measure
+    check_workload(_model_config(args, overrides, variant, args.attention[0] if args.attention else None), args,
+                   *hardware.local_memory())  # this card, before the compile: the parent could ask only the table
     run = VariantRun(args, overrides, variant, args.attention[0] if args.attention else None)
     before = peak_bytes()
     run.decode_alone()
@@ -329,7 +331,10 @@ def main(argv=None) -> int:
     print(f"workload: batch {args.batch_size}, prefill {args.prefill}, {args.decode} decode steps, "
           f"{args.repeats} timed rounds; variants {', '.join(variants)}"
           + (f"; attention {', '.join(args.attention)}" if args.attention else ""), file=sys.stderr, flush=True)
-    for backend in backends_run:  # where each backend can run: asks the device, which the workers are done with
+    memory_bytes, device = hardware.local_memory()  # the device the timing runs on, which the workers are done with
+    for cfg in cfgs.values():
+        check_workload(cfg, args, memory_bytes, device)
+    for backend in backends_run:  # where each backend can run: asks the device
         attention.check_available(backend)
     runs = [VariantRun(args, overrides, v, b) for v, b in runs_asked]
     for r in runs:

@@ -109,7 +109,9 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
                          "this folder.")
     if eos_id is not None and manifest.get("eos_id") != eos_id:
         raise ValueError(f"{folder}: the token file's eos_id {manifest.get('eos_id')} differs from the model's "
-                         f"{eos_id}: it was prepared with another tokenizer.")
+                         f"{eos_id} (model.eos_id): the tokens were prepared with another tokenizer, or the model's ids "
+                         "were changed; train on tokens of the model's tokenizer, or set model.eos_id (and the "
+                         "vocabulary) to the tokens'.")
     # A model with GPT-2's EOS id reads GPT-2's ids, which another BPE of the same EOS id and no larger vocabulary
     # (p50k's) passes every other check with; a model of its own ids (another eos_id) is held to those checks alone.
     if eos_id == vocab.EOS_ID and manifest.get("tokenizer", TOKENIZER) != TOKENIZER:
@@ -223,8 +225,10 @@ def val_batches(tokens: np.ndarray, seq_len: int, batch: int, max_windows: int,
     source = TokenWindows(tokens, seq_len)
     count = min(len(source), max_windows) // batch * batch
     if count == 0:
+        fixes = ("prepare a larger --val-fraction, or use a shorter model.seq_len" if len(source) == 0 or batch == 1
+                 else "lower data.val_batch or prepare a larger --val-fraction")  # a batch of 1 cannot be lowered
         raise ValueError(f"the validation split has {len(source)} windows of {seq_len + 1} tokens, fewer than one "
-                         f"evaluation batch of {batch}: lower data.val_batch or prepare a larger --val-fraction.")
+                         f"evaluation batch of {batch}: {fixes}.")
     local = batch // process_count
     out = []
     for start in range(0, count, batch):

@@ -145,6 +145,10 @@ def test_bench_compile_for_a_tpu_target_compares_splash_with_the_dense_reference
                                      "--no-fit-search", "--dtypes", "bfloat16,float16"])
     assert bench_compile.attention_backends(V5E, args) == ["auto", "xla"]
     assert bench_compile.attention_backends(hardware.ACCELERATORS["h100"], args) == ["auto"]
+    # An attention the config's overrides name is the one compiled (it was replaced by auto without a word).
+    overridden = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py",
+                                           "--config.model.attention=triton"])
+    assert bench_compile.attention_backends(hardware.ACCELERATORS["h100"], overridden) == ["triton"]
     kernels = bench_compile.kernel_rows(V5E, args)
     assert [(r["variant"], r["dtype"], r["status"]) for r in kernels] == [("standard", "bfloat16", "ok"),
                                                                           ("sps", "bfloat16", "ok")]

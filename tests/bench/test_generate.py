@@ -152,6 +152,28 @@ def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
     assert "compiled in" not in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_workload_the_device_here_cannot_hold_is_refused_before_it_compiles(monkeypatch):
+    """The parent checks against the largest card listed (it must not touch the device before the workers); the
+    device that runs the timing, and each worker's, is checked too: a workload past a CPU host's memory but within a
+    B200's compiled until the host ran out. tiny: 2 layers x 1000 rows x 1024 positions x K and V x 64 x 4 bytes
+    = 1 GiB of cache (0.98 GiB) and 13 MB of float32 weights, against 0.5 GiB here."""
+    from sps_jax import hardware
+    from tests import fuzz
+
+    monkeypatch.setattr(hardware, "local_memory", lambda: (2 ** 29, "test host"))
+    monkeypatch.setattr(bench_generate, "_spawn_peak", lambda argv, variant: None)  # a CPU: no counter
+    monkeypatch.setattr(bench_generate, "VariantRun", lambda *a: pytest.fail("a run was compiled"))
+    argv = ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1000", "--prefill", "512",
+            "--decode", "512", "--variants", "standard"]
+    outcome = fuzz.call(bench_generate.main, argv)
+    assert outcome.status == 2 and "Traceback" not in outcome.stderr, outcome.stderr
+    assert outcome.stderr.strip().splitlines()[-1].startswith("error: standard's KV cache for batch 1000 x 1,024 "
+                                                              "positions needs 1.0 GiB"), outcome.stderr
+    assert outcome.stderr.strip().endswith("0.5 GiB of one test host: lower --batch-size, --prefill or --decode.")
+    with pytest.raises(ValueError, match=r"of one test host: lower --batch-size, --prefill or --decode\.$"):
+        bench_generate.peak_bytes_worker(bench_generate._parse(argv), [], "standard", peak_bytes=lambda: 0)
+
+
 @pytest.mark.parametrize("backends", ["auto,xla", "xla,auto"])
 def test_two_backends_that_are_one_here_are_refused_before_any_worker_runs(monkeypatch, backends):
     """On a CPU, auto means xla: --attention auto,xla timed one program twice and printed a ratio of 1 between

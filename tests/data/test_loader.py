@@ -75,6 +75,17 @@ def test_each_process_validates_its_own_rows_of_the_same_batches():
     assert [rows[:, 0].tolist() for rows in whole] == [[0, 4, 8, 12], [16, 20, 24, 28]]  # windows in order
 
 
+def test_too_few_validation_windows_say_the_fix_that_can_help():
+    # With data.val_batch already 1, "lower data.val_batch" could not help: the windows are too long for the split.
+    with pytest.raises(ValueError, match=r"^the validation split has 3 windows of 5 tokens, fewer than one evaluation "
+                                         r"batch of 4: lower data\.val_batch or prepare a larger --val-fraction\.$"):
+        loader.val_batches(np.arange(16), 4, batch=4, max_windows=8)
+    for batch in (1, 2):
+        with pytest.raises(ValueError, match=r"^the validation split has 0 windows of 17 tokens, .*: prepare a larger "
+                                             r"--val-fraction, or use a shorter model\.seq_len\.$"):
+            loader.val_batches(np.arange(16), 16, batch=batch, max_windows=8)
+
+
 def take(it, n):
     return [next(it) for _ in range(n)]
 
@@ -150,7 +161,8 @@ def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
 
 def test_a_model_of_another_eos_id_is_refused(tmp_path):
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20, eos=59)
-    with pytest.raises(ValueError, match="eos_id 59 differs from the model's 60"):
+    with pytest.raises(ValueError, match=r"eos_id 59 differs from the model's 60 \(model\.eos_id\): .* or set "
+                                         r"model\.eos_id \(and the vocabulary\) to the tokens'\.$"):
         loader.open_tokens(folder, "train", vocab_size=64, eos_id=60)
 
 
