@@ -515,6 +515,11 @@ def check_run_config(config) -> None:
     if config.train.final_lr > config.train.peak_lr:  # the schedule decays from peak_lr to final_lr
         raise UserError(f"train.final_lr={config.train.final_lr} is above train.peak_lr={config.train.peak_lr}: the "
                         "schedule decays from the peak to the final rate; lower final_lr or raise peak_lr.")
+    decay_factor = 1 - config.train.peak_lr * config.train.weight_decay
+    if decay_factor <= 0:  # the run died of a non-finite loss a few steps in, whose sentence blamed peak_lr alone
+        raise UserError(f"train.peak_lr={config.train.peak_lr} x train.weight_decay={config.train.weight_decay} is at "
+                        "least 1: AdamW's decay multiplies every weight by 1 - lr x weight_decay each step, which "
+                        "would be 0 or below; lower either.")
     _check_schedule(config.train)
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")

@@ -468,7 +468,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 run, ckpts, source, dataset, config, workdir, log)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
-                return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "workdir": workdir}
+                return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "skipped_updates": 0,
+                        "workdir": workdir}
             _align_run_folder(workdir, config, backend, start_step)
 
             micro_shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
@@ -481,7 +482,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             log(_run_line(config, p, devices, time.time() - t0))
 
             emit = writer.write if writer else (lambda record: None)
-            step, record, val_loss, stopped_by = start_step, {}, None, None
+            step, record, val_loss, stopped_by, skipped = start_step, {}, None, None, 0
             run_start = time.time()
             peak_flops_per_s = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
 
@@ -510,6 +511,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                                           peak_flops_per_s=peak_flops_per_s)
                     if record.get("skipped"):
                         _on_nonfinite(record, t.nonfinite, ckpts, log)
+                        skipped += 1
                     emit(record)
                     if step % t.log_every == 0 or step == start_step + 1:
                         # seconds left to this run's end (stop_at_step, not the schedule's), at its rate so far
@@ -539,8 +541,11 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             if writer:
                 writer.close()
                 metrics.plot(workdir)
+        if skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
+            log(f"warning: {skipped} of the {step - start_step} updates of this run were skipped (non-finite loss or "
+                "gradient norm): its weights took only the others.")
         return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
-                "workdir": workdir}
+                "skipped_updates": skipped, "workdir": workdir}
 
 
 @contextlib.contextmanager

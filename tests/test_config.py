@@ -137,6 +137,11 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
                                                       r"number \(1\.175e-38\), in which the training step computes it: "
                                                       r"it would be 0 there; set a larger value\.$")
       for field in ("peak_lr", "eps", "weight_decay", "grad_clip")],
+    # AdamW's decoupled decay scales each weight by 1 - lr * wd: at or below 0, the weights flip sign every step
+    (["train.weight_decay=1e6"], r"^train\.peak_lr=0\.003 x train\.weight_decay=1000000\.0 is at least 1: AdamW's decay "
+                                 r"multiplies every weight by 1 - lr x weight_decay each step, which would be 0 or "
+                                 r"below; lower either\.$"),
+    (["train.weight_decay=500", "train.peak_lr=2e-3", "train.final_lr=0"], r"is at least 1"),
     # W&B's settings are checked with W&B off too: config.json keeps them for a resume that turns it on
     (["metrics.wandb_mode=bogus"], r"metrics\.wandb_mode='bogus' must be one of online, offline, disabled"),
     (["metrics.wandb_name=[1]"], r"metrics\.wandb_name=\[1\] must be a non-empty string"),

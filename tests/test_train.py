@@ -204,8 +204,9 @@ def test_a_run_compiles_its_steps_once_and_after_its_first_update_runs_only_them
 
 
 def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
-    # An absurd learning rate overflows the weights after the first real update.
-    bad_lr = ["--config.train.peak_lr=1e30", "--config.train.warmup_tokens=0"]
+    # An absurd learning rate overflows the weights after the first real update (without weight decay, which at
+    # such a rate is refused before the run: lr x weight_decay of 1 or more).
+    bad_lr = ["--config.train.peak_lr=1e30", "--config.train.warmup_tokens=0", "--config.train.weight_decay=0"]
     out = train_here(tmp_path / "stop", tokens, 4, *bad_lr)
     assert out.status == 2 and out.problem() is None, out.stderr
     assert "non-finite loss" in out.stderr and "at step 2; no checkpoint was saved yet." in out.stderr, out.stderr
@@ -215,6 +216,9 @@ def test_non_finite_loss_stops_naming_the_step_or_is_skipped(tmp_path, tokens):
     assert out.status == 0 and out.problem() is None, out.stderr
     records = [r for r in metrics.read(str(tmp_path / "skip")) if "loss" in r]
     assert len(records) == 4 and [bool(r.get("skipped")) for r in records] == [False, True, True, True]
+    # Status 0 as a run that trained: the summary and a warning say how many updates did not land.
+    assert json.loads(out.stdout.splitlines()[-1])["skipped_updates"] == 3
+    assert "warning: 3 of the 4 updates of this run were skipped" in out.stdout
     # The rate each update ran at: 1e30 * 256 / 1024 for the first (it takes the second's rate) and for the skipped
     # ones, which follow one applied update (metrics.jsonl said 5e29 and 7.5e29 for steps 3 and 4).
     assert [r["lr"] for r in records] == pytest.approx([2.5e29] * 4, rel=1e-6)
