@@ -488,8 +488,7 @@ def check_run_config(config) -> None:
                         "(see configs/tiny.py).")
     _check_known_fields(config)
     check_ranges(config)
-    if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # printed as "None: ..."
-        raise UserError(f"name={config.name!r} must name the run (a non-empty string, as in its logs and results).")
+    check_labels(config)
     for dotted in _SWITCHES:  # 'no' in a config file is truthy: it switched TensorBoard on
         value = config.train.get(dotted.partition(".")[2], False)
         if not isinstance(value, (bool, np.bool_)):
@@ -502,10 +501,6 @@ def check_run_config(config) -> None:
         if value is not None and 0 < value < _FLOAT32_TINY:
             raise UserError(f"{dotted}={value!r} is below float32's smallest normal number ({_FLOAT32_TINY:.4g}), in "
                             "which the training step computes it: it would be 0 there; set a larger value.")
-    init_from = config.train.get("init_from")
-    if init_from is not None and (not isinstance(init_from, str) or not init_from):
-        raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
-                        "folders, or be None.")
     if config.train.grad_clip == 0:  # optax.clip_by_global_norm(0) scales every gradient to zero
         raise UserError("train.grad_clip=0 would zero every update: set it above 0 (the paper's 1.0), or to None to "
                         "turn clipping off.")
@@ -521,16 +516,27 @@ def check_run_config(config) -> None:
                         "least 1: AdamW's decay multiplies every weight by 1 - lr x weight_decay each step, which "
                         "would be 0 or below; lower either.")
     _check_schedule(config.train)
+    if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
+        raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
+                        "no validation batch would be full; raise val_windows or lower val_batch.")
+    _check_metrics(config.get("metrics"))
+
+
+def check_labels(config) -> None:
+    """The run's name and the paths it names (data.dir, train.init_from): what any run folder's config.json must
+    hold, a trained or an imported one (import_torch wrote data.dir='~/x' and name='' where train refuses them)."""
+    if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # printed as "None: ..."
+        raise UserError(f"name={config.name!r} must name the run (a non-empty string, as in its logs and results).")
+    init_from = config.train.get("init_from")
+    if init_from is not None and (not isinstance(init_from, str) or not init_from):
+        raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
+                        "folders, or be None.")
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
     for name, path in (("data.dir", config.data.dir), ("train.init_from", init_from)):
         home = None if path is None else cli.unexpanded_home(path)  # --config.data.dir=~/x: no shell expands it
         if home is not None:
             raise UserError(f"{name}={home}.")
-    if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
-        raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
-                        "no validation batch would be full; raise val_windows or lower val_batch.")
-    _check_metrics(config.get("metrics"))
 
 
 # W&B's run modes that docs/interop.md names (None: WANDB_MODE, else online).

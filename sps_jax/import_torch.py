@@ -281,6 +281,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
+    sps_config.check_labels(config)
     imported = _function_fields(config.model)  # None for a model the import refuses next, in its own sentence
     changed = sorted(k for k in imported or {} if exported and k in exported and exported[k] != imported[k])
     if changed:  # allowed (an analysis may want it), never silent, as for a file of theirs
@@ -402,6 +403,7 @@ def main(argv=None) -> int:
                                       masks.DEFAULT_VARIANT if args.variant == FROM_FILE else args.variant)
     for item in overrides:
         sps_config.apply_override(preview, item)
+    sps_config.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
     window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
     config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
                                          args.seq_len, overrides, args.trust_pickle, args.step, args.force)

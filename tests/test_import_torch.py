@@ -432,6 +432,18 @@ def test_an_override_out_of_range_is_refused_before_anything_is_written(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("override, says", [("--config.data.dir=~/x", "data.dir='~/x'"),
+                                            ("--config.name=", r"name='' must name the run")])
+def test_a_name_or_path_train_would_refuse_is_refused_before_the_file_loads(tmp_path, monkeypatch, override, says):
+    # The imported run's config.json held data.dir='~/x' (no shell expands it) or an empty name, which train refuses.
+    monkeypatch.setattr(import_torch, "import_checkpoint", lambda *a, **k: pytest.fail("the checkpoint was read"))
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "missing.pt"), "--variant", "sps", "--out",
+                                            str(tmp_path / "run"), override])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert re.search(says, outcome.stderr), outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_window_beyond_int32_is_refused_before_anything_is_written(tmp_path):
     path = tmp_path / "ckpt.pt"
     torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
