@@ -586,7 +586,7 @@ def check_ranges(config) -> None:
         cap = _INT_MAX if most is None and kind is int else most
         above = number and cap is not None and (value >= cap if dotted in _BELOW_MAX else value > cap)
         if not number or (kind is int and not isinstance(value, int)) or value < least or above:
-            bound = (f"of at least {least}" + (" and below 2**62" if kind is int else "") if most is None
+            bound = (f"of at least {least}" + (f" and below 2**{_INT_MAX.bit_length() - 1}" if kind is int else "") if most is None
                      else f"in [{least}, {most})" if dotted in _BELOW_MAX else f"between {least} and {most}")
             kind_text = "an integer" if kind is int else "a finite number"
             shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100
