@@ -32,9 +32,16 @@ DEFAULT_DTYPE = "float32"  # the weights as training holds them (model.param_dty
 FORMATS = {".pt": "torch", ".safetensors": "safetensors"}  # file suffix -> the package that writes it
 
 
+def _suffix(out: str) -> str | None:
+    """``out``'s suffix among FORMATS as written, in any case (MODEL.PT is a .pt file, as import_torch reads it): read
+    from its end, as splitext reads o/.pt as a hidden file with no suffix (check_stem names its missing name)."""
+    return next((out[-len(s):] for s in FORMATS if out.lower().endswith(s)), None)
+
+
 def _format(out: str) -> str | None:
-    """The package that writes ``out``, by its suffix in any case (MODEL.PT is a .pt file, as import_torch reads it)."""
-    return FORMATS.get(os.path.splitext(out)[1].lower())
+    """The package that writes ``out``, by :func:`_suffix`."""
+    suffix = _suffix(out)
+    return None if suffix is None else FORMATS[suffix.lower()]
 
 
 def check_output(out: str, force: bool = False) -> str:
@@ -44,8 +51,8 @@ def check_output(out: str, force: bool = False) -> str:
 
     if not isinstance(force, bool):  # "no" is true: it replaced the file
         raise TypeError(f"force must be True or False, got {force!r}.")
-    suffix = next((out[-len(s):] for s in FORMATS if out.lower().endswith(s)), None)
-    if suffix is not None:  # o/.pt: splitext reads it as a hidden file with no suffix
+    suffix = _suffix(out)
+    if suffix is not None:
         files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
     fmt = _format(out)
     if fmt is None:
