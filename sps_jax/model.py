@@ -196,10 +196,22 @@ class ModelConfig:
                 + (2 * self.num_layers + 1) * d * stored)
 
     def layer_input_bytes(self, rows: int) -> int:
-        """Every layer's input for ``rows`` sequences of ``seq_len`` positions (all streams, model.dtype):
-        what a backward pass keeps at the least (remat keeps only these), a lower bound on its activations."""
+        """Every layer's input for ``rows`` sequences of ``seq_len`` positions (all streams, in the residual
+        stream's dtype): what a backward pass keeps at the least (remat keeps only these)."""
         slots = rows * self.seq_len * self.num_streams
-        return self.num_layers * slots * self.d_model * np.dtype(_DTYPES[self.dtype]).itemsize
+        return self.num_layers * slots * self.d_model * np.dtype(self.carry_dtype).itemsize
+
+    def dense_probability_bytes(self, rows: int) -> int:
+        """One layer's attention probabilities for ``rows`` sequences, [rows, H, N, N] in float32 (N = seq_len x
+        streams): the dense ``xla`` backend materialises them (the kernels work in blocks and never do)."""
+        slots = self.seq_len * self.num_streams
+        return rows * self.num_heads * slots * slots * np.dtype(np.float32).itemsize
+
+    def backward_floor_bytes(self, rows: int, backend: str) -> int:
+        """A lower bound on the activations of a forward and backward pass of ``rows`` sequences through the
+        attention ``backend`` (resolved, not 'auto'): every layer's input, and under ``xla`` one layer's
+        probabilities. Arithmetic, so a sequence length no device holds is refused before anything compiles."""
+        return self.layer_input_bytes(rows) + (self.dense_probability_bytes(rows) if backend == "xla" else 0)
 
     @classmethod
     def from_config(cls, cfg: Any) -> "ModelConfig":

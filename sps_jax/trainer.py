@@ -53,9 +53,11 @@ class TrainPlan:
 
 
 def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | None = None,
-         device: str = "device") -> TrainPlan:
+         device: str = "device", platform: str | None = None) -> TrainPlan:
     """Validate the config against the devices and return derived sizes (one clear sentence on error).
-    With ``memory_bytes`` (per device), a model whose training state cannot fit is refused too."""
+    With ``memory_bytes`` (per device), a model whose training state, with a lower bound on one micro-batch's
+    activations through the attention backend ``model.attention`` stands for on ``platform`` (default: jax's),
+    cannot fit is refused too."""
     num_devices = cli.at_least("num_devices", num_devices, 1)  # 0 processes stopped on a ZeroDivisionError
     process_count = cli.at_least("process_count", process_count, 1)
     if memory_bytes is not None:
@@ -87,6 +89,8 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
         sps_model.check_fits(cfg, memory_bytes, device, copies=TRAIN_STATE_COPIES, shards=fsdp,
                              holding=f"the weights, gradients and AdamW moments over mesh.fsdp={fsdp}",
                              sharded_by="mesh.fsdp")
+        _check_activations_fit(cfg, t.micro_batch // (data * fsdp), TRAIN_STATE_COPIES * cfg.param_bytes / fsdp,
+                               memory_bytes, device, attention.resolve(cfg.attention, platform))
     tokens_per_step = t.global_batch * cfg.seq_len
     if t.total_tokens < tokens_per_step:
         raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
@@ -102,6 +106,20 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
                          "would be traced; lower it (steps after profile_start are traced).")
     return TrainPlan(model=cfg, data=data, fsdp=fsdp, accum=t.global_batch // t.micro_batch,
                      tokens_per_step=tokens_per_step, total_steps=total_steps, end_step=end)
+
+
+def _check_activations_fit(cfg, rows: int, state_bytes: float, memory_bytes: int, device: str, backend: str) -> None:
+    """A micro-batch whose activations cannot fit beside the training state, refused before compiling: XLA
+    compiled a 65536-token context on a CPU until the host ran out of memory."""
+    floor = cfg.backward_floor_bytes(rows, backend)
+    if state_bytes + floor > memory_bytes:
+        held = "each layer's input" + (", and one layer's attention probabilities under the xla backend"
+                                       if backend == "xla" else "")
+        raise ValueError(
+            f"a micro-batch of {rows} x model.seq_len={cfg.seq_len} positions per device needs at least "
+            f"{floor / hardware.GiB:,.1f} GiB for its activations ({held}), more than the "
+            f"{(memory_bytes - state_bytes) / hardware.GiB:,.1f} GiB one {device} has beside the training state: lower train.micro_batch (train.global_batch stays: more micro-batches accumulate) or "
+            "model.seq_len.")
 
 
 def make_train_step(model, opt, param_shardings, lr_schedule):
@@ -438,7 +456,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     if on_step is not None and not callable(on_step):  # found only after compiling and the first update
         raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
     devices = jax.devices()
-    p = plan(config, len(devices), jax.process_count(), *hardware.local_memory())
+    p = plan(config, len(devices), jax.process_count(), *hardware.local_memory(), platform=devices[0].platform)
     cfg, t = p.model, config.train
     backend = attention.resolve(cfg.attention, devices[0].platform)
     attention.check_available(backend, devices[0].platform)

@@ -547,6 +547,46 @@ def test_a_plan_for_no_devices_is_one_sentence(args, says):
         trainer.plan(sps_config.load_config("configs/tiny.py"), *args)
 
 
+def test_a_context_whose_dense_attention_no_device_holds_is_one_sentence_before_compiling(tmp_path, monkeypatch):
+    # XLA compiled the tiny model at model.seq_len=65536 on a CPU until the host ran out of memory. The bound by hand:
+    # 8 rows x 2 heads x (2 x 65536)^2 slots x 4 bytes = 1024 GiB of one layer's probabilities, and 2 layers x 8 rows
+    # x 131072 slots x 64 x 4 bytes = 0.5 GiB of layer inputs.
+    monkeypatch.setattr(trainer, "setup", lambda *a: pytest.fail("the run was set up"))
+    outcome = refuse(["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"), "--config.model.seq_len=65536"],
+                     "error: a micro-batch of 8 x model.seq_len=65536 positions per device needs at least 1,024.5 GiB "
+                     "for its activations (each layer's input, and one layer's attention probabilities under the xla "
+                     "backend), more than the ")
+    assert " has beside the training state: lower train.micro_batch (train.global_batch stays: more micro-batches " \
+        "accumulate) or model.seq_len." in outcome.stderr and not (tmp_path / "run").exists()
+
+
+def test_the_activation_floor_counts_probabilities_only_for_the_dense_backend_and_rows_per_device():
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.seq_len=65536", "--config.model.attention=pallas",
+                                                        f"--config.train.total_tokens={8 * 65536}"])
+    assert trainer.plan(config, 1, 1, 24 * 2 ** 30, "host").end_step > 0  # a kernel holds no N x N probabilities
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.seq_len=4096",
+                                                        f"--config.train.total_tokens={8 * 4096}"])
+    # One device: 8 x 2 x 8192^2 x 4 bytes = 4 GiB of probabilities; eight devices (data=8) hold one row each: 0.5 GiB.
+    with pytest.raises(ValueError, match="a micro-batch of 8 x model.seq_len=4096 positions per device needs at least 4.0"):
+        trainer.plan(config, 1, 1, 3 * 2 ** 30, "host")
+    config.mesh.data, config.mesh.fsdp = 8, 1
+    assert trainer.plan(config, 8, 1, 3 * 2 ** 30, "host").data == 8
+
+
+@pytest.mark.parametrize("attention", ["xla", "pallas"])
+def test_the_activation_floor_is_below_what_the_compiled_train_step_holds(attention):
+    # A lower bound, so never a refusal of a step that fits: XLA's own count of the compiled step's buffers is above it.
+    config = sps_config.load_config("configs/tiny.py", [f"--config.model.attention={attention}"])
+    p = trainer.plan(config, 1)
+    run = trainer.setup(config, p, jax.devices()[:1])
+    tokens = jax.ShapeDtypeStruct((p.accum, config.train.micro_batch, p.model.seq_len + 1), jnp.int32)
+    memory = run.step_fn.lower(run.abstract_params, run.abstract_opt, tokens).compile().memory_analysis()
+    floor = p.model.backward_floor_bytes(config.train.micro_batch, attention)
+    # By hand: 2 layers x 8 rows x 256 slots x 64 x 4 bytes of layer inputs, and 8 x 2 heads x 256^2 x 4 of probabilities.
+    assert floor == 2 * 8 * 256 * 64 * 4 + (8 * 2 * 256 ** 2 * 4 if attention == "xla" else 0)
+    assert memory.temp_size_in_bytes >= floor
+
+
 def test_a_step_record_counts_this_steps_tokens_over_its_seconds_and_mfu_over_every_device():
     out = {"loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "finite": True}
     cfg = sps_model.ModelConfig.from_config(small_config(None, STEPS).model)

@@ -70,11 +70,15 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     cfgs = [dataclasses.replace(base, variant=vis.variant, window=vis.window)
             for vis in map(base.visibility.with_variant, variants)]
     # A batch past the memory aborted the process inside XLA's CPU allocator (a crash dump, status 134).
-    need = 2 * base.param_bytes + max(cfg.layer_input_bytes(batch_size) for cfg in cfgs)
+    backend = attention.resolve(base.attention)
+    need = 2 * base.param_bytes + max(cfg.backward_floor_bytes(batch_size, backend) for cfg in cfgs)
     if need > memory_bytes:
+        held = ["the weights", "their gradient", "each layer's input"] + (
+            ["one layer's attention probabilities (xla backend)"] if backend == "xla" else [])
         raise cli.UserError(f"--batch-size {batch_size} of {T} positions needs at least {need / hardware.GiB:,.1f} GiB "
-                            f"for the weights, their gradient and each layer's input, more than the "
-                            f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size.")
+                            f"for {', '.join(held[:-1])} and {held[-1]}, more than the "
+                            f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size"
+                            + (" or model.seq_len." if backend == "xla" else "."))
     tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
     L = min(T, DECODE_CHECK_LEN)
     decode_tokens = tokens[:, :L].at[0, 3 * L // 4].set(base.eos_id)  # decoding across a document boundary

@@ -28,7 +28,8 @@ PROFILE_STEPS = 3
 
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
     devices = jax.devices()
-    p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory())
+    p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory(),
+                     platform=devices[0].platform)
     cfg, t = p.model, config.train
     run = trainer.setup(config, p, devices)  # the same state, shardings and step training uses
     params, opt_state = run.init_state(0)
@@ -72,10 +73,9 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
             **({"profile": profile} if profile else {})}
 
 
-def time_runs(args, overrides, base_vis, variants, traces: str | None) -> list[dict]:
-    """:func:`bench_variant` for every backend (outer) and variant (inner), printing a line each; with
-    ``traces``, each run's profile goes to its own folder there."""
-    results = []
+def run_configs(args, overrides, base_vis, variants) -> list[tuple[str, object]]:
+    """(label, config) of every run: each backend (outer) and variant (inner)."""
+    configs = []
     for backend in args.attention or [None]:
         for variant in variants:
             config = sps_config.load_config(args.config, overrides)
@@ -83,14 +83,23 @@ def time_runs(args, overrides, base_vis, variants, traces: str | None) -> list[d
             config.model.variant, config.model.window = vis.variant, vis.window
             if backend:
                 config.model.attention = backend
-            label = bench.run_label(variant, backend if args.attention and len(args.attention) > 1 else None)
-            print(f"timing {label} ...", file=sys.stderr, flush=True)
-            folder = bench.trace_folder(traces, label) if traces else None
-            r = {"label": label, **bench_variant(config, args.steps, args.warmup, folder)}
-            print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
-                  + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
-                  file=sys.stderr, flush=True)
-            results.append(r)
+            configs.append((bench.run_label(variant, backend if args.attention and len(args.attention) > 1 else None),
+                            config))
+    return configs
+
+
+def time_runs(configs, args, traces: str | None) -> list[dict]:
+    """:func:`bench_variant` for every (label, config) of :func:`run_configs`, printing a line each; with
+    ``traces``, each run's profile goes to its own folder there."""
+    results = []
+    for label, config in configs:
+        print(f"timing {label} ...", file=sys.stderr, flush=True)
+        folder = bench.trace_folder(traces, label) if traces else None
+        r = {"label": label, **bench_variant(config, args.steps, args.warmup, folder)}
+        print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
+              + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
+              file=sys.stderr, flush=True)
+        results.append(r)
     return results
 
 
@@ -117,15 +126,16 @@ def main(argv=None) -> int:
     base = sps_config.load_config(args.config, overrides)
     variants = args.variants or [base.model.variant]
     base_vis = masks.Visibility(base.model.variant, base.model.window)
-    # The config's refusals too, before the first "timing" line: the variants differ in nothing plan checks.
-    trainer.plan(base, len(jax.devices()), jax.process_count(), *hardware.local_memory())
     platform = jax.devices()[0].platform
     for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
         attention.check_available(backend, platform)
     bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU timed one program twice
+    configs = run_configs(args, overrides, base_vis, variants)
+    for _, config in configs:  # every run's refusals (a variant's activations, say) before the first "timing" line
+        trainer.plan(config, len(jax.devices()), jax.process_count(), *hardware.local_memory(), platform=platform)
     with contextlib.ExitStack() as stack:
         traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
-        results = time_runs(args, overrides, base_vis, variants, traces)
+        results = time_runs(configs, args, traces)
     for r in results:
         if "profile" in r:
             bench.place_trace(r["profile"], traces, args.profile)

@@ -86,7 +86,8 @@ def test_a_decode_error_past_the_tolerance_exits_1_naming_the_variants(monkeypat
 def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkeypatch):
     # On a CPU, XLA's allocator aborted the process on --batch-size 99999999999 (a crash dump, status 134). The
     # bound by hand: tiny's 2 layers x 10^6 rows x 128 positions x 2 streams x 64 x 4 bytes = 122.07 GiB of layer
-    # inputs, and 0.02 GiB of weights and gradient (3.3M parameters in float32, twice).
+    # inputs, 10^6 rows x 2 heads x 256^2 slots x 4 bytes = 488.28 GiB of one layer's probabilities under the CPU's xla
+    # backend, and 0.02 GiB of weights and gradient (3.3M parameters in float32, twice).
     from sps_jax import hardware
     from sps_jax.bench import __main__ as bench_main
     from tests import fuzz
@@ -96,8 +97,15 @@ def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkey
     outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--batch-size", "1000000"])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr.strip().startswith(
+        "error: --batch-size 1000000 of 128 positions needs at least 610.4 GiB for the weights, their gradient, each "
+        "layer's input and one layer's attention probabilities (xla backend), more than the 8.0 GiB of the test host: "
+        "lower --batch-size or model.seq_len.")
+    # A kernel holds no N x N probabilities: the layer inputs and weights alone.
+    outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--batch-size", "1000000",
+                                          "--config.model.attention=pallas"])
+    assert outcome.stderr.strip().startswith(
         "error: --batch-size 1000000 of 128 positions needs at least 122.1 GiB for the weights, their gradient and "
-        "each layer's input, more than the 8.0 GiB of the test host: lower --batch-size.")
+        "each layer's input, more than the 8.0 GiB of the test host: lower --batch-size."), outcome.stderr
 
 
 def test_a_backend_that_cannot_run_here_is_one_sentence_before_anything_is_built(monkeypatch):

@@ -77,6 +77,24 @@ def test_two_backends_that_are_one_here_are_refused_before_any_run_is_timed(monk
                                       f"{second} are both xla on cpu): list it once.")
 
 
+def test_a_variant_whose_activations_cannot_fit_is_refused_before_any_run_is_timed(monkeypatch):
+    """standard fits and sps does not (twice the slots, four times the dense probabilities): refused before standard
+    was timed. By hand, at seq_len 4096 on the tiny model: standard's 8 x 2 heads x 4096^2 x 4 bytes = 1 GiB of one
+    layer's probabilities, sps's 4 GiB."""
+    from sps_jax import hardware
+    from sps_jax.bench import train as bench_train
+    from tests import fuzz
+
+    monkeypatch.setattr(hardware, "local_memory", lambda: (2 * 2 ** 30, "test host"))
+    monkeypatch.setattr(bench_train, "bench_variant", lambda *a: pytest.fail("a run was timed"))
+    outcome = fuzz.call(bench_train.main, ["--config", os.path.join(REPO, "configs", "tiny.py"), "--variants",
+                                           "standard,sps", "--config.model.seq_len=4096",
+                                           f"--config.train.total_tokens={8 * 4096}"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip().startswith("error: a micro-batch of 8 x model.seq_len=4096 positions per device "
+                                             "needs at least 4.0 GiB"), outcome.stderr
+
+
 def test_profile_traces_each_run_into_its_own_folder(tmp_path):
     out_json, traces = tmp_path / "bench.json", tmp_path / "traces"
     out = run_module("sps_jax.bench", "train", "--config", "configs/tiny.py", "--steps", "1", "--warmup", "0",
