@@ -272,10 +272,26 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
+    if other and not force and not has_checkpoints and _never_trained(workdir):
+        # A start that failed before its first step (a compile the host ran out of memory for, say) left only its
+        # config.json: the corrected command needed --force, where replacing it loses nothing that trained.
+        print(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
+              f"run replaces its {CONFIG_FILE}.", file=sys.stderr)
+        return
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
                         f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
+
+
+def _never_trained(workdir: str) -> bool:
+    """Whether ``workdir``'s config.json is a run config whose run recorded no step (its metrics.jsonl is empty
+    or missing)."""
+    try:
+        read_config(workdir)
+    except (ValueError, OSError):  # not a run's config.json: another program's file, kept
+        return False
+    return not metrics.read(workdir)
 
 
 def _check_workdir_place(workdir: str, config) -> None:

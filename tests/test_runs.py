@@ -256,9 +256,29 @@ def test_a_workdir_of_another_model_names_the_fields_that_differ_in_a_sentence_t
         workdir = tmp_path / "-".join(fields)
         workdir.mkdir()
         (workdir / "config.json").write_text(saved.to_json())
+        (workdir / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')  # it trained a step
         with pytest.raises(ValueError) as refusal:
             runs.check_workdir(str(workdir), config)
         assert f"holds a run of another model {says}: use a new --workdir" in str(refusal.value), refusal.value
+
+
+@pytest.mark.parametrize("metrics_text", [None, ""])
+def test_the_config_json_of_a_start_that_never_trained_a_step_is_replaced_with_a_note(tmp_path, capsys, metrics_text):
+    # A start that failed before its first step (a compile the host ran out of memory for) left its config.json: the
+    # corrected command, with a smaller model, was refused as "a run of another model" unless --force.
+    saved = sps_config.load_config("configs/tiny.py")
+    saved.model.d_model = 32
+    (tmp_path / "config.json").write_text(saved.to_json())
+    if metrics_text is not None:
+        (tmp_path / "metrics.jsonl").write_text(metrics_text)
+    runs.check_workdir(str(tmp_path), sps_config.load_config("configs/tiny.py"))
+    assert capsys.readouterr().err == (
+        f"note: --workdir {tmp_path} holds a run of another model (d_model differs) that never trained a step (no "
+        "checkpoint, no metrics): this run replaces its config.json.\n")
+    # A config.json that is no run's (another program's) stays refused.
+    (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]}')
+    with pytest.raises(ValueError, match="that is not this run's"):
+        runs.check_workdir(str(tmp_path), sps_config.load_config("configs/tiny.py"))
 
 
 def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_default(tmp_path):

@@ -587,6 +587,23 @@ def test_the_activation_floor_is_below_what_the_compiled_train_step_holds(attent
     assert memory.temp_size_in_bytes >= floor
 
 
+def test_a_start_that_failed_before_its_first_step_leaves_no_folder_the_corrected_command_must_force(tmp_path, tokens,
+                                                                                                     monkeypatch):
+    # The compile ran out of memory (a larger model): config.json stayed, and the rerun with the smaller model was
+    # refused as "a run of another model" unless --force.
+    def out_of_memory(*args):
+        raise MemoryError("the compile ran out of memory")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "_compile", out_of_memory)
+        failed = train_here(tmp_path / "run", tokens, 1, "--config.model.d_model=64")
+    assert failed.status != 0 and json.loads((tmp_path / "run" / "config.json").read_text())["model"]["d_model"] == 64
+    outcome = train_here(tmp_path / "run", tokens, 1)
+    assert outcome.status == 0, outcome.stderr
+    assert "holds a run of another model (d_model differs) that never trained a step" in outcome.stderr
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["d_model"] == 32
+
+
 def test_a_step_record_counts_this_steps_tokens_over_its_seconds_and_mfu_over_every_device():
     out = {"loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "finite": True}
     cfg = sps_model.ModelConfig.from_config(small_config(None, STEPS).model)
