@@ -115,16 +115,15 @@ class Writer:
             sink.close()
 
 
-def draw_curves(runs: dict, x: str, headless: bool):
+def draw_curves(runs: dict, x: str):
     """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by side."""
-    plt = plotting.pyplot(headless=headless)
     records = {label: curves(files.path_text(workdir, f"runs[{label!r}]")) for label, workdir in runs.items()}
     for label, m in records.items():
         missing = [r for r in m["train"] + m["val"] if x not in r]
         if missing:
             raise UserError(f"the metrics of {label} ({runs[label]}) have no {x!r} at step {missing[0].get('step')}: "
                             "plot against a field every record has, such as 'step' or 'tokens_seen'.")
-    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_train, ax_val) = plotting.figure(1, 2, figsize=(11, 4))
     for label, m in records.items():
         if m["train"]:
             ax_train.plot([r[x] for r in m["train"]], [r["loss"] for r in m["train"]], label=label, lw=1)
@@ -147,7 +146,6 @@ def plot(workdir: str) -> str | None:
     except ImportError:
         return None
     path = os.path.join(workdir, PLOT_FILE)
-    fig = draw_curves({os.path.basename(os.path.abspath(workdir)): workdir}, "tokens_seen", headless=True)
+    fig = draw_curves({os.path.basename(os.path.abspath(workdir)): workdir}, "tokens_seen")
     plotting.save_figure(fig, path, dpi=120)
-    plotting.pyplot().close(fig)
     return path

@@ -1,4 +1,4 @@
-"""Plotting helpers shared by every figure: the Agg pyplot, atomic PNG writes and smoothing."""
+"""Plotting helpers shared by every figure: figures drawn off pyplot, atomic PNG writes and smoothing."""
 
 from __future__ import annotations
 
@@ -41,16 +41,14 @@ def smooth(y, log=False):
     return out
 
 
-def pyplot(headless: bool = True):
-    """matplotlib.pyplot, switched to the file-only Agg backend unless ``headless=False`` (a
-    notebook that wants its inline figures)."""
-    import matplotlib
+def figure(nrows: int = 1, ncols: int = 1, **subplots):
+    """(figure, axes) of a matplotlib Figure that pyplot does not hold: it needs no display and no closing, and
+    drawing one leaves the session's backend alone (pyplot switched to Agg for the files turned a notebook's
+    inline plotting off for the rest of the session). A notebook shows it as a cell's value."""
+    from matplotlib.figure import Figure
 
-    if headless:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=subplots.pop("figsize", None))
+    return fig, fig.subplots(nrows, ncols, **subplots)
 
 
 def save_figure(fig, path: str, dpi: int = 130) -> None:

@@ -39,6 +39,29 @@ def test_plot_curves_draws_the_records_of_each_run(tmp_path):
     assert train_line.get_label() == "run"
 
 
+def test_drawing_a_figure_leaves_pyplot_and_its_backend_as_they_were(tmp_path):
+    # The figures switched pyplot to Agg: in a notebook, training (its loss.png) or any figure turned inline plotting
+    # off for the rest of the session, and pyplot kept every figure drawn.
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from sps_jax.analysis import probes
+
+    before = matplotlib.get_backend()
+    matplotlib.use("pdf")  # any backend but Agg, as a notebook's inline one
+    try:
+        writer = metrics.Writer(str(tmp_path), tensorboard=False)
+        writer.write({"step": 1, "tokens_seen": 10, "loss": 5.0})
+        writer.close()
+        metrics.plot(str(tmp_path))
+        fig = figures.training_curves({"run": str(tmp_path)}, str(tmp_path / "curves.png"))
+        probes.plot_window_nll([{"label": "a", "omega": 2, "mean_delta": [0.1, 0.2, 0.3]}], str(tmp_path / "w.png"))
+        assert matplotlib.get_backend() == "pdf" and plt.get_fignums() == []
+        assert fig.axes[0].lines and (tmp_path / "loss.png").stat().st_size and (tmp_path / "w.png").stat().st_size
+    finally:
+        matplotlib.use(before)
+
+
 def test_a_metrics_file_that_is_not_records_is_one_sentence_naming_the_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"loss": 3.0}\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not a metrics record"):

@@ -28,7 +28,7 @@ from sps_jax.analysis import data_efficiency, seeds
 from sps_jax.evaluation import results_table
 from sps_jax.cli import UserError
 from sps_jax.files import write_json
-from sps_jax.plotting import pyplot, save_figure
+from sps_jax.plotting import figure, save_figure
 
 # sps_jax.runs and sps_jax.model load jax, which --help and a refused argument need not wait for: the functions
 # that read a run import them.
@@ -123,7 +123,6 @@ def _finish(fig, out: str, data: dict) -> dict:
     """Write the figure to ``out`` and ``data`` (its plotted numbers, with the figure's path) beside it as
     .json; returns that dict."""
     save_figure(fig, out)
-    pyplot().close(fig)
     data = {"figure": out, **data}
     write_json(os.path.splitext(out)[0] + ".json", data)
     return data
@@ -144,8 +143,9 @@ def curves(run_folders, out: str) -> dict:
         train_flops = tokens * per_token
         series.append({"label": info["run"], "variant": info["variant"], "window": info["window"],
                        "tokens_seen": tokens.tolist(), "train_flops": train_flops.tolist(), "val_loss": loss.tolist()})
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    from matplotlib import ticker
+
+    fig, axes = figure(1, 2, figsize=(11, 4.2), sharey=True)
     for s in series:
         style = dict(marker="o", markersize=3, linewidth=1.5, label=s["label"])
         axes[0].plot(s["tokens_seen"], s["val_loss"], **style)
@@ -155,7 +155,7 @@ def curves(run_folders, out: str) -> dict:
     axes[0].set_ylabel("validation NLL (nats)")
     for ax, field in zip(axes, ("tokens_seen", "train_flops")):
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels collide on short ranges
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())  # minor labels collide on short ranges
         _label_short_log_axis(ax, [x for s in series for x in s[field]])
         ax.grid(alpha=0.3, which="both")
     axes[1].legend(fontsize=8)
@@ -177,7 +177,7 @@ def training_curves(runs: dict[str, str], out_png: str | None = None, x: str = "
     if out_png:  # a .png, never a run's own file or one of the runs read (a replaced earlier figure is fine)
         check_out(out_png, [files.path_text(path, f"runs[{label!r}]") for label, path in runs.items()],
                   "run folder", "curves", force=True, flag="out_png")
-    fig = metrics.draw_curves(runs, x, headless=bool(out_png))
+    fig = metrics.draw_curves(runs, x)
     if out_png:
         save_figure(fig, out_png, dpi=120)
     return fig
@@ -271,8 +271,9 @@ def window_ablation(sources, out: str) -> dict:
         pts = sorted((p["window"], p["val_nll"], label(p)) for p in points
                      if p["window"] is not None and (_scale_name(p["scale"]), p["variant"]) == key)
         lines.append({"label": pts[0][2], "window": [w for w, _, _ in pts], "val_nll": [v for _, v, _ in pts]})
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    from matplotlib import ticker
+
+    fig, ax = figure(figsize=(6.5, 4.2))
     for line in lines:
         ax.plot(line["window"], line["val_nll"], marker="o", linewidth=1.8, label=line["label"])
     for p in points:
@@ -283,7 +284,7 @@ def window_ablation(sources, out: str) -> dict:
     windows = sorted({p["window"] for p in points if p["window"] is not None})
     ax.set_xscale("symlog", linthresh=max(1, min([w for w in windows if w > 0], default=1)))
     ax.set_xticks(windows, [str(w) for w in windows])
-    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
     ax.set_xlabel("<predict> window w")
     ax.set_ylabel("final validation NLL (nats)")
     ax.set_title("Window ablation")
@@ -358,8 +359,7 @@ def accuracy_gain(paths, out: str, baseline: str = masks.BASELINE) -> dict:
                          "with all five zero-shot tasks (evaluate --tasks zero_shot).")
     scales = list(dict.fromkeys(r["scale"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in sorted(rows, key=_method_rank)))
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = figure(figsize=(6.5, 4.2))
     width = 0.8 / len(methods)
     for n, method in enumerate(methods):
         xs, ys = [], []
@@ -426,8 +426,7 @@ def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, mar
              for r in refs for m in others]
     tost = [{"a": a["method"], "b": b["method"], **seeds.tost(a["val_nll"], b["val_nll"], margin)}
             for n, a in enumerate(others) for b in others[n + 1:]]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = figure(figsize=(6.5, 4.2))
     for k, m in enumerate(methods):
         ax.plot([k] * m["n"], m["val_nll"], "o", color="gray", alpha=0.5, markersize=4)
         ax.errorbar(k, m["mean"], yerr=m["ci95_half_width"], fmt="o", color="black", capsize=6, markersize=7)
@@ -495,8 +494,7 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
         raise ValueError(f"{baseline_run} against {method_run}: {e}") from None
     budget, target = numbers["budget_tokens"], numbers["method_nll"]
     match = numbers["baseline_tokens_to_match"]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = figure(figsize=(8, 4.2))
     for curve, color in ((base, "tab:gray"), (ours, "tab:blue")):
         ax.plot(curve["tokens_seen"], curve["val_loss"], marker="o", markersize=3, linewidth=1.8, color=color,
                 label=f"{curve['method']} ({curve['label']})")

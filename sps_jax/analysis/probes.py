@@ -17,7 +17,7 @@ import numpy as np
 from sps_jax import analysis, cli, files, masks, names, plotting, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
-from sps_jax.plotting import pyplot, save_figure, smooth
+from sps_jax.plotting import figure, save_figure, smooth
 
 # sps_jax.runs, sps_jax.model, the token folders' loader and the probes load jax, which --help and a refused
 # argument need not wait for: the functions that use them import them.
@@ -38,10 +38,11 @@ def nan_mean_and_count(a, axis=0):
 
 
 def _figure():
-    """(pyplot, figure, axes, colour cycle) of one probe plot."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    return plt, fig, ax, plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    """(figure, axes, colour cycle) of one probe plot."""
+    import matplotlib
+
+    fig, ax = figure(figsize=(8, 4.5))
+    return fig, ax, matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
 
 
 def _raw_and_trend(ax, x, y, color, label, style="-", log=False):
@@ -57,16 +58,15 @@ def _mark(ax, values, text):
         ax.text(v, 1.0, text.format(v), transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="gray")
 
 
-def _save(plt, fig, ax, path):
+def _save(fig, ax, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, path)
-    plt.close(fig)
 
 
 def plot_gradient_ratios(results, path):
     """Figure 5a: per-offset mean r(p, k), raw faint and smoothed bold, solid input / dotted predict."""
-    plt, fig, ax, colors = _figure()
+    fig, ax, colors = _figure()
     for n, res in enumerate(results):
         for stream, mean in res["mean_ratio"].items():
             label = res["label"] + ("" if stream == "x" else f" ({stream})")
@@ -77,7 +77,7 @@ def plot_gradient_ratios(results, path):
     ax.set_xlabel("offset k (loss position i + k)")
     ax.set_ylabel(r"$r(p,k)=\|\nabla_{\theta_p}\ell_{i+k}\| / \|\nabla_{\theta_p}\ell_i\|$")
     ax.set_title("Per-offset gradient ratio (mean over source positions)")
-    _save(plt, fig, ax, path)
+    _save(fig, ax, path)
 
 
 def document_positions(count: int) -> np.ndarray:
@@ -88,7 +88,7 @@ def document_positions(count: int) -> np.ndarray:
 
 def plot_window_nll(results, path):
     """Figure 5b: mean delta l against document position, raw faint and smoothed bold."""
-    plt, fig, ax, colors = _figure()
+    fig, ax, colors = _figure()
     for n, res in enumerate(results):
         mean = np.asarray(res["mean_delta"], np.float64)
         _raw_and_trend(ax, document_positions(len(mean)), mean, colors[n % len(colors)], res["label"])
@@ -97,7 +97,7 @@ def plot_window_nll(results, path):
     ax.set_xlabel("document position t (the loss predicting token t + 1)")
     ax.set_ylabel(r"mean $\Delta\ell_t = \ell_t(M_\omega) - \ell_t(M)$ (nats)")
     ax.set_title("NLL increase with the persistent state restricted to the last ω positions")
-    _save(plt, fig, ax, path)
+    _save(fig, ax, path)
 
 
 # ----------------------------------------------------------------------------- CLI
