@@ -520,8 +520,8 @@ def unexpanded_home(path: str) -> str | None:
     home = os.path.expanduser(path)
     if home == path:
         return None
-    return (f"{path!r} starts with '~', which the shell did not expand (it does not after '=' or in quotes), so it "
-            f"would name a folder '~' here: pass {home!r}")
+    return (f"{path!r} starts with '~', which was not expanded to the home folder (a shell leaves it after '=' or in "
+            f"quotes, Python always), so it would name a folder '~' here: pass {home!r}")
 
 
 FILE, FOLDER, FILE_OR_FOLDER = "file", "folder", "file or folder"  # the kinds of input_path

@@ -44,9 +44,14 @@ def _cut(name: str, most_bytes: int) -> str:
 
 def path_text(value, name: str) -> str:
     """A path given to the API (str or pathlib.Path) as text, else one sentence naming the argument: several
-    paths go one per call, anything else (None, a number) should be the path itself."""
+    paths go one per call, anything else (None, a number) should be the path itself, and a leading '~' is
+    expanded by the caller."""
     if isinstance(value, (str, os.PathLike)):
-        return os.fspath(value)
+        text = os.fspath(value)
+        home = isinstance(text, str) and unexpanded_home(text)
+        if home:  # refused on the command line too; from a notebook it made a folder '~' in the working directory
+            raise UserError(f"{name} {home}.")
+        return text
     advice = f"give one {name} per call" if isinstance(value, (list, tuple, set)) else "pass the path itself"
     raise TypeError(f"{name} must be one path (a str or pathlib.Path), not a {type(value).__name__}: {advice}.")
 

@@ -310,7 +310,7 @@ BAD_ARGUMENTS = [
           (train.main, ["--config", "configs/tiny.py", "--config.data.dir=W/data"], "--workdir"),
           (bench_cli.main, ["compile", "--target", "h100", "--only", "kernels"], "--json"))
       for given, sentence in (([flag, "-"], "'-' is not standard output here but a file named '-'"),
-                              ([f"{flag}=~/sps-out"], "'~/sps-out' starts with '~', which the shell did not expand"))],
+                              ([f"{flag}=~/sps-out"], "'~/sps-out' starts with '~', which was not expanded to the home folder"))],
 ]
 
 
@@ -355,7 +355,7 @@ def test_every_input_path_of_the_wrong_kind_or_with_an_unexpanded_home_is_refuse
     (tmp_path / "file.txt").write_text("x\n")
     fill = {"RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out")}
     other = {cli.FILE: ("folder", "folder' is a folder, not a file: "), cli.FOLDER: ("file.txt", "file.txt is a file, not a ")}
-    given = [(f"{'~'}/sps-input", "'~/sps-input' starts with '~', which the shell did not expand"),
+    given = [(f"{'~'}/sps-input", "'~/sps-input' starts with '~', which was not expanded to the home folder"),
              ("", "an empty path names no"),
              *([(str(tmp_path / other[kind][0]), other[kind][1])] if kind in other else []),
              # a device or pipe (/dev/stdin, <(cmd)) was said not to exist
@@ -386,17 +386,17 @@ def test_every_input_path_that_is_a_link_leading_nowhere_is_refused_as_an_argume
 @pytest.mark.parametrize("call, sentence", [
     (lambda tmp: evaluate.main(["--workdir", str(tmp / "run"), "--tasks", "arc_easy", "--out", str(tmp / "o.json"),
                                 "--task-data", "arc_easy=~/arc.jsonl"]),
-     "--task-data arc_easy: '~/arc.jsonl' starts with '~', which the shell did not expand"),
+     "--task-data arc_easy: '~/arc.jsonl' starts with '~', which was not expanded to the home folder"),
     (lambda tmp: os.makedirs(tmp / "arc.jsonl") or evaluate.main(
         ["--workdir", str(tmp / "run"), "--tasks", "arc_easy", "--out", str(tmp / "o.json"),
          "--task-data", f"arc_easy={tmp / 'arc.jsonl'}"]), "arc.jsonl' is a folder, not a file"),
     (lambda tmp: train.main(["--config=~/config.py", "--workdir", str(tmp / "run")]),
-     "config file '~/config.py' starts with '~', which the shell did not expand"),
+     "spec '~/config.py' starts with '~', which was not expanded to the home folder"),
     (lambda tmp: train.main(["--config", "configs/tiny.py", "--workdir", str(tmp / "run"), "--config.data.dir=~/tokens"]),
-     "data.dir='~/tokens' starts with '~', which the shell did not expand"),
+     "data.dir='~/tokens' starts with '~', which was not expanded to the home folder"),
     (lambda tmp: train.main(["--config", "configs/tiny.py", "--workdir", str(tmp / "run"),
                              "--config.train.init_from=~/run"]),
-     "train.init_from='~/run' starts with '~', which the shell did not expand")])
+     "train.init_from='~/run' starts with '~', which was not expanded to the home folder")])
 def test_an_input_path_inside_a_value_follows_the_same_rule(tmp_path, call, sentence):
     # The paths inside --task-data TASK=PATH, a config spec and a config's data.dir and train.init_from (the shell
     # never expands '~' after '=') got "not found" or "has no manifest.json"; a --task-data folder "not found".

@@ -74,7 +74,7 @@ def test_data_encode_refuses_text_that_is_not_utf8_in_one_sentence(ranks_file):
 
 
 @pytest.mark.parametrize("value, state", [("missing.tiktoken", "does not exist"), (".", "is a folder, not a file"),
-                                          ("~/gpt2.tiktoken", "starts with '~', which the shell did not expand")])
+                                          ("~/gpt2.tiktoken", "starts with '~', which was not expanded to the home folder")])
 def test_a_tokenizer_variable_naming_no_file_is_refused_not_replaced_by_a_download(tmp_path, monkeypatch, value,
                                                                                   state):
     """SPS_JAX_TOKENIZER set to a path that is no file: tiktoken's download took its place (offline, the sentence
