@@ -187,6 +187,24 @@ def generated_name_prefix(config) -> str | None:
     return name[:-len(suffix)] if name.endswith(suffix) and len(name) > len(suffix) else None
 
 
+def stale_name(config) -> tuple[str, str] | None:
+    """(what ``config.name`` reads as, the name :func:`run_name` gives ``config.model``) when the name reads as a run
+    of another variant or window than the model's, else None: a model changed after :func:`load_config` made the
+    config (a notebook's ``config.model.variant = ...``) kept the name of the one it was, where an override renames."""
+    name, model = config.get("name"), config.get("model")
+    parts = re.fullmatch(rf"(.+)-({'|'.join(masks.VARIANTS)})(?:-w(\d+))?", name) if isinstance(name, str) else None
+    if parts is None or not isinstance(model, ml_collections.ConfigDict):
+        return None
+    prefix, variant, window = parts.groups()
+    try:
+        vis = masks.Visibility(model.variant, model.window)
+    except (AttributeError, TypeError, ValueError):  # the model's own checks say so
+        return None
+    if variant == vis.variant and (window is None or vis.window == int(window)):
+        return None
+    return f"{variant}" + (f" with window {window}" if window else ""), run_name(prefix, model)
+
+
 def parse_arg(arg: str, defaults: Sequence[str], usage: str | None = None) -> list[str]:
     """Split 'a,b,c' into fields by position, filling missing trailing fields from defaults.
 

@@ -455,6 +455,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         raise cli.UserError("workdir is empty: pass the run folder to train in.")
     if on_step is not None and not callable(on_step):  # found only after compiling and the first update
         raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
+    config = _named_for_its_model(config)
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory(), platform=devices[0].platform)
     cfg, t = p.model, config.train
@@ -564,6 +565,20 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 "gradient norm): its weights took only the others.")
         return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
                 "skipped_updates": skipped, "workdir": workdir}
+
+
+def _named_for_its_model(config):
+    """``config``, or a copy named for its model where its name reads as a run of another variant or window (said in
+    a note): the name labels the run's logs, config.json, evaluations and figures."""
+    stale = sps_config.stale_name(config) if isinstance(config, ml_collections.ConfigDict) else None
+    if stale is None:
+        return config
+    said, name = stale
+    _warn(f"note: name={config.name!r} reads as a run of {said}, which this model is not (changed after the config "
+          f"was made?): the run is named {name!r} (a name that names no variant is kept as given).")
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.name = name
+    return config
 
 
 @contextlib.contextmanager

@@ -186,6 +186,22 @@ def test_a_name_set_on_the_command_line_or_in_the_config_file_is_kept(tmp_path):
     assert sps_config.load_config(str(plain), ["--config.model.variant=standard"]).name == "xs-standard"
 
 
+@pytest.mark.parametrize("name, model, stale", [
+    ("tiny-sps-w8", {"variant": "sps", "window": 8}, None),
+    ("tiny-sps-w8", {"variant": "standard"}, ("sps with window 8", "tiny-standard")),
+    ("tiny-sps-w8", {"variant": "sps", "window": 2}, ("sps with window 8", "tiny-sps-w2")),
+    ("xs-two_x_memory", {"variant": "reverse_sps", "window": 64}, ("two_x_memory", "xs-reverse_sps-w64")),
+    ("tiny-standard", {"variant": "standard", "window": 64}, None),  # standard has no window: 64 is dropped
+    ("tiny-sps", {"variant": "sps", "window": 8}, None),  # names the variant trained, and no window
+    ("ablation-7", {"variant": "standard"}, None), ("sps", {"variant": "standard"}, None)])
+def test_a_name_that_reads_as_another_variant_or_window_is_stale(name, model, stale):
+    # A notebook's config.model.variant = "standard" after load_config kept the name tiny-sps-w8 (train renames it).
+    config = sps_config.load_config("configs/tiny.py")
+    config.name = name
+    config.model.update(model)
+    assert sps_config.stale_name(config) == stale
+
+
 @pytest.mark.parametrize("spec, sentence", [
     ("configs/paper.py:s,,64", "config argument 's,,64' leaves VARIANT empty: pass SCALE,VARIANT[,WINDOW], e.g. s,sps,64."),
     ("configs/paper.py:,sps", "config argument ',sps' leaves SCALE empty: pass SCALE,VARIANT[,WINDOW], e.g. s,sps,64."),

@@ -604,6 +604,18 @@ def test_a_start_that_failed_before_its_first_step_leaves_no_folder_the_correcte
     assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["d_model"] == 32
 
 
+def test_a_model_changed_in_python_after_load_config_trains_under_its_own_name(tmp_path, tokens, capsys):
+    # config.model.variant = "standard" in a notebook: the run was logged, saved and evaluated as tiny-sps-w8.
+    config = small_config(tokens, 1)
+    config.model.variant = "standard"
+    summary = trainer.train(config, str(tmp_path / "run"))
+    assert summary["step"] == 1 and config.name == "tiny-sps-w8"  # the caller's config is left as it was
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["name"] == "tiny-standard"
+    assert ("note: name='tiny-sps-w8' reads as a run of sps with window 8, which this model is not (changed after the "
+            "config was made?): the run is named 'tiny-standard' (a name that names no variant is kept as given)."
+            in capsys.readouterr().err)
+
+
 def test_a_step_record_counts_this_steps_tokens_over_its_seconds_and_mfu_over_every_device():
     out = {"loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "finite": True}
     cfg = sps_model.ModelConfig.from_config(small_config(None, STEPS).model)
