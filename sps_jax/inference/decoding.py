@@ -39,11 +39,34 @@ def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positio
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     sps_model.check_tokens(tokens_BT, cfg)  # ids as well, where the tokens are concrete
+    _check_model(cfg, params)
     max_len = cli.integer(max_len, "max_len")
     if max_len < tokens_BT.shape[1]:
         raise ValueError(f"max_len={max_len} is below the prompts' {tokens_BT.shape[1]} positions: the cache holds "
                          "the prompt and every generated token; pass at least that many.")
+    if positions_BT is not None:
+        positions_BT = jnp.asarray(positions_BT)
+        if positions_BT.shape != tokens_BT.shape or not jnp.issubdtype(positions_BT.dtype, jnp.integer):
+            raise ValueError(f"positions_BT is {positions_BT.dtype} of shape {tuple(positions_BT.shape)}: pass integer "
+                             f"positions of the tokens' shape {tuple(tokens_BT.shape)} (batching.left_pad gives them).")
     return _prefill(cfg, params, tokens_BT, max_len, positions_BT)
+
+
+def _check_model(cfg: sps_model.ModelConfig, params) -> None:
+    """The params are ``cfg``'s model's (flax ignores extra parameters: a deeper model's weights ran without a word).
+    Shapes only, so a loop of decode steps pays no copy to the host (generate checks the values once)."""
+    runs.check_params(sps_model.Transformer(cfg), params, runs.OTHER_MODEL)
+
+
+def _check_cache(cache: kv_cache.Cache) -> None:
+    """A cache an earlier decode_loop took (it is donated) is said, not met as jax's 'Array has been deleted'."""
+    if not isinstance(cache, kv_cache.Cache):
+        raise TypeError(f"cache must be a kv_cache.Cache, got a {type(cache).__name__}: pass the cache prefill "
+                        "returned.")
+    if any(getattr(leaf, "is_deleted", lambda: False)() for leaf in jax.tree_util.tree_leaves(cache)
+           if not isinstance(leaf, jax.core.Tracer)):
+        raise ValueError("this cache was donated to an earlier decode_loop, which reused its memory for the cache it "
+                         "returned: pass that one (its third result), or prefill again.")
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_len"))
@@ -102,6 +125,15 @@ def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, t
 def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_B):
     """Forward one token per row (the pair x_i, rho_i at position i) -> (logits [B, V] f32, cache). Called with a
     concrete cache, a full one is refused (its writes were clamped onto its last slot)."""
+    cfg = sps_model.ModelConfig.from_config(cfg)
+    _check_cache(cache)
+    _check_model(cfg, params)
+    tokens_B = jnp.asarray(tokens_B)
+    rows = cache.last_token_B.shape[0]
+    if tokens_B.shape != (rows,) or not jnp.issubdtype(tokens_B.dtype, jnp.integer):
+        raise ValueError(f"tokens_B is {tokens_B.dtype} of shape {tuple(tokens_B.shape)}: pass one token id per "
+                         f"cache row, integers of shape ({rows},).")
+    sps_model.check_token_ids(tokens_B, cfg)
     if kv_cache.free_positions(cache) == 0:
         raise ValueError(f"the cache is full ({cache.slot_pos_BT.shape[1]} positions): prefill with a larger "
                          "max_len.")
@@ -142,8 +174,11 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     the cache's writes were clamped onto that slot, and the logits went wrong without a word.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
+    max_new_tokens = cli.integer(max_new_tokens, "max_new_tokens")  # a jax scalar cannot be a static argument
     _check_options(sampling, 0, stop_on_eos, max_new_tokens=max_new_tokens)
     sps_model.check_rng(rng)
+    _check_cache(cache)
+    _check_model(cfg, params)
     if logits_BV.ndim != 2 or logits_BV.shape[0] != cache.last_token_B.shape[0]:
         raise ValueError(f"logits_BV has shape {tuple(logits_BV.shape)}, not [{cache.last_token_B.shape[0]}, V] of "
                          "the cache's rows: pass the prompt's last-position logits.")
@@ -294,6 +329,7 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
+    max_new_tokens = int(max_new_tokens)  # checked there; a jax scalar cannot be a static argument
     params = held_params(cfg, params)
     longest = max(len(p) for p in prompts)
     length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
@@ -319,6 +355,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     if progress is not None and not callable(progress):  # found only after the first batch
         raise TypeError(f"progress must be a function of the prompts done, got {progress!r}.")
     prompts = check_prompts(cfg, prompts, max_new_tokens)
+    max_new_tokens = int(max_new_tokens)  # checked there; a jax scalar cannot be a static argument
     params = held_params(cfg, params)  # once for every batch
     buffer = bucket(max_new_tokens, cfg.seq_len)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))

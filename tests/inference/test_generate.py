@@ -1,6 +1,7 @@
 """Generation: prefill plus decode through the KV cache reproduces the full forward exactly; the loop, batching,
 stopping and the command line."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -222,6 +223,57 @@ def test_decoding_past_the_caches_room_or_with_bad_settings_is_refused_before_an
         decoding.prefill(cfg, params, tokens, max_len=4)
     with pytest.raises(ValueError, match=r"^token id 64 is outside the vocabulary \[0, 64\)"):
         decoding.prefill(cfg, params, tokens.at[0, 1].set(64), max_len=8)
+
+
+def test_prefill_and_decoding_refuse_the_params_of_another_model_and_a_donated_cache():
+    # A deeper model's params decoded in the shallower config without a word (flax ignores extra parameters), and a
+    # second decode_loop on the cache the first one took failed inside jax ("Array has been deleted").
+    cfg, _, params = small_model("sps", 2)
+    _, _, deeper = small_model("sps", 2, num_layers=cfg.num_layers + 1)
+    tokens = jnp.asarray([[5, 17, 3]], jnp.int32)
+    other = r"^params do not match the model: it holds [0-9,]+ parameters but the config implies [0-9,]+; pass the params"
+    with pytest.raises(ValueError, match=other):
+        decoding.prefill(cfg, deeper, tokens, max_len=8)
+    cache, h = decoding.prefill(cfg, params, tokens, max_len=8)
+    logits = sps_model.unembed(h[:, -1:], params["embed"])[:, 0]
+    with pytest.raises(ValueError, match=other):
+        decoding.decode_step(cfg, deeper, cache, tokens[:, -1])
+    with pytest.raises(ValueError, match=other):
+        decoding.decode_loop(cfg, deeper, cache, logits, jax.random.PRNGKey(0), max_new_tokens=3)
+    out, _, new_cache = decoding.decode_loop(cfg, params, cache, logits, jax.random.PRNGKey(0), max_new_tokens=3)
+    donated = (r"^this cache was donated to an earlier decode_loop, which reused its memory for the cache it returned: "
+               r"pass that one \(its third result\), or prefill again\.$")
+    with pytest.raises(ValueError, match=donated):
+        decoding.decode_loop(cfg, params, cache, logits, jax.random.PRNGKey(1), max_new_tokens=3)
+    with pytest.raises(ValueError, match=donated):
+        decoding.decode_step(cfg, params, cache, out[:, -1])
+    decoding.decode_step(cfg, params, new_cache, out[:, -1])  # the cache it returned goes on
+
+
+def test_decoding_takes_what_a_notebook_passes_and_says_what_it_cannot():
+    # A ConfigDict model section, jax scalars as counts and nested lists as positions failed inside jax or
+    # ml_collections; a token per row of the wrong shape failed in jnp.stack.
+    cfg, _, params = small_model("sps", 2)
+    tokens = jnp.asarray([[5, 17, 3]], jnp.int32)
+    cache, h = decoding.prefill(cfg, params, tokens, max_len=8, positions_BT=[[0, 1, 2]])
+    cache_ref, h_ref = decoding.prefill(cfg, params, tokens, max_len=8)
+    np.testing.assert_array_equal(h, h_ref)
+    section = sps_config.model_section(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    logits, _ = decoding.decode_step(section, params, cache, jnp.asarray([9], jnp.int32))
+    logits_ref, _ = decoding.decode_step(cfg, params, cache_ref, jnp.asarray([9], jnp.int32))
+    np.testing.assert_array_equal(logits, logits_ref)
+    for bad in ([9, 9], 9, jnp.asarray([9.0])):
+        with pytest.raises(ValueError, match=r"^tokens_B is .*: pass one token id per cache row, integers of shape "
+                                             r"\(1,\)\.$"):
+            decoding.decode_step(cfg, params, cache, bad)
+    with pytest.raises(ValueError, match=r"^positions_BT is int32 of shape \(1, 2\): pass integer positions of the "
+                                         r"tokens' shape \(1, 3\)"):
+        decoding.prefill(cfg, params, tokens, max_len=8, positions_BT=[[0, 1]])
+    assert decoding.generate(cfg, params, [[5, 17, 3]], jnp.int32(4), stop_on_eos=False) == \
+        decoding.generate(cfg, params, [[5, 17, 3]], 4, stop_on_eos=False)
+    logits = sps_model.unembed(h[:, -1:], params["embed"])[:, 0]
+    out, _, _ = decoding.decode_loop(cfg, params, cache, logits, jax.random.PRNGKey(0), max_new_tokens=jnp.int32(4))
+    assert out.shape == (1, 4)
 
 
 def test_bad_input_gives_clear_errors(tmp_path):
