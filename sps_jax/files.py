@@ -35,11 +35,13 @@ except ImportError:  # no advisory locks (Windows): two writers of one folder ar
 
 _WRITERS = itertools.count()  # numbers this process's partial files
 NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
+PARTIAL = ".partial"  # the suffix of the sibling folder replace_folder builds in
 
 
 def _cut(name: str, most_bytes: int) -> str:
     """``name``'s start of at most ``most_bytes`` bytes in UTF-8 (a cut by characters overran the limit)."""
-    return name.encode()[:most_bytes].decode("utf-8", "ignore")
+    # surrogateescape: a name holding bytes that are not UTF-8 (the shell passes them through) failed to encode
+    return name.encode("utf-8", "surrogateescape")[:most_bytes].decode("utf-8", "surrogateescape")
 
 
 def path_text(value, name: str) -> str:
@@ -105,7 +107,11 @@ def atomic_path(path: str):
         raise
     held = _held.get()
     if held is None:
-        os.replace(partial, path)
+        try:
+            os.replace(partial, path)
+        except BaseException:  # a folder at the path, say: the partial file went unremoved
+            _discard([partial])
+            raise
     else:
         held.append((partial, path))
 
@@ -303,10 +309,21 @@ def _reads(given: str, path: str) -> bool:
 
 def check_name_length(path: str, flag: str) -> None:
     """The file name fits the file system's limit (checked before the work, not when writing after it)."""
-    size = len(os.path.basename(path).encode())
-    if size > NAME_MAX:
-        raise UserError(f"{flag} {path}: the file name is {size} bytes, more than the {NAME_MAX} a file system "
-                        "allows: choose a shorter name.")
+    check_name_lengths(path, flag)
+
+
+def check_name_lengths(path: str, flag: str, built_in: str = "") -> None:
+    """Every name in ``path`` fits the file system's limit, its last one with ``built_in`` added (the suffix of the
+    folder it is built in): the OS said "File name too long" of a name the user never gave, after the checks."""
+    names = [name for name in path.split(os.sep) if name]
+    for n, name in enumerate(names):
+        size = len(os.fsencode(name))  # bytes, as the file system counts; a name that is not UTF-8 included
+        extra = len(built_in) if n == len(names) - 1 else 0
+        if size + extra > NAME_MAX:
+            what = "the file name" if n == len(names) - 1 else f"the folder name {name[:20]!r}... in it"
+            raise UserError(f"{flag} {path}: {what} is {size} bytes" + (
+                f", and the {built_in!r} folder it is built in needs {size + extra}" if extra else "")
+                + f", more than the {NAME_MAX} a file system allows: choose a shorter name.")
 
 
 def check_stem(stem: str, given: str, suffixes: str, example: str, flag: str = "--out") -> None:
@@ -323,6 +340,7 @@ def check_folder_place(path: str, flag: str, advice: str) -> None:
         raise UserError(f"{flag} {path} {LEADS_NOWHERE}: {advice}.")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise UserError(f"{flag} {path} is a file, not a folder: {advice}.")
+    check_name_lengths(path, flag)
 
 
 def check_parent(path: str, flag: str, elsewhere: str = "choose another path") -> None:
@@ -359,6 +377,7 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     the folder deletes what it holds, with --force too)."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the folder to write.")
+    check_name_lengths(path, flag, PARTIAL)
     _refuse_inputs(path, flag, inputs)
     for what, given in inputs:
         if given is not None and os.path.exists(given) and inside(given, path):
@@ -474,7 +493,7 @@ def replace_folder(path: str):
     """
     given, path = path, output_folder(path)
     _check_replaceable(path, given)
-    partial = path + ".partial"
+    partial = path + PARTIAL
     fd = _claim(partial, given)
     try:
         _clear_partial(partial, given)
@@ -507,7 +526,7 @@ def replace_folder(path: str):
 def wait_for_writer(path: str) -> None:
     """Return once no command is building ``path`` with :func:`replace_folder` (at once when none is)."""
     try:
-        fd = os.open(os.path.realpath(path) + ".partial", os.O_RDONLY)
+        fd = os.open(os.path.realpath(path) + PARTIAL, os.O_RDONLY)
     except FileNotFoundError:
         return
     try:

@@ -29,8 +29,9 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     """All records of ``workdir/metrics.jsonl`` in file order (the one reader of run metrics).
 
     A missing file is no records, or with ``required`` a FileNotFoundError. A run killed
-    mid-write leaves one partial last line, which is dropped; any other bad line, or a record
-    without an integer "step", is one sentence naming the line.
+    mid-write leaves one partial last line, which is dropped; any other bad line, a record
+    without a "step" of 0 or more, a "tokens_seen" that is no count, or a step below the line before
+    (training appends in step order) is one sentence naming the line.
     """
     workdir = files.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, METRICS_FILE)
@@ -51,21 +52,29 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     records = []
     try:
         for line, record in files.read_jsonl(path, drop_partial_last=True):
-            if not isinstance(record, dict) or isinstance(record.get("step"), bool) \
-                    or not isinstance(record.get("step"), int):
-                raise UserError(f"{path} line {line} is not a metrics record: it needs an integer \"step\"")
+            if not isinstance(record, dict) or not _is_count(record.get("step")):
+                raise UserError(f"{path} line {line} is not a metrics record: it needs a \"step\" of 0 or more")
+            if "tokens_seen" in record and not _is_count(record["tokens_seen"]):
+                raise UserError(f"{path} line {line} has tokens_seen={record['tokens_seen']!r}, not a count of tokens")
+            if records and record["step"] < records[-1]["step"]:  # training appends in step order (a resume cuts)
+                raise UserError(f"{path} line {line} has step {record['step']} after step {records[-1]['step']}, "
+                                "where training writes steps in order (two files joined?)")
             records.append(record)
     except UserError as e:  # a line written by hand or another program: the run's own lines are records
         raise UserError(f"{str(e).rstrip('.')}; {_FIX_LINE}") from None
     return records
 
 
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 _FIX_LINE = "fix or delete that line (training writes one JSON record per line, each with \"step\")."
 
 
 def curves(workdir: str) -> dict[str, list[dict]]:
-    """{"train": records with "loss", "val": records with "val_loss"} of a run, each sorted by step."""
-    records = sorted(read(workdir, required=True), key=lambda r: r["step"])
+    """{"train": records with "loss", "val": records with "val_loss"} of a run, each in step order (as read)."""
+    records = read(workdir, required=True)
     out = {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
     for kind, value in (("train", "loss"), ("val", "val_loss")):
         for r in out[kind]:

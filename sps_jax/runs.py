@@ -255,7 +255,9 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
-    has_checkpoints = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+    # Folders only: a file named checkpoints/16 is no checkpoint (the restore skips it), so it counted as one here.
+    has_checkpoints = os.path.isdir(checkpoints) and any(
+        n.isdigit() and os.path.isdir(os.path.join(checkpoints, n)) for n in os.listdir(checkpoints))
     if has_checkpoints and not os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         # Training writes config.json before its first checkpoint, so it was lost; a resume would take this
         # config's variant and window, which the weights' shapes cannot tell apart (sps and standard share them).
@@ -272,6 +274,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
+    if other is None and saved is not None and not has_checkpoints and not force:
+        _check_checkpoints_not_lost(workdir, saved)
     if other and not force and not has_checkpoints and _never_trained(workdir):
         # A start that failed before its first step (a compile the host ran out of memory for, say) left only its
         # config.json: the corrected command needed --force, where replacing it loses nothing that trained.
@@ -284,6 +288,20 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                         f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
 
 
+def _check_checkpoints_not_lost(workdir: str, saved) -> None:
+    """One sentence when the run's metrics reach a step it saved a checkpoint at, and no checkpoint is there (moved,
+    deleted): it started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events."""
+    every = saved.get("train", {}).get("checkpoint_every")
+    steps = [r["step"] for r in metrics.read(workdir)]
+    if not steps or not isinstance(every, int) or isinstance(every, bool) or every < 1 or max(steps) < every:
+        return  # stopped before its first checkpoint: starting over loses nothing saved
+    raise UserError(f"--workdir {workdir} has metrics up to step {max(steps)}, past its first checkpoint "
+                    f"(train.checkpoint_every={every}), but no checkpoint in {checkpoint.CHECKPOINT_DIR}/ (moved, "
+                    "deleted, or a first save that never finished): put the checkpoints back to resume, or pass --force "
+                    f"to train it again from step 0 (its {metrics.METRICS_FILE} and {metrics.TENSORBOARD_DIR}/ events "
+                    "are replaced).")
+
+
 def _never_trained(workdir: str) -> bool:
     """Whether ``workdir``'s config.json is a run config whose run recorded no step (its metrics.jsonl is empty
     or missing)."""
@@ -292,6 +310,20 @@ def _never_trained(workdir: str) -> bool:
     except (ValueError, OSError):  # not a run's config.json: another program's file, kept
         return False
     return not metrics.read(workdir)
+
+
+def _check_run_file_kinds(workdir: str) -> None:
+    """The names of a run's own files hold files, and tensorboard/ a folder, before anything is written: a folder at
+    loss.png failed the run after its last step (its plot could not be renamed into place), and a file at tensorboard
+    after config.json was rewritten."""
+    for name in _RUN_FILES:
+        path = os.path.join(workdir, name)
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise UserError(f"{path} is not a file (a folder, or a link that leads nowhere), where training writes the "
+                            f"run's {name}: move it away.")
+    events = os.path.join(workdir, metrics.TENSORBOARD_DIR)
+    if os.path.lexists(events) and not os.path.isdir(events):
+        raise UserError(f"{events} is not a folder, where training writes its TensorBoard events: move it away.")
 
 
 def _check_workdir_place(workdir: str, config) -> None:
@@ -304,6 +336,7 @@ def _check_workdir_place(workdir: str, config) -> None:
                         "would mix its files with that run's: pass another --workdir.")
     refuse_inside_run(workdir, "--workdir")
     token_folder.refuse_tokens(workdir, "--workdir")  # any token folder, not only data.dir
+    _check_run_file_kinds(workdir)
     # One walk for the runs and token folders it holds: `data prepare` could not rebuild a token folder in a run.
     held = files.below(workdir, lambda folder: is_run(folder) or token_folder.is_token_folder(folder),
                        max_depth=_HELD_DEPTH)

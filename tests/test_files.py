@@ -381,3 +381,39 @@ def test_a_path_given_to_the_api_with_an_unexpanded_home_is_one_sentence_and_mak
             f"folder (a shell leaves it after '=' or in quotes, Python always), so it would name a folder '~' here: pass " \
             f"'{home}/" in str(refusal.value), (name, refusal.value)
     assert not os.path.lexists(tmp_path / "~")
+
+
+def test_a_name_holding_bytes_that_are_not_utf8_is_written_as_given(tmp_path):
+    # A shell passes such bytes through (--out $'bad\xff.jsonl'): the name checks failed with Python's "'utf-8' codec
+    # can't encode character '\udcff'", naming no flag.
+    name = b"bad\xff.jsonl".decode("utf-8", "surrogateescape")
+    path = str(tmp_path / name)
+    files.check_name_length(path, "--out")
+    with files.atomic_open(path) as f:
+        f.write("x")
+    assert os.listdir(os.fsencode(tmp_path)) == [b"bad\xff.jsonl"]
+
+
+def test_names_past_the_file_systems_limit_are_one_sentence_before_any_work(tmp_path):
+    # A 250-byte --out folder is a legal name, but the folder it is built in (NAME.partial) is not: the OS said "File
+    # name too long" of that internal name; a 300-byte --workdir got the OS's words too.
+    built = str(tmp_path / ("m" * 250))
+    with pytest.raises(UserError, match=rf"^--out {built}: the file name is 250 bytes, and the '.partial' folder it "
+                                        r"is built in needs 258, more than the 255 a file system allows: choose a "
+                                        r"shorter name\.$"):
+        files.output_folder(built)
+    files.output_folder(str(tmp_path / ("m" * 247)))  # 247 + 8 fits
+    deep = str(tmp_path / ("w" * 300) / "run")
+    with pytest.raises(UserError, match=r"^--workdir .*: the folder name 'wwwwwwwwwwwwwwwwwwww'\.\.\. in it is 300 "
+                                        r"bytes, more than the 255 a file system allows: choose a shorter name\.$"):
+        files.check_folder_place(deep, "--workdir", "pass a new folder")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_write_whose_rename_fails_leaves_no_partial_file(tmp_path):
+    # A folder where the file goes: the run failed after its last step and left loss.png.<pid>.<n>.partial behind.
+    (tmp_path / "loss.png").mkdir()
+    with pytest.raises(OSError):
+        with files.atomic_open(str(tmp_path / "loss.png"), "wb") as f:
+            f.write(b"png")
+    assert os.listdir(tmp_path) == ["loss.png"]

@@ -163,15 +163,25 @@ def test_a_metrics_line_cut_by_a_kill_is_dropped_when_read(tmp_path):
     assert [r["step"] for r in metrics.read(str(tmp_path))] == [1, 2]
 
 
-def test_curves_come_out_sorted_by_step_whatever_the_file_order(tmp_path):
-    # Guards against dropping the sort by step: records appended out of order drew a zigzag.
-    (tmp_path / "metrics.jsonl").write_text(
-        '{"step": 3, "tokens_seen": 30, "loss": 1.0}\n{"step": 1, "tokens_seen": 10, "loss": 3.0}\n'
-        '{"step": 2, "tokens_seen": 20, "loss": 2.0, "val_loss": 2.5}\n'
-        '{"step": 1, "tokens_seen": 10, "val_loss": 3.5}\n')
-    out = metrics.curves(str(tmp_path))
-    assert [r["step"] for r in out["train"]] == [1, 2, 3]
-    assert [r["step"] for r in out["val"]] == [1, 2]
+@pytest.mark.parametrize("lines, says", [
+    # A file joined to itself: every point was plotted twice, and a run of steps 1-2 read as one of steps 1-2-1-2.
+    (['{"step": 1, "tokens_seen": 10, "loss": 3.0}', '{"step": 2, "tokens_seen": 20, "loss": 2.0}'] * 2,
+     "line 3 has step 1 after step 2, where training writes steps in order (two files joined?)"),
+    (['{"step": -16, "loss": 3.0}'], 'line 1 is not a metrics record: it needs a "step" of 0 or more'),
+    (['{"step": 1, "tokens_seen": 1.5, "loss": 3.0}'], "line 1 has tokens_seen=1.5, not a count of tokens"),
+    (['{"step": 1, "tokens_seen": "x", "loss": 3.0}'], "line 1 has tokens_seen='x', not a count of tokens"),
+    (['{"step": 1, "tokens_seen": -5, "loss": 3.0}'], "line 1 has tokens_seen=-5, not a count of tokens")])
+def test_a_metrics_file_training_could_not_have_written_is_one_sentence_naming_the_line(tmp_path, lines, says):
+    # evaluate read tokens_seen "x" as Python's "invalid literal for int()", -5 into its results, 1.5 as 1.
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as refusal:
+        metrics.read(str(tmp_path))
+    assert str(refusal.value) == f"{tmp_path / 'metrics.jsonl'} {says}; fix or delete that line (training writes one " \
+        'JSON record per line, each with "step").'
+    # Validation records share their update's step, after it: in order.
+    (tmp_path / "metrics.jsonl").write_text('{"step": 2, "loss": 2.0}\n{"step": 2, "val_loss": 2.5}\n'
+                                            '{"step": 3, "loss": 1.0}\n')
+    assert [r["step"] for r in metrics.read(str(tmp_path))] == [2, 2, 3]
 
 
 def test_tensorboard_gets_no_step_scalar_since_every_event_carries_its_step(tmp_path):

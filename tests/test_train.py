@@ -616,6 +616,45 @@ def test_a_model_changed_in_python_after_load_config_trains_under_its_own_name(t
             in capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("lose", ["moved", "file"])
+def test_a_run_whose_checkpoints_are_gone_is_refused_not_started_over(tmp_path, tokens, lose):
+    # Its checkpoints moved away (or a file left at checkpoints/2): train started over from step 0 without a word and
+    # emptied the run's metrics.jsonl and tensorboard/ events.
+    run = tmp_path / "run"
+    assert train_here(run, tokens, 2).status == 0
+    shutil.move(run / "checkpoints", tmp_path / "elsewhere")
+    if lose == "file":
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "2").write_text("")
+    before = (run / "metrics.jsonl").read_text()
+    outcome = refuse(small_argv(run, tokens, steps=4),
+                     f"error: --workdir {run} has metrics up to step 2, past its first checkpoint "
+                     "(train.checkpoint_every=2), but no checkpoint in checkpoints/ (moved, deleted, or a first save "
+                     "that never finished): put the checkpoints back to resume, or pass --force to train it again from "
+                     "step 0 (its metrics.jsonl and tensorboard/ events are replaced).")
+    assert (run / "metrics.jsonl").read_text() == before, outcome.stderr
+    # A run stopped before its first checkpoint starts over (nothing saved is lost), and --force starts over anyway.
+    assert train_here(run, tokens, 4, "--force").status == 0 and sorted(losses(run)) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("name, kind", [("loss.png", "folder"), ("tensorboard", "file"), ("tensorboard", "link"),
+                                        ("metrics.jsonl", "link")])
+def test_a_run_file_of_the_wrong_kind_is_refused_before_anything_is_written(tmp_path, tokens, name, kind):
+    # A folder at loss.png failed the run after its last step and left loss.png.<pid>.<n>.partial; a file at
+    # tensorboard failed after config.json was rewritten (the OS's "File exists").
+    run = tmp_path / "run"
+    assert train_here(run, tokens, 2).status == 0
+    path = run / name
+    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)  # (these runs write no tensorboard/)
+    {"folder": path.mkdir, "file": path.touch, "link": lambda: path.symlink_to(tmp_path / "nowhere")}[kind]()
+    before, listing = (run / "config.json").read_text(), sorted(os.listdir(run))
+    what = "a folder, where training writes its TensorBoard events" if name == "tensorboard" else \
+        f"a file (a folder, or a link that leads nowhere), where training writes the run's {name}"
+    refuse(small_argv(run, tokens, "--config.train.warmup_tokens=128", steps=4),
+           f"error: {path} is not {what}: move it away.")
+    assert (run / "config.json").read_text() == before and sorted(os.listdir(run)) == listing  # nothing written
+
+
 def test_a_step_record_counts_this_steps_tokens_over_its_seconds_and_mfu_over_every_device():
     out = {"loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "finite": True}
     cfg = sps_model.ModelConfig.from_config(small_config(None, STEPS).model)
@@ -642,7 +681,9 @@ def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_i
     assert len(events) == 1 and not events[0].endswith(".other") and not (other / "wandb_run_id").exists()
     # A run started over from step 0 (no checkpoint yet) drops the events of its earlier start the same way.
     (other / "tensorboard" / "events.out.tfevents.2.earlier").write_bytes(b"earlier")
-    shutil.rmtree(other / "checkpoints")
+    shutil.rmtree(other / "checkpoints")  # and its records cut to step 1: killed before its first save, at step 2
+    lines = (other / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (other / "metrics.jsonl").write_text("".join(line for line in lines if json.loads(line)["step"] < 2))
     assert train_here(other, tokens, 2, "--config.train.tensorboard=True").status == 0
     assert not (other / "tensorboard" / "events.out.tfevents.2.earlier").exists()
 

@@ -423,8 +423,13 @@ def test_a_validation_record_no_figure_can_place_is_one_sentence_naming_it(tmp_p
     (tmp_path / "sps" / "metrics.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(record)]) + "\n")
     assert figures.main([command, run, "--out", str(tmp_path / "f.png")]) == 2
     err = capsys.readouterr().err
-    assert err == (f"error: {os.path.join(run, 'metrics.jsonl')}: the validation record of step 20 has "
-                   f"{key}={value!r}, which no figure can place: fix or delete that line, or leave the run out.\n")
+    path = os.path.join(run, 'metrics.jsonl')
+    if key == "tokens_seen":  # no count of tokens in any record: the one reader of metrics says so
+        assert err == (f"error: {path} line {len(lines)} has tokens_seen={value!r}, not a count of tokens; fix or "
+                       "delete that line (training writes one JSON record per line, each with \"step\").\n")
+    else:
+        assert err == (f"error: {path}: the validation record of step 20 has {key}={value!r}, which no figure can "
+                       "place: fix or delete that line, or leave the run out.\n")
     assert sorted(os.listdir(tmp_path)) == ["sps"]
 
 
