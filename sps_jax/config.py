@@ -240,15 +240,20 @@ def parse_window(text: str, usage: str = "") -> int | None:
     return window
 
 
+def check_overrides(overrides) -> None:
+    """A list of ``--config.a.b=value`` strings; one string would be read one character at a time."""
+    if isinstance(overrides, str):
+        raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
+                        f"[{overrides!r}].")
+
+
 def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
     """Load ``path/to/file.py[:ARG]`` (its ``get_config(ARG)``) and apply ``a.b=value`` overrides.
 
     A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
-    if isinstance(overrides, str):  # it would be read one character at a time
-        raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
-                        f"[{overrides!r}].")
+    check_overrides(overrides)
     spec = files.path_text(spec, "spec")  # the sentences quote it
     path, arg = split_spec(spec)
     if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word

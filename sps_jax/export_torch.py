@@ -78,8 +78,11 @@ def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE,
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
     step = runs.saved_step(step)
-    cfg = sps_model.ModelConfig.from_config(config.model)
-    runs.check_params(sps_model.Transformer(cfg), params, mismatch or runs.OTHER_CONFIG)
+    if mismatch is None:  # a caller's config and params; a run's own were checked as it loaded (runs.RUN_CHECKPOINT)
+        cfg = runs.check_stored_params(config, params)
+    else:
+        cfg = sps_model.ModelConfig.from_config(config.model)
+        runs.check_params(sps_model.Transformer(cfg), params, mismatch)
     return {torch_layout.MODEL: torch_layout.to_state_dict(params, DTYPES[dtype]),
             torch_layout.MODEL_ARGS: torch_layout.model_args(cfg),
             torch_layout.STEP: int(step),

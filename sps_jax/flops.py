@@ -29,11 +29,16 @@ KERNEL_FLOPS_PER_SCORE = {"forward": 4, "dq": 6, "dkv": 8}
 # that bench attention's TFLOP/s compare with published ones.
 FWD_BWD_IN_FORWARDS = 3.5
 
-@functools.lru_cache(maxsize=None)
 def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     """Mean over positions of the visible keys summed over the position's S query slots."""
+    # Checked before the cache, which hashed a traced seq_len first ("unhashable type: DynamicJaxprTracer").
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:  # 0 divided by 0
         raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}.")
+    return _visible_keys_per_position(vis, int(seq_len))
+
+
+@functools.lru_cache(maxsize=None)
+def _visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     S = vis.num_streams
     i = np.arange(seq_len, dtype=np.int64)
     total = 0

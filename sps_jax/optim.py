@@ -3,6 +3,8 @@ token-based schedule (linear warmup, constant, linear decay over the final fract
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -22,8 +24,9 @@ def learning_rate(tokens, *, peak_lr, final_lr, warmup_tokens, total_tokens, dec
     """
     tokens = jnp.asarray(tokens, jnp.float32)
     decay_start = decay_start_tokens(total_tokens, decay_fraction)
-    warm = peak_lr * tokens / max(warmup_tokens, 1)
-    frac = jnp.clip((tokens - decay_start) / max(total_tokens - decay_start, 1), 0.0, 1.0)
+    # jnp.maximum, not max: the sizes may be traced (a schedule jitted or vmapped over them)
+    warm = peak_lr * tokens / jnp.maximum(warmup_tokens, 1)
+    frac = jnp.clip((tokens - decay_start) / jnp.maximum(total_tokens - decay_start, 1), 0.0, 1.0)
     decayed = peak_lr + (final_lr - peak_lr) * frac
     return jnp.where(tokens < warmup_tokens, warm, decayed)
 
@@ -31,7 +34,11 @@ def learning_rate(tokens, *, peak_lr, final_lr, warmup_tokens, total_tokens, dec
 def schedule(train_cfg, tokens_per_step: int):
     """An optax schedule over update counts: update k (from 0) takes the lr after max(k, 1) * tokens_per_step
     tokens. The first update shares the second's rate, as in the authors' trainer, instead of a rate of 0 that
-    would leave the weights unchanged while Adam's moments still took its gradient."""
+    would leave the weights unchanged while Adam's moments still took its gradient. ``train_cfg`` is the train
+    section (a ConfigDict, or a dict of its fields)."""
+    if isinstance(train_cfg, dict):  # read by attribute below
+        train_cfg = types.SimpleNamespace(**train_cfg)
+
     def lr(count):
         # Tokens in float32 (as learning_rate counts them): AdamW's count is int32, and its product with the tokens
         # per update wrapped negative past 2**31 tokens (update 5462 of the paper's 96 x 4096-token updates).

@@ -507,8 +507,7 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     no longer loaded) or a step it has."""
     workdir = files.path_text(workdir, "workdir")
     step = saved_step(step)
-    cfg = sps_model.ModelConfig.from_config(config.model)
-    check_params(sps_model.Transformer(cfg), params, OTHER_CONFIG)
+    cfg = check_stored_params(config, params)
     check_finite(params, "params", "which no run can be read with: save finite weights")
     refuse_run_files(workdir, "workdir")
     refuse_inside_run(workdir, "workdir")
@@ -629,10 +628,31 @@ OTHER_MODEL = ("params do not match the model", "pass the params of this model (
                "model and params), or its config")
 
 
+def check_stored_params(config, params) -> sps_model.ModelConfig:
+    """The ModelConfig of ``config`` (a run's ConfigDict), once ``params`` are that model's weights as a run stores
+    them, in model.param_dtype (what save_run and the export write): the weights as inference holds them
+    (runs.load_inference_model, model.compute_params) were written rounded to the compute dtype without a word."""
+    if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
+        raise TypeError(f"config must be a run's ConfigDict (with its model section), got a {type(config).__name__}: "
+                        "pass sps_jax.config.load_config(...) or runs.read_config(RUN).")
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    check_params(sps_model.Transformer(cfg), params, OTHER_CONFIG)
+    for key, value in jax.tree_util.tree_leaves_with_path(params):
+        if jnp.result_type(value) != jnp.dtype(cfg.param_dtype):
+            raise ValueError(f"parameter {jax.tree_util.keystr(key)} is {jnp.result_type(value)}, where "
+                             f"model.param_dtype={cfg.param_dtype}: pass the weights as stored (runs.load_model), not "
+                             "as inference holds them (runs.load_inference_model rounds them to the compute dtype).")
+    return cfg
+
+
 def check_model_params(net: sps_model.Transformer, params) -> None:
     """What a function that computes with ``net`` and ``params`` checks once, on the host, before any work: the
     params are ``net``'s (a deeper model's ran in a shallower config without a word: flax ignores extra
-    parameters) and finite (NaN weights gave NaN scores or an argmax of NaN logits)."""
+    parameters) and finite (NaN weights gave NaN scores or an argmax of NaN logits). A ModelConfig where the
+    Transformer belongs said "'ModelConfig' object has no attribute 'cfg'"."""
+    if not isinstance(net, sps_model.Transformer):
+        raise TypeError(f"the model must be a sps_jax.model.Transformer, got a {type(net).__name__}: pass "
+                        "Transformer(cfg), or the one runs.load_model gives.")
     check_params(net, params, OTHER_MODEL)
     check_finite(params, "params", "which would compute NaN: pass finite weights")
 

@@ -684,8 +684,11 @@ def test_notebook_functions_refuse_params_of_another_model_or_holding_nan_before
                          ({"min_len": 2.7}, r"^min_len must be an integer")):
         with pytest.raises((TypeError, ValueError), match=says):
             scoring.Scorer(net, params, **kwargs)
-    with pytest.raises(TypeError, match=r"^net must be a sps_jax\.model\.Transformer"):
-        scoring.Scorer(cfg, params)
+    for name, call in calls.items():  # a ModelConfig where the Transformer belongs ("has no attribute 'cfg'")
+        if name != "generate":  # which takes the config
+            with pytest.raises(TypeError, match=r"^the model must be a sps_jax\.model\.Transformer, got a ModelConfig: "
+                                                r"pass Transformer\(cfg\), or the one runs\.load_model gives\.$"):
+                call(cfg, params)
 
 
 def test_a_folder_holding_a_token_folder_is_no_workdir(tmp_path):

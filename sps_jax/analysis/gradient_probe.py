@@ -121,8 +121,8 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     of the document, so each offset averages over the same examples. Returns
     {"ratio": f32 [E, O, S], "examples": [(doc index, i)] (E of them), "offsets": [O]}.
     """
-    cfg = model.cfg
     context = check_probe(model, params, docs, context, batch)
+    cfg = model.cfg
     cli.at_least("positions_per_doc", positions_per_doc, 1)
     cli.at_least("chunk", chunk, 1)
     offsets = [cli.integer(k, "an offset") for k in offsets]  # 1.5 was read as 1

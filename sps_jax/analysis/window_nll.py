@@ -42,8 +42,8 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_
     Returns {"nll", "nll_ablated", "delta"}, each f32 [len(docs), context] with NaN past each
     document's last loss position.
     """
-    cfg = model.cfg
     context = check_probe(model, params, docs, context, batch)
+    cfg = model.cfg
     cli.at_least("omega", omega, 0)
     # M itself runs with a persistent window of T positions, which hides no key (its mask is
     # the vanilla one): M and M_omega are then one XLA program up to a constant, so delta holds

@@ -24,6 +24,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
 from sps_jax import attention, bench, cli, config as sps_config, hardware
 from sps_jax import masks
@@ -61,6 +62,11 @@ def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
 def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VARIANTS) -> list[dict]:
     """Loss, gradient norm and decode error at init for each of ``variants`` (in that order) on random
     GPT-2-range tokens."""
+    if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
+        raise TypeError(f"config must be a run config with a model section, got a {type(config).__name__}: pass "
+                        "sps_jax.config.load_config(...) whole.")
+    if isinstance(variants, str):  # each letter was read as a variant ("unknown attention variant 's'")
+        raise TypeError(f"variants must be a list of variant names, got the str {variants!r}: pass [{variants!r}].")
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)

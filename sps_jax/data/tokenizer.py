@@ -113,7 +113,11 @@ def check_text(text: str, name: str) -> str:
     """``text`` when it holds no lone surrogate, which is no character: tiktoken encodes one as U+FFFD without a
     word, so the ids would be of another text. An argument's byte that is not UTF-8 reaches Python as one
     (U+DC80..U+DCFF, the byte's escape), as does a JSON escape of half a UTF-16 pair ("\\ud800"). Else one
-    sentence naming ``name`` (where the text came from)."""
+    sentence naming ``name`` (where the text came from), as is a value that is no str (a list of ids failed in
+    tiktoken's words)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a text (str), got a {type(text).__name__}: pass the text (token ids go to "
+                        "decoding.generate).")
     at = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
     if at is None:
         return text

@@ -47,8 +47,6 @@ class Scorer:
                  max_batch_tokens: int = 16384):
         from sps_jax import cli, runs
 
-        if not isinstance(net, sps_model.Transformer):  # a ModelConfig said "'ModelConfig' object has no attribute 'cfg'"
-            raise TypeError(f"net must be a sps_jax.model.Transformer (Transformer(cfg)), got {type(net).__name__}.")
         runs.check_model_params(net, params)
         self.net = net
         self.cfg = net.cfg

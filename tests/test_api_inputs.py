@@ -1,0 +1,102 @@
+"""What a notebook passes to the Python API: the values a command line cannot send (jax scalars, traced sizes, a
+dict for a ConfigDict, the weights as inference holds them) either work as the documented kind does or are one
+sentence naming the argument, before any work."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sps_jax import config as sps_config, export_torch, flops, masks, optim, runs, torch_layout, trainer
+from sps_jax import model as sps_model
+from sps_jax.bench import smoke
+from sps_jax.inference import completions
+from tests.helpers import small_model
+
+
+def test_the_schedule_takes_traced_sizes_and_a_dict_of_the_train_section():
+    # max() of a traced warmup failed with TracerBoolConversionError; a dict failed on attribute access.
+    t = sps_config.load_config("configs/tiny.py").train
+    sizes = dict(peak_lr=t.peak_lr, final_lr=t.final_lr, decay_fraction=t.decay_fraction)
+    tokens = np.array([0.0, 5e3, 2e4, 3e5])
+    want = optim.learning_rate(tokens, warmup_tokens=t.warmup_tokens, total_tokens=t.total_tokens, **sizes)
+    got = jax.jit(lambda w, n: optim.learning_rate(tokens, warmup_tokens=w, total_tokens=n, **sizes))(
+        t.warmup_tokens, t.total_tokens)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # By hand: half of the 20480-token warmup is half the peak; the schedule's update 3 of 1024 tokens is 3072 tokens.
+    assert float(want[1]) == pytest.approx(t.peak_lr * 5e3 / 20480)
+    assert float(optim.schedule(t.to_dict(), 1024)(3)) == pytest.approx(t.peak_lr * 3072 / 20480)
+    assert float(optim.schedule(t.to_dict(), 1024)(3)) == float(optim.schedule(t, 1024)(3))
+
+
+def test_counts_of_a_size_known_only_when_traced_are_one_sentence():
+    # The cache hashed the tracer first: "unhashable type: 'DynamicJaxprTracer'".
+    with pytest.raises(ValueError, match=r"^seq_len must be a positive integer, got \w*Trac"):
+        jax.jit(lambda T: flops.visible_keys_per_position(masks.Visibility("sps", 4), T))(16)
+
+
+@pytest.mark.parametrize("rng, says", [(None, "a NoneType"), (jnp.zeros(3, jnp.uint32), "shape (3,) of uint32"),
+                                       (jnp.zeros(2, jnp.int32), "shape (2,) of int32"),
+                                       (jax.random.split(jax.random.key(0)), "shape (2,) of key<fry>")])
+def test_an_rng_that_is_not_one_key_is_one_sentence(rng, says):
+    _, net, _ = small_model("sps", 2)
+    with pytest.raises(TypeError) as refusal:  # flax's InvalidRngError named no fix
+        sps_model.init_params(net, rng)
+    assert str(refusal.value) == (f"rng must be one jax PRNG key, got {says}: pass jax.random.PRNGKey(seed) (or "
+                                  "jax.random.key(seed)).")
+    # Both kinds of one key initialise the same weights.
+    a, b = (sps_model.init_params(net, key) for key in (jax.random.PRNGKey(3), jax.random.key(3)))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
+
+
+def test_saving_or_exporting_takes_the_stored_weights_of_a_run_config_only(tmp_path):
+    # The weights as inference holds them (bf16 matrices) were exported and saved as if stored: the "exact" float32
+    # export was rounded without a word; a ModelConfig for the config failed with "has no attribute 'model'".
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.dtype=bfloat16"])
+    cfg = sps_model.ModelConfig.from_config(config.model)
+    params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
+    held = sps_model.compute_params(params, cfg)
+    says = (r"^parameter \['block_0'\]\['attn'\]\['\w+'\] is bfloat16, where model\.param_dtype=float32: pass the "
+            r"weights as stored \(runs\.load_model\), not as inference holds them")
+    for call in (lambda: export_torch.checkpoint_dict(config, held, 1),
+                 lambda: runs.save_run(str(tmp_path / "run"), config, held, 1)):
+        with pytest.raises(ValueError, match=says):
+            call()
+    assert not (tmp_path / "run").exists()
+    for wrong in (cfg, config.to_dict()):
+        with pytest.raises(TypeError, match=rf"^config must be a run's ConfigDict \(with its model section\), got a "
+                                            rf"{type(wrong).__name__}: pass sps_jax\.config\.load_config"):
+            export_torch.checkpoint_dict(wrong, params, 1)
+    assert export_torch.checkpoint_dict(config, params, 1)[torch_layout.STEP] == 1
+
+
+def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
+    config = sps_config.load_config("configs/tiny.py")
+    cases = [
+        (lambda: smoke.smoke(config.model), TypeError,
+         "config must be a run config with a model section, got a ConfigDict: pass sps_jax.config.load_config(...) "
+         "whole."),
+        (lambda: smoke.smoke(config, variants="sps"), TypeError,
+         "variants must be a list of variant names, got the str 'sps': pass ['sps']."),
+        (lambda: trainer.train(config, str(tmp_path / "run"), log=None), TypeError,
+         "log must be a function of one line of text (print, say), got None."),
+        (lambda: completions.encode(config.model, [[464]], 5), TypeError,
+         "prompt 0 must be a text (str), got a list: pass the text (token ids go to decoding.generate)."),
+        (lambda: sps_config.load_config("configs/tiny.py", "--config.model.dtype=bfloat16"), ValueError,
+         "overrides must be a list of 'a.b=value' strings, not the string '--config.model.dtype=bfloat16': pass "
+         "['--config.model.dtype=bfloat16']."),
+    ]
+    for call, kind, sentence in cases:
+        with pytest.raises(kind) as refusal:
+            call()
+        assert str(refusal.value) == sentence
+    assert not (tmp_path / "run").exists()
+
+
+def test_import_checkpoint_reads_overrides_as_a_list_before_the_file(tmp_path):
+    # One string was read a character at a time: "override '-' must look like --config.a.b=value".
+    from sps_jax import import_torch
+
+    with pytest.raises(ValueError, match=r"^overrides must be a list of 'a\.b=value' strings, not the string"):
+        import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"),
+                                       overrides="--config.model.dtype=bfloat16")
