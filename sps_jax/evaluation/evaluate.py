@@ -57,8 +57,11 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         cfg = runs.read_run(path, step)[3]
     if keys:
         lm_eval_adapter.check_tokenizer(tokenizer, cfg)
-    if val_data:  # manifest, size, EOS id, vocabulary
-        tokens = loader.open_tokens(val_data, token_folder.VAL, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id)
+    val_sha256 = None
+    if val_data:  # manifest, size, EOS id, vocabulary, and the checksum the result records as the data's identity
+        val_sha256 = ((loader.read_manifest(val_data) or {}).get("splits", {}).get("val") or {}).get("sha256")
+        tokens = loader.open_tokens(val_data, token_folder.VAL, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id,
+                                    verify_checksum=val_sha256 is not None)
         scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens)) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
             print(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
@@ -84,9 +87,8 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if tokens is not None:
         stats = val_nll.validation_nll(net, params, tokens, batch_size=val_batch_size, max_tokens=val_tokens)
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
-        sha256 = ((loader.read_manifest(val_data) or {}).get("splits", {}).get("val") or {}).get("sha256")
-        if sha256:  # which data: the table refuses to subtract NLLs of different splits
-            result["val_sha256"] = sha256
+        if val_sha256:  # which data: the table refuses to subtract NLLs of different splits
+            result["val_sha256"] = val_sha256
         print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", file=sys.stderr, flush=True)
     if keys:
         from sps_jax.inference import scoring

@@ -53,6 +53,22 @@ def test_val_tokens_are_scored_in_whole_windows_and_beyond_the_split_all_of_them
                                                                   rel=1e-5)
 
 
+def test_a_validation_split_changed_since_its_manifest_is_refused_before_the_weights_load(tmp_path, monkeypatch):
+    # Two bytes overwritten in place (the same size): it was scored and recorded under the manifest's sha256, so a
+    # results table took it for the same data as every other evaluation of that split.
+    save_tiny_run(tmp_path / "run")
+    write_val_data(tmp_path / "data")
+    with open(tmp_path / "data" / "val.bin", "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x00")
+    restored = track_restored_weights(monkeypatch)
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"))
+    assert str(refusal.value).startswith(f"{tmp_path / 'data' / 'val.bin'} does not match the manifest's sha256: the "
+                                         "file changed; ")
+    assert restored == []
+
+
 def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     net, params = save_tiny_run(tmp_path / "run")
     tokens = write_val_data(tmp_path / "data")
