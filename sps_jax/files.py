@@ -331,6 +331,10 @@ def check_stem(stem: str, given: str, suffixes: str, example: str, flag: str = "
     name: ``dir/``, ``dir/.`` or ``.png`` alone would write hidden files (``dir/.md``, ``dir/..md``)."""
     if os.path.basename(stem) in ("", ".", ".."):
         raise UserError(f"{flag} {given} has no file name before {suffixes}: add one, for example {example}.")
+    special = special_file(stem)
+    if special:  # --out /dev/null wrote the files /dev/null.md and /dev/null.tex
+        raise UserError(f"{flag} {given}: {stem} is {special}, which the {suffixes} files cannot be named after: pass "
+                        "another file name.")
 
 
 def check_folder_place(path: str, flag: str, advice: str) -> None:
@@ -591,6 +595,17 @@ def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
         return decode(f.read(), path, errors, hint=hint)
 
 
+def _one_value_per_key(pairs) -> dict:
+    """An object whose keys are unique: json kept the last of two values of one key without a word (a prompt line
+    with "prompt" twice generated from the second)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"the key {twice!r} appears twice in one object")
+    return out
+
+
 def parse_json(text: str, path: str, line: int | None = None, hint: str = ""):
     """JSON text from ``path`` (one line of a JSON Lines file when ``line`` is given); else one sentence
     naming where, ending in ``hint`` (what to do) when given. A line may start with a byte-order mark: JSONL
@@ -598,7 +613,7 @@ def parse_json(text: str, path: str, line: int | None = None, hint: str = ""):
     if line is not None:
         text = text.removeprefix("\ufeff")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_one_value_per_key)
     except json.JSONDecodeError as e:
         where = f"line {line}, column {e.colno}" if line is not None else f"line {e.lineno}, column {e.colno}"
         # A pretty-printed JSON file read as JSON Lines fails on its first line although it is JSON.

@@ -183,7 +183,7 @@ BAD_ARGUMENTS = [
                          (import_torch.main, ["W/x.pt", "stray"]), (probes.main, ["gradients", "stray"]),
                          (bench_cli.main, ["compile", "stray"]), (bench_cli.main, ["generate", "stray"]))],
     (generate.main, ["--workdir", "W", "--prompt", "x", "--max-new-tokens", "-1"], ["--max-new-tokens"]),
-    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["argument --top-p: must be in (0, 1]"]),
+    (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0"], ["argument --top-p: must be from 1.18e-38 (float32's smallest normal) to 1"]),
     # greedy decoding (temperature 0, the default) never reads the sampling filters
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-k", "5"], ["--top-k", "greedy", "--temperature"]),
     (generate.main, ["--workdir", "W", "--prompt", "x", "--top-p", "0.9"], ["--top-p", "greedy"]),

@@ -417,3 +417,23 @@ def test_a_write_whose_rename_fails_leaves_no_partial_file(tmp_path):
         with files.atomic_open(str(tmp_path / "loss.png"), "wb") as f:
             f.write(b"png")
     assert os.listdir(tmp_path) == ["loss.png"]
+
+
+@pytest.mark.parametrize("stem, suffixes, given", [("/dev/null", ".md and .tex", "/dev/null"),
+                                                   ("/dev/null", ".png", "/dev/null.png")])
+def test_a_name_whose_stem_is_a_device_is_refused(stem, suffixes, given):
+    # evaluate table --out /dev/null wrote the regular files /dev/null.md and /dev/null.tex (as root).
+    with pytest.raises(UserError) as refusal:
+        files.check_stem(stem, given, suffixes, "results/table")
+    assert str(refusal.value) == (f"--out {given}: /dev/null is a character device, which the {suffixes} files cannot "
+                                  "be named after: pass another file name.")
+    files.check_stem("/tmp/table", "/tmp/table", suffixes, "results/table")  # a name that is no device
+
+
+def test_a_json_object_with_one_key_twice_is_one_sentence(tmp_path):
+    # A prompts line {"prompt": "a", "prompt": "b"} generated from "b" without a word (json keeps the last value).
+    with pytest.raises(UserError) as refusal:
+        files.parse_json('{"prompt": "a", "x": {"k": 1, "k": 2}}', "p.jsonl", line=3, hint="fix that line")
+    assert str(refusal.value) == "p.jsonl line 3 is not usable JSON (the key 'k' appears twice in one object): fix " \
+        "that line."
+    assert files.parse_json('{"a": {"a": 1}}', "p.json") == {"a": {"a": 1}}  # one key per object, nested alike

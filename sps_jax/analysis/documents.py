@@ -29,6 +29,9 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = t
             docs.append(np.asarray(tokens[start:end + 1], dtype=np.int32))
             if len(docs) == num_docs:
                 break
+    if not len(ends):  # "lower --min-tokens" could not help: --min-tokens 1 said it again
+        raise ValueError(f"{data_dir!r} ({split}) holds no document: pass a token folder whose {split} split has "
+                         "some (data prepare --val-fraction), or another split.")
     if not docs:
         raise ValueError(f"{data_dir!r} ({split}) has no document of at least {min_tokens} tokens: "
                          f"lower {flags} or use longer documents.")

@@ -37,8 +37,9 @@ class Sampling:
                              f"(float32), got {self.temperature}.")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {self.top_k}.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p}.")
+        if not float(_F32.tiny) <= self.top_p <= 1:  # 1e-300 is 0 in float32, where top_p=0 is refused
+            raise ValueError(f"top_p must be from {_F32.tiny:.3g} (float32's smallest normal) to 1 (1 keeps every "
+                             f"token), got {self.top_p}.")
 
 
 SEED_LIMIT = 2 ** 31  # sampling seeds lie in [0, SEED_LIMIT): jax's key takes them as int32-sized

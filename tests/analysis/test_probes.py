@@ -245,6 +245,20 @@ def test_read_documents_refuses_a_count_that_reads_nothing_or_everything(cli_fix
         read_documents(str(cli_fixture / "data"), 2, 2, vocab_size=8)  # the model's vocabulary, as the CLI passes it
 
 
+def test_a_split_with_no_document_says_so_not_to_lower_min_tokens(tmp_path):
+    # An empty val split said "lower --min-tokens", and --min-tokens 1 said it again.
+    write_documents_folder(tmp_path / "data", random_docs([3, 5]))
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    manifest["splits"]["val"].update(tokens=0, documents=0)
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "data" / "val.bin").write_bytes(b"")
+    with pytest.raises(ValueError) as refusal:
+        documents.read_documents(str(tmp_path / "data"), 5, 1)
+    assert str(refusal.value) == (f"{str(tmp_path / 'data')!r} (val) holds no document: pass a token folder whose val "
+                                  "split has some (data prepare --val-fraction), or another split.")
+    assert len(documents.read_documents(str(tmp_path / "data"), 5, 1, split="train")) == 2
+
+
 def test_a_document_of_exactly_min_tokens_is_read(tmp_path):
     # Guards against ``>= min_tokens`` becoming ``>``: a document of exactly min_tokens (its EOS counted) was dropped.
     docs = random_docs([3, 5, 2])

@@ -331,6 +331,8 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
     # Sampling's fields compared as numbers: a str failed with Python's TypeError, top_k=2.5 inside jax after prefill
     for sampling, message in ((Sampling(temperature="0.8"), r"^temperature must be a number, got '0\.8'\.$"),
                               (Sampling(1.0, top_p=None), r"^top_p must be a number, got None\.$"),
+                              (Sampling(1.0, top_p=1e-300), r"^top_p must be from 1\.18e-38 \(float32's smallest "
+                                                            r"normal\) to 1 \(1 keeps every token\), got 1e-300\.$"),
                               (Sampling(1.0, top_k=2.5), r"^top_k must be an integer \(0 keeps every token\), got 2\.5\.$")):
         with pytest.raises((TypeError, ValueError), match=message):
             decoding.generate(cfg, params, [[1, 2]], 4, sampling=sampling)
@@ -502,7 +504,7 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         (["--workdir", workdir, "--prompt", "x", "--temperature", "inf"],
          "argument --temperature: must be 0 (greedy) or a number from"),
         (["--workdir", workdir, "--prompt", "x", "--temperature", "1", "--top-p", "1.5"],
-         "argument --top-p: must be in (0, 1] (1 keeps every token), got 1.5"),
+         "argument --top-p: must be from 1.18e-38 (float32's smallest normal) to 1 (1 keeps every token), got 1.5"),
     ]
     for args, message in cases:
         outcome = _cli(*args)
