@@ -217,9 +217,37 @@ def _base(args) -> str:
     return os.path.join(args.out, name)
 
 
+def gradient_curve(model, params, docs, offsets, positions_per_doc, **options) -> dict:
+    """Figure 5a's curve of one model: {"offsets", "examples", "mean_ratio": {stream: [mean r(p, k) per offset]},
+    "count": {stream: [examples per offset]}}, from :func:`gradient_probe.gradient_ratios` (``options``: its
+    context, seed, batch, chunk and log). :func:`plot_gradient_ratios` draws such curves, each with its "label"
+    and "window" added."""
+    from sps_jax.analysis.gradient_probe import gradient_ratios
+
+    out = gradient_ratios(model, params, docs, offsets, positions_per_doc, **options)
+    mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [O, S]
+    names = STREAM_NAMES[model.cfg.num_streams]
+    return {"examples": len(out["examples"]), "offsets": [int(k) for k in out["offsets"]],
+            "mean_ratio": {s: mean[:, n].tolist() for n, s in enumerate(names)},
+            "count": {s: count[:, n].tolist() for n, s in enumerate(names)}}
+
+
+def window_nll_curve(model, params, docs, omega, **options) -> dict:
+    """Figure 5b's curve of one model: {"omega", "documents", "mean_delta": [mean delta l per document position
+    from 1], "count": [documents per position], "mean_nll", "mean_nll_ablated"}, from
+    :func:`window_nll.window_nll_deltas` (``options``: its context, batch and log). :func:`plot_window_nll` draws
+    such curves, each with its "label" added."""
+    from sps_jax.analysis.window_nll import window_nll_deltas
+
+    out = window_nll_deltas(model, params, docs, omega, **options)
+    mean, count = nan_mean_and_count(out["delta"])
+    return {"omega": omega, "documents": len(docs), "mean_delta": mean.tolist(), "count": count.tolist(),
+            "mean_nll": float(np.nanmean(out["nll"])), "mean_nll_ablated": float(np.nanmean(out["nll_ablated"]))}
+
+
 def cmd_gradients(args):
     from sps_jax import model as sps_model
-    from sps_jax.analysis.gradient_probe import THETA_P, gradient_ratios
+    from sps_jax.analysis.gradient_probe import THETA_P
 
     all_docs = _check_inputs(args)
     offsets = np.arange(-args.min_offset, args.max_offset + 1)
@@ -229,15 +257,10 @@ def cmd_gradients(args):
         context = _context(args, cfg)
         _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
                   f"context {context}")
-        out = gradient_ratios(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
-                              context=context, seed=args.seed, batch=args.batch_size, chunk=args.chunk, log=_progress)
-        mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [O, S]
-        names = STREAM_NAMES[cfg.num_streams]
+        curve = gradient_curve(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
+                               context=context, seed=args.seed, batch=args.batch_size, chunk=args.chunk, log=_progress)
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
-                        "window": cfg.window, "step": int(step), "examples": len(out["examples"]),
-                        "offsets": offsets.tolist(),
-                        "mean_ratio": {s: mean[:, n].tolist() for n, s in enumerate(names)},
-                        "count": {s: count[:, n].tolist() for n, s in enumerate(names)}})
+                        "window": cfg.window, "step": int(step), **curve})
     _write(args, results,
            ["label", "variant", "window", "stream", "offset", "mean_ratio", "count"],
            [(r["label"], r["variant"], r["window"], s, k, m, c)
@@ -261,7 +284,6 @@ def _write(args, results: list, header: list, rows: list, plot, **constants) -> 
 
 def cmd_window_nll(args):
     from sps_jax import model as sps_model
-    from sps_jax.analysis.window_nll import window_nll_deltas
 
     all_docs = _check_inputs(args)
     results = []
@@ -272,14 +294,10 @@ def cmd_window_nll(args):
             print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
                   "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
         _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}")
-        out = window_nll_deltas(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
-                                batch=args.batch_size, log=_progress)
-        mean, count = nan_mean_and_count(out["delta"])
+        curve = window_nll_curve(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
+                                 batch=args.batch_size, log=_progress)
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
-                        "window": cfg.window, "omega": args.omega, "step": int(step), "documents": len(docs),
-                        "mean_delta": mean.tolist(), "count": count.tolist(),
-                        "mean_nll": float(np.nanmean(out["nll"])),
-                        "mean_nll_ablated": float(np.nanmean(out["nll_ablated"]))})
+                        "window": cfg.window, "step": int(step), **curve})
         _progress(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
     _write(args, results,
            ["label", "variant", "window", "omega", "position", "mean_delta", "count"],

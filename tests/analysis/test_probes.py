@@ -56,6 +56,27 @@ def test_window_nll_command_writes_means_and_figure(cli_fixture):
     assert width > height
 
 
+def test_a_notebook_draws_both_figures_from_the_curves_the_commands_write(cli_fixture, tmp_path):
+    # The curves were built inside the commands (cmd_*), from an argparse Namespace: a notebook had only the
+    # per-example arrays. Here the same curves come from importable calls and are drawn by the same plots.
+    root = cli_fixture
+    net, params, _ = runs.load_model(str(root / "sps"))
+    docs = documents.read_documents(str(root / "data"), 4, 2)
+    curve = probes.window_nll_curve(net, params, docs, 6, log=lambda *a: None)
+    out = str(tmp_path / "nll")
+    assert probes.main(["window-nll", "--workdir", str(root / "sps"), "--val-data", str(root / "data"), "--docs", "4",
+                        "--omega", "6", "--out", out]) == 0
+    (written,) = json.load(open(os.path.join(out, "window_nll_omega6.json")))["runs"]
+    assert {k: written[k] for k in curve} == curve and curve["documents"] == 4 and curve["mean_delta"][:7] == [0.0] * 7
+    gdocs = documents.read_documents(str(root / "data"), 2, 11)
+    gcurve = probes.gradient_curve(net, params, gdocs, np.arange(9), 2, context=16, log=lambda *a: None)
+    assert gcurve["offsets"] == list(range(9)) and gcurve["examples"] == 4
+    assert set(gcurve["mean_ratio"]) == {"input", "predict"} and gcurve["mean_ratio"]["input"][0] == pytest.approx(1.0)
+    probes.plot_window_nll([{"label": "sps", **curve}], str(tmp_path / "b.png"))
+    probes.plot_gradient_ratios([{"label": "sps", "window": 4, **gcurve}], str(tmp_path / "a.png"))
+    assert decoded_png(str(tmp_path / "a.png")).shape[1] > 0 and decoded_png(str(tmp_path / "b.png")).shape[1] > 0
+
+
 def test_a_position_is_averaged_over_the_documents_that_reach_it():
     # Documents shorter than a position hold NaN there: they neither add to its mean nor count.
     mean, count = probes.nan_mean_and_count(np.array([[1.0, np.nan], [3.0, np.nan], [np.nan, 4.0]]))
