@@ -75,7 +75,36 @@ def write_results(args, results) -> None:
     if args.json:
         with files.results(args.force):
             files.write_json(args.json, results, indent=2)
-        print(f"wrote {args.json}")
+        if args.json not in _UNSAID:
+            print(f"wrote {args.json}")
+
+
+def results(command: str, *flags: str) -> dict:
+    """A benchmark's results from Python (a notebook): ``bench.results("attention", "--seq-len", "1024")`` runs
+    ``python -m sps_jax.bench attention --seq-len 1024`` in this process and returns the JSON that ``--json``
+    writes (its tables still print). A bad flag or input raises the command's one sentence."""
+    import importlib
+    import tempfile
+
+    from sps_jax.bench.__main__ import COMMANDS
+
+    if command not in COMMANDS:
+        said = cli.unknown_subcommand(command, COMMANDS).replace("subcommand", "benchmark")
+        raise cli.UserError(said if said.endswith("?") else f"{said}.")
+    if "--json" in flags or any(str(flag).startswith("--json=") for flag in flags):
+        raise cli.UserError("bench.results returns the results itself: leave --json out.")
+    run = importlib.import_module(f"sps_jax.bench.{command}").main.__wrapped__  # exceptions, not status 2
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "results.json")
+        _UNSAID.add(path)  # no "wrote" line for a file the caller never sees
+        try:
+            run([*map(str, flags), "--json", path])
+        finally:
+            _UNSAID.discard(path)
+        return files.read_json(path)
+
+
+_UNSAID: set[str] = set()
 
 
 def run_label(variant: str, backend: str | None) -> str:

@@ -120,3 +120,18 @@ def test_a_backend_that_cannot_run_here_is_one_sentence_before_anything_is_built
     outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--config.model.attention=triton"])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert 'error: attention="triton" runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1' in outcome.stderr
+
+
+def test_a_notebook_gets_a_benchmarks_results_as_the_command_writes_them(tmp_path, capsys):
+    # The benchmarks' work sat behind argparse Namespaces: a notebook could only run main(argv) and read its --json.
+    from sps_jax import bench
+
+    (row,) = bench.results("smoke", "--config", "configs/tiny.py", "--variants", "standard")
+    assert row["variant"] == "standard" and row["decode_error"] < smoke.DECODE_TOLERANCE
+    assert "wrote" not in capsys.readouterr().out  # no temporary file named
+    with pytest.raises(ValueError, match=r"^python -m sps_jax.bench smoke: argument --variants: unknown variant 'nope'"):
+        bench.results("smoke", "--config", "configs/tiny.py", "--variants", "nope")
+    with pytest.raises(ValueError, match=r"^bench.results returns the results itself: leave --json out\.$"):
+        bench.results("smoke", "--json", str(tmp_path / "x.json"))
+    with pytest.raises(ValueError, match=r"^unknown benchmark 'smok': did you mean 'smoke'\?$"):
+        bench.results("smok")
