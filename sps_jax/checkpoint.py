@@ -265,12 +265,26 @@ def check_step(workdir: str, step: int, found: list[int]) -> None:
                                 "of those.")
 
 
+def _no_checkpoint(workdir: str) -> str:
+    """Why a run folder has no checkpoint to read: none saved yet, or (said so, not "train it") a file where its
+    checkpoints/ folder or a checkpoints/<step> folder belongs."""
+    folder = os.path.join(workdir, CHECKPOINT_DIR)
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        return f"run folder {workdir!r} has no checkpoint: {folder} is not a folder: put the run's checkpoints back."
+    files_there = sorted((n for n in os.listdir(folder) if n.isdigit() and not os.path.isdir(os.path.join(folder, n))),
+                         key=int) if os.path.isdir(folder) else []
+    if files_there:
+        return (f"run folder {workdir!r} has no checkpoint: {os.path.join(folder, files_there[-1])} is not a "
+                "checkpoint folder: put the checkpoint back.")
+    return f"run folder {workdir!r} has no checkpoint yet: {NO_CHECKPOINT_ADVICE}."
+
+
 def _restore_params(workdir: str, step: int | None, target):
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step
         if not all_steps:  # also with a --step: "it has []: pass one of those" offered nothing
-            raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint yet: {NO_CHECKPOINT_ADVICE}.")
+            raise FileNotFoundError(_no_checkpoint(workdir))
         check_step(workdir, step, all_steps)
         reason = problem(workdir, step, ("params",))
         if reason is None:

@@ -41,6 +41,9 @@ def find_run(path: str) -> tuple[str, int | None]:
                                 "or one of its checkpoints/<step> folders.")
     if os.path.isfile(os.path.join(path, CONFIG_FILE)):
         return path, None
+    if os.path.isdir(os.path.join(path, CONFIG_FILE)):  # said as "neither a run folder ... nor a checkpoint"
+        raise UserError(f"{os.path.join(path, CONFIG_FILE)} is a folder, not the run's config file: move it away and "
+                        f"put back the {CONFIG_FILE} the run was trained with.")
     parent = os.path.dirname(path)
     if os.path.basename(path) == checkpoint.CHECKPOINT_DIR and os.path.isfile(os.path.join(parent, CONFIG_FILE)):
         return parent, None

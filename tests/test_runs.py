@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 import os
 
 import jax
@@ -737,3 +738,27 @@ def test_init_from_a_run_folder_starts_from_its_newest_checkpoint(tmp_path):
     runs.save_run(run, config, params, step=9)
     config.train.init_from = run
     assert runs.check_init_from(config) == (run, 9, [])
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("step file", "has no checkpoint: {run}/checkpoints/5 is not a checkpoint folder: put the checkpoint back."),
+    ("checkpoints file", "has no checkpoint: {run}/checkpoints is not a folder: put the run's checkpoints back."),
+    ("config folder", "{run}/config.json is a folder, not the run's config file: move it away and put back the "
+                      "config.json the run was trained with.")])
+def test_a_run_whose_files_are_of_the_wrong_kind_is_told_what_to_put_back(tmp_path, damage, says):
+    # A file at checkpoints/5 was told to "train it until it saves one"; a folder at config.json that the path was
+    # "neither a run folder nor a checkpoints/<step> folder".
+    run = tmp_path / "run"
+    save_small_run(run)
+    if damage == "step file":
+        shutil.rmtree(run / "checkpoints" / "5")
+        (run / "checkpoints" / "5").write_text("")
+    elif damage == "checkpoints file":
+        shutil.rmtree(run / "checkpoints")
+        (run / "checkpoints").write_text("")
+    else:
+        (run / "config.json").unlink()
+        (run / "config.json").mkdir()
+    with pytest.raises((OSError, ValueError)) as refusal:
+        runs.load_model(str(run))
+    assert str(refusal.value).endswith(says.format(run=run)), refusal.value
