@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 
 from sps_jax import files, plotting
 from sps_jax.cli import UserError
@@ -144,7 +145,9 @@ def draw_curves(runs: dict, x: str):
         ax.grid(alpha=0.3)
         if ax.lines:  # a run without validation yet leaves that panel empty
             ax.legend()
-    fig.tight_layout()
+    with warnings.catch_warnings():  # a long run name's legend does not fit: matplotlib warned at the run's end
+        warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+        fig.tight_layout()
     return fig
 
 

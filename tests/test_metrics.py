@@ -62,6 +62,21 @@ def test_drawing_a_figure_leaves_pyplot_and_its_backend_as_they_were(tmp_path):
         matplotlib.use(before)
 
 
+def test_a_run_with_a_long_name_plots_without_a_warning(tmp_path):
+    # A run folder name of 200 characters ended training with matplotlib's "Tight layout not applied" and a source line.
+    import warnings
+
+    run = tmp_path / ("r" * 200)
+    run.mkdir()
+    writer = metrics.Writer(str(run), tensorboard=False)
+    writer.write({"step": 1, "tokens_seen": 10, "loss": 3.0})
+    writer.write({"step": 1, "tokens_seen": 10, "val_loss": 3.0})
+    writer.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert metrics.plot(str(run)) == str(run / "loss.png")
+
+
 def test_a_metrics_file_that_is_not_records_is_one_sentence_naming_the_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"loss": 3.0}\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl line 2 is not a metrics record"):
