@@ -241,6 +241,8 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")
     if os.path.isdir(path):
+        if not flag.startswith("-"):  # a default name the user never gave (evaluate's RUN/eval/step_<N>.json)
+            raise UserError(f"{flag} {path} is a folder: move it away, or {rename}.")
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
                         f"{os.path.join(path, 'results.json')}.")
     _refuse_special(path, flag)  # even with --force: /dev/null would have become a file
@@ -353,6 +355,8 @@ def check_parent(path: str, flag: str, elsewhere: str = "choose another path") -
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
+    if leads_nowhere(parent):  # was called a file
+        raise UserError(f"{flag} {path} lies under {parent}, which {LEADS_NOWHERE}: {elsewhere}.")
     if not os.path.isdir(parent):
         raise UserError(f"{flag} {path} lies under {parent}, which is a file, not a folder: choose another path.")
     reason = cannot_create(parent)

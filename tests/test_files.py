@@ -437,3 +437,19 @@ def test_a_json_object_with_one_key_twice_is_one_sentence(tmp_path):
     assert str(refusal.value) == "p.jsonl line 3 is not usable JSON (the key 'k' appears twice in one object): fix " \
         "that line."
     assert files.parse_json('{"a": {"a": 1}}', "p.json") == {"a": {"a": 1}}  # one key per object, nested alike
+
+
+def test_a_default_result_name_that_is_a_folder_says_how_to_write_elsewhere(tmp_path):
+    # evaluate's RUN/eval/step_16.json as a folder said "pass a file name, for example .../step_16.json/results.json",
+    # of a name the user never gave; a RUN/eval link that leads nowhere was "a file".
+    (tmp_path / "step_16.json").mkdir()
+    with pytest.raises(UserError) as refusal:
+        files.output_file(str(tmp_path / "step_16.json"), "the results file", rename="--out to write elsewhere")
+    assert str(refusal.value) == (f"the results file {tmp_path / 'step_16.json'} is a folder: move it away, or --out "
+                                  "to write elsewhere.")
+    os.symlink(tmp_path / "missing", tmp_path / "eval")
+    with pytest.raises(UserError) as refusal:
+        files.output_file(str(tmp_path / "eval" / "step_1.json"), "--out")
+    assert str(refusal.value) == (f"--out {tmp_path / 'eval' / 'step_1.json'} lies under {tmp_path / 'eval'}, which is "
+                                  "a link that leads nowhere (its target is missing, or links point at each other in a "
+                                  "loop): choose another path.")
