@@ -115,7 +115,7 @@ def _task_data(items) -> dict[str, str]:
     out = {}
     for item in items or []:
         key, sep, path = item.partition("=")
-        if not sep:
+        if not sep or not key.strip():  # "=arc.jsonl" was "given for ''"
             raise ValueError(f"--task-data {item!r} must look like TASK=PATH (e.g. arc_easy=arc_easy_test.jsonl).")
         if key.strip() in out:  # the later file would win unseen
             raise ValueError(f"--task-data names {key.strip()!r} twice ({out[key.strip()]} and {path.strip()}): "

@@ -78,3 +78,15 @@ def test_another_tasks_metrics_leave_out_their_standard_errors_and_text():
     results = {"mmlu": {"alias": "mmlu", "acc,none": 0.31, "acc_stderr,none": 0.004, "acc_norm,none": 0.33,
                         "acc_norm_stderr,none": 0.005}}
     assert paper_tasks.summarize(results, ["mmlu"], {})["other_tasks"] == {"mmlu": {"acc": 0.31, "acc_norm": 0.33}}
+
+
+def test_task_data_for_a_task_not_run_offers_the_one_it_likely_means():
+    # ARC_EASY=... for arc_easy was said without the task it meant; "=arc.jsonl" was "given for ''".
+    with pytest.raises(ValueError) as refusal:
+        paper_tasks.check_task_data({"ARC_EASY": "arc.jsonl"}, ["arc_easy", "piqa"])
+    assert str(refusal.value) == ("--task-data given for 'ARC_EASY' (did you mean 'arc_easy'?), which is not among the "
+                                  "tasks being run (arc_easy, piqa).")
+    from sps_jax.evaluation import evaluate
+
+    with pytest.raises(ValueError, match=r"^--task-data '=arc\.jsonl' must look like TASK=PATH"):
+        evaluate._task_data(["=arc.jsonl"])
