@@ -305,7 +305,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.add_argument("--version", action="version", version=version(),
                           help="print the versions of sps-jax, jax, jaxlib and Python, and exit")
 
-    def error(self, message):
+    def error(self, message, prog: str | None = None):
         if message.startswith("unrecognized arguments: "):  # a misspelt flag: the one it likely means
             flags = [o for parser in _parsers(self) for a in parser._actions for o in a.option_strings
                      if o.startswith("--")]
@@ -317,7 +317,7 @@ class ArgumentParser(argparse.ArgumentParser):
         commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
         if commands and message.startswith("the following arguments are required: ") and "command" in message:
             message = f"name a command, one of {', '.join(commands)}"  # "required: command" named none of them
-        raise UserError(f"{self.prog}: {message.rstrip('.')} (see --help).")
+        raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
@@ -328,7 +328,7 @@ class ArgumentParser(argparse.ArgumentParser):
             stray = self._stray(args)
             if stray:  # named first: `evaluate tabel` was told that --workdir is required
                 self._check_list_words(args, stray)
-                self.error(f"unrecognized arguments: {' '.join(stray)}")
+                self.error(f"unrecognized arguments: {' '.join(stray)}", self._command_prog(args))
             raise
 
     def _flag_uses(self, args, wanted):
@@ -345,14 +345,21 @@ class ArgumentParser(argparse.ArgumentParser):
         """A flag that takes one value, a comma list included, given twice: argparse kept the last and dropped
         the others without a word. Flags meant to repeat (append) are not among them."""
         seen = {}  # by action: a flag's other name (--batch for --batch-size) is the same flag
+        prog = self._command_prog(args)  # the subcommand's: "probes: --max-offset" named no command
         for flag, _, value, action in self._flag_uses(args, lambda a: type(a) is argparse._StoreAction):
             if action in seen:
                 first_flag, first = seen[action]
                 named = flag if first_flag == flag else f"{first_flag} (also named {flag})"
                 if _is_list(action):
-                    self.error(f"{named} is given twice: give one comma-separated list, e.g. {flag} {first},{value}")
-                self.error(f"{named} is given twice ({first!r} and {value!r}): give it once")
+                    self.error(f"{named} is given twice: give one comma-separated list, e.g. {flag} {first},{value}",
+                               prog)
+                self.error(f"{named} is given twice ({first!r} and {value!r}): give it once", prog)
             seen[action] = flag, value
+
+    def _command_prog(self, args) -> str:
+        """The prog of the subcommand ``args`` name (the first word that is one), else this parser's."""
+        commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+        return next((commands[word].prog for word in args if word in commands), self.prog)
 
     def _check_list_words(self, args, stray) -> None:
         """Words after a list flag's value that are items of its list (``--variants standard sps``): say
@@ -366,7 +373,7 @@ class ArgumentParser(argparse.ArgumentParser):
                 j += 1
             if words:
                 self.error(f"{flag} takes one comma-separated list: write {flag} {','.join([value, *words])}, "
-                           f"not {' '.join([value, *words])}")
+                           f"not {' '.join([value, *words])}", self._command_prog(args))
 
     def _stray(self, args) -> list[str]:
         """The words of ``args`` that no argument of this parser or its subcommands takes, found by parsing

@@ -925,3 +925,16 @@ def test_a_bool_is_no_count_or_step(value):
     with pytest.raises(TypeError, match=r"^batch must be an integer"):
         cli.at_least("batch", value, 1)
     assert cli.integer(np.int64(3), "limit") == 3
+
+
+def test_a_subcommands_flag_error_names_the_subcommand():
+    # "python -m sps_jax.analysis.probes: --max-offset is given twice" named no command; `data verify a b` was
+    # "python -m sps_jax.data: unrecognized arguments".
+    from sps_jax.analysis import probes
+    from sps_jax.data import __main__ as data_main
+
+    outcome = fuzz.call(probes.main, ["gradients", "--workdir", "x", "--max-offset", "3", "--max-offset", "4"])
+    assert outcome.stderr == ("error: python -m sps_jax.analysis.probes gradients: --max-offset is given twice ('3' "
+                              "and '4'): give it once (see --help).\n")
+    outcome = fuzz.call(data_main.main, ["verify", "a", "b"])
+    assert outcome.stderr.startswith("error: python -m sps_jax.data verify: unrecognized arguments: b")
