@@ -115,8 +115,9 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
                          "the same name's .json).")
     files.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
     given = [(f"the {what}", path) for path in inputs if os.path.isfile(path)]
-    for path in (out, os.path.splitext(out)[0] + ".json"):
-        runs.output_file(path, flag, force, given)
+    runs.output_file(out, flag, force, given)
+    # named as what it is: "--out RUN/eval/step_16.json already exists" of --out RUN/eval/step_16.png
+    runs.output_file(os.path.splitext(out)[0] + ".json", f"the figure's numbers file (beside {flag})", force, given)
 
 
 def _finish(fig, out: str, data: dict) -> dict:

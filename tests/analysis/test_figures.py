@@ -553,3 +553,12 @@ def test_a_t_test_of_methods_whose_seeds_all_agree_is_one_sentence_not_a_divisio
     with pytest.raises(ValueError, match=r"^two methods whose seeds all have one NLL leave a t-test nothing to "
                                          r"measure: pass runs that differ in their seed\.$"):
         test([2.0, 2.0], [3.0, 3.0])
+
+
+def test_a_figure_whose_numbers_file_exists_names_that_file_as_what_it_is(tmp_path, capsys):
+    # --out RUN/eval/step_16.png beside an evaluation's step_16.json said "--out RUN/eval/step_16.json already exists".
+    run = write_run(tmp_path / "sps", "sps", "sps", 4, [3.0, 2.5])
+    (tmp_path / "fig.json").write_text("{}")
+    assert figures.main(["curves", run, "--out", str(tmp_path / "fig.png")]) == 2
+    assert capsys.readouterr().err == (f"error: the figure's numbers file (beside --out) {tmp_path / 'fig.json'} already "
+                                       "exists: pass --force to replace it, or choose another name.\n")
