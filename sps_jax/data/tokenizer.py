@@ -138,8 +138,8 @@ def encode(text: str, ranks_path: str | None = None) -> list[int]:
 
 
 def decode(ids, ranks_path: str | None = None) -> str:
-    """Token ids (one sequence of ints) to text; ids past GPT-2's vocabulary (<predict>, padding) are left
-    out. Anything else is one sentence: a string was decoded as ids of its characters, a float was truncated, and
+    """Token ids (one sequence of ints) to text; the model's ids past GPT-2's vocabulary (<predict>, padding) are
+    left out. Anything else is one sentence (an id past the model's vocabulary was left out too, without a word): a string was decoded as ids of its characters, a float was truncated, and
     generate's list of rows failed inside int()."""
     if isinstance(ids, (str, bytes)):
         raise TypeError("decode takes token ids, not text: pass a sequence of ints (encode gives one).")
@@ -148,8 +148,9 @@ def decode(ids, ranks_path: str | None = None) -> str:
         if isinstance(i, bool) or not hasattr(i, "__index__"):
             raise TypeError(f"decode takes one sequence of token ids, and it holds {i!r}: decode each row of a batch "
                             "on its own.")
-        if i < 0:
-            raise ValueError(f"token id {i} is negative: pass ids of the GPT-2 vocabulary.")
+        if not 0 <= i < vocab.VOCAB_SIZE:
+            raise ValueError(f"token id {i} is outside the model's vocabulary [0, {vocab.VOCAB_SIZE}): pass ids of the "
+                             "GPT-2 vocabulary.")
     return get_tokenizer(ranks_path).decode([int(i) for i in ids if int(i) < vocab.TEXT_VOCAB])
 
 

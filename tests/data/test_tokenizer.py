@@ -118,7 +118,9 @@ def test_decode_takes_one_sequence_of_ids_and_refuses_anything_else_in_one_sente
     for ids, error, says in (("15496", TypeError, r"^decode takes token ids, not text"),
                              ([[15496], [995]], TypeError, r"holds \[15496\]: decode each row of a batch on its own"),
                              ([15496.7], TypeError, r"holds 15496\.7"),
-                             ([-1], ValueError, r"^token id -1 is negative")):
+                             ([-1], ValueError, r"^token id -1 is outside the model's vocabulary \[0, 50304\)"),
+                             # past even the model's vocabulary: it was left out as <predict> and padding are
+                             ([464, 60000], ValueError, r"^token id 60000 is outside the model's vocabulary")):
         with pytest.raises(error, match=says):
             tokenizer.decode(ids)
 
