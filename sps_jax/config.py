@@ -501,6 +501,20 @@ def _check_known_fields(config) -> None:
                             f"reads only the fields of sps_jax.config.{section_of.__name__}(); rename it, or remove it.")
 
 
+def _check_model_fields(model: ml_collections.ConfigDict) -> None:
+    """Every field of what the model is, present, as a missing train field is: one left out took ModelConfig's
+    default (the tiny CPU model's) without a word. A field of how it is computed (``model.EXECUTION_FIELDS``)
+    may be left to its default, which runs the same model."""
+    from sps_jax import model as sps_model  # not at the top: the commands' parsers load without jax
+
+    missing = sorted({f.name for f in dataclasses.fields(sps_model.ModelConfig)} - set(model.keys())
+                     - set(sps_model.EXECUTION_FIELDS))
+    if missing:
+        raise UserError(f"the config's model section has no {', '.join(missing)}: set "
+                        f"{'it' if len(missing) == 1 else 'them'} (sps_jax.config.model_section(variant, window, "
+                        "**fields) gives every field), where a default would describe another model.")
+
+
 def check_run_config(config) -> None:
     """Every field a training run reads is present and in range (else one sentence naming it)."""
     if not isinstance(config, ml_collections.ConfigDict):
@@ -510,6 +524,7 @@ def check_run_config(config) -> None:
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
     _check_known_fields(config)
+    _check_model_fields(config.model)
     check_ranges(config)
     check_labels(config)
     for dotted in _SWITCHES:  # 'no' in a config file is truthy: it switched TensorBoard on

@@ -535,3 +535,25 @@ def test_an_adam_beta_of_one_is_refused_and_one_just_below_it_accepted(field):
     with pytest.raises(UserError, match=rf"^train\.{field}=1\.0 must be a finite number in \[0, 1\)\.$"):
         sps_config.check_run_config(config)
     sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{field}=0.9999"]))
+
+
+def test_a_model_section_missing_a_field_of_what_the_model_is_is_refused(tmp_path):
+    # A config file whose model section left out window trained the paper's default w=64 without a word (where a
+    # missing train field is refused); how the model is computed (attention, remat, ...) may be left out.
+    path = tmp_path / "partial.py"
+    path.write_text("import ml_collections\n"
+                    "from sps_jax import config as sps_config\n\n"
+                    "def get_config():\n"
+                    "    config = sps_config.load_config('configs/tiny.py')\n"
+                    "    fields = config.model.to_dict()\n"
+                    "    del fields['window'], fields['d_ff'], fields['attention'], fields['remat']\n"
+                    "    config.model = ml_collections.ConfigDict(fields)\n"
+                    "    return config\n")
+    config = sps_config.load_config(str(path))
+    with pytest.raises(ValueError) as refusal:
+        sps_config.check_run_config(config)
+    assert str(refusal.value) == ("the config's model section has no d_ff, window: set them "
+                                  "(sps_jax.config.model_section(variant, window, **fields) gives every field), where a "
+                                  "default would describe another model.")
+    config.model.d_ff, config.model.window = 192, 8
+    sps_config.check_run_config(config)  # attention and remat take their defaults
