@@ -40,8 +40,15 @@ PARTIAL = ".partial"  # the suffix of the sibling folder replace_folder builds i
 
 def _cut(name: str, most_bytes: int) -> str:
     """``name``'s start of at most ``most_bytes`` bytes in UTF-8 (a cut by characters overran the limit)."""
-    # surrogateescape: a name holding bytes that are not UTF-8 (the shell passes them through) failed to encode
-    return name.encode("utf-8", "surrogateescape")[:most_bytes].decode("utf-8", "surrogateescape")
+    # Whole characters, each counted in its bytes: a name holding bytes that are not UTF-8 (the shell passes them
+    # through as escapes) failed to encode, and a cut through a character would leave half of it.
+    out, size = [], 0
+    for ch in name:
+        size += len(ch.encode("utf-8", "surrogateescape"))
+        if size > most_bytes:
+            break
+        out.append(ch)
+    return "".join(out)
 
 
 def path_text(value, name: str) -> str:
@@ -610,14 +617,16 @@ def _one_value_per_key(pairs) -> dict:
     return out
 
 
-def parse_json(text: str, path: str, line: int | None = None, hint: str = ""):
+def parse_json(text: str, path: str, line: int | None = None, hint: str = "", unique_keys: bool = True):
     """JSON text from ``path`` (one line of a JSON Lines file when ``line`` is given); else one sentence
     naming where, ending in ``hint`` (what to do) when given. A line may start with a byte-order mark: JSONL
-    files joined with ``cat`` carry each later file's there, and it is no part of the value."""
+    files joined with ``cat`` carry each later file's there, and it is no part of the value. With ``unique_keys``
+    an object holding one key twice is refused (json keeps the last value); a corpus's documents are read without
+    it, their other fields being no concern of ours."""
     if line is not None:
         text = text.removeprefix("\ufeff")
     try:
-        return json.loads(text, object_pairs_hook=_one_value_per_key)
+        return json.loads(text, object_pairs_hook=_one_value_per_key if unique_keys else None)
     except json.JSONDecodeError as e:
         where = f"line {line}, column {e.colno}" if line is not None else f"line {e.lineno}, column {e.colno}"
         # A pretty-printed JSON file read as JSON Lines fails on its first line although it is JSON.
@@ -634,9 +643,10 @@ def read_json(path: str, hint: str = ""):
     return parse_json(read_text(path), path, hint=hint)
 
 
-def read_jsonl(path: str, errors: str = "strict", hint: str = "", drop_partial_last: bool = False):
+def read_jsonl(path: str, errors: str = "strict", hint: str = "", drop_partial_last: bool = False,
+               unique_keys: bool = True):
     """Yield (line number, value) of each non-blank line of a JSONL file (``errors``, ``hint``: as
-    :func:`read_text`).
+    :func:`read_text`; ``unique_keys``: as :func:`parse_json`).
 
     With ``drop_partial_last`` a last line that is not JSON (a writer killed mid-line) ends the
     file quietly; any other bad line is one sentence naming the file and the line.
@@ -649,7 +659,7 @@ def read_jsonl(path: str, errors: str = "strict", hint: str = "", drop_partial_l
             if not line.strip():
                 continue
             try:
-                value = parse_json(line, path, number)
+                value = parse_json(line, path, number, unique_keys=unique_keys)
             except UserError:
                 if drop_partial_last and not f.read(1):
                     return

@@ -369,6 +369,12 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
     params = torch_layout.to_params(sd, config.model.num_heads)
     runs.check_params(net, params)
+    # Stored as the run stores its weights, in model.param_dtype (float32 unless overridden): a run's reader takes
+    # them as they are.
+    import jax  # loaded with the model above: the command's parser needs neither
+
+    stored = jax.numpy.dtype(net.cfg.param_dtype)
+    params = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(stored), params)
     with files.replace_folder(out) as building:
         runs.save_run(building, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
     return config, params, notes

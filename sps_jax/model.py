@@ -559,8 +559,9 @@ def check_rng(rng) -> None:
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         raise TypeError(f"rng must be a jax PRNG key, got the integer {rng}: pass jax.random.PRNGKey({rng}).")
     typed = hasattr(rng, "dtype") and jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+    raw = _raw_key(jax.config.jax_default_prng_impl)
     one = rng.shape == () if typed else (getattr(rng, "shape", None), getattr(rng, "dtype", None)) == (
-        _raw_key().shape, _raw_key().dtype)
+        raw.shape, raw.dtype)
     if not one:  # None, a batch of keys, or other ints: flax's InvalidRngError
         got = f"shape {rng.shape} of {rng.dtype}" if hasattr(rng, "shape") else f"a {type(rng).__name__}"
         raise TypeError(f"rng must be one jax PRNG key, got {got}: pass jax.random.PRNGKey(seed) (or "
@@ -568,8 +569,9 @@ def check_rng(rng) -> None:
 
 
 @functools.cache
-def _raw_key() -> jax.ShapeDtypeStruct:
-    """What jax.random.PRNGKey gives under jax's PRNG implementation (uint32 [2] by default, [4] for rbg)."""
+def _raw_key(impl: str) -> jax.ShapeDtypeStruct:
+    """What jax.random.PRNGKey gives under jax's PRNG implementation ``impl`` (the config's now: uint32 [2] by
+    default, [4] for rbg)."""
     return jax.eval_shape(lambda: jax.random.PRNGKey(0))
 
 

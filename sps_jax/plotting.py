@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import numpy as np
 
@@ -47,8 +48,31 @@ def figure(nrows: int = 1, ncols: int = 1, **subplots):
     inline plotting off for the rest of the session). A notebook shows it as a cell's value."""
     from matplotlib.figure import Figure
 
+    _shown_in_notebooks()
     fig = Figure(figsize=subplots.pop("figsize", None))
     return fig, fig.subplots(nrows, ncols, **subplots)
+
+
+def _shown_in_notebooks() -> None:
+    """In IPython, a Figure shows as a PNG unless the session already shows figures some way (``%matplotlib
+    inline``'s formats): without pyplot's inline backend, which registers that, a bare Figure showed as its text,
+    "<Figure size 1100x400 with 2 Axes>"."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is None:
+        return
+    from matplotlib.figure import Figure
+
+    for mime, formatter in shell.display_formatter.formatters.items():
+        if not mime.startswith(("image/", "application/pdf")):  # text/plain shows every object
+            continue
+        try:
+            formatter.lookup_by_type(Figure)
+            return  # shown already, in the session's chosen format
+        except KeyError:
+            continue
+    from IPython.core.pylabtools import select_figure_formats
+
+    select_figure_formats(shell, {"png"})
 
 
 def save_figure(fig, path: str, dpi: int = 130) -> None:

@@ -292,17 +292,19 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
 
 
 def _check_checkpoints_not_lost(workdir: str, saved) -> None:
-    """One sentence when the run's metrics reach a step it saved a checkpoint at, and no checkpoint is there (moved,
-    deleted): it started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events."""
+    """One sentence when the run's metrics show that a checkpoint was saved and none is there (moved, deleted): it
+    started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events. A save is
+    asynchronous and the next one waits for it, so a record past the second checkpoint step follows a finished
+    save; a run killed while its first save was written (a record at that step, no checkpoint) starts over."""
     every = saved.get("train", {}).get("checkpoint_every")
     steps = [r["step"] for r in metrics.read(workdir)]
-    if not steps or not isinstance(every, int) or isinstance(every, bool) or every < 1 or max(steps) < every:
-        return  # stopped before its first checkpoint: starting over loses nothing saved
-    raise UserError(f"--workdir {workdir} has metrics up to step {max(steps)}, past its first checkpoint "
-                    f"(train.checkpoint_every={every}), but no checkpoint in {checkpoint.CHECKPOINT_DIR}/ (moved, "
-                    "deleted, or a first save that never finished): put the checkpoints back to resume, or pass --force "
-                    f"to train it again from step 0 (its {metrics.METRICS_FILE} and {metrics.TENSORBOARD_DIR}/ events "
-                    "are replaced).")
+    if not steps or not isinstance(every, int) or isinstance(every, bool) or every < 1 or max(steps) <= 2 * every:
+        return
+    raise UserError(f"--workdir {workdir} has metrics up to step {max(steps)}, past its second checkpoint step "
+                    f"(train.checkpoint_every={every}), so it saved a checkpoint, but {checkpoint.CHECKPOINT_DIR}/ "
+                    "holds none (moved or deleted): put the checkpoints back to resume, or pass --force to train it "
+                    f"again from step 0 (its {metrics.METRICS_FILE} and {metrics.TENSORBOARD_DIR}/ events are "
+                    "replaced).")
 
 
 def _never_trained(workdir: str) -> bool:

@@ -100,3 +100,17 @@ def test_import_checkpoint_reads_overrides_as_a_list_before_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"^overrides must be a list of 'a\.b=value' strings, not the string"):
         import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"),
                                        overrides="--config.model.dtype=bfloat16")
+
+
+def test_a_raw_key_of_the_prng_implementation_chosen_later_is_one_key():
+    # The expected raw key was fixed at first use: after switching to rbg (uint32 [4] keys) a valid key was refused.
+    _, net, _ = small_model("sps", 2)
+    sps_model.check_rng(jax.random.PRNGKey(0))
+    before = jax.config.jax_default_prng_impl
+    try:
+        jax.config.update("jax_default_prng_impl", "rbg")
+        sps_model.check_rng(jax.random.PRNGKey(0))
+        with pytest.raises(TypeError, match=r"got shape \(2,\) of uint32"):
+            sps_model.check_rng(jnp.zeros(2, jnp.uint32))
+    finally:
+        jax.config.update("jax_default_prng_impl", before)

@@ -453,3 +453,13 @@ def test_a_default_result_name_that_is_a_folder_says_how_to_write_elsewhere(tmp_
     assert str(refusal.value) == (f"--out {tmp_path / 'eval' / 'step_1.json'} lies under {tmp_path / 'eval'}, which is "
                                   "a link that leads nowhere (its target is missing, or links point at each other in a "
                                   "loop): choose another path.")
+
+
+def test_a_partial_name_cut_to_fit_keeps_whole_characters(tmp_path):
+    # A cut through a two-byte character left half of it, which no UTF-8 file system (APFS) takes in a name.
+    name = "é" * 120 + ".json"  # 245 bytes: with the partial suffix it is cut
+    with files.atomic_path(str(tmp_path / name)) as partial:
+        base = os.path.basename(partial)
+        assert len(base.encode("utf-8")) <= files.NAME_MAX and base.startswith("é" * 100)
+        open(partial, "w").close()
+    assert os.listdir(tmp_path) == [name]

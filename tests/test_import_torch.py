@@ -7,6 +7,7 @@ import os
 import re
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -638,3 +639,17 @@ def test_a_model_arg_n_head_of_zero_is_refused_naming_the_flag(tmp_path):
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "model_args['n_head'] = 0 is not a positive integer: pass --num-heads." in outcome.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_an_import_with_bfloat16_weights_stores_them_in_bfloat16(tmp_path):
+    # --config.model.param_dtype=bfloat16: the float32 tensors were saved under a config that says bfloat16 (and the
+    # stored-weights check then refused them as inference's copy).
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(sd, window=1), path)
+    assert import_torch.main([str(path), "--variant", "sps", "--out", str(tmp_path / "run"),
+                              "--config.model.attention=xla", "--config.model.param_dtype=bfloat16"]) == 0
+    _, params, _ = runs.load_model(str(tmp_path / "run"))
+    assert {str(x.dtype) for x in jax.tree_util.tree_leaves(params)} == {"bfloat16"}
+    wte = sd["_orig_mod.transformer.wte.weight"].numpy()  # the embedding, rounded once to bfloat16
+    np.testing.assert_array_equal(np.asarray(params["embed"], np.float32), wte.astype(jnp.bfloat16).astype(np.float32))

@@ -63,6 +63,9 @@ def test_evaluate_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert result["variant"] == "sps" and result["val_nll"] > 0 and result["corpus_nll"]["pile_books3"] > 0
     height, width, _ = decoded_png(out / "curves.png").shape
     assert width > 2 * height  # training loss and validation NLL side by side
+    # The curves cell's value shows as an image (a Figure pyplot does not hold showed as its text in a fresh kernel).
+    curves_cell = next(c for c in nb.cells if c.cell_type == "code" and "training_curves(" in c.source)
+    assert any("image/png" in o.get("data", {}) for o in curves_cell.outputs), curves_cell.outputs
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "The state of a system is|" in printed and "tiny-standard" in printed
     assert printed.count("training records") == 3 and f"{rel(tmp_path / 'sps-again')}: 5 training records" in printed

@@ -621,20 +621,36 @@ def test_a_run_whose_checkpoints_are_gone_is_refused_not_started_over(tmp_path, 
     # Its checkpoints moved away (or a file left at checkpoints/2): train started over from step 0 without a word and
     # emptied the run's metrics.jsonl and tensorboard/ events.
     run = tmp_path / "run"
-    assert train_here(run, tokens, 2).status == 0
+    assert train_here(run, tokens, 5).status == 0  # saves at 2 and 4 (checkpoint_every=2), and at its end, 5
     shutil.move(run / "checkpoints", tmp_path / "elsewhere")
     if lose == "file":
         (run / "checkpoints").mkdir()
-        (run / "checkpoints" / "2").write_text("")
+        (run / "checkpoints" / "4").write_text("")
     before = (run / "metrics.jsonl").read_text()
-    outcome = refuse(small_argv(run, tokens, steps=4),
-                     f"error: --workdir {run} has metrics up to step 2, past its first checkpoint "
-                     "(train.checkpoint_every=2), but no checkpoint in checkpoints/ (moved, deleted, or a first save "
-                     "that never finished): put the checkpoints back to resume, or pass --force to train it again from "
-                     "step 0 (its metrics.jsonl and tensorboard/ events are replaced).")
+    outcome = refuse(small_argv(run, tokens, steps=6),
+                     f"error: --workdir {run} has metrics up to step 5, past its second checkpoint step "
+                     "(train.checkpoint_every=2), so it saved a checkpoint, but checkpoints/ holds none (moved or "
+                     "deleted): put the checkpoints back to resume, or pass --force to train it again from step 0 (its "
+                     "metrics.jsonl and tensorboard/ events are replaced).")
     assert (run / "metrics.jsonl").read_text() == before, outcome.stderr
-    # A run stopped before its first checkpoint starts over (nothing saved is lost), and --force starts over anyway.
-    assert train_here(run, tokens, 4, "--force").status == 0 and sorted(losses(run)) == [1, 2, 3, 4]
+    assert train_here(run, tokens, 6, "--force").status == 0 and sorted(losses(run)) == list(range(1, 7))
+
+
+def test_a_run_killed_while_its_first_checkpoint_was_written_starts_over_with_the_same_command(tmp_path, tokens,
+                                                                                                monkeypatch):
+    # The record of step 2 is written before save(2) starts, and saves are asynchronous: a kill then (an OOM kill, a
+    # preemption) leaves metrics at step 2 and no checkpoint, which a requeued job must be able to start over from.
+    run = tmp_path / "run"
+
+    def killed(self, step, *args):
+        raise KeyboardInterrupt  # stands for the kill: nothing of the save is written
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer.checkpoint.TrainCheckpoints, "save", killed)
+        train_here(run, tokens, 4)
+    assert sorted(losses(run)) == [1, 2] and not any((run / "checkpoints").glob("[0-9]*"))
+    outcome = train_here(run, tokens, 4)
+    assert outcome.status == 0 and sorted(losses(run)) == [1, 2, 3, 4], outcome.stderr
 
 
 @pytest.mark.parametrize("name, kind", [("loss.png", "folder"), ("tensorboard", "file"), ("tensorboard", "link"),
@@ -681,9 +697,7 @@ def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_i
     assert len(events) == 1 and not events[0].endswith(".other") and not (other / "wandb_run_id").exists()
     # A run started over from step 0 (no checkpoint yet) drops the events of its earlier start the same way.
     (other / "tensorboard" / "events.out.tfevents.2.earlier").write_bytes(b"earlier")
-    shutil.rmtree(other / "checkpoints")  # and its records cut to step 1: killed before its first save, at step 2
-    lines = (other / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (other / "metrics.jsonl").write_text("".join(line for line in lines if json.loads(line)["step"] < 2))
+    shutil.rmtree(other / "checkpoints")
     assert train_here(other, tokens, 2, "--config.train.tensorboard=True").status == 0
     assert not (other / "tensorboard" / "events.out.tfevents.2.earlier").exists()
 

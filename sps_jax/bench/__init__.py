@@ -93,6 +93,9 @@ def results(command: str, *flags: str) -> dict:
         raise cli.UserError(said if said.endswith("?") else f"{said}.")
     if "--json" in flags or any(str(flag).startswith("--json=") for flag in flags):
         raise cli.UserError("bench.results returns the results itself: leave --json out.")
+    if {"-h", "--help"} & set(map(str, flags)):  # argparse would print and exit the notebook's kernel call
+        raise cli.UserError(f"bench.results runs a benchmark: see its flags with python -m sps_jax.bench {command} "
+                            "--help.")
     run = importlib.import_module(f"sps_jax.bench.{command}").main.__wrapped__  # exceptions, not status 2
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "results.json")

@@ -139,7 +139,7 @@ _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", boo
 
 
 def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
-    for line_no, record in files.read_jsonl(path, errors, _UTF8_HINT):
+    for line_no, record in files.read_jsonl(path, errors, _UTF8_HINT, unique_keys=False):
         if not isinstance(record, dict):  # a JSON array of records, say: --text-field would not help
             raise UserError(f"{path} line {line_no} is a JSON {_JSON_KINDS.get(type(record), 'value')}, not an object: "
                             "JSONL sources (.json files too) hold one object per line; write each record on its own "

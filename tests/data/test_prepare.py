@@ -89,6 +89,15 @@ def test_split_is_stable_under_reordering_and_additions(tmp_path):
     assert set(read_docs(tmp_path / "A", "val")) == set(read_docs(tmp_path / "B", "val")) & set(DOCS)
 
 
+def test_a_document_whose_other_fields_repeat_a_key_is_prepared(tmp_path):
+    # The reader that refuses a key given twice (a prompt line) refused a corpus over a field it never reads.
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join('{"text": %s, "meta": {"source": "cc", "source": "cc-2019"}}\n' % json.dumps(d)
+                           for d in DOCS))
+    prepare.prepare(str(src), str(tmp_path / "o"), val_fraction=0.3, log=lambda *a: None)
+    assert sorted(read_docs(tmp_path / "o", "train") + read_docs(tmp_path / "o", "val")) == sorted(DOCS)
+
+
 def test_prepare_is_skipped_when_up_to_date_and_rejects_bad_input(tmp_path):
     src = write_sources(tmp_path)["jsonl"]
     prepare.prepare(str(src), str(tmp_path / "o"), log=lambda *a: None)

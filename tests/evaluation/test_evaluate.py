@@ -67,6 +67,12 @@ def test_a_validation_split_changed_since_its_manifest_is_refused_before_the_wei
     assert str(refusal.value).startswith(f"{tmp_path / 'data' / 'val.bin'} does not match the manifest's sha256: the "
                                          "file changed; ")
     assert restored == []
+    # A manifest that records no checksum ("" as None) has nothing to check it against: scored, with no val_sha256.
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    manifest["splits"]["val"]["sha256"] = ""
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps(manifest))
+    result = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"))
+    assert result["val_nll"] > 0 and "val_sha256" not in result
 
 
 def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
