@@ -46,6 +46,7 @@ def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
     out (fast host-side counting); jax in, jax out (the kernels' on-device path).
     """
+    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a list failed on .shape
     xp = masks.array_module(doc_ids_BT)
     S = vis.num_streams
     B, T = doc_ids_BT.shape
@@ -125,9 +126,7 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
     kernel_tuning.Tiles(block_q, block_k)  # validates the blocks
     if not isinstance(vis, masks.Visibility):
         raise TypeError(f"vis must be a masks.Visibility, not {type(vis).__name__} {vis!r}.")
-    if getattr(doc_ids_BT, "ndim", None) != 2:
-        raise ValueError(f"doc_ids_BT must be an integer array [batch, positions], got shape "
-                         f"{getattr(doc_ids_BT, 'shape', None)}: add a batch axis with x[None] for one sequence.")
+    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # float ids made tables; a list was "got shape None"
     T = doc_ids_BT.shape[1]
     Tp = round_up(T, max(block_q, block_k)) if padded_len is None else padded_len
     if Tp < T or Tp % max(block_q, block_k):

@@ -140,8 +140,9 @@ def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
     return causal & same_doc & allowed
 
 
-def _ids_BT(x, name: str):
-    """``x`` as an integer [B, T] array (a nested list becomes a numpy array), else one sentence."""
+def ids_BT(x, name: str):
+    """``x`` as an integer [B, T] array (a nested list becomes a numpy array), else one sentence: every function
+    that takes token or document ids of a batch checks them here."""
     if not hasattr(x, "ndim"):
         x = np.asarray(x)
     if x.ndim != 2 or not np.issubdtype(x.dtype, np.integer):
@@ -163,7 +164,7 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     each pad token is its own one-token document, so padding is never attended
     to by real tokens and never attends to them.
     """
-    tokens_BT = _ids_BT(tokens_BT, "tokens_BT")
+    tokens_BT = ids_BT(tokens_BT, "tokens_BT")
     xp = array_module(tokens_BT)
     is_eos_BT = tokens_BT == eos_id
     is_pad_BT = tokens_BT == pad_id
@@ -183,9 +184,9 @@ def document_runs(doc_ids_BT):
     model passes ids it is given through this, so that every backend reads them alike, under jit too, where
     no check can see the values. Ids from :func:`document_ids` are runs already and come back unchanged.
     """
-    ids_BT = _ids_BT(doc_ids_BT, "doc_ids_BT")
-    xp = array_module(ids_BT)
-    change = ids_BT[:, 1:] != ids_BT[:, :-1]
+    doc_ids_BT = ids_BT(doc_ids_BT, "doc_ids_BT")
+    xp = array_module(doc_ids_BT)
+    change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]
     starts = xp.concatenate([xp.zeros_like(change[:, :1]), change], axis=1)
     return xp.cumsum(starts.astype(xp.int32), axis=1).astype(xp.int32)
 
@@ -199,7 +200,7 @@ def slot_coordinates(num_positions: int, streams: int, xp=np):
 def dense_mask(vis: Visibility, doc_ids_BT):
     """bool [B, N, N] over the N = T*S slots in the paper's interleaved order (x0, rho0, x1, rho1, ...)."""
     _check_visibility(vis)
-    doc_ids_BT = _ids_BT(doc_ids_BT, "doc_ids_BT")
+    doc_ids_BT = ids_BT(doc_ids_BT, "doc_ids_BT")
     xp = array_module(doc_ids_BT)
     S = vis.num_streams
     T = doc_ids_BT.shape[1]

@@ -438,7 +438,7 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     kernel and by the dK/dV kernel (blocks x block area, each with its own tiles), and
     computed by a dense causal kernel over the N = T*S interleaved slots (N(N+1)/2).
     Returns a dict of Python ints."""
-    doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]  # host-side: O(T) numpy
+    doc_ids_BT = np.asarray(masks.ids_BT(doc_ids_BT, "doc_ids_BT"), np.int32)[:1]  # host-side: O(T) numpy
     T = doc_ids_BT.shape[1]
     S = vis.num_streams
     Tp = block_tables.round_up(T, tuning.padded_multiple)

@@ -206,7 +206,7 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, block_sizes: splash.BlockSiz
     depend on the documents: splash skips blocks from the static mask only.
     """
     _check_block_sizes(block_sizes)
-    doc_ids_BT = np.asarray(doc_ids_BT, np.int32)[:1]
+    doc_ids_BT = np.asarray(masks.ids_BT(doc_ids_BT, "doc_ids_BT"), np.int32)[:1]
     T, S = doc_ids_BT.shape[1], vis.num_streams
     Tp = padded_len(T, S, block_sizes)
     q_lo, q_hi, _, _ = block_tables.row_intervals(doc_ids_BT, vis)

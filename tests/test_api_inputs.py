@@ -114,3 +114,26 @@ def test_a_raw_key_of_the_prng_implementation_chosen_later_is_one_key():
             sps_model.check_rng(jnp.zeros(2, jnp.uint32))
     finally:
         jax.config.update("jax_default_prng_impl", before)
+
+
+def test_document_ids_of_the_wrong_kind_are_one_sentence_wherever_they_go():
+    # dense_mask refused float ids, while block_tables.tables made tables of them; a list was "got shape None" or
+    # failed on .shape, and score_counts of a 1-D array raised IndexError.
+    from sps_jax import block_tables, kernel_tuning, pallas_attention, splash_attention
+
+    vis = masks.Visibility("sps", 4)
+    says = r"^doc_ids_BT must be an integer array of shape \[batch, positions\], got float32 of shape \(1, 8\)"
+    calls = [lambda d: masks.dense_mask(vis, d), lambda d: block_tables.tables(d, vis, 8, 8),
+             lambda d: block_tables.row_intervals(d, vis),
+             lambda d: pallas_attention.score_counts(d, vis, kernel_tuning.default_tuning(64, 2)),
+             lambda d: splash_attention.score_counts(d, vis)]
+    for call in calls:
+        with pytest.raises(ValueError, match=says):
+            call(np.zeros((1, 8), np.float32))
+        with pytest.raises(ValueError, match=r"got int64 of shape \(8,\): add a batch axis with x\[None\]"):
+            call(np.zeros(8, np.int64))
+    # A nested list is the array it spells: the same tables as from numpy.
+    want = block_tables.tables(np.zeros((1, 8), np.int32), vis, 8, 8)
+    got = block_tables.tables([[0] * 8], vis, 8, 8)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
