@@ -137,3 +137,15 @@ def test_document_ids_of_the_wrong_kind_are_one_sentence_wherever_they_go():
     got = block_tables.tables([[0] * 8], vis, 8, 8)
     for a, b in zip(want, got):
         np.testing.assert_array_equal(a, b)
+
+
+def test_jax_scalars_count_where_python_numbers_do():
+    # Sampling(temperature=jnp.float32(0.8)) and mfu(num_devices=jnp.int32(1)) were refused ("must be a number"); a
+    # jax array in a Sampling is no hashable static argument of the decode loop.
+    from sps_jax.inference.sampling import Sampling
+
+    s = Sampling(jnp.float32(0.5), jnp.int32(3), np.float64(0.9))
+    s.validate()
+    assert s == Sampling(0.5, 3, 0.9) and hash(s) == hash(Sampling(0.5, 3, 0.9))
+    cfg, _, _ = small_model("sps", 2)
+    assert flops.mfu(cfg, 100.0, jnp.int32(2), 1e12) == flops.mfu(cfg, 100.0, 2, 1e12)

@@ -19,6 +19,15 @@ class Sampling:
     top_k: int = 0
     top_p: float = 1.0
 
+    def __post_init__(self):
+        # A 0-d numpy or jax number (jnp.float32(0.8)) as the Python number it holds: a Sampling is a static
+        # argument of the compiled decode loop, which hashes it, and a jax array is no hashable value.
+        for name in ("temperature", "top_k", "top_p"):
+            value = getattr(self, name)
+            if getattr(value, "shape", None) == () and getattr(getattr(value, "dtype", None), "kind", None) in ("i", "u",
+                                                                                                          "f"):
+                object.__setattr__(self, name, value.item())
+
     @property
     def filters_unread(self) -> bool:
         """Greedy decoding (temperature 0) with a top-k or top-p filter, which greedy decoding never reads."""
