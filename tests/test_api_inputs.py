@@ -149,3 +149,15 @@ def test_jax_scalars_count_where_python_numbers_do():
     assert s == Sampling(0.5, 3, 0.9) and hash(s) == hash(Sampling(0.5, 3, 0.9))
     cfg, _, _ = small_model("sps", 2)
     assert flops.mfu(cfg, 100.0, jnp.int32(2), 1e12) == flops.mfu(cfg, 100.0, 2, 1e12)
+
+
+@pytest.mark.parametrize("seed", [jax.random.key(0), jax.random.PRNGKey(0)])
+def test_a_key_where_generation_takes_a_seed_is_one_line(seed):
+    # The key's repr ran over two lines ("Array((), dtype=key<fry>) overlaying: [0 0]").
+    from sps_jax.inference import decoding
+
+    cfg, _, params = small_model("sps", 2)
+    with pytest.raises(TypeError) as refusal:
+        decoding.generate(cfg, params, [[1, 2]], 2, seed=seed)
+    assert str(refusal.value) == (f"seed must be an integer, got a jax array of shape {tuple(seed.shape)}: pass the "
+                                  "int a key is made from, e.g. seed=0.")
