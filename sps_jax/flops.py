@@ -16,10 +16,11 @@ figure from ``sps_jax.hardware`` (or ``train.peak_flops_per_device``).
 from __future__ import annotations
 
 import functools
+import operator
 
 import numpy as np
 
-from sps_jax import cli, hardware, masks
+from sps_jax import hardware, masks
 
 # Attention kernels' matmul FLOPs per computed score and head dimension: the forward's QK^T and PV; dQ recomputes
 # QK^T and adds dO V^T and dS K; dK/dV recomputes K Q^T and adds P^T dO, V dO^T and dS^T Q. The kernels' cost
@@ -74,7 +75,11 @@ def mfu(cfg, tokens_per_s: float, num_devices: int, peak_flops_per_s: float | No
     (a CPU, or an accelerator ``sps_jax.hardware`` does not know): no made-up denominator."""
     if not peak_flops_per_s:
         return None
-    if cli.integer(num_devices, "num_devices") < 1:  # a jax or numpy integer counts too
+    try:
+        count = operator.index(num_devices)  # a numpy or jax integer counts too; 2.0 and "2" do not
+    except TypeError:
+        count = None
+    if isinstance(num_devices, bool) or count is None or count < 1:
         raise ValueError(f"num_devices must be a positive integer, got {num_devices!r}.")
     return train_flops_per_token(cfg) * tokens_per_s / (num_devices * peak_flops_per_s)
 
