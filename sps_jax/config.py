@@ -507,8 +507,7 @@ def _check_model_fields(model: ml_collections.ConfigDict) -> None:
     may be left to its default, which runs the same model."""
     from sps_jax import model as sps_model  # not at the top: the commands' parsers load without jax
 
-    missing = sorted({f.name for f in dataclasses.fields(sps_model.ModelConfig)} - set(model.keys())
-                     - set(sps_model.EXECUTION_FIELDS))
+    missing = sps_model.ModelConfig.missing_fields(model)
     if missing:
         raise UserError(f"the config's model section has no {', '.join(missing)}: set "
                         f"{'it' if len(missing) == 1 else 'them'} (sps_jax.config.model_section(variant, window, "

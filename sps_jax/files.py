@@ -261,7 +261,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or {rename}.")
     check_parent(path, flag, elsewhere)
-    check_name_length(path, flag)
+    check_name_lengths(path, flag)
     return path
 
 
@@ -316,14 +316,10 @@ def _reads(given: str, path: str) -> bool:
     return os.path.realpath(given) == os.path.realpath(path)
 
 
-def check_name_length(path: str, flag: str) -> None:
-    """The file name fits the file system's limit (checked before the work, not when writing after it)."""
-    check_name_lengths(path, flag)
-
-
 def check_name_lengths(path: str, flag: str, built_in: str = "") -> None:
-    """Every name in ``path`` fits the file system's limit, its last one with ``built_in`` added (the suffix of the
-    folder it is built in): the OS said "File name too long" of a name the user never gave, after the checks."""
+    """Every name in ``path`` fits the file system's limit (checked before the work, not when writing after it),
+    its last one with ``built_in`` added (the suffix of the folder it is built in): the OS said "File name too long"
+    of a name the user never gave, after the checks."""
     names = [name for name in path.split(os.sep) if name]
     for n, name in enumerate(names):
         size = len(os.fsencode(name))  # bytes, as the file system counts; a name that is not UTF-8 included

@@ -214,6 +214,12 @@ class ModelConfig:
         return self.layer_input_bytes(rows) + (self.dense_probability_bytes(rows) if backend == "xla" else 0)
 
     @classmethod
+    def missing_fields(cls, section) -> list[str]:
+        """The fields of what the model is that a model section (a ConfigDict or dict) leaves out, sorted; those of
+        how it is computed (:data:`EXECUTION_FIELDS`) may be left to their defaults, which run the same model."""
+        return sorted({f.name for f in dataclasses.fields(cls)} - set(section.keys()) - set(EXECUTION_FIELDS))
+
+    @classmethod
     def from_config(cls, cfg: Any) -> "ModelConfig":
         if isinstance(cfg, ModelConfig):
             return cfg

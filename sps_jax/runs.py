@@ -195,8 +195,7 @@ def check_model_fields(config, workdir: str) -> str:
     (``model.EXECUTION_FIELDS``) may be missing: its default runs the same model, and a run written before
     the field existed has none."""
     path = os.path.join(workdir, CONFIG_FILE)
-    missing = sorted({f.name for f in dataclasses.fields(sps_model.ModelConfig)} - set(config.model.keys())
-                     - set(sps_model.EXECUTION_FIELDS))
+    missing = sps_model.ModelConfig.missing_fields(config.model)
     if missing:
         raise UserError(f"{path}: the model section has no {', '.join(missing)}: put back the values the run "
                         "was trained with (a default could describe another model).")

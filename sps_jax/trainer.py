@@ -118,8 +118,8 @@ def _check_activations_fit(cfg, rows: int, state_bytes: float, memory_bytes: int
         raise ValueError(
             f"a micro-batch of {rows} x model.seq_len={cfg.seq_len} positions per device needs at least "
             f"{floor / hardware.GiB:,.1f} GiB for its activations ({held}), more than the "
-            f"{(memory_bytes - state_bytes) / hardware.GiB:,.1f} GiB one {device} has beside the training state: lower train.micro_batch (train.global_batch stays: more micro-batches accumulate) or "
-            "model.seq_len.")
+            f"{(memory_bytes - state_bytes) / hardware.GiB:,.1f} GiB one {device} has beside the training state: lower "
+            "train.micro_batch (train.global_batch stays: more micro-batches accumulate) or model.seq_len.")
 
 
 def make_train_step(model, opt, param_shardings, lr_schedule):

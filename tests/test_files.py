@@ -388,7 +388,7 @@ def test_a_name_holding_bytes_that_are_not_utf8_is_written_as_given(tmp_path):
     # can't encode character '\udcff'", naming no flag.
     name = b"bad\xff.jsonl".decode("utf-8", "surrogateescape")
     path = str(tmp_path / name)
-    files.check_name_length(path, "--out")
+    files.check_name_lengths(path, "--out")
     with files.atomic_open(path) as f:
         f.write("x")
     assert os.listdir(os.fsencode(tmp_path)) == [b"bad\xff.jsonl"]

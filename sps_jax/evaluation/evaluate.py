@@ -59,9 +59,9 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         lm_eval_adapter.check_tokenizer(tokenizer, cfg)
     val_sha256 = None
     if val_data:  # manifest, size, EOS id, vocabulary, and the checksum the result records as the data's identity
-        val_sha256 = ((loader.read_manifest(val_data) or {}).get("splits", {}).get("val") or {}).get("sha256")
+        val_sha256 = (token_folder.split_checksums(val_data) or {}).get(token_folder.VAL)  # "" records none
         tokens = loader.open_tokens(val_data, token_folder.VAL, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id,
-                                    verify_checksum=bool(val_sha256))  # "" records none, as below
+                                    verify_checksum=val_sha256 is not None)
         scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens)) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
             print(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
