@@ -16,6 +16,8 @@ from sps_jax.cli import UserError
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "loss.png"
 TENSORBOARD_DIR = "tensorboard"
+# The key of the record a leg of training writes once its last checkpoint is on disk (no curve: the file's alone).
+CHECKPOINT_SAVED = "checkpoint_saved"
 
 
 def truncate(workdir: str, last_step: int) -> None:
@@ -107,8 +109,7 @@ class Writer:
             self._event, self._summary = event_pb2.Event, summary_pb2.Summary
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        self.note(record)
         if self.tb is not None:
             values = [self._summary.Value(tag=k, simple_value=float(v)) for k, v in record.items()
                       if k != "step" and isinstance(v, (int, float))]
@@ -116,6 +117,11 @@ class Writer:
                                           summary=self._summary(value=values)))
         for sink in self.sinks:
             sink.write(record)
+
+    def note(self, record: dict) -> None:
+        """Append ``record`` to metrics.jsonl alone: a fact about the run, not a value to plot."""
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
 
     def close(self) -> None:
         self.file.close()

@@ -292,18 +292,26 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
 
 def _check_checkpoints_not_lost(workdir: str, saved) -> None:
     """One sentence when the run's metrics show that a checkpoint was saved and none is there (moved, deleted): it
-    started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events. A save is
-    asynchronous and the next one waits for it, so a record past the second checkpoint step follows a finished
-    save; a run killed while its first save was written (a record at that step, no checkpoint) starts over."""
+    started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events. A leg that ended
+    (its last step, ``stop_at_step``, a signal) records its checkpoint once it is on disk; and a save is asynchronous
+    and the next one waits for it, so a record past the second checkpoint step follows a finished save. A run killed
+    while its first save was written (a record at that step, no checkpoint) starts over."""
+    records = metrics.read(workdir)
+    ended = [r["step"] for r in records if r.get(metrics.CHECKPOINT_SAVED) is True]
+    if ended:
+        raise UserError(f"--workdir {workdir} has metrics that record a checkpoint saved at step {ended[-1]}, but "
+                        f"{checkpoint.CHECKPOINT_DIR}/ holds none (moved or deleted): {_LOST_FIX}")
     every = saved.get("train", {}).get("checkpoint_every")
-    steps = [r["step"] for r in metrics.read(workdir)]
+    steps = [r["step"] for r in records]
     if not steps or not isinstance(every, int) or isinstance(every, bool) or every < 1 or max(steps) <= 2 * every:
         return
     raise UserError(f"--workdir {workdir} has metrics up to step {max(steps)}, past its second checkpoint step "
                     f"(train.checkpoint_every={every}), so it saved a checkpoint, but {checkpoint.CHECKPOINT_DIR}/ "
-                    "holds none (moved or deleted): put the checkpoints back to resume, or pass --force to train it "
-                    f"again from step 0 (its {metrics.METRICS_FILE} and {metrics.TENSORBOARD_DIR}/ events are "
-                    "replaced).")
+                    f"holds none (moved or deleted): {_LOST_FIX}")
+
+
+_LOST_FIX = (f"put the checkpoints back to resume, or pass --force to train it again from step 0 (its "
+             f"{metrics.METRICS_FILE} and {metrics.TENSORBOARD_DIR}/ events are replaced).")
 
 
 def _never_trained(workdir: str) -> bool:

@@ -555,6 +555,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         break
             profile.stop(step)  # a run that ended (or was stopped) inside the traced steps
             ckpts.check()  # the run succeeds only once its last checkpoint is on disk
+            if writer and step > start_step:  # on record, so a later start sees a checkpoint was there
+                writer.note({"step": step, "tokens_seen": step * p.tokens_per_step, metrics.CHECKPOINT_SAVED: True})
         finally:
             if profile is not None:
                 profile.close()

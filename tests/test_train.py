@@ -622,6 +622,10 @@ def test_a_run_whose_checkpoints_are_gone_is_refused_not_started_over(tmp_path, 
     # emptied the run's metrics.jsonl and tensorboard/ events.
     run = tmp_path / "run"
     assert train_here(run, tokens, 5).status == 0  # saves at 2 and 4 (checkpoint_every=2), and at its end, 5
+    records = (run / "metrics.jsonl").read_text().splitlines()
+    assert "checkpoint_saved" in records[-1]
+    # As a run killed after step 5 leaves it (SIGKILL: no record of the leg's end, its save at 4 on disk).
+    (run / "metrics.jsonl").write_text("\n".join(records[:-1]) + "\n")
     shutil.move(run / "checkpoints", tmp_path / "elsewhere")
     if lose == "file":
         (run / "checkpoints").mkdir()
@@ -634,6 +638,27 @@ def test_a_run_whose_checkpoints_are_gone_is_refused_not_started_over(tmp_path, 
                      "metrics.jsonl and tensorboard/ events are replaced).")
     assert (run / "metrics.jsonl").read_text() == before, outcome.stderr
     assert train_here(run, tokens, 6, "--force").status == 0 and sorted(losses(run)) == list(range(1, 7))
+
+
+@pytest.mark.parametrize("leg", ["stop_at_step", "finished"])
+def test_a_leg_that_ended_with_a_checkpoint_and_lost_it_is_refused_before_the_second_checkpoint_step(tmp_path, tokens,
+                                                                                                     leg):
+    # A leg that stopped at train.stop_at_step=1 (or a 1-step run) saved at its end, before checkpoint_every=2 came:
+    # with that checkpoint moved away, the rule of the second checkpoint step did not see it, and the run started over
+    # from step 0 and emptied its metrics.jsonl.
+    run = tmp_path / "run"
+    extra = ["--config.train.stop_at_step=1"] if leg == "stop_at_step" else []
+    assert train_here(run, tokens, 5 if extra else 1, *extra).status == 0
+    shutil.move(run / "checkpoints", tmp_path / "elsewhere")
+    before = (run / "metrics.jsonl").read_text()
+    outcome = refuse(small_argv(run, tokens, steps=6),
+                     f"error: --workdir {run} has metrics that record a checkpoint saved at step 1, but checkpoints/ "
+                     "holds none (moved or deleted): put the checkpoints back to resume, or pass --force to train it "
+                     "again from step 0 (its metrics.jsonl and tensorboard/ events are replaced).")
+    assert (run / "metrics.jsonl").read_text() == before, outcome.stderr
+    shutil.move(tmp_path / "elsewhere", run / "checkpoints")  # put back, the same command resumes
+    outcome = train_here(run, tokens, 6)
+    assert outcome.status == 0 and sorted(losses(run)) == list(range(1, 7)), outcome.stderr
 
 
 def test_a_run_killed_while_its_first_checkpoint_was_written_starts_over_with_the_same_command(tmp_path, tokens,
