@@ -616,16 +616,26 @@ def test_a_model_changed_in_python_after_load_config_trains_under_its_own_name(t
             in capsys.readouterr().err)
 
 
+def drop_the_record_of_its_end(run):
+    """metrics.jsonl without the record of the leg's last checkpoint, which the leg writes last."""
+    records = (run / "metrics.jsonl").read_text().splitlines()
+    assert "checkpoint_saved" in records[-1]
+    (run / "metrics.jsonl").write_text("".join(line + "\n" for line in records[:-1]))
+
+
+def killed_before_its_first_save(run):
+    """The run folder as a run killed before its first checkpoint was written leaves it."""
+    drop_the_record_of_its_end(run)
+    shutil.rmtree(run / "checkpoints")
+
+
 @pytest.mark.parametrize("lose", ["moved", "file"])
 def test_a_run_whose_checkpoints_are_gone_is_refused_not_started_over(tmp_path, tokens, lose):
     # Its checkpoints moved away (or a file left at checkpoints/2): train started over from step 0 without a word and
     # emptied the run's metrics.jsonl and tensorboard/ events.
     run = tmp_path / "run"
     assert train_here(run, tokens, 5).status == 0  # saves at 2 and 4 (checkpoint_every=2), and at its end, 5
-    records = (run / "metrics.jsonl").read_text().splitlines()
-    assert "checkpoint_saved" in records[-1]
-    # As a run killed after step 5 leaves it (SIGKILL: no record of the leg's end, its save at 4 on disk).
-    (run / "metrics.jsonl").write_text("\n".join(records[:-1]) + "\n")
+    drop_the_record_of_its_end(run)  # as a run killed after step 5 leaves it (SIGKILL), its save at 4 on disk
     shutil.move(run / "checkpoints", tmp_path / "elsewhere")
     if lose == "file":
         (run / "checkpoints").mkdir()
@@ -722,7 +732,7 @@ def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_i
     assert len(events) == 1 and not events[0].endswith(".other") and not (other / "wandb_run_id").exists()
     # A run started over from step 0 (no checkpoint yet) drops the events of its earlier start the same way.
     (other / "tensorboard" / "events.out.tfevents.2.earlier").write_bytes(b"earlier")
-    shutil.rmtree(other / "checkpoints")
+    killed_before_its_first_save(other)
     assert train_here(other, tokens, 2, "--config.train.tensorboard=True").status == 0
     assert not (other / "tensorboard" / "events.out.tfevents.2.earlier").exists()
 
