@@ -26,6 +26,7 @@ import select
 import signal
 import sys
 import threading
+import traceback
 from importlib import metadata
 
 from sps_jax.names import close_name, did_you_mean
@@ -73,7 +74,13 @@ def out_of_memory(exc: BaseException) -> bool:
 
 def backend_unavailable(exc: BaseException) -> bool:
     """jax could not start a platform it was told to use: JAX_PLATFORMS names a misspelt one ('CPU', 'gpu') or one
-    this machine lacks ('tpu'). jax says so at the first use of a device, inside any command."""
+    this machine lacks ('tpu'). jax says so at the first use of a device, inside any command; where the platform's
+    plugin failed to start ('cuda' without a driver) and no other was named, jax's check that some backend started
+    fails instead (an AssertionError in xla_bridge.backends)."""
+    if isinstance(exc, AssertionError):
+        frames = traceback.extract_tb(exc.__traceback__)
+        return bool(os.environ.get("JAX_PLATFORMS")) and bool(frames) and (
+            os.path.basename(frames[-1].filename), frames[-1].name) == ("xla_bridge.py", "backends")
     return str(exc).startswith("Unable to initialize backend")
 
 
@@ -218,10 +225,11 @@ def main(fn):
         except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
                                   "or sequence, or a smaller model."))
-        except RuntimeError as exc:
+        except (RuntimeError, AssertionError) as exc:
             if backend_unavailable(exc):
                 # jax's closing advice, "(set JAX_PLATFORMS='' ...)", is where the sentence ends.
-                why = str(exc).strip().splitlines()[0].split(" (set JAX_PLATFORMS")[0]
+                why = (str(exc).strip().splitlines()[0].split(" (set JAX_PLATFORMS")[0] if str(exc).strip() else
+                       "jax started none of them")
                 return fail(UserError(f"jax cannot start the platform JAX_PLATFORMS="
                                       f"{os.environ.get('JAX_PLATFORMS', '')!r} names ({why}): set JAX_PLATFORMS to "
                                       "platforms this machine has, such as cpu, or unset it."))

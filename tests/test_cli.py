@@ -115,6 +115,21 @@ def test_a_jax_platforms_that_names_no_platform_here_is_one_sentence_not_a_trace
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("platforms", ["cuda", "gpu"])
+def test_a_jax_platforms_whose_plugin_cannot_start_is_one_sentence_not_a_traceback(tmp_path, platforms):
+    # The CUDA plugin (the test extra's) on a machine without a driver: for 'cuda' jax started no backend at all and
+    # failed on a bare AssertionError, which escaped as a traceback.
+    tokens = write_token_folder(str(tmp_path / "tokens"))
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
+                           str(tmp_path / "run"), f"--config.data.dir={tokens}"], cwd=REPO,
+                          env={**env(), "JAX_PLATFORMS": platforms}, capture_output=True, text=True, timeout=120)
+    lines = own_lines(proc.stderr)
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: jax cannot start the platform JAX_PLATFORMS={platforms!r} names (") and lines[
+        0].endswith("): set JAX_PLATFORMS to platforms this machine has, such as cpu, or unset it."), lines[0]
+    assert not (tmp_path / "run").exists()
+
+
 def one_sentence(outcome, *needles):
     assert outcome.problem() is None, outcome.problem()
     assert outcome.status == 2, outcome.stderr
