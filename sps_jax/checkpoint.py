@@ -217,7 +217,9 @@ def save_params(workdir: str, step: int, params, trained_as: dict, meta: dict | 
     (ModelConfig.function_fields)."""
     workdir = files.path_text(workdir, "workdir")
     check_writable_path(workdir, "the run folder")
-    with manager(workdir, enable_async_checkpointing=False) as mngr:
+    # A stop waits for the save: Orbax's writer threads would run on after it and write into a folder the command's
+    # cleanup had already removed (import_torch's partial run folder).
+    with cli.stops_held(), manager(workdir, enable_async_checkpointing=False) as mngr:
         mngr.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params),
             meta=ocp.args.JsonSave(_meta(step, trained_as, meta))), force=True)

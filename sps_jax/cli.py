@@ -180,6 +180,26 @@ def stop_exits_while_loading():
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def stops_held():
+    """Around work that threads outside Python's reach carry on with (Orbax's writes of a weights save): in a
+    command-line run a Ctrl-C or SIGTERM that comes meanwhile is held and raised once the block ends, so that nothing
+    writes after the command's cleanup. Outside a command-line run signal handling is left alone."""
+    if signal.getsignal(signal.SIGINT) is not _raise_stop or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        _raise_stop(held[0], None)
+
+
 def load(module: str):
     """``importlib.import_module(module)`` under :func:`stop_exits_while_loading`: a command's first import of
     a module that loads jax, flax or orbax, once its arguments are parsed."""

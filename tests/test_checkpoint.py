@@ -336,3 +336,27 @@ def test_orbax_reads_left_failing_after_a_damaged_restore_are_not_logged_after_i
     assert not logged(from_orbax)
     assert logged(mine)  # another task's failure is still said
     assert logged(from_orbax, "Unclosed client session")  # and asyncio's other messages
+
+
+def test_a_ctrl_c_during_a_weights_save_waits_for_the_save_then_stops_the_command(tmp_path, monkeypatch):
+    # Orbax's writer threads ran on after the interrupt: import_torch's cleanup removed its partial folder, the writes
+    # made it again, and the same command was then refused ("... .partial already exists and was not made by this
+    # command"). The stop now lands once the save is whole, and nothing writes after it.
+    import signal
+
+    from sps_jax import cli
+
+    real_meta = checkpoint._meta
+
+    def ctrl_c_at_the_save(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # as the user's Ctrl-C, with the command's handler in place
+        return real_meta(*args)
+
+    monkeypatch.setattr(checkpoint, "_meta", ctrl_c_at_the_save)
+    previous = signal.signal(signal.SIGINT, cli._raise_stop)  # a command run from the command line holds SIGINT
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.save_params(str(tmp_path / "run"), 3, {"w": jnp.ones(4)}, TRAINED_AS)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert checkpoint.steps(str(tmp_path / "run")) == [3]
