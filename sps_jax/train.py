@@ -25,9 +25,12 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None, p
     try:
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
     except ValueError as exc:  # jax's own words ("Number of processes must be defined.") name no flag
-        raise cli.UserError(f"jax.distributed could not start ({cli.sentence(exc).rstrip('.')}): pass --num-processes "
-                            "and --process-id (or SPS_JAX_NUM_PROCESSES and SPS_JAX_PROCESS_ID) where no cluster "
-                            "environment (SLURM, a TPU slice, ...) gives them.") from None
+        missing = [flag for flag, value in (("--coordinator HOST:PORT", coordinator), ("--num-processes", num_processes),
+                                            ("--process-id", process_id)) if value is None]
+        names = " and ".join(f"{flag} (or SPS_JAX_{flag.split()[0][2:].upper().replace('-', '_')})" for flag in missing)
+        fix = (f"pass {names} where no cluster environment (SLURM, a TPU slice, ...) gives them" if missing else
+               "check --coordinator, --num-processes and --process-id")
+        raise cli.UserError(f"jax.distributed could not start ({cli.sentence(exc).rstrip('.')}): {fix}.") from None
 
 
 def check_distributed(args) -> None:

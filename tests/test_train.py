@@ -934,7 +934,23 @@ def test_a_coordinator_without_the_process_counts_outside_a_cluster_names_the_fl
     errors = [line for line in own_lines(done.stderr) if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert errors[0].startswith("error: jax.distributed could not start (Number of processes must be defined): pass "
-                                "--num-processes and --process-id"), errors
+                                "--num-processes (or SPS_JAX_NUM_PROCESSES) and --process-id (or SPS_JAX_PROCESS_ID)"
+                                " where"), errors
+    assert not (tmp_path / "run").exists()
+
+
+def test_distributed_without_a_coordinator_outside_a_cluster_names_the_coordinator_flag(tmp_path):
+    # jax said "coordinator_address should be defined", and the advice named only --num-processes and --process-id,
+    # which were given.
+    cluster = ("SLURM_", "OMPI_", "PMI_", "MV2_", "TPU_", "SPS_JAX_")
+    clean = {k: v for k, v in env().items() if not k.startswith(cluster)}
+    done = subprocess.run([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
+                           str(tmp_path / "run"), "--distributed", "--num-processes", "1", "--process-id", "0"],
+                          cwd=REPO, env=clean, capture_output=True, text=True, timeout=300)
+    errors = [line for line in own_lines(done.stderr) if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert errors[0].startswith("error: jax.distributed could not start (coordinator_address should be defined): "
+                                "pass --coordinator HOST:PORT (or SPS_JAX_COORDINATOR) where"), errors
     assert not (tmp_path / "run").exists()
 
 
