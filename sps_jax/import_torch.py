@@ -137,6 +137,12 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
         key = str(key).removeprefix(torch_layout.PREFIX)
         if hasattr(tensor, "detach"):
             floating = tensor.is_floating_point()
+            if floating and tensor.is_meta:
+                raise UserError(f"{key} is a meta tensor, which holds no values (saved from a model whose weights were "
+                                "never loaded): save the checkpoint from the model with its weights.")
+            if floating and str(tensor.layout) != "torch.strided":
+                raise UserError(f"{key} is stored as {tensor.layout}, not as a dense tensor: save the state dict with "
+                                "dense tensors (tensor.to_dense()).")
         else:  # bfloat16 (a .safetensors export) is no np.floating; integers and booleans are not weights either
             floating = isinstance(tensor, np.ndarray) and tensor.dtype.kind not in "biuOSUM"
         if not floating:

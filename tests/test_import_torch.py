@@ -331,6 +331,21 @@ def test_an_out_that_is_a_run_is_never_replaced_even_with_force(tmp_path):
     assert sorted(os.listdir(tmp_path / "run")) == before
 
 
+@pytest.mark.parametrize("kind, sentence", [
+    ("meta", "transformer.h.0.attn.c_attn.weight is a meta tensor, which holds no values (saved from a model whose "
+             "weights were never loaded): save the checkpoint from the model with its weights."),
+    ("sparse", "transformer.h.0.attn.c_attn.weight is stored as torch.sparse_coo, not as a dense tensor: save the "
+               "state dict with dense tensors (tensor.to_dense())."),
+])
+def test_a_weight_saved_as_a_meta_or_sparse_tensor_is_one_sentence(tmp_path, kind, sentence):
+    # torch's own NotImplementedError ("Cannot copy out of meta tensor") or TypeError escaped as a traceback.
+    sd = synthetic_state_dict(compiled=False)
+    key = "transformer.h.0.attn.c_attn.weight"
+    sd[key] = sd[key].to("meta") if kind == "meta" else sd[key].to_sparse()
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message == f"error: {sentence}\n", message
+
+
 def bad_file_message(tmp_path, write):
     path = tmp_path / "bad.pt"
     write(path)
