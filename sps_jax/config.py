@@ -556,7 +556,7 @@ def check_run_config(config) -> None:
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")
-    _check_metrics(config.get("metrics"))
+    check_metrics(config.get("metrics"))
 
 
 def check_labels(config) -> None:
@@ -580,7 +580,7 @@ def check_labels(config) -> None:
 WANDB_MODES = ("online", "offline", "disabled")
 
 
-def _check_metrics(m) -> None:
+def check_metrics(m) -> None:
     """The W&B settings, which W&B itself reads only once the first step has compiled and run."""
     if m is None:  # a config of its own without the section: no tracking (sps_jax.tracking.enabled)
         return

@@ -286,8 +286,17 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             given = [item for item in overrides if sps_config.override_key(item) == f"model.{field}"]
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
-    sps_config.check_ranges(config)  # the run folder's config.json must train and evaluate as it is
-    sps_config.check_labels(config)
+    try:  # the run folder's config.json must train and evaluate as it is
+        sps_config.check_ranges(config)
+        sps_config.check_labels(config)
+        sps_config.check_metrics(config.get("metrics"))
+        sps_model.ModelConfig.from_config(config.model)
+    except ValueError as exc:
+        if stored_config is None:  # the paper's config with the flags: the flag is what the sentence names
+            raise
+        raise UserError(f"the checkpoint's stored config ({torch_layout.CONFIG}) is not a valid run config "
+                        f"({cli.sentence(exc).rstrip('.')}): replace that value with --window N or "
+                        "--config.SECTION.FIELD=VALUE, or export the run again.") from None
     imported = _function_fields(config.model)  # None for a model the import refuses next, in its own sentence
     changed = sorted(k for k in imported or {} if exported and k in exported and exported[k] != imported[k])
     if changed:  # allowed (an analysis may want it), never silent, as for a file of theirs

@@ -545,6 +545,36 @@ def test_a_stored_config_whose_sizes_are_not_integers_is_one_sentence(tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("edit, says", [
+    (lambda model: model.update(window=-3), "window must be an integer from 0 to 2147483647 or None (unbounded), got "
+                                            "-3"),
+    (lambda model: model.update(norm_eps=-1.0), "norm_eps"),
+])
+def test_a_stored_config_of_no_valid_model_names_the_file_and_the_fix(tmp_path, edit, says):
+    # It said only "window must be an integer from 0 to 2147483647 or None (unbounded), got -3.": not that the
+    # checkpoint's stored config said so, nor what to do.
+    path = export_with_stored_config(tmp_path, edit, synthetic_state_dict())
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    line = outcome.stderr.strip()
+    assert line.startswith("error: the checkpoint's stored config (sps_jax_config) is not a valid run config (")
+    assert says in line and line.endswith("): replace that value with --window N or --config.SECTION.FIELD=VALUE, or "
+                                          "export the run again."), line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_metrics_setting_train_would_refuse_is_refused_at_the_import(tmp_path):
+    # --config.metrics.wandb_mode=bogus was written into the imported run's config.json, which train then refused.
+    sd = synthetic_state_dict()
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(sd, window=1), path)
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(tmp_path / "run"),
+                                            *OVERRIDES, "--config.metrics.wandb_mode=bogus"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "metrics.wandb_mode='bogus' must be one of online, offline, disabled" in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("variant,window", [(5, 2), ("sps", "2"), (None, 2)])
 def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tmp_path, variant, window):
     # --variant and --window win over a hand-edited stored config; replacing a value of another type
