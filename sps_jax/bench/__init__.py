@@ -13,6 +13,20 @@ PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the 
 GENERATION_WORKLOAD = {"batch_size": 16, "prefill": 1024, "decode": 3072}
 
 
+def load_config(path: str, overrides=()):
+    """``--config`` with its overrides, held to what a run of it may be (:func:`sps_jax.config.check_run_config` and
+    the model's own checks): a value out of range is refused in any section, read by the benchmark or not, as
+    train refuses it (``bench compile --only kernels`` took ``model.num_layers=0``, ``bench generate`` a negative
+    ``train.peak_lr``)."""
+    from sps_jax import config as sps_config
+    from sps_jax import model as sps_model
+
+    config = sps_config.load_config(path, overrides)
+    sps_config.check_run_config(config)
+    sps_model.ModelConfig.from_config(config.model)
+    return config
+
+
 def add_workload_flags(parser, prefix: str = "") -> None:
     """--batch-size, --prefill and --decode: the generation workload, the paper's by default."""
     cli.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")

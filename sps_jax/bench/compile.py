@@ -62,10 +62,9 @@ def parse_args(argv):
     p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
     p.add_argument("--devices", type=cli.int_up_to(MAX_DEVICES, least=1), default=1,
                    help="devices of the train step's mesh (FSDP over them)")
-    p.add_argument("--kernel-sets", type=cli.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"),
-                   default=list(kernel_tuning.KERNEL_SETS),
-                   help="comma-separated GPU kernel sets: pallas (Pallas's Triton backend), triton (the same "
-                        "kernels through jax-triton)")
+    p.add_argument("--kernel-sets", type=cli.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"), default=None,
+                   help="comma-separated GPU kernel sets of the kernels' compiles: pallas (Pallas's Triton backend), "
+                        "triton (the same kernels through jax-triton); default both")
     p.add_argument("--dtypes", type=cli.comma_list(str, names.DTYPES, "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes (TPU targets skip float16)")
     bench.add_workload_flags(p, "generation: ")
@@ -75,6 +74,13 @@ def parse_args(argv):
     rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
     args.overrides = overrides
+    if args.kernel_sets is not None:  # a TPU target's kernels are splash's: the flag was ignored without a word
+        gpus = [name for name in args.target if hardware.ACCELERATORS[name].platform != "tpu"]
+        if not gpus or "kernels" not in args.only:
+            p.error("--kernel-sets chooses the kernels compiled for GPU targets, and "
+                    + ("no GPU target is listed: add one, or drop --kernel-sets." if not gpus else
+                       "--only leaves the kernels out: add kernels to --only, or drop --kernel-sets."))
+    args.kernel_sets = args.kernel_sets or list(kernel_tuning.KERNEL_SETS)
     return args
 
 
@@ -85,7 +91,7 @@ def _log(msg):
 def _variant_config(args, variant, backend=None):
     """``--config`` with its overrides, switched to ``variant`` (its window rule applied) and, if
     given, to the attention ``backend``."""
-    config = sps_config.load_config(args.config, args.overrides)
+    config = bench.load_config(args.config, args.overrides)
     if backend is not None:
         config.model.attention = backend
     vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
@@ -109,7 +115,7 @@ def attention_backends(acc, args) -> list[str]:
     if args.attention:
         return args.attention
     if any(sps_config.override_key(item) == "model.attention" for item in args.overrides):
-        return [sps_config.load_config(args.config, args.overrides).model.attention]
+        return [bench.load_config(args.config, args.overrides).model.attention]
     return ["auto", "xla"] if acc.platform == "tpu" else ["auto"]
 
 

@@ -62,10 +62,9 @@ def _parse(argv):
 
 
 def _model_config(args, overrides, variant, backend=None):
-    from sps_jax import config as sps_config
     from sps_jax import model as sps_model
 
-    config = sps_config.load_config(args.config, overrides)
+    config = bench.load_config(args.config, overrides)
     fields = dict(config.model)
     vis = masks.Visibility(fields["variant"], fields["window"]).with_variant(variant)
     fields["variant"], fields["window"] = vis.variant, vis.window

@@ -115,7 +115,7 @@ def main(argv=None) -> int:
                         "decode loop)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
-    config = sps_config.load_config(args.config, overrides)
+    config = bench.load_config(args.config, overrides)
     results = smoke(config, args.batch_size, variants=args.variants)
     bench.write_results(args, results)
     bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]

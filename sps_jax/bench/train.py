@@ -78,7 +78,7 @@ def run_configs(args, overrides, base_vis, variants) -> list[tuple[str, object]]
     configs = []
     for backend in args.attention or [None]:
         for variant in variants:
-            config = sps_config.load_config(args.config, overrides)
+            config = bench.load_config(args.config, overrides)
             vis = base_vis.with_variant(variant)
             config.model.variant, config.model.window = vis.variant, vis.window
             if backend:
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     bench.check_profile(args)
-    base = sps_config.load_config(args.config, overrides)
+    base = bench.load_config(args.config, overrides)
     variants = args.variants or [base.model.variant]
     base_vis = masks.Visibility(base.model.variant, base.model.window)
     platform = jax.devices()[0].platform

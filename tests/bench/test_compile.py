@@ -105,6 +105,14 @@ def test_bad_arguments_get_one_sentence(args, message):
     (["--target", "h100", "--only", "train", "--config", "configs/tiny.py", "--attention", "triton"],
      r"^error: triton was imported with TRITON_INTERPRET=1, which makes its kernels interpreter-only: unset it to run "
      r"or compile them for a GPU\.$"),
+    # GPU kernel sets asked of TPU targets alone (or of no kernels): ignored without a word
+    (["--target", "tpu-v5e", "--only", "kernels", "--kernel-sets", "triton"],
+     r"--kernel-sets chooses the kernels compiled for GPU targets, and no GPU target is listed: add one, or drop "
+     r"--kernel-sets \(see --help\)\.$"),
+    (["--target", "h100", "--only", "train", "--kernel-sets", "triton"],
+     r"--only leaves the kernels out: add kernels to --only, or drop --kernel-sets \(see --help\)\.$"),
+    # --only kernels compiles no model, and took a model of no layers without a word
+    (["--target", "h100", "--only", "kernels", "--config.model.num_layers=0"], r"num_layers"),
     # TPU kernels are compiled in bfloat16 and float32 only: float16 alone compiled nothing and exited 0
     (["--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"],
      r"tpu-v5e's kernels compile in bfloat16 or float32, not float16: add one of them to --dtypes"),

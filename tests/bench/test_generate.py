@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from sps_jax.bench import generate as bench_generate
-from tests import helpers
+from sps_jax.bench import __main__ as bench_main, generate as bench_generate
+from tests import fuzz, helpers
 from tests.helpers import REPO
 
 
@@ -150,6 +150,18 @@ def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
     assert done.returncode == 2, done.stderr[-2000:]
     assert 'error: attention="triton" runs its kernels on an NVIDIA GPU' in done.stderr
     assert "compiled in" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("override, sentence", [
+    ("--config.train.peak_lr=-1", "train.peak_lr=-1.0 must be a finite number of at least 0."),
+    ("--config.model.num_layers=0", "num_layers"),
+])
+def test_a_config_value_out_of_range_is_refused_in_any_section_before_a_worker_runs(monkeypatch, override, sentence):
+    # A section generation does not read took any value (train.peak_lr=-1), where train refuses it in one sentence.
+    monkeypatch.setattr(bench_generate.subprocess, "run", lambda *a, **k: pytest.fail("a worker was started"))
+    outcome = fuzz.call(bench_main.main, ["generate", "--config", "configs/tiny.py", "--batch-size", "1", "--prefill",
+                                          "4", "--decode", "2", "--variants", "standard", override])
+    assert outcome.status == 2 and outcome.problem() is None and sentence in outcome.stderr, outcome.stderr
 
 
 def test_a_workload_the_device_here_cannot_hold_is_refused_before_it_compiles(monkeypatch):
