@@ -50,10 +50,12 @@ def ranks_sha256(ranks: dict[bytes, int]) -> str:
     return hashlib.sha256(b"".join(lines)).hexdigest()
 
 
-def from_ranks_file(path: str):
-    """The GPT-2 Encoding of a ranks file; one sentence when the file holds other ranks than GPT-2's: of another
-    vocabulary (which tiktoken cannot encode every text with: it panics on a missing byte), or GPT-2's size with
-    other ids (two swapped), whose ids would mean other text without a word."""
+def from_ranks_file(path: str, fix: str | None = None):
+    """The GPT-2 Encoding of a ranks file; one sentence ending in ``fix`` (what to do, by where the path came from)
+    when the file holds other ranks than GPT-2's: of another vocabulary (which tiktoken cannot encode every text
+    with: it panics on a missing byte), or GPT-2's size with other ids (two swapped), whose ids would mean other
+    text without a word."""
+    fix = fix or f"pass the path of GPT-2's gpt2.tiktoken file, or run `{PROVISION_COMMAND}`"
     import tiktoken
     from tiktoken.load import load_tiktoken_bpe
 
@@ -62,12 +64,12 @@ def from_ranks_file(path: str):
     if len(ranks) != vocab.EOS_ID or missing_bytes or max(ranks.values()) != vocab.EOS_ID - 1:
         raise TokenizerMissing(f"{path} holds the ranks of another vocabulary ({len(ranks)} ranks, {missing_bytes} of "
                                f"the 256 bytes missing; GPT-2's has {vocab.EOS_ID} ids below EOS, every byte among "
-                               f"them): pass the path of a gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
+                               f"them): {fix}.")
     digest = ranks_sha256(ranks)
     if digest != RANKS_SHA256:
         raise TokenizerMissing(f"{path} holds {len(ranks)} ranks, as GPT-2's does, but not GPT-2's (their sha256 is "
                                f"{digest[:12]}..., GPT-2's {RANKS_SHA256[:12]}...), so its ids would mean "
-                               f"other text: pass the path of GPT-2's gpt2.tiktoken file, or run `{PROVISION_COMMAND}`.")
+                               f"other text: {fix}.")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={EOS_TOKEN: vocab.EOS_ID})
 
@@ -82,16 +84,20 @@ def get_tokenizer(ranks_path: str | None = None):
     path = ranks_path or default_ranks_path()  # "" is the default too
     if path in _CACHE:
         return _CACHE[path]
-    if not ranks_path and os.environ.get(RANKS_VARIABLE):  # a file the user named, as --tokenizer: never a download
+    from_variable = not ranks_path and bool(os.environ.get(RANKS_VARIABLE))
+    if from_variable:  # a file the user named, as --tokenizer: never a download
         files.input_file(path, RANKS_VARIABLE, "set it to a gpt2.tiktoken file, or unset it")
+    # What to do about a file of no GPT-2 ranks, by where its path came from.
+    fix = (f"set {RANKS_VARIABLE} to a gpt2.tiktoken file, or unset it" if from_variable else
+           "pass the path of GPT-2's gpt2.tiktoken file" if ranks_path else
+           f"delete it and run `{PROVISION_COMMAND}`")
     if os.path.isfile(path):
         try:
-            enc = from_ranks_file(path)
+            enc = from_ranks_file(path, fix)
         except TokenizerMissing:
             raise
         except Exception as exc:  # tiktoken's parse errors do not name the file
-            raise TokenizerMissing(f"{path} is not a gpt2.tiktoken ranks file ({type(exc).__name__}): run "
-                                   f"`{PROVISION_COMMAND}` or pass the path of a gpt2.tiktoken file.") from None
+            raise TokenizerMissing(f"{path} is not a gpt2.tiktoken ranks file ({type(exc).__name__}): {fix}.") from None
     elif ranks_path:
         raise TokenizerMissing(f"tokenizer file {path!r} does not exist: run `{PROVISION_COMMAND}` "
                                "or pass the path of a gpt2.tiktoken file.")

@@ -91,6 +91,18 @@ def test_a_tokenizer_variable_naming_no_file_is_refused_not_replaced_by_a_downlo
         tokenizer.get_tokenizer()
 
 
+def test_a_tokenizer_variable_naming_a_file_of_no_ranks_says_to_set_or_unset_it(tmp_path, monkeypatch):
+    # "... is not a gpt2.tiktoken ranks file (ValueError): ... pass the path of a gpt2.tiktoken file": the generate
+    # and train commands take no such path; the variable gave it.
+    junk = tmp_path / "junk.tiktoken"
+    junk.write_text("not ranks\n")
+    monkeypatch.setenv("SPS_JAX_TOKENIZER", str(junk))
+    with pytest.raises(cli.UserError) as refusal:
+        tokenizer.get_tokenizer()
+    assert str(refusal.value) == (f"{junk} is not a gpt2.tiktoken ranks file (ValueError): set SPS_JAX_TOKENIZER to a "
+                                  "gpt2.tiktoken file, or unset it.")
+
+
 def test_provisioning_names_the_tokenizer_variable_that_gave_its_path(tmp_path, monkeypatch):
     """Without --out, provision-tokenizer writes where SPS_JAX_TOKENIZER says; its refusals named --out, a flag the
     user never gave."""
