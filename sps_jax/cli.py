@@ -184,13 +184,19 @@ def stop_exits_while_loading():
 def stops_held():
     """Around work that threads outside Python's reach carry on with (Orbax's writes of a weights save): in a
     command-line run a Ctrl-C or SIGTERM that comes meanwhile is held and raised once the block ends, so that nothing
-    writes after the command's cleanup. Outside a command-line run signal handling is left alone."""
+    writes after the command's cleanup; a second one ends the process at once (a save that hangs). Outside a
+    command-line run signal handling is left alone."""
     if signal.getsignal(signal.SIGINT) is not _raise_stop or threading.current_thread() is not threading.main_thread():
         yield
         return
     held = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum, frame):
+        if held:
+            _exit_stopped(signum, frame)
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -133,7 +133,7 @@ def mesh_config():
 def metrics_config():
     """Optional Weights & Biases tracking beside metrics.jsonl (docs/interop.md; needs the ``wandb`` extra)."""
     m = ml_collections.ConfigDict()
-    m.wandb = False                # log every metrics.jsonl record to a W&B run, resumed with the training run
+    m.wandb = False                # log the metrics.jsonl records to a W&B run, resumed with the training run
     m.wandb_project = "sps-jax"
     m.wandb_entity = None          # None: the W&B account's default entity
     m.wandb_name = None            # None: the config's name

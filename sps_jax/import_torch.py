@@ -287,16 +287,15 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     try:  # the run folder's config.json must train and evaluate as it is
-        sps_config.check_ranges(config)
-        sps_config.check_labels(config)
-        sps_config.check_metrics(config.get("metrics"))
-        sps_model.ModelConfig.from_config(config.model)
-    except ValueError as exc:
-        if stored_config is None:  # the paper's config with the flags: the flag is what the sentence names
+        _check_run_config(config)
+    except ValueError:
+        # A stored config that fails as the file holds it is the file's fault, said as such; else a flag's value
+        # (or a flag with the file's) failed, and the sentence that names it stands.
+        own = None if stored_config is None else _problem(_stored(stored_config))
+        if own is None:
             raise
-        raise UserError(f"the checkpoint's stored config ({torch_layout.CONFIG}) is not a valid run config "
-                        f"({cli.sentence(exc).rstrip('.')}): replace that value with --window N or "
-                        "--config.SECTION.FIELD=VALUE, or export the run again.") from None
+        raise UserError(f"the checkpoint's stored config ({torch_layout.CONFIG}) is not a valid run config ({own}): "
+                        "replace that value with --window N or a --config override, or export the run again.") from None
     imported = _function_fields(config.model)  # None for a model the import refuses next, in its own sentence
     changed = sorted(k for k in imported or {} if exported and k in exported and exported[k] != imported[k])
     if changed:  # allowed (an analysis may want it), never silent, as for a file of theirs
@@ -321,6 +320,26 @@ def _disagreements(fields: dict, stored_model) -> list[str]:
             + ("model_args value" if field in _ARGS_WIN else "stored config's value") + " is used"
             for field in sorted(fields) if field not in shapes and field in stored_model
             and fields[field] != stored_model.get(field)]
+
+
+def _check_run_config(config) -> None:
+    """What a run folder's config.json must pass to train and evaluate as it is (an imported run's, whose train
+    section may differ from a shipped config's fields)."""
+    from sps_jax import model as sps_model
+
+    sps_config.check_ranges(config)
+    sps_config.check_labels(config)
+    sps_config.check_metrics(config.get("metrics"))
+    sps_model.ModelConfig.from_config(config.model)
+
+
+def _problem(config) -> str | None:
+    """Why ``config`` fails :func:`_check_run_config`, said without its full stop, or None."""
+    try:
+        _check_run_config(config)
+    except ValueError as exc:
+        return cli.sentence(exc).rstrip(".")
+    return None
 
 
 def _function_fields(model) -> dict | None:

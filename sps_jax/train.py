@@ -27,7 +27,8 @@ def initialize_distributed(coordinator: str | None, num_processes: int | None, p
     except ValueError as exc:  # jax's own words ("Number of processes must be defined.") name no flag
         missing = [flag for flag, value in (("--coordinator HOST:PORT", coordinator), ("--num-processes", num_processes),
                                             ("--process-id", process_id)) if value is None]
-        names = " and ".join(f"{flag} (or SPS_JAX_{flag.split()[0][2:].upper().replace('-', '_')})" for flag in missing)
+        names = [f"{flag} (or SPS_JAX_{flag.split()[0][2:].upper().replace('-', '_')})" for flag in missing]
+        names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
         fix = (f"pass {names} where no cluster environment (SLURM, a TPU slice, ...) gives them" if missing else
                "check --coordinator, --num-processes and --process-id")
         raise cli.UserError(f"jax.distributed could not start ({cli.sentence(exc).rstrip('.')}): {fix}.") from None

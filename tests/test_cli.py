@@ -130,6 +130,16 @@ def test_a_jax_platforms_whose_plugin_cannot_start_is_one_sentence_not_a_traceba
     assert not (tmp_path / "run").exists()
 
 
+def test_a_second_stop_during_a_held_save_ends_the_command_at_once():
+    # Every stop was held to the end of the block: a save that hung could be ended only with SIGKILL.
+    code = ("import os, signal, time\nfrom sps_jax import cli\nsignal.signal(signal.SIGINT, cli._raise_stop)\n"
+            "with cli.stops_held():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(30)\nprint('the block ran to its end')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=20)
+    assert proc.returncode == 143 and own_lines(proc.stderr) == ["terminated"] and proc.stdout == "", proc.stderr
+
+
 def one_sentence(outcome, *needles):
     assert outcome.problem() is None, outcome.problem()
     assert outcome.status == 2, outcome.stderr

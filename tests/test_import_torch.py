@@ -558,9 +558,21 @@ def test_a_stored_config_of_no_valid_model_names_the_file_and_the_fix(tmp_path, 
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     line = outcome.stderr.strip()
     assert line.startswith("error: the checkpoint's stored config (sps_jax_config) is not a valid run config (")
-    assert says in line and line.endswith("): replace that value with --window N or --config.SECTION.FIELD=VALUE, or "
-                                          "export the run again."), line
+    assert says in line and line.endswith("): replace that value with --window N or a --config override, or export "
+                                          "the run again."), line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flags, sentence", [
+    (["--config.train.peak_lr=-1"], "error: train.peak_lr=-1.0 must be a finite number of at least 0.\n"),
+    (["--num-heads", "3"], "error: d_model=32 must split into num_heads=3 heads of even size (RoPE pairs).\n"),
+])
+def test_a_bad_flag_over_a_valid_stored_config_is_the_flags_sentence(tmp_path, flags, sentence):
+    # The stored config's sentence took the blame for the user's own flag.
+    path = export_with_stored_config(tmp_path, lambda model: None, synthetic_state_dict())
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run"), *flags])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == sentence
 
 
 def test_a_metrics_setting_train_would_refuse_is_refused_at_the_import(tmp_path):

@@ -14,15 +14,17 @@ GENERATION_WORKLOAD = {"batch_size": 16, "prefill": 1024, "decode": 3072}
 
 
 def load_config(path: str, overrides=()):
-    """``--config`` with its overrides, held to what a run of it may be (:func:`sps_jax.config.check_run_config` and
-    the model's own checks): a value out of range is refused in any section, read by the benchmark or not, as
-    train refuses it (``bench compile --only kernels`` took ``model.num_layers=0``, ``bench generate`` a negative
-    ``train.peak_lr``)."""
+    """``--config`` with its overrides, its model held to the model's own checks and, in a run config (one with a
+    train section), every section to :func:`sps_jax.config.check_run_config`: a value out of range is refused
+    whether the benchmark reads it or not, as train refuses it (``bench compile --only kernels`` took
+    ``model.num_layers=0``, ``bench generate`` a negative ``train.peak_lr``). A config of a model section alone is a
+    model's shapes, which generate and smoke need no more than."""
     from sps_jax import config as sps_config
     from sps_jax import model as sps_model
 
     config = sps_config.load_config(path, overrides)
-    sps_config.check_run_config(config)
+    if "train" in config:
+        sps_config.check_run_config(config)
     sps_model.ModelConfig.from_config(config.model)
     return config
 

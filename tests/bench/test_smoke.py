@@ -42,6 +42,23 @@ def test_variants_picks_which_variants_are_checked_and_in_what_order(tmp_path, m
     assert [(r["variant"], r["window"]) for r in rows] == [("reverse_sps", 64), ("standard", None)]
 
 
+def test_a_config_of_a_model_section_alone_is_checked_and_run(tmp_path, monkeypatch):
+    # bench's configs are the model's shapes: one without train and data sections was refused ("no train.seed"), and
+    # its model is still held to the model's own checks.
+    monkeypatch.setattr(smoke, "decode_error", lambda cfg, params, tokens: 0.0)
+    monkeypatch.setattr(smoke.sps_model, "loss_fn", lambda model, params, tokens: sum(
+        jnp.sum(x) for x in jax.tree_util.tree_leaves(params)))
+    path = tmp_path / "model_only.py"
+    path.write_text("import ml_collections\nfrom sps_jax import config as sps_config\n\n\ndef get_config():\n"
+                    "    c = ml_collections.ConfigDict()\n    c.model = sps_config.model_section('sps', 8, num_layers=1, "
+                    "d_model=32, num_heads=2, d_ff=96, vocab_size=64, seq_len=16, eos_id=60, predict_id=61, pad_id=63)\n"
+                    "    return c\n")
+    out = tmp_path / "smoke.json"
+    assert smoke.main(["--config", str(path), "--variants", "sps", "--batch-size", "1", "--json", str(out)]) == 0
+    assert [(r["variant"], r["window"]) for r in json.loads(out.read_text())] == [("sps", 8)]
+    assert smoke.main(["--config", str(path), "--variants", "sps", "--config.model.num_heads=3"]) == 2
+
+
 def test_an_unknown_variant_is_refused_before_anything_is_built(monkeypatch, capsys):
     monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
     assert smoke.main(["--config", "configs/tiny.py", "--variants", "sps,spss"]) == 2
