@@ -142,8 +142,10 @@ def curves(run_folders, out: str) -> dict:
         tokens, loss = validation_curve(run)
         per_token = flops.train_flops_per_token(sps_model.ModelConfig.from_config(runs.read_config(run).model))
         train_flops = tokens * per_token
-        series.append({"label": info["run"], "variant": info["variant"], "window": info["window"],
+        series.append({"label": info["run"], "workdir": run, "variant": info["variant"], "window": info["window"],
                        "tokens_seen": tokens.tolist(), "train_flops": train_flops.tolist(), "val_loss": loss.tolist()})
+    for s, label in zip(series, _distinct_labels([s["label"] for s in series], run_folders)):
+        s["label"] = label
     from matplotlib import ticker
 
     fig, axes = figure(1, 2, figsize=(11, 4.2), sharey=True)
@@ -162,6 +164,16 @@ def curves(run_folders, out: str) -> dict:
     axes[1].legend(fontsize=8)
     fig.suptitle("Validation NLL during training")
     return _finish(fig, out, {"flops_convention": __doc__.split("Compute convention: ")[1].strip(), "runs": series})
+
+
+def _distinct_labels(names, folders) -> list[str]:
+    """Each run's name, or where runs share one (seeds of one config), its folder below the common parent of
+    theirs: a legend entry per run."""
+    labels = []
+    for name, folder in zip(names, folders):
+        shared = [os.path.abspath(f) for n, f in zip(names, folders) if n == name]
+        labels.append(name if len(shared) == 1 else os.path.relpath(os.path.abspath(folder), os.path.commonpath(shared)))
+    return labels
 
 
 def training_curves(runs: dict[str, str], out_png: str | None = None, x: str = "tokens_seen"):

@@ -1,5 +1,6 @@
 """The paper's main table from results JSONs: per scale and method, validation NLL, corpus NLL and task
-accuracy with deltas to Standard at the same scale (best per column and scale in bold); and the per-corpus /
+accuracy with deltas to Standard at the same scale and tokens seen (the mean of its runs where there are several,
+said under the table; no delta where none was taken there), best per column and scale in bold; and the per-corpus /
 per-task expansion. Markdown and LaTeX.
 """
 
@@ -189,10 +190,32 @@ def _ordered(rows):
     return sorted(rows, key=key)
 
 
-def _baseline(rows, scale):
-    """The Standard row of a scale (the latest step if several), or None."""
-    std = [r for r in rows if r.get("scale") == scale and r["variant"] == masks.BASELINE]
-    return max(std, key=lambda r: r.get("step", 0)) if std else None
+def _point(row) -> tuple:
+    """Where in training a result was taken: its tokens seen, else (a row without them) its step."""
+    tokens = row.get("tokens_seen")
+    return ("tokens", tokens) if isinstance(tokens, int) and not isinstance(tokens, bool) else ("step", row["step"])
+
+
+def _references(rows, row) -> list[dict]:
+    """The Standard rows ``row``'s deltas are taken to: its scale's at the same tokens seen (several: seeds, whose
+    mean is the reference), none for a Standard row itself."""
+    if row["variant"] == masks.BASELINE:
+        return []
+    return [r for r in rows if r.get("scale") == row.get("scale") and r["variant"] == masks.BASELINE
+            and _point(r) == _point(row)]
+
+
+def reference_notes(rows) -> list[str]:
+    """One sentence per scale whose deltas are to the mean of several Standard runs (seeds), which the table's rows
+    alone would not say."""
+    notes = []
+    for scale in dict.fromkeys(str(r.get("scale") or "-").upper() for r in _ordered(rows)):
+        counts = sorted({len(refs) for r in rows if str(r.get("scale") or "-").upper() == scale
+                         for refs in [_references(rows, r)] if len(refs) > 1})
+        if counts:
+            notes.append(f"Deltas at {scale} are to the mean of {' or '.join(map(str, counts))} Standard runs at the "
+                         "same tokens seen.")
+    return notes
 
 
 def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | None, str | None, bool]]]]:
@@ -207,7 +230,7 @@ def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | Non
     cols = _columns(full)
     ordered = _ordered(rows)
     for row, label in zip(ordered, _labels(ordered)):
-        base = _baseline(rows, row.get("scale"))
+        refs = _references(rows, row)
         peers = [r for r in ordered if r.get("scale") == row.get("scale")]
         texts = []
         for _, get, kind in cols:
@@ -218,7 +241,8 @@ def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | Non
             scale = 100.0 if kind == "acc" else 1.0
             fmt = "{:.1f}" if kind == "acc" else "{:.3f}"
             delta = None
-            ref = get(base) if base is not None and base is not row else None
+            ref_values = [v for v in map(get, refs) if v is not None]
+            ref = sum(ref_values) / len(ref_values) if ref_values else None
             if ref is not None:
                 delta = ("{:+.1f}" if kind == "acc" else "{:+.3f}").format((value - ref) * scale)
             values = [v for v in map(get, peers) if v is not None]
@@ -235,7 +259,8 @@ def markdown(rows, full: bool = False) -> str:
         vals = ["-" if v is None else (f"**{v}**" if b else v) + ("" if d is None else f" ({d})")
                 for v, d, b in texts]
         lines.append(f"| {scale} | {name} | " + " | ".join(vals) + " |")
-    return "\n".join(lines)
+    notes = reference_notes(rows)
+    return "\n".join(lines) + ("\n\n" + " ".join(notes) if notes else "")
 
 
 def markdown_both(rows) -> str:
@@ -264,4 +289,5 @@ def latex(rows, full: bool = False) -> str:
         lines.append(f"{scale if scale != previous else ''} & {_tex_escape(name)} & " + " & ".join(vals) + r" \\")
         previous = scale
     lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [f"% {note}" for note in reference_notes(rows)]  # a note for the caption, not the page
     return "\n".join(lines)

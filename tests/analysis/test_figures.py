@@ -71,6 +71,17 @@ def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
     assert width > height
 
 
+def test_curves_of_runs_that_share_a_name_are_labelled_by_their_folders(tmp_path):
+    # Seeds of one config share its name: the legend and the numbers file showed "tiny-standard" twice.
+    runs_ = [write_run(tmp_path / "runs" / folder, name, variant, window, [4.0, 3.5])
+             for folder, name, variant, window in (("std", "tiny-standard", "standard", None),
+                                                   ("std-seed1", "tiny-standard", "standard", None),
+                                                   ("sps", "tiny-sps-w2", "sps", 2))]
+    data = figures.curves(runs_, str(tmp_path / "curves.png"))
+    assert [r["label"] for r in data["runs"]] == ["std", "std-seed1", "tiny-sps-w2"]
+    assert [r["workdir"] for r in data["runs"]] == runs_
+
+
 @pytest.mark.parametrize("evaluations", [(1, 2, 3), (1, 2, 3, 4), (2, 3, 5, 9)])
 def test_curves_labels_at_least_two_ticks_on_an_axis_shorter_than_two_decades(tmp_path, monkeypatch, evaluations):
     """The README's tiny run evaluates at 1e5, 2e5 and 3e5 tokens: decade ticks alone gave its tokens axis one

@@ -74,15 +74,33 @@ def test_rows_of_one_method_and_scale_are_told_apart_by_run_and_step(tmp_path):
                      "SPS (w=64), run b, step 200"]
 
 
-def test_deltas_are_to_the_latest_standard_of_the_scale_and_a_lone_value_is_not_best():
-    base = {"scale": "s", "tokens_seen": 0}
-    rows = [dict(base, run="std", variant="standard", window=None, step=1000, val_nll=3.0),
-            dict(base, run="std", variant="standard", window=None, step=2000, val_nll=2.9),
-            dict(base, run="sps", variant="sps", window=64, step=2000, val_nll=2.8)]
-    sps = next(texts for _, name, texts in results_table.cells(rows) if name.startswith("SPS"))
-    assert sps[0][:2] == ("2.800", "-0.100")  # 2.8 - 2.9, the Standard run's last step, not its first (3.0)
-    (_, _, texts), = results_table.cells([rows[2]])
+def test_deltas_are_to_standard_at_the_same_tokens_and_a_lone_value_is_not_best():
+    # evaluate --all-steps of both runs: SPS at step 1000 was compared with Standard at step 2000 (+0.05 where it is
+    # 0.05 below Standard at its own step).
+    base = {"scale": "s"}
+    rows = [dict(base, run="std", variant="standard", window=None, step=1000, tokens_seen=10_000, val_nll=3.0),
+            dict(base, run="std", variant="standard", window=None, step=2000, tokens_seen=20_000, val_nll=2.9),
+            dict(base, run="sps", variant="sps", window=64, step=1000, tokens_seen=10_000, val_nll=2.95),
+            dict(base, run="sps", variant="sps", window=64, step=2000, tokens_seen=20_000, val_nll=2.8),
+            dict(base, run="sps", variant="sps", window=64, step=3000, tokens_seen=30_000, val_nll=2.7)]
+    sps = [texts[0][:2] for _, name, texts in results_table.cells(rows) if name.startswith("SPS")]
+    assert sps == [("2.950", "-0.050"), ("2.800", "-0.100"), ("2.700", None)]  # no Standard at 30,000 tokens
+    (_, _, texts), = results_table.cells([rows[3]])
     assert texts[0] == ("2.800", None, False)  # one value in its column: nothing to be best among
+
+
+def test_with_several_standard_runs_the_deltas_are_to_their_mean_whatever_the_order_and_the_table_says_so():
+    # Two seeds of Standard: the delta was to whichever came first among the files given.
+    base = {"scale": "s", "step": 100, "tokens_seen": 1000}
+    rows = [dict(base, run="std", workdir="/r/std", variant="standard", window=None, val_nll=3.0),
+            dict(base, run="std", workdir="/r/std-s1", variant="standard", window=None, val_nll=2.9),
+            dict(base, run="sps", workdir="/r/sps", variant="sps", window=64, val_nll=2.8)]
+    for order in (rows, rows[::-1]):
+        sps = next(texts for _, name, texts in results_table.cells(order) if name.startswith("SPS"))
+        assert sps[0][:2] == ("2.800", "-0.150")  # 2.8 - (3.0 + 2.9) / 2
+        assert all(texts[0][1] is None for _, name, texts in results_table.cells(order) if name.startswith("Standard"))
+        assert results_table.markdown(order).endswith(
+            "\n\nDeltas at S are to the mean of 2 Standard runs at the same tokens seen.")
 
 
 @pytest.mark.parametrize("field, first, second, what", [
