@@ -503,7 +503,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             log(_run_line(config, p, devices, time.time() - t0))
 
             emit = writer.write if writer else (lambda record: None)
-            step, record, val_loss, stopped_by, skipped = start_step, {}, None, None, 0
+            step, record, val_loss, val_step, stopped_by, skipped = start_step, {}, None, None, None, 0
             run_start = time.time()
             peak_flops_per_s = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
 
@@ -539,7 +539,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)
                         log(_progress_line(record, p.total_steps, eta_s))
                     if step % t.eval_every == 0 or step == p.total_steps:
-                        val_loss = _validate(eval_fn, params, val, val_sh, val_shape)
+                        val_loss, val_step = _validate(eval_fn, params, val, val_sh, val_shape), step
                         emit({"step": step, "tokens_seen": step * p.tokens_per_step, "val_loss": val_loss})
                         log(f"step {step}: val_loss {val_loss:.4f}")
                     if step % t.checkpoint_every == 0 or step == p.end_step:
@@ -567,8 +567,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         if skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
             log(f"warning: {skipped} of the {step - start_step} updates of this run were skipped (non-finite loss or "
                 "gradient norm): its weights took only the others.")
-        return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "stopped_by": stopped_by,
-                "skipped_updates": skipped, "workdir": workdir}
+        return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "val_step": val_step,
+                "stopped_by": stopped_by, "skipped_updates": skipped, "workdir": workdir}
 
 
 def _named_for_its_model(config):

@@ -616,6 +616,15 @@ def test_a_model_changed_in_python_after_load_config_trains_under_its_own_name(t
             in capsys.readouterr().err)
 
 
+def test_the_summary_says_at_which_step_its_validation_loss_was_measured(tmp_path, tokens):
+    # A run stopped at step 5 printed the val_loss of step 4 beside "step": 5, as if measured there.
+    outcome = train_here(tmp_path / "run", tokens, 6, "--config.train.stop_at_step=5")
+    summary = json.loads(outcome.stdout.splitlines()[-1])
+    assert (summary["step"], summary["val_step"]) == (5, 4), outcome.stdout
+    val = [r for r in metrics.read(str(tmp_path / "run")) if "val_loss" in r]
+    assert [(r["step"], r["val_loss"]) for r in val] == [(4, summary["val_loss"])]
+
+
 def drop_the_record_of_its_end(run):
     """metrics.jsonl without the record of the leg's last checkpoint, which the leg writes last."""
     records = (run / "metrics.jsonl").read_text().splitlines()

@@ -298,7 +298,10 @@ def window_ablation(sources, out: str) -> dict:
     ax.set_xscale("symlog", linthresh=max(1, min([w for w in windows if w > 0], default=1)))
     ax.set_xticks(windows, [str(w) for w in windows])
     ax.xaxis.set_minor_locator(ticker.NullLocator())
-    ax.set_xlabel("<predict> window w")
+    # w limits <predict> entries in sps, input entries in delayed_state and reverse_sps
+    streams = sorted({("x", "<predict>")[masks.Visibility(p["variant"]).persistent_streams.index(False)]
+                      for p in points if p["window"] is not None})
+    ax.set_xlabel(f"{' or '.join(streams)} window w")
     ax.set_ylabel("final validation NLL (nats)")
     ax.set_title("Window ablation")
     ax.grid(alpha=0.3)
@@ -445,7 +448,8 @@ def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, mar
         ax.errorbar(k, m["mean"], yerr=m["ci95_half_width"], fmt="o", color="black", capsize=6, markersize=7)
     ax.set_xticks(range(len(methods)), [m["method"] for m in methods])
     ax.set_ylabel("final validation NLL (nats)")
-    ax.set_title(f"Seeds at scale {scales[0]}: mean and Student-t 95% interval")
+    at_scale = "" if scales[0] == _scale_name(None) else f" at scale {scales[0]}"  # a model of no paper scale: none
+    ax.set_title(f"Seeds{at_scale}: mean and Student-t 95% interval")
     ax.grid(alpha=0.3, axis="y")
     return _finish(fig, out, {"scale": scales[0], "confidence": seeds.CONFIDENCE, "methods": methods,
                               "welch_one_sided": welch, "tost": tost})

@@ -103,6 +103,18 @@ def test_curves_labels_at_least_two_ticks_on_an_axis_shorter_than_two_decades(tm
         assert len(labels) >= 2, (ax.get_xlabel(), labels)
 
 
+@pytest.mark.parametrize("variants, label", [(["sps"], "<predict> window w"), (["delayed_state"], "x window w"),
+                                             (["sps", "reverse_sps"], "<predict> or x window w")])
+def test_window_ablations_axis_names_the_stream_the_window_limits(tmp_path, monkeypatch, variants, label):
+    # Delayed State's window limits its input entries: the axis said "<predict> window w" for every variant.
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, out: drawn.append(fig))
+    sources = [write_run(tmp_path / f"{v}{w}", f"s-{v}-w{w}", v, w, [3.5, 3.0 + w / 1000])
+               for v in variants for w in (4, 16)]
+    figures.window_ablation(sources, str(tmp_path / "window.png"))
+    assert drawn[0].axes[0].get_xlabel() == label
+
+
 def test_window_ablation_command_reads_runs_and_evaluations(tmp_path):
     sources = [write_run(tmp_path / f"sps{w}", f"s-sps-w{w}", "sps", w, [3.5, 3.0 + w / 1000]) for w in (0, 16, 64)]
     sources.append(write_run(tmp_path / "std", "s-standard", "standard", None, [3.6, 3.2]))
@@ -334,6 +346,18 @@ def test_figure_functions_called_from_a_notebook_never_write_over_a_run_or_into_
     assert sorted(os.listdir(tmp_path)) == ["run", "tokens"] and "x.png" not in os.listdir(tmp_path / "tokens")
     figures.curves([run], str(tmp_path / "again.png"))
     figures.curves([run], str(tmp_path / "again.png"))  # a notebook redraws its own figure
+
+
+@pytest.mark.parametrize("scale, title", [("s", "Seeds at scale S: mean and Student-t 95% interval"),
+                                          (None, "Seeds: mean and Student-t 95% interval")])
+def test_the_seeds_figure_names_a_scale_only_where_the_runs_have_one(tmp_path, monkeypatch, scale, title):
+    # A model of no paper scale was titled "Seeds at scale -".
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, out: drawn.append(fig))
+    sources = [write_eval(str(tmp_path), f"{v}-{n}", scale, v, w, None, val_nll=3.0 + n / 100 + (v == "sps") / 10)
+               for v, w in (("standard", None), ("sps", 64)) for n in range(2)]
+    figures.seed_variance(sources, str(tmp_path / "seeds.png"))
+    assert drawn[0].axes[0].get_title() == title
 
 
 def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
