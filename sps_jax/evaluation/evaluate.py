@@ -124,7 +124,7 @@ def _task_data(items) -> dict[str, str]:
     return out
 
 
-def _default_out(workdir: str, step: int) -> str:
+def _default_out(workdir: str, step: int | str) -> str:
     return os.path.join(workdir, "eval", f"step_{step}.json")
 
 
@@ -137,8 +137,8 @@ def _outputs(path: str, steps, out: str | None) -> list[str]:
         resolved = [runs.checkpoint_step(path, step) for step in steps]  # a path and --step naming two: refused
     except FileNotFoundError:
         return [] if out is None else [out]  # the evaluation says why in its own sentence
-    if out is not None:
-        return [out]
+    if out is not None or not resolved:
+        return [] if out is None else [out]
     latest = (checkpoint.steps(resolved[0][0]) or [None])[-1]
     resolved = [(workdir, latest if step is None else step) for workdir, step in resolved]
     return [_default_out(workdir, step) for workdir, step in resolved if step is not None]
@@ -196,6 +196,19 @@ def _all_steps(p, args, path: str) -> tuple[list[int], str]:
     return steps, workdir
 
 
+def _new_steps(steps, workdir: str, force: bool) -> list[int]:
+    """The checkpoint steps --all-steps evaluates: without ``force``, those an earlier evaluation has no result of
+    (a run trained on since), the others kept with a note."""
+    kept = [] if force else [step for step in steps if os.path.isfile(_default_out(workdir, step))]
+    if kept:
+        said = (f"result of step {kept[0]} ({_default_out(workdir, kept[0])})" if len(kept) == 1 else
+                f"results of steps {', '.join(map(str, kept[:-1]))} and {kept[-1]} "
+                f"({_default_out(workdir, '<N>')})")
+        print(f"note: kept the earlier {said}: pass --force to evaluate {'it' if len(kept) == 1 else 'them'} again "
+              "with these settings.", file=sys.stderr, flush=True)
+    return [step for step in steps if step not in kept]
+
+
 def main_evaluate(argv) -> int:
     p = _parser()
     args = p.parse_args(argv)
@@ -223,6 +236,7 @@ def main_evaluate(argv) -> int:
     steps = [args.step]
     if args.all_steps:
         steps, workdir = _all_steps(p, args, path)
+        steps = _new_steps(steps, workdir, args.force)
     if args.val_data and os.path.isfile(os.path.join(args.val_data, runs.CONFIG_FILE)):  # before the results
         # file's check, which would say that file "lies in --val-data" and to rename it
         raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "
@@ -245,6 +259,8 @@ def main_evaluate(argv) -> int:
         paper_tasks.check_task_data(task_data, keys)
         if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
             gpt2_tokenizer.get_tokenizer(args.tokenizer)
+    if not steps:  # --all-steps, every checkpoint's result kept (said)
+        return 0
     rows = []
     # The batch sizes given; evaluate_checkpoint's defaults are the others'.
     sizes = {name: value for name, value in (("val_batch_size", args.val_batch_size), ("batch_size", args.batch_size))

@@ -115,6 +115,26 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
         assert any(f"{written[step]['val_nll']:.3f}" in line for line in table_rows)
 
 
+def test_all_steps_again_after_more_training_evaluates_only_the_new_checkpoints(tmp_path):
+    # It stopped at the first result an earlier --all-steps wrote: --force evaluated every checkpoint again, and one
+    # --step per new checkpoint was the only other way.
+    net, params5 = save_tiny_run(tmp_path / "run", seed=0)
+    write_val_data(tmp_path / "data")
+    argv = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"), "--all-steps"]
+    assert fuzz.call(evaluate.main, argv, timeout=300).status == 0
+    earlier = (tmp_path / "run" / "eval" / "step_5.json").read_bytes()
+    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params5, step=9)  # trained on
+    outcome = fuzz.call(evaluate.main, argv, timeout=300)
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert (tmp_path / "run" / "eval" / "step_5.json").read_bytes() == earlier
+    assert json.loads((tmp_path / "run" / "eval" / "step_9.json").read_text())["step"] == 9
+    assert (f"note: kept the earlier result of step 5 ({tmp_path / 'run' / 'eval' / 'step_5.json'}): pass --force to "
+            "evaluate it again with these settings.") in outcome.stderr
+    outcome = fuzz.call(evaluate.main, argv, timeout=300)  # every checkpoint has its result
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert "note: kept the earlier results of steps 5 and 9" in outcome.stderr and "wrote" not in outcome.stderr
+
+
 def test_all_steps_skips_a_checkpoint_that_the_training_runs_retention_deletes_meanwhile(tmp_path, monkeypatch,
                                                                                         capsys):
     import shutil
@@ -667,7 +687,6 @@ def test_an_existing_default_results_file_names_the_way_out_that_exists(tmp_path
     (tmp_path / "run" / "eval" / "step_5.json").write_text("{}")
     common = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")]
     for argv, advice in ((common, "pass --force to replace it, or --out to write elsewhere."),
-                         ([*common, "--all-steps"], "pass --force to replace it, or move it away."),
                          ([*common, "--out", str(tmp_path / "run" / "eval" / "step_5.json")],
                           "pass --force to replace it, or choose another name.")):
         outcome = fuzz.call(evaluate.main, argv)
