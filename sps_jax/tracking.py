@@ -1,8 +1,8 @@
 """Optional Weights & Biases tracking of a training run: ``--config.metrics.wandb=True`` (docs/interop.md).
 
 ``metrics.Writer`` hands every record it appends to ``metrics.jsonl`` (but the file's own ``checkpoint_saved``
-record) to the sinks made here, so W&B gets the same scalars. Each record is logged with its own ``step`` as the x axis (``define_metric``):
-W&B's internal step only counts log calls, which keeps the records that a resumed run writes again
+record) to the sinks made here, so W&B gets the same scalars. Each record is logged with its own ``step`` as the
+x axis (``define_metric``): W&B's internal step only counts log calls, which keeps the records that a resumed run writes again
 after its last checkpoint instead of dropping them as out of order. The resolved config is sent once,
 when the W&B run is created. The run id is kept in ``workdir/wandb_run_id``, so resuming training
 resumes the same W&B run; W&B's own files go under ``workdir/wandb/``. ``metrics.wandb_mode`` (or the

@@ -172,7 +172,8 @@ def _distinct_labels(names, folders) -> list[str]:
     labels = []
     for name, folder in zip(names, folders):
         shared = [os.path.abspath(f) for n, f in zip(names, folders) if n == name]
-        labels.append(name if len(shared) == 1 else os.path.relpath(os.path.abspath(folder), os.path.commonpath(shared)))
+        labels.append(name if len(shared) == 1 else
+                      os.path.relpath(os.path.abspath(folder), os.path.commonpath(shared)))
     return labels
 
 
