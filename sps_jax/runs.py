@@ -410,11 +410,12 @@ def _check_resume(workdir: str, saved, config) -> None:
                         f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
                         "unknown: put back the section with the values the run was trained with, or use a new "
                         "--workdir.")
-    changed = [f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in RESUME_FIXED
-               if saved.train.get(k) != config.train.get(k)]
-    if changed:
-        raise UserError(f"--workdir {workdir} holds a run trained with {', '.join(changed)}: resuming with "
-                        "another data order or batch would not continue it; use its values, or a new --workdir.")
+    fixed = [k for k in RESUME_FIXED if saved.train.get(k) != config.train.get(k)]
+    if fixed:
+        changed = ", ".join(f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in fixed)
+        flags = " ".join(f"--config.train.{k}={saved.train.get(k)!r}" for k in fixed)
+        raise UserError(f"--workdir {workdir} holds a run trained with {changed}: resuming with another data order or "
+                        f"batch would not continue it; resume with its values ({flags}), or use a new --workdir.")
     _check_same_data(workdir, saved, config)
     changes = resume_changes(saved, config)
     if changes:  # allowed, but config.json will name only the new values: the earlier records were made with the old

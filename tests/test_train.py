@@ -775,7 +775,10 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
         *SMALL_OVERRIDES, "--config.model.attention=pallas", "--config.model.remat=True",
         "--config.model.loss_chunk=8", f"--config.data.dir={tokens}"]))
     # Another seed or global batch would not continue the run: refused, with the run left as it was.
-    refuse(small_argv(trained, tokens, "--config.train.seed=7"), "train", "seed=", "(now 7)")
+    # The sentence gives the overrides that resume it (a paper run started under seed 0, the default until 1337).
+    refuse(small_argv(trained, tokens, "--config.train.seed=7"),
+           f"--workdir {trained} holds a run trained with train.seed=0 (now 7): resuming with another data order or "
+           "batch would not continue it; resume with its values (--config.train.seed=0), or use a new --workdir.")
     assert digest(trained) == before
     (tmp_path / "file").write_text("x")
     refuse(small_argv(tmp_path / "file", tokens), "is a file, not a folder")
