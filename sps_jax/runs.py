@@ -297,9 +297,9 @@ def _check_checkpoints_not_lost(workdir: str, saved) -> None:
     and the next one waits for it, so a record past the second checkpoint step follows a finished save. A run killed
     while its first save was written (a record at that step, no checkpoint) starts over."""
     records = metrics.read(workdir)
-    ended = [r["step"] for r in records if r.get(metrics.CHECKPOINT_SAVED) is True]
-    if ended:
-        raise UserError(f"--workdir {workdir} has metrics that record a checkpoint saved at step {ended[-1]}, but "
+    ended = _recorded_save(records)
+    if ended is not None:
+        raise UserError(f"--workdir {workdir} has metrics that record a checkpoint saved at step {ended}, but "
                         f"{checkpoint.CHECKPOINT_DIR}/ holds none (moved or deleted): {_LOST_FIX}")
     every = saved.get("train", {}).get("checkpoint_every")
     steps = [r["step"] for r in records]
@@ -308,6 +308,25 @@ def _check_checkpoints_not_lost(workdir: str, saved) -> None:
     raise UserError(f"--workdir {workdir} has metrics up to step {max(steps)}, past its second checkpoint step "
                     f"(train.checkpoint_every={every}), so it saved a checkpoint, but {checkpoint.CHECKPOINT_DIR}/ "
                     f"holds none (moved or deleted): {_LOST_FIX}")
+
+
+def _recorded_save(records) -> int | None:
+    """The step of the last checkpoint a leg of the run recorded as saved (metrics.CHECKPOINT_SAVED), or None."""
+    ended = [r["step"] for r in records if r.get(metrics.CHECKPOINT_SAVED) is True]
+    return ended[-1] if ended else None
+
+
+def lost_checkpoints(workdir: str) -> str | None:
+    """One sentence when a run folder without checkpoints has metrics that record one saved (moved or deleted: "train
+    it until it saves one" would send the user to a start over that training refuses), else None."""
+    try:
+        step = _recorded_save(metrics.read(workdir))
+    except (OSError, ValueError):  # a metrics file of another kind: its own readers say so
+        return None
+    if step is None or checkpoint.steps(workdir):
+        return None
+    return (f"run folder {workdir!r} has no checkpoint: its {metrics.METRICS_FILE} records a checkpoint saved at step "
+            f"{step}, and {checkpoint.CHECKPOINT_DIR}/ holds none (moved or deleted): put the checkpoints back.")
 
 
 _LOST_FIX = (f"put the checkpoints back to resume, or pass --force to train it again from step 0 (its "
@@ -487,6 +506,8 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
     except (OSError, ValueError) as e:
         raise UserError(f"{flag}: {cli.sentence(e)}") from None
     step = found[-1] if step is None and found else step
+    if not found and lost_checkpoints(workdir) is not None:
+        raise UserError(f"{flag}: {lost_checkpoints(workdir)}")
     if step not in found:
         raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else
                                                                 f" yet: {checkpoint.NO_CHECKPOINT_ADVICE}."))
@@ -585,6 +606,9 @@ def _load(path: str, step: int | None):
     """(config, its ModelConfig, params, step); a config.json that is not this checkpoint's model stops before any
     weights load."""
     workdir, step, config, cfg = read_run(path, step)
+    lost = lost_checkpoints(workdir)
+    if lost is not None:
+        raise FileNotFoundError(lost)
     params, step = checkpoint.restore_params(workdir, step)
     check_finite(params, f"checkpoint {step} of {workdir}", "which training never saves (the update that makes one "
                   "is skipped or stops the run): the checkpoint is damaged or was imported so; use another checkpoint")

@@ -1002,7 +1002,13 @@ def test_init_from_a_run_of_another_model_or_nowhere_is_refused_before_training(
     refuse(small_argv(tmp_path / "d", tokens, f"--config.train.init_from={tmp_path / 'unsaved'}"),
            f"train.init_from={tmp_path / 'unsaved'}: the run has no checkpoint yet: train it until it saves one "
            "(train.checkpoint_every), or pass a run that has one.")
-    assert not any((tmp_path / name).exists() for name in "abcd")
+    # A run whose checkpoints were moved, which its metrics record: not "train it", which would refuse to start over.
+    shutil.copy(reference / "metrics.jsonl", tmp_path / "unsaved")
+    refuse(small_argv(tmp_path / "e", tokens, f"--config.train.init_from={tmp_path / 'unsaved'}"),
+           f"train.init_from={tmp_path / 'unsaved'}: run folder '{tmp_path / 'unsaved'}' has no checkpoint: its "
+           "metrics.jsonl records a checkpoint saved at step 6, and checkpoints/ holds none (moved or deleted): put the "
+           "checkpoints back.")
+    assert not any((tmp_path / name).exists() for name in "abcde")
     # Damaged weights are found only when restored, after the run folder was made: it is not left behind, empty.
     damaged = shutil.copytree(reference, tmp_path / "damaged")
     arrays = sorted(glob.glob(str(damaged / "checkpoints" / "*" / "params" / "ocdbt.process_0" / "d" / "*")),

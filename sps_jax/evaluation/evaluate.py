@@ -191,7 +191,7 @@ def _all_steps(p, args, path: str) -> tuple[list[int], str]:
                 "folder")
     steps = checkpoint.steps(workdir)
     if not steps:
-        raise FileNotFoundError(f"run folder {path!r} has no checkpoint to evaluate: "
+        raise FileNotFoundError(runs.lost_checkpoints(workdir) or f"run folder {path!r} has no checkpoint to evaluate: "
                                 f"{checkpoint.NO_CHECKPOINT_ADVICE}.")
     return steps, workdir
 

@@ -707,6 +707,23 @@ def test_a_run_with_no_checkpoint_yet_says_what_to_do(tmp_path):
                                    "(train.checkpoint_every), or pass a run that has one.\n"), outcome.stderr
 
 
+@pytest.mark.parametrize("all_steps", [False, True])
+def test_a_run_whose_checkpoints_were_moved_says_to_put_them_back_not_to_train(tmp_path, all_steps):
+    # Its metrics.jsonl records the checkpoint its last leg saved: "has no checkpoint yet: train it until it saves
+    # one" sent the user to a train command that refuses to start such a run over.
+    save_tiny_run(tmp_path / "run")
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        json.dumps({"step": 5, "tokens_seen": 80, "loss": 3.0}) + "\n"
+        + json.dumps({"step": 5, "tokens_seen": 80, "checkpoint_saved": True}) + "\n")
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    write_val_data(tmp_path / "data")
+    argv = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")] + ["--all-steps"] * all_steps
+    outcome = fuzz.call(evaluate.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert outcome.stderr.endswith(f"its metrics.jsonl records a checkpoint saved at step 5, and checkpoints/ holds "
+                                   "none (moved or deleted): put the checkpoints back.\n"), outcome.stderr
+
+
 def test_a_tokenizer_variable_naming_no_file_is_refused_before_lm_eval_loads(tmp_path, monkeypatch):
     # Before, lm-eval and the weights loaded, then tiktoken's download stood in for the file (offline, the
     # sentence said to set SPS_JAX_TOKENIZER, which was set).
