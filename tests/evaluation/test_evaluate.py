@@ -720,7 +720,7 @@ def test_a_run_whose_checkpoints_were_moved_says_to_put_them_back_not_to_train(t
     argv = ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data")] + ["--all-steps"] * all_steps
     outcome = fuzz.call(evaluate.main, argv)
     assert outcome.status == 2 and outcome.problem() is None, outcome
-    assert outcome.stderr.endswith(f"its metrics.jsonl records a checkpoint saved at step 5, and checkpoints/ holds "
+    assert outcome.stderr.endswith("its metrics.jsonl records a checkpoint saved at step 5, and checkpoints/ holds "
                                    "none (moved or deleted): put the checkpoints back.\n"), outcome.stderr
 
 
