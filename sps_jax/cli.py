@@ -254,8 +254,8 @@ def main(fn):
         except (RuntimeError, AssertionError) as exc:
             if backend_unavailable(exc):
                 # jax's closing advice, "(set JAX_PLATFORMS='' ...)", is where the sentence ends.
-                why = (str(exc).strip().splitlines()[0].split(" (set JAX_PLATFORMS")[0] if str(exc).strip() else
-                       "jax started no backend for it")
+                why = (str(exc).strip().splitlines()[0].split(" (set JAX_PLATFORMS")[0].rstrip(".") if str(exc).strip()
+                       else "jax started no backend for it")
                 return fail(UserError(f"jax cannot start the platform JAX_PLATFORMS="
                                       f"{os.environ.get('JAX_PLATFORMS', '')!r} names ({why}): set JAX_PLATFORMS to "
                                       "platforms this machine has, such as cpu, or unset it."))
