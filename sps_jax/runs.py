@@ -319,11 +319,13 @@ def _recorded_save(records) -> int | None:
 def lost_checkpoints(workdir: str) -> str | None:
     """One sentence when a run folder without checkpoints has metrics that record one saved (moved or deleted: "train
     it until it saves one" would send the user to a start over that training refuses), else None."""
+    if checkpoint.steps(workdir):  # the usual case, before a paper run's long metrics.jsonl is read
+        return None
     try:
         step = _recorded_save(metrics.read(workdir))
     except (OSError, ValueError):  # a metrics file of another kind: its own readers say so
         return None
-    if step is None or checkpoint.steps(workdir):
+    if step is None:
         return None
     return (f"run folder {workdir!r} has no checkpoint: its {metrics.METRICS_FILE} records a checkpoint saved at step "
             f"{step}, and {checkpoint.CHECKPOINT_DIR}/ holds none (moved or deleted): put the checkpoints back.")
