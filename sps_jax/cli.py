@@ -172,12 +172,19 @@ def stop_exits_while_loading():
     if signal.getsignal(signal.SIGINT) is not _raise_stop:
         yield
         return
-    previous = {sig: signal.signal(sig, _exit_stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with _stops_handled_by(_exit_stopped):
+        yield
+
+
+@contextlib.contextmanager
+def _stops_handled_by(handler):
+    """SIGINT and SIGTERM go to ``handler`` inside the block; the handlers before it are put back after it."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 @contextlib.contextmanager
@@ -196,12 +203,8 @@ def stops_held():
             _exit_stopped(signum, frame)
         held.append(signum)
 
-    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _stops_handled_by(hold):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if held:
         _raise_stop(held[0], None)
 

@@ -319,7 +319,7 @@ def _recorded_save(records) -> int | None:
 def lost_checkpoints(workdir: str) -> str | None:
     """One sentence when a run folder without checkpoints has metrics that record one saved (moved or deleted: "train
     it until it saves one" would send the user to a start over that training refuses), else None."""
-    if checkpoint.steps(workdir):  # the usual case, before a paper run's long metrics.jsonl is read
+    if checkpoint.steps(workdir):  # a checkpoint is there, whatever the metrics say
         return None
     try:
         step = _recorded_save(metrics.read(workdir))
@@ -508,8 +508,9 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
     except (OSError, ValueError) as e:
         raise UserError(f"{flag}: {cli.sentence(e)}") from None
     step = found[-1] if step is None and found else step
-    if not found and lost_checkpoints(workdir) is not None:
-        raise UserError(f"{flag}: {lost_checkpoints(workdir)}")
+    lost = None if found else lost_checkpoints(workdir)
+    if lost is not None:
+        raise UserError(f"{flag}: {lost}")
     if step not in found:
         raise UserError(f"{flag}: the run has no checkpoint" + (f" at step {step}; it has {found}." if found else
                                                                 f" yet: {checkpoint.NO_CHECKPOINT_ADVICE}."))
@@ -608,10 +609,13 @@ def _load(path: str, step: int | None):
     """(config, its ModelConfig, params, step); a config.json that is not this checkpoint's model stops before any
     weights load."""
     workdir, step, config, cfg = read_run(path, step)
-    lost = lost_checkpoints(workdir)
-    if lost is not None:
-        raise FileNotFoundError(lost)
-    params, step = checkpoint.restore_params(workdir, step)
+    try:
+        params, step = checkpoint.restore_params(workdir, step)
+    except FileNotFoundError:  # only then: metrics.jsonl is read for a run that has no checkpoint
+        lost = lost_checkpoints(workdir)
+        if lost is None:
+            raise
+        raise FileNotFoundError(lost) from None
     check_finite(params, f"checkpoint {step} of {workdir}", "which training never saves (the update that makes one "
                   "is skipped or stops the run): the checkpoint is damaged or was imported so; use another checkpoint")
     return config, cfg, params, step
