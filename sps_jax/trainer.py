@@ -489,8 +489,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 run, ckpts, source, dataset, config, workdir, log)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
-                return {"step": start_step, "loss": None, "val_loss": None, "stopped_by": None, "skipped_updates": 0,
-                        "workdir": workdir}
+                return _summary(workdir, start_step)
             _align_run_folder(workdir, config, backend, start_step)
 
             micro_shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
@@ -567,8 +566,13 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         if skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
             log(f"warning: {skipped} of the {step - start_step} updates of this run were skipped (non-finite loss or "
                 "gradient norm): its weights took only the others.")
-        return {"step": step, "loss": record.get("loss"), "val_loss": val_loss, "val_step": val_step,
-                "stopped_by": stopped_by, "skipped_updates": skipped, "workdir": workdir}
+        return _summary(workdir, step, record.get("loss"), val_loss, val_step, stopped_by, skipped)
+
+
+def _summary(workdir, step, loss=None, val_loss=None, val_step=None, stopped_by=None, skipped_updates=0) -> dict:
+    """What ``train`` returns (and the CLI prints as its last line): one shape whether or not the call trained."""
+    return {"step": step, "loss": loss, "val_loss": val_loss, "val_step": val_step, "stopped_by": stopped_by,
+            "skipped_updates": skipped_updates, "workdir": workdir}
 
 
 def _named_for_its_model(config):
