@@ -78,87 +78,86 @@ def _three_loops(table_ref, t, body, carry):
 
 def _forward_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
                     streams, block_k, padded_len, scale):
-    q = q_ref[...]  # [block_q * S interleaved rows, K]
+    q_QK = q_ref[...]  # Q: this tile's block_q positions x S streams, interleaved
     log2_scale = scale * LOG2E
-    rows = q.shape[0]
-    acc = jnp.zeros(q.shape, jnp.float32)
-    m = jnp.full((rows,), MASK_VALUE, jnp.float32)
-    l = jnp.zeros((rows,), jnp.float32)
+    acc_QK = jnp.zeros(q_QK.shape, jnp.float32)
+    m_Q = jnp.full(q_QK.shape[:1], MASK_VALUE, jnp.float32)  # running max of the base-2 logits
+    l_Q = jnp.zeros(q_QK.shape[:1], jnp.float32)  # running softmax denominator
     for t in range(streams):
-        lo, hi = lo_ref[t, :], hi_ref[t, :]
+        lo_Q, hi_Q = lo_ref[t, :], hi_ref[t, :]  # each query slot sees stream t's positions [lo, hi)
 
         def body(kb, carry, masked):
-            acc, m, l = carry
+            acc_QK, m_Q, l_Q = carry
             keys = pl.ds(t * padded_len + kb * block_k, block_k)
-            k, v = k_ref[keys, :], v_ref[keys, :]
-            s = _dot(q, k, trans_b=True) * log2_scale  # [rows, block_k], base-2 logits
+            k_CK, v_CK = k_ref[keys, :], v_ref[keys, :]  # C: key block kb of stream t
+            s_QC = _dot(q_QK, k_CK, trans_b=True) * log2_scale
             if masked:
-                j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
-                vis = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
-                s = jnp.where(vis, s, MASK_VALUE)
-            m_new = jnp.maximum(m, s.max(axis=1))
-            p = jnp.exp2(s - m_new[:, None])
+                j_C = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
+                vis_QC = (j_C[None, :] >= lo_Q[:, None]) & (j_C[None, :] < hi_Q[:, None])
+                s_QC = jnp.where(vis_QC, s_QC, MASK_VALUE)
+            m_new_Q = jnp.maximum(m_Q, s_QC.max(axis=1))
+            p_QC = jnp.exp2(s_QC - m_new_Q[:, None])
             if masked:  # rows with nothing visible yet have m_new == MASK_VALUE: p would be 1
-                p = jnp.where(vis, p, 0.0)
-            alpha = jnp.exp2(m - m_new)
-            l = l * alpha + p.sum(axis=1)
-            acc = acc * alpha[:, None] + _dot(p.astype(v.dtype), v)
-            return acc, m_new, l
+                p_QC = jnp.where(vis_QC, p_QC, 0.0)
+            alpha_Q = jnp.exp2(m_Q - m_new_Q)
+            l_Q = l_Q * alpha_Q + p_QC.sum(axis=1)
+            acc_QK = acc_QK * alpha_Q[:, None] + _dot(p_QC.astype(v_CK.dtype), v_CK)
+            return acc_QK, m_new_Q, l_Q
 
-        acc, m, l = _three_loops(table_ref, t, body, (acc, m, l))
-    seen = l > 0
-    o_ref[...] = (acc / jnp.where(seen, l, 1.0)[:, None]).astype(o_ref.dtype)
-    lse_ref[...] = jnp.where(seen, m + jnp.log2(jnp.where(seen, l, 1.0)), EMPTY_LSE)
+        acc_QK, m_Q, l_Q = _three_loops(table_ref, t, body, (acc_QK, m_Q, l_Q))
+    seen_Q = l_Q > 0
+    o_ref[...] = (acc_QK / jnp.where(seen_Q, l_Q, 1.0)[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = jnp.where(seen_Q, m_Q + jnp.log2(jnp.where(seen_Q, l_Q, 1.0)), EMPTY_LSE)
 
 
 def _dq_kernel(table_ref, lo_ref, hi_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref,
                dq_ref, *, streams, block_k, padded_len, scale):
-    q, do = q_ref[...], do_ref[...]
-    lse, delta = lse_ref[...], delta_ref[...]
+    q_QK, do_QK = q_ref[...], do_ref[...]
+    lse_Q, delta_Q = lse_ref[...], delta_ref[...]
     log2_scale = scale * LOG2E
-    dq = jnp.zeros(q.shape, jnp.float32)
+    dq_QK = jnp.zeros(q_QK.shape, jnp.float32)
     for t in range(streams):
-        lo, hi = lo_ref[t, :], hi_ref[t, :]
+        lo_Q, hi_Q = lo_ref[t, :], hi_ref[t, :]
 
-        def body(kb, dq, masked):
+        def body(kb, dq_QK, masked):
             keys = pl.ds(t * padded_len + kb * block_k, block_k)
-            k, v = k_ref[keys, :], v_ref[keys, :]
-            p = jnp.exp2(_dot(q, k, trans_b=True) * log2_scale - lse[:, None])
+            k_CK, v_CK = k_ref[keys, :], v_ref[keys, :]
+            p_QC = jnp.exp2(_dot(q_QK, k_CK, trans_b=True) * log2_scale - lse_Q[:, None])
             if masked:
-                j = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
-                p = jnp.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
-            ds = p * (_dot(do, v, trans_b=True) - delta[:, None])
-            return dq + _dot(ds.astype(k.dtype), k)
+                j_C = kb * block_k + jnp.arange(block_k, dtype=jnp.int32)
+                p_QC = jnp.where((j_C[None, :] >= lo_Q[:, None]) & (j_C[None, :] < hi_Q[:, None]), p_QC, 0.0)
+            ds_QC = p_QC * (_dot(do_QK, v_CK, trans_b=True) - delta_Q[:, None])
+            return dq_QK + _dot(ds_QC.astype(k_CK.dtype), k_CK)
 
-        dq = _three_loops(table_ref, t, body, dq)
-    dq_ref[...] = (dq * scale).astype(dq_ref.dtype)
+        dq_QK = _three_loops(table_ref, t, body, dq_QK)
+    dq_ref[...] = (dq_QK * scale).astype(dq_ref.dtype)
 
 
 def _dkv_kernel(table_ref, lo_ref, hi_ref, k_ref, v_ref, q_ref, do_ref, lse_ref, delta_ref,
                 dk_ref, dv_ref, *, rows_per_tile, scale):
-    # Transposed formulation: scores as [block_k, query rows] so no in-kernel transposes of p.
-    k, v = k_ref[...], v_ref[...]
-    lo, hi = lo_ref[...], hi_ref[...]
+    # Transposed formulation: scores as [key slots, query slots] so no in-kernel transposes of p.
+    k_CK, v_CK = k_ref[...], v_ref[...]  # C: this program's key block
+    lo_C, hi_C = lo_ref[...], hi_ref[...]  # each key slot is seen by the query slots [lo, hi)
     log2_scale = scale * LOG2E
-    dk = jnp.zeros(k.shape, jnp.float32)
-    dv = jnp.zeros(v.shape, jnp.float32)
+    dk_CK = jnp.zeros(k_CK.shape, jnp.float32)
+    dv_CK = jnp.zeros(v_CK.shape, jnp.float32)
 
     def body(qt, carry, masked):
-        dk, dv = carry
+        dk_CK, dv_CK = carry
         rows = pl.ds(qt * rows_per_tile, rows_per_tile)
-        q, do = q_ref[rows, :], do_ref[rows, :]
-        lse, delta = lse_ref[rows], delta_ref[rows]
-        p = jnp.exp2(_dot(k, q, trans_b=True) * log2_scale - lse[None, :])  # [block_k, rows_per_tile]
+        q_QK, do_QK = q_ref[rows, :], do_ref[rows, :]  # Q: query tile qt
+        lse_Q, delta_Q = lse_ref[rows], delta_ref[rows]
+        p_CQ = jnp.exp2(_dot(k_CK, q_QK, trans_b=True) * log2_scale - lse_Q[None, :])
         if masked:
-            r = qt * rows_per_tile + jnp.arange(rows_per_tile, dtype=jnp.int32)
-            p = jnp.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
-        dv = dv + _dot(p.astype(do.dtype), do)
-        ds = p * (_dot(v, do, trans_b=True) - delta[None, :])
-        return dk + _dot(ds.astype(q.dtype), q), dv
+            r_Q = qt * rows_per_tile + jnp.arange(rows_per_tile, dtype=jnp.int32)
+            p_CQ = jnp.where((r_Q[None, :] >= lo_C[:, None]) & (r_Q[None, :] < hi_C[:, None]), p_CQ, 0.0)
+        dv_CK = dv_CK + _dot(p_CQ.astype(do_QK.dtype), do_QK)
+        ds_CQ = p_CQ * (_dot(v_CK, do_QK, trans_b=True) - delta_Q[None, :])
+        return dk_CK + _dot(ds_CQ.astype(q_QK.dtype), q_QK), dv_CK
 
-    dk, dv = _three_loops(table_ref, 0, body, (dk, dv))
-    dk_ref[...] = (dk * scale).astype(dk_ref.dtype)
-    dv_ref[...] = dv.astype(dv_ref.dtype)
+    dk_CK, dv_CK = _three_loops(table_ref, 0, body, (dk_CK, dv_CK))
+    dk_ref[...] = (dk_CK * scale).astype(dk_ref.dtype)
+    dv_ref[...] = dv_CK.astype(dv_ref.dtype)
 
 
 def _compiler_params(interpret, tiles: Tiles):

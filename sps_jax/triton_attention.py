@@ -48,49 +48,49 @@ if triton is not None:
     @triton.jit
     def _key_block(k_base, v_base, kb, ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr):
         """Key block kb of one stream: its positions j, and K and V [BLOCK_K, DH]."""
-        j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
-        at = j[:, None] * ROW + tl.arange(0, DH)[None, :]
-        return j, tl.load(k_base + at), tl.load(v_base + at)
+        j_C = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        at = j_C[:, None] * ROW + tl.arange(0, DH)[None, :]
+        return j_C, tl.load(k_base + at), tl.load(v_base + at)
 
     @triton.jit
-    def _forward_blocks(acc, m, l, q, k_base, v_base, lo, hi, start, stop,
+    def _forward_blocks(acc_QK, m_Q, l_Q, q_QK, k_base, v_base, lo_Q, hi_Q, start, stop,
                         ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr,
                         LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """Online softmax over key blocks [start, stop) of one stream (base-2 logits)."""
         for kb in range(start, stop):
-            j, k, v = _key_block(k_base, v_base, kb, ROW, DH, BLOCK_K)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * LOG2_SCALE
+            j_C, k_CK, v_CK = _key_block(k_base, v_base, kb, ROW, DH, BLOCK_K)
+            s_QC = tl.dot(q_QK, tl.trans(k_CK), input_precision=DOT_PRECISION) * LOG2_SCALE
             if MASKED:
-                seen = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
-                s = tl.where(seen, s, _MASK_VALUE)
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.exp2(s - m_new[:, None])
+                seen_QC = (j_C[None, :] >= lo_Q[:, None]) & (j_C[None, :] < hi_Q[:, None])
+                s_QC = tl.where(seen_QC, s_QC, _MASK_VALUE)
+            m_new_Q = tl.maximum(m_Q, tl.max(s_QC, 1))
+            p_QC = tl.exp2(s_QC - m_new_Q[:, None])
             if MASKED:  # a row with nothing visible yet has m_new == _MASK_VALUE: p would be 1
-                p = tl.where(seen, p, 0.0)
-            alpha = tl.exp2(m - m_new)
-            l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m = m_new
-        return acc, m, l
+                p_QC = tl.where(seen_QC, p_QC, 0.0)
+            alpha_Q = tl.exp2(m_Q - m_new_Q)
+            l_Q = l_Q * alpha_Q + tl.sum(p_QC, 1)
+            acc_QK = acc_QK * alpha_Q[:, None] + tl.dot(p_QC.to(v_CK.dtype), v_CK, input_precision=DOT_PRECISION)
+            m_Q = m_new_Q
+        return acc_QK, m_Q, l_Q
 
     @triton.jit
     def _query_tile(N: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, ROWS: tl.constexpr):
         """This program's query tile: (tile, head, batch row, its interleaved rows, their offsets in a
         [B, N, H, DH] array)."""
         qt, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-        r = qt * ROWS + tl.arange(0, ROWS)
-        rows_at = (b * N + r[:, None]) * (H * DH) + h * DH + tl.arange(0, DH)[None, :]
-        return qt, h, b, r, rows_at
+        r_Q = qt * ROWS + tl.arange(0, ROWS)
+        rows_at = (b * N + r_Q[:, None]) * (H * DH) + h * DH + tl.arange(0, DH)[None, :]
+        return qt, h, b, r_Q, rows_at
 
     @triton.jit
-    def _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t, S: tl.constexpr, N: tl.constexpr,
+    def _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r_Q, t, S: tl.constexpr, N: tl.constexpr,
                        ROWS: tl.constexpr):
         """Key stream t's entry of a query tile's block table (first, full_first, full_end, end), and its
         rows' visible intervals [lo, hi)."""
         tab = table_ptr + (b * (N // ROWS) + qt) * (4 * S) + 4 * t
-        lo = tl.load(lo_ptr + (b * S + t) * N + r)
-        hi = tl.load(hi_ptr + (b * S + t) * N + r)
-        return tl.load(tab), tl.load(tab + 1), tl.load(tab + 2), tl.load(tab + 3), lo, hi
+        lo_Q = tl.load(lo_ptr + (b * S + t) * N + r_Q)
+        hi_Q = tl.load(hi_ptr + (b * S + t) * N + r_Q)
+        return tl.load(tab), tl.load(tab + 1), tl.load(tab + 2), tl.load(tab + 3), lo_Q, hi_Q
 
     @triton.jit
     def sps_triton_forward(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
@@ -100,39 +100,39 @@ if triton is not None:
         """One query tile (ROWS interleaved rows) of one head: its output and base-2 lse."""
         ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
-        qt, h, b, r, rows_at = _query_tile(N, H, DH, ROWS)
-        q = tl.load(q_ptr + rows_at)
-        acc = tl.zeros([ROWS, DH], tl.float32)
-        m = tl.full([ROWS], _MASK_VALUE, tl.float32)
-        l = tl.zeros([ROWS], tl.float32)
+        qt, h, b, r_Q, rows_at = _query_tile(N, H, DH, ROWS)
+        q_QK = tl.load(q_ptr + rows_at)
+        acc_QK = tl.zeros([ROWS, DH], tl.float32)
+        m_Q = tl.full([ROWS], _MASK_VALUE, tl.float32)
+        l_Q = tl.zeros([ROWS], tl.float32)
         for t in tl.static_range(S):
-            first, full_first, full_end, end, lo, hi = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t,
-                                                                      S, N, ROWS)
+            first, full_first, full_end, end, lo_Q, hi_Q = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r_Q, t,
+                                                                          S, N, ROWS)
             keys = (b * (S * TP) + t * TP) * ROW + h * DH
-            acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
-                                        ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
-            acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
-                                        ROW, DH, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
-            acc, m, l = _forward_blocks(acc, m, l, q, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
-                                        ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
-        seen = l > 0
-        l_safe = tl.where(seen, l, 1.0)
-        tl.store(o_ptr + rows_at, (acc / l_safe[:, None]).to(o_ptr.dtype.element_ty))
-        tl.store(lse_ptr + (b * H + h) * N + r, tl.where(seen, m + tl.log2(l_safe), _EMPTY_LSE))
+            acc_QK, m_Q, l_Q = _forward_blocks(acc_QK, m_Q, l_Q, q_QK, k_ptr + keys, v_ptr + keys, lo_Q, hi_Q,
+                                               first, full_first, ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+            acc_QK, m_Q, l_Q = _forward_blocks(acc_QK, m_Q, l_Q, q_QK, k_ptr + keys, v_ptr + keys, lo_Q, hi_Q,
+                                               full_first, full_end, ROW, DH, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
+            acc_QK, m_Q, l_Q = _forward_blocks(acc_QK, m_Q, l_Q, q_QK, k_ptr + keys, v_ptr + keys, lo_Q, hi_Q,
+                                               full_end, end, ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+        seen_Q = l_Q > 0
+        l_safe_Q = tl.where(seen_Q, l_Q, 1.0)
+        tl.store(o_ptr + rows_at, (acc_QK / l_safe_Q[:, None]).to(o_ptr.dtype.element_ty))
+        tl.store(lse_ptr + (b * H + h) * N + r_Q, tl.where(seen_Q, m_Q + tl.log2(l_safe_Q), _EMPTY_LSE))
 
     @triton.jit
-    def _dq_blocks(dq, q, do, lse, delta, k_base, v_base, lo, hi, start, stop,
+    def _dq_blocks(dq_QK, q_QK, do_QK, lse_Q, delta_Q, k_base, v_base, lo_Q, hi_Q, start, stop,
                    ROW: tl.constexpr, DH: tl.constexpr, BLOCK_K: tl.constexpr,
                    LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """dQ's share of key blocks [start, stop) of one stream."""
         for kb in range(start, stop):
-            j, k, v = _key_block(k_base, v_base, kb, ROW, DH, BLOCK_K)
-            p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * LOG2_SCALE - lse[:, None])
+            j_C, k_CK, v_CK = _key_block(k_base, v_base, kb, ROW, DH, BLOCK_K)
+            p_QC = tl.exp2(tl.dot(q_QK, tl.trans(k_CK), input_precision=DOT_PRECISION) * LOG2_SCALE - lse_Q[:, None])
             if MASKED:
-                p = tl.where((j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None]), p, 0.0)
-            ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION) - delta[:, None])
-            dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
-        return dq
+                p_QC = tl.where((j_C[None, :] >= lo_Q[:, None]) & (j_C[None, :] < hi_Q[:, None]), p_QC, 0.0)
+            ds_QC = p_QC * (tl.dot(do_QK, tl.trans(v_CK), input_precision=DOT_PRECISION) - delta_Q[:, None])
+            dq_QK += tl.dot(ds_QC.to(k_CK.dtype), k_CK, input_precision=DOT_PRECISION)
+        return dq_QK
 
     @triton.jit
     def sps_triton_dq(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
@@ -142,42 +142,42 @@ if triton is not None:
         """dQ of one query tile of one head."""
         ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
-        qt, h, b, r, rows_at = _query_tile(N, H, DH, ROWS)
-        q, do = tl.load(q_ptr + rows_at), tl.load(do_ptr + rows_at)
-        lse = tl.load(lse_ptr + (b * H + h) * N + r)
-        delta = tl.load(delta_ptr + (b * H + h) * N + r)
-        dq = tl.zeros([ROWS, DH], tl.float32)
+        qt, h, b, r_Q, rows_at = _query_tile(N, H, DH, ROWS)
+        q_QK, do_QK = tl.load(q_ptr + rows_at), tl.load(do_ptr + rows_at)
+        lse_Q = tl.load(lse_ptr + (b * H + h) * N + r_Q)
+        delta_Q = tl.load(delta_ptr + (b * H + h) * N + r_Q)
+        dq_QK = tl.zeros([ROWS, DH], tl.float32)
         for t in tl.static_range(S):
-            first, full_first, full_end, end, lo, hi = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r, t,
-                                                                      S, N, ROWS)
+            first, full_first, full_end, end, lo_Q, hi_Q = _stream_bounds(table_ptr, lo_ptr, hi_ptr, qt, b, r_Q, t,
+                                                                          S, N, ROWS)
             keys = (b * (S * TP) + t * TP) * ROW + h * DH
-            dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, first, full_first,
-                            ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
-            dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_first, full_end,
-                            ROW, DH, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
-            dq = _dq_blocks(dq, q, do, lse, delta, k_ptr + keys, v_ptr + keys, lo, hi, full_end, end,
-                            ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
-        tl.store(dq_ptr + rows_at, (dq * SCALE).to(dq_ptr.dtype.element_ty))
+            dq_QK = _dq_blocks(dq_QK, q_QK, do_QK, lse_Q, delta_Q, k_ptr + keys, v_ptr + keys, lo_Q, hi_Q,
+                               first, full_first, ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+            dq_QK = _dq_blocks(dq_QK, q_QK, do_QK, lse_Q, delta_Q, k_ptr + keys, v_ptr + keys, lo_Q, hi_Q,
+                               full_first, full_end, ROW, DH, BLOCK_K, LOG2_SCALE, False, DOT_PRECISION)
+            dq_QK = _dq_blocks(dq_QK, q_QK, do_QK, lse_Q, delta_Q, k_ptr + keys, v_ptr + keys, lo_Q, hi_Q,
+                               full_end, end, ROW, DH, BLOCK_K, LOG2_SCALE, True, DOT_PRECISION)
+        tl.store(dq_ptr + rows_at, (dq_QK * SCALE).to(dq_ptr.dtype.element_ty))
 
     @triton.jit
-    def _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, start, stop,
+    def _dkv_tiles(dk_CK, dv_CK, k_CK, v_CK, lo_C, hi_C, q_base, do_base, lse_base, delta_base, start, stop,
                    ROW: tl.constexpr, DH: tl.constexpr, ROWS: tl.constexpr,
                    LOG2_SCALE: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
         """dK, dV of one key block over query tiles [start, stop); scores as [keys, query rows], so p
         needs no transpose."""
         d = tl.arange(0, DH)
         for qt in range(start, stop):
-            r = qt * ROWS + tl.arange(0, ROWS)
-            q = tl.load(q_base + r[:, None] * ROW + d[None, :])
-            do = tl.load(do_base + r[:, None] * ROW + d[None, :])
-            lse, delta = tl.load(lse_base + r), tl.load(delta_base + r)
-            p = tl.exp2(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * LOG2_SCALE - lse[None, :])
+            r_Q = qt * ROWS + tl.arange(0, ROWS)
+            q_QK = tl.load(q_base + r_Q[:, None] * ROW + d[None, :])
+            do_QK = tl.load(do_base + r_Q[:, None] * ROW + d[None, :])
+            lse_Q, delta_Q = tl.load(lse_base + r_Q), tl.load(delta_base + r_Q)
+            p_CQ = tl.exp2(tl.dot(k_CK, tl.trans(q_QK), input_precision=DOT_PRECISION) * LOG2_SCALE - lse_Q[None, :])
             if MASKED:
-                p = tl.where((r[None, :] >= lo[:, None]) & (r[None, :] < hi[:, None]), p, 0.0)
-            dv += tl.dot(p.to(do.dtype), do, input_precision=DOT_PRECISION)
-            ds = p * (tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION) - delta[None, :])
-            dk += tl.dot(ds.to(q.dtype), q, input_precision=DOT_PRECISION)
-        return dk, dv
+                p_CQ = tl.where((r_Q[None, :] >= lo_C[:, None]) & (r_Q[None, :] < hi_C[:, None]), p_CQ, 0.0)
+            dv_CK += tl.dot(p_CQ.to(do_QK.dtype), do_QK, input_precision=DOT_PRECISION)
+            ds_CQ = p_CQ * (tl.dot(v_CK, tl.trans(do_QK), input_precision=DOT_PRECISION) - delta_Q[None, :])
+            dk_CK += tl.dot(ds_CQ.to(q_QK.dtype), q_QK, input_precision=DOT_PRECISION)
+        return dk_CK, dv_CK
 
     @triton.jit
     def sps_triton_dkv(table_ptr, lo_ptr, hi_ptr, k_ptr, v_ptr, q_ptr, do_ptr, lse_ptr, delta_ptr,
@@ -189,26 +189,26 @@ if triton is not None:
         kb, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
         ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E
-        j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        j_C = kb * BLOCK_K + tl.arange(0, BLOCK_K)
         d = tl.arange(0, DH)
-        keys_at = (b * M + j[:, None]) * ROW + h * DH + d[None, :]
-        k, v = tl.load(k_ptr + keys_at), tl.load(v_ptr + keys_at)
-        lo, hi = tl.load(lo_ptr + b * M + j), tl.load(hi_ptr + b * M + j)
+        keys_at = (b * M + j_C[:, None]) * ROW + h * DH + d[None, :]
+        k_CK, v_CK = tl.load(k_ptr + keys_at), tl.load(v_ptr + keys_at)
+        lo_C, hi_C = tl.load(lo_ptr + b * M + j_C), tl.load(hi_ptr + b * M + j_C)
         tab = table_ptr + (b * (M // BLOCK_K) + kb) * 4
         first, full_first = tl.load(tab), tl.load(tab + 1)
         full_end, end = tl.load(tab + 2), tl.load(tab + 3)
         q_base, do_base = q_ptr + b * N * ROW + h * DH, do_ptr + b * N * ROW + h * DH
         lse_base, delta_base = lse_ptr + (b * H + h) * N, delta_ptr + (b * H + h) * N
-        dk = tl.zeros([BLOCK_K, DH], tl.float32)
-        dv = tl.zeros([BLOCK_K, DH], tl.float32)
-        dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, first, full_first,
-                            ROW, DH, ROWS, LOG2_SCALE, True, DOT_PRECISION)
-        dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_first, full_end,
-                            ROW, DH, ROWS, LOG2_SCALE, False, DOT_PRECISION)
-        dk, dv = _dkv_tiles(dk, dv, k, v, lo, hi, q_base, do_base, lse_base, delta_base, full_end, end,
-                            ROW, DH, ROWS, LOG2_SCALE, True, DOT_PRECISION)
-        tl.store(dk_ptr + keys_at, (dk * SCALE).to(dk_ptr.dtype.element_ty))
-        tl.store(dv_ptr + keys_at, dv.to(dv_ptr.dtype.element_ty))
+        dk_CK = tl.zeros([BLOCK_K, DH], tl.float32)
+        dv_CK = tl.zeros([BLOCK_K, DH], tl.float32)
+        dk_CK, dv_CK = _dkv_tiles(dk_CK, dv_CK, k_CK, v_CK, lo_C, hi_C, q_base, do_base, lse_base, delta_base,
+                                  first, full_first, ROW, DH, ROWS, LOG2_SCALE, True, DOT_PRECISION)
+        dk_CK, dv_CK = _dkv_tiles(dk_CK, dv_CK, k_CK, v_CK, lo_C, hi_C, q_base, do_base, lse_base, delta_base,
+                                  full_first, full_end, ROW, DH, ROWS, LOG2_SCALE, False, DOT_PRECISION)
+        dk_CK, dv_CK = _dkv_tiles(dk_CK, dv_CK, k_CK, v_CK, lo_C, hi_C, q_base, do_base, lse_base, delta_base,
+                                  full_end, end, ROW, DH, ROWS, LOG2_SCALE, True, DOT_PRECISION)
+        tl.store(dk_ptr + keys_at, (dk_CK * SCALE).to(dk_ptr.dtype.element_ty))
+        tl.store(dv_ptr + keys_at, dv_CK.to(dv_ptr.dtype.element_ty))
 
 
 KERNELS = ("sps_triton_forward", "sps_triton_dq", "sps_triton_dkv")
