@@ -18,8 +18,8 @@ def get_config(arg=""):
     t = config.train
     t.seed = 0  # the curve the README and the tests measured
     t.global_batch = t.micro_batch = 8
-    t.total_tokens = 300 * 8 * 128
-    t.warmup_tokens = 20 * 8 * 128
+    t.total_tokens = 300 * t.global_batch * config.model.seq_len  # 300 updates
+    t.warmup_tokens = 20 * t.global_batch * config.model.seq_len
     t.peak_lr, t.final_lr = 3e-3, 3e-4
     t.log_every, t.eval_every = 20, 100
     t.checkpoint_every, t.milestone_every = 100, 0

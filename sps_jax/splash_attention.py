@@ -73,7 +73,7 @@ def _query_and_key_blocks(bs: splash.BlockSizes) -> tuple[tuple[int, ...], tuple
     return tuple(b for b in q_blocks if b is not None), tuple(b for b in kv_blocks if b is not None)
 
 
-def _check_block_sizes(bs) -> None:
+def check_block_sizes(bs) -> None:
     if not isinstance(bs, splash.BlockSizes):
         raise TypeError(f"block_sizes must be a splash BlockSizes (see splash_attention.block_sizes), "
                         f"got {type(bs).__name__}.")
@@ -89,7 +89,7 @@ def padded_len(T: int, streams: int, bs: splash.BlockSizes = DEFAULT_BLOCK_SIZES
     Tp*S interleaved rows."""
     q_blocks, kv_blocks = _query_and_key_blocks(bs)
     step = math.lcm(*kv_blocks, *(b // math.gcd(b, streams) for b in q_blocks))
-    return -(-T // step) * step
+    return block_tables.round_up(T, step)
 
 
 class _SlotMask(splash_mask._ComputableMask):  # the base class of splash's own computable masks
@@ -177,7 +177,7 @@ def attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility, *,
     multiple of any. ``interpret=True`` runs splash's kernels in the Pallas interpreter (CPU).
     """
     pa.check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)  # the same contract as the GPU kernel
-    _check_block_sizes(block_sizes)
+    check_block_sizes(block_sizes)
     return _attention(q_BTSHK, k_BTSHK, v_BTSHK, jnp.asarray(doc_ids_BT, jnp.int32), vis,
                       bs=block_sizes, interpret=bool(interpret))
 
@@ -205,7 +205,7 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, block_sizes: splash.BlockSiz
     Pure numpy, O(T * T/block) from the rule's per-row key intervals. The computed counts do not
     depend on the documents: splash skips blocks from the static mask only.
     """
-    _check_block_sizes(block_sizes)
+    check_block_sizes(block_sizes)
     doc_ids_BT = np.asarray(masks.ids_BT(doc_ids_BT, "doc_ids_BT"), np.int32)[:1]
     T, S = doc_ids_BT.shape[1], vis.num_streams
     Tp = padded_len(T, S, block_sizes)

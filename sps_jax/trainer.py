@@ -226,7 +226,7 @@ def _restore(run, ckpts, step: int, dataset, prefetch: int):
         ckpts.mngr, step, sps_mesh.placed(run.abstract_params, run.param_sh),
         sps_mesh.placed(run.abstract_opt, run.opt_sh))
     elapsed_s = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
-    return params, opt_state, meta, elapsed_s, loader.train_iterator(dataset, data_state, prefetch)
+    return params, opt_state, meta, elapsed_s, loader.train_iterator(dataset, data_state, prefetch=prefetch)
 
 
 def _fresh_state(run, source, seed: int, log):
@@ -328,7 +328,7 @@ def _start(run, ckpts, source, dataset, config, workdir: str, log):
     if restored is None:
         params, opt_state = _fresh_state(run, source, config.train.seed, log)
         start_step, elapsed_before = 0, 0.0
-        iterator = loader.train_iterator(dataset, None, config.data.prefetch)
+        iterator = loader.train_iterator(dataset, prefetch=config.data.prefetch)
     else:
         start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
         log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
@@ -520,12 +520,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 while step < p.end_step:
                     ckpts.poll()  # a save that failed in the background stops the run here
                     profile.before(step + 1)
-                    tick = time.time()
+                    tick = time.perf_counter()
                     params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, micro_shape))
                     out = jax.device_get(out)
                     step += 1
                     profile.after(step)
-                    step_s = time.time() - tick
+                    step_s = time.perf_counter() - tick
                     record = _step_record(step, out, tokens_per_step=p.tokens_per_step, step_s=step_s,
                                           elapsed_s=elapsed_s(), cfg=cfg, num_devices=len(devices),
                                           peak_flops_per_s=peak_flops_per_s)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import cli, model as sps_model
+from sps_jax import block_tables, cli, model as sps_model
 from sps_jax.analysis import GRADIENT_BATCH, GRADIENT_CHUNK
 from sps_jax.analysis.documents import check_probe, document_rows
 from sps_jax.inference.batching import bucket
@@ -157,7 +157,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 ran 32 times the passes).
         terms = bucket(max(len(x) for x in loss_lists), sizes_per_octave=8)
         step = min(chunk, terms)
-        J = -(-terms // step) * step
+        J = block_tables.round_up(terms, step)
         loss_JB = np.full((J, batch), -1, np.int64)
         for b, lst in enumerate(loss_lists):
             loss_JB[:len(lst), b] = lst

@@ -97,12 +97,8 @@ def parse_args(argv):
         args.attention = attention.AUTO.get(jax.default_backend(), "pallas")  # a kernel to time on CPU too, not xla
     if args.attention == "splash" and (args.num_warps is not None or args.num_stages is not None):
         p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
-    if args.attention == "triton":
-        from sps_jax import triton_attention
-
-        if triton_attention.triton is None:
-            p.error(triton_attention.NEEDS)
     try:
+        attention.check_installed(args.attention)
         if args.attention in kernel_tuning.KERNEL_SETS:
             tuning_for(args, kernel_tuning.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
@@ -157,7 +153,7 @@ def make_kernel(args):
                     q, k, v, doc, vis, tuning=tuning_for(args, vis.num_streams)),
                 lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
     bs = splash_blocks(args)
-    sp._check_block_sizes(bs)
+    sp.check_block_sizes(bs)
     return (lambda q, k, v, doc, vis, interpret: sp.attention(q, k, v, doc, vis, block_sizes=bs,
                                                                interpret=interpret),
             lambda doc, vis: sp.score_counts(doc, vis, bs))
@@ -196,15 +192,16 @@ def dense_causal(implementation):
 def time_pair(fn, q, k, v, iters):
     fwd, fwd_bwd = forward_and_backward(fn)
     ct = jnp.ones_like(q)
-    t_f = median_seconds(fwd, q, k, v, iters=iters)
-    t_fb = median_seconds(fwd_bwd, q, k, v, ct, iters=iters)
-    return t_f, t_fb
+    fwd_s = median_seconds(fwd, q, k, v, iters=iters)
+    fwd_bwd_s = median_seconds(fwd_bwd, q, k, v, ct, iters=iters)
+    return fwd_s, fwd_bwd_s
 
 
-def row(name, scores, B, H, Dh, t_f, t_fb):
+def row(name, scores, B, H, Dh, fwd_s, fwd_bwd_s):
     flops_f = flops.KERNEL_FLOPS_PER_SCORE["forward"] * B * H * Dh * scores
-    return {"name": name, "scores_per_head": scores, "fwd_ms": 1e3 * t_f, "fwd_bwd_ms": 1e3 * t_fb,
-            "fwd_tflops": flops_f / t_f / 1e12, "fwd_bwd_tflops": flops.FWD_BWD_IN_FORWARDS * flops_f / t_fb / 1e12}
+    return {"name": name, "scores_per_head": scores, "fwd_ms": 1e3 * fwd_s, "fwd_bwd_ms": 1e3 * fwd_bwd_s,
+            "fwd_tflops": flops_f / fwd_s / 1e12,
+            "fwd_bwd_tflops": flops.FWD_BWD_IN_FORWARDS * flops_f / fwd_bwd_s / 1e12}
 
 
 def splash_causal(slots: int, heads: int, interpret: bool = False):
@@ -231,19 +228,19 @@ def baseline_rows(args, dtype, key):
     for slots, label in ((2 * T, "2T"), (T, "T")):
         q, k, v = (jax.random.normal(kk, (B, slots, H, Dh), dtype) for kk in jax.random.split(key, 3))
         if jax.default_backend() == "tpu":
-            t_f, t_fb = time_pair(splash_causal(slots, H), q, k, v, args.iters)
-            rows[label] = row(f"splash causal {label}", slots * (slots + 1) // 2, B, H, Dh, t_f, t_fb)
+            fwd_s, fwd_bwd_s = time_pair(splash_causal(slots, H), q, k, v, args.iters)
+            rows[label] = row(f"splash causal {label}", slots * (slots + 1) // 2, B, H, Dh, fwd_s, fwd_bwd_s)
             rows[label]["implementation"] = "splash"
             continue
         for impl in ("cudnn", "xla"):
             try:
-                t_f, t_fb = time_pair(dense_causal(impl), q, k, v, args.iters)
+                fwd_s, fwd_bwd_s = time_pair(dense_causal(impl), q, k, v, args.iters)
             except Exception as e:  # cuDNN unavailable for this dtype/shape/driver: fall back
                 print(f"  dot_product_attention implementation={impl} over {label} failed: "
                       f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
                 continue
             rows[label] = row(f"dot_product_attention[{impl}] causal {label}", slots * (slots + 1) // 2,
-                              B, H, Dh, t_f, t_fb)
+                              B, H, Dh, fwd_s, fwd_bwd_s)
             rows[label]["implementation"] = impl
             print(f"  {rows[label]['name']}: fwd {rows[label]['fwd_ms']:.3f} ms, "
                   f"fwd+bwd {rows[label]['fwd_bwd_ms']:.3f} ms", flush=True)
@@ -280,8 +277,8 @@ def timing_table(args, interpret=False):
             return kernel(q, k, v, doc, vis, interpret)
 
         print(f"{args.attention} {variant}: timing ...", flush=True)
-        t_f, t_fb = time_pair(fn, q, k, v, args.iters)
-        r = row(f"{args.attention} {variant} (w={w})", counts["computed"], B, H, Dh, t_f, t_fb)
+        fwd_s, fwd_bwd_s = time_pair(fn, q, k, v, args.iters)
+        r = row(f"{args.attention} {variant} (w={w})", counts["computed"], B, H, Dh, fwd_s, fwd_bwd_s)
         r.update(variant=variant, counts=counts)
         if args.attention in kernel_tuning.KERNEL_SETS:
             r["tuning"] = dataclasses.asdict(tuning_for(args, vis.num_streams))

@@ -116,7 +116,7 @@ def print_summary(result: dict) -> None:
 
 def build_parser():
     p = cli.ArgumentParser(prog="python -m sps_jax.bench tiles", description=__doc__.split("\n")[0])
-    p.add_argument("--variant", default="sps", choices=masks.VARIANTS, help="the attention variant whose mask is swept")
+    p.add_argument("--variant", default=masks.DEFAULT_VARIANT, choices=masks.VARIANTS, help="the attention variant whose mask is swept")
     p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
     p.add_argument("--attention", "--backend", dest="attention", default=kernel_tuning.DEFAULT_KERNELS,

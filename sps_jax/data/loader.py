@@ -210,8 +210,9 @@ def train_dataset(tokens: np.ndarray, seq_len: int, global_batch: int, seed: int
     return windows.batch(local, drop_remainder=True)[process_index::process_count]
 
 
-def train_iterator(ds: grain.MapDataset, state: dict | None = None, prefetch: int = 2):
-    """A checkpointable iterator (``get_state``/``set_state``) with background-thread prefetching."""
+def train_iterator(ds: grain.MapDataset, state: dict | None = None, *, prefetch: int):
+    """A checkpointable iterator (``get_state``/``set_state``) with background-thread prefetching of ``prefetch``
+    batches (``data.prefetch``)."""
     it = iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
     if state:
         it.set_state(state)

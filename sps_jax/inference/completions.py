@@ -11,7 +11,7 @@ from typing import Callable, Optional, Sequence
 
 from sps_jax import cli
 from sps_jax.inference import batching
-from sps_jax.inference.sampling import Sampling
+from sps_jax.inference.sampling import DEFAULT_SEED, Sampling
 
 # The model and the decoder load jax, which the command's --help and its checks of the prompts file need not wait
 # for: complete imports them.
@@ -47,7 +47,7 @@ def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, names=
 
 
 def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
-                 batch_size: int = batching.MAX_BATCH, sampling: Sampling = Sampling(), seed: int = 0,
+                 batch_size: int = batching.MAX_BATCH, sampling: Sampling = Sampling(), seed: int = DEFAULT_SEED,
                  stop_on_eos: bool = True, progress: Optional[Callable[[int], None]] = None) -> list[dict]:
     """:func:`complete` of prompts already encoded (:func:`encode`): ``batch_size`` at a time in the order given, batch
     b sampling with ``decoding.batch_seed(seed, b * batch_size)``; ``progress(n)`` after each batch, with the prompts

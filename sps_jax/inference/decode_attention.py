@@ -29,6 +29,10 @@ from sps_jax import pallas_attention as pa
 from sps_jax import mesh as sps_mesh
 
 
+MAX_SPLITS = 16  # programs per (row, head) that split the cache's slots
+BLOCK_K_CHOICES = (64, 32, 16)  # slots per key block, largest first; 16 is also the query-row tile
+
+
 @dataclasses.dataclass(frozen=True)
 class Split:
     """How a decode kernel walks T cache slots: ``k_splits`` programs per (row, head), each looping over
@@ -52,12 +56,12 @@ def split_for(T: int, interpret: bool = False, kernels: str = kernel_tuning.DEFA
     kernel masks blocks past the end, so it takes any T: up to 16 splits of whole 64-slot blocks,
     each holding at least one slot (one block of at least 16 slots for a short cache)."""
     if kernels == "triton":
-        block_k = min(64, kernel_tuning.tile_side(T))
+        block_k = min(BLOCK_K_CHOICES[0], kernel_tuning.tile_side(T))
         blocks = -(-T // block_k)
-        per_split = -(-blocks // 16)
+        per_split = -(-blocks // MAX_SPLITS)
         return Split(-(-blocks // per_split), block_k, interpret, kernels)  # no split left idle
-    for k_splits in (16, 8, 4, 2, 1):
-        for block_k in (64, 32, 16):
+    for k_splits in (MAX_SPLITS >> i for i in range(MAX_SPLITS.bit_length())):  # 16, 8, 4, 2, 1
+        for block_k in BLOCK_K_CHOICES:
             if T % k_splits == 0 and (T // k_splits) % block_k == 0:
                 return Split(k_splits, block_k, interpret, kernels)
     return None

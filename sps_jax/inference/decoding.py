@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import cli, masks, runs
+from sps_jax import block_tables, cli, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference import batching
 from sps_jax.inference.batching import bucket, left_pad, token_ids
-from sps_jax.inference.sampling import SEED_LIMIT, Sampling, sample_logits
+from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling, sample_logits
 
 
 def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
@@ -323,7 +323,7 @@ def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens
 
 
 def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
-             sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+             sampling: Sampling = Sampling(), seed: int = DEFAULT_SEED, stop_on_eos: bool = True,
              pad_to_multiple: int = 1) -> list[list[int]]:
     """Generated token ids per prompt (EOS included when a row stops on it), all prompts in one batch.
 
@@ -336,14 +336,14 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
     max_new_tokens = int(max_new_tokens)  # checked there; a jax scalar cannot be a static argument
     params = held_params(cfg, params)
     longest = max(len(p) for p in prompts)
-    length = min(-(-longest // pad_to_multiple) * pad_to_multiple, cfg.seq_len)
+    length = min(block_tables.round_up(longest, pad_to_multiple), cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
                             buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
 
 
 def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
                       max_batch: int = batching.MAX_BATCH, min_len: int = batching.MIN_LEN,
-                      sampling: Sampling = Sampling(), seed: int = 0, stop_on_eos: bool = True,
+                      sampling: Sampling = Sampling(), seed: int = DEFAULT_SEED, stop_on_eos: bool = True,
                       progress: Optional[Callable[[int], None]] = None) -> list[list[int]]:
     """Like :func:`generate` for any number of prompts of mixed lengths, with a bounded set of compiled shapes.
 

@@ -20,7 +20,7 @@ import time
 
 from sps_jax import cli, files, hardware, names
 from sps_jax.inference import batching, completions
-from sps_jax.inference.sampling import SEED_LIMIT, Sampling
+from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
 # The run, the model and the decoder load jax, which --help and a refused argument need not wait for: main
 # imports them once the arguments are parsed (batching, completions and sampling do not).
@@ -83,7 +83,7 @@ def _parser() -> cli.ArgumentParser:
                         help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
     parser.add_argument("--top-p", type=float, default=Sampling.top_p,
                         help="sample among the likeliest tokens whose mass reaches p (1: all; needs --temperature above 0)")
-    parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="sampling seed")
+    parser.add_argument("--seed", type=cli.non_negative_int, default=DEFAULT_SEED, help="sampling seed")
     cli.add_batch_size(parser, batching.MAX_BATCH, "prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,

@@ -52,6 +52,7 @@ class Sampling:
 
 
 SEED_LIMIT = 2 ** 31  # sampling seeds lie in [0, SEED_LIMIT): jax's key takes them as int32-sized
+DEFAULT_SEED = 0
 
 
 def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):

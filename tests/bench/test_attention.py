@@ -94,6 +94,15 @@ def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
 
 
+def test_the_triton_kernels_without_jax_triton_are_one_sentence(monkeypatch):
+    from sps_jax import triton_attention
+
+    monkeypatch.setattr(triton_attention, "triton", None)
+    outcome = fuzz.call(bench_main.main, ["attention", "--attention", "triton"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert 'needs jax-triton and triton: pip install -e ".[triton]"' in outcome.stderr, outcome.stderr
+
+
 def test_a_shape_no_accelerator_can_hold_is_refused_before_anything_is_compiled():
     """A typo in --batch (an extra digit, or twenty) made the CPU report's counts and, on a GPU, an out-of-memory
     error after the compile; q, k, v and the output alone are 48 MiB per row at the paper's S shape in bf16."""

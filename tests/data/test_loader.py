@@ -93,22 +93,22 @@ def take(it, n):
 def test_grain_order_is_deterministic_sharded_and_resumable(tmp_path):
     tokens = np.arange(16 * 40 + 1, dtype=np.uint16)  # 40 windows of 17 tokens
     ds = loader.train_dataset(tokens, 16, global_batch=8, seed=3)
-    a = take(loader.train_iterator(ds), 12)  # 96 windows: more than two epochs
-    b = take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3)), 12)
-    other = take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=4)), 12)
+    a = take(loader.train_iterator(ds, prefetch=2), 12)  # 96 windows: more than two epochs
+    b = take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), prefetch=2), 12)
+    other = take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=4), prefetch=2), 12)
     assert all((x == y).all() for x, y in zip(a, b))
     assert not all((x == y).all() for x, y in zip(a, other))
     starts = np.concatenate([batch[:, 0] for batch in a[:5]]) // 16
     assert sorted(starts.tolist()) == list(range(40)), "one epoch visits every window once"
     assert starts.tolist() != list(range(40)), "in shuffled order"
     # Two processes read disjoint halves of the same global batches.
-    halves = [take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, 3, p, 2)), 12) for p in range(2)]
+    halves = [take(loader.train_iterator(loader.train_dataset(tokens, 16, 8, 3, p, 2), prefetch=2), 12) for p in range(2)]
     assert all((np.concatenate([h0, h1]) == g).all() for h0, h1, g in zip(*halves, a))
     # Mid-epoch resume from the saved iterator state continues the same sequence.
-    it = loader.train_iterator(ds)
+    it = loader.train_iterator(ds, prefetch=2)
     take(it, 3)
     state = json.loads(json.dumps(it.get_state()))
-    resumed = loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), state)
+    resumed = loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), state, prefetch=2)
     assert all((x == y).all() for x, y in zip(take(resumed, 9), a[3:]))
 
 
