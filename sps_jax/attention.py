@@ -27,7 +27,7 @@ MASKED_SCORE = -1e30
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     """Dense reference: the full N x N mask (N = T*S slots) from the visibility rule, f32 softmax."""
     B, T, S, H, K = q_BTSHK.shape
-    if S != vis.num_streams:  # failed in jax's broadcasting words
+    if S != vis.num_streams:  # else it fails in jax's broadcasting words
         raise ValueError(f"q must be [B, T, S={vis.num_streams}, H, K] for variant {vis.variant!r}, got shape "
                          f"{q_BTSHK.shape}.")
     N = T * S

@@ -46,7 +46,7 @@ def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
     out (fast host-side counting); jax in, jax out (the kernels' on-device path).
     """
-    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a list failed on .shape
+    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a nested list becomes an array: .shape is read below
     xp = masks.array_module(doc_ids_BT)
     S = vis.num_streams
     B, T = doc_ids_BT.shape
@@ -126,7 +126,7 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
     kernel_tuning.Tiles(block_q, block_k)  # validates the blocks
     if not isinstance(vis, masks.Visibility):
         raise TypeError(f"vis must be a masks.Visibility, not {type(vis).__name__} {vis!r}.")
-    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # float ids made tables; a list was "got shape None"
+    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # floats would build wrong tables; a list becomes an array
     T = doc_ids_BT.shape[1]
     Tp = round_up(T, max(block_q, block_k)) if padded_len is None else padded_len
     if Tp < T or Tp % max(block_q, block_k):

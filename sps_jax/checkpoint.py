@@ -285,7 +285,7 @@ def _restore_params(workdir: str, step: int | None, target):
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step
-        if not all_steps:  # also with a --step: "it has []: pass one of those" offered nothing
+        if not all_steps:  # also with a --step: "it has []: pass one of those" would offer nothing
             raise FileNotFoundError(_no_checkpoint(workdir))
         check_step(workdir, step, all_steps)
         reason = problem(workdir, step, ("params",))

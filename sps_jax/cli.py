@@ -353,7 +353,7 @@ class ArgumentParser(argparse.ArgumentParser):
                     break
         commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
         if commands and message.startswith("the following arguments are required: ") and "command" in message:
-            message = f"name a command, one of {', '.join(commands)}"  # "required: command" named none of them
+            message = f"name a command, one of {', '.join(commands)}"  # "required: command" would name none of them
         raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
 
     def parse_args(self, args=None, namespace=None):
@@ -363,7 +363,7 @@ class ArgumentParser(argparse.ArgumentParser):
             return super().parse_args(args, namespace)
         except UserError:
             stray = self._stray(args)
-            if stray:  # named first: `evaluate tabel` was told that --workdir is required
+            if stray:  # named first: else `evaluate tabel` is told that --workdir is required
                 self._check_list_words(args, stray)
                 self.error(f"unrecognized arguments: {' '.join(stray)}", self._command_prog(args))
             raise
@@ -382,7 +382,7 @@ class ArgumentParser(argparse.ArgumentParser):
         """A flag that takes one value, a comma list included, given twice: argparse kept the last and dropped
         the others without a word. Flags meant to repeat (append) are not among them."""
         seen = {}  # by action: a flag's other name (--batch for --batch-size) is the same flag
-        prog = self._command_prog(args)  # the subcommand's: "probes: --max-offset" named no command
+        prog = self._command_prog(args)  # the subcommand's: "probes: --max-offset" would name no command
         for flag, _, value, action in self._flag_uses(args, lambda a: type(a) is argparse._StoreAction):
             if action in seen:
                 first_flag, first = seen[action]
@@ -429,9 +429,9 @@ class ArgumentParser(argparse.ArgumentParser):
                 item.required = required
 
     def _check_value(self, action, value):
-        if action.nargs == argparse.PARSER and value not in action.choices:  # argparse listed every choice
+        if action.nargs == argparse.PARSER and value not in action.choices:  # argparse would list every choice
             self.error(unknown_subcommand(value, action.choices))
-        if action.choices is not None and value not in action.choices:  # argparse named no likely one
+        if action.choices is not None and value not in action.choices:  # argparse would name no likely one
             choices = list(map(str, action.choices))
             raise argparse.ArgumentError(action, f"invalid choice {value!r}{did_you_mean(str(value), choices)}: "
                                                  f"choose from {', '.join(choices)}")
@@ -594,7 +594,7 @@ def input_path(what: str, kind: str, hint: str):
         home = unexpanded_home(text)
         if home is not None:
             raise argparse.ArgumentTypeError(home)
-        if leads_nowhere(text):  # the readers said "does not exist", or to prepare a token folder there
+        if leads_nowhere(text):  # else readers call it missing, or suggest preparing a token folder there
             raise argparse.ArgumentTypeError(f"{what} {text!r} {LEADS_NOWHERE}: {hint}")
         if kind == FILE and os.path.isdir(text):  # as files.input_file says it
             raise argparse.ArgumentTypeError(f"{what} {text!r} is a folder, not a file: {hint}")
@@ -607,7 +607,7 @@ def input_path(what: str, kind: str, hint: str):
     return parse
 
 
-# argparse type of a run folder or checkpoint argument (an empty one named the working directory).
+# argparse type of a run folder or checkpoint argument (an empty one would name the working directory).
 run_path = input_path("run folder", FOLDER, "pass a run folder or one of its checkpoints/<step> folders")
 
 

@@ -411,7 +411,7 @@ def _no_key(node, path: list[str], name: str, section: bool) -> str:
         return f"config.{dotted} is a field, not a section: set it as --config.{dotted}=VALUE."
     close = close_name(name, keys)
     guess = f" (did you mean --config.{'.'.join([*path, close])}?)" if close else ""
-    if not keys:  # an empty list said nothing
+    if not keys:  # an empty list would say nothing
         return f"{where} has no {kind}s, so no {kind} {name!r}: its get_config builds none (see configs/tiny.py)."
     return f"{where} has no {kind} {name!r}{guess}: its {kind}s are {', '.join(keys)}."
 
@@ -439,7 +439,7 @@ def _fit(old, value, text: str, item: str):
 
 
 # The deepest data.prefetch: one step needs one batch ahead, and grain sizes its buffer up front (a
-# depth of 1e9 hung before the first batch).
+# depth of 1e9 would hang before the first batch).
 MAX_PREFETCH = 1024
 
 # The last step a run can reach: AdamW counts its updates in int32, and optax holds the count at 2**31 - 1, where
@@ -475,7 +475,7 @@ _BELOW_MAX = frozenset({"train.b1", "train.b2"})
 _FLOAT32_FIELDS = ("train.peak_lr", "train.final_lr", "train.eps", "train.weight_decay", "train.grad_clip")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Below float32's smallest normal number a value is 0 to the step: XLA flushes subnormals to zero (a grad_clip of
-# 1e-40 zeroed every update; a peak_lr of 1e-50 trained at -0.0 without the note a 0 gets).
+# 1e-40 would zero every update; a peak_lr of 1e-50 would train at -0.0 without the note a 0 gets).
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 # The train section's switches (model.remat and metrics.wandb are checked with their sections).
 _SWITCHES = ("train.tensorboard",)
@@ -486,7 +486,7 @@ def _check_known_fields(config) -> None:
     (``config.train.peak_learning_rate = 1.0``), it was ignored, and the run trained with the default."""
     known_sections = set(RUN_FIELDS)
     unknown = sorted(set(config.keys()) - known_sections)
-    if unknown:  # c.optim = {...} trained without it, and config.json then held it as if it had been read
+    if unknown:  # c.optim = {...} would train without it, yet config.json would hold it as if read
         raise UserError(f"the config has no section or field {unknown[0]!r}{did_you_mean(unknown[0], known_sections)}: "
                         f"a run reads only {', '.join(sorted(known_sections))}; rename it, or remove it.")
     for name, section_of in (("train", train_config), ("data", data_config), ("mesh", mesh_config),
@@ -526,7 +526,7 @@ def check_run_config(config) -> None:
     _check_model_fields(config.model)
     check_ranges(config)
     check_labels(config)
-    for dotted in _SWITCHES:  # 'no' in a config file is truthy: it switched TensorBoard on
+    for dotted in _SWITCHES:  # 'no' in a config file is truthy: it would switch TensorBoard on
         value = config.train.get(dotted.partition(".")[2], False)
         if not isinstance(value, (bool, np.bool_)):
             raise UserError(f"{dotted}={value!r} must be True or False.")
@@ -541,14 +541,14 @@ def check_run_config(config) -> None:
     if config.train.grad_clip == 0:  # optax.clip_by_global_norm(0) scales every gradient to zero
         raise UserError("train.grad_clip=0 would zero every update: set it above 0 (the paper's 1.0), or to None to "
                         "turn clipping off.")
-    if config.train.peak_flops_per_device == 0:  # flops.peak_flops_per_device read 0 as unset
+    if config.train.peak_flops_per_device == 0:  # flops.peak_flops_per_device reads 0 as unset
         raise UserError("train.peak_flops_per_device=0 cannot divide MFU: set the device's peak FLOP/s, or None for "
                         "its known peak.")
     if config.train.final_lr > config.train.peak_lr:  # the schedule decays from peak_lr to final_lr
         raise UserError(f"train.final_lr={config.train.final_lr} is above train.peak_lr={config.train.peak_lr}: the "
                         "schedule decays from the peak to the final rate; lower final_lr or raise peak_lr.")
     decay_factor = 1 - config.train.peak_lr * config.train.weight_decay
-    if decay_factor <= 0:  # the run died of a non-finite loss a few steps in, whose sentence blamed peak_lr alone
+    if decay_factor <= 0:  # else the run dies of a non-finite loss a few steps in, blamed on peak_lr alone
         raise UserError(f"train.peak_lr={config.train.peak_lr} x train.weight_decay={config.train.weight_decay} is at "
                         "least 1: AdamW's decay multiplies every weight by 1 - lr x weight_decay each step, which "
                         "would be 0 or below; lower either.")
@@ -562,7 +562,7 @@ def check_run_config(config) -> None:
 def check_labels(config) -> None:
     """The run's name and the paths it names (data.dir, train.init_from): what any run folder's config.json must
     hold, a trained or an imported one (import_torch wrote data.dir='~/x' and name='' where train refuses them)."""
-    if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # printed as "None: ..."
+    if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # else printed as "None: ..."
         raise UserError(f"name={config.name!r} must name the run (a non-empty string, as in its logs and results).")
     init_from = config.train.get("init_from")
     if init_from is not None and (not isinstance(init_from, str) or not init_from):

@@ -41,7 +41,7 @@ PARTIAL = ".partial"  # the suffix of the sibling folder replace_folder builds i
 def _cut(name: str, most_bytes: int) -> str:
     """``name``'s start of at most ``most_bytes`` bytes in UTF-8 (a cut by characters overran the limit)."""
     # Whole characters, each counted in its bytes: a name holding bytes that are not UTF-8 (the shell passes them
-    # through as escapes) failed to encode, and a cut through a character would leave half of it.
+    # through as escapes) would fail to encode, and a cut through a character would leave half of it.
     out, size = [], 0
     for ch in name:
         size += len(ch.encode("utf-8", "surrogateescape"))
@@ -58,7 +58,7 @@ def path_text(value, name: str) -> str:
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
         home = isinstance(text, str) and unexpanded_home(text)
-        if home:  # refused on the command line too; from a notebook it made a folder '~' in the working directory
+        if home:  # refused on the command line too; from a notebook it would make a folder '~' in the working directory
             raise UserError(f"{name} {home}.")
         return text
     advice = f"give one {name} per call" if isinstance(value, (list, tuple, set)) else "pass the path itself"
@@ -116,7 +116,7 @@ def atomic_path(path: str):
     if held is None:
         try:
             os.replace(partial, path)
-        except BaseException:  # a folder at the path, say: the partial file went unremoved
+        except BaseException:  # a folder at the path, say: the partial file is not left behind
             _discard([partial])
             raise
     else:
@@ -337,7 +337,7 @@ def check_stem(stem: str, given: str, suffixes: str, example: str, flag: str = "
     if os.path.basename(stem) in ("", ".", ".."):
         raise UserError(f"{flag} {given} has no file name before {suffixes}: add one, for example {example}.")
     special = special_file(stem)
-    if special:  # --out /dev/null wrote the files /dev/null.md and /dev/null.tex
+    if special:  # --out /dev/null would write the files /dev/null.md and /dev/null.tex
         raise UserError(f"{flag} {given}: {stem} is {special}, which the {suffixes} files cannot be named after: pass "
                         "another file name.")
 
@@ -358,7 +358,7 @@ def check_parent(path: str, flag: str, elsewhere: str = "choose another path") -
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(parent):
         parent = os.path.dirname(parent)
-    if leads_nowhere(parent):  # was called a file
+    if leads_nowhere(parent):  # a dangling link, which the check below would call a file
         raise UserError(f"{flag} {path} lies under {parent}, which {LEADS_NOWHERE}: {elsewhere}.")
     if not os.path.isdir(parent):
         raise UserError(f"{flag} {path} lies under {parent}, which is a file, not a folder: choose another path.")

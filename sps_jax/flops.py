@@ -32,8 +32,8 @@ FWD_BWD_IN_FORWARDS = 3.5
 
 def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     """Mean over positions of the visible keys summed over the position's S query slots."""
-    # Checked before the cache, which hashed a traced seq_len first ("unhashable type: DynamicJaxprTracer").
-    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:  # 0 divided by 0
+    # Checked before the cache, which would hash a traced seq_len first ("unhashable type: DynamicJaxprTracer").
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:  # 0 would divide 0 by 0
         raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}.")
     return _visible_keys_per_position(vis, int(seq_len))
 

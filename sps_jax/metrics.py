@@ -85,7 +85,7 @@ def curves(workdir: str) -> dict[str, list[dict]]:
                 if isinstance(r.get(key), bool) or not isinstance(r.get(key), (int, float)):
                     raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
                                     f"{key}={r.get(key)!r}, not a number.")
-            if r[value] < 0:  # no cross-entropy is: a hand edit, plotted as it was (the figures place tokens_seen)
+            if r[value] < 0:  # no cross-entropy is: a hand edit, else plotted as is (the figures place tokens_seen)
                 raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
                                 f"{value}={r[value]!r}, below 0, which no loss is.")
     return out
@@ -151,7 +151,7 @@ def draw_curves(runs: dict, x: str):
         ax.grid(alpha=0.3)
         if ax.lines:  # a run without validation yet leaves that panel empty
             ax.legend()
-    with warnings.catch_warnings():  # a long run name's legend does not fit: matplotlib warned at the run's end
+    with warnings.catch_warnings():  # a long run name's legend does not fit: matplotlib would warn at the run's end
         warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
         fig.tight_layout()
     return fig

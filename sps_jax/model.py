@@ -100,7 +100,7 @@ class ModelConfig:
         f32 = np.finfo(np.float32)
         for name in ("rope_theta", "init_std", "norm_eps"):
             value = getattr(self, name)
-            # Used in float32: beyond its range one became inf (norm_eps=1e300 trained a model that learned
+            # Used in float32: beyond its range a value becomes inf (norm_eps=1e300 would train a model that learns
             # nothing), below its smallest normal number 0.
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not float(f32.tiny) <= value <= float(
                     f32.max):
@@ -223,7 +223,7 @@ class ModelConfig:
     def from_config(cls, cfg: Any) -> "ModelConfig":
         if isinstance(cfg, ModelConfig):
             return cfg
-        if not hasattr(cfg, "items"):  # None or a list failed in dict()'s own words
+        if not hasattr(cfg, "items"):  # None or a list would fail in dict()'s own words
             raise TypeError(f"a model config must be a ModelConfig, a ConfigDict or a dict of its fields, got "
                             f"{type(cfg).__name__}: pass config.model (e.g. sps_jax.config.load_config(...).model).")
         items = dict(cfg.items())
@@ -435,7 +435,7 @@ class Transformer(nn.Module):
         check_tokens(tokens_BT, c)
         B, T = tokens_BT.shape
         for name, given in (("positions_BT", positions_BT), ("doc_ids_BT", doc_ids_BT)):
-            if given is not None and tuple(np.shape(given)) != (B, T):  # failed later in jax's broadcasting words
+            if given is not None and tuple(np.shape(given)) != (B, T):  # jax's broadcasting would fail later
                 raise ValueError(f"{name} must have the tokens' shape {(B, T)}, got {tuple(np.shape(given))}.")
         if positions_BT is None:
             positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -553,7 +553,7 @@ def init_params(model: Transformer, rng):
 
     One compiled program per config: the values a training run starts from (its init is this program inside
     its own jit), where flax's op-by-op init gave others in the last bits, and seconds faster on a CPU."""
-    if not isinstance(model, Transformer):  # said as "has no attribute 'cfg'"
+    if not isinstance(model, Transformer):  # else it fails as "has no attribute 'cfg'"
         raise TypeError(f"model must be a Transformer, got a {type(model).__name__}: pass Transformer(config).")
     check_rng(rng)
     return _compiled_init(model.cfg)(rng)

@@ -41,7 +41,7 @@ def schedule(train_cfg, tokens_per_step: int):
 
     def lr(count):
         # Tokens in float32 (as learning_rate counts them): AdamW's count is int32, and its product with the tokens
-        # per update wrapped negative past 2**31 tokens (update 5462 of the paper's 96 x 4096-token updates).
+        # per update wraps negative past 2**31 tokens (update 5462 of the paper's 96 x 4096-token updates).
         tokens = jnp.maximum(count, 1).astype(jnp.float32) * tokens_per_step
         return learning_rate(tokens, peak_lr=train_cfg.peak_lr,
                              final_lr=train_cfg.final_lr, warmup_tokens=train_cfg.warmup_tokens,

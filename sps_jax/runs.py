@@ -41,7 +41,7 @@ def find_run(path: str) -> tuple[str, int | None]:
                                 "or one of its checkpoints/<step> folders.")
     if os.path.isfile(os.path.join(path, CONFIG_FILE)):
         return path, None
-    if os.path.isdir(os.path.join(path, CONFIG_FILE)):  # said as "neither a run folder ... nor a checkpoint"
+    if os.path.isdir(os.path.join(path, CONFIG_FILE)):  # else said as "neither a run folder ... nor a checkpoint"
         raise UserError(f"{os.path.join(path, CONFIG_FILE)} is a folder, not the run's config file: move it away and "
                         f"put back the {CONFIG_FILE} the run was trained with.")
     parent = os.path.dirname(path)
@@ -257,7 +257,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
-    # Folders only: a file named checkpoints/16 is no checkpoint (the restore skips it), so it counted as one here.
+    # Folders only: a file named checkpoints/16 is no checkpoint (the restore skips it), so it must not count here.
     has_checkpoints = os.path.isdir(checkpoints) and any(
         n.isdigit() and os.path.isdir(os.path.join(checkpoints, n)) for n in os.listdir(checkpoints))
     if has_checkpoints and not os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
@@ -280,7 +280,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         _check_checkpoints_not_lost(workdir, saved)
     if other and not force and not has_checkpoints and _never_trained(workdir):
         # A start that failed before its first step (a compile the host ran out of memory for, say) left only its
-        # config.json: the corrected command needed --force, where replacing it loses nothing that trained.
+        # config.json: replacing it loses nothing that trained, so the corrected command needs no --force.
         print(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
               f"run replaces its {CONFIG_FILE}.", file=sys.stderr)
         return
@@ -658,7 +658,7 @@ def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] =
         if want.get(key) != have.get(key):
             raise ValueError(f"{what}: parameter {key} has shape {have.get(key)} but the config implies "
                              f"{want.get(key)}; {fix}.")
-    for key, value in jax.tree_util.tree_leaves_with_path(params):  # integer weights computed garbage, unsaid
+    for key, value in jax.tree_util.tree_leaves_with_path(params):  # integer weights would compute garbage, unsaid
         if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
             raise ValueError(f"{what}: parameter {jax.tree_util.keystr(key)} is {jnp.result_type(value)}, not "
                              f"floating point; {fix}.")
@@ -725,10 +725,10 @@ def run_info(path: str, step: int | None = None) -> dict:
             "variant": cfg.variant, "window": cfg.window,
             "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}
     if step is not None:
-        step = cli.integer(step, "step")  # "8" failed in a comparison with the metrics' steps
-        if step < 0:  # its tokens_seen came out negative
+        step = cli.integer(step, "step")  # "8" would fail in a comparison with the metrics' steps
+        if step < 0:  # its tokens_seen would come out negative
             raise ValueError(f"step={step} must be 0 or more.")
-        checkpoint.check_step(workdir, step, checkpoint.steps(workdir))  # 999 had taken the last step's tokens
+        checkpoint.check_step(workdir, step, checkpoint.steps(workdir))  # 999 would take the last step's tokens
         info.update(step=step, tokens_seen=tokens_seen(workdir, step, config))
     return info
 

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                               ("process_id", "SPS_JAX_PROCESS_ID", cli.non_negative_int)):
         if getattr(args, field) is None:  # the flag wins over its variable
             setattr(args, field, _from_env(name, kind, parser))
-    if not args.workdir.strip():  # whitespace alone too: it made a run folder named ' '
+    if not args.workdir.strip():  # whitespace alone too: it would make a run folder named ' '
         parser.error(f"--workdir {args.workdir!r} must name a folder")
     check_distributed(args)
     with cli.stop_exits_while_loading():  # a config builds its model with jax, and the trainer loads it

@@ -58,7 +58,7 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     With ``memory_bytes`` (per device), a model whose training state, with a lower bound on one micro-batch's
     activations through the attention backend ``model.attention`` stands for on ``platform`` (default: jax's),
     cannot fit is refused too."""
-    num_devices = cli.at_least("num_devices", num_devices, 1)  # 0 processes stopped on a ZeroDivisionError
+    num_devices = cli.at_least("num_devices", num_devices, 1)  # 0 would stop on a ZeroDivisionError
     process_count = cli.at_least("process_count", process_count, 1)
     if memory_bytes is not None:
         memory_bytes = cli.at_least("memory_bytes", memory_bytes, 1)
@@ -101,7 +101,7 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
                          f"more than {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: lower total_tokens or raise "
                          "train.global_batch.")
     end = min(total_steps, t.stop_at_step or total_steps)
-    if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing said so
+    if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing would say so
         raise ValueError(f"train.profile_start={t.profile_start} is at or past the run's last step, {end}: no step "
                          "would be traced; lower it (steps after profile_start are traced).")
     return TrainPlan(model=cfg, data=data, fsdp=fsdp, accum=t.global_batch // t.micro_batch,
@@ -450,12 +450,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     is named and left alone); a failed save stops the run with one sentence.
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
-    workdir = files.path_text(workdir, "workdir")  # None and "" failed in os calls
+    workdir = files.path_text(workdir, "workdir")  # None and "" would fail in os calls
     if not workdir.strip():
         raise cli.UserError("workdir is empty: pass the run folder to train in.")
     if on_step is not None and not callable(on_step):  # found only after compiling and the first update
         raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
-    if not callable(log):  # log=None failed at the first line it printed
+    if not callable(log):  # log=None would fail at the first line it prints
         raise TypeError(f"log must be a function of one line of text (print, say), got {log!r}.")
     config = _named_for_its_model(config)
     devices = jax.devices()

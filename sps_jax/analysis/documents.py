@@ -17,7 +17,7 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = t
     ``vocab_size`` when given). ``flags`` names what sets ``min_tokens`` in the sentence said when no document is
     long enough."""
     data_dir = files.path_text(data_dir, "data_dir")  # the sentences quote it
-    cli.at_least("num_docs", num_docs, 1)  # 0 and -1 read every document
+    cli.at_least("num_docs", num_docs, 1)  # 0 and -1 would read every document
     cli.at_least("min_tokens", min_tokens, 1)
     tokens = loader.open_tokens(data_dir, split, eos_id=eos_id, vocab_size=vocab_size)
     file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
@@ -29,7 +29,7 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = t
             docs.append(np.asarray(tokens[start:end + 1], dtype=np.int32))
             if len(docs) == num_docs:
                 break
-    if not len(ends):  # "lower --min-tokens" could not help: --min-tokens 1 said it again
+    if not len(ends):  # no document at all: "lower --min-tokens" would not help
         raise ValueError(f"{data_dir!r} ({split}) holds no document: pass a token folder whose {split} split has "
                          "some (data prepare --val-fraction), or another split.")
     if not docs:
@@ -48,11 +48,11 @@ def check_probe(model, params, docs, context, batch: int) -> int:
     if not len(docs):
         raise ValueError("docs is empty: pass the documents to probe (analysis.documents.read_documents).")
     for doc in docs:
-        sps_model.check_token_ids(doc, cfg)  # out-of-vocabulary ids gave NaN or finite garbage
+        sps_model.check_token_ids(doc, cfg)  # out-of-vocabulary ids would give NaN or finite garbage
     cli.at_least("batch", batch, 1)
     if context is None:
         return cfg.seq_len
-    context = cli.at_least("context", context, 1)  # 0 meant the model's context without a word
+    context = cli.at_least("context", context, 1)  # 0 would mean the model's context, unsaid
     if context > cfg.seq_len:
         raise ValueError(f"context {context} is beyond the model's {cfg.seq_len} positions: pass at most that.")
     return context

@@ -271,7 +271,7 @@ def window_ablation(sources, out: str) -> dict:
         print(f"warning: {differ}: the figure draws them as they are.", file=sys.stderr, flush=True)
     _one_per_key(zip(sources, points), lambda p: (p["scale"], p["variant"], p["window"]),
                  lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
-    if all(p["window"] is None for p in points):  # the figure's axis is the window: it had only reference lines
+    if all(p["window"] is None for p in points):  # the figure's axis is the window: it would have only reference lines
         raise UserError(f"window-ablation draws NLL against the window, and none of its {len(points)} source(s) has "
                         "one (standard and two_x_memory are reference lines): add runs of a windowed variant.")
     several_scales = len({p["scale"] for p in points}) > 1
@@ -405,7 +405,7 @@ def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, mar
     sources = files.path_list(sources, "sources")
     check_out(out, sources, "source", "seeds")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
-    if not (margin > 0 and math.isfinite(margin)):  # an infinite margin called any gap equivalent
+    if not (margin > 0 and math.isfinite(margin)):  # an infinite margin would call any gap equivalent
         raise ValueError(f"--margin {margin} is not a positive finite NLL difference: pass one such as 0.01.")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)

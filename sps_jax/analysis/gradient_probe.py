@@ -125,7 +125,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     cfg = model.cfg
     cli.at_least("positions_per_doc", positions_per_doc, 1)
     cli.at_least("chunk", chunk, 1)
-    offsets = [cli.integer(k, "an offset") for k in offsets]  # 1.5 was read as 1
+    offsets = [cli.integer(k, "an offset") for k in offsets]  # whole offsets: 1.5 would be read as 1
     if not offsets:
         raise ValueError("offsets is empty: pass the offsets k to probe, such as range(0, 65).")
     offsets = np.asarray(offsets, np.int64)
@@ -154,7 +154,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         source_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + needed[None, :]).ravel()) for _, src in part]
         # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%. A chunk above
-        # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 ran 32 times the passes).
+        # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 runs 32 times the passes).
         terms = bucket(max(len(x) for x in loss_lists), sizes_per_octave=8)
         step = min(chunk, terms)
         J = block_tables.round_up(terms, step)

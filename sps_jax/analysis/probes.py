@@ -146,7 +146,7 @@ def _check_inputs(args) -> list:
     suffix = os.path.splitext(args.out.rstrip(os.sep))[1]
     if suffix.lower() in (".png", ".json", ".csv", ".pdf", ".jpg", ".svg") and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} names a {suffix} file, and probes write a folder of results (their .json, "
-                        ".csv and .png): pass a folder, such as probes_out.")  # it became a folder of that name
+                        ".csv and .png): pass a folder, such as probes_out.")  # it would become a folder of that name
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         runs.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself

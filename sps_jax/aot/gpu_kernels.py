@@ -264,7 +264,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     options = {"xla_dump_to": dump}
     if tuple(int(x) for x in jax.__version__.split(".")[:2]) >= (0, 11):
         # Newer XLA dumps an emitter's output only when asked. "ptx" selects just the PTX: ".*" also
-        # writes Triton's MLIR pass dumps (about 30 MB per kernel), which made a compile 7x slower.
+        # writes Triton's MLIR pass dumps (about 30 MB per kernel), which make a compile 7x slower.
         options["xla_dump_emitter_re"] = "ptx"
     report = {"target": acc.name, "arch": acc.sm_arch, "shape": dataclasses.asdict(shape), "dtype": str(dtype),
               "variant": vis.variant, "window": vis.window, "kernel_set": kernels, "status": "ok", "kernels": {}}

@@ -51,7 +51,7 @@ def check_json(args):
     # package) answers --help, --version and a wrong benchmark name without it.
     from sps_jax import runs
     if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
-        # A run's own files, any token folder's and the --config file read (which --force replaced) refused.
+        # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
         from sps_jax import config as sps_config
         config = getattr(args, "config", None)
         runs.output_file(args.json, "--json", args.force, [("--config", sps_config.split_spec(config)[0])] if config

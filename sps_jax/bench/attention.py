@@ -43,7 +43,7 @@ def add_shape_flags(p) -> None:
     heads, head_dim = sps_config.attention_dims(sps_config.DEFAULT_SCALE)
     p.add_argument("--heads", type=cli.positive_int, default=heads, help="attention heads")
     p.add_argument("--head-dim", type=cli.positive_int, default=head_dim, help="dimensions per head")
-    # Bounded here: past masks.MAX_WINDOW, Visibility refused it only once the dense baselines had been timed.
+    # Bounded here: past masks.MAX_WINDOW, Visibility would refuse it only after timing the dense baselines.
     p.add_argument("--window", type=cli.int_up_to(masks.MAX_WINDOW), default=masks.DEFAULT_WINDOW,
                    help="predict window w of the windowed variants")
 

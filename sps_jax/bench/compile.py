@@ -74,7 +74,7 @@ def parse_args(argv):
     rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
     args.overrides = overrides
-    if args.kernel_sets is not None:  # a TPU target's kernels are splash's: the flag was ignored without a word
+    if args.kernel_sets is not None:  # a TPU target's kernels are splash's: the flag would be ignored unsaid
         gpus = [name for name in args.target if hardware.ACCELERATORS[name].platform != "tpu"]
         if not gpus or "kernels" not in args.only:
             p.error("--kernel-sets chooses the kernels compiled for GPU targets, and "
@@ -369,7 +369,7 @@ def _check_workload(args) -> None:
     from sps_jax.aot import topology
     from sps_jax.inference import kv_cache
 
-    # Read with --only kernels too, which compiles no model: a mistyped override was silently ignored there.
+    # Read with --only kernels too, which compiles no model: a mistyped override would be silently ignored there.
     config = _train_config(args, args.variants[0], args.micro_batches[0], args.remat[0])
     if "train" in args.only or "generate" in args.only:
         _check_sizes(args, config.model)

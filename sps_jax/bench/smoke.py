@@ -65,7 +65,7 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise TypeError(f"config must be a run config with a model section, got a {type(config).__name__}: pass "
                         "sps_jax.config.load_config(...) whole.")
-    if isinstance(variants, str):  # each letter was read as a variant ("unknown attention variant 's'")
+    if isinstance(variants, str):  # else each letter is read as a variant ("unknown attention variant 's'")
         raise TypeError(f"variants must be a list of variant names, got the str {variants!r}: pass [{variants!r}].")
     results = []
     T = config.model.seq_len
@@ -75,7 +75,7 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     sps_model.check_fits(base, memory_bytes, device, copies=2, holding="the weights and their gradient")
     cfgs = [dataclasses.replace(base, variant=vis.variant, window=vis.window)
             for vis in map(base.visibility.with_variant, variants)]
-    # A batch past the memory aborted the process inside XLA's CPU allocator (a crash dump, status 134).
+    # A batch past the memory would abort the process inside XLA's CPU allocator (a crash dump, status 134).
     backend = attention.resolve(base.attention)
     need = 2 * base.param_bytes + max(cfg.backward_floor_bytes(batch_size, backend) for cfg in cfgs)
     if need > memory_bytes:

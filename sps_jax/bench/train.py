@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     platform = jax.devices()[0].platform
     for backend in args.attention or [base.model.attention]:  # e.g. triton off a GPU: before any run is timed
         attention.check_available(backend, platform)
-    bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU timed one program twice
+    bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU would time one program twice
     configs = run_configs(args, overrides, base_vis, variants)
     for _, config in configs:  # every run's refusals (a variant's activations, say) before the first "timing" line
         trainer.plan(config, len(jax.devices()), jax.process_count(), *hardware.local_memory(), platform=platform)

@@ -82,7 +82,7 @@ def _provision_tokenizer(args) -> None:
         raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
                             f"{tokenizer.default_ranks_path()}.")
     if args.out is not None:  # before the download
-        if os.path.basename(args.out) in ("", ".", ".."):  # dir/: found only when the download was written
+        if os.path.basename(args.out) in ("", ".", ".."):  # dir/: else found only once the download is written
             raise cli.UserError(f"--out {args.out} names a folder, not a file: name a file, for example "
                                 f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
         files.check_parent(args.out, "--out")

@@ -103,7 +103,7 @@ def _folder_files(path: str) -> list[str]:
             continue
         walked.add(real)
         # Hidden files and folders are a tool's copies and state (.ipynb_checkpoints, .git), not the corpus: read,
-        # an editor's checkpoint was one more copy of a document.
+        # an editor's checkpoint would be one more copy of a document.
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         out += [os.path.join(folder, f) for f in sorted(names) if not f.startswith(".")]
     return out
@@ -245,7 +245,7 @@ def check_source(source: str) -> None:
         raise FileNotFoundError(f"source {source!r} does not exist" + (f" (did you mean {meant!r}?)" if meant else "")
                                 + ": pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'.")
     from sps_jax import runs  # not at the top: it loads jax
-    if os.path.isdir(source):  # their JSON files were read as JSONL documents, and refused as "not JSON at line 1"
+    if os.path.isdir(source):  # their JSON files would be read as JSONL and refused as "not JSON at line 1"
         if token_folder.is_token_folder(source):
             raise UserError(f"source {source!r} is a token folder, prepare's output: pass it as data.dir (or "
                             "--val-data), or pass the text it was prepared from as --source.")
@@ -253,18 +253,18 @@ def check_source(source: str) -> None:
             raise UserError(f"source {source!r} is a training run's folder, not a corpus: pass a text/JSONL/Parquet "
                             "file or folder.")
     run = files.enclosing(source, runs.is_run)
-    if run is not None:  # a checkpoint's commit_success.txt files were tokenised as documents
+    if run is not None:  # a checkpoint's commit_success.txt files would be tokenised as documents
         raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
                         "text/JSONL/Parquet file or folder.")
     if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
     every = None
-    if os.path.isdir(source):  # a folder's other files are not its documents, but an archive is: it was skipped
+    if os.path.isdir(source):  # a folder's other files are not its documents, but an archive is: refused, not skipped
         every = _folder_files(source)
         tokens = next((os.path.dirname(p) for p in every if os.path.basename(p) == token_folder.MANIFEST
                        and token_folder.is_token_folder(os.path.dirname(p))), None)
-        if tokens is not None:  # its manifest.json was read as a JSON Lines document and refused as not JSON
+        if tokens is not None:  # its manifest.json would be read as JSON Lines and refused as not JSON
             raise UserError(f"source folder {source!r} holds the token folder {tokens}, prepare's output, not a "
                             "corpus: pass a folder of text, JSONL or Parquet files only.")
         packed = [p for p in every if p.lower().endswith(COMPRESSED_SUFFIXES)]
@@ -278,7 +278,7 @@ def check_source(source: str) -> None:
     nowhere = [p for p in paths if files.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised
         raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")
-    # A pipe waited forever for a writer, and a link to /dev/zero read until the host's memory ran out.
+    # A pipe would wait forever for a writer, and a link to /dev/zero read until the host's memory runs out.
     odd = [p for p in paths if files.special_file(p)]
     if odd:
         raise UserError(f"{odd[0]} in source folder {source!r} {NOT_REGULAR}: remove it, or move it out of the folder.")

@@ -88,7 +88,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     is the model's; with ``verify_checksum``: the file's sha256.
     """
     folder = files.path_text(folder, "folder")  # the sentences quote it
-    for name, value in (("vocab_size", vocab_size), ("eos_id", eos_id)):  # "50256" was said to differ from 50256
+    for name, value in (("vocab_size", vocab_size), ("eos_id", eos_id)):  # else "50256" would differ from 50256
         if value is not None:
             cli.integer(value, name)
     if split not in SPLITS:  # a mistyped name (probes --split), not a folder to prepare again

@@ -64,7 +64,7 @@ def _check_limits(val_fraction, max_documents, max_tokens) -> None:
         raise UserError(f"val_fraction={val_fraction!r} must be a number in [0, 1): it is the share of documents "
                         "held out for validation, so pass one from 0 up to below 1.")
     for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
-        if value is not None and cli.integer(value, name) < 1:  # 5.5 wrote 6 documents and recorded 5.5
+        if value is not None and cli.integer(value, name) < 1:  # 5.5 would write 6 documents and record 5.5
             raise UserError(f"{name}={value} must be at least 1.")
 
 
@@ -173,8 +173,8 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out", source
     this corpus (one whose manifest predates the record is compared on its settings alone)."""
     files.check_folder_place(out, flag, "pass the folder to write the token files into")
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
-    # Building replaces the folder whole, so a run or token folder at any depth in it (one made there before
-    # such folders were refused) would be deleted with it: refused by name, --force or not.
+    # Building replaces the folder whole, so a run or token folder at any depth in it (one an older version
+    # let be made there) would be deleted with it: refused by name, --force or not.
     kept = (files.below(out, lambda folder: runs.is_run(folder) or token_folder.is_token_folder(folder))
             if names else None)
     if kept is not None:

@@ -137,7 +137,7 @@ def check_text(text: str, name: str) -> str:
 
 def encode(text: str, ranks_path: str | None = None) -> list[int]:
     """Ordinary text to ids; '<|endoftext|>' in the text is not turned into EOS."""
-    if not isinstance(text, str):  # tiktoken's own TypeError named no argument
+    if not isinstance(text, str):  # tiktoken's own TypeError names no argument
         raise TypeError(f"text must be a str, got {type(text).__name__}: decode bytes first (bytes.decode('utf-8')), "
                         "or encode each text of a list.")
     return get_tokenizer(ranks_path).encode_ordinary(text)

@@ -37,12 +37,12 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     t0 = time.time()
     path = files.path_text(path, "path")
     keys, task_data = lm_eval_tasks.check_keys(keys), lm_eval_tasks.task_mapping(task_data)
-    if not keys and not val_data:  # every metric of the result would be empty, after the weights had loaded
+    if not keys and not val_data:  # before the weights load: every metric of the result would be empty
         raise ValueError("nothing to evaluate: pass keys (lm-eval task names) and/or val_data (a token folder).")
     if val_tokens is not None:
         cli.integer(val_tokens, "val_tokens")
     for name, value in (("val_batch_size", val_batch_size), ("batch_size", batch_size)):
-        if cli.integer(value, name) < 1:  # a batch of 0 stopped in range() once the weights had loaded
+        if cli.integer(value, name) < 1:  # a batch of 0 would stop in range(), after the weights load
             raise ValueError(f"{name} must be at least 1, got {value}.")
     lm_eval_tasks.check_limit(limit)  # run_lm_eval says it too, but only after the validation NLL
     if keys:
@@ -115,7 +115,7 @@ def _task_data(items) -> dict[str, str]:
     out = {}
     for item in items or []:
         key, sep, path = item.partition("=")
-        if not sep or not key.strip():  # "=arc.jsonl" was "given for ''"
+        if not sep or not key.strip():  # else "=arc.jsonl" would be "given for ''"
             raise ValueError(f"--task-data {item!r} must look like TASK=PATH (e.g. arc_easy=arc_easy_test.jsonl).")
         if key.strip() in out:  # the later file would win unseen
             raise ValueError(f"--task-data names {key.strip()!r} twice ({out[key.strip()]} and {path.strip()}): "
@@ -303,7 +303,7 @@ def main_table(argv) -> int:
             p.error("--out is empty: pass the stem of the .md and .tex files to write")
         given = args.out
         folder, name = os.path.split(given)
-        for suffix in (".md", ".tex"):  # --out main.md wrote main.md.md and main.md.tex
+        for suffix in (".md", ".tex"):  # --out main.md writes main.md and main.tex, not main.md.md
             if name.lower().endswith(suffix):
                 args.out = os.path.join(folder, name[:-len(suffix)])
         files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))

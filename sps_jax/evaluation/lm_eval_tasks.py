@@ -22,7 +22,7 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
     folders and every check and evaluation shares it (a YAML added to those folders later is not seen)."""
     from lm_eval.tasks import TaskManager
 
-    if include_path:  # lm-eval's index reads every file it lists: a pipe waited forever for a writer
+    if include_path:  # lm-eval's index reads every file it lists: a pipe would wait forever for a writer
         odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if files.special_file(str(p))), None)
         if odd is not None:
             raise cli.UserError(f"{odd} in --include-path {include_path} {cli.NOT_REGULAR}: remove it, or move it out "
@@ -237,7 +237,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     from lm_eval.api.model import LM
 
     keys, task_data = check_keys(keys), task_mapping(task_data)
-    if not keys:  # lm-eval's own words named none of these arguments
+    if not keys:  # lm-eval's own words would name none of these arguments
         raise ValueError("keys is empty: pass the lm-eval task names to run, e.g. paper_tasks.expand(['paper']).")
     if not isinstance(lm, LM):
         raise TypeError(f"lm must be an lm-eval model (e.g. lm_eval_adapter.SPSLM(workdir=RUN)), got "

@@ -88,7 +88,7 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
     """Every local file belongs to a task being run, is a file (a '~' the shell left, a folder and a missing path are
     one sentence each), and has a readable format."""
     for key, path in task_data.items():
-        if key not in keys:  # ARC_EASY for arc_easy was not offered
+        if key not in keys:  # ARC_EASY is offered arc_easy (names.close_name)
             raise ValueError(f"--task-data given for {key!r}{names.did_you_mean(key, keys)}, which is not among the tasks "
                              f"being run ({', '.join(keys) or 'none'}).")
         home = cli.unexpanded_home(path)

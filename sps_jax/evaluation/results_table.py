@@ -123,7 +123,7 @@ def _bad_field(row) -> str | None:
         values = row.get(field, {})
         if not isinstance(values, dict) or not all(map(number, values.values())):
             return f"its {field} is not an object of finite numbers"
-    # A hand edit the table printed as it was (an accuracy of 1.7 as 170.0): NLLs are at least 0, accuracies 0 to 1.
+    # Hand edits would print as they are (an accuracy of 1.7 as 170.0): NLLs are at least 0, accuracies 0 to 1.
     for field, values, lo, hi, what in (
             ("val_nll", [row.get("val_nll")], 0, math.inf, _NLL),
             ("corpus_nll_avg", [row.get("corpus_nll_avg")], 0, math.inf, _NLL),

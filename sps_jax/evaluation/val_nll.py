@@ -49,7 +49,7 @@ def _loss_sums(cfg: sps_model.ModelConfig):
 def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = sps_config.VAL_BATCH,
                    max_tokens: int | None = None, log_every_s: float = 10.0) -> dict:
     """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
-    if cli.integer(batch_size, "batch_size") < 1:  # -1 gave val_nll 0.0 over no window, 0 range()'s own error
+    if cli.integer(batch_size, "batch_size") < 1:  # -1 would give val_nll 0.0 over no window, 0 range()'s own error
         raise ValueError(f"batch_size must be at least 1 window, got {batch_size}.")
     if max_tokens is not None:
         cli.integer(max_tokens, "max_tokens", " or None (the whole split)")
@@ -59,11 +59,11 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
                          f"{got}.")
     from sps_jax import runs
 
-    runs.check_model_params(net, params)  # a deeper model's params gave another NLL without a word
+    runs.check_model_params(net, params)  # a deeper model's params would give another NLL unsaid
     cfg = net.cfg
     T = cfg.seq_len
     starts = windows(len(tokens), T, max_tokens)
-    # Once, over what is scored: inside the compiled sums an id past the vocabulary gave NaN, a negative one a number.
+    # Once, over what is scored: inside the compiled sums an id past the vocabulary gives NaN, a negative one a number.
     sps_model.check_token_ids(tokens[:int(starts[-1]) + T + 1] if len(starts) else tokens[:0], cfg)
     batch_size = min(batch_size, len(starts))  # rows past the last window would be filler, and memory
     sums, source = _loss_sums(cfg), loader.TokenWindows(tokens, T)

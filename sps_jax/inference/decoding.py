@@ -280,12 +280,12 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         raise ValueError(f"top_k={sampling.top_k} and top_p={sampling.top_p} filter sampling, but temperature 0 is "
                          "greedy decoding: pass a temperature above 0 to sample, or leave the filters at 0 and 1.")
     if hasattr(seed, "dtype") and jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key) or getattr(seed, "shape", ()):
-        # a key (its repr ran over two lines): generation makes each batch's key from the seed (batch_seed)
+        # a key (its repr runs over two lines): generation makes each batch's key from the seed (batch_seed)
         raise TypeError(f"seed must be an integer, got a jax array of shape {tuple(seed.shape)}: pass the int a key "
                         "is made from, e.g. seed=0.")
-    if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 overflowed inside jax's key
+    if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 would overflow inside jax's key
         raise ValueError(f"seed must be from 0 to 2**31 - 1, got {seed}.")
-    if not isinstance(stop_on_eos, (bool, np.bool_)):  # "no" is truthy: it stopped at EOS
+    if not isinstance(stop_on_eos, (bool, np.bool_)):  # "no" is truthy: it would stop at EOS
         raise TypeError(f"stop_on_eos must be True or False, got {stop_on_eos!r}.")
     for name, value in sizes.items():
         cli.at_least(name, value, 1)

@@ -34,7 +34,7 @@ class Sampling:
         return self.temperature == 0 and bool(self.top_k or self.top_p < 1)
 
     def validate(self) -> None:
-        # Compared below as numbers: a str failed there with Python's own TypeError, and top_k=2.5 inside jax.
+        # Compared below as numbers: a str would fail there with Python's own TypeError, and top_k=2.5 inside jax.
         for name, value in (("temperature", self.temperature), ("top_p", self.top_p)):
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise ValueError(f"{name} must be a number, got {value!r}.")

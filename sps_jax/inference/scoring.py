@@ -51,7 +51,7 @@ class Scorer:
         self.net = net
         self.cfg = net.cfg
         self.params = params
-        # 0 and negatives were read as 1, 2.7 as 2 and "4" as 4
+        # integers of at least 1: else 0 and negatives would act as 1, 2.7 as 2 and "4" as 4
         self.max_batch, self.min_len, self.max_batch_tokens = (
             cli.at_least(name, value, 1) for name, value in (("max_batch", max_batch), ("min_len", min_len),
                                                               ("max_batch_tokens", max_batch_tokens)))
@@ -84,7 +84,7 @@ class Scorer:
         """
         rows = []
         for n, (ctx, cont) in enumerate(pairs):
-            # Lists of ints: 464.7 was scored as 464, True as 1, and arrays' truth values were ambiguous.
+            # Lists of ints: 464.7 would be scored as 464, True as 1, and an array's truth value is ambiguous.
             ctx, cont = token_ids(ctx, f"the context of pair {n}"), token_ids(cont, f"the continuation of pair {n}")
             if not cont:
                 raise ValueError("a continuation must have at least one token.")
