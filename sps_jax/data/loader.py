@@ -33,7 +33,12 @@ from sps_jax.token_folder import MANIFEST, SPLITS
 DTYPE = "uint16"  # the manifest's name for the token type
 TOKENIZER = "gpt2"  # the manifest's name for GPT-2's BPE, the one tokenizer prepare writes with
 TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian on any host
-REPREPARE = "re-run `python -m sps_jax.data prepare`"
+
+
+def rebuild(folder: str) -> str:
+    """What to do about a damaged token folder: prepare it again over itself (``--force``, which a folder that
+    already holds a manifest needs)."""
+    return f"rebuild it with `python -m sps_jax.data prepare --source ... --out {folder} --force`"
 
 
 def read_manifest(folder: str) -> dict | None:
@@ -41,7 +46,7 @@ def read_manifest(folder: str) -> dict | None:
     path = os.path.join(folder, MANIFEST)
     if not os.path.isfile(path):
         return None
-    manifest = files.read_json(path, f"{REPREPARE} for this folder")
+    manifest = files.read_json(path, rebuild(folder))
     check_manifest(manifest, path)
     return manifest
 
@@ -53,7 +58,7 @@ def _is_count(value) -> bool:
 def check_manifest(manifest, path: str) -> None:
     """The manifest's structure (one sentence naming the first bad field)."""
     def bad(what):
-        raise UserError(f"{path}: {what}; {REPREPARE} for this folder.")
+        raise UserError(f"{path}: {what}; {rebuild(os.path.dirname(path))}.")
 
     if not isinstance(manifest, dict):
         bad(f"the manifest is a JSON {type(manifest).__name__}, not an object")
@@ -105,8 +110,8 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
                                 f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
     splits = manifest["splits"]
     if split not in splits:
-        raise ValueError(f"{folder}: the manifest has no {split!r} split (it has {sorted(splits)}); {REPREPARE} for "
-                         "this folder.")
+        raise ValueError(f"{folder}: the manifest has no {split!r} split (it has {sorted(splits)}); "
+                         f"{rebuild(folder)}.")
     if eos_id is not None and manifest.get("eos_id") != eos_id:
         raise ValueError(f"{folder}: the token file's eos_id {manifest.get('eos_id')} differs from the model's "
                          f"{eos_id} (model.eos_id): the tokens were prepared with another tokenizer, or the model's ids "
@@ -122,18 +127,18 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     path = os.path.join(folder, info["file"])
     if not os.path.isfile(path):
         what = "is not a file" if os.path.exists(path) else "is missing"  # a folder in its place is not missing
-        raise FileNotFoundError(f"{path} {what}: re-run sps_jax.data prepare for {folder}.")
+        raise FileNotFoundError(f"{path} {what}: {rebuild(folder)}.")
     size = os.path.getsize(path)
     expected = TOKEN_DTYPE.itemsize * info["tokens"]
     if size != expected:
         raise ValueError(f"{path} holds {size} bytes but the manifest says {info['tokens']} uint16 tokens "
-                         f"({expected} bytes): the file is truncated or not uint16; re-run prepare.")
+                         f"({expected} bytes): the file was cut short, added to or replaced; {rebuild(folder)}.")
     if info["tokens"] == 0:
         return np.zeros((0,), TOKEN_DTYPE)
     tokens = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
     if eos_id is not None and tokens[-1] != eos_id:
         raise ValueError(f"{path} does not end with the EOS id {eos_id} that ends every document: "
-                         f"the file is cut short or was not written by prepare; {REPREPARE}.")
+                         f"the file is cut short or was not written by prepare; {rebuild(folder)}.")
     if vocab_size is not None:
         largest = info.get("max_id")
         if largest is None or len(tokens) <= scan_limit:
@@ -147,7 +152,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
             for chunk in iter(lambda: f.read(1 << 24), b""):
                 sha.update(chunk)
         if sha.hexdigest() != info.get("sha256"):
-            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; {REPREPARE}.")
+            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; {rebuild(folder)}.")
     return tokens
 
 
@@ -163,11 +168,11 @@ def verify(folder: str, vocab_size: int) -> dict[str, int]:
         path = os.path.join(folder, info["file"])
         if "max_id" in info and len(tokens) and int(tokens.max()) != info["max_id"]:
             raise UserError(f"{path}: the largest id is {int(tokens.max())} but the manifest says {info['max_id']}; "
-                            f"{REPREPARE}.")
+                            f"{rebuild(folder)}.")
         eos = int(np.count_nonzero(tokens == manifest["eos_id"])) if len(tokens) else 0
         if "documents" in info and eos != info["documents"]:
             raise UserError(f"{path} holds {eos} documents (EOS ids) but the manifest says {info['documents']}; "
-                            f"{REPREPARE}.")
+                            f"{rebuild(folder)}.")
         out[split] = len(tokens)
     return out
 

@@ -20,7 +20,7 @@ def test_open_validates_size_and_vocabulary(tmp_path):
         loader.open_tokens(folder, "train", vocab_size=60)
     with open(os.path.join(folder, "train.bin"), "ab") as f:
         f.write(b"\x00")
-    with pytest.raises(ValueError, match="truncated or not uint16"):
+    with pytest.raises(ValueError, match="cut short, added to or replaced"):
         loader.open_tokens(folder, "train", vocab_size=64)
     with pytest.raises(FileNotFoundError, match="sps_jax.data prepare"):
         loader.open_tokens(str(tmp_path / "nothing"), "train", vocab_size=64)
@@ -43,8 +43,8 @@ def test_a_manifest_that_is_not_json_says_to_prepare_the_folder_again(tmp_path, 
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         f.write(text)
-    with pytest.raises(ValueError, match=r"manifest\.json is not JSON at line 1, column \d+ \([^)]*\): re-run "
-                                         r"`python -m sps_jax\.data prepare` for this folder\.$"):
+    with pytest.raises(ValueError, match=r"manifest\.json is not JSON at line 1, column \d+ \([^)]*\): rebuild it "
+                                         r"with `python -m sps_jax\.data prepare --source \.\.\. --out .*tok --force`\.$"):
         loader.open_tokens(folder, "train", vocab_size=64)
 
 
@@ -146,10 +146,10 @@ def drop_split(folder, split):
     (lambda d: open(os.path.join(d, "val.bin"), "ab").write(b"\x01\x00"), "val.bin holds"),
     # the sentence said what was wrong but not what to do
     (lambda d: drop_split(d, "val"),
-     "the manifest has no 'val' split (it has ['train']); re-run `python -m sps_jax.data prepare` for this folder."),
+     "the manifest has no 'val' split (it has ['train']); rebuild it with `python -m sps_jax.data prepare --source ... "),
     # a folder in the file's place was called missing
     (lambda d: (os.remove(os.path.join(d, "val.bin")), os.mkdir(os.path.join(d, "val.bin"))),
-     "val.bin is not a file: re-run"),
+     "val.bin is not a file: rebuild it"),
 ])
 def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
@@ -157,6 +157,8 @@ def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
     damage(folder)
     outcome = fuzz.call(data_cli.main, ["verify", folder])
     assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
+    # What to do is the command that replaces the folder: prepare refuses a folder with a manifest without --force.
+    assert f"prepare --source ... --out {folder} --force`." in outcome.stderr, outcome.stderr
 
 
 def test_a_model_of_another_eos_id_is_refused(tmp_path):

@@ -176,6 +176,24 @@ def test_prepare_refuses_to_replace_other_folders_unless_forced(tmp_path):
     assert outcome.status == 2 and "notes.txt" in outcome.stderr and (mine / "notes.txt").read_text() == "keep me"
 
 
+def test_a_damaged_token_folder_is_told_the_command_that_rebuilds_it_and_that_command_does(tmp_path):
+    # verify said "re-run prepare", which the re-run then refused for a folder holding a (damaged) manifest.
+    src = write_sources(tmp_path)
+    out = tmp_path / "tokens"
+    assert data_cli.main(["prepare", "--source", str(src["text"]), "--out", str(out)]) == 0
+    with open(out / "train.bin", "r+b") as f:
+        f.truncate(10)
+    verdict = fuzz.call(data_cli.main, ["verify", str(out)])
+    assert verdict.status == 2 and verdict.problem() is None, verdict.stderr
+    told = re.search(r"`python -m sps_jax\.data (prepare [^`]*)`", verdict.stderr)
+    assert told and "--force" in told.group(1), verdict.stderr
+    argv = told.group(1).replace("...", str(src["text"])).split()
+    outcome = fuzz.call(data_cli.main, argv[:-1])  # without --force: refused, and the refusal says the same
+    assert outcome.status == 2 and "pass --force to replace it" in outcome.stderr, outcome.stderr
+    assert data_cli.main(argv) == 0 and data_cli.main(["verify", str(out)]) == 0
+    assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
+
+
 def test_the_refusal_of_a_folder_prepared_otherwise_names_the_settings_that_differ(tmp_path):
     # It named the folder's source, even when only --val-fraction differed.
     src = write_sources(tmp_path)
