@@ -236,14 +236,15 @@ def write_jsonl(path: str, records) -> None:
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
-                rename: str = "choose another name", elsewhere: str = "choose another path") -> str:
+                rename: str = "choose another name", elsewhere: str = "choose another path",
+                example: str = "results.json") -> str:
     """``path`` checked before a command's work: refused when empty, a folder, or an existing file
     unless ``force``, so a command neither fails after its work nor replaces an earlier result
     unasked. ``inputs`` ((what, path or None) pairs) are the files and folders the command reads: an output
     that is one of those files, or lies in one of those folders, is refused even with ``force``, which
     replaces results, never what the command reads. ``rename`` is the other way out of an existing file
-    that the sentence offers (a default file name is changed with a flag, not by naming it), and ``elsewhere``
-    the way out of a folder where no file can be made. Commands call
+    that the sentence offers (a default file name is changed with a flag, not by naming it), ``elsewhere``
+    the way out of a folder where no file can be made, and ``example`` the file name offered in a folder given. Commands call
     :func:`sps_jax.runs.output_file`, which also keeps a run's own files."""
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")
@@ -251,12 +252,12 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
         if not flag.startswith("-"):  # a default name the user never gave (evaluate's RUN/eval/step_<N>.json)
             raise UserError(f"{flag} {path} is a folder: move it away, or {rename}.")
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
-                        f"{os.path.join(path, 'results.json')}.")
+                        f"{os.path.join(path, example)}.")
     _refuse_special(path, flag)  # even with --force: /dev/null would have become a file
     if path.endswith(tuple(filter(None, (os.sep, os.altsep)))) or os.path.basename(path) in (".", ".."):
         # a folder that does not exist yet: the writer's temporary file would go there, after the command's work
         raise UserError(f"{flag} {path} names a folder (it ends in {os.path.basename(path) or os.sep!r}), not a file: "
-                        f"pass a file name, for example {os.path.join(path, 'results.json')}.")
+                        f"pass a file name, for example {os.path.join(path, example)}.")
     _refuse_inputs(path, flag, inputs)
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or {rename}.")

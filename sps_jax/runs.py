@@ -92,13 +92,14 @@ def refuse_run_files(path: str, flag: str) -> None:
 
 
 def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
-                rename: str = "choose another name", elsewhere: str = "choose another path") -> str:
+                rename: str = "choose another name", elsewhere: str = "choose another path",
+                example: str = "results.json") -> str:
     """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
     anything under its checkpoints/) refused even with ``force``: replacing one would damage the run; so is
     any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
     refuse_run_files(path, flag)
     token_folder.refuse_inside_tokens(path, flag)
-    return files.output_file(path, flag, force, inputs, rename, elsewhere)
+    return files.output_file(path, flag, force, inputs, rename, elsewhere, example)
 
 
 def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
@@ -221,6 +222,7 @@ RESUME_FIXED = ("seed", "global_batch")
 # What a run that starts at step 0 removes from its folder, as it empties metrics.jsonl: the TensorBoard events and
 # the W&B run id of an earlier start (or, under --force, of another run).
 NEW_RUN_DROPS = (metrics.TENSORBOARD_DIR, tracking.RUN_ID_FILE)
+EVAL_DIR, PROFILE_DIR = "eval", "profile"  # in a run folder: evaluate's results, the train step's traces
 
 
 def _check_same_data(workdir: str, saved, config) -> None:

@@ -405,7 +405,7 @@ class _Profile:
     def __init__(self, t, workdir: str, start_step: int, log):
         self.first, self.last = t.profile_start + 1, t.profile_start + t.profile_steps
         self.active = bool(t.profile_steps) and start_step < self.first
-        folder = os.path.join(workdir, "profile", f"steps_{self.first}-{self.last}")
+        folder = os.path.join(workdir, runs.PROFILE_DIR, f"steps_{self.first}-{self.last}")
         self.folder = folder if jax.process_count() == 1 else os.path.join(folder, f"process_{jax.process_index()}")
         self.tracing, self.log = False, log
 

@@ -59,6 +59,10 @@ def final_point(source: str) -> dict:
     source = files.path_text(source, "source")  # the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
+        if runs.is_run(source) and not os.path.exists(os.path.join(source, metrics.METRICS_FILE)):
+            raise ValueError(f"{source!r} has weights but no {metrics.METRICS_FILE} (an imported run?), so no "
+                             f"validation loss: evaluate it (python -m sps_jax.evaluation.evaluate --workdir {source} "
+                             "--val-data DATA) and pass its eval/step_N.json.")
         tokens, loss = validation_curve(source)
         if not len(loss):
             raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "

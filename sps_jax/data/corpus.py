@@ -169,7 +169,8 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
         pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
     except Exception as e:  # pyarrow's errors do not name the file
-        raise UserError(f"{path} is not a readable Parquet file ({' '.join(str(e).split())[:200]}).") from None
+        raise UserError(f"{path} is not a readable Parquet file ({' '.join(str(e).split())[:200]}): export it again, "
+                        "or leave it out of the source.") from None
     if field not in names:
         raise UserError(f"{path} has no column {field!r} (columns: {names}): pass --text-field.")
     try:
@@ -252,6 +253,10 @@ def check_source(source: str) -> None:
         if runs.is_run(source):
             raise UserError(f"source {source!r} is a training run's folder, not a corpus: pass a text/JSONL/Parquet "
                             "file or folder.")
+    tokens = files.enclosing(source, token_folder.is_token_folder)
+    if tokens is not None:  # its .bin files would be read as text of bad bytes, its manifest as JSON Lines
+        raise UserError(f"source {source!r} lies in the token folder {tokens}, prepare's output: pass the folder as "
+                        "data.dir (or --val-data), or pass the text it was prepared from as --source.")
     run = files.enclosing(source, runs.is_run)
     if run is not None:  # a checkpoint's commit_success.txt files would be tokenised as documents
         raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
@@ -274,7 +279,8 @@ def check_source(source: str) -> None:
                             "place, or move them out of the folder.")
     paths = _files(source, every)
     if not paths:
-        raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} files.")
+        raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} "
+                         "files: pass a folder of such files, or one file.")
     nowhere = [p for p in paths if files.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised
         raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")

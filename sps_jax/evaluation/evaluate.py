@@ -125,7 +125,9 @@ def _task_data(items) -> dict[str, str]:
 
 
 def _default_out(workdir: str, step: int | str) -> str:
-    return os.path.join(workdir, "eval", f"step_{step}.json")
+    from sps_jax import runs  # loaded by every caller already
+
+    return os.path.join(workdir, runs.EVAL_DIR, f"step_{step}.json")
 
 
 def _outputs(path: str, steps, out: str | None) -> list[str]:
@@ -286,6 +288,9 @@ def main_evaluate(argv) -> int:
     return 0
 
 
+_OTHER_FILE_SUFFIXES = (".json", ".jsonl", ".txt", ".csv", ".png", ".pdf", ".html")
+
+
 def main_table(argv) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
                            description="The paper's main table (and per-task table) from results JSONs.")
@@ -306,6 +311,10 @@ def main_table(argv) -> int:
         for suffix in (".md", ".tex"):  # --out main.md writes main.md and main.tex, not main.md.md
             if name.lower().endswith(suffix):
                 args.out = os.path.join(folder, name[:-len(suffix)])
+        stem, other = os.path.splitext(args.out)
+        if other.lower() in _OTHER_FILE_SUFFIXES:  # ev.json would write ev.json.md and ev.json.tex
+            p.error(f"--out {given} names a {other} file, but the table is written as a .md and a .tex file of one "
+                    f"stem: pass --out {stem}")
         files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))
         for suffix in (".md", ".tex"):
             runs.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])

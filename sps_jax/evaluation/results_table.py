@@ -32,7 +32,8 @@ def load(paths) -> list[dict]:
     paths = files.path_list(paths, "paths")
     rows = []
     for path in paths:
-        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS))
+        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS),
+                              "evaluate that checkpoint again (evaluate --force replaces it), or leave the file out")
         bad = _row_problem(row)
         if bad:
             raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")

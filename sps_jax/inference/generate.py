@@ -62,7 +62,9 @@ def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
         records = [(n, {"prompt": line}) for n, line in enumerate(lines, 1) if line.strip()]
         blank = len(lines) - len(records)
     if not records:
-        raise ValueError(f"prompts file {path!r} holds no prompts.")
+        write = ('one {"prompt": ...} object per line' if suffix == ".jsonl" else
+                 "one prompt per line (blank lines are skipped)")
+        raise ValueError(f"prompts file {path!r} holds no prompts: write {write}.")
     return records, blank
 
 
@@ -114,7 +116,8 @@ def main(argv=None) -> int:
     from sps_jax.data import tokenizer
     if args.out is not None:
         runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
-                                                        ("the tokenizer's ranks file", tokenizer.default_ranks_path())])
+                                                        ("the tokenizer's ranks file", tokenizer.default_ranks_path())],
+                         example="completions.jsonl")
 
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.

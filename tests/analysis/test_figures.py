@@ -130,6 +130,17 @@ def test_window_ablation_command_reads_runs_and_evaluations(tmp_path):
     assert width > height
 
 
+def test_a_run_of_weights_alone_is_told_to_pass_its_evaluation(tmp_path, capsys):
+    # An imported run (config.json and checkpoints, no metrics) was "not a training run folder", with nothing to do.
+    run = write_run(tmp_path / "imported", "s-sps-w16", "sps", 16, [3.0])
+    os.remove(os.path.join(run, "metrics.jsonl"))
+    os.makedirs(os.path.join(run, "checkpoints", "16"))
+    assert figures.main(["window-ablation", run, "--out", str(tmp_path / "w.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {run!r} has weights but no metrics.jsonl (an imported run?), so no validation loss: evaluate it "
+        f"(python -m sps_jax.evaluation.evaluate --workdir {run} --val-data DATA) and pass its eval/step_N.json.\n")
+
+
 def test_window_ablation_draws_one_line_per_scale_and_refuses_a_window_twice(tmp_path, capsys):
     """Figure 4 is one scale (S): before, S and M runs of one variant were joined into a single line,
     zigzagging between the scales at every window, and two runs at one window into a vertical stroke."""

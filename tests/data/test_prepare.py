@@ -545,6 +545,8 @@ def test_sources_that_are_no_corpus_or_a_miscased_name_are_told_what_they_are(tm
     prepare.prepare("builtin", str(token_dir), max_documents=5, log=lambda *a: None)
     for source, says in ((token_dir, f"source '{token_dir}' is a token folder, prepare's output: pass it as data.dir "
                                      "(or --val-data), or pass the text it was prepared from as --source."),
+                         (token_dir / "train.bin", f"source '{token_dir / 'train.bin'}' lies in the token folder "
+                                                   f"{token_dir}, prepare's output: pass the folder as data.dir"),
                          ("Builtin", "source 'Builtin' does not exist (did you mean 'builtin'?): pass a"),
                          ("HF:org/data", "source 'HF:org/data' does not exist (did you mean 'hf:org/data'?): pass a")):
         with pytest.raises((ValueError, OSError)) as refusal:
@@ -554,6 +556,13 @@ def test_sources_that_are_no_corpus_or_a_miscased_name_are_told_what_they_are(tm
     with pytest.raises(ValueError, match=r"^--errors replace reads the bad bytes of text and JSONL files, and source "
                                          r"'builtin' holds none: drop --errors\.$"):
         prepare.prepare("builtin", str(tmp_path / "out"), errors="replace", log=lambda *a: None)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+    for source, says in ((tmp_path / "empty", "files: pass a folder of such files, or one file."),
+                         (tmp_path / "broken.parquet", ": export it again, or leave it out of the source.")):
+        with pytest.raises(ValueError) as refusal:
+            prepare.prepare(str(source), str(tmp_path / "out"), log=lambda *a: None)
+        assert str(refusal.value).endswith(says), refusal.value
     (tmp_path / "notes.dat").write_bytes(b"caf\xe9\n")  # a single file of any suffix is read as text
     assert prepare.prepare(str(tmp_path / "notes.dat"), str(tmp_path / "out"), errors="replace", val_fraction=0,
                            log=lambda *a: None)["splits"]["train"]["documents"] == 1

@@ -202,11 +202,33 @@ def test_a_table_out_names_the_pair_with_or_without_a_suffix(tmp_path, out):
     assert "| " in (tmp_path / "main.md").read_text() and "\\begin{tabular}" in (tmp_path / "main.tex").read_text()
 
 
+def test_a_table_out_of_another_files_suffix_is_told_the_stem(tmp_path, capsys):
+    # --out ev.json wrote ev.json.md and ev.json.tex without a word.
+    evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/ev.json"]) == 2
+    assert capsys.readouterr().err.endswith(f"--out {tmp_path}/ev.json names a .json file, but the table is written "
+                                            f"as a .md and a .tex file of one stem: pass --out {tmp_path}/ev (see "
+                                            "--help).\n")
+    assert sorted(os.listdir(tmp_path)) == ["r.json"]
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/ev.v2"]) == 0  # a dot of its own
+    assert sorted(os.listdir(tmp_path)) == ["ev.v2.md", "ev.v2.tex", "r.json"]
+
+
 def test_a_table_out_of_a_suffix_alone_is_one_sentence(tmp_path, capsys):
     evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
     assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/.md"]) == 2
     assert capsys.readouterr().err.startswith(f"error: --out {tmp_path}/.md has no file name before .md and .tex")
     assert sorted(os.listdir(tmp_path)) == ["r.json"]
+
+
+def test_a_results_json_cut_short_says_what_to_do(tmp_path, capsys):
+    evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
+    text = (tmp_path / "r.json").read_text()
+    (tmp_path / "r.json").write_text(text[:len(text) // 2])  # a copy interrupted, a disk that filled
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'r.json'} is not JSON at line ") and err.endswith(
+        ": evaluate that checkpoint again (evaluate --force replaces it), or leave the file out.\n"), err
 
 
 def test_one_results_file_given_where_the_list_belongs_is_one_sentence(tmp_path):

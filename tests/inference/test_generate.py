@@ -390,6 +390,16 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     chunked = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "5", "--prefill-chunk", "1")
     assert (chunked.status, chunked.stdout) == (0, one.stdout), chunked.stderr
 
+    # A folder as --out is offered a file of what generate writes (JSON Lines), and an empty prompts file how to fill it.
+    refused = _cli("--workdir", workdir, "--prompt", "The cat", "--out", tmp_path)
+    assert refused.status == 2 and refused.problem() is None, refused.stderr
+    assert f"--out {tmp_path} is a folder: pass a file name, for example {tmp_path / 'completions.jsonl'}." in \
+        refused.stderr, refused.stderr
+    for name, says in (("none.txt", "write one prompt per line"), ("none.jsonl", 'write one {"prompt": ...} object')):
+        (tmp_path / name).write_text("\n \n")
+        refused = _cli("--workdir", workdir, "--prompts-file", tmp_path / name)
+        assert refused.status == 2 and f"holds no prompts: {says}" in refused.stderr, refused.stderr
+
     plain = tmp_path / "prompts.txt"
     plain.write_text("Hello world\n\n \t \nOne\n")  # one prompt per line; blank lines separate, and are counted
     out = tmp_path / "plain.jsonl"
