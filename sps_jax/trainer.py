@@ -51,6 +51,10 @@ class TrainPlan:
     total_steps: int       # of the whole schedule (train.total_tokens)
     end_step: int          # where this run stops: total_steps, or train.stop_at_step before it
 
+    def tokens_seen(self, step: int) -> int:
+        """Input tokens trained on after ``step`` updates (every record's ``tokens_seen``)."""
+        return step * self.tokens_per_step
+
 
 def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | None = None,
          device: str = "device", platform: str | None = None) -> TrainPlan:
@@ -511,7 +515,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
 
             def save(step):  # the loop's current params and opt_state
                 ckpts.save(step, params, opt_state,
-                           {"tokens_seen": step * p.tokens_per_step, "seed": t.seed,
+                           {"tokens_seen": p.tokens_seen(step), "seed": t.seed,
                             "process_count": jax.process_count(), "elapsed_s": elapsed_s()},
                            iterator.get_state())
 
@@ -539,7 +543,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         log(_progress_line(record, p.total_steps, eta_s))
                     if step % t.eval_every == 0 or step == p.total_steps:
                         val_loss, val_step = _validate(eval_fn, params, val, val_sh, val_shape), step
-                        emit({"step": step, "tokens_seen": step * p.tokens_per_step, "val_loss": val_loss})
+                        emit({"step": step, "tokens_seen": p.tokens_seen(step), "val_loss": val_loss})
                         log(f"step {step}: val_loss {val_loss:.4f}")
                     if step % t.checkpoint_every == 0 or step == p.end_step:
                         save(step)
@@ -555,7 +559,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             profile.stop(step)  # a run that ended (or was stopped) inside the traced steps
             ckpts.check()  # the run succeeds only once its last checkpoint is on disk
             if writer and step > start_step:  # on record, so a later start sees a checkpoint was there
-                writer.note({"step": step, "tokens_seen": step * p.tokens_per_step, metrics.CHECKPOINT_SAVED: True})
+                writer.note({"step": step, "tokens_seen": p.tokens_seen(step), metrics.CHECKPOINT_SAVED: True})
         finally:
             if profile is not None:
                 profile.close()
