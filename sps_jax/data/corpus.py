@@ -147,15 +147,14 @@ def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
         if field not in record:
             raise UserError(f"{path} line {line_no} has no {field!r} field: JSONL sources need one object per "
                             "line; pass --text-field with the name of the text field.")
-        text = _text_of(record[field], f"{path} line {line_no}", field)
-        if text is not None:
-            yield text
+        yield _text_of(record[field], f"{path} line {line_no}", field)
 
 
-def _text_of(value, where: str, field: str) -> str | None:
-    """A record's text: a string, or None (skipped, as a null Parquet cell is); anything else is refused."""
+def _text_of(value, where: str, field: str) -> str:
+    """A record's text: a string, '' for null (a record without text, which prepare skips and counts, as an empty
+    one); anything else is refused."""
     if value is None or isinstance(value, str):
-        return value
+        return value or ""
     raise UserError(f"{where}: field {field!r} holds {value!r:.40}, a {type(value).__name__} value, not text: fix that "
                     "record, or pass --text-field naming the field that holds the documents.")
 
@@ -178,9 +177,7 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
         for batch in pf.iter_batches(batch_size=1024, columns=[field]):
             for value in batch.column(0).to_pylist():
                 row += 1
-                text = _text_of(value, f"{path} row {row}", field)
-                if text is not None:
-                    yield text
+                yield _text_of(value, f"{path} row {row}", field)
     except UserError:
         raise
     except Exception as e:  # a damaged page surfaces only while reading
@@ -220,9 +217,7 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
         for n, record in enumerate(stream):
             if field not in record:
                 raise UserError(f"{name} has no field {field!r} (it has {sorted(record)}): pass --text-field.")
-            text = _text_of(record[field], f"{name} record {n}", field)
-            if text is not None:
-                yield text
+            yield _text_of(record[field], f"{name} record {n}", field)
     except (ConnectionError, OSError) as e:
         raise _unreachable(name, str(e)) from None
 

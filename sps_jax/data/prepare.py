@@ -69,12 +69,12 @@ def _check_limits(val_fraction, max_documents, max_tokens) -> None:
 
 
 def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documents: int | None,
-                     max_tokens: int | None, batch_documents: int, log, start: float) -> None:
+                     max_tokens: int | None, batch_documents: int, log, start: float) -> int:
     """Tokenise the non-empty ``texts`` in batches of ``batch_documents``, each document with EOS
     appended, into its split's writer, until ``max_documents`` or ``max_tokens``; progress is logged
-    at most every 2 s (``start``: when the work began)."""
+    at most every 2 s (``start``: when the work began). Returns how many empty texts were skipped."""
     total = lambda: sum(w.tokens for w in writers.values())  # noqa: E731
-    docs, last_log = 0, start
+    docs, skipped, last_log = 0, 0, start
 
     def flush(batch):
         # Encoding a batch uses tiktoken's threads; memory stays bounded by the batch size.
@@ -91,6 +91,7 @@ def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documen
         if max_tokens is not None and total() >= max_tokens:
             break
         if not text:
+            skipped += 1
             continue
         batch.append(text)
         docs += 1
@@ -103,6 +104,7 @@ def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documen
                     f"{total() / (last_log - start):,.0f} tokens/s")
     if batch:
         flush(batch)
+    return skipped
 
 
 def _to_stderr(line: str) -> None:
@@ -146,19 +148,21 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with files.replace_folder(out) as building:
         writers = {split: _SplitWriter(building, split) for split in token_folder.SPLITS}
-        _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc, val_fraction,
-                         max_documents, max_tokens, batch_documents, log, start)
+        no_text = _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc,
+                                   val_fraction, max_documents, max_tokens, batch_documents, log, start)
         manifest = {"tokenizer": loader.TOKENIZER, "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
                     "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
         if source_files is not None:
             manifest["source_files"] = source_files
         if manifest["splits"]["train"]["tokens"] == 0:
-            raise UserError(f"source {source!r} produced no training tokens: check the source and --val-fraction"
-                            + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
+            empty = f" (its {no_text:,} record(s) hold no text: empty or null)" if no_text else ""
+            raise UserError(f"source {source!r} produced no training tokens{empty}: check the source and "
+                            "--val-fraction" + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
         files.write_json(os.path.join(building, token_folder.MANIFEST), manifest, indent=2)
     s = manifest["splits"]
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
-        f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s")
+        f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s"
+        + (f" ({no_text:,} record(s) without text skipped)" if no_text else ""))
     if s["val"]["documents"] == 0:  # train and evaluate --val-data refuse such a folder: say so now, not then
         warn(f"warning: the val split of {out} holds no document (--val-fraction {val_fraction} of "
              f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a "

@@ -287,6 +287,16 @@ def test_empty_documents_are_skipped_and_not_counted_by_max_documents(tmp_path):
     assert manifest["splits"]["train"]["documents"] == 2
     assert manifest["splits"]["train"]["tokens"] == len(tokenizer.encode("first doc")) + len(
         tokenizer.encode("second doc")) + 2  # each with its EOS
+    # A null text is a record without text too; the summary counts what it skipped (it said "2 documents" of 3 records).
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["first doc", None, "second doc", ""]))
+    said = []
+    manifest = prepare.prepare(str(src), str(tmp_path / "tok2"), val_fraction=0.0, log=said.append)
+    assert read_docs(tmp_path / "tok2", "train") == ["first doc", "second doc"]
+    assert said[-1].endswith(" (2 record(s) without text skipped)"), said
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in [None, "", None]))
+    with pytest.raises(ValueError, match=r"^source '.*gaps\.jsonl' produced no training tokens \(its 3 record\(s\) hold no "
+                                         r"text: empty or null\): check the source and --val-fraction\.$"):
+        prepare.prepare(str(src), str(tmp_path / "tok3"), val_fraction=0.0, log=lambda *a: None)
 
 
 def test_bytes_that_are_not_utf8_stop_naming_the_file_unless_replaced(tmp_path):
