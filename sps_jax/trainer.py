@@ -52,7 +52,7 @@ class TrainPlan:
     end_step: int          # where this run stops: total_steps, or train.stop_at_step before it
 
     def tokens_seen(self, step: int) -> int:
-        """Input tokens trained on after ``step`` updates (every record's ``tokens_seen``)."""
+        """Input tokens trained on after ``step`` updates."""
         return step * self.tokens_per_step
 
 

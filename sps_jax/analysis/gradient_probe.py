@@ -154,7 +154,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         source_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + needed[None, :]).ravel()) for _, src in part]
         # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%. A chunk above
-        # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 runs 32 times the passes).
+        # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 would run 32 times the passes).
         terms = bucket(max(len(x) for x in loss_lists), sizes_per_octave=8)
         step = min(chunk, terms)
         J = block_tables.round_up(terms, step)

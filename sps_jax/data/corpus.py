@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shlex
 import sysconfig
 from typing import Iterator
 
@@ -148,6 +149,22 @@ def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
             raise UserError(f"{path} line {line_no} has no {field!r} field: JSONL sources need one object per "
                             "line; pass --text-field with the name of the text field.")
         yield _text_of(record[field], f"{path} line {line_no}", field)
+
+
+def prepare_flags(settings: dict) -> str | None:
+    """The ``prepare`` flags that reproduce a token folder's recorded ``settings`` (its manifest's), defaults left
+    out (a source that does not read a flag refuses it), or None where the settings name no source."""
+    source = settings.get("source")
+    if not isinstance(source, str) or not source.strip():
+        return None
+    defaults = {"val_fraction": token_folder.VAL_FRACTION, "text_field": DEFAULT_TEXT_FIELD,
+                "hf_split": DEFAULT_HF_SPLIT, "max_documents": None, "max_tokens": None, "errors": STRICT}
+    flags = [f"--source {shlex.quote(source)}"]
+    for key, default in defaults.items():
+        value = settings.get(key, default)
+        if value != default:
+            flags.append(f"--{key.replace('_', '-')} {shlex.quote(str(value))}")
+    return " ".join(flags)
 
 
 def _text_of(value, where: str, field: str) -> str:

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 
 import grain
 import numpy as np
 
 from sps_jax import cli, files, token_folder, vocab
+from sps_jax.data import corpus
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
 from sps_jax.token_folder import MANIFEST, SPLITS
@@ -35,10 +37,15 @@ TOKENIZER = "gpt2"  # the manifest's name for GPT-2's BPE, the one tokenizer pre
 TOKEN_DTYPE = np.dtype("<u2")  # DTYPE as the .bin files hold it: little-endian on any host
 
 
-def rebuild(folder: str) -> str:
+def rebuild(folder: str, manifest=None) -> str:
     """What to do about a damaged token folder: prepare it again over itself (``--force``, which a folder that
-    already holds a manifest needs)."""
-    return f"rebuild it with `python -m sps_jax.data prepare --source ... --out {folder} --force`"
+    already holds a manifest needs), with the source and settings its ``manifest`` records where it is readable."""
+    settings = manifest.get("settings") if isinstance(manifest, dict) else None
+    flags = corpus.prepare_flags(settings) if isinstance(settings, dict) else None
+    if flags is None:
+        return (f"rebuild it with `python -m sps_jax.data prepare --source SOURCE --out {shlex.quote(folder)} --force` "
+                "and the flags it was prepared with")
+    return f"rebuild it with `python -m sps_jax.data prepare {flags} --out {shlex.quote(folder)} --force`"
 
 
 def read_manifest(folder: str) -> dict | None:
@@ -58,7 +65,7 @@ def _is_count(value) -> bool:
 def check_manifest(manifest, path: str) -> None:
     """The manifest's structure (one sentence naming the first bad field)."""
     def bad(what):
-        raise UserError(f"{path}: {what}; {rebuild(os.path.dirname(path))}.")
+        raise UserError(f"{path}: {what}; {rebuild(os.path.dirname(path), manifest)}.")
 
     if not isinstance(manifest, dict):
         bad(f"the manifest is a JSON {type(manifest).__name__}, not an object")
@@ -111,7 +118,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"{folder}: the manifest has no {split!r} split (it has {sorted(splits)}); "
-                         f"{rebuild(folder)}.")
+                         f"{rebuild(folder, manifest)}.")
     if eos_id is not None and manifest.get("eos_id") != eos_id:
         raise ValueError(f"{folder}: the token file's eos_id {manifest.get('eos_id')} differs from the model's "
                          f"{eos_id} (model.eos_id): the tokens were prepared with another tokenizer, or the model's ids "
@@ -127,18 +134,19 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     path = os.path.join(folder, info["file"])
     if not os.path.isfile(path):
         what = "is not a file" if os.path.exists(path) else "is missing"  # a folder in its place is not missing
-        raise FileNotFoundError(f"{path} {what}: {rebuild(folder)}.")
+        raise FileNotFoundError(f"{path} {what}: {rebuild(folder, manifest)}.")
     size = os.path.getsize(path)
     expected = TOKEN_DTYPE.itemsize * info["tokens"]
     if size != expected:
         raise ValueError(f"{path} holds {size} bytes but the manifest says {info['tokens']} uint16 tokens "
-                         f"({expected} bytes): the file was cut short, added to or replaced; {rebuild(folder)}.")
+                         f"({expected} bytes): the file was cut short, added to or replaced; "
+                         f"{rebuild(folder, manifest)}.")
     if info["tokens"] == 0:
         return np.zeros((0,), TOKEN_DTYPE)
     tokens = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
     if eos_id is not None and tokens[-1] != eos_id:
         raise ValueError(f"{path} does not end with the EOS id {eos_id} that ends every document: "
-                         f"the file is cut short or was not written by prepare; {rebuild(folder)}.")
+                         f"the file is cut short or was not written by prepare; {rebuild(folder, manifest)}.")
     if vocab_size is not None:
         largest = info.get("max_id")
         if largest is None or len(tokens) <= scan_limit:
@@ -152,7 +160,8 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
             for chunk in iter(lambda: f.read(1 << 24), b""):
                 sha.update(chunk)
         if sha.hexdigest() != info.get("sha256"):
-            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; {rebuild(folder)}.")
+            raise ValueError(f"{path} does not match the manifest's sha256: the file changed; "
+                             f"{rebuild(folder, manifest)}.")
     return tokens
 
 
@@ -168,11 +177,11 @@ def verify(folder: str, vocab_size: int) -> dict[str, int]:
         path = os.path.join(folder, info["file"])
         if "max_id" in info and len(tokens) and int(tokens.max()) != info["max_id"]:
             raise UserError(f"{path}: the largest id is {int(tokens.max())} but the manifest says {info['max_id']}; "
-                            f"{rebuild(folder)}.")
+                            f"{rebuild(folder, manifest)}.")
         eos = int(np.count_nonzero(tokens == manifest["eos_id"])) if len(tokens) else 0
         if "documents" in info and eos != info["documents"]:
             raise UserError(f"{path} holds {eos} documents (EOS ids) but the manifest says {info['documents']}; "
-                            f"{rebuild(folder)}.")
+                            f"{rebuild(folder, manifest)}.")
         out[split] = len(tokens)
     return out
 

@@ -155,7 +155,7 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
         if source_files is not None:
             manifest["source_files"] = source_files
         if manifest["splits"]["train"]["tokens"] == 0:
-            empty = f" (its {no_text:,} record(s) hold no text: empty or null)" if no_text else ""
+            empty = f" ({no_text:,} of its records hold no text: empty or null)" if no_text else ""
             raise UserError(f"source {source!r} produced no training tokens{empty}: check the source and "
                             "--val-fraction" + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
         files.write_json(os.path.join(building, token_folder.MANIFEST), manifest, indent=2)

@@ -312,7 +312,7 @@ def main_table(argv) -> int:
             if name.lower().endswith(suffix):
                 args.out = os.path.join(folder, name[:-len(suffix)])
         stem, other = os.path.splitext(args.out)
-        if other.lower() in _OTHER_FILE_SUFFIXES:  # ev.json would write ev.json.md and ev.json.tex
+        if args.out == given and other.lower() in _OTHER_FILE_SUFFIXES:  # ev.json: ev.json.md and ev.json.tex
             p.error(f"--out {given} names a {other} file, but the table is written as a .md and a .tex file of one "
                     f"stem: pass --out {stem}")
         files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))

@@ -102,7 +102,8 @@ def test_jsonl_files_joined_with_cat_keep_the_later_files_first_records(tmp_path
     assert list(corpus.documents(str(tmp_path / "cat.jsonl"))) == ["a", "b"]
 
 
-def test_a_record_whose_text_is_null_is_skipped(tmp_path):
-    # As a null Parquet cell is: None is no document to tokenise.
+def test_a_record_whose_text_is_null_is_a_record_without_text(tmp_path):
+    # As a null Parquet cell is: no document to tokenise, and the same as an empty text, which prepare skips and
+    # counts (tests/data/test_prepare.py).
     (tmp_path / "n.jsonl").write_text('{"text": "a"}\n{"text": null}\n{"text": "b"}\n')
-    assert list(corpus.documents(str(tmp_path / "n.jsonl"))) == ["a", "b"]
+    assert list(corpus.documents(str(tmp_path / "n.jsonl"))) == ["a", "", "b"]

@@ -44,7 +44,8 @@ def test_a_manifest_that_is_not_json_says_to_prepare_the_folder_again(tmp_path, 
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         f.write(text)
     with pytest.raises(ValueError, match=r"manifest\.json is not JSON at line 1, column \d+ \([^)]*\): rebuild it "
-                                         r"with `python -m sps_jax\.data prepare --source \.\.\. --out .*tok --force`\.$"):
+                                         r"with `python -m sps_jax\.data prepare --source SOURCE --out .*tok --force` and the flags it "
+                                         r"was prepared with\.$"):
         loader.open_tokens(folder, "train", vocab_size=64)
 
 
@@ -146,7 +147,7 @@ def drop_split(folder, split):
     (lambda d: open(os.path.join(d, "val.bin"), "ab").write(b"\x01\x00"), "val.bin holds"),
     # the sentence said what was wrong but not what to do
     (lambda d: drop_split(d, "val"),
-     "the manifest has no 'val' split (it has ['train']); rebuild it with `python -m sps_jax.data prepare --source ... "),
+     "the manifest has no 'val' split (it has ['train']); rebuild it with `python -m sps_jax.data prepare --source "),
     # a folder in the file's place was called missing
     (lambda d: (os.remove(os.path.join(d, "val.bin")), os.mkdir(os.path.join(d, "val.bin"))),
      "val.bin is not a file: rebuild it"),
@@ -158,7 +159,9 @@ def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
     outcome = fuzz.call(data_cli.main, ["verify", folder])
     assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
     # What to do is the command that replaces the folder: prepare refuses a folder with a manifest without --force.
-    assert f"prepare --source ... --out {folder} --force`." in outcome.stderr, outcome.stderr
+    # (These manifests record no settings, so the source and flags are the user's to fill in.)
+    assert f"prepare --source SOURCE --out {folder} --force` and the flags it was prepared with." in outcome.stderr, \
+        outcome.stderr
 
 
 def test_a_model_of_another_eos_id_is_refused(tmp_path):

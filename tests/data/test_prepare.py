@@ -178,20 +178,25 @@ def test_prepare_refuses_to_replace_other_folders_unless_forced(tmp_path):
 
 def test_a_damaged_token_folder_is_told_the_command_that_rebuilds_it_and_that_command_does(tmp_path):
     # verify said "re-run prepare", which the re-run then refused for a folder holding a (damaged) manifest.
+    # The command carries the settings the manifest records: with only --source, a folder prepared with
+    # --val-fraction 0.3 came back with 0.01.
     src = write_sources(tmp_path)
     out = tmp_path / "tokens"
-    assert data_cli.main(["prepare", "--source", str(src["text"]), "--out", str(out)]) == 0
+    first = ["prepare", "--source", str(src["jsonl"]), "--out", str(out), "--val-fraction", "0.3", "--max-documents", "4"]
+    assert data_cli.main(first) == 0
+    before = json.loads((out / "manifest.json").read_text())
     with open(out / "train.bin", "r+b") as f:
         f.truncate(10)
     verdict = fuzz.call(data_cli.main, ["verify", str(out)])
     assert verdict.status == 2 and verdict.problem() is None, verdict.stderr
     told = re.search(r"`python -m sps_jax\.data (prepare [^`]*)`", verdict.stderr)
-    assert told and "--force" in told.group(1), verdict.stderr
-    argv = told.group(1).replace("...", str(src["text"])).split()
+    assert told and told.group(1) == (f"prepare --source {src['jsonl']} --val-fraction 0.3 --max-documents 4 "
+                                      f"--out {out} --force"), verdict.stderr
+    argv = told.group(1).split()
     outcome = fuzz.call(data_cli.main, argv[:-1])  # without --force: refused, and the refusal says the same
     assert outcome.status == 2 and "pass --force to replace it" in outcome.stderr, outcome.stderr
     assert data_cli.main(argv) == 0 and data_cli.main(["verify", str(out)]) == 0
-    assert sorted(read_docs(out, "train") + read_docs(out, "val")) == sorted(DOCS)
+    assert json.loads((out / "manifest.json").read_text()) == before  # the same folder, bit for bit
 
 
 def test_the_refusal_of_a_folder_prepared_otherwise_names_the_settings_that_differ(tmp_path):
@@ -294,7 +299,7 @@ def test_empty_documents_are_skipped_and_not_counted_by_max_documents(tmp_path):
     assert read_docs(tmp_path / "tok2", "train") == ["first doc", "second doc"]
     assert said[-1].endswith(" (2 record(s) without text skipped)"), said
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in [None, "", None]))
-    with pytest.raises(ValueError, match=r"^source '.*gaps\.jsonl' produced no training tokens \(its 3 record\(s\) hold no "
+    with pytest.raises(ValueError, match=r"^source '.*gaps\.jsonl' produced no training tokens \(3 of its records hold no "
                                          r"text: empty or null\): check the source and --val-fraction\.$"):
         prepare.prepare(str(src), str(tmp_path / "tok3"), val_fraction=0.0, log=lambda *a: None)
 

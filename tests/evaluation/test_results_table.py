@@ -211,7 +211,8 @@ def test_a_table_out_of_another_files_suffix_is_told_the_stem(tmp_path, capsys):
                                             "--help).\n")
     assert sorted(os.listdir(tmp_path)) == ["r.json"]
     assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/ev.v2"]) == 0  # a dot of its own
-    assert sorted(os.listdir(tmp_path)) == ["ev.v2.md", "ev.v2.tex", "r.json"]
+    assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", f"{tmp_path}/ev.json.md"]) == 0  # asked for
+    assert sorted(os.listdir(tmp_path)) == ["ev.json.md", "ev.json.tex", "ev.v2.md", "ev.v2.tex", "r.json"]
 
 
 def test_a_table_out_of_a_suffix_alone_is_one_sentence(tmp_path, capsys):
