@@ -1,20 +1,14 @@
 """The command-line boundary: user errors are one line on stderr with status 2 and no traceback, bugs keep their
-traceback, every command refuses bad arguments that way; and seeded fuzzing of the readers (token folders,
-manifests, run folders, .pt files, prompt files) ends every case in success or one sentence, never a hang."""
+traceback, and every command refuses bad arguments that way (stop signals: tests/test_stop_signals.py; seeded
+fuzzing of the readers: tests/test_fuzz_readers.py)."""
 
 import argparse
-import dataclasses
-import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
@@ -25,9 +19,9 @@ from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
 from sps_jax.data import loader, prepare, tokenizer
 from sps_jax.inference import generate, sampling
-from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, train, trainer
+from sps_jax import config as sps_config, export_torch, import_torch, train, trainer
 from tests import fuzz
-from tests.helpers import REPO, ensure_tokenizer, env, own_lines, run_module, small_model, write_token_folder
+from tests.helpers import REPO, env, own_lines, run_module, write_token_folder
 
 
 def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(capsys):
@@ -639,212 +633,6 @@ def test_a_command_whose_stdout_reader_went_away_exits_quietly_with_141():
     proc.stdout.close()  # the reader is gone before the command writes its listing
     err = proc.stderr.read()
     assert (proc.wait(timeout=60), own_lines(err)) == (141, []), err
-
-
-# ----------------------------------------------------------------------------- stop signals
-
-# A command that keeps XLA compiling (on its own threads) until it is stopped: the moment a Ctrl-C or a
-# SIGTERM most often arrives in a real run.
-COMPILING_COMMAND = """
-import sys
-import jax, jax.numpy as jnp
-from sps_jax import cli
-
-@cli.main
-def main(argv=None):
-    x = jnp.ones((64, 64))
-    for n in range(1, 100000):
-        f = jax.jit(lambda y, n=n: jnp.tanh(y @ y + n) @ y)
-        f.lower(x).compile()
-        if n == 1:
-            print("compiling", flush=True)
-
-sys.exit(main())
-"""
-
-def stopped(script, sig, timeout=60):
-    """Start ``script``, wait for its first line, send ``sig``; (status, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        proc.stdout.readline()
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=timeout)
-    finally:
-        proc.kill()
-    return proc.returncode, err
-
-
-@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
-                                               (signal.SIGTERM, 143, "terminated")])
-def test_a_command_stopped_while_xla_compiles_says_so_and_exits_128_plus_the_signal(sig, status, word):
-    """Before: SIGTERM printed XLA's crash dump (status -15), and a Ctrl-C often crashed the interpreter's exit
-    while a compile thread ran (SIGSEGV, status 139)."""
-    code, err = stopped(COMPILING_COMMAND, sig)
-    assert (code, own_lines(err)) == (status, [word]), err
-
-
-# Python drops an exception raised inside a garbage-collector callback (jax has one, and it runs often
-# while jax compiles): a stop signal handled there raised a KeyboardInterrupt nobody saw, and the command ran on.
-# This callback says so and sleeps at the first collection, so that the signal lands inside it.
-STOP_IN_GC_CALLBACK_COMMAND = """
-import gc, sys, time
-from sps_jax import cli
-
-slept = []
-
-def slow_callback(phase, info):
-    if not slept:
-        slept.append(phase)
-        print("collecting", flush=True)
-        time.sleep(5)
-
-@cli.main
-def main(argv=None):
-    gc.callbacks.append(slow_callback)
-    while True:
-        gc.collect()
-
-sys.exit(main())
-"""
-
-
-@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
-                                               (signal.SIGTERM, 143, "terminated")])
-def test_a_stop_signal_handled_inside_a_garbage_collector_callback_still_stops_the_command(sig, status, word):
-    """Before: 'Exception ignored in garbage collection callback', a KeyboardInterrupt traceback, and the
-    command went on running until it was killed (CI saw it once in the test above)."""
-    code, err = stopped(STOP_IN_GC_CALLBACK_COMMAND, sig, timeout=30)
-    assert (code, own_lines(err)) == (status, [word]), err
-
-
-def importing_jax(pid) -> bool:
-    with open(f"/proc/{pid}/maps") as maps:
-        return "jaxlib" in maps.read()
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="watches the process's mapped libraries")
-@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
-                                               (signal.SIGTERM, 143, "terminated")])
-@pytest.mark.parametrize("command", [["sps_jax.train", "--config", "configs/tiny.py", "--workdir", "{out}"],
-                                     ["sps_jax.export_torch", "{out}", "--out", "{out}.pt"]], ids=["train", "export"])
-def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig, status, word, command):
-    """Before: a Ctrl-C in the first seconds, before the command's main took over the signal, printed a
-    KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import. The
-    commands import jax inside their main (cli.load, cli.stop_exits_while_loading), where either signal
-    raised there crashed them (SIGSEGV)."""
-    argv = [word_.format(out=tmp_path / "run") for word_ in command]
-    proc = subprocess.Popen([sys.executable, "-m", *argv], cwd=REPO, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not importing_jax(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert importing_jax(proc.pid), "the command never began loading jaxlib: the stop would test nothing"
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert (proc.returncode, own_lines(err)) == (status, [word]), err
-    assert not (tmp_path / "run").exists()
-
-
-def test_called_with_arguments_a_command_returns_130_and_leaves_signal_handling_alone(capsys):
-    @cli.main
-    def interrupted(argv):
-        raise KeyboardInterrupt
-
-    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    assert interrupted([]) == 130 and capsys.readouterr().err == "interrupted\n"
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
-
-
-# ----------------------------------------------------------------------------- fuzzing
-
-
-@pytest.fixture(scope="module")
-def fuzz_world(tmp_path_factory):
-    """A token folder, a small run with metrics (its model reads that folder), a tiny GPT-2 run and a .pt file."""
-    import torch
-
-    from tests.test_import_torch import synthetic_state_dict
-
-    root = tmp_path_factory.mktemp("fuzz")
-    write_token_folder(str(root / "tokens"), num_docs=40)
-    cfg, _, params = small_model("sps", 2)
-    config = ml_collections.ConfigDict({"name": "fuzz", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}})
-    runs.save_run(str(root / "run"), config, params, step=5)
-    with open(root / "run" / "metrics.jsonl", "w") as f:
-        for step in (1, 2, 3):
-            f.write(json.dumps({"step": step, "tokens_seen": 64 * step, "loss": 4.0 - step / 10}) + "\n")
-            f.write(json.dumps({"step": step, "tokens_seen": 64 * step, "val_loss": 4.1 - step / 10}) + "\n")
-    ensure_tokenizer()
-    tiny = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), [
-        "--config.model.seq_len=64", "--config.model.num_layers=1", "--config.model.d_model=32",
-        "--config.model.d_ff=96"])
-    runs.save_run(str(root / "tiny"), tiny,
-                  sps_model.init_params(sps_model.Transformer(tiny.model), jax.random.PRNGKey(0)), step=1)
-    return {"root": root, "torch": torch, "state_dict": synthetic_state_dict(compiled=False)}
-
-
-IMPORT_OVERRIDES = ["--config.model.eos_id=60", "--config.model.predict_id=61", "--config.model.pad_id=63"]
-
-
-def fuzz_case(world, kind: str, seed: int):
-    """[(main, argv)] for one seeded case of ``kind`` (the damaged inputs are written under the world's root)."""
-    root, rng = world["root"], fuzz.seeded(seed)
-    case = root / f"{kind}{seed}"
-    if kind == "tokens":  # token folders and their manifests
-        fuzz.damaged_copy(str(root / "tokens"), str(case), rng)
-        return [(data_cli.main, ["verify", str(case)]),
-                (evaluate.main, ["--workdir", str(root / "run"), "--val-data", str(case), "--val-tokens", "40"])]
-    if kind == "run":  # config.json, metrics.jsonl, every checkpoint file
-        fuzz.damaged_copy(str(root / "run"), str(case), rng)
-        return [(evaluate.main, ["--workdir", str(case), "--val-data", str(root / "tokens"), "--val-tokens", "40"]),
-                (figures.main, ["curves", str(case), "--out", str(case) + ".png"])]
-    if kind == "pt":
-        path = str(case) + ".pt"
-        if rng.random() < 0.5:
-            world["torch"].save(fuzz.damaged_state_dict(world["state_dict"], rng), path)
-        else:
-            world["torch"].save({"model": world["state_dict"], "model_args": {"n_head": 2}}, path)
-            with open(path, "rb") as f:
-                data = f.read()
-            with open(path, "wb") as f:
-                f.write(fuzz.mutate_bytes(data, rng))
-        return [(import_torch.main, [path, "--variant", "sps", "--window", "2", "--out", str(case), *IMPORT_OVERRIDES])]
-    jsonl = bool(rng.random() < 0.5)  # prompt files
-    path = str(case) + (".jsonl" if jsonl else ".txt")
-    with open(path, "wb") as f:
-        f.write(fuzz.damaged_prompts(rng, jsonl))
-    return [(generate.main, ["--workdir", str(root / "tiny"), "--prompts-file", path, "--max-new-tokens", "2",
-                             "--out", str(case) + ".out.jsonl"])]
-
-
-KINDS = ("tokens", "run", "pt", "prompts")
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_damaged_inputs_end_in_success_or_one_sentence(fuzz_world, kind):
-    """A small deterministic sample of every kind (the long, wider run is the slow test below)."""
-    for seed in range(4):
-        for main, argv in fuzz_case(fuzz_world, kind, seed):
-            outcome = fuzz.call(main, argv, timeout=120)
-            assert outcome.problem() is None, f"{kind} seed {seed}: {argv}: {outcome.problem()}"
-
-
-@pytest.mark.slow
-def test_fuzzing_every_reader_for_200_cases_or_60_seconds(fuzz_world):
-    start, count, outcomes = time.time(), 0, {"success": 0, "sentence": 0}
-    while count < 200 and time.time() - start < 60:
-        kind = KINDS[count % len(KINDS)]
-        for main, argv in fuzz_case(fuzz_world, kind, 1000 + count):
-            outcome = fuzz.call(main, argv, timeout=60)
-            assert outcome.problem() is None, f"{kind} seed {1000 + count}: {argv}: {outcome.problem()}"
-            outcomes["success" if outcome.status == 0 else "sentence"] += 1
-        count += 1
-        shutil.rmtree(fuzz_world["root"] / f"{kind}{1000 + count - 1}", ignore_errors=True)
-    assert count >= 40 and outcomes["sentence"] > outcomes["success"] > 0, (count, outcomes)
 
 
 @pytest.mark.parametrize("call, ending", [
