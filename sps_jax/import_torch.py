@@ -378,7 +378,10 @@ def _file_step(value) -> int:
 
 def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
                       overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
-    """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes)."""
+    """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes).
+
+    ``variant`` and ``window`` default to what the file records (``FROM_FILE``); ``window`` is otherwise an int
+    or None (no window: the command's ``--window none``). ``overrides`` are ``a.b=value`` strings (``model.eos_id=60``)."""
     from sps_jax import model as sps_model, runs
 
     path, out = files.path_text(path, "path"), files.path_text(out, "out")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 
@@ -59,9 +60,10 @@ def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
     return float(jnp.abs(got_TBV.swapaxes(0, 1) - want_BTV).max() / jnp.abs(want_BTV).max())
 
 
-def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VARIANTS) -> list[dict]:
+def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VARIANTS, log=print) -> list[dict]:
     """Loss, gradient norm and decode error at init for each of ``variants`` (in that order) on random
-    GPT-2-range tokens."""
+    GPT-2-range tokens; ``log`` gets each row as a JSON line when it is done. :func:`failures` says which rows
+    fail the check."""
     if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise TypeError(f"config must be a run config with a model section, got a {type(config).__name__}: pass "
                         "sps_jax.config.load_config(...) whole.")
@@ -98,9 +100,24 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
         row = dict(variant=variant, window=cfg.window, params=sps_model.count_params(model),
                    loss=float(loss), grad_norm=float(grad_norm),
                    decode_error=decode_error(cfg, params, decode_tokens), seconds=time.perf_counter() - start)
-        print(json.dumps(row), flush=True)
+        log(json.dumps(row))
         results.append(row)
     return results
+
+
+def failures(rows, attention_backend: str) -> list[str]:
+    """One sentence per way ``rows`` (of :func:`smoke`, its ``attention_backend``) fail the check, the reasons the
+    command exits 1: a non-finite loss, or decoding more than DECODE_TOLERANCE of the largest logit off the dense
+    forward. Empty when every row passes."""
+    said = []
+    bad = [r["variant"] for r in rows if not math.isfinite(r["loss"])]
+    if bad:
+        said.append(f"non-finite loss for {', '.join(bad)}.")
+    off = [r["variant"] for r in rows if not r["decode_error"] <= DECODE_TOLERANCE]
+    if off:
+        said.append(f"decoding through attention={attention_backend} is more than {DECODE_TOLERANCE:g} of the largest "
+                    f"logit off the dense forward for {', '.join(off)} (decode_error in the rows above).")
+    return said
 
 
 @cli.main
@@ -116,18 +133,12 @@ def main(argv=None) -> int:
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     config = bench.load_config(args.config, overrides)
-    results = smoke(config, args.batch_size, variants=args.variants)
+    results = smoke(config, args.batch_size, variants=args.variants, log=lambda line: print(line, flush=True))
     bench.write_results(args, results)
-    bad = [r["variant"] for r in results if not jnp.isfinite(r["loss"])]
-    if bad:
-        print(f"non-finite loss for {bad}", file=sys.stderr)
-        return 1
-    off = [r["variant"] for r in results if not r["decode_error"] <= DECODE_TOLERANCE]
-    if off:
-        print(f"decoding through attention={config.model.attention} is more than {DECODE_TOLERANCE:g} of the largest "
-              f"logit off the dense forward for {', '.join(off)} (decode_error in the rows above).", file=sys.stderr)
-        return 1
-    return 0
+    said = failures(results, config.model.attention)
+    for sentence in said:
+        print(sentence, file=sys.stderr)
+    return 1 if said else 0
 
 
 if __name__ == "__main__":

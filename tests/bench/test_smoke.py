@@ -93,11 +93,18 @@ def test_the_decode_check_sees_reduced_precision_products(monkeypatch):
 
 def test_a_decode_error_past_the_tolerance_exits_1_naming_the_variants(monkeypatch, capsys):
     rows = [dict(variant="standard", loss=4.1, decode_error=2e-7), dict(variant="sps", loss=4.2, decode_error=3e-3)]
-    monkeypatch.setattr(smoke, "smoke", lambda config, batch_size, variants: rows)
+    monkeypatch.setattr(smoke, "smoke", lambda config, batch_size, variants, log: rows)
     assert smoke.main(["--config", "configs/tiny.py"]) == 1
     assert capsys.readouterr().err.strip() == (
         "decoding through attention=xla is more than 0.0001 of the largest logit off the dense forward for sps "
         "(decode_error in the rows above).")
+    # A notebook gets the verdict the exit status gives: the rows' failures, none where every row passes.
+    assert smoke.failures(rows, "xla") == [
+        "decoding through attention=xla is more than 0.0001 of the largest logit off the dense forward for sps "
+        "(decode_error in the rows above)."]
+    assert smoke.failures(rows[:1], "xla") == []
+    assert smoke.failures([dict(variant="sps", loss=float("nan"), decode_error=0.0)], "xla") == [
+        "non-finite loss for sps."]
 
 
 def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkeypatch):
