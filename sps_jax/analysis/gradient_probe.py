@@ -142,6 +142,9 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     if not chosen:
         raise ValueError(f"no document has {positions_per_doc} source positions with all offsets "
                          f"{offsets.min()}..{offsets.max()} inside it: use longer documents or smaller offsets.")
+    if len(chosen) < len(docs):  # the curve averages over fewer documents than given: said, not silent
+        log(f"note: {len(docs) - len(chosen)} of the {len(docs)} documents have fewer than {positions_per_doc} source "
+            f"positions with all offsets {offsets.min()}..{offsets.max()} inside them, and are left out.")
     ratios, examples = [], []
     start = time.time()
     batch = min(batch, len(chosen))  # rows past the last document would be filler, and memory

@@ -218,8 +218,8 @@ def _base(args) -> str:
 
 
 def gradient_curve(model, params, docs, offsets, positions_per_doc, **options) -> dict:
-    """Figure 5a's curve of one model: {"offsets", "examples", "mean_ratio": {stream: [mean r(p, k) per offset]},
-    "count": {stream: [examples per offset]}}, from :func:`gradient_probe.gradient_ratios` (``options``: its
+    """Figure 5a's curve of one model: {"offsets", "examples", "documents" (those long enough to probe),
+    "mean_ratio": {stream: [mean r(p, k) per offset]}, "count": {stream: [examples per offset]}}, from :func:`gradient_probe.gradient_ratios` (``options``: its
     context, seed, batch, chunk and log). :func:`plot_gradient_ratios` draws such curves, each with its "label"
     and "window" added."""
     from sps_jax.analysis.gradient_probe import gradient_ratios
@@ -227,7 +227,8 @@ def gradient_curve(model, params, docs, offsets, positions_per_doc, **options) -
     out = gradient_ratios(model, params, docs, offsets, positions_per_doc, **options)
     mean, count = nan_mean_and_count(out["ratio"], axis=0)  # [O, S]
     names = STREAM_NAMES[model.cfg.num_streams]
-    return {"examples": len(out["examples"]), "offsets": [int(k) for k in out["offsets"]],
+    return {"examples": len(out["examples"]), "documents": len({d for d, _ in out["examples"]}),
+            "offsets": [int(k) for k in out["offsets"]],
             "mean_ratio": {s: mean[:, n].tolist() for n, s in enumerate(names)},
             "count": {s: count[:, n].tolist() for n, s in enumerate(names)}}
 

@@ -144,6 +144,18 @@ def test_standard_sends_nothing_from_earlier_losses_to_later_slots():
     np.testing.assert_allclose(res["ratio"][:, res["offsets"] == 0], 1.0, rtol=1e-6)
 
 
+def test_documents_too_short_to_probe_are_left_out_with_a_note_and_counted():
+    # From Python, 3 documents of which 1 was long enough gave a curve over 1 without a word.
+    from sps_jax.analysis import probes
+    model, params = make("sps", 2, seed=5)
+    said = []
+    curve = probes.gradient_curve(model, params, random_docs([20, 6, 18]), np.arange(0, 3), 4, context=16, seed=0,
+                                  log=said.append)
+    assert (curve["documents"], curve["examples"]) == (2, 8)
+    assert said[0] == ("note: 1 of the 3 documents have fewer than 4 source positions with all offsets 0..2 inside "
+                       "them, and are left out."), said
+
+
 def test_a_batch_larger_than_the_documents_gives_the_same_ratios_without_empty_rows(monkeypatch):
     """Before, every batch was filled up to --batch rows whatever the number of documents."""
     model, params = make("sps", 2, seed=5)
