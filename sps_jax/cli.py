@@ -343,13 +343,14 @@ class ArgumentParser(argparse.ArgumentParser):
                           help="print the versions of sps-jax, jax, jaxlib and Python, and exit")
 
     def error(self, message, prog: str | None = None):
-        if message.startswith("unrecognized arguments: "):  # a misspelt flag: the one it likely means
-            flags = [o for parser in _parsers(self) for a in parser._actions for o in a.option_strings
-                     if o.startswith("--")]
+        if message.startswith("unrecognized arguments: "):  # a misspelt flag: the one of this command it likely means
+            # Names compared without their dashes, which every flag shares ('--bogus' was close to '--out').
+            flags = [o[2:] for a in self._command_parser(getattr(self, "_args", []))._actions
+                     for o in a.option_strings if o.startswith("--")]
             for word in message.split(": ", 1)[1].split():
-                close = close_name(word.partition("=")[0], flags) if word.startswith("--") else None
+                close = close_name(word.partition("=")[0][2:], flags) if word.startswith("--") else None
                 if close:
-                    message = f"{message.rstrip('.')} (did you mean {close}?)"
+                    message = f"{message.rstrip('.')} (did you mean --{close}?)"
                     break
         commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
         if commands and message.startswith("the following arguments are required: ") and "command" in message:
@@ -358,6 +359,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
+        self._args = args  # which subcommand a refused flag was given to
         self._check_flags_once(args)
         try:
             return super().parse_args(args, namespace)
@@ -392,6 +394,16 @@ class ArgumentParser(argparse.ArgumentParser):
                                prog)
                 self.error(f"{named} is given twice ({first!r} and {value!r}): give it once", prog)
             seen[action] = flag, value
+
+    def _command_parser(self, args) -> argparse.ArgumentParser:
+        """The parser of the (sub)command ``args`` name, at every depth (``figures curves``), else this one."""
+        parser = self
+        while True:
+            commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+            word = next((word for word in args if word in commands), None)
+            if word is None:
+                return parser
+            parser, args = commands[word], args[args.index(word) + 1:]
 
     def _command_prog(self, args) -> str:
         """The prog of the subcommand ``args`` name (the first word that is one), else this parser's."""

@@ -689,6 +689,7 @@ def test_a_notebooks_pathlib_path_is_quoted_as_the_path_it_names(tmp_path, call)
     ("sps_jax.inference.generate", ["--workdr", "RUN", "--prompt", "a"], "--workdir"),
     ("sps_jax.inference.generate", ["--workdir", "RUN", "--prompt", "a", "--max-new-token=3"], "--max-new-tokens"),
     ("sps_jax.bench.compile", ["--dtype", "float32"], "--dtypes"),
+    ("sps_jax.analysis.figures", ["curves", "RUN", "--out", "f.png", "--forse"], "--force"),
 ])
 def test_a_misspelt_flag_is_answered_with_the_flag_it_likely_means(main, argv, meant, capsys):
     # Subcommands, config fields and choices got a suggestion; a flag got only "unrecognized arguments".
@@ -696,6 +697,19 @@ def test_a_misspelt_flag_is_answered_with_the_flag_it_likely_means(main, argv, m
     assert importlib.import_module(main).main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unrecognized arguments: " in err and f"(did you mean {meant}?)" in err, err
+
+
+@pytest.mark.parametrize("main, argv", [
+    ("sps_jax.data.__main__", ["verify", "DIR", "--val-fraction", "0.1"]),  # prepare's: it was offered itself
+    ("sps_jax.data.__main__", ["verify", "DIR", "--bogus"]),  # was "did you mean --out?", a flag verify lacks
+    ("sps_jax.evaluation.evaluate", ["--workdir", "RUN", "--attention", "xla"]),  # was "--version"
+    ("sps_jax.inference.generate", ["--workdir", "RUN", "--step", "4"]),  # was "--seed"
+])
+def test_a_flag_the_command_lacks_gets_no_suggestion_of_another_commands_or_unlike_flag(main, argv, capsys):
+    import importlib
+    assert importlib.import_module(main).main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: " in err and "did you mean" not in err, err
 
 
 @pytest.mark.parametrize("main, commands", [
