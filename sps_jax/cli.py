@@ -53,6 +53,11 @@ class MissingPackage(UserError, ImportError):
 USER_ERRORS = (ValueError, OSError)
 
 
+def note(line: str) -> None:
+    """A command's progress, note or warning: on stderr, since stdout holds its results."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def sentence(exc: BaseException) -> str:
     """The exception as one line (an OS error as 'path: reason')."""
     if isinstance(exc, OSError) and exc.strerror:

@@ -25,11 +25,6 @@ from sps_jax.plotting import figure, save_figure, smooth
 STREAM_NAMES = {1: ("x",), 2: ("input", "predict")}
 
 
-def _progress(msg: str) -> None:
-    """A progress line, on stderr: stdout holds the command's answer (the files it wrote)."""
-    print(msg, file=sys.stderr, flush=True)
-
-
 def nan_mean_and_count(a, axis=0):
     count = np.sum(~np.isnan(a), axis=axis)
     with np.errstate(invalid="ignore"):
@@ -256,10 +251,10 @@ def cmd_gradients(args):
     for workdir, docs in zip(args.workdir, all_docs):
         cfg, params, step, label = _load(workdir, args)
         context = _context(args, cfg)
-        _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
+        cli.note(f"{label}: step {step}, {_documents(args, docs, workdir)}, offsets {offsets[0]}..{offsets[-1]}, "
                   f"context {context}")
         curve = gradient_curve(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
-                               context=context, seed=args.seed, batch=args.batch_size, chunk=args.chunk, log=_progress)
+                               context=context, seed=args.seed, batch=args.batch_size, chunk=args.chunk, log=cli.note)
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
                         "window": cfg.window, "step": int(step), **curve})
     _write(args, results,
@@ -294,12 +289,12 @@ def cmd_window_nll(args):
         if args.omega >= context:
             print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
                   "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
-        _progress(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}")
+        cli.note(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}")
         curve = window_nll_curve(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
-                                 batch=args.batch_size, log=_progress)
+                                 batch=args.batch_size, log=cli.note)
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
                         "window": cfg.window, "step": int(step), **curve})
-        _progress(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
+        cli.note(f"  mean NLL {results[-1]['mean_nll']:.4f} -> {results[-1]['mean_nll_ablated']:.4f} with omega")
     _write(args, results,
            ["label", "variant", "window", "omega", "position", "mean_delta", "count"],
            [(r["label"], r["variant"], r["window"], r["omega"], t, m, c)

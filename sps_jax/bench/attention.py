@@ -422,11 +422,11 @@ def cpu_report(args):
     from sps_jax import triton_attention  # importable without triton; asked only for its kernels
 
     if args.attention == "triton" and not triton_attention.interpreting():
-        print("interpret-mode check skipped: set TRITON_INTERPRET=1 before starting Python to run the triton "
-              "kernels in Triton's interpreter.")
+        cli.note("interpret-mode check skipped: set TRITON_INTERPRET=1 before starting Python to run the triton "
+                 "kernels in Triton's interpreter.")
     else:
         results["interpret_check"] = interpret_check(args, kernel, small, min(w, 20))
-    print(f"Timings need a {'TPU' if args.attention == 'splash' else 'GPU'}: run the same command on one.")
+    cli.note(f"Timings need a {'TPU' if args.attention == 'splash' else 'GPU'}: run the same command on one.")
     return results
 
 

@@ -361,8 +361,8 @@ def main(argv=None) -> int:
     _ratios(results)
     print(_table(results))
     if results[0]["peak_bytes"] is None:
-        print("peak device memory is unavailable on this device (no memory_stats); "
-              "'x cache' compares KV-cache bytes instead.")
+        cli.note("peak device memory is unavailable on this device (no memory_stats); "
+                 "'x cache' compares KV-cache bytes instead.")
     bench.write_results(args, {"command": "python -m sps_jax.bench generate " + " ".join(argv),
                                     "config": args.config, "results": results})
     return 0

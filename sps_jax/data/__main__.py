@@ -68,7 +68,7 @@ def _prepare(args) -> None:
     from sps_jax.data import prepare
     prepare.prepare(args.source, args.out, val_fraction=args.val_fraction, text_field=args.text_field,
                     hf_split=args.hf_split, max_documents=args.max_documents, max_tokens=args.max_tokens,
-                    force=args.force, errors=args.errors)
+                    force=args.force, errors=args.errors, log=cli.note)  # progress, as every command's: stderr
 
 
 def _verify(args) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 
 import numpy as np
@@ -107,14 +106,10 @@ def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documen
     return skipped
 
 
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)  # with the other commands' warnings, not among the progress on stdout
-
-
 def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRACTION, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
-            force: bool = False, errors: str = corpus.STRICT, log=print, warn=_to_stderr, flag: str = "--out") -> dict:
+            force: bool = False, errors: str = corpus.STRICT, log=print, warn=cli.note, flag: str = "--out") -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
 
     ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in

@@ -173,7 +173,7 @@ def provision(out: str | None = None) -> str:
     if os.path.lexists(out):
         raise UserError(f"{given} {out} already holds another file: remove it or name another file.")
     with tempfile.TemporaryDirectory() as tmp:
-        print("downloading the openai-whisper source distribution (about 0.8 MB) ...", flush=True)
+        print("downloading the openai-whisper source distribution (about 0.8 MB) ...", file=sys.stderr, flush=True)
         fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
                                   ":all:", "openai-whisper", "-d", tmp])
         if fetched.returncode:

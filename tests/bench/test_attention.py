@@ -94,6 +94,15 @@ def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
 
 
+def test_on_a_cpu_the_note_that_timings_need_a_gpu_is_on_stderr_and_the_counts_on_stdout():
+    # stdout holds a command's results; the note was printed among them.
+    outcome = fuzz.call(bench_main.main, ["attention", "--variants", "sps", "--seq-len", "64", "--heads", "1",
+                                          "--head-dim", "16", "--batch-size", "1", "--window", "5"])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert "Timings need a GPU: run the same command on one." in outcome.stderr
+    assert "Timings need a GPU" not in outcome.stdout and "sps" in outcome.stdout, outcome.stdout
+
+
 def test_the_triton_kernels_without_jax_triton_are_one_sentence(monkeypatch):
     from sps_jax import triton_attention
 

@@ -79,6 +79,14 @@ def test_prepare_round_trip(tmp_path, kind):
     assert data_cli.main(["verify", str(out)]) == 0
 
 
+def test_the_prepare_commands_progress_goes_to_stderr_as_every_commands(tmp_path, capsys):
+    # stdout holds a command's results; prepare's progress and summary lines went there.
+    src = write_sources(tmp_path)
+    assert data_cli.main(["prepare", "--source", str(src["text"]), "--out", str(tmp_path / "tok")]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and f"prepare: wrote {tmp_path / 'tok'}: train " in err, (out, err)
+
+
 def test_split_is_stable_under_reordering_and_additions(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     extra = [f"another document {i}" for i in range(40)]
