@@ -471,6 +471,8 @@ def _parses(parse, word: str) -> bool:
 
 def unknown_subcommand(word: str, names) -> str:
     """What to say of ``word`` given where one of the subcommands ``names`` is expected."""
+    if word.startswith("-"):  # a flag before the subcommand, whose flags follow it
+        return f"{word} comes before a subcommand: name one first, one of {', '.join(names)}, then its flags"
     close = close_name(word, names)
     return f"unknown subcommand {word!r}: " + (f"did you mean {close!r}?" if close else
                                                 f"the subcommands are {', '.join(names)}")

@@ -438,7 +438,8 @@ def main(argv=None) -> int:
     p.add_argument("--step", type=sps_config.step_argument, default=None,
                    help="step to record (default: the file's iter_num or 0)")
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
-    p.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
+    p.add_argument("--force", action="store_true",
+                   help="replace an --out folder that already holds files (never a run or token folder, at any depth)")
     args = p.parse_args(argv)
     sps_model = cli.load("sps_jax.model")
 

@@ -724,6 +724,14 @@ def test_a_group_command_without_its_command_names_them(main, commands, capsys):
     assert capsys.readouterr().err.strip().endswith(f": name a command, one of {commands} (see --help).")
 
 
+def test_a_flag_where_a_benchmark_is_named_is_told_to_follow_it(capsys):
+    # It was called an unknown subcommand: "unknown subcommand '--bogus': the subcommands are ...".
+    assert bench_cli.main(["--batch-size", "4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: python -m sps_jax.bench: --batch-size comes before a subcommand: name one first, one of attention, "
+        "tiles, train, generate, smoke, compile, then its flags (see --help).")
+
+
 def test_an_integer_argument_takes_both_of_its_bounds():
     parse = cli.int_up_to(1024, least=1)
     assert (parse("1"), parse("1024")) == (1, 1024)
