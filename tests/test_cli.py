@@ -703,7 +703,7 @@ def test_a_misspelt_flag_is_answered_with_the_flag_it_likely_means(main, argv, m
     ("sps_jax.data.__main__", ["verify", "DIR", "--val-fraction", "0.1"]),  # prepare's: it was offered itself
     ("sps_jax.data.__main__", ["verify", "DIR", "--bogus"]),  # was "did you mean --out?", a flag verify lacks
     ("sps_jax.evaluation.evaluate", ["--workdir", "RUN", "--attention", "xla"]),  # was "--version"
-    ("sps_jax.inference.generate", ["--workdir", "RUN", "--step", "4"]),  # was "--seed"
+    ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "RUN", "--step", "4"]),  # was "--seed"
 ])
 def test_a_flag_the_command_lacks_gets_no_suggestion_of_another_commands_or_unlike_flag(main, argv, capsys):
     import importlib

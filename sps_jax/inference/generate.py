@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import cli, files, hardware, names
+from sps_jax import cli, config as sps_config, files, hardware, names
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
@@ -72,6 +72,8 @@ def _parser() -> cli.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_run_arguments(parser)
+    parser.add_argument("--step", type=sps_config.step_argument, default=None,
+                        help="generate with this checkpoint of the run (default: the latest), as evaluate --step")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt; the completion is printed")
     what.add_argument("--prompts-file", type=cli.input_path("prompts file", cli.FILE, PASS_PROMPTS),
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
 
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.
-    cfg = runs.read_run(cli.run_argument(args))[3]  # and the checkpoint was trained as that model
+    cfg = runs.read_run(cli.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
     overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
     prompts = completions.encode(cfg, [r["prompt"] for r in records], args.max_new_tokens, names, "--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
-    _, params, step = runs.load_inference_model(cli.run_argument(args))
+    _, params, step = runs.load_inference_model(cli.run_argument(args), args.step)
     skipped = f" ({blank} blank line(s) of the prompts file skipped)" if blank else ""
     print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}",
           file=sys.stderr)

@@ -422,6 +422,25 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     assert all(1 <= r["new_tokens"] <= 4 for r in records)
 
 
+def test_generate_takes_step_as_evaluate_does(tmp_path):
+    # evaluate, export_torch and import_torch take --step; generate took only the checkpoint's folder.
+    ensure_tokenizer()
+    workdir, only_step_3 = _tiny_run(tmp_path), _tiny_run(tmp_path, "only3")
+    config, _, _ = runs.load_run(workdir)
+    later = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(7))
+    runs.save_run(workdir, config, later, step=5)
+    assert _greedy_completion(workdir, "The cat", 4) != _greedy_completion(only_step_3, "The cat", 4)  # told apart
+    for flags, step, reference in (([], 5, workdir), (["--step", "3"], 3, only_step_3)):
+        out = tmp_path / f"step{step}.jsonl"
+        done = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "4", "--out", out, *flags)
+        assert done.status == 0, done.stderr
+        [record] = [json.loads(line) for line in out.read_text().splitlines()]
+        assert record["step"] == step and record["completion"] == _greedy_completion(reference, "The cat", 4)
+    refused = _cli("--checkpoint", os.path.join(workdir, "checkpoints", "3"), "--step", "5", "--prompt", "a")
+    assert refused.status == 2 and refused.problem() is None, refused.stderr
+    assert "is the checkpoint of step 3, but step 5 was asked for (--step)" in refused.stderr, refused.stderr
+
+
 def test_the_command_holds_the_weights_once_in_the_compute_dtype(tmp_path, monkeypatch):
     # Generation never updates the weights: each product reads them in the compute dtype, so the f32 copy the
     # checkpoint restores is let go before the first prompt runs (at the paper's S scale and workload the decode
