@@ -471,7 +471,7 @@ def _parses(parse, word: str) -> bool:
 
 def unknown_subcommand(word: str, names) -> str:
     """What to say of ``word`` given where one of the subcommands ``names`` is expected."""
-    if word.startswith("-"):  # a flag before the subcommand, whose flags follow it
+    if word.startswith("-") and word[1:2].isalpha() or word.startswith("--"):  # a flag, not a number such as -1
         return f"{word} comes before a subcommand: name one first, one of {', '.join(names)}, then its flags"
     close = close_name(word, names)
     return f"unknown subcommand {word!r}: " + (f"did you mean {close!r}?" if close else

@@ -730,6 +730,8 @@ def test_a_flag_where_a_benchmark_is_named_is_told_to_follow_it(capsys):
     assert capsys.readouterr().err.strip() == (
         "error: python -m sps_jax.bench: --batch-size comes before a subcommand: name one first, one of attention, "
         "tiles, train, generate, smoke, compile, then its flags (see --help).")
+    assert bench_cli.main(["-1"]) == 2  # a number is no flag: named as the unknown subcommand it was given as
+    assert "unknown subcommand '-1': the subcommands are attention" in capsys.readouterr().err
 
 
 def test_an_integer_argument_takes_both_of_its_bounds():

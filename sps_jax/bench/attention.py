@@ -276,7 +276,7 @@ def timing_table(args, interpret=False):
         def fn(q, k, v, vis=vis):
             return kernel(q, k, v, doc, vis, interpret)
 
-        print(f"{args.attention} {variant}: timing ...", flush=True)
+        cli.note(f"{args.attention} {variant}: timing ...")
         fwd_s, fwd_bwd_s = time_pair(fn, q, k, v, args.iters)
         r = row(f"{args.attention} {variant} (w={w})", counts["computed"], B, H, Dh, fwd_s, fwd_bwd_s)
         r.update(variant=variant, counts=counts)

@@ -17,7 +17,7 @@ import sys
 import tarfile
 import tempfile
 
-from sps_jax import files, vocab
+from sps_jax import cli, files, vocab
 from sps_jax.cli import UserError
 
 EOS_TOKEN = "<|endoftext|>"
@@ -173,7 +173,7 @@ def provision(out: str | None = None) -> str:
     if os.path.lexists(out):
         raise UserError(f"{given} {out} already holds another file: remove it or name another file.")
     with tempfile.TemporaryDirectory() as tmp:
-        print("downloading the openai-whisper source distribution (about 0.8 MB) ...", file=sys.stderr, flush=True)
+        cli.note("downloading the openai-whisper source distribution (about 0.8 MB) ...")
         fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
                                   ":all:", "openai-whisper", "-d", tmp])
         if fetched.returncode:

@@ -422,7 +422,7 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     assert all(1 <= r["new_tokens"] <= 4 for r in records)
 
 
-def test_generate_takes_step_as_evaluate_does(tmp_path):
+def test_cli_takes_step_as_evaluate_does(tmp_path):  # cli_: CI's leg 2 leaves the command's tests to leg 1
     # evaluate, export_torch and import_torch take --step; generate took only the checkpoint's folder.
     ensure_tokenizer()
     workdir, only_step_3 = _tiny_run(tmp_path), _tiny_run(tmp_path, "only3")
