@@ -286,9 +286,6 @@ def cmd_window_nll(args):
     for workdir, docs in zip(args.workdir, all_docs):
         cfg, params, step, label = _load(workdir, args)
         context = _context(args, cfg)
-        if args.omega >= context:
-            print(f"warning: --omega {args.omega} is at or beyond the context of {context} positions for {label}: "
-                  "the ablated model sees every key, so every delta is zero by construction.", file=sys.stderr)
         cli.note(f"{label}: step {step}, {_documents(args, docs, workdir)}, omega {args.omega}, context {context}")
         curve = window_nll_curve(sps_model.Transformer(cfg), params, docs, args.omega, context=context,
                                  batch=args.batch_size, log=cli.note)

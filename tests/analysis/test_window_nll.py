@@ -20,8 +20,12 @@ def test_window_delta_is_zero_inside_omega_and_for_omega_at_least_T(variant, win
     assert np.all(delta[:, :omega + 1] == 0.0)  # every key of a position <= omega is within omega
     assert np.nanmax(np.abs(delta[:, omega + 1:])) > 1e-4  # the ablation does change later positions
     assert np.all(np.isnan(delta[1, 12:])) and not np.any(np.isnan(delta[1, :12]))
-    full = window_nll.window_nll_deltas(model, params, docs, 20, context=20, batch=3, log=lambda *_: None)
+    said = []
+    full = window_nll.window_nll_deltas(model, params, docs, 20, context=20, batch=3, log=said.append)
     assert np.all(full["delta"][~np.isnan(full["delta"])] == 0.0)
+    # Called from Python too, such an omega is warned about (only the command said so).
+    assert said[0] == ("warning: omega 20 is at or beyond the context of 20 positions: the ablated model sees every "
+                       "key, so every delta is zero by construction."), said
 
 
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("delayed_state", 1)])
