@@ -411,9 +411,8 @@ class ArgumentParser(argparse.ArgumentParser):
             parser, args = commands[word], args[args.index(word) + 1:]
 
     def _command_prog(self, args) -> str:
-        """The prog of the subcommand ``args`` name (the first word that is one), else this parser's."""
-        commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
-        return next((commands[word].prog for word in args if word in commands), self.prog)
+        """The prog of the (sub)command ``args`` name, else this parser's."""
+        return self._command_parser(args).prog
 
     def _check_list_words(self, args, stray) -> None:
         """Words after a list flag's value that are items of its list (``--variants standard sps``): say

@@ -214,9 +214,9 @@ def _base(args) -> str:
 
 def gradient_curve(model, params, docs, offsets, positions_per_doc, **options) -> dict:
     """Figure 5a's curve of one model: {"offsets", "examples", "documents" (those long enough to probe),
-    "mean_ratio": {stream: [mean r(p, k) per offset]}, "count": {stream: [examples per offset]}}, from :func:`gradient_probe.gradient_ratios` (``options``: its
-    context, seed, batch, chunk and log). :func:`plot_gradient_ratios` draws such curves, each with its "label"
-    and "window" added."""
+    "mean_ratio": {stream: [mean r(p, k) per offset]}, "count": {stream: [examples per offset]}}, from
+    :func:`gradient_probe.gradient_ratios` (``options``: its context, seed, batch, chunk and log).
+    :func:`plot_gradient_ratios` draws such curves, each with its "label" and "window" added."""
     from sps_jax.analysis.gradient_probe import gradient_ratios
 
     out = gradient_ratios(model, params, docs, offsets, positions_per_doc, **options)

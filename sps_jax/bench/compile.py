@@ -84,10 +84,6 @@ def parse_args(argv):
     return args
 
 
-def _log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def _variant_config(args, variant, backend=None):
     """``--config`` with its overrides, switched to ``variant`` (its window rule applied) and, if
     given, to the attention ``backend``."""
@@ -138,7 +134,7 @@ def kernel_rows(acc, args) -> list[dict]:
                     vis = masks.Visibility(masks.DEFAULT_VARIANT).with_variant(variant)
                     report = gpu_kernels.kernel_report(acc, shape, dtype, vis, kernels=kernels)
                     report["spill_bytes"] = gpu_kernels.spill_bytes(report) if report["status"] == "ok" else None
-                    _log(f"[{acc.name}] {kernels} kernels {shape.name} {dtype} {variant}: {report['status']}, "
+                    cli.note(f"[{acc.name}] {kernels} kernels {shape.name} {dtype} {variant}: {report['status']}, "
                          f"{report['spill_bytes']} spill bytes ({time.perf_counter() - t0:.0f} s)")
                     rows.append(report)
     return rows
@@ -155,7 +151,7 @@ def tpu_kernel_rows(acc, args) -> list[dict]:
             for variant in args.variants:
                 vis = masks.Visibility(masks.DEFAULT_VARIANT).with_variant(variant)
                 report = tpu_kernels.kernel_report(acc, shape, dtype, vis)
-                _log(f"[{acc.name}] kernels {shape.name} {dtype} {variant}: {report['status']}"
+                cli.note(f"[{acc.name}] kernels {shape.name} {dtype} {variant}: {report['status']}"
                      + (f", {report['mosaic_kernels']} Mosaic kernels, peak {report['peak_bytes'] / hardware.MiB:.0f} MiB "
                         f"({report['compile_s']:.0f} s)" if report["status"] == "ok" else ""))
                 report["program"] = f"attention {shape.name} {dtype}"
@@ -176,7 +172,7 @@ def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
         key = (backend, variant, mb, remat)
         if key not in cache:
             r = programs.train_step(acc, _train_config(args, variant, mb, remat, backend), args.devices)
-            _log(f"[{acc.name}] train {r['attention']} {variant} micro-batch {mb} remat {remat}: peak "
+            cli.note(f"[{acc.name}] train {r['attention']} {variant} micro-batch {mb} remat {remat}: peak "
                  f"{_peak(r)} GiB ({'fits' if r['fits'] else 'does not fit'}, {r['compile_s']:.0f} s)")
             cache[key] = r
         return cache[key]
@@ -273,7 +269,7 @@ def generation_rows(acc, args) -> list[dict]:
         reports += programs.generation(acc, cfg, args.batch_size, args.prefill, args.decode,
                                        only=("decode_loop", "decode_step"))
         for r in reports:
-            _log(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
+            cli.note(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
             rows.append(r)
     _ratios(rows, ("batch",))
     return rows

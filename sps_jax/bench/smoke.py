@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     bench.write_results(args, results)
     said = failures(results, config.model.attention)
     for sentence in said:
-        print(sentence, file=sys.stderr)
+        cli.note(sentence)
     return 1 if said else 0
 
 

@@ -163,8 +163,13 @@ def prepare_flags(settings: dict) -> str | None:
     for key, default in defaults.items():
         value = settings.get(key, default)
         if value != default:
-            flags.append(f"--{key.replace('_', '-')} {shlex.quote(str(value))}")
+            flags.append(f"{prepare_flag(key)} {shlex.quote(str(value))}")
     return " ".join(flags)
+
+
+def prepare_flag(key: str) -> str:
+    """The ``prepare`` flag of a recorded setting (``val_fraction`` -> ``--val-fraction``)."""
+    return "--" + key.replace("_", "-")
 
 
 def _text_of(value, where: str, field: str) -> str:

@@ -229,7 +229,7 @@ def _changed(old: dict, new: dict) -> str:
         found = settings.get(key, corpus.STRICT if key == "errors" else None)
         return "unset" if found is None else found  # a limit left out (--max-tokens), or a field it lacks
     keys = [*new, *(k for k in old if k not in new)]
-    return ", ".join(f"--{k.replace('_', '-')} {value(old, k)} -> {value(new, k)}"
+    return ", ".join(f"{corpus.prepare_flag(k)} {value(old, k)} -> {value(new, k)}"
                      for k in keys if value(old, k) != value(new, k))
 
 

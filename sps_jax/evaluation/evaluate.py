@@ -206,8 +206,8 @@ def _new_steps(steps, workdir: str, force: bool) -> list[int]:
         said = (f"result of step {kept[0]} ({_default_out(workdir, kept[0])})" if len(kept) == 1 else
                 f"results of steps {', '.join(map(str, kept[:-1]))} and {kept[-1]} "
                 f"({_default_out(workdir, '<N>')})")
-        print(f"note: kept the earlier {said}: pass --force to evaluate {'it' if len(kept) == 1 else 'them'} again "
-              "with these settings.", file=sys.stderr, flush=True)
+        cli.note(f"note: kept the earlier {said}: pass --force to evaluate {'it' if len(kept) == 1 else 'them'} again "
+                 "with these settings.")
     return [step for step in steps if step not in kept]
 
 
