@@ -157,6 +157,14 @@ def paper_config(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIAN
     return config
 
 
+def field_paths() -> dict[str, str]:
+    """Each config field's name and its path (``attention`` -> ``model.attention``): names are unique across the
+    sections, so a command that takes overrides can tell a user who wrote ``--attention`` which override it is."""
+    config = paper_config()
+    return {key: f"{section}.{key}" for section in RUN_FIELDS if isinstance(config[section], ml_collections.ConfigDict)
+            for key in config[section]}
+
+
 def run_name(prefix: str, model) -> str:
     """``PREFIX-VARIANT[-wWINDOW]``, the name of a config whose file sets none of its own; it carries w
     only where w applies. :func:`load_config` makes it again after overrides of the variant or window."""

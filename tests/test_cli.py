@@ -280,6 +280,17 @@ BAD_ARGUMENTS = [
           ("--config.model.attention=XLA", "unknown attention backend 'XLA' (did you mean 'xla'?)"),
           ("--config.model.dtype=bf16", "got 'bf16' (did you mean 'bfloat16'?)"),
           ("--config.train.nonfinite=Skip", "train.nonfinite='Skip' (did you mean 'skip'?)"))],
+    # a config field given as a flag is told the override that sets it
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--attention", "pallas"],
+     ["unrecognized arguments: --attention pallas (did you mean --config.model.attention=pallas?)"]),
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--micro-batch=4"],
+     ["(did you mean --config.train.micro_batch=4?)"]),
+    (bench_cli.main, ["train", "--config", "configs/tiny.py", "--window", "3"],
+     ["(did you mean --config.model.window=3?)"]),
+    (bench_cli.main, ["compile", "--target", "h100", "--rope-theta"], ["(did you mean --config.model.rope_theta=VALUE?)"]),
+    (bench_cli.main, ["generate", "--seq-len", "64"], ["(did you mean --config.model.seq_len=64?)"]),
+    (bench_cli.main, ["smoke", "--dtype", "float32"], ["(did you mean --config.model.dtype=float32?)"]),
+    (import_torch.main, ["W/x.pt", "--out", "W/r", "--peak-lr", "1e-3"], ["(did you mean --config.train.peak_lr=1e-3?)"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.metrics.wandb=True",
                   "--config.metrics.wandb_mode=Offline"], ["wandb_mode='Offline' (did you mean 'offline'?)"]),
     # a source refused once figures had made --out's folder left that folder behind, empty
