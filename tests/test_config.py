@@ -2,6 +2,7 @@
 
 import re
 
+import ml_collections
 import pytest
 
 from sps_jax import config as sps_config, masks, optim
@@ -565,3 +566,13 @@ def test_a_model_section_missing_a_field_of_what_the_model_is_is_refused(tmp_pat
                                   "default would describe another model.")
     config.model.d_ff, config.model.window = 192, 8
     sps_config.check_run_config(config)  # attention and remat take their defaults
+
+
+def test_config_field_names_are_unique_across_sections():
+    """A flag such as --attention is told its one override: no field name may sit in two sections."""
+    config = sps_config.paper_config()
+    paths = [f"{s}.{k}" for s in sps_config.RUN_FIELDS if isinstance(config[s], ml_collections.ConfigDict)
+             for k in config[s]]
+    assert len(paths) == len(sps_config.field_paths())
+    assert sps_config.field_paths()["attention"] == "model.attention"
+    assert sps_config.field_paths()["micro_batch"] == "train.micro_batch"
