@@ -76,3 +76,35 @@ def test_counts_of_no_positions_or_no_devices_are_one_sentence():
         flops.visible_keys_per_position(masks.Visibility("sps"), 0)
     with pytest.raises(ValueError, match=r"^num_devices must be a positive integer, got 0\.$"):
         flops.mfu(small_config("sps", 2), 1000.0, 0, 1e12)
+
+
+def test_the_per_scale_ratios_docs_design_section_7_states_are_the_attention_sets_counted_by_hand():
+    # docs/design.md section 7: at T = 4096, w = 64, SPS's training FLOPs per token are "1.65x Standard's at XS to
+    # 1.97x at XL", and 2x Memory "costs 1.28x SPS at XS down to 1.16x at XL". The visible keys of one document
+    # of T positions, summed over positions, in closed form from the attention sets (positions from 0):
+    #   Standard: x_i sees x_0..x_i                                       -> T (T + 1) / 2
+    #   SPS (eq. sps-mask): x_i sees i + 1 inputs and min(i, w) predicts, rho_i the same inputs and min(i, w) + 1
+    #     predicts                                                        -> T (T + 1) + 2 M + T
+    #     with M = sum_i min(i, w) = w (w + 1) / 2 + w (T - 1 - w)
+    #   2x Memory: x_i sees i + 1 inputs and i predicts, rho_i i + 1 of each -> sum_i (4 i + 3) = 2 T (T - 1) + 3 T
+    T, w = 4096, 64
+    M = w * (w + 1) // 2 + w * (T - 1 - w)
+    keys = {"standard": T * (T + 1) // 2, "sps": T * (T + 1) + 2 * M + T, "two_x_memory": 2 * T * (T - 1) + 3 * T}
+    streams = {"standard": 1, "sps": 2, "two_x_memory": 2}
+    ratios = {}
+    for scale in ("xs", "s", "m", "l", "xl"):
+        cfg = {v: sps_model.ModelConfig.from_config(dict(sps_config.paper_model_section(scale, v, w)))
+               for v in keys}
+        d, L, V = cfg["sps"].d_model, cfg["sps"].num_layers, cfg["sps"].vocab_size
+        # 2 x per-slot matmul weights (q/k/v/out 4 d^2, SwiGLU 3 d x 3d) x streams, 4 d per key per layer, head 2 d V.
+        expected = {v: 2 * streams[v] * L * 13 * d * d + 4 * d * L * keys[v] / T + 2 * d * V for v in keys}
+        for v in keys:
+            assert flops.forward_flops_per_token(cfg[v]) == pytest.approx(expected[v], rel=1e-12), (scale, v)
+        ratios[scale] = (flops.train_flops_per_token(cfg["sps"]) / flops.train_flops_per_token(cfg["standard"]),
+                         flops.train_flops_per_token(cfg["two_x_memory"]) / flops.train_flops_per_token(cfg["sps"]))
+    assert [round(r, 2) for r in ratios["xs"]] == [1.65, 1.28]
+    assert [round(r, 2) for r in ratios["xl"]] == [1.97, 1.16]
+    # In between, SPS's overhead grows and 2x Memory's extra attention shrinks with the scale.
+    scales = list(ratios)
+    for a, b in zip(scales, scales[1:]):
+        assert ratios[a][0] < ratios[b][0] and ratios[a][1] > ratios[b][1], (a, b)
