@@ -73,8 +73,9 @@ def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, 
 
 
 def test_rms_norm_adds_the_configured_epsilon_to_the_mean_square():
-    """Appendix A: RMSNorm(x) = x / sqrt(mean(x^2) + eps) * scale, with the config's eps (the authors' checkpoints
-    use 1e-5, this package's default is 1e-6): for x = 1 and eps = 0.5 every output is 1 / sqrt(1.5)."""
+    """Appendix A: RMSNorm(x) = x / sqrt(mean(x^2) + eps) * scale, with the config's eps (1e-6 by default, as in the
+    authors' released model configs; an imported checkpoint brings its own): for x = 1 and eps = 0.5 every output is
+    1 / sqrt(1.5)."""
     norm = sps_model.RMSNorm(sps_model.ModelConfig(norm_eps=0.5))
     x = jnp.ones((1, 4), jnp.float32)
     y = norm.apply(norm.init(jax.random.PRNGKey(0), x), x)
