@@ -5,3 +5,4 @@ figures (``python -m sps_jax.analysis.figures``, ``sps-figures``)."""
 GRADIENT_BATCH = 1  # documents per forward pass of the gradient probe
 GRADIENT_CHUNK = 8  # loss terms per batched reverse pass of the gradient probe
 WINDOW_NLL_BATCH = 4  # documents per forward pass of the window ablation
+PAPER_OMEGA = 64  # Figure 5b's persistent window omega: the paper's, distinct from the prediction window w (also 64)
