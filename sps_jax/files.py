@@ -21,12 +21,11 @@ import json
 import os
 import shutil
 import stat
-import sys
 import tempfile
 
 import numpy as np
 
-from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, unexpanded_home
+from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, unexpanded_home
 
 try:
     import fcntl
@@ -526,8 +525,8 @@ def replace_folder(path: str):
                     raise
                 shutil.rmtree(old, ignore_errors=True)
                 if os.path.lexists(old):  # the new folder is in place; what could not be deleted is said, not left
-                    print(f"warning: {given} was replaced, but its earlier files could not all be deleted: they are "
-                          f"in {old}; delete it yourself.", file=sys.stderr)
+                    note(f"warning: {given} was replaced, but its earlier files could not all be deleted: they are "
+                         f"in {old}; delete it yourself.")
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise

@@ -453,7 +453,7 @@ def main(argv=None) -> int:
     config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
                                          args.seq_len, overrides, args.trust_pickle, args.step, args.force)
     for note in notes:
-        print(f"note: {note}.", file=sys.stderr)
+        cli.note(f"note: {note}.")
     m = sps_model.ModelConfig.from_config(config.model)  # with the defaults a stored config may leave out
     print(f"wrote {args.out}: {m.variant} (window {m.window}), {m.num_layers} layers, d={m.d_model}, "
           f"{m.num_heads} heads, context {m.seq_len}, vocab {m.vocab_size}")

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import json
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -235,9 +234,8 @@ def _check_same_data(workdir: str, saved, config) -> None:
         return
     before, after = token_folder.split_checksums(trained_on), token_folder.split_checksums(now)
     if before is None or after is None:
-        print(f"note: {workdir} was trained on data.dir={trained_on} and resumes on data.dir={now}; "
-              f"{trained_on if before is None else now} has no readable manifest, so the two were not compared.",
-              file=sys.stderr)
+        cli.note(f"note: {workdir} was trained on data.dir={trained_on} and resumes on data.dir={now}; "
+                 f"{trained_on if before is None else now} has no readable manifest, so the two were not compared.")
         return
     differ = sorted(split for split in set(before) & set(after) if before[split] != after[split])
     if differ:
@@ -283,8 +281,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     if other and not force and not has_checkpoints and _never_trained(workdir):
         # A start that failed before its first step (a compile the host ran out of memory for, say) left only its
         # config.json: replacing it loses nothing that trained, so the corrected command needs no --force.
-        print(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
-              f"run replaces its {CONFIG_FILE}.", file=sys.stderr)
+        cli.note(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
+                 f"run replaces its {CONFIG_FILE}.")
         return
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
@@ -442,8 +440,8 @@ def _check_resume(workdir: str, saved, config) -> None:
     _check_same_data(workdir, saved, config)
     changes = resume_changes(saved, config)
     if changes:  # allowed, but config.json will name only the new values: the earlier records were made with the old
-        print(f"note: {workdir} resumes with {', '.join(changes)}; once it trains, its config.json says the new "
-              f"values, and {metrics.METRICS_FILE}'s records before this resume were made with the old.", file=sys.stderr)
+        cli.note(f"note: {workdir} resumes with {', '.join(changes)}; once it trains, its config.json says the new "
+                 f"values, and {metrics.METRICS_FILE}'s records before this resume were made with the old.")
 
 
 # Sections whose changed fields a resume names (the model's are refused; mesh and metrics change only where and how
@@ -603,8 +601,8 @@ def runnable_here(cfg: sps_model.ModelConfig, workdir: str) -> sps_model.ModelCo
 
 @functools.cache
 def _note_backend_swap(workdir: str, backend: str, why: str) -> None:
-    print(f"note: {workdir} was trained with model.attention={backend!r}, which cannot run here ({why}); "
-          "reading it with 'auto', which computes the same attention.", file=sys.stderr)
+    cli.note(f"note: {workdir} was trained with model.attention={backend!r}, which cannot run here ({why}); "
+             "reading it with 'auto', which computes the same attention.")
 
 
 def _load(path: str, step: int | None):

@@ -15,7 +15,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import sys
 import time
 import types
 
@@ -296,7 +295,7 @@ def print0(msg: str) -> None:
 
 def _warn(msg: str) -> None:
     if jax.process_index() == 0:
-        print(msg, file=sys.stderr, flush=True)
+        cli.note(msg)
 
 
 def _open_data(config, cfg, log):

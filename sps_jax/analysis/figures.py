@@ -272,7 +272,7 @@ def window_ablation(sources, out: str) -> dict:
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:
-        print(f"warning: {differ}: the figure draws them as they are.", file=sys.stderr, flush=True)
+        cli.note(f"warning: {differ}: the figure draws them as they are.")
     _one_per_key(zip(sources, points), lambda p: (p["scale"], p["variant"], p["window"]),
                  lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
     if all(p["window"] is None for p in points):  # the figure's axis is the window: it would have only reference lines
@@ -441,8 +441,8 @@ def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, mar
                          "window.")
     others = [m for m in methods if m["variant"] != reference]
     if not refs:  # the intervals and equivalence tests stand; the tests for a lower NLL have nothing to test
-        print(f"warning: no source is a {reference} run, so no Welch test compares it with the others: pass its "
-              "seeds, or --reference with a variant among the sources.", file=sys.stderr, flush=True)
+        cli.note(f"warning: no source is a {reference} run, so no Welch test compares it with the others: pass its "
+                 "seeds, or --reference with a variant among the sources.")
     welch = [{"reference": r["method"], "other": m["method"], **seeds.welch_lower(r["val_nll"], m["val_nll"])}
              for r in refs for m in others]
     tost = [{"a": a["method"], "b": b["method"], **seeds.tost(a["val_nll"], b["val_nll"], margin)}

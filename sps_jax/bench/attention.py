@@ -449,7 +449,7 @@ def main(argv=None):
     bench.write_results(args, results)
     failure = on_device and numerics_failure(args, results["numerics"])
     if failure:
-        print(f"error: {failure}", file=sys.stderr)
+        cli.note(f"error: {failure}")
         return 1
     return 0
 

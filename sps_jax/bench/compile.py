@@ -375,8 +375,8 @@ def _check_workload(args) -> None:
     if "generate" in args.only:
         whole = [c for c in args.prefill_chunks if c >= args.prefill]
         if whole:  # they compile as the one-pass prefill: said, not dropped silently from the table
-            print(f"note: --prefill-chunks {','.join(map(str, whole))} {'is' if len(whole) == 1 else 'are'} not below "
-                  f"--prefill {args.prefill}: a chunk of the whole prompt is the one-pass prefill (0).", file=sys.stderr)
+            cli.note(f"note: --prefill-chunks {','.join(map(str, whole))} {'is' if len(whole) == 1 else 'are'} not below "
+                     f"--prefill {args.prefill}: a chunk of the whole prompt is the one-pass prefill (0).")
         largest = hardware.largest()
         for variant in args.variants:
             kv_cache.check_fits(_generation_model(args, variant), args.batch_size, args.prefill + args.decode,

@@ -125,7 +125,7 @@ class VariantRun:
             memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
             + memory.temp_size_in_bytes)
         self.best = None
-        print(f"[{self.label}] compiled in {self.compile_s:.1f} s", file=sys.stderr, flush=True)
+        cli.note(f"[{self.label}] compiled in {self.compile_s:.1f} s")
 
     def prefilled(self):
         """(cache, first logits) of the prompts, on the device."""
@@ -320,16 +320,15 @@ def main(argv=None) -> int:
     peaks = {}
     for v, b in runs_asked:
         label = bench.run_label(v, b)
-        print(f"[{label}] measuring peak memory in a fresh process", file=sys.stderr, flush=True)
+        cli.note(f"[{label}] measuring peak memory in a fresh process")
         peaks[v, b] = _spawn_peak(_worker_argv(argv, b), v)
         if peaks[v, b] is None:  # the device has no memory counter: the other workers would say the same
-            print(f"[{label}] this device has no peak-memory counter (memory_stats): no variant's peak is measured",
-                  file=sys.stderr, flush=True)
+            cli.note(f"[{label}] this device has no peak-memory counter (memory_stats): no variant's peak is measured")
             break
 
-    print(f"workload: batch {args.batch_size}, prefill {args.prefill}, {args.decode} decode steps, "
-          f"{args.repeats} timed rounds; variants {', '.join(variants)}"
-          + (f"; attention {', '.join(args.attention)}" if args.attention else ""), file=sys.stderr, flush=True)
+    cli.note(f"workload: batch {args.batch_size}, prefill {args.prefill}, {args.decode} decode steps, "
+             f"{args.repeats} timed rounds; variants {', '.join(variants)}"
+             + (f"; attention {', '.join(args.attention)}" if args.attention else ""))
     memory_bytes, device = hardware.local_memory()  # the device the timing runs on, which the workers are done with
     for cfg in cfgs.values():
         check_workload(cfg, args, memory_bytes, device)
@@ -343,8 +342,7 @@ def main(argv=None) -> int:
     for round_ in range(args.repeats):
         for r in runs:
             timing = r.run()
-            print(f"[{r.label}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s",
-                  file=sys.stderr, flush=True)
+            cli.note(f"[{r.label}] round {round_ + 1}/{args.repeats}: {timing['total_s']:.3f} s")
     results = [r.result() for r in runs]
     if args.profile:
         from sps_jax import profiling
@@ -354,8 +352,7 @@ def main(argv=None) -> int:
                 result["profile"] = r.profile(bench.trace_folder(traces, r.label))
         for r, result in zip(runs, results):
             bench.place_trace(result["profile"], traces, args.profile)
-            print(f"[{r.label}] per decode step:\n{profiling.format_summary(result['profile'])}", file=sys.stderr,
-                  flush=True)
+            cli.note(f"[{r.label}] per decode step:\n{profiling.format_summary(result['profile'])}")
     for r, key in zip(results, runs_asked):
         r.update(peaks.get(key) or {})
     _ratios(results)

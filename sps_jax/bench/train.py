@@ -93,12 +93,11 @@ def time_runs(configs, args, traces: str | None) -> list[dict]:
     ``traces``, each run's profile goes to its own folder there."""
     results = []
     for label, config in configs:
-        print(f"timing {label} ...", file=sys.stderr, flush=True)
+        cli.note(f"timing {label} ...")
         folder = bench.trace_folder(traces, label) if traces else None
         r = {"label": label, **bench_variant(config, args.steps, args.warmup, folder)}
-        print(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
-              + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"),
-              file=sys.stderr, flush=True)
+        cli.note(f"{label}: {r['tokens_per_s']:,.0f} input tokens/s, step {r['step_s_median'] * 1e3:.1f} ms, "
+                 + ("MFU n/a (unknown peak)" if r["mfu"] is None else f"MFU {r['mfu']:.1%}"))
         results.append(r)
     return results
 
@@ -140,7 +139,7 @@ def main(argv=None) -> int:
     for r in results:
         if "profile" in r:
             bench.place_trace(r["profile"], traces, args.profile)
-            print(f"{r['label']}:\n{profiling.format_summary(r['profile'])}", file=sys.stderr, flush=True)
+            cli.note(f"{r['label']}:\n{profiling.format_summary(r['profile'])}")
     summary = {"command": "python -m sps_jax.bench train " + " ".join(argv), "results": results,
                "step_time_ratio_to_first": {r["label"]: r["step_s_median"] / results[0]["step_s_median"]
                                             for r in results}}

@@ -64,11 +64,11 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
                                     verify_checksum=val_sha256 is not None)
         scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens)) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
-            print(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
-                  f"its whole windows are scored, {scored:,} targets.", file=sys.stderr, flush=True)
+            cli.note(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
+                     f"its whole windows are scored, {scored:,} targets.")
         elif val_tokens is not None and scored != val_tokens:
-            print(f"note: --val-tokens {val_tokens:,} scores whole windows of seq_len {cfg.seq_len}: {scored:,} "
-                  "targets.", file=sys.stderr, flush=True)
+            cli.note(f"note: --val-tokens {val_tokens:,} scores whole windows of seq_len {cfg.seq_len}: {scored:,} "
+                     "targets.")
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = lm_eval_tasks.task_manager(include_path, include_defaults)
         lm_eval_tasks.check_include_path(include_path, manager)
@@ -80,8 +80,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         lm_eval_tasks.check_task_records(task_data, manager)
     net, params, step = runs.load_inference_model(path, step)
     info = runs.run_info(path, step)
-    print(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})", file=sys.stderr,
-          flush=True)
+    cli.note(f"evaluating {info['run']} step {step} ({info['variant']}, window {info['window']})")
     result = {**info, "val_nll": None, "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {},
               "task_accuracy_avg": None, "corpus_nll_convention": "ln(word_perplexity): nats per word"}
     if tokens is not None:
@@ -89,7 +88,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         result.update(val_nll=stats["val_nll"], val_tokens=stats["val_tokens"])
         if val_sha256:  # which data: the table refuses to subtract NLLs of different splits
             result["val_sha256"] = val_sha256
-        print(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens", file=sys.stderr, flush=True)
+        cli.note(f"  val_nll {stats['val_nll']:.4f} over {stats['val_tokens']} tokens")
     if keys:
         from sps_jax.inference import scoring
 
@@ -276,13 +275,13 @@ def main_evaluate(argv) -> int:
             if not args.all_steps or step in checkpoint.steps(workdir):
                 raise
             # The run is training: its retention deleted this checkpoint after it was listed.
-            print(f"warning: checkpoint step {step} was deleted (the run's retention, while it trains) before it "
-                  "was evaluated: skipped.", file=sys.stderr, flush=True)
+            cli.note(f"warning: checkpoint step {step} was deleted (the run's retention, while it trains) before it "
+                     "was evaluated: skipped.")
             continue
         out = args.out or _default_out(result["workdir"], result["step"])
         with files.results(args.force):
             write_json(out, result)
-        print(f"wrote {out}", file=sys.stderr, flush=True)
+        cli.note(f"wrote {out}")
         rows.append(result)
     print(results_table.markdown_both(rows))
     return 0
@@ -325,7 +324,7 @@ def main_table(argv) -> int:
         with files.results(args.force):
             files.write_text(args.out + ".md", md + "\n")
             files.write_text(args.out + ".tex", results_table.latex_both(rows) + "\n")
-        print(f"wrote {args.out}.md and {args.out}.tex", file=sys.stderr)
+        cli.note(f"wrote {args.out}.md and {args.out}.tex")
     return 0
 
 

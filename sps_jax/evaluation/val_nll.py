@@ -11,7 +11,6 @@ documents separated by EOS as in training.
 from __future__ import annotations
 
 import functools
-import sys
 import time
 
 import jax
@@ -78,7 +77,7 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
         total += float(s_)
         count += float(c_)
         if time.time() - last > log_every_s:
-            print(f"  val: {b + len(chunk)}/{len(starts)} windows, nll so far {total / max(count, 1):.4f} "
-                  f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+            cli.note(f"  val: {b + len(chunk)}/{len(starts)} windows, nll so far {total / max(count, 1):.4f} "
+                     f"({time.time() - t0:.0f}s)")
             last = time.time()
     return {"val_nll": total / max(count, 1.0), "val_tokens": int(count), "windows": int(len(starts))}

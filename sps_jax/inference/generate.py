@@ -141,12 +141,10 @@ def main(argv=None) -> int:
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_inference_model(cli.run_argument(args), args.step)
     skipped = f" ({blank} blank line(s) of the prompts file skipped)" if blank else ""
-    print(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}",
-          file=sys.stderr)
+    cli.note(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}")
 
     start = time.perf_counter()
-    done = lambda n: print(f"generated {n}/{len(prompts)} ({time.perf_counter() - start:.1f} s)",  # noqa: E731
-                           file=sys.stderr)
+    done = lambda n: cli.note(f"generated {n}/{len(prompts)} ({time.perf_counter() - start:.1f} s)")  # noqa: E731
     done_texts = completions.complete_ids(cfg, params, prompts, args.max_new_tokens, batch_size=args.batch_size,
                                           sampling=sampling, seed=args.seed, stop_on_eos=not args.no_stop_on_eos,
                                           progress=done)
@@ -155,7 +153,7 @@ def main(argv=None) -> int:
     if args.out is not None:
         with files.results(args.force):
             files.write_jsonl(args.out, results)
-        print(f"wrote {len(results)} results to {args.out}", file=sys.stderr)
+        cli.note(f"wrote {len(results)} results to {args.out}")
     if args.prompt is not None:
         print(args.prompt + results[0]["completion"])
     elif args.out is None:
