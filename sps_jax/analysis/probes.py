@@ -337,7 +337,7 @@ def build_parser():
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
     common(w, "probes_out")
     w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=analysis.PAPER_OMEGA,
-                   help="persistent window; at or beyond the context it hides nothing (a warning says so)")
+                   help="persistent window; from the context minus one up it hides nothing (a warning says so)")
     w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
     cli.add_batch_size(w, analysis.WINDOW_NLL_BATCH, "documents per forward pass")
     w.set_defaults(func=cmd_window_nll)

@@ -45,9 +45,11 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_
     context = check_probe(model, params, docs, context, batch)
     cfg = model.cfg
     cli.at_least("omega", omega, 0)
-    if omega >= context:  # a curve of zeros, which a figure would show as a finding
-        log(f"warning: omega {omega} is at or beyond the context of {context} positions: the ablated model sees "
-            "every key, so every delta is zero by construction.")
+    # A key is at most context - 1 positions back, so such an omega hides none: a curve of zeros, which a figure
+    # would show as a finding.
+    if omega >= context - 1:
+        log(f"warning: omega {omega} reaches the farthest key of the context of {context} positions ({context - 1} "
+            "back): the ablated model sees every key, so every delta is zero by construction.")
     # M itself runs with a persistent window of T positions, which hides no key (its mask is
     # the vanilla one): M and M_omega are then one XLA program up to a constant, so delta holds
     # no fusion-order noise and is exactly zero wherever the two masks agree.

@@ -186,7 +186,7 @@ def test_an_omega_at_or_beyond_the_context_is_warned_about(cli_fixture):
                                       "--out", str(root / "omega_out")])
     assert outcome.status == 0, outcome.stderr
     warnings = [line for line in outcome.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "omega 16 is at or beyond the context of 16 positions" in warnings[0]
+    assert len(warnings) == 1 and "omega 16 reaches the farthest key of the context of 16 positions" in warnings[0]
     result = json.load(open(root / "omega_out" / "window_nll_omega16.json"))
     deltas = [d for d in result["runs"][0]["mean_delta"] if d == d]  # positions no document reaches are NaN
     assert deltas and all(d == 0.0 for d in deltas)  # zero by construction, as warned

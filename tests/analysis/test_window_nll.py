@@ -24,8 +24,24 @@ def test_window_delta_is_zero_inside_omega_and_for_omega_at_least_T(variant, win
     full = window_nll.window_nll_deltas(model, params, docs, 20, context=20, batch=3, log=said.append)
     assert np.all(full["delta"][~np.isnan(full["delta"])] == 0.0)
     # Called from Python too, such an omega is warned about (only the command said so).
-    assert said[0] == ("warning: omega 20 is at or beyond the context of 20 positions: the ablated model sees every "
-                       "key, so every delta is zero by construction."), said
+    assert said[0] == ("warning: omega 20 reaches the farthest key of the context of 20 positions (19 back): the "
+                       "ablated model sees every key, so every delta is zero by construction."), said
+
+
+def test_an_omega_of_the_context_minus_one_hides_no_key_and_is_warned_about():
+    """The farthest key is context - 1 positions back: omega 19 of a 20-position context hid nothing, and no
+    warning said so (only omega >= 20 was warned about) while the figure drew a curve of zeros."""
+    model, params = make("sps", 2, seed=6)
+    docs = random_docs([24, 13, 20], seed=1)
+    said = []
+    out = window_nll.window_nll_deltas(model, params, docs, 19, context=20, batch=3, log=said.append)
+    assert np.all(out["delta"][~np.isnan(out["delta"])] == 0.0)  # no key hidden
+    assert [line for line in said if line.startswith("warning:")] == [
+        "warning: omega 19 reaches the farthest key of the context of 20 positions (19 back): the ablated model "
+        "sees every key, so every delta is zero by construction."]
+    said = []
+    window_nll.window_nll_deltas(model, params, docs, 18, context=20, batch=3, log=said.append)
+    assert not [line for line in said if line.startswith("warning:")]  # omega 18 hides the key 19 back
 
 
 @pytest.mark.parametrize("variant,window", [("sps", 2), ("standard", None), ("delayed_state", 1)])
