@@ -93,6 +93,11 @@ def parse_args(argv):
         p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     if args.documents > args.seq_len:
         p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
+    # Documents as the help says, equal: runs of ceil(T / documents) positions made fewer of them than asked
+    # (40 of 64 positions were 32 runs of 2, reported as 40 documents), and a shorter last one was counted as equal.
+    if args.seq_len % args.documents:
+        p.error(f"--documents {args.documents} does not split --seq-len {args.seq_len} into equal documents: pass a "
+                f"divisor of {args.seq_len}.")
     if args.attention == "auto":
         args.attention = attention.AUTO.get(jax.default_backend(), "pallas")  # a kernel to time on CPU too, not xla
     if args.attention == "splash" and (args.num_warps is not None or args.num_stages is not None):

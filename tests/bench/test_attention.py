@@ -86,6 +86,9 @@ def test_tile_flags_override_every_kernel_and_bad_tiles_get_one_sentence():
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "block_q must be a positive power of two" in outcome.stderr
     for argv, message in ((["--head-dim", "3"], "must be even"), (["--seq-len", "64", "--documents", "65"], "more than"),
+                          # runs of ceil(64 / 40) = 2 positions made 32 documents, reported as 40
+                          (["--seq-len", "64", "--documents", "40"],
+                           "--documents 40 does not split --seq-len 64 into equal documents: pass a divisor of 64"),
                           (["--variants", "sps,sps"], "more than once"),
                           # the tile flags were plain ints: argparse's own "invalid int value: '1.5'"
                           (["--block-q", "1.5"], "argument --block-q: '1.5' is not an integer (see --help)."),
