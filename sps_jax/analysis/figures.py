@@ -271,13 +271,14 @@ def window_ablation(sources, out: str) -> dict:
     check_out(out, sources, "source", "window-ablation")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
-    if (differ := _measures(sources, points)) is not None:
-        cli.note(f"warning: {differ}: the figure draws them as they are.")
     _one_per_key(zip(sources, points), lambda p: (p["scale"], p["variant"], p["window"]),
                  lambda p: f"{results_table.method(p)} at scale {_scale_name(p['scale'])}")
     if all(p["window"] is None for p in points):  # the figure's axis is the window: it would have only reference lines
         raise UserError(f"window-ablation draws NLL against the window, and none of its {len(points)} source(s) has "
                         "one (standard and two_x_memory are reference lines): add runs of a windowed variant.")
+    # After the refusals: a refused command says one sentence, not a warning about a figure it does not draw.
+    if (differ := _measures(sources, points)) is not None:
+        cli.note(f"warning: {differ}: the figure draws them as they are.")
     several_scales = len({p["scale"] for p in points}) > 1
 
     def label(p):

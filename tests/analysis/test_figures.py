@@ -319,6 +319,17 @@ def test_seeds_measured_over_other_tokens_are_not_pooled_and_an_ablation_says_so
     assert "which score other tokens: the figure draws them as they are." in capsys.readouterr().err
 
 
+def test_a_refused_window_ablation_says_its_one_sentence_without_the_warning_about_the_figure(tmp_path, capsys):
+    """A run folder and its own evaluation JSON: the warning that their NLLs score other tokens came first, then the
+    refusal of one method given twice, two messages of which the first was about a figure never drawn."""
+    run = write_run(tmp_path / "run", "s-sps", "sps", 64, [3.6, 3.2])
+    evaluation = write_eval(str(tmp_path), "s-sps-eval", None, "sps", 64, None, val_nll=3.21, tokens=2000)
+    json.dump(dict(json.load(open(evaluation)), val_tokens=2048), open(evaluation, "w"))
+    assert figures.main(["window-ablation", run, evaluation, "--out", str(tmp_path / "w.png")]) == 2
+    assert capsys.readouterr().err == (f"error: {run} and {evaluation} both hold SPS (w=64) at scale -: pass one of "
+                                       "them.\n")
+
+
 def test_two_runs_of_one_seed_are_refused_and_an_infinite_margin_too(tmp_path):
     # A copied run (or one job trained twice) counted as two seeds: std 0 and a "significant" Welch test; an infinite
     # margin called a 0.59-nat gap equivalent.
