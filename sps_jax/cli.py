@@ -573,6 +573,11 @@ def comma_list(kind=str, choices=None, what: str = "item"):
             raise argparse.ArgumentTypeError(f"{text!r} has an empty item: remove the extra comma")
         unknown = [v for v in values if choices is not None and v not in choices]
         if unknown:
+            # 'sps standard' or 'sps;standard', a list with another separator, was told 'did you mean standard?'
+            words = str(unknown[0]).replace(";", " ").split()
+            if len(words) > 1 and all(word in map(str, choices) for word in words):
+                raise argparse.ArgumentTypeError(f"{text!r} separates its items with something other than commas: "
+                                                 f"write {','.join(words)}")
             guess = did_you_mean(str(unknown[0]), list(map(str, choices)))
             raise argparse.ArgumentTypeError(f"unknown {what} {unknown[0]!r}{guess}: choose from "
                                              f"{', '.join(map(str, choices))}")

@@ -313,6 +313,11 @@ BAD_ARGUMENTS = [
     # an empty item was dropped without a word: a typo of the list, not a shorter list
     (bench_cli.main, ["attention", "--variants", "sps,,standard"], ["'sps,,standard' has an empty item: remove the extra comma"]),
     (bench_cli.main, ["compile", "--target", "h100,"], ["'h100,' has an empty item: remove the extra comma"]),
+    # another separator was one unknown item: "unknown variant 'sps standard' (did you mean 'standard'?)"
+    (bench_cli.main, ["attention", "--variants", "sps standard"],
+     ["'sps standard' separates its items with something other than commas: write sps,standard"]),
+    (bench_cli.main, ["compile", "--target", "h100;b200"],
+     ["'h100;b200' separates its items with something other than commas: write h100,b200"]),
     # '-' is not stdout here: it made a file (or folder) named '-'; and '~' that the shell left unexpanded
     # (--out=~/x) made a folder named '~' in the working directory. Every output flag takes cli.output_path.
     *[(main, argv + given, [f"argument {flag}: {sentence}"])
