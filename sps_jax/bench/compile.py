@@ -35,6 +35,11 @@ from sps_jax import bench, cli, hardware, kernel_tuning, masks, names
 from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
+# The flags (argparse dests) only one program reads: given with an --only that leaves it out, they were ignored
+# without a word (as --kernel-sets was).
+PROGRAM_FLAGS = {"kernels": ("dtypes",),
+                 "train": ("micro_batches", "remat", "attention", "no_fit_search", "max_micro_batch", "devices"),
+                 "generate": ("batch_size", "prefill", "decode", "prefill_chunks")}
 # The most devices of the train step's one-host deviceless mesh, far beyond a host's 8 to 72 GPUs: building
 # 2^20 abstract devices takes about 40 s here, and 2^31 never finishes.
 MAX_DEVICES = 1024
@@ -82,6 +87,14 @@ def parse_args(argv):
                     + ("no GPU target is listed: add one, or drop --kernel-sets." if not gpus else
                        "--only leaves the kernels out: add kernels to --only, or drop --kernel-sets."))
     args.kernel_sets = args.kernel_sets or list(kernel_tuning.KERNEL_SETS)
+    given = {action.dest: flag for flag, _, _, action in p._flag_uses(rest, lambda action: True)}
+    for program, dests in PROGRAM_FLAGS.items():
+        unread = [flag for dest, flag in given.items() if dest in dests]  # as given
+        if unread and program not in args.only:
+            p.error(f"{', '.join(unread)} {'sets' if len(unread) == 1 else 'set'} what {program} compiles, and --only "
+                    f"leaves {program} out: add {program} to --only, or drop {' and '.join(unread)}.")
+    if args.no_fit_search and "max_micro_batch" in given:
+        p.error("--max-micro-batch bounds the fit search, which --no-fit-search skips: drop one of them.")
     return args
 
 

@@ -75,6 +75,17 @@ def test_the_gpu_kernel_table_gives_each_kernels_binary_and_matrix_instructions(
     (["--target", "h100", "--prefill-chunks", "0,-4"], "argument --prefill-chunks: -4 must be 0 or more"),
     # a deviceless mesh of 2^31 devices was built for minutes (its topology string overflowed past that)
     (["--target", "h100", "--devices", "99999999999"], "argument --devices: 99999999999 must be from 1 to 1024"),
+    # flags of a program --only leaves out, and a bound of a search that is skipped, were ignored without a word
+    (["--target", "h100", "--only", "kernels", "--prefill-chunks", "7", "--batch", "2"],
+     "--prefill-chunks, --batch set what generate compiles, and --only leaves generate out: add generate to --only, "
+     "or drop --prefill-chunks and --batch"),
+    (["--target", "h100", "--only", "kernels,generate", "--micro-batches", "4"],
+     "--micro-batches sets what train compiles, and --only leaves train out: add train to --only, or drop "
+     "--micro-batches"),
+    (["--target", "h100", "--only", "train", "--dtypes", "float32"],
+     "--dtypes sets what kernels compiles, and --only leaves kernels out"),
+    (["--target", "h100", "--no-fit-search", "--max-micro-batch", "64"],
+     "--max-micro-batch bounds the fit search, which --no-fit-search skips: drop one of them"),
 ])
 def test_bad_arguments_get_one_sentence(args, message):
     outcome = fuzz.call(bench_main.main, ["compile", *args])  # in process: a refusal comes before jax is used
