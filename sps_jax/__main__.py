@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from importlib import metadata
 
@@ -30,21 +31,26 @@ def _refuse_command(word: str, found: dict[str, str]) -> None:
                         + ": run python -m sps_jax alone to list the commands and their modules.")
 
 
+def listing(found: dict[str, str]) -> str:
+    """The commands, one line each: console script and ``python -m`` module."""
+    width = max(map(len, found), default=0)
+    return "\n".join(f"  {script:{width}s}  python -m {module}" for script, module in found.items())
+
+
 @cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = cli.ArgumentParser(prog="python -m sps_jax", description=__doc__)
-    if argv and not argv[0].startswith("-"):
-        _refuse_command(argv[0], commands())
-    parser.parse_args(argv)
     found = commands()
+    parser = cli.ArgumentParser(prog="python -m sps_jax", description=__doc__.replace("``", ""),
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=f"commands:\n{listing(found)}" if found else None)
+    if argv and not argv[0].startswith("-"):
+        _refuse_command(argv[0], found)
+    parser.parse_args(argv)
     if not found:
         raise cli.UserError("sps-jax is not installed, so its commands are not listed: install it with "
                             "python3 -m pip install -e . (the commands are also in README.md).")
-    width = max(map(len, found))
-    print("usage: python -m MODULE [options], or its console script; each answers --help\n")
-    for script, module in found.items():
-        print(f"  {script:{width}s}  python -m {module}")
+    print(f"usage: python -m MODULE [options], or its console script; each answers --help\n\n{listing(found)}")
     return 0
 
 

@@ -502,13 +502,15 @@ def test_a_command_given_to_python_m_sps_jax_names_its_module(monkeypatch, word,
     one_sentence(fuzz.call(sps_main.main, [word, "--config", "configs/tiny.py"]), sentence)
 
 
-def test_python_m_sps_jax_lists_every_installed_command_with_its_module():
+@pytest.mark.parametrize("args", [(), ("--help",)])  # --help listed none of them
+def test_python_m_sps_jax_lists_every_installed_command_with_its_module(args):
     import tomllib
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
-    proc = run_module("sps_jax", timeout=120)
+    proc = run_module("sps_jax", *args, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    listed = dict(line.split("  python -m ") for line in map(str.strip, proc.stdout.splitlines()[1:]) if line)
+    listed = dict(line.split("  python -m ") for line in map(str.strip, proc.stdout.splitlines())
+                  if "  python -m " in line)
     assert {k.strip(): v for k, v in listed.items()} == {
         name: target.split(":")[0].removesuffix(".__main__") for name, target in scripts.items()}
 
