@@ -25,6 +25,8 @@ TASK_LABELS = {"arc_easy": "ARC-E", "hellaswag": "HS", "piqa": "PIQA", "sciq": "
 
 
 PASS_RESULTS = "pass results JSONs written by python -m sps_jax.evaluation.evaluate"
+# A results file that is not one: a damaged result is evaluated again; any other file is the wrong one.
+_REDO = f"{PASS_RESULTS} (RUN/eval/step_<N>.json), or evaluate that checkpoint again (evaluate --force replaces it)"
 
 
 def load(paths) -> list[dict]:
@@ -32,11 +34,10 @@ def load(paths) -> list[dict]:
     paths = files.path_list(paths, "paths")
     rows = []
     for path in paths:
-        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS),
-                              "evaluate that checkpoint again (evaluate --force replaces it), or leave the file out")
+        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS), _REDO)
         bad = _row_problem(row)
         if bad:
-            raise ValueError(f"{path} is not a results JSON of python -m sps_jax.evaluation.evaluate: {bad}.")
+            raise ValueError(f"{path} is not a results JSON: {bad}; {_REDO}.")
         rows.append(row)
     seen = {}
     for path, row in zip(paths, rows):

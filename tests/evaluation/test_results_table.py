@@ -177,8 +177,12 @@ def test_a_results_json_with_a_bad_field_is_one_sentence_naming_the_file(tmp_pat
         paths[-1].write_text(json.dumps({**row, **(change if i else {})}))
     with pytest.raises(ValueError) as refusal:
         results_table.load(paths)
-    prefix = f"{paths[1]} is not a results JSON of python -m sps_jax.evaluation.evaluate: "
-    assert str(refusal.value).startswith(prefix) and sentence in str(refusal.value), refusal.value
+    prefix = f"{paths[1]} is not a results JSON: "
+    assert str(refusal.value).startswith(prefix) and sentence.rstrip(".") in str(refusal.value), refusal.value
+    # and what to do, which it did not say
+    assert str(refusal.value).endswith("; pass results JSONs written by python -m sps_jax.evaluation.evaluate "
+                                       "(RUN/eval/step_<N>.json), or evaluate that checkpoint again (evaluate --force "
+                                       "replaces it)."), refusal.value
 
 
 @pytest.mark.parametrize("out", ["tables/", "tables/.", "tables/.."])
@@ -229,7 +233,15 @@ def test_a_results_json_cut_short_says_what_to_do(tmp_path, capsys):
     assert evaluate.main(["table", str(tmp_path / "r.json"), "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'r.json'} is not JSON at line ") and err.endswith(
-        ": evaluate that checkpoint again (evaluate --force replaces it), or leave the file out.\n"), err
+        ": pass results JSONs written by python -m sps_jax.evaluation.evaluate (RUN/eval/step_<N>.json), or evaluate "
+        "that checkpoint again (evaluate --force replaces it).\n"), err
+
+
+def test_a_run_s_metrics_jsonl_given_as_a_result_is_told_which_files_are(tmp_path, capsys):
+    # It was told to evaluate that checkpoint again: a metrics.jsonl is no checkpoint's result.
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.0}\n')
+    assert evaluate.main(["table", str(tmp_path / "metrics.jsonl"), "--out", str(tmp_path / "t")]) == 2
+    assert "pass results JSONs written by python -m sps_jax.evaluation.evaluate" in capsys.readouterr().err
 
 
 def test_one_results_file_given_where_the_list_belongs_is_one_sentence(tmp_path):
