@@ -151,6 +151,10 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
         largest = info.get("max_id")
         if largest is None or len(tokens) <= scan_limit:
             largest = int(tokens.max())  # a cheap full scan on small files; the manifest's value on huge ones
+        if largest >= vocab_size and largest > info.get("max_id", largest):  # bytes changed since prepare, which
+            # the vocabulary is not to blame for
+            raise ValueError(f"{path} holds token id {largest}, but the manifest says its largest is {info['max_id']}: "
+                             f"the file changed since it was prepared; {rebuild(folder, manifest)}.")
         if largest >= vocab_size:
             raise ValueError(f"{path} holds token id {largest}, outside the model's vocabulary of {vocab_size}: "
                              "the data was tokenised for another vocabulary.")

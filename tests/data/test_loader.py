@@ -26,6 +26,20 @@ def test_open_validates_size_and_vocabulary(tmp_path):
         loader.open_tokens(str(tmp_path / "nothing"), "train", vocab_size=64)
 
 
+def test_an_id_past_the_vocabulary_that_the_manifest_does_not_record_is_a_changed_file(tmp_path):
+    # Bytes overwritten after prepare (an id of 65535 where the manifest records 60, the EOS id, as the largest) were blamed on
+    # the vocabulary ("tokenised for another vocabulary"), whose remedy (another tokenizer or model) fixes nothing.
+    folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
+    with open(os.path.join(folder, "val.bin"), "r+b") as f:
+        f.seek(10)
+        f.write(b"\xff\xff")
+    with pytest.raises(ValueError) as refusal:
+        loader.open_tokens(folder, "val", vocab_size=64)
+    assert str(refusal.value).startswith(
+        f"{folder}/val.bin holds token id 65535, but the manifest says its largest is 60: the file changed since it "
+        f"was prepared; rebuild it with `python -m sps_jax.data prepare --source SOURCE --out {folder} --force`")
+
+
 def test_a_split_a_token_folder_never_has_is_named_with_the_two_it_has(tmp_path):
     # Before: "the manifest has no 'valid' split (it has ['train', 'val']); re-run `python -m sps_jax.data
     # prepare`", as if the folder were damaged (probes --split valid).
