@@ -546,11 +546,16 @@ def wait_for_writer(path: str) -> None:
         os.close(fd)
 
 
+# Archives a plain-text reader would read as bytes (as U+FFFD with errors='replace') instead of their text.
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
+
+
 def decode(data: bytes, path: str, errors: str = "strict", line: int | None = None, offset: int = 0,
            hint: str = "") -> str:
     """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte and ending in
     ``hint``, by default to save the file as UTF-8. A byte-order mark that opens the file (Windows editors write one)
-    is dropped."""
+    is dropped. A compressed file (by its name) or binary data (NUL bytes) is said as such: saving or replacing bytes
+    would not make either the text meant."""
     skip = len(codecs.BOM_UTF8) if offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[skip:].decode("utf-8", errors)
@@ -558,6 +563,11 @@ def decode(data: bytes, path: str, errors: str = "strict", line: int | None = No
         where = f" line {line}" if line is not None else ""
         start = skip + e.start
         utf16 = offset + start == 0 and data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        if not utf16 and str(path).lower().endswith(COMPRESSED_SUFFIXES):
+            raise UserError(f"{path} is compressed, not text: decompress it and pass the file it holds.") from None
+        if not utf16 and b"\0" in data:  # UTF-16 text holds NULs too, and its mark says what it is
+            raise UserError(f"{path}{where} is binary data, not text (it holds NUL bytes; byte {offset + start} is "
+                            f"0x{data[start]:02x}): pass a UTF-8 text file.") from None
         raise UserError(f"{path}{where} is not UTF-8 text: byte {offset + start} is 0x{data[start]:02x}"
                         f"{' (it opens with a UTF-16 byte-order mark)' if utf16 else ''}"
                         f"{hint or ': save it as UTF-8'}.") from None

@@ -1,6 +1,7 @@
 """Atomic folder replacement keeps the old folder until the new one is complete; the readers name the file,
 the line and the byte that is wrong."""
 
+import gzip
 import os
 import stat
 
@@ -51,6 +52,22 @@ def test_two_writers_of_one_file_at_once_each_rename_a_whole_file(tmp_path):
         assert path.read_text() == "inner"
     assert path.read_text() == "outer, started first"
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_compressed_or_binary_file_read_as_text_is_named_as_such(tmp_path):
+    # Both were "is not UTF-8 text: byte 1 is 0x8b: save it as UTF-8", advice that cannot turn a gzip'd prompts
+    # file, a checkpoint or a token file into the text meant.
+    packed = tmp_path / "prompts.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"prompt": "hi"}\n'))
+    with pytest.raises(UserError) as refusal:
+        list(files.read_jsonl(str(packed)))
+    assert str(refusal.value) == f"{packed} is compressed, not text: decompress it and pass the file it holds."
+    tokens = tmp_path / "val.bin"
+    tokens.write_bytes(bytes([0x10, 0x00, 0xc6, 0x01]))
+    with pytest.raises(UserError) as refusal:
+        files.read_text(str(tokens), hint=": fix the file")
+    assert str(refusal.value) == (f"{tokens} is binary data, not text (it holds NUL bytes; byte 2 is 0xc6): pass a "
+                                  "UTF-8 text file.")
 
 
 def test_readers_name_the_file_line_and_byte(tmp_path):

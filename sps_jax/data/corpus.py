@@ -30,8 +30,6 @@ from sps_jax.names import did_you_mean
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
-# Archives a plain-text reader would tokenise as bytes (with --errors replace) instead of their text.
-COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
 ERRORS = ("strict", "replace")
 STRICT = ERRORS[0]  # the default: a bad byte stops prepare
 BUILTIN = "builtin"  # the source that is the embedded corpus
@@ -278,7 +276,7 @@ def check_source(source: str) -> None:
     if run is not None:  # a checkpoint's commit_success.txt files would be tokenised as documents
         raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
                         "text/JSONL/Parquet file or folder.")
-    if os.path.isfile(source) and source.lower().endswith(COMPRESSED_SUFFIXES):  # any other file is read as text
+    if os.path.isfile(source) and source.lower().endswith(files.COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
     every = None
@@ -289,7 +287,7 @@ def check_source(source: str) -> None:
         if tokens is not None:  # its manifest.json would be read as JSON Lines and refused as not JSON
             raise UserError(f"source folder {source!r} holds the token folder {tokens}, prepare's output, not a "
                             "corpus: pass a folder of text, JSONL or Parquet files only.")
-        packed = [p for p in every if p.lower().endswith(COMPRESSED_SUFFIXES)]
+        packed = [p for p in every if p.lower().endswith(files.COMPRESSED_SUFFIXES)]
         if packed:
             raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"
                             + (f" and {len(packed) - 1} more" if len(packed) > 1 else "") + "): decompress them in "
