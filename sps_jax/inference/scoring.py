@@ -91,8 +91,9 @@ class Scorer:
             if not ctx:
                 raise ValueError("a context must have at least one token (use the EOS id as a prefix).")
             if len(cont) > self.max_length:
-                raise ValueError(f"continuation of {len(cont)} tokens does not fit the model's context "
-                                 f"of {self.max_length}.")
+                raise ValueError(f"the continuation of pair {n} has {len(cont)} tokens, more than the model's context "
+                                 f"of {self.max_length}: shorten it, or score it with a model of a longer context (in "
+                                 "lm-eval, leave out the task or the records whose answers are this long).")
             whole = list(ctx) + list(cont)
             whole = whole[-(self.max_length + 1):]
             self._check_ids(whole)

@@ -39,3 +39,18 @@ def test_arrays_score_as_their_lists_and_ids_that_are_no_integers_are_one_senten
                        (("five", [3]), r"^the context of pair 0 is text, not token ids")):
         with pytest.raises(TypeError, match=says):
             scorer.loglikelihood_tokens([pair])
+
+
+def test_a_continuation_longer_than_the_context_says_which_pair_and_what_to_do(make_model):
+    # It said only "continuation of 70 tokens does not fit the model's context of 64." (an lm-eval task's answer
+    # choice longer than a small model's context), naming neither the request nor a way on.
+    import pytest
+
+    net, params = make_model("sps", 2)
+    scorer = scoring.Scorer(net, params)
+    T = net.cfg.seq_len
+    with pytest.raises(ValueError) as refusal:
+        scorer.loglikelihood_tokens([([5], [3]), ([5], [3] * (T + 6))])
+    assert str(refusal.value) == (f"the continuation of pair 1 has {T + 6} tokens, more than the model's context of "
+                                  f"{T}: shorten it, or score it with a model of a longer context (in lm-eval, leave "
+                                  "out the task or the records whose answers are this long).")
