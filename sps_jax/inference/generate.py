@@ -61,11 +61,24 @@ def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
             lines.pop()
         records = [(n, {"prompt": line}) for n, line in enumerate(lines, 1) if line.strip()]
         blank = len(lines) - len(records)
+        if records and all(_is_prompt_record(record["prompt"]) for _, record in records):
+            cli.note(f"note: every line of {path} is a JSON object with a \"prompt\" field, but only a .jsonl file is "
+                     "read as JSON Lines, so each whole line is a prompt: name the file .jsonl to generate from the "
+                     "\"prompt\" fields.")
     if not records:
         write = ('one {"prompt": ...} object per line' if suffix == ".jsonl" else
                  "one prompt per line (blank lines are skipped)")
         raise ValueError(f"prompts file {path!r} holds no prompts: write {write}.")
     return records, blank
+
+
+def _is_prompt_record(line: str) -> bool:
+    """Whether a line of plain text is a {"prompt": ...} object, as a .jsonl file's lines are."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and isinstance(record.get("prompt"), str)
 
 
 def _parser() -> cli.ArgumentParser:

@@ -540,6 +540,23 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
 
 
+def test_a_plain_text_prompts_file_of_jsonl_records_is_said_to_be_read_whole_lines(tmp_path, capsys):
+    # A JSON Lines file not named .jsonl generated from each line's JSON text, braces and all, without a word.
+    misnamed = tmp_path / "prompts.txt"
+    misnamed.write_text('{"prompt": "Once upon"}\n\n{"prompt": "The cat", "id": 2}\n')
+    records, blank = generate._read_prompts(str(misnamed))
+    assert [record["prompt"] for _, record in records] == ['{"prompt": "Once upon"}',
+                                                          '{"prompt": "The cat", "id": 2}'] and blank == 1
+    assert capsys.readouterr().err == (f'note: every line of {misnamed} is a JSON object with a "prompt" field, but '
+                                       "only a .jsonl file is read as JSON Lines, so each whole line is a prompt: "
+                                       'name the file .jsonl to generate from the "prompt" fields.\n')
+    # Text that is only partly such records, or JSON of another shape, is plain text as ever, unremarked.
+    for text in ('{"prompt": "Once upon"}\nThe cat\n', '{"text": "Once upon"}\n', '"Once upon"\n'):
+        misnamed.write_text(text)
+        generate._read_prompts(str(misnamed))
+        assert capsys.readouterr().err == ""
+
+
 def test_generate_refuses_a_prompt_that_is_not_utf8_text_in_one_sentence(tmp_path, monkeypatch):
     """A --prompt byte that is not UTF-8 (Python passes it on as a lone surrogate) and a JSONL \\u escape of half a
     surrogate pair are no text: the tokenizer replaced them with U+FFFD and the results recorded another prompt."""
