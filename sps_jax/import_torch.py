@@ -179,10 +179,12 @@ def _stored(text) -> ml_collections.ConfigDict:
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not JSON ({_reason(exc)}).") from None
+        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not JSON ({_reason(exc)}): export the run "
+                        "again.") from None
     problem = sps_config.run_config_problem(data)
     if problem:
-        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: {problem}.")
+        raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: {problem}; export the run "
+                        "again.")
     for field in _SIZES:  # the import sets these to integers, which ConfigDict refuses over another type
         value = data["model"].get(field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -87,7 +87,8 @@ def num_layers(sd) -> int:
     """L of a state dict whose blocks are numbered 0..L-1 (else one sentence)."""
     layers = sorted({int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))})
     if not layers or layers != list(range(len(layers))):
-        raise ValueError(f"layer indices {layers} of the state dict are not 0..L-1 (L >= 1).")
+        raise ValueError(f"the state dict's blocks (transformer.h.<i>.*) are numbered {layers or 'none'}, not 0 to L - 1 "
+                         "for some L of at least 1: it is not a complete SPS checkpoint; pass one.")
     return len(layers)
 
 
@@ -164,7 +165,8 @@ def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
 def to_params(sd: dict[str, np.ndarray], num_heads: int) -> dict:
     """This project's parameter tree from their state dict (prefix-free keys; shapes checked by :func:`check`)."""
     if LM_HEAD in sd and not np.array_equal(sd[LM_HEAD], sd[EMBED], equal_nan=True):  # NaN: tied all the same
-        raise ValueError(f"{LM_HEAD} differs from {EMBED}; this project ties them.")
+        raise ValueError(f"{LM_HEAD} differs from {EMBED}, and this project ties them (the file's own unembedding "
+                         "would be dropped): pass a checkpoint of a model with tied embeddings.")
     params: dict = {}
     for key, path, kind, _ in _entries(num_layers(sd)):
         node = params

@@ -378,6 +378,20 @@ def test_files_that_are_not_checkpoints_are_one_sentence(tmp_path):
     assert "lacks 1 tensor(s)" in message and "transformer.h.1.mlp.up_proj.weight" in message
 
 
+def test_a_state_dict_of_no_blocks_or_a_damaged_stored_config_says_what_to_do(tmp_path):
+    # These said what was wrong and stopped: "layer indices [] of the state dict are not 0..L-1 (L >= 1).", "the
+    # checkpoint's sps_jax_config is not JSON (...)." and "... is not a run config: it is list, not an object."
+    sd = {k: v for k, v in synthetic_state_dict().items() if ".h." not in k}
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message.endswith("error: the state dict's blocks (transformer.h.<i>.*) are numbered none, not 0 to L - 1 for "
+                            "some L of at least 1: it is not a complete SPS checkpoint; pass one.\n"), message
+    for stored, says in (("{not json", "is not JSON (JSONDecodeError: "), ("[]", "is not a run config: it is list")):
+        message = bad_file_message(tmp_path, lambda p: torch.save({"model": synthetic_state_dict(),
+                                                                   "sps_jax_config": stored}, p))
+        assert f"error: the checkpoint's sps_jax_config {says}" in message and message.endswith(
+            "; export the run again.\n" if "list" in says else "): export the run again.\n"), message
+
+
 def test_a_tensor_of_the_wrong_shape_names_the_parameter_and_both_shapes(tmp_path):
     sd = synthetic_state_dict()
     sd["_orig_mod.transformer.h.0.attn.c_attn.weight"] = torch.zeros(2 * D, D)
@@ -672,7 +686,8 @@ def test_an_lm_head_that_differs_from_the_embedding_is_refused(tmp_path):
     sd = synthetic_state_dict(compiled=False)
     sd["lm_head.weight"] = sd["transformer.wte.weight"] + 0.01
     message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
-    assert "lm_head.weight differs from transformer.wte.weight; this project ties them." in message
+    assert ("lm_head.weight differs from transformer.wte.weight, and this project ties them (the file's own "
+            "unembedding would be dropped): pass a checkpoint of a model with tied embeddings.\n") in message
 
 
 def test_an_mlp_width_other_than_three_times_d_is_read_from_the_tensors(tmp_path):
