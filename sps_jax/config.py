@@ -561,6 +561,7 @@ def check_run_config(config) -> None:
                         "least 1: AdamW's decay multiplies every weight by 1 - lr x weight_decay each step, which "
                         "would be 0 or below; lower either.")
     _check_schedule(config.train)
+    _check_milestones(config.train)
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")
@@ -614,6 +615,16 @@ def _check_schedule(t) -> None:
         raise UserError(f"train.warmup_tokens={t.warmup_tokens} is beyond train.total_tokens={t.total_tokens}: the "
                         "run would end before the learning rate reaches peak_lr; lower warmup_tokens or raise "
                         "total_tokens.")
+
+
+def _check_milestones(t) -> None:
+    """Milestones are kept among the checkpoints saved, every ``checkpoint_every`` steps: one not a multiple of it
+    kept only the checkpoints at multiples of both (milestone_every=3 with checkpoint_every=2 kept 6, 12, ...)."""
+    if t.milestone_every and t.milestone_every % t.checkpoint_every:
+        both = math.lcm(t.milestone_every, t.checkpoint_every)
+        raise UserError(f"train.milestone_every={t.milestone_every} is not a multiple of train.checkpoint_every="
+                        f"{t.checkpoint_every}, the steps checkpoints are saved at: milestones would be kept only every "
+                        f"{both} steps; make milestone_every a multiple of checkpoint_every, or 0 for none.")
 
 
 def check_ranges(config) -> None:

@@ -109,6 +109,19 @@ def test_a_warmup_that_does_not_end_within_the_run_is_refused_naming_the_setting
         sps_config.check_run_config(config)
 
 
+def test_milestones_that_are_not_a_multiple_of_the_checkpoint_steps_are_refused():
+    # milestone_every=3 with checkpoint_every=2 kept only steps 6, 12, ... (no checkpoint is saved at 3, 9, ...)
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.checkpoint_every=2",
+                                                        "--config.train.milestone_every=3"])
+    with pytest.raises(ValueError, match=r"^train\.milestone_every=3 is not a multiple of train\.checkpoint_every=2, "
+                                         r"the steps checkpoints are saved at: milestones would be kept only every 6 "
+                                         r"steps; make milestone_every a multiple of checkpoint_every, or 0 for none\.$"):
+        sps_config.check_run_config(config)
+    for milestone_every in (0, 4):  # none, and a multiple
+        sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [
+            "--config.train.checkpoint_every=2", f"--config.train.milestone_every={milestone_every}"]))
+
+
 def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     # The README's tiny run cut to its 20 warmup steps: the warmup ends inside the decay of the last 10%.
     for overrides in (["total_tokens=20480"], ["total_tokens=1000", "warmup_tokens=1000"],
