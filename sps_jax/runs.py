@@ -224,25 +224,53 @@ NEW_RUN_DROPS = (metrics.TENSORBOARD_DIR, tracking.RUN_ID_FILE)
 EVAL_DIR, PROFILE_DIR = "eval", "profile"  # in a run folder: evaluate's results, the train step's traces
 
 
+# config.json's resolved.<this>: {split: sha256} of the tokens the run last trained on (from their manifest).
+DATA_CHECKSUMS = "data_sha256"
+
+
+def _trained_checksums(saved) -> dict[str, str] | None:
+    """``{split: sha256}`` of the tokens a run's config.json records it trained on, or None where it records none
+    (a run begun before the record, an edited file)."""
+    resolved = saved.get("resolved")
+    recorded = resolved.get(DATA_CHECKSUMS) if isinstance(resolved, ml_collections.ConfigDict) else None
+    if not isinstance(recorded, ml_collections.ConfigDict):
+        return None
+    return {split: sha for split, sha in recorded.items() if isinstance(sha, str)}
+
+
 def _check_same_data(workdir: str, saved, config) -> None:
-    """One sentence when a resume's data.dir holds other tokens than the folder the run trained on (their manifests'
-    checksums differ): it went on with other data without a word, and config.json then named only the new folder.
-    Another path to the same tokens (a copy, a move) resumes; a folder that cannot be compared is said in a note."""
+    """One sentence when a resume's data.dir holds other tokens than the run trained on (their checksums differ):
+    it went on with other data without a word, and config.json then named only the new folder. The tokens are
+    those config.json records, else those of the folder it names: a folder prepared again in place with other
+    tokens is refused as another folder is. Another path to the same tokens (a copy, a move) resumes; a folder
+    that cannot be compared is said in a note."""
     trained_on = saved.get("data", {}).get("dir")
     now = config.data.get("dir") if "data" in config else None
-    if not (isinstance(trained_on, str) and isinstance(now, str)) or os.path.realpath(trained_on) == os.path.realpath(now):
+    if not (isinstance(trained_on, str) and isinstance(now, str)):
         return
-    before, after = token_folder.split_checksums(trained_on), token_folder.split_checksums(now)
+    same_place = os.path.realpath(trained_on) == os.path.realpath(now)
+    recorded = _trained_checksums(saved)
+    if recorded is None and same_place:
+        return
+    before = recorded if recorded is not None else token_folder.split_checksums(trained_on)
+    after = token_folder.split_checksums(now)
+    if after is None and same_place:
+        return  # no manifest to compare: reading the folder says so
     if before is None or after is None:
         cli.note(f"note: {workdir} was trained on data.dir={trained_on} and resumes on data.dir={now}; "
                  f"{trained_on if before is None else now} has no readable manifest, so the two were not compared.")
         return
     differ = sorted(split for split in set(before) & set(after) if before[split] != after[split])
-    if differ:
-        raise UserError(f"--workdir {workdir} was trained on data.dir={trained_on}, and data.dir={now} holds other "
-                        f"tokens (its {' and '.join(differ)} split{'s differ' if len(differ) > 1 else ' differs'}): "
-                        f"resuming would go on with other data; pass --config.data.dir={trained_on}, or use a new "
-                        "--workdir.")
+    if not differ:
+        return
+    splits = f"its {' and '.join(differ)} split{'s differ' if len(differ) > 1 else ' differs'}"
+    if same_place:
+        raise UserError(f"--workdir {workdir} was trained on other tokens than data.dir={now} holds now ({splits}: "
+                        "prepared again since?): resuming would go on with other data; put back the tokens it trained "
+                        "on, or use a new --workdir.")
+    raise UserError(f"--workdir {workdir} was trained on data.dir={trained_on}, and data.dir={now} holds other "
+                    f"tokens ({splits}): resuming would go on with other data; pass --config.data.dir={trained_on}, "
+                    "or use a new --workdir.")
 
 
 def check_workdir(workdir: str, config, force: bool = False) -> None:

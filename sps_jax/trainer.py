@@ -343,7 +343,9 @@ def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> No
     init_from it started from: the flag is ignored there), and metrics after the start step are dropped."""
     if jax.process_index() != 0:
         return
-    written = with_resolved(config, attention=backend)
+    # With the tokens' checksums: a resume on this data.dir prepared again with other tokens is refused.
+    checksums = {runs.DATA_CHECKSUMS: token_folder.split_checksums(config.data.dir)}
+    written = with_resolved(config, attention=backend, **checksums)
     if start_step > 0:
         written.train.init_from = runs.read_config(workdir).train.get("init_from")
     runs.write_config(workdir, written)
@@ -609,7 +611,8 @@ def _made_for_this_run(workdir: str):
 
 def with_resolved(config, **resolved):
     """A copy of ``config`` with a ``resolved`` section: what this run's settings stood for here
-    (``attention``: the backend ``model.attention`` resolved to). ``config.json`` keeps both."""
+    (``attention``: the backend ``model.attention`` resolved to; ``data_sha256``: data.dir's tokens, by split).
+    ``config.json`` keeps both."""
     out = ml_collections.ConfigDict(config.to_dict())
     out.resolved = ml_collections.ConfigDict(resolved)
     return out

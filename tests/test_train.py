@@ -481,12 +481,36 @@ def test_resuming_on_a_token_folder_of_other_tokens_is_refused_and_a_copy_of_the
     gone = tmp_path / "gone"
     config = small_config(copy, STEPS)
     saved = json.loads((trained / "config.json").read_text())
-    saved["data"]["dir"] = str(gone)  # a folder no longer there: not compared, and said
+    saved["data"]["dir"] = str(gone)  # a folder no longer there: compared by the checksums config.json records
+    (trained / "config.json").write_text(json.dumps(saved))
+    capsys.readouterr()
+    runs.check_workdir(str(trained), config)
+    assert capsys.readouterr().err == ""
+    del saved["resolved"]["data_sha256"]  # a run begun before config.json recorded them: not compared, and said
     (trained / "config.json").write_text(json.dumps(saved))
     capsys.readouterr()
     runs.check_workdir(str(trained), config)
     assert capsys.readouterr().err == (f"note: {trained} was trained on data.dir={gone} and resumes on data.dir={copy}; "
                                        f"{gone} has no readable manifest, so the two were not compared.\n")
+
+
+def test_resuming_on_its_token_folder_prepared_again_with_other_tokens_is_refused(tmp_path):
+    # The same data.dir, prepared again in place (`data prepare --force`) with other tokens: the resume went on with
+    # them without a word, where the same tokens at another path were refused.
+    data = write_token_folder(str(tmp_path / "tokens"))
+    trained = tmp_path / "trained"
+    first = train_here(trained, data, 2)
+    assert first.status == 0 and first.problem() is None, first.stderr
+    shutil.rmtree(data)
+    write_token_folder(data, seed=1)
+    before = digest(trained)
+    refuse(small_argv(trained, data, steps=4), f"--workdir {trained} was trained on other tokens than data.dir={data} "
+           "holds now (its train and val splits differ: prepared again since?): resuming would go on with other data; "
+           "put back the tokens it trained on, or use a new --workdir.")
+    assert digest(trained) == before
+    shutil.rmtree(data)
+    write_token_folder(data)  # the tokens it trained on, put back
+    runs.check_workdir(str(trained), small_config(data, 4))
 
 
 def test_a_resume_with_other_training_or_validation_settings_names_each_change(tmp_path, tokens, reference, capsys):
