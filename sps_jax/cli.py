@@ -340,10 +340,11 @@ class ArgumentParser(argparse.ArgumentParser):
     ``--workdir``, ``--dtype`` for bench compile's ``--dtypes``), so a typo ran with another flag's
     meaning, and a script's abbreviation would change meaning or break when a flag is added."""
 
-    def __init__(self, *args, config_fields: dict[str, str] | None = None, **kwargs):
-        """``config_fields``: for a command that takes ``--config.a.b=v`` overrides, each field's name and path
-        (``config.field_paths``), so that ``--attention pallas`` is told the override it means."""
-        self.config_fields = config_fields or {}
+    def __init__(self, *args, config_fields=None, **kwargs):
+        """``config_fields``: for a command that takes ``--config.a.b=v`` overrides, the function that gives each
+        field's name and path (``config.field_paths``), so that ``--attention pallas`` is told the override it
+        means; called only then."""
+        self.config_fields = config_fields or dict
         kwargs.setdefault("allow_abbrev", False)  # subparsers are built through here too
         kwargs["formatter_class"] = _showing_defaults(kwargs.get("formatter_class", argparse.HelpFormatter))
         super().__init__(*args, **kwargs)
@@ -355,18 +356,18 @@ class ArgumentParser(argparse.ArgumentParser):
             # Names compared without their dashes, which every flag shares ('--bogus' was close to '--out').
             flags = [o[2:] for a in self._command_parser(getattr(self, "_args", []))._actions
                      for o in a.option_strings if o.startswith("--")]
-            words = message.split(": ", 1)[1].split()
+            words, fields = message.split(": ", 1)[1].split(), self.config_fields()
             for i, word in enumerate(words):
                 name, eq, value = word[2:].partition("=") if word.startswith("--") else ("", "", "")
-                field = self.config_fields.get(name.replace("-", "_"))
+                close = close_name(name, flags) if name else None
+                field = fields.get(name.replace("-", "_"))
+                if close:  # the command's own flag first: bench compile's --dtype is its --dtypes
+                    message = f"{message.rstrip('.')} (did you mean --{close}?)"
+                    break
                 if field:  # a config field given as a flag: the override that sets it
                     if not eq:
                         value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("-") else "VALUE"
                     message = f"{message.rstrip('.')} (did you mean --config.{field}={value}?)"
-                    break
-                close = close_name(name, flags) if name else None
-                if close:
-                    message = f"{message.rstrip('.')} (did you mean --{close}?)"
                     break
         commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
         if commands and message.startswith("the following arguments are required: ") and "command" in message:

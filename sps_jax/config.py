@@ -159,10 +159,19 @@ def paper_config(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIAN
 
 def field_paths() -> dict[str, str]:
     """Each config field's name and its path (``attention`` -> ``model.attention``): names are unique across the
-    sections, so a command that takes overrides can tell a user who wrote ``--attention`` which override it is."""
-    config = paper_config()
-    return {key: f"{section}.{key}" for section in RUN_FIELDS if isinstance(config[section], ml_collections.ConfigDict)
-            for key in config[section]}
+    sections, so a command that takes overrides can tell a user who wrote ``--attention`` which override it is.
+    Without jax, as every argument error is answered."""
+    sections = {"model": _model_fields(), "train": train_config(), "data": data_config(), "mesh": mesh_config(),
+                "metrics": metrics_config()}
+    return {key: f"{section}.{key}" for section, keys in sections.items() for key in keys}
+
+
+def _model_fields() -> list[str]:
+    """``ModelConfig``'s fields, read from its class in model.py's source: importing that module loads jax."""
+    source = pathlib.Path(importlib.util.find_spec("sps_jax.model").origin).read_text(encoding="utf-8")
+    body = next(node.body for node in ast.parse(source).body
+                if isinstance(node, ast.ClassDef) and node.name == "ModelConfig")
+    return [node.target.id for node in body if isinstance(node, ast.AnnAssign)]
 
 
 def run_name(prefix: str, model) -> str:

@@ -424,7 +424,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, overrides = sps_config.split_config_args(argv)
     p = cli.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
-                           config_fields=sps_config.field_paths(),
+                           config_fields=sps_config.field_paths,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", type=cli.input_path("checkpoint", cli.FILE, PASS_CHECKPOINT),
                    help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")

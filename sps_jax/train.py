@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rest, overrides = sps_config.split_config_args(argv)
     parser = cli.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0],
-                                config_fields=sps_config.field_paths())
+                                config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
     parser.add_argument("--workdir", type=cli.output_path, required=True,
                         help="run folder: config.json, checkpoints/, metrics.jsonl")

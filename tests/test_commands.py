@@ -103,7 +103,7 @@ ANSWERED_WITHOUT_JAX = {
     "sps_jax.analysis.figures": [["--help"], ["--version"], ["curves", "--help"], ["plot"], ["curves"],
                                  ["curves", "x", "--bogus"], ["pre-decay", "--help"], ["pre-decay", "x"]],
     "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
-                             ["x", "--out", "y", "--config.model.window", "3"]],
+                             ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"]],
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"]],
     "sps_jax.train": [["--help"], ["--version"], ["--config", "configs/tiny.py"],
@@ -111,6 +111,7 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "configs/tiny.py", "--workdir", " "],  # made a run folder named ' '
                       ["--config", "configs/tiny.py", "--workdir", "w", "--num-processes", "two"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.seed", "3"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--attention", "xla"],  # told the override
                       ["--config", "README.md", "--workdir", "w"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "x", "--prompts-file", "p.txt"],

@@ -581,11 +581,12 @@ def test_a_model_section_missing_a_field_of_what_the_model_is_is_refused(tmp_pat
     sps_config.check_run_config(config)  # attention and remat take their defaults
 
 
-def test_config_field_names_are_unique_across_sections():
-    """A flag such as --attention is told its one override: no field name may sit in two sections."""
+def test_config_field_names_are_unique_across_sections_and_field_paths_names_every_one():
+    """A flag such as --attention is told its one override: no field name may sit in two sections, and field_paths,
+    which reads the model's fields without jax, has the paths of the config the model builds."""
     config = sps_config.paper_config()
     paths = [f"{s}.{k}" for s in sps_config.RUN_FIELDS if isinstance(config[s], ml_collections.ConfigDict)
              for k in config[s]]
-    assert len(paths) == len(sps_config.field_paths())
+    assert sorted(sps_config.field_paths().values()) == sorted(paths)
     assert sps_config.field_paths()["attention"] == "model.attention"
     assert sps_config.field_paths()["micro_batch"] == "train.micro_batch"

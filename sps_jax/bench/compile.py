@@ -47,7 +47,7 @@ MAX_DEVICES = 1024
 
 def parse_args(argv):
     p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
-                           config_fields=sps_config.field_paths(),
+                           config_fields=sps_config.field_paths,
                            epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
     p.add_argument("--target", type=cli.comma_list(str, tuple(hardware.ACCELERATORS), "target"), required=True,
                    help=f"comma-separated accelerators to compile for: {', '.join(hardware.ACCELERATORS)}")

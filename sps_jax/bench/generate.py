@@ -39,7 +39,7 @@ from sps_jax import bench, cli, files, hardware, masks, names
 RESULT_PREFIX = "BENCH_RESULT "
 
 
-def _parse(argv, config_fields: dict[str, str] | None = None):
+def _parse(argv, config_fields=None):
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
                                 config_fields=config_fields, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=bench.PAPER_CONFIG,
@@ -293,7 +293,7 @@ def main(argv=None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     rest, overrides = sps_config.split_config_args(argv)
-    args = bench.check_json(_parse(rest, sps_config.field_paths()))
+    args = bench.check_json(_parse(rest, sps_config.field_paths))
     if args.worker:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
         return 0

@@ -124,7 +124,7 @@ def failures(rows, attention_backend: str) -> list[str]:
 def main(argv=None) -> int:
     rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
-                                config_fields=sps_config.field_paths(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                                config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
     cli.add_batch_size(parser, BATCH_SIZE, "rows per forward pass")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     rest, overrides = sps_config.split_config_args(argv)
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0],
-                                config_fields=sps_config.field_paths())
+                                config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/paper.py:s,standard")
     parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
