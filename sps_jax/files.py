@@ -25,7 +25,7 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, unexpanded_home
+from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, stops_held, unexpanded_home
 
 try:
     import fcntl
@@ -157,6 +157,13 @@ def _discard(partials) -> None:
 
 
 def _commit(held: list, replace: bool) -> None:
+    # A Ctrl-C or SIGTERM between two renames would leave one result new beside the other's earlier version (or
+    # alone): it is held until the last rename (cli.stops_held).
+    with stops_held():
+        _rename_all(held, replace)
+
+
+def _rename_all(held: list, replace: bool) -> None:
     placed = []
     try:
         for partial, path in held:
@@ -510,28 +517,36 @@ def replace_folder(path: str):
         _clear_partial(partial, given)
         try:
             yield partial
-            os.remove(os.path.join(partial, _BUILDING))
-            if not os.path.lexists(path):
-                os.rename(partial, path)
-            else:
-                # mkdtemp adds 8 random characters: the prefix is cut so that the aside name fits as the name does
-                old = tempfile.mkdtemp(prefix=_cut(os.path.basename(path), NAME_MAX - 8 - len("..old")) + ".",
-                                       suffix=".old", dir=os.path.dirname(path))
-                os.rename(path, old)  # onto the empty folder just made: the name was free
-                try:
-                    os.rename(partial, path)
-                except BaseException:
-                    os.rename(old, path)
-                    raise
-                shutil.rmtree(old, ignore_errors=True)
-                if os.path.lexists(old):  # the new folder is in place; what could not be deleted is said, not left
-                    note(f"warning: {given} was replaced, but its earlier files could not all be deleted: they are "
-                         f"in {old}; delete it yourself.")
+            # A stop between moving the old folder aside and renaming the new one would leave neither at the path:
+            # held until the swap is done (cli.stops_held).
+            with stops_held():
+                _swap_in(partial, path, given)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
     finally:
         os.close(fd)
+
+
+def _swap_in(partial: str, path: str, given: str) -> None:
+    """Rename the complete ``partial`` folder to ``path``, the folder there before it moved aside and deleted."""
+    os.remove(os.path.join(partial, _BUILDING))
+    if not os.path.lexists(path):
+        os.rename(partial, path)
+        return
+    # mkdtemp adds 8 random characters: the prefix is cut so that the aside name fits as the name does
+    old = tempfile.mkdtemp(prefix=_cut(os.path.basename(path), NAME_MAX - 8 - len("..old")) + ".",
+                           suffix=".old", dir=os.path.dirname(path))
+    os.rename(path, old)  # onto the empty folder just made: the name was free
+    try:
+        os.rename(partial, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.lexists(old):  # the new folder is in place; what could not be deleted is said, not left
+        note(f"warning: {given} was replaced, but its earlier files could not all be deleted: they are "
+             f"in {old}; delete it yourself.")
 
 
 def wait_for_writer(path: str) -> None:

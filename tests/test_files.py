@@ -480,3 +480,67 @@ def test_a_partial_name_cut_to_fit_keeps_whole_characters(tmp_path):
         assert len(base.encode("utf-8")) <= files.NAME_MAX and base.startswith("é" * 100)
         open(partial, "w").close()
     assert os.listdir(tmp_path) == [name]
+
+
+@pytest.fixture
+def ctrl_c_handled_as_a_command():
+    """SIGINT raises as in a command run from the command line (cli.main's handler), for this test only."""
+    import signal
+
+    from sps_jax import cli
+
+    previous = signal.signal(signal.SIGINT, cli._raise_stop)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_a_ctrl_c_between_the_renames_of_a_commands_results_lands_once_all_are_in_place(
+        tmp_path, monkeypatch, ctrl_c_handled_as_a_command, replace):
+    # table --force interrupted between its two renames left OUT.md new beside the earlier OUT.tex (without --force,
+    # OUT.md alone): the pair no longer matched. The stop now waits for the last rename.
+    import signal
+
+    md, tex = str(tmp_path / "t.md"), str(tmp_path / "t.tex")
+    if replace:
+        for name in (md, tex):
+            files.write_text(name, "old")
+    rename = os.replace if replace else os.link
+
+    def ctrl_c_after_the_first(src, dst):
+        rename(src, dst)
+        if dst == md:
+            os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, right between the two renames
+
+    monkeypatch.setattr(os, "replace" if replace else "link", ctrl_c_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        with files.results(replace):
+            files.write_text(md, "new")
+            files.write_text(tex, "new")
+    assert [open(name).read() for name in (md, tex)] == ["new", "new"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.md", "t.tex"]
+
+
+def test_a_ctrl_c_while_a_folder_is_swapped_in_leaves_the_new_folder_in_place(
+        tmp_path, monkeypatch, ctrl_c_handled_as_a_command):
+    # A Ctrl-C after the old folder was moved aside, before the new one took its name, left no folder at the path:
+    # the old one sat in OUT.<random>.old and the new one was deleted. The stop now lands once the swap is done.
+    import signal
+
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    real_rename = os.rename
+
+    def ctrl_c_once_the_old_folder_is_aside(src, dst):
+        real_rename(src, dst)
+        if str(dst).endswith(".old"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "rename", ctrl_c_once_the_old_folder_is_aside)
+    with pytest.raises(KeyboardInterrupt):
+        with files.replace_folder(str(target)) as building:
+            (tmp_path / "out.partial" / "new.txt").write_text("new")
+            assert building == str(tmp_path / "out.partial")
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the old folder deleted, nothing else left
