@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import logging
 import operator
 import os
 import platform
@@ -146,6 +147,21 @@ def _redeliver_lost_stops(hook):
 
 
 sys.unraisablehook = _redeliver_lost_stops(sys.unraisablehook)
+
+
+class _StopsGoThrough(logging.Filter):
+    """jax calls each PJRT plugin's initialize() (the CUDA plugin loads its library there) inside a bare ``except:``
+    that logs what it caught: a Ctrl-C or SIGTERM landing there was printed as a traceback and the command ran on to
+    its end. Raised again from the log call, the stop ends the command as anywhere else."""
+
+    def filter(self, record):
+        stop = record.exc_info[1] if record.exc_info else None
+        if isinstance(stop, KeyboardInterrupt):
+            raise stop
+        return True
+
+
+logging.getLogger("jax._src.xla_bridge").addFilter(_StopsGoThrough())
 
 
 def _exit_stopped(signum, frame):

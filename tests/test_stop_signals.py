@@ -127,3 +127,22 @@ def test_called_with_arguments_a_command_returns_130_and_leaves_signal_handling_
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert interrupted([]) == 130 and capsys.readouterr().err == "interrupted\n"
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+
+
+def test_a_stop_while_jax_initializes_a_plugin_is_not_swallowed(tmp_path, monkeypatch):
+    """jax calls each PJRT plugin's initialize() (the CUDA plugin loads its library there) inside a bare except that
+    logs what it catches: a SIGTERM landing there printed 'Jax plugin configuration error' with a Terminated traceback,
+    and import_torch ran on to write its run and exit 0. The stop now goes on out of jax."""
+    import importlib.metadata
+
+    from jax._src import xla_bridge
+
+    package = tmp_path / "sps_test_plugins"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "stopped.py").write_text("from sps_jax import cli\n\ndef initialize():\n    raise cli.Terminated()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(xla_bridge, "jax_plugins", importlib.import_module("sps_test_plugins"))
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])  # the installed plugins stay out
+    with pytest.raises(cli.Terminated):
+        xla_bridge.discover_pjrt_plugins()
