@@ -516,6 +516,14 @@ def integer(value, name: str, hint: str = "") -> int:
         raise TypeError(f"{name} must be an integer{hint}, got {value!r}.") from None
 
 
+def true_or_false(value, name: str) -> bool:
+    """``value`` as a bool (a numpy bool too) for a yes/no argument ``name``, else one TypeError sentence: "no" and 1
+    are truthy, so force="no" replaced the folder it guards and trust_pickle="no" unpickled."""
+    if type(value).__name__ not in ("bool", "bool_"):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
+
+
 def at_least(name: str, value, least: int) -> int:
     """``value`` as an int (:func:`integer`) of at least ``least``, else one sentence naming ``name``: a count or
     size given to a function (0 documents read all of them, a batch of 0 stopped in range())."""

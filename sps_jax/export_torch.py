@@ -49,8 +49,7 @@ def check_output(out: str, force: bool = False) -> str:
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
     from sps_jax import runs
 
-    if not isinstance(force, bool):  # "no" is truthy: it would replace the file
-        raise TypeError(f"force must be True or False, got {force!r}.")
+    cli.true_or_false(force, "force")
     suffix = _suffix(out)
     if suffix is not None:
         files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))

@@ -25,7 +25,8 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, stops_held, unexpanded_home
+from sps_jax.cli import (LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, stops_held, true_or_false,
+                         unexpanded_home)
 
 try:
     import fcntl
@@ -252,6 +253,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     that the sentence offers (a default file name is changed with a flag, not by naming it), ``elsewhere``
     the way out of a folder where no file can be made, and ``example`` the file name offered in a folder given. Commands call
     :func:`sps_jax.runs.output_file`, which also keeps a run's own files."""
+    true_or_false(force, "force")
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")
     if os.path.isdir(path):

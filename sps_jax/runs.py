@@ -117,6 +117,7 @@ def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None,
     run or a token folder (:func:`output_folder`), a file, one holding a run or token folder that replacing
     it would delete, or one holding or lying in one of the command's ``inputs`` ((what, path or None) pairs).
     ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
+    cli.true_or_false(force, "force")
     output_folder(path, flag, inputs)
     files.check_folder_place(path, flag, f"pass a new folder for {what}")
     if check is not None:
@@ -281,6 +282,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
     holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     """
+    cli.true_or_false(force, "force")
     _check_workdir_place(workdir, config)
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):

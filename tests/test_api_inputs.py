@@ -161,3 +161,27 @@ def test_a_key_where_generation_takes_a_seed_is_one_line(seed):
         decoding.generate(cfg, params, [[1, 2]], 2, seed=seed)
     assert str(refusal.value) == (f"seed must be an integer, got a jax array of shape {tuple(seed.shape)}: pass the "
                                   "int a key is made from, e.g. seed=0.")
+
+
+def test_yes_no_arguments_are_true_or_false_before_anything_is_replaced(tmp_path):
+    # "no" is truthy: import_checkpoint(force="no") deleted a folder holding the user's file, prepare rebuilt a token
+    # folder over another, and trust_pickle="no" unpickled the file.
+    from sps_jax import import_torch
+    from sps_jax.data import prepare
+
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "keep.txt").write_text("mine")
+    config = sps_config.load_config("configs/tiny.py")
+    calls = [(lambda: import_torch.import_checkpoint(str(tmp_path / "m.pt"), str(held), force="no"), "force", "'no'"),
+             (lambda: import_torch.import_checkpoint(str(tmp_path / "m.pt"), str(tmp_path / "new"), trust_pickle="no"),
+              "trust_pickle", "'no'"),
+             (lambda: prepare.prepare(str(tmp_path / "corpus.txt"), str(held), force=1), "force", "1"),
+             (lambda: trainer.train(config, str(held), force="yes"), "force", "'yes'"),
+             (lambda: export_torch.export_run(str(tmp_path), str(tmp_path / "m.pt"), force=0), "force", "0")]
+    for call, name, shown in calls:
+        with pytest.raises(TypeError) as refusal:
+            call()
+        assert str(refusal.value) == f"{name} must be True or False, got {shown}."
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["held"]
+    assert [p.name for p in held.iterdir()] == ["keep.txt"]

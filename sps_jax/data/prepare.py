@@ -121,6 +121,7 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     """
     source, out = files.path_text(source, "source"), files.path_text(out, "out")  # the manifest records text
     _check_limits(val_fraction, max_documents, max_tokens)
+    cli.true_or_false(force, "force")
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
     runs.output_folder(out, flag, inputs=[("source", source if corpus.is_local(source) else None)])
     corpus.check_source(source)
