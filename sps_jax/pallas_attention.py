@@ -44,7 +44,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from sps_jax import block_tables, flops, kernel_tuning, masks
+from sps_jax import attention as backends, block_tables, flops, kernel_tuning, masks
 from sps_jax.kernel_tuning import Tiles, Tuning
 
 # The online softmax's constants, which the jax-triton kernels (triton_attention, inference.triton_decode) share.
@@ -356,21 +356,8 @@ _flash = flash_with(_forward, _backward)
 # ----------------------------------------------------------------------------
 
 def check_inputs(q, k, v, doc_ids_BT, vis):
-    if not isinstance(vis, masks.Visibility):
-        raise TypeError(f"vis must be a masks.Visibility, got {type(vis).__name__}.")
-    S = vis.num_streams
-    if q.ndim != 5 or q.shape[2] != S:
-        raise ValueError(f"q must be [B, T, S={S}, H, K] for variant {vis.variant!r}, got shape {q.shape}.")
-    if k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k and v must have the same shape, got {q.shape}, {k.shape}, {v.shape}.")
-    if doc_ids_BT.shape != q.shape[:2]:
-        raise ValueError(f"doc_ids_BT must be [B, T] = {q.shape[:2]}, got {doc_ids_BT.shape}.")
-    if not jnp.issubdtype(doc_ids_BT.dtype, jnp.integer):  # cast to int32 below, 0.5 would have become 0
-        raise ValueError(f"doc_ids_BT must hold integer document ids, got {doc_ids_BT.dtype}.")
-    if q.shape[1] == 0:
-        raise ValueError("q, k and v have no positions (T = 0): pass at least one.")
-    if not jnp.issubdtype(q.dtype, jnp.floating):
-        raise ValueError(f"q, k, v must be floating point, got {q.dtype}.")
+    """:func:`sps_jax.attention.check_inputs`, and document ids (where concrete) in contiguous runs."""
+    backends.check_inputs(q, k, v, doc_ids_BT, vis)
     try:
         d = np.asarray(doc_ids_BT)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):

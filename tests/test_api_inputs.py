@@ -201,3 +201,25 @@ def test_the_model_refuses_the_params_of_another_config():
                                       f"implies {want}; pass the params of this config's model (runs.load_model gives "
                                       "a run's model and params).")
     assert net.apply({"params": params}, tokens).shape == (1, 3, cfg.vocab_size)
+
+
+def test_the_dense_attention_holds_the_kernels_contract():
+    # Mismatched k or doc ids failed in jax's reshape or broadcasting words, a str visibility as an AttributeError.
+    from sps_jax import attention
+
+    vis = masks.Visibility("sps", 4)
+    q, doc = jnp.ones((1, 4, 2, 2, 8)), np.zeros((1, 4), np.int32)
+    cases = [((q, jnp.ones((1, 5, 2, 2, 8)), q, doc, vis), ValueError,
+              "q, k and v must have the same shape, got (1, 4, 2, 2, 8), (1, 5, 2, 2, 8), (1, 4, 2, 2, 8)."),
+             ((q, q, q, np.zeros((2, 4), np.int32), vis), ValueError, "doc_ids_BT must be [B, T] = (1, 4), got (2, 4)."),
+             ((q[:, :, 0], q[:, :, 0], q[:, :, 0], doc, vis), ValueError,
+              "q must be [B, T, S=2, H, K] for variant 'sps', got shape (1, 4, 2, 8)."),
+             ((q, q, q, doc, "sps"), TypeError, "vis must be a masks.Visibility, got str.")]
+    for backend in (attention.xla_attention, attention.rounded_attention):
+        for args, kind, sentence in cases:
+            with pytest.raises(kind) as refusal:
+                backend(*args)
+            assert str(refusal.value) == sentence
+    # Ids as a nested list are still the array they spell.
+    np.testing.assert_array_equal(attention.xla_attention(q, q, q, [[0, 0, 1, 1]], vis),
+                                  attention.xla_attention(q, q, q, np.array([[0, 0, 1, 1]]), vis))
