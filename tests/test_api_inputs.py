@@ -223,3 +223,35 @@ def test_the_dense_attention_holds_the_kernels_contract():
     # Ids as a nested list are still the array they spell.
     np.testing.assert_array_equal(attention.xla_attention(q, q, q, [[0, 0, 1, 1]], vis),
                                   attention.xla_attention(q, q, q, np.array([[0, 0, 1, 1]]), vis))
+
+
+def test_the_probes_take_a_list_of_documents_and_say_what_else_they_got():
+    # One document for the list failed in len() or an IndexError, float ids were read as integers (1.5 as 1), a
+    # [1, L] row was "no document has 1 source positions", log=None failed after the first batch, offsets=4 was
+    # "'int' object is not iterable" and seed=-1 numpy's "expected non-negative integer".
+    from sps_jax.analysis import probes
+
+    _, net, params = small_model("sps", 2)
+    doc = (np.arange(20) % 50).astype(np.int32)
+    quiet = lambda line: None  # noqa: E731
+    for call in (lambda docs, log=quiet: probes.gradient_curve(net, params, docs, [0, 1], 1, log=log),
+                 lambda docs, log=quiet: probes.window_nll_curve(net, params, docs, 2, log=log)):
+        for docs, got in ((doc, "int32 of shape ()"), ([doc + 0.5], "float64 of shape (20,)"),
+                          ([doc[None]], "int32 of shape (1, 20)"), ([[]], "float64 of shape (0,)")):
+            with pytest.raises(ValueError) as refusal:
+                call(docs)
+            assert str(refusal.value) == (f"docs[0] must be one document, a non-empty 1-D array of integer token ids, "
+                                          f"got {got}: pass a list of documents (analysis.documents.read_documents "
+                                          "gives them).")
+        with pytest.raises(TypeError, match=r"^log must be a function of one line of text \(print, say\), got None\.$"):
+            call([doc], log=None)
+    for kwargs, kind, sentence in ((dict(offsets=4), TypeError,
+                                    "offsets must be a list of offsets k, got 4: pass e.g. [4] or range(0, 65)."),
+                                   (dict(offsets=[0, 1], seed=-1), ValueError, "seed must be at least 0, got -1.")):
+        with pytest.raises(kind) as refusal:
+            probes.gradient_curve(net, params, [doc], positions_per_doc=1, log=quiet, **kwargs)
+        assert str(refusal.value) == sentence
+    # A tuple of documents is the list it holds (window_nll had concatenated it with a list).
+    want = probes.window_nll_curve(net, params, [doc, doc[:12]], 2, log=quiet)
+    got = probes.window_nll_curve(net, params, (doc, doc[:12]), 2, log=quiet)
+    assert (got["count"], got["mean_nll"]) == (want["count"], want["mean_nll"])

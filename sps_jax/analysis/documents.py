@@ -38,18 +38,27 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = t
     return docs
 
 
-def check_probe(model, params, docs, context, batch: int) -> int:
-    """The probes' shared inputs, before any compile: the model's own finite params, documents whose ids the model
-    has, a batch of at least one and a context within the model's (None: the model's). Returns the context."""
+def check_probe(model, params, docs, context, batch: int, log=print) -> int:
+    """The probes' shared inputs, before any compile: the model's own finite params, documents (each a 1-D array of
+    integer ids the model has), a batch of at least one, a context within the model's (None: the model's) and a
+    ``log`` to call. Returns the context."""
     from sps_jax import runs
 
     runs.check_model_params(model, params)
     cfg = model.cfg
     if not len(docs):
         raise ValueError("docs is empty: pass the documents to probe (analysis.documents.read_documents).")
-    for doc in docs:
-        sps_model.check_token_ids(doc, cfg)  # out-of-vocabulary ids would give NaN or finite garbage
+    for i, doc in enumerate(docs):
+        ids = np.asarray(doc)
+        # One document for the list (its ids read as documents), float ids (1.5 read as 1), a [1, L] row: said here.
+        if ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"docs[{i}] must be one document, a non-empty 1-D array of integer token ids, got "
+                             f"{ids.dtype} of shape {ids.shape}: pass a list of documents "
+                             "(analysis.documents.read_documents gives them).")
+        sps_model.check_token_ids(ids, cfg)  # out-of-vocabulary ids would give NaN or finite garbage
     cli.at_least("batch", batch, 1)
+    if not callable(log):  # log=None failed after the first batch's work
+        raise TypeError(f"log must be a function of one line of text (print, say), got {log!r}.")
     if context is None:
         return cfg.seq_len
     context = cli.at_least("context", context, 1)  # 0 would mean the model's context, unsaid

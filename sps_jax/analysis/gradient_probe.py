@@ -121,10 +121,13 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     of the document, so each offset averages over the same examples. Returns
     {"ratio": f32 [E, O, S], "examples": [(doc index, i)] (E of them), "offsets": [O]}.
     """
-    context = check_probe(model, params, docs, context, batch)
+    context = check_probe(model, params, docs, context, batch, log)
     cfg = model.cfg
     cli.at_least("positions_per_doc", positions_per_doc, 1)
     cli.at_least("chunk", chunk, 1)
+    cli.at_least("seed", seed, 0)  # numpy's own words otherwise ("expected non-negative integer")
+    if not np.iterable(offsets):  # "'int' object is not iterable"
+        raise TypeError(f"offsets must be a list of offsets k, got {offsets!r}: pass e.g. [{offsets}] or range(0, 65).")
     offsets = [cli.integer(k, "an offset") for k in offsets]  # whole offsets: 1.5 would be read as 1
     if not offsets:
         raise ValueError("offsets is empty: pass the offsets k to probe, such as range(0, 65).")

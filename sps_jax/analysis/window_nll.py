@@ -42,7 +42,7 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_
     Returns {"nll", "nll_ablated", "delta"}, each f32 [len(docs), context] with NaN past each
     document's last loss position.
     """
-    context = check_probe(model, params, docs, context, batch)
+    context = check_probe(model, params, docs, context, batch, log)
     cfg = model.cfg
     cli.at_least("omega", omega, 0)
     # A key is at most context - 1 positions back, so such an omega hides none: a curve of zeros, which a figure
@@ -59,7 +59,7 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_
     start = time.time()
     batch = min(batch, len(docs))  # rows past the last document would be filler, and memory
     for b0 in range(0, len(docs), batch):
-        part = docs[b0:b0 + batch]
+        part = list(docs[b0:b0 + batch])  # a tuple or an array of documents too
         # A short last batch is filled with empty rows so every batch has one compiled shape.
         inputs, targets, num_loss = document_rows(part + [part[0][:1]] * (batch - len(part)), context, cfg.pad_id)
         valid = (np.arange(context)[None, :] < num_loss[:, None])[:len(part)]
