@@ -255,3 +255,12 @@ def test_the_probes_take_a_list_of_documents_and_say_what_else_they_got():
     want = probes.window_nll_curve(net, params, [doc, doc[:12]], 2, log=quiet)
     got = probes.window_nll_curve(net, params, (doc, doc[:12]), 2, log=quiet)
     assert (got["count"], got["mean_nll"]) == (want["count"], want["mean_nll"])
+
+
+def test_complete_takes_names_as_a_list_and_prompts_from_any_iterable():
+    # names="ab" named two prompts "a" and "b" without a word; a generator of prompts failed in len().
+    cfg = sps_config.load_config("configs/tiny.py").model
+    with pytest.raises(TypeError) as refusal:
+        completions.encode(cfg, ["The", "A"], 2, names="ab")
+    assert str(refusal.value) == "names must be a list of one name per prompt, got the str 'ab': pass ['ab']."
+    assert completions.encode(cfg, (text for text in ["The", "A"]), 2) == completions.encode(cfg, ["The", "A"], 2)

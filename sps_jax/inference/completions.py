@@ -32,6 +32,9 @@ def encode(cfg, prompts: Sequence[str], max_new_tokens: int, names=None,
     cfg = sps_model.ModelConfig.from_config(cfg)
     if isinstance(prompts, str):  # each character would be a prompt
         raise TypeError("prompts must be a list of texts, got one str: pass [prompt].")
+    if isinstance(names, str):  # each character would be a name
+        raise TypeError(f"names must be a list of one name per prompt, got the str {names!r}: pass [{names!r}].")
+    prompts = list(prompts)  # a generator too ("has no len()")
     names = list(names) if names is not None else [f"prompt {i}" for i in range(len(prompts))]
     if len(names) != len(prompts):
         raise ValueError(f"names has {len(names)} entries for {len(prompts)} prompts: pass one name per prompt.")
