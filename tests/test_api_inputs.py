@@ -264,3 +264,12 @@ def test_complete_takes_names_as_a_list_and_prompts_from_any_iterable():
         completions.encode(cfg, ["The", "A"], 2, names="ab")
     assert str(refusal.value) == "names must be a list of one name per prompt, got the str 'ab': pass ['ab']."
     assert completions.encode(cfg, (text for text in ["The", "A"]), 2) == completions.encode(cfg, ["The", "A"], 2)
+
+
+def test_verify_takes_a_path_object(tmp_path):
+    # pathlib.Path failed in shlex.quote ("expected string or bytes-like object") before any check.
+    from sps_jax.data import loader
+    from tests.helpers import write_token_folder
+
+    folder = write_token_folder(tmp_path / "tokens")
+    assert loader.verify(folder, 64) == loader.verify(str(folder), 64)
