@@ -433,10 +433,12 @@ class Transformer(nn.Module):
     def __call__(self, tokens_BT, positions_BT=None, doc_ids_BT=None, return_hidden=False, cache=None):
         c = self.cfg
         check_tokens(tokens_BT, c)
-        if not self.is_initializing():  # flax ran a deeper model's weights without a word (it ignores extra ones)
-            mismatch = params_mismatch(c, self.variables.get("params", {}))
-            if mismatch:
-                raise ValueError(f"params do not match the model: {mismatch}; pass the params of this config's model "
+        if not self.is_initializing():  # flax ran a deeper model's weights without a word: it ignores extra ones
+            own = {"embed", "final_norm", *(f"block_{layer}" for layer in range(c.num_layers))}  # named below
+            extra = sorted(set(self.variables.get("params", {})) - own)
+            if extra:
+                raise ValueError(f"params do not match the model: they hold {extra[0]!r}, which a model of "
+                                 f"model.num_layers={c.num_layers} has not; pass the params of this config's model "
                                  "(runs.load_model gives a run's model and params).")
         B, T = tokens_BT.shape
         for name, given in (("positions_BT", positions_BT), ("doc_ids_BT", doc_ids_BT)):
@@ -605,17 +607,6 @@ def _param_shapes(cfg: ModelConfig):
     # Cached per config: generate checks its params against the model on every batch, and the trace
     # of init takes a second at the larger scales.
     return jax.eval_shape(lambda rng: init_params(Transformer(cfg), rng), jax.random.PRNGKey(0))
-
-
-def params_mismatch(cfg: ModelConfig, params) -> str | None:
-    """The first parameter of ``params`` that ``cfg``'s model lacks, has not, or holds in another shape, said as
-    "parameter KEY has shape HAVE but the config implies WANT"; None when every shape matches."""
-    want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(param_shapes(cfg))}
-    have = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
-    for key in sorted(set(want) | set(have)):
-        if want.get(key) != have.get(key):
-            return f"parameter {key} has shape {have.get(key)} but the config implies {want.get(key)}"
-    return None
 
 
 def count_params(model: Transformer | Any) -> int:

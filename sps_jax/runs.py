@@ -682,9 +682,12 @@ def check_params(net: sps_model.Transformer, params, mismatch: tuple[str, str] =
     if have_count != net.cfg.num_params:  # counted, not traced: a config.json of absurd size would hang the trace
         raise ValueError(f"{what}: it holds {have_count:,} parameters but the config implies "
                          f"{net.cfg.num_params:,}; {fix}.")
-    mismatch = sps_model.params_mismatch(net.cfg, params)
-    if mismatch:
-        raise ValueError(f"{what}: {mismatch}; {fix}.")
+    want = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_leaves_with_path(sps_model.param_shapes(net))}
+    have = {jax.tree_util.keystr(k): np.shape(v) for k, v in jax.tree_util.tree_leaves_with_path(params)}
+    for key in sorted(set(want) | set(have)):
+        if want.get(key) != have.get(key):
+            raise ValueError(f"{what}: parameter {key} has shape {have.get(key)} but the config implies "
+                             f"{want.get(key)}; {fix}.")
     for key, value in jax.tree_util.tree_leaves_with_path(params):  # integer weights would compute garbage, unsaid
         if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
             raise ValueError(f"{what}: parameter {jax.tree_util.keystr(key)} is {jnp.result_type(value)}, not "
