@@ -73,10 +73,10 @@ def _is_safetensors(path: str) -> bool:
 
 
 def _is_torch_save(path: str) -> bool:
-    """torch.save's start: a zip archive (its format since torch 1.6), or a pickle (protocol 2 and up)."""
+    """torch.save's start: a zip archive (its format since torch 1.6), or a pickle (PROTO opcode, protocol 2 to 5)."""
     with open(path, "rb") as f:
         head = f.read(4)
-    return head == b"PK\x03\x04" or head[:1] == b"\x80"
+    return head == b"PK\x03\x04" or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
 
 def _reader(package: str, what: str, path: str):
