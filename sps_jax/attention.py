@@ -13,9 +13,8 @@ import importlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from sps_jax import masks, mesh as sps_mesh
+from sps_jax import attention_inputs, masks, mesh as sps_mesh
 from sps_jax.names import ATTENTION_BACKENDS, did_you_mean
 
 # The score a hidden key gets: finite, so a row with every key hidden gives exp(0) times a zero mask, not inf - inf.
@@ -25,31 +24,9 @@ from sps_jax.names import ATTENTION_BACKENDS, did_you_mean
 MASKED_SCORE = -1e30
 
 
-def check_inputs(q, k, v, doc_ids_BT, vis) -> None:
-    """Every backend's contract, one sentence each (else a reshape or broadcast failed in jax's words): ``vis`` a
-    Visibility, q, k and v floating point of one shape [B, T, S, H, K] with the variant's S and T > 0, integer
-    document ids [B, T]."""
-    if not isinstance(vis, masks.Visibility):
-        raise TypeError(f"vis must be a masks.Visibility, got {type(vis).__name__}.")
-    S = vis.num_streams
-    if jnp.ndim(q) != 5 or jnp.shape(q)[2] != S:
-        raise ValueError(f"q must be [B, T, S={S}, H, K] for variant {vis.variant!r}, got shape {jnp.shape(q)}.")
-    if jnp.shape(k) != jnp.shape(q) or jnp.shape(v) != jnp.shape(q):
-        raise ValueError(f"q, k and v must have the same shape, got {jnp.shape(q)}, {jnp.shape(k)}, {jnp.shape(v)}.")
-    if jnp.shape(doc_ids_BT) != jnp.shape(q)[:2]:
-        raise ValueError(f"doc_ids_BT must be [B, T] = {jnp.shape(q)[:2]}, got {jnp.shape(doc_ids_BT)}.")
-    doc_dtype = getattr(doc_ids_BT, "dtype", None) or np.asarray(doc_ids_BT).dtype  # a nested list too
-    if not jnp.issubdtype(doc_dtype, jnp.integer):  # cast to int32 in the kernels: 0.5 became 0
-        raise ValueError(f"doc_ids_BT must hold integer document ids, got {doc_dtype}.")
-    if jnp.shape(q)[1] == 0:
-        raise ValueError("q, k and v have no positions (T = 0): pass at least one.")
-    if not jnp.issubdtype(jnp.result_type(q), jnp.floating):
-        raise ValueError(f"q, k, v must be floating point, got {jnp.result_type(q)}.")
-
-
 def xla_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     """Dense reference: the full N x N mask (N = T*S slots) from the visibility rule, f32 softmax."""
-    check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
+    attention_inputs.check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
     B, T, S, H, K = q_BTSHK.shape
     N = T * S
     # Flattening (T, S) is exactly the paper's interleaved order: no permutation needed.
@@ -64,7 +41,7 @@ def rounded_attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibili
     probabilities rounded to it before they meet the values), f32 accumulation and softmax. In bf16 or f16,
     its distance from :func:`xla_attention` at full precision is the rounding no such kernel avoids
     (autodiff rounds the gradients' matmul operands the same way)."""
-    check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
+    attention_inputs.check_inputs(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis)
     B, T, S, H, K = q_BTSHK.shape
     q_BNHK, k_BNHK, v_BNHK = (x.reshape(B, T * S, H, K) for x in (q_BTSHK, k_BTSHK, v_BTSHK))
     mask_B1NN = masks.dense_mask(vis, doc_ids_BT)[:, None]

@@ -44,7 +44,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from sps_jax import attention as backends, block_tables, flops, kernel_tuning, masks
+from sps_jax import attention_inputs, block_tables, flops, kernel_tuning, masks
 from sps_jax.kernel_tuning import Tiles, Tuning
 
 # The online softmax's constants, which the jax-triton kernels (triton_attention, inference.triton_decode) share.
@@ -356,8 +356,8 @@ _flash = flash_with(_forward, _backward)
 # ----------------------------------------------------------------------------
 
 def check_inputs(q, k, v, doc_ids_BT, vis):
-    """:func:`sps_jax.attention.check_inputs`, and document ids (where concrete) in contiguous runs."""
-    backends.check_inputs(q, k, v, doc_ids_BT, vis)
+    """:func:`sps_jax.attention_inputs.check_inputs`, and document ids (where concrete) in contiguous runs."""
+    attention_inputs.check_inputs(q, k, v, doc_ids_BT, vis)
     try:
         d = np.asarray(doc_ids_BT)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
