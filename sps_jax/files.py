@@ -479,13 +479,37 @@ def _clear_partial(partial: str, path: str) -> None:
     if names and _BUILDING not in names:
         raise UserError(f"{path}.partial already exists and was not made by this command (it holds "
                         f"{', '.join(sorted(names)[:3])}): move it away, or choose another folder.")
-    for name in names:
-        stale = os.path.join(partial, name)
-        if os.path.isdir(stale) and not os.path.islink(stale):
-            shutil.rmtree(stale)
-        else:
-            os.remove(stale)
+    _delete_all_but_the_mark(partial)
     open(os.path.join(partial, _BUILDING), "w").close()
+
+
+def _delete_all_but_the_mark(folder: str, ignore_errors: bool = False) -> None:
+    """Delete what ``folder`` holds except its :data:`_BUILDING` mark. The mark goes last, if at all: a delete cut
+    short (a second Ctrl-C, a kill) otherwise could take it and leave the rest, which a rerun then refuses as not its
+    own. Holding stops (cli.stops_held) would not do: a second stop there ends the process at once, mid-delete."""
+    for name in sorted(set(os.listdir(folder)) - {_BUILDING}):
+        stale = os.path.join(folder, name)
+        if os.path.isdir(stale) and not os.path.islink(stale):
+            shutil.rmtree(stale, ignore_errors=ignore_errors)
+        else:
+            try:
+                os.remove(stale)
+            except OSError:
+                if not ignore_errors:
+                    raise
+
+
+def _remove_own(partial: str) -> None:
+    """Delete this command's ``partial`` folder after a failure or a stop, its mark last; what cannot be deleted
+    is left, marked, for a rerun to clear (or to name in its OSError)."""
+    try:
+        open(os.path.join(partial, _BUILDING), "a").close()  # _swap_in takes the mark off before its renames
+        _delete_all_but_the_mark(partial, ignore_errors=True)
+        if os.listdir(partial) == [_BUILDING]:
+            os.remove(os.path.join(partial, _BUILDING))
+            os.rmdir(partial)
+    except OSError:
+        pass
 
 
 def _check_replaceable(path: str, given: str) -> None:
@@ -524,7 +548,7 @@ def replace_folder(path: str):
             with stops_held():
                 _swap_in(partial, path, given)
         except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
+            _remove_own(partial)
             raise
     finally:
         os.close(fd)

@@ -544,3 +544,71 @@ def test_a_ctrl_c_while_a_folder_is_swapped_in_leaves_the_new_folder_in_place(
             assert building == str(tmp_path / "out.partial")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the old folder deleted, nothing else left
+
+
+class _Listing(list):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("cut_short", ["own cleanup", "a failed swap's", "clearing a killed writer's"])
+def test_a_second_ctrl_c_while_a_partial_folder_is_deleted_leaves_it_for_the_rerun_to_clear(
+        tmp_path, monkeypatch, ctrl_c_handled_as_a_command, cut_short):
+    # A Ctrl-C during the delete of OUT.partial (after a first stop, or while a rerun cleared a killed writer's) could
+    # take the mark first and leave the data: the next rerun refused OUT.partial as "not made by this command".
+    import signal
+
+    target, partial = tmp_path / "out", tmp_path / "out.partial"
+    real_listdir, real_scandir, real_remove, real_unlink = os.listdir, os.scandir, os.remove, os.unlink
+
+    def in_name_order(path="."):  # as a file system listing by name or by creation lists: the mark first
+        with real_scandir(path) as entries:
+            return _Listing(sorted(entries, key=lambda entry: entry.name))
+
+    deleted = []
+
+    def ctrl_c_at_the_second_data_file(real):
+        def delete(path, *args, **kwargs):
+            if str(path).endswith(".bin"):  # a data file of the partial folder
+                deleted.append(path)
+                if len(deleted) == 2:
+                    os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, half way through the delete
+            real(path, *args, **kwargs)
+        return delete
+
+    def cut_short_deletes():
+        monkeypatch.setattr(os, "listdir", lambda path=".": sorted(real_listdir(path)))
+        monkeypatch.setattr(os, "scandir", in_name_order)
+        monkeypatch.setattr(os, "remove", ctrl_c_at_the_second_data_file(real_remove))
+        monkeypatch.setattr(os, "unlink", ctrl_c_at_the_second_data_file(real_unlink))
+
+    if cut_short in ("own cleanup", "a failed swap's"):  # the swap takes the mark off before its rename
+        if cut_short == "a failed swap's":
+            def no_room(src, dst):
+                raise OSError(28, "No space left on device")
+            monkeypatch.setattr(os, "rename", no_room)
+        with pytest.raises(KeyboardInterrupt):
+            with files.replace_folder(str(target)):
+                for name in ("a.bin", "b.bin", "c.bin"):
+                    (partial / name).write_bytes(b"data")
+                cut_short_deletes()
+                if cut_short == "own cleanup":
+                    raise KeyboardInterrupt  # the first stop
+    else:
+        partial.mkdir()
+        (partial / files._BUILDING).write_bytes(b"")
+        for name in ("a.bin", "b.bin", "c.bin"):
+            (partial / name).write_bytes(b"data")
+        cut_short_deletes()
+        with pytest.raises(KeyboardInterrupt):
+            with files.replace_folder(str(target)):
+                raise AssertionError("the stop lands while the leftovers are cleared")
+    monkeypatch.undo()
+    assert len(deleted) == 2 and (partial / "c.bin").exists()  # the delete was cut short
+    with files.replace_folder(str(target)):
+        (partial / "new.txt").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
