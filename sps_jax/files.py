@@ -499,10 +499,12 @@ def _delete_all_but_the_mark(folder: str, ignore_errors: bool = False) -> None:
                     raise
 
 
-def _remove_own(partial: str) -> None:
-    """Delete this command's ``partial`` folder after a failure or a stop, its mark last; what cannot be deleted
-    is left, marked, for a rerun to clear (or to name in its OSError)."""
+def _remove_own(partial: str, fd: int) -> None:
+    """Delete this command's ``partial`` folder (``fd``, its lock) after a failure or a stop, its mark last; what
+    cannot be deleted is left, marked, for a rerun to clear (or to name in its OSError)."""
     try:
+        if not os.path.samestat(os.fstat(fd), os.lstat(partial)):
+            return  # swapped in already (a stop held through the swap lands after it): the name is another writer's
         open(os.path.join(partial, _BUILDING), "a").close()  # _swap_in takes the mark off before its renames
         _delete_all_but_the_mark(partial, ignore_errors=True)
         if os.listdir(partial) == [_BUILDING]:
@@ -548,7 +550,7 @@ def replace_folder(path: str):
             with stops_held():
                 _swap_in(partial, path, given)
         except BaseException:
-            _remove_own(partial)
+            _remove_own(partial, fd)
             raise
     finally:
         os.close(fd)

@@ -612,3 +612,27 @@ def test_a_second_ctrl_c_while_a_partial_folder_is_deleted_leaves_it_for_the_rer
         (partial / "new.txt").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_ctrl_c_held_through_a_folder_swap_never_deletes_the_next_writers_partial_folder(
+        tmp_path, monkeypatch, ctrl_c_handled_as_a_command):
+    # The stop held through the swap lands once OUT.partial is renamed to OUT; the cleanup then deleted whatever
+    # held the name OUT.partial by then: the partial folder a second command had claimed meanwhile.
+    import signal
+
+    target, partial = tmp_path / "out", tmp_path / "out.partial"
+    real_swap_in = files._swap_in
+
+    def swap_in_then_the_next_writer_claims(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, held until the swap is done
+        real_swap_in(*args)
+        partial.mkdir()  # a second command's, begun right after the rename
+        (partial / files._BUILDING).write_bytes(b"")
+        (partial / "theirs.bin").write_bytes(b"data")
+
+    monkeypatch.setattr(files, "_swap_in", swap_in_then_the_next_writer_claims)
+    with pytest.raises(KeyboardInterrupt):
+        with files.replace_folder(str(target)):
+            (partial / "new.txt").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+    assert (partial / "theirs.bin").read_bytes() == b"data"
