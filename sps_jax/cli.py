@@ -524,6 +524,14 @@ def true_or_false(value, name: str) -> bool:
     return bool(value)
 
 
+def line_function(log, name: str = "log"):
+    """``log`` when it can be called with one line of text, else one TypeError sentence: log=None failed at the first
+    line it was given, after the work before it."""
+    if not callable(log):
+        raise TypeError(f"{name} must be a function of one line of text (print, say), got {log!r}.")
+    return log
+
+
 def at_least(name: str, value, least: int) -> int:
     """``value`` as an int (:func:`integer`) of at least ``least``, else one sentence naming ``name``: a count or
     size given to a function (0 documents read all of them, a batch of 0 stopped in range())."""

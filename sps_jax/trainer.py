@@ -460,8 +460,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         raise cli.UserError("workdir is empty: pass the run folder to train in.")
     if on_step is not None and not callable(on_step):  # found only after compiling and the first update
         raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
-    if not callable(log):  # log=None would fail at the first line it prints
-        raise TypeError(f"log must be a function of one line of text (print, say), got {log!r}.")
+    cli.line_function(log)  # log=None would fail at the first line it prints
     config = _named_for_its_model(config)
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory(), platform=devices[0].platform)

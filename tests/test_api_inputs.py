@@ -269,3 +269,19 @@ def test_verify_takes_a_path_object(tmp_path):
 
     folder = write_token_folder(tmp_path / "tokens")
     assert loader.verify(folder, 64) == loader.verify(str(folder), 64)
+
+
+def test_smoke_refuses_a_bad_count_seed_variants_or_log_before_compiling():
+    # batch_size=0 stopped in jax's IndexError, 2.0 in "Shapes must be 1D sequences", seed="0" in str + int, no
+    # variants in "max() arg is an empty sequence" and log=None only after the first variant's compiling.
+    config = sps_config.load_config("configs/tiny.py")
+    cases = [(dict(batch_size=0), ValueError, "batch_size must be at least 1, got 0."),
+             (dict(batch_size=2.0), TypeError, "batch_size must be an integer, got 2.0."),
+             (dict(seed="0"), TypeError, "seed must be an integer, got '0'."),
+             (dict(variants=[]), ValueError,
+              "variants is empty: pass at least one of standard, sps, two_x_memory, delayed_state, reverse_sps."),
+             (dict(log=None), TypeError, "log must be a function of one line of text (print, say), got None.")]
+    for kwargs, kind, sentence in cases:
+        with pytest.raises(kind) as refusal:
+            smoke.smoke(config, **{"variants": ["standard"], **kwargs})
+        assert str(refusal.value) == sentence

@@ -57,8 +57,7 @@ def check_probe(model, params, docs, context, batch: int, log=print) -> int:
                              "(analysis.documents.read_documents gives them).")
         sps_model.check_token_ids(ids, cfg)  # out-of-vocabulary ids would give NaN or finite garbage
     cli.at_least("batch", batch, 1)
-    if not callable(log):  # log=None failed after the first batch's work
-        raise TypeError(f"log must be a function of one line of text (print, say), got {log!r}.")
+    cli.line_function(log)  # log=None failed after the first batch's work
     if context is None:
         return cfg.seq_len
     context = cli.at_least("context", context, 1)  # 0 would mean the model's context, unsaid

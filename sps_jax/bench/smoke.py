@@ -69,6 +69,12 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
                         "sps_jax.config.load_config(...) whole.")
     if isinstance(variants, str):  # else each letter is read as a variant ("unknown attention variant 's'")
         raise TypeError(f"variants must be a list of variant names, got the str {variants!r}: pass [{variants!r}].")
+    variants = list(variants)
+    if not variants:  # else max() of no rows: "max() arg is an empty sequence"
+        raise ValueError(f"variants is empty: pass at least one of {', '.join(masks.VARIANTS)}.")
+    batch_size = cli.at_least("batch_size", batch_size, 1)  # 0 stopped in jax's IndexError, 2.0 in its shapes
+    seed = cli.integer(seed, "seed")  # "0" stopped in seed + 1
+    cli.line_function(log)  # None stopped at the first row, after its compiling
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)
