@@ -285,3 +285,16 @@ def test_smoke_refuses_a_bad_count_seed_variants_or_log_before_compiling():
         with pytest.raises(kind) as refusal:
             smoke.smoke(config, **{"variants": ["standard"], **kwargs})
         assert str(refusal.value) == sentence
+
+
+def test_the_train_bench_refuses_its_step_counts_before_compiling():
+    # steps=0 was an UnboundLocalError and 1.5 a TypeError, both after compiling; warmup=-1 was taken as 0.
+    from sps_jax.bench import train as bench_train
+
+    config = sps_config.load_config("configs/tiny.py")
+    for steps, warmup, kind, sentence in ((0, 1, ValueError, "steps must be at least 1, got 0."),
+                                          (1.5, 1, TypeError, "steps must be an integer, got 1.5."),
+                                          (2, -1, ValueError, "warmup must be at least 0, got -1.")):
+        with pytest.raises(kind) as refusal:
+            bench_train.bench_variant(config, steps, warmup)
+        assert str(refusal.value) == sentence
