@@ -14,6 +14,7 @@ import os
 import pathlib
 import re
 import traceback
+from collections.abc import Iterable, Mapping
 from typing import Sequence
 
 import ml_collections
@@ -257,11 +258,21 @@ def parse_window(text: str, usage: str = "") -> int | None:
     return window
 
 
-def check_overrides(overrides) -> None:
-    """A list of ``--config.a.b=value`` strings; one string would be read one character at a time."""
+def check_overrides(overrides) -> list[str]:
+    """``overrides`` as a list of ``--config.a.b=value`` strings, else one sentence: one string would be read one
+    character at a time and a dict key by key, and None or (key, value) pairs failed in Python's words."""
+    must = "overrides must be a list of 'a.b=value' strings"
     if isinstance(overrides, str):
-        raise UserError(f"overrides must be a list of 'a.b=value' strings, not the string {overrides!r}: pass "
-                        f"[{overrides!r}].")
+        raise UserError(f"{must}, not the string {overrides!r}: pass [{overrides!r}].")
+    if isinstance(overrides, (Mapping, ml_collections.ConfigDict)) or not isinstance(overrides, Iterable):
+        got = "None" if overrides is None else f"a {type(overrides).__name__}"
+        raise UserError(f"{must}, got {got}: pass e.g. ['model.window=8'], or [] for none.")
+    overrides = list(overrides)  # read twice by load_config: a generator would be empty the second time
+    for item in overrides:
+        if not isinstance(item, str):
+            raise UserError(f"{must}, got the {type(item).__name__} {item!r} among them: write each as one string, "
+                            "e.g. 'model.window=8'.")
+    return overrides
 
 
 def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
@@ -270,7 +281,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
-    check_overrides(overrides)
+    overrides = check_overrides(overrides)
     spec = files.path_text(spec, "spec")  # the sentences quote it
     path, arg = split_spec(spec)
     if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word

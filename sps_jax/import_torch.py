@@ -387,7 +387,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     from sps_jax import model as sps_model, runs
 
     path, out = files.path_text(path, "path"), files.path_text(out, "out")
-    sps_config.check_overrides(overrides)
+    overrides = sps_config.check_overrides(overrides)
     cli.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
     ckpt = load_torch_checkpoint(path, trust_pickle)

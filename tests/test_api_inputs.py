@@ -298,3 +298,24 @@ def test_the_train_bench_refuses_its_step_counts_before_compiling():
         with pytest.raises(kind) as refusal:
             bench_train.bench_variant(config, steps, warmup)
         assert str(refusal.value) == sentence
+
+
+def test_overrides_that_are_no_list_of_strings_are_one_sentence(tmp_path):
+    # None was "'NoneType' object is not iterable", a dict was read key by key ("override 'model.window' must look
+    # like ..."), (key, value) pairs stopped in removeprefix, and a generator's overrides were read once of twice.
+    from sps_jax import import_torch
+
+    must = "overrides must be a list of 'a.b=value' strings"
+    cases = [(None, f"{must}, got None: pass e.g. ['model.window=8'], or [] for none."),
+             ({"model.window": 8}, f"{must}, got a dict: pass e.g. ['model.window=8'], or [] for none."),
+             ([("model.window", 8)], f"{must}, got the tuple ('model.window', 8) among them: write each as one "
+                                     "string, e.g. 'model.window=8'.")]
+    for overrides, sentence in cases:
+        for call in (lambda: sps_config.load_config("configs/tiny.py", overrides),
+                     lambda: import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"),
+                                                            overrides=overrides)):
+            with pytest.raises(ValueError) as refusal:
+                call()
+            assert str(refusal.value) == sentence
+    config = sps_config.load_config("configs/tiny.py", (item for item in ["model.window=8", "name=mine"]))
+    assert (config.model.window, config.name) == (8, "mine")
