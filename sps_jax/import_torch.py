@@ -198,6 +198,13 @@ def _flag(field: str) -> str:
     return "--window N" if field == "window" else f"--config.model.{field}=VALUE"
 
 
+def _sizes(num_heads, seq_len) -> tuple[int | None, int | None]:
+    """The asked-for num_heads and seq_len, each an int of at least 1 or None (the file's): 0 was read as None
+    without a word, and "2" stopped in //."""
+    return tuple(None if value is None else cli.at_least(name, value, 1)
+                 for name, value in (("num_heads", num_heads), ("seq_len", seq_len)))
+
+
 def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),
                  name="imported", stored_config: str | None = None):
     """A run config whose model matches the state dict's shapes, and notes on what was not in the file.
@@ -209,6 +216,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     """
     from sps_jax import model as sps_model
 
+    num_heads, seq_len = _sizes(num_heads, seq_len)
     dims = torch_layout.check(sd)
     fields = torch_layout.model_fields(model_args)
     notes = []
@@ -388,6 +396,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
 
     path, out = files.path_text(path, "path"), files.path_text(out, "out")
     overrides = sps_config.check_overrides(overrides)
+    num_heads, seq_len = _sizes(num_heads, seq_len)  # before the file is read
     cli.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
     ckpt = load_torch_checkpoint(path, trust_pickle)

@@ -319,3 +319,16 @@ def test_overrides_that_are_no_list_of_strings_are_one_sentence(tmp_path):
             assert str(refusal.value) == sentence
     config = sps_config.load_config("configs/tiny.py", (item for item in ["model.window=8", "name=mine"]))
     assert (config.model.window, config.name) == (8, "mine")
+
+
+def test_import_checkpoint_refuses_head_counts_and_contexts_that_are_none_before_the_file(tmp_path):
+    # num_heads="2" stopped in "unsupported operand type(s) for //"; 0 heads or positions were read as the file's.
+    from sps_jax import import_torch
+
+    for kwargs, kind, sentence in ((dict(num_heads="2"), TypeError, "num_heads must be an integer, got '2'."),
+                                   (dict(num_heads=0), ValueError, "num_heads must be at least 1, got 0."),
+                                   (dict(seq_len=0), ValueError, "seq_len must be at least 1, got 0.")):
+        with pytest.raises(kind) as refusal:  # the file is missing: the arguments are checked first
+            import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"), **kwargs)
+        assert str(refusal.value) == sentence
+    assert sorted(tmp_path.iterdir()) == []
