@@ -332,3 +332,21 @@ def test_import_checkpoint_refuses_head_counts_and_contexts_that_are_none_before
             import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"), **kwargs)
         assert str(refusal.value) == sentence
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_prepare_refuses_a_batch_of_no_documents_and_a_log_that_is_no_function_before_writing(tmp_path):
+    # batch_documents=0 and -1 were taken (no batch ever full: the whole corpus held at once) and 2.0 too; log=None
+    # failed after the folder was written.
+    from sps_jax.data import prepare
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("One document.\n\nAnother one.\n")
+    cases = [(dict(batch_documents=0), ValueError, "batch_documents must be at least 1, got 0."),
+             (dict(batch_documents=-1), ValueError, "batch_documents must be at least 1, got -1."),
+             (dict(batch_documents=2.0), TypeError, "batch_documents must be an integer, got 2.0."),
+             (dict(log=None), TypeError, "log must be a function of one line of text (print, say), got None.")]
+    for kwargs, kind, sentence in cases:
+        with pytest.raises(kind) as refusal:
+            prepare.prepare(str(source), str(tmp_path / "tokens"), **kwargs)
+        assert str(refusal.value) == sentence
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
