@@ -350,3 +350,20 @@ def test_prepare_refuses_a_batch_of_no_documents_and_a_log_that_is_no_function_b
             prepare.prepare(str(source), str(tmp_path / "tokens"), **kwargs)
         assert str(refusal.value) == sentence
         assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def test_the_results_table_takes_the_rows_load_returns_and_says_so():
+    # A dict, a str or a list of paths was walked key by key or character by character: "row 0 of the table's rows
+    # is not a result of ...: it is not an object".
+    from sps_jax.evaluation import results_table
+
+    for rows, got in (({"variant": "sps", "step": 1}, "a dict"), ("results.json", "a str"),
+                      (["a.json", "b.json"], "a list holding the str 'a.json'")):
+        for table in (results_table.markdown_both, results_table.latex_both):
+            with pytest.raises(TypeError) as refusal:
+                table(rows)
+            assert str(refusal.value) == (f"rows must be a list of results (dicts), got {got}: pass "
+                                          "results_table.load(paths).")
+    # Rows from any iterable are the list they hold: both tables of a generator hold its row.
+    row = {"variant": "sps", "step": 1, "scale": "xs", "val_nll": 3.25}
+    assert results_table.markdown_both(r for r in [row]).count("| XS | SPS |") == 2

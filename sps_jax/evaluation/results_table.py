@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 
 from sps_jax import cli, config as sps_config, files, masks
 from sps_jax.evaluation import paper_tasks
@@ -220,9 +221,23 @@ def reference_notes(rows) -> list[str]:
     return notes
 
 
+def check_rows(rows, name: str = "rows", how: str = "results_table.load(paths)") -> list[dict]:
+    """``rows`` as a list of result objects, else one sentence saying to pass ``how``: a dict, a str or a list of
+    paths was walked key by key or character by character, each then "not an object"."""
+    if isinstance(rows, (str, bytes, os.PathLike, dict)) or not isinstance(rows, Iterable):
+        got = f"a {type(rows).__name__}"
+    else:
+        rows = list(rows)
+        got = next((f"a list holding the {type(r).__name__} {r!r}" for r in rows if not isinstance(r, dict)), None)
+    if got:
+        raise TypeError(f"{name} must be a list of results (dicts), got {got}: pass {how}.")
+    return rows
+
+
 def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | None, str | None, bool]]]]:
     """Per row: (scale, method, [(value text, delta to Standard or None, best in column at this scale)]). Rows
     are :func:`load`'s or evaluate's; another dict is refused in one sentence naming it."""
+    rows = check_rows(rows)
     for i, row in enumerate(rows):
         bad = _row_problem(row)
         if bad:
@@ -255,6 +270,7 @@ def cells(rows, full: bool = False) -> list[tuple[str, str, list[tuple[str | Non
 
 
 def markdown(rows, full: bool = False) -> str:
+    rows = check_rows(rows)  # read twice below: by cells and by the notes
     heads = [h for h, _, _ in _columns(full)]
     lines = ["| Size | Method | " + " | ".join(heads) + " |", "|---|---|" + "---:|" * len(heads)]
     for scale, name, texts in cells(rows, full):
@@ -267,10 +283,12 @@ def markdown(rows, full: bool = False) -> str:
 
 def markdown_both(rows) -> str:
     """The main table, then the per-corpus / per-task expansion."""
+    rows = check_rows(rows)
     return markdown(rows) + "\n\n" + markdown(rows, full=True)
 
 
 def latex_both(rows) -> str:
+    rows = check_rows(rows)
     return latex(rows) + "\n\n" + latex(rows, full=True)
 
 
@@ -279,6 +297,7 @@ def _tex_escape(text: str) -> str:
 
 
 def latex(rows, full: bool = False) -> str:
+    rows = check_rows(rows)  # read twice below: by cells and by the notes
     heads = [h for h, _, _ in _columns(full)]
     lines = [r"\begin{tabular}{@{}ll" + "r" * len(heads) + "@{}}", r"\toprule",
              "Size & Method & " + " & ".join(_tex_escape(h) for h in heads) + r" \\", r"\midrule"]
