@@ -367,3 +367,14 @@ def test_the_results_table_takes_the_rows_load_returns_and_says_so():
     # Rows from any iterable are the list they hold: both tables of a generator hold its row.
     row = {"variant": "sps", "step": 1, "scale": "xs", "val_nll": 3.25}
     assert results_table.markdown_both(r for r in [row]).count("| XS | SPS |") == 2
+
+
+def test_gains_over_baseline_says_it_takes_the_evaluations_read_not_their_paths():
+    # Paths stopped in "'str' object has no attribute 'get'".
+    from sps_jax.analysis import figures
+
+    with pytest.raises(TypeError) as refusal:
+        figures.gains_over_baseline(["eval/step_100.json"])
+    assert str(refusal.value) == ("evaluations must be a list of results (dicts), got a list holding the str "
+                                  "'eval/step_100.json': pass [figures.read_evaluation(path) for path in paths], or "
+                                  "call figures.accuracy_gain(paths, out) for the figure.")
