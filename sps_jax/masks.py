@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from sps_jax import vocab
+from sps_jax import cli, vocab
 from sps_jax.names import did_you_mean
 
 # Per variant: which streams are persistent (never windowed), and the stream the
@@ -164,6 +164,8 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     each pad token is its own one-token document, so padding is never attended
     to by real tokens and never attends to them.
     """
+    for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):  # None or "50256" found no EOS, unsaid
+        cli.integer(value, name, f" (the model's model.{name})")
     tokens_BT = ids_BT(tokens_BT, "tokens_BT")
     xp = array_module(tokens_BT)
     is_eos_BT = tokens_BT == eos_id

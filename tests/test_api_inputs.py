@@ -378,3 +378,13 @@ def test_gains_over_baseline_says_it_takes_the_evaluations_read_not_their_paths(
     assert str(refusal.value) == ("evaluations must be a list of results (dicts), got a list holding the str "
                                   "'eval/step_100.json': pass [figures.read_evaluation(path) for path in paths], or "
                                   "call figures.accuracy_gain(paths, out) for the figure.")
+
+
+@pytest.mark.parametrize("eos_id", [None, "50256", 2.0])
+def test_document_ids_refuse_an_eos_id_that_is_no_integer(eos_id):
+    # No token equals None or "50256": every row was one document without a word.
+    with pytest.raises(TypeError) as refusal:
+        masks.document_ids(np.array([[5, 2, 7]]), eos_id=eos_id)
+    assert str(refusal.value) == f"eos_id must be an integer (the model's model.eos_id), got {eos_id!r}."
+    # A numpy or jax integer is the int it holds.
+    np.testing.assert_array_equal(masks.document_ids(np.array([[5, 2, 7]]), eos_id=jnp.int32(2)), [[0, 0, 1]])
