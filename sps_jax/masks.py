@@ -43,12 +43,17 @@ MAX_WINDOW = 2 ** 31 - 1
 
 
 def _check_window(value, name: str):
-    """A window as a plain int (or None, unbounded), else one clear sentence."""
+    """A window as a plain int (or None, unbounded), else one clear sentence. A numpy or jax integer scalar is the
+    int it holds, as everywhere a count is taken (jnp.int32(4) was refused)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_WINDOW:
+    try:
+        window = cli.integer(value, name)
+    except TypeError:  # said below, with the range
+        window = -1
+    if not 0 <= window <= MAX_WINDOW:
         raise ValueError(f"{name} must be an integer from 0 to {MAX_WINDOW} or None (unbounded), got {value!r}.")
-    return int(value)
+    return window
 
 
 @dataclasses.dataclass(frozen=True)

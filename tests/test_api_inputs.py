@@ -388,3 +388,14 @@ def test_document_ids_refuse_an_eos_id_that_is_no_integer(eos_id):
     assert str(refusal.value) == f"eos_id must be an integer (the model's model.eos_id), got {eos_id!r}."
     # A numpy or jax integer is the int it holds.
     np.testing.assert_array_equal(masks.document_ids(np.array([[5, 2, 7]]), eos_id=jnp.int32(2)), [[0, 0, 1]])
+
+
+def test_a_window_of_a_numpy_or_jax_integer_is_the_int_it_holds():
+    # Visibility(window=jnp.int32(4)) was refused ("window must be an integer ..."), np.int64 taken.
+    for window in (jnp.int32(4), jnp.array(4), np.array(4), np.int64(4)):
+        vis = masks.Visibility("sps", window, persistent_window=window)
+        assert (vis.window, vis.persistent_window) == (4, 4) and type(vis.window) is int
+        assert vis == masks.Visibility("sps", 4, 4) and hash(vis) == hash(masks.Visibility("sps", 4, 4))
+    for window in (jnp.float32(4), jnp.array([4]), np.bool_(True)):  # still no window
+        with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 or None"):
+            masks.Visibility("sps", window)
