@@ -399,3 +399,15 @@ def test_a_window_of_a_numpy_or_jax_integer_is_the_int_it_holds():
     for window in (jnp.float32(4), jnp.array([4]), np.bool_(True)):  # still no window
         with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 or None"):
             masks.Visibility("sps", window)
+
+
+def test_verify_refuses_a_vocabulary_of_no_ids_before_reading(tmp_path):
+    # 0 said the folder's ids were "outside the model's vocabulary of 0", as if the folder were wrong.
+    from sps_jax.data import loader
+    from tests.helpers import write_token_folder
+
+    folder = write_token_folder(tmp_path / "tokens")
+    for vocab_size in (0, -1):
+        with pytest.raises(ValueError) as refusal:
+            loader.verify(folder, vocab_size)
+        assert str(refusal.value) == f"vocab_size must be at least 1, got {vocab_size}."

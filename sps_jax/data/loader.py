@@ -100,9 +100,10 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     is the model's; with ``verify_checksum``: the file's sha256.
     """
     folder = files.path_text(folder, "folder")  # the sentences quote it
-    for name, value in (("vocab_size", vocab_size), ("eos_id", eos_id)):  # else "50256" would differ from 50256
-        if value is not None:
-            cli.integer(value, name)
+    if vocab_size is not None:  # 0 said every id is "outside the model's vocabulary of 0"
+        cli.at_least("vocab_size", vocab_size, 1)
+    if eos_id is not None:  # else "50256" would differ from 50256
+        cli.integer(eos_id, "eos_id")
     if split not in SPLITS:  # a mistyped name (probes --split), not a folder to prepare again
         raise UserError(f"a token folder has no {split!r} split{did_you_mean(split, SPLITS)}: pass "
                         f"{' or '.join(SPLITS)}.")
