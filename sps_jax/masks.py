@@ -15,10 +15,11 @@ checks the Pallas block tables, and masks the KV cache at decode time.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import numpy as np
 
-from sps_jax import cli, vocab
+from sps_jax import vocab
 from sps_jax.names import did_you_mean
 
 # Per variant: which streams are persistent (never windowed), and the stream the
@@ -42,16 +43,24 @@ DEFAULT_WINDOW = 64
 MAX_WINDOW = 2 ** 31 - 1
 
 
+def _integer(value) -> int | None:
+    """``value`` as an int where it is one: a Python, numpy or jax integer (a 0-d array too), as cli.integer takes
+    them (which this module, below cli, does not import); None for anything else, a bool included."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _check_window(value, name: str):
     """A window as a plain int (or None, unbounded), else one clear sentence. A numpy or jax integer scalar is the
     int it holds, as everywhere a count is taken (jnp.int32(4) was refused)."""
     if value is None:
         return None
-    try:
-        window = cli.integer(value, name)
-    except TypeError:  # said below, with the range
-        window = -1
-    if not 0 <= window <= MAX_WINDOW:
+    window = _integer(value)
+    if window is None or not 0 <= window <= MAX_WINDOW:
         raise ValueError(f"{name} must be an integer from 0 to {MAX_WINDOW} or None (unbounded), got {value!r}.")
     return window
 
@@ -170,7 +179,8 @@ def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_
     to by real tokens and never attends to them.
     """
     for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):  # None or "50256" found no EOS, unsaid
-        cli.integer(value, name, f" (the model's model.{name})")
+        if _integer(value) is None:
+            raise TypeError(f"{name} must be an integer (the model's model.{name}), got {value!r}.")
     tokens_BT = ids_BT(tokens_BT, "tokens_BT")
     xp = array_module(tokens_BT)
     is_eos_BT = tokens_BT == eos_id
