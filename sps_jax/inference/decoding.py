@@ -285,8 +285,7 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
                         "is made from, e.g. seed=0.")
     if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 would overflow inside jax's key
         raise ValueError(f"seed must be from 0 to 2**31 - 1, got {seed}.")
-    if not isinstance(stop_on_eos, (bool, np.bool_)):  # "no" is truthy: it would stop at EOS
-        raise TypeError(f"stop_on_eos must be True or False, got {stop_on_eos!r}.")
+    cli.true_or_false(stop_on_eos, "stop_on_eos")  # "no" is truthy: it would stop at EOS
     for name, value in sizes.items():
         cli.at_least(name, value, 1)
 
