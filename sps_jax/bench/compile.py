@@ -35,9 +35,9 @@ from sps_jax import bench, cli, hardware, kernel_tuning, masks, names
 from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
-# The flags (argparse dests) only one program reads: given with an --only that leaves it out, they were ignored
-# without a word (as --kernel-sets was).
-PROGRAM_FLAGS = {"kernels": ("dtypes",),
+# The flags (argparse dests) only one program reads: given with an --only that leaves that program out, they are
+# refused, not ignored.
+PROGRAM_FLAGS = {"kernels": ("dtypes", "kernel_sets"),
                  "train": ("micro_batches", "remat", "attention", "no_fit_search", "max_micro_batch", "devices"),
                  "generate": ("batch_size", "prefill", "decode", "prefill_chunks")}
 # The most devices of the train step's one-host deviceless mesh, far beyond a host's 8 to 72 GPUs: building
@@ -80,19 +80,17 @@ def parse_args(argv):
     rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
     args.overrides = overrides
-    if args.kernel_sets is not None:  # a TPU target's kernels are splash's: the flag would be ignored unsaid
-        gpus = [name for name in args.target if hardware.ACCELERATORS[name].platform != "tpu"]
-        if not gpus or "kernels" not in args.only:
-            p.error("--kernel-sets chooses the kernels compiled for GPU targets, and "
-                    + ("no GPU target is listed: add one, or drop --kernel-sets." if not gpus else
-                       "--only leaves the kernels out: add kernels to --only, or drop --kernel-sets."))
-    args.kernel_sets = args.kernel_sets or list(kernel_tuning.KERNEL_SETS)
     given = {action.dest: flag for flag, _, _, action in p._flag_uses(rest, lambda action: True)}
     for program, dests in PROGRAM_FLAGS.items():
         unread = [flag for dest, flag in given.items() if dest in dests]  # as given
         if unread and program not in args.only:
             p.error(f"{', '.join(unread)} {'sets' if len(unread) == 1 else 'set'} what {program} compiles, and --only "
                     f"leaves {program} out: add {program} to --only, or drop {' and '.join(unread)}.")
+    # A TPU target's kernels are splash's: the flag would be ignored unsaid.
+    if args.kernel_sets is not None and all(hardware.ACCELERATORS[name].platform == "tpu" for name in args.target):
+        p.error("--kernel-sets chooses the kernels compiled for GPU targets, and no GPU target is listed: add one, or "
+                "drop --kernel-sets.")
+    args.kernel_sets = args.kernel_sets or list(kernel_tuning.KERNEL_SETS)
     if args.no_fit_search and "max_micro_batch" in given:
         p.error("--max-micro-batch bounds the fit search, which --no-fit-search skips: drop one of them.")
     return args

@@ -121,7 +121,8 @@ def test_bad_arguments_get_one_sentence(args, message):
      r"--kernel-sets chooses the kernels compiled for GPU targets, and no GPU target is listed: add one, or drop "
      r"--kernel-sets \(see --help\)\.$"),
     (["--target", "h100", "--only", "train", "--kernel-sets", "triton"],
-     r"--only leaves the kernels out: add kernels to --only, or drop --kernel-sets \(see --help\)\.$"),
+     r"--kernel-sets sets what kernels compiles, and --only leaves kernels out: add kernels to --only, or drop "
+     r"--kernel-sets \(see --help\)\.$"),
     # --only kernels compiles no model, and took a model of no layers without a word
     (["--target", "h100", "--only", "kernels", "--config.model.num_layers=0"], r"num_layers"),
     # TPU kernels are compiled in bfloat16 and float32 only: float16 alone compiled nothing and exited 0
