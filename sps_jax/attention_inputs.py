@@ -11,7 +11,7 @@ from sps_jax import masks
 
 
 def check_inputs(q, k, v, doc_ids_BT, vis) -> None:
-    """Every backend's contract, one sentence each (else a reshape or broadcast failed in jax's words): ``vis`` a
+    """Every backend's contract, one sentence each (else a reshape or broadcast would fail in jax's words): ``vis`` a
     Visibility, q, k and v floating point of one shape [B, T, S, H, K] with the variant's S and T > 0, integer
     document ids [B, T]."""
     if not isinstance(vis, masks.Visibility):
@@ -24,7 +24,7 @@ def check_inputs(q, k, v, doc_ids_BT, vis) -> None:
     if jnp.shape(doc_ids_BT) != jnp.shape(q)[:2]:
         raise ValueError(f"doc_ids_BT must be [B, T] = {jnp.shape(q)[:2]}, got {jnp.shape(doc_ids_BT)}.")
     doc_dtype = getattr(doc_ids_BT, "dtype", None) or np.asarray(doc_ids_BT).dtype  # a nested list too
-    if not jnp.issubdtype(doc_dtype, jnp.integer):  # cast to int32 in the kernels: 0.5 became 0
+    if not jnp.issubdtype(doc_dtype, jnp.integer):  # cast to int32 in the kernels: 0.5 would be 0
         raise ValueError(f"doc_ids_BT must hold integer document ids, got {doc_dtype}.")
     if jnp.shape(q)[1] == 0:
         raise ValueError("q, k and v have no positions (T = 0): pass at least one.")

@@ -151,8 +151,8 @@ sys.unraisablehook = _redeliver_lost_stops(sys.unraisablehook)
 
 class _StopsGoThrough(logging.Filter):
     """jax calls each PJRT plugin's initialize() (the CUDA plugin loads its library there) inside a bare ``except:``
-    that logs what it caught: a Ctrl-C or SIGTERM landing there was printed as a traceback and the command ran on to
-    its end. Raised again from the log call, the stop ends the command as anywhere else."""
+    that logs what it caught: a Ctrl-C or SIGTERM landing there would be printed as a traceback and the command run on
+    to its end. Raised again from the log call, the stop ends the command as anywhere else."""
 
     def filter(self, record):
         stop = record.exc_info[1] if record.exc_info else None
@@ -518,15 +518,15 @@ def integer(value, name: str, hint: str = "") -> int:
 
 def true_or_false(value, name: str) -> bool:
     """``value`` as a bool (a numpy bool too) for a yes/no argument ``name``, else one TypeError sentence: "no" and 1
-    are truthy, so force="no" replaced the folder it guards and trust_pickle="no" unpickled."""
+    are truthy, so force="no" would replace the folder it guards and trust_pickle="no" would unpickle."""
     if type(value).__name__ not in ("bool", "bool_"):
         raise TypeError(f"{name} must be True or False, got {value!r}.")
     return bool(value)
 
 
 def line_function(log, name: str = "log"):
-    """``log`` when it can be called with one line of text, else one TypeError sentence: log=None failed at the first
-    line it was given, after the work before it."""
+    """``log`` when it can be called with one line of text, else one TypeError sentence: log=None would fail at the
+    first line it is given, after the work before it."""
     if not callable(log):
         raise TypeError(f"{name} must be a function of one line of text (print, say), got {log!r}.")
     return log
@@ -606,7 +606,7 @@ def comma_list(kind=str, choices=None, what: str = "item"):
             raise argparse.ArgumentTypeError(f"{text!r} has an empty item: remove the extra comma")
         unknown = [v for v in values if choices is not None and v not in choices]
         if unknown:
-            # 'sps standard' or 'sps;standard', a list with another separator, was told 'did you mean standard?'
+            # 'sps standard' or 'sps;standard': known items with another separator, not one unknown item
             words = str(unknown[0]).replace(";", " ").split()
             if len(words) > 1 and all(word in map(str, choices) for word in words):
                 raise argparse.ArgumentTypeError(f"{text!r} separates its items with something other than commas: "

@@ -260,7 +260,7 @@ def parse_window(text: str, usage: str = "") -> int | None:
 
 def check_overrides(overrides) -> list[str]:
     """``overrides`` as a list of ``--config.a.b=value`` strings, else one sentence: one string would be read one
-    character at a time and a dict key by key, and None or (key, value) pairs failed in Python's words."""
+    character at a time and a dict key by key, and None or (key, value) pairs would fail in Python's words."""
     must = "overrides must be a list of 'a.b=value' strings"
     if isinstance(overrides, str):
         raise UserError(f"{must}, not the string {overrides!r}: pass [{overrides!r}].")

@@ -199,8 +199,8 @@ def _flag(field: str) -> str:
 
 
 def _sizes(num_heads, seq_len) -> tuple[int | None, int | None]:
-    """The asked-for num_heads and seq_len, each an int of at least 1 or None (the file's): 0 was read as None
-    without a word, and "2" stopped in //."""
+    """The asked-for num_heads and seq_len, each an int of at least 1 or None (the file's): 0 would be read as None
+    without a word, and "2" would stop in //."""
     return tuple(None if value is None else cli.at_least(name, value, 1)
                  for name, value in (("num_heads", num_heads), ("seq_len", seq_len)))
 

@@ -56,7 +56,7 @@ def _integer(value) -> int | None:
 
 def _check_window(value, name: str):
     """A window as a plain int (or None, unbounded), else one clear sentence. A numpy or jax integer scalar is the
-    int it holds, as everywhere a count is taken (jnp.int32(4) was refused)."""
+    int it holds, as everywhere a count is taken."""
     if value is None:
         return None
     window = _integer(value)

@@ -433,7 +433,7 @@ class Transformer(nn.Module):
     def __call__(self, tokens_BT, positions_BT=None, doc_ids_BT=None, return_hidden=False, cache=None):
         c = self.cfg
         check_tokens(tokens_BT, c)
-        if not self.is_initializing():  # flax ran a deeper model's weights without a word: it ignores extra ones
+        if not self.is_initializing():  # flax ignores extra parameters: a deeper model's would run unsaid
             own = {"embed", "final_norm", *(f"block_{layer}" for layer in range(c.num_layers))}  # named below
             extra = sorted(set(self.variables.get("params", {})) - own)
             if extra:

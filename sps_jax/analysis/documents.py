@@ -50,14 +50,14 @@ def check_probe(model, params, docs, context, batch: int, log=print) -> int:
         raise ValueError("docs is empty: pass the documents to probe (analysis.documents.read_documents).")
     for i, doc in enumerate(docs):
         ids = np.asarray(doc)
-        # One document for the list (its ids read as documents), float ids (1.5 read as 1), a [1, L] row: said here.
+        # Each document is one row of whole ids: not the list's one document, float ids (1.5 would be 1), a [1, L] row.
         if ids.ndim != 1 or not ids.size or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"docs[{i}] must be one document, a non-empty 1-D array of integer token ids, got "
                              f"{ids.dtype} of shape {ids.shape}: pass a list of documents "
                              "(analysis.documents.read_documents gives them).")
         sps_model.check_token_ids(ids, cfg)  # out-of-vocabulary ids would give NaN or finite garbage
     cli.at_least("batch", batch, 1)
-    cli.line_function(log)  # log=None failed after the first batch's work
+    cli.line_function(log)  # before the first batch's work, which calls it
     if context is None:
         return cfg.seq_len
     context = cli.at_least("context", context, 1)  # 0 would mean the model's context, unsaid

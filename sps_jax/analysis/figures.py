@@ -323,7 +323,7 @@ def gains_over_baseline(evaluations, baseline: str = masks.BASELINE, sources=Non
     tokens_seen both have (so a longer-trained baseline is not mixed in by accident). Two
     evaluations of one scale, method and tokens_seen (``sources`` names them) are refused.
     """
-    evaluations = results_table.check_rows(  # paths stopped in "'str' object has no attribute 'get'"
+    evaluations = results_table.check_rows(  # the evaluations read, not their paths
         evaluations, "evaluations", "[figures.read_evaluation(path) for path in paths], or call "
         "figures.accuracy_gain(paths, out) for the figure")
     pairs = [(source, ev) for source, ev in zip(sources or [ev.get("run") for ev in evaluations], evaluations)

@@ -93,8 +93,8 @@ def parse_args(argv):
         p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     if args.documents > args.seq_len:
         p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
-    # Documents as the help says, equal: runs of ceil(T / documents) positions made fewer of them than asked
-    # (40 of 64 positions were 32 runs of 2, reported as 40 documents), and a shorter last one was counted as equal.
+    # Documents as the help says, equal: runs of ceil(T / documents) positions make fewer of them than asked
+    # (40 of 64 positions are 32 runs of 2), with a shorter last one.
     if args.seq_len % args.documents:
         p.error(f"--documents {args.documents} does not split --seq-len {args.seq_len} into equal documents: pass a "
                 f"divisor of {args.seq_len}.")

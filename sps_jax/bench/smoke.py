@@ -72,9 +72,9 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     variants = list(variants)
     if not variants:  # else max() of no rows: "max() arg is an empty sequence"
         raise ValueError(f"variants is empty: pass at least one of {', '.join(masks.VARIANTS)}.")
-    batch_size = cli.at_least("batch_size", batch_size, 1)  # 0 stopped in jax's IndexError, 2.0 in its shapes
-    seed = cli.integer(seed, "seed")  # "0" stopped in seed + 1
-    cli.line_function(log)  # None stopped at the first row, after its compiling
+    batch_size = cli.at_least("batch_size", batch_size, 1)  # said here, not in jax's IndexError or shape words
+    seed = cli.integer(seed, "seed")  # "0" would stop in seed + 1
+    cli.line_function(log)  # before the first row's compiling, after which it is called
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)

@@ -27,7 +27,7 @@ PROFILE_STEPS = 3
 
 
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
-    # Said before compiling: 0 timed steps failed after it in an UnboundLocalError, 1.5 in range().
+    # Said before compiling: the timing loop needs a whole count of at least one step.
     steps, warmup = cli.at_least("steps", steps, 1), cli.at_least("warmup", warmup, 0)
     devices = jax.devices()
     p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory(),

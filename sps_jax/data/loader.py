@@ -174,7 +174,7 @@ def verify(folder: str, vocab_size: int) -> dict[str, int]:
     """Every check a token folder can take ({split: tokens}): the manifest, each split's size,
     sha256, largest id (against the manifest and ``vocab_size``), its EOS after the last document
     and its document count. Each failure is one sentence."""
-    folder = files.path_text(folder, "folder")  # a pathlib.Path failed in shlex.quote of the rebuild command
+    folder = files.path_text(folder, "folder")  # a pathlib.Path too: the rebuild command quotes it with shlex
     manifest = read_manifest(folder) or {}  # open_tokens says what to do when there is none
     out = {}
     for split in SPLITS:

@@ -122,7 +122,7 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     source, out = files.path_text(source, "source"), files.path_text(out, "out")  # the manifest records text
     _check_limits(val_fraction, max_documents, max_tokens)
     cli.true_or_false(force, "force")
-    # 0 or -1 would never fill a batch (all the text held at once); log=None failed after the folder was written.
+    # 0 or -1 would never fill a batch (all the text held at once); log and warn are called after the folder is made.
     batch_documents = cli.at_least("batch_documents", batch_documents, 1)
     cli.line_function(log)
     cli.line_function(warn, "warn")

@@ -223,7 +223,7 @@ def reference_notes(rows) -> list[str]:
 
 def check_rows(rows, name: str = "rows", how: str = "results_table.load(paths)") -> list[dict]:
     """``rows`` as a list of result objects, else one sentence saying to pass ``how``: a dict, a str or a list of
-    paths was walked key by key or character by character, each then "not an object"."""
+    paths would be walked key by key or character by character, each then "not an object"."""
     if isinstance(rows, (str, bytes, os.PathLike, dict)) or not isinstance(rows, Iterable):
         got = f"a {type(rows).__name__}"
     else:
