@@ -378,7 +378,7 @@ def test_files_that_are_not_checkpoints_are_one_sentence(tmp_path):
     assert "lacks 1 tensor(s)" in message and "transformer.h.1.mlp.up_proj.weight" in message
 
 
-def test_a_state_dict_of_no_blocks_or_a_damaged_stored_config_says_what_to_do(tmp_path):
+def test_cli_a_state_dict_of_no_blocks_or_a_damaged_stored_config_says_what_to_do(tmp_path):
     # These said what was wrong and stopped: "layer indices [] of the state dict are not 0..L-1 (L >= 1).", "the
     # checkpoint's sps_jax_config is not JSON (...)." and "... is not a run config: it is list, not an object."
     sd = {k: v for k, v in synthetic_state_dict().items() if ".h." not in k}

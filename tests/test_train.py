@@ -494,7 +494,7 @@ def test_resuming_on_a_token_folder_of_other_tokens_is_refused_and_a_copy_of_the
                                        f"{gone} has no readable manifest, so the two were not compared.\n")
 
 
-def test_resuming_on_its_token_folder_prepared_again_with_other_tokens_is_refused(tmp_path):
+def test_cli_resuming_on_its_token_folder_prepared_again_with_other_tokens_is_refused(tmp_path):
     # The same data.dir, prepared again in place (`data prepare --force`) with other tokens: the resume went on with
     # them without a word, where the same tokens at another path were refused.
     data = write_token_folder(str(tmp_path / "tokens"))

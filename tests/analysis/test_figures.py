@@ -319,7 +319,7 @@ def test_seeds_measured_over_other_tokens_are_not_pooled_and_an_ablation_says_so
     assert "which score other tokens: the figure draws them as they are." in capsys.readouterr().err
 
 
-def test_a_refused_window_ablation_says_its_one_sentence_without_the_warning_about_the_figure(tmp_path, capsys):
+def test_cli_a_refused_window_ablation_says_its_one_sentence_without_the_warning_about_the_figure(tmp_path, capsys):
     """A run folder and its own evaluation JSON: the warning that their NLLs score other tokens came first, then the
     refusal of one method given twice, two messages of which the first was about a figure never drawn."""
     run = write_run(tmp_path / "run", "s-sps", "sps", 64, [3.6, 3.2])

@@ -237,7 +237,7 @@ def test_a_results_json_cut_short_says_what_to_do(tmp_path, capsys):
         "that checkpoint again (evaluate --force replaces it).\n"), err
 
 
-def test_a_run_s_metrics_jsonl_given_as_a_result_is_told_which_files_are(tmp_path, capsys):
+def test_cli_a_run_s_metrics_jsonl_given_as_a_result_is_told_which_files_are(tmp_path, capsys):
     # It was told to evaluate that checkpoint again: a metrics.jsonl is no checkpoint's result.
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.0}\n')
     assert evaluate.main(["table", str(tmp_path / "metrics.jsonl"), "--out", str(tmp_path / "t")]) == 2

@@ -1,6 +1,7 @@
 """The scorer batches within a token budget and compiles only bucketed shapes."""
 
 import numpy as np
+import pytest
 
 from sps_jax.inference import scoring
 
@@ -24,7 +25,6 @@ def test_rows_per_batch_are_powers_of_two_within_the_token_budget(make_model):
 def test_arrays_score_as_their_lists_and_ids_that_are_no_integers_are_one_sentence(make_model):
     # 464.7 was scored as 464 and True as 1; numpy and jax arrays failed on their ambiguous truth value.
     import jax.numpy as jnp
-    import pytest
 
     net, params = make_model("sps", 2)
     scorer = scoring.Scorer(net, params)
@@ -44,8 +44,6 @@ def test_arrays_score_as_their_lists_and_ids_that_are_no_integers_are_one_senten
 def test_a_continuation_longer_than_the_context_says_which_pair_and_what_to_do(make_model):
     # It said only "continuation of 70 tokens does not fit the model's context of 64." (an lm-eval task's answer
     # choice longer than a small model's context), naming neither the request nor a way on.
-    import pytest
-
     net, params = make_model("sps", 2)
     scorer = scoring.Scorer(net, params)
     T = net.cfg.seq_len
