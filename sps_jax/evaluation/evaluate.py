@@ -319,12 +319,12 @@ def main_table(argv) -> int:
             runs.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
     rows = results_table.load(args.results)
     md = results_table.markdown_both(rows)
-    print(md)
-    if args.out:
+    if args.out:  # before printing: a reader that stops early (| head -1) must not cost the files
         with files.results(args.force):
             files.write_text(args.out + ".md", md + "\n")
             files.write_text(args.out + ".tex", results_table.latex_both(rows) + "\n")
         cli.note(f"wrote {args.out}.md and {args.out}.tex")
+    print(md)
     return 0
 
 

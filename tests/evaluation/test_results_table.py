@@ -263,3 +263,22 @@ def test_rows_given_to_the_table_in_python_are_checked_as_files_are(change, sent
         with pytest.raises(ValueError) as refusal:
             table(rows)
         assert str(refusal.value).startswith(sentence), refusal.value
+
+
+class _ReaderGone:
+    """A stdout whose reader has stopped (``| head -1`` with PYTHONUNBUFFERED=1): every write fails."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_cli_a_table_written_to_out_is_kept_when_the_printed_copy_cannot_be(tmp_path, monkeypatch):
+    # The Markdown was printed before OUT.md and OUT.tex were written: `table ... --out main | head -1`, unbuffered,
+    # lost the files to the broken pipe.
+    evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
+    monkeypatch.setattr("sys.stdout", _ReaderGone())
+    evaluate.main(["table", str(tmp_path / "r.json"), "--out", str(tmp_path / "main")])
+    assert sorted(os.listdir(tmp_path)) == ["main.md", "main.tex", "r.json"]
