@@ -91,8 +91,8 @@ def write_results(args, results) -> None:
     if args.json:
         with files.results(args.force):
             files.write_json(args.json, results, indent=2)
-        if args.json not in _UNSAID:
-            print(f"wrote {args.json}")
+        if args.json not in _UNSAID:  # a note: stdout holds the results alone (smoke's JSON lines, train's JSON)
+            cli.note(f"wrote {args.json}")
 
 
 def results(command: str, *flags: str) -> dict:

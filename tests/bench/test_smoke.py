@@ -152,10 +152,23 @@ def test_a_notebook_gets_a_benchmarks_results_as_the_command_writes_them(tmp_pat
 
     (row,) = bench.results("smoke", "--config", "configs/tiny.py", "--variants", "standard")
     assert row["variant"] == "standard" and row["decode_error"] < smoke.DECODE_TOLERANCE
-    assert "wrote" not in capsys.readouterr().out  # no temporary file named
+    assert "wrote" not in str(capsys.readouterr())  # no temporary file named, on stdout or stderr
     with pytest.raises(ValueError, match=r"^python -m sps_jax.bench smoke: argument --variants: unknown variant 'nope'"):
         bench.results("smoke", "--config", "configs/tiny.py", "--variants", "nope")
     with pytest.raises(ValueError, match=r"^bench.results returns the results itself: leave --json out\.$"):
         bench.results("smoke", "--json", str(tmp_path / "x.json"))
     with pytest.raises(ValueError, match=r"^unknown benchmark 'smok': did you mean 'smoke'\?$"):
         bench.results("smok")
+
+
+def test_the_json_files_path_is_a_note_so_stdout_holds_only_the_results(tmp_path, capsys):
+    # "wrote PATH" followed the results on stdout: smoke's JSON lines and train's JSON no longer parsed whole.
+    import argparse
+
+    from sps_jax import bench
+
+    path = tmp_path / "r.json"
+    bench.write_results(argparse.Namespace(json=str(path), force=False), [{"variant": "sps"}])
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"wrote {path}\n")
+    assert json.loads(path.read_text()) == [{"variant": "sps"}]
