@@ -114,7 +114,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=None,
-                        help="comma-separated variants to time side by side (the first is the ratio's base)")
+                        help="comma-separated variants to time side by side (the first is the ratio's base) "
+                             "(default: the config's model.variant)")
     parser.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
                         help="comma-separated model.attention backends to time each variant with (default: the "
                         "config's); the ratio's base is the first variant with the first backend")

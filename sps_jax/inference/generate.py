@@ -88,7 +88,7 @@ def _parser() -> cli.ArgumentParser:
     parser.add_argument("--step", type=sps_config.step_argument, default=None,
                         help="generate with this checkpoint of the run (default: the latest), as evaluate --step")
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--prompt", help="one prompt; the completion is printed")
+    what.add_argument("--prompt", help="one prompt, printed with its completion (or written as JSONL with --out)")
     what.add_argument("--prompts-file", type=cli.input_path("prompts file", cli.FILE, PASS_PROMPTS),
                       help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
     parser.add_argument("--out", type=cli.output_path, help="write the results as JSONL here (default: print them)")

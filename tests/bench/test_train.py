@@ -187,3 +187,12 @@ def test_a_profile_folder_holding_the_config_file_is_refused_even_with_force(tmp
         f"error: --profile {folder} holds --config {config}, which this command reads and replacing the folder would "
         "delete: choose another --profile (--force replaces earlier results, never an input).")
     assert config.is_file()
+
+
+def test_cli_help_says_which_variant_is_timed_without_variants(capsys):
+    # It named no default, and the config's own variant is timed.
+    from sps_jax.bench import train as bench_train
+
+    with pytest.raises(SystemExit):
+        bench_train.main(["--help"])
+    assert "(default: the config's model.variant)" in " ".join(capsys.readouterr().out.split())

@@ -656,3 +656,10 @@ def test_a_notebook_completes_texts_as_the_command_does(tmp_path):
         completions.complete(config.model, params, texts, 4, names=["a"])
     with pytest.raises(ValueError, match=r"^line 2 is empty"):
         completions.complete(config.model, params, ["a", ""], 4, names=["line 1", "line 2"])
+
+
+def test_cli_help_says_that_prompt_prints_the_prompt_with_its_completion(capsys):
+    # It said "the completion is printed", and the prompt came first on stdout (a script cut it off wrongly).
+    with pytest.raises(SystemExit):
+        generate.main(["--help"])
+    assert "--prompt PROMPT one prompt, printed with its completion (or" in " ".join(capsys.readouterr().out.split())
