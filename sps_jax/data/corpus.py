@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shlex
 import sysconfig
 from typing import Iterator
@@ -146,7 +147,7 @@ def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
         if field not in record:
             raise UserError(f"{path} line {line_no} has no {field!r} field: JSONL sources need one object per "
                             "line; pass --text-field with the name of the text field.")
-        yield _text_of(record[field], f"{path} line {line_no}", field)
+        yield _text_of(record[field], f"{path} line {line_no}", field, errors, _HALF_PAIR_HINT)
 
 
 def prepare_flags(settings: dict) -> str | None:
@@ -170,13 +171,27 @@ def prepare_flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def _text_of(value, where: str, field: str) -> str:
+# Half of a UTF-16 surrogate pair (JSON's "\ud800" escape writes one), which is no character: tiktoken encodes it as
+# U+FFFD without a word, so the ids would be of another text.
+_HALF_PAIR = re.compile("[\ud800-\udfff]")
+_HALF_PAIR_HINT = "write the whole pair or the character itself, or pass --errors replace to replace it with U+FFFD"
+
+
+def _text_of(value, where: str, field: str, errors: str = STRICT, hint: str = "fix that record") -> str:
     """A record's text: a string, '' for null (a record without text, which prepare skips and counts, as an empty
-    one); anything else is refused."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    raise UserError(f"{where}: field {field!r} holds {value!r:.40}, a {type(value).__name__} value, not text: fix that "
-                    "record, or pass --text-field naming the field that holds the documents.")
+    one); anything else is refused, as is half a surrogate pair unless ``errors`` replaces it (``hint``: what to do
+    about one)."""
+    if value is not None and not isinstance(value, str):
+        raise UserError(f"{where}: field {field!r} holds {value!r:.40}, a {type(value).__name__} value, not text: fix "
+                        "that record, or pass --text-field naming the field that holds the documents.")
+    text = value or ""
+    half = _HALF_PAIR.search(text)
+    if half is None:
+        return text
+    if errors == STRICT:
+        raise UserError(f"{where}: field {field!r} holds U+{ord(half.group()):04X}, half of a UTF-16 surrogate pair, "
+                        f"which is no character: {hint}.")
+    return _HALF_PAIR.sub("\ufffd", text)
 
 
 def _parquet_file(path: str, field: str) -> Iterator[str]:

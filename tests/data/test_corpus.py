@@ -107,3 +107,14 @@ def test_a_record_whose_text_is_null_is_a_record_without_text(tmp_path):
     # counts (tests/data/test_prepare.py).
     (tmp_path / "n.jsonl").write_text('{"text": "a"}\n{"text": null}\n{"text": "b"}\n')
     assert list(corpus.documents(str(tmp_path / "n.jsonl"))) == ["a", "", "b"]
+
+
+def test_a_record_holding_half_a_surrogate_pair_is_refused_or_replaced_as_errors_says(tmp_path):
+    # JSON's "\ud800" escape is half a UTF-16 pair, no character: tiktoken encoded it as U+FFFD without a word, so
+    # prepare wrote the ids of another text with status 0, strict or not.
+    (tmp_path / "s.jsonl").write_text('{"text": "ok"}\n{"text": "half \\ud800 pair"}\n{"text": "\\ud83d\\ude00"}\n')
+    with pytest.raises(ValueError, match=r"s.jsonl line 2: field 'text' holds U\+D800, half of a UTF-16 surrogate "
+                                         r"pair, which is no character: write the whole pair or the character itself, "
+                                         r"or pass --errors replace to replace it with U\+FFFD\.$"):
+        list(corpus.documents(str(tmp_path / "s.jsonl")))
+    assert list(corpus.documents(str(tmp_path / "s.jsonl"), errors="replace")) == ["ok", "half \ufffd pair", "😀"]
