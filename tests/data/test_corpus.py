@@ -118,3 +118,19 @@ def test_a_record_holding_half_a_surrogate_pair_is_refused_or_replaced_as_errors
                                          r"or pass --errors replace to replace it with U\+FFFD\.$"):
         list(corpus.documents(str(tmp_path / "s.jsonl")))
     assert list(corpus.documents(str(tmp_path / "s.jsonl"), errors="replace")) == ["ok", "half \ufffd pair", "😀"]
+
+
+@pytest.mark.parametrize("errors", ["strict", "replace"])
+def test_a_text_file_holding_nul_bytes_is_refused_as_binary_whatever_errors_says(tmp_path, errors):
+    # NUL is valid UTF-8, so UTF-16 text without a byte-order mark was tokenised as "h\0i\0", and under --errors
+    # replace a gzip file named .txt became one document of U+FFFD and bytes, both with status 0.
+    (tmp_path / "utf16.txt").write_bytes("hi there".encode("utf-16-le"))
+    (tmp_path / "packed.txt").write_bytes(gzip.compress(b"some text " * 50))
+    (tmp_path / "marked.txt").write_bytes("hi".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"marked.txt is not UTF-8 text: byte 0 is 0xff \(it opens with a UTF-16 "
+                                         r"byte-order mark\): "):
+        list(corpus.documents(str(tmp_path / "marked.txt"), errors=errors))
+    for name, byte in (("utf16.txt", "1 is 0x00"), ("packed.txt", "1 is 0x8b")):  # gzip's 0x8b: the first not UTF-8
+        with pytest.raises(ValueError, match=rf"{name} is binary data, not text \(it holds NUL bytes; byte {byte}\): "
+                                             r"pass a UTF-8 text file\.$"):
+            list(corpus.documents(str(tmp_path / name), errors=errors))
