@@ -150,6 +150,12 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
         writers = {split: _SplitWriter(building, split) for split in token_folder.SPLITS}
         no_text = _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc,
                                    val_fraction, max_documents, max_tokens, batch_documents, log, start)
+        # A file written to meanwhile (a download still appending) gave tokens of no one version of it, which the
+        # manifest would record under the fingerprint taken before the read.
+        read_files = corpus.fingerprint(source)
+        if read_files != source_files:
+            raise UserError(f"source {source!r} changed while prepare read it ({_stale(source_files, read_files)} "
+                            "prepare began): prepare again once nothing writes to it.")
         manifest = {"tokenizer": loader.TOKENIZER, "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
                     "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
         if source_files is not None:

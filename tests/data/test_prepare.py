@@ -246,6 +246,30 @@ def test_a_folder_prepared_from_source_files_since_changed_is_not_called_up_to_d
     assert "already holds this corpus" in messages[0]
 
 
+def test_a_source_file_that_changes_while_it_is_read_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    # A JSONL file a download was still appending to: its tokens were of no one version of it, the folder was
+    # written under the file's size from before the read, and the next prepare called it changed since.
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.txt").write_text("the first document\n")
+    (source / "b.txt").write_text("the second document\n")
+    read = corpus.documents
+
+    def appending(*args, **kwargs):
+        for n, text in enumerate(read(*args, **kwargs)):
+            if n == 0:
+                with open(source / "b.txt", "a") as f:
+                    f.write("more of it\n")
+            yield text
+
+    monkeypatch.setattr(corpus, "documents", appending)
+    out = tmp_path / "tokens"
+    with pytest.raises(ValueError, match=r"^source '.*src' changed while prepare read it \(b.txt changed since prepare "
+                                         r"began\): prepare again once nothing writes to it\.$"):
+        prepare.prepare(str(source), str(out), val_fraction=0, log=lambda *a: None)
+    assert not out.exists()
+
+
 def test_hidden_files_and_folders_of_a_source_folder_are_not_read(tmp_path):
     # A notebook's .ipynb_checkpoints copy was read as one more document.
     source = tmp_path / "src"
