@@ -31,6 +31,7 @@ from sps_jax.names import did_you_mean
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
+READ_SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES  # a folder's files of other suffixes are not read
 ERRORS = ("strict", "replace")
 STRICT = ERRORS[0]  # the default: a bad byte stops prepare
 BUILTIN = "builtin"  # the source that is the embedded corpus
@@ -107,6 +108,14 @@ def _folder_files(path: str) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         out += [os.path.join(folder, f) for f in sorted(names) if not f.startswith(".")]
     return out
+
+
+def unread_files(source: str) -> list[str]:
+    """The files of a source folder (hidden ones aside) whose suffix is of no kind read, so no document of theirs is
+    tokenised: [] for a file, 'builtin' and the hub."""
+    if not is_local(source) or not os.path.isdir(source):
+        return []
+    return [p for p in _folder_files(source) if not _kind(p)]
 
 
 def is_hub(source: str) -> bool:
@@ -318,7 +327,7 @@ def check_source(source: str) -> None:
                             "place, or move them out of the folder.")
     paths = _files(source, every)
     if not paths:
-        raise ValueError(f"source folder {source!r} holds no {', '.join(TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES)} "
+        raise ValueError(f"source folder {source!r} holds no {', '.join(READ_SUFFIXES)} "
                          "files: pass a folder of such files, or one file.")
     nowhere = [p for p in paths if files.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised

@@ -144,6 +144,12 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
         log(f"{out} already holds this corpus ({existing['splits']['train']['tokens']:,} train tokens); "
             "pass --force to rebuild.")
         return existing
+    unread = corpus.unread_files(source)
+    if unread:  # a README or a .csv among the documents: said, with a count, rather than left out unsaid
+        names = ", ".join(os.path.relpath(p, source) for p in unread[:2]) + (
+            f" and {len(unread) - 2} more" if len(unread) > 2 else "")
+        log(f"prepare: {len(unread):,} file(s) of source folder {source} not read, their suffix none of "
+            f"{', '.join(corpus.READ_SUFFIXES)} ({names}): rename those that are documents.")
     start = time.time()
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with files.replace_folder(out) as building:

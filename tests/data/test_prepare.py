@@ -270,6 +270,22 @@ def test_a_source_file_that_changes_while_it_is_read_is_refused_and_nothing_is_w
     assert not out.exists()
 
 
+def test_the_files_of_a_source_folder_that_are_not_read_are_counted_and_named(tmp_path):
+    # A README and a .csv beside the .txt documents were left out without a word.
+    source = tmp_path / "src"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.txt").write_text("the only document\n")
+    (source / "README").write_text("about the corpus\n")
+    (source / "sub" / "table.csv").write_text("a,b\n")
+    (source / "sub" / "page.html").write_text("<p>hi</p>\n")
+    messages = []
+    manifest = prepare.prepare(str(source), str(tmp_path / "tokens"), val_fraction=0, log=messages.append)
+    assert manifest["splits"]["train"]["documents"] == 1
+    assert messages[0] == ("prepare: 3 file(s) of source folder " + str(source) + " not read, their suffix none of "
+                           ".txt, .md, .rst, .text, .jsonl, .json, .ndjson, .parquet (README, "
+                           + os.path.join("sub", "page.html") + " and 1 more): rename those that are documents.")
+
+
 def test_hidden_files_and_folders_of_a_source_folder_are_not_read(tmp_path):
     # A notebook's .ipynb_checkpoints copy was read as one more document.
     source = tmp_path / "src"
