@@ -134,3 +134,15 @@ def test_a_text_file_holding_nul_bytes_is_refused_as_binary_whatever_errors_says
         with pytest.raises(ValueError, match=rf"{name} is binary data, not text \(it holds NUL bytes; byte {byte}\): "
                                              r"pass a UTF-8 text file\.$"):
             list(corpus.documents(str(tmp_path / name), errors=errors))
+
+
+def test_a_jsonl_file_whose_lines_end_in_a_carriage_return_alone_is_said_so(tmp_path):
+    # Its records were read as one line and refused as "not JSON at line 1, column 15 (Extra data)", which named no
+    # cause: the file looks like one record per line in an editor.
+    (tmp_path / "mac.jsonl").write_bytes(b'{"text": "a"}\r{"text": "b"}\r')
+    with pytest.raises(ValueError, match=r"mac.jsonl is not JSON at line 1, column 15 \(Extra data\): its lines end "
+                                         r"in a carriage return alone \(\\r\), and JSON Lines end in \\n: convert "
+                                         r"its line endings\.$"):
+        list(corpus.documents(str(tmp_path / "mac.jsonl")))
+    (tmp_path / "dos.jsonl").write_bytes(b'{"text": "a"}\r\n{"text": "b"}\r\n')  # \r\n is read
+    assert list(corpus.documents(str(tmp_path / "dos.jsonl"))) == ["a", "b"]
