@@ -283,6 +283,10 @@ def main_evaluate(argv) -> int:
             write_json(out, result)
         cli.note(f"wrote {out}")
         rows.append(result)
+    if not rows:  # every listed checkpoint was deleted: status 0 and an empty table read as "evaluated"
+        raise cli.UserError(f"no checkpoint of {workdir} was evaluated: the run's retention deleted each of "
+                            f"{steps} while it trains, and now it has {checkpoint.steps(workdir)}: rerun --all-steps "
+                            "when training ends, or evaluate the latest now without --all-steps.")
     print(results_table.markdown_both(rows))
     return 0
 

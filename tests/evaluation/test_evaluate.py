@@ -158,6 +158,27 @@ def test_all_steps_skips_a_checkpoint_that_the_training_runs_retention_deletes_m
     assert sorted(p.name for p in (tmp_path / "run" / "eval").iterdir()) == ["step_5.json", "step_9.json"]
 
 
+def test_cli_all_steps_whose_every_checkpoint_the_training_runs_retention_deletes_is_one_sentence(tmp_path,
+                                                                                                  monkeypatch):
+    # A run that trains keeping only its latest checkpoint: the one listed was deleted before it was evaluated, and
+    # the command exited 0 with an empty table, as if the run had been evaluated.
+    from sps_jax import checkpoint
+    net, params5 = save_tiny_run(tmp_path / "run", seed=0)
+    write_val_data(tmp_path / "data")
+    real = evaluate.evaluate_checkpoint
+
+    def training_saves_meanwhile(path, step, *args, **kwargs):
+        runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params5, step=step + 2)
+        shutil.rmtree(checkpoint.step_dir(str(tmp_path / "run"), step))
+        return real(path, step, *args, **kwargs)
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", training_saves_meanwhile)
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"),
+                                        "--all-steps"], timeout=300)
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "error: no checkpoint of " in outcome.stderr and "now it has [7]" in outcome.stderr
+    assert not (tmp_path / "run" / "eval").exists()
+
+
 @pytest.mark.parametrize("all_steps, advice", [
     (False, "pass --out FILE to write the results elsewhere."),
     (True, "make that folder writable, or evaluate one checkpoint at a time with --step N --out FILE.")])
