@@ -210,6 +210,25 @@ def _new_steps(steps, workdir: str, force: bool) -> list[int]:
     return [step for step in steps if step not in kept]
 
 
+def _check_intact(steps, workdir: str) -> list[int]:
+    """The steps --all-steps evaluates, refused in one sentence before any is evaluated when one fails the cheap
+    checks (a damaged checkpoint, as a training run leaves one for inspection); one that the training run's retention
+    deleted meanwhile passes, for the loop to say its skip."""
+    from sps_jax import checkpoint
+
+    for step in steps:
+        reason = checkpoint.problem(workdir, step, ("params", "meta"))
+        if reason is None:
+            continue
+        time.sleep(0.5)  # a retention deletion in progress looks damaged: let it finish before asking
+        if step not in checkpoint.steps(workdir):
+            continue
+        raise cli.UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}), so --all-steps cannot "
+                            f"evaluate every checkpoint: move {checkpoint.step_dir(workdir, step)} out of the run "
+                            "folder and rerun, or evaluate the others one at a time with --step N.")
+    return list(steps)
+
+
 def main_evaluate(argv) -> int:
     p = _parser()
     args = p.parse_args(argv)
@@ -237,7 +256,7 @@ def main_evaluate(argv) -> int:
     steps = [args.step]
     if args.all_steps:
         steps, workdir = _all_steps(p, args, path)
-        steps = _new_steps(steps, workdir, args.force)
+        steps = _check_intact(_new_steps(steps, workdir, args.force), workdir)
     if args.val_data and os.path.isfile(os.path.join(args.val_data, runs.CONFIG_FILE)):  # before the results
         # file's check, which would say that file "lies in --val-data" and to rename it
         raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "

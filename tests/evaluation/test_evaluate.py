@@ -179,6 +179,22 @@ def test_cli_all_steps_whose_every_checkpoint_the_training_runs_retention_delete
     assert not (tmp_path / "run" / "eval").exists()
 
 
+def test_cli_all_steps_refuses_a_damaged_checkpoint_before_evaluating_any(tmp_path):
+    # The damaged newest checkpoint (as a training run leaves one for inspection) was met after every older one had
+    # been evaluated, and its sentence said to read one of the others instead, which the command had just done.
+    from sps_jax import checkpoint
+    net, params5 = save_tiny_run(tmp_path / "run", seed=0)
+    runs.save_run(str(tmp_path / "run"), runs.read_config(str(tmp_path / "run")), params5, step=9)
+    os.remove(os.path.join(checkpoint.step_dir(str(tmp_path / "run"), 9), checkpoint.ORBAX_METADATA))
+    write_val_data(tmp_path / "data")
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--val-data", str(tmp_path / "data"),
+                                        "--all-steps"], timeout=300)
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"checkpoint step 9 of {tmp_path / 'run'} is damaged (_CHECKPOINT_METADATA is missing)" in outcome.stderr
+    assert "--step N" in outcome.stderr
+    assert not (tmp_path / "run" / "eval").exists()
+
+
 @pytest.mark.parametrize("all_steps, advice", [
     (False, "pass --out FILE to write the results elsewhere."),
     (True, "make that folder writable, or evaluate one checkpoint at a time with --step N --out FILE.")])
