@@ -183,6 +183,17 @@ def recorded_model(workdir: str, step: int) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def recorded_tokens(workdir: str, step: int) -> int | None:
+    """The input tokens checkpoint ``step`` records it was trained on (training's meta item), or None where it does
+    not say (an imported or converted checkpoint) or its meta item cannot be read (said where the weights are read)."""
+    try:
+        meta = files.read_json(os.path.join(step_dir(workdir, step), "meta", "metadata"))
+    except (ValueError, OSError):
+        return None
+    tokens = meta.get("tokens_seen") if isinstance(meta, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+
+
 class OtherModel(UserError):
     """A checkpoint records another model than the config it is read with."""
 

@@ -764,7 +764,12 @@ def run_info(path: str, step: int | None = None) -> dict:
 
 
 def tokens_seen(workdir: str, step: int, config) -> int:
-    """From metrics.jsonl (the last record at or before the step), else step x global batch x seq_len."""
+    """The checkpoint's own record (training writes it in the meta item), else metrics.jsonl (the last record at or
+    before the step), else step x global batch x seq_len. The record comes first: a metrics.jsonl that lost its
+    records up to the step would give an earlier step's count."""
+    recorded = checkpoint.recorded_tokens(workdir, step)
+    if recorded is not None:
+        return recorded
     best = None
     for rec in metrics.read(workdir):
         if "tokens_seen" in rec and rec.get("step", -1) <= step and (best is None or rec["step"] >= best[0]):

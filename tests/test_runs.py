@@ -716,6 +716,15 @@ def test_a_metrics_record_exactly_at_the_step_counts_the_tokens_seen_by_then(tmp
     assert runs.run_info(str(tmp_path / "run"), step=5)["tokens_seen"] == 250
 
 
+def test_tokens_seen_is_the_checkpoints_own_record_where_metrics_lost_the_records_up_to_its_step(tmp_path):
+    # A metrics.jsonl that ends before the checkpoint (its tail lost, or replaced) gave the last record's tokens, labelled
+    # as the checkpoint's step: step 7's evaluation said 100 tokens where the checkpoint records 350.
+    params = save_small_run(tmp_path / "run", metrics_lines=[{"step": 2, "tokens_seen": 100}])
+    config = runs.read_config(str(tmp_path / "run"))
+    runs.save_run(str(tmp_path / "run"), config, params, step=7, meta={"tokens_seen": 350})
+    assert runs.run_info(str(tmp_path / "run"), step=7)["tokens_seen"] == 350
+
+
 def test_configs_differing_only_in_how_the_model_is_computed_are_the_same_model():
     # Guards against dropping the EXECUTION_FIELDS filter: another attention backend, remat or loss chunk on resume
     # or init_from was called "another model".
