@@ -71,6 +71,16 @@ def test_curves_command_plots_validation_against_tokens_and_compute(tmp_path):
     assert width > height
 
 
+def test_curves_of_a_run_whose_config_json_names_another_model_than_its_checkpoints_is_one_sentence(tmp_path):
+    # Another run's config.json in the folder: the SPS run's curve was drawn, labelled and costed as Standard.
+    from sps_jax import checkpoint
+    run = write_run(tmp_path / "run", "tiny-standard", "standard", None, [4.0, 3.5])
+    checkpoint.save_params(run, 20, {"w": np.zeros(2, np.float32)}, small_config("sps", 2).function_fields)
+    with pytest.raises(checkpoint.OtherModel, match="checkpoint step 20 of .* was trained as variant='sps'"):
+        figures.curves([run], str(tmp_path / "c.png"))
+    assert not os.path.exists(tmp_path / "c.png")
+
+
 def test_curves_of_runs_that_share_a_name_are_labelled_by_their_folders(tmp_path):
     # Seeds of one config share its name: the legend and the numbers file showed "tiny-standard" twice.
     runs_ = [write_run(tmp_path / "runs" / folder, name, variant, window, [4.0, 3.5])
