@@ -303,6 +303,10 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                             f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
                             "--workdir NEW.")
         _check_resume(workdir, saved, config)
+        if not os.path.lexists(os.path.join(workdir, metrics.METRICS_FILE)):  # curves would begin at the resume
+            cli.note(f"warning: {workdir} has checkpoints but no {metrics.METRICS_FILE} (moved or deleted): the records "
+                     "of the steps it trained are lost, and this run's begin after its checkpoint; put the file back "
+                     "before resuming to keep them.")
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")

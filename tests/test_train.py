@@ -494,6 +494,21 @@ def test_resuming_on_a_token_folder_of_other_tokens_is_refused_and_a_copy_of_the
                                        f"{gone} has no readable manifest, so the two were not compared.\n")
 
 
+def test_resuming_a_run_whose_metrics_file_is_gone_warns_that_its_curve_will_begin_at_the_resume(tmp_path, tokens,
+                                                                                                  reference, capsys):
+    # It resumed into a new metrics.jsonl without a word: the curves drawn later began at the checkpoint's step.
+    trained = shutil.copytree(reference, tmp_path / "trained")
+    config = small_config(tokens, STEPS)
+    capsys.readouterr()
+    runs.check_workdir(str(trained), config)
+    assert capsys.readouterr().err == ""
+    os.remove(trained / "metrics.jsonl")
+    runs.check_workdir(str(trained), config)
+    assert capsys.readouterr().err == (f"warning: {trained} has checkpoints but no metrics.jsonl (moved or deleted): "
+                                       "the records of the steps it trained are lost, and this run's begin after its "
+                                       "checkpoint; put the file back before resuming to keep them.\n")
+
+
 def test_cli_resuming_on_its_token_folder_prepared_again_with_other_tokens_is_refused(tmp_path):
     # The same data.dir, prepared again in place (`data prepare --force`) with other tokens: the resume went on with
     # them without a word, where the same tokens at another path were refused.
