@@ -287,6 +287,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     m.update(shapes)
     m.num_heads = int(heads or m.num_heads)
     m.seq_len = int(context or m.seq_len)
+    if stored_config is None and window != FROM_FILE and (m.window is not None or window is None):  # not when dropped
+        notes += _window_replaced(window, fields.get("window"), m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
     if prefix is not None and "name" not in (sps_config.override_key(item) for item in overrides):
@@ -313,6 +315,18 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                      f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
                      "computes other logits than the exported one")
     return config, notes
+
+
+def _window_replaced(window, in_file, seq_len: int) -> list[str]:
+    """A note when the --window flag gives another visibility than the file's model_args window_size (allowed, as
+    --num-heads, never silent); a window of at least the context sees as far as none (their w=4096 runs)."""
+    def reach(w):
+        return None if w is None or (isinstance(w, int) and w >= seq_len) else w
+
+    if in_file is None or reach(window) == reach(in_file):
+        return []
+    return [f"--window {'none' if window is None else window} replaces the checkpoint's model_args['window_size'] = "
+            f"{in_file!r}: the imported model sees other keys, so it computes other logits than the saved one"]
 
 
 # The model_args fields that win over a stored config's (the file's own context and heads); the stored config wins

@@ -725,3 +725,26 @@ def test_an_import_with_bfloat16_weights_stores_them_in_bfloat16(tmp_path):
     assert {str(x.dtype) for x in jax.tree_util.tree_leaves(params)} == {"bfloat16"}
     wte = sd["_orig_mod.transformer.wte.weight"].numpy()  # the embedding, rounded once to bfloat16
     np.testing.assert_array_equal(np.asarray(params["embed"], np.float32), wte.astype(jnp.bfloat16).astype(np.float32))
+
+
+@pytest.mark.parametrize("flag, says", [("2", "--window 2"), ("none", "--window none")])
+def test_a_window_flag_that_replaces_the_files_window_size_is_said(tmp_path, capsys, flag, says):
+    # --num-heads and --variant against the file were said; --window silently replaced the window the model was
+    # trained with, and the imported run computed other logits than the saved one.
+    sd = synthetic_state_dict()
+    torch.save(authors_checkpoint(sd, window=1), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--window", flag, "--out", str(tmp_path / "run"),
+                              *OVERRIDES]) == 0
+    assert f"note: {says} replaces the checkpoint's model_args['window_size'] = 1: the imported model sees other " \
+           "keys, so it computes other logits than the saved one." in capsys.readouterr().err
+    logits_match(tmp_path / "run", sd, "sps", 2 if flag == "2" else None)
+
+
+@pytest.mark.parametrize("flag", ["1", "none"])
+def test_a_window_flag_that_computes_the_files_window_says_nothing(tmp_path, capsys, flag):
+    # The same window, or no window over a file whose window_size is the whole context (their w=4096 runs).
+    sd = synthetic_state_dict()
+    torch.save(authors_checkpoint(sd, window=1 if flag == "1" else T), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--window", flag, "--out", str(tmp_path / "run"),
+                              *OVERRIDES]) == 0
+    assert "note:" not in capsys.readouterr().err
