@@ -291,6 +291,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         notes += _window_replaced(window, fields.get("window"), m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
+    _check_rope_buffers(sd, m.d_model // m.num_heads, m.get("rope_theta", sps_model.ModelConfig.rope_theta))
     if prefix is not None and "name" not in (sps_config.override_key(item) for item in overrides):
         config.name = sps_config.run_name(prefix, m)  # as load_config renames a config after its overrides
     for field, have in shapes.items():
@@ -315,6 +316,18 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                      f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
                      "computes other logits than the exported one")
     return config, notes
+
+
+def _check_rope_buffers(sd, head_dim: int, rope_theta: float) -> None:
+    """Refuse a saved RoPE ``inv_freq`` buffer (left out of the weights) whose base is not the one the import rotates
+    with: their module rotates with the buffer it loads, so the logits would differ."""
+    want = 1.0 / (float(rope_theta) ** (np.arange(0, head_dim, 2) / head_dim))
+    for key in sorted(k for k in sd if k.endswith("inv_freq")):
+        have = np.asarray(sd[key], np.float64).reshape(-1)
+        if have.shape == want.shape and not np.allclose(have, want, rtol=1e-5):
+            base = have[1] ** (-head_dim / 2) if have.size > 1 and have[1] > 0 else float("nan")
+            raise UserError(f"{key} holds RoPE frequencies of base {base:.6g}, not the {float(rope_theta):g} this "
+                            f"import rotates with: pass --config.model.rope_theta={base:.6g}.")
 
 
 def _window_replaced(window, in_file, seq_len: int) -> list[str]:

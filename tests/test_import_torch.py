@@ -748,3 +748,21 @@ def test_a_window_flag_that_computes_the_files_window_says_nothing(tmp_path, cap
     assert import_torch.main([str(tmp_path / "ckpt.pt"), "--window", flag, "--out", str(tmp_path / "run"),
                               *OVERRIDES]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_a_saved_rope_inv_freq_of_another_base_is_refused_naming_the_override(tmp_path):
+    # A persistent inv_freq buffer is what their module rotates with once loaded; it was dropped, and the import
+    # rotated with base 10000, computing other logits than the saved model.
+    sd = synthetic_state_dict(compiled=False)
+    K = D // H
+    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, K, 2).double() / K))
+    sd = {**sd, **{f"transformer.h.{i}.attn.rotary.inv_freq": inv_freq.float() for i in range(L)}}
+    torch.save(authors_checkpoint(sd, window=2), tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "transformer.h.0.attn.rotary.inv_freq holds RoPE frequencies of base 500000, not the 10000 this import " \
+           "rotates with: pass --config.model.rope_theta=500000." in outcome.stderr
+    assert not (tmp_path / "run").exists()
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES,
+                                            "--config.model.rope_theta=500000"])
+    assert outcome.status == 0, outcome.stderr
