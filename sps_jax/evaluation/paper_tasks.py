@@ -88,7 +88,12 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
     """Every local file belongs to a task being run, is a file (a '~' the shell left, a folder and a missing path are
     one sentence each), and has a readable format."""
     for key, path in task_data.items():
-        if key not in keys:  # ARC_EASY is offered arc_easy (names.close_name)
+        close = names.close_name(key, keys) if keys else None
+        if key not in keys and key in GROUPS["paper"] and close is not None and close.lower() == key.lower():
+            # "did you mean 'ARC_EASY'?" sent --task-data after a --tasks name lm-eval then called unknown
+            raise ValueError(f"--tasks names {close!r}, which is --task-data's {key!r} in another case, and task "
+                             f"names are case-sensitive: write {key} in --tasks.")
+        if key not in keys:  # a misspelt task is offered the one being run (names.close_name)
             raise ValueError(f"--task-data given for {key!r}{names.did_you_mean(key, keys)}, which is not among the tasks "
                              f"being run ({', '.join(keys) or 'none'}).")
         home = cli.unexpanded_home(path)

@@ -90,3 +90,12 @@ def test_task_data_for_a_task_not_run_offers_the_one_it_likely_means():
 
     with pytest.raises(ValueError, match=r"^--task-data '=arc\.jsonl' must look like TASK=PATH"):
         evaluate._task_data(["=arc.jsonl"])
+
+
+def test_task_data_for_a_paper_task_run_in_another_case_says_to_fix_the_tasks_name():
+    # --tasks ARC_EASY --task-data arc_easy=... was told "did you mean 'ARC_EASY'?", and --task-data ARC_EASY=...
+    # was then refused as an unknown task (did you mean 'arc_easy'?): each sentence sent the user to the other.
+    with pytest.raises(ValueError) as refusal:
+        paper_tasks.check_task_data({"arc_easy": "arc.jsonl"}, ["ARC_EASY"])
+    assert str(refusal.value) == ("--tasks names 'ARC_EASY', which is --task-data's 'arc_easy' in another case, and "
+                                  "task names are case-sensitive: write arc_easy in --tasks.")
