@@ -198,6 +198,16 @@ def _check_data_files(key: str, task_cfg: dict) -> None:
                                         f"data_files in the task's YAML, or pass --task-data {key}=FILE.")
 
 
+def _check_dataset(key: str, task_cfg: dict) -> None:
+    """One sentence when task ``key``'s YAML (a single task, not a group) names no dataset: `datasets` stopped on its
+    dataset_path None with a TypeError traceback, once the weights had loaded."""
+    if "task" in task_cfg and not task_cfg.get("group") and not task_cfg.get("dataset_path") \
+            and not task_cfg.get("custom_dataset"):
+        raise ValueError(f"task {key}'s YAML names no dataset_path, so lm-eval has no data to read: add dataset_path "
+                         f"(a hub dataset, or json with dataset_kwargs.data_files) to it, or pass --task-data "
+                         f"{key}=FILE.")
+
+
 def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) -> None:
     """One sentence when a task's template is not Jinja, or a local task file's records lack a field its task's
     templates read (``task_configs``: key -> lm-eval task config): lm-eval stopped on either with a Jinja traceback once
@@ -205,6 +215,7 @@ def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) 
     fields = {key: _template_fields(key, cfg or {}) for key, cfg in task_configs.items()}
     for key, cfg in task_configs.items():
         if key not in task_data:
+            _check_dataset(key, cfg or {})
             _check_data_files(key, cfg or {})
     for key, path in task_data.items():
         needed = fields.get(key, set())

@@ -856,3 +856,17 @@ def test_task_data_for_a_group_of_no_tasks_is_refused():
     with pytest.raises(cli.UserError, match=r"^--task-data empty_group=f\.jsonl: empty_group is a group of lm-eval "
                                             r"tasks \(none\)"):
         lm_eval_tasks.check_task_data_tasks({"empty_group": "f.jsonl"}, manager)
+
+
+def test_an_include_path_task_without_a_dataset_is_refused_before_loading_weights(tmp_path, monkeypatch):
+    # `datasets` stopped on its dataset_path None with a TypeError traceback, once the weights had loaded.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "bare.yaml").write_text("task: bare_task\n")
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["bare_task"], include_path=str(tmp_path / "yaml"),
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+    assert str(refusal.value) == ("task bare_task's YAML names no dataset_path, so lm-eval has no data to read: add "
+                                  "dataset_path (a hub dataset, or json with dataset_kwargs.data_files) to it, or pass "
+                                  "--task-data bare_task=FILE.")
