@@ -72,6 +72,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = lm_eval_tasks.task_manager(include_path, include_defaults)
         lm_eval_tasks.check_include_path(include_path, manager)
+        lm_eval_tasks.check_shadowed(keys, include_path, manager)
         paper_tasks.check_known(keys, manager.all_tasks)
         lm_eval_tasks.check_task_data_tasks(task_data, manager)
         lm_eval_tasks.check_hub(keys, task_data, manager)

@@ -193,6 +193,24 @@ def check_include_path(include_path: str | None, manager) -> None:
                                 "folder.") from None
 
 
+def check_shadowed(keys, include_path: str | None, manager) -> None:
+    """One sentence when a YAML under ``include_path`` defines a paper task being run (lm-eval lets it replace its
+    own): the results table reported its scores as the paper's task, or "-" when it had another metric."""
+    if include_path is None:
+        return
+    folder = os.path.join(os.path.realpath(include_path), "")
+    for key in keys:
+        if key not in paper_tasks.ZERO_SHOT and key not in paper_tasks.CORPORA:
+            continue
+        name = paper_tasks.lm_eval_name(key)
+        yaml_path = getattr(manager.task_index.get(name), "yaml_path", None)
+        if yaml_path is not None and os.path.realpath(yaml_path).startswith(folder):
+            raise cli.UserError(f"--include-path {include_path}: {yaml_path} defines the task {name}, which replaces "
+                                f"the paper's {key} task and would be reported as it: rename the task in that YAML "
+                                f"and pass the new name in --tasks, or pass --task-data {key}=FILE for the paper "
+                                "task on a local file.")
+
+
 @contextlib.contextmanager
 def _no_git_hash():
     """lm-eval logs the working directory's commit by running `git describe` with this process's stderr, so outside
@@ -248,6 +266,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
     fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
     manager = task_manager(include_path, include_defaults)
     paper_tasks.check_known(keys, manager.all_tasks)
+    check_shadowed(keys, include_path, manager)
     paper_tasks.check_task_data(task_data, keys)
     check_task_data_tasks(task_data, manager)
     check_task_records(task_data, manager)

@@ -870,3 +870,21 @@ def test_an_include_path_task_without_a_dataset_is_refused_before_loading_weight
     assert str(refusal.value) == ("task bare_task's YAML names no dataset_path, so lm-eval has no data to read: add "
                                   "dataset_path (a hub dataset, or json with dataset_kwargs.data_files) to it, or pass "
                                   "--task-data bare_task=FILE.")
+
+
+def test_an_include_path_yaml_replacing_a_paper_task_is_refused_before_loading_weights(tmp_path, monkeypatch,
+                                                                                      local_tasks):
+    # lm-eval lets an include folder's task replace its own: the results table reported the YAML's scores as the
+    # paper's GovReport (here "-": its metric is no word perplexity), without a word.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    yaml = tmp_path / "yaml" / "mine.yaml"
+    yaml.write_text(MC_YAML.format(data=local_tasks / "mc.jsonl").replace("task: tiny_mc", "task: sps_govreport"))
+    with pytest.raises(cli.UserError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["govreport"], include_path=str(tmp_path / "yaml"),
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+    assert str(refusal.value) == (f"--include-path {tmp_path / 'yaml'}: {yaml} defines the task sps_govreport, which "
+                                  "replaces the paper's govreport task and would be reported as it: rename the task in "
+                                  "that YAML and pass the new name in --tasks, or pass --task-data govreport=FILE for "
+                                  "the paper task on a local file.")
