@@ -486,6 +486,9 @@ def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, 
     ("numbers.json", b"[1, 2]", "has a record that is not a JSON object at record 1 (int)"),
     ("text.json", b'"q"', "has a record that is not a JSON object at its top level (str)"),
     ("plain.jsonl.gz", b"not gzip", "cannot be read as JSON (Not a gzipped file"),
+    # Python's json reads these, not JSON; the NaN question was scored as the text "nan", without a word
+    ("nan.jsonl", b'{"question": "q"}\n{"question": NaN}\n', "cannot be read as JSON (line 2: NaN is not a JSON value"),
+    ("inf.json", b'[{"question": -Infinity}]', "cannot be read as JSON (-Infinity is not a JSON value"),
     ("garbage.parquet", b"not parquet", "cannot be read as Parquet (Parquet magic bytes not found"),
 ])
 def test_a_local_task_file_without_a_readable_record_is_one_sentence_before_any_work(tmp_path, name, content,
