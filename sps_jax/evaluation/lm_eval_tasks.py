@@ -129,7 +129,7 @@ def _records_problem(task) -> str | None:
     rolling, text = task.OUTPUT_TYPE == "loglikelihood_rolling", ""
     for n, doc in enumerate(task.eval_docs, 1):
         try:
-            task.doc_to_text(doc)
+            context = task.doc_to_text(doc)
             target = task.doc_to_target(doc)
             choices = task.doc_to_choice(doc) if task.OUTPUT_TYPE == "multiple_choice" else None
         except Exception as e:
@@ -139,6 +139,10 @@ def _records_problem(task) -> str | None:
                 return f"record {n}'s choices are {choices!r:.60}, not a list of texts"
             if not (isinstance(target, int) and 0 <= target < len(choices) or target in choices):
                 return f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"
+        if task.OUTPUT_TYPE == "loglikelihood":
+            problem = _prediction_problem(context, target)
+            if problem:
+                return f"record {n} {problem}"
         stand_in = {"multiple_choice": [(0.0, False)] * len(choices or ()), "loglikelihood": [(0.0, False)],
                     "loglikelihood_rolling": [0.0]}.get(task.OUTPUT_TYPE)
         if stand_in is not None:
@@ -150,6 +154,18 @@ def _records_problem(task) -> str | None:
             text = str(target).strip()
     if rolling and not text:  # its NLL per byte and per word would divide by zero, or mean nothing
         return "its records hold no text, only empty or blank documents"
+    return None
+
+
+def _prediction_problem(context, target) -> str | None:
+    """What is wrong with a log-likelihood record (LAMBADA's passage, its last word the target), or None. A blank
+    target (a blank passage, or one ending in a space) scored the model's guess of a space; a blank context (a
+    one-word passage) scored the word with nothing to predict it from, or, of spaces only, stopped the evaluation
+    once the weights had loaded (lm-eval moves its spaces into the target, which leaves no context token)."""
+    if isinstance(target, str) and not target.strip():
+        return f"has nothing to predict: its target {target!r:.40} is blank"
+    if isinstance(context, str) and not context.strip():
+        return f"gives no context to predict its target {target!r:.40} from"
     return None
 
 

@@ -554,6 +554,50 @@ def test_task_data_whose_values_the_task_cannot_score_is_refused_before_loading_
                                        "values.")
 
 
+# lm-eval's lambada_openai: the passage's last word is predicted from the words before it.
+LAST_WORD_YAML = """task: tiny_last_word
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
+doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+@pytest.mark.parametrize("text, problem", [
+    # Scored without a word: the word "cat" predicted from no passage, a space predicted from an empty one.
+    ("cat", "record 2 gives no context to predict its target ' cat' from"),
+    ("", "record 2 has nothing to predict: its target ' ' is blank"),
+    ("the cat sat ", "record 2 has nothing to predict: its target ' ' is blank"),
+    # The evaluation stopped on these once the weights had loaded ("a context must have at least one token").
+    ("   ", "record 2 has nothing to predict: its target ' ' is blank"),
+    ("  cat", "record 2 gives no context to predict its target ' cat' from"),
+])
+def test_task_data_with_a_passage_of_no_context_or_no_last_word_is_refused_before_loading_weights(
+        tmp_path, monkeypatch, text, problem):
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    (tmp_path / "yaml").mkdir()
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"text": "the cat sat on the mat"}) + "\n")
+    (tmp_path / "yaml" / "tiny_last_word.yaml").write_text(LAST_WORD_YAML.format(data=good))
+    data = tmp_path / "records.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["the cat sat on the mat", text]))
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_last_word"],
+                                     task_data={"tiny_last_word": str(data)}, include_path=str(tmp_path / "yaml"),
+                                     tokenizer=CharTokenizer(), include_defaults=False)
+    assert str(refusal.value) == (f"--task-data tiny_last_word={data}: {problem}: pass a file whose records hold the "
+                                  "hub dataset's fields, with its kinds of values.")
+
+
 @pytest.mark.parametrize("limit", [-1, 0, 2.5])
 def test_a_limit_that_is_no_count_of_documents_is_refused_before_loading_weights(tmp_path, local_tasks, monkeypatch,
                                                                                    limit):
