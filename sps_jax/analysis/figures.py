@@ -135,7 +135,7 @@ def _finish(fig, out: str, data: dict) -> dict:
 
 def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
-    from sps_jax import checkpoint, model as sps_model, runs
+    from sps_jax import model as sps_model, runs
 
     out = files.path_text(out, "out")  # the JSON records it as text
     run_folders = files.path_list(run_folders, "run_folders")
@@ -144,9 +144,9 @@ def curves(run_folders, out: str) -> dict:
     for run in run_folders:
         info = runs.run_info(run)
         cfg = sps_model.ModelConfig.from_config(runs.read_config(info["workdir"]).model)
-        # The curve is labelled and costed by config.json's model: the checkpoints say whether they trained it.
-        if checkpoint.steps(info["workdir"]):
-            runs.check_trained_as(info["workdir"], None, cfg)
+        # The curve is labelled and costed by config.json's model: the latest checkpoint, if any, says whether it
+        # trained it.
+        runs.check_trained_as(info["workdir"], None, cfg)
         tokens, loss = validation_curve(run)
         per_token = flops.train_flops_per_token(cfg)
         train_flops = tokens * per_token
