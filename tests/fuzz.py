@@ -43,7 +43,7 @@ class Outcome:
         if self.status == 0:  # progress lines on stderr are fine; a traceback is not
             return None if "Traceback" not in self.stderr else f"status 0 with stderr {self.stderr[-600:]!r}"
         lines = [line for line in self.stderr.splitlines() if line.strip()]
-        errors = [line for line in lines if not line.startswith("warning:")]
+        errors = [line for line in lines if not line.startswith(("warning:", "note:"))]  # notes are progress
         if self.status == 2 and len(errors) == 1 and errors[0].startswith("error:") and "Traceback" not in self.stderr:
             return None
         return f"status {self.status} with stderr {self.stderr[-600:]!r}"
