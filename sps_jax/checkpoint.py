@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 
 from sps_jax import cli, files
 from sps_jax.cli import UserError
+from sps_jax.config import MAX_STEP, STEP_BOUND
 
 CHECKPOINT_DIR = "checkpoints"
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
@@ -97,9 +98,51 @@ def step_dir(workdir: str, step: int) -> str:
 
 
 def steps(workdir: str) -> list[int]:
-    """The steps that have a checkpoint, in order."""
+    """The steps that have a checkpoint, in order, once every folder named as one is the step it is named
+    (:func:`check_step_names`)."""
+    check_step_names(workdir)
     with manager(workdir, read_only=True) as mngr:
         return sorted(mngr.all_steps())
+
+
+def _recorded_step(folder: str) -> int | None:
+    """The step a checkpoint folder's meta item records, or None where it records none, or none a step can be, or
+    cannot be read (damage is said where the checkpoint is read)."""
+    try:
+        meta = files.read_json(os.path.join(folder, "meta", "metadata"))
+    except (ValueError, OSError):
+        return None
+    step = meta.get("step") if isinstance(meta, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
+def check_step_names(workdir: str) -> None:
+    """One sentence, before any weights load, when a folder in ``workdir``'s checkpoints/ named by digits is not the
+    checkpoint every reader would take it for: one whose meta item records another step (renamed by hand: it was read
+    as the step of its name), one Orbax skips (``005``, other digits than ASCII's: the run looked as if it had no checkpoint, and a resume
+    started it over), or one past ``MAX_STEP``, which no run reaches."""
+    folder = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+    try:
+        names = sorted((n for n in os.listdir(folder) if n.isdecimal()), key=int)
+    except OSError:  # no checkpoints/ yet, or a file there: said by the readers
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.isdir(path):  # a file named as a step (_no_checkpoint names it)
+            continue
+        recorded = _recorded_step(path)
+        step = int(name) if recorded is None else recorded
+        if step > MAX_STEP:
+            raise UserError(f"{path} is the checkpoint of step {step}, past step {MAX_STEP}, {STEP_BOUND}, so no run "
+                            f"saved it: move it out of {folder}.")
+        if step != int(name):
+            raise UserError(f"{path} holds the checkpoint of step {step} (its meta item records it), not of step "
+                            f"{int(name)} as its name says: rename it back to {step_dir(workdir, step)}, or move it "
+                            f"out of {folder}.")
+        if name != str(step):
+            raise UserError(f"{path} is the checkpoint of step {step}, but Orbax reads a step only from its number "
+                            f"written plainly (ASCII digits, no leading zeros), so every reader would skip it: rename it to "
+                            f"{step_dir(workdir, step)}.")
 
 
 def weights_only(workdir: str) -> bool:
@@ -376,6 +419,7 @@ class TrainCheckpoints:
                             enable_async_checkpointing=True, cleanup_tmp_directories=True)
 
     def steps(self) -> list[int]:
+        check_step_names(self.workdir)
         return sorted(self.mngr.all_steps())
 
     def restore_newest_intact(self, restore):

@@ -563,10 +563,14 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
 
 
 def saved_step(step) -> int:
-    """``step`` as the step a checkpoint is saved under: an integer of at least 0 (else one sentence)."""
+    """``step`` as the step a checkpoint is saved under: an integer from 0 to ``MAX_STEP`` (else one sentence): every
+    reader refuses a checkpoint past it (checkpoint.check_step_names)."""
     step = cli.integer(step, "step")
     if step < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
+    if step > sps_config.MAX_STEP:
+        raise ValueError(f"step={step} is past step {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: save it at a step "
+                         "up to that.")
     return step
 
 

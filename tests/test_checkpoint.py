@@ -360,3 +360,18 @@ def test_a_ctrl_c_during_a_weights_save_waits_for_the_save_then_stops_the_comman
     finally:
         signal.signal(signal.SIGINT, previous)
     assert checkpoint.steps(str(tmp_path / "run")) == [3]
+
+
+def test_a_resume_refuses_a_checkpoint_folder_renamed_to_another_step_rather_than_call_it_broken(tmp_path):
+    # checkpoints/3 renamed to checkpoints/5: the resume called step 5 broken and went on from step 2 with a warning
+    # (with no other checkpoint, it said to start the run afresh).
+    workdir = run_with_steps(tmp_path, [2, 3], milestone_every=2)
+    os.rename(checkpoint.step_dir(workdir, 3), checkpoint.step_dir(workdir, 5))
+    ckpts, warned = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, warn=lambda m: warned.append(m)), []
+    try:
+        with pytest.raises(UserError, match=r"/checkpoints/5 holds the checkpoint of step 3 \(its meta item records "
+                                            r"it\), not of step 5 as its name says: rename it back to .*/checkpoints/3"):
+            ckpts.restore_newest_intact(restore(ckpts))
+    finally:
+        ckpts.close()
+    assert warned == [] and sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "5"]

@@ -771,3 +771,84 @@ def test_a_run_whose_files_are_of_the_wrong_kind_is_told_what_to_put_back(tmp_pa
     with pytest.raises((OSError, ValueError)) as refusal:
         runs.load_model(str(run))
     assert str(refusal.value).endswith(says.format(run=run)), refusal.value
+
+
+def renamed_checkpoint(tmp_path, name, recorded=None):
+    """A small run whose checkpoint of step 5 was renamed by hand to checkpoints/<name>; ``recorded``, when given, is
+    written over the step its meta item records (an edited meta item)."""
+    save_small_run(tmp_path / "run", metrics_lines=[{"step": 5, "tokens_seen": 320, "val_loss": 4.0}])
+    run = str(tmp_path / "run")
+    os.rename(checkpoint.step_dir(run, 5), os.path.join(run, "checkpoints", name))
+    if recorded is not None:
+        meta_file = os.path.join(run, "checkpoints", name, "meta", "metadata")
+        meta = json.loads(open(meta_file).read())
+        with open(meta_file, "w") as f:
+            json.dump({**meta, "step": recorded}, f)
+    return run
+
+
+def renamed_sentence(run, name, step):
+    ckpts = os.path.join(run, "checkpoints")
+    return (f"{ckpts}/{name} holds the checkpoint of step {step} (its meta item records it), not of step {int(name)} "
+            f"as its name says: rename it back to {ckpts}/{step}, or move it out of {ckpts}.")
+
+
+def test_a_checkpoint_folder_renamed_to_another_step_is_refused_naming_both_before_its_weights_load(tmp_path,
+                                                                                                  monkeypatch):
+    # checkpoints/5 renamed to checkpoints/9 was read as step 9: evaluate wrote step_9.json, and "the latest" of a run
+    # with a real step 7 was the older weights.
+    import re
+    from sps_jax.cli import UserError
+    run = renamed_checkpoint(tmp_path, "9")
+    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
+    sentence = "^" + re.escape(renamed_sentence(run, "9", 5)) + "$"
+    for call in (lambda: runs.load_run(run), lambda: runs.load_run(os.path.join(run, "checkpoints", "9")),
+                 lambda: runs.run_info(run, 9), lambda: checkpoint.steps(run)):
+        with pytest.raises(UserError, match=sentence):
+            call()
+
+
+def test_cli_every_command_that_reads_a_checkpoint_refuses_one_renamed_by_hand(tmp_path, monkeypatch, capsys):
+    from sps_jax.analysis import figures
+    run = renamed_checkpoint(tmp_path, "9")
+    monkeypatch.setattr(checkpoint, "restore_params", no_weights)
+    sentence = renamed_sentence(run, "9", 5)
+    for name, err in refusals_of_every_loading_command(tmp_path, run, run, capsys):
+        assert sentence in err, (name, err)
+    assert figures.main(["curves", run, "--out", str(tmp_path / "curves.png")]) == 2
+    assert capsys.readouterr().err.strip().endswith(sentence)
+    assert sorted(os.listdir(tmp_path)) == ["data", "run"]  # nothing written
+
+
+def test_a_checkpoint_folder_orbax_does_not_read_as_a_step_is_refused_not_taken_for_no_checkpoint(tmp_path):
+    # Orbax skips checkpoints/005: a reader said the run had no checkpoint yet ("train it until it saves one"), and a
+    # resume started the run over from step 0, emptying its metrics.jsonl.
+    from sps_jax.cli import UserError
+    run = renamed_checkpoint(tmp_path, "005")
+    ckpts = os.path.join(run, "checkpoints")
+    sentence = (f"{ckpts}/005 is the checkpoint of step 5, but Orbax reads a step only from its number written "
+                f"plainly (ASCII digits, no leading zeros), so every reader would skip it: rename it to {ckpts}/5.")
+    for call in (lambda: runs.load_run(run), lambda: runs.check_workdir(run, runs.read_config(run))):
+        with pytest.raises(UserError) as refusal:
+            call()
+        assert str(refusal.value) == sentence
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() != ""
+
+
+def test_a_checkpoint_past_the_last_step_a_run_can_reach_is_refused_and_never_saved(tmp_path):
+    # checkpoints/2147483648 (its meta item edited to match) loaded as that step, which no run reaches (AdamW counts
+    # its updates in int32) and no --step can name; save_run wrote one.
+    from sps_jax.cli import UserError
+    run = renamed_checkpoint(tmp_path, "2147483648", recorded=2 ** 31)
+    ckpts = os.path.join(run, "checkpoints")
+    with pytest.raises(UserError) as refusal:
+        runs.load_run(run)
+    assert str(refusal.value) == (f"{ckpts}/2147483648 is the checkpoint of step 2147483648, past step 2147483647, the "
+                                  "last step a run can reach (AdamW counts updates in int32), so no run saved it: move "
+                                  f"it out of {ckpts}.")
+    cfg, _, params = small_model("sps", 2)
+    config = ml_collections.ConfigDict({"name": "r", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}})
+    with pytest.raises(ValueError, match=r"^step=2147483648 is past step 2147483647, the last step a run can reach "
+                                         r"\(AdamW counts updates in int32\): save it at a step up to that\.$"):
+        runs.save_run(str(tmp_path / "new"), config, params, step=2 ** 31)
+    assert not (tmp_path / "new").exists()
