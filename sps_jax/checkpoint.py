@@ -183,13 +183,18 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
     return None
 
 
+def stored_shapes(workdir: str, step: int, sharding=None):
+    """Checkpoint ``step``'s params as ShapeDtypeStructs (with ``sharding`` when given), read from their metadata
+    alone: no array is read."""
+    stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir(workdir, step), "params"))
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                                  stored.item_metadata.tree)
+
+
 def _on_one_device(workdir: str, step: int):
     """The stored params' shapes and dtypes on this process's first device: without a target Orbax restores
     onto the saving mesh's devices, so a run trained on eight GPUs would not load on one."""
-    stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir(workdir, step), "params"))
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
-                                  stored.item_metadata.tree)
+    return stored_shapes(workdir, step, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
 
 
 def _short(exc: BaseException, limit: int = 160) -> str:

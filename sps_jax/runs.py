@@ -613,6 +613,23 @@ def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig)
             "edited, or the checkpoints were copied from another run)")
 
 
+def check_stored_shapes(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> None:
+    """One sentence when checkpoint ``step`` (None: the latest; a run without one passes) holds parameters of other
+    shapes than ``cfg`` (read from the run's config.json) implies: :func:`check_params` on the shapes its metadata
+    records, without reading an array. A checkpoint whose metadata cannot be read passes: a curve needs no weights,
+    and the commands that load them say so."""
+    found = checkpoint.steps(workdir)
+    step = found[-1] if step is None and found else step
+    if step not in found or checkpoint.problem(workdir, step, ("params",)) is not None:
+        return
+    try:
+        stored = checkpoint.stored_shapes(workdir, step)
+    except Exception:  # Orbax's errors for damaged metadata are of many kinds
+        return
+    check_params(sps_model.Transformer(cfg), stored,
+                 (f"checkpoint step {step} of {workdir} does not match its {CONFIG_FILE}", RUN_CHECKPOINT[1]))
+
+
 def read_run(path: str, step: int | None = None):
     """(run folder, step, config, ModelConfig) of a run folder or checkpoint path and an asked-for step (None:
     the latest), read and checked before any weights load: config.json describes a model, and the checkpoint

@@ -629,3 +629,20 @@ def test_a_figure_whose_numbers_file_exists_names_that_file_as_what_it_is(tmp_pa
     assert figures.main(["curves", run, "--out", str(tmp_path / "fig.png")]) == 2
     assert capsys.readouterr().err == (f"error: the figure's numbers file (beside --out) {tmp_path / 'fig.json'} already "
                                        "exists: pass --force to replace it, or choose another name.\n")
+
+
+def test_curves_of_a_run_whose_config_json_is_of_another_model_size_than_its_checkpoint_is_one_sentence(tmp_path):
+    # Another run's config.json (d_model 32) beside weights of d_model 48: the curve was costed (train_flops) and
+    # labelled by it without a word, since only the trained-as fields were compared.
+    from sps_jax import checkpoint
+    from tests.helpers import small_model
+    run = write_run(tmp_path / "run", "tiny-sps", "sps", 2, [4.0, 3.5])
+    cfg, _, params = small_model("sps", 2, d_model=48)
+    checkpoint.save_params(run, 20, params, cfg.function_fields)
+    have, want = sps_model.count_params(sps_model.Transformer(cfg)), small_config("sps", 2).num_params
+    with pytest.raises(ValueError) as refusal:
+        figures.curves([run], str(tmp_path / "c.png"))
+    assert str(refusal.value) == (f"checkpoint step 20 of {run} does not match its config.json: it holds {have:,} "
+                                  f"parameters but the config implies {want:,}; put back the config.json the run was "
+                                  "trained with (this one was edited, or belongs to another run).")
+    assert not os.path.exists(tmp_path / "c.png")
