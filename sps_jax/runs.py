@@ -633,12 +633,13 @@ def check_stored_shapes(workdir: str, step: int | None, cfg: sps_model.ModelConf
 def read_run(path: str, step: int | None = None):
     """(run folder, step, config, ModelConfig) of a run folder or checkpoint path and an asked-for step (None:
     the latest), read and checked before any weights load: config.json describes a model, and the checkpoint
-    was trained as that model (:func:`check_trained_as`). The ModelConfig's attention backend is one this
+    was trained as that model (:func:`check_trained_as`) and holds its shapes (:func:`check_stored_shapes`). The ModelConfig's attention backend is one this
     machine runs (:func:`runnable_here`)."""
     workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
     cfg = checked_model_config(config, workdir)
     check_trained_as(workdir, step, cfg)
+    check_stored_shapes(workdir, step, cfg)
     return workdir, step, config, runnable_here(cfg, workdir)
 
 
