@@ -29,8 +29,8 @@ import orbax.checkpoint as ocp
 from sps_jax import cli, files
 from sps_jax.cli import UserError
 from sps_jax.config import MAX_STEP, STEP_BOUND
+from sps_jax.run_files import CHECKPOINT_DIR
 
-CHECKPOINT_DIR = "checkpoints"
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
 TRAIN_ITEMS = ("params", "opt_state", "meta", "data")

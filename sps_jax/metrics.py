@@ -12,10 +12,8 @@ import warnings
 
 from sps_jax import files, plotting
 from sps_jax.cli import UserError
+from sps_jax.run_files import CHECKPOINT_DIR, METRICS_FILE, PLOT_FILE, TENSORBOARD_DIR
 
-METRICS_FILE = "metrics.jsonl"
-PLOT_FILE = "loss.png"
-TENSORBOARD_DIR = "tensorboard"
 # The key of the record a leg of training writes once its last checkpoint is on disk (no curve: the file's alone).
 CHECKPOINT_SAVED = "checkpoint_saved"
 
@@ -42,8 +40,6 @@ def read(workdir: str, required: bool = False) -> list[dict]:
         raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")
     if not os.path.isfile(path):
         if required:
-            from sps_jax.checkpoint import CHECKPOINT_DIR  # here: Orbax loads with it, and only this error needs it
-
             run = os.path.dirname(os.path.dirname(os.path.abspath(workdir)))
             if os.path.basename(os.path.dirname(os.path.abspath(workdir))) == CHECKPOINT_DIR and os.path.isfile(
                     os.path.join(run, METRICS_FILE)):  # a checkpoint's folder: its run holds the metrics

@@ -24,6 +24,7 @@ LOW_LEVEL = {
     "sps_jax.torch_layout": set(),
     "sps_jax.tracking": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.token_folder": {"sps_jax.cli", "sps_jax.files"},
+    "sps_jax.run_files": {"sps_jax.cli", "sps_jax.files", "sps_jax.token_folder", "sps_jax.tracking"},
     "sps_jax.hub": set(),
     "sps_jax.kernel_tuning": set(),
     "sps_jax.block_tables": {"sps_jax.kernel_tuning", "sps_jax.masks"},

@@ -1,0 +1,112 @@
+"""A run folder's own files (``config.json``, ``metrics.jsonl``, ``loss.png``, ``wandb_run_id``, ``checkpoints/``,
+``tensorboard/``), and the checks that keep every command's outputs off them and out of token folders.
+
+It loads no jax (``runs``, which reads runs, and ``checkpoint`` do), so that a command checks an output path as
+an argument, before jax loads.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sps_jax import cli, files, token_folder, tracking
+from sps_jax.cli import UserError
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"  # this and the two below: sps_jax.metrics writes them
+PLOT_FILE = "loss.png"
+TENSORBOARD_DIR = "tensorboard"
+CHECKPOINT_DIR = "checkpoints"  # sps_jax.checkpoint's
+# A run folder's own files beside its checkpoints/, which only training writes.
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, PLOT_FILE, tracking.RUN_ID_FILE)
+# Folders of a run that only training writes: a new run removes its tensorboard/ (NEW_RUN_DROPS) with anything in it.
+RUN_FOLDERS = (CHECKPOINT_DIR, TENSORBOARD_DIR)
+
+
+def run_file(path: str) -> tuple[str, str] | None:
+    """(run folder, which of its own files) when ``path`` is a run's config.json, metrics.jsonl, loss.png or
+    wandb_run_id, or lies in its checkpoints/ or tensorboard/; else None."""
+    full = os.path.realpath(path)
+    if os.path.basename(full) in RUN_FILES and \
+            os.path.isfile(os.path.join(os.path.dirname(full), CONFIG_FILE)):
+        return os.path.dirname(full), os.path.basename(full)
+    folder = full
+    while os.path.dirname(folder) != folder:
+        folder, name = os.path.dirname(folder), os.path.basename(folder)
+        if name in RUN_FOLDERS and os.path.isfile(os.path.join(folder, CONFIG_FILE)):
+            return folder, name + "/"
+    return None
+
+
+def refuse_run_files(path: str, flag: str) -> None:
+    """One sentence when writing ``path`` would replace or add to a run's own files, whatever ``--force`` says."""
+    owned = run_file(path) if path.strip() else None
+    if owned is not None:
+        raise UserError(f"{flag} {path} would write into the run {owned[0]}'s own files (its {CONFIG_FILE}, "
+                        f"{METRICS_FILE}, {PLOT_FILE}, {tracking.RUN_ID_FILE}, {CHECKPOINT_DIR}/ and "
+                        f"{TENSORBOARD_DIR}/), which only training writes: choose another path.")
+
+
+def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
+                rename: str = "choose another name", elsewhere: str = "choose another path",
+                example: str = "results.json") -> str:
+    """:func:`sps_jax.files.output_file`, and a run's own files (its config.json, metrics.jsonl, loss.png,
+    anything under its checkpoints/) refused even with ``force``: replacing one would damage the run; so is
+    any path inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
+    refuse_run_files(path, flag)
+    token_folder.refuse_inside_tokens(path, flag)
+    return files.output_file(path, flag, force, inputs, rename, elsewhere, example)
+
+
+def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
+    """:func:`sps_jax.files.output_folder` of a folder that becomes a run or a token folder, refused inside an
+    existing run (:func:`refuse_inside_run`; its checkpoints/ or a folder in it as one of the run's own files) or
+    inside a token folder (:func:`sps_jax.token_folder.refuse_inside_tokens`)."""
+    refuse_run_files(path, flag)
+    refuse_inside_run(path, flag)
+    token_folder.refuse_inside_tokens(path, flag)
+    return files.output_folder(path, flag, inputs)
+
+
+def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None, inputs=()) -> None:
+    """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.files.replace_folder` would fill with ``what``:
+    one that already holds files unless ``force``; even then an empty path, the working directory, a folder in a
+    run or a token folder (:func:`output_folder`), a file, one holding a run or token folder that replacing
+    it would delete, or one holding or lying in one of the command's ``inputs`` ((what, path or None) pairs).
+    ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
+    cli.true_or_false(force, "force")
+    output_folder(path, flag, inputs)
+    files.check_folder_place(path, flag, f"pass a new folder for {what}")
+    if check is not None:
+        check()
+    held = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    # --force deletes the folder whole, so a run or token folder, it or one at any depth below, would go with it.
+    kept = lambda folder: is_run(folder) or token_folder.is_token_folder(folder)  # noqa: E731
+    if held and kept(path):
+        raise UserError(f"{flag} {path} is a {'run' if is_run(path) else 'token folder'}, which replacing it would "
+                        f"delete: choose a new {flag}.")
+    below = files.below(path, kept) if held else None
+    if below is not None:
+        raise UserError(f"{flag} {path} holds {below}, a run or token folder that replacing it would delete: choose a "
+                        f"new {flag}.")
+    if held and not force:
+        raise UserError(f"{flag} {path} already holds files ({', '.join(held[:3])}): choose a new {flag}, or pass "
+                        f"--force to replace that folder with {what} (it is swapped in only when complete).")
+
+
+def is_run(folder: str) -> bool:
+    """Whether ``folder`` holds a run: a config.json beside checkpoints/ or metrics.jsonl (a config.json alone
+    may be any program's, such as a Hugging Face model's)."""
+    return os.path.isfile(os.path.join(folder, CONFIG_FILE)) and (
+        os.path.isdir(os.path.join(folder, CHECKPOINT_DIR)) or os.path.isfile(os.path.join(folder, METRICS_FILE)))
+
+
+def refuse_inside_run(path: str, flag: str) -> None:
+    """One sentence when the run or token folder a command would make at ``path`` lies inside another run:
+    its files would mix with that run's, where TensorBoard (which reads a run's folders for event files),
+    Orbax and the run's evaluations would meet them, and moving or deleting the run would take them along.
+    Result files (evaluate's RUN/eval/, a figure) are not folders of this kind and stay allowed."""
+    run = files.enclosing(path, is_run)
+    if run is not None:
+        raise UserError(f"{flag} {path} lies inside the run {run}, where its files would mix with that run's: "
+                        "choose a folder outside it.")
