@@ -1,8 +1,10 @@
 """Launch settings of the flash kernels (``pallas_attention`` and ``triton_attention``): tiles, warps and
-pipeline stages per kernel, and the per-target defaults in one table (docs/pallas.md, "Per-target defaults").
+pipeline stages per kernel, and the per-target defaults in one table (docs/pallas.md, "Per-target defaults");
+and splash's (``splash_attention``) block sizes.
 
 Pure data and lookups; the GPU a lowering targets comes from the attached device, or from
-:func:`lowering_for` in a deviceless compile.
+:func:`lowering_for` in a deviceless compile. It loads jax only to ask for that device, so that a command's
+parser checks tiles before jax loads.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import contextlib
 import contextvars
 import dataclasses
 
-import jax
 import numpy as np
 
 
@@ -79,6 +80,19 @@ TUNING_STREAMS = 2
 # Head dims past 128 (not used by the paper): small tiles keep the shared memory in bounds.
 WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
 
+# Splash computes scores and masks 128 lanes at a time: every block is a multiple of this.
+SPLASH_LANES = 128
+# Splash's default blocks, the same for forward, dQ and dK/dV: 128 interleaved query rows (64 positions x
+# 2 streams) against 128 keys of one stream. At T=4096, w=64 this computes 0.562 of the scores of
+# a dense causal kernel over the 2T slots (256 x 128 blocks: 0.577, 256 x 256: 0.623), the
+# issue's target being <= 0.57. VMEM per kernel step at head_dim 128, bf16: q, k, v, dO blocks of
+# 32 KiB each, double-buffered, f32 accumulators and a 128 x 128 f32 score tile of 64 KiB each,
+# segment-id and index blocks of 64 KiB: under 2 MiB, far inside the scoped VMEM a Mosaic kernel
+# gets by default on v5e and v6e (chips with 128 MiB of VMEM). The deviceless compiles for both
+# (tests/test_splash_attention.py, `python -m sps_jax.bench compile`) check it: Mosaic allocates
+# VMEM at compile time and fails when a kernel does not fit.
+SPLASH_BLOCK = 128
+
 # The GPU a lowering is for when no GPU is attached (deviceless compiles set it; see `lowering_for`).
 _TARGET_CC = contextvars.ContextVar("sps_jax_target_cc", default=None)
 
@@ -101,6 +115,8 @@ def target_compute_capability() -> str | None:
 def _target_major() -> int:
     cc = _TARGET_CC.get()
     if cc is None:
+        import jax
+
         cc = getattr(jax.devices()[0], "compute_capability", None)  # "9.0" on a CUDA device
     return int(str(cc).split(".")[0]) if cc else 9  # interpret mode: any entry serves
 
@@ -130,6 +146,12 @@ def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int |
     scale = TUNING_STREAMS // streams
     return Tuning(*(dataclasses.replace(t, block_q=t.block_q * scale)
                     for t in (tuning.forward, tuning.dq, tuning.dkv)))
+
+
+def check_splash_block(b) -> None:
+    """A ValueError unless ``b`` is a splash block size: a positive multiple of :data:`SPLASH_LANES`."""
+    if not isinstance(b, (int, np.integer)) or b < SPLASH_LANES or b % SPLASH_LANES:
+        raise ValueError(f"every splash block must be a positive multiple of {SPLASH_LANES}, got {b!r}.")
 
 
 def tile_side(n: int) -> int:

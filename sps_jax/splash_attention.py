@@ -35,25 +35,12 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 from jax.sharding import PartitionSpec as P
 
-from sps_jax import block_tables, flops, masks, mesh as sps_mesh
+from sps_jax import block_tables, flops, kernel_tuning, masks, mesh as sps_mesh
 from sps_jax import pallas_attention as pa
 
-# Splash computes scores and masks 128 lanes at a time: every block is a multiple of this.
-LANES = 128
-# Default blocks, the same for forward, dQ and dK/dV: 128 interleaved query rows (64 positions x
-# 2 streams) against 128 keys of one stream. At T=4096, w=64 this computes 0.562 of the scores of
-# a dense causal kernel over the 2T slots (256 x 128 blocks: 0.577, 256 x 256: 0.623), the
-# issue's target being <= 0.57. VMEM per kernel step at head_dim 128, bf16: q, k, v, dO blocks of
-# 32 KiB each, double-buffered, f32 accumulators and a 128 x 128 f32 score tile of 64 KiB each,
-# segment-id and index blocks of 64 KiB: under 2 MiB, far inside the scoped VMEM a Mosaic kernel
-# gets by default on v5e and v6e (chips with 128 MiB of VMEM). The deviceless compiles for both
-# (tests/test_splash_attention.py, `python -m sps_jax.bench compile`) check it: Mosaic allocates
-# VMEM at compile time and fails when a kernel does not fit.
-DEFAULT_BLOCK = 128
 
-
-def block_sizes(block_q: int = DEFAULT_BLOCK, block_kv: int = DEFAULT_BLOCK, *, block_q_bwd: int | None = None,
-                block_kv_bwd: int | None = None) -> splash.BlockSizes:
+def block_sizes(block_q: int = kernel_tuning.SPLASH_BLOCK, block_kv: int = kernel_tuning.SPLASH_BLOCK, *,
+                block_q_bwd: int | None = None, block_kv_bwd: int | None = None) -> splash.BlockSizes:
     """Splash's ``BlockSizes`` with ``block_q`` query rows (interleaved slots) by ``block_kv`` keys (of
     one stream) for the forward kernel, and the ``*_bwd`` sizes (default: the same) for dQ and dK/dV."""
     bq_bwd = block_q if block_q_bwd is None else block_q_bwd
@@ -80,8 +67,7 @@ def check_block_sizes(bs) -> None:
     if not bs.has_backward_blocks:
         raise ValueError("block_sizes must give the dQ and dK/dV blocks too (splash_attention.block_sizes does).")
     for b in sum(_query_and_key_blocks(bs), ()):
-        if not isinstance(b, (int, np.integer)) or b < LANES or b % LANES:
-            raise ValueError(f"every splash block must be a positive multiple of {LANES}, got {b!r}.")
+        kernel_tuning.check_splash_block(b)
 
 
 def padded_len(T: int, streams: int, bs: splash.BlockSizes = DEFAULT_BLOCK_SIZES) -> int:

@@ -77,9 +77,9 @@ def parse_args(argv):
                    "TPU and pallas elsewhere")
     tiles = p.add_argument_group(
         "tiles", "override every kernel's launch (default: pallas, the per-target table kernel_tuning.TUNING "
-        f"for the head dim, triton, its TRITON_TUNING; splash, {sp.DEFAULT_BLOCK} x {sp.DEFAULT_BLOCK}). pallas and "
+        f"for the head dim, triton, its TRITON_TUNING; splash, {kernel_tuning.SPLASH_BLOCK} x {kernel_tuning.SPLASH_BLOCK}). pallas and "
         f"triton: positions per tile, powers of two; splash: --block-q interleaved rows and --block-k keys, "
-        f"multiples of {sp.LANES}; --num-warps and --num-stages are pallas's and triton's only")
+        f"multiples of {kernel_tuning.SPLASH_LANES}; --num-warps and --num-stages are pallas's and triton's only")
     for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
                        ("num-stages", "pipeline stages")):
         tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
@@ -142,7 +142,7 @@ def describe(args) -> str:
 
 
 def splash_blocks(args):
-    return sp.block_sizes(args.block_q or sp.DEFAULT_BLOCK, args.block_k or sp.DEFAULT_BLOCK)
+    return sp.block_sizes(args.block_q or kernel_tuning.SPLASH_BLOCK, args.block_k or kernel_tuning.SPLASH_BLOCK)
 
 
 def make_kernel(args):
