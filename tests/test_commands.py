@@ -94,7 +94,22 @@ ANSWERED_WITHOUT_JAX = {
     "sps_jax.data.__main__": [["--help"], ["--version"], ["prepare", "--help"], ["verify", "--help"],
                               ["prepare", "--bogus"], ["prepare", "--out", "x"],
                               ["prepare", "--source", "x", "--out", "y", "--max-tokens", "ten"], ["frobnicate"]],
-    "sps_jax.bench.__main__": [["--help"], ["--version"], ["frobnicate"], []],
+    "sps_jax.bench.__main__": [["--help"], ["--version"], ["frobnicate"], [],
+                               # each benchmark's --help and refusals that need no device, jax loading after them
+                               ["attention", "--help"], ["attention", "--head-dim", "63"],
+                               ["attention", "--attention", "pallas", "--block-q", "48"],
+                               ["attention", "--attention", "splash", "--block-k", "64"],
+                               ["attention", "--batch-size", "6000", "--seq-len", "65536"],
+                               ["tiles", "--help"], ["tiles", "--tiles", "48x32"],
+                               ["train", "--help"], ["train", "--config", "configs/tiny.py", "--steps", "0"],
+                               ["train", "--config", "configs/tiny.py", "--profile", "README.md"],
+                               ["generate", "--help"], ["generate", "--repeats", "0"],
+                               ["generate", "--json", "README.md"],  # an existing file, without --force
+                               ["smoke", "--help"], ["smoke", "--variants", "sps,sps"],
+                               ["smoke", "--json", "configs/tiny.py"],  # the config it reads
+                               ["compile", "--help"], ["compile", "--target", "h100", "--only", "kernels",
+                                                       "--prefill", "8"],
+                               ["compile", "--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"]],
     "sps_jax.evaluation.evaluate": [["--help"], ["--version"], ["table", "--help"], ["--bogus"], ["tabel"],
                                     ["--tasks", "paper"], ["--workdir", "x", "--val-batch-size", "two"],
                                     ["--workdir", "x", "--tasks", "paper,paper"], ["table"]],

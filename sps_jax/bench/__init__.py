@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import cli, files
+from sps_jax import cli, files, run_files
 
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
@@ -46,31 +46,28 @@ def add_json_flag(parser) -> None:
 
 
 def check_json(args):
-    """``args`` after refusing a ``--json`` path that cannot take the results (before any timing)."""
-    # Imported here, not at the top: sps_jax.runs loads jax, and ``python -m sps_jax.bench`` (this
-    # package) answers --help, --version and a wrong benchmark name without it.
-    from sps_jax import runs
+    """``args`` after refusing a ``--json`` path that cannot take the results (before any timing; it loads no
+    jax, so a benchmark checks it with its arguments)."""
     if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
         # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
         from sps_jax import config as sps_config
         config = getattr(args, "config", None)
-        runs.output_file(args.json, "--json", args.force, [("--config", sps_config.split_spec(config)[0])] if config
-                         else [])
+        run_files.output_file(args.json, "--json", args.force,
+                              [("--config", sps_config.split_spec(config)[0])] if config else [])
     return args
 
 
 def check_profile(args) -> None:
     """Refuse, before any work, a ``--profile`` folder that cannot take the traces (one holding files, without
-    ``--force``; see :func:`sps_jax.runs.replaceable_folder`) or that is the ``--json`` file's path."""
-    from sps_jax import runs  # loads jax: see check_json
+    ``--force``; see :func:`sps_jax.run_files.replaceable_folder`) or that is the ``--json`` file's path."""
     if args.profile is None:
         return
     if args.json is not None and os.path.realpath(args.json) == os.path.realpath(args.profile):
         raise cli.UserError(f"--profile {args.profile} is the --json path: give the traces a folder of their own.")
     from sps_jax import config as sps_config
     config = getattr(args, "config", None)
-    runs.replaceable_folder(args.profile, "--profile", args.force, "the traces",
-                            inputs=[("--config", sps_config.split_spec(config)[0] if config else None)])
+    run_files.replaceable_folder(args.profile, "--profile", args.force, "the traces",
+                                 inputs=[("--config", sps_config.split_spec(config)[0] if config else None)])
 
 
 def trace_folder(traces: str, label: str) -> str:

@@ -25,13 +25,11 @@ import statistics
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, flops, hardware, kernel_tuning, masks, names
-from sps_jax import pallas_attention as pa
-from sps_jax import splash_attention as sp
+# The parser and its checks load no jax; the kernels and the timing import it where they run.
+from sps_jax import bench, cli, config as sps_config, hardware, kernel_tuning, masks, names
 
 KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 
@@ -59,7 +57,8 @@ def check_shape_fits(p, args) -> None:
     memory than the largest accelerator listed has: a shape no device can time (a typo such as an extra digit in
     --batch-size) is refused before anything is compiled, on any machine."""
     acc = hardware.largest()
-    inputs_bytes = 4 * args.batch_size * args.seq_len * 2 * args.heads * args.head_dim * jnp.dtype(args.dtype).itemsize
+    itemsize = ml_dtypes.finfo(args.dtype).bits // 8
+    inputs_bytes = 4 * args.batch_size * args.seq_len * 2 * args.heads * args.head_dim * itemsize
     if inputs_bytes > acc.memory_bytes:
         p.error(f"--batch-size {args.batch_size} x --seq-len {args.seq_len} x --heads {args.heads} x --head-dim {args.head_dim} "
                 f"needs {inputs_bytes / hardware.GiB:,.0f} GiB for q, k, v and the output alone, more than the "
@@ -77,9 +76,10 @@ def parse_args(argv):
                    "TPU and pallas elsewhere")
     tiles = p.add_argument_group(
         "tiles", "override every kernel's launch (default: pallas, the per-target table kernel_tuning.TUNING "
-        f"for the head dim, triton, its TRITON_TUNING; splash, {kernel_tuning.SPLASH_BLOCK} x {kernel_tuning.SPLASH_BLOCK}). pallas and "
-        f"triton: positions per tile, powers of two; splash: --block-q interleaved rows and --block-k keys, "
-        f"multiples of {kernel_tuning.SPLASH_LANES}; --num-warps and --num-stages are pallas's and triton's only")
+        f"for the head dim, triton, its TRITON_TUNING; splash, {kernel_tuning.SPLASH_BLOCK} x "
+        f"{kernel_tuning.SPLASH_BLOCK}). pallas and triton: positions per tile, powers of two; splash: --block-q "
+        f"interleaved rows and --block-k keys, multiples of {kernel_tuning.SPLASH_LANES}; --num-warps and "
+        "--num-stages are pallas's and triton's only")
     for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
                        ("num-stages", "pipeline stages")):
         tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
@@ -98,26 +98,52 @@ def parse_args(argv):
     if args.seq_len % args.documents:
         p.error(f"--documents {args.documents} does not split --seq-len {args.seq_len} into equal documents: pass a "
                 f"divisor of {args.seq_len}.")
+    if args.attention != "auto":  # else the flags are checked once the device names the kernel
+        check_tile_flags(p, args)
+    with cli.stop_exits_while_loading():  # the device's backend and the kernels need jax from here on
+        import jax
+
+        from sps_jax import attention
     if args.attention == "auto":
         args.attention = attention.AUTO.get(jax.default_backend(), "pallas")  # a kernel to time on CPU too, not xla
-    if args.attention == "splash" and (args.num_warps is not None or args.num_stages is not None):
-        p.error("--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only.")
+        check_tile_flags(p, args)
     try:
         attention.check_installed(args.attention)
-        if args.attention in kernel_tuning.KERNEL_SETS:
-            tuning_for(args, kernel_tuning.TUNING_STREAMS)  # checks the tile flags
         make_kernel(args)
     except ValueError as e:
         p.error(str(e))
     return args
 
 
+def check_tile_flags(p, args) -> None:
+    """``p.error`` for a tile flag that ``args.attention``'s kernels cannot take, from the flags alone (no jax):
+    splash's blocks are multiples of its lanes and it has no warps or stages; pallas's and triton's tiles are
+    powers of two and their warps and stages Triton's."""
+    given = given_tiles(args)
+    try:
+        if args.attention == "splash":
+            if {"num_warps", "num_stages"} & set(given):
+                raise ValueError("--num-warps and --num-stages set the pallas kernel's launch; splash takes "
+                                 "--block-q/--block-k only.")
+            for block in given.values():
+                kernel_tuning.check_splash_block(block)
+        elif given:
+            dataclasses.replace(kernel_tuning.WIDE_HEADS.forward, **given)  # Tiles checks each field given
+    except ValueError as e:
+        p.error(str(e))
+
+
+def given_tiles(args) -> dict:
+    """The tile flags given (--block-q, --block-k, --num-warps, --num-stages), by field."""
+    return {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
+            if getattr(args, f) is not None}
+
+
 def tuning_for(args, streams: int) -> kernel_tuning.Tuning:
     """The target's default tiles for the head dim and a variant of ``streams`` streams, with any
     flag given replacing that field in all three kernels (--block-q is positions, for every variant)."""
     base = kernel_tuning.default_tuning(args.head_dim, streams, kernels=args.attention)
-    given = {f: getattr(args, f) for f in ("block_q", "block_k", "num_warps", "num_stages")
-             if getattr(args, f) is not None}
+    given = given_tiles(args)
     if not given:
         return base
     return kernel_tuning.Tuning(*(dataclasses.replace(t, **given) for t in (base.forward, base.dq, base.dkv)))
@@ -142,11 +168,16 @@ def describe(args) -> str:
 
 
 def splash_blocks(args):
+    from sps_jax import splash_attention as sp
+
     return sp.block_sizes(args.block_q or kernel_tuning.SPLASH_BLOCK, args.block_k or kernel_tuning.SPLASH_BLOCK)
 
 
 def make_kernel(args):
     """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.attention`` with its tiles."""
+    from sps_jax import pallas_attention as pa
+    from sps_jax import splash_attention as sp
+
     if args.attention == "pallas":
         return (lambda q, k, v, doc, vis, interpret: pa.attention(
                     q, k, v, doc, vis, interpret=interpret, tuning=tuning_for(args, vis.num_streams)),
@@ -170,6 +201,8 @@ def document_ids(batch: int, T: int, documents: int):
 
 
 def median_seconds(fn, *args, iters):
+    import jax
+
     jax.block_until_ready(fn(*args))  # compile + warm up
     times = []
     for _ in range(iters):
@@ -181,6 +214,8 @@ def median_seconds(fn, *args, iters):
 
 def forward_and_backward(fn):
     """(jit forward, jit forward+backward with a fixed cotangent)."""
+    import jax
+
     def fwd_bwd(q, k, v, ct):
         out, vjp = jax.vjp(fn, q, k, v)
         return vjp(ct)
@@ -188,6 +223,8 @@ def forward_and_backward(fn):
 
 
 def dense_causal(implementation):
+    import jax
+
     def fn(q_BNHK, k_BNHK, v_BNHK):
         return jax.nn.dot_product_attention(q_BNHK, k_BNHK, v_BNHK, is_causal=True,
                                             implementation=implementation)
@@ -195,6 +232,8 @@ def dense_causal(implementation):
 
 
 def time_pair(fn, q, k, v, iters):
+    import jax.numpy as jnp
+
     fwd, fwd_bwd = forward_and_backward(fn)
     ct = jnp.ones_like(q)
     fwd_s = median_seconds(fwd, q, k, v, iters=iters)
@@ -203,6 +242,8 @@ def time_pair(fn, q, k, v, iters):
 
 
 def row(name, scores, B, H, Dh, fwd_s, fwd_bwd_s):
+    from sps_jax import flops
+
     flops_f = flops.KERNEL_FLOPS_PER_SCORE["forward"] * B * H * Dh * scores
     return {"name": name, "scores_per_head": scores, "fwd_ms": 1e3 * fwd_s, "fwd_bwd_ms": 1e3 * fwd_bwd_s,
             "fwd_tflops": flops_f / fwd_s / 1e12,
@@ -211,7 +252,10 @@ def row(name, scores, B, H, Dh, fwd_s, fwd_bwd_s):
 
 def splash_causal(slots: int, heads: int, interpret: bool = False):
     """Splash with its own causal mask over ``slots`` ([B, N, H, K] in and out): TPU's dense causal kernel."""
+    import jax
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    from sps_jax import splash_attention as sp
 
     kernel = splash.make_splash_mha(splash.MultiHeadMask([splash.CausalMask((slots, slots))] * heads),
                                     block_sizes=sp.DEFAULT_BLOCK_SIZES, head_shards=1, q_seq_shards=1,
@@ -228,6 +272,8 @@ def splash_causal(slots: int, heads: int, interpret: bool = False):
 def baseline_rows(args, dtype, key):
     """Dense causal attention over T*2 slots and over T: splash's causal kernel on TPU, else
     jax.nn.dot_product_attention."""
+    import jax
+
     B, T, H, Dh = args.batch_size, args.seq_len, args.heads, args.head_dim
     rows = {}
     for slots, label in ((2 * T, "2T"), (T, "T")):
@@ -264,6 +310,9 @@ def print_table(rows):
 
 def timing_table(args, interpret=False):
     """Times every variant and the baselines (interpret=True only to test this plumbing on CPU)."""
+    import jax
+    import jax.numpy as jnp
+
     dtype = jnp.dtype(args.dtype)
     B, T, H, Dh, w = args.batch_size, args.seq_len, args.heads, args.head_dim, args.window
     key = jax.random.PRNGKey(0)
@@ -325,6 +374,10 @@ def count_rows(args, score_counts, documents: int) -> dict:
 def interpret_check(args, kernel, small: dict, window: int) -> dict:
     """Per variant: the kernel's largest error against the dense reference on the small shape ``small``,
     and its seconds in the interpreter."""
+    import jax.numpy as jnp
+
+    from sps_jax import attention
+
     print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
     rng = np.random.default_rng(0)
     doc = np.zeros((small["B"], small["T"]), np.int32)
@@ -361,6 +414,11 @@ def numerics_check(args, kernel, interpret=False) -> dict:
     dtype's rounding). ``ok``: every error is within :data:`ROUNDING_FACTOR` times its reference's. It runs
     before the timings, so that a kernel computing something else on this device is not timed as if it did.
     (``interpret``: only to test this on CPU.)"""
+    import jax
+    import jax.numpy as jnp
+
+    from sps_jax import attention
+
     dtype, T = jnp.dtype(args.dtype), min(args.seq_len, CHECK_POSITIONS)
     doc = np.zeros((1, T), np.int32)
     doc[:, 2 * T // 3 + 1:] = 1
@@ -413,6 +471,8 @@ def numerics_failure(args, checked: dict) -> str | None:
 
 
 def cpu_report(args):
+    import jax
+
     T, w = args.seq_len, args.window
     _, score_counts = make_kernel(args)
     print(f"no GPU or TPU ({jax.default_backend()}): {args.attention} score counts at T={T}, w={w}, {describe(args)} "
@@ -438,6 +498,8 @@ def cpu_report(args):
 @cli.main
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    import jax  # loaded by parse_args
+
     on_device = jax.default_backend() in ("gpu", "tpu")
     if on_device:
         numerics = numerics_check(args, make_kernel(args)[0])

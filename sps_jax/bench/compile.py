@@ -91,6 +91,10 @@ def parse_args(argv):
         p.error("--kernel-sets chooses the kernels compiled for GPU targets, and no GPU target is listed: add one, or "
                 "drop --kernel-sets.")
     args.kernel_sets = args.kernel_sets or list(kernel_tuning.KERNEL_SETS)
+    tpus = [name for name in args.target if hardware.ACCELERATORS[name].platform == "tpu"]
+    if "kernels" in args.only and tpus and set(args.dtypes) == {"float16"}:
+        p.error(f"{tpus[0]}'s kernels compile in bfloat16 or float32, not float16: add one of them to --dtypes, or "
+                "leave the TPU targets out.")
     if args.no_fit_search and "max_micro_batch" in given:
         p.error("--max-micro-batch bounds the fit search, which --no-fit-search skips: drop one of them.")
     return args
@@ -370,9 +374,9 @@ def print_tables(results) -> None:
 def _check_workload(args) -> None:
     """What would stop the command part way stops it before the first compile: a config the train step
     refuses (``trainer.plan``: a schedule, interval or field out of range), a target whose compiler is not
-    installed here or whose topology lacks ``--devices`` devices, an attention backend or kernel dtype a target
-    cannot compile, and a generation workload whose KV cache no
-    listed accelerator holds (as ``bench generate``; XLA's compile of one past int64 fails in C++)."""
+    installed here or whose topology lacks ``--devices`` devices, an attention backend a target cannot compile,
+    and a generation workload whose KV cache no listed accelerator holds (as ``bench generate``; XLA's compile of
+    one past int64 fails in C++)."""
     from sps_jax import trainer
     from sps_jax.aot import topology
     from sps_jax.inference import kv_cache
@@ -399,9 +403,6 @@ def _check_workload(args) -> None:
                 _check_backend(acc, backend)
         if "generate" in args.only:
             _check_backend(acc, config.model.attention)
-        if "kernels" in args.only and acc.platform == "tpu" and set(args.dtypes) == {"float16"}:
-            raise cli.UserError(f"{name}'s kernels compile in bfloat16 or float32, not float16: add one of them to "
-                                "--dtypes, or leave the TPU targets out.")
     for name in args.target:  # last: a TPU topology wakes libtpu, which logs its start-up complaints
         topology.devices(hardware.ACCELERATORS[name], args.devices if "train" in args.only else 1)
 
@@ -443,9 +444,9 @@ def _check_sizes(args, model) -> None:
 @cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    with cli.stop_exits_while_loading():  # the parser loads no jax; the checks of the programs need it
+        import jax
     _check_workload(args)
-    import jax
-
     from sps_jax.aot import topology
 
     results = {"command": "python -m sps_jax.bench compile " + " ".join(sys.argv[1:] if argv is None else argv),

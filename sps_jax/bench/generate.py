@@ -303,7 +303,7 @@ def main(argv=None) -> int:
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).
-    from sps_jax import attention
+    attention = cli.load("sps_jax.attention")  # with jax, which the parser and its checks did without
 
     largest = hardware.largest()
     cfgs = {(v, b): _model_config(args, overrides, v, b) for v, b in runs_asked}

@@ -23,14 +23,11 @@ import math
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import ml_collections
 
-from sps_jax import attention, bench, cli, config as sps_config, hardware
+# The parser and its checks load no jax; the checks of the model import it.
+from sps_jax import bench, cli, config as sps_config, hardware
 from sps_jax import masks
-from sps_jax import model as sps_model
-from sps_jax.inference import decoding
 
 DECODE_CHECK_LEN = 512  # positions of the decode check: the first half prefilled, the rest decoded
 # Of the largest |logit|: float32 rounding differs by about 1e-6; TensorFloat-32 products by about 1e-3.
@@ -38,10 +35,16 @@ DECODE_TOLERANCE = 1e-4
 BATCH_SIZE = 2  # rows per forward pass of each check, by default
 
 
-def decode_error(cfg: sps_model.ModelConfig, params, tokens_BT) -> float:
-    """Prefill the first half of ``tokens_BT`` and decode the rest through ``cfg``'s attention backend;
-    the largest |logit| difference to the dense ``xla`` forward over the largest |logit|. Both run in
-    float32 at full matmul precision, so that what differs is the kernels' logic, not their rounding."""
+def decode_error(cfg, params, tokens_BT) -> float:
+    """Prefill the first half of ``tokens_BT`` and decode the rest through the attention backend of ``cfg`` (a
+    ``ModelConfig``); the largest |logit| difference to the dense ``xla`` forward over the largest |logit|. Both
+    run in float32 at full matmul precision, so that what differs is the kernels' logic, not their rounding."""
+    import jax
+    import jax.numpy as jnp
+
+    from sps_jax import model as sps_model
+    from sps_jax.inference import decoding
+
     L = tokens_BT.shape[1]
     exact = dataclasses.replace(cfg, dtype="float32", param_dtype="float32", residual_dtype=None, seq_len=L)
     params = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
@@ -75,6 +78,11 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     batch_size = cli.at_least("batch_size", batch_size, 1)  # said here, not in jax's IndexError or shape words
     seed = cli.integer(seed, "seed")  # "0" would stop in seed + 1
     cli.line_function(log)  # before the first row's compiling, after which it is called
+    import jax
+    import jax.numpy as jnp
+
+    from sps_jax import attention, model as sps_model
+
     results = []
     T = config.model.seq_len
     base = sps_model.ModelConfig.from_config(config.model)
@@ -138,6 +146,7 @@ def main(argv=None) -> int:
                         "decode loop)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
+    cli.load("sps_jax.inference.decoding")  # the model and decoder, with jax: the checks from here on need them
     config = bench.load_config(args.config, overrides)
     results = smoke(config, args.batch_size, variants=args.variants, log=lambda line: print(line, flush=True))
     bench.write_results(args, results)

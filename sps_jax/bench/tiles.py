@@ -22,11 +22,8 @@ import functools
 import itertools
 import sys
 
-import jax
-import jax.numpy as jnp
-
+# The parser and its checks load no jax; the sweep imports it.
 from sps_jax import bench, cli, kernel_tuning, masks
-from sps_jax import pallas_attention as pa
 from sps_jax.bench import attention as bench_attention
 
 KERNEL_FIELDS = ("forward", "dq", "dkv")
@@ -54,6 +51,11 @@ def candidates(default: kernel_tuning.Tuning, kernel: str, shapes=TILE_SHAPES,
 
 def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> dict:
     """Times every candidate of every kernel in ``args.kernels`` (interpret=True: the plumbing on CPU)."""
+    import jax
+    import jax.numpy as jnp
+
+    from sps_jax import pallas_attention as pa
+
     dtype = jnp.dtype(args.dtype)
     B, T, H, Dh = args.batch_size, args.seq_len, args.heads, args.head_dim
     vis = masks.Visibility(args.variant, args.window)
@@ -148,6 +150,8 @@ def parse_args(argv):
         except ValueError as e:
             p.error(f"--launches {w}x{st}: {e}")
     bench_attention.check_shape_fits(p, args)
+    with cli.stop_exits_while_loading():  # whether this machine has a GPU: jax's to say
+        import jax
     if jax.default_backend() != "gpu":
         p.error(f"the tile sweep times the {args.attention} kernels on a GPU, and this machine has none (jax backend "
                 f"{jax.default_backend()}): run it where one is attached.")
@@ -157,6 +161,8 @@ def parse_args(argv):
 @cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    import jax  # loaded by parse_args
+
     print(f"{args.variant}: B={args.batch_size} T={args.seq_len} H={args.heads} Dh={args.head_dim} w={args.window} "
           f"{args.dtype} on {jax.devices()[0].device_kind}", flush=True)
     result = sweep(args, shapes=args.tiles, launches=args.launches)

@@ -15,11 +15,10 @@ import json
 import sys
 import time
 
-import jax
 import numpy as np
 
-from sps_jax import attention, bench, cli, config as sps_config, files, flops, hardware, masks, names, profiling
-from sps_jax import trainer
+# The parser and its checks load no jax; main imports the trainer once they pass.
+from sps_jax import bench, cli, config as sps_config, files, hardware, masks, names
 
 
 # Steps traced per run with --profile, after the timed ones (the profiler's overhead stays out of the timings).
@@ -29,6 +28,10 @@ PROFILE_STEPS = 3
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
     # Said before compiling: the timing loop needs a whole count of at least one step.
     steps, warmup = cli.at_least("steps", steps, 1), cli.at_least("warmup", warmup, 0)
+    import jax
+
+    from sps_jax import attention, flops, profiling, trainer
+
     devices = jax.devices()
     p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory(),
                      platform=devices[0].platform)
@@ -126,6 +129,10 @@ def main(argv=None) -> int:
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     bench.check_profile(args)
+    with cli.stop_exits_while_loading():
+        import jax
+
+        from sps_jax import attention, profiling, trainer
     base = bench.load_config(args.config, overrides)
     variants = args.variants or [base.model.variant]
     base_vis = masks.Visibility(base.model.variant, base.model.window)

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -158,7 +159,7 @@ def test_a_kernel_failing_the_numerics_check_on_the_device_exits_1_after_writing
     blind = lambda q, k, v, doc, vis, interpret: right(q, k, v, jnp.zeros_like(doc), vis, True)  # noqa: E731
     monkeypatch.setattr(bench_attention, "make_kernel", lambda args: (blind, counts))
     monkeypatch.setattr(bench_attention, "timing_table", lambda args: {"rows": [], "baselines": {}, "kernel": "pallas"})
-    monkeypatch.setattr(bench_attention.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     out = tmp_path / "bench.json"
     outcome = fuzz.call(bench_main.main, ["attention", *NUMERICS_ARGS, "--json", str(out)])
     assert outcome.status == 1 and "the pallas kernel's out for standard is" in outcome.stderr, outcome.stderr

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sps_jax import model as sps_model
 from sps_jax.bench import smoke
 from sps_jax.inference import decoding
 from tests.helpers import EOS, SMALL_OVERRIDES, small_model
@@ -32,7 +33,7 @@ def test_smoke_check_runs_every_variant_with_the_configs_window(tmp_path):
 def test_variants_picks_which_variants_are_checked_and_in_what_order(tmp_path, monkeypatch):
     # What each variant computes is checked by the tests below; here only which run, in what order, with what window.
     monkeypatch.setattr(smoke, "decode_error", lambda cfg, params, tokens: 0.0)
-    monkeypatch.setattr(smoke.sps_model, "loss_fn", lambda model, params, tokens: sum(
+    monkeypatch.setattr(sps_model, "loss_fn", lambda model, params, tokens: sum(
         jnp.sum(x) for x in jax.tree_util.tree_leaves(params)))
     out = tmp_path / "smoke.json"
     argv = ["--config", "configs/tiny.py:standard", "--variants", "reverse_sps,standard", "--json", str(out)]
@@ -46,7 +47,7 @@ def test_a_config_of_a_model_section_alone_is_checked_and_run(tmp_path, monkeypa
     # bench's configs are the model's shapes: one without train and data sections was refused ("no train.seed"), and
     # its model is still held to the model's own checks.
     monkeypatch.setattr(smoke, "decode_error", lambda cfg, params, tokens: 0.0)
-    monkeypatch.setattr(smoke.sps_model, "loss_fn", lambda model, params, tokens: sum(
+    monkeypatch.setattr(sps_model, "loss_fn", lambda model, params, tokens: sum(
         jnp.sum(x) for x in jax.tree_util.tree_leaves(params)))
     path = tmp_path / "model_only.py"
     path.write_text("import ml_collections\nfrom sps_jax import config as sps_config\n\n\ndef get_config():\n"
@@ -60,7 +61,7 @@ def test_a_config_of_a_model_section_alone_is_checked_and_run(tmp_path, monkeypa
 
 
 def test_an_unknown_variant_is_refused_before_anything_is_built(monkeypatch, capsys):
-    monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
+    monkeypatch.setattr(sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
     assert smoke.main(["--config", "configs/tiny.py", "--variants", "sps,spss"]) == 2
     assert "argument --variants: unknown variant 'spss' (did you mean 'sps'?)" in capsys.readouterr().err
 
@@ -117,7 +118,7 @@ def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkey
     from tests import fuzz
 
     monkeypatch.setattr(hardware, "local_memory", lambda: (8 * 2 ** 30, "the test host"))
-    monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
+    monkeypatch.setattr(sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
     outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--batch-size", "1000000"])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr.strip().startswith(
@@ -140,7 +141,7 @@ def test_a_backend_that_cannot_run_here_is_one_sentence_before_anything_is_built
     from tests import fuzz
 
     monkeypatch.setattr(triton_attention, "interpreting", lambda: False)
-    monkeypatch.setattr(smoke.sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
+    monkeypatch.setattr(sps_model, "Transformer", lambda cfg: pytest.fail("a model was built"))
     outcome = fuzz.call(bench_main.main, ["smoke", "--config", "configs/tiny.py", "--config.model.attention=triton"])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert 'error: attention="triton" runs its kernels on an NVIDIA GPU; on cpu set TRITON_INTERPRET=1' in outcome.stderr
