@@ -11,8 +11,8 @@ layout match, so no permutation is needed) and checks every tensor's shape befor
 conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
 else ``model_args["n_head"]``, else d / 64 (the paper's head size), and the context
 from ``--seq-len``, else ``model_args["block_size"]``, else 4096 (the output says when
-a default was used); the window, the ``<predict>``, EOS and pad ids and the norm epsilon from
-``model_args`` (``window_size``, ``predict_token_id``, ...) when present, and the variant
+a default was used); the window, the ``<predict>``, EOS and pad ids, the norm epsilon and the RoPE base from
+``model_args`` (``window_size``, ``predict_token_id``, ..., ``rope_theta``) when present, and the variant
 from the model class their trainer's saved ``config`` names (else ``--variant`` is needed).
 A file written by ``python -m sps_jax.export_torch`` (``.pt`` or ``.safetensors``)
 also carries the run's config, which the import starts from: no --variant needed.
@@ -159,7 +159,8 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
 
 
 # The model fields a file of theirs (no stored config) gives through model_args, where it has them.
-_FROM_ARGS = ("window", "predict_id", "eos_id", "pad_id", "norm_eps")
+_FROM_ARGS = ("window", "predict_id", "eos_id", "pad_id", "norm_eps", "rope_theta")
+_KEYS = {field: key for key, field in torch_layout.READ_ARGS.items()}  # a ModelConfig field's model_args key
 # The model fields an import sets from the tensors, the flags or model_args, over a stored config's values.
 _SIZES = ("num_layers", "d_model", "d_ff", "vocab_size", "num_heads", "seq_len")
 
@@ -234,9 +235,11 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         replaced = {"window"} if window != FROM_FILE else set()  # a flag's value never meets the file's
         replaced |= {field for field in _FROM_ARGS for item in overrides
                      if sps_config.override_key(item) == f"model.{field}"}
-        for key, field in torch_layout.ARGS.items():
+        for key, field in torch_layout.READ_ARGS.items():
             if field in _FROM_ARGS and field in fields and field not in replaced:
                 try:
+                    if isinstance(fields[field], bool):  # ConfigDict takes True as the id 1 or the base 1.0
+                        raise TypeError
                     config.model[field] = fields[field]
                 except TypeError:  # ConfigDict keeps each field's type
                     raise UserError(f"the checkpoint's model_args[{key!r}] = {fields[field]!r} is not of "
@@ -280,8 +283,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
                      "--seq-len to set it)")
     shapes = {"num_layers": dims["L"], "d_model": dims["D"], "d_ff": dims["F"], "vocab_size": dims["V"]}
-    keys = {field: key for key, field in torch_layout.ARGS.items()}
-    notes += [f"the checkpoint's model_args[{keys[field]!r}] = {fields[field]!r} contradicts its tensors, which have "
+    notes += [f"the checkpoint's model_args[{_KEYS[field]!r}] = {fields[field]!r} contradicts its tensors, which have "
               f"{field}={have}: the tensors are used" for field, have in shapes.items()
               if field in fields and fields[field] != have]  # a mixed-up file is worth a word, never silent
     m.update(shapes)
@@ -291,6 +293,8 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         notes += _window_replaced(window, fields.get("window"), m.seq_len)
     for item in overrides:
         sps_config.apply_override(config, item)
+    if stored_config is None:
+        notes += _args_replaced(fields, m, overrides)
     _check_rope_buffers(sd, m.d_model // m.num_heads, m.get("rope_theta", sps_model.ModelConfig.rope_theta))
     if prefix is not None and "name" not in (sps_config.override_key(item) for item in overrides):
         config.name = sps_config.run_name(prefix, m)  # as load_config renames a config after its overrides
@@ -342,6 +346,18 @@ def _window_replaced(window, in_file, seq_len: int) -> list[str]:
             f"{in_file!r}: the imported model sees other keys, so it computes other logits than the saved one"]
 
 
+def _args_replaced(fields: dict, model, overrides) -> list[str]:
+    """A note for each model_args value that a ``--config.model`` override replaces with another (allowed, as
+    --num-heads, never silent); the window's flag is said by :func:`_window_replaced`."""
+    notes = []
+    for field in _FROM_ARGS:
+        given = [item for item in overrides if sps_config.override_key(item) == f"model.{field}"]
+        if field != "window" and given and field in fields and model[field] != fields[field]:
+            notes.append(f"{given[-1]} replaces the checkpoint's model_args[{_KEYS[field]!r}] = {fields[field]!r}: "
+                         "the imported model computes other logits than the saved one")
+    return notes
+
+
 # The model_args fields that win over a stored config's (the file's own context and heads); the stored config wins
 # on the others. The shapes' fields come from the tensors, whatever either says.
 _ARGS_WIN = ("num_heads", "seq_len")
@@ -350,9 +366,8 @@ _ARGS_WIN = ("num_heads", "seq_len")
 def _disagreements(fields: dict, stored_model) -> list[str]:
     """A note for each field on which an exported file's model_args and its stored config disagree (an edited file):
     one of the two values is used, never silently."""
-    keys = {field: key for key, field in torch_layout.ARGS.items()}
     shapes = ("num_layers", "d_model", "d_ff", "vocab_size")  # said against the tensors
-    return [f"the checkpoint's model_args[{keys[field]!r}] = {fields[field]!r} disagrees with its stored config's "
+    return [f"the checkpoint's model_args[{_KEYS[field]!r}] = {fields[field]!r} disagrees with its stored config's "
             f"model.{field} = {stored_model.get(field)!r}: the "
             + ("model_args value" if field in _ARGS_WIN else "stored config's value") + " is used"
             for field in sorted(fields) if field not in shapes and field in stored_model

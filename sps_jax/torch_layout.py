@@ -60,6 +60,10 @@ ARGS = {
     "window_size": "window",
 }
 STREAM_ARGS = ("predict_token_id", "window_size")  # only their two-stream models' configs have these
+# What the import reads: ARGS and the RoPE base, which the export never writes, since their config classes have no
+# such field (their precompute_freqs_cis rotates with its default, 10000) and would refuse it; code built on theirs
+# may save one.
+READ_ARGS = {**ARGS, "rope_theta": "rope_theta"}
 
 
 # Their trainer also saves its resolved config, whose ["model"]["_target_"] is the class it built -> our variant.
@@ -202,9 +206,9 @@ def model_args(model_cfg) -> dict:
 
 
 def model_fields(args) -> dict:
-    """The ModelConfig fields a ``model_args`` dict gives (those it has)."""
+    """The ModelConfig fields a ``model_args`` dict gives (those of :data:`READ_ARGS` it has)."""
     args = args if isinstance(args, dict) else {}
-    return {field: args[key] for key, field in ARGS.items() if key in args}
+    return {field: args[key] for key, field in READ_ARGS.items() if key in args}
 
 
 def safetensors_metadata(ckpt: dict) -> dict[str, str]:

@@ -58,12 +58,12 @@ def authors_checkpoint(sd, window=1, target="modeling.models.sps.SPSModel", **ch
             "wandb_run_id": "local_1", "config": {"model": {"_target_": target, "config": dict(args)}}}
 
 
-def logits_match(run, sd, variant="sps", window=2):
+def logits_match(run, sd, variant="sps", window=2, rope_theta=10000.0):
     net, params, step = runs.load_model(str(run))
     tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
     ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
     theirs = numpy_forward({k.replace("_orig_mod.", ""): v.numpy() for k, v in sd.items()}, tokens, variant, window,
-                           H, PREDICT, EOS, PAD)
+                           H, PREDICT, EOS, PAD, rope_theta)
     np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-4)
     return net, step
 
@@ -766,3 +766,43 @@ def test_a_saved_rope_inv_freq_of_another_base_is_refused_naming_the_override(tm
     outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES,
                                             "--config.model.rope_theta=500000"])
     assert outcome.status == 0, outcome.stderr
+
+
+def test_a_rope_theta_in_model_args_is_the_base_the_import_rotates_with(tmp_path, capsys):
+    # Their config classes have no RoPE base, but code built on theirs saves one: it was ignored, and the import
+    # rotated with 10000, computing other logits than the saved model.
+    sd = synthetic_state_dict()
+    torch.save(authors_checkpoint(sd, window=2, rope_theta=500000), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES]) == 0
+    assert "note:" not in capsys.readouterr().err
+    net, _ = logits_match(tmp_path / "run", sd, "sps", 2, rope_theta=500000.0)
+    assert net.cfg.rope_theta == 500000.0
+
+
+@pytest.mark.parametrize("changes, field, value, same, key", [
+    ({"rope_theta": 500000}, "rope_theta", "10000", "500000.0", "rope_theta"),
+    ({}, "eos_id", "3", str(EOS), "eos_token_id"),
+])
+def test_an_override_that_replaces_a_model_arg_is_said(tmp_path, capsys, changes, field, value, same, key):
+    # As --num-heads and --window against the file: allowed, and said; the override replaced it without a word.
+    torch.save(authors_checkpoint(synthetic_state_dict(), window=2, **changes), tmp_path / "ckpt.pt")
+    argv = [str(tmp_path / "ckpt.pt"), *OVERRIDES]
+    assert import_torch.main([*argv, "--out", str(tmp_path / "run"), f"--config.model.{field}={value}"]) == 0
+    in_file = changes.get(key, EOS)
+    assert f"note: --config.model.{field}={value} replaces the checkpoint's model_args[{key!r}] = {in_file!r}: the " \
+           "imported model computes other logits than the saved one." in capsys.readouterr().err
+    # The file's own value, written otherwise, says nothing.
+    assert import_torch.main([*argv, "--out", str(tmp_path / "same"), f"--config.model.{field}={same}"]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, field, value", [("rope_theta", "rope_theta", True), ("rope_theta", "rope_theta", "1e4"),
+                                               ("norm_eps", "norm_eps", True)])
+def test_a_model_arg_of_the_wrong_type_names_the_override(tmp_path, key, field, value):
+    # True was taken as a base or an epsilon of 1.0.
+    torch.save(authors_checkpoint(synthetic_state_dict(), **{key: value}), tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"model_args[{key!r}] = {value!r} is not of type float: pass --config.model.{field}=VALUE." \
+        in outcome.stderr
+    assert not (tmp_path / "run").exists()

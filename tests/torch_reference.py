@@ -51,8 +51,9 @@ def random_state_dict(rng, num_layers, d_model, vocab_size, scale):
     return sd
 
 
-def numpy_forward(sd, tokens, variant, window, num_heads, predict_id, eos_id, pad_id):
-    """Next-token logits [T, V] of a state dict (their key names, numpy arrays, no ``_orig_mod.`` prefix)."""
+def numpy_forward(sd, tokens, variant, window, num_heads, predict_id, eos_id, pad_id, rope_theta=10000.0):
+    """Next-token logits [T, V] of a state dict (their key names, numpy arrays, no ``_orig_mod.`` prefix); RoPE of
+    base ``rope_theta``."""
     sd = {k: np.asarray(v, np.float64) for k, v in sd.items()}
     S, _, logits_stream = VARIANTS[variant]
     wte = sd["transformer.wte.weight"]
@@ -67,7 +68,7 @@ def numpy_forward(sd, tokens, variant, window, num_heads, predict_id, eos_id, pa
         return v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-6) * w
 
     def rope(v):  # [N, H, K]
-        ang = pos[:, None, None] * 10000.0 ** (-np.arange(0, K, 2) / K)
+        ang = pos[:, None, None] * rope_theta ** (-np.arange(0, K, 2) / K)
         a, b = v[..., 0::2], v[..., 1::2]
         out = np.empty_like(v)
         out[..., 0::2] = a * np.cos(ang) - b * np.sin(ang)
