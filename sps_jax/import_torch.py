@@ -4,8 +4,8 @@
       [--num-heads H] [--seq-len T] [--config.model.FIELD=VALUE ...] [--trust-pickle] [--force]
 
 Their file is a ``torch.save``d dict whose ``"model"`` entry is the state dict
-(keys possibly prefixed ``_orig_mod.`` by torch.compile; buffers are left out, a
-parameter the model lacks is refused); ``sps_jax.torch_layout``
+(keys possibly prefixed ``_orig_mod.`` by torch.compile, or ``module.`` by DistributedDataParallel, said
+in a note; buffers are left out, a parameter the model lacks is refused); ``sps_jax.torch_layout``
 maps its keys and shapes to this project's parameters (RoPE pairs and the qkv
 layout match, so no permutation is needed) and checks every tensor's shape before
 conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
@@ -118,14 +118,16 @@ def _load_safetensors(path: str) -> dict:
         raise UserError(f"{path}: its metadata (model_args, iter_num) is not the export's ({_reason(exc)}).") from None
 
 
-def state_dict_of(ckpt) -> dict[str, np.ndarray]:
-    """The model state dict (the ``model`` entry, or the dict itself) as float32 numpy arrays, a leading
-    ``_orig_mod.`` removed; tensors of other kinds (a complex RoPE cache, a boolean mask) are buffers, left out."""
+def state_dict_of(ckpt) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The model state dict (the ``model`` entry, or the dict itself) as float32 numpy arrays, the wrappers' prefixes
+    that every key carries removed (:func:`_unwrapped`), and notes; tensors of other kinds (a complex RoPE cache, a
+    boolean mask) are buffers, left out."""
     sd = ckpt.get(torch_layout.MODEL, ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(sd, dict):
         raise UserError(f"not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict with "
                         f"'{torch_layout.EMBED}', not a {type(sd if isinstance(ckpt, dict) else ckpt).__name__}.")
-    keys = {str(k).removeprefix(torch_layout.PREFIX) for k in sd}
+    names, notes = _unwrapped([str(k) for k in sd])
+    keys = set(names.values())
     if torch_layout.EMBED not in keys:
         prefixed = sorted(k for k in keys if k.endswith("." + torch_layout.EMBED))
         raise UserError(f"not an SPS PyTorch checkpoint: its state dict has no '{torch_layout.EMBED}'"
@@ -134,7 +136,7 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
                            if prefixed else "."))
     out = {}
     for key, tensor in sd.items():
-        key = str(key).removeprefix(torch_layout.PREFIX)
+        key = names[str(key)]
         if hasattr(tensor, "detach"):
             floating = tensor.is_floating_point()
             if floating and tensor.is_meta:
@@ -155,7 +157,34 @@ def state_dict_of(ckpt) -> dict[str, np.ndarray]:
         if not np.isfinite(out[key]).all():
             raise UserError(f"{key} holds NaN or infinite values: the model diverged or the file is damaged; import "
                             "a checkpoint of finite weights.")
-    return out
+    return out, notes
+
+
+# The prefixes a wrapper puts before every key of the model's state dict: torch.compile's, which their trainer
+# saves, and DistributedDataParallel's, which it removes (the one said in a note).
+_WRAPPERS = (torch_layout.PREFIX, torch_layout.DDP_PREFIX)
+
+
+def _unwrapped(keys: list[str]) -> tuple[dict[str, str], list[str]]:
+    """{key: the key without the wrappers' prefixes that every key carries}, each removed once, in the order met
+    (``module._orig_mod.`` and ``_orig_mod.module.`` both occur), and a note for DistributedDataParallel's. A prefix
+    that only some keys carry is one sentence: those keys are not the model's, or two models' keys are mixed."""
+    names, removed = {key: key for key in keys}, []
+    while prefix := next((p for p in _WRAPPERS if p not in removed and names
+                          and all(name.startswith(p) for name in names.values())), None):
+        removed.append(prefix)
+        names = {key: name.removeprefix(prefix) for key, name in names.items()}
+    for prefix in _WRAPPERS:
+        carry = sorted(key for key, name in names.items() if name.startswith(prefix))
+        rest = sorted(key for key, name in names.items() if not name.startswith(prefix))
+        if carry and rest:  # all of them: a prefix met twice, said with the embedding's key
+            raise UserError(f"{len(carry)} of the state dict's {len(names)} keys start with {prefix!r} (e.g. "
+                            f"{carry[0]!r}) and the others do not (e.g. {rest[0]!r}): save the state dict of the one "
+                            "model, with every key under the wrapper's prefix or none.")
+    notes = [f"every key of the state dict starts with {torch_layout.DDP_PREFIX!r}, the prefix of a "
+             "DistributedDataParallel wrapper, which the authors' trainer removes before saving: it is removed"
+             ] if torch_layout.DDP_PREFIX in removed else []
+    return names, notes
 
 
 # The model fields a file of theirs (no stored config) gives through model_args, where it has them.
@@ -442,11 +471,10 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     cli.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
     ckpt = load_torch_checkpoint(path, trust_pickle)
-    sd = state_dict_of(ckpt)
+    sd, notes = state_dict_of(ckpt)
     get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
     step = _file_step(get(torch_layout.STEP, 0)) if step is None else step
     saved = torch_layout.variant_of(get(torch_layout.TRAIN_CONFIG))
-    notes = []
     if variant == FROM_FILE and get(torch_layout.CONFIG) is None:
         variant = saved or FROM_FILE
     elif saved and variant not in (saved, FROM_FILE) and (variant, saved) != ("two_x_memory", "sps"):

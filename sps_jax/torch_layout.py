@@ -23,6 +23,7 @@ import re
 import numpy as np
 
 PREFIX = "_orig_mod."
+DDP_PREFIX = "module."  # DistributedDataParallel's (and DataParallel's), which their trainer removes before saving
 EMBED = "transformer.wte.weight"
 LM_HEAD = "lm_head.weight"
 MODEL, MODEL_ARGS, STEP, CONFIG = "model", "model_args", "iter_num", "sps_jax_config"

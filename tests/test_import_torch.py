@@ -247,17 +247,41 @@ def test_real_world_variants_of_the_file_import_with_the_same_logits(tmp_path, s
     (lambda sd: {"model": {**sd, "transformer.wpe.weight": torch.zeros(T, D),
                            "transformer.h.1.mlp_norm.bias": torch.zeros(D)}},
      "holds 2 parameter(s) this model has not, e.g. transformer.wpe.weight, transformer.h.1.mlp_norm.bias"),
-    (lambda sd: {"model": {"module." + k: v for k, v in sd.items()}},
-     "no 'transformer.wte.weight' but 'module.transformer.wte.weight', a wrapper's prefix that the authors' trainer "
-     "never writes; save the state dict again without 'module.'"),
-    (lambda sd: {"model": {"module._orig_mod." + k: v for k, v in sd.items()}}, "without 'module._orig_mod.'"),
+    (lambda sd: {"model": {"model." + k: v for k, v in sd.items()}},
+     "no 'transformer.wte.weight' but 'model.transformer.wte.weight', a wrapper's prefix that the authors' trainer "
+     "never writes; save the state dict again without 'model.'"),
+    (lambda sd: {"model": {"module.module." + k: v for k, v in sd.items()}}, "without 'module.'"),
     (lambda sd: sd["transformer.wte.weight"], "a state dict with 'transformer.wte.weight', not a Tensor"),
-], ids=["linear-bias", "positions-and-norm-bias", "ddp-prefix", "ddp-and-compile-prefix", "a-tensor"])
+], ids=["linear-bias", "positions-and-norm-bias", "other-prefix", "ddp-prefix-twice", "a-tensor"])
 def test_files_whose_parameters_are_not_the_models_are_one_sentence(tmp_path, change, needle):
     # A bias or learned positions were dropped without a word, and the import computed other logits than the file.
     sd = synthetic_state_dict(compiled=False)
     message = bad_file_message(tmp_path, lambda p: torch.save(change(sd), p))
     assert needle in message, message
+
+
+@pytest.mark.parametrize("prefix", ["module.", "module._orig_mod.", "_orig_mod.module."])
+def test_a_state_dict_saved_from_a_ddp_wrapped_model_imports_with_a_note(tmp_path, capsys, prefix):
+    # DistributedDataParallel puts module. before every key (before or after torch.compile's _orig_mod.): such a
+    # file was refused, though its weights are the model's.
+    sd = synthetic_state_dict(compiled=False)
+    torch.save(authors_checkpoint({prefix + k: v for k, v in sd.items()}, window=2), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES]) == 0
+    assert capsys.readouterr().err == "note: every key of the state dict starts with 'module.', the prefix of a " \
+        "DistributedDataParallel wrapper, which the authors' trainer removes before saving: it is removed.\n"
+    logits_match(tmp_path / "run", sd)
+
+
+@pytest.mark.parametrize("prefix", ["module.", "_orig_mod."])
+def test_a_wrapper_prefix_on_only_some_keys_is_one_sentence(tmp_path, prefix):
+    # A partial _orig_mod. was removed key by key, so a key saved both ways kept one of its two tensors unsaid.
+    sd = synthetic_state_dict(compiled=False)
+    sd = {(prefix + k if ".h.1." in k else k): v for k, v in sd.items()}
+    sd[prefix + "transformer.h.0.mlp_norm.weight"] = torch.zeros(D)
+    message = bad_file_message(tmp_path, lambda p: torch.save({"model": sd}, p))
+    assert message == f"error: 8 of the state dict's {len(sd)} keys start with {prefix!r} (e.g. " \
+        f"'{prefix}transformer.h.0.mlp_norm.weight') and the others do not (e.g. 'lm_head.weight'): save the state " \
+        "dict of the one model, with every key under the wrapper's prefix or none.\n", message
 
 
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
