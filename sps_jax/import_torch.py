@@ -5,7 +5,8 @@
 
 Their file is a ``torch.save``d dict whose ``"model"`` entry is the state dict
 (keys possibly prefixed ``_orig_mod.`` by torch.compile, or ``module.`` by DistributedDataParallel, said
-in a note; buffers are left out, a parameter the model lacks is refused); ``sps_jax.torch_layout``
+in a note; buffers are left out once ``sps_jax.torch_buffers`` finds that a RoPE table or a mask among them
+agrees with the model built, a parameter the model lacks is refused); ``sps_jax.torch_layout``
 maps its keys and shapes to this project's parameters (RoPE pairs and the qkv
 layout match, so no permutation is needed) and checks every tensor's shape before
 conversion. Dimensions come from the tensors; the head count from ``--num-heads``,
@@ -33,7 +34,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, torch_layout
+from sps_jax import cli, config as sps_config, files, masks, torch_buffers, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
@@ -119,9 +120,9 @@ def _load_safetensors(path: str) -> dict:
 
 
 def state_dict_of(ckpt) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The model state dict (the ``model`` entry, or the dict itself) as float32 numpy arrays, the wrappers' prefixes
-    that every key carries removed (:func:`_unwrapped`), and notes; tensors of other kinds (a complex RoPE cache, a
-    boolean mask) are buffers, left out."""
+    """The model state dict (the ``model`` entry, or the dict itself) as numpy arrays, the wrappers' prefixes that
+    every key carries removed (:func:`_unwrapped`), and notes. Floating-point tensors are float32; tensors of other
+    kinds (a complex RoPE table, a boolean mask) are buffers, kept as they are for :mod:`sps_jax.torch_buffers`."""
     sd = ckpt.get(torch_layout.MODEL, ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(sd, dict):
         raise UserError(f"not an SPS PyTorch checkpoint: expected a dict whose 'model' entry is a state dict with "
@@ -152,12 +153,26 @@ def state_dict_of(ckpt) -> tuple[dict[str, np.ndarray], list[str]]:
                 what = f"{tensor.dtype} values" if hasattr(tensor, "dtype") else f"a {type(tensor).__name__}"
                 raise UserError(f"{key} holds {what}, not floating-point weights: the file was not saved from the "
                                 "model's parameters.")
+            buffer = _buffer(tensor)
+            if buffer is not None:
+                out[key] = buffer
             continue
         out[key] = tensor.detach().float().cpu().numpy() if hasattr(tensor, "detach") else tensor.astype(np.float32)
-        if not np.isfinite(out[key]).all():
+        if key.endswith(".weight") and not np.isfinite(out[key]).all():  # an additive mask's -inf is no weight
             raise UserError(f"{key} holds NaN or infinite values: the model diverged or the file is damaged; import "
                             "a checkpoint of finite weights.")
     return out, notes
+
+
+def _buffer(tensor) -> np.ndarray | None:
+    """A tensor of no weights (a complex RoPE table, a boolean mask) as a numpy array of its own kind, or None where
+    it holds no values to compare (a meta or sparse tensor, an object)."""
+    if not hasattr(tensor, "detach"):
+        return tensor if isinstance(tensor, np.ndarray) else None
+    if tensor.is_meta or str(tensor.layout) != "torch.strided":
+        return None
+    tensor = tensor.detach().cpu()
+    return (tensor.cfloat() if tensor.is_complex() else tensor).resolve_conj().numpy()
 
 
 # The prefixes a wrapper puts before every key of the model's state dict: torch.compile's, which their trainer
@@ -324,7 +339,6 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         sps_config.apply_override(config, item)
     if stored_config is None:
         notes += _args_replaced(fields, m, overrides)
-    _check_rope_buffers(sd, m.d_model // m.num_heads, m.get("rope_theta", sps_model.ModelConfig.rope_theta))
     if prefix is not None and "name" not in (sps_config.override_key(item) for item in overrides):
         config.name = sps_config.run_name(prefix, m)  # as load_config renames a config after its overrides
     for field, have in shapes.items():
@@ -342,6 +356,9 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
             raise
         raise UserError(f"the checkpoint's stored config ({torch_layout.CONFIG}) is not a valid run config ({own}): "
                         "replace that value with --window N or a --config override, or export the run again.") from None
+    built = sps_model.ModelConfig.from_config(config.model)  # with the defaults a stored config may leave out
+    torch_buffers.check(sd, masks.Visibility(built.variant, built.window), built.head_dim, built.rope_theta,
+                        built.d_model)
     imported = _function_fields(config.model)  # None for a model the import refuses next, in its own sentence
     changed = sorted(k for k in imported or {} if exported and k in exported and exported[k] != imported[k])
     if changed:  # allowed (an analysis may want it), never silent, as for a file of theirs
@@ -349,18 +366,6 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                      f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
                      "computes other logits than the exported one")
     return config, notes
-
-
-def _check_rope_buffers(sd, head_dim: int, rope_theta: float) -> None:
-    """Refuse a saved RoPE ``inv_freq`` buffer (left out of the weights) whose base is not the one the import rotates
-    with: their module rotates with the buffer it loads, so the logits would differ."""
-    want = 1.0 / (float(rope_theta) ** (np.arange(0, head_dim, 2) / head_dim))
-    for key in sorted(k for k in sd if k.endswith("inv_freq")):
-        have = np.asarray(sd[key], np.float64).reshape(-1)
-        if have.shape == want.shape and not np.allclose(have, want, rtol=1e-5):
-            base = have[1] ** (-head_dim / 2) if have.size > 1 and have[1] > 0 else float("nan")
-            raise UserError(f"{key} holds RoPE frequencies of base {base:.6g}, not the {float(rope_theta):g} this "
-                            f"import rotates with: pass --config.model.rope_theta={base:.6g}.")
 
 
 def _window_replaced(window, in_file, seq_len: int) -> list[str]:

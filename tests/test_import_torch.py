@@ -17,7 +17,7 @@ from sps_jax import config as sps_config, export_torch, import_torch, runs
 from sps_jax.evaluation import evaluate
 from tests import fuzz
 from tests.helpers import run_module
-from tests.torch_reference import numpy_forward
+from tests.torch_reference import allowed, numpy_forward
 from tests.helpers import not_one_path
 
 V, D, H, L, T = 64, 32, 2, 2, 12
@@ -214,10 +214,27 @@ def test_the_fix_a_bad_model_arg_is_refused_with_imports_the_file(tmp_path, mode
     assert json.loads((tmp_path / "r" / "config.json").read_text())["model"][field] == value
 
 
-def _buffers(sd):  # what other PyTorch models register beside their parameters: RoPE caches, a causal mask
-    return {**sd, "freqs_cis": torch.polar(torch.ones(T, D // H // 2), torch.ones(T, D // H // 2)),
-            "transformer.h.0.attn.bias": torch.ones(1, 1, T, T).tril(), "transformer.h.1.attn.mask": torch.ones(T, T) > 0,
-            "transformer.h.0.attn.rotary.cos_cached": torch.ones(T, D // H)}
+def rope_angles(base=10000.0, head_dim=D // H, positions=T, scale=1.0):
+    """[positions, head_dim / 2] angles as their precompute_freqs_cis computes them (float32)."""
+    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    return torch.outer(torch.arange(positions).float() * scale, freqs)
+
+
+def slot_mask(variant="sps", window=2, positions=T):
+    """bool [N, N]: who sees whom over one document, from the numpy reference (no sps-jax code)."""
+    return torch.from_numpy(allowed([5] * positions, variant, window, EOS, PAD))
+
+
+def _buffers(sd):  # what other PyTorch models register beside their parameters: RoPE caches, masks, position ids
+    angles = rope_angles()
+    mask = slot_mask("sps", 2)
+    return {**sd, "freqs_cis": torch.polar(torch.ones_like(angles), angles),
+            "transformer.h.0.attn.rotary.inv_freq": angles[1].clone(),
+            "transformer.h.0.attn.rotary.cos_cached": angles.repeat_interleave(2, -1).cos()[None, None],
+            "transformer.h.1.attn.rotary.sin_cached": angles.sin(),
+            "transformer.h.0.attn.bias": mask.float()[None, None], "transformer.h.1.attn.mask": mask,
+            "transformer.h.1.attn.causal_mask": torch.zeros(2 * T, 2 * T).masked_fill(~mask, float("-inf")),
+            "position_ids": torch.arange(T)[None], "transformer.h.0.attn.calls": torch.tensor(7)}
 
 
 @pytest.mark.filterwarnings("error")  # a buffer's cast warned (complex to real discards the imaginary part)
@@ -282,6 +299,66 @@ def test_a_wrapper_prefix_on_only_some_keys_is_one_sentence(tmp_path, prefix):
     assert message == f"error: 8 of the state dict's {len(sd)} keys start with {prefix!r} (e.g. " \
         f"'{prefix}transformer.h.0.mlp_norm.weight') and the others do not (e.g. 'lm_head.weight'): save the state " \
         "dict of the one model, with every key under the wrapper's prefix or none.\n", message
+
+
+@pytest.mark.parametrize("buffers, sentence, fix", [
+    ({"attn.rotary.cos_cached": rope_angles(500000.0).repeat_interleave(2, -1).cos()},
+     "transformer.h.0.attn.rotary.cos_cached holds RoPE frequencies of base 500000, not the 10000 this import rotates "
+     "with: pass --config.model.rope_theta=500000.", ["--config.model.rope_theta=500000"]),
+    ({"attn.freqs_cis": torch.polar(torch.ones(T, 4), rope_angles(head_dim=8))},
+     "transformer.h.0.attn.freqs_cis holds RoPE frequencies for heads of 8 features, not the 16 (d / heads) this "
+     "import splits q and k into: pass --num-heads 4.", ["--num-heads", "4"]),
+    ({"attn.rotary.inv_freq": rope_angles(1000.0, head_dim=8)[1]},
+     "transformer.h.0.attn.rotary.inv_freq holds RoPE frequencies for heads of 8 features, not the 16 (d / heads) "
+     "this import splits q and k into: pass --num-heads 4 and --config.model.rope_theta=1000.",
+     ["--num-heads", "4", "--config.model.rope_theta=1000"]),
+    ({"attn.rotary.sin_cached": rope_angles().repeat(1, 2).sin()},
+     "transformer.h.0.attn.rotary.sin_cached holds RoPE angles for the rotate-half pairs (k, k + 8), not the "
+     "interleaved pairs (2k, 2k+1) the authors' model and this one rotate, so its q and k weights are in another "
+     "order: import a checkpoint of a model that rotates interleaved pairs.", None),
+    ({"attn.rotary.cos_cached": rope_angles(scale=0.5).cos()},
+     "transformer.h.0.attn.rotary.cos_cached is not a RoPE table of base 10000 over heads of 16 features, nor of "
+     "another base or head width", None),
+    ({"attn.bias": slot_mask("sps", 1).float()[None, None]},
+     "transformer.h.0.attn.bias is the attention mask of sps with window 1, not of the sps with window 2 this import "
+     "builds: pass --window 1.", ["--window", "1"]),
+    ({"attn.mask": torch.ones(T, T).tril().bool()},
+     "transformer.h.0.attn.mask is the attention mask of sps with no window, not of the sps with window 2 this import "
+     "builds: pass --window none.", ["--window", "none"]),
+    ({"attn.mask": slot_mask("delayed_state", 3)},
+     "transformer.h.0.attn.mask is the attention mask of delayed_state with window 3, not of the sps with window 2 "
+     "this import builds: pass --variant delayed_state --window 3.", ["--variant", "delayed_state", "--window", "3"]),
+    ({"attn.bias": torch.ones(2 * T, 2 * T)},
+     "transformer.h.0.attn.bias is an attention mask (24 x 24) of no variant and window this model has", None),
+], ids=["cos-base", "freqs-cis-heads", "inv-freq-heads-and-base", "rotate-half", "scaled", "mask-window",
+        "mask-no-window", "mask-variant", "mask-of-none"])
+def test_a_buffer_that_disagrees_with_the_import_is_refused_naming_the_flag(tmp_path, buffers, sentence, fix):
+    # A module that saves a RoPE table or a mask computes with the one it loads; these were left out unread, and the
+    # import computed other logits than the saved model.
+    sd = synthetic_state_dict(compiled=False)
+    sd.update({f"transformer.h.{i}.{name}": tensor for name, tensor in buffers.items() for i in range(L)})
+    torch.save(authors_checkpoint(sd, window=2), tmp_path / "ckpt.pt")
+    argv = [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES]
+    outcome = fuzz.call(import_torch.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.startswith(f"error: {sentence}"), outcome.stderr
+    assert not (tmp_path / "run").exists()
+    if fix:
+        outcome = fuzz.call(import_torch.main, argv + fix)
+        assert outcome.status == 0 and "error" not in outcome.stderr, outcome.stderr
+
+
+def test_a_mask_of_another_variant_names_it_for_a_standard_model(tmp_path):
+    sd = synthetic_state_dict(compiled=False)
+    sd["transformer.h.0.attn.bias"] = slot_mask("sps", 2).float()
+    torch.save(authors_checkpoint(sd, target="modeling.models.full_attention_model.Model"), tmp_path / "ckpt.pt")
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == "error: transformer.h.0.attn.bias is the attention mask of sps with window 2, not of the " \
+        "standard this import builds: pass --variant sps --window 2.\n", outcome.stderr
+    sd["transformer.h.0.attn.bias"] = torch.ones(1, 1, T, T).tril()  # nanoGPT's causal bias: the standard model's
+    torch.save(authors_checkpoint(sd, target="modeling.models.full_attention_model.Model"), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES]) == 0
 
 
 def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):

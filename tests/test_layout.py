@@ -22,6 +22,7 @@ LOW_LEVEL = {
     "sps_jax.flops": {"sps_jax.masks", "sps_jax.hardware"},
     "sps_jax.plotting": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.torch_layout": set(),
+    "sps_jax.torch_buffers": {"sps_jax.masks"},
     "sps_jax.tracking": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.token_folder": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.run_files": {"sps_jax.cli", "sps_jax.files", "sps_jax.token_folder", "sps_jax.tracking"},
