@@ -146,8 +146,9 @@ def state_dict_of(ckpt) -> tuple[dict[str, np.ndarray], list[str]]:
             if floating and str(tensor.layout) != "torch.strided":
                 raise UserError(f"{key} is stored as {tensor.layout}, not as a dense tensor: save the state dict with "
                                 "dense tensors (tensor.to_dense()).")
-        else:  # bfloat16 (a .safetensors export) is no np.floating; integers and booleans are not weights either
-            floating = isinstance(tensor, np.ndarray) and tensor.dtype.kind not in "biuOSUM"
+        else:  # bfloat16 (a .safetensors export) is no np.floating; integers, booleans and complex numbers (a RoPE
+            # table) are not weights either
+            floating = isinstance(tensor, np.ndarray) and tensor.dtype.kind not in "biucOSUM"
         if not floating:
             if key.endswith(".weight"):  # a parameter's name: said here, not as a tensor the state dict lacks
                 what = f"{tensor.dtype} values" if hasattr(tensor, "dtype") else f"a {type(tensor).__name__}"

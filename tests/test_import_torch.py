@@ -348,6 +348,20 @@ def test_a_buffer_that_disagrees_with_the_import_is_refused_naming_the_flag(tmp_
         assert outcome.status == 0 and "error" not in outcome.stderr, outcome.stderr
 
 
+def test_a_complex_rope_table_in_a_safetensors_file_is_read_as_complex(tmp_path):
+    # Its numpy array was cast to float32 (the imaginary part dropped, with a ComplexWarning) and then read as a
+    # table of sines that matched no RoPE.
+    import safetensors.numpy
+
+    sd = {k: v.numpy() for k, v in synthetic_state_dict(compiled=False).items()}
+    sd["freqs_cis"] = np.exp(1j * rope_angles().numpy()).astype(np.complex64)
+    args = authors_checkpoint({}, window=2)["model_args"]
+    safetensors.numpy.save_file(sd, str(tmp_path / "ckpt.safetensors"), metadata={"model_args": json.dumps(args)})
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.safetensors"), "--variant", "sps", "--out",
+                                            str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 0 and outcome.stderr == "", outcome.stderr
+
+
 def test_a_mask_of_another_variant_names_it_for_a_standard_model(tmp_path):
     sd = synthetic_state_dict(compiled=False)
     sd["transformer.h.0.attn.bias"] = slot_mask("sps", 2).float()
