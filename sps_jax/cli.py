@@ -55,7 +55,8 @@ USER_ERRORS = (ValueError, OSError)
 
 
 def note(line: str) -> None:
-    """A command's progress, note or warning: on stderr, since stdout holds its results."""
+    """A command's progress, note or warning, and each file or folder it wrote ("wrote PATH"): on stderr, since
+    stdout holds its results alone."""
     print(line, file=sys.stderr, flush=True)
 
 

@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     cli.load("sps_jax.runs")  # the run's weights
     ckpt = export_run(args.run, args.out, args.step, args.dtype, args.force)
     args_ = ckpt[torch_layout.MODEL_ARGS]
-    print(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "
+    cli.note(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "
           f"({args.dtype}), {args_['n_layer']} layers, d={args_['hidden_size']}, {args_['n_head']} heads, "
           f"vocab {args_['vocab_size']}")
     return 0

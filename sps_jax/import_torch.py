@@ -544,7 +544,7 @@ def main(argv=None) -> int:
     for note in notes:
         cli.note(f"note: {note}.")
     m = sps_model.ModelConfig.from_config(config.model)  # with the defaults a stored config may leave out
-    print(f"wrote {args.out}: {m.variant} (window {m.window}), {m.num_layers} layers, d={m.d_model}, "
+    cli.note(f"wrote {args.out}: {m.variant} (window {m.window}), {m.num_layers} layers, d={m.d_model}, "
           f"{m.num_heads} heads, context {m.seq_len}, vocab {m.vocab_size}")
     return 0
 

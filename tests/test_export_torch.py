@@ -167,6 +167,15 @@ def test_the_safetensors_path_needs_no_torch(tmp_path, monkeypatch, capsys):
     assert_same_run(run, str(tmp_path / "back"))
 
 
+def test_cli_export_prints_nothing_and_says_the_file_it_wrote_on_stderr(tmp_path, capsys):
+    # stdout holds a command's results alone (what a pipe reads); the file a command wrote is said on stderr.
+    run = make_run(tmp_path / "run", "sps", 3)
+    out = tmp_path / "ckpt.safetensors"
+    assert export_torch.main([run, "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert said.out == "" and f"wrote {out}: step {STEP}, " in said.err, said
+
+
 def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     out = tmp_path / "ckpt.safetensors"
     out.write_bytes(b"precious")
@@ -178,7 +187,7 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     run = make_run(tmp_path / "run", "sps", 3)
     assert export_torch.main([run, "--out", str(out)]) == 2 and out.read_bytes() == b"precious"
     assert export_torch.main([run, "--out", str(out), "--force"]) == 0
-    assert "wrote" in capsys.readouterr().out and out.read_bytes() != b"precious"
+    assert "wrote" in capsys.readouterr().err and out.read_bytes() != b"precious"
     assert not list(tmp_path.glob("*.partial"))
     bad = tmp_path / "ckpt.bin"
     assert export_torch.main([run, "--out", str(bad)]) == 2

@@ -91,7 +91,7 @@ def test_the_authors_model_args_give_the_window_ids_and_norm_eps(tmp_path, capsy
     torch.save(authors_checkpoint(sd, window=1, norm_eps=1e-5), path)
     assert import_torch.main([str(path), "--variant", "sps", "--out", str(tmp_path / "run"),
                               "--config.model.attention=xla", "--config.model.dtype=float32"]) == 0
-    assert "note:" not in capsys.readouterr().out
+    assert "note:" not in capsys.readouterr().err
     m = runs.load_model(str(tmp_path / "run"))[0].cfg
     assert (m.window, m.eos_id, m.pad_id, m.predict_id, m.norm_eps) == (1, EOS, PAD, PREDICT, 1e-5)
     torch.save(authors_checkpoint(sd, window=1), path)
@@ -253,7 +253,9 @@ def test_real_world_variants_of_the_file_import_with_the_same_logits(tmp_path, s
     outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--variant", "sps", "--window", "2",
                                             "--num-heads", str(H), "--seq-len", str(T), "--out", str(tmp_path / "run"),
                                             *OVERRIDES])
-    assert outcome.status == 0 and outcome.stderr == "", outcome.stderr
+    # no note or warning: the one line on stderr says the run written
+    assert outcome.status == 0 and outcome.stderr.startswith(f"wrote {tmp_path / 'run'}: sps (window 2), ") \
+        and outcome.stderr.count("\n") == 1, outcome.stderr
     model = saved.get("model", saved)
     logits_match(tmp_path / "run", {k: model[k].float() for k in sd})  # the file's own (rounded) numbers
 
@@ -728,6 +730,14 @@ def test_the_variant_and_window_flags_replace_a_stored_config_of_another_type(tm
     logits_match(tmp_path / "run", sd, "sps", 2)
 
 
+def test_cli_import_prints_nothing_and_says_the_run_it_wrote_on_stderr(tmp_path):
+    # stdout holds a command's results alone (what a pipe reads); the folder a command wrote is said on stderr.
+    path = export_with_stored_config(tmp_path, lambda model: None, synthetic_state_dict())
+    outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert outcome.stdout == "" and f"wrote {tmp_path / 'run'}: sps (window 2), {L} layers, d={D}, " in outcome.stderr
+
+
 @pytest.mark.parametrize("name, imported", [("tiny-sps-w2", "tiny-standard"), ("mine", "mine")])
 def test_a_name_made_from_the_variant_follows_the_variant_flag_and_a_name_of_its_own_stays(tmp_path, name, imported):
     # The run imported as standard kept the name tiny-sps-w2, which evaluate then printed and wrote as its run.
@@ -744,7 +754,7 @@ def test_a_stored_config_that_leaves_the_variant_to_the_default_imports_and_says
     path = export_with_stored_config(tmp_path, lambda model: model.pop("variant"), sd)
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
-    assert "sps (window 2)" in outcome.stdout
+    assert "sps (window 2)" in outcome.stderr
     logits_match(tmp_path / "run", sd, "sps", 2)
 
 

@@ -628,7 +628,7 @@ def main(argv=None):
                                  "evaluated on validation data (train.eval_every).")
     with files.results(args.force):  # the figure and its .json together
         args.draw(args)
-    print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")
+    cli.note(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")
     return 0
 
 

@@ -275,7 +275,7 @@ def _write(args, results: list, header: list, rows: list, plot, **constants) -> 
         write_json(base + ".json", {"settings": settings, **constants, "runs": results})
         write_csv(base + ".csv", header, rows)
         plot(results, base + ".png")
-    print(f"wrote {base}.json, {base}.csv, {base}.png")
+    cli.note(f"wrote {base}.json, {base}.csv, {base}.png")
 
 
 def cmd_window_nll(args):

@@ -166,7 +166,7 @@ def provision(out: str | None = None) -> str:
     given = "--out" if out else RANKS_VARIABLE if os.environ.get(RANKS_VARIABLE) else "the default file"
     out = out or default_ranks_path()
     if os.path.isfile(out) and _sha256(out) == RANKS_SHA256:
-        print(f"tokenizer already provisioned at {out}")
+        cli.note(f"tokenizer already provisioned at {out}")
         return out
     if os.path.isdir(out):
         raise UserError(f"{given} {out} is a folder: name a file, for example {os.path.join(out, 'gpt2.tiktoken')}.")
@@ -192,5 +192,5 @@ def provision(out: str | None = None) -> str:
         raise TokenizerMissing(f"gpt2.tiktoken has sha256 {digest}, expected {RANKS_SHA256}; refusing to use it.")
     with files.atomic_open(out, "wb") as f:
         f.write(data)
-    print(f"tokenizer provisioned at {out} (sha256 verified)")
+    cli.note(f"tokenizer provisioned at {out} (sha256 verified)")
     return out

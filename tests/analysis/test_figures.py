@@ -431,9 +431,9 @@ def test_seed_statistics_follow_appendix_c_by_hand(tmp_path, capsys):
     assert "training tokens and" in capsys.readouterr().err
     # No seed of the reference: the intervals and TOST stand, and the missing Welch tests are said (it was silent).
     assert figures.main(["seeds", *sources[3:], "--out", str(tmp_path / "noref.png")]) == 0
-    assert capsys.readouterr().err.strip() == (
+    assert capsys.readouterr().err == (
         "warning: no source is a sps run, so no Welch test compares it with the others: pass its seeds, or "
-        "--reference with a variant among the sources.")
+        f"--reference with a variant among the sources.\nwrote {tmp_path / 'noref.png'} and {tmp_path / 'noref.json'}\n")
     assert json.load(open(tmp_path / "noref.json"))["welch_one_sided"] == []
 
 
@@ -514,7 +514,16 @@ def test_figures_module_runs_as_a_command(tmp_path):
     out = str(tmp_path / "gain.png")
     proc = run_module("sps_jax.analysis.figures", "accuracy-gain", *paths, "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert decoded_png(out).shape[1] > 0 and f"wrote {out}" in proc.stdout
+    assert decoded_png(out).shape[1] > 0 and proc.stdout == "" and f"wrote {out}" in proc.stderr
+
+
+def test_cli_figures_print_nothing_and_say_the_files_they_wrote_on_stderr(tmp_path, capsys):
+    # stdout holds a command's results alone (what a pipe reads); the files a command wrote are said on stderr.
+    run = write_run(tmp_path / "run", "tiny", "sps", 2, [4.0, 3.5])
+    out = tmp_path / "c.png"
+    assert figures.main(["curves", run, "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert said.out == "" and f"wrote {out} and {tmp_path / 'c'}.json\n" in said.err, said
 
 
 def test_figures_take_pathlib_paths(tmp_path):

@@ -56,6 +56,19 @@ def test_window_nll_command_writes_means_and_figure(cli_fixture):
     assert width > height
 
 
+def test_cli_probes_print_nothing_and_say_the_files_they_wrote_on_stderr(cli_fixture, capsys):
+    # stdout holds a command's results alone (what a pipe reads); the files a command wrote are said on stderr.
+    root = cli_fixture
+    out = root / "said"
+    for argv, base in ((["window-nll", "--omega", "6"], out / "window_nll_omega6"),
+                       (["gradients", "--positions-per-doc", "2", "--max-offset", "8", "--context", "16"],
+                        out / "gradients")):
+        assert probes.main([*argv, "--workdir", str(root / "std"), "--val-data", str(root / "data"), "--docs", "2",
+                            "--out", str(out)]) == 0
+        said = capsys.readouterr()
+        assert said.out == "" and f"wrote {base}.json, {base}.csv, {base}.png\n" in said.err, said
+
+
 def test_a_notebook_draws_both_figures_from_the_curves_the_commands_write(cli_fixture, tmp_path):
     # The curves were built inside the commands (cmd_*), from an argparse Namespace: a notebook had only the
     # per-example arrays. Here the same curves come from importable calls and are drawn by the same plots.

@@ -73,6 +73,30 @@ def test_data_encode_refuses_text_that_is_not_utf8_in_one_sentence(ranks_file):
     assert "the text is not UTF-8 text: byte 3 is 0xe9: pass UTF-8 text" in outcome.stderr, outcome.stderr
 
 
+def test_cli_provisioning_prints_nothing_and_says_the_file_it_wrote_on_stderr(ranks_file, tmp_path, monkeypatch):
+    """stdout holds a command's results alone (what a pipe reads); the file a command wrote, or found already there,
+    is said on stderr. pip's download is replaced by an archive holding the ranks, as openai-whisper's does."""
+    import subprocess
+    import tarfile
+    import types
+
+    from sps_jax.data import __main__ as data_cli
+    from tests import fuzz
+
+    def download(argv, **kwargs):
+        with tarfile.open(os.path.join(argv[argv.index("-d") + 1], "openai-whisper-1.tar.gz"), "w:gz") as tar:
+            tar.add(ranks_file, "openai-whisper-1/whisper/assets/gpt2.tiktoken")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(tokenizer, "subprocess", types.SimpleNamespace(run=download))
+    out = tmp_path / "gpt2.tiktoken"
+    for said in (f"tokenizer provisioned at {out} (sha256 verified)", f"tokenizer already provisioned at {out}"):
+        outcome = fuzz.call(data_cli.main, ["provision-tokenizer", "--out", str(out)])
+        assert outcome.status == 0 and outcome.problem() is None, outcome
+        assert outcome.stdout == "" and f"{said}\n" in outcome.stderr, outcome
+    assert tokenizer._sha256(str(out)) == tokenizer.RANKS_SHA256
+
+
 @pytest.mark.parametrize("value, state", [("missing.tiktoken", "does not exist"), (".", "is a folder, not a file"),
                                           ("~/gpt2.tiktoken", "starts with '~', which was not expanded to the home folder")])
 def test_a_tokenizer_variable_naming_no_file_is_refused_not_replaced_by_a_download(tmp_path, monkeypatch, value,

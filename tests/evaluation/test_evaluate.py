@@ -109,6 +109,9 @@ def test_cli_writes_one_json_per_checkpoint(tmp_path):
         assert written[step]["step"] == step and written[step]["val_tokens"] == count
         assert written[step]["val_nll"] == pytest.approx(nll, rel=1e-5)
     assert "| Size | Method |" in proc.stdout
+    # stdout holds the table alone (what a pipe reads); the files written are said on stderr.
+    assert "wrote" not in proc.stdout
+    assert all(f"wrote {tmp_path / 'run' / 'eval' / f'step_{step}.json'}\n" in proc.stderr for step in (5, 9))
     # The console table shows what was measured: each checkpoint's validation NLL, to 3 decimals.
     table_rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     for step in (5, 9):

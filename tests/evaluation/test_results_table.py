@@ -60,6 +60,18 @@ def test_results_table_has_values_deltas_to_standard_and_the_best_in_bold(tmp_pa
     assert md.count("**") == 2 * 2 * (3 + 9)  # one best per column (3 main, 9 full) and scale (2)
 
 
+def test_cli_table_prints_the_table_alone_and_says_the_files_it_wrote_on_stderr(tmp_path, capsys):
+    # stdout holds a command's results alone (what a pipe reads); the files a command wrote are said on stderr.
+    rows = fixture_rows()
+    paths = [str(tmp_path / f"r{i}.json") for i in range(len(rows))]
+    for path, row in zip(paths, rows):
+        evaluate.write_json(path, row)
+    assert evaluate.main(["table", *paths, "--out", str(tmp_path / "table")]) == 0
+    said = capsys.readouterr()
+    assert said.out.startswith("| Size | Method |") and "wrote" not in said.out, said
+    assert f"wrote {tmp_path / 'table'}.md and {tmp_path / 'table'}.tex\n" in said.err, said
+
+
 def test_rows_of_one_method_and_scale_are_told_apart_by_run_and_step(tmp_path):
     # Before: evaluate --all-steps (or two runs of one method) printed rows that looked the same.
     base = {"variant": "sps", "window": 64, "scale": "s", "val_nll": 3.0}

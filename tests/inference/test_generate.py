@@ -417,6 +417,8 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     batch = _cli("--checkpoint", os.path.join(workdir, "checkpoints", "3"), "--prompts-file", prompts,
                  "--out", tmp_path / "results.jsonl", "--max-new-tokens", "4", "--temperature", "0.8", "--top-k", "50")
     assert batch.status == 0, batch.stderr
+    # stdout holds a command's results alone (here in the file); the file written is said on stderr.
+    assert batch.stdout == "" and f"wrote 2 results to {tmp_path / 'results.jsonl'}\n" in batch.stderr, batch
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["a", "b"] and all(r["step"] == 3 for r in records)
     assert all(1 <= r["new_tokens"] <= 4 for r in records)
