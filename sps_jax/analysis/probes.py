@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import analysis, cli, files, masks, names, plotting, token_folder
+from sps_jax import analysis, cli, config as sps_config, files, masks, names, plotting, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import figure, save_figure, smooth
@@ -112,7 +112,7 @@ def _with_overrides(cfg, args):
 def _load(workdir, args):
     from sps_jax import runs
 
-    net, params, step = runs.load_model(workdir)  # params checked against config.json
+    net, params, step = runs.load_model(workdir, args.step)  # params checked against config.json
     config = runs.read_config(runs.find_run(workdir)[0])
     label = str(config.get("name") or os.path.basename(os.path.normpath(workdir)))
     return _with_overrides(net.cfg, args), params, step, label
@@ -147,7 +147,9 @@ def _check_inputs(args) -> list:
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     docs, seen = [], {}
     for w in args.workdir:
-        workdir, step, config, cfg = runs.read_run(w)  # and its checkpoint was trained as that model
+        # A --step the run does not hold is said here, naming the steps it holds; and the checkpoint was trained as
+        # that model.
+        workdir, step, config, cfg = runs.read_run(w, args.step)
         step = max(checkpoint.steps(workdir), default=None) if step is None else step
         key = (os.path.realpath(workdir), step)
         if key in seen:  # the run folder and its latest checkpoint: one curve drawn twice, under one label
@@ -307,6 +309,8 @@ def build_parser():
     def common(p, out_default):
         p.add_argument("--workdir", action="append", required=True, type=cli.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
+        p.add_argument("--step", type=sps_config.step_argument, default=None,
+                       help="probe this checkpoint of each run (default: the latest), as evaluate --step")
         p.add_argument("--val-data", type=token_folder.argument, default=None,
                        help="token folder with manifest.json (default: the run's data.dir)")
         p.add_argument("--split", default=token_folder.VAL, choices=token_folder.SPLITS,

@@ -10,7 +10,7 @@ import pytest
 from sps_jax import runs
 from sps_jax.analysis import documents, probes
 from tests import fuzz
-from tests.analysis.helpers import random_docs, write_documents_folder, write_run
+from tests.analysis.helpers import make, random_docs, write_documents_folder, write_run
 from tests.helpers import decoded_png
 from tests.helpers import not_one_path
 
@@ -267,6 +267,42 @@ def test_an_out_named_as_a_file_one_checkpoint_twice_and_a_run_configs_missing_d
         assert outcome.stderr.startswith(sentence) and outcome.stderr.endswith(": pass --val-data DIR.\n"
                                                                                if "gone" in sentence else "\n")
     assert sorted(os.listdir(tmp_path)) == ["moved"]
+
+
+def test_cli_probes_take_step_as_evaluate_does(cli_fixture, tmp_path, monkeypatch):
+    # generate, evaluate, export_torch and import_torch take --step; the probes read only the latest checkpoint.
+    root = cli_fixture
+    run = str(tmp_path / "run")
+    write_run(run, "standard", None, 0)  # step 7: the weights of root/std
+    runs.save_run(run, runs.read_config(run), make("standard", None, seed=5)[1], step=9)
+    data = ["--val-data", str(root / "data"), "--docs", "2"]
+
+    def probe(workdir, *flags):
+        out = str(tmp_path / f"out{len(os.listdir(tmp_path))}")
+        outcome = fuzz.call(probes.main, ["window-nll", "--workdir", workdir, *data, "--omega", "6", "--out", out,
+                                          *flags])
+        assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+        return json.loads(open(os.path.join(out, "window_nll_omega6.json")).read())
+
+    only_7 = probe(str(root / "std"))["runs"][0]
+    latest, at_7 = probe(run), probe(run, "--step", "7")
+    assert latest["runs"][0]["step"] == 9 and latest["runs"][0]["mean_nll"] != only_7["mean_nll"]  # told apart
+    assert at_7["runs"][0]["step"] == 7 and at_7["settings"]["step"] == 7
+    assert at_7["runs"][0]["mean_nll"] == only_7["mean_nll"]
+    # A step the run does not hold, or another than the checkpoint given holds: one sentence before any weights load.
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    for argv, sentence in (
+            (["--workdir", run, "--step", "8"],
+             f"error: run folder {run!r} has no checkpoint at step 8; it has [7, 9]: pass one of those.\n"),
+            (["--workdir", os.path.join(run, "checkpoints", "7"), "--step", "9"],
+             f"error: {run}/checkpoints/7 is the checkpoint of step 7, but step 9 was asked for (--step): pass the run "
+             "folder with --step, or the checkpoint alone.\n")):
+        for command in (["window-nll"], ["gradients", "--max-offset", "2", "--context", "16"]):
+            outcome = fuzz.call(probes.main, [*command, *argv, *data, "--out", str(tmp_path / "refused")])
+            assert outcome.status == 2 and outcome.stderr == sentence, outcome.stderr
+    beyond = fuzz.call(probes.main, ["window-nll", "--workdir", run, "--step", str(2 ** 31), *data])
+    assert beyond.status == 2 and f"{2 ** 31} must be from 0 to {2 ** 31 - 1}" in beyond.stderr, beyond.stderr
+    assert not os.path.exists(tmp_path / "refused")
 
 
 def test_read_documents_refuses_a_count_that_reads_nothing_or_everything(cli_fixture):
