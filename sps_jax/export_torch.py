@@ -1,6 +1,10 @@
 """Export a run's weights in the authors' PyTorch checkpoint layout (the reverse of ``import_torch``).
 
-  python -m sps_jax.export_torch RUN [--step N] --out FILE.pt|FILE.safetensors [--dtype float32|bfloat16] [--force]
+  python -m sps_jax.export_torch --workdir RUN [--step N] --out FILE.pt|FILE.safetensors [--dtype float32|bfloat16]
+      [--force]
+
+RUN may also be given as a word of its own (``export_torch RUN --out FILE``), as scripts written before
+``--workdir`` give it; not both.
 
 ``FILE.pt`` is a ``torch.save``d dict as their code writes it: ``model`` (the state dict, their key
 names and shapes, ``lm_head.weight`` tied to ``transformer.wte.weight``), ``model_args`` and
@@ -137,19 +141,32 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = DEFAULT
     return ckpt
 
 
+def _run_argument(parser, args) -> str:
+    """The run of ``--workdir``, or of the word of its own that scripts give: one of them, else one sentence."""
+    if args.workdir is not None and args.run is not None:
+        parser.error(f"the run is given twice, as {args.run} and as --workdir {args.workdir}: pass --workdir alone")
+    if args.workdir is None and args.run is None:
+        parser.error("no run is given: pass --workdir RUN")
+    return args.run if args.workdir is None else args.workdir
+
+
 @cli.main
 def main(argv=None) -> int:
     p = cli.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", type=cli.run_path, help="a run folder, or one of its checkpoints/<step> folders")
+    p.add_argument("--workdir", type=cli.run_path, default=None,
+                   help="a run folder, or one of its checkpoints/<step> folders")
+    p.add_argument("run", nargs="?", type=cli.run_path, default=None,
+                   help="the same as --workdir RUN, for scripts that give the run as a word of its own")
     p.add_argument("--step", type=sps_config.step_argument, default=None, help="checkpoint step (default: the latest)")
     p.add_argument("--out", type=cli.output_path, required=True,
                    help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES), help="tensor dtype")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = p.parse_args(argv)
+    run = _run_argument(p, args)
     cli.load("sps_jax.runs")  # the run's weights
-    ckpt = export_run(args.run, args.out, args.step, args.dtype, args.force)
+    ckpt = export_run(run, args.out, args.step, args.dtype, args.force)
     args_ = ckpt[torch_layout.MODEL_ARGS]
     cli.note(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "
           f"({args.dtype}), {args_['n_layer']} layers, d={args_['hidden_size']}, {args_['n_head']} heads, "

@@ -223,6 +223,7 @@ BAD_ARGUMENTS = [
                                (evaluate.main, ["--checkpoint", " ", "--val-data", "W"], "--checkpoint"),
                                (probes.main, ["window-nll", "--workdir", ""], "--workdir"),
                                (export_torch.main, ["", "--out", "W/x.safetensors"], "argument run"),
+                               (export_torch.main, ["--workdir", "", "--out", "W/x.safetensors"], "--workdir"),
                                (figures.main, ["curves", "", "--out", "W/c.png"], "argument runs"))],
     # an output under a file (it used to fail after the work: the download, or the model's build)
     *[(main, argv + [os.path.join(REPO, "README.md", "new")], ["README.md, which is a file, not a folder"])
@@ -356,6 +357,7 @@ INPUT_PATHS = [
     (generate.main, ["--workdir", "RUN", "--prompts-file", "X"], "--prompts-file", cli.FILE),
     (generate.main, ["--workdir", "X", "--prompt", "x"], "--workdir", cli.FOLDER),
     (export_torch.main, ["X", "--out", "OUT/x.pt"], "argument run", cli.FOLDER),
+    (export_torch.main, ["--workdir", "X", "--out", "OUT/x.pt"], "--workdir", cli.FOLDER),
     (import_torch.main, ["X", "--out", "OUT/o"], "argument checkpoint", cli.FILE),
     (data_cli.main, ["verify", "X"], "argument dir", cli.FOLDER),
     (data_cli.main, ["prepare", "--source", "X", "--out", "OUT/o"], "--source", cli.FILE_OR_FOLDER),
@@ -547,6 +549,16 @@ def test_every_option_of_every_command_is_described_with_its_default(command_par
     assert undescribed == []
     gradients = command_parsers["python -m sps_jax.analysis.probes gradients"].format_help()
     assert "seed of the sampled positions (default: 0)" in gradients and "(default: val)" in gradients
+
+
+def test_every_command_that_reads_one_run_names_it_with_workdir(command_parsers):
+    """export_torch took its run only as a word of its own, where generate, evaluate and the probes take
+    --workdir RUN (it still takes the word, for scripts); figures take several runs as words, a list of paths."""
+    for prog in ("python -m sps_jax.inference.generate", "python -m sps_jax.evaluation.evaluate",
+                 "python -m sps_jax.analysis.probes gradients", "python -m sps_jax.analysis.probes window-nll",
+                 "python -m sps_jax.export_torch"):
+        workdir = next((a for a in command_parsers[prog]._actions if "--workdir" in a.option_strings), None)
+        assert workdir is not None and workdir.type is cli.run_path, prog
 
 
 DOCUMENTED_COMMAND = re.compile(r"(?:python3? -m (sps_jax(?:\.\w+)*)|\b(sps-[a-z-]+))((?: [a-z][a-z-]*)?)")

@@ -3,6 +3,7 @@ numbers in both formats, an exact round trip through import_torch for every vari
 logits from the exported file alone, and no silent overwrite."""
 
 import json
+import os
 import sys
 
 import jax
@@ -13,6 +14,7 @@ import safetensors.torch as safetensors_torch  # the test extra has torch and sa
 import torch
 
 from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, runs
+from tests import fuzz
 from tests.helpers import SMALL, SMALL_OVERRIDES
 from tests.torch_reference import numpy_forward
 from tests.helpers import not_one_path
@@ -174,6 +176,29 @@ def test_cli_export_prints_nothing_and_says_the_file_it_wrote_on_stderr(tmp_path
     assert export_torch.main([run, "--out", str(out)]) == 0
     said = capsys.readouterr()
     assert said.out == "" and f"wrote {out}: step {STEP}, " in said.err, said
+
+
+def test_cli_export_takes_the_run_as_workdir_and_as_a_word_of_its_own_but_not_both(tmp_path):
+    # Every other command that reads one run says --workdir RUN; export_torch took the run only as a word of its
+    # own, which scripts still give.
+    run = make_run(tmp_path / "run", "sps", 3)
+    flag, word = tmp_path / "flag.safetensors", tmp_path / "word.safetensors"
+    for argv in (["--workdir", run, "--out", str(flag)], [run, "--out", str(word)]):
+        outcome = fuzz.call(export_torch.main, argv)
+        assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    from safetensors import safe_open
+
+    with safe_open(str(flag), "np") as a, safe_open(str(word), "np") as b:
+        assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
+        assert all(np.array_equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())
+    for argv, sentence in (
+            ([run, "--workdir", run, "--out", str(tmp_path / "both.pt")],
+             f"the run is given twice, as {run} and as --workdir {run}: pass --workdir alone"),
+            (["--out", str(tmp_path / "none.pt")], "no run is given: pass --workdir RUN")):
+        outcome = fuzz.call(export_torch.main, argv)
+        assert outcome.status == 2 and outcome.stderr == (
+            f"error: python -m sps_jax.export_torch: {sentence} (see --help).\n"), outcome.stderr
+    assert sorted(os.listdir(tmp_path)) == ["flag.safetensors", "run", "word.safetensors"]
 
 
 def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
