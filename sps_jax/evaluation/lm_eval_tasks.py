@@ -93,19 +93,21 @@ def check_task_data_tasks(task_data: dict[str, str], manager) -> None:
 
 def check_task_records(task_data: dict[str, str], manager) -> None:
     """One sentence when lm-eval's task cannot read a --task-data file's records as it would score them: values of
-    another kind (ARC's "choices" a string), an answer that is none of the choices, or a corpus without a word. Each
+    another kind (ARC's "choices" a string), an answer that is none of the choices, or a blank document in a corpus. Each
     record is rendered by the task itself (text, target, choices), in a task built for the check: lm-eval had
     stopped on each with a Jinja, Attribute or ZeroDivision traceback once the weights had loaded."""
     for key, path in task_data.items():
         stat = os.stat(path)
         problem = _file_problem(manager, key, os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
         if problem:
-            raise cli.UserError(f"--task-data {key}={path}: {problem}: pass a file whose records hold the hub "
-                                "dataset's fields, with its kinds of values.")
+            raise cli.UserError(f"--task-data {key}={path}: {problem[0]}: {problem[1]}.")
+
+
+_FIELDS_ADVICE = "pass a file whose records hold the hub dataset's fields, with its kinds of values"
 
 
 @functools.lru_cache(maxsize=None)
-def _file_problem(manager, key: str, path: str, size: int, mtime_ns: int) -> str | None:
+def _file_problem(manager, key: str, path: str, size: int, mtime_ns: int) -> tuple[str, str] | None:
     """:func:`check_task_records` of one file, once per content (its size and modification time stand for it):
     evaluate checks before the weights load and run_lm_eval again, for every checkpoint of --all-steps, and each
     check builds lm-eval's task and reads every record."""
@@ -116,56 +118,65 @@ def _file_problem(manager, key: str, path: str, size: int, mtime_ns: int) -> str
             (task,) = manager.load([spec])["tasks"].values()
             return _records_problem(task)
         except Exception as e:  # lm-eval renders the first record while it builds the task
-            return f"lm-eval's task cannot read its records ({_error(e)})"
+            return f"lm-eval's task cannot read its records ({_error(e)})", _FIELDS_ADVICE
 
 
 def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
 
 
-def _records_problem(task) -> str | None:
-    """What is wrong with the first record ``task`` cannot score, or None: each record is rendered, and its
-    results are computed by the task from stand-in log-likelihoods (0.0), as the evaluation computes them."""
-    rolling, text = task.OUTPUT_TYPE == "loglikelihood_rolling", ""
+def _records_problem(task) -> tuple[str, str] | None:
+    """(what is wrong with the first record ``task`` cannot score, what to do), or None: each record is rendered,
+    and its results are computed by the task from stand-in log-likelihoods (0.0), as the evaluation computes them."""
     for n, doc in enumerate(task.eval_docs, 1):
+        problem = None
         try:
             context = task.doc_to_text(doc)
             target = task.doc_to_target(doc)
             choices = task.doc_to_choice(doc) if task.OUTPUT_TYPE == "multiple_choice" else None
         except Exception as e:
-            return f"record {n} cannot be read by lm-eval's task ({_error(e)})"
+            return f"record {n} cannot be read by lm-eval's task ({_error(e)})", _FIELDS_ADVICE
         if choices is not None:
             if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
-                return f"record {n}'s choices are {choices!r:.60}, not a list of texts"
-            if not (isinstance(target, int) and 0 <= target < len(choices) or target in choices):
-                return f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"
+                problem = f"record {n}'s choices are {choices!r:.60}, not a list of texts"
+            elif not (isinstance(target, int) and 0 <= target < len(choices) or target in choices):
+                problem = f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"
         if task.OUTPUT_TYPE == "loglikelihood":
-            problem = _prediction_problem(context, target)
-            if problem:
-                return f"record {n} {problem}"
+            problem = problem or _prediction_problem(n, context, target)
+        if problem:
+            return problem, _FIELDS_ADVICE
         stand_in = {"multiple_choice": [(0.0, False)] * len(choices or ()), "loglikelihood": [(0.0, False)],
                     "loglikelihood_rolling": [0.0]}.get(task.OUTPUT_TYPE)
         if stand_in is not None:
             try:
-                task.process_results(doc, stand_in)
+                scores = task.process_results(doc, stand_in)
             except Exception as e:
-                return f"record {n} cannot be scored by lm-eval's task ({_error(e)})"
-        if rolling and not text:
-            text = str(target).strip()
-    if rolling and not text:  # its NLL per byte and per word would divide by zero, or mean nothing
-        return "its records hold no text, only empty or blank documents"
+                return f"record {n} cannot be scored by lm-eval's task ({_error(e)})", _FIELDS_ADVICE
+            if task.OUTPUT_TYPE == "loglikelihood_rolling" and not str(target).strip():
+                return _blank_document(n, scores), "remove the blank records from the file"
     return None
 
 
-def _prediction_problem(context, target) -> str | None:
+def _blank_document(n: int, scores) -> str:
+    """A corpus record of no text: lm-eval's corpora count the fields between runs of whitespace as words, so an
+    empty or blank document adds one or two words and nothing to the log-likelihood, and the corpus's NLL per word
+    (and per byte) falls without a word said."""
+    words = scores.get("word_perplexity") if isinstance(scores, dict) else None
+    if isinstance(words, tuple) and len(words) == 2:
+        return (f"record {n} is a blank document, which lm-eval's task counts as {words[1]} "
+                f"word{'' if words[1] == 1 else 's'} with nothing to score, lowering the corpus's NLL per word")
+    return f"record {n} is a blank document, with nothing to score"
+
+
+def _prediction_problem(n: int, context, target) -> str | None:
     """What is wrong with a log-likelihood record (LAMBADA's passage, its last word the target), or None. A blank
     target (a blank passage, or one ending in a space) scored the model's guess of a space; a blank context (a
     one-word passage) scored the word with nothing to predict it from, or, of spaces only, stopped the evaluation
     once the weights had loaded (lm-eval moves its spaces into the target, which leaves no context token)."""
     if isinstance(target, str) and not target.strip():
-        return f"has nothing to predict: its target {target!r:.40} is blank"
+        return f"record {n} has nothing to predict: its target {target!r:.40} is blank"
     if isinstance(context, str) and not context.strip():
-        return f"gives no context to predict its target {target!r:.40} from"
+        return f"record {n} gives no context to predict its target {target!r:.40} from"
     return None
 
 

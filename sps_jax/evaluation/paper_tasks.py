@@ -7,8 +7,9 @@ LAMBADA (lm-eval's ``lambada_openai``) by acc. Corpus NLL: WikiText, C4
 Corpus NLL convention: ln(word_perplexity) of lm-eval's ``loglikelihood_rolling``
 tasks, i.e. the summed negative log-likelihood of every document (each scored in
 disjoint windows of the model's context, its first token conditioned on EOS)
-divided by the corpus's whitespace-separated word count: nats per word,
-aggregated over the corpus (not a mean over documents).
+divided by the corpus's word count as lm-eval counts it (``len(re.split(r"\\s+", text))`` per
+document, one more at each end that is whitespace): nats per word, aggregated over the corpus
+(not a mean over documents).
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def _records(path: str, data_format: str):
         except ImportError:
             raise cli.MissingPackage(f"reading {path} needs the pyarrow package: pip install -e '.[eval]'.") from None
         return [("its table", dict.fromkeys(pq.read_schema(path).names))] if pq.read_metadata(path).num_rows else []
-    with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+    # utf-8-sig: a file that starts with a byte order mark is read without it, as `datasets` reads it
+    with (gzip.open if path.lower().endswith(".gz") else open)(path, "rt", encoding="utf-8-sig") as f:
         if path.lower().endswith((".jsonl", ".jsonl.gz")):
             records = []
             for number, line in enumerate(f, 1):

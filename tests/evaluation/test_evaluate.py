@@ -4,6 +4,7 @@ a clear error before any weights are loaded."""
 import base64
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -16,7 +17,8 @@ from sps_jax import cli, model as sps_model, runs
 from sps_jax.evaluation import evaluate, lm_eval_adapter, lm_eval_tasks, paper_tasks
 from sps_jax.inference import scoring
 from tests import fuzz
-from tests.evaluation.helpers import MC_YAML, CharTokenizer, expected_mc, save_tiny_run, tiny, write_val_data
+from tests.evaluation.helpers import (MC_YAML, CharTokenizer, expected_mc, rolling_logprob, save_tiny_run, tiny,
+                                      write_val_data)
 from tests.helpers import ClosingDoor, held_weights, track_restored_weights
 from tests.helpers import not_one_path
 
@@ -538,7 +540,6 @@ def test_task_data_with_a_record_lacking_a_field_the_task_reads_is_refused_befor
     ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", "b"],
                                                                        "gold": "c"}],
      "record 2's answer 'c' is none of its 2 choices"),
-    ("pile_books3", [{"text": ""}, {"text": " "}], "its records hold no text, only empty or blank documents"),
     ("pile_books3", [{"text": "a few words"}, {"text": 123}], "record 2 cannot be scored by lm-eval's task "
                                                              "(AttributeError: 'int' object has no attribute 'encode')"),
 ])
@@ -555,6 +556,70 @@ def test_task_data_whose_values_the_task_cannot_score_is_refused_before_loading_
     assert str(refusal.value).startswith(f"--task-data {key}={data}: {problem}"), refusal.value
     assert str(refusal.value).endswith(": pass a file whose records hold the hub dataset's fields, with its kinds of "
                                        "values.")
+
+
+def _wikitext_yaml(folder):
+    """A folder with lm-eval's own WikiText task (its detokenizer, its word and byte counts) named tiny_wikitext: one
+    named wikitext there would replace the paper's task, which evaluate refuses."""
+    import lm_eval.tasks
+
+    folder.mkdir()
+    wikitext = os.path.join(os.path.dirname(lm_eval.tasks.__file__), "wikitext", "wikitext.yaml")
+    (folder / "tiny_wikitext.yaml").write_text(f"include: {wikitext}\ntask: tiny_wikitext\n")
+    return folder
+
+
+class EqualsAsColon(CharTokenizer):
+    """The test alphabet has no '=', which WikiText's headings hold: it reads one as ':'."""
+
+    def encode(self, text):
+        return super().encode(text.replace("=", ":"))
+
+
+def test_a_wikitext_file_of_odd_pages_is_scored_by_lm_evals_counts_of_words_and_bytes(tmp_path):
+    # A page of only its title line and a page longer than the context (32), in a file that starts with a byte order
+    # mark (which `datasets` reads; it was refused as "Unexpected UTF-8 BOM") and ends its lines with CRLF.
+    pages = [" = Robert Boulter = \n", " = A = \n the cat sat . \n", "dogs run far " * 40]
+    data = tmp_path / "wiki.jsonl"
+    data.write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps({"page": page}).encode() + b"\r\n" for page in pages))
+    net, params = tiny("sps", 2)
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params), tokenizer=EqualsAsColon())
+    results, names = lm_eval_tasks.run_lm_eval(lm, ["tiny_wikitext"], {"tiny_wikitext": str(data)},
+                                               include_path=str(_wikitext_yaml(tmp_path / "yaml")),
+                                               include_defaults=False)
+    # The text lm-eval scores, its detokenizer's (" . " -> ". ", " \n" -> "\n", "\n " -> "\n"), '=' read as ':'.
+    scored = [" : Robert Boulter :\n", " : A :\nthe cat sat.\n", "dogs run far " * 40]
+    nll = -sum(rolling_logprob(net, params, text) for text in scored)
+    # Counted by hand on the pages as written, as lm-eval counts: the fields between runs of whitespace, so a page
+    # that starts or ends with whitespace counts one more at that end: 4 words + 2, 7 + 2, and 120 + 1 (a last space).
+    words = 6 + 9 + 121
+    # " = Robert Boulter = \n" is 1+1+1+6+1+7+1+1+1+1 = 21 bytes, " = A = \n" 8 and " the cat sat . \n" 16, 13 x 40.
+    size = 21 + 8 + 16 + 13 * 40
+    result = results[names["tiny_wikitext"]]
+    assert math.log(result["word_perplexity,none"]) == pytest.approx(nll / words, rel=1e-5)
+    assert result["bits_per_byte,none"] == pytest.approx(nll / size / math.log(2), rel=1e-5)
+
+
+@pytest.mark.parametrize("key, field, blank, words", [
+    # An empty page is one empty field, and a page of whitespace the empty fields before and after it.
+    ("tiny_wikitext", "page", "", 1),
+    ("tiny_wikitext", "page", "  \n \n", 2),
+    ("pile_books3", "text", " ", 2),
+])
+def test_a_blank_document_among_a_corpus_is_refused_before_loading_weights(tmp_path, monkeypatch, key, field, blank,
+                                                                           words):
+    # Scored without a word: its words counted, with nothing to score, and the corpus's NLL per word fell.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    data = tmp_path / "pages.jsonl"
+    data.write_text("".join(json.dumps({field: text}) + "\n" for text in [" = A = \n the cat sat . \n", blank, "a dog"]))
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [key], task_data={key: str(data)},
+                                     include_path=str(_wikitext_yaml(tmp_path / "yaml")), tokenizer=EqualsAsColon(),
+                                     include_defaults=False)
+    assert str(refusal.value) == (f"--task-data {key}={data}: record 2 is a blank document, which lm-eval's task counts "
+                                  f"as {words} word{'s' if words > 1 else ''} with nothing to score, lowering the "
+                                  "corpus's NLL per word: remove the blank records from the file.")
 
 
 # lm-eval's lambada_openai: the passage's last word is predicted from the words before it.
