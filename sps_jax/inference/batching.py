@@ -9,7 +9,7 @@ real tokens' logits; the real tokens get positions 0, 1, ... as if unpadded.
 from __future__ import annotations
 
 import operator
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -60,3 +60,11 @@ def token_ids(prompt, name: str) -> list[int]:
         if isinstance(t, bool) or not hasattr(t, "__index__"):
             raise TypeError(f"{name} holds {t}, not an integer token id.")
     return [operator.index(t) for t in tokens]
+
+
+def check_progress(progress: Optional[Callable[[int], None]]) -> None:
+    """One sentence for a ``progress`` that is no function: it is first called after a batch, once that batch has
+    compiled and run."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function of a count, called after each batch, got {progress!r}: pass "
+                        "e.g. print, or a tqdm bar's update.")

@@ -61,8 +61,7 @@ def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: 
 
     cfg = sps_model.ModelConfig.from_config(cfg)
     batch_size = cli.at_least("batch_size", batch_size, 1)
-    if progress is not None and not callable(progress):  # found only after the first batch
-        raise TypeError(f"progress must be a function of the prompts done, got {progress!r}.")
+    batching.check_progress(progress)
     params = decoding.held_params(cfg, params)  # once for every batch
     results = []
     for first in range(0, len(prompts), batch_size):

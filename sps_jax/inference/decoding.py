@@ -355,8 +355,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, max_batch=max_batch, min_len=min_len)
-    if progress is not None and not callable(progress):  # found only after the first batch
-        raise TypeError(f"progress must be a function of the prompts done, got {progress!r}.")
+    batching.check_progress(progress)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
     max_new_tokens = int(max_new_tokens)  # checked there; a jax scalar cannot be a static argument
     params = held_params(cfg, params)  # once for every batch

@@ -82,6 +82,7 @@ class Scorer:
         ``seq_len + 1`` tokens (the continuation must fit). Rows are sorted by
         length so each batch pads little; results come back in input order.
         """
+        batching.check_progress(progress)
         rows = []
         for n, (ctx, cont) in enumerate(pairs):
             # Lists of ints: 464.7 would be scored as 464, True as 1, and an array's truth value is ambiguous.

@@ -290,6 +290,21 @@ def test_bad_input_gives_clear_errors(tmp_path):
         runs.load_run(str(tmp_path / "no_such_run"))
 
 
+def test_a_progress_that_is_no_function_is_one_sentence_before_any_batch():
+    # Scoring called it only after its first batch had compiled and run ("'int' object is not callable"); no params
+    # are passed to the others: the sentence comes before they are read.
+    from sps_jax.inference import completions, scoring
+
+    cfg, net, params = small_model("sps", 2)
+    sentence = (r"^progress must be a function of a count, called after each batch, got 5: pass e\.g\. print, or a "
+                r"tqdm bar's update\.$")
+    for call in (lambda: completions.complete_ids(cfg, None, [[1, 2]], 2, progress=5),
+                 lambda: decoding.generate_bucketed(cfg, None, [[1, 2]], 2, progress=5),
+                 lambda: scoring.Scorer(net, params).loglikelihood_tokens([([1, 2], [3])], progress=5)):
+        with pytest.raises(TypeError, match=sentence):
+            call()
+
+
 def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_compile():
     cfg, _, params = small_model("sps", 2)
     cases = [
