@@ -354,6 +354,9 @@ INPUT_PATHS = [
     (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--include-path", "X"], "--include-path", cli.FOLDER),
     (evaluate.main, ["--checkpoint", "X", "--val-data", "RUN"], "--checkpoint", cli.FOLDER),
     (evaluate.main, ["table", "X"], "argument results", cli.FILE),
+    # the path after TASK= (a value ending in "=X" takes the path there)
+    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--out", "OUT/o.json", "--task-data", "arc_easy=X"],
+     "--task-data arc_easy", cli.FILE),
     (generate.main, ["--workdir", "RUN", "--prompts-file", "X"], "--prompts-file", cli.FILE),
     (generate.main, ["--workdir", "X", "--prompt", "x"], "--workdir", cli.FOLDER),
     (export_torch.main, ["X", "--out", "OUT/x.pt"], "argument run", cli.FOLDER),
@@ -369,6 +372,13 @@ INPUT_PATHS = [
     (figures.main, ["accuracy-gain", "X"], "argument evaluations", cli.FILE),
     (figures.main, ["pre-decay", "X", "RUN"], "argument BASELINE_RUN", cli.FOLDER),
 ]
+
+
+def _given(word: str, path: str, fill: dict) -> str:
+    """An INPUT_PATHS argument with ``path`` for X (a whole word, or after a TASK=) and ``fill``'s paths for RUN, OUT."""
+    if word == "X" or word.endswith("=X"):
+        return word[:-1] + path
+    return re.sub("RUN|OUT", lambda m: fill[m.group(0)], word)
 
 
 @pytest.mark.parametrize("main, argv, flag, kind", INPUT_PATHS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
@@ -388,7 +398,7 @@ def test_every_input_path_of_the_wrong_kind_or_with_an_unexpanded_home_is_refuse
              *([(os.devnull, f"{os.devnull!r} is no regular file (a pipe, a device or a socket): ")]
                if kind != cli.FOLDER else [])]
     for path, sentence in given:
-        args = [path if a == "X" else re.sub("RUN|OUT", lambda m: fill[m.group(0)], a) for a in argv]
+        args = [_given(a, path, fill) for a in argv]
         one_sentence(fuzz.call(main, args), f"{flag}: ", sentence)
     assert sorted(os.listdir(tmp_path)) == ["file.txt", "folder"], "a refusal wrote files"
 
@@ -403,7 +413,7 @@ def test_every_input_path_that_is_a_link_leading_nowhere_is_refused_as_an_argume
     fill = {"RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out")}
     for name in ("dangling", "loop-a"):
         path = str(tmp_path / name)
-        args = [path if a == "X" else re.sub("RUN|OUT", lambda m: fill[m.group(0)], a) for a in argv]
+        args = [_given(a, path, fill) for a in argv]
         one_sentence(fuzz.call(main, args), f"{flag}: ", f"{path!r} is a link that leads nowhere (its target is "
                      "missing, or links point at each other in a loop): ")
     assert sorted(os.listdir(tmp_path)) == ["dangling", "loop-a", "loop-b"], "a refusal wrote files"

@@ -120,6 +120,7 @@ def _task_data(items) -> dict[str, str]:
         if key.strip() in out:  # the later file would win unseen
             raise ValueError(f"--task-data names {key.strip()!r} twice ({out[key.strip()]} and {path.strip()}): "
                              "give each task one file.")
+        paper_tasks.check_task_path(key.strip(), path.strip())  # as an argument: before jax loads
         out[key.strip()] = path.strip()
     return out
 
@@ -240,8 +241,8 @@ def main_evaluate(argv) -> int:
         p.error("nothing to evaluate: pass --tasks and/or --val-data.")
     # Each half's settings without that half would be ignored without a word (their defaults are None to tell).
     unused = [flag for flag, value in (("--tokenizer", args.tokenizer), ("--limit", args.limit),
-                                       ("--include-path", args.include_path), ("--batch-size", args.batch_size))
-              if value is not None]
+                                       ("--include-path", args.include_path), ("--batch-size", args.batch_size),
+                                       ("--task-data", args.task_data)) if value is not None]
     if unused and not keys:  # they set up the lm-eval tasks; --val-data reads prepared tokens
         p.error(f"{unused[0]} is for --tasks (lm-eval), and none are given: pass --tasks, or drop {unused[0]}")
     unused = [flag for flag, value in (("--val-tokens", args.val_tokens), ("--val-batch-size", args.val_batch_size))

@@ -14,6 +14,7 @@ document, one more at each end that is whitespace): nats per word, aggregated ov
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from pathlib import Path
@@ -97,15 +98,24 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
         if key not in keys:  # a misspelt task is offered the one being run (names.close_name)
             raise ValueError(f"--task-data given for {key!r}{names.did_you_mean(key, keys)}, which is not among the tasks "
                              f"being run ({', '.join(keys) or 'none'}).")
-        home = cli.unexpanded_home(path)
-        if home is not None:
-            raise ValueError(f"--task-data {key}: {home}.")
-        hint = f"pass the path of the task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE"
-        if os.path.isdir(path):
-            raise ValueError(f"local data for task {key!r} at {path!r} is a folder, not a file: {hint}.")
+        check_task_path(key, path)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: {hint}.")
+            raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: {_path_hint(key)}.")
         _record_fields(key, path)  # its format, and records that can be read
+
+
+def check_task_path(key: str, path: str) -> None:
+    """--task-data KEY=PATH's path, checked as every path a command reads is (``cli.input_path``: an empty path, an
+    unexpanded '~', a folder, a pipe or device, a link that leads nowhere) in one sentence; a missing one is left to
+    :func:`check_task_data`, after the command's checks of its outputs."""
+    try:
+        cli.input_path("task data file", cli.FILE, _path_hint(key))(path)
+    except argparse.ArgumentTypeError as e:
+        raise cli.UserError(f"--task-data {key}: {e}.") from None
+
+
+def _path_hint(key: str) -> str:
+    return f"pass the path of the task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE"
 
 
 # The fields of a task's documents that its prompt, target and choices are rendered from.
@@ -250,8 +260,7 @@ def write_local_override(key: str, base_yaml: str, data_path: str, out_dir: str)
     import yaml
 
     if not os.path.isfile(data_path):
-        raise FileNotFoundError(f"local data for task {key!r} not found at {data_path!r}: pass the path of the "
-                                f"task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE.")
+        raise FileNotFoundError(f"local data for task {key!r} not found at {data_path!r}: {_path_hint(key)}.")
     name = local_task_name(key)
     override = {
         "include": os.path.abspath(base_yaml),
