@@ -386,10 +386,27 @@ class ArgumentParser(argparse.ArgumentParser):
                         value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("-") else "VALUE"
                     message = f"{message.rstrip('.')} (did you mean --config.{field}={value}?)"
                     break
+        if message.endswith(": expected one argument"):  # the value may be there, read as a flag for its '-'
+            message = self._value_like_a_flag(message)
         commands = next((list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
         if commands and message.startswith("the following arguments are required: ") and "command" in message:
             message = f"name a command, one of {', '.join(commands)}"  # "required: command" would name none of them
         raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
+
+    def _value_like_a_flag(self, message: str) -> str:
+        """argparse's "argument --prompt: expected one argument" where the word after the flag starts with '-'
+        (--prompt -hello) and is none of the command's flags: that word is the value meant, and '=' gives it."""
+        flags = message[len("argument "):-len(": expected one argument")].split("/")
+        words = getattr(self, "_args", [])
+        for flag, value in zip(words, words[1:]):
+            if flag in flags and value.startswith("-") and value.partition("=")[0] not in self._option_string_actions:
+                return (f"{message}: {value!r} starts with '-', so it reads as a flag: write {flag}={value} to give it "
+                        f"as the value")
+        return message
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._args = sys.argv[1:] if args is None else list(args)  # a subcommand's parser gets its own words here
+        return super().parse_known_args(args, namespace)
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)

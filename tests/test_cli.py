@@ -774,6 +774,22 @@ def test_a_flag_where_a_benchmark_is_named_is_told_to_follow_it(capsys):
     assert "unknown subcommand '-1': the subcommands are attention" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("main, argv, said", [
+    (generate.main, ["--workdir", "RUN", "--prompt", "-hello"], "argument --prompt: expected one argument: '-hello' "
+     "starts with '-', so it reads as a flag: write --prompt=-hello to give it as the value (see --help)."),
+    (probes.main, ["window-nll", "--workdir", "-r"], "argument --workdir: expected one argument: '-r' starts with '-', "
+     "so it reads as a flag: write --workdir=-r to give it as the value (see --help)."),
+    # a flag of the command after it is no value meant for it, and a flag last has none
+    (generate.main, ["--workdir", "RUN", "--prompt", "--max-new-tokens", "3"],
+     "argument --prompt: expected one argument (see --help)."),
+    (generate.main, ["--workdir", "RUN", "--prompt"], "argument --prompt: expected one argument (see --help)."),
+])
+def test_cli_value_that_starts_with_a_dash_is_told_to_follow_an_equals_sign(main, argv, said):
+    # argparse reads "-hello" as a flag: it said "expected one argument" of the flag whose value it was.
+    outcome = fuzz.call(main, argv)
+    assert outcome.status == 2 and outcome.stderr.endswith(f": {said}\n"), outcome.stderr
+
+
 def test_an_integer_argument_takes_both_of_its_bounds():
     parse = cli.int_up_to(1024, least=1)
     assert (parse("1"), parse("1024")) == (1, 1024)

@@ -134,6 +134,7 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "configs/tiny.py", "--workdir", "w", "--attention", "xla"],  # told the override
                       ["--config", "README.md", "--workdir", "w"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
+                                   ["--workdir", "w", "--prompt", "-hello"],
                                    ["--workdir", "w", "--prompt", "x", "--prompts-file", "p.txt"],
                                    ["--workdir", "w", "--prompt", "x", "--max-new-tokens", "ten"],
                                    ["--workdir", "", "--prompt", "x"], ["--prompt", "x"],

@@ -290,7 +290,7 @@ def test_bad_input_gives_clear_errors(tmp_path):
         runs.load_run(str(tmp_path / "no_such_run"))
 
 
-def test_a_progress_that_is_no_function_is_one_sentence_before_any_batch():
+def test_a_progress_of_the_wrong_type_is_one_sentence_before_any_batch():
     # Scoring called it only after its first batch had compiled and run ("'int' object is not callable"); no params
     # are passed to the others: the sentence comes before they are read.
     from sps_jax.inference import completions, scoring
