@@ -20,11 +20,10 @@ def probe(name: str) -> str | None:
     """None when the hub answered about dataset ``name`` or need not be asked (offline mode: HF_HUB_OFFLINE or
     HF_DATASETS_OFFLINE; a local folder of that name); :data:`UNKNOWN` when it has no such dataset this machine
     may read; else why no answer came within :data:`PROBE_SECONDS` (offline, a closed endpoint)."""
-    import datasets
     import huggingface_hub
     from huggingface_hub import utils
 
-    if huggingface_hub.constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE or os.path.exists(name):
+    if offline_variable() or os.path.exists(name):
         return None
     try:
         huggingface_hub.HfApi().dataset_info(name, timeout=PROBE_SECONDS)
@@ -37,6 +36,19 @@ def probe(name: str) -> str | None:
     except Exception as e:  # the HTTP client's transport errors (httpx's or requests', by version): no answer at all
         return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
     return None
+
+
+def offline_variable() -> str | None:
+    """The environment variable that puts `datasets` or the hub's client in offline mode (HF_HUB_OFFLINE,
+    HF_DATASETS_OFFLINE or TRANSFORMERS_OFFLINE), or None when neither is: offline, they read the local caches
+    only."""
+    import datasets
+    import huggingface_hub
+
+    if not (huggingface_hub.constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE):
+        return None
+    return next((name for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+                 if os.environ.get(name)), "HF_HUB_OFFLINE")
 
 
 def cached(name: str) -> bool:

@@ -33,8 +33,9 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
 
 def check_hub(keys, task_data: dict[str, str], manager) -> None:
     """One sentence, within ``hub.PROBE_SECONDS``, when a task lm-eval would fetch from the hub has a dataset that is
-    not in the local cache and the hub cannot be reached (offline), where `datasets` would retry for about 24 s.
-    A task read from ``task_data`` or whose dataset is cached is not asked about: lm-eval reads it offline as before."""
+    not in the local cache and the hub cannot be reached (offline), where `datasets` would retry for about 24 s, or
+    the hub's offline mode is set (HF_HUB_OFFLINE), where `datasets` stopped once the weights had loaded. A task read
+    from ``task_data`` or whose dataset is cached is not asked about: lm-eval reads it offline as before."""
     from sps_jax import hub
 
     missing = {}
@@ -43,9 +44,13 @@ def check_hub(keys, task_data: dict[str, str], manager) -> None:
         names = [name for name in dict.fromkeys(names) if not os.path.exists(name) and not hub.cached(name)]
         if names:
             missing[key] = names[0]
+    datasets = ", ".join(f"{key} ({name})" for key, name in missing.items())
+    variable = hub.offline_variable() if missing else None
+    if variable:
+        raise cli.UserError(f"{variable} is set (the hub's offline mode) and the data of {datasets} is not in the "
+                            f"local cache: unset {variable} to fetch it, or {_offline_advice(missing, manager)}.")
     reason = hub.probe(next(iter(missing.values()))) if missing else None
     if reason not in (None, hub.UNKNOWN):  # a dataset the hub does not know is lm-eval's to say
-        datasets = ", ".join(f"{key} ({name})" for key, name in missing.items())
         raise cli.UserError(f"the Hugging Face hub cannot be reached ({reason}) and the data of {datasets} is not in "
                             f"the local cache: this needs the network; offline, {_offline_advice(missing, manager)}.")
 

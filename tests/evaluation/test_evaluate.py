@@ -479,6 +479,33 @@ def test_a_hub_task_in_the_local_cache_goes_on_without_asking_the_hub(tmp_path, 
                                      tokenizer=CharTokenizer(), include_defaults=False)
 
 
+def test_a_hub_task_not_cached_in_the_hubs_offline_mode_is_one_sentence_before_loading_weights(tmp_path,
+                                                                                             offline_hub_task,
+                                                                                             monkeypatch):
+    # `datasets` said "Couldn't reach 'someone/hub_mc' on the Hub (OfflineModeIsEnabled)" once the weights had loaded.
+    import datasets
+    include_path, cache, hub = offline_hub_task
+    for name in ("HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    run = dict(include_path=include_path, tokenizer=CharTokenizer(), include_defaults=False)
+    with pytest.raises(cli.UserError) as raised:
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], **run)
+    assert str(raised.value) == ("HF_HUB_OFFLINE is set (the hub's offline mode) and the data of hub_mc "
+                                 "(someone/hub_mc) is not in the local cache: unset HF_HUB_OFFLINE to fetch it, or pass "
+                                 "--task-data TASK=FILE (the hub dataset's fields) for hub_mc.")
+    assert hub.connections == 0  # offline mode asks the hub nothing
+    # In the cache, `datasets` reads it offline: the evaluation goes on to load the weights.
+    (cache / "someone___hub_mc" / "default" / "0.0.0" / "0123abcd").mkdir(parents=True)
+
+    def loading(*args, **kwargs):
+        raise LookupError("loading")
+    monkeypatch.setattr(runs, "load_model", loading)
+    with pytest.raises(LookupError, match="loading"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], **run)
+
+
 @pytest.mark.parametrize("name, content, problem", [
     # datasets stopped on these with a traceback (StopIteration, DatasetGenerationError), after the weights loaded
     ("empty.jsonl", b"", "holds no records"),
