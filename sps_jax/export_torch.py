@@ -24,7 +24,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, torch_layout
+from sps_jax import cli, config as sps_config, files, run_files, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -51,8 +51,6 @@ def _format(out: str) -> str | None:
 def check_output(out: str, force: bool = False) -> str:
     """The writer package of ``out`` (``torch`` or ``safetensors``), after the checks that need no
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
-    from sps_jax import runs
-
     cli.true_or_false(force, "force")
     suffix = _suffix(out)
     if suffix is not None:
@@ -62,7 +60,7 @@ def check_output(out: str, force: bool = False) -> str:
         raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
     if os.path.isdir(out):
         raise UserError(f"--out {out} is a folder: pass a file ending in .pt or .safetensors.")
-    runs.output_file(out, "--out", force)  # an existing file, a parent this user cannot write in, a long name
+    run_files.output_file(out, "--out", force)  # an existing file, a parent this user cannot write in, a long name
     try:
         __import__(fmt)
     except ImportError:

@@ -252,7 +252,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
     replaces results, never what the command reads. ``rename`` is the other way out of an existing file
     that the sentence offers (a default file name is changed with a flag, not by naming it), ``elsewhere``
     the way out of a folder where no file can be made, and ``example`` the file name offered in a folder given. Commands call
-    :func:`sps_jax.runs.output_file`, which also keeps a run's own files."""
+    :func:`sps_jax.run_files.output_file`, which also keeps a run's own files."""
     true_or_false(force, "force")
     if not path.strip():
         raise UserError(f"{flag} is empty: pass the name of the file to write.")

@@ -34,7 +34,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, torch_buffers, torch_layout
+from sps_jax import cli, config as sps_config, files, masks, run_files, torch_buffers, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
@@ -443,10 +443,10 @@ def _function_fields(model) -> dict | None:
 def check_out(out: str, force: bool, checkpoint_path: str | None = None) -> None:
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
     empty one, the working directory, a folder in a run or in a token folder, one holding the checkpoint file
-    read, even then (:func:`sps_jax.runs.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
-    from sps_jax import checkpoint, runs
+    read, even then (:func:`sps_jax.run_files.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
+    from sps_jax import checkpoint
 
-    runs.replaceable_folder(out, "--out", force, "the imported run",
+    run_files.replaceable_folder(out, "--out", force, "the imported run",
                             check=lambda: checkpoint.check_writable_path(out, "--out"),
                             inputs=[("the checkpoint", checkpoint_path)])
 

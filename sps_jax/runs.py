@@ -18,15 +18,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, run_files, token_folder, tracking
+from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, token_folder, tracking
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 from sps_jax.run_files import CONFIG_FILE, RUN_FILES, is_run, refuse_inside_run, refuse_run_files, run_file
-
-# The output checks live in run_files, which loads no jax, so that a parser can run them; the commands that read
-# runs call them here.
-output_file, output_folder = run_files.output_file, run_files.output_folder
-replaceable_folder = run_files.replaceable_folder
 
 # How deep a --workdir is searched for runs it would hold (`runs/` and `runs/group/` above their runs); a deeper
 # search could take long under a big folder, and training deletes nothing.

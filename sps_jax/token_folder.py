@@ -2,7 +2,7 @@
 
 A token folder is written whole by ``python -m sps_jax.data prepare`` and replaced whole by its ``--force``:
 a file any other command wrote into it would be deleted then, and one written over ``train.bin`` or ``val.bin``
-would corrupt the training data. Every command's output checks (:func:`sps_jax.runs.output_file`,
+would corrupt the training data. Every command's output checks (:func:`sps_jax.run_files.output_file`,
 ``output_folder`` and ``check_workdir``) refuse such a path through here. This module imports only ``files``
 and ``cli``, so ``runs`` uses it without importing ``sps_jax.data``, whose ``prepare`` imports ``runs`` and whose
 ``loader`` loads grain; ``sps_jax.data.loader`` reads the folders this module recognises.

@@ -460,7 +460,7 @@ WRITES_INSIDE_TOKENS = [
 def test_no_command_writes_inside_a_token_folder(tmp_path, main, argv, named):
     # Only bench --json and the folders of train, prepare and import were refused there: generate --out
     # TOK/train.bin --force replaced the training tokens with its results, and any new file in a token folder is
-    # deleted by the next `data prepare --force`. runs.output_file now refuses every such path, --force or not.
+    # deleted by the next `data prepare --force`. run_files.output_file refuses every such path, --force or not.
     tokens = write_token_folder(str(tmp_path / "tok"), num_docs=4)
     before = {name: (tmp_path / "tok" / name).read_bytes() for name in os.listdir(tokens)}
     fill = {"TOK": tokens, "RUN": str(tmp_path / "run")}

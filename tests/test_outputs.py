@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sps_jax import export_torch, files, runs
+from sps_jax import export_torch, files, run_files
 from sps_jax.analysis import figures, probes
 from sps_jax.bench import __main__ as bench_cli
 from sps_jax.data import __main__ as data_cli
@@ -64,11 +64,11 @@ def test_force_never_replaces_a_runs_own_files(tmp_path):
     for out in (run / "config.json", run / "metrics.jsonl", run / "loss.png", run / "checkpoints" / "4" / "x.pt",
                 run / "checkpoints" / "x.json"):
         with pytest.raises(UserError, match=f"run {run}'s own files"):
-            runs.output_file(str(out), "--out", force=True)
+            run_files.output_file(str(out), "--out", force=True)
     (run / "eval").mkdir()
     (run / "eval" / "step_4.json").write_text("{}")  # evaluate's default results file, replaced with --force
     for out in (run / "eval" / "step_4.json", tmp_path / "config.json", tmp_path / "checkpoints" / "x.pt"):
-        assert runs.output_file(str(out), "--out", force=True) == str(out)
+        assert run_files.output_file(str(out), "--out", force=True) == str(out)
 
 
 def test_commands_refuse_to_write_over_their_input_or_their_run_even_with_force(tmp_path):

@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config as sps_config, model as sps_model, runs
+from sps_jax import checkpoint, config as sps_config, model as sps_model, run_files, runs
 from tests.helpers import small_model
 from tests.helpers import not_one_path
 
@@ -376,16 +376,16 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
                                             r"would mix with that run's: choose a folder outside it\.$"):
             runs.check_workdir(str(run / inside), config)
         with pytest.raises(UserError, match=rf"^--out {run}/{inside} lies inside the run {run}"):
-            runs.output_folder(str(run / inside))
+            run_files.output_folder(str(run / inside))
     # tensorboard/ is training's alone: a new run of the folder removes it, with any result written there.
     with pytest.raises(UserError, match=rf"^--workdir {run}/tensorboard/x lies in the run {run}'s own files \(its "
                                         r"tensorboard/\)"):
         runs.check_workdir(str(run / "tensorboard" / "x"), config)
     with pytest.raises(UserError, match=rf"^--out {run}/tensorboard/gen\.jsonl would write into the run {run}'s own "
                                         r"files"):
-        runs.output_file(str(run / "tensorboard" / "gen.jsonl"))
+        run_files.output_file(str(run / "tensorboard" / "gen.jsonl"))
     runs.check_workdir(str(tmp_path / "other"), config)  # beside it is fine
-    runs.output_file(str(run / "eval" / "step_5.json"), "the results file")  # evaluate's results belong there
+    run_files.output_file(str(run / "eval" / "step_5.json"), "the results file")  # evaluate's results belong there
     (tmp_path / "model").mkdir()  # a config.json alone (a Hugging Face model's) is no run
     (tmp_path / "model" / "config.json").write_text("{}")
     runs.check_workdir(str(tmp_path / "model" / "run"), config)

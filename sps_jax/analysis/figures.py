@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files
+from sps_jax import cli, config as sps_config, files, run_files
 from sps_jax import flops, masks, metrics, plotting
 from sps_jax.analysis import data_efficiency, seeds
 from sps_jax.evaluation import results_table
@@ -59,7 +59,7 @@ def final_point(source: str) -> dict:
     source = files.path_text(source, "source")  # the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
-        if runs.is_run(source) and not os.path.exists(os.path.join(source, metrics.METRICS_FILE)):
+        if run_files.is_run(source) and not os.path.exists(os.path.join(source, metrics.METRICS_FILE)):
             raise ValueError(f"{source!r} has weights but no {metrics.METRICS_FILE} (an imported run?), so no "
                              f"validation loss: evaluate it (python -m sps_jax.evaluation.evaluate --workdir {source} "
                              "--val-data DATA) and pass its eval/step_N.json.")
@@ -109,8 +109,6 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
     one of the ``inputs`` (``what``s; none given, or one given twice, is refused too), a run's own file or anything
     in a token folder, even with ``force``; or, without ``force``, an earlier figure. Every figure function checks
     this itself: called from a notebook, curves(runs, "RUN/config.json") replaced the run's config."""
-    from sps_jax import runs
-
     if not inputs:
         raise ValueError(f"no {what} given: pass at least one.")
     files.distinct_inputs(inputs, what)
@@ -119,9 +117,9 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
                          "the same name's .json).")
     files.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
     given = [(f"the {what}", path) for path in inputs if os.path.isfile(path)]
-    runs.output_file(out, flag, force, given)
+    run_files.output_file(out, flag, force, given)
     # named as what it is: "--out RUN/eval/step_16.json already exists" of --out RUN/eval/step_16.png
-    runs.output_file(os.path.splitext(out)[0] + ".json", f"the figure's numbers file (beside {flag})", force, given)
+    run_files.output_file(os.path.splitext(out)[0] + ".json", f"the figure's numbers file (beside {flag})", force, given)
 
 
 def _finish(fig, out: str, data: dict) -> dict:

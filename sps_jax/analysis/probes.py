@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import analysis, cli, config as sps_config, files, masks, names, plotting, token_folder
+from sps_jax import analysis, cli, config as sps_config, files, masks, names, plotting, run_files, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import figure, save_figure, smooth
@@ -143,7 +143,7 @@ def _check_inputs(args) -> list:
         raise UserError(f"--out {args.out} names a {suffix} file, and probes write a folder of results (their .json, "
                         ".csv and .png): pass a folder, such as probes_out.")  # it would become a folder of that name
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
-        runs.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
+        run_files.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     docs, seen = [], {}
     for w in args.workdir:

@@ -24,7 +24,7 @@ import shlex
 import sysconfig
 from typing import Iterator
 
-from sps_jax import files, hub, token_folder
+from sps_jax import files, hub, run_files, token_folder
 from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -293,19 +293,18 @@ def check_source(source: str) -> None:
                  if source.lower().startswith(HF_PREFIX) else None)
         raise FileNotFoundError(f"source {source!r} does not exist" + (f" (did you mean {meant!r}?)" if meant else "")
                                 + ": pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'.")
-    from sps_jax import runs  # not at the top: it loads jax
     if os.path.isdir(source):  # their JSON files would be read as JSONL and refused as "not JSON at line 1"
         if token_folder.is_token_folder(source):
             raise UserError(f"source {source!r} is a token folder, prepare's output: pass it as data.dir (or "
                             "--val-data), or pass the text it was prepared from as --source.")
-        if runs.is_run(source):
+        if run_files.is_run(source):
             raise UserError(f"source {source!r} is a training run's folder, not a corpus: pass a text/JSONL/Parquet "
                             "file or folder.")
     tokens = files.enclosing(source, token_folder.is_token_folder)
     if tokens is not None:  # its .bin files would be read as text of bad bytes, its manifest as JSON Lines
         raise UserError(f"source {source!r} lies in the token folder {tokens}, prepare's output: pass the folder as "
                         "data.dir (or --val-data), or pass the text it was prepared from as --source.")
-    run = files.enclosing(source, runs.is_run)
+    run = files.enclosing(source, run_files.is_run)
     if run is not None:  # a checkpoint's commit_success.txt files would be tokenised as documents
         raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
                         "text/JSONL/Parquet file or folder.")

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from sps_jax import cli, files, runs, token_folder, vocab
+from sps_jax import cli, files, run_files, token_folder, vocab
 from sps_jax.cli import UserError
 from sps_jax.data import corpus, loader, tokenizer
 
@@ -127,7 +127,7 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     cli.line_function(log)
     cli.line_function(warn, "warn")
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
-    runs.output_folder(out, flag, inputs=[("source", source if corpus.is_local(source) else None)])
+    run_files.output_folder(out, flag, inputs=[("source", source if corpus.is_local(source) else None)])
     corpus.check_source(source)
     corpus.check_options(source, text_field, hf_split, errors)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
@@ -191,10 +191,10 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out", source
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # Building replaces the folder whole, so a run or token folder at any depth in it (one an older version
     # let be made there) would be deleted with it: refused by name, --force or not.
-    kept = (files.below(out, lambda folder: runs.is_run(folder) or token_folder.is_token_folder(folder))
+    kept = (files.below(out, lambda folder: run_files.is_run(folder) or token_folder.is_token_folder(folder))
             if names else None)
     if kept is not None:
-        what = "run" if runs.is_run(kept) else "token folder"
+        what = "run" if run_files.is_run(kept) else "token folder"
         raise UserError(f"{flag} {out} holds the {what} {kept}, which replacing {out} would delete: move it out "
                         f"of {out}, or choose another {flag}.")
     ours = {token_folder.MANIFEST} | {token_folder.split_file(split) for split in token_folder.SPLITS}

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, files, names, token_folder
+from sps_jax import cli, config as sps_config, files, names, run_files, token_folder
 from sps_jax.data import tokenizer as gpt2_tokenizer
 from sps_jax.evaluation import lm_eval_tasks, paper_tasks, results_table
 from sps_jax.inference import batching
@@ -251,15 +251,14 @@ def main_evaluate(argv) -> int:
         p.error(f"{unused[0]} is for --val-data (the validation NLL), and none is given: pass --val-data, or drop "
                 f"{unused[0]}")
     task_data = _task_data(args.task_data)
-    runs = cli.load("sps_jax.runs")
-    from sps_jax import checkpoint
+    checkpoint = cli.load("sps_jax.checkpoint")
 
     path = cli.run_argument(args)
     steps = [args.step]
     if args.all_steps:
         steps, workdir = _all_steps(p, args, path)
         steps = _check_intact(_new_steps(steps, workdir, args.force), workdir)
-    if args.val_data and os.path.isfile(os.path.join(args.val_data, runs.CONFIG_FILE)):  # before the results
+    if args.val_data and os.path.isfile(os.path.join(args.val_data, run_files.CONFIG_FILE)):  # before the results
         # file's check, which would say that file "lies in --val-data" and to rename it
         raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "
                             "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
@@ -276,7 +275,7 @@ def main_evaluate(argv) -> int:
         flag, rename = "the results file", "--out to write elsewhere"
         elsewhere = "pass --out FILE to write the results elsewhere"
     for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
-        runs.output_file(out, flag, args.force, inputs, rename, elsewhere)
+        run_files.output_file(out, flag, args.force, inputs, rename, elsewhere)
     if keys:  # the local files lm-eval reads, before it loads (seconds) and any weights do
         paper_tasks.check_task_data(task_data, keys)
         if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
@@ -324,7 +323,6 @@ def main_table(argv) -> int:
                    help="write OUT.md and OUT.tex (and print the Markdown); OUT.md or OUT.tex names the same pair")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
-    runs = cli.load("sps_jax.runs")
 
     files.distinct_inputs(args.results, "results file")
     if args.out is not None:
@@ -341,7 +339,7 @@ def main_table(argv) -> int:
                     f"stem: pass --out {stem}")
         files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))
         for suffix in (".md", ".tex"):
-            runs.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
+            run_files.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
     rows = results_table.load(args.results)
     md = results_table.markdown_both(rows)
     if args.out:  # before printing: a reader that stops early (| head -1) must not cost the files

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, files, hardware, names
+from sps_jax import cli, config as sps_config, files, hardware, names, run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
         from sps_jax.inference import kv_cache
     from sps_jax.data import tokenizer
     if args.out is not None:
-        runs.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
+        run_files.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
                                                         ("the tokenizer's ranks file", tokenizer.default_ranks_path())],
                          example="completions.jsonl")
 
