@@ -212,7 +212,7 @@ def test_an_existing_file_is_kept_unless_forced(tmp_path, capsys):
     run = make_run(tmp_path / "run", "sps", 3)
     assert export_torch.main([run, "--out", str(out)]) == 2 and out.read_bytes() == b"precious"
     assert export_torch.main([run, "--out", str(out), "--force"]) == 0
-    assert "wrote" in capsys.readouterr().err and out.read_bytes() != b"precious"
+    assert f"wrote {out}: step " in capsys.readouterr().err and out.read_bytes() != b"precious"
     assert not list(tmp_path.glob("*.partial"))
     bad = tmp_path / "ckpt.bin"
     assert export_torch.main([run, "--out", str(bad)]) == 2

@@ -447,14 +447,20 @@ def test_welch_weighs_each_variance_by_its_own_count():
 
 
 def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
+    # The whole of stderr: what is wrong and what to pass instead, on one line.
     assert figures.main(["curves", str(tmp_path / "missing"), "--out", str(tmp_path / "c.png")]) == 2
-    assert "config.json" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: '{tmp_path / 'missing'}' does not exist: pass a run folder (the one "
+                                       "holding config.json) or one of its checkpoints/<step> folders.\n")
     assert figures.main(["accuracy-gain", str(tmp_path / "x.json"), "--out", str(tmp_path / "a.png")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: evaluation '{tmp_path / 'x.json'}' does not exist: pass evaluation "
+                                       "JSONs written by sps_jax.evaluation.evaluate.\n")
     assert figures.main(["curves", str(tmp_path), "--out", str(tmp_path / "c.pdf")]) == 2
-    assert ".png" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: --out must name a .png file, got '{tmp_path / 'c.pdf'}': end it in "
+                                       ".png (the numbers go beside it, in the same name's .json).\n")
     assert figures.main(["accuracy-gain", str(tmp_path), "--out", str(tmp_path / "a.png")]) == 2
-    assert "is a folder, not a file" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"error: python -m sps_jax.analysis.figures accuracy-gain: argument evaluations: evaluation '{tmp_path}' is a "
+        "folder, not a file: pass evaluation JSONs written by sps_jax.evaluation.evaluate (see --help).\n")
     # Before: a figure named only by its suffix was written, as the hidden files .png and .png.json.
     run = write_run(tmp_path / "sps", "sps", "sps", 4, [3.0])
     assert figures.main(["curves", run, "--out", str(tmp_path / ".png")]) == 2

@@ -138,10 +138,14 @@ def test_fewer_documents_than_docs_asks_for_are_named(cli_fixture, capsys):
 
 def test_bad_input_stops_with_one_sentence(cli_fixture, capsys):
     root = cli_fixture
+    # The whole of stderr: what is wrong and what to pass instead, on one line.
     assert probes.main(["window-nll", "--workdir", str(root / "nope"), "--val-data", str(root / "data")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: '{root / 'nope'}' does not exist: pass a run folder (the one holding "
+                                       "config.json) or one of its checkpoints/<step> folders.\n")
     assert probes.main(["gradients", "--workdir", str(root / "std"), "--val-data", str(root)]) == 2
-    assert "manifest.json" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: '{root}' is not a prepared token folder (it has no manifest.json): "
+                                       "pass the folder that `python -m sps_jax.data prepare --source ... --out DIR` "
+                                       "wrote.\n")
 
 
 @pytest.mark.parametrize("flag", ["--dtype", "--attention"])
@@ -311,7 +315,8 @@ def test_read_documents_refuses_a_count_that_reads_nothing_or_everything(cli_fix
     for num_docs in (0, -1):
         with pytest.raises(ValueError, match=rf"^num_docs must be at least 1, got {num_docs}\.$"):
             read_documents(str(cli_fixture / "data"), num_docs, 2)
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match=r"val\.bin holds token id \d+, outside the model's vocabulary of 8: the data "
+                                         r"was tokenised for another vocabulary\.$"):
         read_documents(str(cli_fixture / "data"), 2, 2, vocab_size=8)  # the model's vocabulary, as the CLI passes it
 
 
