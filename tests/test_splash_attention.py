@@ -177,15 +177,18 @@ def test_auto_is_splash_on_tpu_pallas_on_gpu_and_xla_elsewhere():
 def test_bad_input_stops_with_a_clear_message():
     doc = layout_doc_ids()
     q, k, v, _ = random_qkv(9, "sps", T)
-    with pytest.raises(TypeError, match="masks.Visibility"):
+    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, got str\.$"):
         sp.attention(q, k, v, doc, "sps", interpret=True)
-    with pytest.raises(ValueError, match="multiple of 128"):
+    with pytest.raises(ValueError, match=r"^every splash block must be a positive multiple of 128, got 64\.$"):
         sp.attention(q, k, v, doc, Vis("sps", 2), interpret=True, block_sizes=sp.block_sizes(64, 128))
-    with pytest.raises(ValueError, match="dQ and dK/dV"):
+    with pytest.raises(ValueError, match=r"^block_sizes must give the dQ and dK/dV blocks too "
+                                         r"\(splash_attention\.block_sizes does\)\.$"):
         sp.attention(q, k, v, doc, Vis("sps", 2), interpret=True, block_sizes=sp.splash.BlockSizes(128, 128))
-    with pytest.raises(TypeError, match="BlockSizes"):
+    with pytest.raises(TypeError, match=r"^block_sizes must be a splash BlockSizes \(see splash_attention\.block_sizes\), "
+                                        r"got tuple\.$"):
         sp.attention(q, k, v, doc, Vis("sps", 2), interpret=True, block_sizes=(128, 128))
-    with pytest.raises(ValueError, match="S=1"):
+    with pytest.raises(ValueError, match=rf"^q must be \[B, T, S=1, H, K\] for variant 'standard', got shape "
+                                         rf"\(2, {T}, 2, 2, 8\)\.$"):
         sp.attention(q, k, v, doc, Vis("standard"), interpret=True)
-    with pytest.raises(ValueError, match="doc_ids_BT"):
+    with pytest.raises(ValueError, match=rf"^doc_ids_BT must be \[B, T\] = \(2, {T}\), got \(2, 10\)\.$"):
         sp.attention(q, k, v, doc[:, :10], Vis("sps", 2), interpret=True)
