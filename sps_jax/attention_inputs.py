@@ -14,8 +14,7 @@ def check_inputs(q, k, v, doc_ids_BT, vis) -> None:
     """Every backend's contract, one sentence each (else a reshape or broadcast would fail in jax's words): ``vis`` a
     Visibility, q, k and v floating point of one shape [B, T, S, H, K] with the variant's S and T > 0, integer
     document ids [B, T]."""
-    if not isinstance(vis, masks.Visibility):
-        raise TypeError(f"vis must be a masks.Visibility, got {type(vis).__name__}.")
+    masks.check_visibility(vis, "vis")
     S = vis.num_streams
     if jnp.ndim(q) != 5 or jnp.shape(q)[2] != S:
         raise ValueError(f"q must be [B, T, S={S}, H, K] for variant {vis.variant!r}, got shape {jnp.shape(q)}.")

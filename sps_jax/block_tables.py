@@ -124,8 +124,7 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
     T is padded to ``padded_len``, by default the next multiple of both block sizes.
     """
     kernel_tuning.Tiles(block_q, block_k)  # validates the blocks
-    if not isinstance(vis, masks.Visibility):
-        raise TypeError(f"vis must be a masks.Visibility, not {type(vis).__name__} {vis!r}.")
+    masks.check_visibility(vis, "vis")
     doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # floats would build wrong tables; a list becomes an array
     T = doc_ids_BT.shape[1]
     Tp = round_up(T, max(block_q, block_k)) if padded_len is None else padded_len

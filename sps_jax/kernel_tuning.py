@@ -30,7 +30,7 @@ class Tiles:
         for name in ("block_q", "block_k"):
             b = getattr(self, name)
             if not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b < 1 or b & (b - 1):
-                raise ValueError(f"{name} must be a positive power of two (Triton tiles), got {b!r}.")
+                raise ValueError(f"{name} must be a positive power of two (Triton tiles), got {b!r}: pass e.g. 64.")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}.")
         if not isinstance(self.num_stages, (int, np.integer)) or self.num_stages < 1:

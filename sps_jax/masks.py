@@ -133,7 +133,7 @@ def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
     always 0 for ``standard``. A persistent window also restricts persistent keys
     to the last ``vis.persistent_window`` positions; a query always sees its own slot.
     """
-    _check_visibility(vis)
+    check_visibility(vis)
     persist = vis.persistent_streams
     n = len(persist)
     delta = q_pos - k_pos
@@ -165,10 +165,12 @@ def ids_BT(x, name: str):
     return x
 
 
-def _check_visibility(vis) -> None:
+def check_visibility(vis, name: str = "the visibility") -> None:
+    """One sentence when ``vis`` (the argument ``name``) is not a :class:`Visibility`: a variant's name alone
+    does not say its window."""
     if not isinstance(vis, Visibility):
-        raise TypeError(f"the visibility must be a masks.Visibility, not {type(vis).__name__} {vis!r}: "
-                        "pass e.g. Visibility('sps', window=64).")
+        raise TypeError(f"{name} must be a masks.Visibility, not {type(vis).__name__} {vis!r}: "
+                        "pass e.g. masks.Visibility('sps', window=64).")
 
 
 def document_ids(tokens_BT, eos_id: int = vocab.EOS_ID, pad_id: int = vocab.PAD_ID):
@@ -216,7 +218,7 @@ def slot_coordinates(num_positions: int, streams: int, xp=np):
 
 def dense_mask(vis: Visibility, doc_ids_BT):
     """bool [B, N, N] over the N = T*S slots in the paper's interleaved order (x0, rho0, x1, rho1, ...)."""
-    _check_visibility(vis)
+    check_visibility(vis)
     doc_ids_BT = ids_BT(doc_ids_BT, "doc_ids_BT")
     xp = array_module(doc_ids_BT)
     S = vis.num_streams

@@ -393,7 +393,8 @@ def checked_tuning(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, tuning,
     if tuning is None:
         return kernel_tuning.default_tuning(q_BTSHK.shape[-1], q_BTSHK.shape[2], kernels=kernels)
     if not isinstance(tuning, Tuning):
-        raise TypeError(f"tuning must be a kernel_tuning.Tuning, got {type(tuning).__name__}.")
+        raise TypeError(f"tuning must be a kernel_tuning.Tuning, got {type(tuning).__name__}: pass e.g. "
+                        "kernel_tuning.Tuning.uniform(64, 64), or None for the target's defaults.")
     return tuning
 
 

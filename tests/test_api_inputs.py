@@ -210,7 +210,7 @@ def test_the_dense_attention_holds_the_kernels_contract():
              ((q, q, q, np.zeros((2, 4), np.int32), vis), ValueError, "doc_ids_BT must be [B, T] = (1, 4), got (2, 4)."),
              ((q[:, :, 0], q[:, :, 0], q[:, :, 0], doc, vis), ValueError,
               "q must be [B, T, S=2, H, K] for variant 'sps', got shape (1, 4, 2, 8)."),
-             ((q, q, q, doc, "sps"), TypeError, "vis must be a masks.Visibility, got str.")]
+             ((q, q, q, doc, "sps"), TypeError, "vis must be a masks.Visibility, not str 'sps': pass e.g. masks.Visibility('sps', window=64).")]
     for backend in (attention.xla_attention, attention.rounded_attention):
         for args, kind, sentence in cases:
             with pytest.raises(kind) as refusal:

@@ -242,11 +242,13 @@ def test_a_few_training_steps_with_pallas_follow_the_dense_reference():
 def test_bad_input_stops_with_a_clear_message():
     doc = layout_doc_ids()
     q, k, v, _ = random_qkv(9, "sps")
-    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, got str\.$"):
+    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, not str 'sps': pass e\.g\. "
+                                        r"masks\.Visibility\('sps', window=64\)\.$"):
         pa.attention(q, k, v, doc, "sps", interpret=True)
-    with pytest.raises(ValueError, match=r"^block_q must be a positive power of two \(Triton tiles\), got 6\.$"):
+    with pytest.raises(ValueError, match=r"^block_q must be a positive power of two \(Triton tiles\), got 6: pass e\.g\. 64\.$"):
         pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=Tuning.uniform(6, 8))
-    with pytest.raises(TypeError, match=r"^tuning must be a kernel_tuning\.Tuning, got tuple\.$"):
+    with pytest.raises(TypeError, match=r"^tuning must be a kernel_tuning\.Tuning, got tuple: pass e\.g\. "
+                                        r"kernel_tuning\.Tuning\.uniform\(64, 64\), or None for the target's defaults\.$"):
         pa.attention(q, k, v, doc, Vis("sps", 2), interpret=True, tuning=(8, 8))
     one_stream = rf"^q must be \[B, T, S=1, H, K\] for variant 'standard', got shape \(2, {T}, 2, 2, 8\)\.$"
     with pytest.raises(ValueError, match=one_stream):
@@ -272,7 +274,8 @@ def test_the_tables_and_tunings_of_a_notebook_call_refuse_what_no_kernel_runs():
         block_tables.tables(doc, Vis("sps", 2), 8, 8, padded_len=64)
     with pytest.raises(ValueError, match=r"add a batch axis"):
         block_tables.tables(doc[0], Vis("sps", 2), 8, 8)
-    with pytest.raises(TypeError, match=r"vis must be a masks.Visibility"):
+    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, not str 'sps': pass e\.g\. "
+                                        r"masks\.Visibility\('sps', window=64\)\.$"):
         block_tables.tables(doc, "sps", 8, 8)
     for kwargs, sentence in ((dict(head_dim=0), "head_dim must be a positive integer, got 0"),
                              (dict(head_dim=64.0), "head_dim must be a positive integer, got 64.0"),
