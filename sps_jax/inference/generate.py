@@ -167,9 +167,9 @@ def main(argv=None) -> int:
         with files.results(args.force):
             files.write_jsonl(args.out, results)
         cli.note(f"wrote {len(results)} results to {args.out}")
-    if args.prompt is not None:
+    elif args.prompt is not None:
         print(args.prompt + results[0]["completion"])
-    elif args.out is None:
+    else:
         for record in results:
             print(json.dumps(record))
     return 0

@@ -439,6 +439,17 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     assert all(1 <= r["new_tokens"] <= 4 for r in records)
 
 
+def test_cli_with_out_writes_the_prompt_s_completion_to_the_file_and_prints_nothing(tmp_path):
+    # --out replaces printing (its --help: "default: print them") for --prompt as for --prompts-file.
+    ensure_tokenizer()
+    workdir, out = _tiny_run(tmp_path), tmp_path / "one.jsonl"
+    done = _cli("--workdir", workdir, "--prompt", "The cat", "--max-new-tokens", "3", "--out", out)
+    assert done.status == 0, done.stderr
+    assert done.stdout == ""
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (record["prompt"], record["completion"]) == ("The cat", _greedy_completion(workdir, "The cat", 3))
+
+
 def test_cli_takes_step_as_evaluate_does(tmp_path):  # cli_: CI's leg 2 leaves the command's tests to leg 1
     # evaluate, export_torch and import_torch take --step; generate took only the checkpoint's folder.
     ensure_tokenizer()
