@@ -164,3 +164,18 @@ def test_help_version_and_argument_errors_are_answered_without_importing_jax(mod
     # help and version exit with 0, the refusals with the one-sentence status 2
     expected = ["0" if {"--help", "--version"} & set(argv) else "2" for argv in ANSWERED_WITHOUT_JAX[module]]
     assert [status for status, _ in answers] == expected, proc.stderr[-2000:]
+
+
+def test_cli_data_prepare_and_verify_run_without_importing_jax(tmp_path):
+    """Tokenising needs neither jax nor the training pipeline (grain, which loads jax): preparing and verifying a
+    token folder spares the second of jax's import and the CUDA plugin's warnings."""
+    from tests.helpers import ensure_tokenizer
+
+    ensure_tokenizer()
+    out = str(tmp_path / "tokens")
+    script = ("import sys\nfrom sps_jax.data.__main__ import main\n"
+              f"statuses = main(['prepare', '--source', 'builtin', '--out', {out!r}]), main(['verify', {out!r}])\n"
+              "print('done', *statuses, 'jax' in sys.modules, 'grain' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.splitlines()[-1:] == ["done 0 0 False False"], proc.stdout[-1000:] + proc.stderr[-2000:]

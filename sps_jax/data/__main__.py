@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# prepare and loader are imported where they are used: they load jax (through grain and sps_jax.runs), a second
-# and the CUDA plugin's warnings that --help, --version, an argument error and encode do without.
+# prepare and loader are imported where they are used: they are slower to import than --help, --version, an
+# argument error and encode need.
 
 
 def _prepare(args) -> None:

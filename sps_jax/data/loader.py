@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+from typing import TYPE_CHECKING
 
-import grain
 import numpy as np
 
 from sps_jax import cli, files, token_folder, vocab
@@ -31,6 +31,9 @@ from sps_jax.data import corpus
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
 from sps_jax.token_folder import MANIFEST, SPLITS
+
+if TYPE_CHECKING:
+    import grain
 
 DTYPE = "uint16"  # the manifest's name for the token type
 TOKENIZER = "gpt2"  # the manifest's name for GPT-2's BPE, the one tokenizer prepare writes with
@@ -225,6 +228,8 @@ def train_dataset(tokens: np.ndarray, seq_len: int, global_batch: int, seed: int
     if global_batch % process_count:
         raise ValueError(f"global batch {global_batch} does not split over {process_count} processes.")
     local = global_batch // process_count
+    import grain  # here: it loads jax, which preparing and verifying token folders do without
+
     windows = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
     # Consecutive chunks of `local` windows; chunk k*P + p is process p's share of global batch k.
     return windows.batch(local, drop_remainder=True)[process_index::process_count]
@@ -233,6 +238,8 @@ def train_dataset(tokens: np.ndarray, seq_len: int, global_batch: int, seed: int
 def train_iterator(ds: grain.MapDataset, state: dict | None = None, *, prefetch: int):
     """A checkpointable iterator (``get_state``/``set_state``) with background-thread prefetching of ``prefetch``
     batches (``data.prefetch``)."""
+    import grain
+
     it = iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
     if state:
         it.set_state(state)
