@@ -119,13 +119,14 @@ ANSWERED_WITHOUT_JAX = {
                                 ["window-nll", "--workdir", "x", "--omega", "ten"], ["gradients", "--workdir", ""],
                                 ["gradients", "--workdir", "x", "--step", "two"]],
     "sps_jax.analysis.figures": [["--help"], ["--version"], ["curves", "--help"], ["plot"], ["curves"],
-                                 ["curves", "x", "--bogus"], ["pre-decay", "--help"], ["pre-decay", "x"]],
+                                 ["curves", "x", "--bogus"], ["pre-decay", "--help"], ["pre-decay", "x"],
+                                 ["curves", "x", "--out", "c.txt"]],  # an output of the wrong kind
     "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
                              ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"]],
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"],
                              ["--workdir", "x", "--out", "y.pt", "--step", "two"], ["x", "--workdir", "x", "--out", "y.pt"],
-                             ["--out", "y.pt"]],
+                             ["--out", "y.pt"], ["x", "--out", "y.bin"]],
     "sps_jax.train": [["--help"], ["--version"], ["--config", "configs/tiny.py"],
                       ["--config", "configs/tiny.py", "--workdir", ""],
                       ["--config", "configs/tiny.py", "--workdir", " "],  # made a run folder named ' '

@@ -614,10 +614,9 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    runs = cli.load("sps_jax.runs")
-
     plotting.require()
-    check_out(args.out, *args.inputs(args), args.command, args.force, "--out")
+    check_out(args.out, *args.inputs(args), args.command, args.force, "--out")  # before jax loads
+    runs = cli.load("sps_jax.runs")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)
