@@ -136,6 +136,7 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "README.md", "--workdir", "w"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "-hello"],
+                                   ["--workdir", "w", "--prompt", "x", "--out", "README.md"],  # an existing file
                                    ["--workdir", "w", "--prompt", "x", "--prompts-file", "p.txt"],
                                    ["--workdir", "w", "--prompt", "x", "--max-new-tokens", "ten"],
                                    ["--workdir", "", "--prompt", "x"], ["--prompt", "x"],

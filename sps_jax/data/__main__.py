@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from sps_jax import cli, files, token_folder, vocab
+from sps_jax import cli, files, run_files, token_folder, vocab
 from sps_jax.data import corpus, tokenizer
 
 
@@ -87,7 +87,7 @@ def _provision_tokenizer(args) -> None:
                                 f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
         files.check_parent(args.out, "--out")
         token_folder.refuse_inside_tokens(args.out, "--out")
-        cli.load("sps_jax.runs").refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
+        run_files.refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
     tokenizer.provision(args.out)
 
 

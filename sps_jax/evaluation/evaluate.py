@@ -107,7 +107,7 @@ def write_json(path: str, obj) -> None:
     """An evaluation results JSON (indented, sorted keys; NaN as null), atomically; never one of a run's own files
     (its config.json, metrics.jsonl, ...)."""
     path = files.path_text(path, "path")
-    cli.load("sps_jax.runs").refuse_run_files(path, "the results JSON")
+    run_files.refuse_run_files(path, "the results JSON")
     files.write_json(path, obj, indent=2, sort_keys=True)
 
 

@@ -125,14 +125,14 @@ def main(argv=None) -> int:
                      "pass a --temperature above 0 to sample, or drop --top-k/--top-p")
     if args.seed >= SEED_LIMIT:
         parser.error(f"argument --seed: {args.seed} must be below {SEED_LIMIT:,}")
-    with cli.stop_exits_while_loading():
-        from sps_jax import attention, model as sps_model, runs
-        from sps_jax.inference import kv_cache
     from sps_jax.data import tokenizer
-    if args.out is not None:
+    if args.out is not None:  # before jax loads
         run_files.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
                                                         ("the tokenizer's ranks file", tokenizer.default_ranks_path())],
                          example="completions.jsonl")
+    with cli.stop_exits_while_loading():
+        from sps_jax import attention, model as sps_model, runs
+        from sps_jax.inference import kv_cache
 
     # The run's config.json says the context: it is read before the prompts are, and every prompt is
     # checked against it before any weights load.
