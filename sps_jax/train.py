@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                         help="run folder: config.json, checkpoints/, metrics.jsonl")
     parser.add_argument("--force", action="store_true",
                         help="start this run in a --workdir holding another run's config.json/metrics.jsonl/"
-                             "loss.png but no checkpoint (those files are replaced)")
+                             "loss.png, tensorboard/ events or W&B run id but no checkpoint (those are replaced)")
     parser.add_argument("--distributed", action="store_true",
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
     parser.add_argument("--coordinator", default=os.environ.get("SPS_JAX_COORDINATOR"),
