@@ -157,17 +157,17 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         # filler rows and loss entries (-1) ask for no gradient and are dropped.
         filler = [docs[part[0][0]][:1]] * (batch - len(part))
         inputs, targets, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
-        source_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
+        source_pos_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + needed[None, :]).ravel()) for _, src in part]
         # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%. A chunk above
         # that many loss terms would pad the passes up to the chunk (a --chunk of 1024 would run 32 times the passes).
         terms = bucket(max(len(x) for x in loss_lists), sizes_per_octave=8)
         step = min(chunk, terms)
         J = block_tables.round_up(terms, step)
-        loss_JB = np.full((J, batch), -1, np.int64)
+        loss_pos_JB = np.full((J, batch), -1, np.int64)
         for b, lst in enumerate(loss_lists):
-            loss_JB[:len(lst), b] = lst
-        norms = slot_grad_sq_norms(model, params, inputs, targets, loss_JB, source_BI, step)
+            loss_pos_JB[:len(lst), b] = lst
+        norms = slot_grad_sq_norms(model, params, inputs, targets, loss_pos_JB, source_pos_BI, step)
         total_JBIS = np.asarray(sum(norms.values()))
         for b, (d, src) in enumerate(part):
             at_k_IO = np.searchsorted(loss_lists[b], src[:, None] + offsets[None, :])
