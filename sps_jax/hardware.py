@@ -14,7 +14,8 @@ import dataclasses
 import os
 from typing import Optional
 
-KiB, MiB, GiB = 2 ** 10, 2 ** 20, 2 ** 30
+KiB, MiB, GiB, TiB = 2 ** 10, 2 ** 20, 2 ** 30, 2 ** 40
+THREADS_PER_WARP = 32  # every NVIDIA GPU's
 GPU_ALLOCATOR_FRACTION = 0.9  # see Accelerator.usable_bytes
 
 
@@ -132,7 +133,7 @@ def gpu_target_config(acc: Accelerator) -> str:
         f"  cuda_compute_capability {{ major: {major} minor: {minor} }}",
         f"  core_count: {acc.sm_count}",
         "  fpus_per_core: 128",
-        "  threads_per_warp: 32",
+        f"  threads_per_warp: {THREADS_PER_WARP}",
         "  threads_per_block_limit: 1024",
         "  threads_per_core_limit: 2048",
         "  shared_memory_per_block: 49152",

@@ -186,7 +186,7 @@ def triton_calls(hlo_text: str) -> dict:
         call = dict(_proto_fields(outer[1]))
         kernel = dict(_proto_fields(call[1]))
         grid = [call.get(n, 0) for n in (2, 3, 4)]
-        calls[kernel[1].decode()] = {"grid": grid, "threads": 32 * kernel.get(2, 0),
+        calls[kernel[1].decode()] = {"grid": grid, "threads": hardware.THREADS_PER_WARP * kernel.get(2, 0),
                                      "shared_memory_bytes": kernel.get(3, 0), "ptx": kernel[4].decode()}
     return calls
 

@@ -114,7 +114,7 @@ def _on(tree, sharding):
     return sps_mesh.placed(tree, jax.tree_util.tree_map(lambda _: sharding, tree))
 
 
-_UNITS = {"K": hardware.KiB, "M": hardware.MiB, "G": hardware.GiB, "T": 2 ** 40}
+_UNITS = {"K": hardware.KiB, "M": hardware.MiB, "G": hardware.GiB, "T": hardware.TiB}
 
 
 def _compile_and_report(acc, lower, mesh=None, kernel_flops=0.0, count_kernels=False, **fields) -> dict:

@@ -284,7 +284,7 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         raise TypeError(f"seed must be an integer, got a jax array of shape {tuple(seed.shape)}: pass the int a key "
                         "is made from, e.g. seed=0.")
     if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 would overflow inside jax's key
-        raise ValueError(f"seed must be from 0 to 2**31 - 1, got {seed}.")
+        raise ValueError(f"seed must be from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1, got {seed}.")
     cli.true_or_false(stop_on_eos, "stop_on_eos")  # "no" is truthy: it would stop at EOS
     for name, value in sizes.items():
         cli.at_least(name, value, 1)
