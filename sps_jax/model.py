@@ -546,11 +546,11 @@ def check_fits(cfg: ModelConfig, memory_bytes: int, device: str, *, copies: int 
     """``copies`` of the parameters, split over ``shards`` devices, fit in ``memory_bytes`` per device:
     else one sentence, before a model too large to build is traced (its layers are unrolled).
     ``sharded_by`` names the setting that spreads the copies over more devices, where the caller has one."""
-    need = copies * cfg.param_bytes / shards
-    if need > memory_bytes:
+    need_bytes = copies * cfg.param_bytes / shards
+    if need_bytes > memory_bytes:
         raise ValueError(
             f"the model's {cfg.num_params:,} parameters (model.num_layers={cfg.num_layers}, d_model={cfg.d_model}, "
-            f"d_ff={cfg.d_ff}) need {need / hardware.GiB:,.1f} GiB per device for {holding}, more than the "
+            f"d_ff={cfg.d_ff}) need {need_bytes / hardware.GiB:,.1f} GiB per device for {holding}, more than the "
             f"{memory_bytes / hardware.GiB:,.1f} GiB of one {device}: shrink the model"
             + (f" or raise {sharded_by} to shard it over more devices." if sharded_by else "."))
 

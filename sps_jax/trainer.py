@@ -114,13 +114,13 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
 def _check_activations_fit(cfg, rows: int, state_bytes: float, memory_bytes: int, device: str, backend: str) -> None:
     """A micro-batch whose activations cannot fit beside the training state, refused before compiling: XLA
     compiled a 65536-token context on a CPU until the host ran out of memory."""
-    floor = cfg.backward_floor_bytes(rows, backend)
-    if state_bytes + floor > memory_bytes:
+    floor_bytes = cfg.backward_floor_bytes(rows, backend)
+    if state_bytes + floor_bytes > memory_bytes:
         held = "each layer's input" + (", and one layer's attention probabilities under the xla backend"
                                        if backend == "xla" else "")
         raise ValueError(
             f"a micro-batch of {rows} x model.seq_len={cfg.seq_len} positions per device needs at least "
-            f"{floor / hardware.GiB:,.1f} GiB for its activations ({held}), more than the "
+            f"{floor_bytes / hardware.GiB:,.1f} GiB for its activations ({held}), more than the "
             f"{(memory_bytes - state_bytes) / hardware.GiB:,.1f} GiB one {device} has beside the training state: lower "
             "train.micro_batch (train.global_batch stays: more micro-batches accumulate) or model.seq_len.")
 
@@ -330,12 +330,12 @@ def _start(run, ckpts, source, dataset, config, workdir: str, log):
     restored = ckpts.restore_newest_intact(lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
     if restored is None:
         params, opt_state = _fresh_state(run, source, config.train.seed, log)
-        start_step, elapsed_before = 0, 0.0
+        start_step, elapsed_before_s = 0, 0.0
         iterator = loader.train_iterator(dataset, prefetch=config.data.prefetch)
     else:
-        start_step, (params, opt_state, meta, elapsed_before, iterator) = restored
+        start_step, (params, opt_state, meta, elapsed_before_s, iterator) = restored
         log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
-    return start_step, params, opt_state, elapsed_before, iterator
+    return start_step, params, opt_state, elapsed_before_s, iterator
 
 
 def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> None:
@@ -489,7 +489,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         ckpts = checkpoint.TrainCheckpoints(workdir, cfg.function_fields, t.milestone_every, warn=_warn)
         writer = profile = None
         try:
-            start_step, params, opt_state, elapsed_before, iterator = _start(
+            start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
@@ -511,7 +511,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             peak_flops_per_s = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
 
             def elapsed_s():  # seconds trained, across restarts
-                return elapsed_before + time.time() - run_start
+                return elapsed_before_s + time.time() - run_start
 
             def save(step):  # the loop's current params and opt_state
                 ckpts.save(step, params, opt_state,

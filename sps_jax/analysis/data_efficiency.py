@@ -61,15 +61,15 @@ def pre_decay_comparison(baseline_tokens, baseline_nll, method_tokens, method_nl
     if not len(baseline_tokens) or not len(method_tokens):
         raise ValueError("a curve with no pre-decay evaluation cannot be compared: pass runs that evaluated "
                          "before their learning-rate decay.")
-    budget = float(method_tokens[-1])
+    budget_tokens = float(method_tokens[-1])
     target = float(np.asarray(method_nll, np.float64)[-1])
-    at_budget = _value_at(baseline_tokens, np.asarray(baseline_nll, np.float64), budget)
+    at_budget = _value_at(baseline_tokens, np.asarray(baseline_nll, np.float64), budget_tokens)
     if at_budget is None:
         raise ValueError(f"the baseline's pre-decay evaluations span {baseline_tokens[0]:,.0f} to "
-                         f"{baseline_tokens[-1]:,.0f} tokens and miss the method's budget of {budget:,.0f}: pass a "
-                         "baseline run that evaluated at or before that budget and trained at least as long before "
+                         f"{baseline_tokens[-1]:,.0f} tokens and miss the method's budget of {budget_tokens:,.0f}: "
+                         "pass a baseline run that evaluated at or before that budget and trained at least as long before "
                          "its decay.")
-    match, bracket = tokens_to_reach(baseline_tokens, baseline_nll, target)
-    return {"budget_tokens": budget, "method_nll": target, "baseline_nll_at_budget": at_budget,
-            "delta_nll": target - at_budget, "baseline_tokens_to_match": match, "baseline_bracket": bracket,
-            "token_ratio": None if match is None else match / budget}
+    match_tokens, bracket = tokens_to_reach(baseline_tokens, baseline_nll, target)
+    return {"budget_tokens": budget_tokens, "method_nll": target, "baseline_nll_at_budget": at_budget,
+            "delta_nll": target - at_budget, "baseline_tokens_to_match": match_tokens, "baseline_bracket": bracket,
+            "token_ratio": None if match_tokens is None else match_tokens / budget_tokens}

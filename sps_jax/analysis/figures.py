@@ -521,30 +521,32 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
                                                        ours["tokens_seen"], ours["val_loss"])
     except ValueError as e:  # the sentence names the runs
         raise ValueError(f"{baseline_run} against {method_run}: {e}") from None
-    budget, target = numbers["budget_tokens"], numbers["method_nll"]
-    match = numbers["baseline_tokens_to_match"]
+    budget_tokens, target = numbers["budget_tokens"], numbers["method_nll"]
+    match_tokens = numbers["baseline_tokens_to_match"]
     fig, ax = figure(figsize=(8, 4.2))
     for curve, color in ((base, "tab:gray"), (ours, "tab:blue")):
         ax.plot(curve["tokens_seen"], curve["val_loss"], marker="o", markersize=3, linewidth=1.8, color=color,
                 label=f"{curve['method']} ({curve['label']})")
     star = dict(marker="*", markersize=14, markeredgecolor="white", linestyle="none", zorder=5)
-    ax.plot([budget], [numbers["baseline_nll_at_budget"]], color="tab:gray", **star)
-    ax.plot([budget], [target], color="tab:blue", **star)
-    ax.annotate("", xy=(budget, target), xytext=(budget, numbers["baseline_nll_at_budget"]),
+    ax.plot([budget_tokens], [numbers["baseline_nll_at_budget"]], color="tab:gray", **star)
+    ax.plot([budget_tokens], [target], color="tab:blue", **star)
+    ax.annotate("", xy=(budget_tokens, target), xytext=(budget_tokens, numbers["baseline_nll_at_budget"]),
                 arrowprops={"arrowstyle": "<->", "color": "black"})
     boxed = dict(fontsize=9, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})  # legible over a curve
     beside = dict(textcoords="offset points", **boxed)  # a few points off the arrows, not over them
-    ax.annotate(f"\u0394NLL = {numbers['delta_nll']:+.3f}", (budget, (target + numbers["baseline_nll_at_budget"]) / 2),
+    ax.annotate(f"\u0394NLL = {numbers['delta_nll']:+.3f}",
+                (budget_tokens, (target + numbers["baseline_nll_at_budget"]) / 2),
                 xytext=(6, 0), va="center", **beside)
-    if match is None:
+    if match_tokens is None:
         ax.text(0.98, 0.95, f"{base['method']} does not reach {target:.3f} before its decay "
                 f"(last pre-decay evaluation: {base['tokens_seen'][-1]:,.0f} tokens)",
                 transform=ax.transAxes, ha="right", va="top", fontsize=8)
     else:
-        ax.plot([match], [target], color="tab:orange", **star)
-        ax.annotate("", xy=(match, target), xytext=(budget, target),
+        ax.plot([match_tokens], [target], color="tab:orange", **star)
+        ax.annotate("", xy=(match_tokens, target), xytext=(budget_tokens, target),
                     arrowprops={"arrowstyle": "<->", "color": "tab:orange"})
-        ax.annotate(f"{base['method']} needs {numbers['token_ratio']:.2f}x the tokens", ((budget + match) / 2, target),
+        ax.annotate(f"{base['method']} needs {numbers['token_ratio']:.2f}x the tokens",
+                    ((budget_tokens + match_tokens) / 2, target),
                     xytext=(0, -8), ha="center", va="top", color="tab:orange", **beside)
     ax.set_xlabel("tokens seen")
     ax.set_ylabel("pre-decay validation NLL (nats)")

@@ -31,9 +31,9 @@ def memory(compiled) -> dict:
     sizes = {"argument_bytes": int(m.argument_size_in_bytes), "output_bytes": int(m.output_size_in_bytes),
              "alias_bytes": int(m.alias_size_in_bytes), "temp_bytes": int(m.temp_size_in_bytes)}
     # XLA's own peak where it reports one (TPU's is above the sum below); else the live-at-once sum.
-    peak = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
-    sizes["peak_bytes"] = peak or (sizes["argument_bytes"] + sizes["output_bytes"] - sizes["alias_bytes"]
-                                   + sizes["temp_bytes"])
+    xla_peak_bytes = int(getattr(m, "peak_memory_in_bytes", 0) or 0)
+    sizes["peak_bytes"] = xla_peak_bytes or (sizes["argument_bytes"] + sizes["output_bytes"] - sizes["alias_bytes"]
+                                             + sizes["temp_bytes"])
     return sizes
 
 

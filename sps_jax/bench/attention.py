@@ -204,12 +204,12 @@ def median_seconds(fn, *args, iters):
     import jax
 
     jax.block_until_ready(fn(*args))  # compile + warm up
-    times = []
+    times_s = []
     for _ in range(iters):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        times_s.append(time.perf_counter() - t0)
+    return statistics.median(times_s)
 
 
 def forward_and_backward(fn):

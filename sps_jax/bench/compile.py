@@ -336,10 +336,11 @@ def print_tables(results) -> None:
                     continue
                 for kname, k in rep["kernels"].items():
                     tiles = f"{k.get('block_q', '-')}/{k.get('block_k', '-')} {k['num_warps']} {k['num_stages']}"
-                    spill = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
+                    spill_bytes = k.get("spill_store_bytes", 0) + k.get("spill_load_bytes", 0)
                     grid = "x".join(str(g) for g in k.get("grid", []))
                     print(f"{head} {kname:28s} {tiles:>14s} "
-                          f"{k.get('registers', '-'):>5} {spill:>8d} {k.get('shared_memory_bytes', 0) / hardware.KiB:>9.1f} "
+                          f"{k.get('registers', '-'):>5} {spill_bytes:>8d} "
+                          f"{k.get('shared_memory_bytes', 0) / hardware.KiB:>9.1f} "
                           f"{grid:>14s}  {gpu_kernels.matrix_summary(k.get('matrix_instructions', {}))}")
         if res.get("train"):
             print(f"\n{'attention':9s} {'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} "

@@ -119,7 +119,7 @@ class VariantRun:
                                             max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
         self.compile_s = time.perf_counter() - t0
         self.cache_shape, self.logits_shape = cache_shape, logits_shape
-        self.cache_sizes = kv_cache.cache_bytes(cache_shape)
+        self.cache_bytes = kv_cache.cache_bytes(cache_shape)
         memory = self.decode.memory_analysis()
         self.decode_compiled_bytes = None if memory is None else int(
             memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
@@ -181,8 +181,8 @@ class VariantRun:
             "tokens_per_s": a.batch_size * self.new_tokens / best["total_s"],
             "decode_tokens_per_s": a.batch_size * a.decode / best["decode_s"],
             "decode_peak_bytes": None, "peak_bytes": None,
-            "cache_persistent_bytes": self.cache_sizes["persistent"], "cache_ring_bytes": self.cache_sizes["ring"],
-            "cache_bytes": self.cache_sizes["total"], "decode_compiled_bytes": self.decode_compiled_bytes,
+            "cache_persistent_bytes": self.cache_bytes["persistent"], "cache_ring_bytes": self.cache_bytes["ring"],
+            "cache_bytes": self.cache_bytes["total"], "decode_compiled_bytes": self.decode_compiled_bytes,
         }
 
 
@@ -203,11 +203,12 @@ def peak_bytes_worker(args, overrides, variant, peak_bytes=_peak_bytes) -> dict 
     check_workload(_model_config(args, overrides, variant, args.attention[0] if args.attention else None), args,
                    *hardware.local_memory())  # this card, before the compile: the parent could ask only the table
     run = VariantRun(args, overrides, variant, args.attention[0] if args.attention else None)
-    before = peak_bytes()
+    peak_before_bytes = peak_bytes()
     run.decode_alone()
-    decoded = peak_bytes()
+    peak_decoded_bytes = peak_bytes()
     run.run()
-    return {"decode_peak_bytes": decoded if decoded > before else None, "peak_bytes": peak_bytes()}
+    return {"decode_peak_bytes": peak_decoded_bytes if peak_decoded_bytes > peak_before_bytes else None,
+            "peak_bytes": peak_bytes()}
 
 
 def _worker_argv(argv, backend) -> list[str]:

@@ -93,11 +93,12 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
             for vis in map(base.visibility.with_variant, variants)]
     # A batch past the memory would abort the process inside XLA's CPU allocator (a crash dump, status 134).
     backend = attention.resolve(base.attention)
-    need = 2 * base.param_bytes + max(cfg.backward_floor_bytes(batch_size, backend) for cfg in cfgs)
-    if need > memory_bytes:
+    need_bytes = 2 * base.param_bytes + max(cfg.backward_floor_bytes(batch_size, backend) for cfg in cfgs)
+    if need_bytes > memory_bytes:
         held = ["the weights", "their gradient", "each layer's input"] + (
             ["one layer's attention probabilities (xla backend)"] if backend == "xla" else [])
-        raise cli.UserError(f"--batch-size {batch_size} of {T} positions needs at least {need / hardware.GiB:,.1f} GiB "
+        raise cli.UserError(f"--batch-size {batch_size} of {T} positions needs at least "
+                            f"{need_bytes / hardware.GiB:,.1f} GiB "
                             f"for {', '.join(held[:-1])} and {held[-1]}, more than the "
                             f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size"
                             + (" or model.seq_len." if backend == "xla" else "."))

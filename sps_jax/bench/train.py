@@ -49,13 +49,13 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
     for _ in range(warmup):
         params, opt_state, out = compiled(params, opt_state, tokens)
     jax.block_until_ready((params, opt_state))
-    times = []
+    times_s = []
     for _ in range(steps):
         t0 = time.perf_counter()
         params, opt_state, out = compiled(params, opt_state, tokens)
         jax.block_until_ready(out)
-        times.append(time.perf_counter() - t0)
-    step_s = float(np.median(times))
+        times_s.append(time.perf_counter() - t0)
+    step_s = float(np.median(times_s))
     profile = None
     if profile_folder is not None:
         def one_step():
@@ -70,7 +70,7 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
             "attention_backend": attention.resolve(cfg.attention, devices[0].platform), "dtype": cfg.dtype,
             "devices": len(devices), "platform": devices[0].platform,
             "device_kind": devices[0].device_kind, "compile_s": compile_s, "step_s_median": step_s,
-            "step_s_all": times, "tokens_per_s": tokens_per_s,
+            "step_s_all": times_s, "tokens_per_s": tokens_per_s,
             "train_flops_per_token": flops.train_flops_per_token(cfg),
             "mfu": flops.mfu(cfg, tokens_per_s, len(devices), peak_flops_per_s),
             "mfu_convention": "3 x forward model FLOPs per input token (docs/design.md section 7) / (devices x peak)",

@@ -139,11 +139,11 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     if not os.path.isfile(path):
         what = "is not a file" if os.path.exists(path) else "is missing"  # a folder in its place is not missing
         raise FileNotFoundError(f"{path} {what}: {rebuild(folder, manifest)}.")
-    size = os.path.getsize(path)
-    expected = TOKEN_DTYPE.itemsize * info["tokens"]
-    if size != expected:
-        raise ValueError(f"{path} holds {size} bytes but the manifest says {info['tokens']} uint16 tokens "
-                         f"({expected} bytes): the file was cut short, added to or replaced; "
+    size_bytes = os.path.getsize(path)
+    expected_bytes = TOKEN_DTYPE.itemsize * info["tokens"]
+    if size_bytes != expected_bytes:
+        raise ValueError(f"{path} holds {size_bytes} bytes but the manifest says {info['tokens']} uint16 tokens "
+                         f"({expected_bytes} bytes): the file was cut short, added to or replaced; "
                          f"{rebuild(folder, manifest)}.")
     if info["tokens"] == 0:
         return np.zeros((0,), TOKEN_DTYPE)

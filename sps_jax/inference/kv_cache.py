@@ -116,9 +116,9 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
 def cache_bytes(cache: Cache) -> dict:
     """Bytes of the persistent part and of the ring buffers, summed over layers (arrays or shapes)."""
     nbytes = lambda x: int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
-    persistent = sum(nbytes(x) for l in cache.layers for x in l.k_BHTK + l.v_BHTK)
-    ring = sum(nbytes(l.k_BHRK) + nbytes(l.v_BHRK) for l in cache.layers)
-    return {"persistent": int(persistent), "ring": int(ring), "total": int(persistent + ring)}
+    persistent_bytes = sum(nbytes(x) for l in cache.layers for x in l.k_BHTK + l.v_BHTK)
+    ring_bytes = sum(nbytes(l.k_BHRK) + nbytes(l.v_BHRK) for l in cache.layers)
+    return {"persistent": int(persistent_bytes), "ring": int(ring_bytes), "total": int(persistent_bytes + ring_bytes)}
 
 
 def cache_nbytes(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> int:
@@ -134,11 +134,11 @@ def check_fits(cfg: sps_model.ModelConfig, batch: int, max_len: int, memory_byte
     dtype) with a cache of ``batch`` rows of ``max_len`` positions fit in ``memory_bytes`` (lower bounds
     on generation's peak): else one sentence ending in ``advice``, before anything is compiled."""
     sps_model.check_fits(cfg, memory_bytes, device)
-    cache, weights = cache_nbytes(cfg, batch, max_len), cfg.inference_weight_bytes
-    if weights + cache > memory_bytes:
+    kv_bytes, weight_bytes = cache_nbytes(cfg, batch, max_len), cfg.inference_weight_bytes
+    if weight_bytes + kv_bytes > memory_bytes:
         raise ValueError(
-            f"{cfg.variant}'s KV cache for batch {batch} x {max_len:,} positions needs {cache / hardware.GiB:,.1f} "
-            f"GiB, and with the weights ({weights / hardware.GiB:,.1f} GiB in {cfg.dtype}) that is more than the "
+            f"{cfg.variant}'s KV cache for batch {batch} x {max_len:,} positions needs {kv_bytes / hardware.GiB:,.1f} "
+            f"GiB, and with the weights ({weight_bytes / hardware.GiB:,.1f} GiB in {cfg.dtype}) that is more than the "
             f"{memory_bytes / hardware.GiB:,.1f} GiB of one {device}: {advice}.")
 
 

@@ -236,7 +236,7 @@ def test_throughput_counts_every_new_token_and_decode_throughput_the_decode_step
     run = types.SimpleNamespace(
         args=types.SimpleNamespace(batch_size=2, prefill=8, decode=4), variant="sps", new_tokens=5, compile_s=1.0,
         cfg=types.SimpleNamespace(window=64, attention="xla"), best={"prefill_s": 0.5, "decode_s": 2.0, "total_s": 2.5},
-        cache_sizes={"persistent": 100, "ring": 10, "total": 110}, decode_compiled_bytes=None)
+        cache_bytes={"persistent": 100, "ring": 10, "total": 110}, decode_compiled_bytes=None)
     r = bench_generate.VariantRun.result(run)
     assert r["tokens_per_s"] == pytest.approx(2 * 5 / 2.5)
     assert r["decode_tokens_per_s"] == pytest.approx(2 * 4 / 2.0)
