@@ -177,7 +177,8 @@ def test_auto_is_splash_on_tpu_pallas_on_gpu_and_xla_elsewhere():
 def test_bad_input_stops_with_a_clear_message():
     doc = layout_doc_ids()
     q, k, v, _ = random_qkv(9, "sps", T)
-    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, got str\.$"):
+    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, not str 'sps': pass e\.g\. "
+                                        r"masks\.Visibility\('sps', window=64\)\.$"):
         sp.attention(q, k, v, doc, "sps", interpret=True)
     with pytest.raises(ValueError, match=r"^every splash block must be a positive multiple of 128, got 64\.$"):
         sp.attention(q, k, v, doc, Vis("sps", 2), interpret=True, block_sizes=sp.block_sizes(64, 128))
