@@ -349,11 +349,12 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     try:  # the run folder's config.json must train and evaluate as it is
         _check_run_config(config)
-    except ValueError:
-        # A stored config that fails as the file holds it is the file's fault, said as such; else a flag's value
-        # (or a flag with the file's) failed, and the sentence that names it stands.
+    except ValueError as exc:
+        # A stored config or a model_args value that fails as the file holds it is the file's fault, said as such;
+        # else a flag's value (or a flag with the file's) failed, and the sentence that names it stands.
         own = None if stored_config is None else _problem(_stored(stored_config))
         if own is None:
+            _refuse_model_args_value(str(exc), fields, m, overrides)
             raise
         raise UserError(f"the checkpoint's stored config ({torch_layout.CONFIG}) is not a valid run config ({own}): "
                         "replace that value with --window N or a --config override, or export the run again.") from None
@@ -367,6 +368,16 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                      f"was trained as with {', '.join(f'{k}={imported[k]!r}' for k in changed)}: the imported model "
                      "computes other logits than the exported one")
     return config, notes
+
+
+def _refuse_model_args_value(problem: str, fields: dict, model, overrides) -> None:
+    """``problem`` (a config check's "model.FIELD ..." sentence) in the file's words when FIELD's value is the one
+    model_args gave, which no flag replaced: the user sees which key of the file to mend, or which flag overrides it."""
+    field = problem.removeprefix("model.").split("=")[0].split(" ")[0]
+    overridden = any(sps_config.override_key(item) == f"model.{field}" for item in overrides)
+    if field in _FROM_ARGS and field in fields and not overridden and model.get(field) == fields[field]:
+        raise UserError(f"{problem.rstrip('.')} (the value of the checkpoint's model_args[{_KEYS[field]!r}]; pass "
+                        f"{_flag(field)} to replace it).") from None
 
 
 def _window_replaced(window, in_file, seq_len: int) -> list[str]:

@@ -121,8 +121,9 @@ def test_an_id_of_model_args_outside_the_vocabulary_says_what_to_set(tmp_path):
     torch.save(authors_checkpoint(synthetic_state_dict(), predict_token_id=V), path)
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
-    assert f"model.predict_id={V} is outside the vocabulary of {V}: set model.predict_id to an id below {V}." \
-        in outcome.stderr
+    assert outcome.stderr == f"error: model.predict_id={V} is outside the vocabulary of {V}: set model.predict_id to " \
+        f"an id below {V} (the value of the checkpoint's model_args['predict_token_id']; pass " \
+        "--config.model.predict_id=VALUE to replace it).\n"
     assert not (tmp_path / "run").exists()
 
 
@@ -476,7 +477,9 @@ def bad_file_message(tmp_path, write):
 
 
 def test_files_that_are_not_checkpoints_are_one_sentence(tmp_path):
-    assert "bad.pt is not a PyTorch checkpoint" in bad_file_message(tmp_path, lambda p: p.write_bytes(os.urandom(512)))
+    # Fixed junk: random bytes opened with pickle's PROTO opcode (0x80) one time in 256 and were read as a pickle.
+    junk = bytes((7 * i + 1) % 256 for i in range(512))
+    assert "bad.pt is not a PyTorch checkpoint" in bad_file_message(tmp_path, lambda p: p.write_bytes(junk))
     message = bad_file_message(tmp_path, lambda p: p.write_text("hello\n"))
     assert re.fullmatch(r"error: \S+bad\.pt is not a PyTorch checkpoint that torch\.load can read \(\w+[^()]*\): pass "
                         r"a file saved with torch\.save, or a \.safetensors export\.\n", message), message
@@ -934,3 +937,23 @@ def test_a_model_arg_of_the_wrong_type_names_the_override(tmp_path, key, field, 
     assert f"model_args[{key!r}] = {value!r} is not of type float: pass --config.model.{field}=VALUE." \
         in outcome.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("change, flag, sentence", [
+    ({"rope_theta": -1.0}, "--config.model.rope_theta=-2.0", "model.rope_theta must be a positive number that float32 holds (1.18e-38 to 3.4e+38), got "
+                           "-1.0 (the value of the checkpoint's model_args['rope_theta']; pass "
+                           "--config.model.rope_theta=VALUE to replace it)."),
+    ({"eos_token_id": -3}, "--config.model.eos_id=-5", "model.eos_id must be an integer of at least 0, got -3 (the value of the checkpoint's "
+                           "model_args['eos_token_id']; pass --config.model.eos_id=VALUE to replace it)."),
+])
+def test_cli_a_model_args_value_no_model_takes_names_the_files_key(tmp_path, capsys, change, flag, sentence):
+    # The config's sentence alone named a field the user never wrote; the value came from the file.
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(synthetic_state_dict(), window=1, **change), path)
+    assert import_torch.main([str(path), "--variant", "sps", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"error: {sentence}\n"
+    # A flag's own bad value, replacing the file's, is the flag's sentence: the file is not blamed for it.
+    assert import_torch.main([str(path), "--variant", "sps", "--out", str(tmp_path / "run"), flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model.") and f"got {flag.partition('=')[2]}" in err, err
+    assert "model_args" not in err, err
