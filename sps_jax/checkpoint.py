@@ -105,15 +105,20 @@ def steps(workdir: str) -> list[int]:
         return sorted(mngr.all_steps())
 
 
-def _recorded_step(folder: str) -> int | None:
-    """The step a checkpoint folder's meta item records, or None where it records none, or none a step can be, or
-    cannot be read (damage is said where the checkpoint is read)."""
+def _read_meta(folder: str) -> dict:
+    """A checkpoint folder's meta item (training's record of the step), or {} where it cannot be read: damage is
+    said where the checkpoint is read."""
     try:
         meta = files.read_json(os.path.join(folder, "meta", "metadata"))
     except (ValueError, OSError):
-        return None
-    step = meta.get("step") if isinstance(meta, dict) else None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _count(meta: dict, key: str) -> int | None:
+    """``meta[key]`` where it is a count (an int of at least 0, not a bool), else None."""
+    value = meta.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def check_step_names(workdir: str) -> None:
@@ -130,7 +135,7 @@ def check_step_names(workdir: str) -> None:
         path = os.path.join(folder, name)
         if not os.path.isdir(path):  # a file named as a step (_no_checkpoint names it)
             continue
-        recorded = _recorded_step(path)
+        recorded = _count(_read_meta(path), "step")
         step = int(name) if recorded is None else recorded
         if step > MAX_STEP:
             raise UserError(f"{path} is the checkpoint of step {step}, past step {MAX_STEP}, {STEP_BOUND}, so no run "
@@ -223,23 +228,15 @@ def recorded_model(workdir: str, step: int) -> dict:
     if reason is not None:
         raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}), so what it was trained as cannot "
                         f"be checked{_others(workdir, step, steps(workdir))}.")
-    try:
-        meta = files.read_json(os.path.join(step_dir(workdir, step), "meta", "metadata"))
-    except (ValueError, OSError):  # gone since the check: a run's retention deleting it is said by the restore
-        return {}
-    record = meta.get(TRAINED_AS) if isinstance(meta, dict) else None
+    # {} where it is gone since the check: a run's retention deleting it is said by the restore
+    record = _read_meta(step_dir(workdir, step)).get(TRAINED_AS)
     return record if isinstance(record, dict) else {}
 
 
 def recorded_tokens(workdir: str, step: int) -> int | None:
     """The input tokens checkpoint ``step`` records it was trained on (training's meta item), or None where it does
     not say (an imported or converted checkpoint) or its meta item cannot be read (said where the weights are read)."""
-    try:
-        meta = files.read_json(os.path.join(step_dir(workdir, step), "meta", "metadata"))
-    except (ValueError, OSError):
-        return None
-    tokens = meta.get("tokens_seen") if isinstance(meta, dict) else None
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+    return _count(_read_meta(step_dir(workdir, step)), "tokens_seen")
 
 
 class OtherModel(UserError):

@@ -502,28 +502,28 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     checkpoint.save_params(workdir, step, params, cfg.function_fields, meta)
 
 
-def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> None:
-    """One sentence when checkpoint ``step`` (None: the latest) of ``workdir`` records another model than ``cfg``,
-    read from its config.json (:func:`sps_jax.checkpoint.check_trained_as`), or when the run has checkpoints but
-    none at ``step``."""
+def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> int | None:
+    """The checkpoint ``step`` names (None: the latest), or None when the run has none; one sentence when it records
+    another model than ``cfg``, read from its config.json (:func:`sps_jax.checkpoint.check_trained_as`), or when the
+    run has checkpoints but none at ``step``."""
     found = checkpoint.steps(workdir)
     step = found[-1] if step is None and found else step
     checkpoint.check_step(workdir, step, found)  # said before any weights load
-    if step in found:
-        checkpoint.check_trained_as(
-            workdir, step, cfg.function_fields, os.path.join(workdir, CONFIG_FILE),
-            f"put back the {CONFIG_FILE} it was trained with, or the run's own checkpoints (this {CONFIG_FILE} was "
-            "edited, or the checkpoints were copied from another run)")
+    if step not in found:
+        return None
+    checkpoint.check_trained_as(
+        workdir, step, cfg.function_fields, os.path.join(workdir, CONFIG_FILE),
+        f"put back the {CONFIG_FILE} it was trained with, or the run's own checkpoints (this {CONFIG_FILE} was "
+        "edited, or the checkpoints were copied from another run)")
+    return step
 
 
 def check_stored_shapes(workdir: str, step: int | None, cfg: sps_model.ModelConfig) -> None:
-    """One sentence when checkpoint ``step`` (None: the latest; a run without one passes) holds parameters of other
-    shapes than ``cfg`` (read from the run's config.json) implies: :func:`check_params` on the shapes its metadata
-    records, without reading an array. A checkpoint whose metadata cannot be read passes: a curve needs no weights,
-    and the commands that load them say so."""
-    found = checkpoint.steps(workdir)
-    step = found[-1] if step is None and found else step
-    if step not in found or checkpoint.problem(workdir, step, ("params",)) is not None:
+    """One sentence when checkpoint ``step`` (one the run holds, as :func:`check_trained_as` returns it; None, a run
+    without one, passes) holds parameters of other shapes than ``cfg`` (read from the run's config.json) implies:
+    :func:`check_params` on the shapes its metadata records, without reading an array. A checkpoint whose metadata
+    cannot be read passes: a curve needs no weights, and the commands that load them say so."""
+    if step is None or checkpoint.problem(workdir, step, ("params",)) is not None:
         return
     try:
         stored = checkpoint.stored_shapes(workdir, step)
@@ -536,13 +536,12 @@ def check_stored_shapes(workdir: str, step: int | None, cfg: sps_model.ModelConf
 def read_run(path: str, step: int | None = None):
     """(run folder, step, config, ModelConfig) of a run folder or checkpoint path and an asked-for step (None:
     the latest), read and checked before any weights load: config.json describes a model, and the checkpoint
-    was trained as that model (:func:`check_trained_as`) and holds its shapes (:func:`check_stored_shapes`). The ModelConfig's attention backend is one this
-    machine runs (:func:`runnable_here`)."""
+    was trained as that model (:func:`check_trained_as`) and holds its shapes (:func:`check_stored_shapes`). The
+    ModelConfig's attention backend is one this machine runs (:func:`runnable_here`)."""
     workdir, step = checkpoint_step(path, step)
     config = read_config(workdir)
     cfg = checked_model_config(config, workdir)
-    check_trained_as(workdir, step, cfg)
-    check_stored_shapes(workdir, step, cfg)
+    check_stored_shapes(workdir, check_trained_as(workdir, step, cfg), cfg)  # one listing of the checkpoints
     return workdir, step, config, runnable_here(cfg, workdir)
 
 

@@ -144,8 +144,7 @@ def curves(run_folders, out: str) -> dict:
         cfg = sps_model.ModelConfig.from_config(runs.read_config(info["workdir"]).model)
         # The curve is labelled and costed by config.json's model: the latest checkpoint, if any, says whether it
         # trained it (what its weights compute, and their shapes).
-        runs.check_trained_as(info["workdir"], None, cfg)
-        runs.check_stored_shapes(info["workdir"], None, cfg)
+        runs.check_stored_shapes(info["workdir"], runs.check_trained_as(info["workdir"], None, cfg), cfg)
         tokens, loss = validation_curve(run)
         per_token = flops.train_flops_per_token(cfg)
         train_flops = tokens * per_token
