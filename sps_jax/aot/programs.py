@@ -186,8 +186,8 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
                                 sps_model.param_shapes(sps_model.Transformer(cfg))), sharding)
     max_len = prompt_len + new_tokens
     cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
-    fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch=batch,
-                  prompt_len=prompt_len, new_tokens=new_tokens)
+    fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch_size=batch,
+                  prefill_tokens=prompt_len, new_tokens=new_tokens)
 
     def prefill():
         tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)

@@ -18,7 +18,8 @@ For each target accelerator (``sps_jax.hardware``), without one attached, it com
   ``auto`` (splash) unless ``--attention`` says otherwise;
 - ``generate``: prefill (in one pass, and in chunks of positions: ``--prefill-chunks``), the decode
   loop and one decode step at a generation workload (the paper's: batch 16, prefill 1024, 3072 new
-  tokens) for each variant, with peak memory as a ratio to ``standard``.
+  tokens) for each variant, with peak memory as a ratio to ``standard``; each row names its workload
+  ``batch_size`` (rows), ``prefill_tokens`` and ``new_tokens`` (per row), as ``bench generate``'s records do.
 
 This is compile-time evidence: it shows that the programs lower, what binaries the kernels become
 and what fits in memory, not how fast anything runs (``bench attention|train|generate`` time that
@@ -287,7 +288,7 @@ def generation_rows(acc, args) -> list[dict]:
         for r in reports:
             cli.note(f"[{acc.name}] {r['program']} {variant}: peak {_peak(r)} GiB ({r['compile_s']:.0f} s)")
             rows.append(r)
-    _ratios(rows, ("batch",))
+    _ratios(rows, ("batch_size",))
     return rows
 
 

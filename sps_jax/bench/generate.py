@@ -176,7 +176,7 @@ class VariantRun:
         return {
             "variant": self.variant, "window": self.cfg.window, "attention": self.cfg.attention,
             "device": str(jax.devices()[0].device_kind),
-            "batch": a.batch_size, "prefill": a.prefill, "decode_steps": a.decode, "compile_s": self.compile_s,
+            "batch_size": a.batch_size, "prefill_tokens": a.prefill, "decode_steps": a.decode, "compile_s": self.compile_s,
             **best,
             "tokens_per_s": a.batch_size * self.new_tokens / best["total_s"],
             "decode_tokens_per_s": a.batch_size * a.decode / best["decode_s"],

@@ -194,3 +194,25 @@ def test_a_json_inside_a_token_folder_is_refused_even_with_force(tmp_path, name)
     assert f"--json {tokens / name} lies inside the token folder {tokens}, which `data prepare --force` replaces " \
            "whole" in outcome.stderr
     assert (tokens / "train.bin").read_bytes() == before and not (tokens / "results").exists()
+
+
+def test_cli_a_generation_rows_workload_says_it_counts_rows_and_tokens(tmp_path, monkeypatch):
+    """bench compile's generation rows name the workload as bench generate's records do: batch_size rows,
+    prefill_tokens and new_tokens per row (the compiles faked: the keys are the claim, not the programs)."""
+    from sps_jax.aot import programs
+
+    compiled = {"peak_bytes": 1, "compile_s": 0.0, "fits": True}
+    monkeypatch.setattr(programs, "_compile_and_report", lambda acc, lower, mesh=None, kernel_flops=0.0,
+                        count_kernels=False, **fields: {**fields, **compiled})
+    out_json = tmp_path / "compile.json"
+    out = fuzz.call(bench_main.main, ["compile", "--target", "h100", "--only", "generate", "--variants", "standard",
+                                      "--config", f"{REPO}/configs/tiny.py", "--batch-size", "2", "--prefill", "8",
+                                      "--decode", "4", "--prefill-chunks", "0", "--json", str(out_json)])
+    assert out.status == 0 and out.problem() is None, out.stderr
+    rows = {r["program"]: r for r in json.loads(out_json.read_text())["targets"]["h100"]["generate"]}
+    # peak_vs_standard: the ratios pair each row with standard's of the same program and batch_size (itself here).
+    workload = {"program", "variant", "window", "attention", "batch_size", "prefill_tokens", "new_tokens",
+                "peak_vs_standard"}
+    assert {program: set(r) - set(compiled) for program, r in rows.items()} == {
+        "prefill": workload | {"prefill_chunk"}, "decode_loop": workload | {"cache_bytes"}, "decode_step": workload}
+    assert {(r["batch_size"], r["prefill_tokens"], r["new_tokens"]) for r in rows.values()} == {(2, 8, 4)}

@@ -247,3 +247,19 @@ def test_a_runs_trace_folder_is_one_level_below_the_traces_whatever_its_label():
 
     assert bench.trace_folder("/traces", "sps/triton") == os.path.join("/traces", "sps-triton")
     assert bench.trace_folder("/traces", "standard") == os.path.join("/traces", "standard")
+
+
+def test_cli_each_quantity_in_the_generation_json_names_its_unit(tmp_path, monkeypatch):
+    """The rows and prompt tokens are keys that say what they count (batch_size, prefill_tokens), beside
+    decode_steps, the times in _s and the memory in _bytes: the exact keys of a record."""
+    monkeypatch.setattr(bench_generate, "_spawn_peak", lambda argv, variant: None)  # a CPU: no counter
+    out = tmp_path / "bench.json"
+    bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1", "--prefill", "4",
+                         "--decode", "2", "--variants", "standard", "--repeats", "1", "--json", str(out)])
+    (record,) = json.loads(out.read_text())["results"]
+    assert set(record) == {
+        "variant", "window", "attention", "device", "batch_size", "prefill_tokens", "decode_steps", "compile_s",
+        "prefill_s", "decode_s", "total_s", "tokens_per_s", "decode_tokens_per_s", "decode_peak_bytes", "peak_bytes",
+        "cache_persistent_bytes", "cache_ring_bytes", "cache_bytes", "decode_compiled_bytes", "throughput_ratio",
+        "decode_peak_memory_ratio", "peak_memory_ratio", "cache_bytes_ratio", "persistent_cache_ratio"}
+    assert (record["batch_size"], record["prefill_tokens"], record["decode_steps"]) == (1, 4, 2)
