@@ -65,7 +65,7 @@ def decode_error(cfg, params, tokens_BT) -> float:
 
 def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VARIANTS, log=print) -> list[dict]:
     """Loss, gradient norm and decode error at init for each of ``variants`` (in that order) on random
-    GPT-2-range tokens; ``log`` gets each row as a JSON line when it is done. :func:`failures` says which rows
+    GPT-2-range tokens, and the seconds each variant took, its compiles included (``elapsed_s``); ``log`` gets each row as a JSON line when it is done. :func:`failures` says which rows
     fail the check."""
     if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise TypeError(f"config must be a run config with a model section, got a {type(config).__name__}: pass "
@@ -114,7 +114,7 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
         grad_norm = jnp.sqrt(sum(jnp.vdot(g, g) for g in jax.tree_util.tree_leaves(grads)))
         row = dict(variant=variant, window=cfg.window, params=sps_model.count_params(model),
                    loss=float(loss), grad_norm=float(grad_norm),
-                   decode_error=decode_error(cfg, params, decode_tokens), seconds=time.perf_counter() - start)
+                   decode_error=decode_error(cfg, params, decode_tokens), elapsed_s=time.perf_counter() - start)
         log(json.dumps(row))
         results.append(row)
     return results

@@ -190,3 +190,10 @@ def test_a_shape_is_refused_by_its_q_k_v_and_output_together():
     assert bench_attention.parse_args(["--batch-size", str(most)]).batch_size == most
     with pytest.raises(UserError, match="lower --batch-size or --seq-len"):
         bench_attention.parse_args(["--batch-size", str(most + 1)])
+
+
+def test_cli_the_interpreter_checks_time_is_in_seconds_by_its_name(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench_attention.main(["--variants", "sps", "--seq-len", "64", "--json", str(out)]) == 0
+    check = json.loads(out.read_text())["interpret_check"]["sps"]
+    assert set(check) == {"max_abs_error_vs_xla", "elapsed_s"} and check["elapsed_s"] > 0

@@ -173,3 +173,14 @@ def test_the_json_files_path_is_a_note_so_stdout_holds_only_the_results(tmp_path
     out, err = capsys.readouterr()
     assert (out, err) == ("", f"wrote {path}\n")
     assert json.loads(path.read_text()) == [{"variant": "sps"}]
+
+
+def test_cli_a_smoke_rows_time_is_in_seconds_by_its_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(smoke, "decode_error", lambda cfg, params, tokens: 0.0)
+    monkeypatch.setattr(sps_model, "loss_fn", lambda model, params, tokens: sum(
+        jnp.sum(x) for x in jax.tree_util.tree_leaves(params)))
+    out = tmp_path / "smoke.json"
+    assert smoke.main(["--config", "configs/tiny.py", "--variants", "sps", "--json", str(out), *SMALL_OVERRIDES]) == 0
+    (row,) = json.loads(out.read_text())
+    assert set(row) == {"variant", "window", "params", "loss", "grad_norm", "decode_error", "elapsed_s"}
+    assert row["elapsed_s"] > 0
