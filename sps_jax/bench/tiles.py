@@ -8,7 +8,8 @@ Each kernel (forward, dQ, dK/dV) is swept alone with the other two at the defaul
 forward is timed alone, dQ and dK/dV by forward + backward (the same forward in every row, so the
 differences are the swept kernel's). cuDNN's causal attention over the same 2T slots is timed in
 the same process as the yardstick. It prints every launch as it is timed (the default marked), then
-per kernel the fastest beside the default, and writes all of it with ``--json``. A launch the compiler refuses (shared memory, say)
+per kernel the fastest beside the default, and writes all of it with ``--json`` (a launch's median time as
+``time_ms``, and over cuDNN's as ``vs_cudnn_2t``). A launch the compiler refuses (shared memory, say)
 is reported, not fatal. What to do with the result: pick spill-free winners
 (``python -m sps_jax.bench compile --only kernels``) for ``kernel_tuning.TUNING``.
 
@@ -84,15 +85,16 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
             timed, inputs, ref = ((fwd, (q, k, v), baseline["fwd_ms"]) if kernel == "forward" else
                                   (fwd_bwd, (q, k, v, ct), baseline["fwd_bwd_ms"]))
             try:
-                ms = 1e3 * bench_attention.median_seconds(timed, *inputs, iters=args.iters)
+                time_ms = 1e3 * bench_attention.median_seconds(timed, *inputs, iters=args.iters)
             except Exception as e:  # the compiler's verdict on this launch (e.g. shared memory) is a result
                 row["error"] = " ".join(str(e).split())[:200]
             else:
-                row.update(ms=ms, vs_cudnn_2t=ms / ref)
+                row.update(time_ms=time_ms, vs_cudnn_2t=time_ms / ref)
             rows.append(row)
-            print(f"  {kernel:7s} {_launch(row)}: " + (f"{row['ms']:.3f} ms ({row['vs_cudnn_2t']:.3f} of cuDNN 2T)"
-                                                      if "ms" in row else f"failed: {row['error'][:80]}"), flush=True)
-        timed = sorted((r for r in rows if "ms" in r), key=lambda r: r["ms"])
+            print(f"  {kernel:7s} {_launch(row)}: " + (
+                f"{row['time_ms']:.3f} ms ({row['vs_cudnn_2t']:.3f} of cuDNN 2T)" if "time_ms" in row
+                else f"failed: {row['error'][:80]}"), flush=True)
+        timed = sorted((r for r in rows if "time_ms" in r), key=lambda r: r["time_ms"])
         out["kernels"][kernel] = {"rows": rows, "best": timed[0] if timed else None}
     return out
 
@@ -107,13 +109,13 @@ def print_summary(result: dict) -> None:
     print(f"\ncuDNN causal 2T: fwd {b['fwd_ms']:.3f} ms, fwd+bwd {b['fwd_bwd_ms']:.3f} ms "
           f"({b.get('implementation', '')}); forward rows are forward times, dq/dkv rows forward + backward")
     for kernel, res in result["kernels"].items():
-        default = next((r for r in res["rows"] if r["default"] and "ms" in r), None)
+        default = next((r for r in res["rows"] if r["default"] and "time_ms" in r), None)
         best = res["best"]
         if best is None:
             print(f"{kernel:7s} no launch compiled")
             continue
-        print(f"{kernel:7s} best {_launch(best)}: {best['ms']:.3f} ms" +
-              (f"; default {default['ms']:.3f} ms" if default else "; the default is not in the grid"))
+        print(f"{kernel:7s} best {_launch(best)}: {best['time_ms']:.3f} ms" +
+              (f"; default {default['time_ms']:.3f} ms" if default else "; the default is not in the grid"))
 
 
 def build_parser():

@@ -2,7 +2,9 @@
 every launch, marks the default and picks the fastest, and without a GPU it stops with one sentence."""
 
 import argparse
+import json
 
+import jax
 import pytest
 
 from sps_jax import kernel_tuning
@@ -36,11 +38,11 @@ def test_sweep_plumbing_reports_every_launch_and_the_fastest(backend):
     assert set(result["kernels"]) == {"forward", "dkv"}
     for kernel, res in result["kernels"].items():
         rows = res["rows"]
-        assert len(rows) == 4 and all("ms" in r and r["ms"] > 0 for r in rows)
-        assert res["best"]["ms"] == min(r["ms"] for r in rows)
+        assert len(rows) == 4 and all("time_ms" in r and r["time_ms"] > 0 for r in rows)
+        assert res["best"]["time_ms"] == min(r["time_ms"] for r in rows)
         assert [r["default"] for r in rows].count(True) == (1 if kernel == "forward" else 0)  # the grid holds it
         ref = result["baseline"]["fwd_ms" if kernel == "forward" else "fwd_bwd_ms"]
-        assert rows[0]["vs_cudnn_2t"] == pytest.approx(rows[0]["ms"] / ref)
+        assert rows[0]["vs_cudnn_2t"] == pytest.approx(rows[0]["time_ms"] / ref)
 
 
 def test_without_a_gpu_the_command_stops_with_one_sentence():
@@ -88,8 +90,26 @@ def test_the_fastest_launch_is_the_best_and_a_refused_one_is_reported(monkeypatc
     args = argparse.Namespace(variant="sps", kernels=["forward"], batch_size=1, seq_len=16, heads=1, head_dim=8, window=4,
                               dtype="float32", iters=1, attention="pallas")
     result = tiles.sweep(args, shapes=((8, 8), (16, 16)), launches=((4, 2), (8, 2)))["kernels"]["forward"]
-    assert [(r["block_q"], r["num_warps"], r.get("ms")) for r in result["rows"]] == [
+    assert [(r["block_q"], r["num_warps"], r.get("time_ms")) for r in result["rows"]] == [
         (8, 4, 3.0), (8, 8, 1.0), (16, 4, 2.0), (16, 8, None)]
     assert "Shared memory size limit exceeded" in result["rows"][3]["error"]
     best = result["best"]
-    assert (best["block_q"], best["num_warps"], best["ms"], best["vs_cudnn_2t"]) == (8, 8, 1.0, 0.25)
+    assert (best["block_q"], best["num_warps"], best["time_ms"], best["vs_cudnn_2t"]) == (8, 8, 1.0, 0.25)
+
+
+def test_cli_each_row_of_the_tiles_json_says_its_time_is_in_milliseconds(tmp_path, monkeypatch):
+    """A launch's row in the written JSON: its tiles, whether it is the default, its time (time_ms) and that time
+    over cuDNN's; the best is such a row (the timing faked, the GPU stood in for by the CPU)."""
+    times_ms = iter([3.0, 1.0])
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(tiles.bench_attention, "baseline_rows",
+                        lambda args, dtype, key: {"2T": {"fwd_ms": 4.0, "fwd_bwd_ms": 8.0}})
+    monkeypatch.setattr(tiles.bench_attention, "forward_and_backward", lambda fn: (fn, fn))
+    monkeypatch.setattr(tiles.bench_attention, "median_seconds", lambda fn, *inputs, iters: next(times_ms) / 1e3)
+    out = tmp_path / "tiles.json"
+    assert tiles.main(["--kernels", "forward", "--batch-size", "1", "--seq-len", "16", "--heads", "1", "--head-dim",
+                       "8", "--window", "4", "--tiles", "8x8", "--launches", "4x2,8x2", "--json", str(out)]) == 0
+    forward = json.loads(out.read_text())["kernels"]["forward"]
+    for row in forward["rows"]:
+        assert set(row) == {"block_q", "block_k", "num_warps", "num_stages", "default", "time_ms", "vs_cudnn_2t"}
+    assert (forward["best"]["num_warps"], forward["best"]["time_ms"]) == (8, 1.0)
