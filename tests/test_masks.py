@@ -79,6 +79,51 @@ def test_persistent_window_restricts_only_persistent_keys(variant, omega):
         assert got == expected
 
 
+# The attention sets of three positions in one document, written out by hand in the interleaved order
+# x0 r0 x1 r1 x2 r2 (Standard: x0 x1 x2); row = query slot, column = key slot, 1 = visible.
+# SPS (eq. sps-mask): every causal x_k; x_i the r_k with i - w <= k < i, r_i those with i - w <= k <= i.
+# 2x Memory: every causal slot. Delayed State and Reverse SPS: the x_k with i - w <= k <= i, every causal r_k.
+HAND_TABLES = {
+    ("standard", None): ["100",
+                         "110",
+                         "111"],
+    ("sps", 1): ["100000",   # x0: x0
+                 "110000",   # r0: x0 r0
+                 "111000",   # x1: x0 r0 x1
+                 "111100",   # r1: x0 r0 x1 r1
+                 "101110",   # x2: x0 x1 r1 x2 (r0 is 2 back: out of the window)
+                 "101111"],  # r2: x0 x1 r1 x2 r2
+    ("sps", 0): ["100000",
+                 "110000",   # r0 sees its own predict slot and no earlier one
+                 "101000",   # x1 sees no predict slot
+                 "101100",
+                 "101010",
+                 "101011"],
+    ("two_x_memory", None): ["100000", "110000", "111000", "111100", "111110", "111111"],
+    ("delayed_state", 1): ["100000",
+                           "110000",
+                           "111000",   # x1: x0 r0 x1
+                           "111100",
+                           "011110",   # x2: r0 x1 r1 x2 (x0 is 2 back: out of the window; r0 persists)
+                           "011111"],
+    ("delayed_state", 0): ["100000",
+                           "110000",
+                           "011000",   # x1: r0 and its own input alone
+                           "011100",
+                           "010110",
+                           "010111"],
+}
+
+
+@pytest.mark.parametrize("variant, window", list(HAND_TABLES) + [("reverse_sps", 1), ("reverse_sps", 0)])
+def test_each_variants_mask_on_three_positions_is_the_hand_written_table(variant, window):
+    # Reverse SPS swaps which stream the logits come from, not the mask: its table is Delayed State's.
+    rows = HAND_TABLES[("delayed_state" if variant == "reverse_sps" else variant, window)]
+    expected = np.array([[c == "1" for c in row] for row in rows])
+    got = masks.dense_mask(Vis(variant, window), np.zeros((1, 3), np.int32))[0]
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_window_at_least_T_equals_unbounded():
     doc = np.zeros((1, T), np.int32)
     for variant in masks.VARIANTS:
