@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import masks
+from sps_jax import config as sps_config, masks
 from sps_jax import model as sps_model
 from sps_jax.inference import decoding, kv_cache
 from tests.helpers import small_config, small_model
@@ -24,6 +24,23 @@ def test_sps_persistent_cache_matches_standard_and_ring_holds_w_plus_1(window):
     for layer in cache.layers:
         assert layer.k_BHRK.shape[2] == layer.v_BHRK.shape[2] == min(window + 1, T)
         assert len(layer.k_BHTK) == 1 and layer.k_BHTK[0].shape[2] == T and layer.k_BHTK[0].dtype == jnp.bfloat16
+
+
+def test_at_the_papers_decode_workload_sps_keeps_standards_cache_plus_a_ring_of_its_last_predict_entries():
+    """Section 3 (Inference Efficiency): SPS's persistent cache holds only input entries, the size of Standard's,
+    beside a bounded ring of recent <predict> entries; Section 4: 2x Memory's persistent footprint doubles, Delayed
+    State's stays Standard's. At the S scale (12 layers, 12 heads of 64) in bf16, for the paper's decode workload
+    (16 rows of 1024 + 3072 positions), one stream's keys and values are 2 x 12 x 16 x 12 x 4096 x 64 x 2 bytes =
+    2,415,919,104 (2.25 GiB); the ring holds positions i - 64 .. i, 65 of them: 2 x 12 x 16 x 12 x 65 x 64 x 2 =
+    38,338,560 bytes. Shapes only (jax.eval_shape): nothing of that size is allocated."""
+    stream, ring = 2_415_919_104, 38_338_560
+    expected = {"standard": (stream, 0), "sps": (stream, ring), "two_x_memory": (2 * stream, 0),
+                "delayed_state": (stream, ring), "reverse_sps": (stream, ring)}
+    for variant, (persistent, ring_bytes) in expected.items():
+        cfg = sps_model.ModelConfig.from_config(dict(sps_config.paper_model_section("s", variant)))
+        shapes = jax.eval_shape(lambda: kv_cache.init_cache(cfg, 16, 1024 + 3072))
+        sizes = kv_cache.cache_bytes(shapes)
+        assert (sizes["persistent"], sizes["ring"]) == (persistent, ring_bytes), variant
 
 
 @pytest.mark.parametrize("variant", masks.VARIANTS)
