@@ -119,6 +119,8 @@ def test_grad_clip_zero_is_refused_naming_the_way_to_turn_clipping_off():
 def test_the_pre_decay_part_ends_where_the_rate_leaves_its_peak():
     # Figure 1's pre-decay budget: 18B of the paper's 20B tokens; here the final 10% of 100,000 tokens.
     assert optim.decay_start_tokens(20_000_000_000, 0.1) == pytest.approx(18e9)
+    # Section 5: the 40B-token Standard runs double that pre-decay budget, "from 18B to 36B tokens".
+    assert optim.decay_start_tokens(40_000_000_000, 0.1) == pytest.approx(36e9)
     start = optim.decay_start_tokens(S["total_tokens"], S["decay_fraction"])
     assert start == pytest.approx(90_000)
     assert float(optim.learning_rate(start, **S)) == pytest.approx(6e-4)
