@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config as sps_config, metrics, optim, runs, train as sps_train, trainer
+from sps_jax import checkpoint, config as sps_config, masks, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 from tests import fuzz
@@ -250,6 +250,30 @@ def test_bad_settings_fail_before_compiling(tokens):
         trainer.plan(config, num_devices=1)
     config.model.param_dtype = "bfloat16"
     assert trainer.plan(config, num_devices=1).total_steps > 0
+
+
+def test_every_variant_starts_from_the_same_weights_and_sees_the_same_batches_and_the_seed_changes_both(tokens):
+    """Section 4: "All runs see the same data in the same order", the data ordering and weight-initialisation seed
+    matched across methods; Appendix C: a seed "vary[ies] both the training-data ordering ... and the
+    weight-initialization random seed". What a run starts from: its ``init_state(train.seed)`` and the first
+    batches of its training dataset, for each variant at one seed and for Standard at another."""
+
+    def start(variant, seed):
+        config = small_config(tokens, 4)
+        config.model.variant, config.train.seed = variant, seed
+        p = trainer.plan(config, num_devices=1)
+        params, _ = trainer.setup(config, p, jax.devices()[:1]).init_state(seed)
+        dataset, _ = trainer._open_data(config, p.model, lambda *_: None)
+        return jax.tree_util.tree_map(np.asarray, params), [np.asarray(dataset[k]) for k in range(3)]
+
+    params, batches = start("standard", 0)
+    for variant in masks.VARIANTS[1:]:
+        other_params, other_batches = start(variant, 0)
+        jax.tree_util.tree_map(np.testing.assert_array_equal, other_params, params)
+        np.testing.assert_array_equal(other_batches, batches)
+    reseeded_params, reseeded_batches = start("standard", 1)
+    assert not np.array_equal(reseeded_params["embed"], params["embed"])
+    assert not np.array_equal(reseeded_batches, batches)
 
 
 def test_a_schedule_longer_than_adamws_int32_count_is_refused_and_the_last_countable_step_is_not(tokens):
