@@ -358,6 +358,11 @@ def check_folder_place(path: str, flag: str, advice: str) -> None:
         raise UserError(f"{flag} {path} {LEADS_NOWHERE}: {advice}.")
     if os.path.lexists(path) and not os.path.isdir(path):
         raise UserError(f"{flag} {path} is a file, not a folder: {advice}.")
+    # 'notes.txt/' or 'notes.txt/.' does not exist as written, but the folder it resolves to, where the writer swaps
+    # its folder in, is the file.
+    real = os.path.realpath(path)
+    if not os.path.lexists(path) and os.path.lexists(real) and not os.path.isdir(real):
+        raise UserError(f"{flag} {path} names the file {real} as a folder: {advice}.")
     check_name_lengths(path, flag)
 
 
@@ -565,7 +570,11 @@ def _swap_in(partial: str, path: str, given: str) -> None:
     # mkdtemp adds 8 random characters: the prefix is cut so that the aside name fits as the name does
     old = tempfile.mkdtemp(prefix=_cut(os.path.basename(path), NAME_MAX - 8 - len("..old")) + ".",
                            suffix=".old", dir=os.path.dirname(path))
-    os.rename(path, old)  # onto the empty folder just made: the name was free
+    try:
+        os.rename(path, old)  # onto the empty folder just made: the name was free
+    except BaseException:  # path is no longer a folder that can move there (replaced by a file meanwhile)
+        os.rmdir(old)
+        raise
     try:
         os.rename(partial, path)
     except BaseException:

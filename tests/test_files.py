@@ -44,6 +44,18 @@ def test_earlier_files_that_cannot_be_deleted_after_a_replacement_are_said(tmp_p
                                        f"deleted: they are in {old}; delete it yourself.\n")
 
 
+def test_a_folder_that_cannot_be_moved_aside_at_the_swap_leaves_no_aside_folder(tmp_path):
+    # Replaced by a file while the new folder was built, the old folder could not be renamed onto the empty
+    # OUT.<random>.old folder made for it, which was left beside it.
+    target = tmp_path / "out"
+    target.mkdir()
+    with pytest.raises(OSError):
+        with files.replace_folder(str(target)):
+            target.rmdir()
+            target.write_text("a file now")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and target.read_text() == "a file now"
+
+
 def test_two_writers_of_one_file_at_once_each_rename_a_whole_file(tmp_path):
     # Two first runs provisioning the tokenizer, say: the one that finishes last wins, neither fails.
     path = tmp_path / "out.txt"

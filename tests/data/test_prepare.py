@@ -534,6 +534,21 @@ def test_an_out_inside_the_source_folder_is_refused_before_any_work(tmp_path):
     assert sorted(os.listdir(src)) == sorted(f"{i:03d}.txt" for i in range(len(DOCS)))
 
 
+@pytest.mark.parametrize("suffix", [os.sep, os.sep + "."])
+def test_cli_an_out_that_names_a_file_as_a_folder_is_refused_before_any_work(tmp_path, suffix):
+    # 'notes.txt/' does not exist as written, so it passed the check that --out is no file: the corpus was tokenised,
+    # the swap failed with the OS's words, and an empty notes.txt.<random>.old folder was left beside the file.
+    src = write_sources(tmp_path)["text"]
+    (tmp_path / "notes.txt").write_text("mine")
+    out = str(tmp_path / "notes.txt") + suffix
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(src), "--out", out])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == (f"error: --out {out} names the file {tmp_path / 'notes.txt'} as a folder: pass the "
+                              "folder to write the token files into.\n")
+    assert sorted(os.listdir(tmp_path)) == ["docs.jsonl", "docs.parquet", "notes.txt", "text"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_an_out_inside_a_training_run_is_refused_before_any_work(tmp_path):
     # RUN/checkpoints/NEW was accepted, and Orbax then met a token folder among the run's checkpoints.
     src = write_sources(tmp_path)["text"]
