@@ -20,6 +20,7 @@ import contextlib
 import functools
 import importlib
 import logging
+import math
 import operator
 import os
 import platform
@@ -577,6 +578,17 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _integer(text, 0, "0 or more")
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number above 0 (float() takes 'nan', 'inf' and '1e400', which is inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
+    return value
 
 
 def int_up_to(most: int, least: int = 0, why: str = ""):

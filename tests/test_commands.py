@@ -120,7 +120,8 @@ ANSWERED_WITHOUT_JAX = {
                                 ["gradients", "--workdir", "x", "--step", "two"]],
     "sps_jax.analysis.figures": [["--help"], ["--version"], ["curves", "--help"], ["plot"], ["curves"],
                                  ["curves", "x", "--bogus"], ["pre-decay", "--help"], ["pre-decay", "x"],
-                                 ["curves", "x", "--out", "c.txt"]],  # an output of the wrong kind
+                                 ["curves", "x", "--out", "c.txt"],  # an output of the wrong kind
+                                 ["seeds", "x", "y", "--margin", "nan"]],
     "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
                              ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"]],
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],

@@ -587,7 +587,7 @@ def build_parser():
                    help="run folders or evaluation JSONs of one scale, two or more per method")
     e.add_argument("--reference", default=masks.DEFAULT_VARIANT, choices=masks.VARIANTS,
                    help="the variant tested for a lower NLL than every other")
-    e.add_argument("--margin", type=float, default=seeds.EQUIVALENCE_MARGIN_NATS,
+    e.add_argument("--margin", type=cli.positive_number, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")
     e.add_argument("--out", type=cli.output_path, default="seeds.png",
                    help="the figure (.png), with its data next to it as .json")

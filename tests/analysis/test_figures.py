@@ -356,6 +356,17 @@ def test_two_runs_of_one_seed_are_refused_and_an_infinite_margin_too(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["sps0", "sps1", "std0", "std1"]
 
 
+@pytest.mark.parametrize("margin", ["nan", "inf", "1e400", "0", "-0.01"])
+def test_cli_a_margin_that_is_no_positive_finite_number_is_an_argument_error(tmp_path, capsys, margin):
+    # It was refused only once the sources had been read, after jax had loaded (about a second and the CUDA
+    # plugin's warnings on a machine without a GPU), with status 2 but not as the argument it is.
+    argv = ["seeds", str(tmp_path / "a"), str(tmp_path / "b"), "--margin", margin, "--out", str(tmp_path / "s.png")]
+    assert figures.main(argv) == 2
+    assert capsys.readouterr().err == (f"error: python -m sps_jax.analysis.figures seeds: argument --margin: {margin} "
+                                       "is not a finite number above 0 (see --help).\n")
+    assert os.listdir(tmp_path) == []
+
+
 def test_figure_functions_called_from_a_notebook_never_write_over_a_run_or_into_a_token_folder(tmp_path):
     # Only the command checked its --out: curves(runs, "RUN/config.json") replaced the run's config with the figure's
     # JSON, and window_ablation(..., "RUN/metrics.jsonl") its metrics with a PNG.
