@@ -90,7 +90,9 @@ def special_file(path: str) -> str | None:
     return None
 
 
-def _refuse_special(path: str, flag: str) -> None:
+def refuse_special(path: str, flag: str) -> None:
+    """One sentence when ``path`` exists and is a device, FIFO or socket, which an output renamed over it would
+    replace."""
     kind = special_file(path)
     if kind is not None:
         raise UserError(f"{flag} {path} is not a regular file ({kind}): pass the path of a file to write.")
@@ -102,7 +104,7 @@ def atomic_path(path: str):
     for writers that take a file name rather than a file object. The name is this writer's own, so two
     commands writing one file at once (two first runs provisioning the tokenizer) each rename a whole
     file, and the last one wins."""
-    _refuse_special(path, "the output")  # before anything is written: a rename would replace the node
+    refuse_special(path, "the output")  # before anything is written: a rename would replace the node
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"
     head, name = os.path.split(path)
@@ -261,7 +263,7 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
             raise UserError(f"{flag} {path} is a folder: move it away, or {rename}.")
         raise UserError(f"{flag} {path} is a folder: pass a file name, for example "
                         f"{os.path.join(path, example)}.")
-    _refuse_special(path, flag)  # even with --force: /dev/null would have become a file
+    refuse_special(path, flag)  # even with --force: /dev/null would have become a file
     if path.endswith(tuple(filter(None, (os.sep, os.altsep)))) or os.path.basename(path) in (".", ".."):
         # a folder that does not exist yet: the writer's temporary file would go there, after the command's work
         raise UserError(f"{flag} {path} names a folder (it ends in {os.path.basename(path) or os.sep!r}), not a file: "

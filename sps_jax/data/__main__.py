@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from sps_jax import cli, files, run_files, token_folder, vocab
+from sps_jax import cli, run_files, token_folder, vocab
 from sps_jax.data import corpus, tokenizer
 
 
@@ -85,7 +85,6 @@ def _provision_tokenizer(args) -> None:
         if os.path.basename(args.out) in ("", ".", ".."):  # dir/: else found only once the download is written
             raise cli.UserError(f"--out {args.out} names a folder, not a file: name a file, for example "
                                 f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
-        files.check_parent(args.out, "--out")
         token_folder.refuse_inside_tokens(args.out, "--out")
         run_files.refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
     tokenizer.provision(args.out)

@@ -170,8 +170,12 @@ def provision(out: str | None = None) -> str:
         return out
     if os.path.isdir(out):
         raise UserError(f"{given} {out} is a folder: name a file, for example {os.path.join(out, 'gpt2.tiktoken')}.")
+    files.refuse_special(out, given)  # /dev/null: not a file to remove
     if os.path.lexists(out):
         raise UserError(f"{given} {out} already holds another file: remove it or name another file.")
+    # Before the download, not when its ranks are written.
+    files.check_parent(out, given)
+    files.check_name_lengths(out, given)
     with tempfile.TemporaryDirectory() as tmp:
         cli.note("downloading the openai-whisper source distribution (about 0.8 MB) ...")
         fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",

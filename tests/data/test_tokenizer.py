@@ -168,3 +168,31 @@ def test_the_end_of_text_marker_written_in_a_text_is_ordinary_text_not_eos(ranks
     ids = tokenizer.encode("a<|endoftext|>b", ranks_file)
     assert vocab.EOS_ID not in ids and len(ids) > 3
     assert tokenizer.decode(ids, ranks_file) == "a<|endoftext|>b"
+
+
+@pytest.mark.parametrize("given, out, sentence", [
+    ("--out", "x" * 300, "{out}: the file name is 300 bytes, more than the 255 a file system allows: choose a shorter "
+                         "name."),
+    ("--out", os.devnull, "{out} is not a regular file (a character device): pass the path of a file to write."),
+    ("SPS_JAX_TOKENIZER", "/proc/gpt2.tiktoken", "{out} lies under /proc, where no file can be made"),
+])
+def test_cli_a_ranks_file_that_cannot_be_written_there_is_refused_before_the_download(tmp_path, monkeypatch, given,
+                                                                                     out, sentence):
+    # The name too long and /proc were found only when the downloaded ranks were written; /dev/null "already holds
+    # another file: remove it".
+    from sps_jax.data import __main__ as data_cli
+    from tests import fuzz
+
+    def download(argv, **kwargs):
+        raise AssertionError("pip's download was started")
+
+    monkeypatch.setattr(tokenizer.subprocess, "run", download)
+    monkeypatch.chdir(tmp_path)
+    if given == "--out":
+        outcome = fuzz.call(data_cli.main, ["provision-tokenizer", "--out", out])
+    else:
+        monkeypatch.setenv(given, out)
+        outcome = fuzz.call(data_cli.main, ["provision-tokenizer"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert outcome.stderr.startswith(f"error: {given} " + sentence.format(out=out)), outcome.stderr
+    assert os.listdir(tmp_path) == []
