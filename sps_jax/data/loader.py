@@ -145,23 +145,25 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
         raise ValueError(f"{path} holds {size_bytes} bytes but the manifest says {info['tokens']} uint16 tokens "
                          f"({expected_bytes} bytes): the file was cut short, added to or replaced; "
                          f"{rebuild(folder, manifest)}.")
-    if info["tokens"] == 0:
-        return np.zeros((0,), TOKEN_DTYPE)
-    tokens = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
-    if eos_id is not None and tokens[-1] != eos_id:
-        raise ValueError(f"{path} does not end with the EOS id {eos_id} that ends every document: "
-                         f"the file is cut short or was not written by prepare; {rebuild(folder, manifest)}.")
-    if vocab_size is not None:
-        largest = info.get("max_id")
-        if largest is None or len(tokens) <= scan_limit:
-            largest = int(tokens.max())  # a cheap full scan on small files; the manifest's value on huge ones
-        if largest >= vocab_size and largest > info.get("max_id", largest):  # bytes changed since prepare, which
-            # the vocabulary is not to blame for
-            raise ValueError(f"{path} holds token id {largest}, but the manifest says its largest is {info['max_id']}: "
-                             f"the file changed since it was prepared; {rebuild(folder, manifest)}.")
-        if largest >= vocab_size:
-            raise ValueError(f"{path} holds token id {largest}, outside the model's vocabulary of {vocab_size}: "
-                             "the data was tokenised for another vocabulary.")
+    if info["tokens"] == 0:  # no id or EOS to check; the checksum below still tells the file prepared
+        tokens = np.zeros((0,), TOKEN_DTYPE)
+    else:
+        tokens = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
+        if eos_id is not None and tokens[-1] != eos_id:
+            raise ValueError(f"{path} does not end with the EOS id {eos_id} that ends every document: "
+                             f"the file is cut short or was not written by prepare; {rebuild(folder, manifest)}.")
+        if vocab_size is not None:
+            largest = info.get("max_id")
+            if largest is None or len(tokens) <= scan_limit:
+                largest = int(tokens.max())  # a cheap full scan on small files; the manifest's value on huge ones
+            if largest >= vocab_size and largest > info.get("max_id", largest):  # bytes changed since prepare, which
+                # the vocabulary is not to blame for
+                raise ValueError(f"{path} holds token id {largest}, but the manifest says its largest is "
+                                 f"{info['max_id']}: the file changed since it was prepared; "
+                                 f"{rebuild(folder, manifest)}.")
+            if largest >= vocab_size:
+                raise ValueError(f"{path} holds token id {largest}, outside the model's vocabulary of {vocab_size}: "
+                                 "the data was tokenised for another vocabulary.")
     if verify_checksum:
         sha = hashlib.sha256()
         with open(path, "rb") as f:

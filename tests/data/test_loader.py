@@ -165,6 +165,9 @@ def drop_split(folder, split):
     # a folder in the file's place was called missing
     (lambda d: (os.remove(os.path.join(d, "val.bin")), os.mkdir(os.path.join(d, "val.bin"))),
      "val.bin is not a file: rebuild it"),
+    # a split emptied along with its counts was not held to its sha256: verify said "val: 0 tokens ok"
+    (lambda d: (open(os.path.join(d, "val.bin"), "wb").close(), edit_manifest(d, val__tokens=0, val__documents=0)),
+     "val.bin does not match the manifest's sha256"),
 ])
 def test_verify_names_what_is_wrong_in_one_sentence(tmp_path, damage, message):
     folder = write_token_folder(str(tmp_path / "tok"), num_docs=20)
