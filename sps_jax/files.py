@@ -605,11 +605,11 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
 
 
 def decode(data: bytes, path: str, errors: str = "strict", line: int | None = None, offset: int = 0,
-           hint: str = "") -> str:
+           hint: str = "", fix: str = "pass a UTF-8 text file") -> str:
     """UTF-8 bytes read from ``path`` (at byte ``offset``) as text; else one sentence naming the byte and ending in
     ``hint``, by default to save the file as UTF-8. A byte-order mark that opens the file (Windows editors write one)
-    is dropped. A compressed file (by its name) or binary data (NUL bytes) is said as such: saving or replacing bytes
-    would not make either the text meant."""
+    is dropped. A compressed file (by its name) or binary data (NUL bytes) is said as such, binary data ending in
+    ``fix`` (what to do about a file of no text): saving or replacing bytes would not make either the text meant."""
     skip = len(codecs.BOM_UTF8) if offset == 0 and data.startswith(codecs.BOM_UTF8) else 0
     try:
         return data[skip:].decode("utf-8", errors)
@@ -621,7 +621,7 @@ def decode(data: bytes, path: str, errors: str = "strict", line: int | None = No
             raise UserError(f"{path} is compressed, not text: decompress it and pass the file it holds.") from None
         if not utf16 and b"\0" in data:  # UTF-16 text holds NULs too, and its mark says what it is
             raise UserError(f"{path}{where} is binary data, not text (it holds NUL bytes; byte {offset + start} is "
-                            f"0x{data[start]:02x}): pass a UTF-8 text file.") from None
+                            f"0x{data[start]:02x}): {fix}.") from None
         raise UserError(f"{path}{where} is not UTF-8 text: byte {offset + start} is 0x{data[start]:02x}"
                         f"{' (it opens with a UTF-16 byte-order mark)' if utf16 else ''}"
                         f"{hint or ': save it as UTF-8'}.") from None
@@ -659,11 +659,11 @@ def distinct_inputs(paths, what: str) -> list[str]:
     return list(paths)
 
 
-def read_text(path: str, errors: str = "strict", hint: str = "") -> str:
+def read_text(path: str, errors: str = "strict", hint: str = "", fix: str = "pass a UTF-8 text file") -> str:
     """A whole UTF-8 text file (``errors="replace"`` turns bad bytes into U+FFFD; ``hint`` ends the
-    sentence about a bad byte)."""
+    sentence about a bad byte, ``fix`` the one about binary data: :func:`decode`)."""
     with open(path, "rb") as f:
-        return decode(f.read(), path, errors, hint=hint)
+        return decode(f.read(), path, errors, hint=hint, fix=fix)
 
 
 def _one_value_per_key(pairs) -> dict:
@@ -702,8 +702,11 @@ def parse_json(text: str, path: str, line: int | None = None, hint: str = "", un
 
 
 def read_json(path: str, hint: str = ""):
-    """A JSON file (strict UTF-8); ``hint`` ends the sentence of one that is not JSON."""
-    return parse_json(read_text(path), path, hint=hint)
+    """A JSON file (strict UTF-8); ``hint`` ends the sentence of one that is not JSON, or not text: a manifest or a
+    run's config.json is mended as a whole (prepared again, put back), not by saving it as UTF-8."""
+    if not hint:
+        return parse_json(read_text(path), path)
+    return parse_json(read_text(path, hint=f": {hint}", fix=hint), path, hint=hint)
 
 
 def read_jsonl(path: str, errors: str = "strict", hint: str = "", drop_partial_last: bool = False,

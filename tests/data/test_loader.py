@@ -158,6 +158,10 @@ def drop_split(folder, split):
     (lambda d: edit_manifest(d, val__tokens=-4), "split 'val' has tokens=-4, not a count"),
     (lambda d: edit_manifest(d, dtype="int32"), "token dtype 'int32' is not 'uint16'"),
     (lambda d: open(os.path.join(d, "manifest.json"), "a").write("\n}"), "manifest.json is not JSON at line 2, column 1"),
+    # "... is binary data, not text (...): pass a UTF-8 text file", of a file the user never passed
+    (lambda d: open(os.path.join(d, "manifest.json"), "wb").write(bytes(range(256))),
+     "manifest.json is binary data, not text (it holds NUL bytes; byte 128 is 0x80): rebuild it"),
+    (lambda d: open(os.path.join(d, "manifest.json"), "ab").write(b"\xff"), "manifest.json is not UTF-8 text: byte"),
     (lambda d: open(os.path.join(d, "val.bin"), "ab").write(b"\x01\x00"), "val.bin holds"),
     # the sentence said what was wrong but not what to do
     (lambda d: drop_split(d, "val"),
