@@ -298,6 +298,24 @@ def test_pre_decay_refuses_bad_runs_with_one_sentence(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["late", "no-train", "no-val", "short", "sps", "sps16", "std", "wide"]
 
 
+@pytest.mark.parametrize("field, value, shown", [
+    ("decay_fraction", -1, "-1"), ("decay_fraction", 5, "5"), ("decay_fraction", float("nan"), "nan"),
+    ("total_tokens", True, "True"), ("total_tokens", 0, "0"), ("total_tokens", 2.5e4, "25000.0")])
+def test_cli_pre_decay_of_a_run_whose_schedule_no_training_reads_is_one_sentence_naming_the_field(tmp_path, capsys,
+                                                                                               field, value, shown):
+    # A config.json edited by hand: a decay_fraction of -1 put the decay start past the run's end and the figure was
+    # drawn; 5 and NaN were said as "-40,000 tokens: the final 500%" and "nan tokens", True read as 1 token.
+    losses = [3.2, 3.1, 3.0]
+    sps = write_run(tmp_path / "sps", "sps", "sps", 2, losses, train=DECAY)
+    std = write_run(tmp_path / "std", "std", "standard", None, losses, train={**DECAY, field: value})
+    assert figures.main(["pre-decay", std, sps, "--out", str(tmp_path / "p.png")]) == 2
+    kind, bound = ("a finite number", "between 0 and 1") if field == "decay_fraction" else \
+        ("an integer", "of at least 1 and below 2**62")
+    assert capsys.readouterr().err == (f"error: {std!r}: its config.json's train.{field}={shown} must be {kind} "
+                                       f"{bound}: pass a run folder written by sps_jax.train.\n")
+    assert sorted(os.listdir(tmp_path)) == ["sps", "std"]
+
+
 def t_cdf_4(t):
     """The Student-t distribution function with 4 degrees of freedom, in closed form."""
     u = t / np.sqrt(1 + t * t / 4)
