@@ -117,7 +117,7 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
                          "the same name's .json).")
     files.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
     given = [(f"the {what}", path) for path in inputs if os.path.isfile(path)]
-    run_files.output_file(out, flag, force, given)
+    run_files.output_file(out, flag, force, given, example=f"{name}.png")
     # named as what it is: "--out RUN/eval/step_16.json already exists" of --out RUN/eval/step_16.png
     run_files.output_file(os.path.splitext(out)[0] + ".json", f"the figure's numbers file (beside {flag})", force, given)
 

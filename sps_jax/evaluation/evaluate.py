@@ -339,7 +339,8 @@ def main_table(argv) -> int:
                     f"stem: pass --out {stem}")
         files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))
         for suffix in (".md", ".tex"):
-            run_files.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results])
+            run_files.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results],
+                                  example="table")  # a stem, as --out takes
     rows = results_table.load(args.results)
     md = results_table.markdown_both(rows)
     if args.out:  # before printing: a reader that stops early (| head -1) must not cost the files

@@ -385,6 +385,15 @@ def test_cli_a_margin_that_is_no_positive_finite_number_is_an_argument_error(tmp
     assert os.listdir(tmp_path) == []
 
 
+def test_cli_a_figure_out_that_is_a_folder_is_offered_a_png_in_it(tmp_path, capsys):
+    # The example was results.json, which the command refuses as no .png.
+    run = write_run(tmp_path / "run", "tiny", "sps", 2, [4.0, 3.5])
+    (tmp_path / "figs.png").mkdir()
+    assert figures.main(["curves", run, "--out", str(tmp_path / "figs.png")]) == 2
+    assert capsys.readouterr().err == (f"error: --out {tmp_path / 'figs.png'} is a folder: pass a file name, for "
+                                       f"example {tmp_path / 'figs.png' / 'curves.png'}.\n")
+
+
 def test_figure_functions_called_from_a_notebook_never_write_over_a_run_or_into_a_token_folder(tmp_path):
     # Only the command checked its --out: curves(runs, "RUN/config.json") replaced the run's config with the figure's
     # JSON, and window_ablation(..., "RUN/metrics.jsonl") its metrics with a PNG.

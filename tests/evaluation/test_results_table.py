@@ -220,6 +220,17 @@ def test_a_table_out_names_the_pair_with_or_without_a_suffix(tmp_path, out):
     assert "| " in (tmp_path / "main.md").read_text() and "\\begin{tabular}" in (tmp_path / "main.tex").read_text()
 
 
+@pytest.mark.parametrize("out, folder", [("tables.md", "tables.md"), ("main", "main.tex")])
+def test_cli_a_table_file_that_is_a_folder_is_offered_a_stem_in_it(tmp_path, capsys, out, folder):
+    # The example was results.json, which the command refuses as a .json file.
+    path = str(tmp_path / "r.json")
+    evaluate.write_json(path, fixture_rows()[0])
+    (tmp_path / folder).mkdir()
+    assert evaluate.main(["table", path, "--out", str(tmp_path / out)]) == 2
+    assert capsys.readouterr().err == (f"error: --out {tmp_path / folder} is a folder: pass a file name, for example "
+                                       f"{tmp_path / folder / 'table'}.\n")
+
+
 def test_a_table_out_of_another_files_suffix_is_told_the_stem(tmp_path, capsys):
     # --out ev.json wrote ev.json.md and ev.json.tex without a word.
     evaluate.write_json(str(tmp_path / "r.json"), fixture_rows()[0])
