@@ -128,8 +128,12 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     cli.line_function(warn, "warn")
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
     run_files.output_folder(out, flag, inputs=[("source", source if corpus.is_local(source) else None)])
-    corpus.check_source(source)
-    corpus.check_options(source, text_field, hf_split, errors)
+    if corpus.is_hub(source):  # its flags before the hub is asked (up to 5 s)
+        corpus.check_options(source, text_field, hf_split, errors)
+        corpus.check_source(source)
+    else:  # a local source's flags are judged by its files, once it is known to be a corpus
+        corpus.check_source(source)
+        corpus.check_options(source, text_field, hf_split, errors)
     text_field = corpus.DEFAULT_TEXT_FIELD if text_field is None else text_field
     hf_split = corpus.DEFAULT_HF_SPLIT if hf_split is None else hf_split
     enc = tokenizer.get_tokenizer()  # raises TokenizerMissing with the provisioning command

@@ -577,6 +577,20 @@ def test_a_source_option_the_source_would_never_read_is_refused_not_ignored(tmp_
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_a_flag_a_hub_source_never_reads_is_refused_before_the_hub_is_asked(tmp_path, monkeypatch):
+    # --errors replace with hf:NAME waited for the hub's answer (up to 5 s; offline, its refusal was the sentence).
+    def probe(name):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(corpus.hub, "probe", probe)
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", "hf:someone/corpus", "--out", str(tmp_path / "out"),
+                                        "--errors", "replace"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert outcome.stderr == ("error: --errors replace reads the bad bytes of text and JSONL files, and source "
+                              "'hf:someone/corpus' holds none: drop --errors.\n")
+    assert os.listdir(tmp_path) == []
+
+
 def test_text_field_is_read_from_a_jsonl_source(tmp_path):
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_text("".join(json.dumps({"body": d}) + "\n" for d in DOCS))
