@@ -158,14 +158,15 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with files.replace_folder(out) as building:
         writers = {split: _SplitWriter(building, split) for split in token_folder.SPLITS}
-        no_text = _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc,
-                                   val_fraction, max_documents, max_tokens, batch_documents, log, start)
+        try:
+            no_text = _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc,
+                                       val_fraction, max_documents, max_tokens, batch_documents, log, start)
+        except FileNotFoundError:  # a file listed when the read began, removed (or moved) before its turn
+            _check_unchanged(source, source_files)
+            raise
         # A file written to meanwhile (a download still appending) gave tokens of no one version of it, which the
         # manifest would record under the fingerprint taken before the read.
-        read_files = corpus.fingerprint(source)
-        if read_files != source_files:
-            raise UserError(f"source {source!r} changed while prepare read it ({_stale(source_files, read_files)} "
-                            "prepare began): prepare again once nothing writes to it.")
+        _check_unchanged(source, source_files)
         manifest = {"tokenizer": loader.TOKENIZER, "dtype": loader.DTYPE, "eos_id": vocab.EOS_ID,
                     "splits": {split: w.close() for split, w in writers.items()}, "settings": settings}
         if source_files is not None:
@@ -229,6 +230,14 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out", source
         raise UserError(f"{flag} {out} already holds {held}: pass --force to replace it (the new folder is built "
                         f"aside and swapped in only when complete), or choose another {flag}.")
     return None
+
+
+def _check_unchanged(source: str, source_files: dict | None) -> None:
+    """One sentence when the files of ``source`` differ from ``source_files``, its fingerprint when prepare began."""
+    read_files = corpus.fingerprint(source)
+    if read_files != source_files:
+        raise UserError(f"source {source!r} changed while prepare read it ({_stale(source_files, read_files)} "
+                        "prepare began): prepare again once nothing writes to it.")
 
 
 def _stale(before: dict, now: dict) -> str:

@@ -246,28 +246,47 @@ def test_a_folder_prepared_from_source_files_since_changed_is_not_called_up_to_d
     assert "already holds this corpus" in messages[0]
 
 
-def test_a_source_file_that_changes_while_it_is_read_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
-    # A JSONL file a download was still appending to: its tokens were of no one version of it, the folder was
-    # written under the file's size from before the read, and the next prepare called it changed since.
+def changed_while_read(tmp_path, monkeypatch, change):
+    """A source folder of two documents, a.txt and b.txt, whose b.txt ``change(path)`` alters once a.txt is read."""
     source = tmp_path / "src"
     source.mkdir()
     (source / "a.txt").write_text("the first document\n")
     (source / "b.txt").write_text("the second document\n")
     read = corpus.documents
 
-    def appending(*args, **kwargs):
+    def changing(*args, **kwargs):
         for n, text in enumerate(read(*args, **kwargs)):
             if n == 0:
-                with open(source / "b.txt", "a") as f:
-                    f.write("more of it\n")
+                change(source / "b.txt")
             yield text
 
-    monkeypatch.setattr(corpus, "documents", appending)
+    monkeypatch.setattr(corpus, "documents", changing)
+    return source
+
+
+def test_a_source_file_that_changes_while_it_is_read_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    # A JSONL file a download was still appending to: its tokens were of no one version of it, the folder was
+    # written under the file's size from before the read, and the next prepare called it changed since.
+    def append(path):
+        with open(path, "a") as f:
+            f.write("more of it\n")
+
+    source = changed_while_read(tmp_path, monkeypatch, append)
     out = tmp_path / "tokens"
     with pytest.raises(ValueError, match=r"^source '.*src' changed while prepare read it \(b.txt changed since prepare "
                                          r"began\): prepare again once nothing writes to it\.$"):
         prepare.prepare(str(source), str(out), val_fraction=0, log=lambda *a: None)
     assert not out.exists()
+
+
+def test_cli_a_source_file_removed_while_the_source_is_read_is_said_as_a_changed_source(tmp_path, monkeypatch):
+    # "error: SRC/b.txt: No such file or directory": what went wrong, but not what to do.
+    source = changed_while_read(tmp_path, monkeypatch, os.remove)
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", str(source), "--out", str(tmp_path / "tokens")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert outcome.stderr == (f"error: source {str(source)!r} changed while prepare read it (b.txt removed since "
+                              "prepare began): prepare again once nothing writes to it.\n")
+    assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
 def test_the_files_of_a_source_folder_that_are_not_read_are_counted_and_named(tmp_path):
