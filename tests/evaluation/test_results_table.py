@@ -171,9 +171,10 @@ def test_two_runs_that_share_a_name_are_two_rows_told_apart_by_their_folders(tmp
 @pytest.mark.parametrize("change, sentence", [
     ({"variant": "foo"}, "unknown attention variant 'foo': choose one of standard,"),
     ({"window": "8"}, "window must be an integer from 0 to 2147483647 or None (unbounded), got '8'."),
-    ({"step": "4"}, "its step '4' is not a step (an integer of at least 0)."),
-    # Hand-edited or foreign numbers the table printed as nan, inf or a negative count.
-    ({"step": -4}, "its step -4 is not a step (an integer of at least 0)."),
+    ({"step": "4"}, "its step '4' is not a step (an integer from 0 to 2147483647)."),
+    # Hand-edited or foreign numbers the table printed as nan, inf, a negative count or a step no run reaches.
+    ({"step": -4}, "its step -4 is not a step (an integer from 0 to 2147483647)."),
+    ({"step": 2 ** 31}, "its step 2147483648 is not a step (an integer from 0 to 2147483647)."),
     ({"val_nll": float("nan")}, "its val_nll nan is not a finite number."),
     ({"tasks": {"arc_easy": float("inf")}}, "its tasks is not an object of finite numbers."),
     ({"tokens_seen": -5}, "its tokens_seen -5 is not a count."),
