@@ -186,12 +186,34 @@ def quiet_interrupt_while_starting() -> None:
         signal.signal(signal.SIGINT, _exit_stopped)
 
 
+# XLA's flag for simulated CPU devices (tests, a laptop standing in for a host of accelerators), read from XLA_FLAGS
+# when jax starts its first backend: a value XLA cannot parse as an int32 aborts the process with its list of every
+# flag (about 90 lines), 0 or below fails as if JAX_PLATFORMS named no platform, and a large count is made one device
+# at a time in about quadratic time (4096 in 4 s here, 16384 in 39 s; 2^31 - 1 never finishes).
+HOST_DEVICE_FLAG = "xla_force_host_platform_device_count"
+MAX_HOST_DEVICES = 4096
+
+
+def check_xla_flags() -> None:
+    """XLA_FLAGS' count of simulated CPU devices, before jax reads it (else one sentence naming the variable)."""
+    for word in os.environ.get("XLA_FLAGS", "").split():
+        name, eq, value = word.lstrip("-").partition("=")
+        if name != HOST_DEVICE_FLAG:
+            continue
+        count = value.removeprefix("+")  # XLA reads +4 as 4
+        if not (count.isascii() and count.isdigit() and 1 <= int(count) <= MAX_HOST_DEVICES):
+            raise UserError(f"XLA_FLAGS holds {word}: the number of simulated CPU devices must be a whole number from "
+                            f"1 to {MAX_HOST_DEVICES}; write e.g. --{HOST_DEVICE_FLAG}=8, or remove it.")
+
+
 @contextlib.contextmanager
 def stop_exits_while_loading():
     """Around a command's import of jax inside its :func:`main` (its ``--help`` need not wait for it): a
     Ctrl-C or SIGTERM there ends the process at once with 130 or 143, as one before main does
     (:func:`quiet_interrupt_while_starting`); raised inside jaxlib's C++ import, the exception can crash
-    the interpreter (SIGSEGV). Outside a command-line run signal handling is left alone."""
+    the interpreter (SIGSEGV). Outside a command-line run signal handling is left alone. The XLA_FLAGS that jax
+    will read are checked first (:func:`check_xla_flags`), since XLA says what is wrong with them by aborting."""
+    check_xla_flags()
     if signal.getsignal(signal.SIGINT) is not _raise_stop:
         yield
         return

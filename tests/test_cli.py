@@ -113,6 +113,30 @@ def test_a_jax_platforms_that_cannot_start_here_is_one_sentence_not_a_traceback(
     assert not (tmp_path / "run").exists()
 
 
+
+def test_cli_a_count_of_simulated_devices_xla_cannot_make_is_one_sentence_before_jax_loads(tmp_path):
+    # XLA read the flag at the first use of a device: 'abc', '1.5', '' and an int32 overflow aborted the process with
+    # its list of every flag (status 1, about 90 lines), 0 and -1 were blamed on JAX_PLATFORMS, and 100000 devices took
+    # longer to make than any run.
+    values = ["abc", "1.5", "", "99999999999", "0", "-1", "100000"]
+    run = str(tmp_path / "run")
+    script = ("import os, sys\nfrom sps_jax import train\n"
+              f"for value in {values!r}:\n"
+              "    os.environ['XLA_FLAGS'] = '--xla_cpu_enable_fast_math=false "
+              "--xla_force_host_platform_device_count=' + value\n"
+              f"    status = train.main(['--config', 'configs/tiny.py', '--workdir', {run!r}])\n"
+              "    print('answered', status, 'jax' in sys.modules, file=sys.stderr, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    lines = own_lines(proc.stderr)
+    assert proc.returncode == 0 and len(lines) == 2 * len(values), proc.stderr[-3000:]
+    for value, said, answered in zip(values, lines[::2], lines[1::2]):
+        assert said == (f"error: XLA_FLAGS holds --xla_force_host_platform_device_count={value}: the number of "
+                        "simulated CPU devices must be a whole number from 1 to 4096; write e.g. "
+                        "--xla_force_host_platform_device_count=8, or remove it."), said
+        assert answered == "answered 2 False", answered
+    assert not os.path.exists(run)
+
 def test_a_second_stop_during_a_held_save_ends_the_command_at_once():
     # Every stop was held to the end of the block: a save that hung could be ended only with SIGKILL.
     code = ("import os, signal, time\nfrom sps_jax import cli\nsignal.signal(signal.SIGINT, cli._raise_stop)\n"
