@@ -613,6 +613,9 @@ def check_metrics(m) -> None:
     """The W&B settings, which W&B itself reads only once the first step has compiled and run."""
     if m is None:  # a config of its own without the section: no tracking (sps_jax.tracking.enabled)
         return
+    if not isinstance(m, ml_collections.ConfigDict):
+        raise UserError(f"config.metrics={m!r} must be a section of W&B settings (sps_jax.config.metrics_config()), or "
+                        "None for no tracking.")
     if not isinstance(m.get("wandb", False), bool):
         raise UserError(f"metrics.wandb={m.wandb!r} must be True or False.")
     # Checked with W&B off too: config.json keeps them, and a resume with wandb=True would meet them then.

@@ -20,7 +20,8 @@ RUN_ID_FILE = "wandb_run_id"
 
 
 def enabled(config) -> bool:
-    return bool(config.get("metrics", {}).get("wandb", False))
+    metrics = config.get("metrics")  # None, or no section at all: no tracking (sps_jax.config.check_metrics)
+    return metrics is not None and bool(metrics.get("wandb", False))
 
 
 def require():

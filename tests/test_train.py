@@ -683,6 +683,22 @@ def test_a_model_changed_in_python_after_load_config_trains_under_its_own_name(t
             in capsys.readouterr().err)
 
 
+def test_a_notebooks_config_with_no_metrics_section_trains_without_tracking_and_any_other_value_is_one_sentence(
+        tmp_path, tokens):
+    # config.metrics = None, which check_metrics takes as no tracking, failed after the first checks with
+    # "AttributeError: 'NoneType' object has no attribute 'get'"; a number there failed the same way.
+    config = small_config(tokens, 1)
+    config.metrics = None
+    assert trainer.train(config, str(tmp_path / "run"))["step"] == 1
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["metrics"] is None
+    with config.ignore_type():
+        config.metrics = 5
+    with pytest.raises(ValueError, match=r"^config\.metrics=5 must be a section of W&B settings \(sps_jax\.config\."
+                                         r"metrics_config\(\)\), or None for no tracking\.$"):
+        trainer.train(config, str(tmp_path / "other"))
+    assert not (tmp_path / "other").exists()
+
+
 def test_the_summary_says_at_which_step_its_validation_loss_was_measured(tmp_path, tokens):
     # A run stopped at step 5 printed the val_loss of step 4 beside "step": 5, as if measured there.
     outcome = train_here(tmp_path / "run", tokens, 6, "--config.train.stop_at_step=5")
