@@ -9,6 +9,8 @@ kernels and the score counts read these tables.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from jax import lax
 
@@ -20,6 +22,7 @@ def doc_bounds(doc_ids_BT):
 
     Documents must be contiguous runs of equal ids (as masks.document_ids makes them).
     """
+    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a 1-D row or a nested list failed on .shape's unpacking
     xp = masks.array_module(doc_ids_BT)
     B, T = doc_ids_BT.shape
     pos = xp.arange(T, dtype=xp.int32)
@@ -46,11 +49,12 @@ def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
     out (fast host-side counting); jax in, jax out (the kernels' on-device path).
     """
+    masks.check_visibility(vis, "vis")
     doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a nested list becomes an array: .shape is read below
     xp = masks.array_module(doc_ids_BT)
     S = vis.num_streams
     B, T = doc_ids_BT.shape
-    Tp = T if padded_len is None else padded_len
+    Tp = padded_length(padded_len, T)
     start_BT, end_BT = doc_bounds(doc_ids_BT)
     pos = xp.arange(T, dtype=xp.int32)
     pad = [(0, 0), (0, Tp - T)]
@@ -126,15 +130,29 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
     kernel_tuning.Tiles(block_q, block_k)  # validates the blocks
     masks.check_visibility(vis, "vis")
     doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # floats would build wrong tables; a list becomes an array
-    T = doc_ids_BT.shape[1]
-    Tp = round_up(T, max(block_q, block_k)) if padded_len is None else padded_len
-    if Tp < T or Tp % max(block_q, block_k):
-        raise ValueError(f"padded_len={Tp} must be at least the {T} positions and a multiple of both blocks.")
+    Tp = padded_length(padded_len, doc_ids_BT.shape[1], max(block_q, block_k))
     q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
     S = vis.num_streams
     return (query_blocks(q_lo, q_hi, S, block_q, block_k), key_blocks(k_lo, k_hi, S, block_q, block_k))
 
 
+def padded_length(padded_len, T: int, multiple: int = 1) -> int:
+    """``padded_len`` positions, at least the ``T`` there are and a multiple of ``multiple`` (both blocks of a
+    table), else one sentence; None is ``T`` rounded up to ``multiple``. numpy padded by a negative or fractional
+    width in its own words ("index can't contain negative values")."""
+    if padded_len is None:
+        return round_up(T, multiple)
+    if isinstance(padded_len, bool) or not hasattr(padded_len, "__index__"):
+        raise ValueError(f"padded_len={padded_len!r} must be an integer number of positions, or None.")
+    Tp = operator.index(padded_len)
+    if Tp < T or Tp % multiple:
+        raise ValueError(f"padded_len={Tp} must be at least the {T} positions"
+                         + (" and a multiple of both blocks." if multiple > 1 else "."))
+    return Tp
+
+
 def round_up(T: int, multiple: int) -> int:
     """T rounded up to a multiple of ``multiple``."""
+    if isinstance(multiple, bool) or not hasattr(multiple, "__index__") or multiple < 1:  # 0 divided by zero
+        raise ValueError(f"multiple must be a positive integer, got {multiple!r}.")
     return -(-T // multiple) * multiple

@@ -2,6 +2,8 @@
 dict for a ConfigDict, the weights as inference holds them) either work as the documented kind does or are one
 sentence naming the argument, before any work."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -124,7 +126,7 @@ def test_document_ids_of_the_wrong_kind_are_one_sentence_wherever_they_go():
     vis = masks.Visibility("sps", 4)
     says = r"^doc_ids_BT must be an integer array of shape \[batch, positions\], got float32 of shape \(1, 8\)"
     calls = [lambda d: masks.dense_mask(vis, d), lambda d: block_tables.tables(d, vis, 8, 8),
-             lambda d: block_tables.row_intervals(d, vis),
+             lambda d: block_tables.row_intervals(d, vis), block_tables.doc_bounds,
              lambda d: pallas_attention.score_counts(d, vis, kernel_tuning.default_tuning(64, 2)),
              lambda d: splash_attention.score_counts(d, vis)]
     for call in calls:
@@ -136,6 +138,31 @@ def test_document_ids_of_the_wrong_kind_are_one_sentence_wherever_they_go():
     want = block_tables.tables(np.zeros((1, 8), np.int32), vis, 8, 8)
     got = block_tables.tables([[0] * 8], vis, 8, 8)
     for a, b in zip(want, got):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_block_tables_of_a_rule_or_padding_they_cannot_use_are_one_sentence():
+    # row_intervals of a variant's name failed on "'str' object has no attribute 'num_streams'", a padded_len below
+    # the positions on numpy's "index can't contain negative values", a fractional one on "`pad_width` must be of
+    # integral type" (tables' too), and round_up by 0 on a ZeroDivisionError.
+    from sps_jax import block_tables
+
+    doc, vis = np.zeros((1, 8), np.int32), masks.Visibility("sps", 4)
+    with pytest.raises(TypeError, match=r"^vis must be a masks\.Visibility, not str 'sps': pass e\.g\. "):
+        block_tables.row_intervals(doc, "sps")
+    for call in (lambda n: block_tables.row_intervals(doc, vis, padded_len=n),
+                 lambda n: block_tables.tables(doc, vis, 8, 8, padded_len=n)):
+        with pytest.raises(ValueError, match=r"^padded_len=4 must be at least the 8 positions"):
+            call(4)
+        for n in (8.5, 16.0, "16", True):
+            with pytest.raises(ValueError, match=rf"^padded_len={re.escape(repr(n))} must be an integer number of "
+                                                 r"positions, or None\.$"):
+                call(n)
+    with pytest.raises(ValueError, match=r"^multiple must be a positive integer, got 0\.$"):
+        block_tables.round_up(8, 0)
+    # A numpy integer pads as the int it holds.
+    for a, b in zip(block_tables.row_intervals(doc, vis, padded_len=np.int64(16)),
+                    block_tables.row_intervals(doc, vis, padded_len=16)):
         np.testing.assert_array_equal(a, b)
 
 
