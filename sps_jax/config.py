@@ -652,30 +652,33 @@ def _check_milestones(t) -> None:
 
 def check_ranges(config) -> None:
     """The numeric fields of :data:`RANGES` are present and in range (else one sentence naming one)."""
-    for dotted, (kind, least, most, optional) in RANGES.items():
+    for dotted in RANGES:
         section, name = dotted.split(".")
         if section not in config or not hasattr(config[section], "keys") or name not in config[section]:
             raise UserError(f"the config has no {dotted}: build configs with sps_jax.config.paper_config "
                             "(see configs/tiny.py).")
-        check_range(dotted, config[section][name])
+        problem = range_problem(dotted, config[section][name])
+        if problem:
+            raise UserError(f"{problem[0]} must be {problem[1]}.")
 
 
-def check_range(dotted: str, value) -> None:
-    """One field of :data:`RANGES` (``"train.decay_fraction"``) in range, else one sentence naming it: what a run
-    reads, wherever the value comes from (a config, or a run's config.json read by the figures)."""
+def range_problem(dotted: str, value) -> tuple[str, str] | None:
+    """(``field=value`` as shown, what the field must be) where ``value`` is out of :data:`RANGES`' bounds for the
+    numeric field ``dotted``, else None."""
     kind, least, most, optional = RANGES[dotted]
     if value is None and optional:
-        return
+        return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool) \
         and (isinstance(value, int) or math.isfinite(value))
     cap = _INT_MAX if most is None and kind is int else most
     above = number and cap is not None and (value >= cap if dotted in _BELOW_MAX else value > cap)
-    if not number or (kind is int and not isinstance(value, int)) or value < least or above:
-        bound = (f"of at least {least}" + (f" and below 2**{_INT_MAX.bit_length() - 1}" if kind is int else "") if most is None
-                 else f"in [{least}, {most})" if dotted in _BELOW_MAX else f"between {least} and {most}")
-        kind_text = "an integer" if kind is int else "a finite number"
-        shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100
-        raise UserError(f"{dotted}={shown} must be {kind_text} {bound}.")
+    if number and not (kind is int and not isinstance(value, int)) and value >= least and not above:
+        return None
+    bound = (f"of at least {least}" + (f" and below 2**{_INT_MAX.bit_length() - 1}" if kind is int else "") if most is None
+             else f"in [{least}, {most})" if dotted in _BELOW_MAX else f"between {least} and {most}")
+    kind_text = "an integer" if kind is int else "a finite number"
+    shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100
+    return f"{dotted}={shown}", f"{kind_text} {bound}"
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -342,7 +342,9 @@ def _other_owner(workdir: str, config):
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         try:
             saved = read_config(workdir)
-            check_model_fields(saved, workdir)  # a default filled in could pass for this model, or differ from it
+            # A default filled in could pass for this model, or differ from it; a value of the wrong kind ("2" for 2)
+            # would be said as another model's.
+            checked_model_config(saved, workdir)
         except (ValueError, OSError) as e:
             return f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})", None
         changed = model_differences(saved, config)
@@ -369,6 +371,10 @@ def _check_resume(workdir: str, saved, config) -> None:
                         "unknown: put back the section with the values the run was trained with, or use a new "
                         "--workdir.")
     fixed = [k for k in RESUME_FIXED if saved.train.get(k) != config.train.get(k)]
+    damaged = next(filter(None, (sps_config.range_problem(f"train.{k}", saved.train.get(k)) for k in fixed)), None)
+    if damaged:  # a config.json edited by hand: an override of that value would be refused, so none is suggested
+        raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} holds {damaged[0]}, not {damaged[1]} as every run's: "
+                        "put back the value the run was trained with, or use a new --workdir.")
     if fixed:
         changed = ", ".join(f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in fixed)
         flags = " ".join(f"--config.train.{k}={saved.train.get(k)!r}" for k in fixed)

@@ -880,6 +880,26 @@ def test_resuming_a_run_whose_config_json_lost_its_train_section_is_one_sentence
     assert digest(trained) == before
 
 
+@pytest.mark.parametrize("section, field, value, says", [
+    # The resume suggested --config.train.seed='zero', an override the config refuses.
+    ("train", "seed", "zero", "config.json holds train.seed='zero', not an integer between 0 and 4294967295 as every "
+                              "run's: put back the value the run was trained with, or use a new --workdir."),
+    # Said as "a run of another model (num_layers differs)" to a command of the same num_layers.
+    ("model", "num_layers", "2", "config.json: model.num_layers must be an integer of at least 1, got '2'"),
+])
+def test_cli_resuming_a_run_whose_config_json_holds_a_value_of_the_wrong_kind_names_the_file(tmp_path, tokens, reference,
+                                                                                             section, field, value, says):
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    config = json.loads((trained / "config.json").read_text())
+    config[section][field] = value
+    (trained / "config.json").write_text(json.dumps(config))
+    before = digest(trained)
+    outcome = refuse(small_argv(trained, tokens, steps=STEPS + 2), says)
+    assert "differs" not in outcome.stderr and "--config.train.seed=" not in outcome.stderr, outcome.stderr
+    assert digest(trained) == before
+
+
 def test_a_run_folder_that_another_training_process_is_using_is_refused_and_left_as_it_was(tmp_path, tokens,
                                                                                             reference):
     # The same job launched twice (a re-queued job whose first attempt still runs) would resume the same run

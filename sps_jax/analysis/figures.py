@@ -479,11 +479,10 @@ def pre_decay_curve(run: str) -> dict:
         raise ValueError(f"{run!r}: its config.json has no train.total_tokens and train.decay_fraction, which say "
                          "where its learning-rate decay starts: pass a run folder written by sps_jax.train.")
     for field in ("total_tokens", "decay_fraction"):  # as training holds them: a hand edit placed the decay anywhere
-        try:
-            sps_config.check_range(f"train.{field}", train[field])
-        except UserError as e:
-            raise ValueError(f"{run!r}: its config.json's {str(e).rstrip('.')}: pass a run folder written by "
-                             "sps_jax.train.") from None
+        problem = sps_config.range_problem(f"train.{field}", train[field])
+        if problem:
+            raise ValueError(f"{run!r}: its config.json's {problem[0]} must be {problem[1]}: pass a run folder written "
+                             "by sps_jax.train.")
     decay_start = optim.decay_start_tokens(train["total_tokens"], train["decay_fraction"])
     tokens, loss = validation_curve(info["workdir"])
     if not len(loss):
