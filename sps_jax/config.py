@@ -382,9 +382,12 @@ def _failure(exc: BaseException, path: str) -> str:
     if retyped:  # np.int64(8) or "2" set on an int field
         kind = retyped["kind"].removeprefix("builtins.")
         article = lambda word: "an" if word[0] in "aeiou" else "a"  # noqa: E731
-        return (f"{where}: field {retyped['field']!r} holds {kind} values, and {retyped['value']} is "
-                f"{article(retyped['given'])} {retyped['given']}: set {article(kind)} {kind} there (a plain Python "
-                f"number: {kind}(value)).")
+        given = f"{retyped['value']} is {article(retyped['given'])} {retyped['given']}"
+        if kind.endswith(".ConfigDict"):  # c.train = 5: a section replaced by a value
+            return (f"{where}: {retyped['field']!r} is a section of fields, and {given}: set its fields instead of "
+                    "replacing it.")
+        number = f" (a plain Python number: {kind}(value))" if kind in ("int", "float") else ""
+        return f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set {article(kind)} {kind} there{number}."
     return f"{where}: {type(exc).__name__}: {cli.sentence(exc).rstrip('.')}: fix the file{' there' if lines else ''}."
 
 

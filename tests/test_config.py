@@ -488,6 +488,20 @@ def test_a_value_of_another_type_set_on_a_field_says_which_type_the_field_takes(
         sps_config.load_config(str(path))
 
 
+@pytest.mark.parametrize("line, sentence", [
+    # Both were told "(a plain Python number: str(value))", and the section its class's dotted name three times.
+    ("c.model.variant = 5", "field 'variant' holds str values, and 5 is an int: set a str there."),
+    ("c.train = 5", "'train' is a section of fields, and 5 is an int: set its fields instead of replacing it."),
+])
+def test_a_value_set_on_a_text_field_or_over_a_section_is_told_what_goes_there_not_a_number(tmp_path, line, sentence):
+    path = tmp_path / "typed.py"
+    path.write_text("from sps_jax import config\n\ndef get_config():\n"
+                    f"    c = config.paper_config('xs', 'sps', 8)\n    {line}\n    return c\n")
+    with pytest.raises(ValueError) as refusal:
+        sps_config.load_config(str(path))
+    assert str(refusal.value) == f"get_config() of {path} failed at line 5: {sentence}"
+
+
 def test_a_switch_a_config_file_sets_to_a_word_is_one_sentence():
     # train.tensorboard = "no" is truthy: TensorBoard stayed on without a word.
     config = sps_config.load_config("configs/tiny.py")
