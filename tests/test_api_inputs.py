@@ -12,6 +12,7 @@ import pytest
 from sps_jax import config as sps_config, export_torch, flops, masks, optim, runs, torch_layout, trainer
 from sps_jax import model as sps_model
 from sps_jax.bench import smoke
+from sps_jax.evaluation import paper_tasks
 from sps_jax.inference import completions
 from tests.helpers import small_model
 
@@ -87,6 +88,12 @@ def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
         (lambda: sps_config.load_config("configs/tiny.py", "--config.model.dtype=bfloat16"), ValueError,
          "overrides must be a list of 'a.b=value' strings, not the string '--config.model.dtype=bfloat16': pass "
          "['--config.model.dtype=bfloat16']."),
+        # expand('paper') was the tasks 'p', 'a', 'e', 'r'; None failed on "'NoneType' object is not iterable".
+        (lambda: paper_tasks.expand("paper"), TypeError,
+         "names must be a list of tasks and groups, not the string 'paper': pass e.g. ['paper'] or "
+         "['arc_easy,wikitext']."),
+        (lambda: paper_tasks.expand(None), TypeError,
+         "names must be a list of tasks and groups, not a NoneType: pass e.g. ['paper'] or ['arc_easy,wikitext']."),
     ]
     for call, kind, sentence in cases:
         with pytest.raises(kind) as refusal:
