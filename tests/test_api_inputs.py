@@ -13,7 +13,7 @@ from sps_jax import config as sps_config, export_torch, flops, masks, optim, run
 from sps_jax import model as sps_model
 from sps_jax.bench import smoke
 from sps_jax.evaluation import paper_tasks
-from sps_jax.inference import completions
+from sps_jax.inference import completions, decoding
 from tests.helpers import small_model
 
 
@@ -88,6 +88,11 @@ def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
         (lambda: sps_config.load_config("configs/tiny.py", "--config.model.dtype=bfloat16"), ValueError,
          "overrides must be a list of 'a.b=value' strings, not the string '--config.model.dtype=bfloat16': pass "
          "['--config.model.dtype=bfloat16']."),
+        # None failed on "'NoneType' object is not iterable", here as in decoding.generate.
+        (lambda: completions.encode(config.model, None, 5), TypeError,
+         "prompts must be a list of texts, got a NoneType: pass e.g. ['The module']."),
+        (lambda: decoding.generate(config.model, None, None, 5), TypeError,
+         "prompts must be a list of prompts of token ids, got a NoneType: pass e.g. [[464, 8265]]."),
         # expand('paper') was the tasks 'p', 'a', 'e', 'r'; None failed on "'NoneType' object is not iterable".
         (lambda: paper_tasks.expand("paper"), TypeError,
          "names must be a list of tasks and groups, not the string 'paper': pass e.g. ['paper'] or "
