@@ -177,13 +177,15 @@ def _check_same_data(workdir: str, saved, config) -> None:
                     "or use a new --workdir.")
 
 
-def check_workdir(workdir: str, config, force: bool = False) -> None:
+def check_workdir(workdir: str, config, force: bool = False) -> str | None:
     """Refuse (one sentence) a training ``--workdir`` whose files another run owns.
 
     A new or empty folder, or one holding this model's run, is fine. A folder that is a file,
     or holds checkpoints of another model (or an unreadable or missing config.json), is refused; one
     holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
+    Returns the note that names each train and data field a resume of this run changes, which the trainer gives
+    once a checkpoint is restored (a refusal after this check then stays the one line said), or None.
     """
     cli.true_or_false(force, "force")
     _check_workdir_place(workdir, config)
@@ -200,12 +202,13 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
                         f"they were trained with are unknown: put back the run's {CONFIG_FILE}, or use a new "
                         "--workdir.")
     other, saved = _other_owner(workdir, config)
+    note = None
     if has_checkpoints and other is None:
         if checkpoint.weights_only(workdir):
             raise UserError(f"--workdir {workdir} holds weights only (no optimizer state: an imported run?), which "
                             f"cannot be resumed: train from them in a new run with --config.train.init_from={workdir} "
                             "--workdir NEW.")
-        _check_resume(workdir, saved, config)
+        note = _check_resume(workdir, saved, config)
         if not os.path.lexists(os.path.join(workdir, metrics.METRICS_FILE)):  # curves would begin at the resume
             cli.note(f"warning: {workdir} has checkpoints but no {metrics.METRICS_FILE} (moved or deleted): the records "
                      "of the steps it trained are lost, and this run's begin after its checkpoint; put the file back "
@@ -220,11 +223,12 @@ def check_workdir(workdir: str, config, force: bool = False) -> None:
         # config.json: replacing it loses nothing that trained, so the corrected command needs no --force.
         cli.note(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
                  f"run replaces its {CONFIG_FILE}.")
-        return
+        return None
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
                         f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
+    return note
 
 
 def _check_checkpoints_not_lost(workdir: str, saved) -> None:
@@ -363,8 +367,9 @@ def _other_owner(workdir: str, config):
     return None, None
 
 
-def _check_resume(workdir: str, saved, config) -> None:
-    """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens."""
+def _check_resume(workdir: str, saved, config) -> str | None:
+    """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens; the note that
+    names each other train and data field it changes, or None."""
     if not isinstance(saved.get("train"), ml_collections.ConfigDict):  # a config.json edited by hand
         raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} has no train section, so the "
                         f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
@@ -382,9 +387,11 @@ def _check_resume(workdir: str, saved, config) -> None:
                         f"batch would not continue it; resume with its values ({flags}), or use a new --workdir.")
     _check_same_data(workdir, saved, config)
     changes = resume_changes(saved, config)
-    if changes:  # allowed, but config.json will name only the new values: the earlier records were made with the old
-        cli.note(f"note: {workdir} resumes with {', '.join(changes)}; once it trains, its config.json says the new "
-                 f"values, and {metrics.METRICS_FILE}'s records before this resume were made with the old.")
+    if not changes:
+        return None
+    # Allowed, but config.json will name only the new values: the earlier records were made with the old.
+    return (f"note: {workdir} resumes with {', '.join(changes)}; once it trains, its config.json says the new values, "
+            f"and {metrics.METRICS_FILE}'s records before this resume were made with the old.")
 
 
 # Sections whose changed fields a resume names (the model's are refused; mesh and metrics change only where and how

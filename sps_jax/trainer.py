@@ -358,6 +358,17 @@ def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> No
                 os.remove(path)
 
 
+def _config_notes(cfg, t) -> list[str]:
+    """The notes on settings a run allows but never leaves unsaid."""
+    notes = []
+    if cfg.window is not None and cfg.window >= cfg.seq_len - 1:  # an ablation's end point
+        notes.append(f"note: model.window={cfg.window} spans the whole context (model.seq_len={cfg.seq_len}): no entry "
+                     f"ever leaves the window, so {cfg.variant} attends here as with no window at all.")
+    if t.peak_lr == 0:  # a frozen run checks the loop and the data; 1e-400 reads as 0.0
+        notes.append("note: train.peak_lr=0 leaves the weights as they start: every step trains at learning rate 0.")
+    return notes
+
+
 def _nothing_to_train(start_step: int, end: int, t) -> str:
     field = "train.stop_at_step" if t.stop_at_step == end else "train.total_tokens"  # the one that ends it
     return (f"step {start_step} is already at this run's end, step {end} ({field}): nothing to train; raise "
@@ -469,14 +480,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     attention.check_available(backend, devices[0].platform)
     log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
         f"on {devices[0].platform}")
-    if cfg.window is not None and cfg.window >= cfg.seq_len - 1:  # allowed (an ablation's end point), never unsaid
-        _warn(f"note: model.window={cfg.window} spans the whole context (model.seq_len={cfg.seq_len}): no entry ever "
-              f"leaves the window, so {cfg.variant} attends here as with no window at all.")
-    if t.peak_lr == 0:  # allowed (a frozen run checks the loop and the data), never unsaid; 1e-400 reads as 0.0
-        _warn("note: train.peak_lr=0 leaves the weights as they start: every step trains at learning rate 0.")
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
-    runs.check_workdir(workdir, config, force)
+    resume_note = runs.check_workdir(workdir, config, force)
     source = runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 
@@ -491,6 +497,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         try:
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
+            # Said once the run is restored or started: a run refused before says only why.
+            for note in _config_notes(cfg, t) + ([resume_note] if start_step and resume_note else []):
+                _warn(note)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
                 return _summary(workdir, start_step)

@@ -558,20 +558,34 @@ def test_a_resume_with_other_training_or_validation_settings_names_each_change(t
     trained = tmp_path / "trained"
     shutil.copytree(reference, trained)
     capsys.readouterr()
-    runs.check_workdir(str(trained), small_config(tokens, STEPS))
-    assert capsys.readouterr().err == ""  # the run's own settings: nothing to say
+    assert runs.check_workdir(str(trained), small_config(tokens, STEPS)) is None  # the run's own settings
     legs = small_config(tokens, STEPS)  # how a leg runs and reports: a preemptible job's legs change these
     legs.train.stop_at_step, legs.train.log_every, legs.train.eval_every, legs.data.prefetch = 3, 1, 2, 4
-    runs.check_workdir(str(trained), legs)
-    assert capsys.readouterr().err == ""
+    assert runs.check_workdir(str(trained), legs) is None
     changed = small_config(tokens, STEPS)
     changed.train.weight_decay, changed.train.grad_clip, changed.data.val_windows = 0.5, None, 4
     saved = runs.read_config(str(trained))
-    runs.check_workdir(str(trained), changed)
-    assert capsys.readouterr().err == (
+    assert runs.check_workdir(str(trained), changed) == (  # the trainer says it once a checkpoint is restored
         f"note: {trained} resumes with train.grad_clip {saved.train.grad_clip!r} -> None, train.weight_decay "
         f"{saved.train.weight_decay!r} -> 0.5, data.val_windows {saved.data.val_windows!r} -> 4; once it trains, its "
-        "config.json says the new values, and metrics.jsonl's records before this resume were made with the old.\n")
+        "config.json says the new values, and metrics.jsonl's records before this resume were made with the old.")
+    assert capsys.readouterr().err == ""
+
+
+def test_cli_a_refused_run_says_only_why_not_the_notes_of_a_run_that_trains(tmp_path, tokens, reference):
+    # A resume's changed settings and a window that spans the context were noted before the checks that refuse a run,
+    # so the refusal came second, after a note about a run that never started.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    for params in glob.glob(str(trained / "checkpoints" / "*" / "params")):
+        shutil.rmtree(params)
+    broken = refuse(small_argv(trained, tokens, "--config.train.grad_clip=None", steps=STEPS + 2),
+                    "no intact checkpoint in")
+    spans = refuse(small_argv(tmp_path / "new", tmp_path / "no-tokens", "--config.model.window=15"),
+                   "has no manifest.json")
+    for outcome in (broken, spans):
+        assert len(own_lines(outcome.stderr)) == 1 and "note:" not in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_schedule_longer_than_the_train_split_says_how_many_passes_it_makes(tmp_path):
