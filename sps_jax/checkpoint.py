@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 import os
 import sys
 import time
@@ -384,6 +385,13 @@ def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params,
     meta, data = restored["meta"], restored["data"]
     if not isinstance(meta, dict) or meta.get("step") != step or not isinstance(data, dict):
         raise ValueError(f"its meta or data item does not describe step {step}")
+    # The resume says the tokens and counts the seconds on from these: text there would stop it in Python's words
+    # ("Cannot specify ',' with 's'."), so it is damage, and an older checkpoint is taken.
+    if "tokens_seen" in meta and _count(meta, "tokens_seen") is None:
+        raise ValueError(f"its meta item records tokens_seen={meta['tokens_seen']!r}, not a count of tokens")
+    elapsed = meta.get("elapsed_s", 0.0)
+    if isinstance(elapsed, bool) or not isinstance(elapsed, (int, float)) or not 0 <= elapsed < math.inf:
+        raise ValueError(f"its meta item records elapsed_s={elapsed!r}, not a number of seconds")
     return restored["params"], restored["opt_state"], meta, data
 
 

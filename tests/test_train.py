@@ -588,6 +588,25 @@ def test_cli_a_refused_run_says_only_why_not_the_notes_of_a_run_that_trains(tmp_
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("tokens_seen", "lots", "tokens_seen='lots', not a count of tokens"),  # "error: Cannot specify ',' with 's'."
+    ("elapsed_s", "x", "elapsed_s='x', not a number of seconds"),  # "error: could not convert string to float: 'x'"
+    ("elapsed_s", [1], "elapsed_s=[1], not a number of seconds"),  # a TypeError's traceback
+])
+def test_cli_a_checkpoint_whose_meta_records_text_for_a_count_is_damage_the_resume_names(tmp_path, tokens, reference,
+                                                                                        key, value, says):
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    (meta_file,) = glob.glob(str(trained / "checkpoints" / "*" / "meta" / "metadata"))
+    meta = json.loads(open(meta_file).read())
+    meta[key] = value
+    with open(meta_file, "w") as f:
+        json.dump(meta, f)
+    before = digest(trained)
+    refuse(small_argv(trained, tokens, steps=STEPS + 2), "no intact checkpoint in", f"its meta item records {says}")
+    assert digest(trained) == before
+
+
 def test_a_schedule_longer_than_the_train_split_says_how_many_passes_it_makes(tmp_path):
     # The windows then repeat (each pass in a new order): documented, but a run did it without a word.
     small = write_token_folder(str(tmp_path / "small"), num_docs=20)
