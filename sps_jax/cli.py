@@ -24,6 +24,7 @@ import math
 import operator
 import os
 import platform
+import re
 import select
 import signal
 import sys
@@ -90,6 +91,21 @@ def backend_unavailable(exc: BaseException) -> bool:
         return bool(os.environ.get("JAX_PLATFORMS")) and bool(frames) and (
             os.path.basename(frames[-1].filename), frames[-1].name) == ("xla_bridge.py", "backends")
     return str(exc).startswith("Unable to initialize backend")
+
+
+def jax_setting_error(exc: BaseException) -> UserError | None:
+    """jax's refusal of a ``JAX_*`` environment variable, as one sentence naming it, or None for anything else. jax
+    reads them as it loads (JAX_ENABLE_X64, JAX_DEFAULT_MATMUL_PRECISION) or starts a backend (JAX_NUM_CPU_DEVICES)
+    and raises from its config module in words that name no fix; the import inside a config file was blamed on it."""
+    frames = traceback.extract_tb(exc.__traceback__) if isinstance(exc, ValueError) else []
+    if not frames or not frames[-1].filename.endswith(os.path.join("jax", "_src", "config.py")):
+        return None
+    named = re.search(r"JAX flag (jax_\w+)|environment '(JAX_\w+)'", str(exc))
+    variable = named and (named[2] or named[1].upper())
+    if not variable or variable not in os.environ:  # a setting made in code (jax.config.update), not the environment
+        return None
+    return UserError(f"jax cannot start with {variable}={os.environ[variable]!r} ({sentence(exc).rstrip('.')}): set "
+                     f"{variable} to a value jax takes, or unset it.")
 
 
 def stdout_closed() -> bool:
@@ -189,21 +205,32 @@ def quiet_interrupt_while_starting() -> None:
 # XLA's flag for simulated CPU devices (tests, a laptop standing in for a host of accelerators), read from XLA_FLAGS
 # when jax starts its first backend: a value XLA cannot parse as an int32 aborts the process with its list of every
 # flag (about 90 lines), 0 or below fails as if JAX_PLATFORMS named no platform, and a large count is made one device
-# at a time in about quadratic time (4096 in 4 s here, 16384 in 39 s; 2^31 - 1 never finishes).
+# at a time in about quadratic time (4096 in 4 s here, 16384 in 39 s; 2^31 - 1 never finishes). jax's own setting,
+# JAX_NUM_CPU_DEVICES, fails alike at 0 and takes as long (below 0 it is jax's default, one device).
 HOST_DEVICE_FLAG = "xla_force_host_platform_device_count"
 MAX_HOST_DEVICES = 4096
 
 
-def check_xla_flags() -> None:
-    """XLA_FLAGS' count of simulated CPU devices, before jax reads it (else one sentence naming the variable)."""
+def check_host_devices() -> None:
+    """The number of simulated CPU devices XLA_FLAGS and JAX_NUM_CPU_DEVICES ask for, before jax reads them (else one
+    sentence naming the variable)."""
+    must = f"the number of simulated CPU devices must be a whole number from 1 to {MAX_HOST_DEVICES}"
     for word in os.environ.get("XLA_FLAGS", "").split():
         name, eq, value = word.lstrip("-").partition("=")
         if name != HOST_DEVICE_FLAG:
             continue
         count = value.removeprefix("+")  # XLA reads +4 as 4
         if not (count.isascii() and count.isdigit() and 1 <= int(count) <= MAX_HOST_DEVICES):
-            raise UserError(f"XLA_FLAGS holds {word}: the number of simulated CPU devices must be a whole number from "
-                            f"1 to {MAX_HOST_DEVICES}; write e.g. --{HOST_DEVICE_FLAG}=8, or remove it.")
+            raise UserError(f"XLA_FLAGS holds {word}: {must}; write e.g. --{HOST_DEVICE_FLAG}=8, or remove it.")
+    text = os.environ.get("JAX_NUM_CPU_DEVICES")
+    if text is not None:
+        try:
+            count = int(text)  # as jax reads it
+        except ValueError:
+            count = 0
+        if not (count < 0 or 1 <= count <= MAX_HOST_DEVICES):
+            raise UserError(f"JAX_NUM_CPU_DEVICES={text!r}: {must} (or -1 for jax's default); set e.g. "
+                            "JAX_NUM_CPU_DEVICES=8, or unset it.")
 
 
 @contextlib.contextmanager
@@ -212,8 +239,8 @@ def stop_exits_while_loading():
     Ctrl-C or SIGTERM there ends the process at once with 130 or 143, as one before main does
     (:func:`quiet_interrupt_while_starting`); raised inside jaxlib's C++ import, the exception can crash
     the interpreter (SIGSEGV). Outside a command-line run signal handling is left alone. The XLA_FLAGS that jax
-    will read are checked first (:func:`check_xla_flags`), since XLA says what is wrong with them by aborting."""
-    check_xla_flags()
+    will read are checked first (:func:`check_host_devices`), since XLA says what is wrong with them by aborting."""
+    check_host_devices()
     if signal.getsignal(signal.SIGINT) is not _raise_stop:
         yield
         return
@@ -295,7 +322,7 @@ def main(fn):
                 return fail(UserError(exc.code))
             raise
         except USER_ERRORS as exc:
-            return fail(exc)
+            return fail(jax_setting_error(exc) or exc)
         except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
                                   "or sequence, or a smaller model."))

@@ -301,7 +301,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
             raise UserError(f"config file {path} is not valid Python ({e.msg}): save it as UTF-8 text.") from None
         raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}): fix that line.") from None
     except (Exception, SystemExit) as e:  # the user's file: say where it failed instead of a traceback (or an exit)
-        raise UserError(f"config file {path} failed{_failure(e, path)}") from None
+        raise cli.jax_setting_error(e) or UserError(f"config file {path} failed{_failure(e, path)}") from None
     get_config = getattr(module, "get_config", None)
     if not callable(get_config):
         raise UserError(f"config file {path} defines no get_config(arg) function: see configs/tiny.py.")
@@ -311,7 +311,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
         if isinstance(e, ValueError) and _raised_here(e):
             raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
         call = f"get_config({arg!r})" if arg else "get_config()"
-        raise UserError(f"{call} of {path} failed{_failure(e, path)}") from None
+        raise cli.jax_setting_error(e) or UserError(f"{call} of {path} failed{_failure(e, path)}") from None
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict: "
                         "return one, as configs/tiny.py does.")

@@ -117,25 +117,48 @@ def test_a_jax_platforms_that_cannot_start_here_is_one_sentence_not_a_traceback(
 def test_cli_a_count_of_simulated_devices_xla_cannot_make_is_one_sentence_before_jax_loads(tmp_path):
     # XLA read the flag at the first use of a device: 'abc', '1.5', '' and an int32 overflow aborted the process with
     # its list of every flag (status 1, about 90 lines), 0 and -1 were blamed on JAX_PLATFORMS, and 100000 devices took
-    # longer to make than any run.
-    values = ["abc", "1.5", "", "99999999999", "0", "-1", "100000"]
+    # longer to make than any run. jax's JAX_NUM_CPU_DEVICES=0 was blamed on JAX_PLATFORMS too.
+    flag = "--xla_force_host_platform_device_count"
+    must = "the number of simulated CPU devices must be a whole number from 1 to 4096"
+    cases = [("XLA_FLAGS", f"--xla_cpu_enable_fast_math=false {flag}={value}",
+              f"error: XLA_FLAGS holds {flag}={value}: {must}; write e.g. {flag}=8, or remove it.")
+             for value in ["abc", "1.5", "", "99999999999", "0", "-1", "100000"]]
+    cases += [("JAX_NUM_CPU_DEVICES", value, f"error: JAX_NUM_CPU_DEVICES={value!r}: {must} (or -1 for jax's default); "
+                                             "set e.g. JAX_NUM_CPU_DEVICES=8, or unset it.") for value in ["0", "abc", "5000"]]
     run = str(tmp_path / "run")
     script = ("import os, sys\nfrom sps_jax import train\n"
-              f"for value in {values!r}:\n"
-              "    os.environ['XLA_FLAGS'] = '--xla_cpu_enable_fast_math=false "
-              "--xla_force_host_platform_device_count=' + value\n"
+              f"for variable, value in {[case[:2] for case in cases]!r}:\n"
+              "    before = dict(os.environ)\n"
+              "    os.environ[variable] = value\n"
               f"    status = train.main(['--config', 'configs/tiny.py', '--workdir', {run!r}])\n"
+              "    os.environ.clear()\n    os.environ.update(before)\n"
               "    print('answered', status, 'jax' in sys.modules, file=sys.stderr, flush=True)\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
                           timeout=120)
     lines = own_lines(proc.stderr)
-    assert proc.returncode == 0 and len(lines) == 2 * len(values), proc.stderr[-3000:]
-    for value, said, answered in zip(values, lines[::2], lines[1::2]):
-        assert said == (f"error: XLA_FLAGS holds --xla_force_host_platform_device_count={value}: the number of "
-                        "simulated CPU devices must be a whole number from 1 to 4096; write e.g. "
-                        "--xla_force_host_platform_device_count=8, or remove it."), said
+    assert proc.returncode == 0 and len(lines) == 2 * len(cases), proc.stderr[-3000:]
+    for (_, _, sentence), said, answered in zip(cases, lines[::2], lines[1::2]):
+        assert said == sentence, said
         assert answered == "answered 2 False", answered
     assert not os.path.exists(run)
+
+
+@pytest.mark.parametrize("variable, value, reason", [
+    # jax refused them as it loaded, inside the config file's import: "get_config() of configs/tiny.py failed at line
+    # 15: ValueError: ...: fix the file there."
+    ("JAX_ENABLE_X64", "maybe", "invalid truth value 'maybe' for environment 'JAX_ENABLE_X64'"),
+    ("JAX_DEFAULT_MATMUL_PRECISION", "bogus", 'Invalid value "bogus" for JAX flag jax_default_matmul_precision'),
+])
+def test_cli_a_jax_setting_in_the_environment_that_jax_refuses_is_named_not_blamed_on_the_config(tmp_path, variable,
+                                                                                                value, reason):
+    proc = subprocess.run([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
+                           str(tmp_path / "run")], cwd=REPO, env={**env(), variable: value}, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, own_lines(proc.stderr)) == (2, [
+        f"error: jax cannot start with {variable}={value!r} ({reason}): set {variable} to a value jax takes, or unset "
+        "it."]), proc.stderr
+    assert not (tmp_path / "run").exists()
+
 
 def test_a_second_stop_during_a_held_save_ends_the_command_at_once():
     # Every stop was held to the end of the block: a save that hung could be ended only with SIGKILL.
