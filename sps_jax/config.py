@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import inspect
 import math
 import os
 import pathlib
@@ -305,6 +306,7 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     get_config = getattr(module, "get_config", None)
     if not callable(get_config):
         raise UserError(f"config file {path} defines no get_config(arg) function: see configs/tiny.py.")
+    _check_takes(get_config, arg, path)
     try:
         config = get_config(arg) if arg else get_config()
     except (Exception, SystemExit) as e:
@@ -324,6 +326,22 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if prefix is not None and "name" not in (override_key(item) for item in overrides):
         config.name = run_name(prefix, config.model)  # the name says what was trained, overrides included
     return config
+
+
+def _check_takes(get_config, arg: str | None, path: str) -> None:
+    """One sentence where ``get_config`` cannot be called with the spec's argument (or with none): Python's
+    "missing 1 required positional argument" was said as a failure of the file, where the spec is what to change."""
+    try:
+        signature = inspect.signature(get_config)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call says it
+        return
+    try:
+        signature.bind(*([arg] if arg else []))
+    except TypeError:
+        if arg:
+            raise UserError(f"get_config of {path} takes no argument, so the config's ':{arg}' cannot be passed to it: "
+                            f"drop it (--config {path}), or give get_config an argument.") from None
+        raise UserError(f"get_config of {path} needs an argument: give it after ':' (--config {path}:ARG).") from None
 
 
 def _plain_numbers(config: ml_collections.ConfigDict) -> None:

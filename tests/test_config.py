@@ -502,6 +502,26 @@ def test_a_value_set_on_a_text_field_or_over_a_section_is_told_what_goes_there_n
     assert str(refusal.value) == f"get_config() of {path} failed at line 5: {sentence}"
 
 
+@pytest.mark.parametrize("signature, spec_arg, sentence", [
+    # Python's "get_config() missing 1 required positional argument: 'arg': fix the file." and "takes 0 positional
+    # arguments but 1 was given: fix the file.": the spec, not the file, is what to change.
+    ("arg", None, "get_config of {path} needs an argument: give it after ':' (--config {path}:ARG)."),
+    ("", "s,sps", "get_config of {path} takes no argument, so the config's ':s,sps' cannot be passed to it: drop it "
+                  "(--config {path}), or give get_config an argument."),
+])
+def test_a_config_argument_that_get_config_does_not_take_or_needs_is_said_of_the_spec(tmp_path, signature, spec_arg,
+                                                                                       sentence):
+    path = tmp_path / "takes.py"
+    path.write_text(f"from sps_jax import config\n\ndef get_config({signature}):\n    return config.paper_config('xs')\n")
+    with pytest.raises(ValueError) as refusal:
+        sps_config.load_config(str(path) + (f":{spec_arg}" if spec_arg else ""))
+    assert str(refusal.value) == sentence.format(path=path)
+    # A default makes the argument optional: both specs load.
+    path.write_text("from sps_jax import config\n\ndef get_config(arg='s'):\n    return config.paper_config(arg)\n")
+    assert sps_config.load_config(str(path)).model.num_layers == 12
+    assert sps_config.load_config(f"{path}:xs").model.num_layers == 8
+
+
 def test_a_switch_a_config_file_sets_to_a_word_is_one_sentence():
     # train.tensorboard = "no" is truthy: TensorBoard stayed on without a word.
     config = sps_config.load_config("configs/tiny.py")
