@@ -22,7 +22,7 @@ def doc_bounds(doc_ids_BT):
 
     Documents must be contiguous runs of equal ids (as masks.document_ids makes them).
     """
-    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a 1-D row or a nested list failed on .shape's unpacking
+    doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a nested list becomes an array; a 1-D row is refused
     xp = masks.array_module(doc_ids_BT)
     B, T = doc_ids_BT.shape
     pos = xp.arange(T, dtype=xp.int32)
@@ -138,8 +138,8 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
 
 def padded_length(padded_len, T: int, multiple: int = 1) -> int:
     """``padded_len`` positions, at least the ``T`` there are and a multiple of ``multiple`` (both blocks of a
-    table), else one sentence; None is ``T`` rounded up to ``multiple``. numpy padded by a negative or fractional
-    width in its own words ("index can't contain negative values")."""
+    table), else one sentence; None is ``T`` rounded up to ``multiple``. numpy would refuse a negative or fractional
+    pad width in its own words ("index can't contain negative values")."""
     if padded_len is None:
         return round_up(T, multiple)
     if isinstance(padded_len, bool) or not hasattr(padded_len, "__index__"):

@@ -96,7 +96,8 @@ def backend_unavailable(exc: BaseException) -> bool:
 def jax_setting_error(exc: BaseException) -> UserError | None:
     """jax's refusal of a ``JAX_*`` environment variable, as one sentence naming it, or None for anything else. jax
     reads them as it loads (JAX_ENABLE_X64, JAX_DEFAULT_MATMUL_PRECISION) or starts a backend (JAX_NUM_CPU_DEVICES)
-    and raises from its config module in words that name no fix; the import inside a config file was blamed on it."""
+    and raises from its config module in words that name no fix; raised by a config file's import of jax, it is no
+    failure of that file."""
     frames = traceback.extract_tb(exc.__traceback__) if isinstance(exc, ValueError) else []
     if not frames or not frames[-1].filename.endswith(os.path.join("jax", "_src", "config.py")):
         return None

@@ -329,8 +329,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
 
 
 def _check_takes(get_config, arg: str | None, path: str) -> None:
-    """One sentence where ``get_config`` cannot be called with the spec's argument (or with none): Python's
-    "missing 1 required positional argument" was said as a failure of the file, where the spec is what to change."""
+    """One sentence where ``get_config`` cannot be called with the spec's argument (or with none): the spec is what
+    to change, where Python's "missing 1 required positional argument" would read as a failure of the file."""
     try:
         signature = inspect.signature(get_config)
     except (TypeError, ValueError):  # no signature to read (a builtin): the call says it

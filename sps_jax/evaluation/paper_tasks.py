@@ -55,7 +55,7 @@ def lm_eval_name(key: str) -> str:
 
 def expand(names) -> list[str]:
     """'paper', 'zero_shot', 'corpus' and comma-separated lists into result keys / lm-eval names, in order."""
-    if isinstance(names, str) or not hasattr(names, "__iter__"):  # a str was read a character at a time: p, a, e, r
+    if isinstance(names, str) or not hasattr(names, "__iter__"):  # a str would be read a character at a time: p, a, e, r
         got = f"the string {names!r}" if isinstance(names, str) else f"a {type(names).__name__}"
         raise TypeError(f"names must be a list of tasks and groups, not {got}: pass e.g. ['paper'] or "
                         "['arc_easy,wikitext'].")

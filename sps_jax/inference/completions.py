@@ -32,7 +32,7 @@ def encode(cfg, prompts: Sequence[str], max_new_tokens: int, names=None,
     cfg = sps_model.ModelConfig.from_config(cfg)
     if isinstance(prompts, str):  # each character would be a prompt
         raise TypeError("prompts must be a list of texts, got one str: pass [prompt].")
-    if not hasattr(prompts, "__iter__"):  # None failed on "'NoneType' object is not iterable"
+    if not hasattr(prompts, "__iter__"):  # None: this sentence, not Python's "object is not iterable"
         raise TypeError(f"prompts must be a list of texts, got a {type(prompts).__name__}: pass e.g. ['The module'].")
     if isinstance(names, str):  # each character would be a name
         raise TypeError(f"names must be a list of one name per prompt, got the str {names!r}: pass [{names!r}].")

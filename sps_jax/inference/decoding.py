@@ -240,7 +240,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     if isinstance(prompts, str):
         raise TypeError("prompts is text, not a list of prompts of token ids: encode each with "
                         "sps_jax.data.tokenizer.encode and pass a list of them.")
-    if not hasattr(prompts, "__iter__"):  # None failed on "'NoneType' object is not iterable"
+    if not hasattr(prompts, "__iter__"):  # None: this sentence, not Python's "object is not iterable"
         raise TypeError(f"prompts must be a list of prompts of token ids, got a {type(prompts).__name__}: pass e.g. "
                         "[[464, 8265]].")
     prompts = [token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
