@@ -43,6 +43,19 @@ from sps_jax.cli import MissingPackage, UserError
 PASS_CHECKPOINT = "pass the checkpoint file to import"
 # --variant's default, and what --window's None means: what the file says (model_args, or the config it carries).
 FROM_FILE = "from the file"
+# The model fields an import takes from a flag of its own, read against the file (a note says where the flag replaces
+# the file's value): an override of one replaced the flag's value, or the file's, without a word.
+_FLAG_FIELDS = {"model.variant": "--variant", "model.window": "--window", "model.num_heads": "--num-heads",
+                "model.seq_len": "--seq-len"}
+
+
+def check_flag_overrides(overrides) -> None:
+    """One sentence for an override (``model.window=5``) of a field the import sets by its flag (``--window``)."""
+    for item in overrides:
+        flag = _FLAG_FIELDS.get(sps_config.override_key(item))
+        if flag:
+            raise UserError(f"{item} sets what {flag} sets, which the import reads against the file: pass "
+                            f"{flag} {item.partition('=')[2]} instead.")
 
 
 def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
@@ -484,6 +497,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
 
     path, out = files.path_text(path, "path"), files.path_text(out, "out")
     overrides = sps_config.check_overrides(overrides)
+    check_flag_overrides(overrides)
     num_heads, seq_len = _sizes(num_heads, seq_len)  # before the file is read
     cli.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
@@ -525,7 +539,7 @@ def main(argv=None) -> int:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", type=cli.input_path("checkpoint", cli.FILE, PASS_CHECKPOINT),
                    help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
-    p.add_argument("--variant", default=FROM_FILE,
+    p.add_argument("--variant", default=FROM_FILE, choices=masks.VARIANTS, metavar="VARIANT",
                    help=f"{', '.join(masks.VARIANTS)} (default: the file's)")
     p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
                    f"else {masks.DEFAULT_WINDOW})")
@@ -533,7 +547,7 @@ def main(argv=None) -> int:
                    help="run folder to write (new or empty, or replaced with --force)")
     p.add_argument("--num-heads", type=cli.positive_int, default=None,
                    help=f"attention heads (default: the file's model_args n_head, else d/{sps_config.PAPER_HEAD_DIM})")
-    p.add_argument("--seq-len", type=cli.positive_int, default=None,
+    p.add_argument("--seq-len", type=sps_config.seq_len_argument, default=None,
                    help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
     p.add_argument("--step", type=sps_config.step_argument, default=None,
                    help="step to record (default: the file's iter_num or 0)")
@@ -541,6 +555,8 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true",
                    help="replace an --out folder that already holds files (never a run or token folder, at any depth)")
     args = p.parse_args(argv)
+    check_flag_overrides(overrides)
+    window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
     sps_model = cli.load("sps_jax.model")
 
     # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
@@ -549,7 +565,6 @@ def main(argv=None) -> int:
     for item in overrides:
         sps_config.apply_override(preview, item)
     sps_config.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
-    window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
     config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
                                          args.seq_len, overrides, args.trust_pickle, args.step, args.force)
     for note in notes:

@@ -42,6 +42,10 @@ DEFAULT_WINDOW = 64
 # and a window of T or more is unbounded anyway.
 MAX_WINDOW = 2 ** 31 - 1
 
+# The longest context: a two-stream variant's 2T entries are indexed in int32 (masks, kernels, KV cache). Here, with
+# no jax, so that a command's parser can hold a length flag to it.
+MAX_SEQ_LEN = 2 ** 30
+
 
 def _integer(value) -> int | None:
     """``value`` as an int where it is one: a Python, numpy or jax integer (a 0-d array too), as cli.integer takes

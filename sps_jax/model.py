@@ -34,9 +34,6 @@ SHAPE_FIELDS = ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size")
 FUNCTION_FIELDS = ("variant", "window", "persistent_window", "rope_theta", "norm_eps", "eos_id", "predict_id",
                    "pad_id")
 
-# The longest context: a two-stream variant's 2T entries are indexed in int32 (masks, kernels, KV cache).
-MAX_SEQ_LEN = 2 ** 30
-
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -94,8 +91,8 @@ class ModelConfig:
             least = 0 if name.endswith("_id") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"model.{name} must be an integer of at least {least}, got {value!r}.")
-        if self.seq_len > MAX_SEQ_LEN:
-            raise ValueError(f"model.seq_len={self.seq_len} is above {MAX_SEQ_LEN}: the 2T entries of two streams are "
+        if self.seq_len > masks.MAX_SEQ_LEN:
+            raise ValueError(f"model.seq_len={self.seq_len} is above {masks.MAX_SEQ_LEN}: the 2T entries of two streams are "
                              "indexed in int32 in the masks, kernels and KV cache; pass a shorter context.")
         f32 = np.finfo(np.float32)
         for name in ("rope_theta", "init_std", "norm_eps"):

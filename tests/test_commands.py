@@ -123,7 +123,10 @@ ANSWERED_WITHOUT_JAX = {
                                  ["curves", "x", "--out", "c.txt"],  # an output of the wrong kind
                                  ["seeds", "x", "y", "--margin", "nan"]],
     "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
-                             ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"]],
+                             ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"],
+                             ["x", "--out", "y", "--window", "-1"], ["x", "--out", "y", "--variant", "SPS"],
+                             ["x", "--out", "y", "--seq-len", "1073741825"],
+                             ["x", "--out", "y", "--config.model.window=3"]],
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"],
                              ["--workdir", "x", "--out", "y.pt", "--step", "two"], ["x", "--workdir", "x", "--out", "y.pt"],

@@ -957,3 +957,33 @@ def test_cli_a_model_args_value_no_model_takes_names_the_files_key(tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith("error: model.") and f"got {flag.partition('=')[2]}" in err, err
     assert "model_args" not in err, err
+
+
+@pytest.mark.parametrize("override, flag, given", [("--config.model.window=5", "--window 5", "3"),
+                                                   ("--config.model.variant=standard", "--variant standard", "sps"),
+                                                   ("--config.model.num_heads=4", "--num-heads 4", "2"),
+                                                   ("--config.model.seq_len=64", "--seq-len 64", "32")])
+def test_cli_an_override_of_a_field_the_import_has_a_flag_for_is_refused_naming_the_flag(tmp_path, override, flag,
+                                                                                          given):
+    # With the flag too, the override won without a word (--window 3 said it replaced the file's window, and the run
+    # got the override's 5); alone, it replaced the file's value with no note, where the flag says so.
+    name = flag.split()[0]
+    for extra in ([], [name, given]):
+        outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), override,
+                                                *extra])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"{override} sets what {name} sets" in outcome.stderr and f"pass {flag} instead" in outcome.stderr, \
+            outcome.stderr
+    with pytest.raises(ValueError, match=f"model.{override.split('.')[2].split('=')[0]}=.* sets what {name} sets"):
+        import_torch.import_checkpoint(str(tmp_path / "ckpt.pt"), str(tmp_path / "run"), variant="sps",
+                                       overrides=[override.removeprefix("--config.")])
+    assert not os.listdir(tmp_path)
+
+
+def test_cli_a_seq_len_past_the_longest_context_is_refused_as_an_argument(tmp_path):
+    # It was said as model.seq_len, a field the user never wrote, once the file had loaded.
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"),
+                                            "--seq-len", "1073741825"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "argument --seq-len: 1073741825 must be from 1 to 1073741824" in outcome.stderr, outcome.stderr
+    assert not os.listdir(tmp_path)
