@@ -105,6 +105,7 @@ ANSWERED_WITHOUT_JAX = {
                                ["train", "--config", "configs/tiny.py", "--profile", "README.md"],
                                ["generate", "--help"], ["generate", "--repeats", "0"],
                                ["generate", "--json", "README.md"],  # an existing file, without --force
+                               ["generate", "--prefill", "1073741824", "--decode", "1"],  # past the longest context
                                ["smoke", "--help"], ["smoke", "--variants", "sps,sps"],
                                ["smoke", "--json", "configs/tiny.py"],  # the config it reads
                                ["compile", "--help"], ["compile", "--target", "h100", "--only", "kernels",

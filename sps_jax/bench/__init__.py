@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import cli, files, run_files
+from sps_jax import cli, config as sps_config, files, masks, run_files
 
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
@@ -19,7 +19,6 @@ def load_config(path: str, overrides=()):
     whether the benchmark reads it or not, as train refuses it (``bench compile --only kernels`` took
     ``model.num_layers=0``, ``bench generate`` a negative ``train.peak_lr``). A config of a model section alone is a
     model's shapes, which generate and smoke need no more than."""
-    from sps_jax import config as sps_config
     from sps_jax import model as sps_model
 
     config = sps_config.load_config(path, overrides)
@@ -30,11 +29,21 @@ def load_config(path: str, overrides=()):
 
 
 def add_workload_flags(parser, prefix: str = "") -> None:
-    """--batch-size, --prefill and --decode: the generation workload, the paper's by default."""
+    """--batch-size, --prefill and --decode: the generation workload, the paper's by default (checked together by
+    :func:`check_workload_flags`)."""
     cli.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
     for flag, what in (("prefill", "prompt tokens per row"), ("decode", "new tokens per row (one decode step each)")):
-        parser.add_argument(f"--{flag}", type=cli.positive_int, default=GENERATION_WORKLOAD[flag],
+        parser.add_argument(f"--{flag}", type=sps_config.seq_len_argument, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
+
+
+def check_workload_flags(parser, args) -> None:
+    """``parser.error`` for a workload whose rows hold more positions (the KV cache's: prefill + decode) than the
+    longest context, which the model would refuse as a ``model.seq_len`` the user never set."""
+    positions = args.prefill + args.decode
+    if positions > masks.MAX_SEQ_LEN:
+        parser.error(f"--prefill {args.prefill} + --decode {args.decode} is {positions} positions per row, past "
+                     f"{masks.MAX_SEQ_LEN}, the longest context (2T entries indexed in int32): lower them.")
 
 
 def add_json_flag(parser) -> None:
@@ -50,7 +59,6 @@ def check_json(args):
     jax, so a benchmark checks it with its arguments)."""
     if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
         # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
-        from sps_jax import config as sps_config
         config = getattr(args, "config", None)
         run_files.output_file(args.json, "--json", args.force,
                               [("--config", sps_config.split_spec(config)[0])] if config else [])
@@ -64,7 +72,6 @@ def check_profile(args) -> None:
         return
     if args.json is not None and os.path.realpath(args.json) == os.path.realpath(args.profile):
         raise cli.UserError(f"--profile {args.profile} is the --json path: give the traces a folder of their own.")
-    from sps_jax import config as sps_config
     config = getattr(args, "config", None)
     run_files.replaceable_folder(args.profile, "--profile", args.force, "the traces",
                                  inputs=[("--config", sps_config.split_spec(config)[0] if config else None)])

@@ -80,6 +80,7 @@ def parse_args(argv):
     bench.add_json_flag(p)
     rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
+    bench.check_workload_flags(p, args)
     args.overrides = overrides
     given = {action.dest: flag for flag, _, _, action in p._flag_uses(rest, lambda action: True)}
     for program, dests in PROGRAM_FLAGS.items():

@@ -58,7 +58,9 @@ def _parse(argv, config_fields=None):
                         "--decode keeps the trace small; --force replaces a FOLDER that holds files)")
     bench.add_json_flag(parser)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # peak memory of one variant
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    bench.check_workload_flags(parser, args)
+    return args
 
 
 def _model_config(args, overrides, variant, backend=None):

@@ -263,3 +263,21 @@ def test_cli_each_quantity_in_the_generation_json_names_its_unit(tmp_path, monke
         "cache_persistent_bytes", "cache_ring_bytes", "cache_bytes", "decode_compiled_bytes", "throughput_ratio",
         "decode_peak_memory_ratio", "peak_memory_ratio", "cache_bytes_ratio", "persistent_cache_ratio"}
     assert (record["batch_size"], record["prefill_tokens"], record["decode_steps"]) == (1, 4, 2)
+
+
+@pytest.mark.parametrize("argv, sentence", [
+    (["generate", "--prefill", "1073741825"], "argument --prefill: 1073741825 must be from 1 to 1073741824, the longest "
+                                              "context (2T entries indexed in int32)"),
+    (["compile", "--target", "h100", "--only", "generate", "--decode", "1073741825"], "argument --decode: 1073741825 "
+                                                                                       "must be from 1 to 1073741824"),
+    (["generate", "--prefill", "1073741824", "--decode", "1"],
+     "--prefill 1073741824 + --decode 1 is 1073741825 positions per row, past 1073741824, the longest context (2T "
+     "entries indexed in int32): lower them"),
+    (["compile", "--target", "h100", "--only", "generate", "--prefill", "1073741824", "--decode", "1"],
+     "--prefill 1073741824 + --decode 1 is 1073741825 positions per row"),
+])
+def test_cli_a_workload_past_the_longest_context_is_refused_as_an_argument(argv, sentence):
+    # It was said as model.seq_len, a field the user never set, once jax and the config had loaded.
+    outcome = fuzz.call(bench_main.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert sentence in outcome.stderr and "model.seq_len" not in outcome.stderr, outcome.stderr
