@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from sps_jax import attention_inputs, masks, mesh as sps_mesh
-from sps_jax.names import ATTENTION_BACKENDS, did_you_mean
+from sps_jax.names import ATTENTION_BACKENDS, AUTO, did_you_mean
 
 # The score a hidden key gets: finite, so a row with every key hidden gives exp(0) times a zero mask, not inf - inf.
 # The kernels use pallas_attention.MASK_VALUE (-0.7 x float32's max, as jax's flash kernels do): any finite value far
@@ -99,8 +99,6 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     return merge_partials([softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC)])
 
 
-# What "auto" means on each platform; anything not listed gets the dense reference.
-AUTO = {"tpu": "splash", "gpu": "pallas"}
 # The kernel backends' modules, each with its ``model_backend``; "xla" is this module's own.
 KERNEL_MODULES = {"pallas": "sps_jax.pallas_attention", "triton": "sps_jax.triton_attention",
                   "splash": "sps_jax.splash_attention"}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 
 ATTENTION_BACKENDS = ("xla", "pallas", "triton", "splash", "auto")  # model.attention (sps_jax.attention)
+# What "auto" means on each platform; anything not listed gets the dense reference.
+AUTO = {"tpu": "splash", "gpu": "pallas"}
 DTYPES = ("bfloat16", "float16", "float32")  # model.dtype, param_dtype, residual_dtype; the kernels' dtypes
 
 

@@ -100,6 +100,8 @@ ANSWERED_WITHOUT_JAX = {
                                ["attention", "--attention", "pallas", "--block-q", "48"],
                                ["attention", "--attention", "splash", "--block-k", "64"],
                                ["attention", "--batch-size", "6000", "--seq-len", "65536"],
+                               # tile flags no kernel that auto can name takes (pallas off a TPU, splash on one)
+                               ["attention", "--num-warps", "3"], ["attention", "--block-q", "48"],
                                ["tiles", "--help"], ["tiles", "--tiles", "48x32"],
                                ["train", "--help"], ["train", "--config", "configs/tiny.py", "--steps", "0"],
                                ["train", "--config", "configs/tiny.py", "--profile", "README.md"],

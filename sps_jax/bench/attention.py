@@ -52,18 +52,24 @@ def add_timing_flags(p) -> None:
     p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
 
 
-def check_shape_fits(p, args) -> None:
-    """``p.error`` when the two streams' q, k, v and output at the shape flags (in ``args.dtype``) alone need more
-    memory than the largest accelerator listed has: a shape no device can time (a typo such as an extra digit in
-    --batch-size) is refused before anything is compiled, on any machine."""
+def check_shape(p, args, tile: int = 1) -> None:
+    """``p.error`` for a shape no kernel runs: an odd head dim (RoPE rotates pairs of dimensions), or one whose two
+    streams' q, k, v and output at the shape flags (in ``args.dtype``), the sequence padded to a multiple of ``tile``
+    positions as the kernels pad it to their largest tile, alone need more memory than the largest accelerator listed
+    has (a typo such as an extra digit in --batch-size or a tile flag); on any machine, before anything is compiled."""
+    if args.head_dim % 2:
+        p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
     acc = hardware.largest()
     itemsize = ml_dtypes.finfo(args.dtype).bits // 8
-    inputs_bytes = 4 * args.batch_size * args.seq_len * 2 * args.heads * args.head_dim * itemsize
+    padded = -(-args.seq_len // tile) * tile
+    inputs_bytes = 4 * args.batch_size * padded * 2 * args.heads * args.head_dim * itemsize
     if inputs_bytes > acc.memory_bytes:
-        p.error(f"--batch-size {args.batch_size} x --seq-len {args.seq_len} x --heads {args.heads} x --head-dim {args.head_dim} "
+        seq = (f"{args.seq_len}" if padded == args.seq_len else
+               f"{args.seq_len} (padded to {padded}, a multiple of the largest tile)")
+        p.error(f"--batch-size {args.batch_size} x --seq-len {seq} x --heads {args.heads} x --head-dim {args.head_dim} "
                 f"needs {inputs_bytes / hardware.GiB:,.0f} GiB for q, k, v and the output alone, more than the "
                 f"{acc.memory_bytes / hardware.GiB:,.0f} GiB of the largest accelerator listed ({acc.name}): lower "
-                "--batch-size or --seq-len.")
+                + ("--batch-size or --seq-len." if padded == args.seq_len else "--batch-size, --seq-len or the tile."))
 
 
 def parse_args(argv):
@@ -88,9 +94,7 @@ def parse_args(argv):
     add_timing_flags(p)
     bench.add_json_flag(p)
     args = bench.check_json(p.parse_args(argv))
-    check_shape_fits(p, args)
-    if args.head_dim % 2:
-        p.error(f"--head-dim {args.head_dim} must be even (RoPE rotates pairs of dimensions).")
+    check_shape(p, args, max((v for f, v in given_tiles(args).items() if f.startswith("block")), default=1))
     if args.documents > args.seq_len:
         p.error(f"--documents {args.documents} is more than --seq-len {args.seq_len}: each document needs a position.")
     # Documents as the help says, equal: runs of ceil(T / documents) positions make fewer of them than asked
@@ -98,8 +102,13 @@ def parse_args(argv):
     if args.seq_len % args.documents:
         p.error(f"--documents {args.documents} does not split --seq-len {args.seq_len} into equal documents: pass a "
                 f"divisor of {args.seq_len}.")
-    if args.attention != "auto":  # else the flags are checked once the device names the kernel
+    if args.attention != "auto":
         check_tile_flags(p, args)
+    else:  # the device names the kernel: flags that no kernel auto can name takes are refused now
+        problems = {kernel: tile_problem(args, kernel) for kernel in dict.fromkeys(["pallas", *names.AUTO.values()])}
+        if all(problems.values()):
+            p.error(f"--attention auto is {' or '.join(problems)} (the device decides), and neither takes these tiles: "
+                    + "; ".join(f"{kernel}: {problem.rstrip('.')}" for kernel, problem in problems.items()) + ".")
     with cli.stop_exits_while_loading():  # the device's backend and the kernels need jax from here on
         import jax
 
@@ -116,21 +125,28 @@ def parse_args(argv):
 
 
 def check_tile_flags(p, args) -> None:
-    """``p.error`` for a tile flag that ``args.attention``'s kernels cannot take, from the flags alone (no jax):
-    splash's blocks are multiples of its lanes and it has no warps or stages; pallas's and triton's tiles are
-    powers of two and their warps and stages Triton's."""
+    """``p.error`` for a tile flag that ``args.attention``'s kernels cannot take (:func:`tile_problem`)."""
+    problem = tile_problem(args, args.attention)
+    if problem:
+        p.error(problem)
+
+
+def tile_problem(args, kernel: str) -> str | None:
+    """What is wrong with the tile flags for ``kernel``, from the flags alone (no jax), else None: splash's blocks
+    are multiples of its lanes and it has no warps or stages; pallas's and triton's tiles are powers of two and their
+    warps and stages Triton's."""
     given = given_tiles(args)
     try:
-        if args.attention == "splash":
+        if kernel == "splash":
             if {"num_warps", "num_stages"} & set(given):
-                raise ValueError("--num-warps and --num-stages set the pallas kernel's launch; splash takes "
-                                 "--block-q/--block-k only.")
+                return "--num-warps and --num-stages set the pallas kernel's launch; splash takes --block-q/--block-k only."
             for block in given.values():
                 kernel_tuning.check_splash_block(block)
         elif given:
             dataclasses.replace(kernel_tuning.WIDE_HEADS.forward, **given)  # Tiles checks each field given
     except ValueError as e:
-        p.error(str(e))
+        return str(e)
+    return None
 
 
 def given_tiles(args) -> dict:

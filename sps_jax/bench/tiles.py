@@ -151,7 +151,7 @@ def parse_args(argv):
             kernel_tuning.Tiles(*args.tiles[0], w, st)
         except ValueError as e:
             p.error(f"--launches {w}x{st}: {e}")
-    bench_attention.check_shape_fits(p, args)
+    bench_attention.check_shape(p, args, max(max(shape) for shape in args.tiles))
     with cli.stop_exits_while_loading():  # whether this machine has a GPU: jax's to say
         import jax
     if jax.default_backend() != "gpu":

@@ -197,3 +197,22 @@ def test_cli_the_interpreter_checks_time_is_in_seconds_by_its_name(tmp_path):
     assert bench_attention.main(["--variants", "sps", "--seq-len", "64", "--json", str(out)]) == 0
     check = json.loads(out.read_text())["interpret_check"]["sps"]
     assert set(check) == {"max_abs_error_vs_xla", "elapsed_s"} and check["elapsed_s"] > 0
+
+
+@pytest.mark.parametrize("argv, padded", [
+    (["attention", "--attention", "pallas", "--block-q", "1073741824"], 1073741824),
+    (["attention", "--attention", "splash", "--block-k", str(2 ** 63)], 2 ** 63),
+    (["tiles", "--tiles", "64x1073741824"], 1073741824),
+])
+def test_cli_a_tile_whose_padded_sequence_no_card_holds_is_refused_before_anything_is_built(argv, padded):
+    # The kernels pad T to a multiple of the largest tile: a 2**30 tile was killed for memory counting its scores on
+    # the CPU, a 2**63 one said numpy's "Maximum allowed dimension exceeded" after the first table line.
+    outcome = fuzz.call(bench_main.main, argv)
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"--seq-len 4096 (padded to {padded}, a multiple of the largest tile)" in outcome.stderr, outcome.stderr
+    assert "lower --batch-size, --seq-len or the tile" in outcome.stderr and not outcome.stdout, outcome.stderr
+
+
+def test_a_tile_past_the_sequence_is_taken_while_its_padded_inputs_fit():
+    # 8192 positions of padded inputs at the S shape are 3 GiB: wasteful, not refused.
+    assert bench_attention.parse_args(["--attention", "pallas", "--block-q", "8192"]).block_q == 8192

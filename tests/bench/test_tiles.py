@@ -113,3 +113,10 @@ def test_cli_each_row_of_the_tiles_json_says_its_time_is_in_milliseconds(tmp_pat
     for row in forward["rows"]:
         assert set(row) == {"block_q", "block_k", "num_warps", "num_stages", "default", "time_ms", "vs_cudnn_2t"}
     assert (forward["best"]["num_warps"], forward["best"]["time_ms"]) == (8, 1.0)
+
+
+def test_cli_an_odd_head_dim_is_refused_before_the_gpu_is_asked_for():
+    # bench attention refuses it (RoPE rotates pairs of dimensions); the sweep took it, to fail on the GPU.
+    outcome = fuzz.call(bench_main.main, ["tiles", "--head-dim", "63"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert "--head-dim 63 must be even" in outcome.stderr and "GPU" not in outcome.stderr, outcome.stderr
