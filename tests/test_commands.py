@@ -104,6 +104,7 @@ ANSWERED_WITHOUT_JAX = {
                                ["attention", "--num-warps", "3"], ["attention", "--block-q", "48"],
                                ["tiles", "--help"], ["tiles", "--tiles", "48x32"],
                                ["train", "--help"], ["train", "--config", "configs/tiny.py", "--steps", "0"],
+                               ["train", "--config", "configs/tiny.py", "--steps", "2147483647", "--warmup", "1"],
                                ["train", "--config", "configs/tiny.py", "--profile", "README.md"],
                                ["generate", "--help"], ["generate", "--repeats", "0"],
                                ["generate", "--json", "README.md"],  # an existing file, without --force

@@ -25,9 +25,18 @@ from sps_jax import bench, cli, config as sps_config, files, hardware, masks, na
 PROFILE_STEPS = 3
 
 
+def check_steps(steps: int, warmup: int) -> None:
+    """One sentence for more steps than a run reaches (:data:`sps_jax.config.MAX_STEP`): AdamW's int32 update count
+    saturates there, and a count past it is a typo that would time for years."""
+    if warmup + steps > sps_config.MAX_STEP:
+        raise cli.UserError(f"--warmup {warmup} + --steps {steps} steps pass step {sps_config.MAX_STEP}, "
+                            f"{sps_config.STEP_BOUND}: lower them.")
+
+
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
     # Said before compiling: the timing loop needs a whole count of at least one step.
     steps, warmup = cli.at_least("steps", steps, 1), cli.at_least("warmup", warmup, 0)
+    check_steps(steps, warmup)
     import jax
 
     from sps_jax import attention, flops, profiling, trainer
@@ -114,8 +123,10 @@ def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0],
                                 config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/paper.py:s,standard")
-    parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=cli.non_negative_int, default=2, help="untimed steps after compiling")
+    parser.add_argument("--steps", type=cli.int_up_to(sps_config.MAX_STEP, 1, sps_config.STEP_BOUND), default=10,
+                        help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=cli.int_up_to(sps_config.MAX_STEP, 0, sps_config.STEP_BOUND), default=2,
+                        help="untimed steps after compiling")
     parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base) "
                              "(default: the config's model.variant)")
@@ -128,6 +139,7 @@ def main(argv=None) -> int:
                         "that holds files)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
+    check_steps(args.steps, args.warmup)
     bench.check_profile(args)
     with cli.stop_exits_while_loading():
         import jax

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tests import helpers
+from sps_jax.bench import __main__ as bench_main, train as bench_train
+from tests import fuzz, helpers
 from tests.helpers import REPO, SMALL_OVERRIDES, run_module
 
 
@@ -196,3 +197,19 @@ def test_cli_help_says_which_variant_is_timed_without_variants(capsys):
     with pytest.raises(SystemExit):
         bench_train.main(["--help"])
     assert "(default: the config's model.variant)" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("flags, sentence", [
+    (["--steps", "9223372036854775808"], "argument --steps: 9223372036854775808 must be from 1 to 2147483647, the last "
+                                         "step a run can reach (AdamW counts updates in int32)"),
+    (["--warmup", "2147483648"], "argument --warmup: 2147483648 must be from 0 to 2147483647"),
+    (["--steps", "2147483647", "--warmup", "1"], "--warmup 1 + --steps 2147483647 steps pass step 2147483647, the last "
+                                                 "step a run can reach (AdamW counts updates in int32): lower them"),
+])
+def test_cli_steps_past_the_last_step_a_run_reaches_are_refused_before_anything_is_timed(flags, sentence):
+    # --steps 2**63 timed steps until it was stopped, past where AdamW's int32 update count saturates.
+    outcome = fuzz.call(bench_main.main, ["train", "--config", "configs/tiny.py", *flags])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert sentence in outcome.stderr, outcome.stderr
+    with pytest.raises(ValueError, match="pass step 2147483647"):
+        bench_train.bench_variant(None, 2 ** 31 - 1, 1)
