@@ -519,7 +519,7 @@ RANGES = {
 
 # Integers past this overflow jax's int64 arguments; b1 and b2 of 1 divide by zero in AdamW's bias
 # correction, so their range is [0, 1).
-_INT_MAX = 2 ** 62
+INT_MAX = 2 ** 62
 _BELOW_MAX = frozenset({"train.b1", "train.b2"})
 # The fields the training step computes in float32 (the schedule, clipping and AdamW): a larger value becomes inf
 # there, and the parameters NaN (a learning rate) or -inf (weight decay) after the first update.
@@ -693,11 +693,11 @@ def range_problem(dotted: str, value) -> tuple[str, str] | None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool) \
         and (isinstance(value, int) or math.isfinite(value))
-    cap = _INT_MAX if most is None and kind is int else most
+    cap = INT_MAX if most is None and kind is int else most
     above = number and cap is not None and (value >= cap if dotted in _BELOW_MAX else value > cap)
     if number and not (kind is int and not isinstance(value, int)) and value >= least and not above:
         return None
-    bound = (f"of at least {least}" + (f" and below 2**{_INT_MAX.bit_length() - 1}" if kind is int else "") if most is None
+    bound = (f"of at least {least}" + (f" and below 2**{INT_MAX.bit_length() - 1}" if kind is int else "") if most is None
              else f"in [{least}, {most})" if dotted in _BELOW_MAX else f"between {least} and {most}")
     kind_text = "an integer" if kind is int else "a finite number"
     shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100

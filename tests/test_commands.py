@@ -113,7 +113,8 @@ ANSWERED_WITHOUT_JAX = {
                                ["smoke", "--json", "configs/tiny.py"],  # the config it reads
                                ["compile", "--help"], ["compile", "--target", "h100", "--only", "kernels",
                                                        "--prefill", "8"],
-                               ["compile", "--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"]],
+                               ["compile", "--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"],
+                               ["compile", "--target", "h100", "--no-fit-search", "--micro-batches", str(2 ** 62)]],
     "sps_jax.evaluation.evaluate": [["--help"], ["--version"], ["table", "--help"], ["--bogus"], ["tabel"],
                                     ["--tasks", "paper"], ["--workdir", "x", "--val-batch-size", "two"],
                                     ["--workdir", "x", "--tasks", "paper,paper"], ["table"],

@@ -99,6 +99,13 @@ def parse_args(argv):
                 "leave the TPU targets out.")
     if args.no_fit_search and "max_micro_batch" in given:
         p.error("--max-micro-batch bounds the fit search, which --no-fit-search skips: drop one of them.")
+    largest = max(args.micro_batches)
+    if "max_micro_batch" in given and largest > args.max_micro_batch:  # a listed one that fits is the search's result
+        p.error(f"--micro-batches {largest} is past --max-micro-batch {args.max_micro_batch}, where the fit search "
+                f"stops: raise --max-micro-batch to {largest}, or drop {largest}.")
+    if largest * args.devices >= sps_config.INT_MAX:  # the global batch train.global_batch would refuse
+        p.error(f"--micro-batches {largest} x --devices {args.devices} is {largest * args.devices} rows per step, not "
+                f"below 2**{sps_config.INT_MAX.bit_length() - 1}, the most a run's batch holds: lower them.")
     return args
 
 

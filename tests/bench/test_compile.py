@@ -216,3 +216,19 @@ def test_cli_a_generation_rows_workload_says_it_counts_rows_and_tokens(tmp_path,
     assert {program: set(r) - set(compiled) for program, r in rows.items()} == {
         "prefill": workload | {"prefill_chunk"}, "decode_loop": workload | {"cache_bytes"}, "decode_step": workload}
     assert {(r["batch_size"], r["prefill_tokens"], r["new_tokens"]) for r in rows.values()} == {(2, 8, 4)}
+
+
+@pytest.mark.parametrize("args, sentence", [
+    # the search reported the listed 8 as the largest that fits, "the search's upper bound", which was 4
+    (["--micro-batches", "1,8", "--max-micro-batch", "4"], "--micro-batches 8 is past --max-micro-batch 4, where the "
+                                                           "fit search stops: raise --max-micro-batch to 8, or drop 8"),
+    # said as train.global_batch, a field the user never set, once jax and the config had loaded
+    (["--no-fit-search", "--micro-batches", "9223372036854775808"],
+     "--micro-batches 9223372036854775808 x --devices 1 is 9223372036854775808 rows per step, not below 2**62"),
+    (["--no-fit-search", "--micro-batches", "4611686018427388", "--devices", "1000"],
+     "--micro-batches 4611686018427388 x --devices 1000 is 4611686018427388000 rows per step, not below 2**62"),
+])
+def test_cli_micro_batches_the_search_or_a_run_cannot_hold_are_refused_as_arguments(args, sentence):
+    outcome = fuzz.call(bench_main.main, ["compile", "--target", "h100", "--only", "train", *args])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert sentence in outcome.stderr and "train.global_batch" not in outcome.stderr, outcome.stderr
