@@ -804,7 +804,7 @@ def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_wha
     (tmp_path / "empty" / "val.bin").parent.mkdir()
     (tmp_path / "empty" / "val.bin").write_bytes(b"")
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
-    manifest["splits"]["val"].update(tokens=0, documents=0)
+    manifest["splits"]["val"].update(tokens=0, documents=0, sha256=hashlib.sha256(b"").hexdigest())
     (tmp_path / "empty" / "manifest.json").write_text(json.dumps(manifest))
 
     def load_model(*args, **kwargs):
