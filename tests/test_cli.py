@@ -5,6 +5,7 @@ fuzzing of the readers: tests/test_fuzz_readers.py)."""
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from sps_jax.inference import generate, sampling
 from sps_jax import config as sps_config, export_torch, import_torch, train, trainer
 from tests import fuzz
 from tests.helpers import REPO, env, own_lines, run_module, write_token_folder
+from tests.test_commands import main_of
 
 
 def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(capsys):
@@ -577,11 +579,17 @@ def test_python_m_sps_jax_lists_every_installed_command_with_its_module(args):
 
 # ----------------------------------------------------------------------------- help and docs
 
+def subcommands(parser) -> list[str]:
+    """The subcommand words of a command's parser."""
+    return [word for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for word in action.choices]
+
+
+# Every command and subcommand, the subcommands read from their parsers so that each test below covers a new one.
 HELP_OF = [(train.main, []), (generate.main, []), (evaluate.main, []), (evaluate.main, ["table"]),
            (export_torch.main, []), (import_torch.main, []),
-           *[(data_cli.main, [name]) for name in ("prepare", "verify", "provision-tokenizer", "encode")],
-           *[(probes.main, [name]) for name in ("gradients", "window-nll")],
-           *[(figures.main, [name]) for name in ("curves", "window-ablation", "accuracy-gain")],
+           *[(module.main, [name]) for module in (data_cli, probes, figures)
+             for name in subcommands(module.build_parser())],
            *[(bench_cli.main, [name]) for name in bench_cli.COMMANDS]]
 
 
@@ -619,6 +627,18 @@ def test_every_command_that_reads_one_run_names_it_with_workdir(command_parsers)
         assert workdir is not None and workdir.type is cli.run_path, prog
 
 
+DOCS = ["README.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(REPO, "docs")))
+                        if name.endswith(".md")]
+
+
+def script_modules() -> dict[str, str]:
+    """{console script: the module ``python -m`` runs it as}, from pyproject.toml."""
+    import tomllib
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        return {name: target.split(":")[0].removesuffix(".__main__")
+                for name, target in tomllib.load(f)["project"]["scripts"].items()}
+
+
 DOCUMENTED_COMMAND = re.compile(r"(?:python3? -m (sps_jax(?:\.\w+)*)|\b(sps-[a-z-]+))((?: [a-z][a-z-]*)?)")
 
 
@@ -627,14 +647,9 @@ def test_the_flags_the_docs_name_are_those_of_their_command(command_parsers):
     (spelled out in full, since prefixes are refused), and a list flag is given once, as one comma-separated
     list (docs/pallas.md showed ``--variants standard sps ...`` and ``--kernels dq dkv``, docs/tpu.md a
     repeated ``--target``)."""
-    import tomllib
-    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
-        scripts = {name: target.split(":")[0].removesuffix(".__main__")
-                   for name, target in tomllib.load(f)["project"]["scripts"].items()}
-    docs = ["README.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(REPO, "docs")))
-                            if name.endswith(".md")]
+    scripts = script_modules()
     wrong, checked = [], 0
-    for doc in docs:
+    for doc in DOCS:
         with open(os.path.join(REPO, doc)) as f:
             text = re.sub(r"\\\n\s*", " ", f.read())  # a shell line continued on the next
         for line in text.splitlines():
@@ -659,6 +674,57 @@ def test_the_flags_the_docs_name_are_those_of_their_command(command_parsers):
                     if word in lists and (words.count(word) > 1 or re.fullmatch(r"\w[\w.,-]*", after_value)):
                         wrong.append(f"{doc}: {prog} {' '.join(words[i:i + 3])}")
     assert checked > 100 and wrong == []
+
+
+class Parsed(BaseException):
+    """Raised where a command's parser returns, so that nothing after the parse runs (past cli.main's handlers)."""
+
+
+# The docs' placeholders of typed values, each given a value of its kind (the others read as paths or words).
+PLACEHOLDERS = {"N": "1", "V": "sps", "W": "64", "H": "12", "T": "4096", "QxK,...": "32x32", "WxS,...": "4x2",
+                "$RANK": "0"}
+
+
+def documented_command_lines():
+    """(doc, module, words) of each command line in README.md and docs/*.md: a line of a code block, or a code span in
+    the prose (which may wrap), from its ``python -m`` module or console script to the end of the command (a comment,
+    ``&&``, ``;`` or a pipe); '[--flag V]' counts as given and 'a|b' as a. Mentions of a command (no word after it
+    but a subcommand's) are left out."""
+    scripts = script_modules()
+    for doc in DOCS:
+        with open(os.path.join(REPO, doc)) as f:
+            parts = re.split(r"^```.*$", re.sub(r"\\\n\s*", " ", f.read()), flags=re.M)
+        commands = [line for block in parts[1::2] for line in block.splitlines()]
+        commands += [" ".join(span.split()) for prose in parts[::2] for span in re.findall(r"`([^`]+)`", prose)]
+        for text in commands:
+            for match in re.finditer(r"(?:python3? -m (sps_jax(?:\.\w+)*)|(?<![\w./-])(sps-[a-z-]+))(?= |$)", text):
+                module = match.group(1) or scripts.get(match.group(2))
+                rest = re.split(r"\s#|&&|;|\s\|\s", text[match.end():])[0]
+                rest = re.sub(r"(\S+?)\|\S+", r"\1", rest.replace("[", "").replace("]", "")).replace(" ...", "")
+                words = [PLACEHOLDERS.get(word, word.removesuffix("...")) for word in shlex.split(rest)]
+                if module in {*scripts.values(), "sps_jax"} and words and (len(words) > 1 or words[0][0] == "-"):
+                    yield doc, module, words
+
+
+def test_cli_every_command_line_in_the_docs_parses_as_written(monkeypatch, capsys):
+    """The test above reads the flags' names alone: a value its flag does not take (--dtype bf16), a required
+    flag left out, a positional word too many or missing, or a subcommand that is gone passed it. Each line is
+    given to its command's main, through the bench dispatcher and the --config.a.b=v overrides, up to the return of
+    its parser."""
+    def parse_then_stop(self, args=None, namespace=None):
+        raise Parsed(original(self, args, namespace))
+
+    original = cli.ArgumentParser.parse_args
+    monkeypatch.setattr(cli.ArgumentParser, "parse_args", parse_then_stop)
+    refused, parsed = [], 0
+    for doc, module, words in documented_command_lines():
+        try:
+            status = main_of(module)(words)
+        except Parsed:
+            parsed += 1
+            continue
+        refused.append(f"{doc}: python -m {module} {shlex.join(words)} -> {status}: {capsys.readouterr().err.strip()}")
+    assert refused == [] and parsed > 80
 
 
 # The commands taking a list, each with the flags it requires besides, and the list flag asked of it.
