@@ -11,4 +11,5 @@ if not _os.path.exists("/proc/driver/nvidia/version"):
 
 from sps_jax import cli as _cli  # standard library only: it must not slow the import down
 
+_cli.refuse_library_module()
 _cli.quiet_interrupt_while_starting()

@@ -189,14 +189,57 @@ def _exit_stopped(signum, frame):
     os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
+def _module_run() -> str:
+    """The module ``python -m MODULE`` runs, else ''."""
+    argv = getattr(sys, "orig_argv", [])
+    return next((name for flag, name in zip(argv, argv[1:]) if flag == "-m"), "")
+
+
+def _command_file(path: str) -> bool:
+    """Whether the module file ``path`` runs a command under ``python -m`` (it has a main guard)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return re.search(r'^if __name__ == "__main__":', f.read(), re.M) is not None
+    except OSError:
+        return False
+
+
+def refuse_library_module() -> None:
+    """``python -m sps_jax.X`` where X is a library module (``sps_jax.analysis.seeds``, which ``figures seeds`` runs)
+    would run its top level and exit 0 having done nothing, and a package with no ``__main__`` would get Python's
+    "cannot be directly executed": either is one sentence naming the commands of its package, before anything
+    loads. Python marks
+    ``sys.argv[0]`` as '-m' while it imports the packages above the module it runs, so an import from anywhere else
+    (a notebook, another program) is left alone; a module that does not exist is left to Python's own message."""
+    name = _module_run()
+    if sys.argv[:1] != ["-m"] or name.split(".")[0] != __package__:
+        return
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *name.split(".")[1:])
+    if os.path.isdir(base):  # a package runs its __main__
+        package, path = base, os.path.join(base, "__main__.py")
+    else:
+        package, path = os.path.dirname(base), base + ".py"
+        if not os.path.isfile(path):
+            return
+    if _command_file(path):
+        return
+    prefix = name if package == base else name.rpartition(".")[0]
+    commands = sorted(f"python -m {prefix}.{entry[:-3]}" for entry in os.listdir(package)
+                      if prefix != __package__ and entry.endswith(".py") and entry != "__main__.py"
+                      and _command_file(os.path.join(package, entry)))
+    what = "a package with no command of its own" if package == base else "a library module, imported from Python"
+    every = f"python -m {__package__} lists every command"
+    here = f"the commands of {prefix} are {', '.join(commands)} ({every})" if commands else every
+    raise SystemExit(fail(UserError(f"python -m {name} runs nothing: {name} is {what}; {here}.")))
+
+
 def quiet_interrupt_while_starting() -> None:
     """Started from the shell (``python -m sps_jax...`` or an ``sps-*`` script), a command spends its
     first seconds importing jax before :func:`main` takes over Ctrl-C; an interrupt there ends it like
     one in the run ("interrupted", 130) instead of a traceback, or an abort inside jaxlib's C++ import.
     Nothing has been written yet, so exiting at once loses nothing. Imports elsewhere (notebooks,
     tests, other programs) leave signal handling alone."""
-    argv = getattr(sys, "orig_argv", [])
-    as_module = any(flag == "-m" and name.split(".")[0] == "sps_jax" for flag, name in zip(argv, argv[1:]))
+    as_module = _module_run().split(".")[0] == "sps_jax"
     as_script = bool(sys.argv) and os.path.basename(sys.argv[0]).startswith("sps-")
     if ((as_module or as_script) and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):

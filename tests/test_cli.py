@@ -577,6 +577,31 @@ def test_python_m_sps_jax_lists_every_installed_command_with_its_module(args):
         name: target.split(":")[0].removesuffix(".__main__") for name, target in scripts.items()}
 
 
+EVERY_COMMAND = "python -m sps_jax lists every command"
+
+
+@pytest.mark.parametrize("module, ending", [
+    ("sps_jax.analysis.seeds", "a library module, imported from Python; the commands of sps_jax.analysis are python -m "
+     f"sps_jax.analysis.figures, python -m sps_jax.analysis.probes ({EVERY_COMMAND})."),  # figures seeds runs it
+    # a package without a __main__ (Python said it "cannot be directly executed", status 1)
+    ("sps_jax.evaluation", "a package with no command of its own; the commands of sps_jax.evaluation are python -m "
+     f"sps_jax.evaluation.evaluate, python -m sps_jax.evaluation.lm_eval_cli ({EVERY_COMMAND})."),
+    ("sps_jax.model", f"a library module, imported from Python; {EVERY_COMMAND}.")])
+def test_python_m_of_a_library_module_says_it_runs_nothing_and_names_the_commands_before_jax_loads(module, ending):
+    """python -m sps_jax.analysis.seeds RUN... imported jax, printed the CUDA plugin's lines and exited 0 having
+    done nothing."""
+    proc = run_module(module, "runs/a", "runs/b", "--help", timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", f"error: python -m {module} runs nothing: {module} is {ending}\n")
+
+
+@pytest.mark.parametrize("module", ["sps_jax.bench.attention", "sps_jax.data"])
+def test_cli_python_m_of_a_command_module_outside_the_docs_still_runs_it(module):
+    # A benchmark's own module, and a package whose __main__ is the command.
+    proc = run_module(module, "--version", timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("sps-jax "), proc.stderr
+
+
 # ----------------------------------------------------------------------------- help and docs
 
 def subcommands(parser) -> list[str]:
