@@ -814,6 +814,17 @@ def output_path(text: str) -> str:
     return text
 
 
+def check_force(force: bool, outputs: dict, what: str) -> None:
+    """One sentence for ``--force`` given with none of ``outputs`` ({flag: value, None when not given}), the optional
+    outputs it replaces (``what``): nothing is written then, and the flag would do nothing without a word."""
+    if not force or any(value is not None for value in outputs.values()):
+        return
+    flags = list(outputs)
+    given = f"no {flags[0]} is given: pass it" if len(flags) == 1 else \
+        f"neither {' nor '.join(flags)} is given: pass one of them"
+    raise UserError(f"--force only replaces {what}, and {given}, or drop --force.")
+
+
 def add_run_arguments(parser) -> None:
     """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
     where = parser.add_mutually_exclusive_group(required=True)

@@ -107,6 +107,7 @@ ANSWERED_WITHOUT_JAX = {
                                ["train", "--config", "configs/tiny.py", "--steps", "2147483647", "--warmup", "1"],
                                ["train", "--config", "configs/tiny.py", "--profile", "README.md"],
                                ["generate", "--help"], ["generate", "--repeats", "0"],
+                               ["attention", "--force"], ["train", "--config", "configs/tiny.py", "--force"],  # no output
                                ["generate", "--json", "README.md"],  # an existing file, without --force
                                ["generate", "--prefill", "1073741824", "--decode", "1"],  # past the longest context
                                ["smoke", "--help"], ["smoke", "--variants", "sps,sps"],
@@ -117,6 +118,7 @@ ANSWERED_WITHOUT_JAX = {
                                ["compile", "--target", "h100", "--no-fit-search", "--micro-batches", str(2 ** 62)]],
     "sps_jax.evaluation.evaluate": [["--help"], ["--version"], ["table", "--help"], ["--bogus"], ["tabel"],
                                     ["--tasks", "paper"], ["--workdir", "x", "--val-batch-size", "two"],
+                                    ["table", "x.json", "--force"],  # no --out for --force to replace
                                     ["--workdir", "x", "--tasks", "paper,paper"], ["table"],
                                     ["--workdir", "x", "--tasks", "arc_easy", "--task-data", "arc_easy="],
                                     ["--workdir", "x", "--val-data", "x", "--task-data", "arc_easy=a.jsonl"]],
@@ -146,6 +148,7 @@ ANSWERED_WITHOUT_JAX = {
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "-hello"],
                                    ["--workdir", "w", "--prompt", "x", "--out", "README.md"],  # an existing file
+                                   ["--workdir", "w", "--prompt", "x", "--force"],  # no --out for it to replace
                                    ["--workdir", "w", "--prompt", "x", "--prompts-file", "p.txt"],
                                    ["--workdir", "w", "--prompt", "x", "--max-new-tokens", "ten"],
                                    ["--workdir", "", "--prompt", "x"], ["--prompt", "x"],

@@ -99,6 +99,30 @@ def test_table_never_writes_over_its_results_files_even_with_force(tmp_path):
     assert results.read_text().startswith("not JSON")
 
 
+# --force given without the optional output it replaces: nothing is written, and the flag did nothing unsaid
+# (evaluate table printed its table; generate printed its completions; a benchmark timed and printed its results).
+@pytest.mark.parametrize("main, argv, replaces", [
+    (evaluate.main, ["table", "RUN/eval/none.json"], "--out's .md and .tex files, and no --out is given: pass it"),
+    (generate.main, ["--workdir", "RUN", "--prompt", "Hi"], "an existing --out file, and no --out is given: pass it"),
+    (bench_cli.main, ["attention", "--seq-len", "64"], "an existing --json file, and no --json is given: pass it"),
+    (bench_cli.main, ["tiles"], "an existing --json file, and no --json is given: pass it"),
+    (bench_cli.main, ["smoke", "--config", "RUN/config.py"], "an existing --json file, and no --json is given"),
+    (bench_cli.main, ["compile", "--target", "h100", "--config", "RUN/config.py"], "an existing --json file, and no "
+                                                                                   "--json is given"),
+    (bench_cli.main, ["train", "--config", "RUN/config.py"], "an existing --json file or --profile folder, and "
+                                                             "neither --json nor --profile is given: pass one of them"),
+    (bench_cli.main, ["generate", "--config", "RUN/config.py"], "an existing --json file or --profile folder, and "
+                                                                "neither --json nor --profile is given"),
+])
+def test_cli_force_with_no_output_to_replace_is_refused_before_any_work(tmp_path, main, argv, replaces):
+    run = str(tmp_path / "no-such-run")
+    outcome = fuzz.call(main, [word.replace("RUN", run) for word in argv] + ["--force"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.startswith(f"error: --force only replaces {replaces}"), outcome.stderr
+    assert outcome.stderr.endswith(", or drop --force.\n") and outcome.stdout == "", outcome.stderr
+    assert "no-such-run" not in outcome.stderr, "the inputs were read before the flags"
+
+
 def commands(tmp_path, out):
     """One command per writer, each with ``out`` as its output and inputs it never reaches."""
     run = str(tmp_path / "no-such-run")

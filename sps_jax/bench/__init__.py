@@ -55,8 +55,11 @@ def add_json_flag(parser) -> None:
 
 
 def check_json(args):
-    """``args`` after refusing a ``--json`` path that cannot take the results (before any timing; it loads no
-    jax, so a benchmark checks it with its arguments)."""
+    """``args`` after refusing a ``--json`` path that cannot take the results, and a ``--force`` with nothing to
+    replace (before any timing; it loads no jax, so a benchmark checks it with its arguments)."""
+    profile = "profile" in vars(args)  # train's and generate's trace folder, which --force replaces too
+    cli.check_force(args.force, {"--json": args.json, **({"--profile": args.profile} if profile else {})},
+                    "an existing --json file" + (" or --profile folder" if profile else ""))
     if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
         # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
         config = getattr(args, "config", None)

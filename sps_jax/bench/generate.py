@@ -215,14 +215,15 @@ def peak_bytes_worker(args, overrides, variant, peak_bytes=_peak_bytes) -> dict 
 
 def _worker_argv(argv, backend) -> list[str]:
     """The command line of a peak-memory worker: this one without ``--json`` (flag and value; another
-    flag's value equal to the path stays) and with ``backend`` alone as ``--attention`` (none: the config's)."""
+    flag's value equal to the path stays) or the ``--force`` that replaces it, and with ``backend`` alone as
+    ``--attention`` (none: the config's)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
         elif a in ("--json", "--attention"):
             skip = True
-        elif not a.startswith(("--json=", "--attention=")):
+        elif a != "--force" and not a.startswith(("--json=", "--attention=")):
             out.append(a)
     return out + (["--attention", backend] if backend else [])
 

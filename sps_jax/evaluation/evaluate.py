@@ -323,6 +323,7 @@ def main_table(argv) -> int:
                    help="write OUT.md and OUT.tex (and print the Markdown); OUT.md or OUT.tex names the same pair")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
+    cli.check_force(args.force, {"--out": args.out}, "--out's .md and .tex files")  # the table alone is printed
 
     files.distinct_inputs(args.results, "results file")
     if args.out is not None:

@@ -114,6 +114,7 @@ def _parser() -> cli.ArgumentParser:
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    cli.check_force(args.force, {"--out": args.out}, "an existing --out file")  # the completions alone are printed
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     try:
         sampling.validate()

@@ -117,7 +117,8 @@ def test_backends_are_timed_side_by_side_with_ratios_within_each(tmp_path, monke
 
 
 def test_a_worker_runs_the_one_backend_it_is_given_and_never_writes_the_json():
-    argv = ["--config", "c.py", "--attention", "xla,pallas", "--json", "out.json", "--variants", "sps"]
+    # Without --json, the --force that replaces it is refused: a worker given it stopped every --force run.
+    argv = ["--config", "c.py", "--attention", "xla,pallas", "--json", "out.json", "--force", "--variants", "sps"]
     assert bench_generate._worker_argv(argv, "pallas") == [
         "--config", "c.py", "--variants", "sps", "--attention", "pallas"]
     assert bench_generate._worker_argv(["--attention=xla,triton", "--json=o.json"], None) == []
