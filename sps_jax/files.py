@@ -269,6 +269,9 @@ def output_file(path: str, flag: str = "--out", force: bool = False, inputs=(),
         raise UserError(f"{flag} {path} names a folder (it ends in {os.path.basename(path) or os.sep!r}), not a file: "
                         f"pass a file name, for example {os.path.join(path, example)}.")
     _refuse_inputs(path, flag, inputs)
+    if leads_nowhere(path) and not force:  # no earlier result is there, but the rename would replace the link
+        raise UserError(f"{flag} {path} {LEADS_NOWHERE}: remove the link, pass --force to put the file in its "
+                        f"place, or {rename}.")
     if os.path.lexists(path) and not force:
         raise UserError(f"{flag} {path} already exists: pass --force to replace it, or {rename}.")
     check_parent(path, flag, elsewhere)

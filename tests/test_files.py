@@ -340,12 +340,18 @@ def test_an_output_that_is_a_device_or_a_fifo_is_refused_even_with_force(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "to_null"]  # no partial file left
 
 
-def test_a_link_leading_nowhere_at_the_output_path_is_an_existing_name(tmp_path):
-    # The writer's rename replaces the link itself: an earlier name is kept unless --force, as a file would be.
+@pytest.mark.parametrize("target", ["moved-away.json", "loop.json"])
+def test_a_link_leading_nowhere_at_the_output_path_is_kept_unless_forced_and_said_as_a_link(tmp_path, target):
+    # The writer's rename replaces the link itself: the name is kept unless --force, as a file's would be, and said
+    # as a link that leads nowhere ("already exists" named a file that could not be found to move away).
     link = tmp_path / "results.json"
-    link.symlink_to(tmp_path / "moved-away.json")
-    with pytest.raises(UserError, match=r"results\.json already exists: pass --force to replace it"):
+    link.symlink_to(tmp_path / target)
+    (tmp_path / "loop.json").symlink_to(tmp_path / "loop.json")
+    with pytest.raises(UserError) as refused:
         files.output_file(str(link), "--out")
+    assert str(refused.value) == (f"--out {link} is a link that leads nowhere (its target is missing, or links point "
+                                  "at each other in a loop): remove the link, pass --force to put the file in its "
+                                  "place, or choose another name.")
     assert files.output_file(str(link), "--out", force=True) == str(link)
 
 

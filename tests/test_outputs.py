@@ -36,6 +36,16 @@ def test_output_file_refuses_empty_folders_and_existing_files_unless_forced(tmp_
             files.output_folder(str(path), "--out")
 
 
+def test_cli_a_json_that_is_a_link_to_nothing_is_said_as_that_before_any_work(tmp_path):
+    out = tmp_path / "results.json"
+    os.symlink(tmp_path / "missing" / "results.json", out)
+    outcome = fuzz.call(bench_cli.main, ["attention", "--seq-len", "64", "--json", str(out)])
+    assert outcome.status == 2 and outcome.problem() is None and outcome.stdout == "", outcome.stderr
+    assert outcome.stderr.startswith(f"error: --json {out} is a link that leads nowhere (its target is missing"), \
+        outcome.stderr
+    assert os.readlink(out) == str(tmp_path / "missing" / "results.json")
+
+
 def test_force_never_replaces_an_input_of_the_command(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello\n")

@@ -171,6 +171,8 @@ def provision(out: str | None = None) -> str:
     if os.path.isdir(out):
         raise UserError(f"{given} {out} is a folder: name a file, for example {os.path.join(out, 'gpt2.tiktoken')}.")
     files.refuse_special(out, given)  # /dev/null: not a file to remove
+    if cli.leads_nowhere(out):  # no file there to remove, as "already holds another file" would have it
+        raise UserError(f"{given} {out} {cli.LEADS_NOWHERE}: remove the link or name another file.")
     if os.path.lexists(out):
         raise UserError(f"{given} {out} already holds another file: remove it or name another file.")
     # Before the download, not when its ranks are written.

@@ -138,6 +138,18 @@ def test_provisioning_names_the_tokenizer_variable_that_gave_its_path(tmp_path, 
             tokenizer.provision()
 
 
+def test_provisioning_to_a_link_that_leads_nowhere_says_so_before_the_download(tmp_path, monkeypatch):
+    # It said the path "already holds another file", which could not be found to remove.
+    link = tmp_path / "gpt2.tiktoken"
+    link.symlink_to(tmp_path / "moved-away.tiktoken")
+    monkeypatch.setattr(tokenizer.subprocess, "run", lambda *a, **k: pytest.fail("it downloaded"))
+    with pytest.raises(cli.UserError) as refusal:
+        tokenizer.provision(str(link))
+    assert str(refusal.value) == (f"--out {link} is a link that leads nowhere (its target is missing, or links point "
+                                  "at each other in a loop): remove the link or name another file.")
+    assert os.path.islink(link)
+
+
 @pytest.mark.parametrize("ranks_path, kind", [(["a.tiktoken", "b.tiktoken"], "list"), (5, "int"), (0, "int")])
 def test_a_ranks_path_that_is_not_one_path_is_one_sentence(ranks_path, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath, and a 0 (falsy) read the
