@@ -56,11 +56,12 @@ class TrainPlan:
 
 
 def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | None = None,
-         device: str = "device", platform: str | None = None) -> TrainPlan:
+         device: str = "device", platform: str | None = None, validation: bool = True) -> TrainPlan:
     """Validate the config against the devices and return derived sizes (one clear sentence on error).
     With ``memory_bytes`` (per device), a model whose training state, with a lower bound on one micro-batch's
     activations through the attention backend ``model.attention`` stands for on ``platform`` (default: jax's),
-    cannot fit is refused too."""
+    cannot fit is refused too. ``validation`` False is for the train step alone (``bench train`` and ``compile``),
+    which compiles no validation step, so ``data.val_batch`` need not split over the devices."""
     num_devices = cli.at_least("num_devices", num_devices, 1)  # 0 would stop on a ZeroDivisionError
     process_count = cli.at_least("process_count", process_count, 1)
     if memory_bytes is not None:
@@ -82,7 +83,7 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
                          f"{data * fsdp} devices: make it a multiple of {data * fsdp}.")
     if t.micro_batch % process_count:
         raise ValueError(f"train.micro_batch={t.micro_batch} does not split over {process_count} processes.")
-    if config.data.val_batch % (data * fsdp):
+    if validation and config.data.val_batch % (data * fsdp):
         raise ValueError(f"data.val_batch={config.data.val_batch} does not split over the {data * fsdp} devices: make it "
                          f"a multiple of {data * fsdp} (--config.data.val_batch=N).")
     if t.nonfinite not in ("stop", "skip"):

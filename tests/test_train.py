@@ -252,6 +252,15 @@ def test_bad_settings_fail_before_compiling(tokens):
     assert trainer.plan(config, num_devices=1).total_steps > 0
 
 
+def test_a_validation_batch_that_does_not_split_over_the_devices_is_refused_only_where_validation_runs():
+    # bench train and bench compile run the train step alone: data.val_batch=8 over 3 devices refused them.
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=6",
+                                                        "--config.train.micro_batch=6"])
+    with pytest.raises(ValueError, match=r"^data\.val_batch=8 does not split over the 3 devices"):
+        trainer.plan(config, num_devices=3)
+    assert trainer.plan(config, num_devices=3, validation=False).data == 3
+
+
 def test_every_variant_starts_from_the_same_weights_and_sees_the_same_batches_and_the_seed_changes_both(tokens):
     """Section 4: "All runs see the same data in the same order", the data ordering and weight-initialisation seed
     matched across methods; Appendix C: a seed "vary[ies] both the training-data ordering ... and the

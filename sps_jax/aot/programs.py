@@ -155,7 +155,7 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
     AdamW and donation) for ``num_devices`` devices of ``acc``; per-device memory and FLOPs."""
     devices = topology.devices(acc, num_devices)
     config = _for_target(acc, config)
-    plan = trainer.plan(config, len(devices))
+    plan = trainer.plan(config, len(devices), validation=False)
     run = trainer.setup(config, plan, devices)
     cfg, t = plan.model, config.train
     tokens = jax.ShapeDtypeStruct((plan.accum, t.micro_batch, cfg.seq_len + 1), jnp.int32,

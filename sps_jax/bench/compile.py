@@ -396,7 +396,7 @@ def _check_workload(args) -> None:
     if "train" in args.only or "generate" in args.only:
         _check_sizes(args, config.model)
         if "train" in args.only:
-            trainer.plan(config, args.devices)
+            trainer.plan(config, args.devices, validation=False)  # the train step alone is compiled
     if "generate" in args.only:
         whole = [c for c in args.prefill_chunks if c >= args.prefill]
         if whole:  # they compile as the one-pass prefill: said, not dropped silently from the table

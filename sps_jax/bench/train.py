@@ -43,7 +43,7 @@ def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = 
 
     devices = jax.devices()
     p = trainer.plan(config, len(devices), jax.process_count(), *hardware.local_memory(),
-                     platform=devices[0].platform)
+                     platform=devices[0].platform, validation=False)  # the train step alone is timed
     cfg, t = p.model, config.train
     run = trainer.setup(config, p, devices)  # the same state, shardings and step training uses
     params, opt_state = run.init_state(0)
@@ -154,7 +154,8 @@ def main(argv=None) -> int:
     bench.check_distinct_backends(args.attention, platform)  # auto,xla on a CPU would time one program twice
     configs = run_configs(args, overrides, base_vis, variants)
     for _, config in configs:  # every run's refusals (a variant's activations, say) before the first "timing" line
-        trainer.plan(config, len(jax.devices()), jax.process_count(), *hardware.local_memory(), platform=platform)
+        trainer.plan(config, len(jax.devices()), jax.process_count(), *hardware.local_memory(), platform=platform,
+                     validation=False)
     with contextlib.ExitStack() as stack:
         traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
         results = time_runs(configs, args, traces)

@@ -218,6 +218,24 @@ def test_cli_a_generation_rows_workload_says_it_counts_rows_and_tokens(tmp_path,
     assert {(r["batch_size"], r["prefill_tokens"], r["new_tokens"]) for r in rows.values()} == {(2, 8, 4)}
 
 
+def test_cli_the_train_step_over_devices_is_not_held_to_a_validation_batch_it_never_compiles(tmp_path, monkeypatch):
+    """configs/tiny.py's data.val_batch, 8, does not split over 3 devices; bench compile compiles the train step alone,
+    and --only train was refused with data.val_batch's sentence. The train step is planned and set up as compiled;
+    the compile itself is faked (the claim is what is checked before it)."""
+    from sps_jax.aot import programs
+
+    monkeypatch.setattr(programs, "_compile_and_report", lambda acc, lower, mesh=None, kernel_flops=0.0,
+                        count_kernels=False, **fields: {**fields, "peak_bytes": 1, "compile_s": 0.0, "fits": True,
+                                                        "flops": 1.0})
+    out_json = tmp_path / "compile.json"
+    out = fuzz.call(bench_main.main, ["compile", "--target", "h100", "--only", "train", "--devices", "3",
+                                      "--config", f"{REPO}/configs/tiny.py", "--variants", "standard",
+                                      "--micro-batches", "1", "--remat", "off", "--no-fit-search",
+                                      "--json", str(out_json)])
+    assert out.status == 0 and out.problem() is None and "val_batch" not in out.stderr, out.stderr
+    assert [row["devices"] for row in json.loads(out_json.read_text())["targets"]["h100"]["train"]] == [3]
+
+
 @pytest.mark.parametrize("args, sentence", [
     # the search reported the listed 8 as the largest that fits, "the search's upper bound", which was 4
     (["--micro-batches", "1,8", "--max-micro-batch", "4"], "--micro-batches 8 is past --max-micro-batch 4, where the "
