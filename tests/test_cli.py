@@ -529,6 +529,16 @@ def test_each_bench_module_run_on_its_own_answers_in_one_sentence(name):
     assert "unrecognized arguments: --bogus" in outcome.stderr
 
 
+@pytest.mark.parametrize("bench, flag", [("attention", "--iters"), ("tiles", "--iters"), ("generate", "--repeats")])
+def test_cli_a_benchmarks_repetitions_are_held_to_2_31_minus_1_as_an_argument(bench, flag):
+    # --iters or --repeats 2**63 timed until stopped; bench train's --steps has the same bound.
+    for count in (2 ** 63, 2 ** 31):
+        outcome = fuzz.call(bench_cli.main, [bench, flag, str(count)])
+        assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+        assert f"argument {flag}: {count} must be from 1 to 2147483647, the most repetitions a benchmark times" \
+            in outcome.stderr, outcome.stderr
+
+
 def test_a_checkpoint_path_and_another_step_are_refused_not_resolved_silently(tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "4"
     ckpt.mkdir(parents=True)

@@ -108,6 +108,7 @@ ANSWERED_WITHOUT_JAX = {
                                ["train", "--config", "configs/tiny.py", "--profile", "README.md"],
                                ["generate", "--help"], ["generate", "--repeats", "0"],
                                ["attention", "--force"], ["train", "--config", "configs/tiny.py", "--force"],  # no output
+                               ["attention", "--iters", str(2 ** 63)], ["generate", "--repeats", str(2 ** 63)],
                                ["generate", "--json", "README.md"],  # an existing file, without --force
                                ["generate", "--prefill", "1073741824", "--decode", "1"],  # past the longest context
                                ["smoke", "--help"], ["smoke", "--variants", "sps,sps"],

@@ -8,6 +8,11 @@ import os
 from sps_jax import cli, config as sps_config, files, masks, run_files
 
 
+# The most timed repetitions a benchmark takes (--iters, --repeats), bench train's --steps bound: a count past it
+# (2**63, a typo) timed until stopped.
+MAX_REPEATS = 2 ** 31 - 1
+repeats_argument = cli.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
+
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
 # The paper's inference workload (section 4): rows, prompt tokens per row, new tokens per row.
 GENERATION_WORKLOAD = {"batch_size": 16, "prefill": 1024, "decode": 3072}

@@ -49,7 +49,7 @@ def add_shape_flags(p) -> None:
 def add_timing_flags(p) -> None:
     """How a kernel bench times (this one and ``bench tiles``): the inputs' dtype and the repetitions."""
     p.add_argument("--dtype", default="bfloat16", choices=names.DTYPES, help="dtype of q, k and v")
-    p.add_argument("--iters", type=cli.positive_int, default=20, help="timed repetitions (median reported)")
+    p.add_argument("--iters", type=bench.repeats_argument, default=20, help="timed repetitions (median reported)")
 
 
 def check_shape(p, args, tile: int = 1) -> None:
