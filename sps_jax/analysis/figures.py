@@ -52,6 +52,21 @@ def validation_curve(run: str) -> tuple[np.ndarray, np.ndarray]:
             np.asarray([r["val_loss"] for r in val], np.float64))
 
 
+def log_axes_curve(run: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`validation_curve` for the curves figure, whose axes (tokens and compute) are logarithmic: a run with no
+    validation record, or none past tokens_seen 0, which a log axis has no place for (matplotlib drew an empty axis
+    and warned), is one sentence naming it."""
+    tokens, loss = validation_curve(run)
+    if not len(loss):
+        raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that evaluated on "
+                         "validation data (train.eval_every).")
+    if not (tokens > 0).any():
+        raise ValueError(f"{os.path.join(run, metrics.METRICS_FILE)}: no validation record is past tokens_seen 0, and "
+                         "the curves' axes of tokens and compute are logarithmic, with no place for 0: pass runs that "
+                         "evaluated after training began, or leave this run out.")
+    return tokens, loss
+
+
 def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
     from sps_jax import runs
@@ -145,7 +160,7 @@ def curves(run_folders, out: str) -> dict:
         # The curve is labelled and costed by config.json's model: the latest checkpoint, if any, says whether it
         # trained it (what its weights compute, and their shapes).
         runs.check_stored_shapes(info["workdir"], runs.check_trained_as(info["workdir"], None, cfg), cfg)
-        tokens, loss = validation_curve(run)
+        tokens, loss = log_axes_curve(run)
         per_token = flops.train_flops_per_token(cfg)
         train_flops = tokens * per_token
         series.append({"label": info["run"], "workdir": run, "variant": info["variant"], "window": info["window"],
@@ -626,9 +641,7 @@ def main(argv=None):
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)
-            if not len(validation_curve(run)[1]):
-                raise ValueError(f"{run!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
-                                 "evaluated on validation data (train.eval_every).")
+            log_axes_curve(run)
     with files.results(args.force):  # the figure and its .json together
         args.draw(args)
     cli.note(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.json")

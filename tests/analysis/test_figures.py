@@ -521,6 +521,24 @@ def test_figure_commands_reject_bad_input_with_one_sentence(tmp_path, capsys):
         "zero-shot tasks (evaluate --tasks zero_shot)." in capsys.readouterr().err
 
 
+def test_cli_curves_of_a_run_validated_only_at_tokens_seen_0_is_one_sentence_naming_its_file(tmp_path, capsys):
+    # A log axis has no place for 0: matplotlib warned and drew an empty axis (or, beside another run, no curve).
+    other = write_run(tmp_path / "std", "std", "standard", None, [3.2, 3.1])
+    run = write_run(tmp_path / "sps", "sps", "sps", 4, [3.0])
+    records = [dict(json.loads(line), tokens_seen=0) for line in (tmp_path / "sps" / "metrics.jsonl").open()]
+    (tmp_path / "sps" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    sentence = (f"{os.path.join(run, 'metrics.jsonl')}: no validation record is past tokens_seen 0, and the curves' "
+                "axes of tokens and compute are logarithmic, with no place for 0: pass runs that evaluated after "
+                "training began, or leave this run out.")
+    for runs in ([run], [other, run]):
+        assert figures.main(["curves", *runs, "--out", str(tmp_path / "c.png")]) == 2
+        assert capsys.readouterr().err == f"error: {sentence}\n"
+        with pytest.raises(ValueError) as refused:
+            figures.curves(runs, str(tmp_path / "c.png"))
+        assert str(refused.value) == sentence
+    assert sorted(os.listdir(tmp_path)) == ["sps", "std"]
+
+
 @pytest.mark.parametrize("command", ["curves", "window-ablation"])
 @pytest.mark.parametrize("key, value", [("val_loss", float("nan")), ("val_loss", float("inf")),
                                         ("tokens_seen", float("nan")), ("tokens_seen", -1000)])
