@@ -8,9 +8,9 @@ import os
 from sps_jax import cli, config as sps_config, files, masks, run_files
 
 
-# The most timed repetitions a benchmark takes (--iters, --repeats), bench train's --steps bound: a count past it
-# (2**63, a typo) timed until stopped.
-MAX_REPEATS = 2 ** 31 - 1
+# The most timed repetitions a benchmark takes (--iters, --repeats), the bound of bench train's --steps: a count
+# past it (2**63, a typo) timed until stopped.
+MAX_REPEATS = sps_config.MAX_STEP
 repeats_argument = cli.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
