@@ -167,7 +167,8 @@ def train_step(acc: hardware.Accelerator, config, num_devices: int = 1) -> dict:
                                        sps_mesh.placed(run.abstract_opt, run.opt_sh), tokens),
         run.mesh, _splash_flops(cfg, rows, cfg.seq_len, backward=True), program="train_step",
         variant=cfg.variant, window=cfg.window, attention=cfg.attention, remat=bool(cfg.remat),
-        micro_batch=t.micro_batch, devices=len(devices), seq_len=cfg.seq_len, model_flops=model_flops)
+        micro_batch=t.micro_batch, micro_batch_per_device=t.micro_batch // (plan.data * plan.fsdp),
+        devices=len(devices), seq_len=cfg.seq_len, model_flops=model_flops)
 
 
 GENERATION_PROGRAMS = ("prefill", "decode_loop", "decode_step")

@@ -245,10 +245,10 @@ def train_rows(acc, args) -> tuple[list[dict], list[dict]]:
 
 
 def _linear_estimate(rows, usable_bytes) -> int | None:
-    """The micro-batch where the line through two compiled (micro-batch, peak) points reaches
-    ``usable_bytes``; None without two distinct points or a growing peak (a program the TPU
+    """The micro-batch per device where the line through two compiled (micro-batch per device, peak) points
+    reaches ``usable_bytes``; None without two distinct points or a growing peak (a program the TPU
     compiler refused has no peak, so no point)."""
-    points = sorted({(r["micro_batch"], r["peak_bytes"]) for r in rows if r["peak_bytes"] is not None})
+    points = sorted({(r["micro_batch_per_device"], r["peak_bytes"]) for r in rows if r["peak_bytes"] is not None})
     if len(points) < 2 or points[-1][0] == points[0][0]:
         return None
     (m1, p1), (m2, p2) = points[0], points[-1]
@@ -352,10 +352,10 @@ def print_tables(results) -> None:
                           f"{k.get('shared_memory_bytes', 0) / hardware.KiB:>9.1f} "
                           f"{grid:>14s}  {gpu_kernels.matrix_summary(k.get('matrix_instructions', {}))}")
         if res.get("train"):
-            print(f"\n{'attention':9s} {'variant':14s} {'remat':5s} {'micro':>5s} {'peak GiB':>9s} {'x std':>6s} "
+            print(f"\n{'attention':9s} {'variant':14s} {'remat':5s} {'micro/dev':>9s} {'peak GiB':>9s} {'x std':>6s} "
                   f"{'fits':>5s} {'TFLOP':>10s} {'model TFLOP':>12s}")
             for r in res["train"]:
-                print(f"{r['attention']:9s} {r['variant']:14s} {str(r['remat']):5s} {r['micro_batch']:5d} "
+                print(f"{r['attention']:9s} {r['variant']:14s} {str(r['remat']):5s} {r['micro_batch_per_device']:9d} "
                       f"{_peak(r):>9s} "
                       f"{_ratio(r.get('peak_vs_standard')):>6s} {str(r['fits']):>5s} "
                       f"{(r['flops'] or 0) / 1e12:10.2f} {r['model_flops'] / 1e12:12.2f}")

@@ -143,10 +143,11 @@ def test_what_would_stop_the_command_part_way_stops_it_before_the_first_compile(
     assert compiled == []
 
 
+@pytest.mark.parametrize("devices", [1, 4])
 @pytest.mark.parametrize("peak_of", [lambda mb: 10 + 3 * mb,           # linear: the estimate is exact
                                      lambda mb: 10 + mb + mb * mb // 4,  # convex: the estimate overshoots
                                      lambda mb: 30 + mb // 3])          # flat: the estimate undershoots
-def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of):
+def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of, devices):
     """The search logic alone, against synthetic memory models on a card with 40 usable bytes:
     the answer must be the brute-force one whatever the shape of the curve."""
     import dataclasses
@@ -155,22 +156,27 @@ def test_fit_search_finds_the_largest_micro_batch_that_fits(monkeypatch, peak_of
     compiled = []
 
     def fake_train_step(acc, config, num_devices=1):
-        mb = config.train.micro_batch
+        assert num_devices == devices
+        mb = config.train.micro_batch // num_devices  # a device's rows set its peak
         compiled.append(mb)
         peak = peak_of(mb)
-        return {"variant": config.model.variant, "attention": config.model.attention, "micro_batch": mb, "remat": bool(config.model.remat),
-                "peak_bytes": peak, "fits": peak <= acc.usable_bytes, "flops": 1.0, "model_flops": 1.0,
-                "compile_s": 0.0}
+        return {"variant": config.model.variant, "attention": config.model.attention,
+                "micro_batch": config.train.micro_batch, "micro_batch_per_device": mb,
+                "remat": bool(config.model.remat), "peak_bytes": peak, "fits": peak <= acc.usable_bytes, "flops": 1.0,
+                "model_flops": 1.0, "compile_s": 0.0}
 
     from sps_jax.aot import programs
     monkeypatch.setattr(programs, "train_step", fake_train_step)
     args = bench_compile.parse_args(["--target", "h100", "--config", "configs/tiny.py", "--variants", "sps",
-                                     "--micro-batches", "1,2", "--remat", "off", "--attention", "auto"])
+                                     "--micro-batches", "1,2", "--remat", "off", "--attention", "auto",
+                                     "--devices", str(devices)])
     rows, largest = bench_compile.train_rows(card, args)
     brute = max(mb for mb in range(1, 1000) if peak_of(mb) <= 40)
     assert largest == [{"variant": "sps", "attention": "auto", "remat": False, "largest_micro_batch": brute,
                         "first_that_does_not_fit": brute + 1, "peak_bytes_at_largest": peak_of(brute)}]
     assert len(compiled) == len(set(compiled))  # no micro-batch compiled twice
+    if peak_of(3) - peak_of(2) == peak_of(2) - peak_of(1) == 3:  # linear: 1 and 2 put the line's crossing at 10
+        assert compiled == [1, 2, 10, 11]  # per device, over 1 device or 4
 
 
 def test_a_gpu_program_fits_in_the_share_of_memory_jax_allocates():
@@ -233,7 +239,8 @@ def test_cli_the_train_step_over_devices_is_not_held_to_a_validation_batch_it_ne
                                       "--micro-batches", "1", "--remat", "off", "--no-fit-search",
                                       "--json", str(out_json)])
     assert out.status == 0 and out.problem() is None and "val_batch" not in out.stderr, out.stderr
-    assert [row["devices"] for row in json.loads(out_json.read_text())["targets"]["h100"]["train"]] == [3]
+    [row] = json.loads(out_json.read_text())["targets"]["h100"]["train"]
+    assert (row["devices"], row["micro_batch"], row["micro_batch_per_device"]) == (3, 3, 1)  # --micro-batches is per device
 
 
 @pytest.mark.parametrize("args, sentence", [
