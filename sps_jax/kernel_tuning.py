@@ -47,7 +47,9 @@ class Tuning:
     dkv: Tiles
 
     @classmethod
-    def uniform(cls, block_q: int, block_k: int, num_warps: int = 4, num_stages: int = 2) -> "Tuning":
+    def uniform(cls, block_q: int, block_k: int, num_warps: int = Tiles.num_warps,
+                num_stages: int = Tiles.num_stages) -> "Tuning":
+        """The same :class:`Tiles` for all three kernels (warps and stages default as there)."""
         tiles = Tiles(block_q, block_k, num_warps, num_stages)
         return cls(tiles, tiles, tiles)
 
