@@ -188,8 +188,11 @@ class _Plan:
     target: str | None = None
 
 
-# The kernels' entries of flops.KERNEL_FLOPS_PER_SCORE.
-_FLOPS_PER_SCORE = {f"sps_flash_{kernel}": n for kernel, n in flops.KERNEL_FLOPS_PER_SCORE.items()}
+# Each kernel's name in a compiled program (profiles, `bench compile`), by its field of a Tuning (and of
+# flops.KERNEL_FLOPS_PER_SCORE).
+KERNEL_NAMES = {"forward": "sps_flash_forward", "dq": "sps_flash_dq", "dkv": "sps_flash_dkv"}
+KERNELS = tuple(KERNEL_NAMES.values())
+TUNING_FIELD = {name: field for field, name in KERNEL_NAMES.items()}
 
 
 def _scores_in(table, tiles: Tiles, streams: int) -> int:
@@ -209,11 +212,11 @@ def _computed_scores(vis, T, Tp, tuning):
             _scores_in(block_tables.key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S))
 
 
-def _cost(name, scores, q_BNHK, *others):
-    """Tell XLA what a kernel costs (it counts a custom kernel as free otherwise)."""
+def _cost(kernel, scores, q_BNHK, *others):
+    """Tell XLA what ``kernel`` ("forward", "dq" or "dkv") costs (it counts a custom kernel as free otherwise)."""
     B, _, H, Dh = q_BNHK.shape
     io_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in (q_BNHK,) + others)
-    return pl.CostEstimate(flops=_FLOPS_PER_SCORE[name] * Dh * scores * B * H,
+    return pl.CostEstimate(flops=flops.KERNEL_FLOPS_PER_SCORE[kernel] * Dh * scores * B * H,
                            transcendentals=scores * B * H, bytes_accessed=io_bytes)
 
 
@@ -261,8 +264,8 @@ def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
                    jax.ShapeDtypeStruct((B, H, N), jnp.float32)],
         interpret=plan.interpret,
         compiler_params=_compiler_params(plan.interpret, tiles),
-        cost_estimate=_cost("sps_flash_forward", plan.scores[0], q_BNHK, k_BMHK, v_BMHK, q_BNHK),
-        name="sps_flash_forward",
+        cost_estimate=_cost("forward", plan.scores[0], q_BNHK, k_BMHK, v_BMHK, q_BNHK),
+        name=KERNEL_NAMES["forward"],
     )(query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
 
 
@@ -286,8 +289,8 @@ def _backward(plan, res, do_BNHK):
         out_shape=jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),
         interpret=plan.interpret,
         compiler_params=_compiler_params(plan.interpret, tiles),
-        cost_estimate=_cost("sps_flash_dq", plan.scores[1], q_BNHK, k_BMHK, v_BMHK, do_BNHK, q_BNHK),
-        name="sps_flash_dq",
+        cost_estimate=_cost("dq", plan.scores[1], q_BNHK, k_BMHK, v_BMHK, do_BNHK, q_BNHK),
+        name=KERNEL_NAMES["dq"],
     )(query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
       lse_BHN, delta_BHN)
     tiles = plan.tuning.dkv
@@ -313,9 +316,8 @@ def _backward(plan, res, do_BNHK):
                    jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)],
         interpret=plan.interpret,
         compiler_params=_compiler_params(plan.interpret, tiles),
-        cost_estimate=_cost("sps_flash_dkv", plan.scores[2], q_BNHK, k_BMHK, v_BMHK, do_BNHK,
-                            k_BMHK, v_BMHK),
-        name="sps_flash_dkv",
+        cost_estimate=_cost("dkv", plan.scores[2], q_BNHK, k_BMHK, v_BMHK, do_BNHK, k_BMHK, v_BMHK),
+        name=KERNEL_NAMES["dkv"],
     )(k_tab.reshape(B, M // block_k, 4), k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK,
       lse_BHN, delta_BHN)
     return dq_BNHK, dk_BMHK, dv_BMHK

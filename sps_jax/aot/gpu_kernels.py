@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import glob
+import importlib
 import os
 import re
 import shutil
@@ -24,14 +25,15 @@ import zlib
 import jax
 import jax.numpy as jnp
 
-from sps_jax import config as sps_config, hardware, kernel_tuning, masks
-from sps_jax import pallas_attention as pa
+from sps_jax import attention, config as sps_config, hardware, kernel_tuning, masks
 from sps_jax.aot import topology
 from sps_jax.inference import decode_attention, kv_cache
 
-KERNELS = ("sps_flash_forward", "sps_flash_dq", "sps_flash_dkv")
-TUNING_FIELD = {"sps_flash_forward": "forward", "sps_flash_dq": "dq", "sps_flash_dkv": "dkv",
-                "sps_triton_forward": "forward", "sps_triton_dq": "dq", "sps_triton_dkv": "dkv"}
+
+def _kernel_module(kernels: str):
+    """The module of kernel set ``kernels``, with its ``attention``, training ``KERNELS`` and their
+    ``TUNING_FIELD``; imported here, since jax-triton's imports triton."""
+    return importlib.import_module(attention.KERNEL_MODULES[kernels])
 
 
 def kernel_names(vis: masks.Visibility, kernels: str = kernel_tuning.DEFAULT_KERNELS,
@@ -42,14 +44,14 @@ def kernel_names(vis: masks.Visibility, kernels: str = kernel_tuning.DEFAULT_KER
     with jax-triton's, the past's kernel and, where the step has one, the kernel after it (the ring
     kernel for two streams, the one-stream kernel for Standard)."""
     after_past = decode and kv_cache.step_in_kernel(vis, kernels)
+    training = _kernel_module(kernels).KERNELS
     if kernels == "triton":
-        from sps_jax import triton_attention
         from sps_jax.inference import triton_decode
 
         after = triton_decode.RING_KERNEL if vis.num_streams == 2 else triton_decode.ONE_STREAM_KERNEL
         step = (triton_decode.PAST_KERNEL,) + ((after,) if after_past else ())
-        return triton_attention.KERNELS + (step if decode else ())
-    return KERNELS + ((decode_attention.RING_KERNEL,) if after_past else ())
+        return training + (step if decode else ())
+    return training + ((decode_attention.RING_KERNEL,) if after_past else ())
 
 
 def _launch_settings(name: str, head_dim: int) -> dict:
@@ -199,13 +201,7 @@ def _program(shape: Shape, dtype, vis, tuning, sharding, kernels: str = kernel_t
     S, H, K, T = vis.num_streams, shape.heads, shape.head_dim, shape.seq_len
     q = jax.ShapeDtypeStruct((1, T, S, H, K), dtype, sharding=sharding)
     doc = jax.ShapeDtypeStruct((1, T), jnp.int32, sharding=sharding)
-
-    if kernels == "triton":
-        from sps_jax import triton_attention
-
-        attend = triton_attention.attention
-    else:
-        attend = pa.attention
+    attend = _kernel_module(kernels).attention
 
     def forward_and_backward(q, k, v, doc_ids):
         out, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, doc_ids, vis, tuning=tuning), q, k, v)
@@ -278,8 +274,9 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         return report
     try:
         launches, ptx_of = _binaries(kernels, compiled, dump)
+        tuning_field = _kernel_module(kernels).TUNING_FIELD
         for name in kernel_names(vis, kernels, decode):
-            tiles = (dataclasses.asdict(getattr(tuning, TUNING_FIELD[name])) if name in TUNING_FIELD
+            tiles = (dataclasses.asdict(getattr(tuning, tuning_field[name])) if name in tuning_field
                      else _launch_settings(name, shape.head_dim))
             entry = {**tiles, **launches.get(name, {})}
             ptx = ptx_of.get(name)
