@@ -98,7 +98,7 @@ def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, t
     casts the weights as it uses them: a compute-dtype copy held across the chunks would be a
     second set of weights in memory."""
     B, T = tokens_BT.shape
-    C = cfg.prefill_chunk
+    chunk_len = cfg.prefill_chunk
     model = sps_model.Transformer(cfg)
 
     def run(cache, start, chunk_BT, chunk_positions_BT, chunk_docs_BT):
@@ -109,16 +109,16 @@ def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, t
         return cache.replace(layers=layers, ring_pos_BR=ring(cache.ring_pos_BR, chunk_positions_BT),
                              ring_doc_BR=ring(cache.ring_doc_BR, chunk_docs_BT)), h_BTD
 
-    first, n = T % C, T // C
+    first, G = T % chunk_len, T // chunk_len
     h_parts = []
     if first:
         cache, h_BTD = run(cache, 0, tokens_BT[:, :first], positions_BT[:, :first], doc_ids_BT[:, :first])
         h_parts.append(h_BTD)
-    chunks = lambda x_BT: jnp.swapaxes(x_BT[:, first:].reshape(B, n, C), 0, 1)  # noqa: E731  [G, B, T]
+    chunks = lambda x_BT: jnp.swapaxes(x_BT[:, first:].reshape(B, G, chunk_len), 0, 1)  # noqa: E731  [G, B, T]
     cache, h_GBTD = jax.lax.scan(lambda cache, xs: run(cache, *xs), cache,
-                                 (first + C * jnp.arange(n), chunks(tokens_BT), chunks(positions_BT),
+                                 (first + chunk_len * jnp.arange(G), chunks(tokens_BT), chunks(positions_BT),
                                   chunks(doc_ids_BT)))
-    h_parts.append(jnp.swapaxes(h_GBTD, 0, 1).reshape(B, n * C, -1))
+    h_parts.append(jnp.swapaxes(h_GBTD, 0, 1).reshape(B, G * chunk_len, -1))
     return cache, jnp.concatenate(h_parts, axis=1)
 
 

@@ -259,14 +259,14 @@ class _LayerView:
 
 
 # Persistent slots per block of a chunked prefill's online softmax: one chunk's scores against one
-# block, [B, H, C x S, KEY_BLOCK] f32, are all the attention holds at a time.
+# block, [B, H, Q, KEY_BLOCK] f32 (Q: the chunk's T x S query slots), are all the attention holds at a time.
 KEY_BLOCK = 128
 
 
 @struct.dataclass
 class _ChunkView:
-    """What one layer sees of the cache while prefill runs C prompt positions at cache positions
-    [start, start + C) (``model.prefill_chunk``). The slot metadata already holds the whole prompt;
+    """What one layer sees of the cache while prefill runs a chunk of T prompt positions at cache positions
+    [start, start + T) (``model.prefill_chunk``). The slot metadata already holds the whole prompt;
     the ring holds the positions before ``start``."""
 
     kv: LayerKV
@@ -279,15 +279,15 @@ class _ChunkView:
 
     def attend(self, q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT):
         """Store the chunk's entries (persistent slots and ring), attend to each persistent stream's
-        slots [0, start + C) block by block with an online softmax, and to the ring as the chunks
-        before left it plus the chunk's windowed entries in one block. Query slot c * S + s is
-        stream s of the chunk's position c."""
+        slots [0, start + T) block by block with an online softmax, and to the ring as the chunks
+        before left it plus the chunk's windowed entries in one block. Query slot t * S + s is
+        stream s of the chunk's position t."""
         vis = self.cfg.visibility
-        B, C, S, H, K = q_BTSHK.shape
+        B, T, S, H, K = q_BTSHK.shape
         persistent, windowed = cache_streams(vis)
-        q_BHQK = jnp.transpose(q_BTSHK, (0, 3, 1, 2, 4)).reshape(B, H, C * S, K)
+        q_BHQK = jnp.transpose(q_BTSHK, (0, 3, 1, 2, 4)).reshape(B, H, T * S, K)
         kv = _store(self.kv, k_BTSHK, v_BTSHK, vis, self.start)
-        parts = [self._persistent(q_BHQK, k, v, p, self.start + C) for p, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        parts = [self._persistent(q_BHQK, k, v, p, self.start + T) for p, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
         if windowed:
             with_chunk = lambda ring_BHRK, new_BTSHK: jnp.concatenate(  # noqa: E731
                 [ring_BHRK, _heads_first(new_BTSHK, windowed[0]).astype(ring_BHRK.dtype)], axis=2)
@@ -296,7 +296,7 @@ class _ChunkView:
         o_BHQK = attention.merge_partials(parts)
         # As in a one-pass prefill: without the tie, every layer's q/k/v of the chunk stay alive
         # until writes that XLA schedules after the last layer.
-        o_BTSHK = jnp.transpose(o_BHQK.reshape(B, H, C, S, K), (0, 2, 3, 1, 4)).astype(q_BTSHK.dtype)
+        o_BTSHK = jnp.transpose(o_BHQK.reshape(B, H, T, S, K), (0, 2, 3, 1, 4)).astype(q_BTSHK.dtype)
         return jax.lax.optimization_barrier((o_BTSHK, kv))
 
     def _persistent(self, q_BHQK, k_BHTK, v_BHTK, stream: int, end):
@@ -325,15 +325,15 @@ class _ChunkView:
 def _query_slots(positions_BT, doc_ids_BT, S: int):
     """(position [B, Q, 1], stream [1, Q, 1], document [B, Q, 1]) of a chunk's query slots, Q = T x S,
     slot t * S + s being stream s of position t: the query side of :func:`sps_jax.masks.visible`."""
-    C = positions_BT.shape[1]
-    return (jnp.repeat(positions_BT, S, axis=1)[:, :, None], np.tile(np.arange(S), C)[None, :, None],
+    T = positions_BT.shape[1]
+    return (jnp.repeat(positions_BT, S, axis=1)[:, :, None], np.tile(np.arange(S), T)[None, :, None],
             jnp.repeat(doc_ids_BT, S, axis=1)[:, :, None])
 
 
 def chunk_views(cfg: sps_model.ModelConfig, cache: Cache, start, positions_BT, doc_ids_BT):
-    """One view per layer, the ``cache`` argument of ``Transformer`` for a prefill chunk at cache
-    positions [start, start + C); ``cache``'s slot metadata holds the whole prompt, its ring the
-    positions before ``start``."""
+    """One view per layer, the ``cache`` argument of ``Transformer`` for a prefill chunk of T positions
+    (``positions_BT``) at cache positions [start, start + T); ``cache``'s slot metadata holds the whole
+    prompt, its ring the positions before ``start``."""
     vis = cfg.visibility
     _, windowed = cache_streams(vis)
     query = _query_slots(positions_BT, doc_ids_BT, vis.num_streams)
