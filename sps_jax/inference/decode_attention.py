@@ -156,38 +156,38 @@ def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, i_ref, 
     (read as zero, never written)."""
     from jax.experimental.pallas import triton as plgpu
 
-    row_S = jnp.arange(o_ref.shape[0]) < rows
-    slot_R = jnp.arange(k_ring_ref.shape[0]) < slots
+    row_ok_S = jnp.arange(o_ref.shape[0]) < rows
+    slot_ok_R = jnp.arange(k_ring_ref.shape[0]) < slots
     i = i_ref[0]
     slot = i % slots
     # now_ref: [K or V, stream, K]; stream 0 is x_i (persistent), 1 is rho_i (windowed).
-    k_now_1K, v_now_1K = now_ref[0, pl.ds(0, 1)], now_ref[1, pl.ds(0, 1)]
-    k_new_1K, v_new_1K = now_ref[0, pl.ds(1, 1)], now_ref[1, pl.ds(1, 1)]
-    plgpu.store(k_cache_out_ref.at[pl.ds(i, 1)], k_now_1K)
-    plgpu.store(v_cache_out_ref.at[pl.ds(i, 1)], v_now_1K)
-    plgpu.store(k_ring_out_ref.at[pl.ds(slot, 1)], k_new_1K)
-    plgpu.store(v_ring_out_ref.at[pl.ds(slot, 1)], v_new_1K)
+    k_x_1K, v_x_1K = now_ref[0, pl.ds(0, 1)], now_ref[1, pl.ds(0, 1)]
+    k_rho_1K, v_rho_1K = now_ref[0, pl.ds(1, 1)], now_ref[1, pl.ds(1, 1)]
+    plgpu.store(k_cache_out_ref.at[pl.ds(i, 1)], k_x_1K)
+    plgpu.store(v_cache_out_ref.at[pl.ds(i, 1)], v_x_1K)
+    plgpu.store(k_ring_out_ref.at[pl.ds(slot, 1)], k_rho_1K)
+    plgpu.store(v_ring_out_ref.at[pl.ds(slot, 1)], v_rho_1K)
     # This program's loads need not see its stores (no barrier): the new entries are in registers.
-    now_R1 = (jnp.arange(k_ring_ref.shape[0]) == slot)[:, None]
-    k_RK = jnp.where(now_R1, k_new_1K, plgpu.load(k_ring_ref, mask=slot_R[:, None], other=0))
-    v_RK = jnp.where(now_R1, v_new_1K, plgpu.load(v_ring_ref, mask=slot_R[:, None], other=0))
-    q_SK = plgpu.load(q_ref, mask=row_S[:, None], other=0)
-    seen_SR = plgpu.load(mask_ref, mask=row_S[:, None] & slot_R[None, :], other=0) != 0
+    rho_slot_R1 = (jnp.arange(k_ring_ref.shape[0]) == slot)[:, None]
+    k_RK = jnp.where(rho_slot_R1, k_rho_1K, plgpu.load(k_ring_ref, mask=slot_ok_R[:, None], other=0))
+    v_RK = jnp.where(rho_slot_R1, v_rho_1K, plgpu.load(v_ring_ref, mask=slot_ok_R[:, None], other=0))
+    q_SK = plgpu.load(q_ref, mask=row_ok_S[:, None], other=0)
+    seen_SR = plgpu.load(mask_ref, mask=row_ok_S[:, None] & slot_ok_R[None, :], other=0) != 0
     scores_SR = jnp.where(seen_SR, plgpu.dot(q_SK, k_RK.T).astype(jnp.float32) * scale, pa.MASK_VALUE)
     # x_i precedes every query row of position i: each row sees it.
-    score_now_S = jnp.sum(q_SK.astype(jnp.float32) * k_now_1K.astype(jnp.float32), axis=1) * scale
-    sum_past_S = plgpu.load(sum_past_ref, mask=row_S, other=0.0)
-    max_past_S = plgpu.load(max_past_ref, mask=row_S, other=pa.MASK_VALUE)
-    max_S = jnp.maximum(jnp.maximum(max_past_S, scores_SR.max(axis=1)), score_now_S)
+    score_x_S = jnp.sum(q_SK.astype(jnp.float32) * k_x_1K.astype(jnp.float32), axis=1) * scale
+    sum_past_S = plgpu.load(sum_past_ref, mask=row_ok_S, other=0.0)
+    max_past_S = plgpu.load(max_past_ref, mask=row_ok_S, other=pa.MASK_VALUE)
+    max_S = jnp.maximum(jnp.maximum(max_past_S, scores_SR.max(axis=1)), score_x_S)
     p_SR = jnp.exp(scores_SR - max_S[:, None]) * seen_SR
-    p_now_S = jnp.exp(score_now_S - max_S)
+    p_x_S = jnp.exp(score_x_S - max_S)
     past_scale_S = jnp.exp(max_past_S - max_S)
-    denom_S = past_scale_S * sum_past_S + p_SR.sum(axis=1) + p_now_S
-    o_past_SK = plgpu.load(o_past_ref, mask=row_S[:, None], other=0).astype(jnp.float32)
+    denom_S = past_scale_S * sum_past_S + p_SR.sum(axis=1) + p_x_S
+    o_past_SK = plgpu.load(o_past_ref, mask=row_ok_S[:, None], other=0).astype(jnp.float32)
     o_SK = (plgpu.dot(p_SR.astype(v_RK.dtype), v_RK).astype(jnp.float32) + past_scale_S[:, None] * o_past_SK
-            + p_now_S[:, None] * v_now_1K.astype(jnp.float32))
+            + p_x_S[:, None] * v_x_1K.astype(jnp.float32))
     o_SK = o_SK / denom_S[:, None]  # > 0: every row sees x_i
-    plgpu.store(o_ref, o_SK.astype(o_ref.dtype), mask=row_S[:, None])
+    plgpu.store(o_ref, o_SK.astype(o_ref.dtype), mask=row_ok_S[:, None])
 
 
 def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):

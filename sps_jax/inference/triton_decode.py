@@ -64,53 +64,53 @@ if triton is not None:
         row sum; an empty split leaves max at the mask value, sum and output zero."""
         split, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
         head = b * H + h
-        rows = tl.arange(0, SP)
-        row_ok = rows < S
+        rows_S = tl.arange(0, SP)
+        row_ok_S = rows_S < S
         d = tl.arange(0, DH)
-        q = tl.load(q_ptr + (head * S + rows[:, None]) * DH + d[None, :], mask=row_ok[:, None], other=0.0)
+        q_SK = tl.load(q_ptr + (head * S + rows_S[:, None]) * DH + d[None, :], mask=row_ok_S[:, None], other=0.0)
         start = tl.maximum(tl.load(lo_ptr + b), split * PER_SPLIT)
         stop = tl.minimum(tl.load(end_ptr), split * PER_SPLIT + PER_SPLIT)
         first = start // BLOCK_K
         last = tl.where(stop > start, (stop + BLOCK_K - 1) // BLOCK_K, first)
-        acc = tl.zeros([SP, DH], tl.float32)
-        m = tl.full([SP], _MASK_VALUE, tl.float32)
-        l = tl.zeros([SP], tl.float32)
+        acc_SK = tl.zeros([SP, DH], tl.float32)
+        m_S = tl.full([SP], _MASK_VALUE, tl.float32)
+        l_S = tl.zeros([SP], tl.float32)
         for kb in range(first, last):
-            j = kb * BLOCK_K + tl.arange(0, BLOCK_K)
-            seen = (j >= start) & (j < stop)
-            at = head * T * DH + j[:, None] * DH + d[None, :]  # K and V share the layout
-            k = tl.load(k_ptr + at, mask=seen[:, None], other=0.0)
-            v = tl.load(v_ptr + at, mask=seen[:, None], other=0.0)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * (SCALE * _LOG2E)
-            s = tl.where(seen[None, :], s, _MASK_VALUE)
-            m_new = tl.maximum(m, tl.max(s, 1))
-            p = tl.where(seen[None, :], tl.exp2(s - m_new[:, None]), 0.0)
-            alpha = tl.exp2(m - m_new)
-            l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m = m_new
-        part = (head * SPLITS + split) * S + rows
-        tl.store(o_ptr + part[:, None] * DH + d[None, :], acc, mask=row_ok[:, None])
-        tl.store(m_ptr + part, m * _LN2_C, mask=row_ok)
-        tl.store(l_ptr + part, l, mask=row_ok)
+            j_C = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+            seen_C = (j_C >= start) & (j_C < stop)
+            at = head * T * DH + j_C[:, None] * DH + d[None, :]  # K and V share the layout
+            k_CK = tl.load(k_ptr + at, mask=seen_C[:, None], other=0.0)
+            v_CK = tl.load(v_ptr + at, mask=seen_C[:, None], other=0.0)
+            s_SC = tl.dot(q_SK, tl.trans(k_CK), input_precision=DOT_PRECISION) * (SCALE * _LOG2E)
+            s_SC = tl.where(seen_C[None, :], s_SC, _MASK_VALUE)
+            m_new_S = tl.maximum(m_S, tl.max(s_SC, 1))
+            p_SC = tl.where(seen_C[None, :], tl.exp2(s_SC - m_new_S[:, None]), 0.0)
+            alpha_S = tl.exp2(m_S - m_new_S)
+            l_S = l_S * alpha_S + tl.sum(p_SC, 1)
+            acc_SK = acc_SK * alpha_S[:, None] + tl.dot(p_SC.to(v_CK.dtype), v_CK, input_precision=DOT_PRECISION)
+            m_S = m_new_S
+        part_S = (head * SPLITS + split) * S + rows_S
+        tl.store(o_ptr + part_S[:, None] * DH + d[None, :], acc_SK, mask=row_ok_S[:, None])
+        tl.store(m_ptr + part_S, m_S * _LN2_C, mask=row_ok_S)
+        tl.store(l_ptr + part_S, l_S, mask=row_ok_S)
 
     @triton.jit
-    def _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
+    def _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows_S, row_ok_S, d,
                      S: tl.constexpr, SP: tl.constexpr, DH: tl.constexpr, SPLITS: tl.constexpr):
         """The past kernel's splits of one (row, head) merged: (max, sum, unnormalised output)."""
-        max_past = tl.full([SP], _MASK_VALUE, tl.float32)
-        for s in tl.static_range(SPLITS):
-            part = (head * SPLITS + s) * S + rows
-            max_past = tl.maximum(max_past, tl.load(m_part_ptr + part, mask=row_ok, other=_MASK_VALUE))
-        sum_past = tl.zeros([SP], tl.float32)
-        o_past = tl.zeros([SP, DH], tl.float32)
-        for s in tl.static_range(SPLITS):
-            part = (head * SPLITS + s) * S + rows
-            w = tl.exp(tl.load(m_part_ptr + part, mask=row_ok, other=_MASK_VALUE) - max_past)
-            sum_past += w * tl.load(l_part_ptr + part, mask=row_ok, other=0.0)
-            o_past += w[:, None] * tl.load(o_part_ptr + part[:, None] * DH + d[None, :], mask=row_ok[:, None],
-                                           other=0.0)
-        return max_past, sum_past, o_past
+        max_past_S = tl.full([SP], _MASK_VALUE, tl.float32)
+        for x in tl.static_range(SPLITS):
+            part_S = (head * SPLITS + x) * S + rows_S
+            max_past_S = tl.maximum(max_past_S, tl.load(m_part_ptr + part_S, mask=row_ok_S, other=_MASK_VALUE))
+        sum_past_S = tl.zeros([SP], tl.float32)
+        o_past_SK = tl.zeros([SP, DH], tl.float32)
+        for x in tl.static_range(SPLITS):
+            part_S = (head * SPLITS + x) * S + rows_S
+            w_S = tl.exp(tl.load(m_part_ptr + part_S, mask=row_ok_S, other=_MASK_VALUE) - max_past_S)
+            sum_past_S += w_S * tl.load(l_part_ptr + part_S, mask=row_ok_S, other=0.0)
+            o_past_SK += w_S[:, None] * tl.load(o_part_ptr + part_S[:, None] * DH + d[None, :],
+                                                mask=row_ok_S[:, None], other=0.0)
+        return max_past_S, sum_past_S, o_past_SK
 
     @triton.jit
     def _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d,
@@ -118,11 +118,11 @@ if triton is not None:
         """x_i's K and V, read from position i's entries ([K or V, B, H, stream, DH], x in stream 0) and
         stored in cache slot i; returns them and i."""
         now_at = now_ptr + head * S * DH + d
-        k_now, v_now = tl.load(now_at), tl.load(now_at + B * H * S * DH)
+        k_x_K, v_x_K = tl.load(now_at), tl.load(now_at + B * H * S * DH)
         i = tl.load(i_ptr)
-        tl.store(k_cache_out_ptr + (head * T + i) * DH + d, k_now)
-        tl.store(v_cache_out_ptr + (head * T + i) * DH + d, v_now)
-        return k_now, v_now, i
+        tl.store(k_cache_out_ptr + (head * T + i) * DH + d, k_x_K)
+        tl.store(v_cache_out_ptr + (head * T + i) * DH + d, v_x_K)
+        return k_x_K, v_x_K, i
 
     @triton.jit
     def sps_triton_decode_ring(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr, mask_ptr,
@@ -135,39 +135,42 @@ if triton is not None:
         x_i and the ring, normalise. Every access past the S query rows or the R ring slots is masked."""
         h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
         head = b * H + h
-        rows = tl.arange(0, SP)
-        row_ok = rows < S
-        slots = tl.arange(0, RP)
-        slot_ok = slots < R
+        rows_S = tl.arange(0, SP)
+        row_ok_S = rows_S < S
+        slots_R = tl.arange(0, RP)
+        slot_ok_R = slots_R < R
         d = tl.arange(0, DH)
-        max_past, sum_past, o_past = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
-                                                  S, SP, DH, SPLITS)
-        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, S, T, H, DH)
+        max_past_S, sum_past_S, o_past_SK = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows_S, row_ok_S,
+                                                         d, S, SP, DH, SPLITS)
+        k_x_K, v_x_K, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, S, T, H, DH)
         # rho_i is stream 1 of position i's entries; it goes to ring slot i % R.
-        k_new, v_new = tl.load(now_ptr + head * S * DH + DH + d), tl.load(now_ptr + (B * H + head) * S * DH + DH + d)
+        k_rho_K = tl.load(now_ptr + head * S * DH + DH + d)
+        v_rho_K = tl.load(now_ptr + (B * H + head) * S * DH + DH + d)
         slot = i % R
-        tl.store(k_ring_out_ptr + (head * R + slot) * DH + d, k_new)
-        tl.store(v_ring_out_ptr + (head * R + slot) * DH + d, v_new)
+        tl.store(k_ring_out_ptr + (head * R + slot) * DH + d, k_rho_K)
+        tl.store(v_ring_out_ptr + (head * R + slot) * DH + d, v_rho_K)
         # This program's loads need not see its stores: the new ring entry is taken from registers.
-        ring_at = (head * R + slots[:, None]) * DH + d[None, :]
-        is_new = (slots == slot)[:, None]
-        k_ring = tl.where(is_new, k_new[None, :], tl.load(k_ring_ptr + ring_at, mask=slot_ok[:, None], other=0.0))
-        v_ring = tl.where(is_new, v_new[None, :], tl.load(v_ring_ptr + ring_at, mask=slot_ok[:, None], other=0.0))
-        q = tl.load(q_ptr + (head * S + rows[:, None]) * DH + d[None, :], mask=row_ok[:, None], other=0.0)
-        seen = tl.load(mask_ptr + (b * S + rows[:, None]) * R + slots[None, :],
-                       mask=row_ok[:, None] & slot_ok[None, :], other=0) != 0
-        scores = tl.where(seen, tl.dot(q, tl.trans(k_ring), input_precision=DOT_PRECISION) * SCALE, _MASK_VALUE)
+        ring_at = (head * R + slots_R[:, None]) * DH + d[None, :]
+        rho_slot_R1 = (slots_R == slot)[:, None]
+        k_RK = tl.where(rho_slot_R1, k_rho_K[None, :],
+                        tl.load(k_ring_ptr + ring_at, mask=slot_ok_R[:, None], other=0.0))
+        v_RK = tl.where(rho_slot_R1, v_rho_K[None, :],
+                        tl.load(v_ring_ptr + ring_at, mask=slot_ok_R[:, None], other=0.0))
+        q_SK = tl.load(q_ptr + (head * S + rows_S[:, None]) * DH + d[None, :], mask=row_ok_S[:, None], other=0.0)
+        seen_SR = tl.load(mask_ptr + (b * S + rows_S[:, None]) * R + slots_R[None, :],
+                          mask=row_ok_S[:, None] & slot_ok_R[None, :], other=0) != 0
+        scores_SR = tl.where(seen_SR, tl.dot(q_SK, tl.trans(k_RK), input_precision=DOT_PRECISION) * SCALE, _MASK_VALUE)
         # x_i precedes every query row of position i: each row sees it.
-        score_now = tl.sum(q.to(tl.float32) * k_now.to(tl.float32)[None, :], 1) * SCALE
-        row_max = tl.maximum(tl.maximum(max_past, tl.max(scores, 1)), score_now)
-        p = tl.where(seen, tl.exp(scores - row_max[:, None]), 0.0)
-        p_now = tl.exp(score_now - row_max)
-        past_scale = tl.exp(max_past - row_max)
-        denom = past_scale * sum_past + tl.sum(p, 1) + p_now  # > 0: every row sees x_i
-        o = (tl.dot(p.to(v_ring.dtype), v_ring, input_precision=DOT_PRECISION) + past_scale[:, None] * o_past
-             + p_now[:, None] * v_now.to(tl.float32)[None, :])
-        tl.store(o_ptr + ((b * S + rows[:, None]) * H + h) * DH + d[None, :],
-                 (o / denom[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+        score_x_S = tl.sum(q_SK.to(tl.float32) * k_x_K.to(tl.float32)[None, :], 1) * SCALE
+        max_S = tl.maximum(tl.maximum(max_past_S, tl.max(scores_SR, 1)), score_x_S)
+        p_SR = tl.where(seen_SR, tl.exp(scores_SR - max_S[:, None]), 0.0)
+        p_x_S = tl.exp(score_x_S - max_S)
+        past_scale_S = tl.exp(max_past_S - max_S)
+        denom_S = past_scale_S * sum_past_S + tl.sum(p_SR, 1) + p_x_S  # > 0: every row sees x_i
+        o_SK = (tl.dot(p_SR.to(v_RK.dtype), v_RK, input_precision=DOT_PRECISION) + past_scale_S[:, None] * o_past_SK
+                + p_x_S[:, None] * v_x_K.to(tl.float32)[None, :])
+        tl.store(o_ptr + ((b * S + rows_S[:, None]) * H + h) * DH + d[None, :],
+                 (o_SK / denom_S[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok_S[:, None])
 
     @triton.jit
     def sps_triton_decode_one_stream(q_ptr, o_part_ptr, m_part_ptr, l_part_ptr, now_ptr, i_ptr,
@@ -178,20 +181,21 @@ if triton is not None:
         normalise (row 0 of a tile of SP; the others are masked)."""
         h, b = tl.program_id(0), tl.program_id(1).to(tl.int64)
         head = b * H + h
-        rows = tl.arange(0, SP)
-        row_ok = rows < 1
+        rows_S = tl.arange(0, SP)
+        row_ok_S = rows_S < 1
         d = tl.arange(0, DH)
-        max_past, sum_past, o_past = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows, row_ok, d,
-                                                  1, SP, DH, SPLITS)
-        k_now, v_now, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, 1, T, H, DH)
-        q = tl.load(q_ptr + (head + rows[:, None]) * DH + d[None, :], mask=row_ok[:, None], other=0.0)
-        score_now = tl.sum(q.to(tl.float32) * k_now.to(tl.float32)[None, :], 1) * SCALE
-        row_max = tl.maximum(max_past, score_now)
-        p_now = tl.exp(score_now - row_max)
-        past_scale = tl.exp(max_past - row_max)
-        o = past_scale[:, None] * o_past + p_now[:, None] * v_now.to(tl.float32)[None, :]
-        tl.store(o_ptr + (head + rows[:, None]) * DH + d[None, :],
-                 (o / (past_scale * sum_past + p_now)[:, None]).to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+        max_past_S, sum_past_S, o_past_SK = _merged_past(o_part_ptr, m_part_ptr, l_part_ptr, head, rows_S, row_ok_S,
+                                                         d, 1, SP, DH, SPLITS)
+        k_x_K, v_x_K, i = _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d, B, 1, T, H, DH)
+        q_SK = tl.load(q_ptr + (head + rows_S[:, None]) * DH + d[None, :], mask=row_ok_S[:, None], other=0.0)
+        score_x_S = tl.sum(q_SK.to(tl.float32) * k_x_K.to(tl.float32)[None, :], 1) * SCALE
+        max_S = tl.maximum(max_past_S, score_x_S)
+        p_x_S = tl.exp(score_x_S - max_S)
+        past_scale_S = tl.exp(max_past_S - max_S)
+        o_SK = past_scale_S[:, None] * o_past_SK + p_x_S[:, None] * v_x_K.to(tl.float32)[None, :]
+        tl.store(o_ptr + (head + rows_S[:, None]) * DH + d[None, :],
+                 (o_SK / (past_scale_S * sum_past_S + p_x_S)[:, None]).to(o_ptr.dtype.element_ty),
+                 mask=row_ok_S[:, None])
 
 
 def _run(name: str, grid, inputs, out_shapes, interpret: bool, aliases=None, **meta):
