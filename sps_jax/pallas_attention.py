@@ -225,17 +225,21 @@ def _row_block(b, h, i):
     return (b, i, h, 0)
 
 
+def _all_rows(b, h, i):
+    """Every row of batch b, head h: what a program walks in its loop (keys, or query tiles for dK/dV)."""
+    return (b, 0, h, 0)
+
+
 def _query_tile_specs(S, rows, M, Dh):
     """Inputs shared by the forward and dQ kernels, which walk the same kind of query-side tables:
     the tile's block table, its rows' [lo, hi) intervals, the query tile, and all of K and V."""
-    whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     return [
         pl.BlockSpec((None, None, 4 * S), lambda b, h, i: (b, i, 0)),
         pl.BlockSpec((None, S, rows), lambda b, h, i: (b, 0, i)),
         pl.BlockSpec((None, S, rows), lambda b, h, i: (b, 0, i)),
         pl.BlockSpec((None, rows, None, Dh), _row_block),
-        pl.BlockSpec((None, M, None, Dh), whole),
-        pl.BlockSpec((None, M, None, Dh), whole),
+        pl.BlockSpec((None, M, None, Dh), _all_rows),
+        pl.BlockSpec((None, M, None, Dh), _all_rows),
     ]
 
 
@@ -296,7 +300,6 @@ def _backward(plan, res, do_BNHK):
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
     k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k)
-    whole = lambda b, h, i: (b, 0, h, 0)  # noqa: E731
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
     dk_BMHK, dv_BMHK = pl.pallas_call(
         functools.partial(_dkv_kernel, rows_per_tile=rows, scale=plan.scale),
@@ -307,8 +310,8 @@ def _backward(plan, res, do_BNHK):
             pl.BlockSpec((None, block_k), lambda b, h, i: (b, i)),
             pl.BlockSpec((None, block_k, None, Dh), _row_block),
             pl.BlockSpec((None, block_k, None, Dh), _row_block),
-            pl.BlockSpec((None, N, None, Dh), whole),
-            pl.BlockSpec((None, N, None, Dh), whole),
+            pl.BlockSpec((None, N, None, Dh), _all_rows),
+            pl.BlockSpec((None, N, None, Dh), _all_rows),
             whole_rows, whole_rows,
         ],
         out_specs=[pl.BlockSpec((None, block_k, None, Dh), _row_block)] * 2,
@@ -361,11 +364,11 @@ def check_inputs(q, k, v, doc_ids_BT, vis):
     """:func:`sps_jax.attention_inputs.check_inputs`, and document ids (where concrete) in contiguous runs."""
     attention_inputs.check_inputs(q, k, v, doc_ids_BT, vis)
     try:
-        d = np.asarray(doc_ids_BT)
+        doc_BT = np.asarray(doc_ids_BT)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return  # traced under jit: the values are checked where they are made (masks.document_ids)
-    runs = 1 + (d[:, 1:] != d[:, :-1]).sum(axis=1)
-    if any(r != len(np.unique(row)) for r, row in zip(runs, d)):
+    runs_B = 1 + (doc_BT[:, 1:] != doc_BT[:, :-1]).sum(axis=1)
+    if any(runs != len(np.unique(row_T)) for runs, row_T in zip(runs_B, doc_BT)):
         raise ValueError("doc_ids_BT must give each document one contiguous run of positions "
                          "(as masks.document_ids makes them).")
 
