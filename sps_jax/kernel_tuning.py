@@ -86,8 +86,8 @@ WIDE_HEADS = Tuning.uniform(32, 32, num_warps=4, num_stages=2)
 SPLASH_LANES = 128
 # Splash's default blocks, the same for forward, dQ and dK/dV: 128 interleaved query rows (64 positions x
 # 2 streams) against 128 keys of one stream. At T=4096, w=64 this computes 0.562 of the scores of
-# a dense causal kernel over the 2T slots (256 x 128 blocks: 0.577, 256 x 256: 0.623), the
-# issue's target being <= 0.57. VMEM per kernel step at head_dim 128, bf16: q, k, v, dO blocks of
+# a dense causal kernel over the 2T slots (256 x 128 blocks: 0.577, 256 x 256: 0.623; the
+# target is <= 0.57, docs/tpu.md). VMEM per kernel step at head_dim 128, bf16: q, k, v, dO blocks of
 # 32 KiB each, double-buffered, f32 accumulators and a 128 x 128 f32 score tile of 64 KiB each,
 # segment-id and index blocks of 64 KiB: under 2 MiB, far inside the scoped VMEM a Mosaic kernel
 # gets by default on v5e and v6e (chips with 128 MiB of VMEM). The deviceless compiles for both

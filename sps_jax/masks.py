@@ -7,9 +7,10 @@ x0 rho0 x1 rho1 ..., so slot (i, s) sits at index 2i+s (i for Standard).
 :class:`Visibility` is the one value that says who sees whom (variant, window,
 persistent window); it is validated once, when it is made, and travels unchanged
 through the attention backends, the Pallas kernel, the KV cache and the probes.
-Every function here works on numpy and jax arrays alike (only elementwise
-operators and ``xp.cumsum``), so the same rule builds the dense reference mask,
-checks the Pallas block tables, and masks the KV cache at decode time.
+Every function here works on numpy and jax arrays alike (elementwise operators and
+array functions both libraries share, through :func:`array_module`), so the same rule
+builds the dense reference mask, checks the Pallas block tables, and masks the KV
+cache at decode time.
 """
 
 from __future__ import annotations

@@ -387,7 +387,7 @@ class Block(nn.Module):
     def __call__(self, x_BTSD, positions_BT, doc_ids_BT, cache=None):
         # Training without remat makes q, k, v in one product and gate, up in one, so that its backward pass
         # reads each stacked gradient once (one fusion, one input-gradient and one weight-gradient product
-        # where there were three and two). Elsewhere they stay apart (a decode step's q, k, v aside, see
+        # where separate products take three and two). Elsewhere they stay apart (a decode step's q, k, v aside, see
         # Attention): remat's recomputed block would hold the stacked products and their gradients at once,
         # and a prefill the stacked buffer until its last slice is read (docs/design.md section 5).
         fused = cache is None and not self.cfg.remat
@@ -556,7 +556,7 @@ def init_params(model: Transformer, rng):
     """Parameters in ``model.param_dtype``; shapes do not depend on the sequence length, so init on one token.
 
     One compiled program per config: the values a training run starts from (its init is this program inside
-    its own jit), where flax's op-by-op init gave others in the last bits, and seconds faster on a CPU."""
+    its own jit), where flax's op-by-op init gives others in the last bits, and seconds faster on a CPU."""
     if not isinstance(model, Transformer):  # else it fails as "has no attribute 'cfg'"
         raise TypeError(f"model must be a Transformer, got a {type(model).__name__}: pass Transformer(config).")
     check_rng(rng)

@@ -2,7 +2,7 @@
 
 Pallas's Triton backend, which ``sps_jax.pallas_attention`` lowers through, is deprecated in jax;
 jax names ``jax_triton.triton_call`` as the path for Triton kernels once it is removed. This module
-is that path, built and tested now: the same three kernels (forward, dQ, dK/dV) written in
+is that path, built and tested before the removal: the same three kernels (forward, dQ, dK/dV) written in
 ``triton.language``, walking the same block tables and row intervals with the same tiles, behind the
 same custom VJP (``pallas_attention.flash_with``). Only the kernels differ; pick them with
 ``attention="triton"`` (docs/pallas.md, "When Pallas removes its Triton backend").
@@ -285,9 +285,9 @@ _INPUT_PRECISION = {"highest": "ieee", "float32": "ieee", "F32_F32_F32": "ieee",
 
 def dot_precision() -> str:
     """``tl.dot``'s ``input_precision`` under jax's matmul precision at trace time. Triton's own default
-    is always TensorFloat-32, which left these kernels' float32 logits 3.4e-3 off the dense ones under
-    ``jax.default_matmul_precision("highest")``, the Pallas kernels' 6e-6 (measured on an H100). 16-bit
-    operands ignore it."""
+    is always TensorFloat-32, which leaves these kernels' float32 logits 3.4e-3 off the dense ones under
+    ``jax.default_matmul_precision("highest")``, where the Pallas kernels' are 6e-6 off (measured on an
+    H100). 16-bit operands ignore it."""
     return _INPUT_PRECISION.get(jax.config.jax_default_matmul_precision, "tf32")
 
 

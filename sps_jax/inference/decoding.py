@@ -35,7 +35,7 @@ def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positio
     Left-padded prompts pass the positions :func:`sps_jax.inference.batching.left_pad`
     gives them; by default positions are 0..T-1 (unpadded prompts). The next-token logits
     of position t are ``model.unembed(h[:, t:t+1], params["embed"])``. Tokens and sizes are checked
-    first, in one sentence (jax said "dynamic_update_slice update shape must be smaller than operand shape").
+    first, in one sentence (jax would say "dynamic_update_slice update shape must be smaller than operand shape").
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     sps_model.check_tokens(tokens_BT, cfg)  # ids as well, where the tokens are concrete
@@ -53,7 +53,7 @@ def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positio
 
 
 def _check_model(cfg: sps_model.ModelConfig, params) -> None:
-    """The params are ``cfg``'s model's (flax ignores extra parameters: a deeper model's weights ran without a word).
+    """The params are ``cfg``'s model's (flax ignores extra parameters: a deeper model's weights would run unsaid).
     Shapes only, so a loop of decode steps pays no copy to the host (generate checks the values once)."""
     runs.check_params(sps_model.Transformer(cfg), params, runs.OTHER_MODEL)
 
@@ -124,7 +124,7 @@ def _prefill_chunks(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, t
 
 def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, tokens_B):
     """Forward one token per row (the pair x_i, rho_i at position i) -> (logits [B, V] f32, cache). Called with a
-    concrete cache, a full one is refused (its writes were clamped onto its last slot)."""
+    concrete cache, a full one is refused (its writes would be clamped onto its last slot)."""
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_cache(cache)
     _check_model(cfg, params)
@@ -161,7 +161,6 @@ def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, token
     return logits_BV, cache
 
 
-
 def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
     """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
@@ -171,7 +170,7 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     ``max_new_tokens`` serves every smaller count. Returns (tokens [B, max_new_tokens] with
     ``pad_id`` after a row's EOS or past ``limit``, number of decode steps run, the final cache).
     The settings, and whether the cache has room for the tokens, are checked first: past its last slot
-    the cache's writes were clamped onto that slot, and the logits went wrong without a word.
+    the cache's writes would be clamped onto that slot, and the logits would go wrong without a word.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     max_new_tokens = cli.integer(max_new_tokens, "max_new_tokens")  # a jax scalar cannot be a static argument
@@ -296,7 +295,7 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
 def batch_seed(seed: int, first: int) -> int:
     """The sampling seed of the batch whose first prompt is number ``first`` of a run seeded ``seed``.
 
-    ``seed + first`` gave seed 1's batches the samples of seed 0's next ones; a hash of the pair gives
+    ``seed + first`` would give seed 1's batches the samples of seed 0's next ones; a hash of the pair gives
     every (seed, batch) its own stream. The first batch keeps ``seed`` itself, so one batch samples as
     :func:`generate` with that seed does.
     """
