@@ -25,17 +25,17 @@ def doc_bounds(doc_ids_BT):
     doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # a nested list becomes an array; a 1-D row is refused
     xp = masks.array_module(doc_ids_BT)
     B, T = doc_ids_BT.shape
-    pos = xp.arange(T, dtype=xp.int32)
+    pos_T = xp.arange(T, dtype=xp.int32)
     change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]  # [B, T-1]: a new document at i+1
-    first = xp.concatenate([xp.ones((B, 1), bool), change], axis=1)
-    last = xp.concatenate([change, xp.ones((B, 1), bool)], axis=1)
-    starts, ends = xp.where(first, pos, 0), xp.where(last, pos + 1, T)
+    first_BT = xp.concatenate([xp.ones((B, 1), bool), change], axis=1)
+    last_BT = xp.concatenate([change, xp.ones((B, 1), bool)], axis=1)
+    starts_BT, ends_BT = xp.where(first_BT, pos_T, 0), xp.where(last_BT, pos_T + 1, T)
     if xp is np:
-        start = np.maximum.accumulate(starts, axis=1)
-        end = np.minimum.accumulate(ends[:, ::-1], axis=1)[:, ::-1]
+        start_BT = np.maximum.accumulate(starts_BT, axis=1)
+        end_BT = np.minimum.accumulate(ends_BT[:, ::-1], axis=1)[:, ::-1]
     else:
-        start, end = lax.cummax(starts, axis=1), lax.cummin(ends, axis=1, reverse=True)
-    return start.astype(xp.int32), end.astype(xp.int32)
+        start_BT, end_BT = lax.cummax(starts_BT, axis=1), lax.cummin(ends_BT, axis=1, reverse=True)
+    return start_BT.astype(xp.int32), end_BT.astype(xp.int32)
 
 
 def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
@@ -56,24 +56,24 @@ def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     B, T = doc_ids_BT.shape
     Tp = padded_length(padded_len, T)
     start_BT, end_BT = doc_bounds(doc_ids_BT)
-    pos = xp.arange(T, dtype=xp.int32)
+    pos_T = xp.arange(T, dtype=xp.int32)
     pad = [(0, 0), (0, Tp - T)]
     q_lo, q_hi, k_lo, k_hi = [], [], [], []
     for t in range(S):
         w = vis.stream_window(t)
         w = None if w is None else min(int(w), T)  # a window >= T is unbounded; keeps int32 safe
-        lo_BT = start_BT if w is None else xp.maximum(start_BT, pos - w)
+        lo_BT = start_BT if w is None else xp.maximum(start_BT, pos_T - w)
         per_stream_lo, per_stream_hi = [], []
         for s in range(S):
-            hi_T = pos + 1 if t <= s else pos
+            hi_T = pos_T + 1 if t <= s else pos_T
             per_stream_lo.append(xp.pad(lo_BT, pad))
             per_stream_hi.append(xp.pad(xp.broadcast_to(hi_T, (B, T)), pad))
         # [B, Tp, S] -> [B, Tp*S]: interleaved query rows.
         q_lo.append(xp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
         q_hi.append(xp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
-        seen_until = end_BT if w is None else xp.minimum(end_BT, pos + w + 1)
-        k_lo.append(xp.pad(xp.broadcast_to(S * pos + t, (B, T)), pad))
-        k_hi.append(xp.pad(S * seen_until, pad))
+        seen_until_BT = end_BT if w is None else xp.minimum(end_BT, pos_T + w + 1)
+        k_lo.append(xp.pad(xp.broadcast_to(S * pos_T + t, (B, T)), pad))
+        k_hi.append(xp.pad(S * seen_until_BT, pad))
     return (xp.stack(q_lo, axis=1).astype(xp.int32), xp.stack(q_hi, axis=1).astype(xp.int32),
             xp.concatenate(k_lo, axis=1).astype(xp.int32),
             xp.concatenate(k_hi, axis=1).astype(xp.int32))

@@ -210,9 +210,9 @@ def document_runs(doc_ids_BT):
     """
     doc_ids_BT = ids_BT(doc_ids_BT, "doc_ids_BT")
     xp = array_module(doc_ids_BT)
-    change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]
-    starts = xp.concatenate([xp.zeros_like(change[:, :1]), change], axis=1)
-    return xp.cumsum(starts.astype(xp.int32), axis=1).astype(xp.int32)
+    change = doc_ids_BT[:, 1:] != doc_ids_BT[:, :-1]  # [B, T-1]: a new run at i+1
+    starts_BT = xp.concatenate([xp.zeros_like(change[:, :1]), change], axis=1)
+    return xp.cumsum(starts_BT.astype(xp.int32), axis=1).astype(xp.int32)
 
 
 def slot_coordinates(num_positions: int, streams: int, xp=np):

@@ -199,28 +199,28 @@ def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logi
     num_tokens = cfg.eos_id + 1
     params = sps_model.compute_params(params, cfg)  # once, outside the loop
 
-    def pick(i, logits, out, done):
-        token = sample_logits(logits, jax.random.fold_in(rng, i), sampling, num_tokens)
-        token = jnp.where(done, cfg.pad_id, token)  # finished rows idle on pad (its own document)
-        out = jax.lax.dynamic_update_slice(out, token[:, None], (0, i))
+    def pick(i, logits_BV, out, done_B):
+        token_B = sample_logits(logits_BV, jax.random.fold_in(rng, i), sampling, num_tokens)
+        token_B = jnp.where(done_B, cfg.pad_id, token_B)  # finished rows idle on pad (its own document)
+        out = jax.lax.dynamic_update_slice(out, token_B[:, None], (0, i))
         if stop_on_eos:
-            done = done | (token == cfg.eos_id)
-        return token, out, done
+            done_B = done_B | (token_B == cfg.eos_id)
+        return token_B, out, done_B
 
-    out = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)
-    token, out, done = pick(0, logits_BV, out, jnp.zeros((B,), bool))
+    out = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)  # [B, max_new_tokens]
+    token_B, out, done_B = pick(0, logits_BV, out, jnp.zeros((B,), bool))
 
     def cond(state):
-        i, _, _, _, done = state
-        return (i < limit) & ~jnp.all(done)
+        i, _, _, _, done_B = state
+        return (i < limit) & ~jnp.all(done_B)
 
     def body(state):
-        i, token, cache, out, done = state
-        logits, cache = decode_step(cfg, params, cache, token)
-        token, out, done = pick(i, logits, out, done)
-        return i + 1, token, cache, out, done
+        i, token_B, cache, out, done_B = state
+        logits_BV, cache = decode_step(cfg, params, cache, token_B)
+        token_B, out, done_B = pick(i, logits_BV, out, done_B)
+        return i + 1, token_B, cache, out, done_B
 
-    steps, _, cache, out, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), token, cache, out, done))
+    steps, _, cache, out, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), token_B, cache, out, done_B))
     return out, steps - 1, cache
 
 

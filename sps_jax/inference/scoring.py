@@ -107,9 +107,9 @@ class Scorer:
             chunk = order[start:start + self.rows_for(length)]
             start += len(chunk)
             batch = bucket(len(chunk), self.rows_for(length))
-            inputs, positions = left_pad([rows[i][0] for i in chunk], length, batch, self.cfg.pad_id)
-            targets, _ = left_pad([rows[i][1] for i in chunk], length, batch, self.cfg.pad_id)
-            logprob_BT, greedy_BT = self._target_logprobs(self.params, inputs, positions, targets)
+            inputs_BT, positions_BT = left_pad([rows[i][0] for i in chunk], length, batch, self.cfg.pad_id)
+            targets_BT, _ = left_pad([rows[i][1] for i in chunk], length, batch, self.cfg.pad_id)
+            logprob_BT, greedy_BT = self._target_logprobs(self.params, inputs_BT, positions_BT, targets_BT)
             logprob_BT, greedy_BT = np.asarray(logprob_BT, np.float64), np.asarray(greedy_BT)
             for b, i in enumerate(chunk):
                 n = rows[i][2]  # the continuation is the last n targets of the row
