@@ -278,21 +278,7 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
         for name in kernel_names(vis, kernels, decode):
             tiles = (dataclasses.asdict(getattr(tuning, tuning_field[name])) if name in tuning_field
                      else _launch_settings(name, shape.head_dim))
-            entry = {**tiles, **launches.get(name, {})}
-            ptx = ptx_of.get(name)
-            if ptx is None:
-                entry["error"] = "no PTX for this kernel in the compiled program"
-            else:
-                with open(ptx) as f:
-                    entry["matrix_instructions"] = matrix_instructions(f.read(), name)
-                out, text, lowered_from = _assemble(ptxas, acc.sm_arch, ptx)
-                if lowered_from:
-                    entry["ptx_version_lowered_from"] = lowered_from
-                # One PTX module may hold several kernels: keep this kernel's part of the report.
-                part = re.search(rf"Compiling entry function '{name}'.*?Used \d+ registers[^\n]*", text, re.S)
-                entry.update(parse_ptxas(part[0] if part else text))
-                if out.returncode:
-                    entry["error"] = "ptxas failed: " + " ".join(text.split())[:300]
+            entry = {**tiles, **launches.get(name, {}), **_ptx_report(name, ptx_of.get(name), ptxas, acc.sm_arch)}
             report["kernels"][name] = entry
             if "registers" not in entry:  # no number is not zero spills: the report must say so
                 report["status"] = "no_report"
@@ -307,6 +293,24 @@ def kernel_report(acc: hardware.Accelerator, shape: Shape, dtype="bfloat16", vis
     finally:
         shutil.rmtree(dump, ignore_errors=True)
     return report
+
+
+def _ptx_report(name: str, ptx: str | None, ptxas: str, arch: str) -> dict:
+    """What kernel ``name``'s PTX file (None: there is none) says: its matrix instructions, and ptxas's
+    registers, spills and stack frame for ``arch``, or an ``error``."""
+    if ptx is None:
+        return {"error": "no PTX for this kernel in the compiled program"}
+    with open(ptx) as f:
+        entry = {"matrix_instructions": matrix_instructions(f.read(), name)}
+    out, text, lowered_from = _assemble(ptxas, arch, ptx)
+    if lowered_from:
+        entry["ptx_version_lowered_from"] = lowered_from
+    # One PTX module may hold several kernels: keep this kernel's part of the report.
+    part = re.search(rf"Compiling entry function '{name}'.*?Used \d+ registers[^\n]*", text, re.S)
+    entry.update(parse_ptxas(part[0] if part else text))
+    if out.returncode:
+        entry["error"] = "ptxas failed: " + " ".join(text.split())[:300]
+    return entry
 
 
 def _binaries(kernels: str, compiled, dump: str) -> tuple[dict, dict]:
