@@ -96,7 +96,7 @@ if triton is not None:
     def sps_triton_forward(table_ptr, lo_ptr, hi_ptr, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                            S: tl.constexpr, N: tl.constexpr, TP: tl.constexpr, H: tl.constexpr,
                            DH: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE: tl.constexpr,
-                      DOT_PRECISION: tl.constexpr):
+                           DOT_PRECISION: tl.constexpr):
         """One query tile (ROWS interleaved rows) of one head: its output and base-2 lse."""
         ROW: tl.constexpr = H * DH
         LOG2_SCALE: tl.constexpr = SCALE * _LOG2E

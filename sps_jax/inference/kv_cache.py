@@ -229,7 +229,7 @@ class _LayerView:
         assert T == 1, "a decode step forwards exactly one position"
         persistent, windowed = cache_streams(vis)
         near = near_streams(vis)
-        t = self.index
+        i = self.index
         dt = q_BTSHK.dtype
         heads_first = lambda x_BTSHK: jnp.swapaxes(x_BTSHK[:, 0], 1, 2).astype(dt)  # noqa: E731  [B, H, S, K]
         q_BHSK, k_now_BHSK, v_now_BHSK = heads_first(q_BTSHK), heads_first(k_BTSHK), heads_first(v_BTSHK)
@@ -237,18 +237,18 @@ class _LayerView:
         split = decode_attention.kernel_split(self.cfg.attention, self.kv.k_BHTK[0].shape[2])
         if split is not None and step_in_kernel(vis, split.kernels):  # x persists (stream 0), rho in a ring of R
             o_BSHK, (k_cache, v_cache), ring = decode_attention.attend_with_ring(
-                q_BHSK, (k_now_BHSK, v_now_BHSK), t, (self.kv.k_BHTK[0], self.kv.v_BHTK[0]), self.past_lo_B,
+                q_BHSK, (k_now_BHSK, v_now_BHSK), i, (self.kv.k_BHTK[0], self.kv.v_BHTK[0]), self.past_lo_B,
                 (self.kv.k_BHRK, self.kv.v_BHRK, self.near_mask_BSC) if windowed else None, split)
             kv = self.kv.replace(k_BHTK=(k_cache,), v_BHTK=(v_cache,))
             return o_BSHK[:, None], kv.replace(k_BHRK=ring[0], v_BHRK=ring[1]) if windowed else kv
         write = lambda bufs, new_BHSK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
-            buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, t, 0)) for buf, s in zip(bufs, persistent))
+            buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, i, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
-        pasts = [(k, v, t if s in near else t + 1) for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
+        pasts = [(k, v, i if s in near else i + 1) for s, k, v in zip(persistent, kv.k_BHTK, kv.v_BHTK)]
         if R:
             w = windowed[0]
             ring_write = lambda ring, new_BHSK: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
-                ring, new_BHSK[:, :, w:w + 1].astype(ring.dtype), t % R, axis=2)
+                ring, new_BHSK[:, :, w:w + 1].astype(ring.dtype), i % R, axis=2)
             kv = kv.replace(k_BHRK=ring_write(kv.k_BHRK, k_now_BHSK), v_BHRK=ring_write(kv.v_BHRK, v_now_BHSK))
         keys = [k_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.k_BHRK] if R else [])
         values = [v_now_BHSK[:, :, s:s + 1] for s in near] + ([kv.v_BHRK] if R else [])
