@@ -99,7 +99,8 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
     return merge_partials([softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC)])
 
 
-# The kernel backends' modules, each with its ``model_backend``; "xla" is this module's own.
+# The kernel backends' modules, each with its ``model_backend`` ("xla" is this module's own) and ``attention``; the
+# flash kernel sets (kernel_tuning.KERNEL_SETS) also name their kernels (``KERNELS``, ``TUNING_FIELD``).
 KERNEL_MODULES = {"pallas": "sps_jax.pallas_attention", "triton": "sps_jax.triton_attention",
                   "splash": "sps_jax.splash_attention"}
 
