@@ -14,7 +14,7 @@ from sps_jax.inference import batching
 from sps_jax.inference.sampling import DEFAULT_SEED, Sampling
 
 # The model and the decoder load jax, which the command's --help and its checks of the prompts file need not wait
-# for: complete imports them.
+# for: encode and complete_ids import them.
 
 PAD_TO_MULTIPLE = 32  # prompt tokens per batch, rounded up to this: a few compiled lengths serve every prompt
 # The fields of each completion, in order.
