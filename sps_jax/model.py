@@ -158,8 +158,8 @@ class ModelConfig:
         return _DTYPES[self.dtype]
 
     @property
-    def carry_dtype(self):
-        """The residual stream's dtype."""
+    def residual_stream_dtype(self):
+        """The residual stream's dtype: ``residual_dtype``, or ``dtype`` where that is None."""
         return _DTYPES[self.residual_dtype or self.dtype]
 
     @property
@@ -188,7 +188,7 @@ class ModelConfig:
         is not in the compute dtype. Arithmetic, like :attr:`num_params`."""
         d = self.d_model
         stored, compute = np.dtype(_DTYPES[self.param_dtype]).itemsize, np.dtype(self.compute_dtype).itemsize
-        embed = self.vocab_size * d * (compute if self.carry_dtype == self.compute_dtype else stored)
+        embed = self.vocab_size * d * (compute if self.residual_stream_dtype == self.compute_dtype else stored)
         return (embed + self.block_matrix_params * compute
                 + (2 * self.num_layers + 1) * d * stored)
 
@@ -196,7 +196,7 @@ class ModelConfig:
         """Every layer's input for ``rows`` sequences of ``seq_len`` positions (all streams, in the residual
         stream's dtype): what a backward pass keeps at the least (remat keeps only these)."""
         slots = rows * self.seq_len * self.num_streams
-        return self.num_layers * slots * self.d_model * np.dtype(self.carry_dtype).itemsize
+        return self.num_layers * slots * self.d_model * np.dtype(self.residual_stream_dtype).itemsize
 
     def dense_probability_bytes(self, rows: int) -> int:
         """One layer's attention probabilities for ``rows`` sequences, [rows, H, N, N] in float32 (N = seq_len x
@@ -453,7 +453,7 @@ class Transformer(nn.Module):
         if c.num_streams == 2:
             # Every predict slot starts from the single <predict> embedding.
             streams.append(jnp.broadcast_to(embed_VD[c.predict_id], x_BTD.shape))
-        x_BTSD = jnp.stack(streams, axis=2).astype(c.carry_dtype)
+        x_BTSD = jnp.stack(streams, axis=2).astype(c.residual_stream_dtype)
         # Zero-valued unless a "perturbations" collection is passed: its gradient is the
         # per-slot gradient of the loss w.r.t. the layer-0 inputs (tests, probes).
         x_BTSD = self.perturb("embeddings", x_BTSD)
@@ -527,13 +527,13 @@ def compute_params(params, cfg: ModelConfig):
     them to anyway (so results are bit-identical), done once. Inference loops take these, so a
     decode step reads bf16 weights instead of converting f32 ones at every step.
 
-    The embedding also starts the residual stream, in the carry dtype: it is cast only where that is the
+    The embedding also starts the residual stream, in its dtype: it is cast only where that is the
     compute dtype, since an f32 residual stream in bf16 (the authors' autocast) reads it unrounded."""
     cfg = ModelConfig.from_config(cfg)  # a config.model ConfigDict too, as count_params and generate take
     if isinstance(params, dict) and set(params) == {"params"}:  # every leaf would be cast, the embedding included
         raise ValueError("params is flax's variables dict {'params': ...}: pass its 'params' entry.")
     cast = lambda x: x.astype(cfg.compute_dtype) if x.ndim >= 2 else x  # noqa: E731
-    keep_embed = cfg.carry_dtype != cfg.compute_dtype
+    keep_embed = cfg.residual_stream_dtype != cfg.compute_dtype
     return {name: tree if name == "embed" and keep_embed else jax.tree_util.tree_map(cast, tree)
             for name, tree in params.items()}
 
