@@ -156,3 +156,13 @@ def round_up(T: int, multiple: int) -> int:
     if isinstance(multiple, bool) or not hasattr(multiple, "__index__") or multiple < 1:  # 0 divided by zero
         raise ValueError(f"multiple must be a positive integer, got {multiple!r}.")
     return -(-T // multiple) * multiple
+
+
+def visible_pairs(q_lo, q_hi) -> int:
+    """The query-key pairs that :func:`row_intervals`' per-row key intervals hold (an empty interval holds none)."""
+    return int(np.maximum(np.asarray(q_hi) - np.asarray(q_lo), 0).sum())
+
+
+def causal_pairs(slots: int) -> int:
+    """The query-key pairs a dense causal kernel computes over ``slots`` positions: slots (slots + 1) / 2."""
+    return slots * (slots + 1) // 2

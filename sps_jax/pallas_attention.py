@@ -438,9 +438,8 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     fwd, dkv = tuning.forward, tuning.dkv
     q_tab = block_tables.query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k)
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
-    N = T * S
-    return {"visible": int(np.maximum(q_hi - q_lo, 0).sum()),
+    return {"visible": block_tables.visible_pairs(q_lo, q_hi),
             "computed": _scores_in(q_tab, fwd, S),
             "computed_dkv": _scores_in(block_tables.key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S),
             "masked_blocks": blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum()), "blocks": blocks_fwd,
-            "dense_causal": N * (N + 1) // 2}
+            "dense_causal": block_tables.causal_pairs(T * S)}

@@ -196,9 +196,9 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, block_sizes: splash.BlockSiz
     T, S = doc_ids_BT.shape[1], vis.num_streams
     Tp = padded_len(T, S, block_sizes)
     q_lo, q_hi, _, _ = block_tables.row_intervals(doc_ids_BT, vis)
-    visible = int(np.maximum(q_hi - q_lo, 0).sum())
     static_lo, static_hi, _, _ = block_tables.row_intervals(np.zeros((1, Tp), np.int32), vis)
-    counts = {"visible": visible, "dense_causal": T * S * (T * S + 1) // 2, "padded_len": Tp}
+    counts = {"visible": block_tables.visible_pairs(q_lo, q_hi), "dense_causal": block_tables.causal_pairs(T * S),
+              "padded_len": Tp}
     bs = block_sizes
     for name, bq, bkv in (("", bs.block_q, bs.block_kv), ("_dq", bs.block_q_dq, bs.block_kv_dq),
                           ("_dkv", bs.block_q_dkv, bs.block_kv_dkv)):

@@ -222,6 +222,13 @@ def test_score_counts_sps_computes_at_most_057_of_dense_causal_over_interleaved_
     assert with_docs["computed"] < 0.6 * counts["computed"]  # blocks across documents are skipped
 
 
+def test_dense_causal_counts_the_pairs_of_a_causal_kernel_over_the_interleaved_slots():
+    """Three positions: Standard's 3 slots hold 3 + 2 + 1 causal pairs, SPS's 6 interleaved slots 6 + 5 + ... + 1."""
+    counts = [pa.score_counts(np.zeros((1, 3), np.int32), Vis(v, 1), Tuning.uniform(4, 4))["dense_causal"]
+              for v in ("standard", "sps")]
+    assert counts == [6, 21]
+
+
 @pytest.mark.parametrize("variant", masks.VARIANTS)
 def test_score_counts_visible_pairs_equal_the_dense_mask(variant):
     doc = layout_doc_ids()

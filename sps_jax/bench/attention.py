@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 # The parser and its checks load no jax; the kernels and the timing import it where they run.
-from sps_jax import bench, cli, config as sps_config, hardware, kernel_tuning, masks, names
+from sps_jax import bench, block_tables, cli, config as sps_config, hardware, kernel_tuning, masks, names
 
 KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 
@@ -296,7 +296,7 @@ def baseline_rows(args, dtype, key):
         q, k, v = (jax.random.normal(kk, (B, slots, H, Dh), dtype) for kk in jax.random.split(key, 3))
         if jax.default_backend() == "tpu":
             fwd_s, fwd_bwd_s = time_pair(splash_causal(slots, H), q, k, v, args.iters)
-            rows[label] = row(f"splash causal {label}", slots * (slots + 1) // 2, B, H, Dh, fwd_s, fwd_bwd_s)
+            rows[label] = row(f"splash causal {label}", block_tables.causal_pairs(slots), B, H, Dh, fwd_s, fwd_bwd_s)
             rows[label]["implementation"] = "splash"
             continue
         for impl in ("cudnn", "xla"):
@@ -306,7 +306,7 @@ def baseline_rows(args, dtype, key):
                 print(f"  dot_product_attention implementation={impl} over {label} failed: "
                       f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
                 continue
-            rows[label] = row(f"dot_product_attention[{impl}] causal {label}", slots * (slots + 1) // 2,
+            rows[label] = row(f"dot_product_attention[{impl}] causal {label}", block_tables.causal_pairs(slots),
                               B, H, Dh, fwd_s, fwd_bwd_s)
             rows[label]["implementation"] = impl
             print(f"  {rows[label]['name']}: fwd {rows[label]['fwd_ms']:.3f} ms, "
