@@ -487,9 +487,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     source = runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 
-    # One training process writes a run folder: a second one (the same job launched twice, a re-queued job
-    # whose first attempt still runs) would interleave metrics.jsonl and race on the checkpoints.
-    with _made_for_this_run(workdir), runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+    with _held_for_this_run(workdir):
         run = setup(config, p, devices)
         micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
 
@@ -604,18 +602,23 @@ def _named_for_its_model(config):
 
 
 @contextlib.contextmanager
-def _made_for_this_run(workdir: str):
-    """Make ``workdir`` where it is missing; a start that fails before writing anything there (a damaged
-    train.init_from, say) leaves no empty folders behind, as the checks before it leave nothing."""
+def _held_for_this_run(workdir: str):
+    """Make ``workdir`` where it is missing and hold it for this training process. One training process writes a run
+    folder: a second one (the same job launched twice, a re-queued job whose first attempt still runs) would interleave
+    metrics.jsonl and race on the checkpoints, so it is refused, and leaves the folder as it found it (the empty
+    checkpoints/ of a first run that has not saved yet is that run's). A start that fails once it holds the folder,
+    before writing anything there (a damaged train.init_from, say), leaves no empty folders behind, as the checks
+    before it leave nothing."""
     made = not os.path.lexists(workdir)
     os.makedirs(workdir, exist_ok=True)
-    try:
-        yield
-    except BaseException:
-        for folder in [os.path.join(workdir, checkpoint.CHECKPOINT_DIR)] + [workdir] * made:
-            with contextlib.suppress(OSError):  # not empty: what the run wrote is kept
-                os.rmdir(folder)
-        raise
+    with runs.exclusive(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+        try:
+            yield
+        except BaseException:
+            for folder in [os.path.join(workdir, checkpoint.CHECKPOINT_DIR)] + [workdir] * made:
+                with contextlib.suppress(OSError):  # not empty: what the run wrote is kept
+                    os.rmdir(folder)
+            raise
 
 
 def with_resolved(config, **resolved):

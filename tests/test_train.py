@@ -964,6 +964,17 @@ def test_a_run_folder_that_another_training_process_is_using_is_refused_and_left
         pass
 
 
+def test_cli_a_second_training_process_refused_leaves_the_first_ones_run_folder_before_its_first_save(tmp_path,
+                                                                                                      tokens):
+    # The first process makes checkpoints/ as it starts and saves into it after compiling: the refused second one
+    # deleted that empty folder as its own leftovers, under the first one's feet.
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+    with runs.exclusive(str(workdir)):  # the first process, compiling
+        refuse(small_argv(workdir, tokens), f"--workdir {workdir} is in use by another training process")
+        assert os.listdir(workdir) == ["checkpoints"]
+
+
 def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
     tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=40, eos=59)
     refuse(small_argv(tmp_path / "run", tokens), "eos_id 59 differs from the model's 60")
