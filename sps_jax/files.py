@@ -441,19 +441,41 @@ def _lock(fd: int, wait: bool) -> bool:
     return True
 
 
-def _locked_fd(folder: str, busy: str) -> int:
-    """An fd of ``folder`` holding its lock; :class:`FolderBusy` with ``busy`` when another process holds it."""
+_LOCKS_TABLE = "/proc/locks"  # Linux's list of the locks held, each with its holder's pid
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid of the process that holds the flock on ``fd``'s file or folder, where the system says (Linux's
+    /proc/locks, which gives 0 for a holder in another pid namespace); else None."""
+    try:
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open(_LOCKS_TABLE, encoding="ascii", errors="replace") as f:
+            for line in f:
+                # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2524620 0 EOF"; a process waiting for it has "->" after "1:"
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == key and fields[4].isdigit():
+                    return int(fields[4]) or None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _locked_fd(folder: str, busy) -> int:
+    """An fd of ``folder`` holding its lock; :class:`FolderBusy` with the sentence ``busy(by)`` when another process
+    holds it, ``by`` naming its pid where the system says (" (pid 1234)", else "")."""
     fd = os.open(folder, os.O_RDONLY)
     if not _lock(fd, wait=False):
+        holder = _lock_holder(fd)
         os.close(fd)
-        raise FolderBusy(busy)
+        raise FolderBusy(busy(f" (pid {holder})" if holder else ""))
     return fd
 
 
 @contextlib.contextmanager
-def exclusive(folder: str, busy: str):
+def exclusive(folder: str, busy):
     """Hold an advisory lock on the existing ``folder`` for the block: a run folder that one training
-    process writes. A second holder is refused with ``busy``, at once."""
+    process writes. A second holder is refused at once with the sentence ``busy(by)`` (:func:`_locked_fd`)."""
     fd = _locked_fd(folder, busy)
     try:
         yield
@@ -471,8 +493,8 @@ def _claim(partial: str, path: str) -> int:
     while True:
         os.makedirs(partial, exist_ok=True)
         try:
-            fd = _locked_fd(partial, f"another command is writing {path} now ({path}.partial is in use): wait "
-                                     "for it to finish, then rerun, or choose another folder.")
+            fd = _locked_fd(partial, lambda by: f"another command{by} is writing {path} now ({path}.partial is in "
+                                                "use): wait for it to finish, then rerun, or choose another folder.")
         except FileNotFoundError:  # renamed into place between the two calls
             continue
         try:

@@ -423,8 +423,8 @@ def resume_changes(saved, config) -> list[str]:
 def exclusive(workdir: str):
     """Hold the existing ``workdir`` for one training process while it runs (released when it ends or
     dies); a second one is refused at once, before it compiles or writes anything there."""
-    return files.exclusive(workdir, f"--workdir {workdir} is in use by another training process: wait for it "
-                                    "to finish (rerunning then resumes it), or pass another --workdir.")
+    return files.exclusive(workdir, lambda by: f"--workdir {workdir} is in use by another training process{by}: wait "
+                                               "for it to finish (rerunning then resumes it), or pass another --workdir.")
 
 
 def model_differences(saved, config) -> list[str]:

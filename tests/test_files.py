@@ -5,6 +5,8 @@ import gzip
 import os
 import re
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -163,8 +165,8 @@ def test_one_writer_builds_a_folder_at_a_time_and_a_killed_writers_leftovers_are
     target = tmp_path / "out"
     with files.replace_folder(str(target)) as building:
         (tmp_path / "out.partial" / "first.txt").write_text("first")
-        with pytest.raises(files.FolderBusy, match=r"^another command is writing .*out now \(.*out\.partial is in "
-                                                   r"use\): wait for it to finish, then rerun, or choose another"):
+        with pytest.raises(files.FolderBusy, match=rf"^another command \(pid {os.getpid()}\) is writing .*out now \(.*out"
+                                                   r"\.partial is in use\): wait for it to finish, then rerun, or choose"):
             with files.replace_folder(str(target)):
                 raise AssertionError("the second writer gets no folder")
         assert set(os.listdir(building)) - {files._BUILDING} == {"first.txt"}  # nothing of the second's mixed in
@@ -199,13 +201,35 @@ def test_a_folder_swap_never_touches_the_users_own_old_or_partial_folders(tmp_pa
     assert os.listdir(mine) == ["notes.txt"] and os.listdir(target) == ["b.txt"]
 
 
-def test_a_held_run_folder_is_refused_to_a_second_holder_until_released(tmp_path):
-    with files.exclusive(str(tmp_path), "busy: wait"):
+def busy(by):
+    return f"busy{by}: wait"
+
+
+def test_a_held_run_folder_is_refused_to_a_second_holder_until_released(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_LOCKS_TABLE", str(tmp_path / "none"))  # a system that does not say who holds it
+    with files.exclusive(str(tmp_path), busy):
         with pytest.raises(files.FolderBusy, match="^busy: wait$"):
-            with files.exclusive(str(tmp_path), "busy: wait"):
+            with files.exclusive(str(tmp_path), busy):
                 pass
-    with files.exclusive(str(tmp_path), "busy: wait"):
+    with files.exclusive(str(tmp_path), busy):
         pass
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/locks"), reason="Linux's table of the locks held")
+def test_a_held_folder_is_refused_naming_the_pid_of_the_process_that_holds_it(tmp_path):
+    # Two runs started on one --workdir: the refusal said "another training process", and which of the user's
+    # processes that was took a search.
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)", str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(files.FolderBusy, match=rf"^busy \(pid {holder.pid}\): wait$"):
+            with files.exclusive(str(tmp_path), busy):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_file_system_that_cannot_lock_does_not_stop_a_run(tmp_path, monkeypatch):
@@ -214,7 +238,7 @@ def test_a_file_system_that_cannot_lock_does_not_stop_a_run(tmp_path, monkeypatc
     def cannot(fd, op):  # NFS emulating flock with write locks on a read-only fd; Lustre mounted without flock
         raise OSError(errno.EBADF, "Bad file descriptor")
     monkeypatch.setattr(files.fcntl, "flock", cannot)
-    with files.exclusive(str(tmp_path), "busy"):
+    with files.exclusive(str(tmp_path), busy):
         with files.replace_folder(str(tmp_path / "out")) as building:
             (tmp_path / "out.partial" / "a.txt").write_text("a")
             assert building == str(tmp_path / "out.partial")

@@ -954,8 +954,8 @@ def test_a_run_folder_that_another_training_process_is_using_is_refused_and_left
                                str(trained)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        refuse(small_argv(trained, tokens), f"--workdir {trained} is in use by another training process: wait for",
-               "resumes it")
+        refuse(small_argv(trained, tokens), f"--workdir {trained} is in use by another training process (pid "
+               f"{holder.pid}): wait for", "resumes it")
         assert digest(trained) == before
     finally:
         holder.kill()

@@ -425,7 +425,8 @@ def test_a_second_prepare_of_a_folder_being_built_is_refused_and_first_runs_wait
     logs = []
     with files.replace_folder(str(out)) as building:  # another command is preparing `out` now
         # A second prepare of the same folder is one sentence, and mixes nothing into the first's files.
-        with pytest.raises(files.FolderBusy, match=r"another command is writing .*builtin now .* wait for it"):
+        with pytest.raises(files.FolderBusy,
+                           match=rf"another command \(pid {os.getpid()}\) is writing .*builtin now .* wait for it"):
             prepare.prepare(str(src), str(out), log=lambda *a: None)
         assert set(os.listdir(building)) == {files._BUILDING}  # nothing of the second's mixed in
         # A training run's ensure_builtin waits for the first one instead, and does not prepare again.
