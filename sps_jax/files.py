@@ -19,6 +19,7 @@ import errno
 import itertools
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -34,6 +35,7 @@ except ImportError:  # no advisory locks (Windows): two writers of one folder ar
     fcntl = None
 
 _WRITERS = itertools.count()  # numbers this process's partial files
+_PARTIAL_FILE = r"\.\d+\.\d+\.partial"  # what atomic_path adds to a name: the writer's pid and number
 NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
 PARTIAL = ".partial"  # the suffix of the sibling folder replace_folder builds in
 
@@ -106,7 +108,7 @@ def atomic_path(path: str):
     file, and the last one wins."""
     refuse_special(path, "the output")  # before anything is written: a rename would replace the node
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"
+    suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"  # as _PARTIAL_FILE reads it
     head, name = os.path.split(path)
     partial = os.path.join(head, _cut(name, NAME_MAX - len(suffix)) + suffix)  # a name near the limit still fits
     try:
@@ -197,6 +199,18 @@ def _place_new(partial: str, path: str) -> None:
         os.replace(partial, path)
         return
     os.remove(partial)
+
+
+def clear_partials(folder: str, names) -> None:
+    """Delete the partial files of ``names`` in ``folder`` that a writer killed mid-write left (:func:`atomic_path`'s
+    ``<name>.<pid>.<n>.partial``). Only for a folder this process holds (:func:`exclusive`), where no other writer
+    of those names runs: elsewhere a partial file may be a live writer's, on another host too."""
+    pattern = re.compile("(?:" + "|".join(map(re.escape, names)) + ")" + _PARTIAL_FILE)
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if pattern.fullmatch(name) and os.path.isfile(path) and not os.path.islink(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ needs a run's weights, model, name, scale or tokens seen asks this module.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -420,11 +421,15 @@ def resume_changes(saved, config) -> list[str]:
     return changes
 
 
+@contextlib.contextmanager
 def exclusive(workdir: str):
     """Hold the existing ``workdir`` for one training process while it runs (released when it ends or
-    dies); a second one is refused at once, before it compiles or writes anything there."""
-    return files.exclusive(workdir, lambda by: f"--workdir {workdir} is in use by another training process{by}: wait "
-                                               "for it to finish (rerunning then resumes it), or pass another --workdir.")
+    dies); a second one is refused at once, before it compiles or writes anything there. The partial files of the
+    run's own files that an earlier holder left when killed mid-write (its loss.png as a SIGKILL came) are deleted."""
+    with files.exclusive(workdir, lambda by: f"--workdir {workdir} is in use by another training process{by}: wait "
+                                             "for it to finish (rerunning then resumes it), or pass another --workdir."):
+        files.clear_partials(workdir, RUN_FILES)
+        yield
 
 
 def model_differences(saved, config) -> list[str]:

@@ -359,6 +359,14 @@ def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> No
                 os.remove(path)
 
 
+def _draw_lost_plot(workdir: str) -> None:
+    """Draw loss.png where the leg that ended the run was killed as it drew it (it is drawn as each leg ends), so a
+    rerun of the finished run leaves it whole."""
+    if jax.process_index() == 0 and os.path.isfile(os.path.join(workdir, metrics.METRICS_FILE)) and not \
+            os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
+        metrics.plot(workdir)
+
+
 def _config_notes(cfg, t) -> list[str]:
     """The notes on settings a run allows but never leaves unsaid."""
     notes = []
@@ -501,6 +509,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 _warn(note)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
+                _draw_lost_plot(workdir)
                 return _summary(workdir, start_step)
             _align_run_folder(workdir, config, backend, start_step)
 

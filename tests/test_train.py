@@ -975,6 +975,28 @@ def test_cli_a_second_training_process_refused_leaves_the_first_ones_run_folder_
         assert os.listdir(workdir) == ["checkpoints"]
 
 
+def test_a_training_process_that_takes_its_run_folder_deletes_what_a_killed_one_left_half_written(tmp_path):
+    # A SIGKILL while a leg drew loss.png left loss.png.<pid>.<n>.partial in the run folder for good.
+    stale = ["loss.png.4242.3.partial", "config.json.17.0.partial", "metrics.jsonl.9.12.partial"]
+    kept = ["notes.partial", "curves.png.4242.0.partial", "loss.png", "loss.png.partial", "config.json.x.1.partial"]
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"half")
+    (tmp_path / "wandb_run_id.5.5.partial").mkdir()  # not a file any writer made
+    with runs.exclusive(str(tmp_path)):
+        assert sorted(os.listdir(tmp_path)) == sorted(kept + ["wandb_run_id.5.5.partial"])
+
+
+def test_cli_a_finished_run_rerun_draws_the_loss_png_its_last_leg_was_killed_drawing(tmp_path, tokens, reference):
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    (trained / "loss.png").unlink()
+    (trained / "loss.png.4242.0.partial").write_bytes(b"\x89PNG half")
+    rerun = train_here(trained, tokens, STEPS)
+    assert rerun.status == 0 and "nothing to train" in rerun.stdout, rerun.stderr
+    decoded_png(trained / "loss.png")
+    assert sorted(os.listdir(trained)) == ["checkpoints", "config.json", "loss.png", "metrics.jsonl"]
+
+
 def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
     tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=40, eos=59)
     refuse(small_argv(tmp_path / "run", tokens), "eos_id 59 differs from the model's 60")
