@@ -397,14 +397,15 @@ def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params,
 
 class _Retention:
     """Orbax preservation policy: the ``keep`` newest checkpoints that are not broken, every
-    ``milestone_every``-th step, and every broken checkpoint (left for inspection, never deleted)."""
+    ``milestone_every``-th step, every broken checkpoint (left for inspection, never deleted), and the ``undeletable``
+    ones (a deletion of them failed: said once, not tried again at every save)."""
 
-    def __init__(self, keep: int, milestone_every: int, broken: set[int]):
-        self.keep, self.milestone_every, self.broken = keep, milestone_every, broken
+    def __init__(self, keep: int, milestone_every: int, broken: set[int], undeletable: set[int] = frozenset()):
+        self.keep, self.milestone_every, self.broken, self.undeletable = keep, milestone_every, broken, undeletable
 
     def should_preserve(self, checkpoints, *, context=None) -> list[bool]:
         newest = set(sorted(c.step for c in checkpoints if c.step not in self.broken)[-self.keep:])
-        return [c.step in self.broken or c.step in newest
+        return [c.step in self.broken or c.step in self.undeletable or c.step in newest
                 or bool(self.milestone_every and c.step % self.milestone_every == 0) for c in checkpoints]
 
 
@@ -422,10 +423,12 @@ class TrainCheckpoints:
         check_writable_path(workdir)
         self.workdir, self.trained_as, self.warn = workdir, dict(trained_as), warn
         self.broken: set[int] = set()
+        self.undeletable: set[int] = set()  # older checkpoints whose deletion failed (one this user cannot delete)
         self.good: int | None = None      # the newest checkpoint known complete (restored or saved)
         self.pending: int | None = None   # a save started and not yet known complete
         # Leftover temporary folders of a save that was killed or failed are removed on start.
-        self.mngr = manager(workdir, preservation_policy=_Retention(keep, milestone_every, self.broken),
+        self.mngr = manager(workdir, preservation_policy=_Retention(keep, milestone_every, self.broken,
+                                                                         self.undeletable),
                             enable_async_checkpointing=True, cleanup_tmp_directories=True)
 
     def steps(self) -> list[int]:
@@ -510,15 +513,34 @@ class TrainCheckpoints:
             self.check()
 
     def check(self) -> None:
-        """Wait for the pending save; raise :class:`SaveFailed` if it failed."""
+        """Wait for the pending save; raise :class:`SaveFailed` if it failed. A save that is complete on disk, whose
+        retention then failed to delete an older checkpoint (one this user cannot delete), is a warning: the run has
+        its checkpoint, and goes on with the older one left where it is."""
         if self.pending is None:
             return
         try:
             self.mngr.wait_until_finished()
             self.mngr.check_for_errors()
         except Exception as e:
-            raise self._failed(e) from None
+            if problem(self.workdir, self.pending) is not None:
+                raise self._failed(e) from None
+            self._left_behind(e)
         self.good, self.pending = self.pending, None
+
+    def _left_behind(self, exc: BaseException) -> None:
+        """Say which older checkpoints retention could not delete after the pending save, and keep them from now on.
+        Orbax dropped them from its list before deleting them, and its failure left the saved step out of it too:
+        the list is read again from the folder."""
+        listed = set(self.mngr.all_steps()) | {self.pending}
+        folder = os.path.join(self.workdir, CHECKPOINT_DIR)
+        left = sorted(int(n) for n in os.listdir(folder) if n.isdecimal() and int(n) not in listed
+                      and os.path.isdir(os.path.join(folder, n)))
+        self.undeletable.update(left)
+        self.mngr.reload()
+        which = f"checkpoint{'s' if len(left) > 1 else ''} step {', '.join(map(str, left))}" if left else "checkpoint"
+        self.warn(f"warning: checkpoint step {self.pending} is saved, but the older {which} that retention "
+                  f"replaces could not be deleted ({_short(exc)}): it is left in {folder}; make it writable and "
+                  "delete it yourself to free the space.")
 
     def _failed(self, exc: BaseException) -> SaveFailed:
         # The failed save leaves Orbax's other coroutines unawaited; collected as the process ends, each would

@@ -266,6 +266,30 @@ def test_a_failed_save_is_one_sentence_naming_the_last_good_checkpoint(tmp_path,
     assert shown == []
 
 
+def test_an_older_checkpoint_retention_cannot_delete_is_a_warning_and_the_run_goes_on(tmp_path, monkeypatch):
+    # Found with a read-only checkpoint folder (copied from a read-only share): step 22 was saved whole, yet the run
+    # stopped saying that its save failed and that its last good checkpoint was the older step 20, and each rerun
+    # stopped again at its first save.
+    real_rmtree = shutil.rmtree
+
+    def read_only_step_2(path, *args, **kwargs):  # what the OS says to a user who cannot delete step 2's files
+        if os.path.basename(str(path)) == "2":
+            raise PermissionError(errno.EACCES, "Permission denied", "_CHECKPOINT_METADATA")
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", read_only_step_2)
+    warned = []
+    ckpts = checkpoint.TrainCheckpoints(str(tmp_path), TRAINED_AS, 0, warn=warned.append)
+    for step in (2, 3, 4):
+        save(ckpts, step)
+    ckpts.close()
+    assert ckpts.good == 4 and checkpoint.steps(str(tmp_path)) == [2, 4]  # 3 went as retention said
+    # Said once: step 2 is not tried again at the saves after it.
+    assert warned == [f"warning: checkpoint step 3 is saved, but the older checkpoint step 2 that retention replaces "
+                      f"could not be deleted (PermissionError: _CHECKPOINT_METADATA: Permission denied): it is left in "
+                      f"{tmp_path / 'checkpoints'}; make it writable and delete it yourself to free the space."]
+
+
 def test_orbax_loses_the_checkpoints_under_a_bracketed_folder_so_such_a_path_is_refused(tmp_path, monkeypatch):
     # Orbax finds a save's per-process files with a glob over the whole path: under "exp[1]" it found none,
     # wrote no manifest, said nothing, and every checkpoint of the run was unreadable.
