@@ -72,6 +72,14 @@ def sentence(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def permission_denied(exc: BaseException) -> UserError | None:
+    """The OS's refusal of a file or folder to this user ("PATH: Permission denied", an unreadable token folder or
+    run), as one sentence that also says what to do; None for any other error."""
+    if isinstance(exc, PermissionError) and exc.filename and exc.strerror:
+        return UserError(f"{sentence(exc)} for this user: change its permissions, or pass another path.")
+    return None
+
+
 def out_of_memory(exc: BaseException) -> bool:
     """XLA's allocation failure: a size the user chose (batch, sequence, model) is too large for the
     device, which no check before the work can rule out, since only XLA knows the program's peak. The CPU
@@ -366,7 +374,7 @@ def main(fn):
                 return fail(UserError(exc.code))
             raise
         except USER_ERRORS as exc:
-            return fail(jax_setting_error(exc) or exc)
+            return fail(jax_setting_error(exc) or permission_denied(exc) or exc)
         except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
                                   "or sequence, or a smaller model."))

@@ -3,6 +3,7 @@ traceback, and every command refuses bad arguments that way (stop signals: tests
 fuzzing of the readers: tests/test_fuzz_readers.py)."""
 
 import argparse
+import errno
 import os
 import re
 import shlex
@@ -547,6 +548,17 @@ def test_a_checkpoint_path_and_another_step_are_refused_not_resolved_silently(tm
             (evaluate.main, ["--checkpoint", ckpt, "--all-steps", "--val-data", tmp_path], "is one checkpoint"),
             (export_torch.main, [ckpt, "--step", "2", "--out", tmp_path / "x.safetensors"], "step 4, but step 2")):
         one_sentence(fuzz.call(main, map(str, argv)), needle)
+
+
+def test_a_file_or_folder_this_user_may_not_use_is_one_sentence_that_says_what_to_do(capsys):
+    # An unreadable token folder stopped training with "error: /data/tokens: Permission denied", naming no way out.
+    @cli.main
+    def unreadable(argv):
+        raise PermissionError(errno.EACCES, "Permission denied", "/data/tokens")
+
+    assert unreadable([]) == 2
+    assert capsys.readouterr().err == ("error: /data/tokens: Permission denied for this user: change its permissions, "
+                                       "or pass another path.\n")
 
 
 def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
