@@ -359,12 +359,22 @@ def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> No
                 os.remove(path)
 
 
+def _draw_plot(workdir: str) -> None:
+    """Draw loss.png, as each leg ends. One that cannot be written (a full disk) is a warning: the run's checkpoint
+    and metrics are on disk already, and a rerun of the finished run draws it."""
+    try:
+        metrics.plot(workdir)
+    except OSError as e:
+        _warn(f"warning: {os.path.join(workdir, metrics.PLOT_FILE)} could not be written ({cli.sentence(e)}); the run's "
+              "checkpoint and metrics are saved: free disk space and rerun the same command to draw it.")
+
+
 def _draw_lost_plot(workdir: str) -> None:
     """Draw loss.png where the leg that ended the run was killed as it drew it (it is drawn as each leg ends), so a
     rerun of the finished run leaves it whole."""
     if jax.process_index() == 0 and os.path.isfile(os.path.join(workdir, metrics.METRICS_FILE)) and not \
             os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
-        metrics.plot(workdir)
+        _draw_plot(workdir)
 
 
 def _config_notes(cfg, t) -> list[str]:
@@ -501,6 +511,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
 
         ckpts = checkpoint.TrainCheckpoints(workdir, cfg.function_fields, t.milestone_every, warn=_warn)
         writer = profile = None
+        failed = False
         try:
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
@@ -577,13 +588,17 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             ckpts.check()  # the run succeeds only once its last checkpoint is on disk
             if writer and step > start_step:  # on record, so a later start sees a checkpoint was there
                 writer.note({"step": step, "tokens_seen": p.tokens_seen(step), metrics.CHECKPOINT_SAVED: True})
+        except BaseException:
+            failed = True
+            raise
         finally:
-            if profile is not None:
-                profile.close()
-            ckpts.close()
-            if writer:
-                writer.close()
-                metrics.plot(workdir)
+            # A run that stops on an error is said in that error's sentence (a failed save names the last good
+            # checkpoint): closing and drawing, which fail for the same cause (a full disk), add nothing to it.
+            closing = ([profile.close] if profile is not None else []) + [ckpts.close]
+            closing += [writer.close, lambda: metrics.plot(workdir) if failed else _draw_plot(workdir)] if writer else []
+            for close in closing:
+                with contextlib.suppress(Exception) if failed else contextlib.nullcontext():
+                    close()
         if skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
             log(f"warning: {skipped} of the {step - start_step} updates of this run were skipped (non-finite loss or "
                 "gradient norm): its weights took only the others.")

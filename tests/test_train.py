@@ -454,6 +454,54 @@ def test_a_failed_save_stops_the_run_in_one_sentence_and_the_resume_is_exact(tmp
     assert losses(workdir) == losses(reference)
 
 
+@pytest.mark.slow  # trains 4 steps in this process (about 6 s on 2 cores)
+def test_cli_a_save_that_fails_on_a_full_disk_is_said_though_loss_png_then_fails_too(tmp_path, tokens, monkeypatch):
+    # Found on a full disk: the save failed, then loss.png, drawn as the run closed, failed too, and its
+    # "error: No space left on device" (no path, no checkpoint named) replaced the failed save's sentence.
+    import errno
+    from orbax.checkpoint._src.path import async_path
+
+    from sps_jax import plotting
+
+    real_rename = async_path.rename
+
+    async def step_4_disk_full(src, dst):
+        if os.path.basename(str(dst)) == "4":
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return await real_rename(src, dst)
+
+    def disk_full(*args, **kwargs):  # as PIL's write into the partial file says it: no file named
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(async_path, "rename", step_4_disk_full)
+    monkeypatch.setattr(plotting, "save_figure", disk_full)
+    workdir = tmp_path / "run"
+    failed = train_here(workdir, tokens, STEPS)
+    assert failed.status == 2 and failed.problem() is None, failed.stderr
+    assert own_lines(failed.stderr) == [f"error: saving checkpoint step 4 in {workdir / 'checkpoints'} failed (OSError: "
+                                        f"{workdir / 'checkpoints' / '4'}: No space left on device); the run stopped "
+                                        "and its last good checkpoint is step 2: free disk space or fix the folder, "
+                                        "then rerun the same command to resume."]
+    assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "metrics.jsonl"]
+
+
+def test_a_loss_png_that_cannot_be_written_as_a_run_ends_is_a_warning(tmp_path, monkeypatch, capsys):
+    # A run whose checkpoint and metrics were saved ended in "error: No space left on device", status 2.
+    import errno
+
+    from sps_jax import plotting
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(plotting, "save_figure", disk_full)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "tokens_seen": 256, "loss": 4.0}\n')
+    trainer._draw_plot(str(tmp_path))
+    assert capsys.readouterr().err == (f"warning: {tmp_path / 'loss.png'} could not be written (No space left on "
+                                       "device); the run's checkpoint and metrics are saved: free disk space and "
+                                       "rerun the same command to draw it.\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["manifest", "opt_state", "all"])
 def test_resume_past_other_damage_moves_a_colliding_broken_checkpoint_aside(tmp_path, tokens, reference, damage):
