@@ -17,6 +17,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import errno
 import functools
 import importlib
 import logging
@@ -72,11 +73,13 @@ def sentence(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def permission_denied(exc: BaseException) -> UserError | None:
+def os_refusal(exc: BaseException) -> UserError | None:
     """The OS's refusal of a file or folder to this user ("PATH: Permission denied", an unreadable token folder or
-    run), as one sentence that also says what to do; None for any other error."""
+    run) or of a write on a full disk, as one sentence that also says what to do; None for any other error."""
     if isinstance(exc, PermissionError) and exc.filename and exc.strerror:
         return UserError(f"{sentence(exc)} for this user: change its permissions, or pass another path.")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UserError(f"{sentence(exc)}: free disk space where the command writes, then rerun it.")
     return None
 
 
@@ -374,7 +377,7 @@ def main(fn):
                 return fail(UserError(exc.code))
             raise
         except USER_ERRORS as exc:
-            return fail(jax_setting_error(exc) or permission_denied(exc) or exc)
+            return fail(jax_setting_error(exc) or os_refusal(exc) or exc)
         except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
                                   "or sequence, or a smaller model."))

@@ -113,8 +113,12 @@ def atomic_path(path: str):
     partial = os.path.join(head, _cut(name, NAME_MAX - len(suffix)) + suffix)  # a name near the limit still fits
     try:
         yield partial
-    except BaseException:
+    except BaseException as exc:
+        full = no_space(exc, head or os.curdir)  # asked before the partial file, which took the space, goes
         _discard([partial])
+        if full:
+            raise UserError(f"{path} could not be written: its file system is full ({full}): free disk space, or "
+                            "choose another path.") from None
         raise
     held = _held.get()
     if held is None:
@@ -125,6 +129,28 @@ def atomic_path(path: str):
             raise
     else:
         held.append((partial, path))
+
+
+def no_space(exc: BaseException, folder: str) -> str | None:
+    """Why a write into ``folder`` that raised ``exc`` failed, where it was for want of space (the OS's words, "No space
+    left on device", "Disk quota exceeded"); else None. A library writing through its own I/O raises its own error:
+    Rust's (safetensors') ends in the OS's number ("(os error 28)"), as tensorstore's (Orbax's) does
+    ("[os_error_code='28']"), and where none is said (torch: "unexpected pos 54400 vs 54288") a file system with no
+    space left for this user tells."""
+    full = (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(exc, OSError) and exc.errno in full:
+        return exc.strerror or os.strerror(exc.errno)
+    if not isinstance(exc, Exception) or isinstance(exc, UserError):  # a stop (Ctrl-C, SIGTERM), or a sentence already
+        return None
+    said = re.search(r"\(os error (\d+)\)|os_error_code='(\d+)'", str(exc))
+    number = said and int(said.group(1) or said.group(2))
+    if number in full:
+        return os.strerror(number)
+    try:
+        full = os.statvfs(folder).f_bavail == 0
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return None
+    return os.strerror(errno.ENOSPC) if full else None
 
 
 # The files finished inside a results() block, as (partial, path), waiting to be renamed together.
@@ -595,8 +621,12 @@ def replace_folder(path: str):
             # held until the swap is done (cli.stops_held).
             with stops_held():
                 _swap_in(partial, path, given)
-        except BaseException:
+        except BaseException as exc:
+            full = no_space(exc, partial)  # asked before the partial folder, which took the space, goes
             _remove_own(partial, fd)
+            if full:
+                raise UserError(f"{given} could not be written: its file system is full ({full}), and the folder is "
+                                "as it was: free disk space, or choose another folder.") from None
             raise
     finally:
         os.close(fd)

@@ -561,6 +561,17 @@ def test_a_file_or_folder_this_user_may_not_use_is_one_sentence_that_says_what_t
                                        "or pass another path.\n")
 
 
+def test_a_write_on_a_full_disk_that_names_no_file_says_what_to_do(capsys):
+    # A metrics line appended on a full disk stopped training with "error: No space left on device" alone.
+    @cli.main
+    def full(argv):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    assert full([]) == 2
+    assert capsys.readouterr().err == ("error: No space left on device: free disk space where the command writes, then "
+                                       "rerun it.\n")
+
+
 def test_the_installed_commands_say_it_in_one_line_too(tmp_path):
     """``python -m`` goes through the same boundary (the console scripts call the same ``main``)."""
     proc = run_module("sps_jax.train", "--config", "README.md", "--workdir", tmp_path / "run", timeout=120)

@@ -1,12 +1,14 @@
 """Atomic folder replacement keeps the old folder until the new one is complete; the readers name the file,
 the line and the byte that is wrong."""
 
+import errno
 import gzip
 import os
 import re
 import stat
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -243,6 +245,48 @@ def test_a_file_system_that_cannot_lock_does_not_stop_a_run(tmp_path, monkeypatc
             (tmp_path / "out.partial" / "a.txt").write_text("a")
             assert building == str(tmp_path / "out.partial")
     assert os.listdir(tmp_path / "out") == ["a.txt"]
+
+
+@pytest.mark.parametrize("failure", [
+    OSError(errno.ENOSPC, "No space left on device"),  # Python's own writes (json, a PNG): no file named
+    RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),  # safetensors (Rust)
+    ValueError("RESOURCE_EXHAUSTED: Failed to write 70177 bytes to file 15: No space left on device "
+               "[os_error_code='28']"),  # tensorstore (Orbax)
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 54400 vs 54288"),  # torch.save
+], ids=["os", "rust", "tensorstore", "torch"])
+def test_a_write_that_fails_on_a_full_disk_is_one_sentence_naming_the_output_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                                                 failure):
+    # Found on a full tmpfs: figures and data prepare said only "error: No space left on device", export_torch ended
+    # in safetensors' or torch's traceback, import_torch in tensorstore's paragraph.
+    if "unexpected pos" in str(failure):  # torch names no cause: a file system with no space left tells
+        monkeypatch.setattr(files.os, "statvfs", lambda folder: types.SimpleNamespace(f_bavail=0))
+    out, folder = tmp_path / "m.safetensors", tmp_path / "tokens"
+    out.write_text("the earlier export")
+    folder.mkdir()
+    (folder / "train.bin").write_text("the earlier tokens")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(out))} could not be written: its file system is full \(No "
+                                        r"space left on device\): free disk space, or choose another path\.$"):
+        with files.atomic_path(str(out)) as partial:
+            open(partial, "w").write("half")
+            raise failure
+    with pytest.raises(UserError, match=rf"^{re.escape(str(folder))} could not be written: its file system is full "
+                                        r"\(No space left on device\), and the folder is as it was: free disk space, or "
+                                        r"choose another folder\.$"):
+        with files.replace_folder(str(folder)) as building:
+            open(os.path.join(building, "train.bin"), "w").write("half")
+            raise failure
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors", "tokens"] and os.listdir(folder) == ["train.bin"]
+    assert out.read_text() == "the earlier export" and (folder / "train.bin").read_text() == "the earlier tokens"
+
+
+def test_a_refusal_or_a_stop_while_the_disk_is_full_is_not_said_as_the_full_disk(tmp_path, monkeypatch):
+    monkeypatch.setattr(files.os, "statvfs", lambda folder: types.SimpleNamespace(f_bavail=0))
+    for failure in (UserError("a refusal, said already"), KeyboardInterrupt()):
+        with pytest.raises(type(failure)) as raised:
+            with files.atomic_path(str(tmp_path / "x.json")):
+                raise failure
+        assert raised.value is failure
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_folder_this_user_cannot_delete_is_refused_before_any_work(tmp_path, monkeypatch):
