@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 # The parser and its checks load no jax; the kernels and the timing import it where they run.
-from sps_jax import bench, block_tables, cli, config as sps_config, hardware, kernel_tuning, masks, names
+from sps_jax import bench, cli, config as sps_config, hardware, kernel_tuning, masks, names
 
 KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 
@@ -289,6 +289,8 @@ def baseline_rows(args, dtype, key):
     """Dense causal attention over T*2 slots and over T: splash's causal kernel on TPU, else
     jax.nn.dot_product_attention."""
     import jax
+
+    from sps_jax import block_tables  # imports jax
 
     B, T, H, Dh = args.batch_size, args.seq_len, args.heads, args.head_dim
     rows = {}
