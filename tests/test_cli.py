@@ -628,6 +628,29 @@ def test_python_m_of_a_library_module_says_it_runs_nothing_and_names_the_command
         2, "", f"error: python -m {module} runs nothing: {module} is {ending}\n")
 
 
+def test_every_module_with_a_main_guard_is_taken_for_a_command_under_python_m():
+    """python -m refuses a module whose file cli._command_file does not take for a command: a guard written
+    another way (single quotes, reversed) would refuse a real command. Every module Python would run as one, by its
+    parsed guard, and every installed script's module must be taken for one."""
+    import ast
+    import tomllib
+
+    def guarded(tree):
+        return any(isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                   and {ast.unparse(node.test.left), ast.unparse(node.test.comparators[0])} == {"__name__", "'__main__'"}
+                   for node in tree.body)
+
+    package = os.path.join(REPO, "sps_jax")
+    files = [os.path.join(folder, name) for folder, _, names in os.walk(package) for name in names
+             if name.endswith(".py")]
+    commands = [f for f in files if guarded(ast.parse(open(f, encoding="utf-8").read()))]
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"].values()
+    installed = {os.path.join(REPO, *target.split(":")[0].split(".")) + ".py" for target in scripts}
+    assert installed <= set(commands) and len(commands) > len(installed)
+    assert [f for f in commands if not cli._command_file(f)] == []
+
+
 @pytest.mark.parametrize("module", ["sps_jax.bench.attention", "sps_jax.data"])
 def test_cli_python_m_of_a_command_module_outside_the_docs_still_runs_it(module):
     # A benchmark's own module, and a package whose __main__ is the command.
