@@ -201,9 +201,14 @@ def _exit_stopped(signum, frame):
 
 
 def _module_run() -> str:
-    """The module ``python -m MODULE`` runs, else ''."""
+    """The module ``python -m MODULE`` runs, else ''. Python marks ``sys.argv[0]`` as '-m' while it imports the
+    packages above that module, and the word of its command line before the module's own arguments names it: ``NAME``
+    after ``-m``, or one word, ``-mNAME`` (``-BmNAME``, other flags joined before m), which Python reads the same."""
     argv = getattr(sys, "orig_argv", [])
-    return next((name for flag, name in zip(argv, argv[1:]) if flag == "-m"), "")
+    if sys.argv[:1] != ["-m"] or len(argv) < len(sys.argv) + 1:
+        return ""
+    word = argv[len(argv) - len(sys.argv)]
+    return word.partition("m")[2] if word.startswith("-") else word
 
 
 def _command_file(path: str) -> bool:
@@ -219,11 +224,10 @@ def refuse_library_module() -> None:
     """``python -m sps_jax.X`` where X is a library module (``sps_jax.analysis.seeds``, which ``figures seeds`` runs)
     would run its top level and exit 0 having done nothing, and a package with no ``__main__`` would get Python's
     "cannot be directly executed": either is one sentence naming the commands of its package, before anything
-    loads. Python marks
-    ``sys.argv[0]`` as '-m' while it imports the packages above the module it runs, so an import from anywhere else
-    (a notebook, another program) is left alone; a module that does not exist is left to Python's own message."""
+    loads. An import from anywhere else (a notebook, another program) is left alone (:func:`_module_run`); a module
+    that does not exist is left to Python's own message."""
     name = _module_run()
-    if sys.argv[:1] != ["-m"] or name.split(".")[0] != __package__:
+    if name.split(".")[0] != __package__:
         return
     base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *name.split(".")[1:])
     if os.path.isdir(base):  # a package runs its __main__

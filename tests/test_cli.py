@@ -628,6 +628,23 @@ def test_python_m_of_a_library_module_says_it_runs_nothing_and_names_the_command
         2, "", f"error: python -m {module} runs nothing: {module} is {ending}\n")
 
 
+@pytest.mark.parametrize("words", [["-msps_jax.model"], ["-Bm", "sps_jax.model"], ["-Bmsps_jax.model"]])
+def test_python_m_of_a_library_module_written_in_one_word_with_m_or_after_other_flags_is_refused_as_well(words):
+    """Python takes -mNAME and -Bm NAME (flags joined before m) as -m NAME: the module ran its top level and exited
+    0 having done nothing."""
+    proc = subprocess.run([sys.executable, *words, "runs/a"], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", f"error: python -m sps_jax.model runs nothing: sps_jax.model is a library module, imported from Python; "
+               f"{EVERY_COMMAND}.\n")
+
+
+def test_cli_python_m_of_a_command_written_in_one_word_still_runs_it():
+    proc = subprocess.run([sys.executable, "-Bmsps_jax.data", "--version"], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("sps-jax "), proc.stderr
+
+
 def test_every_module_with_a_main_guard_is_taken_for_a_command_under_python_m():
     """python -m refuses a module whose file cli._command_file does not take for a command: a guard written
     another way (single quotes, reversed) would refuse a real command. Every module Python would run as one, by its
