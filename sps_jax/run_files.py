@@ -68,6 +68,19 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
     return files.output_folder(path, flag, inputs)
 
 
+WORKDIR_ADVICE = "pass a new or existing run folder"  # what a --workdir that cannot be a run folder is told
+
+
+def check_workdir_writable(workdir: str) -> None:
+    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.files.check_folder_place`) that this user
+    can make and write in, else one sentence. It loads no jax, so ``train`` asks it before its config loads."""
+    files.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
+    if not os.path.lexists(workdir):
+        files.check_parent(workdir, "--workdir")
+    elif (reason := files.cannot_create(workdir)) is not None:
+        raise UserError(f"--workdir {workdir} is a folder {reason}: make it writable, or pass another --workdir.")
+
+
 def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None, inputs=()) -> None:
     """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.files.replace_folder` would fill with ``what``:
     one that already holds files unless ``force``; even then an empty path, the working directory, a folder in a

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, token_folder, tracking
+from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, run_files, token_folder, tracking
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
 from sps_jax.run_files import CONFIG_FILE, RUN_FILES, is_run, refuse_inside_run, refuse_run_files, run_file
@@ -303,7 +303,7 @@ def _check_run_file_kinds(workdir: str) -> None:
 
 def _check_workdir_place(workdir: str, config) -> None:
     """Where the folder lies: not in a run's or a token folder's files, not holding a run, and writable."""
-    files.check_folder_place(workdir, "--workdir", "pass a new or existing run folder")
+    files.check_folder_place(workdir, "--workdir", run_files.WORKDIR_ADVICE)
     checkpoint.check_writable_path(workdir)
     owned = run_file(workdir)
     if owned is not None:
@@ -329,10 +329,7 @@ def _check_workdir_place(workdir: str, config) -> None:
         raise UserError(f"--workdir {workdir} holds the token folder {tokens}, which a run made there would hold among "
                         f"its own files (and `data prepare` could no longer rebuild): pass a new folder (a sibling of "
                         f"{tokens}, say).")
-    if not os.path.lexists(workdir):
-        files.check_parent(workdir, "--workdir")
-    elif (reason := files.cannot_create(workdir)) is not None:
-        raise UserError(f"--workdir {workdir} is a folder {reason}: make it writable, or pass another --workdir.")
+    run_files.check_workdir_writable(workdir)
     for sub, what in ((checkpoint.CHECKPOINT_DIR, "checkpoints"), (metrics.TENSORBOARD_DIR, "TensorBoard events")):
         folder = os.path.join(workdir, sub)  # found at the first save or event otherwise, after compiling and steps
         if os.path.isdir(folder) and (reason := files.cannot_create(folder)) is not None:

@@ -145,7 +145,10 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "configs/tiny.py", "--workdir", "w", "--num-processes", "two"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.seed", "3"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--attention", "xla"],  # told the override
-                      ["--config", "README.md", "--workdir", "w"]],
+                      ["--config", "README.md", "--workdir", "w"],
+                      # a --workdir that cannot be a run folder (a file, under /proc): loading the config loaded jax
+                      ["--config", "configs/tiny.py", "--workdir", "README.md"],
+                      ["--config", "configs/tiny.py", "--workdir", "/proc/sps-jax-run"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "-hello"],
                                    ["--workdir", "w", "--prompt", "x", "--out", "README.md"],  # an existing file
