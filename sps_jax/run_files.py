@@ -71,10 +71,15 @@ def output_folder(path: str, flag: str = "--out", inputs=()) -> str:
 WORKDIR_ADVICE = "pass a new or existing run folder"  # what a --workdir that cannot be a run folder is told
 
 
-def check_workdir_writable(workdir: str) -> None:
+def check_workdir_place(workdir: str) -> None:
     """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.files.check_folder_place`) that this user
     can make and write in, else one sentence. It loads no jax, so ``train`` asks it before its config loads."""
     files.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
+    check_workdir_writable(workdir)
+
+
+def check_workdir_writable(workdir: str) -> None:
+    """The ``--workdir`` known to be a folder or nothing yet is one this user can make and write in."""
     if not os.path.lexists(workdir):
         files.check_parent(workdir, "--workdir")
     elif (reason := files.cannot_create(workdir)) is not None:
