@@ -1,5 +1,6 @@
 """Config files, the SCALE,VARIANT[,WINDOW] argument and command-line overrides."""
 
+import os
 import re
 
 import ml_collections
@@ -7,7 +8,7 @@ import pytest
 
 from sps_jax import config as sps_config, masks, optim
 from sps_jax import model as sps_model
-from tests.helpers import not_one_path
+from tests.helpers import REPO, not_one_path
 
 
 @pytest.mark.parametrize("scale", sorted(sps_config.SCALES))
@@ -380,6 +381,32 @@ def test_each_scale_is_the_papers_table_row_with_its_printed_parameter_count(sca
     n = cfg.num_params  # arithmetic; tests/test_model.py holds it to the built model's parameters
     got = f"{n / 1e9:.3f}B" if printed.endswith("B") else f"{n / 1e6:.0f}M"
     assert got == printed, (scale, n)
+
+
+# Each scale's parameters from the backbone of Section 4 and Appendix A, counted by hand: the 50304-row embedding,
+# tied to the unembedding and so counted once (V d), per layer the q/k/v/out projections (4 d^2), a SwiGLU of width
+# 3d (gate, up, down: 3 x 3 d^2) and two RMSNorm scales (2 d), no biases, and the final RMSNorm (d):
+#   xs: 50304 x 512  + 8 x (13 x 512^2  + 2 x 512)  + 512  =    53,027,328
+#   s:  50304 x 768  + 12 x (13 x 768^2  + 2 x 768)  + 768  =   130,665,216
+#   m:  50304 x 1024 + 24 x (13 x 1024^2 + 2 x 1024) + 1024 =   378,717,184
+#   l:  50304 x 1280 + 36 x (13 x 1280^2 + 2 x 1280) + 1280 =   831,253,760
+#   xl: 50304 x 1600 + 48 x (13 x 1600^2 + 2 x 1600) + 1600 = 1,678,081,600
+# docs/design.md section 5 prints them in millions to two decimals.
+EXACT_PARAMS = {"xs": (53_027_328, "53.03M"), "s": (130_665_216, "130.67M"), "m": (378_717_184, "378.72M"),
+                "l": (831_253_760, "831.25M"), "xl": (1_678_081_600, "1678.08M")}
+
+
+@pytest.mark.parametrize("scale", list(EXACT_PARAMS))
+def test_each_scales_parameters_are_the_backbone_counted_by_hand_to_the_last_one(scale):
+    """The table's rounding hides a missing final norm or norm scales (a few thousand parameters); the exact count
+    does not. docs/design.md's table states the same numbers."""
+    exact, in_design = EXACT_PARAMS[scale]
+    cfg = sps_model.ModelConfig.from_config(sps_config.load_config(f"configs/paper.py:{scale},sps").model)
+    assert cfg.num_params == exact
+    assert sps_model.count_params(sps_model.Transformer(cfg)) == exact  # the built model's, by jax.eval_shape
+    layers, d, heads, _, _ = PAPER_TABLE[scale]
+    with open(os.path.join(REPO, "docs", "design.md")) as f:
+        assert f"| {scale} | {layers} | {d} | {heads} | {in_design} |" in f.read().splitlines()
 
 
 def test_the_shared_setup_of_section_4_holds_at_every_scale_and_variant():
