@@ -81,6 +81,19 @@ def test_weight_decay_applies_to_matrices_only(make_model):
     np.testing.assert_array_equal(new["final_norm"]["scale"], params["final_norm"]["scale"])
 
 
+def test_the_papers_weight_decay_shrinks_a_matrix_by_lr_times_0_1_per_update_and_leaves_norm_scales():
+    """Section 4 (Training): AdamW with weight decay 0.1 at the peak rate 6e-4. Decoupled from the gradient, one
+    update with a zero gradient (Adam's own step is then 0) multiplies a decayed weight by 1 - 6e-4 x 0.1 =
+    0.99994, worked out by hand; the paper config's optimizer, with its warmup taken out, is the one run."""
+    t = sps_config.load_config("configs/paper.py:s,sps").train
+    t.warmup_tokens = 0
+    opt = optim.optimizer(t, tokens_per_step=96 * 4096)
+    params = {"w": jnp.full((2, 3), 2.0), "scale": jnp.full((3,), 2.0)}
+    updates, _ = opt.update(jax.tree_util.tree_map(jnp.zeros_like, params), opt.init(params), params)
+    np.testing.assert_allclose(params["w"] + updates["w"], 2.0 * 0.99994, rtol=1e-7)
+    np.testing.assert_array_equal(params["scale"] + updates["scale"], 2.0)
+
+
 def updates_of(grad_clip, gradients):
     """The updates of ``optim.optimizer`` at a constant learning rate (no warmup, no decay)."""
     t = sps_config.train_config()
