@@ -124,6 +124,19 @@ def test_each_variants_mask_on_three_positions_is_the_hand_written_table(variant
     np.testing.assert_array_equal(got, expected)
 
 
+def test_an_sps_predict_entry_is_read_by_the_w_positions_after_it_and_an_input_entry_by_every_later_one():
+    """Section 3: "The persistent KV cache of SPS contains only input entries; <predict> entries are read by at most
+    w later queries before being discarded", at the paper's w = 64. In a document of 200 positions the later
+    positions whose queries (x_i or rho_i) see rho_k are k + 1 .. k + 64 (fewer near the end), and those that see x_k
+    are all of k + 1 .. 199. Read from the dense mask's columns in the interleaved order x0 r0 x1 r1 ..."""
+    T, w = 200, 64
+    mask = masks.dense_mask(Vis("sps", w), np.zeros((1, T), np.int32))[0]
+    for k in range(T):
+        for stream, later in ((1, range(k + 1, min(k + w, T - 1) + 1)), (0, range(k + 1, T))):
+            readers = {row // 2 for row in np.nonzero(mask[:, 2 * k + stream])[0]} - {k}
+            assert readers == set(later), (k, stream)
+
+
 def test_window_at_least_T_equals_unbounded():
     doc = np.zeros((1, T), np.int32)
     for variant in masks.VARIANTS:
