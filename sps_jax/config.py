@@ -409,6 +409,32 @@ def _failure(exc: BaseException, path: str) -> str:
     return f"{where}: {type(exc).__name__}: {cli.sentence(exc).rstrip('.')}: fix the file{' there' if lines else ''}."
 
 
+def check_override_values(overrides) -> None:
+    """The last override of each numeric field with known bounds (:data:`RANGES`, ``model.num_layers``) held to them
+    in the sentences of the later checks. Commands ask it before :func:`load_config` runs the config file, which loads
+    jax (its model section is ModelConfig's), so a value out of range is refused in its plain text first. A value of
+    another kind is left to :func:`apply_override`, which says so."""
+    last = {override_key(item): item for item in check_overrides(overrides)}  # a key given twice takes its last value
+    for key, item in last.items():
+        text = item.partition("=")[2]
+        if key == "model.num_layers":
+            masks.check_layers(_literal(text))
+        elif key in RANGES:
+            try:
+                value = _fit(RANGES[key][0](0), _literal(text), text, item)
+            except ValueError:
+                continue
+            _check_range(key, value)
+
+
+def _literal(text: str):
+    """An override's value: a Python literal, else the text itself (bare strings: --config.model.variant=sps)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
 def override_key(item: str) -> str:
     """``a.b`` of an override ``--config.a.b=value`` (or ``a.b=value``)."""
     return item.removeprefix("--").removeprefix("config.").partition("=")[0]
@@ -440,11 +466,7 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     if isinstance(old, ml_collections.ConfigDict):
         raise ValueError(f"override {item!r}: {key} is a section, not a field: set its fields, "
                          f"e.g. --config.{key}.{next(iter(old.keys()), 'FIELD')}=VALUE.")
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        value = text  # bare strings: --config.model.variant=sps
-    value = _fit(old, value, text, item)
+    value = _fit(old, _literal(text), text, item)
     with node.ignore_type():
         node[leaf] = value
 
@@ -680,9 +702,14 @@ def check_ranges(config) -> None:
         if section not in config or not hasattr(config[section], "keys") or name not in config[section]:
             raise UserError(f"the config has no {dotted}: build configs with sps_jax.config.paper_config "
                             "(see configs/tiny.py).")
-        problem = range_problem(dotted, config[section][name])
-        if problem:
-            raise UserError(f"{problem[0]} must be {problem[1]}.")
+        _check_range(dotted, config[section][name])
+
+
+def _check_range(dotted: str, value) -> None:
+    """One sentence when ``value`` is out of the numeric field ``dotted``'s bounds (:func:`range_problem`)."""
+    problem = range_problem(dotted, value)
+    if problem:
+        raise UserError(f"{problem[0]} must be {problem[1]}.")
 
 
 def range_problem(dotted: str, value) -> tuple[str, str] | None:

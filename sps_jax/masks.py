@@ -47,6 +47,20 @@ MAX_WINDOW = 2 ** 31 - 1
 # no jax, so that a command's parser can hold a length flag to it.
 MAX_SEQ_LEN = 2 ** 30
 
+# The deepest model: its blocks are unrolled in the traced program (a Python loop, not a scan), so tracing and
+# compiling grow with the depth, and 100000 thin layers fit in memory yet trace for hours. The paper's deepest has 48.
+# Here, with no jax, so that an override of model.num_layers is held to it before a config loads jax.
+MAX_LAYERS = 1024
+
+
+def check_layers(value) -> None:
+    """One sentence for an integer ``model.num_layers`` above :data:`MAX_LAYERS` (its kind and lower bound are
+    ``sps_jax.model.ModelConfig``'s to say)."""
+    layers = _integer(value)
+    if layers is not None and layers > MAX_LAYERS:
+        raise ValueError(f"model.num_layers={layers} is above {MAX_LAYERS}: the layers are unrolled in the traced "
+                         "program, so a model this deep would take hours to trace and compile; use fewer layers.")
+
 
 def _integer(value) -> int | None:
     """``value`` as an int where it is one: a Python, numpy or jax integer (a 0-d array too), as cli.integer takes

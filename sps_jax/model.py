@@ -91,6 +91,7 @@ class ModelConfig:
             least = 0 if name.endswith("_id") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"model.{name} must be an integer of at least {least}, got {value!r}.")
+        masks.check_layers(self.num_layers)
         if self.seq_len > masks.MAX_SEQ_LEN:
             raise ValueError(f"model.seq_len={self.seq_len} is above {masks.MAX_SEQ_LEN}: the 2T entries of two streams are "
                              "indexed in int32 in the masks, kernels and KV cache; pass a shorter context.")

@@ -90,6 +90,7 @@ def main(argv=None) -> int:
         parser.error(f"--workdir {args.workdir!r} must name a folder")
     check_distributed(args)
     run_files.check_workdir_place(args.workdir)  # before jax loads with the config; runs.check_workdir has the rest
+    sps_config.check_override_values(overrides)
     with cli.stop_exits_while_loading():  # a config builds its model with jax, and the trainer loads it
         config = sps_config.load_config(args.config, overrides)
         sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster

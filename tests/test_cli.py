@@ -210,24 +210,24 @@ BAD_ARGUMENTS = [
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),
-    # a model no device holds: sized from the config, before its unrolled layers are traced (which hung)
+    # a model no device holds: sized from the config, before it is traced (a billion unrolled layers hung there)
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
-                  "--config.model.num_layers=1000000000"], ["53,376,003,219,520 parameters", "AdamW", "cpu device",
-                                                          "raise mesh.fsdp"]),
+                  "--config.model.d_ff=1000000000000"], ["384,000,003,252,544 parameters", "AdamW", "cpu device",
+                                                         "raise mesh.fsdp"]),
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.model.d_model=10000000", "--config.model.num_heads=1"], ["shrink the model"]),
     # the config's refusal came after a "timing standard ..." line
     (bench_cli.main, ["train", "--config", "configs/tiny.py", "--variants", "standard,sps",
                       "--config.train.micro_batch=0"], ["train.micro_batch=0 must be an integer"]),
-    (bench_cli.main, ["smoke", "--config.model.num_layers=1000000000"], ["weights and their gradient",
-                                                                         "shrink the model."]),
-    (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--config.model.num_layers=1000000000"],
+    (bench_cli.main, ["smoke", "--config.model.d_ff=1000000000000"], ["weights and their gradient",
+                                                                       "shrink the model."]),
+    (bench_cli.main, ["generate", "--config", "configs/tiny.py", "--config.model.d_ff=1000000000000"],
      ["for the weights", "b200"]),
     # a KV cache no device holds: the S model's five variants compiled, then the host killed the process
     (bench_cli.main, ["generate", "--decode", "100000000"], ["KV cache", "batch 16", "b200", "--decode"]),
     (bench_cli.main, ["compile", "--target", "h100", "--only", "train", "--config", "configs/tiny.py",
-                      "--config.model.num_layers=1000000000"], ["training state over 1 device(s)", "h100",
-                                                                             "raise --devices"]),
+                      "--config.model.d_ff=1000000000000"], ["training state over 1 device(s)", "h100",
+                                                                           "raise --devices"]),
     (data_cli.main, ["prepare", "--source", "builtin", "--out", "W", "--max-tokens", "0"], ["--max-tokens"]),
     (data_cli.main, ["frobnicate"], ["unknown subcommand 'frobnicate': the subcommands are prepare, verify"]),
     # a typo of a subcommand is named with the closest one (evaluate's said --workdir was required)

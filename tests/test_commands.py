@@ -116,7 +116,12 @@ ANSWERED_WITHOUT_JAX = {
                                ["compile", "--help"], ["compile", "--target", "h100", "--only", "kernels",
                                                        "--prefill", "8"],
                                ["compile", "--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"],
-                               ["compile", "--target", "h100", "--no-fit-search", "--micro-batches", str(2 ** 62)]],
+                               ["compile", "--target", "h100", "--no-fit-search", "--micro-batches", str(2 ** 62)],
+                               # an override out of its range, said from its plain value before the config loads jax
+                               ["train", "--config", "configs/tiny.py", "--config.train.peak_lr=-1"],
+                               ["smoke", "--config.data.prefetch=100000"],
+                               ["generate", "--config", "configs/tiny.py", "--config.model.num_layers=100000"],
+                               ["compile", "--target", "h100", "--config.train.warmup_tokens=-1"]],
     "sps_jax.evaluation.evaluate": [["--help"], ["--version"], ["table", "--help"], ["--bogus"], ["tabel"],
                                     ["--tasks", "paper"], ["--workdir", "x", "--val-batch-size", "two"],
                                     ["table", "x.json", "--force"],  # no --out for --force to replace
@@ -148,7 +153,10 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "README.md", "--workdir", "w"],
                       # a --workdir that cannot be a run folder (a file, under /proc): loading the config loaded jax
                       ["--config", "configs/tiny.py", "--workdir", "README.md"],
-                      ["--config", "configs/tiny.py", "--workdir", "/proc/sps-jax-run"]],
+                      ["--config", "configs/tiny.py", "--workdir", "/proc/sps-jax-run"],
+                      # an override out of its range
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.b2=1"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.model.num_layers=100000"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "-hello"],
                                    ["--workdir", "w", "--prompt", "x", "--out", "README.md"],  # an existing file

@@ -173,6 +173,47 @@ def test_settings_read_only_once_training_runs_are_checked_with_the_config(overr
         sps_config.check_run_config(config)
 
 
+@pytest.mark.parametrize("override, sentence", [
+    ("train.peak_lr=-1", "train.peak_lr=-1.0 must be a finite number of at least 0."),
+    ("data.prefetch=1e9", "data.prefetch=1000000000 must be an integer between 0 and 1024."),
+    ("model.num_layers=100000", "model.num_layers=100000 is above 1024: the layers are unrolled in the traced program, "
+                                "so a model this deep would take hours to trace and compile; use fewer layers."),
+])
+def test_cli_an_override_out_of_range_is_refused_before_the_config_file_runs_in_the_later_checks_sentence(
+        tmp_path, override, sentence):
+    # The file runs only after the overrides' values are checked: running it loads jax (its model section is
+    # ModelConfig's), which a refused value need not wait for. Each command that takes --config asks the same check.
+    from sps_jax import train
+    from sps_jax.bench import __main__ as bench_cli
+    from tests import fuzz
+
+    ran = tmp_path / "ran"
+    config_file = tmp_path / "marks.py"
+    config_file.write_text("import pathlib\n\n"
+                           "def get_config():\n"
+                           f"    pathlib.Path({str(ran)!r}).touch()\n"
+                           "    return __import__('sps_jax.config').config.paper_config('xs', 'sps', 8)\n")
+    for main, argv in ((train.main, ["--workdir", str(tmp_path / "w")]), (bench_cli.main, ["train"]),
+                       (bench_cli.main, ["smoke"]), (bench_cli.main, ["generate"]),
+                       (bench_cli.main, ["compile", "--target", "h100"])):
+        said = fuzz.call(main, [*argv, "--config", str(config_file), f"--config.{override}"])
+        assert (said.status, said.stderr, ran.exists()) == (2, f"error: {sentence}\n", False), argv
+    # the sentence the config's own checks give once the value is set
+    later = sps_config.load_config("configs/tiny.py")
+    sps_config.apply_override(later, override)
+    with pytest.raises(ValueError) as checked:
+        sps_config.check_run_config(later)
+        sps_model.ModelConfig.from_config(later.model)
+    assert str(checked.value) == sentence
+
+
+def test_only_the_last_override_of_a_field_is_held_to_its_range():
+    # a key given twice takes its last value, so a script may correct a shared list's value
+    sps_config.check_override_values(["--config.train.peak_lr=-1", "--config.train.peak_lr=1e-3"])
+    with pytest.raises(ValueError, match=r"^train\.peak_lr=-1\.0 must be a finite number of at least 0\.$"):
+        sps_config.check_override_values(["--config.train.peak_lr=1e-3", "--config.train.peak_lr=-1"])
+
+
 @pytest.mark.parametrize("spec, overrides, name", [
     ("configs/tiny.py", [], "tiny-sps-w8"),
     ("configs/tiny.py", ["--config.model.variant=standard"], "tiny-standard"),

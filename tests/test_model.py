@@ -449,6 +449,15 @@ def test_a_context_whose_entries_overflow_int32_is_one_sentence():
             sps_model.ModelConfig(seq_len=seq_len)
 
 
+def test_a_model_deeper_than_max_layers_is_one_sentence():
+    # The layers are unrolled in the trace: 100000 layers of width 64 fit in memory and traced for hours.
+    sps_model.ModelConfig(num_layers=1024)
+    for layers in (1025, 100000):
+        with pytest.raises(ValueError, match=rf"^model\.num_layers={layers} is above 1024: the layers are unrolled in the "
+                                             r"traced program, .*; use fewer layers\.$"):
+            sps_model.ModelConfig(num_layers=layers)
+
+
 @pytest.mark.parametrize("bad", [64, -3])
 def test_the_loss_refuses_a_target_id_outside_the_vocabulary_the_forward_never_sees(bad):
     # The last column is only a target: 64 gave a NaN loss and -3 a finite wrong one, without a word.

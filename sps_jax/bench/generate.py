@@ -305,6 +305,7 @@ def main(argv=None) -> int:
     variants, backends = args.variants, args.attention or [None]
     runs_asked = [(v, b) for b in backends for v in variants]
     bench.check_profile(args)
+    sps_config.check_override_values(overrides)  # before jax loads with the config
 
     # Config errors before any compilation, and a workload no listed accelerator holds before a worker
     # touches the device (this process must not: see below).

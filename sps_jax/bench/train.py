@@ -141,6 +141,7 @@ def main(argv=None) -> int:
     args = bench.check_json(parser.parse_args(rest))
     check_steps(args.steps, args.warmup)
     bench.check_profile(args)
+    sps_config.check_override_values(overrides)  # before jax loads with the config
     with cli.stop_exits_while_loading():
         import jax
 
