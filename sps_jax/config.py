@@ -427,6 +427,12 @@ def check_override_values(overrides) -> None:
             _check_range(key, value)
 
 
+def override_value(overrides, key: str, default=None):
+    """The value (:func:`_literal`) of the last override of ``key`` among ``overrides``, else ``default``."""
+    items = [item for item in overrides if override_key(item) == key]
+    return _literal(items[-1].partition("=")[2]) if items else default
+
+
 def _literal(text: str):
     """An override's value: a Python literal, else the text itself (bare strings: --config.model.variant=sps)."""
     try:

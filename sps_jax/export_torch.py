@@ -163,7 +163,8 @@ def main(argv=None) -> int:
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     args = p.parse_args(argv)
     run = _run_argument(p, args)
-    check_output(args.out, args.force)  # before jax loads
+    check_output(args.out, args.force)  # before jax loads, as is the run path
+    run_files.checkpoint_step(run, args.step)
     cli.load("sps_jax.runs")  # the run's weights
     ckpt = export_run(run, args.out, args.step, args.dtype, args.force)
     args_ = ckpt[torch_layout.MODEL_ARGS]

@@ -1,8 +1,9 @@
 """A run folder's own files (``config.json``, ``metrics.jsonl``, ``loss.png``, ``wandb_run_id``, ``checkpoints/``,
-``tensorboard/``), and the checks that keep every command's outputs off them and out of token folders.
+``tensorboard/``), the run a path names (:func:`find_run`), and the checks that keep every command's outputs off them
+and out of token folders.
 
-It loads no jax (``runs``, which reads runs, and ``checkpoint`` do), so that a command checks an output path as
-an argument, before jax loads.
+It loads no jax (``runs``, which reads runs, and ``checkpoint`` do), so that a command checks an output path, and
+that its run path names a run, before jax loads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,52 @@ CHECKPOINT_DIR = "checkpoints"  # sps_jax.checkpoint's
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, PLOT_FILE, tracking.RUN_ID_FILE)
 # Folders of a run that only training writes: a new run removes its tensorboard/ (NEW_RUN_DROPS) with anything in it.
 RUN_FOLDERS = (CHECKPOINT_DIR, TENSORBOARD_DIR)
+
+
+def find_run(path: str) -> tuple[str, int | None]:
+    """(run folder, step the path names or None) of a run folder, its checkpoints/ or a checkpoints/<step> folder.
+
+    Raises FileNotFoundError (one sentence) when the path does not exist or is none of these. It loads no jax:
+    every command that reads a run asks it (through :func:`checkpoint_step`) before jax loads, and again when it reads.
+    """
+    path = os.path.realpath(files.path_text(path, "path"))  # a link to a checkpoints/<step> folder names that checkpoint
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path!r} does not exist: pass a run folder (the one holding {CONFIG_FILE}) "
+                                "or one of its checkpoints/<step> folders.")
+    if os.path.isfile(os.path.join(path, CONFIG_FILE)):
+        return path, None
+    if os.path.isdir(os.path.join(path, CONFIG_FILE)):  # else said as "neither a run folder ... nor a checkpoint"
+        raise UserError(f"{os.path.join(path, CONFIG_FILE)} is a folder, not the run's config file: move it away and "
+                        f"put back the {CONFIG_FILE} the run was trained with.")
+    parent = os.path.dirname(path)
+    if os.path.basename(path) == CHECKPOINT_DIR and os.path.isfile(os.path.join(parent, CONFIG_FILE)):
+        return parent, None
+    if os.path.basename(parent) == CHECKPOINT_DIR and os.path.basename(path).isdigit():
+        return os.path.dirname(parent), int(os.path.basename(path))
+    raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> "
+                            f"folder: pass a run folder (the one holding {CONFIG_FILE}) or one of its "
+                            "checkpoints/<step> folders.")
+
+
+def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None]:
+    """(run folder, step) of a run folder or checkpoints/<step> path and an asked-for ``step`` (None: the
+    latest); one sentence when the two name different checkpoints, rather than one silently winning."""
+    workdir, path_step = find_run(path)
+    if step is not None:
+        step = cli.integer(step, "step", " (a checkpoint's step) or None (the latest)")
+    if None not in (step, path_step) and step != path_step:
+        raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for (--step): "
+                        "pass the run folder with --step, or the checkpoint alone.")
+    return workdir, path_step if step is None else step
+
+
+def init_from_run(path: str) -> tuple[str, int | None]:
+    """(run folder, step) that ``train.init_from`` names (:func:`checkpoint_step`), else that sentence after the field:
+    train asks it of an override before the config loads jax, and of the config's value before it trains."""
+    try:
+        return checkpoint_step(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"train.init_from={path}: {cli.sentence(e)}") from None
 
 
 def run_file(path: str) -> tuple[str, str] | None:

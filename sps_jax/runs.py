@@ -2,8 +2,8 @@
 
 A run folder (``--workdir``) holds ``config.json`` (the resolved ConfigDict), ``metrics.jsonl``
 (``sps_jax.metrics``) and ``checkpoints/<step>/`` (Orbax, ``sps_jax.checkpoint``). Every command
-that takes ``--workdir`` or ``--checkpoint`` resolves it with :func:`find_run`; anything that
-needs a run's weights, model, name, scale or tokens seen asks this module.
+that takes ``--workdir`` or ``--checkpoint`` resolves it with :func:`sps_jax.run_files.find_run`, which loads no
+jax, before jax loads; anything that needs a run's weights, model, name, scale or tokens seen asks this module.
 """
 
 from __future__ import annotations
@@ -22,47 +22,12 @@ import numpy as np
 from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, run_files, token_folder, tracking
 from sps_jax import model as sps_model
 from sps_jax.cli import UserError
-from sps_jax.run_files import CONFIG_FILE, RUN_FILES, is_run, refuse_inside_run, refuse_run_files, run_file
+from sps_jax.run_files import (CONFIG_FILE, RUN_FILES, checkpoint_step, find_run, is_run, refuse_inside_run,
+                               refuse_run_files, run_file)
 
 # How deep a --workdir is searched for runs it would hold (`runs/` and `runs/group/` above their runs); a deeper
 # search could take long under a big folder, and training deletes nothing.
 _HELD_DEPTH = 2
-
-
-def find_run(path: str) -> tuple[str, int | None]:
-    """(run folder, step the path names or None) of a run folder, its checkpoints/ or a checkpoints/<step> folder.
-
-    Raises FileNotFoundError (one sentence) when the path does not exist or is none of these.
-    """
-    path = os.path.realpath(files.path_text(path, "path"))  # a link to a checkpoints/<step> folder names that checkpoint
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path!r} does not exist: pass a run folder (the one holding {CONFIG_FILE}) "
-                                "or one of its checkpoints/<step> folders.")
-    if os.path.isfile(os.path.join(path, CONFIG_FILE)):
-        return path, None
-    if os.path.isdir(os.path.join(path, CONFIG_FILE)):  # else said as "neither a run folder ... nor a checkpoint"
-        raise UserError(f"{os.path.join(path, CONFIG_FILE)} is a folder, not the run's config file: move it away and "
-                        f"put back the {CONFIG_FILE} the run was trained with.")
-    parent = os.path.dirname(path)
-    if os.path.basename(path) == checkpoint.CHECKPOINT_DIR and os.path.isfile(os.path.join(parent, CONFIG_FILE)):
-        return parent, None
-    if os.path.basename(parent) == checkpoint.CHECKPOINT_DIR and os.path.basename(path).isdigit():
-        return os.path.dirname(parent), int(os.path.basename(path))
-    raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> "
-                            f"folder: pass a run folder (the one holding {CONFIG_FILE}) or one of its "
-                            "checkpoints/<step> folders.")
-
-
-def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None]:
-    """(run folder, step) of a run folder or checkpoints/<step> path and an asked-for ``step`` (None: the
-    latest); one sentence when the two name different checkpoints, rather than one silently winning."""
-    workdir, path_step = find_run(path)
-    if step is not None:
-        step = cli.integer(step, "step", " (a checkpoint's step) or None (the latest)")
-    if None not in (step, path_step) and step != path_step:
-        raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for (--step): "
-                        "pass the run folder with --step, or the checkpoint alone.")
-    return workdir, path_step if step is None else step
 
 
 def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
@@ -453,8 +418,8 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
     if path is None:
         return None
     flag = f"train.init_from={path}"
+    workdir, step = run_files.init_from_run(path)
     try:
-        workdir, step = checkpoint_step(path)
         saved = read_config(workdir)
         found = checkpoint.steps(workdir)
     except (OSError, ValueError) as e:

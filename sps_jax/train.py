@@ -91,6 +91,9 @@ def main(argv=None) -> int:
     check_distributed(args)
     run_files.check_workdir_place(args.workdir)  # before jax loads with the config; runs.check_workdir has the rest
     sps_config.check_override_values(overrides)
+    init_from = sps_config.override_value(overrides, "train.init_from")
+    if isinstance(init_from, str) and init_from.strip() and cli.unexpanded_home(init_from) is None:
+        run_files.init_from_run(init_from)  # a path that names no run, before jax too (check_labels says the rest)
     with cli.stop_exits_while_loading():  # a config builds its model with jax, and the trainer loads it
         config = sps_config.load_config(args.config, overrides)
         sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster

@@ -127,14 +127,19 @@ ANSWERED_WITHOUT_JAX = {
                                     ["table", "x.json", "--force"],  # no --out for --force to replace
                                     ["--workdir", "x", "--tasks", "paper,paper"], ["table"],
                                     ["--workdir", "x", "--tasks", "arc_easy", "--task-data", "arc_easy="],
-                                    ["--workdir", "x", "--val-data", "x", "--task-data", "arc_easy=a.jsonl"]],
+                                    ["--workdir", "x", "--val-data", "x", "--task-data", "arc_easy=a.jsonl"],
+                                    # a run path that names no run: missing, or a folder without config.json
+                                    ["--workdir", "DOES_NOT_EXIST", "--val-data", "configs"],
+                                    ["--checkpoint", "configs", "--val-data", "configs"]],
     "sps_jax.analysis.probes": [["--help"], ["--version"], ["gradients", "--help"], ["frobnicate"], ["gradients"],
                                 ["window-nll", "--workdir", "x", "--omega", "ten"], ["gradients", "--workdir", ""],
-                                ["gradients", "--workdir", "x", "--step", "two"]],
+                                ["gradients", "--workdir", "x", "--step", "two"],
+                                ["gradients", "--workdir", "DOES_NOT_EXIST"], ["window-nll", "--workdir", "configs"]],
     "sps_jax.analysis.figures": [["--help"], ["--version"], ["curves", "--help"], ["plot"], ["curves"],
                                  ["curves", "x", "--bogus"], ["pre-decay", "--help"], ["pre-decay", "x"],
                                  ["curves", "x", "--out", "c.txt"],  # an output of the wrong kind
-                                 ["seeds", "x", "y", "--margin", "nan"]],
+                                 ["seeds", "x", "y", "--margin", "nan"],
+                                 ["curves", "DOES_NOT_EXIST"], ["pre-decay", "configs", "DOES_NOT_EXIST"]],
     "sps_jax.import_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y", "--num-heads", "two"],
                              ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"],
                              ["x", "--out", "y", "--window", "-1"], ["x", "--out", "y", "--variant", "SPS"],
@@ -143,7 +148,8 @@ ANSWERED_WITHOUT_JAX = {
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"],
                              ["--workdir", "x", "--out", "y.pt", "--step", "two"], ["x", "--workdir", "x", "--out", "y.pt"],
-                             ["--out", "y.pt"], ["x", "--out", "y.bin"]],
+                             ["--out", "y.pt"], ["x", "--out", "y.bin"],
+                             ["DOES_NOT_EXIST", "--out", "y.pt"], ["--workdir", "configs", "--out", "y.pt"]],
     "sps_jax.train": [["--help"], ["--version"], ["--config", "configs/tiny.py"],
                       ["--config", "configs/tiny.py", "--workdir", ""],
                       ["--config", "configs/tiny.py", "--workdir", " "],  # made a run folder named ' '
@@ -154,7 +160,9 @@ ANSWERED_WITHOUT_JAX = {
                       # a --workdir that cannot be a run folder (a file, under /proc): loading the config loaded jax
                       ["--config", "configs/tiny.py", "--workdir", "README.md"],
                       ["--config", "configs/tiny.py", "--workdir", "/proc/sps-jax-run"],
-                      # an override out of its range
+                      # an init_from override that names no run, and an override out of its range
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.init_from=DOES_NOT_EXIST"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.init_from=configs"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.b2=1"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.model.num_layers=100000"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
@@ -167,7 +175,9 @@ ANSWERED_WITHOUT_JAX = {
                                    # sampling settings no sampler can use (they loaded jax first)
                                    ["--workdir", "w", "--prompt", "x", "--temperature", "nan"],
                                    ["--workdir", "w", "--prompt", "x", "--temperature", "1", "--top-p", "0"],
-                                   ["--workdir", "w", "--prompt", "x", "--top-k", "5"]],
+                                   ["--workdir", "w", "--prompt", "x", "--top-k", "5"],
+                                   ["--workdir", "DOES_NOT_EXIST", "--prompt", "x"],
+                                   ["--checkpoint", "configs", "--prompt", "x"]],
 }
 
 

@@ -637,6 +637,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     plotting.require()
     check_out(args.out, *args.inputs(args), args.command, args.force, "--out")  # before jax loads
+    paths, what = args.inputs(args)
+    for path in paths if what == "run folder" else ():  # a path that names no run, before jax loads too
+        run_files.find_run(path)
     runs = cli.load("sps_jax.runs")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting

@@ -127,14 +127,9 @@ def _data_dir(args, config):
     raise ValueError("no token folder: pass --val-data DIR (a folder written by `python -m sps_jax.data prepare`).")
 
 
-def _check_inputs(args) -> list:
-    """Each run's documents (a list per --workdir); bad paths, bad config.json files, token folders
-    that do not fit a run's model (EOS id, vocabulary) and settings no document or context can meet
-    stop the command before any weights are loaded."""
-    from sps_jax import checkpoint, runs
-    from sps_jax.analysis.documents import read_documents
-    from sps_jax.data import loader
-
+def _check_places(args) -> None:
+    """What needs no jax, said before it loads: matplotlib, the outputs, and that each --workdir names a run (with
+    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`)."""
     plotting.require()
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
@@ -145,6 +140,18 @@ def _check_inputs(args) -> list:
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         run_files.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
+    for w in args.workdir:
+        run_files.checkpoint_step(w, args.step)
+
+
+def _check_inputs(args) -> list:
+    """Each run's documents (a list per --workdir); bad config.json files, token folders that do not fit a run's
+    model (EOS id, vocabulary) and settings no document or context can meet stop the command before any weights are
+    loaded (bad paths are said before, by :func:`_check_places`)."""
+    from sps_jax import checkpoint, runs
+    from sps_jax.analysis.documents import read_documents
+    from sps_jax.data import loader
+
     docs, seen = [], {}
     for w in args.workdir:
         # A --step the run does not hold is said here, naming the steps it holds; and the checkpoint was trained as
@@ -351,6 +358,7 @@ def build_parser():
 @cli.main
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    _check_places(args)
     cli.load("sps_jax.runs")  # the probes' runs, models and token folders
     args.func(args)
     return 0

@@ -181,13 +181,9 @@ def _parser() -> cli.ArgumentParser:
 
 
 def _all_steps(p, args, path: str) -> tuple[list[int], str]:
-    """(every checkpoint step, run folder) for --all-steps, refusing the flags that name one checkpoint."""
+    """(every checkpoint step, run folder) for --all-steps, refusing a path that names one checkpoint."""
     from sps_jax import checkpoint, runs
 
-    if args.out:
-        p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
-    if args.step is not None:
-        p.error("--step names one checkpoint and --all-steps every one: pass one of them")
     workdir, path_step = runs.find_run(path)
     if path_step is not None:
         p.error(f"--all-steps evaluates every checkpoint of a run, and {path} is one checkpoint: pass the run "
@@ -251,11 +247,20 @@ def main_evaluate(argv) -> int:
         p.error(f"{unused[0]} is for --val-data (the validation NLL), and none is given: pass --val-data, or drop "
                 f"{unused[0]}")
     task_data = _task_data(args.task_data)
-    checkpoint = cli.load("sps_jax.checkpoint")
-
+    if args.all_steps and args.out:
+        p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
+    if args.all_steps and args.step is not None:
+        p.error("--step names one checkpoint and --all-steps every one: pass one of them")
     path = cli.run_argument(args)
+    try:  # a path that names no run is said before jax loads, after the checks of the outputs as for a run
+        run_files.checkpoint_step(path, args.step)
+        missing = None
+    except FileNotFoundError as e:
+        missing = e
+    else:
+        checkpoint = cli.load("sps_jax.checkpoint")
     steps = [args.step]
-    if args.all_steps:
+    if args.all_steps and missing is None:
         steps, workdir = _all_steps(p, args, path)
         steps = _check_intact(_new_steps(steps, workdir, args.force), workdir)
     if args.val_data and os.path.isfile(os.path.join(args.val_data, run_files.CONFIG_FILE)):  # before the results
@@ -274,12 +279,15 @@ def main_evaluate(argv) -> int:
     else:  # the default RUN/eval/step_<N>.json
         flag, rename = "the results file", "--out to write elsewhere"
         elsewhere = "pass --out FILE to write the results elsewhere"
-    for out in _outputs(path, steps, args.out):  # an earlier evaluation is kept unless --force
+    # an earlier evaluation is kept unless --force
+    for out in _outputs(path, steps, args.out) if missing is None else [args.out] * (args.out is not None):
         run_files.output_file(out, flag, args.force, inputs, rename, elsewhere)
     if keys:  # the local files lm-eval reads, before it loads (seconds) and any weights do
         paper_tasks.check_task_data(task_data, keys)
         if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
             gpt2_tokenizer.get_tokenizer(args.tokenizer)
+    if missing is not None:
+        raise missing
     if not steps:  # --all-steps, every checkpoint's result kept (said)
         return 0
     rows = []

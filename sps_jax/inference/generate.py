@@ -131,6 +131,7 @@ def main(argv=None) -> int:
         run_files.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
                                                         ("the tokenizer's ranks file", tokenizer.default_ranks_path())],
                          example="completions.jsonl")
+    run_files.checkpoint_step(cli.run_argument(args), args.step)  # a path that names no run, before jax loads
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
         from sps_jax.inference import kv_cache
