@@ -521,7 +521,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
                 _draw_lost_plot(workdir)
-                return _summary(workdir, start_step)
+                return _recorded_summary(workdir, start_step)
             _align_run_folder(workdir, config, backend, start_step)
 
             micro_shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
@@ -609,6 +609,19 @@ def _summary(workdir, step, loss=None, val_loss=None, val_step=None, stopped_by=
     """What ``train`` returns (and the CLI prints as its last line): one shape whether or not the call trained."""
     return {"step": step, "loss": loss, "val_loss": val_loss, "val_step": val_step, "stopped_by": stopped_by,
             "skipped_updates": skipped_updates, "workdir": workdir}
+
+
+def _recorded_summary(workdir: str, step: int) -> dict:
+    """The summary of a call that trained nothing (the run was at its end): the last training and validation losses
+    metrics.jsonl records up to ``step``, those the leg that reached it printed, rather than nulls that read as a run
+    that never measured them."""
+    loss, val_loss, val_step = None, None, None
+    for record in metrics.read(workdir):  # in step order (metrics.read refuses any other)
+        if record["step"] <= step:
+            loss = record.get("loss", loss)
+            if "val_loss" in record:
+                val_loss, val_step = record["val_loss"], record["step"]
+    return _summary(workdir, step, loss, val_loss, val_step)
 
 
 def _named_for_its_model(config):

@@ -374,10 +374,16 @@ def test_a_run_rerun_past_its_end_says_so_without_compiling_or_touching_its_file
         assert f"step {STEPS} is already at this run's end, step {end}: nothing to train" in out.stdout, out.stdout
         assert "compiled in" not in out.stdout, out.stdout
         assert digest(workdir) == before
-        # The summary has the fields of a run that trained, so a script reads the same keys either way.
+        # The summary has the fields of a run that trained, so a script reads the same keys either way, and the
+        # losses the run reached (its metrics.jsonl's last), not nulls.
         summary = json.loads(out.stdout.splitlines()[-1])
         assert sorted(summary) == ["loss", "skipped_updates", "step", "stopped_by", "val_loss", "val_step", "workdir"]
-        assert (summary["step"], summary["val_loss"], summary["val_step"]) == (STEPS, None, None), summary
+        records = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines()]
+        last_loss = [r["loss"] for r in records if "loss" in r][-1]
+        last_val = [(r["val_loss"], r["step"]) for r in records if "val_loss" in r][-1]
+        assert last_loss is not None and last_val[1] == STEPS
+        assert (summary["step"], summary["loss"], summary["val_loss"], summary["val_step"]) == (STEPS, last_loss,
+                                                                                                *last_val), summary
 
 
 def test_a_resumed_run_keeps_in_its_config_the_init_from_it_started_from(tmp_path, tokens, reference):
