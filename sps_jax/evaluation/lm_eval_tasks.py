@@ -123,7 +123,21 @@ def _file_problem(manager, key: str, path: str, size: int, mtime_ns: int) -> tup
             (task,) = manager.load([spec])["tasks"].values()
             return _records_problem(task)
         except Exception as e:  # lm-eval renders the first record while it builds the task
-            return f"lm-eval's task cannot read its records ({_error(e)})", _FIELDS_ADVICE
+            built = _task_being_built(e)  # its records, read before that first one stopped it: said as any record's
+            return (built is not None and _records_problem(built)
+                    or (f"lm-eval's task cannot read its records ({_error(e)})", _FIELDS_ADVICE))
+
+
+def _task_being_built(e: BaseException):
+    """The lm-eval task whose constructor raised ``e`` once it held its records (``eval_docs``), or None: lm-eval tries
+    its first record there, and its IndexError for an answer past the choices names no record."""
+    tb = e.__traceback__
+    while tb is not None:
+        task = tb.tb_frame.f_locals.get("self") if tb.tb_frame.f_code.co_name == "__init__" else None
+        if task is not None and hasattr(task, "doc_to_choice") and getattr(task, "task_docs", None) is not None:
+            return task
+        tb = tb.tb_next
+    return None
 
 
 def _error(e: BaseException) -> str:
@@ -144,6 +158,8 @@ def _records_problem(task) -> tuple[str, str] | None:
         if choices is not None:
             if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
                 problem = f"record {n}'s choices are {choices!r:.60}, not a list of texts"
+            elif "" in choices:  # scored as the delimiter alone, and its length 0 made acc_norm NaN
+                problem = f"record {n}'s choice {choices.index('') + 1} of {len(choices)} is empty"
             elif not (isinstance(target, int) and 0 <= target < len(choices) or target in choices):
                 problem = f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"
         if task.OUTPUT_TYPE == "loglikelihood":
