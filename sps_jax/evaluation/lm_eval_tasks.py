@@ -158,9 +158,10 @@ def _records_problem(task) -> tuple[str, str] | None:
         if choices is not None:
             if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
                 problem = f"record {n}'s choices are {choices!r:.60}, not a list of texts"
-            elif "" in choices:  # scored as the delimiter alone, and its length 0 made acc_norm NaN
+            elif "" in choices:  # lm-eval scores the delimiter alone, and divides acc_norm by its length 0
                 problem = f"record {n}'s choice {choices.index('') + 1} of {len(choices)} is empty"
-            elif not (isinstance(target, int) and 0 <= target < len(choices) or target in choices):
+            elif not (isinstance(target, int) and not isinstance(target, bool) and 0 <= target < len(choices)
+                      or target in choices):  # JSON true is no index, though Python reads it as 1
                 problem = f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"
         if task.OUTPUT_TYPE == "loglikelihood":
             problem = problem or _prediction_problem(n, context, target)

@@ -572,6 +572,10 @@ def test_task_data_with_a_record_lacking_a_field_the_task_reads_is_refused_befor
     ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 5}, {"question": "q", "choices": ["a", "b"], "gold": 0}],
      "record 1's answer 5 is none of its 2 choices"),
     ("tiny_mc", [{"question": "q", "choices": ["", "b"], "gold": 1}], "record 1's choice 1 of 2 is empty"),
+    # JSON's true is no index: lm-eval read it as 1 and scored the second choice as the answer, without a word.
+    ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", "b"],
+                                                                       "gold": True}],
+     "record 2's answer True is none of its 2 choices"),
     ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", ""], "gold": 0}],
      "record 2's choice 2 of 2 is empty"),
     ("pile_books3", [{"text": "a few words"}, {"text": 123}], "record 2 cannot be scored by lm-eval's task "
