@@ -125,11 +125,35 @@ def _load_safetensors(path: str) -> dict:
         if _is_torch_save(path):
             raise UserError(f"{path} is a PyTorch checkpoint (torch.save's): rename it to end in .pt, which this "
                             "command reads with torch.") from None
+        unread = _unread_dtype(path)
+        if unread is not None:
+            raise UserError(f"{path} holds {unread[0]} in float8 ({unread[1]}), which safetensors cannot read without "
+                            "torch: save its weights as float32, bfloat16 or float16, or pass the checkpoint as a .pt "
+                            "file.") from None
         raise UserError(f"{path} is not a safetensors file that safetensors can read ({_reason(exc)}).") from None
     try:
         return torch_layout.from_safetensors(tensors, metadata)
     except (ValueError, TypeError) as exc:
         raise UserError(f"{path}: its metadata (model_args, iter_num) is not the export's ({_reason(exc)}).") from None
+
+
+# safetensors' float8 dtypes, which torch reads and safetensors reads into no numpy array.
+_FLOAT8 = ("F8_E4M3", "F8_E5M2", "F8_E8M0")
+
+
+def _unread_dtype(path: str) -> tuple[str, str] | None:
+    """(tensor, dtype) of the first tensor, by name, that a safetensors file's header stores in float8; None when there
+    is none, or the header is no JSON object."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if size <= os.path.getsize(path) else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    return next(((name, entry["dtype"]) for name, entry in sorted(header.items())
+                 if isinstance(entry, dict) and entry.get("dtype") in _FLOAT8), None)
 
 
 def state_dict_of(ckpt) -> tuple[dict[str, np.ndarray], list[str]]:

@@ -544,6 +544,23 @@ def test_a_missing_package_names_its_extra(tmp_path, monkeypatch):
         assert outcome.status == 2 and outcome.problem() is None and f"pip install -e '{extra}'" in outcome.stderr
 
 
+def test_a_safetensors_file_of_float8_weights_is_one_sentence_naming_the_tensor_and_its_dtype(tmp_path):
+    # safetensors reads float8 into no numpy array: a file it had written whole was said as "not a safetensors file
+    # that safetensors can read (AttributeError: module 'numpy' has no attribute 'float8_e5m2')".
+    from safetensors.torch import save_file
+
+    sd = {k: v.clone() for k, v in synthetic_state_dict(compiled=False).items()}  # the tied head, a tensor of its own
+    sd["transformer.h.0.mlp.up_proj.weight"] = sd["transformer.h.0.mlp.up_proj.weight"].to(torch.float8_e5m2)
+    path = tmp_path / "ckpt.safetensors"
+    save_file(sd, str(path), metadata={"model_args": json.dumps(authors_checkpoint({}, window=2)["model_args"])})
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(tmp_path / "run"), *OVERRIDES])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == (f"error: {path} holds transformer.h.0.mlp.up_proj.weight in float8 (F8_E5M2), which "
+                              "safetensors cannot read without torch: save its weights as float32, bfloat16 or float16, "
+                              "or pass the checkpoint as a .pt file.\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_damaged_safetensors_file_is_one_sentence(tmp_path):
     path = tmp_path / "bad.safetensors"
     path.write_bytes(b"\x80\x00" + np.random.default_rng(0).bytes(510))  # a pickle's first byte, no protocol
