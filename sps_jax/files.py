@@ -728,11 +728,27 @@ def distinct_inputs(paths, what: str) -> list[str]:
     return list(paths)
 
 
-def read_text(path: str, errors: str = "strict", hint: str = "", fix: str = "pass a UTF-8 text file") -> str:
+def read_text(path: str, errors: str = "strict", hint: str = "", fix: str = "pass a UTF-8 text file",
+              text_only: bool = False) -> str:
     """A whole UTF-8 text file (``errors="replace"`` turns bad bytes into U+FFFD; ``hint`` ends the
-    sentence about a bad byte, ``fix`` the one about binary data: :func:`decode`)."""
+    sentence about a bad byte, ``fix`` the one about binary data: :func:`decode`); with ``text_only``, one
+    holding NUL is refused too (:func:`refuse_nul`)."""
     with open(path, "rb") as f:
-        return decode(f.read(), path, errors, hint=hint, fix=fix)
+        data = f.read()
+    text = decode(data, path, errors, hint=hint, fix=fix)
+    if text_only:
+        refuse_nul(data, path, fix)
+    return text
+
+
+def refuse_nul(data: bytes, path: str, fix: str = "pass a UTF-8 text file") -> None:
+    """One sentence, ending in ``fix``, when ``data`` read from ``path`` holds NUL, which is UTF-8 but no text's: UTF-16
+    without its byte-order mark, or binary data that is UTF-8 by chance or was read with bad bytes replaced. A first
+    byte that is not UTF-8 is said before it (UTF-16's byte-order mark, a compressed file)."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        decode(data, path, fix=fix)
+        raise UserError(f"{path} is binary data, not text (it holds NUL bytes; byte {nul} is 0x00): {fix}.")
 
 
 def _one_value_per_key(pairs) -> dict:

@@ -144,12 +144,7 @@ def _text_file(path: str, errors: str) -> Iterator[str]:
     with open(path, "rb") as f:
         data = f.read()
     text = files.decode(data, path, errors, hint=_UTF8_HINT)
-    # NUL is UTF-8 but no text's: UTF-16, or binary data that replacing bad bytes made "text" of.
-    nul = data.find(b"\0")
-    if nul >= 0:
-        files.decode(data, path)  # strictly: UTF-16's byte-order mark, or binary's first bad byte, said as such
-        raise UserError(f"{path} is binary data, not text (it holds NUL bytes; byte {nul} is 0x00): pass a UTF-8 text "
-                        "file.")
+    files.refuse_nul(data, path)  # UTF-16, or binary data that replacing bad bytes made "text" of
     yield text
 
 

@@ -55,7 +55,8 @@ def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
                                  "a string or null.") from None
             records.append((n, record))
     else:
-        text = files.read_text(path).replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as open()
+        # Universal newlines, as open(); NUL is UTF-8, but of UTF-16 text without its byte-order mark, or binary data.
+        text = files.read_text(path, fix=PASS_PROMPTS, text_only=True).replace("\r\n", "\n").replace("\r", "\n")
         lines = text.split("\n")
         if lines[-1] == "":  # the file's last newline ends a line; it starts none
             lines.pop()

@@ -590,6 +590,17 @@ def test_a_plain_text_prompts_file_of_jsonl_records_is_said_to_be_read_whole_lin
         assert capsys.readouterr().err == ""
 
 
+def test_a_plain_text_prompts_file_holding_nul_bytes_is_refused_as_binary_data(tmp_path):
+    # NUL is valid UTF-8: UTF-16 text without a byte-order mark generated from "h\0i\0 \0t\0h\0e\0r\0e\0", as
+    # data prepare refuses to tokenise it.
+    utf16 = tmp_path / "prompts.txt"
+    utf16.write_bytes("hi there\n".encode("utf-16-le"))
+    with pytest.raises(ValueError) as refusal:
+        generate._read_prompts(str(utf16))
+    assert str(refusal.value) == (f"{utf16} is binary data, not text (it holds NUL bytes; byte 1 is 0x00): pass a text "
+                                  "file with one prompt per line, or a .jsonl file.")
+
+
 def test_generate_refuses_a_prompt_that_is_not_utf8_text_in_one_sentence(tmp_path, monkeypatch):
     """A --prompt byte that is not UTF-8 (Python passes it on as a lone surrogate) and a JSONL \\u escape of half a
     surrogate pair are no text: the tokenizer replaced them with U+FFFD and the results recorded another prompt."""
