@@ -553,12 +553,18 @@ def test_a_safetensors_file_of_float8_weights_is_one_sentence_naming_the_tensor_
     sd["transformer.h.0.mlp.up_proj.weight"] = sd["transformer.h.0.mlp.up_proj.weight"].to(torch.float8_e5m2)
     path = tmp_path / "ckpt.safetensors"
     save_file(sd, str(path), metadata={"model_args": json.dumps(authors_checkpoint({}, window=2)["model_args"])})
-    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(tmp_path / "run"), *OVERRIDES])
+    _refused_with_nothing_written(path, f"{path} holds transformer.h.0.mlp.up_proj.weight in float8 (F8_E5M2), which "
+                                  "safetensors cannot read without torch: save its weights as float32, bfloat16 or "
+                                  "float16, or pass the checkpoint as a .pt file.")
+
+
+def _refused_with_nothing_written(path, sentence):
+    """import_torch of the file ``path`` as SPS (the tests' ids) says ``sentence`` alone, with status 2 and no run."""
+    run = path.parent / "run"
+    outcome = fuzz.call(import_torch.main, [str(path), "--variant", "sps", "--out", str(run), *OVERRIDES])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
-    assert outcome.stderr == (f"error: {path} holds transformer.h.0.mlp.up_proj.weight in float8 (F8_E5M2), which "
-                              "safetensors cannot read without torch: save its weights as float32, bfloat16 or float16, "
-                              "or pass the checkpoint as a .pt file.\n")
-    assert not (tmp_path / "run").exists()
+    assert outcome.stderr == f"error: {sentence}\n"
+    assert not run.exists()
 
 
 def test_a_damaged_safetensors_file_is_one_sentence(tmp_path):
@@ -719,7 +725,9 @@ def test_a_stored_config_of_no_valid_model_names_the_file_and_the_fix(tmp_path, 
 
 @pytest.mark.parametrize("flags, sentence", [
     (["--config.train.peak_lr=-1"], "error: train.peak_lr=-1.0 must be a finite number of at least 0.\n"),
-    (["--num-heads", "3"], "error: d_model=32 must split into num_heads=3 heads of even size (RoPE pairs).\n"),
+    # It was "d_model=32 must split into num_heads=3 heads of even size (RoPE pairs).": no flag named, nothing to do.
+    (["--num-heads", "3"], "error: --num-heads 3 does not split the checkpoint's width d=32 into heads of even size "
+                           "(RoPE pairs): pass one that does, such as 1 (heads 32 wide).\n"),
 ])
 def test_a_bad_flag_over_a_valid_stored_config_is_the_flags_sentence(tmp_path, flags, sentence):
     # The stored config's sentence took the blame for the user's own flag.
@@ -727,6 +735,17 @@ def test_a_bad_flag_over_a_valid_stored_config_is_the_flags_sentence(tmp_path, f
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run"), *flags])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr == sentence
+
+
+@pytest.mark.parametrize("heads", [3, 32])
+def test_a_head_count_of_the_file_that_does_not_split_its_width_names_the_key_and_the_flag(tmp_path, heads):
+    # 3 heads do not divide d=32, and 32 heads are 1 wide, which holds no RoPE pair: both were "d_model=32 must split
+    # into num_heads=... heads of even size (RoPE pairs).", which named neither the file's key nor --num-heads.
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(synthetic_state_dict(), window=1, n_head=heads), path)
+    _refused_with_nothing_written(path, f"the checkpoint's model_args['n_head'] = {heads} does not split its width "
+                                  "d=32 into heads of even size (RoPE pairs): pass --num-heads with a count that does, "
+                                  "such as 1 (heads 32 wide).")
 
 
 def test_a_metrics_setting_train_would_refuse_is_refused_at_the_import(tmp_path):
