@@ -527,6 +527,7 @@ class ArgumentParser(argparse.ArgumentParser):
             stray = self._stray(args)
             if stray:  # named first: else `evaluate tabel` is told that --workdir is required
                 self._check_list_words(args, stray)
+                self._check_path_words(args, stray)
                 self.error(f"unrecognized arguments: {' '.join(stray)}", self._command_prog(args))
             raise
 
@@ -582,6 +583,24 @@ class ArgumentParser(argparse.ArgumentParser):
             if words:
                 self.error(f"{flag} takes one comma-separated list: write {flag} {','.join([value, *words])}, "
                            f"not {' '.join([value, *words])}", self._command_prog(args))
+
+    def _check_path_words(self, args, stray) -> None:
+        """Words after the value of a flag that takes one path (:func:`input_path`) that name files or folders too
+        (``--source data/*.jsonl``, a pattern the shell expanded to several): say what the flag takes. A word that
+        names nothing is left to be named as unrecognized."""
+        for flag, i, value, action in self._flag_uses(args, lambda a: hasattr(a.type, "one_path")):
+            j = i + (1 if "=" in args[i] else 2)
+            words = []
+            while j < len(args) and args[j] in stray and os.path.lexists(args[j]):
+                words.append(args[j])
+                j += 1
+            if words:
+                more = (f"the {len(words)} words after {value} name files or folders too ({words[0]}, ...)"
+                        if len(words) > 1 else f"the word after {value} names a file or folder too ({words[0]})")
+                fix = (f"give {flag} before each path ({flag} {value} {flag} {words[0]})"
+                       if isinstance(action, argparse._AppendAction) else action.type.one_path)
+                self.error(f"{flag} takes one path, and {more}, as a pattern the shell expanded to several gives: {fix}",
+                           self._command_prog(args))
 
     def _stray(self, args) -> list[str]:
         """The words of ``args`` that no argument of this parser or its subcommands takes, found by parsing
@@ -809,6 +828,7 @@ def input_path(what: str, kind: str, hint: str):
             raise argparse.ArgumentTypeError(f"{text} is a file, not a {what}: {hint}")
         return text
     parse.__name__ = kind  # argparse names the type in errors it makes itself
+    parse.one_path = hint  # what ArgumentParser says to pass when the shell gave the flag several paths
     return parse
 
 

@@ -1032,3 +1032,41 @@ def test_a_subcommands_flag_error_names_the_subcommand():
                               "and '4'): give it once (see --help).\n")
     outcome = fuzz.call(data_main.main, ["verify", "a", "b"])
     assert outcome.stderr.startswith("error: python -m sps_jax.data verify: unrecognized arguments: b")
+
+
+@pytest.mark.parametrize("parser, before, flag, hint", [
+    (data_cli.build_parser, ["prepare"], "--source",
+     "pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'"),
+    (generate._parser, ["--workdir", "W"], "--prompts-file",
+     "pass a text file with one prompt per line, or a .jsonl file"),
+])
+def test_a_pattern_the_shell_expanded_after_a_flag_of_one_path_is_said_so(tmp_path, parser, before, flag, hint):
+    # `--source data/*.jsonl` was "unrecognized arguments: data/b.jsonl data/c.jsonl", which said nothing of the
+    # pattern or of what the flag takes.
+    paths = [str(tmp_path / name) for name in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    for path in paths:
+        open(path, "w").close()
+    with pytest.raises(cli.UserError) as refusal:
+        parser().parse_args([*before, flag, *paths, "--out", str(tmp_path / "out")])
+    assert str(refusal.value).endswith(
+        f": {flag} takes one path, and the 2 words after {paths[0]} name files or folders too ({paths[1]}, ...), as a "
+        f"pattern the shell expanded to several gives: {hint} (see --help)."), refusal.value
+    with pytest.raises(cli.UserError, match=rf": {flag} takes one path, and the word after {paths[0]} names a file or "
+                                            rf"folder too \({paths[1]}\), as a pattern"):
+        parser().parse_args([*before, flag, *paths[:2], "--out", str(tmp_path / "out")])
+    # a stray word that names nothing is left to be called unrecognized
+    with pytest.raises(cli.UserError, match=r"unrecognized arguments: stray \(see --help\)\.$"):
+        parser().parse_args([*before, flag, paths[0], "stray", "--out", str(tmp_path / "out")])
+
+
+def test_a_pattern_the_shell_expanded_after_a_repeatable_flag_says_to_repeat_it(tmp_path):
+    # probes --workdir runs/* named the other runs only as unrecognized arguments.
+    runs = [str(tmp_path / name) for name in ("a", "b")]
+    for run in runs:
+        os.mkdir(run)
+    with pytest.raises(cli.UserError) as refusal:
+        probes.build_parser().parse_args(["window-nll", "--workdir", *runs, "--omega", "4"])
+    assert str(refusal.value).endswith(
+        f": --workdir takes one path, and the word after {runs[0]} names a file or folder too ({runs[1]}), as a pattern "
+        f"the shell expanded to several gives: give --workdir before each path (--workdir {runs[0]} --workdir "
+        f"{runs[1]}) (see --help)."), refusal.value

@@ -25,6 +25,9 @@ def source(text: str) -> str:
     return _SOURCE_PATH(text) if corpus.is_local(text) else text
 
 
+source.one_path = _SOURCE_PATH.one_path  # several paths after --source are said as a pattern the shell expanded
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
