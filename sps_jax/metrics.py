@@ -80,10 +80,10 @@ def curves(workdir: str) -> dict[str, list[dict]]:
             for key in ("tokens_seen", value):
                 if isinstance(r.get(key), bool) or not isinstance(r.get(key), (int, float)):
                     raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
-                                    f"{key}={r.get(key)!r}, not a number.")
+                                    f"{key}={r.get(key)!r}, not a number; {_FIX_LINE}")
             if r[value] < 0:  # no cross-entropy is: a hand edit, else plotted as is (the figures place tokens_seen)
                 raise UserError(f"{os.path.join(workdir, METRICS_FILE)}: the record of step {r['step']} has "
-                                f"{value}={r[value]!r}, below 0, which no loss is.")
+                                f"{value}={r[value]!r}, below 0, which no loss is; {_FIX_LINE}")
     return out
 
 

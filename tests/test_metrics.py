@@ -135,8 +135,23 @@ def test_a_loss_below_zero_is_named_not_plotted(tmp_path):
     writer.write({"step": 1, "tokens_seen": 10, "loss": 4.0})
     writer.write({"step": 2, "tokens_seen": 20, "val_loss": -3.0})
     writer.close()
-    with pytest.raises(UserError, match=r"the record of step 2 has val_loss=-3\.0, below 0, which no loss is\.$"):
+    with pytest.raises(UserError, match=r"the record of step 2 has val_loss=-3\.0, below 0, which no loss is; fix or "
+                                        r"delete that line \(training writes one JSON record per line, each with "
+                                        r'"step"\)\.$'):
         figures.training_curves({"run": str(tmp_path)})
+
+
+def test_a_loss_that_is_no_number_is_named_with_what_to_do(tmp_path):
+    # "the record of step 2 has val_loss='x', not a number." said what was wrong but not what to do, as the sentence
+    # about a NaN does.
+    writer = metrics.Writer(str(tmp_path), tensorboard=False)
+    writer.write({"step": 2, "tokens_seen": 20, "val_loss": "x"})
+    writer.close()
+    with pytest.raises(UserError) as refusal:
+        metrics.curves(str(tmp_path))
+    assert str(refusal.value) == (f"{tmp_path / 'metrics.jsonl'}: the record of step 2 has val_loss='x', not a number; "
+                                  'fix or delete that line (training writes one JSON record per line, each with '
+                                  '"step").')
 
 
 @pytest.mark.parametrize("call, name, kind", [
