@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import zlib
 from pathlib import Path
 
 from sps_jax import cli, files, names
@@ -197,7 +198,7 @@ def _record_fields(key: str, path: str) -> list[tuple[str, set[str]]]:
         records = _records(path, data_format)
     except cli.MissingPackage:
         raise
-    except (OSError, ValueError) as e:  # JSON's and pyarrow's errors are ValueErrors, gzip's OSErrors
+    except (OSError, ValueError, EOFError, zlib.error) as e:  # JSON's, pyarrow's; gzip's (cut short, damaged)
         raise refuse(f"cannot be read as {'Parquet' if data_format == 'parquet' else 'JSON'} "
                      f"({cli.sentence(e).rstrip('.')})") from None
     if not records:

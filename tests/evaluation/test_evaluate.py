@@ -2,6 +2,7 @@
 a clear error before any weights are loaded."""
 
 import base64
+import gzip
 import hashlib
 import json
 import math
@@ -506,6 +507,9 @@ def test_a_hub_task_not_cached_in_the_hubs_offline_mode_is_one_sentence_before_l
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], **run)
 
 
+_GZIPPED = gzip.compress(b'{"question": "q"}\n' * 200)  # a task file of 200 records, gzipped
+
+
 @pytest.mark.parametrize("name, content, problem", [
     # datasets stopped on these with a traceback (StopIteration, DatasetGenerationError), after the weights loaded
     ("empty.jsonl", b"", "holds no records"),
@@ -518,6 +522,11 @@ def test_a_hub_task_not_cached_in_the_hubs_offline_mode_is_one_sentence_before_l
     ("numbers.json", b"[1, 2]", "has a record that is not a JSON object at record 1 (int)"),
     ("text.json", b'"q"', "has a record that is not a JSON object at its top level (str)"),
     ("plain.jsonl.gz", b"not gzip", "cannot be read as JSON (Not a gzipped file"),
+    # a download cut short, and a flipped byte of its compressed data: EOFError's and zlib.error's tracebacks
+    ("cut.jsonl.gz", _GZIPPED[:40], "cannot be read as JSON (Compressed file ended before the end-of-stream marker "
+                                    "was reached"),
+    ("flipped.jsonl.gz", _GZIPPED[:30] + bytes([_GZIPPED[30] ^ 0xFF]) + _GZIPPED[31:],
+     "cannot be read as JSON (Error -3 while decompressing data: invalid distance too far back"),
     # Python's json reads these, not JSON; the NaN question was scored as the text "nan", without a word
     ("nan.jsonl", b'{"question": "q"}\n{"question": NaN}\n', "cannot be read as JSON (line 2: NaN is not a JSON value"),
     ("inf.json", b'[{"question": -Infinity}]', "cannot be read as JSON (-Infinity is not a JSON value"),
