@@ -216,8 +216,7 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
         pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
     except Exception as e:  # pyarrow's errors do not name the file
-        raise UserError(f"{path} is not a readable Parquet file ({' '.join(str(e).split())[:200]}): export it again, "
-                        "or leave it out of the source.") from None
+        raise UserError(f"{path} is not a readable Parquet file ({_arrow_reason(e)}): {_PARQUET_FIX}.") from None
     if field not in names:
         raise UserError(f"{path} has no column {field!r} (columns: {names}): pass --text-field.")
     try:
@@ -229,7 +228,15 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
     except UserError:
         raise
     except Exception as e:  # a damaged page surfaces only while reading
-        raise UserError(f"{path} cannot be read past a damaged part ({' '.join(str(e).split())[:200]}).") from None
+        raise UserError(f"{path} cannot be read past a damaged part ({_arrow_reason(e)}): {_PARQUET_FIX}.") from None
+
+
+_PARQUET_FIX = "export it again, or leave it out of the source"
+
+
+def _arrow_reason(e: Exception) -> str:
+    """pyarrow's reason, on one line, cut at 200 characters, without its full stop (the sentence goes on)."""
+    return " ".join(str(e).split())[:200].rstrip(".")
 
 
 def _datasets():

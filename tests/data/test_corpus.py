@@ -87,6 +87,24 @@ def test_a_record_whose_text_is_no_string_is_named_with_its_line_or_row(tmp_path
         list(corpus.documents(str(tmp_path / "ints.parquet")))
 
 
+def test_a_parquet_file_damaged_past_its_footer_says_what_to_do(tmp_path):
+    # Two bytes flipped in a data page: it was "... cannot be read past a damaged part (Corrupt snappy compressed
+    # data.).", which said what was wrong but not what to do, as the sentence about a damaged footer does.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "damaged.parquet"
+    pq.write_table(pa.table({"text": [f"hello world {i}" for i in range(5000)]}), path, row_group_size=500)
+    data = bytearray(path.read_bytes())
+    for at in (len(data) // 3, len(data) // 3 + 1):
+        data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError) as refusal:
+        list(corpus.documents(str(path)))
+    assert str(refusal.value).startswith(f"{path} cannot be read past a damaged part (")
+    assert str(refusal.value).endswith("): export it again, or leave it out of the source."), refusal.value
+
+
 def test_a_json_array_of_records_is_said_to_be_one_line_not_a_record_without_the_field(tmp_path):
     # The sentence said line 1 had no 'text' field and to pass --text-field, which could not help.
     (tmp_path / "records.json").write_text('[{"text": "a"}, {"text": "b"}]')
