@@ -131,8 +131,9 @@ class Visibility:
 
     def with_variant(self, variant: str) -> Visibility:
         """The same rule for another variant in a side-by-side sweep: a windowed variant keeps
-        this window, or takes :data:`DEFAULT_WINDOW` when this one has none."""
-        window = self.window if self.window is not None else DEFAULT_WINDOW
+        this window (None, unbounded, included), or takes :data:`DEFAULT_WINDOW` when this variant has
+        no windowed stream (its window is None for that reason alone)."""
+        window = self.window if self.windowed else DEFAULT_WINDOW
         return Visibility(variant, window, self.persistent_window)
 
 

@@ -259,6 +259,14 @@ def test_the_default_window_is_64_for_windowed_variants_and_none_for_the_others(
     assert Vis("sps", 8).with_variant("two_x_memory").window is None
 
 
+def test_a_sweep_keeps_the_unbounded_window_of_a_windowed_base():
+    # configs/tiny.py:sps,none asks for no window: a sweep (bench train, generate, smoke, compile) times that,
+    # not the default window of a base that has no windowed stream.
+    assert Vis("sps", None).with_variant("sps") == Vis("sps", None)
+    assert Vis("delayed_state", None).with_variant("reverse_sps").window is None
+    assert Vis("two_x_memory").with_variant("sps").window == masks.DEFAULT_WINDOW
+
+
 def test_visibility_is_hashable_and_a_static_jit_argument():
     import jax
 

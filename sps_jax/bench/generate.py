@@ -18,7 +18,7 @@ decode loop alone, from a cache of zeros of the prefill's shapes and length: its
 workload, prefill included: the run's peak. Where the device has no such counter (CPU) both are
 reported as unavailable and the KV-cache bytes and XLA's compiled buffer sizes of the decode loop
 are given instead.
-Windowed variants take the window of ``--config`` (or ``masks.DEFAULT_WINDOW`` when it has none).
+Windowed variants take the window of ``--config`` (or ``masks.DEFAULT_WINDOW`` when its variant has none).
 ``--attention pallas,triton`` times every variant with each backend in the same rounds: ratios to
 Standard are taken within a backend, and each run's throughput is also given over the same variant's
 with the first backend listed.
