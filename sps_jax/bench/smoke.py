@@ -103,7 +103,7 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
                             f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size"
                             + (" or model.seq_len." if backend == "xla" else "."))
     tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
-    L = min(T, DECODE_CHECK_LEN)
+    L = max(2, min(T, DECODE_CHECK_LEN))  # a position to prefill and one to decode: a window holds T + 1 tokens
     decode_tokens = tokens[:, :L].at[0, 3 * L // 4].set(base.eos_id)  # decoding across a document boundary
     for cfg in cfgs:
         variant = cfg.variant

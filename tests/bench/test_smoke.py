@@ -72,6 +72,16 @@ def _decode_tokens(L=32):
     return jnp.asarray(tokens, jnp.int32)
 
 
+def test_a_one_position_context_is_checked_on_the_two_positions_its_tokens_hold():
+    # A train window of seq_len=1 holds two tokens: the decode check prefills the first and decodes the second,
+    # where half of one position left it nothing to prefill ("tokens have no positions") after the gradient compiled.
+    from sps_jax import config as sps_config
+
+    config = sps_config.load_config("configs/tiny.py", [*SMALL_OVERRIDES, "model.seq_len=1", "model.num_layers=1"])
+    rows = smoke.smoke(config, 1, variants=["sps"], log=lambda line: None)
+    assert [r["variant"] for r in rows] == ["sps"] and rows[0]["decode_error"] < 1e-5, rows
+
+
 @pytest.mark.parametrize("attention", ["xla", "pallas"])
 def test_decoding_through_the_backend_is_the_dense_forward(attention):
     """Pallas's training kernel (in its interpreter here) fills the cache in prefill; the steps after it decode."""
