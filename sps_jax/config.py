@@ -406,7 +406,8 @@ def _failure(exc: BaseException, path: str) -> str:
                     "replacing it.")
         number = f" (a plain Python number: {kind}(value))" if kind in ("int", "float") else ""
         return f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set {article(kind)} {kind} there{number}."
-    return f"{where}: {type(exc).__name__}: {cli.sentence(exc).rstrip('.')}: fix the file{' there' if lines else ''}."
+    said = f"{type(exc).__name__}: {cli.sentence(exc).rstrip('.')}" if str(exc).strip() else type(exc).__name__
+    return f"{where}: {said}: fix the file{' there' if lines else ''}."
 
 
 def check_override_values(overrides) -> None:

@@ -361,6 +361,9 @@ def test_none_for_a_field_that_takes_a_number_is_one_sentence(field):
     ("def get_config():\n    return int('abc')\n",
      r"^get_config\(\) of .*bad\.py failed at line 2: ValueError: invalid literal for int\(\) with base 10: 'abc': "
      r"fix the file there\.$"),
+    # an error of no message is named once, not as "MemoryError: MemoryError"
+    ("def get_config():\n    raise MemoryError\n",
+     r"^get_config\(\) of .*bad\.py failed at line 2: MemoryError: fix the file there\.$"),
     # the package's builders, called by the file, keep their own sentence
     ("from sps_jax import config\ndef get_config():\n    return config.paper_config('q')\n", r"^unknown scale 'q'"),
 ])
