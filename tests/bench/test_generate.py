@@ -282,3 +282,12 @@ def test_cli_a_workload_past_the_longest_context_is_refused_as_an_argument(argv,
     outcome = fuzz.call(bench_main.main, argv)
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert sentence in outcome.stderr and "model.seq_len" not in outcome.stderr, outcome.stderr
+
+
+@pytest.mark.parametrize("variant", ["sps", "delayed_state"])
+def test_a_config_of_no_window_times_its_windowed_variants_unbounded(variant):
+    # configs/tiny.py:sps,none asks for sps with no window: the sweep's other variants took the default 64.
+    import types
+
+    args = types.SimpleNamespace(config="configs/tiny.py:sps,none", prefill=4)
+    assert bench_generate._model_config(args, [], variant).window is None
