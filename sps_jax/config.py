@@ -178,9 +178,15 @@ def _model_fields() -> list[str]:
 
 def run_name(prefix: str, model) -> str:
     """``PREFIX-VARIANT[-wWINDOW]``, the name of a config whose file sets none of its own; it carries w
-    only where w applies. :func:`load_config` makes it again after overrides of the variant or window."""
+    only where w applies, an unbounded one as ``none``, the word the config argument takes for it.
+    :func:`load_config` makes it again after overrides of the variant or window."""
     windowed = masks.Visibility(model.variant).windowed
-    return f"{prefix}-{model.variant}" + (f"-w{model.window}" if windowed else "")
+    return f"{prefix}-{model.variant}" + (f"-w{_window_word(model.window)}" if windowed else "")
+
+
+def _window_word(window) -> str:
+    """A window as a run name writes it: its number, or ``none`` for no bound."""
+    return "none" if window is None else str(window)
 
 
 def run_config_problem(data) -> str | None:
@@ -211,7 +217,7 @@ def stale_name(config) -> tuple[str, str] | None:
     of another variant or window than the model's, else None: a model changed after :func:`load_config` made the
     config (a notebook's ``config.model.variant = ...``) kept the name of the one it was, where an override renames."""
     name, model = config.get("name"), config.get("model")
-    parts = re.fullmatch(rf"(.+)-({'|'.join(masks.VARIANTS)})(?:-w(\d+))?", name) if isinstance(name, str) else None
+    parts = re.fullmatch(rf"(.+)-({'|'.join(masks.VARIANTS)})(?:-w(\d+|none))?", name) if isinstance(name, str) else None
     if parts is None or not isinstance(model, ml_collections.ConfigDict):
         return None
     prefix, variant, window = parts.groups()
@@ -219,7 +225,7 @@ def stale_name(config) -> tuple[str, str] | None:
         vis = masks.Visibility(model.variant, model.window)
     except (AttributeError, TypeError, ValueError):  # the model's own checks say so
         return None
-    if variant == vis.variant and (window is None or vis.window == int(window)):
+    if variant == vis.variant and (window is None or _window_word(vis.window) == window):
         return None
     return f"{variant}" + (f" with window {window}" if window else ""), run_name(prefix, model)
 

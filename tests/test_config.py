@@ -218,6 +218,8 @@ def test_only_the_last_override_of_a_field_is_held_to_its_range():
     ("configs/tiny.py", [], "tiny-sps-w8"),
     ("configs/tiny.py", ["--config.model.variant=standard"], "tiny-standard"),
     ("configs/tiny.py", ["--config.model.window=16"], "tiny-sps-w16"),
+    ("configs/tiny.py:sps,none", [], "tiny-sps-wnone"),  # the spec's word for no bound, not Python's None
+    ("configs/paper.py:s,sps,64", ["--config.model.window=None"], "s-sps-wnone"),
     ("configs/paper.py:m,standard", ["--config.model.variant=reverse_sps", "--config.model.window=32"],
      "m-reverse_sps-w32"),
 ])
@@ -246,6 +248,9 @@ def test_a_name_set_on_the_command_line_or_in_the_config_file_is_kept(tmp_path):
     ("tiny-sps-w8", {"variant": "sps", "window": 8}, None),
     ("tiny-sps-w8", {"variant": "standard"}, ("sps with window 8", "tiny-standard")),
     ("tiny-sps-w8", {"variant": "sps", "window": 2}, ("sps with window 8", "tiny-sps-w2")),
+    ("tiny-sps-wnone", {"variant": "sps", "window": None}, None),
+    ("tiny-sps-wnone", {"variant": "sps", "window": 8}, ("sps with window none", "tiny-sps-w8")),
+    ("tiny-sps-w8", {"variant": "sps", "window": None}, ("sps with window 8", "tiny-sps-wnone")),
     ("xs-two_x_memory", {"variant": "reverse_sps", "window": 64}, ("two_x_memory", "xs-reverse_sps-w64")),
     ("tiny-standard", {"variant": "standard", "window": 64}, None),  # standard has no window: 64 is dropped
     ("tiny-sps", {"variant": "sps", "window": 8}, None),  # names the variant trained, and no window
