@@ -10,20 +10,54 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
+import time
 
 from sps_jax import cli, config as sps_config, run_files
 
 
-def initialize_distributed(coordinator: str | None, num_processes: int | None, process_id: int | None) -> None:
-    """``jax.distributed.initialize`` (explicit flags, else the cluster's own environment: SLURM, ...)."""
+TIMEOUT_FLAG = "--coordinator-timeout-s"
+
+
+def wait_for_coordinator(coordinator: str, timeout_s: float) -> None:
+    """Until the coordinator's port accepts a connection, else one sentence: jax's own wait for a coordinator
+    that never starts ends in an abort of the process (a C++ stack, no exception to answer)."""
+    host, _, port = coordinator.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=max(0.1, min(1.0, left))).close()
+            return
+        except OSError:
+            if deadline - time.monotonic() <= 0:
+                raise cli.UserError(f"no coordinator answered at {coordinator} within {timeout_s:g} s: start process 0 "
+                                    f"(the coordinator) there, check --coordinator, or wait longer with {TIMEOUT_FLAG}."
+                                    ) from None
+            time.sleep(max(0.0, min(0.5, deadline - time.monotonic())))
+
+
+def initialize_distributed(coordinator: str | None, num_processes: int | None, process_id: int | None,
+                           timeout_s: int | None = None) -> None:
+    """``jax.distributed.initialize`` (explicit flags, else the cluster's own environment: SLURM, ...), waiting
+    ``timeout_s`` seconds for the coordinator (None: jax's default)."""
+    import inspect
+
     import jax
 
     if jax.config.jax_platforms in (None, "", "cpu") and hasattr(jax.config, "jax_cpu_collectives_implementation"):
         # Multi-process CPU runs (tests, laptops) need a collectives backend.
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if timeout_s is None:
+        timeout_s = inspect.signature(jax.distributed.initialize).parameters["initialization_timeout"].default
+    where = coordinator or "the cluster environment's coordinator"
+    cli.note(f"joining the processes at {where}: waiting up to {timeout_s} s ({TIMEOUT_FLAG})")
+    if coordinator and process_id:  # process 0 starts the coordinator, so only the others can wait for it
+        wait_for_coordinator(coordinator, timeout_s)
     try:
-        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+        jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id,
+                                   initialization_timeout=timeout_s)
     except ValueError as exc:  # jax's own words ("Number of processes must be defined.") name no flag
         missing = [flag for flag, value in (("--coordinator HOST:PORT", coordinator), ("--num-processes", num_processes),
                                             ("--process-id", process_id)) if value is None]
@@ -46,6 +80,9 @@ def check_distributed(args) -> None:
     elif not args.distributed and (args.num_processes is not None or args.process_id is not None):
         raise cli.UserError("--num-processes and --process-id (or SPS_JAX_NUM_PROCESSES and SPS_JAX_PROCESS_ID) "
                             "take effect only with --coordinator HOST:PORT or --distributed: add one, or drop them.")
+    elif not args.distributed and args.coordinator_timeout_s is not None:
+        raise cli.UserError(f"{TIMEOUT_FLAG} takes effect only with --coordinator HOST:PORT or --distributed: add one, "
+                            "or drop it.")
     if None not in (args.num_processes, args.process_id) and args.process_id >= args.num_processes:
         raise cli.UserError(f"--process-id {args.process_id} must be below --num-processes {args.num_processes}: "
                             "processes are numbered from 0.")
@@ -81,6 +118,8 @@ def main(argv=None) -> int:
                         help="host:port of process 0 (implies --distributed; env SPS_JAX_COORDINATOR)")
     parser.add_argument("--num-processes", type=cli.positive_int, default=None, help="env SPS_JAX_NUM_PROCESSES")
     parser.add_argument("--process-id", type=cli.non_negative_int, default=None, help="env SPS_JAX_PROCESS_ID")
+    parser.add_argument(TIMEOUT_FLAG, type=cli.positive_int, default=None,
+                        help="seconds to wait for the coordinator and the other processes (default: jax's, 300 s)")
     args = parser.parse_args(rest)
     for field, name, kind in (("num_processes", "SPS_JAX_NUM_PROCESSES", cli.positive_int),
                               ("process_id", "SPS_JAX_PROCESS_ID", cli.non_negative_int)):
@@ -100,7 +139,7 @@ def main(argv=None) -> int:
         from sps_jax import model as sps_model, trainer
     sps_model.ModelConfig.from_config(config.model)  # refuses a bad model section here, not after joining a cluster
     if args.distributed or args.coordinator:
-        initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+        initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout_s)
     summary = trainer.train(config, args.workdir, force=args.force)
     trainer.print0(json.dumps(summary))
     # Stopped by a signal, with a checkpoint saved: 128 + the signal as any stopped command, so that `train && ...`

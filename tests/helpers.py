@@ -115,6 +115,13 @@ PLUGIN_NOTICES = ("WARNING: All log messages before absl::InitializeLog() is cal
                   "cudart_stub.cc:")
 
 
+def free_port() -> int:
+    """A localhost port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
 def own_lines(stderr: str) -> list[str]:
     """The lines a command wrote to stderr itself: the CUDA plugin's no-driver notices left out."""
     return [line for line in stderr.splitlines() if not any(n in line for n in PLUGIN_NOTICES)]

@@ -4,13 +4,14 @@ Two processes training one run are tests/test_train.py's."""
 
 import subprocess
 import sys
+import time
 
 import jax
 import pytest
 
 from sps_jax import config as sps_config, train as sps_train, trainer
 from tests import fuzz
-from tests.helpers import REPO, env, own_lines
+from tests.helpers import REPO, env, free_port, own_lines
 
 
 def outside_a_cluster() -> dict:
@@ -22,9 +23,12 @@ def outside_a_cluster() -> dict:
 
 def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     calls = []
-    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(
-        (kw["coordinator_address"], kw["num_processes"], kw["process_id"])))
+    timeouts = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda initialization_timeout=300, **kw: calls.append(
+        (kw["coordinator_address"], kw["num_processes"], kw["process_id"])) or timeouts.append(initialization_timeout))
     monkeypatch.setattr(trainer, "train", lambda config, workdir, force: {"step": 0})
+    monkeypatch.setattr(sps_train, "wait_for_coordinator", lambda address, timeout_s: timeouts.append(("waited", address,
+                                                                                                     timeout_s)))
     # initialize_distributed switches a CPU run to gloo collectives, which this test process must not take on.
     monkeypatch.setattr(jax.config, "update", lambda name, value: None)
     argv = ["--config", "configs/tiny.py", "--workdir", "unused"]
@@ -41,6 +45,9 @@ def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     # named as the variable it came from: it was "argument --num-processes", a flag the user never passed
     assert "SPS_JAX_NUM_PROCESSES='four': 'four' is not an integer" in outcome.stderr, outcome.stderr
     assert sps_train.main(argv + ["--num-processes", "4"]) == 0 and calls[-1] == ("host0:1234", 4, 3)  # flag wins
+    assert timeouts == [300] + [("waited", "host0:1234", 300), 300] * 3  # jax's default wait; process 3 waits first
+    assert sps_train.main(argv + ["--num-processes", "4", "--coordinator-timeout-s", "7"]) == 0
+    assert timeouts[-2:] == [("waited", "host0:1234", 7), 7]  # process 3 waits for the coordinator, then joins
 
 
 @pytest.mark.parametrize("flags, sentence", [
@@ -55,6 +62,10 @@ def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     # a single-process run that silently left the flag unused
     (["--num-processes", "2"], "--num-processes and --process-id (or SPS_JAX_NUM_PROCESSES and SPS_JAX_PROCESS_ID) "
                                "take effect only with --coordinator HOST:PORT or --distributed: add one, or drop them."),
+    (["--coordinator-timeout-s", "5"], "--coordinator-timeout-s takes effect only with --coordinator HOST:PORT or "
+                                       "--distributed: add one, or drop it."),
+    (["--coordinator", "node0:1234", "--coordinator-timeout-s", "0"], "--coordinator-timeout-s: 0 must be at least 1"),
+    (["--distributed", "--coordinator-timeout-s", "1.5"], "--coordinator-timeout-s: '1.5' is not an integer"),
 ])
 def test_distributed_flags_that_cannot_work_are_one_sentence_before_anything_loads(monkeypatch, flags, sentence):
     monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: pytest.fail("jax.distributed was started"))
@@ -88,3 +99,20 @@ def test_distributed_without_a_coordinator_outside_a_cluster_names_the_coordinat
     assert errors[0].startswith("error: jax.distributed could not start (coordinator_address should be defined): "
                                 "pass --coordinator HOST:PORT (or SPS_JAX_COORDINATOR) where"), errors
     assert not (tmp_path / "run").exists()
+
+
+def test_cli_a_worker_whose_coordinator_never_starts_says_where_it_waits_and_stops_at_coordinator_timeout_s(tmp_path):
+    """jax waited its 300 s in silence, then aborted the process with a C++ stack."""
+    address = f"localhost:{free_port()}"  # nothing listens there
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "sps_jax.train", "--config", "configs/tiny.py", "--workdir",
+                           str(tmp_path / "run"), "--coordinator", address, "--num-processes", "2", "--process-id", "1",
+                           "--coordinator-timeout-s", "2"],
+                          cwd=REPO, env=outside_a_cluster(), capture_output=True, text=True, timeout=120)
+    lines = own_lines(done.stderr)
+    errors = [line for line in lines if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"joining the processes at {address}: waiting up to 2 s (--coordinator-timeout-s)" in lines, lines
+    assert errors[0] == (f"error: no coordinator answered at {address} within 2 s: start process 0 (the coordinator) "
+                         "there, check --coordinator, or wait longer with --coordinator-timeout-s."), errors
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "run").exists()

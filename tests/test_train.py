@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import warnings
@@ -23,8 +22,8 @@ from sps_jax import checkpoint, config as sps_config, masks, metrics, optim, run
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 from tests import fuzz
-from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, losses, own_lines, run_train,
-                           write_token_folder)
+from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, free_port, losses, own_lines,
+                           run_train, write_token_folder)
 
 STEPS = 6
 
@@ -92,12 +91,6 @@ def test_eight_devices_match_one_and_the_checkpoint_moves_to_one_device(tmp_path
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5),
                            final_params(workdir), final_params(reference))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def test_two_processes_train_and_one_resumes(tmp_path, tokens, reference):
