@@ -651,6 +651,17 @@ def unknown_subcommand(word: str, names) -> str:
                                                 f"the subcommands are {', '.join(names)}")
 
 
+def in_command() -> bool:
+    """Whether a command's main runs (its sentences name flags), rather than a function a notebook called."""
+    return _nesting > 0
+
+
+def named(argument: str, flag: str) -> str:
+    """What a sentence calls a setting: the flag the user typed inside a command, else the Python argument a
+    notebook passed to the function."""
+    return flag if in_command() else argument
+
+
 def integer(value, name: str, hint: str = "") -> int:
     """``value`` as an int (a numpy or jax integer too) for a function's argument ``name``; anything else (a
     str, a float, None, a bool) is one TypeError sentence, ``hint`` saying what else the argument takes."""

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import config as sps_config, export_torch, flops, masks, optim, runs, torch_layout, trainer
+from sps_jax import cli, config as sps_config, export_torch, flops, masks, optim, runs, torch_layout, trainer
 from sps_jax import model as sps_model
 from sps_jax.bench import smoke
 from sps_jax.evaluation import paper_tasks
@@ -105,6 +105,39 @@ def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
             call()
         assert str(refusal.value) == sentence
     assert not (tmp_path / "run").exists()
+
+
+def test_a_function_names_the_argument_a_notebook_passed_where_its_command_names_the_flag(tmp_path, monkeypatch):
+    from sps_jax.analysis import figures
+    from sps_jax.evaluation import evaluate, val_nll
+
+    cases = [
+        (lambda: val_nll.windows(1000, 32, 31),
+         "max_tokens 31 is less than one window, which scores seq_len=32 tokens: raise max_tokens to at least 32.",
+         "--val-tokens 31 is less than one window, which scores seq_len=32 tokens: raise --val-tokens to at least 32."),
+        (lambda: figures.seed_variance(["a", "b"], str(tmp_path / "s.png"), margin=float("inf")),
+         "margin inf is not a positive finite NLL difference: pass one such as 0.01.",
+         "--margin inf is not a positive finite NLL difference: pass one such as 0.01."),
+        (lambda: paper_tasks.check_known(["no_such_task"], []), "add include_path=DIR for your own YAMLs.",
+         "add --include-path DIR for your own YAMLs."),
+        (lambda: paper_tasks.check_task_path("arc_easy", str(tmp_path)),
+         "pass the path of the task's .jsonl/.json(.gz) or .parquet file, as task_data={'arc_easy': FILE}.",
+         "pass the path of the task's .jsonl/.json(.gz) or .parquet file, as --task-data arc_easy=FILE."),
+    ]
+    for call, python, command in cases:
+        with pytest.raises(ValueError) as refusal:
+            call()
+        assert str(refusal.value).endswith(python), refusal.value
+        with monkeypatch.context() as inside:
+            inside.setattr(cli, "_nesting", 1)  # as while a command's main runs
+            with pytest.raises(ValueError) as refusal:
+                call()
+        assert str(refusal.value).endswith(command), refusal.value
+    # evaluate refuses task files without tasks as it parses; evaluate_checkpoint said "--task-data needs --tasks".
+    with pytest.raises(ValueError, match=r"^task_data needs keys naming those tasks\.$"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), val_data=str(tmp_path / "data"),
+                                     task_data={"arc_easy": str(tmp_path / "arc.jsonl")})
+    assert not (tmp_path / "s.png").exists()
 
 
 def test_import_checkpoint_reads_overrides_as_a_list_before_the_file(tmp_path):

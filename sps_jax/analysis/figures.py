@@ -431,7 +431,8 @@ def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, mar
     check_out(out, sources, "source", "seeds")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
     if not (margin > 0 and math.isfinite(margin)):  # an infinite margin would call any gap equivalent
-        raise ValueError(f"--margin {margin} is not a positive finite NLL difference: pass one such as 0.01.")
+        raise ValueError(f"{cli.named('margin', '--margin')} {margin} is not a positive finite NLL difference: pass "
+                         "one such as 0.01.")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
     if (differ := _measures(sources, points)) is not None:  # a test between seeds would test the measurements too

@@ -51,7 +51,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         paper_tasks.check_task_data(task_data, keys)
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
     elif task_data:
-        raise ValueError("--task-data needs --tasks naming those tasks.")
+        raise ValueError("task_data needs keys naming those tasks.")  # the command refuses it as it parses
     tokens = None
     if keys or val_data:  # the run's model (its config.json) against the tokenizer and the token folder
         cfg = runs.read_run(path, step)[3]
@@ -62,7 +62,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
         val_sha256 = (token_folder.split_checksums(val_data) or {}).get(token_folder.VAL)  # "" records none
         tokens = loader.open_tokens(val_data, token_folder.VAL, vocab_size=cfg.vocab_size, eos_id=cfg.eos_id,
                                     verify_checksum=val_sha256 is not None)
-        scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens)) * cfg.seq_len
+        scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens, "val_tokens")) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
             cli.note(f"warning: --val-tokens {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
                      f"its whole windows are scored, {scored:,} targets.")

@@ -25,10 +25,15 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
     if include_path:  # lm-eval's index reads every file it lists: a pipe would wait forever for a writer
         odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if files.special_file(str(p))), None)
         if odd is not None:
-            raise cli.UserError(f"{odd} in --include-path {include_path} {cli.NOT_REGULAR}: remove it, or move it out "
-                                "of the folder.")
+            raise cli.UserError(f"{odd} in {_include_path_name()} {include_path} {cli.NOT_REGULAR}: remove it, or move "
+                                "it out of the folder.")
     return TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
                        include_defaults=include_defaults)
+
+
+def _include_path_name() -> str:
+    """The folder of task YAMLs as the caller gave it: --include-path, or evaluate_checkpoint's include_path."""
+    return cli.named("include_path", "--include-path")
 
 
 def check_hub(keys, task_data: dict[str, str], manager) -> None:
@@ -60,10 +65,10 @@ def _offline_advice(keys, manager) -> str:
     tag (mmlu, ai2_arc) takes none, so its tasks are to be named one by one."""
     single = [key for key in keys if _members(manager, paper_tasks.lm_eval_name(key)) is None]
     grouped = [key for key in keys if key not in single]
-    advice = [f"pass --task-data TASK=FILE (the hub dataset's fields) for {', '.join(single)}"] if single else []
+    advice = [f"pass {paper_tasks.task_file()} (the hub dataset's fields) for {', '.join(single)}"] if single else []
     if grouped:
-        advice.append(f"name the tasks of {', '.join(grouped)} in --tasks, each with its own --task-data TASK=FILE "
-                      "(it takes single tasks, not groups)")
+        advice.append(f"name the tasks of {', '.join(grouped)} in {paper_tasks.tasks_name()}, each with its own "
+                      f"{paper_tasks.task_file()} (it takes single tasks, not groups)")
     return " and ".join(advice)
 
 
@@ -91,9 +96,10 @@ def check_task_data_tasks(task_data: dict[str, str], manager) -> None:
         members = _members(manager, paper_tasks.lm_eval_name(key))
         if members is not None:
             shown = ", ".join(members[:3]) + (f" and {len(members) - 3} more" if len(members) > 3 else "")
-            raise cli.UserError(f"--task-data {key}={path}: {key} is a group of lm-eval tasks ({shown or 'none'}), "
-                                "and --task-data replaces the data of one task: name its tasks in --tasks, each "
-                                "with its own --task-data TASK=FILE.")
+            raise cli.UserError(f"{paper_tasks.task_file(key, path)}: {key} is a group of lm-eval tasks "
+                                f"({shown or 'none'}), and {paper_tasks.task_data_name()} replaces the data of one "
+                                f"task: name its tasks in {paper_tasks.tasks_name()}, each with its own "
+                                f"{paper_tasks.task_file()}.")
 
 
 def check_task_records(task_data: dict[str, str], manager) -> None:
@@ -105,7 +111,7 @@ def check_task_records(task_data: dict[str, str], manager) -> None:
         stat = os.stat(path)
         problem = _file_problem(manager, key, os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
         if problem:
-            raise cli.UserError(f"--task-data {key}={path}: {problem[0]}: {problem[1]}.")
+            raise cli.UserError(f"{paper_tasks.task_file(key, path)}: {problem[0]}: {problem[1]}.")
 
 
 _FIELDS_ADVICE = "pass a file whose records hold the hub dataset's fields, with its kinds of values"
@@ -237,7 +243,7 @@ def check_include_path(include_path: str | None, manager) -> None:
             mark = getattr(e, "problem_mark", None)
             reason = (f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
                       if isinstance(e, yaml.MarkedYAMLError) and mark is not None else cli.sentence(e)[:200])
-            raise cli.UserError(f"--include-path {include_path}: lm-eval cannot read the task YAML {path} "
+            raise cli.UserError(f"{_include_path_name()} {include_path}: lm-eval cannot read the task YAML {path} "
                                 f"({reason}) and would skip it without a word: fix it, or move it out of the "
                                 "folder.") from None
 
@@ -254,10 +260,10 @@ def check_shadowed(keys, include_path: str | None, manager) -> None:
         name = paper_tasks.lm_eval_name(key)
         yaml_path = getattr(manager.task_index.get(name), "yaml_path", None)
         if yaml_path is not None and os.path.realpath(yaml_path).startswith(folder):
-            raise cli.UserError(f"--include-path {include_path}: {yaml_path} defines the task {name}, which replaces "
-                                f"the paper's {key} task and would be reported as it: rename the task in that YAML "
-                                f"and pass the new name in --tasks, or pass --task-data {key}=FILE for the paper "
-                                "task on a local file.")
+            raise cli.UserError(f"{_include_path_name()} {include_path}: {yaml_path} defines the task {name}, which "
+                                f"replaces the paper's {key} task and would be reported as it: rename the task in that "
+                                f"YAML and pass the new name in {paper_tasks.tasks_name()}, or pass "
+                                f"{paper_tasks.task_file(key)} for the paper task on a local file.")
 
 
 @contextlib.contextmanager

@@ -70,6 +70,24 @@ def expand(names) -> list[str]:
     return out
 
 
+def tasks_name() -> str:
+    """The task names' setting as the caller gave it: --tasks, or evaluate_checkpoint's keys."""
+    return cli.named("keys", "--tasks")
+
+
+def task_data_name() -> str:
+    """The local task files' setting as the caller gave it: --task-data, or evaluate_checkpoint's task_data."""
+    return cli.named("task_data", "--task-data")
+
+
+def task_file(key: str | None = None, path: str | None = None) -> str:
+    """Task ``key``'s local file as the caller gives it (None: a placeholder): --task-data KEY=PATH on the command
+    line, an item of task_data in Python."""
+    if cli.in_command():
+        return f"--task-data {key or 'TASK'}={path or 'FILE'}"
+    return f"task_data[{key!r}]={path!r}" if path else f"task_data={{{repr(key) if key else 'TASK'}: FILE}}"
+
+
 def check_known(keys, known_tasks) -> None:
     """Stop before any model loading when a task is neither a paper key nor an lm-eval task."""
     known = set(known_tasks)
@@ -79,7 +97,8 @@ def check_known(keys, known_tasks) -> None:
         unknown = [k + names.did_you_mean(k, offered) for k in unknown]
         raise ValueError(f"unknown task(s) {', '.join(unknown)}: use the paper's tasks "
                          f"({', '.join(GROUPS['paper'])}), the groups {', '.join(GROUPS)}, or an lm-eval "
-                         "task name (`lm_eval ls tasks`); add --include-path DIR for your own YAMLs.")
+                         f"task name (`lm_eval ls tasks`); add {cli.named('include_path=DIR', '--include-path DIR')} "
+                         "for your own YAMLs.")
 
 
 def _data_format(path: str) -> str:
@@ -98,11 +117,11 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
         close = names.close_name(key, keys) if keys else None
         if key not in keys and key in GROUPS["paper"] and close is not None and close.lower() == key.lower():
             # "did you mean 'ARC_EASY'?" sent --task-data after a --tasks name lm-eval then called unknown
-            raise ValueError(f"--tasks names {close!r}, which is --task-data's {key!r} in another case, and task "
-                             f"names are case-sensitive: write {key} in --tasks.")
+            raise ValueError(f"{tasks_name()} names {close!r}, which is {task_data_name()}'s {key!r} in another case, "
+                             f"and task names are case-sensitive: write {key} in {tasks_name()}.")
         if key not in keys:  # a misspelt task is offered the one being run (names.close_name)
-            raise ValueError(f"--task-data given for {key!r}{names.did_you_mean(key, keys)}, which is not among the tasks "
-                             f"being run ({', '.join(keys) or 'none'}).")
+            raise ValueError(f"{task_data_name()} given for {key!r}{names.did_you_mean(key, keys)}, which is not "
+                             f"among the tasks being run ({', '.join(keys) or 'none'}).")
         check_task_path(key, path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"local data for task {key!r} not found at {path!r}: {_path_hint(key)}.")
@@ -116,11 +135,11 @@ def check_task_path(key: str, path: str) -> None:
     try:
         cli.input_path("task data file", cli.FILE, _path_hint(key))(path)
     except argparse.ArgumentTypeError as e:
-        raise cli.UserError(f"--task-data {key}: {e}.") from None
+        raise cli.UserError(f"{task_data_name()} {key}: {e}.") from None
 
 
 def _path_hint(key: str) -> str:
-    return f"pass the path of the task's .jsonl/.json(.gz) or .parquet file, as --task-data {key}=FILE"
+    return f"pass the path of the task's .jsonl/.json(.gz) or .parquet file, as {task_file(key)}"
 
 
 # The fields of a task's documents that its prompt, target and choices are rendered from.
@@ -191,8 +210,8 @@ def _record_fields(key: str, path: str) -> list[tuple[str, set[str]]]:
     data_format = _data_format(path)
 
     def refuse(problem: str):
-        return ValueError(f"--task-data {key}={path} {problem}: pass a .jsonl file of one JSON object per line (or a "
-                          f".json list of them, or a .parquet table) as --task-data {key}=FILE.")
+        return ValueError(f"{task_file(key, path)} {problem}: pass a .jsonl file of one JSON object per line (or a "
+                          f".json list of them, or a .parquet table) as {task_file(key)}.")
 
     try:
         records = _records(path, data_format)
@@ -218,7 +237,7 @@ def _check_data_files(key: str, task_cfg: dict) -> None:
         for path in value if isinstance(value, list) else [value]:
             if isinstance(path, str) and os.path.isabs(path) and not os.path.exists(path):
                 raise FileNotFoundError(f"task {key} reads the data file {path!r}, which does not exist: fix "
-                                        f"data_files in the task's YAML, or pass --task-data {key}=FILE.")
+                                        f"data_files in the task's YAML, or pass {task_file(key)}.")
 
 
 def _check_dataset(key: str, task_cfg: dict) -> None:
@@ -227,8 +246,7 @@ def _check_dataset(key: str, task_cfg: dict) -> None:
     if "task" in task_cfg and not task_cfg.get("group") and not task_cfg.get("dataset_path") \
             and not task_cfg.get("custom_dataset"):
         raise ValueError(f"task {key}'s YAML names no dataset_path, so lm-eval has no data to read: add dataset_path "
-                         f"(a hub dataset, or json with dataset_kwargs.data_files) to it, or pass --task-data "
-                         f"{key}=FILE.")
+                         f"(a hub dataset, or json with dataset_kwargs.data_files) to it, or pass {task_file(key)}.")
 
 
 def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) -> None:
@@ -246,7 +264,7 @@ def check_task_fields(task_data: dict[str, str], task_configs: dict[str, dict]) 
             missing = sorted(needed - have)
             if missing:
                 fields_word = "fields" if len(missing) > 1 else "field"
-                raise ValueError(f"--task-data {key}={path}: {where} has no {fields_word} {', '.join(missing)}, which "
+                raise ValueError(f"{task_file(key, path)}: {where} has no {fields_word} {', '.join(missing)}, which "
                                  f"lm-eval's task reads (it has {', '.join(sorted(have)) or 'none'}): pass a file whose "
                                  "records all have the hub dataset's fields.")
 

@@ -26,15 +26,17 @@ def window_starts(num_tokens: int, seq_len: int, max_tokens: int | None = None) 
     return np.arange(loader.window_count(usable, seq_len), dtype=np.int64) * seq_len
 
 
-def windows(num_tokens: int, seq_len: int, max_tokens: int | None = None) -> np.ndarray:
-    """:func:`window_starts`, or one sentence saying what to do when not even one window fits."""
+def windows(num_tokens: int, seq_len: int, max_tokens: int | None = None, name: str = "max_tokens") -> np.ndarray:
+    """:func:`window_starts`, or one sentence saying what to do when not even one window fits (``name``: the caller's
+    argument that holds ``max_tokens``)."""
     starts = window_starts(num_tokens, seq_len, max_tokens)
     if not len(starts) and num_tokens < seq_len + 1:
         raise ValueError(f"the validation split has {num_tokens} tokens, fewer than one window of {seq_len + 1} "
                          "(the model's seq_len + 1): prepare the data with a larger --val-fraction.")
     if not len(starts):
-        raise ValueError(f"--val-tokens {max_tokens} is less than one window, which scores seq_len={seq_len} "
-                         f"tokens: raise --val-tokens to at least {seq_len}.")
+        name = cli.named(name, "--val-tokens")
+        raise ValueError(f"{name} {max_tokens} is less than one window, which scores seq_len={seq_len} "
+                         f"tokens: raise {name} to at least {seq_len}.")
     return starts
 
 

@@ -340,7 +340,7 @@ def test_bad_local_task_files_are_clear_errors_before_loading_weights(tmp_path, 
     common = dict(include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(), include_defaults=False)
     nowhere = str(tmp_path / "no_run")  # never reached: the task data is checked first
     with pytest.raises(FileNotFoundError, match=r"local data for task 'tiny_mc' not found at .*: pass the path of "
-                                                r"the task's .* file, as --task-data tiny_mc=FILE\.$"):
+                                                r"the task's .* file, as task_data=\{'tiny_mc': FILE\}\.$"):
         evaluate.evaluate_checkpoint(nowhere, None, ["tiny_mc"], task_data={"tiny_mc": str(tmp_path / "x.jsonl")},
                                      **common)
     with pytest.raises(ValueError, match="not among the tasks being run"):
@@ -367,7 +367,7 @@ def test_task_data_the_hub_cannot_serve_is_one_sentence_naming_task_data(local_t
                                   ["tiny_mc"], include_path=str(local_tasks / "yaml"), include_defaults=False)
     assert str(raised.value) == (
         "lm-eval could not fetch task data (Couldn't reach 'allenai/ai2_arc' on the Hub (LocalEntryNotFoundError)): "
-        "this needs the network; offline, pass --task-data TASK=FILE (the hub dataset's fields) for tiny_mc.")
+        "this needs the network; offline, pass task_data={TASK: FILE} (the hub dataset's fields) for tiny_mc.")
 
 
 @pytest.fixture
@@ -400,9 +400,9 @@ def test_a_hub_task_offline_and_not_cached_is_asked_once_and_said_in_one_sentenc
     assert offline_hub_task[2].connections == 1  # one question, no retries
     assert str(raised.value).startswith("the Hugging Face hub cannot be reached (")
     # --task-data takes single tasks: a group's (mmlu's) tasks are to be named one by one, each with its file.
-    advice = ("name the tasks of hub_group in --tasks, each with its own --task-data TASK=FILE (it takes single "
+    advice = ("name the tasks of hub_group in keys, each with its own task_data={TASK: FILE} (it takes single "
               "tasks, not groups)" if task == "hub_group" else
-              "pass --task-data TASK=FILE (the hub dataset's fields) for hub_mc")
+              "pass task_data={TASK: FILE} (the hub dataset's fields) for hub_mc")
     assert str(raised.value).endswith(f") and the data of {task} (someone/hub_mc) is not in the local cache: this "
                                       f"needs the network; offline, {advice}.")
 
@@ -425,9 +425,9 @@ def test_task_data_for_a_group_or_tag_of_tasks_is_refused_before_loading_weights
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [name], task_data={name: data},
                                      include_path=str(tmp_path / "yaml"), tokenizer=CharTokenizer(),
                                      include_defaults=False)
-    assert str(refusal.value) == (f"--task-data {name}={data}: {name} is a group of lm-eval tasks (one_mc, two_mc), "
-                                  "and --task-data replaces the data of one task: name its tasks in --tasks, each "
-                                  "with its own --task-data TASK=FILE.")
+    assert str(refusal.value) == (f"task_data[{name!r}]={data!r}: {name} is a group of lm-eval tasks (one_mc, "
+                                  "two_mc), and task_data replaces the data of one task: name its tasks in keys, each "
+                                  "with its own task_data={TASK: FILE}.")
 
 
 @pytest.mark.parametrize("yaml_text, reason", [
@@ -446,7 +446,7 @@ def test_an_include_path_yaml_lm_eval_cannot_read_is_refused_before_loading_weig
     with pytest.raises(cli.UserError) as refusal:
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["mine_mc"], include_path=str(tmp_path / "yaml"),
                                      tokenizer=CharTokenizer(), include_defaults=False)
-    assert str(refusal.value).startswith(f"--include-path {tmp_path / 'yaml'}: lm-eval cannot read the task YAML "
+    assert str(refusal.value).startswith(f"include_path {tmp_path / 'yaml'}: lm-eval cannot read the task YAML "
                                          f"{tmp_path / 'yaml' / 'sub' / 'mine_mc.yaml'} (")
     assert reason in str(refusal.value)
     assert str(refusal.value).endswith(") and would skip it without a word: fix it, or move it out of the folder.")
@@ -461,7 +461,7 @@ def test_a_pipe_in_an_include_path_is_refused_before_lm_eval_reads_it(tmp_path, 
     outcome = fuzz.call(lambda argv: evaluate.evaluate_checkpoint(
         str(tmp_path / "run"), None, ["mine_mc"], include_path=str(tmp_path / "yaml"), tokenizer=CharTokenizer(),
         include_defaults=False), [], timeout=60)  # a Hang where the pipe is opened
-    assert outcome.crash == (f"UserError: {tmp_path / 'yaml' / 't.yaml'} in --include-path {tmp_path / 'yaml'} is no "
+    assert outcome.crash == (f"UserError: {tmp_path / 'yaml' / 't.yaml'} in include_path {tmp_path / 'yaml'} is no "
                              "regular file (a pipe, a device or a socket): remove it, or move it out of the folder.")
 
 
@@ -495,7 +495,7 @@ def test_a_hub_task_not_cached_in_the_hubs_offline_mode_is_one_sentence_before_l
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], **run)
     assert str(raised.value) == ("HF_HUB_OFFLINE is set (the hub's offline mode) and the data of hub_mc "
                                  "(someone/hub_mc) is not in the local cache: unset HF_HUB_OFFLINE to fetch it, or pass "
-                                 "--task-data TASK=FILE (the hub dataset's fields) for hub_mc.")
+                                 "task_data={TASK: FILE} (the hub dataset's fields) for hub_mc.")
     assert hub.connections == 0  # offline mode asks the hub nothing
     # In the cache, `datasets` reads it offline: the evaluation goes on to load the weights.
     (cache / "someone___hub_mc" / "default" / "0.0.0" / "0123abcd").mkdir(parents=True)
@@ -538,9 +538,9 @@ def test_a_local_task_file_without_a_readable_record_is_one_sentence_before_any_
     data.write_bytes(content)
     with pytest.raises(ValueError) as refusal:
         paper_tasks.check_task_data({"arc_easy": str(data)}, ["arc_easy"])
-    assert str(refusal.value).startswith(f"--task-data arc_easy={data} {problem}"), refusal.value
+    assert str(refusal.value).startswith(f"task_data['arc_easy']={str(data)!r} {problem}"), refusal.value
     assert str(refusal.value).endswith(": pass a .jsonl file of one JSON object per line (or a .json list of them, or "
-                                       "a .parquet table) as --task-data arc_easy=FILE.")
+                                       "a .parquet table) as task_data={'arc_easy': FILE}.")
 
 
 @pytest.mark.parametrize("suffix, where", [(".jsonl", "line 2"), (".json", "record 2"), (".parquet", "its table")])
@@ -562,7 +562,7 @@ def test_task_data_with_a_record_lacking_a_field_the_task_reads_is_refused_befor
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], task_data={"tiny_mc": str(data)},
                                      include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
                                      include_defaults=False)
-    assert str(refusal.value) == (f"--task-data tiny_mc={data}: {where} has no field question, which lm-eval's task "
+    assert str(refusal.value) == (f"task_data['tiny_mc']={str(data)!r}: {where} has no field question, which lm-eval's task "
                                   "reads (it has choices, gold, query): pass a file whose records all have the hub "
                                   "dataset's fields.")
 
@@ -600,7 +600,7 @@ def test_task_data_whose_values_the_task_cannot_score_is_refused_before_loading_
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [key], task_data={key: str(data)},
                                      include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
                                      include_defaults=False)
-    assert str(refusal.value).startswith(f"--task-data {key}={data}: {problem}"), refusal.value
+    assert str(refusal.value).startswith(f"task_data[{key!r}]={str(data)!r}: {problem}"), refusal.value
     assert str(refusal.value).endswith(": pass a file whose records hold the hub dataset's fields, with its kinds of "
                                        "values.")
 
@@ -664,7 +664,7 @@ def test_a_blank_document_among_a_corpus_is_refused_before_loading_weights(tmp_p
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, [key], task_data={key: str(data)},
                                      include_path=str(_wikitext_yaml(tmp_path / "yaml")), tokenizer=EqualsAsColon(),
                                      include_defaults=False)
-    assert str(refusal.value) == (f"--task-data {key}={data}: record 2 is a blank document, which lm-eval's task counts "
+    assert str(refusal.value) == (f"task_data[{key!r}]={str(data)!r}: record 2 is a blank document, which lm-eval's task counts "
                                   f"as {words} word{'s' if words > 1 else ''} with nothing to score, lowering the "
                                   "corpus's NLL per word: remove the blank records from the file.")
 
@@ -709,7 +709,7 @@ def test_task_data_with_a_passage_of_no_context_or_no_last_word_is_refused_befor
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_last_word"],
                                      task_data={"tiny_last_word": str(data)}, include_path=str(tmp_path / "yaml"),
                                      tokenizer=CharTokenizer(), include_defaults=False)
-    assert str(refusal.value) == (f"--task-data tiny_last_word={data}: {problem}: pass a file whose records hold the "
+    assert str(refusal.value) == (f"task_data['tiny_last_word']={str(data)!r}: {problem}: pass a file whose records hold the "
                                   "hub dataset's fields, with its kinds of values.")
 
 
@@ -747,7 +747,7 @@ def test_a_task_reading_a_missing_local_data_file_is_refused_before_loading_weig
     (tmp_path / "yaml" / "gone_mc.yaml").write_text(MC_YAML.replace("task: tiny_mc", "task: gone_mc").format(
         data=tmp_path / "gone.jsonl"))
     sentence = (rf"^task gone_mc reads the data file '{tmp_path}/gone\.jsonl', which does not exist: fix data_files in "
-                r"the task's YAML, or pass --task-data gone_mc=FILE\.$")
+                r"the task's YAML, or pass task_data=\{'gone_mc': FILE\}\.$")
     with pytest.raises(FileNotFoundError, match=sentence):
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["gone_mc"], include_path=str(tmp_path / "yaml"),
                                      tokenizer=CharTokenizer(), include_defaults=False)
@@ -839,6 +839,10 @@ def test_too_few_validation_tokens_are_refused_before_loading_weights_saying_wha
                           "with a larger --val-fraction")):
         outcome = fuzz.call(evaluate.main, argv)
         assert outcome.status == 2 and outcome.problem() is None and needle in outcome.stderr, outcome
+    # A notebook is told the argument it passed, not the command's flag.
+    with pytest.raises(ValueError, match=r"^val_tokens 31 is less than one window, which scores seq_len=32 tokens: "
+                                         r"raise val_tokens to at least 32\.$"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), val_data=str(tmp_path / "data"), val_tokens=31)
 
 
 # --include-path and --batch-size were ignored without a word too (status 0).
@@ -989,7 +993,7 @@ def test_task_data_whose_answer_is_one_past_its_last_choice_is_refused_before_lo
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["tiny_mc"], task_data={"tiny_mc": str(data)},
                                      include_path=str(local_tasks / "yaml"), tokenizer=CharTokenizer(),
                                      include_defaults=False)
-    assert str(refusal.value).startswith(f"--task-data tiny_mc={data}: record 2's answer 2 is none of its 2 choices")
+    assert str(refusal.value).startswith(f"task_data['tiny_mc']={str(data)!r}: record 2's answer 2 is none of its 2 choices")
 
 
 def test_a_dataset_the_hub_does_not_know_is_left_to_lm_eval_and_an_unreachable_hub_is_said(monkeypatch):
@@ -1015,7 +1019,7 @@ def test_task_data_for_a_group_of_no_tasks_is_refused():
 
     manager = types.SimpleNamespace(task_index={"empty_group": types.SimpleNamespace(
         cfg={"group": "empty_group", "task": []}, yaml_path="empty_group.yaml")})
-    with pytest.raises(cli.UserError, match=r"^--task-data empty_group=f\.jsonl: empty_group is a group of lm-eval "
+    with pytest.raises(cli.UserError, match=r"^task_data\['empty_group'\]='f\.jsonl': empty_group is a group of lm-eval "
                                             r"tasks \(none\)"):
         lm_eval_tasks.check_task_data_tasks({"empty_group": "f.jsonl"}, manager)
 
@@ -1031,7 +1035,7 @@ def test_an_include_path_task_without_a_dataset_is_refused_before_loading_weight
                                      tokenizer=CharTokenizer(), include_defaults=False)
     assert str(refusal.value) == ("task bare_task's YAML names no dataset_path, so lm-eval has no data to read: add "
                                   "dataset_path (a hub dataset, or json with dataset_kwargs.data_files) to it, or pass "
-                                  "--task-data bare_task=FILE.")
+                                  "task_data={'bare_task': FILE}.")
 
 
 def test_an_include_path_yaml_replacing_a_paper_task_is_refused_before_loading_weights(tmp_path, monkeypatch,
@@ -1046,7 +1050,7 @@ def test_an_include_path_yaml_replacing_a_paper_task_is_refused_before_loading_w
     with pytest.raises(cli.UserError) as refusal:
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["govreport"], include_path=str(tmp_path / "yaml"),
                                      tokenizer=CharTokenizer(), include_defaults=False)
-    assert str(refusal.value) == (f"--include-path {tmp_path / 'yaml'}: {yaml} defines the task sps_govreport, which "
+    assert str(refusal.value) == (f"include_path {tmp_path / 'yaml'}: {yaml} defines the task sps_govreport, which "
                                   "replaces the paper's govreport task and would be reported as it: rename the task in "
-                                  "that YAML and pass the new name in --tasks, or pass --task-data govreport=FILE for "
+                                  "that YAML and pass the new name in keys, or pass task_data={'govreport': FILE} for "
                                   "the paper task on a local file.")

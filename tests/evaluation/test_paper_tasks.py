@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sps_jax import vocab
+from sps_jax import cli, vocab
 from sps_jax.evaluation import paper_tasks
 
 
@@ -80,22 +80,26 @@ def test_another_tasks_metrics_leave_out_their_standard_errors_and_text():
     assert paper_tasks.summarize(results, ["mmlu"], {})["other_tasks"] == {"mmlu": {"acc": 0.31, "acc_norm": 0.33}}
 
 
-def test_task_data_for_a_task_not_run_offers_the_one_it_likely_means():
+def test_task_data_for_a_task_not_run_offers_the_one_it_likely_means(monkeypatch):
     # ARC_EASY=... for arc_easy was said without the task it meant; "=arc.jsonl" was "given for ''".
-    with pytest.raises(ValueError) as refusal:
-        paper_tasks.check_task_data({"ARC_EASY": "arc.jsonl"}, ["arc_easy", "piqa"])
-    assert str(refusal.value) == ("--task-data given for 'ARC_EASY' (did you mean 'arc_easy'?), which is not among the "
-                                  "tasks being run (arc_easy, piqa).")
+    for name in ("task_data", "--task-data"):  # from Python, then inside a command
+        with pytest.raises(ValueError) as refusal:
+            paper_tasks.check_task_data({"ARC_EASY": "arc.jsonl"}, ["arc_easy", "piqa"])
+        assert str(refusal.value) == (f"{name} given for 'ARC_EASY' (did you mean 'arc_easy'?), which is not among "
+                                      "the tasks being run (arc_easy, piqa).")
+        monkeypatch.setattr(cli, "_nesting", 1)  # as while a command's main runs
     from sps_jax.evaluation import evaluate
 
     with pytest.raises(ValueError, match=r"^--task-data '=arc\.jsonl' must look like TASK=PATH"):
         evaluate._task_data(["=arc.jsonl"])
 
 
-def test_task_data_for_a_paper_task_run_in_another_case_says_to_fix_the_tasks_name():
+def test_task_data_for_a_paper_task_run_in_another_case_says_to_fix_the_tasks_name(monkeypatch):
     # --tasks ARC_EASY --task-data arc_easy=... was told "did you mean 'ARC_EASY'?", and --task-data ARC_EASY=...
     # was then refused as an unknown task (did you mean 'arc_easy'?): each sentence sent the user to the other.
-    with pytest.raises(ValueError) as refusal:
-        paper_tasks.check_task_data({"arc_easy": "arc.jsonl"}, ["ARC_EASY"])
-    assert str(refusal.value) == ("--tasks names 'ARC_EASY', which is --task-data's 'arc_easy' in another case, and "
-                                  "task names are case-sensitive: write arc_easy in --tasks.")
+    for tasks, task_data in (("keys", "task_data"), ("--tasks", "--task-data")):  # from Python, then in a command
+        with pytest.raises(ValueError) as refusal:
+            paper_tasks.check_task_data({"arc_easy": "arc.jsonl"}, ["ARC_EASY"])
+        assert str(refusal.value) == (f"{tasks} names 'ARC_EASY', which is {task_data}'s 'arc_easy' in another case, "
+                                      f"and task names are case-sensitive: write arc_easy in {tasks}.")
+        monkeypatch.setattr(cli, "_nesting", 1)  # as while a command's main runs
