@@ -55,12 +55,12 @@ def check_output(out: str, force: bool = False) -> str:
     suffix = _suffix(out)
     if suffix is not None:
         files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
-    fmt = _format(out)
+    fmt, flag = _format(out), cli.named("out", "--out")
     if fmt is None:
-        raise UserError(f"--out {out!r} must end in .pt (torch) or .safetensors.")
+        raise UserError(f"{flag} {out!r} must end in .pt (torch) or .safetensors.")
     if os.path.isdir(out):
-        raise UserError(f"--out {out} is a folder: pass a file ending in .pt or .safetensors.")
-    run_files.output_file(out, "--out", force)  # an existing file, a parent this user cannot write in, a long name
+        raise UserError(f"{flag} {out} is a folder: pass a file ending in .pt or .safetensors.")
+    run_files.output_file(out, flag, force)  # an existing file, a parent this user cannot write in, a long name
     try:
         __import__(fmt)
     except ImportError:
@@ -77,7 +77,7 @@ def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE,
     from sps_jax import model as sps_model, runs
 
     if dtype not in DTYPES:
-        raise UserError(f"--dtype {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
+        raise UserError(f"{cli.named('dtype', '--dtype')} {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
     step = runs.saved_step(step)
     if mismatch is None:  # a caller's config and params; a run's own were checked as it loaded (runs.RUN_CHECKPOINT)
         cfg = runs.check_stored_params(config, params)

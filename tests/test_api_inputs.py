@@ -109,6 +109,7 @@ def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
 
 def test_a_function_names_the_argument_a_notebook_passed_where_its_command_names_the_flag(tmp_path, monkeypatch):
     from sps_jax.analysis import figures
+    from sps_jax.data import corpus
     from sps_jax.evaluation import evaluate, val_nll
 
     cases = [
@@ -123,6 +124,17 @@ def test_a_function_names_the_argument_a_notebook_passed_where_its_command_names
         (lambda: paper_tasks.check_task_path("arc_easy", str(tmp_path)),
          "pass the path of the task's .jsonl/.json(.gz) or .parquet file, as task_data={'arc_easy': FILE}.",
          "pass the path of the task's .jsonl/.json(.gz) or .parquet file, as --task-data arc_easy=FILE."),
+        (lambda: corpus.check_options("builtin", hf_split="test"),
+         "hf_split='test' picks a split of a hf:NAME source, and source 'builtin' is not one: drop hf_split, or pass "
+         "the dataset as hf:NAME[:CONFIG].",
+         "--hf-split test picks a split of a hf:NAME source, and source 'builtin' is not one: drop --hf-split, or pass "
+         "the dataset as hf:NAME[:CONFIG]."),
+        (lambda: export_torch.checkpoint_dict(None, None, 0, dtype="float8"),
+         "dtype 'float8' (did you mean 'float32'?) must be one of float32, bfloat16.",
+         "--dtype 'float8' (did you mean 'float32'?) must be one of float32, bfloat16."),
+        (lambda: export_torch.check_output(str(tmp_path / "model.txt")),
+         f"out {str(tmp_path / 'model.txt')!r} must end in .pt (torch) or .safetensors.",
+         f"--out {str(tmp_path / 'model.txt')!r} must end in .pt (torch) or .safetensors."),
     ]
     for call, python, command in cases:
         with pytest.raises(ValueError) as refusal:

@@ -234,7 +234,7 @@ def test_the_notebook_functions_keep_existing_files_and_refuse_params_of_another
     ckpt = export_torch.checkpoint_dict(config, params, STEP)
     out = tmp_path / "x.pt"
     out.write_bytes(b"precious")
-    with pytest.raises(ValueError, match=r"--out .*x\.pt already exists: pass --force"):
+    with pytest.raises(ValueError, match=r"^out .*x\.pt already exists: pass --force"):  # the argument, not --out
         export_torch.write(ckpt, str(out))
     assert out.read_bytes() == b"precious"
     with pytest.raises(ValueError, match=r"would write into the run"):

@@ -25,7 +25,7 @@ import sysconfig
 from typing import Iterator
 
 from sps_jax import files, hub, run_files, token_folder
-from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, MissingPackage, UserError
+from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, MissingPackage, UserError, named
 from sps_jax.names import did_you_mean
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -39,7 +39,22 @@ HF_PREFIX = "hf:"  # a source that names a Hugging Face dataset: hf:NAME[:CONFIG
 # The record field that holds a document's text, and the split of a hf: source, when none is given.
 DEFAULT_TEXT_FIELD = "text"
 DEFAULT_HF_SPLIT = "train"
-_UTF8_HINT = ": fix the file, or pass --errors replace to replace bad bytes with U+FFFD"
+
+
+def _replace_errors() -> str:
+    """How the caller asks for bad bytes replaced: --errors replace, or prepare's errors='replace'."""
+    return named("errors='replace'", "--errors replace")
+
+
+def _text_field() -> str:
+    """The record field setting as the caller gives it: --text-field, or prepare's text_field."""
+    return named("text_field", "--text-field")
+
+
+def _utf8_hint() -> str:
+    return f": fix the file, or pass {_replace_errors()} to replace bad bytes with U+FFFD"
+
+
 # Standard-library folders that are tests, GUIs or vendored code rather than documented API.
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3",
               "turtledemo", "tkinter", "ensurepip"}
@@ -143,7 +158,7 @@ def fingerprint(source: str) -> dict[str, list[int]] | None:
 def _text_file(path: str, errors: str) -> Iterator[str]:
     with open(path, "rb") as f:
         data = f.read()
-    text = files.decode(data, path, errors, hint=_UTF8_HINT)
+    text = files.decode(data, path, errors, hint=_utf8_hint())
     files.refuse_nul(data, path)  # UTF-16, or binary data that replacing bad bytes made "text" of
     yield text
 
@@ -152,15 +167,16 @@ _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", boo
 
 
 def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
-    for line_no, record in files.read_jsonl(path, errors, _UTF8_HINT, unique_keys=False):
+    half_pair_hint = _half_pair_hint()  # once per file, not per record
+    for line_no, record in files.read_jsonl(path, errors, _utf8_hint(), unique_keys=False):
         if not isinstance(record, dict):  # a JSON array of records, say: --text-field would not help
             raise UserError(f"{path} line {line_no} is a JSON {_JSON_KINDS.get(type(record), 'value')}, not an object: "
                             "JSONL sources (.json files too) hold one object per line; write each record on its own "
                             "line.")
         if field not in record:
             raise UserError(f"{path} line {line_no} has no {field!r} field: JSONL sources need one object per "
-                            "line; pass --text-field with the name of the text field.")
-        yield _text_of(record[field], f"{path} line {line_no}", field, errors, _HALF_PAIR_HINT)
+                            f"line; pass {_text_field()} with the name of the text field.")
+        yield _text_of(record[field], f"{path} line {line_no}", field, errors, half_pair_hint)
 
 
 def prepare_flags(settings: dict) -> str | None:
@@ -187,7 +203,10 @@ def prepare_flag(key: str) -> str:
 # Half of a UTF-16 surrogate pair (JSON's "\ud800" escape writes one), which is no character: tiktoken encodes it as
 # U+FFFD without a word, so the ids would be of another text.
 _HALF_PAIR = re.compile("[\ud800-\udfff]")
-_HALF_PAIR_HINT = "write the whole pair or the character itself, or pass --errors replace to replace it with U+FFFD"
+
+
+def _half_pair_hint() -> str:
+    return f"write the whole pair or the character itself, or pass {_replace_errors()} to replace it with U+FFFD"
 
 
 def _text_of(value, where: str, field: str, errors: str = STRICT, hint: str = "fix that record") -> str:
@@ -196,7 +215,7 @@ def _text_of(value, where: str, field: str, errors: str = STRICT, hint: str = "f
     about one)."""
     if value is not None and not isinstance(value, str):
         raise UserError(f"{where}: field {field!r} holds {value!r:.40}, a {type(value).__name__} value, not text: fix "
-                        "that record, or pass --text-field naming the field that holds the documents.")
+                        f"that record, or pass {_text_field()} naming the field that holds the documents.")
     text = value or ""
     half = _HALF_PAIR.search(text)
     if half is None:
@@ -218,7 +237,7 @@ def _parquet_file(path: str, field: str) -> Iterator[str]:
     except Exception as e:  # pyarrow's errors do not name the file
         raise UserError(f"{path} is not a readable Parquet file ({_arrow_reason(e)}): {_PARQUET_FIX}.") from None
     if field not in names:
-        raise UserError(f"{path} has no column {field!r} (columns: {names}): pass --text-field.")
+        raise UserError(f"{path} has no column {field!r} (columns: {names}): pass {_text_field()}.")
     try:
         row = 0
         for batch in pf.iter_batches(batch_size=1024, columns=[field]):
@@ -271,7 +290,7 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
         stream = datasets.load_dataset(name, config or None, split=split, streaming=True)
         for n, record in enumerate(stream):
             if field not in record:
-                raise UserError(f"{name} has no field {field!r} (it has {sorted(record)}): pass --text-field.")
+                raise UserError(f"{name} has no field {field!r} (it has {sorted(record)}): pass {_text_field()}.")
             yield _text_of(record[field], f"{name} record {n}", field)
     except (ConnectionError, OSError) as e:
         raise _unreachable(name, str(e)) from None
@@ -349,14 +368,15 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
     kinds = (({_kind(source) or "text"} if os.path.isfile(source) else {_kind(p) for p in _files(source)})
              if local and (errors != STRICT or text_field is not None) else set())
     if errors != STRICT and not kinds & {"text", "jsonl"}:
-        raise UserError(f"--errors {errors} reads the bad bytes of text and JSONL files, and source {source!r} holds "
-                        "none: drop --errors.")
+        raise UserError(f"{named(f'errors={errors!r}', f'--errors {errors}')} reads the bad bytes of text and JSONL "
+                        f"files, and source {source!r} holds none: drop {named('errors', '--errors')}.")
     if hf_split is not None and not is_hub(source):
-        raise UserError(f"--hf-split {hf_split} picks a split of a hf:NAME source, and source {source!r} is not one: "
-                        "drop --hf-split, or pass the dataset as hf:NAME[:CONFIG].")
+        raise UserError(f"{named(f'hf_split={hf_split!r}', f'--hf-split {hf_split}')} picks a split of a hf:NAME "
+                        f"source, and source {source!r} is not one: drop {named('hf_split', '--hf-split')}, or pass "
+                        "the dataset as hf:NAME[:CONFIG].")
     if text_field is not None and not is_hub(source) and not kinds & {"jsonl", "parquet"}:
-        raise UserError(f"--text-field {text_field} names a field of JSONL, Parquet or hf: records, and source "
-                        f"{source!r} holds plain text only: drop --text-field.")
+        raise UserError(f"{named(f'text_field={text_field!r}', f'--text-field {text_field}')} names a field of JSONL, "
+                        f"Parquet or hf: records, and source {source!r} holds plain text only: drop {_text_field()}.")
 
 
 def documents(source: str, text_field: str = DEFAULT_TEXT_FIELD, hf_split: str = DEFAULT_HF_SPLIT,

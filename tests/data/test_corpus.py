@@ -80,7 +80,7 @@ def test_a_record_whose_text_is_no_string_is_named_with_its_line_or_row(tmp_path
 
     (tmp_path / "n.jsonl").write_text('{"text": "ok"}\n{"text": 7}\n')
     with pytest.raises(ValueError, match=r"n.jsonl line 2: field 'text' holds 7, a int value, not text: fix that "
-                                         r"record, or pass --text-field naming the field that holds the documents\.$"):
+                                         r"record, or pass text_field naming the field that holds the documents\.$"):
         list(corpus.documents(str(tmp_path / "n.jsonl")))
     pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
     with pytest.raises(ValueError, match=r"ints.parquet row 1: field 'text' holds 1, a int value, not text"):
@@ -133,7 +133,7 @@ def test_a_record_holding_half_a_surrogate_pair_is_refused_or_replaced_as_errors
     (tmp_path / "s.jsonl").write_text('{"text": "ok"}\n{"text": "half \\ud800 pair"}\n{"text": "\\ud83d\\ude00"}\n')
     with pytest.raises(ValueError, match=r"s.jsonl line 2: field 'text' holds U\+D800, half of a UTF-16 surrogate "
                                          r"pair, which is no character: write the whole pair or the character itself, "
-                                         r"or pass --errors replace to replace it with U\+FFFD\.$"):
+                                         r"or pass errors='replace' to replace it with U\+FFFD\.$"):
         list(corpus.documents(str(tmp_path / "s.jsonl")))
     assert list(corpus.documents(str(tmp_path / "s.jsonl"), errors="replace")) == ["ok", "half \ufffd pair", "😀"]
 

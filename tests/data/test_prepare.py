@@ -665,8 +665,9 @@ def test_sources_that_are_no_corpus_or_a_miscased_name_are_told_what_they_are(tm
             prepare.prepare(str(source), str(tmp_path / "out"), log=lambda *a: None)
         assert str(refusal.value).startswith(says), refusal.value
     # --errors replace reads bad bytes of text and JSONL files: for a source of none it did nothing, and was recorded.
-    with pytest.raises(ValueError, match=r"^--errors replace reads the bad bytes of text and JSONL files, and source "
-                                         r"'builtin' holds none: drop --errors\.$"):
+    # A notebook is told the argument it passed (the command says --errors, test_cli_a_flag_a_hub_source_never_reads).
+    with pytest.raises(ValueError, match=r"^errors='replace' reads the bad bytes of text and JSONL files, and source "
+                                         r"'builtin' holds none: drop errors\.$"):
         prepare.prepare("builtin", str(tmp_path / "out"), errors="replace", log=lambda *a: None)
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
