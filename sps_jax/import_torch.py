@@ -49,13 +49,27 @@ _FLAG_FIELDS = {"model.variant": "--variant", "model.window": "--window", "model
                 "model.seq_len": "--seq-len"}
 
 
+_NAME_ONLY = object()
+
+
+def _named(flag: str, value=_NAME_ONLY) -> str:
+    """An import setting as the caller gives it: ``--num-heads 8`` on the command line, ``num_heads=8`` to
+    :func:`import_checkpoint` (``value``: the setting's Python value; none for the name alone)."""
+    argument = flag.removeprefix("--").replace("-", "_")
+    if value is _NAME_ONLY:
+        return cli.named(argument, flag)
+    return cli.named(f"{argument}={value!r}", f"{flag} {'none' if value is None else value}")
+
+
 def check_flag_overrides(overrides) -> None:
     """One sentence for an override (``model.window=5``) of a field the import sets by its flag (``--window``)."""
     for item in overrides:
         flag = _FLAG_FIELDS.get(sps_config.override_key(item))
         if flag:
-            raise UserError(f"{item} sets what {flag} sets, which the import reads against the file: pass "
-                            f"{flag} {item.partition('=')[2]} instead.")
+            text = item.partition("=")[2]  # the flag's word as written; the argument's value as the override reads
+            value = sps_config.override_value([item], sps_config.override_key(item))
+            raise UserError(f"{item} sets what {_named(flag)} sets, which the import reads against the file: pass "
+                            f"{cli.named(f'{_named(flag)}={value!r}', f'{flag} {text}')} instead.")
 
 
 def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
@@ -70,8 +84,8 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
         text = str(exc)
         if not trust_pickle and "weights_only" in text and "global" in text.lower():
             raise UserError(f"{path} holds Python objects beyond tensors and plain containers, which could run "
-                            "code when loaded: pass --trust-pickle only if you trust where the file came "
-                            "from.") from None
+                            f"code when loaded: pass {cli.named('trust_pickle=True', '--trust-pickle')} only if you "
+                            "trust where the file came from.") from None
         if _is_safetensors(path):
             raise UserError(f"{path} is a safetensors file: rename it to end in .safetensors, which this command "
                             "reads with safetensors.") from None
@@ -253,7 +267,8 @@ def _given(fields: dict, field: str, key: str, flag: str):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"the checkpoint's model_args[{key!r}] = {value!r} is not a positive integer: pass {flag}.")
+        raise UserError(f"the checkpoint's model_args[{key!r}] = {value!r} is not a positive integer: pass "
+                        f"{_named(flag)}.")
     return value
 
 
@@ -278,7 +293,7 @@ def _stored(text) -> ml_collections.ConfigDict:
 
 def _flag(field: str) -> str:
     """The flag that replaces model_args' value of ``field``."""
-    return "--window N" if field == "window" else f"--config.model.{field}=VALUE"
+    return cli.named("window=N", "--window N") if field == "window" else f"--config.model.{field}=VALUE"
 
 
 def _sizes(num_heads, seq_len) -> tuple[int | None, int | None]:
@@ -310,7 +325,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         notes += _disagreements(fields, config.model)
     elif variant == FROM_FILE:
         raise UserError("the checkpoint does not say which variant it is (its config names no model class of "
-                        f"the authors'): pass --variant ({', '.join(masks.VARIANTS)}).")
+                        f"the authors'): pass {_named('--variant')} ({', '.join(masks.VARIANTS)}).")
     else:
         config = sps_config.paper_config(sps_config.DEFAULT_SCALE, variant)
         config.name = name
@@ -344,26 +359,26 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
                 raise UserError(f"the checkpoint's model_args['window_size'] = {fields['window']!r} is not a "
                                 f"window ({str(exc).rstrip('.')}): pass {_flag('window')}.") from None
             if window not in (FROM_FILE, None) and m.window is None:  # the flag was asked for: never dropped unsaid
-                notes.append(f"--window {window} is dropped: {m.variant} has no windowed stream")
+                notes.append(f"{_named('--window', window)} is dropped: {m.variant} has no windowed stream")
     if stored_config is None and window == FROM_FILE and "window" not in fields and m.window is not None:
-        notes.append(f"the checkpoint has no model_args['window_size']: using a window of {m.window} (pass --window "
-                     "to set it)")
+        notes.append(f"the checkpoint has no model_args['window_size']: using a window of {m.window} (pass "
+                     f"{_named('--window')} to set it)")
     in_file = _given(fields, "num_heads", "n_head", "--num-heads")
     if in_file is None and stored_config is not None:
         in_file = m.num_heads
     heads = num_heads or in_file
     if num_heads and in_file and num_heads != in_file:  # allowed (a file's n_head may be wrong), never silent
-        notes.append(f"--num-heads {num_heads} replaces the checkpoint's {in_file} heads: each head is "
+        notes.append(f"{_named('--num-heads', num_heads)} replaces the checkpoint's {in_file} heads: each head is "
                      f"{dims['D'] // num_heads} wide instead of {dims['D'] // in_file}, so the imported model "
                      "computes other logits than the saved one")
     if heads is None and stored_config is None:
         heads = max(dims["D"] // sps_config.PAPER_HEAD_DIM, 1)
         notes.append(f"the checkpoint has no model_args['n_head']: using d/{sps_config.PAPER_HEAD_DIM} = {heads} heads "
-                     "(pass --num-heads to set them)")
+                     f"(pass {_named('--num-heads')} to set them)")
     context = seq_len or _given(fields, "seq_len", "block_size", "--seq-len")
     if context is None and stored_config is None:
         notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
-                     "--seq-len to set it)")
+                     f"{_named('--seq-len')} to set it)")
     shapes = {"num_layers": dims["L"], "d_model": dims["D"], "d_ff": dims["F"], "vocab_size": dims["V"]}
     notes += [f"the checkpoint's model_args[{_KEYS[field]!r}] = {fields[field]!r} contradicts its tensors, which have "
               f"{field}={have}: the tensors are used" for field, have in shapes.items()
@@ -440,7 +455,7 @@ def _window_replaced(window, in_file, seq_len: int) -> list[str]:
 
     if in_file is None or reach(window) == reach(in_file):
         return []
-    return [f"--window {'none' if window is None else window} replaces the checkpoint's model_args['window_size'] = "
+    return [f"{_named('--window', window)} replaces the checkpoint's model_args['window_size'] = "
             f"{in_file!r}: the imported model sees other keys, so it computes other logits than the saved one"]
 
 
@@ -519,10 +534,10 @@ def _file_step(value) -> int:
     if getattr(value, "ndim", None) == 0 and not getattr(value, "is_floating_point", lambda: False)():
         value = value.item()  # a numpy or torch scalar; a float one stays a float and is refused below
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(f"the checkpoint's {torch_layout.STEP} {value!r} is not a step: pass --step.")
+        raise UserError(f"the checkpoint's {torch_layout.STEP} {value!r} is not a step: pass {_named('--step')}.")
     if value > sps_config.MAX_STEP:
         raise UserError(f"the checkpoint's {torch_layout.STEP} {value} is beyond {sps_config.MAX_STEP}, "
-                        f"{sps_config.STEP_BOUND}: pass --step.")
+                        f"{sps_config.STEP_BOUND}: pass {_named('--step')}.")
     return value
 
 
@@ -549,8 +564,8 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
         variant = saved or FROM_FILE
     elif saved and variant not in (saved, FROM_FILE) and (variant, saved) != ("two_x_memory", "sps"):
         # allowed (an analysis may want it), never silent; their two_x_memory runs are sps with an unbounded window
-        notes.append(f"--variant {variant} replaces the {saved} model the checkpoint was trained as: the imported "
-                     "model sees other keys, so it computes other logits than the saved one")
+        notes.append(f"{_named('--variant', variant)} replaces the {saved} model the checkpoint was trained as: the "
+                     "imported model sees other keys, so it computes other logits than the saved one")
     config, more = build_config(sd, get(torch_layout.MODEL_ARGS), variant, window, num_heads, seq_len, overrides,
                                  name=f"import-{os.path.splitext(os.path.basename(path))[0]}",
                                  stored_config=get(torch_layout.CONFIG))

@@ -131,7 +131,7 @@ def test_an_authors_file_without_our_config_imports_its_window_and_predict_id(tm
     ckpt = torch.load(tmp_path / "ours.pt", weights_only=True)
     del ckpt["sps_jax_config"]
     torch.save(ckpt, tmp_path / "theirs.pt")
-    with pytest.raises(ValueError, match="--variant"):
+    with pytest.raises(ValueError, match=r": pass variant \(standard, "):  # import_checkpoint's argument
         import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "nope"))
     config, _, _ = import_torch.import_checkpoint(str(tmp_path / "theirs.pt"), str(tmp_path / "back"),
                                                variant="reverse_sps")

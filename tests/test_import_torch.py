@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch  # the test extra installs it: a missing torch fails here instead of skipping
 
-from sps_jax import config as sps_config, export_torch, import_torch, runs
+from sps_jax import cli, config as sps_config, export_torch, import_torch, runs
 from sps_jax.evaluation import evaluate
 from tests import fuzz
 from tests.helpers import run_module
@@ -381,11 +381,15 @@ def test_a_mask_of_another_variant_names_it_for_a_standard_model(tmp_path):
     assert import_torch.main([str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"), *OVERRIDES]) == 0
 
 
-def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path):
+def test_untrusted_pickles_are_refused_unless_the_user_opts_in(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
     torch.save({"model": synthetic_state_dict(), "config": {"odd": np.dtype("float32").type}}, path)
-    with pytest.raises(ValueError, match="--trust-pickle"):
-        import_torch.load_torch_checkpoint(str(path))
+    with pytest.raises(ValueError, match=r"pass trust_pickle=True only if you trust where the file came from\.$"):
+        import_torch.load_torch_checkpoint(str(path))  # the argument; the command names its flag
+    with monkeypatch.context() as inside:
+        inside.setattr(cli, "_nesting", 1)  # as while a command's main runs
+        with pytest.raises(ValueError, match=r"pass --trust-pickle only if you trust where the file came from\.$"):
+            import_torch.load_torch_checkpoint(str(path))
     assert "model" in import_torch.load_torch_checkpoint(str(path), trust_pickle=True)
 
 
@@ -420,6 +424,10 @@ def test_heads_that_contradict_the_files_n_head_are_said(tmp_path, capsys):
     assert f"note: --num-heads 4 replaces the checkpoint's {H} heads: each head is {D // 4} wide instead of " \
            f"{D // H}" in capsys.readouterr().err
     assert runs.load_model(str(tmp_path / "run"))[0].cfg.num_heads == 4
+    # A notebook's notes name import_checkpoint's argument, not the command's flag.
+    notes = import_torch.import_checkpoint(str(path), str(tmp_path / "run2"), variant="sps", window=2, num_heads=4,
+                                           overrides=OVERRIDES)[2]
+    assert any(note.startswith(f"num_heads=4 replaces the checkpoint's {H} heads: ") for note in notes), notes
 
 
 def test_an_existing_run_is_not_overwritten_without_force(tmp_path):
@@ -1010,9 +1018,14 @@ def test_cli_an_override_of_a_field_the_import_has_a_flag_for_is_refused_naming_
         assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
         assert f"{override} sets what {name} sets" in outcome.stderr and f"pass {flag} instead" in outcome.stderr, \
             outcome.stderr
-    with pytest.raises(ValueError, match=f"model.{override.split('.')[2].split('=')[0]}=.* sets what {name} sets"):
+    # A notebook is told import_checkpoint's argument (window=5), not the command's flag.
+    field, _, value = override.removeprefix("--config.model.").partition("=")
+    value = int(value) if value.isdigit() else value
+    with pytest.raises(ValueError) as refusal:
         import_torch.import_checkpoint(str(tmp_path / "ckpt.pt"), str(tmp_path / "run"), variant="sps",
                                        overrides=[override.removeprefix("--config.")])
+    assert str(refusal.value) == (f"model.{field}={override.partition('=')[2]} sets what {field} sets, which the "
+                                  f"import reads against the file: pass {field}={value!r} instead.")
     assert not os.listdir(tmp_path)
 
 
