@@ -524,9 +524,10 @@ def check_out(out: str, force: bool, checkpoint_path: str | None = None) -> None
     read, even then (:func:`sps_jax.run_files.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
     from sps_jax import checkpoint
 
-    run_files.replaceable_folder(out, "--out", force, "the imported run",
-                            check=lambda: checkpoint.check_writable_path(out, "--out"),
-                            inputs=[("the checkpoint", checkpoint_path)])
+    flag = _named("--out")
+    run_files.replaceable_folder(out, flag, force, "the imported run",
+                                 check=lambda: checkpoint.check_writable_path(out, flag),
+                                 inputs=[("the checkpoint", checkpoint_path)])
 
 
 def _file_step(value) -> int:

@@ -56,8 +56,9 @@ def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None
     if step is not None:
         step = cli.integer(step, "step", " (a checkpoint's step) or None (the latest)")
     if None not in (step, path_step) and step != path_step:
-        raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for (--step): "
-                        "pass the run folder with --step, or the checkpoint alone.")
+        flag = cli.named("step", "--step")
+        raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for ({flag}): "
+                        f"pass the run folder with {flag}, or the checkpoint alone.")
     return workdir, path_step if step is None else step
 
 

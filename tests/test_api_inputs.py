@@ -108,8 +108,10 @@ def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
 
 
 def test_a_function_names_the_argument_a_notebook_passed_where_its_command_names_the_flag(tmp_path, monkeypatch):
+    from sps_jax import run_files
     from sps_jax.analysis import figures
-    from sps_jax.data import corpus
+    from sps_jax.bench import train as bench_train
+    from sps_jax.data import corpus, prepare
     from sps_jax.evaluation import evaluate, val_nll
 
     cases = [
@@ -132,10 +134,24 @@ def test_a_function_names_the_argument_a_notebook_passed_where_its_command_names
         (lambda: export_torch.checkpoint_dict(None, None, 0, dtype="float8"),
          "dtype 'float8' (did you mean 'float32'?) must be one of float32, bfloat16.",
          "--dtype 'float8' (did you mean 'float32'?) must be one of float32, bfloat16."),
+        (lambda: bench_train.check_steps(2147483647, 1),
+         "warmup 1 + steps 2147483647 steps pass step 2147483647, the last step a run can reach (AdamW counts "
+         "updates in int32): lower them.",
+         "--warmup 1 + --steps 2147483647 steps pass step 2147483647, the last step a run can reach (AdamW counts "
+         "updates in int32): lower them."),
+        (lambda: run_files.checkpoint_step(str(tmp_path / "run" / "checkpoints" / "3"), 5),
+         "but step 5 was asked for (step): pass the run folder with step, or the checkpoint alone.",
+         "but step 5 was asked for (--step): pass the run folder with --step, or the checkpoint alone."),
+        (lambda: prepare.prepare("builtin", str(tmp_path / "notes.txt")),
+         f"out {tmp_path / 'notes.txt'} is a file, not a folder: pass the folder to write the token files into.",
+         f"--out {tmp_path / 'notes.txt'} is a file, not a folder: pass the folder to write the token files into."),
         (lambda: export_torch.check_output(str(tmp_path / "model.txt")),
          f"out {str(tmp_path / 'model.txt')!r} must end in .pt (torch) or .safetensors.",
          f"--out {str(tmp_path / 'model.txt')!r} must end in .pt (torch) or .safetensors."),
     ]
+    (tmp_path / "run" / "checkpoints" / "3").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("not a token folder")
     for call, python, command in cases:
         with pytest.raises(ValueError) as refusal:
             call()

@@ -425,12 +425,12 @@ def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
     (tokens / "deep").mkdir(parents=True)
     (tokens / "manifest.json").write_text("{}")
     config = sps_config.load_config("configs/tiny.py")
-    for inside in ("sub", "deep/sub"):
-        with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}, "
+    for inside in ("sub", "deep/sub"):  # prepare's and the import's out argument (the commands' --out)
+        with pytest.raises(UserError, match=rf"^out {tokens}/{inside} lies inside the token folder {tokens}, "
                                             r"which `data prepare --force` replaces whole, along with anything "
                                             r"inside it: choose a path outside it\.$"):
             prepare.prepare("builtin", str(tokens / inside))
-        with pytest.raises(UserError, match=rf"^--out {tokens}/{inside} lies inside the token folder {tokens}"):
+        with pytest.raises(UserError, match=rf"^out {tokens}/{inside} lies inside the token folder {tokens}"):
             import_torch.check_out(str(tokens / inside), force=False)
         with pytest.raises(UserError, match=rf"^--workdir {tokens}/{inside} lies inside the token folder {tokens}"):
             trainer.train(config, str(tokens / inside))
@@ -450,13 +450,13 @@ def test_a_folder_holding_runs_is_no_workdir_and_no_import_replaces_it(tmp_path)
         with pytest.raises(UserError, match=rf"^--workdir {holder} holds the run {run}, which a run made there "
                                             r"would hold among its own files: pass a new folder \(a sibling of "):
             runs.check_workdir(str(holder), config)
-        with pytest.raises(UserError, match=rf"^--out {holder} holds {run}, a run or token folder that replacing it "
-                                            r"would delete: choose a new --out\.$"):
+        with pytest.raises(UserError, match=rf"^out {holder} holds {run}, a run or token folder that replacing it "
+                                            r"would delete: choose a new out\.$"):  # import_checkpoint's argument
             import_torch.check_out(str(holder), force=True)
     tokens = tmp_path / "data" / "a" / "b" / "c" / "tok"  # deeper than a workdir is searched, never too deep to delete
     tokens.mkdir(parents=True)
     (tokens / "manifest.json").write_text("{}")
-    with pytest.raises(UserError, match=rf"^--out {tmp_path / 'data'} holds {tokens}, a run or token folder"):
+    with pytest.raises(UserError, match=rf"^out {tmp_path / 'data'} holds {tokens}, a run or token folder"):
         import_torch.check_out(str(tmp_path / "data"), force=True)
     runs.check_workdir(str(tmp_path / "data"), config)
     import_torch.check_out(str(tmp_path / "new"), force=True)  # nothing below it: fine
@@ -511,8 +511,8 @@ def test_a_folder_to_write_that_is_a_link_leading_nowhere_is_called_one(tmp_path
     config = sps_config.load_config("configs/tiny.py")
     nowhere = "is a link that leads nowhere (its target is missing, or links point at each other in a loop): pass "
     for flag, call in (("--workdir", lambda: runs.check_workdir(str(link), config)),
-                       ("--out", lambda: import_torch.check_out(str(link), force=True)),
-                       ("--out", lambda: prepare.prepare("builtin", str(link)))):
+                       ("out", lambda: import_torch.check_out(str(link), force=True)),  # Python's argument
+                       ("out", lambda: prepare.prepare("builtin", str(link)))):
         with pytest.raises(ValueError) as refusal:
             call()
         assert str(refusal.value).startswith(f"{flag} {link} {nowhere}"), refusal.value
@@ -597,7 +597,7 @@ def test_a_workdir_under_a_bracketed_folder_is_refused_before_any_work(tmp_path)
     with pytest.raises(UserError, match=r"^--workdir .*/exp\[1\]/run lies under a folder named 'exp\[1\]', where "
                                         r"Orbax cannot find the checkpoints it writes"):
         runs.check_workdir(str(tmp_path / "exp[1]" / "run"), config)
-    with pytest.raises(UserError, match=r"^--out .*/imp\[0\] lies under a folder named 'imp\[0\]'"):
+    with pytest.raises(UserError, match=r"^out .*/imp\[0\] lies under a folder named 'imp\[0\]'"):
         import_torch.check_out(str(tmp_path / "imp[0]"), force=False)
     runs.check_workdir(str(tmp_path / "exp[1" / "run"), config)  # no pattern: Orbax finds its files there
 

@@ -97,10 +97,11 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     if need_bytes > memory_bytes:
         held = ["the weights", "their gradient", "each layer's input"] + (
             ["one layer's attention probabilities (xla backend)"] if backend == "xla" else [])
-        raise cli.UserError(f"--batch-size {batch_size} of {T} positions needs at least "
+        flag = cli.named("batch_size", "--batch-size")
+        raise cli.UserError(f"{flag} {batch_size} of {T} positions needs at least "
                             f"{need_bytes / hardware.GiB:,.1f} GiB "
                             f"for {', '.join(held[:-1])} and {held[-1]}, more than the "
-                            f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower --batch-size"
+                            f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower {flag}"
                             + (" or model.seq_len." if backend == "xla" else "."))
     tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
     L = max(2, min(T, DECODE_CHECK_LEN))  # a position to prefill and one to decode: a window holds T + 1 tokens

@@ -29,7 +29,8 @@ def check_steps(steps: int, warmup: int) -> None:
     """One sentence for more steps than a run reaches (:data:`sps_jax.config.MAX_STEP`): AdamW's int32 update count
     saturates there, and a count past it is a typo that would time for years."""
     if warmup + steps > sps_config.MAX_STEP:
-        raise cli.UserError(f"--warmup {warmup} + --steps {steps} steps pass step {sps_config.MAX_STEP}, "
+        raise cli.UserError(f"{cli.named('warmup', '--warmup')} {warmup} + {cli.named('steps', '--steps')} {steps} "
+                            f"steps pass step {sps_config.MAX_STEP}, "
                             f"{sps_config.STEP_BOUND}: lower them.")
 
 

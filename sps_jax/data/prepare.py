@@ -109,17 +109,18 @@ def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documen
 def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRACTION, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
-            force: bool = False, errors: str = corpus.STRICT, log=print, warn=cli.note, flag: str = "--out") -> dict:
+            force: bool = False, errors: str = corpus.STRICT, log=print, warn=cli.note, flag: str | None = None) -> dict:
     """Tokenise ``source`` into ``out`` (see module docstring); returns the manifest.
 
     ``max_documents`` keeps the first N non-empty documents; ``max_tokens`` keeps documents in
     order until the tokens written (EOS included, both splits) reach N, so the last one may pass
     it. ``errors="replace"`` reads bad UTF-8 bytes as U+FFFD instead of stopping. ``flag`` names ``out``
-    in refusals (``data.dir`` when training prepares it). ``text_field`` and
+    in refusals (``data.dir`` when training prepares it; None: ``--out`` in the command, ``out`` from Python). ``text_field`` and
     ``hf_split`` default to corpus.DEFAULT_TEXT_FIELD and DEFAULT_HF_SPLIT; given for a source that
     never reads them, they are refused.
     """
     source, out = files.path_text(source, "source"), files.path_text(out, "out")  # the manifest records text
+    flag = flag or cli.named("out", "--out")
     _check_limits(val_fraction, max_documents, max_tokens)
     cli.true_or_false(force, "force")
     # 0 or -1 would never fill a batch (all the text held at once); log and warn are called after the folder is made.
@@ -174,16 +175,17 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
         if manifest["splits"]["train"]["tokens"] == 0:
             empty = f" ({no_text:,} of its records hold no text: empty or null)" if no_text else ""
             raise UserError(f"source {source!r} produced no training tokens{empty}: check the source and "
-                            "--val-fraction" + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
+                            + cli.named("val_fraction", "--val-fraction") + (f"; {out} is left as it was." if os.path.isdir(out) else "."))
         files.write_json(os.path.join(building, token_folder.MANIFEST), manifest, indent=2)
     s = manifest["splits"]
     log(f"prepare: wrote {out}: train {s['train']['tokens']:,} tokens / {s['train']['documents']:,} documents, "
         f"val {s['val']['tokens']:,} tokens / {s['val']['documents']:,} documents in {time.time() - start:.1f}s"
         + (f" ({no_text:,} record(s) without text skipped)" if no_text else ""))
     if s["val"]["documents"] == 0:  # train and evaluate --val-data refuse such a folder: say so now, not then
-        warn(f"warning: the val split of {out} holds no document (--val-fraction {val_fraction} of "
+        fraction = cli.named("val_fraction", "--val-fraction")
+        warn(f"warning: the val split of {out} holds no document ({fraction} {val_fraction} of "
              f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a "
-             "larger --val-fraction or more documents.")
+             f"larger {fraction} or more documents.")
     return manifest
 
 

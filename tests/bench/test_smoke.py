@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import model as sps_model
+from sps_jax import config as sps_config, model as sps_model
 from sps_jax.bench import smoke
 from sps_jax.inference import decoding
 from tests.helpers import EOS, SMALL_OVERRIDES, small_model
@@ -141,6 +141,10 @@ def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkey
     assert outcome.stderr.strip().startswith(
         "error: --batch-size 1000000 of 128 positions needs at least 122.1 GiB for the weights, their gradient and "
         "each layer's input, more than the 8.0 GiB of the test host: lower --batch-size."), outcome.stderr
+    # From Python, smoke's argument.
+    with pytest.raises(ValueError, match=r"^batch_size 1000000 of 128 positions needs at least 610\.4 GiB .*: lower "
+                                         r"batch_size or model\.seq_len\.$"):
+        smoke.smoke(sps_config.load_config("configs/tiny.py"), batch_size=1000000)
 
 
 def test_a_backend_that_cannot_run_here_is_one_sentence_before_anything_is_built(monkeypatch):

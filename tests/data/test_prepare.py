@@ -367,7 +367,7 @@ def test_empty_documents_are_skipped_and_not_counted_by_max_documents(tmp_path):
     assert said[-1].endswith(" (2 record(s) without text skipped)"), said
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in [None, "", None]))
     with pytest.raises(ValueError, match=r"^source '.*gaps\.jsonl' produced no training tokens \(3 of its records hold no "
-                                         r"text: empty or null\): check the source and --val-fraction\.$"):
+                                         r"text: empty or null\): check the source and val_fraction\.$"):  # the argument
         prepare.prepare(str(src), str(tmp_path / "tok3"), val_fraction=0.0, log=lambda *a: None)
 
 
@@ -643,9 +643,9 @@ def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path, ca
     (tmp_path / "one.txt").write_text("a single short document\n")
     lines = []
     prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out"), val_fraction=0.01, log=print, warn=lines.append)
-    assert lines == [f"warning: the val split of {tmp_path / 'out'} holds no document (--val-fraction 0.01 of 1), "
-                     "which training and evaluate --val-data need: prepare it again with a larger --val-fraction "
-                     "or more documents."]  # to stderr from the command, with the other warnings, not to stdout
+    assert lines == [f"warning: the val split of {tmp_path / 'out'} holds no document (val_fraction 0.01 of 1), "
+                     "which training and evaluate --val-data need: prepare it again with a larger val_fraction "
+                     "or more documents."]  # to stderr from the command (naming --val-fraction), not to stdout
     prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out2"), val_fraction=0.01)
     out, err = capsys.readouterr()
     assert err.startswith("warning: the val split of") and "warning" not in out
