@@ -386,8 +386,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     m.update(shapes)
     m.num_heads = int(heads or m.num_heads)
     if num_heads or in_file is not None and "num_heads" in fields:  # a stored config's own count is said as its own
-        _check_heads(m.num_heads, dims["D"], f"--num-heads {num_heads}" if num_heads else
-                     f"the checkpoint's model_args['n_head'] = {in_file}")
+        _check_heads(m.num_heads, dims["D"], num_heads)
     m.seq_len = int(context or m.seq_len)
     if stored_config is None and window != FROM_FILE and (m.window is not None or window is None):  # not when dropped
         notes += _window_replaced(window, fields.get("window"), m.seq_len)
@@ -425,14 +424,16 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     return config, notes
 
 
-def _check_heads(heads: int, width: int, given: str) -> None:
-    """One sentence when ``heads`` (``given``: the flag or the file's key that says it) do not split ``width`` into heads
-    of even size, which RoPE rotates in pairs; it names the count nearest the paper's heads 64 wide that does."""
+def _check_heads(heads: int, width: int, num_heads: int | None) -> None:
+    """One sentence when ``heads`` (the caller's ``num_heads`` where given, else the file's model_args['n_head']) do
+    not split ``width`` into heads of even size, which RoPE rotates in pairs; it names the count nearest the paper's
+    heads 64 wide that does."""
     fits = [h for h in range(1, width + 1) if width % h == 0 and width // h % 2 == 0]
     if heads in fits or not fits:  # an odd width fits no count: the model's own sentence says so
         return
     best = min(fits, key=lambda h: abs(width // h - sps_config.PAPER_HEAD_DIM))
-    whose, fix = ("the checkpoint's", "one") if given.startswith("--") else ("its", "--num-heads with a count")
+    given = _named("--num-heads", num_heads) if num_heads else f"the checkpoint's model_args['n_head'] = {heads}"
+    whose, fix = ("the checkpoint's", "one") if num_heads else ("its", f"{_named('--num-heads')} with a count")
     raise UserError(f"{given} does not split {whose} width d={width} into heads of even size (RoPE pairs): pass {fix} "
                     f"that does, such as {best} (heads {width // best} wide).")
 

@@ -756,6 +756,16 @@ def test_a_head_count_of_the_file_that_does_not_split_its_width_names_the_key_an
                                   "such as 1 (heads 32 wide).")
 
 
+def test_a_notebooks_head_count_that_does_not_split_the_width_is_named_as_its_argument(tmp_path):
+    # import_checkpoint(num_heads=3) was told "--num-heads 3 does not split ...", a flag it never passed.
+    path = export_with_stored_config(tmp_path, lambda model: None, synthetic_state_dict())
+    with pytest.raises(ValueError) as e:
+        import_torch.import_checkpoint(str(path), str(tmp_path / "run"), num_heads=3)
+    assert str(e.value) == ("num_heads=3 does not split the checkpoint's width d=32 into heads of even size (RoPE "
+                            "pairs): pass one that does, such as 1 (heads 32 wide).")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_metrics_setting_train_would_refuse_is_refused_at_the_import(tmp_path):
     # --config.metrics.wandb_mode=bogus was written into the imported run's config.json, which train then refused.
     sd = synthetic_state_dict()
