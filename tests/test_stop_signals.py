@@ -97,13 +97,16 @@ def importing_jax(pid) -> bool:
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
                                                (signal.SIGTERM, 143, "terminated")])
 @pytest.mark.parametrize("command", [["sps_jax.train", "--config", "configs/tiny.py", "--workdir", "{out}"],
-                                     ["sps_jax.export_torch", "{out}", "--out", "{out}.pt"]], ids=["train", "export"])
+                                     ["sps_jax.export_torch", "{run}", "--out", "{out}.pt"]], ids=["train", "export"])
 def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig, status, word, command):
     """Before: a Ctrl-C in the first seconds, before the command's main took over the signal, printed a
     KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import. The
     commands import jax inside their main (cli.load, cli.stop_exits_while_loading), where either signal
     raised there crashed them (SIGSEGV)."""
-    argv = [word_.format(out=tmp_path / "run") for word_ in command]
+    source = tmp_path / "source"  # export reads a run: a folder with config.json gets past its check before jax
+    source.mkdir()
+    (source / "config.json").write_text("{}")
+    argv = [word_.format(out=tmp_path / "run", run=source) for word_ in command]
     proc = subprocess.Popen([sys.executable, "-m", *argv], cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -116,7 +119,7 @@ def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig,
     finally:
         proc.kill()
     assert (proc.returncode, own_lines(err)) == (status, [word]), err
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.pt").exists()
 
 
 def test_called_with_arguments_a_command_returns_130_and_leaves_signal_handling_alone(capsys):
