@@ -17,7 +17,7 @@ from sps_jax import attention, config as sps_config, hardware, masks, mesh as sp
 from sps_jax import model as sps_model
 from sps_jax.aot import programs, topology, tpu_kernels
 from sps_jax.aot.gpu_kernels import Shape
-from tests.helpers import REPO, SMALL_OVERRIDES, env, needs_libtpu
+from tests.helpers import REPO, SMALL_OVERRIDES, SMALL_VOCAB, env, needs_libtpu
 
 # Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("optimized_compiles")
@@ -142,6 +142,9 @@ def test_bench_compile_for_a_tpu_target_compares_splash_with_the_dense_reference
 
     args = bench_compile.parse_args(["--target", "tpu-v5e", "--only", "kernels,train", "--config",
                                      "configs/tiny.py:sps,4", "--micro-batches", "1", "--remat", "off",
+                                     # one layer of a small vocabulary: a quarter of the compile time, and the
+                                     # same programs' kinds (splash or dense attention, standard or sps)
+                                     "--config.model.num_layers=1", *SMALL_VOCAB,
                                      "--no-fit-search", "--dtypes", "bfloat16,float16"])
     assert bench_compile.attention_backends(V5E, args) == ["auto", "xla"]
     assert bench_compile.attention_backends(hardware.ACCELERATORS["h100"], args) == ["auto"]
