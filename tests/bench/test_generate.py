@@ -11,12 +11,16 @@ from sps_jax.bench import __main__ as bench_main, generate as bench_generate
 from tests import fuzz, helpers
 from tests.helpers import REPO
 
+# One layer of a 64-token vocabulary over configs/tiny.py: the same decode loops and caches per variant, compiled
+# and run in less time, where a test runs the benchmark for its report.
+ONE_SMALL_LAYER = ["--config.model.num_layers=1", *helpers.SMALL_VOCAB]
+
 
 def test_generation_benchmark_reports_ratios_to_standard(tmp_path, capfd):
     out = tmp_path / "bench.json"
     bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "2", "--prefill", "8",
                          "--decode", "4", "--variants", "standard,sps,two_x_memory", "--repeats", "1",
-                         "--json", str(out)])
+                         "--json", str(out), *ONE_SMALL_LAYER])
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     for r in results.values():  # decode + 1 new tokens per row; ratios to Standard's throughput
         assert r["decode_steps"] == 4 and r["tokens_per_s"] == pytest.approx(2 * 5 / r["total_s"])
@@ -50,7 +54,7 @@ def test_peak_memory_is_measured_in_fresh_processes_before_this_one_runs_anythin
     monkeypatch.setattr(bench_generate.VariantRun, "run", run)
     out = tmp_path / "bench.json"
     bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1", "--prefill", "4",
-                         "--decode", "2", "--variants", "standard,sps", "--repeats", "1", "--json", str(out)])
+                         "--decode", "2", "--variants", "standard,sps", "--repeats", "1", "--json", str(out), *ONE_SMALL_LAYER])
     assert events[:2] == [("peak", "standard"), ("peak", "sps")] and ("run", "standard") in events[2:]
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert results["sps"]["peak_memory_ratio"] == 1.1 and results["standard"]["peak_bytes"] == 1000
@@ -103,7 +107,7 @@ def test_backends_are_timed_side_by_side_with_ratios_within_each(tmp_path, monke
     out = tmp_path / "bench.json"
     bench_generate.main(["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1", "--prefill", "4",
                          "--decode", "2", "--variants", "standard,sps", "--attention", "xla,pallas",
-                         "--repeats", "1", "--json", str(out)])
+                         "--repeats", "1", "--json", str(out), *ONE_SMALL_LAYER])
     assert sorted(workers) == [("sps", "pallas", 1), ("sps", "xla", 1), ("standard", "pallas", 1),
                                ("standard", "xla", 1)]
     results = {(r["variant"], r["attention"]): r for r in json.loads(out.read_text())["results"]}
