@@ -204,7 +204,7 @@ def test_block_tables_cover_every_visible_pair_and_skip_no_mask_only_where_safe(
         first, full_first, full_end, end = (k_tab[..., i, None] for i in range(4))
         assert (((qt >= first) & (qt < end)) | ~any_T).all()
         assert (all_T | ~((qt >= full_first) & (qt < full_end))).all()
-        if trial >= 10:  # ten compiles cover every window, persistent window and pair of blocks
+        if trial >= 5:  # five compiles (trials 0-4) cover every window, persistent window and pair of blocks
             continue
         # The kernels build the same tables on device (jax path) as the host (numpy path).
         on_device = jax.jit(functools.partial(block_tables.tables, vis=Vis(variant, window, omega),
