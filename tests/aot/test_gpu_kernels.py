@@ -137,22 +137,27 @@ def test_jax_tritons_launch_records_are_parsed():
         "abc": {"grid": [7, 12, 1], "threads": 256, "shared_memory_bytes": 300, "ptx": ".ptx!"}}
 
 
-def _triton_reports(cases, decode=True):
-    """kernel_report of the jax-triton kernels for each (target, head dim, dtype, variant, tiles or None[,
-    jax's matmul precision]), in a child process without Triton's interpreter, which tests/conftest.py
-    turns on here."""
+def triton_case(target, head_dim, dtype="bfloat16", variant="sps", tiles=None, precision=None, decode=True):
+    """A case of :func:`_triton_reports`: tiles None for the defaults, jax's matmul precision, and whether the
+    decode step's kernels compile too."""
+    return [target, head_dim, dtype, variant, tiles, precision, decode]
+
+
+def _triton_reports(cases):
+    """kernel_report of the jax-triton kernels for each :func:`triton_case`, in a child process without
+    Triton's interpreter, which tests/conftest.py turns on here."""
     script = (
         "import json, sys\n"
         "from sps_jax import hardware, kernel_tuning, masks\n"
         "from sps_jax.aot import gpu_kernels\n"
         "out = []\n"
         "import jax\n"
-        "for target, head_dim, dtype, variant, tiles, *precision in json.loads(sys.argv[1]):\n"
+        "for target, head_dim, dtype, variant, tiles, precision, decode in json.loads(sys.argv[1]):\n"
         "    tuning = kernel_tuning.Tuning(*(kernel_tuning.Tiles(*t) for t in tiles)) if tiles else None\n"
-        "    with jax.default_matmul_precision(precision[0] if precision else None):\n"
+        "    with jax.default_matmul_precision(precision):\n"
         "        out.append(gpu_kernels.kernel_report(hardware.ACCELERATORS[target], gpu_kernels.Shape('t', 2,"
         f" head_dim, {SMALL_T}), dtype, vis=masks.Visibility(variant), tuning=tuning, kernels='triton',"
-        f" decode={decode}))\n"
+        " decode=decode))\n"
         "print(json.dumps(out))\n")
     done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], env={**compile_env(), "PYTHONPATH": REPO},
                           capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -162,22 +167,42 @@ def _triton_reports(cases, decode=True):
 
 needs_jax_triton = pytest.mark.skipif(importlib.util.find_spec("jax_triton") is None,
                                       reason="jax-triton is not installed")
+SMALL_TILES = [32, 32, 4, 2]  # quick to compile: for the kernels a control is not about
+# The default tests' cases, compiled in one child process that they share: starting one (jax, Triton and the CUDA
+# plugin load, and Triton's first compile) takes longer than a case's own kernels.
+DEFAULT_TRITON_CASES = {
+    ("h100", 64, "sps"): triton_case("h100", 64),
+    ("h100", 128, "sps"): triton_case("h100", 128),
+    # Dh 16, the narrowest tl.dot, compiles fastest: the instructions a product takes do not depend on its width.
+    "float32 highest": triton_case("h100", 16, "float32", precision="highest"),
+    # A Hopper Dh-128 dK/dV kernel of 64 x 64 tiles on 4 warps; training kernels only.
+    "spilling": triton_case("h100", 128, tiles=[SMALL_TILES, SMALL_TILES, [64, 64, 4, 2]], decode=False),
+}
+
+
+@pytest.fixture(scope="module")
+def default_triton_reports():
+    return dict(zip(DEFAULT_TRITON_CASES, _triton_reports(list(DEFAULT_TRITON_CASES.values()))))
+
+
 # SPS on both targets at both head dims, and Standard (twice the positions per tile, and its own decode kernel) on
-# sm_90a at Dh 128; one child process each, so that the test workers share them. The default suite keeps SPS on
-# sm_90a: B200's compiles are the longest (30-50 s on 2 cores) and the Pallas kernels' B200 binaries are checked
-# by default, as is Standard with Pallas; -m slow runs the rest (CI's 20 minutes).
-TRITON_DEFAULT = {("h100", 64, "sps"), ("h100", 128, "sps")}
+# sm_90a at Dh 128. The default suite keeps SPS on sm_90a (in the child process of DEFAULT_TRITON_CASES), one child
+# process each for the rest: B200's compiles are the longest (30-50 s on 2 cores) and the Pallas kernels' B200
+# binaries are checked by default, as is Standard with Pallas; -m slow runs the rest (CI's 20 minutes).
 TRITON_CASES = [pytest.param(target, head_dim, "bfloat16", variant,
                              id=f"{hardware.ACCELERATORS[target].sm_arch}-{head_dim}-bfloat16-{variant}",
-                             marks=() if (target, head_dim, variant) in TRITON_DEFAULT else pytest.mark.slow)
+                             marks=() if (target, head_dim, variant) in DEFAULT_TRITON_CASES else pytest.mark.slow)
                 for target, head_dim, variant in (("h100", 64, "sps"), ("h100", 128, "sps"), ("b200", 64, "sps"),
                                                   ("b200", 128, "sps"), ("h100", 128, "standard"))]
 
 
 @needs_jax_triton
 @pytest.mark.parametrize("target, head_dim, dtype, variant", TRITON_CASES)
-def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim, dtype, variant):
-    [report] = _triton_reports([(target, head_dim, dtype, variant, None)])
+def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim, dtype, variant, request):
+    if (target, head_dim, variant) in DEFAULT_TRITON_CASES:
+        report = request.getfixturevalue("default_triton_reports")[target, head_dim, variant]
+    else:
+        [report] = _triton_reports([triton_case(target, head_dim, dtype, variant)])
     acc = hardware.ACCELERATORS[target]
     assert report["status"] == "ok", report.get("error")
     assert report["arch"] == acc.sm_arch and report["kernel_set"] == "triton"
@@ -212,14 +237,13 @@ def test_the_jax_triton_kernels_compile_without_register_spills(target, head_dim
 
 
 @needs_jax_triton
-def test_the_jax_triton_kernels_multiply_float32_at_the_precision_jax_asks_for():
+def test_the_jax_triton_kernels_multiply_float32_at_the_precision_jax_asks_for(default_triton_reports):
     """Under jax.default_matmul_precision("highest") every float32 product is full float32 (FMA units), as in
     the Pallas kernels. Triton's default is TensorFloat-32 whatever jax asks: an H100 measured the jax-triton
     forward 3.4e-3 off the dense float32 logits under "highest", the Pallas one 6e-6; before the fix this
     compile held `wgmma ... tf32` in every training kernel. (That the report sees tensor-core instructions at
     all is checked by the bf16 test above.)"""
-    # Dh 16, the narrowest tl.dot, compiles fastest: the instructions a product takes do not depend on its width.
-    [highest] = _triton_reports([("h100", 16, "float32", "sps", None, "highest")])
+    highest = default_triton_reports["float32 highest"]  # at Dh 16 (DEFAULT_TRITON_CASES)
     assert highest["status"] == "ok", highest.get("error")
     assert set(highest["kernels"]) == {"sps_triton_forward", "sps_triton_dq", "sps_triton_dkv",
                                        "sps_triton_decode_past", "sps_triton_decode_ring"}
@@ -227,18 +251,14 @@ def test_the_jax_triton_kernels_multiply_float32_at_the_precision_jax_asks_for()
         assert kernel["matrix_instructions"] == {}, name
 
 
-SMALL_TILES = [32, 32, 4, 2]  # quick to compile: for the kernels a control is not about
-
-
 @needs_jax_triton
-def test_the_jax_triton_spill_count_is_real():
+def test_the_jax_triton_spill_count_is_real(default_triton_reports):
     """A control of the check above: a Hopper Dh-128 dK/dV kernel of 64 x 64 tiles on 4 warps spills in
     jax-triton's binary (about 2 KB with triton 3.7.1 and 3.9.0). The Pallas kernels' own 32 x 32 tiles on 4
     warps spill 24 bytes with triton 3.9.0 and none with 3.7.1 (which torch 2.13 pins), so they are no control
     for every triton the extras may resolve; kernel_tuning.TRITON_TUNING gives that kernel 8 warps, spill-free
     with both. Training kernels only: no decode step."""
-    [spilling] = _triton_reports([("h100", 128, "bfloat16", "sps", [SMALL_TILES, SMALL_TILES, [64, 64, 4, 2]])],
-                                 decode=False)
+    spilling = default_triton_reports["spilling"]
     assert spilling["status"] == "ok" and set(spilling["kernels"]) == {"sps_triton_forward", "sps_triton_dq",
                                                                       "sps_triton_dkv"}
     assert spilling["kernels"]["sps_triton_dkv"]["num_warps"] == 4
@@ -250,8 +270,8 @@ def test_the_jax_triton_spill_count_is_real():
 def test_a_jax_triton_tiling_beyond_the_shared_memory_fails_with_the_resource_error():
     """jax-triton would only fail at launch; the report checks the card's limit itself. Forward's 4 stages of
     32 x 128 (queries x keys) tiles at Dh 128 ask 272 KiB of shared memory; an H100 block may have 227 KiB."""
-    [too_big] = _triton_reports([("h100", 128, "bfloat16", "sps", [[32, 128, 4, 4], SMALL_TILES, SMALL_TILES])],
-                                decode=False)
+    [too_big] = _triton_reports([triton_case("h100", 128, tiles=[[32, 128, 4, 4], SMALL_TILES, SMALL_TILES],
+                                             decode=False)])
     assert too_big["status"] == "compile_error"
     assert "Shared memory size limit exceeded: sps_triton_forward needs" in too_big["error"]
 
