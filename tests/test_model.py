@@ -133,15 +133,15 @@ def test_loss_excludes_eos_and_pad_inputs_but_trains_eos_targets(make_model):
     right = jnp.asarray([[5, 6, EOS, 7, PAD, PAD]], jnp.int32)
     np.testing.assert_array_equal(np.asarray(sps_model.loss_weights(right[:, :-1], right[:, 1:], EOS, PAD))[0],
                                   [1, 1, 0, 0, 0])
-    logits = np.asarray(model.apply({"params": params}, inputs), np.float64)[0]
+    logits = np.asarray(jax.jit(model.apply)({"params": params}, inputs), np.float64)[0]  # one compile, not hundreds
     logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
         - logits.max(-1, keepdims=True)
     nll = -logp[np.arange(8), np.asarray(targets)[0]]
-    total, count = sps_model.loss_sums(model, params, tokens)
+    total, count = jax.jit(lambda p, t: sps_model.loss_sums(model, p, t))(params, tokens)
     assert count == 4
     np.testing.assert_allclose(float(total), (nll * weights).sum(), rtol=1e-5)
-    np.testing.assert_allclose(float(sps_model.loss_fn(model, params, tokens)), (nll * weights).sum() / 4,
-                               rtol=1e-5)
+    np.testing.assert_allclose(float(jax.jit(lambda p, t: sps_model.loss_fn(model, p, t))(params, tokens)),
+                               (nll * weights).sum() / 4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("variant", [v if v in ("standard", "sps") else pytest.param(v, marks=pytest.mark.slow)
@@ -163,9 +163,11 @@ def test_the_loss_is_the_mean_over_i_of_the_next_token_nll_given_the_prefix_alon
         log_z = logits.max() + np.log(np.exp(logits - logits.max()).sum())
         terms.append(log_z - logits[x[i]])
     tokens = jnp.asarray(x[None], jnp.int32)
-    _, count = sps_model.loss_sums(model, params, tokens)
+    # Compiled, as the forward above: one program each instead of hundreds of eager ops.
+    _, count = jax.jit(lambda p, t: sps_model.loss_sums(model, p, t))(params, tokens)
     assert float(count) == T - 1
-    np.testing.assert_allclose(float(sps_model.loss_fn(model, params, tokens)), np.mean(terms), rtol=1e-5)
+    np.testing.assert_allclose(float(jax.jit(lambda p, t: sps_model.loss_fn(model, p, t))(params, tokens)),
+                               np.mean(terms), rtol=1e-5)
 
 
 def test_predict_is_one_extra_learned_token_that_feeds_every_predict_slot(make_model):
@@ -278,8 +280,8 @@ def test_bf16_compute_keeps_f32_parameters_and_tracks_f32(make_model):
     model16 = sps_model.Transformer(small_config("sps", 2, dtype="bfloat16"))
     assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(params))
     tokens = random_tokens(np.random.default_rng(2), 2, 16)
-    a = model32.apply({"params": params}, tokens)
-    b = model16.apply({"params": params}, tokens)
+    a = jax.jit(model32.apply)({"params": params}, tokens)  # one compile instead of hundreds of eager ops
+    b = jax.jit(model16.apply)({"params": params}, tokens)
     assert b.dtype == jnp.float32  # logits accumulate in f32
     assert float(jnp.abs(a - b).max()) < 0.1 * float(jnp.abs(a).max())
 
