@@ -13,7 +13,7 @@ from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
 from sps_jax.aot import gpu_kernels, programs
 from sps_jax.inference import triton_decode
-from tests.helpers import REPO, SMALL_VOCAB, compile_env
+from tests.helpers import REPO, compile_env
 
 # Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("optimized_compiles")
@@ -22,12 +22,10 @@ H100 = hardware.ACCELERATORS["h100"]
 PALLAS_TRITON = 'custom_call_target="__gpu$xla.gpu.triton"'  # a kernel lowered by Pallas's Triton backend
 
 
-def tiny_config(variant="sps", micro_batch=1, window=4, small_vocab=False):
-    """The tiny model as it would run on the GPU: "auto" attention and bf16 compute (``small_vocab``: of 64
-    tokens, which compiles faster, where a claim is not about the LM head)."""
+def tiny_config(variant="sps", micro_batch=1, window=4):
+    """The tiny model as it would run on the GPU: "auto" attention and bf16 compute."""
     config = sps_config.load_config(f"configs/tiny.py:{variant},{window}",
-                                    ["--config.model.attention=auto", "--config.model.dtype=bfloat16",
-                                     *(SMALL_VOCAB if small_vocab else ())])
+                                    ["--config.model.attention=auto", "--config.model.dtype=bfloat16"])
     config.train.micro_batch = config.train.global_batch = micro_batch
     return config
 
@@ -58,7 +56,7 @@ def test_a_program_that_exceeds_the_card_does_not_fit():
 
 
 def test_generation_compiles_prefill_and_the_decode_loop():
-    cfg = sps_model.ModelConfig.from_config(dict(tiny_config(small_vocab=True).model))
+    cfg = sps_model.ModelConfig.from_config(dict(tiny_config().model))
     batch, prompt_len, new_tokens = 2, 16, 16
     prefill, decode, step = programs.generation(H100, cfg, batch=batch, prompt_len=prompt_len, new_tokens=new_tokens)
     assert (prefill["program"], decode["program"], step["program"]) == ("prefill", "decode_loop", "decode_step")
