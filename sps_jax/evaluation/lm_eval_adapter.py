@@ -60,6 +60,23 @@ def _int_or(value, default):
         return default
 
 
+def _whole(value, name: str, default, minimum: int):
+    """A model_args count as lm-eval hands it over (a string, an int, or a float such as -1.0), refused in one
+    sentence unless it is a whole number of at least ``minimum``: `step=abc` would otherwise load the latest
+    checkpoint and `step=1.5` step 1."""
+    if value is None:
+        return default
+    try:
+        number = float(value) if isinstance(value, str) else value
+        whole = not isinstance(number, bool) and float(number).is_integer() and number >= minimum
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
+        raise ValueError(f"model_args {name}={value} is not a whole number of at least {minimum}: pass {name}=N, "
+                         "or leave it out.")
+    return int(number)
+
+
 @register_model("sps_jax")
 class SPSLM(TemplateLM):
     """lm-eval model over a run folder (``workdir=`` or ``checkpoint=``) or an in-memory ``scorer=``.
@@ -70,20 +87,28 @@ class SPSLM(TemplateLM):
 
     def __init__(self, workdir: str | None = None, checkpoint: str | None = None, step: Any = None,
                  batch_size: Any = batching.MAX_BATCH, max_gen_toks: Any = DEFAULT_MAX_GEN_TOKS, tokenizer_path: str | None = None,
-                 scorer: scoring.Scorer | None = None, tokenizer=None, device=None, max_batch_size=None):
+                 scorer: scoring.Scorer | None = None, tokenizer=None, device=None, max_batch_size=None, **other):
         super().__init__()
+        if other:  # lm-eval would raise a TypeError with a traceback
+            raise ValueError(f"sps_jax has no model_args {', '.join(sorted(other))}: pass workdir=, checkpoint=, step=, "
+                             "batch_size=, max_gen_toks= or tokenizer_path=.")
+        if workdir is not None and checkpoint is not None:  # one would be dropped without a word
+            raise ValueError("sps_jax takes model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP, not "
+                             "both: pass one.")
+        step = _whole(step, "step", None, 0)
+        max_gen_toks = _whole(max_gen_toks, "max_gen_toks", DEFAULT_MAX_GEN_TOKS, 1)
         batch = _int_or(batch_size, batching.MAX_BATCH)
         self.tok = tokenizer or GPT2Text(tokenizer_path)
         if scorer is None:
             path = checkpoint or workdir
             if path is None:
                 raise ValueError("sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP.")
-            net, params, self.step = runs.load_inference_model(path, step=_int_or(step, None))
+            net, params, self.step = runs.load_inference_model(path, step=step)
             check_tokenizer(self.tok, net.cfg)  # before building anything expensive
             scorer = scoring.Scorer(net, params, max_batch=batch)
         check_tokenizer(self.tok, scorer.cfg)
         self.scorer = scorer
-        self.max_gen_toks = _int_or(max_gen_toks, DEFAULT_MAX_GEN_TOKS)
+        self.max_gen_toks = max_gen_toks
 
     # --- TemplateLM interface -------------------------------------------------------------------
     @property

@@ -166,6 +166,19 @@ def test_missing_tokenizer_and_mismatched_vocabulary_are_clear_errors(tmp_path):
         lm_eval_adapter.SPSLM(workdir=str(tmp_path / "run"), tokenizer=Big())
 
 
+@pytest.mark.parametrize("model_args,said", [
+    ({"step": "abc"}, "model_args step=abc is not a whole number of at least 0"),  # not the latest checkpoint
+    ({"step": 1.5}, "model_args step=1.5 is not a whole number"),  # not step 1
+    ({"max_gen_toks": -1.0}, "model_args max_gen_toks=-1.0 is not a whole number of at least 1"),
+    ({"checkpoint": "elsewhere"}, "workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP, not both"),
+    ({"foo": 1}, "sps_jax has no model_args foo: pass workdir="),
+])
+def test_bad_model_args_are_one_sentence_not_a_silent_default(tmp_path, model_args, said):
+    save_tiny_run(tmp_path / "run")
+    with pytest.raises(ValueError, match=said.replace(".", r"\.")):
+        lm_eval_adapter.SPSLM(workdir=str(tmp_path / "run"), tokenizer=CharTokenizer(), **model_args)
+
+
 def test_lm_eval_registry_knows_the_model():
     from lm_eval.api.registry import get_model
 
