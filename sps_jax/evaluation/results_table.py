@@ -27,7 +27,11 @@ TASK_LABELS = {"arc_easy": "ARC-E", "hellaswag": "HS", "piqa": "PIQA", "sciq": "
 
 PASS_RESULTS = "pass results JSONs written by python -m sps_jax.evaluation.evaluate"
 # A results file that is not one: a damaged result is evaluated again; any other file is the wrong one.
-_REDO = f"{PASS_RESULTS} (RUN/eval/step_<N>.json), or evaluate that checkpoint again (evaluate --force replaces it)"
+_OTHER = f"{PASS_RESULTS} (RUN/eval/step_<N>.json)"
+_REDO = f"{_OTHER}, or evaluate that checkpoint again (evaluate --force replaces it)"
+# Fields a result of evaluate holds: a file with none of them is another file (a run's config.json, a probe's or
+# a figure's data, a metrics.jsonl), which evaluating a checkpoint again would not mend.
+_EVALUATE_FIELDS = ("variant", "step", "val_nll", "corpus_nll", "tasks")
 
 
 def load(paths) -> list[dict]:
@@ -35,10 +39,12 @@ def load(paths) -> list[dict]:
     paths = files.path_list(paths, "paths")
     rows = []
     for path in paths:
-        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS), _REDO)
+        damaged = str(path).lower().endswith(".json")  # evaluate writes .json; a .jsonl is a run's metrics
+        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS), _REDO if damaged else _OTHER)
         bad = _row_problem(row)
         if bad:
-            raise ValueError(f"{path} is not a results JSON: {bad}; {_REDO}.")
+            damaged = isinstance(row, dict) and any(field in row for field in _EVALUATE_FIELDS)
+            raise ValueError(f"{path} is not a results JSON: {bad}; {_REDO if damaged else _OTHER}.")
         rows.append(row)
     seen = {}
     for path, row in zip(paths, rows):

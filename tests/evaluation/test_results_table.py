@@ -267,7 +267,24 @@ def test_cli_a_run_s_metrics_jsonl_given_as_a_result_is_told_which_files_are(tmp
     # It was told to evaluate that checkpoint again: a metrics.jsonl is no checkpoint's result.
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n{"step": 2, "loss": 4.0}\n')
     assert evaluate.main(["table", str(tmp_path / "metrics.jsonl"), "--out", str(tmp_path / "t")]) == 2
-    assert "pass results JSONs written by python -m sps_jax.evaluation.evaluate" in capsys.readouterr().err
+    assert capsys.readouterr().err.endswith(": pass results JSONs written by python -m sps_jax.evaluation.evaluate "
+                                            "(RUN/eval/step_<N>.json).\n")
+
+
+@pytest.mark.parametrize("name, content, bad", [
+    ("config.json", {"name": "tiny-sps-w8", "model": {}, "train": {}, "data": {}}, "it has no 'variant'"),
+    ("gradients.json", {"settings": {}, "theta_p": [], "runs": []}, "it has no 'variant'"),
+    ("seeds.json", {"figure": "seeds.png", "methods": {}, "tost": {}}, "it has no 'variant'"),
+    ("empty.json", {}, "it has no 'variant'"),
+    ("list.json", [], "it is not an object"),
+])
+def test_another_commands_json_given_as_a_result_is_not_told_to_evaluate_again(tmp_path, name, content, bad):
+    # Evaluating a checkpoint again mends a damaged result, not a run's config.json or a probe's or figure's data.
+    (tmp_path / name).write_text(json.dumps(content))
+    with pytest.raises(ValueError) as refusal:
+        results_table.load([str(tmp_path / name)])
+    assert str(refusal.value) == (f"{tmp_path / name} is not a results JSON: {bad}; pass results JSONs written by "
+                                  "python -m sps_jax.evaluation.evaluate (RUN/eval/step_<N>.json).")
 
 
 def test_one_results_file_given_where_the_list_belongs_is_one_sentence(tmp_path):
