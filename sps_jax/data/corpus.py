@@ -156,11 +156,8 @@ def fingerprint(source: str) -> dict[str, list[int]] | None:
 
 
 def _text_file(path: str, errors: str) -> Iterator[str]:
-    with open(path, "rb") as f:
-        data = f.read()
-    text = files.decode(data, path, errors, hint=_utf8_hint())
-    files.refuse_nul(data, path)  # UTF-16, or binary data that replacing bad bytes made "text" of
-    yield text
+    # text_only: NUL is UTF-16's, or binary data's that replacing bad bytes made "text" of
+    yield files.read_text(path, errors, hint=_utf8_hint(), text_only=True)
 
 
 _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
