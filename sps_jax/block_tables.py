@@ -41,11 +41,11 @@ def doc_bounds(doc_ids_BT):
 def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     """Visible intervals of the visibility rule, both ways, as int32 arrays.
 
-    Returns ``(q_lo, q_hi, k_lo, k_hi)``:
-    - ``q_lo, q_hi`` ``[B, S, Tp*S]``: for key stream t and interleaved query row
-      r = S*i + s, query (i, s) sees keys (j, t) exactly for q_lo <= j < q_hi.
-    - ``k_lo, k_hi`` ``[B, S*Tp]``: for key row t*Tp + j (stream-major), key (j, t)
-      is seen by exactly the interleaved query rows k_lo <= r < k_hi.
+    Returns ``(q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM)``:
+    - ``q_lo_BSN, q_hi_BSN`` ``[B, S, Tp*S]``: for key stream t and interleaved query row
+      r = S*i + s, query (i, s) sees keys (j, t) exactly for q_lo_BSN <= j < q_hi_BSN.
+    - ``k_lo_BM, k_hi_BM`` ``[B, S*Tp]``: for key row t*Tp + j (stream-major), key (j, t)
+      is seen by exactly the interleaved query rows k_lo_BM <= r < k_hi_BM.
     Rows past T (padding up to ``padded_len``) get empty intervals. numpy in, numpy
     out (fast host-side counting); jax in, jax out (the kernels' on-device path).
     """
@@ -58,7 +58,7 @@ def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
     start_BT, end_BT = doc_bounds(doc_ids_BT)
     pos_T = xp.arange(T, dtype=xp.int32)
     pad = [(0, 0), (0, Tp - T)]
-    q_lo, q_hi, k_lo, k_hi = [], [], [], []
+    q_lo_SBN, q_hi_SBN, k_lo_SBT, k_hi_SBT = [], [], [], []  # per key stream t
     for t in range(S):
         w = vis.stream_window(t)
         w = None if w is None else min(int(w), T)  # a window >= T is unbounded; keeps int32 safe
@@ -69,14 +69,14 @@ def row_intervals(doc_ids_BT, vis: masks.Visibility, padded_len=None):
             per_stream_lo.append(xp.pad(lo_BT, pad))
             per_stream_hi.append(xp.pad(xp.broadcast_to(hi_T, (B, T)), pad))
         # [B, Tp, S] -> [B, Tp*S]: interleaved query rows.
-        q_lo.append(xp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
-        q_hi.append(xp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
+        q_lo_SBN.append(xp.stack(per_stream_lo, axis=-1).reshape(B, Tp * S))
+        q_hi_SBN.append(xp.stack(per_stream_hi, axis=-1).reshape(B, Tp * S))
         seen_until_BT = end_BT if w is None else xp.minimum(end_BT, pos_T + w + 1)
-        k_lo.append(xp.pad(xp.broadcast_to(S * pos_T + t, (B, T)), pad))
-        k_hi.append(xp.pad(S * seen_until_BT, pad))
-    return (xp.stack(q_lo, axis=1).astype(xp.int32), xp.stack(q_hi, axis=1).astype(xp.int32),
-            xp.concatenate(k_lo, axis=1).astype(xp.int32),
-            xp.concatenate(k_hi, axis=1).astype(xp.int32))
+        k_lo_SBT.append(xp.pad(xp.broadcast_to(S * pos_T + t, (B, T)), pad))
+        k_hi_SBT.append(xp.pad(S * seen_until_BT, pad))
+    return (xp.stack(q_lo_SBN, axis=1).astype(xp.int32), xp.stack(q_hi_SBN, axis=1).astype(xp.int32),
+            xp.concatenate(k_lo_SBT, axis=1).astype(xp.int32),
+            xp.concatenate(k_hi_SBT, axis=1).astype(xp.int32))
 
 
 def _ranges(lo, hi, block):
@@ -98,21 +98,21 @@ def _ranges(lo, hi, block):
     return xp.stack([first, full_first, full_end, end], axis=-1).astype(xp.int32)
 
 
-def query_blocks(q_lo, q_hi, streams: int, block_q: int, block_k: int):
+def query_blocks(q_lo_BSN, q_hi_BSN, streams: int, block_q: int, block_k: int):
     """[B, nQ, S, 4] per query tile (block_q positions x S streams) and key stream t: key blocks
     (block_k positions of stream t) [first, end) hold every visible pair, [full_first, full_end)
     need no elementwise mask."""
-    B, S, rows_all = q_lo.shape
+    B, S, rows_all = q_lo_BSN.shape
     rows = block_q * streams
     shape = (B, S, rows_all // rows, rows)
-    return _ranges(q_lo.reshape(shape), q_hi.reshape(shape), block_k).swapaxes(1, 2)
+    return _ranges(q_lo_BSN.reshape(shape), q_hi_BSN.reshape(shape), block_k).swapaxes(1, 2)
 
 
-def key_blocks(k_lo, k_hi, streams: int, block_q: int, block_k: int):
+def key_blocks(k_lo_BM, k_hi_BM, streams: int, block_q: int, block_k: int):
     """[B, S, nK, 4] per key block of stream t: the same four numbers over query tiles."""
-    B, keys = k_lo.shape
+    B, keys = k_lo_BM.shape
     shape = (B, streams, keys // (streams * block_k), block_k)
-    return _ranges(k_lo.reshape(shape), k_hi.reshape(shape), block_q * streams)
+    return _ranges(k_lo_BM.reshape(shape), k_hi_BM.reshape(shape), block_q * streams)
 
 
 def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded_len=None):
@@ -131,9 +131,10 @@ def tables(doc_ids_BT, vis: masks.Visibility, block_q: int, block_k: int, padded
     masks.check_visibility(vis, "vis")
     doc_ids_BT = masks.ids_BT(doc_ids_BT, "doc_ids_BT")  # floats would build wrong tables; a list becomes an array
     Tp = padded_length(padded_len, doc_ids_BT.shape[1], max(block_q, block_k))
-    q_lo, q_hi, k_lo, k_hi = row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = row_intervals(doc_ids_BT, vis, padded_len=Tp)
     S = vis.num_streams
-    return (query_blocks(q_lo, q_hi, S, block_q, block_k), key_blocks(k_lo, k_hi, S, block_q, block_k))
+    return (query_blocks(q_lo_BSN, q_hi_BSN, S, block_q, block_k),
+            key_blocks(k_lo_BM, k_hi_BM, S, block_q, block_k))
 
 
 def padded_length(padded_len, T: int, multiple: int = 1) -> int:
@@ -158,9 +159,9 @@ def round_up(T: int, multiple: int) -> int:
     return -(-T // multiple) * multiple
 
 
-def visible_pairs(q_lo, q_hi) -> int:
+def visible_pairs(q_lo_BSN, q_hi_BSN) -> int:
     """The query-key pairs that :func:`row_intervals`' per-row key intervals hold (an empty interval holds none)."""
-    return int(np.maximum(np.asarray(q_hi) - np.asarray(q_lo), 0).sum())
+    return int(np.maximum(np.asarray(q_hi_BSN) - np.asarray(q_lo_BSN), 0).sum())
 
 
 def causal_pairs(slots: int) -> int:

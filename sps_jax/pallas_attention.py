@@ -205,11 +205,11 @@ def _computed_scores(vis, T, Tp, tuning):
     """Scores each kernel computes for one document of T positions (what XLA's cost model is
     told: an upper bound, since documents only remove blocks)."""
     S = vis.num_streams
-    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(np.zeros((1, T), np.int32), vis, padded_len=Tp)
+    q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = block_tables.row_intervals(np.zeros((1, T), np.int32), vis, padded_len=Tp)
     fwd, dq, dkv = tuning.forward, tuning.dq, tuning.dkv
-    return (_scores_in(block_tables.query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k), fwd, S),
-            _scores_in(block_tables.query_blocks(q_lo, q_hi, S, dq.block_q, dq.block_k), dq, S),
-            _scores_in(block_tables.key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S))
+    return (_scores_in(block_tables.query_blocks(q_lo_BSN, q_hi_BSN, S, fwd.block_q, fwd.block_k), fwd, S),
+            _scores_in(block_tables.query_blocks(q_lo_BSN, q_hi_BSN, S, dq.block_q, dq.block_k), dq, S),
+            _scores_in(block_tables.key_blocks(k_lo_BM, k_hi_BM, S, dkv.block_q, dkv.block_k), dkv, S))
 
 
 def _cost(kernel, scores, q_BNHK, *others):
@@ -243,14 +243,14 @@ def _query_tile_specs(S, rows, M, Dh):
     ]
 
 
-def query_table(plan, tiles, q_lo, q_hi):
+def query_table(plan, tiles, q_lo_BSN, q_hi_BSN):
     """[B, tiles, 4 * S] block table of a query-side kernel (forward or dQ) with ``tiles``."""
-    q_tab = block_tables.query_blocks(q_lo, q_hi, plan.streams, tiles.block_q, tiles.block_k)
+    q_tab = block_tables.query_blocks(q_lo_BSN, q_hi_BSN, plan.streams, tiles.block_q, tiles.block_k)
     B, nQ = q_tab.shape[:2]
     return q_tab.reshape(B, nQ, 4 * plan.streams)
 
 
-def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
+def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN):
     S, Tp, tiles = plan.streams, plan.padded_len, plan.tuning.forward
     B, N, H, Dh = q_BNHK.shape
     rows, M = tiles.block_q * S, S * Tp
@@ -270,11 +270,11 @@ def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
         compiler_params=_compiler_params(plan.interpret, tiles),
         cost_estimate=_cost("forward", plan.scores[0], q_BNHK, k_BMHK, v_BMHK, q_BNHK),
         name=KERNEL_NAMES["forward"],
-    )(query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK)
+    )(query_table(plan, tiles, q_lo_BSN, q_hi_BSN), q_lo_BSN, q_hi_BSN, q_BNHK, k_BMHK, v_BMHK)
 
 
 def _backward(plan, res, do_BNHK):
-    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi = res
+    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = res
     S, Tp = plan.streams, plan.padded_len
     B, N, H, Dh = q_BNHK.shape
     M = S * Tp
@@ -295,11 +295,11 @@ def _backward(plan, res, do_BNHK):
         compiler_params=_compiler_params(plan.interpret, tiles),
         cost_estimate=_cost("dq", plan.scores[1], q_BNHK, k_BMHK, v_BMHK, do_BNHK, q_BNHK),
         name=KERNEL_NAMES["dq"],
-    )(query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
+    )(query_table(plan, tiles, q_lo_BSN, q_hi_BSN), q_lo_BSN, q_hi_BSN, q_BNHK, k_BMHK, v_BMHK, do_BNHK,
       lse_BHN, delta_BHN)
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
-    k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k)
+    k_tab = block_tables.key_blocks(k_lo_BM, k_hi_BM, S, tiles.block_q, block_k)
     whole_rows = pl.BlockSpec((None, None, N), lambda b, h, i: (b, h, 0))
     dk_BMHK, dv_BMHK = pl.pallas_call(
         functools.partial(_dkv_kernel, rows_per_tile=rows, scale=plan.scale),
@@ -321,24 +321,24 @@ def _backward(plan, res, do_BNHK):
         compiler_params=_compiler_params(plan.interpret, tiles),
         cost_estimate=_cost("dkv", plan.scores[2], q_BNHK, k_BMHK, v_BMHK, do_BNHK, k_BMHK, v_BMHK),
         name=KERNEL_NAMES["dkv"],
-    )(k_tab.reshape(B, M // block_k, 4), k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK,
+    )(k_tab.reshape(B, M // block_k, 4), k_lo_BM, k_hi_BM, k_BMHK, v_BMHK, q_BNHK, do_BNHK,
       lse_BHN, delta_BHN)
     return dq_BNHK, dk_BMHK, dv_BMHK
 
 
 def flash_with(forward, backward):
-    """Differentiable flash attention ``flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi)``
-    over one set of kernels: ``forward(plan, q, k, v, q_lo, q_hi) -> (o_BNHK, lse_BHN)`` and
+    """Differentiable flash attention ``flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM)``
+    over one set of kernels: ``forward(plan, q, k, v, q_lo_BSN, q_hi_BSN) -> (o_BNHK, lse_BHN)`` and
     ``backward(plan, residuals, do_BNHK) -> (dq, dk, dv)``. Pallas's here; jax-triton's in
     sps_jax.triton_attention, which share everything else in this module."""
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-    def flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
-        return forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)[0]
+    def flash(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM):
+        return forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN)[0]
 
-    def flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi, k_lo, k_hi):
-        o_BNHK, lse_BHN = forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi)
-        return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi)
+    def flash_fwd(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM):
+        o_BNHK, lse_BHN = forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN)
+        return o_BNHK, (q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM)
 
     def flash_bwd(plan, res, do_BNHK):
         # Each kernel derives its block table from the row intervals with its own tiles.
@@ -384,9 +384,9 @@ def run_flash(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, *, flash, interpret, t
     q_BNHK = jnp.pad(q_BTSHK, pad).reshape(B, Tp * S, H, Dp)
     # Stream-major keys, so a key block is block_k positions of one stream.
     to_keys = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(B, S * Tp, H, Dp)  # noqa: E731
-    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
     plan = _Plan(S, Tp, Dh ** -0.5, interpret, tuning, _computed_scores(vis, T, Tp, tuning), target)
-    o_BNHK = flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK), q_lo, q_hi, k_lo, k_hi)
+    o_BNHK = flash(plan, q_BNHK, to_keys(k_BTSHK), to_keys(v_BTSHK), q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM)
     return o_BNHK.reshape(B, Tp, S, H, Dp)[:, :T, :, :, :Dh]
 
 
@@ -434,12 +434,12 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     T = doc_ids_BT.shape[1]
     S = vis.num_streams
     Tp = block_tables.round_up(T, tuning.padded_multiple)
-    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
+    q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
     fwd, dkv = tuning.forward, tuning.dkv
-    q_tab = block_tables.query_blocks(q_lo, q_hi, S, fwd.block_q, fwd.block_k)
+    q_tab = block_tables.query_blocks(q_lo_BSN, q_hi_BSN, S, fwd.block_q, fwd.block_k)
     blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
-    return {"visible": block_tables.visible_pairs(q_lo, q_hi),
+    return {"visible": block_tables.visible_pairs(q_lo_BSN, q_hi_BSN),
             "computed": _scores_in(q_tab, fwd, S),
-            "computed_dkv": _scores_in(block_tables.key_blocks(k_lo, k_hi, S, dkv.block_q, dkv.block_k), dkv, S),
+            "computed_dkv": _scores_in(block_tables.key_blocks(k_lo_BM, k_hi_BM, S, dkv.block_q, dkv.block_k), dkv, S),
             "masked_blocks": blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum()), "blocks": blocks_fwd,
             "dense_causal": block_tables.causal_pairs(T * S)}

@@ -173,11 +173,11 @@ def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
     return attention(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis, interpret=sps_mesh.target_platform() != "tpu")
 
 
-def _nonempty_blocks(q_lo, q_hi, block_q: int, block_kv: int) -> int:
+def _nonempty_blocks(q_lo_SN, q_hi_SN, block_q: int, block_kv: int) -> int:
     """Blocks (block_q interleaved query rows x block_kv keys of one stream) holding a visible pair,
     from the per-row key intervals ``[S, N]`` of each key stream."""
-    S, N = q_lo.shape
-    lo, hi = q_lo.reshape(S, N // block_q, block_q, 1), q_hi.reshape(S, N // block_q, block_q, 1)
+    S, N = q_lo_SN.shape
+    lo, hi = q_lo_SN.reshape(S, N // block_q, block_q, 1), q_hi_SN.reshape(S, N // block_q, block_q, 1)
     start = np.arange(0, N // S, block_kv)
     overlap = (lo < hi) & (lo < start + block_kv) & (hi > start)  # [S, q blocks, rows, key blocks]
     return int(overlap.any(axis=2).sum())
@@ -195,16 +195,16 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, block_sizes: splash.BlockSiz
     doc_ids_BT = np.asarray(masks.ids_BT(doc_ids_BT, "doc_ids_BT"), np.int32)[:1]
     T, S = doc_ids_BT.shape[1], vis.num_streams
     Tp = padded_len(T, S, block_sizes)
-    q_lo, q_hi, _, _ = block_tables.row_intervals(doc_ids_BT, vis)
-    static_lo, static_hi, _, _ = block_tables.row_intervals(np.zeros((1, Tp), np.int32), vis)
-    counts = {"visible": block_tables.visible_pairs(q_lo, q_hi), "dense_causal": block_tables.causal_pairs(T * S),
-              "padded_len": Tp}
+    q_lo_BSN, q_hi_BSN, _, _ = block_tables.row_intervals(doc_ids_BT, vis)
+    static_lo_BSN, static_hi_BSN, _, _ = block_tables.row_intervals(np.zeros((1, Tp), np.int32), vis)
+    counts = {"visible": block_tables.visible_pairs(q_lo_BSN, q_hi_BSN),
+              "dense_causal": block_tables.causal_pairs(T * S), "padded_len": Tp}
     bs = block_sizes
     for name, bq, bkv in (("", bs.block_q, bs.block_kv), ("_dq", bs.block_q_dq, bs.block_kv_dq),
                           ("_dkv", bs.block_q_dkv, bs.block_kv_dkv)):
         if bq is None:  # a fused backward has no dQ kernel
             continue
-        blocks = _nonempty_blocks(static_lo[0], static_hi[0], bq, bkv)
+        blocks = _nonempty_blocks(static_lo_BSN[0], static_hi_BSN[0], bq, bkv)
         counts["blocks" + name] = blocks
         counts["computed" + name] = blocks * bq * bkv
     return counts

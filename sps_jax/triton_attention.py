@@ -299,20 +299,20 @@ def _launch(plan, name: str, grid, inputs, out_shapes, **meta):
                   DOT_PRECISION=dot_precision(), **meta)
 
 
-def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo, q_hi):
+def _forward(plan, q_BNHK, k_BMHK, v_BMHK, q_lo_BSN, q_hi_BSN):
     S, Tp, tiles = plan.streams, plan.padded_len, plan.tuning.forward
     B, N, H, Dh = q_BNHK.shape
     rows = tiles.block_q * S
     o_BNHK, lse_BHN = _launch(
         plan, "sps_triton_forward", (N // rows, H, B),
-        (pa.query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK),
+        (pa.query_table(plan, tiles, q_lo_BSN, q_hi_BSN), q_lo_BSN, q_hi_BSN, q_BNHK, k_BMHK, v_BMHK),
         (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype), jax.ShapeDtypeStruct((B, H, N), jnp.float32)),
         S=S, N=N, TP=Tp, H=H, DH=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
     return o_BNHK, lse_BHN
 
 
 def _backward(plan, res, do_BNHK):
-    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo, q_hi, k_lo, k_hi = res
+    q_BNHK, k_BMHK, v_BMHK, o_BNHK, lse_BHN, q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = res
     S, Tp = plan.streams, plan.padded_len
     B, N, H, Dh = q_BNHK.shape
     M = S * Tp
@@ -321,16 +321,16 @@ def _backward(plan, res, do_BNHK):
     rows = tiles.block_q * S
     (dq_BNHK,) = _launch(
         plan, "sps_triton_dq", (N // rows, H, B),
-        (pa.query_table(plan, tiles, q_lo, q_hi), q_lo, q_hi, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
+        (pa.query_table(plan, tiles, q_lo_BSN, q_hi_BSN), q_lo_BSN, q_hi_BSN, q_BNHK, k_BMHK, v_BMHK, do_BNHK, lse_BHN,
          delta_BHN),
         (jax.ShapeDtypeStruct(q_BNHK.shape, q_BNHK.dtype),),
         S=S, N=N, TP=Tp, H=H, DH=Dh, ROWS=rows, BLOCK_K=tiles.block_k, SCALE=plan.scale)
     tiles = plan.tuning.dkv
     rows, block_k = tiles.block_q * S, tiles.block_k
-    k_tab = block_tables.key_blocks(k_lo, k_hi, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
+    k_tab = block_tables.key_blocks(k_lo_BM, k_hi_BM, S, tiles.block_q, block_k).reshape(B, M // block_k, 4)
     dk_BMHK, dv_BMHK = _launch(
         plan, "sps_triton_dkv", (M // block_k, H, B),
-        (k_tab, k_lo, k_hi, k_BMHK, v_BMHK, q_BNHK, do_BNHK, lse_BHN, delta_BHN),
+        (k_tab, k_lo_BM, k_hi_BM, k_BMHK, v_BMHK, q_BNHK, do_BNHK, lse_BHN, delta_BHN),
         (jax.ShapeDtypeStruct(k_BMHK.shape, k_BMHK.dtype), jax.ShapeDtypeStruct(v_BMHK.shape, v_BMHK.dtype)),
         N=N, M=M, H=H, DH=Dh, ROWS=rows, BLOCK_K=block_k, SCALE=plan.scale)
     return dq_BNHK, dk_BMHK, dv_BMHK

@@ -121,28 +121,28 @@ def test_rows_with_no_visible_key_give_zeros_and_zero_gradients(flash=pa._flash)
     variant, S, Tp = "sps", 2, 32
     doc = layout_doc_ids()[:1]
     q, k, v, ct = [x[:1] for x in random_qkv(4, variant)]
-    q_lo, q_hi, k_lo, k_hi = block_tables.row_intervals(doc, Vis(variant, 3), padded_len=Tp)
+    q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = block_tables.row_intervals(doc, Vis(variant, 3), padded_len=Tp)
     # Empty the query rows of positions 20..24 (the end of document [17, 25)), both ways.
     empty = np.zeros(Tp * S, bool)
     empty[20 * S:25 * S] = True
-    q_lo = jnp.where(empty, 0, q_lo)
-    q_hi = jnp.where(empty, 0, q_hi)
+    q_lo_BSN = jnp.where(empty, 0, q_lo_BSN)
+    q_hi_BSN = jnp.where(empty, 0, q_hi_BSN)
     key_doc = np.tile(np.pad(doc[0], (0, Tp - T), constant_values=-1) == 3, S)[None]
-    k_hi = jnp.where(key_doc, jnp.minimum(k_hi, 20 * S), k_hi)
-    k_lo = jnp.where(k_lo < k_hi, k_lo, 0)
-    k_hi = jnp.where(k_lo < k_hi, k_hi, 0)
+    k_hi_BM = jnp.where(key_doc, jnp.minimum(k_hi_BM, 20 * S), k_hi_BM)
+    k_lo_BM = jnp.where(k_lo_BM < k_hi_BM, k_lo_BM, 0)
+    k_hi_BM = jnp.where(k_lo_BM < k_hi_BM, k_hi_BM, 0)
     plan = pa._Plan(S, Tp, 8 ** -0.5, True, Tuning.uniform(BLOCK, BLOCK), scores=(0, 0, 0))
     pad = [(0, 0), (0, Tp - T), (0, 0), (0, 0), (0, 0)]
     to_q = lambda x: jnp.pad(x, pad).reshape(1, Tp * S, 2, 8)  # noqa: E731
     to_k = lambda x: jnp.pad(x, pad).transpose(0, 2, 1, 3, 4).reshape(1, S * Tp, 2, 8)  # noqa: E731
 
     def kernel(q, k, v):
-        o = flash(plan, to_q(q), to_k(k), to_k(v), q_lo, q_hi, k_lo, k_hi)
+        o = flash(plan, to_q(q), to_k(k), to_k(v), q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM)
         return o.reshape(1, Tp, S, 2, 8)[:, :T]
 
-    # Dense reference over the same intervals: visible[r, (j, t)] = q_lo[t, r] <= j < q_hi[t, r].
+    # Dense reference over the same intervals: visible[r, (j, t)] = q_lo_BSN[0, t, r] <= j < q_hi_BSN[0, t, r].
     j = np.arange(T)
-    vis = np.stack([(np.asarray(q_lo)[0, t, :T * S, None] <= j) & (j < np.asarray(q_hi)[0, t, :T * S, None])
+    vis = np.stack([(np.asarray(q_lo_BSN)[0, t, :T * S, None] <= j) & (j < np.asarray(q_hi_BSN)[0, t, :T * S, None])
                     for t in range(S)], axis=-1).reshape(T * S, T * S)
 
     def reference(q, k, v):
