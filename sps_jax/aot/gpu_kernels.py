@@ -48,15 +48,15 @@ def kernel_names(vis: masks.Visibility, kernels: str = kernel_tuning.DEFAULT_KER
     if kernels == "triton":
         from sps_jax.inference import triton_decode
 
-        after = triton_decode.RING_KERNEL if vis.num_streams == 2 else triton_decode.ONE_STREAM_KERNEL
+        after = triton_decode.TRITON_RING_KERNEL if vis.num_streams == 2 else triton_decode.ONE_STREAM_KERNEL
         step = (triton_decode.PAST_KERNEL,) + ((after,) if after_past else ())
         return training + (step if decode else ())
-    return training + ((decode_attention.RING_KERNEL,) if after_past else ())
+    return training + ((decode_attention.PALLAS_RING_KERNEL,) if after_past else ())
 
 
 def _launch_settings(name: str, head_dim: int) -> dict:
     """Warps and stages of a decode kernel: fixed, since its tiles follow from the shapes."""
-    if name == decode_attention.RING_KERNEL:
+    if name == decode_attention.PALLAS_RING_KERNEL:
         return {"num_warps": decode_attention.RING_WARPS, "num_stages": decode_attention.RING_STAGES}
     from sps_jax.inference import triton_decode
 

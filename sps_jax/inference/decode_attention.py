@@ -141,7 +141,7 @@ def attend(q_BHSK, pasts, lo_B, near, split: Split | None):
 
 # The ring kernel's name in a compiled program, and its launch: one (row, head) per program, tiles of
 # at most 128 x Dh, so 4 warps and no software pipelining (nothing loops).
-RING_KERNEL = "sps_decode_ring"
+PALLAS_RING_KERNEL = "sps_decode_ring"
 RING_WARPS, RING_STAGES = 4, 1
 
 
@@ -237,7 +237,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split: Split):
         input_output_aliases={7: 1, 8: 2, 9: 3, 10: 4},
         interpret=split.interpret,
         compiler_params=params,
-        name=RING_KERNEL,
+        name=PALLAS_RING_KERNEL,
     )(q_BHSK, o_past_BHSK, sum_past_BHS, max_past_BHS, kv_now_2BHSK, jnp.reshape(i, (1,)).astype(jnp.int32),
       mask_BSR.astype(jnp.int32), k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK)
     return o_BSHK, (k_cache_BHTK, v_cache_BHTK), (k_ring_BHRK, v_ring_BHRK)

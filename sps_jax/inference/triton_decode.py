@@ -33,8 +33,8 @@ triton, tl = triton_attention.triton, None
 if triton is not None:
     import triton.language as tl
 
-PAST_KERNEL, RING_KERNEL, ONE_STREAM_KERNEL = ("sps_triton_decode_past", "sps_triton_decode_ring",
-                                              "sps_triton_decode_one_stream")
+PAST_KERNEL, TRITON_RING_KERNEL, ONE_STREAM_KERNEL = ("sps_triton_decode_past", "sps_triton_decode_ring",
+                                                     "sps_triton_decode_one_stream")
 
 
 def launch_settings(name: str, head_dim: int) -> dict:
@@ -43,7 +43,7 @@ def launch_settings(name: str, head_dim: int) -> dict:
     Dh 128 the ring kernel needs 8 warps (with 4, ptxas spills 8 bytes on sm_90a and sm_100a)."""
     if name == PAST_KERNEL:
         return {"num_warps": 4, "num_stages": 2}
-    return {"num_warps": 8 if name == RING_KERNEL and head_dim > 64 else 4, "num_stages": 1}
+    return {"num_warps": 8 if name == TRITON_RING_KERNEL and head_dim > 64 else 4, "num_stages": 1}
 
 
 _LN2 = math.log(2.0)
@@ -256,7 +256,7 @@ def attend_with_ring(q_BHSK, now, i, cache, lo_B, ring, split):
     k_ring_BHRK, v_ring_BHRK, mask_BSR = ring
     R = k_ring_BHRK.shape[2]
     o_BSHK, k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK = _run(
-        RING_KERNEL, (H, B),
+        TRITON_RING_KERNEL, (H, B),
         inputs + (mask_BSR.astype(jnp.int32), k_cache_BHTK, v_cache_BHTK, k_ring_BHRK, v_ring_BHRK),
         (o_shape, same(k_cache_BHTK), same(v_cache_BHTK), same(k_ring_BHRK), same(v_ring_BHRK)), split.interpret,
         aliases={7: 1, 8: 2, 9: 3, 10: 4}, S=S, R=R, RP=kernel_tuning.tile_side(R),

@@ -171,7 +171,7 @@ def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_pa
         assert sum("mha_forward" in c for c in calls) == LAYERS  # jax's decode kernel over the past
     else:
         assert not any(PALLAS_TRITON in c for c in calls)
-        after_past = triton_decode.RING_KERNEL if variant == "sps" else triton_decode.ONE_STREAM_KERNEL
+        after_past = triton_decode.TRITON_RING_KERNEL if variant == "sps" else triton_decode.ONE_STREAM_KERNEL
         names = [name for c in calls for name in gpu_kernels.triton_calls(c)]
         assert sorted(names) == sorted([triton_decode.PAST_KERNEL, after_past] * LAYERS), names
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config(variant).model))
