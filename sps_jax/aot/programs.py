@@ -204,7 +204,7 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
         rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
         return _compile_and_report(acc, lambda: decoding.decode_loop.lower(
             cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
-            program="decode_loop", cache_bytes=kv_cache.cache_bytes(cache)["total"], **fields)
+            program="decode_loop", cache_bytes=kv_cache.cache_bytes(cfg, batch, max_len)["total"], **fields)
 
     def decode_step():
         # One step of the loop's body alone (the cache donated): its bytes accessed are what a

@@ -122,7 +122,7 @@ class VariantRun:
                                             max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
         self.compile_s = time.perf_counter() - t0
         self.cache_shape, self.logits_shape = cache_shape, logits_shape
-        self.cache_bytes = kv_cache.cache_bytes(cache_shape)
+        self.cache_bytes = kv_cache.cache_bytes(cfg, args.batch_size, max_len)
         memory = self.decode.memory_analysis()
         self.decode_compiled_bytes = None if memory is None else int(
             memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes

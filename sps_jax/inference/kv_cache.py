@@ -113,19 +113,15 @@ def init_cache(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> Cache:
                  empty(R), empty(R), jnp.zeros((), jnp.int32), zero_B, zero_B, zero_B)
 
 
-def cache_bytes(cache: Cache) -> dict:
-    """Bytes of the persistent part and of the ring buffers, summed over layers (arrays or shapes)."""
-    nbytes = lambda x: int(np.prod(x.shape)) * jnp.dtype(x.dtype).itemsize
-    persistent_bytes = sum(nbytes(x) for l in cache.layers for x in l.k_BHTK + l.v_BHTK)
-    ring_bytes = sum(nbytes(l.k_BHRK) + nbytes(l.v_BHRK) for l in cache.layers)
-    return {"persistent": int(persistent_bytes), "ring": int(ring_bytes), "total": int(persistent_bytes + ring_bytes)}
-
-
-def cache_nbytes(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> int:
-    """Bytes of the keys and values :func:`init_cache` allocates, from the sizes alone (nothing traced)."""
+def cache_bytes(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> dict:
+    """Bytes of the keys and values :func:`init_cache` allocates for ``batch`` rows of ``max_len`` positions,
+    summed over layers: the persistent streams', the ring buffers' and their total, from the sizes alone
+    (nothing traced, so a workload is sized before it compiles)."""
     persistent, _ = cache_streams(cfg.visibility)
-    slots = len(persistent) * max_len + ring_slots(cfg.visibility, max_len)
-    return 2 * cfg.num_layers * batch * cfg.num_heads * slots * cfg.head_dim * jnp.dtype(cfg.compute_dtype).itemsize
+    per_slot = 2 * cfg.num_layers * batch * cfg.num_heads * cfg.head_dim * jnp.dtype(cfg.compute_dtype).itemsize
+    persistent_bytes = per_slot * len(persistent) * max_len
+    ring_bytes = per_slot * ring_slots(cfg.visibility, max_len)
+    return {"persistent": persistent_bytes, "ring": ring_bytes, "total": persistent_bytes + ring_bytes}
 
 
 def check_fits(cfg: sps_model.ModelConfig, batch: int, max_len: int, memory_bytes: int, device: str,
@@ -134,7 +130,7 @@ def check_fits(cfg: sps_model.ModelConfig, batch: int, max_len: int, memory_byte
     dtype) with a cache of ``batch`` rows of ``max_len`` positions fit in ``memory_bytes`` (lower bounds
     on generation's peak): else one sentence ending in ``advice``, before anything is compiled."""
     sps_model.check_fits(cfg, memory_bytes, device)
-    kv_bytes, weight_bytes = cache_nbytes(cfg, batch, max_len), cfg.inference_weight_bytes
+    kv_bytes, weight_bytes = cache_bytes(cfg, batch, max_len)["total"], cfg.inference_weight_bytes
     if weight_bytes + kv_bytes > memory_bytes:
         raise ValueError(
             f"{cfg.variant}'s KV cache for batch {batch} x {max_len:,} positions needs {kv_bytes / hardware.GiB:,.1f} "

@@ -14,8 +14,7 @@ from tests.helpers import small_config, small_model
 @pytest.mark.parametrize("window", [0, 1, 3, 100])
 def test_sps_persistent_cache_matches_standard_and_ring_holds_w_plus_1(window):
     T = 64
-    sizes = {v: kv_cache.cache_bytes(kv_cache.init_cache(small_config(v, window, dtype="bfloat16"), 2, T))
-             for v in masks.VARIANTS}
+    sizes = {v: kv_cache.cache_bytes(small_config(v, window, dtype="bfloat16"), 2, T) for v in masks.VARIANTS}
     assert sizes["sps"]["persistent"] == sizes["standard"]["persistent"]
     assert sizes["delayed_state"]["persistent"] == sizes["standard"]["persistent"]
     assert sizes["two_x_memory"]["persistent"] == 2 * sizes["standard"]["persistent"]
@@ -32,14 +31,13 @@ def test_at_the_papers_decode_workload_sps_keeps_standards_cache_plus_a_ring_of_
     State's stays Standard's. At the S scale (12 layers, 12 heads of 64) in bf16, for the paper's decode workload
     (16 rows of 1024 + 3072 positions), one stream's keys and values are 2 x 12 x 16 x 12 x 4096 x 64 x 2 bytes =
     2,415,919,104 (2.25 GiB); the ring holds positions i - 64 .. i, 65 of them: 2 x 12 x 16 x 12 x 65 x 64 x 2 =
-    38,338,560 bytes. Shapes only (jax.eval_shape): nothing of that size is allocated."""
+    38,338,560 bytes. From the sizes alone: nothing of that size is allocated."""
     stream, ring = 2_415_919_104, 38_338_560
     expected = {"standard": (stream, 0), "sps": (stream, ring), "two_x_memory": (2 * stream, 0),
                 "delayed_state": (stream, ring), "reverse_sps": (stream, ring)}
     for variant, (persistent, ring_bytes) in expected.items():
         cfg = sps_model.ModelConfig.from_config(dict(sps_config.paper_model_section("s", variant)))
-        shapes = jax.eval_shape(lambda: kv_cache.init_cache(cfg, 16, 1024 + 3072))
-        sizes = kv_cache.cache_bytes(shapes)
+        sizes = kv_cache.cache_bytes(cfg, 16, 1024 + 3072)
         assert (sizes["persistent"], sizes["ring"]) == (persistent, ring_bytes), variant
 
 
@@ -48,7 +46,11 @@ def test_at_the_papers_decode_workload_sps_keeps_standards_cache_plus_a_ring_of_
 def test_the_cache_size_from_the_config_alone_is_the_size_of_the_allocated_cache(variant, window, dtype):
     # Commands refuse a workload whose cache cannot fit before they compile it, from this arithmetic.
     cfg = small_config(variant, window, dtype=dtype)
-    assert kv_cache.cache_nbytes(cfg, 3, 40) == kv_cache.cache_bytes(kv_cache.init_cache(cfg, 3, 40))["total"]
+    layers = jax.eval_shape(lambda: kv_cache.init_cache(cfg, 3, 40)).layers
+    nbytes = lambda arrays: sum(x.size * x.dtype.itemsize for x in arrays)  # noqa: E731
+    persistent = sum(nbytes(layer.k_BHTK + layer.v_BHTK) for layer in layers)
+    ring = sum(nbytes((layer.k_BHRK, layer.v_BHRK)) for layer in layers)
+    assert kv_cache.cache_bytes(cfg, 3, 40) == {"persistent": persistent, "ring": ring, "total": persistent + ring}
 
 
 @pytest.mark.parametrize("dtype,residual", [("float32", None), ("bfloat16", None), ("bfloat16", "float32")])
@@ -63,7 +65,7 @@ def test_a_cache_beside_the_weights_is_refused_by_what_generation_holds_not_by_t
     # Generation holds the weights in bf16 (half the stored f32 bytes): a cache that fits beside them is
     # accepted even where it would not fit beside the f32 weights, and one byte less memory refuses it.
     cfg = small_config("sps", 3, dtype="bfloat16")
-    cache = kv_cache.cache_nbytes(cfg, 8, 512)
+    cache = kv_cache.cache_bytes(cfg, 8, 512)["total"]
     need = cfg.inference_weight_bytes + cache
     assert cfg.param_bytes < need < cfg.param_bytes + cache
     kv_cache.check_fits(cfg, 8, 512, need, "device", "lower the batch")
