@@ -292,7 +292,8 @@ def apply_rope(x_BTSHK, positions_BT, theta):
     return out_BTSHP2.reshape(x_BTSHK.shape).astype(x_BTSHK.dtype)
 
 
-# Probe hooks (sps_jax.analysis.gradient_probe): each parameterised op sows its input as
+# Probe hooks (sps_jax.analysis.gradient_probe): each parameterised op sows its input as it reads it (a
+# product's in the compute dtype, the weight gradient's factor) as
 # intermediates/<module>/<param> (only when "intermediates" is mutable) and passes its
 # output through _probe(..., "<param>"), so per-slot parameter gradients are input x
 # output-gradient products.
@@ -333,8 +334,8 @@ class Attention(nn.Module):
         H, K, D = c.num_heads, c.head_dim, c.d_model
         w_qkv_D3HK = self.param("qkv", _normal(c.init_std), (D, 3, H, K), pdt)
         w_out_HKD = self.param("out", _normal(c.init_std / math.sqrt(2 * c.num_layers)), (H, K, D), pdt)
-        self.sow("intermediates", "qkv", x_BTSD)
         x_BTSD = x_BTSD.astype(dt)
+        self.sow("intermediates", "qkv", x_BTSD)
         if fused or x_BTSD.shape[1] == 1:
             # One product (Block says when); a decode step's single position always takes it: one launch,
             # and the slices below fuse into their consumers.

@@ -10,7 +10,7 @@ from sps_jax import model as sps_model
 from sps_jax.analysis import gradient_probe, window_nll
 from sps_jax.analysis.documents import document_rows
 from tests.analysis.helpers import batch_rows, make, random_docs
-from tests.helpers import PAD
+from tests.helpers import PAD, small_config
 
 
 def per_slot_copies(cfg, params, tokens_BT):
@@ -229,3 +229,18 @@ def test_offsets_without_zero_still_divide_by_the_gradient_of_l_i(asked, columns
     assert alone["examples"] == with_zero["examples"]
     np.testing.assert_allclose(alone["ratio"], with_zero["ratio"][:, columns], rtol=1e-5)
     assert not np.allclose(alone["ratio"], 1.0)
+
+
+def test_each_product_sows_the_input_it_reads_in_the_compute_dtype_and_each_norm_the_residual_stream():
+    # A slot's weight-copy gradient is outer(input as the product reads it, output gradient): with the residual
+    # stream in f32 and compute in bf16, the products read the norm's output rounded to bf16.
+    cfg = small_config("sps", 2, dtype="bfloat16", residual_dtype="float32")
+    model = sps_model.Transformer(cfg)
+    params = sps_model.init_params(model, jax.random.PRNGKey(0))
+    tokens_BT = jnp.asarray(random_docs([12], seed=0)[0][None, :8])
+    _, state = model.apply({"params": params}, tokens_BT, mutable=["intermediates"])
+    sown = {f"{module}/{name}": values[0].dtype for module, names in state["intermediates"]["block_1"].items()
+            for name, values in names.items()}
+    assert sown == {"attn_norm/scale": jnp.float32, "attn/qkv": jnp.bfloat16, "attn/out": jnp.bfloat16,
+                    "mlp_norm/scale": jnp.float32, "mlp/gate": jnp.bfloat16, "mlp/up": jnp.bfloat16,
+                    "mlp/down": jnp.bfloat16}
