@@ -2,17 +2,24 @@
 and docs/, run once as a subprocess; each of its documented subcommands, in process; and each console
 script of pyproject.toml, as installed."""
 
+import argparse
+import contextlib
+import functools
 import importlib
+import io
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+from unittest import mock
 
 import pytest
 
+from sps_jax import cli
 from tests.helpers import REPO, env
 
 DOCS = [pathlib.Path(REPO, "README.md"), *sorted(pathlib.Path(REPO, "docs").glob("*.md"))]
@@ -215,3 +222,95 @@ def test_cli_data_prepare_and_verify_run_without_importing_jax(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.stdout.splitlines()[-1:] == ["done 0 0 False False"], proc.stdout[-1000:] + proc.stderr[-2000:]
+
+
+# A command line in a --help text: an example on a line of its own (a backslash continues it), or a command quoted
+# in the prose between double backquotes (the help formatter may wrap it), which may leave required flags out.
+HELP_EXAMPLE = re.compile(r"^\s*(python3? -m sps_jax(?:\.\w+)*(?:\s.*)?)$"
+                          r"|``(python3? -m sps_jax(?:\.\w+)*(?:\s[^`]*)?)``", re.MULTILINE)
+# A value a person replaces (N, RUN, DATA_DIR): any type and choice of its flag takes it.
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+def help_texts():
+    """(module, subcommand words, the --help text) of every command and of each subcommand, the documented ones
+    and those its parser holds."""
+    parsers = []
+    parse_args = cli.ArgumentParser.parse_args
+
+    def recorded(self, args=None, namespace=None):
+        parsers.append(self)
+        return parse_args(self, args, namespace)
+
+    def help_text(module, prefix):
+        out = io.StringIO()
+        parsers.clear()
+        with mock.patch.object(cli.ArgumentParser, "parse_args", recorded), contextlib.redirect_stdout(out), \
+                contextlib.suppress(SystemExit):  # bench's own listing returns
+            main_of(module)([*prefix, "--help"])
+        return out.getvalue()
+
+    for module, words in sorted(documented().items()):
+        if module == "sps_jax.evaluation.lm_eval_cli":  # lm-eval's own --help, with no example of ours, loads jax
+            continue
+        yield module, [], help_text(module, [])
+        # an argparse command's subcommands, documented or not
+        words = words | {word for parser in parsers[:1] for action in parser._actions
+                         if action.nargs == argparse.PARSER for word in action.choices}
+        for word in sorted(words):
+            yield module, [word], help_text(module, [word])
+
+
+def help_examples(text):
+    """(the line, whether it is a whole command line, its words) of each command line of a --help text:
+    ``[--flag V]`` kept, another ``[...]`` (an optional part of a word: ``h100[,b200,...]``) left out, each
+    alternative of ``a|b`` given alone, a comment dropped."""
+    for line, quoted in HELP_EXAMPLE.findall(text.replace("\\\n", " ")):
+        line = re.sub(r"\s+#\s.*", "", line) or quoted
+        line = re.sub(r"\s*\|\s*", "|", " ".join(line.split()))
+        line = re.sub(r"\[[^\]]*\]", "", re.sub(r"\[(-[^\]]*)\]", r"\1", line))
+        options = [word.split("|") for word in shlex.split(line)]
+        for i in range(max(len(choices) for choices in options)):
+            yield line, not quoted, [choices[min(i, len(choices) - 1)] for choices in options]
+
+
+class _Parsed(BaseException):
+    """Raised by a command's parser once it has read an example, so that nothing of the command runs."""
+
+
+def test_cli_every_example_command_line_of_every_help_text_parses_with_its_commands_parser(monkeypatch):
+    # A renamed or removed flag leaves the examples of --help naming it: each example must parse as written.
+    monkeypatch.setenv("COLUMNS", "100")  # where argparse wraps the prose: a line never starts an example there
+    texts = list(help_texts())
+    parse_args = cli.ArgumentParser.parse_args
+    whole = True  # whether the example parse_only reads is a whole command line (set by the loop below)
+
+    def parse_only(self, args=None, namespace=None):
+        for parser in cli._parsers(self):
+            for action in parser._actions:
+                if action.type is not None:
+                    action.type = functools.partial(
+                        lambda kind, text: text if PLACEHOLDER.fullmatch(text) else kind(text), action.type)
+                action.required = action.required and whole
+            for group in parser._mutually_exclusive_groups:
+                group.required = group.required and whole
+            parser._check_value = functools.partial(
+                lambda check, action, value: None if PLACEHOLDER.fullmatch(str(value)) else check(action, value),
+                parser._check_value)
+        raise _Parsed(parse_args(self, args, namespace))
+
+    monkeypatch.setattr(cli.ArgumentParser, "parse_args", parse_only)
+    checked, wrong = 0, []
+    for module, prefix, text in texts:
+        for line, whole, words in help_examples(text):
+            assert words[0] in ("python", "python3") and words[1] == "-m", line
+            try:
+                status = main_of(words[2])(words[3:])
+            except _Parsed:
+                checked += 1
+                continue
+            except SystemExit as exit_:
+                status = exit_.code
+            wrong.append(f"python -m {' '.join([module, *prefix])} --help: {line!r} (status {status})")
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 10  # the examples were found
