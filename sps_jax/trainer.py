@@ -542,6 +542,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 return elapsed_before_s + time.time() - run_start
 
             def save(step):  # the loop's current params and opt_state
+                if writer:  # the records up to the step are on the disk before its checkpoint can be
+                    writer.sync()
                 ckpts.save(step, params, opt_state,
                            {"tokens_seen": p.tokens_seen(step), "seed": t.seed,
                             "process_count": jax.process_count(), "elapsed_s": elapsed_s()},

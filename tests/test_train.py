@@ -1256,3 +1256,27 @@ def test_train_called_from_a_notebook_refuses_a_workdir_or_callback_it_cannot_us
     with pytest.raises(TypeError, match=r"^on_step must be a function of \(step, record\), got 5\.$"):
         trainer.train(config, str(tmp_path / "run"), on_step=5)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_metrics_of_a_checkpointed_step_are_on_the_disk_when_its_save_starts(tmp_path, tokens, monkeypatch):
+    # Appended lines reached the disk whenever the system wrote them back: after a power cut the resumed run had its
+    # checkpoint but not the metrics.jsonl lines before it, and its curves a gap.
+    synced, saves = {}, []
+    real_fsync, real_save = os.fsync, checkpoint.TrainCheckpoints.save
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        synced[st.st_ino] = st.st_size
+        real_fsync(fd)
+
+    def save(self, step, *args, **kwargs):
+        st = os.stat(tmp_path / metrics.METRICS_FILE)
+        saves.append((step, synced.get(st.st_ino) == st.st_size))
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint.TrainCheckpoints, "save", save)
+    config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
+        f"--config.data.dir={tokens}", f"--config.train.total_tokens={4 * 256}", "--config.train.checkpoint_every=2"])
+    trainer.train(config, str(tmp_path))
+    assert saves == [(2, True), (4, True)]
