@@ -497,7 +497,7 @@ class TrainCheckpoints:
             while os.path.lexists(dst):
                 n += 1
                 dst = f"{src}.broken{n}"
-            os.rename(src, dst)
+            files.place(src, dst, flushed=True)  # the broken data as it is; the new name on the disk
             self.warn(f"warning: moved the broken checkpoint step {step} to {dst} to save step {step} in its place.")
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils

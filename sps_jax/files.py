@@ -3,7 +3,9 @@ the JSON/JSONL/text files a user hands it.
 
 Content goes to a ``<path>.<writer>.partial`` of its own and is renamed over ``path`` only once complete, so a
 reader (or a restarted command) never sees a half-written file; a folder is built whole in a
-sibling ``<path>.partial``, which one writer holds at a time, and swapped in (:func:`replace_folder`).
+sibling ``<path>.partial``, which one writer holds at a time, and swapped in (:func:`replace_folder`). What is
+renamed into place is on the disk first, and the rename after it (:func:`place`), so a power cut leaves the old
+version or the new one, not an empty or missing file.
 A command's result files are renamed into place together, and never over a file that appeared while
 the command ran unless it was told to replace it (:func:`results`).
 The readers say in one sentence which file, line and byte is wrong (:class:`sps_jax.cli.UserError`).
@@ -123,12 +125,56 @@ def atomic_path(path: str):
     held = _held.get()
     if held is None:
         try:
-            os.replace(partial, path)
+            place(partial, path)
         except BaseException:  # a folder at the path, say: the partial file is not left behind
             _discard([partial])
             raise
     else:
         held.append((partial, path))
+
+
+def _sync(path: str) -> None:
+    """Flush ``path`` to the disk (fsync): a file's data, or a folder's names. Where the system cannot open or flush
+    it (a folder on Windows; a file system that keeps nothing to flush says EINVAL) there is nothing to wait for;
+    a failed flush (EIO) is raised: the data is not on the disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _sync_all(path: str) -> None:
+    """Flush the file ``path``, or the folder ``path`` with every file and folder in it (links not followed)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        for folder, _, names in os.walk(path, topdown=False):
+            for name in names:
+                if not os.path.islink(os.path.join(folder, name)):
+                    _sync(os.path.join(folder, name))
+            _sync(folder)
+    elif not os.path.islink(path):
+        _sync(path)
+
+
+def place(src: str, dst: str, replace: bool = True, flushed: bool = False) -> None:
+    """Rename the complete file or folder ``src`` to ``dst`` so that it survives a power cut as well as a kill: its
+    data reaches the disk before the rename (unless ``flushed`` already), and the folder's names after it, so that
+    the disk never holds the new name over data it does not hold (an empty file where the old one was). Without
+    ``replace`` an existing ``dst`` is left and FileExistsError raised (:func:`_place_new`). The one way this package
+    renames an output into place."""
+    if not flushed:
+        _sync_all(src)
+    if replace:
+        os.replace(src, dst)
+    else:
+        _place_new(src, dst)
+    _sync(os.path.dirname(os.path.abspath(dst)))
 
 
 def no_space(exc: BaseException, folder: str) -> str | None:
@@ -198,10 +244,7 @@ def _rename_all(held: list, replace: bool) -> None:
     placed = []
     try:
         for partial, path in held:
-            if replace:
-                os.replace(partial, path)
-            else:
-                _place_new(partial, path)
+            place(partial, path, replace)
             placed.append(path)
     except FileExistsError as exc:
         _discard(placed + [partial for partial, _ in held])
@@ -601,10 +644,10 @@ def _check_replaceable(path: str, given: str) -> None:
 def replace_folder(path: str):
     """Yield an empty sibling folder ``<path>.partial`` to build in; on success it replaces ``path``.
 
-    The old folder stays as it was until the new one is complete: then it is renamed to a fresh
-    ``<path>.<random>.old`` (never a name the user may hold, such as ``<path>.old``), the new one is
-    renamed into place and the old one deleted. On failure the partial folder is removed and ``path``
-    is untouched. ``path`` must pass :func:`output_folder`. The partial folder is this process's
+    The old folder stays as it was until the new one is complete and on the disk: then it moves into a fresh
+    ``<path>.<random>.old`` folder (:func:`_make_aside`), the new one is renamed into place and the old one
+    deleted. On failure the partial folder is removed and ``path`` is untouched; after a kill mid-swap the next
+    call puts the old folder back first where no folder is at ``path`` (:func:`_recover_swap`). ``path`` must pass :func:`output_folder`. The partial folder is this process's
     while it builds (an advisory lock): a second command writing ``path`` at once is refused with
     :class:`FolderBusy` instead of mixing its files in, and :func:`wait_for_writer` waits for the
     first. A ``<path>.partial`` that this function did not make is refused, not emptied.
@@ -614,6 +657,7 @@ def replace_folder(path: str):
     partial = path + PARTIAL
     fd = _claim(partial, given)
     try:
+        _recover_swap(partial, path, given)
         _clear_partial(partial, given)
         try:
             yield partial
@@ -634,27 +678,90 @@ def replace_folder(path: str):
 
 def _swap_in(partial: str, path: str, given: str) -> None:
     """Rename the complete ``partial`` folder to ``path``, the folder there before it moved aside and deleted."""
-    os.remove(os.path.join(partial, _BUILDING))
+    _sync_all(partial)  # before the old folder moves: the window without a folder at the path stays short
     if not os.path.lexists(path):
-        os.rename(partial, path)
+        os.remove(os.path.join(partial, _BUILDING))
+        place(partial, path, flushed=True)
         return
-    # mkdtemp adds 8 random characters: the prefix is cut so that the aside name fits as the name does
-    old = tempfile.mkdtemp(prefix=_cut(os.path.basename(path), NAME_MAX - 8 - len("..old")) + ".",
-                           suffix=".old", dir=os.path.dirname(path))
+    aside = _make_aside(path)
+    os.remove(os.path.join(partial, _BUILDING))
+    earlier = os.path.join(aside, _EARLIER)
     try:
-        os.rename(path, old)  # onto the empty folder just made: the name was free
+        os.rename(path, earlier)  # onto the empty folder made for it: a file that took the path meanwhile cannot move
     except BaseException:  # path is no longer a folder that can move there (replaced by a file meanwhile)
-        os.rmdir(old)
+        shutil.rmtree(aside, ignore_errors=True)
         raise
     try:
-        os.rename(partial, path)
+        place(partial, path, flushed=True)
     except BaseException:
-        os.rename(old, path)
+        os.rename(earlier, path)
+        shutil.rmtree(aside, ignore_errors=True)
         raise
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.lexists(old):  # the new folder is in place; what could not be deleted is said, not left
+    _delete_aside(aside, given)
+
+
+_ASIDE = ".sps-jax-aside"  # in an aside folder: the name of the folder whose earlier version it holds
+_EARLIER = "earlier"  # in an aside folder: that earlier version
+_ASIDE_NAME = r"[a-z0-9_]{8}\.old"  # what _make_aside adds to the prefix (mkdtemp's 8 characters)
+
+
+def _aside_prefix(path: str) -> str:
+    # mkdtemp adds 8 random characters: the prefix is cut so that the aside name fits as the name does
+    return _cut(os.path.basename(path), NAME_MAX - 8 - len("..old")) + "."
+
+
+def _make_aside(path: str) -> str:
+    """A new ``<path>.<random>.old`` folder (never a name the user may hold, such as ``<path>.old``) to move the folder
+    at ``path`` into while the new one takes its place, marked as this package's with ``path``'s name: a command
+    killed between the two renames leaves it for the next one to find (:func:`_recover_swap`)."""
+    aside = tempfile.mkdtemp(prefix=_aside_prefix(path), suffix=".old", dir=os.path.dirname(path))
+    with open(os.path.join(aside, _ASIDE), "wb") as f:
+        f.write(os.fsencode(os.path.basename(path)))
+    os.mkdir(os.path.join(aside, _EARLIER))
+    return aside
+
+
+def _asides(path: str) -> list[str]:
+    """The aside folders of ``path`` that :func:`_make_aside` made (by their name and their mark), never a user's."""
+    head, name = os.path.split(path)
+    pattern = re.compile(re.escape(_aside_prefix(path)) + _ASIDE_NAME)
+    found = []
+    for entry in sorted(os.listdir(head or os.curdir)):
+        aside = os.path.join(head, entry)
+        if not pattern.fullmatch(entry) or os.path.islink(aside) or not os.path.isdir(aside):
+            continue
+        try:
+            with open(os.path.join(aside, _ASIDE), "rb") as f:
+                if f.read() == os.fsencode(name):
+                    found.append(aside)
+        except OSError:  # no mark: not one of ours
+            continue
+    return found
+
+
+def _delete_aside(aside: str, given: str) -> None:
+    """Delete the aside folder of the replaced ``given``; what cannot be deleted is said, not left."""
+    shutil.rmtree(aside, ignore_errors=True)
+    if os.path.lexists(aside):
         note(f"warning: {given} was replaced, but its earlier files could not all be deleted: they are "
-             f"in {old}; delete it yourself.")
+             f"in {aside}; delete it yourself.")
+
+
+def _recover_swap(partial: str, path: str, given: str) -> None:
+    """Mend what a command killed in :func:`_swap_in` left, before this one builds in the claimed ``partial`` (this
+    process's now): an earlier folder moved aside with no folder at ``path`` goes back, and an aside folder whose
+    swap was done is deleted. The ``partial`` folder that swap was renaming, its mark taken off, is marked again
+    for clearing: it is the killed command's (or the empty one :func:`_claim` made)."""
+    for aside in _asides(path):
+        earlier = os.path.join(aside, _EARLIER)
+        if os.path.lexists(earlier) and not os.path.lexists(path):
+            place(earlier, path, flushed=True)
+            note(f"note: {given} was moved aside to {earlier} by a command killed while replacing it; it is put "
+                 "back.")
+        elif os.path.isdir(earlier) and os.listdir(earlier):  # killed after the new folder took the path
+            note(f"note: deleting {aside}, the earlier {given} that a killed command left after replacing it.")
+        open(os.path.join(partial, _BUILDING), "a").close()
+        _delete_aside(aside, given)
 
 
 def wait_for_writer(path: str) -> None:

@@ -236,3 +236,24 @@ def held_weights(restored, params) -> tuple[bool, set]:
     gc.collect()
     return (bool(restored) and all(ref() is None for ref in restored),
             {x.dtype for x in jax.tree_util.tree_leaves(params) if x.ndim >= 2})
+
+
+def flushes_and_renames(monkeypatch):
+    """The fsyncs (as ("fsync", inode)) and renames (as ("rename", inode moved)) in the order they happen."""
+    events = []
+    real_fsync, real_replace, real_rename, real_link = os.fsync, os.replace, os.rename, os.link
+
+    def fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino))
+        real_fsync(fd)
+
+    def renaming(real):
+        def rename(src, dst):
+            events.append(("rename", os.lstat(src).st_ino))
+            real(src, dst)
+        return rename
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for name, real in (("replace", real_replace), ("rename", real_rename), ("link", real_link)):
+        monkeypatch.setattr(os, name, renaming(real))
+    return events

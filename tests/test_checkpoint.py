@@ -17,7 +17,7 @@ import pytest
 
 from sps_jax import checkpoint
 from sps_jax.cli import UserError
-from tests.helpers import not_one_path
+from tests.helpers import flushes_and_renames, not_one_path
 
 SHARDING = jax.sharding.SingleDeviceSharding(jax.devices()[0])
 TARGET = ({"w": jax.ShapeDtypeStruct((4,), jnp.float32, sharding=SHARDING)},
@@ -399,3 +399,17 @@ def test_a_resume_refuses_a_checkpoint_folder_renamed_to_another_step_rather_tha
     finally:
         ckpts.close()
     assert warned == [] and sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "5"]
+
+
+def test_a_broken_checkpoint_moved_aside_is_flushed_to_the_disk_under_its_new_name(tmp_path, monkeypatch):
+    # A power cut after the move could bring back the broken folder under its step beside the new save's files.
+    workdir = run_with_steps(tmp_path, [2])
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: None)
+    ckpts.broken.add(2)
+    moved = os.stat(checkpoint.step_dir(workdir, 2)).st_ino
+    events = flushes_and_renames(monkeypatch)
+    ckpts._move_aside(2)
+    ckpts.close()
+    folder = os.stat(os.path.dirname(checkpoint.step_dir(workdir, 2))).st_ino
+    renamed = events.index(("rename", moved))
+    assert ("fsync", folder) in events[renamed + 1:]

@@ -14,6 +14,7 @@ import pytest
 
 from sps_jax import files
 from sps_jax.cli import UserError
+from tests.helpers import flushes_and_renames
 
 
 def test_replace_folder_swaps_in_a_complete_folder_and_leaves_the_old_one_on_failure(tmp_path):
@@ -43,7 +44,7 @@ def test_earlier_files_that_cannot_be_deleted_after_a_replacement_are_said(tmp_p
     with files.replace_folder(str(target)):
         (tmp_path / "out.partial" / "new.txt").write_text("new")
     [old] = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]
-    assert (old / "old.txt").read_text() == "old" and [p.name for p in target.iterdir()] == ["new.txt"]
+    assert (old / "earlier" / "old.txt").read_text() == "old" and [p.name for p in target.iterdir()] == ["new.txt"]
     assert capsys.readouterr().err == (f"warning: {target} was replaced, but its earlier files could not all be "
                                        f"deleted: they are in {old}; delete it yourself.\n")
 
@@ -624,7 +625,7 @@ def test_a_ctrl_c_while_a_folder_is_swapped_in_leaves_the_new_folder_in_place(
 
     def ctrl_c_once_the_old_folder_is_aside(src, dst):
         real_rename(src, dst)
-        if str(dst).endswith(".old"):
+        if os.path.dirname(dst).endswith(".old"):  # moved into OUT.<random>.old
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(os, "rename", ctrl_c_once_the_old_folder_is_aside)
@@ -726,3 +727,117 @@ def test_a_ctrl_c_held_through_a_folder_swap_never_deletes_the_next_writers_part
             (partial / "new.txt").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
     assert (partial / "theirs.bin").read_bytes() == b"data"
+
+
+def _write_one_file(path):
+    files.write_json(path, {"a": 1})
+
+
+def _write_a_result_alone(path):
+    with files.results(replace=False):
+        files.write_text(path, "result")
+
+
+def _replace_a_result(path):
+    files.write_text(path, "old")
+    with files.results(replace=True):
+        files.write_text(path, "result")
+
+
+@pytest.mark.parametrize("write", [_write_one_file, _write_a_result_alone, _replace_a_result])
+def test_a_file_is_flushed_to_the_disk_before_its_rename_and_its_folder_after(tmp_path, monkeypatch, write):
+    # A power cut after the rename could leave an empty file where the old one was: the rename reached the disk
+    # before the data it names, and without a flush of the folder the rename itself may not reach it.
+    path = tmp_path / "out.json"
+    events = flushes_and_renames(monkeypatch)
+    write(str(path))
+    file, folder = path.stat().st_ino, tmp_path.stat().st_ino
+    last_rename = max(n for n, event in enumerate(events) if event == ("rename", file))
+    assert ("fsync", file) in events[:last_rename], "the file's data is on the disk before its name is"
+    assert ("fsync", folder) in events[last_rename + 1:], "the folder's new name is on the disk before the write ends"
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_folder_is_flushed_to_the_disk_whole_before_it_is_swapped_in_and_its_parent_after(
+        tmp_path, monkeypatch, earlier):
+    target = tmp_path / "out"
+    if earlier:
+        target.mkdir()
+        (target / "old.txt").write_text("old")
+    events = flushes_and_renames(monkeypatch)
+    with files.replace_folder(str(target)) as building:
+        os.mkdir(os.path.join(building, "sub"))
+        (tmp_path / "out.partial" / "sub" / "new.bin").write_bytes(b"new")
+    inodes = [p.stat().st_ino for p in (target / "sub" / "new.bin", target / "sub", target)]
+    first_rename = min(n for n, event in enumerate(events) if event[0] == "rename")
+    swapped = max(n for n, event in enumerate(events) if event == ("rename", target.stat().st_ino))
+    assert all(("fsync", inode) in events[:first_rename] for inode in inodes), \
+        "every file and folder of the new one is on the disk before the old one moves"
+    assert ("fsync", tmp_path.stat().st_ino) in events[swapped + 1:]
+
+
+def _kill_at(step: str, target: str) -> str:
+    """A script that replaces the folder ``target`` and is killed (SIGKILL) at ``step`` of the swap."""
+    return f"""
+import os, shutil, signal, sys
+from sps_jax import files
+target, step = {target!r}, {step!r}
+real_rename, real_replace, real_rmtree = os.rename, os.replace, shutil.rmtree
+
+def kill():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def renaming(real):
+    def rename(src, dst):
+        if step == "before the old folder moves aside" and src == target:
+            kill()
+        if step == "between the two renames" and dst == target:
+            kill()
+        real(src, dst)
+    return rename
+
+def rmtree(path, *args, **kwargs):
+    if step == "before the old folder is deleted" and path.endswith(".old"):
+        kill()
+    real_rmtree(path, *args, **kwargs)
+
+os.rename, os.replace, shutil.rmtree = renaming(real_rename), renaming(real_replace), rmtree
+with files.replace_folder(target):
+    open(os.path.join(target + ".partial", "new.txt"), "w").write("new")
+"""
+
+
+@pytest.mark.parametrize("step", ["before the old folder moves aside", "between the two renames",
+                                  "before the old folder is deleted"])
+def test_a_command_killed_while_swapping_a_folder_in_loses_nothing_and_its_rerun_mends_the_folder(
+        tmp_path, capsys, step):
+    # Killed between moving the old folder aside and renaming the new one into place, a command left no folder at
+    # the path, and its rerun refused OUT.partial (unmarked by then) as not its own: the old output was reachable
+    # only under OUT.<random>.old. Killed before deleting the old one, that stayed beside the new one for good.
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    killed = subprocess.run([sys.executable, "-c", _kill_at(step, str(target))], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert killed.returncode == -9, killed.stderr
+    capsys.readouterr()
+    with pytest.raises(RuntimeError):  # the rerun fails too: the old output is there all the same
+        with files.replace_folder(str(target)):
+            assert sorted(os.listdir(tmp_path)) == ["out", "out.partial"]
+            raise RuntimeError("the source failed")
+    if step == "between the two renames":
+        assert (target / "old.txt").read_text() == "old"
+        assert f"{target} was moved aside to " in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    with files.replace_folder(str(target)):
+        (tmp_path / "out.partial" / "newer.txt").write_text("newer")
+    assert os.listdir(target) == ["newer.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_users_folder_named_like_an_aside_folder_is_never_moved_or_deleted(tmp_path):
+    target, theirs = tmp_path / "out", tmp_path / "out.abcdefgh.old"
+    theirs.mkdir()
+    (theirs / "mine.txt").write_text("mine")
+    with files.replace_folder(str(target)):
+        (tmp_path / "out.partial" / "new.txt").write_text("new")
+    assert os.listdir(target) == ["new.txt"] and (theirs / "mine.txt").read_text() == "mine"
