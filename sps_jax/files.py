@@ -37,7 +37,7 @@ except ImportError:  # no advisory locks (Windows): two writers of one folder ar
     fcntl = None
 
 _WRITERS = itertools.count()  # numbers this process's partial files
-_PARTIAL_FILE = r"\.\d+\.\d+\.partial"  # what atomic_path adds to a name: the writer's pid and number
+_PARTIAL_FILE = r"\.(\d+)\.\d+\.partial"  # what atomic_path adds to a name: the writer's pid and number
 NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
 PARTIAL = ".partial"  # the suffix of the sibling folder replace_folder builds in
 
@@ -107,13 +107,17 @@ def atomic_path(path: str):
     """The name to write ``path`` under (``<path>.<pid>.<n>.partial``), renamed into place on success;
     for writers that take a file name rather than a file object. The name is this writer's own, so two
     commands writing one file at once (two first runs provisioning the tokenizer) each rename a whole
-    file, and the last one wins."""
+    file, and the last one wins; the partial files of ``path`` that killed writers left are deleted first
+    (:func:`_clear_killed`)."""
     refuse_special(path, "the output")  # before anything is written: a rename would replace the node
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     suffix = f".{os.getpid()}.{next(_WRITERS)}.partial"  # as _PARTIAL_FILE reads it
     head, name = os.path.split(path)
-    partial = os.path.join(head, _cut(name, NAME_MAX - len(suffix)) + suffix)  # a name near the limit still fits
+    stem = _cut(name, NAME_MAX - len(suffix))  # a name near the limit still fits
+    partial = os.path.join(head, stem + suffix)
     try:
+        _clear_killed(head or os.curdir, stem)
+        _hold(partial)
         yield partial
     except BaseException as exc:
         full = no_space(exc, head or os.curdir)  # asked before the partial file, which took the space, goes
@@ -174,7 +178,69 @@ def place(src: str, dst: str, replace: bool = True, flushed: bool = False) -> No
         os.replace(src, dst)
     else:
         _place_new(src, dst)
+    _release(src)
     _sync(os.path.dirname(os.path.abspath(dst)))
+
+
+_HELD_PARTIALS: dict[str, int] = {}  # this process's partial files, each with an fd holding its lock until renamed
+
+
+def _hold(partial: str) -> None:
+    """Make the partial file and hold an advisory lock on it while it is written and until it is renamed or deleted
+    (:func:`_release`): a lock that another command can take marks a writer that is gone (:func:`_clear_killed`).
+    The writer opens the name itself, which keeps the file (and the lock) where it truncates it."""
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    _lock(fd, wait=False)
+    _HELD_PARTIALS[partial] = fd
+
+
+def _release(partial: str) -> None:
+    fd = _HELD_PARTIALS.pop(partial, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs here (one of another host may; its partial file is held by its lock)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's
+        return False
+    return False
+
+
+def _clear_killed(folder: str, stem: str) -> None:
+    """Delete the partial files of ``stem`` in ``folder`` whose writer was killed (:func:`atomic_path`'s
+    ``<stem>.<pid>.<n>.partial``, its pid gone from this host and its lock free), never another name: a user's
+    file, or a live writer's (here, or on another host that shares the folder). Where locks are missing or not
+    shared, nothing is deleted."""
+    if fcntl is None:
+        return
+    pattern = re.compile(re.escape(stem) + _PARTIAL_FILE)
+    try:
+        names = os.listdir(folder)
+    except OSError:  # a folder this user may write in but not list: its partial files stay
+        return
+    for name in names:
+        found = pattern.fullmatch(name)
+        path = os.path.join(folder, name)
+        # This process's pid names a writer here that is gone where the file is not its own (a container's rerun)
+        if not found or path in _HELD_PARTIALS or int(found.group(1)) != os.getpid() and not _gone(int(found.group(1))):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:  # a link, or gone meanwhile
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no writer holds it
+                os.remove(path)
+        except OSError:  # held, or a file system that cannot lock: left
+            pass
+        finally:
+            os.close(fd)
 
 
 def no_space(exc: BaseException, folder: str) -> str | None:
@@ -231,6 +297,7 @@ def _discard(partials) -> None:
     for partial in partials:
         with contextlib.suppress(FileNotFoundError):
             os.remove(partial)
+        _release(partial)
 
 
 def _commit(held: list, replace: bool) -> None:

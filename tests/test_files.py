@@ -841,3 +841,44 @@ def test_a_users_folder_named_like_an_aside_folder_is_never_moved_or_deleted(tmp
     with files.replace_folder(str(target)):
         (tmp_path / "out.partial" / "new.txt").write_text("new")
     assert os.listdir(target) == ["new.txt"] and (theirs / "mine.txt").read_text() == "mine"
+
+
+_WRITE_AND_WAIT = """
+import os, signal, sys
+from sps_jax import files
+with files.atomic_open(sys.argv[1]) as f:
+    f.write("half")
+    f.flush()
+    print(os.path.basename(f.name), flush=True)
+    if sys.argv[2] == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.stdin.read()  # a live writer, until the test lets it finish
+"""
+
+
+@pytest.mark.parametrize("live_writer", ["here", "on another host"])
+def test_the_next_write_of_a_file_deletes_the_partial_file_a_killed_writer_left_and_nothing_else(
+        tmp_path, monkeypatch, live_writer):
+    # A command killed mid-write left OUT.<pid>.<n>.partial beside its output for good; a writer that is still
+    # writing (another command, here or on another host), another output's partial file and the user's files stay.
+    out = tmp_path / "out.json"
+    if live_writer == "on another host":  # its pid names no process here: its lock alone tells it is writing
+        monkeypatch.setattr(files, "_gone", lambda pid: True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    live = subprocess.Popen([sys.executable, "-c", _WRITE_AND_WAIT, str(out), "live"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        writing = live.stdout.readline().strip()
+        killed, other = (subprocess.run([sys.executable, "-c", _WRITE_AND_WAIT, str(name), "killed"],
+                                        capture_output=True, text=True, env=env) for name in (out, tmp_path / "o.json"))
+        assert killed.returncode == other.returncode == -9, killed.stderr
+        theirs = ["out.json.partial", "out.json.1.partial", "out.json.old"]
+        for name in theirs:
+            (tmp_path / name).write_text("mine")
+        left, other = killed.stdout.strip(), other.stdout.strip()
+        assert {left, other, writing} <= set(os.listdir(tmp_path))
+        files.write_json(str(out), {"a": 1})
+        assert sorted(os.listdir(tmp_path)) == sorted(["out.json", other, writing] + theirs)
+    finally:
+        live.communicate("")
+    assert live.returncode == 0 and sorted(os.listdir(tmp_path)) == sorted(["out.json", other] + theirs)
