@@ -90,9 +90,10 @@ def check_distributed(args) -> None:
 
 def _from_env(name: str, kind, parser):
     """A flag's default from the environment, read as the flag is: a bad value names the variable, not a flag the
-    user never passed (argparse converted a string default as if given on the command line)."""
+    user never passed (argparse converted a string default as if given on the command line). A variable set but
+    empty is unset, by common convention (a job template's ``SPS_JAX_COORDINATOR=``)."""
     text = os.environ.get(name)
-    if text is None:
+    if not text:
         return None
     try:
         return kind(text)
@@ -114,14 +115,15 @@ def main(argv=None) -> int:
                              "loss.png, tensorboard/ events or W&B run id but no checkpoint (those are replaced)")
     parser.add_argument("--distributed", action="store_true",
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
-    parser.add_argument("--coordinator", default=os.environ.get("SPS_JAX_COORDINATOR"),
+    parser.add_argument("--coordinator", default=None,
                         help="host:port of process 0 (implies --distributed; env SPS_JAX_COORDINATOR)")
     parser.add_argument("--num-processes", type=cli.positive_int, default=None, help="env SPS_JAX_NUM_PROCESSES")
     parser.add_argument("--process-id", type=cli.non_negative_int, default=None, help="env SPS_JAX_PROCESS_ID")
     parser.add_argument(TIMEOUT_FLAG, type=cli.positive_int, default=None,
                         help="seconds to wait for the coordinator and the other processes (default: jax's, 300 s)")
     args = parser.parse_args(rest)
-    for field, name, kind in (("num_processes", "SPS_JAX_NUM_PROCESSES", cli.positive_int),
+    for field, name, kind in (("coordinator", "SPS_JAX_COORDINATOR", str),
+                              ("num_processes", "SPS_JAX_NUM_PROCESSES", cli.positive_int),
                               ("process_id", "SPS_JAX_PROCESS_ID", cli.non_negative_int)):
         if getattr(args, field) is None:  # the flag wins over its variable
             setattr(args, field, _from_env(name, kind, parser))

@@ -50,6 +50,26 @@ def test_distributed_flags_and_environment_reach_jax_distributed(monkeypatch):
     assert timeouts[-2:] == [("waited", "host0:1234", 7), 7]  # process 3 waits for the coordinator, then joins
 
 
+def test_cli_sps_jax_variables_set_but_empty_read_as_unset(monkeypatch):
+    """An empty environment variable is an unset one by common convention (a job template's SPS_JAX_COORDINATOR=
+    with nothing after it): --coordinator '' was refused as no HOST:PORT, and the counts as no integer."""
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda initialization_timeout=300, **kw: calls.append(
+        (kw["coordinator_address"], kw["num_processes"], kw["process_id"])))
+    monkeypatch.setattr(trainer, "train", lambda config, workdir, force: {"step": 0})
+    monkeypatch.setattr(jax.config, "update", lambda name, value: None)  # no gloo collectives for this process
+    argv = ["--config", "configs/tiny.py", "--workdir", "unused"]
+    monkeypatch.setenv("SPS_JAX_COORDINATOR", "")
+    outcome = fuzz.call(sps_train.main, argv)
+    assert outcome.status == 0 and calls == [], outcome.stderr  # a single process, as with the variable unset
+    for name in ("SPS_JAX_NUM_PROCESSES", "SPS_JAX_PROCESS_ID"):
+        monkeypatch.setenv(name, "")
+    outcome = fuzz.call(sps_train.main, argv)
+    assert outcome.status == 0 and calls == [], outcome.stderr
+    outcome = fuzz.call(sps_train.main, argv + ["--distributed"])
+    assert outcome.status == 0 and calls == [(None, None, None)], outcome.stderr  # the cluster's own environment
+
+
 @pytest.mark.parametrize("flags, sentence", [
     # a port past 65535 left jax waiting five minutes for a coordinator, deaf to SIGTERM, then an XLA crash dump
     (["--coordinator", "localhost:99999", "--num-processes", "2", "--process-id", "0"],
