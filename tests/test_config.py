@@ -126,7 +126,8 @@ def test_milestones_that_are_not_a_multiple_of_the_checkpoint_steps_are_refused(
 def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     # The README's tiny run cut to its 20 warmup steps: the warmup ends inside the decay of the last 10%.
     for overrides in (["total_tokens=20480"], ["total_tokens=1000", "warmup_tokens=1000"],
-                      ["warmup_tokens=0", "decay_fraction=1.0"]):
+                      ["warmup_tokens=0", "decay_fraction=1.0"],
+                      ["total_tokens=2049", "warmup_tokens=0", "stop_at_step=3"]):  # a stop at the last step
         sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
 
 
@@ -160,6 +161,14 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     # W&B's settings are checked with W&B off too: config.json keeps them for a resume that turns it on
     (["metrics.wandb_mode=bogus"], r"metrics\.wandb_mode='bogus' must be one of online, offline, disabled"),
     (["metrics.wandb_name=[1]"], r"metrics\.wandb_name=\[1\] must be a non-empty string"),
+    # a stop past the schedule's end was never reached, and nothing said so (tiny: 300 steps of 8 x 128 tokens)
+    (["train.stop_at_step=301"], r"^train\.stop_at_step=301 is past the schedule's last step, 300 "
+                                 r"\(train\.total_tokens=307200 in steps of train\.global_batch x model\.seq_len = "
+                                 r"1024 tokens\), where the run ends anyway: pass a step up to 300, or 0 for the whole "
+                                 r"schedule\.$"),
+    # a last step of fewer tokens counts: 2049 tokens are 3 steps
+    (["train.stop_at_step=4", "train.total_tokens=2049", "train.warmup_tokens=0"],
+     r"^train\.stop_at_step=4 is past the schedule's last step, 3 "),
     # the internal cap of an unbounded count is no bound a person set
     (["train.global_batch=0"], r"^train\.global_batch=0 must be an integer of at least 1 and below 2\*\*62\.$"),
     # grain sized its buffer up front: a depth of 1e9 hung before the first batch
