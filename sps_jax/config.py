@@ -627,6 +627,10 @@ def check_run_config(config) -> None:
     if config.train.grad_clip == 0:  # optax.clip_by_global_norm(0) scales every gradient to zero
         raise UserError("train.grad_clip=0 would zero every update: set it above 0 (the paper's 1.0), or to None to "
                         "turn clipping off.")
+    if config.train.eps == 0:  # optax's AdamW divides mu by sqrt(nu) + eps, both moments 0 for a gradient of 0
+        raise UserError(f"train.eps={config.train.eps!r} makes AdamW's update 0 / 0, NaN, for a weight whose gradient "
+                        "and both moments are 0 (a gradient of 0 from the first step, or one that stays 0 until its "
+                        f"moments decay away): set it above 0 (the paper's {train_config().eps!r}).")
     if config.train.peak_flops_per_device == 0:  # flops.peak_flops_per_device reads 0 as unset
         raise UserError("train.peak_flops_per_device=0 cannot divide MFU: set the device's peak FLOP/s, or None for "
                         "its known peak.")

@@ -161,6 +161,10 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     # W&B's settings are checked with W&B off too: config.json keeps them for a resume that turns it on
     (["metrics.wandb_mode=bogus"], r"metrics\.wandb_mode='bogus' must be one of online, offline, disabled"),
     (["metrics.wandb_name=[1]"], r"metrics\.wandb_name=\[1\] must be a non-empty string"),
+    # optax's AdamW update is mu / (sqrt(nu) + eps): 0 / 0, NaN, where a gradient and its moments are 0
+    (["train.eps=0"], r"^train\.eps=0\.0 makes AdamW's update 0 / 0, NaN, for a weight whose gradient and both "
+                      r"moments are 0 \(a gradient of 0 from the first step, or one that stays 0 until its moments "
+                      r"decay away\): set it above 0 \(the paper's 1e-08\)\.$"),
     # a stop past the schedule's end was never reached, and nothing said so (tiny: 300 steps of 8 x 128 tokens)
     (["train.stop_at_step=301"], r"^train\.stop_at_step=301 is past the schedule's last step, 300 "
                                  r"\(train\.total_tokens=307200 in steps of train\.global_batch x model\.seq_len = "

@@ -150,3 +150,15 @@ def test_adamw_takes_the_configs_eps():
     params = {"w": jnp.ones((2, 2))}
     updates, _ = opt.update({"w": jnp.full((2, 2), 2.0)}, opt.init(params), params)
     np.testing.assert_allclose(updates["w"], -1e-3 * 2 / 3, rtol=1e-6)
+
+
+def test_adamw_with_eps_0_updates_a_weight_whose_gradient_is_0_to_nan():
+    # Why sps_jax.config refuses train.eps=0: optax's update mu / (sqrt(nu) + eps) is then 0 / 0 wherever the
+    # gradient and its moments are 0, with no guard of its own. Should optax guard it, the refusal can go.
+    t = sps_config.train_config()
+    t.update(peak_lr=1e-3, final_lr=1e-3, warmup_tokens=0, total_tokens=10 ** 9, decay_fraction=0.1)
+    t.weight_decay, t.grad_clip, t.eps = 0.0, None, 0.0
+    opt = optim.optimizer(t, tokens_per_step=1)
+    params = {"w": jnp.ones((2,))}
+    updates, _ = opt.update({"w": jnp.array([0.0, 2.0])}, opt.init(params), params)
+    assert np.isnan(updates["w"][0]) and np.isfinite(updates["w"][1])
