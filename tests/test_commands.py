@@ -123,6 +123,7 @@ ANSWERED_WITHOUT_JAX = {
                                ["compile", "--help"], ["compile", "--target", "h100", "--only", "kernels",
                                                        "--prefill", "8"],
                                ["compile", "--target", "tpu-v5e", "--only", "kernels", "--dtypes", "float16"],
+                               ["compile", "--target", "h100", "--prefill", "8", "--prefill-chunks", "0,16"],
                                ["compile", "--target", "h100", "--no-fit-search", "--micro-batches", str(2 ** 62)],
                                # an override out of its range, said from its plain value before the config loads jax
                                ["train", "--config", "configs/tiny.py", "--config.train.peak_lr=-1"],

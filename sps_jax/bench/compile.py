@@ -41,6 +41,8 @@ PROGRAMS = ("kernels", "train", "generate")
 PROGRAM_FLAGS = {"kernels": ("dtypes", "kernel_sets"),
                  "train": ("micro_batches", "remat", "attention", "no_fit_search", "max_micro_batch", "devices"),
                  "generate": ("batch_size", "prefill", "decode", "prefill_chunks")}
+# Prefill chunks compiled by default: the one-pass prefill and chunks of 32 positions.
+DEFAULT_PREFILL_CHUNKS = (0, 32)
 # The most devices of the train step's one-host deviceless mesh, far beyond a host's 8 to 72 GPUs: building
 # 2^20 abstract devices takes about 40 s here, and 2^31 never finishes.
 MAX_DEVICES = 1024
@@ -75,8 +77,9 @@ def parse_args(argv):
     p.add_argument("--dtypes", type=cli.comma_list(str, names.DTYPES, "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes (TPU targets skip float16)")
     bench.add_workload_flags(p, "generation: ")
-    p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=[0, 32],
-                   help="generation: comma-separated prefill chunks, positions per chunk (0: one pass)")
+    p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=None,
+                   help="generation: comma-separated prefill chunks, positions per chunk below --prefill (0: one "
+                        "pass; default 0,32, 32 only below --prefill)")
     bench.add_json_flag(p)
     rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
@@ -88,6 +91,7 @@ def parse_args(argv):
         if unread and program not in args.only:
             p.error(f"{', '.join(unread)} {'sets' if len(unread) == 1 else 'set'} what {program} compiles, and --only "
                     f"leaves {program} out: add {program} to --only, or drop {' and '.join(unread)}.")
+    check_prefill_chunks(p, args)
     # A TPU target's kernels are splash's: the flag would be ignored unsaid.
     if args.kernel_sets is not None and all(hardware.ACCELERATORS[name].platform == "tpu" for name in args.target):
         p.error("--kernel-sets chooses the kernels compiled for GPU targets, and no GPU target is listed: add one, or "
@@ -107,6 +111,19 @@ def parse_args(argv):
         p.error(f"--micro-batches {largest} x --devices {args.devices} is {largest * args.devices} rows per step, not "
                 f"below 2**{sps_config.INT_MAX.bit_length() - 1}, the most a run's batch holds: lower them.")
     return args
+
+
+def check_prefill_chunks(p, args) -> None:
+    """``--prefill-chunks`` below ``--prefill``, else ``p.error``: a chunk of the whole prompt or more is the one-pass
+    prefill, which 0 names. The default's 32 is kept only below ``--prefill``, since no one asked for it."""
+    if args.prefill_chunks is None:
+        args.prefill_chunks = [c for c in DEFAULT_PREFILL_CHUNKS if c < args.prefill]
+        return
+    whole = [c for c in args.prefill_chunks if c >= args.prefill]
+    if whole:
+        fix = "pass 0" if args.prefill == 1 else f"pass chunks up to {args.prefill - 1}, or 0 for one pass"
+        p.error(f"--prefill-chunks {','.join(map(str, whole))} {'is' if len(whole) == 1 else 'are'} not below --prefill "
+                f"{args.prefill}: a chunk of the whole prompt is the one-pass prefill; {fix}.")
 
 
 def _variant_config(args, variant, backend=None):
@@ -286,8 +303,7 @@ def generation_rows(acc, args) -> list[dict]:
     rows = []
     for variant in args.variants:
         cfg = _generation_model(args, variant)
-        # A chunk of the whole prompt or more is the one-pass prefill.
-        chunks = dict.fromkeys(c if c < args.prefill else 0 for c in args.prefill_chunks)
+        chunks = dict.fromkeys(args.prefill_chunks)  # each below --prefill (check_prefill_chunks)
         reports = [r for chunk in chunks for r in programs.generation(
             acc, dataclasses.replace(cfg, prefill_chunk=chunk), args.batch_size, args.prefill, args.decode,
             only=("prefill",))]
@@ -398,10 +414,6 @@ def _check_workload(args) -> None:
         if "train" in args.only:
             trainer.plan(config, args.devices, validation=False)  # the train step alone is compiled
     if "generate" in args.only:
-        whole = [c for c in args.prefill_chunks if c >= args.prefill]
-        if whole:  # they compile as the one-pass prefill: said, not dropped silently from the table
-            cli.note(f"note: --prefill-chunks {','.join(map(str, whole))} {'is' if len(whole) == 1 else 'are'} not below "
-                     f"--prefill {args.prefill}: a chunk of the whole prompt is the one-pass prefill (0).")
         largest = hardware.largest()
         for variant in args.variants:
             kv_cache.check_fits(_generation_model(args, variant), args.batch_size, args.prefill + args.decode,

@@ -24,16 +24,13 @@ def test_bench_compile_writes_the_tables_and_json(tmp_path):
                                       "--config", f"{REPO}/configs/tiny.py:sps,4", "--config.model.attention=xla",
                                       # one layer of a small vocabulary: the same programs, a fifth less compile time
                                       "--config.model.num_layers=1", *SMALL_VOCAB,
-                                      "--batch-size", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3,8",
+                                      "--batch-size", "2", "--prefill", "8", "--decode", "8", "--prefill-chunks", "0,3",
                                       "--json", str(out_json)], timeout=600)
     assert out.status == 0 and out.problem() is None, out.stderr
     assert "deviceless compile" in out.stdout
     results = json.loads(out_json.read_text())
     assert "train" not in results["targets"]["h100"]  # --only generate
     gen = results["targets"]["h100"]["generate"]
-    # A chunk of 8 is the whole prompt: the one-pass prefill, compiled once, and said.
-    assert "note: --prefill-chunks 8 is not below --prefill 8: a chunk of the whole prompt is the one-pass prefill " \
-           "(0)." in out.stderr
     assert sorted((r["program"], r["variant"]) for r in gen) == sorted(
         (p, v) for p in ("prefill", "prefill/3", "decode_loop", "decode_step") for v in ("standard", "sps"))
     chunked = {r["variant"]: r for r in gen if r["program"] == "prefill/3"}
@@ -88,10 +85,23 @@ def test_the_gpu_kernel_table_gives_each_kernels_binary_and_matrix_instructions(
      "--dtypes sets what kernels compiles, and --only leaves kernels out"),
     (["--target", "h100", "--no-fit-search", "--max-micro-batch", "64"],
      "--max-micro-batch bounds the fit search, which --no-fit-search skips: drop one of them"),
+    # a chunk of the whole prompt compiled as the one-pass prefill, said only in a note once jax had loaded
+    (["--target", "h100", "--prefill", "8", "--prefill-chunks", "0,3,16"],
+     "--prefill-chunks 16 is not below --prefill 8: a chunk of the whole prompt is the one-pass prefill; pass chunks "
+     "up to 7, or 0 for one pass"),
+    (["--target", "h100", "--prefill-chunks", "32,1024"], "--prefill-chunks 1024 is not below --prefill 1024"),
+    (["--target", "h100", "--prefill", "1", "--prefill-chunks", "1"],
+     "--prefill-chunks 1 is not below --prefill 1: a chunk of the whole prompt is the one-pass prefill; pass 0"),
 ])
 def test_bad_arguments_get_one_sentence(args, message):
     outcome = fuzz.call(bench_main.main, ["compile", *args])  # in process: a refusal comes before jax is used
     assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, outcome.stderr
+
+
+def test_the_default_prefill_chunks_are_those_below_the_prefill():
+    # The default 0,32 with --prefill 16: 32 is no chunk of a 16-token prompt, and the user never asked for it.
+    assert bench_compile.parse_args(["--target", "h100", "--prefill", "16"]).prefill_chunks == [0]
+    assert bench_compile.parse_args(["--target", "h100", "--prefill", "33"]).prefill_chunks == [0, 32]
 
 
 @pytest.mark.parametrize("args, sentence", [
