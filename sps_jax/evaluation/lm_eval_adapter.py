@@ -15,7 +15,7 @@ from typing import Any
 
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
@@ -77,6 +77,18 @@ def _whole(value, name: str, default, minimum: int):
     return int(number)
 
 
+def check_lm_eval_clashes(model_args: dict, lm_eval_args: dict | None) -> None:
+    """One sentence for a model_args key that lm-eval passes the model itself (``--batch_size``, 1 unless given,
+    ``--max_batch_size``, ``--device``): given twice, it ended in lm-eval's TypeError traceback as lm-eval called
+    the model."""
+    passed = {key for key, value in (lm_eval_args or {}).items() if value is not None}
+    clashes = sorted(passed & set(model_args))
+    if clashes:
+        key = clashes[0]
+        raise ValueError(f"model_args {key}={model_args[key]} clashes with lm-eval's own --{key}, which lm-eval hands "
+                         f"the model too: pass --{key} {model_args[key]}, and leave {key} out of --model_args.")
+
+
 @register_model("sps_jax")
 class SPSLM(TemplateLM):
     """lm-eval model over a run folder (``workdir=`` or ``checkpoint=``) or an in-memory ``scorer=``.
@@ -109,6 +121,16 @@ class SPSLM(TemplateLM):
         check_tokenizer(self.tok, scorer.cfg)
         self.scorer = scorer
         self.max_gen_toks = max_gen_toks
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
+        check_lm_eval_clashes(simple_parse_args_string(arg_string), additional_config)  # before any weights load
+        return super().create_from_arg_string(arg_string, additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
+        check_lm_eval_clashes(arg_dict, additional_config)
+        return super().create_from_arg_obj(arg_dict, additional_config)
 
     # --- TemplateLM interface -------------------------------------------------------------------
     @property

@@ -1,6 +1,7 @@
 """The lm-eval adapter scores what the model computes, and lm-eval's own runner and command line work end to end."""
 
 import json
+import re
 
 import jax
 import numpy as np
@@ -179,6 +180,24 @@ def test_bad_model_args_are_one_sentence_not_a_silent_default(tmp_path, model_ar
         lm_eval_adapter.SPSLM(workdir=str(tmp_path / "run"), tokenizer=CharTokenizer(), **model_args)
 
 
+@pytest.mark.parametrize("create", ["create_from_arg_string", "create_from_arg_obj"])
+@pytest.mark.parametrize("model_args, flags, said", [
+    # lm-eval hands the model its own --batch_size (1 unless given) beside --model_args: the key met itself in
+    # lm-eval's call of the model, a TypeError traceback
+    ({"batch_size": 4}, {"batch_size": 1, "max_batch_size": None, "device": None},
+     "model_args batch_size=4 clashes with lm-eval's own --batch_size, which lm-eval hands the model too: pass "
+     "--batch_size 4, and leave batch_size out of --model_args."),
+    ({"device": "cpu"}, {"batch_size": 1, "max_batch_size": None, "device": "cuda"},
+     "model_args device=cpu clashes with lm-eval's own --device"),
+])
+def test_a_model_arg_lm_eval_passes_itself_is_one_sentence_naming_its_flag_before_the_run_loads(
+        tmp_path, create, model_args, flags, said):
+    model_args = {"workdir": str(tmp_path / "no-run"), **model_args}  # a run that would fail to load, after the check
+    given = model_args if create == "create_from_arg_obj" else ",".join(f"{k}={v}" for k, v in model_args.items())
+    with pytest.raises(ValueError, match="^" + re.escape(said)):
+        getattr(lm_eval_adapter.SPSLM, create)(given, flags)
+
+
 def test_lm_eval_registry_knows_the_model():
     from lm_eval.api.registry import get_model
 
@@ -204,3 +223,14 @@ def test_lm_evals_own_command_line_runs_the_registered_model(tmp_path):
                       "--include_path", tmp_path / "yaml")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "word_perplexity" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cli_batch_size_in_model_args_is_one_sentence_naming_lm_evals_flag_not_its_traceback(tmp_path):
+    # The run folder does not exist: the sentence comes before the run is read.
+    proc = run_module("sps_jax.evaluation.lm_eval_cli", "--model", "sps_jax", "--model_args",
+                      f"workdir={tmp_path / 'run'},batch_size=4", "--tasks", "sps_pile_books3",
+                      "--include_path", paper_tasks.TASKS_DIR)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert ("error: model_args batch_size=4 clashes with lm-eval's own --batch_size, which lm-eval hands the model "
+            "too: pass --batch_size 4, and leave batch_size out of --model_args.") in proc.stderr, proc.stderr[-2000:]
