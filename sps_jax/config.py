@@ -704,8 +704,8 @@ def _check_schedule(t) -> None:
 
 
 def _check_stop(t, seq_len) -> None:
-    """``stop_at_step`` within the schedule: a step past its last one is never reached, and the run ended there
-    without a word. A ``seq_len`` that is no positive integer is left to the model's checks."""
+    """``stop_at_step`` within the schedule: a step past its last one is never reached, since the run ends with
+    the schedule. A ``seq_len`` that is no positive integer is left to the model's checks."""
     if not t.stop_at_step or isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
         return
     tokens_per_step = t.global_batch * int(seq_len)

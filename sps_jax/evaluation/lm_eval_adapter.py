@@ -79,8 +79,7 @@ def _whole(value, name: str, default, minimum: int):
 
 def check_lm_eval_clashes(model_args: dict, lm_eval_args: dict | None) -> None:
     """One sentence for a model_args key that lm-eval passes the model itself (``--batch_size``, 1 unless given,
-    ``--max_batch_size``, ``--device``): given twice, it ended in lm-eval's TypeError traceback as lm-eval called
-    the model."""
+    ``--max_batch_size``, ``--device``): given twice, lm-eval's call of the model raises a TypeError, a traceback."""
     passed = {key for key, value in (lm_eval_args or {}).items() if value is not None}
     clashes = sorted(passed & set(model_args))
     if clashes:
