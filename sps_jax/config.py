@@ -643,7 +643,6 @@ def check_run_config(config) -> None:
                         "least 1: AdamW's decay multiplies every weight by 1 - lr x weight_decay each step, which "
                         "would be 0 or below; lower either.")
     _check_schedule(config.train)
-    _check_stop(config.train, config.model.get("seq_len"))
     _check_milestones(config.train)
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
@@ -703,18 +702,10 @@ def _check_schedule(t) -> None:
                         "total_tokens.")
 
 
-def _check_stop(t, seq_len) -> None:
-    """``stop_at_step`` within the schedule: a step past its last one is never reached, since the run ends with
-    the schedule. A ``seq_len`` that is no positive integer is left to the model's checks."""
-    if not t.stop_at_step or isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-        return
-    tokens_per_step = t.global_batch * int(seq_len)
-    steps = -(-t.total_tokens // tokens_per_step)  # as trainer.plan counts them: a last step of fewer tokens counts
-    if t.stop_at_step > steps:
-        raise UserError(f"train.stop_at_step={t.stop_at_step} is past the schedule's last step, {steps} "
-                        f"(train.total_tokens={t.total_tokens} in steps of train.global_batch x model.seq_len = "
-                        f"{tokens_per_step} tokens), where the run ends anyway: pass a step up to {steps}, or 0 for "
-                        "the whole schedule.")
+def schedule_steps(t, seq_len: int) -> int:
+    """The steps of the schedule: ``total_tokens`` in steps of ``global_batch`` x ``seq_len`` tokens, a last step of
+    fewer tokens counted (exact in integers: a float quotient rounds past 2**53 tokens)."""
+    return -(-t.total_tokens // (t.global_batch * seq_len))
 
 
 def _check_milestones(t) -> None:

@@ -99,7 +99,7 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if t.total_tokens < tokens_per_step:
         raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
                          "(global_batch x seq_len): raise it or shrink the batch.")
-    total_steps = -(-t.total_tokens // tokens_per_step)  # exact: a float quotient rounds past 2**53 tokens
+    total_steps = sps_config.schedule_steps(t, cfg.seq_len)
     if total_steps > sps_config.MAX_STEP:
         raise ValueError(f"train.total_tokens={t.total_tokens} makes {total_steps} steps of {tokens_per_step} tokens, "
                          f"more than {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: lower total_tokens or raise "
@@ -385,6 +385,11 @@ def _config_notes(cfg, t) -> list[str]:
                      f"ever leaves the window, so {cfg.variant} attends here as with no window at all.")
     if t.peak_lr == 0:  # a frozen run checks the loop and the data; 1e-400 reads as 0.0
         notes.append("note: train.peak_lr=0 leaves the weights as they start: every step trains at learning rate 0.")
+    last = sps_config.schedule_steps(t, cfg.seq_len)
+    if t.stop_at_step > last:  # allowed: a time-sliced job's last leg may ask past the end
+        notes.append(f"note: train.stop_at_step={t.stop_at_step} is past the schedule's last step, {last} "
+                     f"(train.total_tokens={t.total_tokens} in steps of train.global_batch x model.seq_len tokens): "
+                     "the run ends there.")
     return notes
 
 

@@ -694,6 +694,16 @@ def test_a_peak_learning_rate_of_zero_is_said(tmp_path, tokens, peak, said):
     assert (note in outcome.stderr) == said, outcome.stderr
 
 
+@pytest.mark.parametrize("stop, said", [(3, True), (2, False)])
+def test_a_stop_past_the_schedules_end_is_said_and_the_run_trains_to_its_end(tmp_path, tokens, stop, said):
+    # A time-sliced job's last leg may ask past the end (a refusal would fail it); the run ended there without a word.
+    outcome = train_here(tmp_path / "run", tokens, 2, f"--config.train.stop_at_step={stop}")
+    assert outcome.status == 0, outcome.stderr
+    note = (f"note: train.stop_at_step={stop} is past the schedule's last step, 2 (train.total_tokens=")
+    assert (note in outcome.stderr) == said, outcome.stderr
+    assert json.loads(outcome.stdout.strip().splitlines()[-1])["step"] == 2
+
+
 @pytest.mark.parametrize("args, says", [((1, 0), r"^process_count must be at least 1, got 0\.$"),  # ZeroDivisionError
                                         (("1",), r"^num_devices must be an integer"),
                                         ((0,), r"^num_devices must be at least 1"),
