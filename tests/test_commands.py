@@ -279,19 +279,20 @@ class _Parsed(BaseException):
     """Raised by a command's parser once it has read an example, so that nothing of the command runs."""
 
 
-def test_cli_every_example_command_line_of_every_help_text_parses_with_its_commands_parser(monkeypatch):
-    # A renamed or removed flag leaves the examples of --help naming it: each example must parse as written.
-    monkeypatch.setenv("COLUMNS", "100")  # where argparse wraps the prose: a line never starts an example there
-    texts = list(help_texts())
+def wrong_command_lines(monkeypatch, examples) -> tuple[int, list[str]]:
+    """How many of the (label, line, whole, words) examples parse with their command's parser, and a line for each
+    that does not. Nothing of a command runs: its parser stops once it has read the words, takes a placeholder (N,
+    RUN) for any value, and asks for the required flags only of a whole command line."""
     parse_args = cli.ArgumentParser.parse_args
     whole = True  # whether the example parse_only reads is a whole command line (set by the loop below)
 
     def parse_only(self, args=None, namespace=None):
         for parser in cli._parsers(self):
             for action in parser._actions:
-                if action.type is not None:
+                if action.type is not None:  # a placeholder, or the flag's metavar as --help writes it (QxK,...)
                     action.type = functools.partial(
-                        lambda kind, text: text if PLACEHOLDER.fullmatch(text) else kind(text), action.type)
+                        lambda kind, metavar, text: text if PLACEHOLDER.fullmatch(text) or text == metavar
+                        else kind(text), action.type, action.metavar)
                 action.required = action.required and whole
             for group in parser._mutually_exclusive_groups:
                 group.required = group.required and whole
@@ -302,16 +303,62 @@ def test_cli_every_example_command_line_of_every_help_text_parses_with_its_comma
 
     monkeypatch.setattr(cli.ArgumentParser, "parse_args", parse_only)
     checked, wrong = 0, []
-    for module, prefix, text in texts:
-        for line, whole, words in help_examples(text):
-            assert words[0] in ("python", "python3") and words[1] == "-m", line
-            try:
-                status = main_of(words[2])(words[3:])
-            except _Parsed:
-                checked += 1
-                continue
-            except SystemExit as exit_:
-                status = exit_.code
-            wrong.append(f"python -m {' '.join([module, *prefix])} --help: {line!r} (status {status})")
+    for label, line, whole, words in examples:
+        assert words[0] in ("python", "python3") and words[1] == "-m", line
+        try:
+            status = main_of(words[2])(words[3:])
+        except _Parsed:
+            checked += 1
+            continue
+        except SystemExit as exit_:
+            status = exit_.code
+        wrong.append(f"{label}: {line!r} (status {status})")
+    return checked, wrong
+
+
+def test_cli_every_example_command_line_of_every_help_text_parses_with_its_commands_parser(monkeypatch):
+    # A renamed or removed flag leaves the examples of --help naming it: each example must parse as written.
+    monkeypatch.setenv("COLUMNS", "100")  # where argparse wraps the prose: a line never starts an example there
+    examples = [(f"python -m {' '.join([module, *prefix])} --help", line, whole, words)
+                for module, prefix, text in list(help_texts()) for line, whole, words in help_examples(text)]
+    checked, wrong = wrong_command_lines(monkeypatch, examples)
     assert not wrong, "\n".join(wrong)
     assert checked >= 10  # the examples were found
+
+
+def doc_examples():
+    """(file, the line, whether it is a whole command line, its words) of each command line of the README and
+    docs/, as help_examples reads them: a line of a fenced block (a backslash continues it, ``&&`` starts another
+    command, a shell variable's ``$`` is dropped), or a command in backquotes in the prose, which may leave
+    required flags out. ``a | b --flag`` after a module gives each subcommand with its own flags, and a ``...``
+    word (more of the same) is left out; a prose mention of a module without its arguments has nothing to check."""
+    for path in DOCS:
+        text = path.read_text()
+        blocks = re.findall(r"^```([a-z]*)\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+        lines = [(part, True) for language, block in blocks if language in ("", "bash", "sh")
+                 for line in block.replace("\\\n", " ").splitlines() for part in line.split("&&")]
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+        lines += [(" ".join(span.split()), False) for span in re.findall(r"`([^`]+)`", prose)]
+        for part, whole in lines:
+            command = re.search(r"(python3? -m sps_jax\S*)((?:\s.*)?)$", part.strip())
+            if not command:
+                continue
+            head, rest = command.groups()
+            alternatives = re.split(r"\s+\|\s+", rest) if re.search(r"\s\|\s", rest) else [rest]
+            for alternative in alternatives:  # a list of subcommands shows no whole command line
+                line = re.sub(r"\$(?=[A-Z])", "", f"{head} {alternative}".strip())
+                example = line if whole and len(alternatives) == 1 else f"``{line}``"
+                for shown, whole_line, words in help_examples(example):
+                    words = [word for word in words if word != "..."]
+                    if words[2] == "sps_jax.evaluation.lm_eval_cli" or (  # lm-eval's own parser, which loads jax
+                            not whole_line and (len(words) == 3 or PLACEHOLDER.fullmatch(words[3]))):
+                        continue
+                    yield path.name, shown, whole_line, words
+
+
+def test_cli_every_command_line_of_the_readme_and_docs_parses_with_its_commands_parser(monkeypatch):
+    # Users run what the README and docs/ show: a renamed or removed flag must not leave a command line there.
+    examples = list(doc_examples())
+    checked, wrong = wrong_command_lines(monkeypatch, examples)
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 80  # the command lines were found
