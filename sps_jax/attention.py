@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from sps_jax import attention_inputs, masks, mesh as sps_mesh
-from sps_jax.names import ATTENTION_BACKENDS, AUTO, did_you_mean
+from sps_jax.names import AUTO, check_backend
 
 # The score a hidden key gets: finite, so a row with every key hidden gives exp(0) times a zero mask, not inf - inf.
 # The kernels use pallas_attention.MASK_VALUE (-0.7 x float32's max, as jax's flash kernels do): any finite value far
@@ -103,13 +103,6 @@ def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
 # flash kernel sets (kernel_tuning.KERNEL_SETS) also name their kernels (``KERNELS``, ``TUNING_FIELD``).
 KERNEL_MODULES = {"pallas": "sps_jax.pallas_attention", "triton": "sps_jax.triton_attention",
                   "splash": "sps_jax.splash_attention"}
-
-
-def check_backend(name) -> None:
-    """One sentence, naming the backend ``name`` likely means, when it is none of :data:`ATTENTION_BACKENDS`."""
-    if not isinstance(name, str) or name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}{did_you_mean(name, ATTENTION_BACKENDS)}: choose one of "
-                         f"{', '.join(ATTENTION_BACKENDS)}.")
 
 
 def resolve(name: str, platform: str | None = None) -> str:

@@ -2,7 +2,7 @@
 
 Every checkpoint holds (at least) the items ``params`` (the f32 parameter pytree) and
 ``meta`` (JSON: step, tokens seen, ..., and ``trained_as``: the model fields that change what the weights
-compute but not their shapes, ``model.FUNCTION_FIELDS``); training adds the optimizer state and the data
+compute but not their shapes, ``model_config.FUNCTION_FIELDS``); training adds the optimizer state and the data
 iterator. Every reader that pairs a checkpoint with a config holds the two to agree
 (:func:`check_trained_as`), since every variant has the same shapes. The run folder around them
 (``config.json``, finding a run, loading a model) is ``sps_jax.runs``.

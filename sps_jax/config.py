@@ -22,6 +22,7 @@ import ml_collections
 import numpy as np
 
 from sps_jax import cli, files, masks
+from sps_jax.model_config import ModelConfig
 from sps_jax.names import close_name, did_you_mean
 from sps_jax.cli import UserError
 
@@ -57,10 +58,7 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
 
 def model_section(variant: str = masks.DEFAULT_VARIANT, window: int | None = masks.DEFAULT_WINDOW, **fields):
     """``ModelConfig``'s defaults (the tiny CPU model) with ``fields`` set, as a ConfigDict."""
-    from sps_jax import model as sps_model  # not at the top: the commands' parsers load without jax
-
-    return ml_collections.ConfigDict(dataclasses.asdict(sps_model.ModelConfig(variant=variant, window=window,
-                                                                              **fields)))
+    return ml_collections.ConfigDict(dataclasses.asdict(ModelConfig(variant=variant, window=window, **fields)))
 
 
 def paper_model_section(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
@@ -163,17 +161,9 @@ def field_paths() -> dict[str, str]:
     """Each config field's name and its path (``attention`` -> ``model.attention``): names are unique across the
     sections, so a command that takes overrides can tell a user who wrote ``--attention`` which override it is.
     Without jax, as every argument error is answered."""
-    sections = {"model": _model_fields(), "train": train_config(), "data": data_config(), "mesh": mesh_config(),
-                "metrics": metrics_config()}
+    sections = {"model": [f.name for f in dataclasses.fields(ModelConfig)], "train": train_config(),
+                "data": data_config(), "mesh": mesh_config(), "metrics": metrics_config()}
     return {key: f"{section}.{key}" for section, keys in sections.items() for key in keys}
-
-
-def _model_fields() -> list[str]:
-    """``ModelConfig``'s fields, read from its class in model.py's source: importing that module loads jax."""
-    source = pathlib.Path(importlib.util.find_spec("sps_jax.model").origin).read_text(encoding="utf-8")
-    body = next(node.body for node in ast.parse(source).body
-                if isinstance(node, ast.ClassDef) and node.name == "ModelConfig")
-    return [node.target.id for node in body if isinstance(node, ast.AnnAssign)]
 
 
 def run_name(prefix: str, model) -> str:
@@ -418,9 +408,9 @@ def _failure(exc: BaseException, path: str) -> str:
 
 def check_override_values(overrides) -> None:
     """The last override of each numeric field with known bounds (:data:`RANGES`, ``model.num_layers``) held to them
-    in the sentences of the later checks. Commands ask it before :func:`load_config` runs the config file, which loads
-    jax (its model section is ModelConfig's), so a value out of range is refused in its plain text first. A value of
-    another kind is left to :func:`apply_override`, which says so."""
+    in the sentences of the later checks. Commands ask it before :func:`load_config` runs the config file, so a value
+    out of range is refused in its plain text first, whatever the file does. A value of another kind is left to
+    :func:`apply_override`, which says so."""
     last = {override_key(item): item for item in check_overrides(overrides)}  # a key given twice takes its last value
     for key, item in last.items():
         text = item.partition("=")[2]
@@ -589,11 +579,9 @@ def _check_known_fields(config) -> None:
 
 def _check_model_fields(model: ml_collections.ConfigDict) -> None:
     """Every field of what the model is, present, as a missing train field is: one left out took ModelConfig's
-    default (the tiny CPU model's) without a word. A field of how it is computed (``model.EXECUTION_FIELDS``)
+    default (the tiny CPU model's) without a word. A field of how it is computed (``model_config.EXECUTION_FIELDS``)
     may be left to its default, which runs the same model."""
-    from sps_jax import model as sps_model  # not at the top: the commands' parsers load without jax
-
-    missing = sps_model.ModelConfig.missing_fields(model)
+    missing = ModelConfig.missing_fields(model)
     if missing:
         raise UserError(f"the config's model section has no {', '.join(missing)}: set "
                         f"{'it' if len(missing) == 1 else 'them'} (sps_jax.config.model_section(variant, window, "

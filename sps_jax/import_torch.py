@@ -509,7 +509,7 @@ def _problem(config) -> str | None:
 
 
 def _function_fields(model) -> dict | None:
-    """The fields of what a model section computes beyond its shapes (``model.FUNCTION_FIELDS``), or None when the
+    """The fields of what a model section computes beyond its shapes (``model_config.FUNCTION_FIELDS``), or None when the
     section describes no model."""
     from sps_jax import model as sps_model
 

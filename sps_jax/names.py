@@ -26,6 +26,13 @@ def close_name(word: str, names) -> str | None:
     return found[0] if found else None
 
 
+def check_backend(name) -> None:
+    """One sentence, naming the backend ``name`` likely means, when it is none of :data:`ATTENTION_BACKENDS`."""
+    if not isinstance(name, str) or name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}{did_you_mean(name, ATTENTION_BACKENDS)}: choose one of "
+                         f"{', '.join(ATTENTION_BACKENDS)}.")
+
+
 def did_you_mean(word, names) -> str:
     """`` (did you mean 'NAME'?)`` for the name of ``names`` that ``word`` likely means, or "" (a
     ``word`` that is no string, such as None, means none of them)."""

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, run_files, token_folder, tracking
-from sps_jax import model as sps_model
+from sps_jax import model as sps_model, model_config
 from sps_jax.cli import UserError
 from sps_jax.run_files import (CONFIG_FILE, RUN_FILES, checkpoint_step, find_run, is_run, refuse_inside_run,
                                refuse_run_files, run_file)
@@ -62,7 +62,7 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
 def check_model_fields(config, workdir: str) -> str:
     """The path of ``workdir``'s config.json, once ``config`` (read from it) has every model field that says
     what the model is; one sentence naming the missing ones. A field of how it is computed
-    (``model.EXECUTION_FIELDS``) may be missing: its default runs the same model, and a run written before
+    (``model_config.EXECUTION_FIELDS``) may be missing: its default runs the same model, and a run written before
     the field existed has none."""
     path = os.path.join(workdir, CONFIG_FILE)
     missing = sps_model.ModelConfig.missing_fields(config.model)
@@ -398,7 +398,7 @@ def model_differences(saved, config) -> list[str]:
     """The model fields two configs disagree on, ignoring how the model is computed (another attention
     backend, remat or chunking runs the same model)."""
     old, new = _model_fields(saved.model), _model_fields(config.model)
-    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in sps_model.EXECUTION_FIELDS)
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in model_config.EXECUTION_FIELDS)
 
 
 def _model_fields(model) -> dict:
@@ -436,7 +436,7 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
     except ValueError as e:
         raise UserError(f"{flag}: {cli.sentence(e)}") from None
     changed = model_differences(saved, config)
-    shapes = [k for k in changed if k in sps_model.SHAPE_FIELDS]
+    shapes = [k for k in changed if k in model_config.SHAPE_FIELDS]
     if shapes:
         theirs = ", ".join(f"{k}={saved.model.get(k)!r}" for k in shapes)
         raise UserError(f"{flag} holds parameters of other shapes ({theirs}; this config has "

@@ -2,13 +2,15 @@
 
 import os
 import re
+import subprocess
+import sys
 
 import ml_collections
 import pytest
 
 from sps_jax import config as sps_config, masks, optim
 from sps_jax import model as sps_model
-from tests.helpers import REPO, not_one_path
+from tests.helpers import REPO, env, not_one_path
 
 
 @pytest.mark.parametrize("scale", sorted(sps_config.SCALES))
@@ -20,6 +22,19 @@ def test_paper_config_builds_a_valid_model_config(scale, variant):
     assert (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.head_dim) == (layers, d, heads, 3 * d, 64)
     assert cfg.window == (None if variant in ("standard", "two_x_memory") else 16)
     assert (cfg.vocab_size, cfg.seq_len) == (50304, 4096)
+
+
+def test_loading_and_checking_a_config_file_imports_no_jax():
+    """A config file's value out of range is refused before jax loads (seconds, and the CUDA plugin's log lines):
+    loading the shipped configs (whose model sections are ModelConfig's, checked) and checking them as train does
+    need no jax."""
+    script = ("import sys\nfrom sps_jax import config\n"
+              "for spec in ('configs/tiny.py', 'configs/paper.py:s,sps,64'):\n"
+              "    config.check_run_config(config.load_config(spec))\n"
+              "print('loaded', 'jax' in sys.modules, 'flax' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.splitlines()[-1:] == ["loaded False False"], proc.stdout[-1000:] + proc.stderr[-2000:]
 
 
 def test_attention_dims_are_the_scales_heads_of_64_or_its_width_in_wider_heads():

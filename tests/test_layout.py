@@ -19,6 +19,7 @@ LOW_LEVEL = {
     "sps_jax.optim": set(),
     "sps_jax.hardware": set(),
     "sps_jax.masks": {"sps_jax.vocab", "sps_jax.names"},
+    "sps_jax.model_config": {"sps_jax.masks", "sps_jax.names", "sps_jax.vocab"},
     "sps_jax.flops": {"sps_jax.masks", "sps_jax.hardware"},
     "sps_jax.plotting": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.torch_layout": set(),
