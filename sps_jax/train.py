@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, run_files
+from sps_jax import cli, config as sps_config, model_config, run_files
 
 
 TIMEOUT_FLAG = "--coordinator-timeout-s"
@@ -132,14 +132,15 @@ def main(argv=None) -> int:
     check_distributed(args)
     run_files.check_workdir_place(args.workdir)  # before jax loads with the config; runs.check_workdir has the rest
     sps_config.check_override_values(overrides)
-    init_from = sps_config.override_value(overrides, "train.init_from")
-    if isinstance(init_from, str) and init_from.strip() and cli.unexpanded_home(init_from) is None:
-        run_files.init_from_run(init_from)  # a path that names no run, before jax too (check_labels says the rest)
-    with cli.stop_exits_while_loading():  # a config builds its model with jax, and the trainer loads it
+    with cli.stop_exits_while_loading():  # a config file may import jax itself, and the trainer loads it
         config = sps_config.load_config(args.config, overrides)
-        sps_config.check_run_config(config)  # the checks that need no devices, before joining a cluster
-        from sps_jax import model as sps_model, trainer
-    sps_model.ModelConfig.from_config(config.model)  # refuses a bad model section here, not after joining a cluster
+        # The checks that need no jax, on the file's values and the overrides alike, before jax loads and before
+        # joining a cluster.
+        sps_config.check_run_config(config)
+        model_config.ModelConfig.from_config(config.model)
+        if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
+            run_files.init_from_run(config.train.init_from)
+        from sps_jax import trainer
     if args.distributed or args.coordinator:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout_s)
     summary = trainer.train(config, args.workdir, force=args.force)

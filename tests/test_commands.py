@@ -189,13 +189,11 @@ ANSWERED_WITHOUT_JAX = {
 }
 
 
-@pytest.mark.parametrize("module", sorted(ANSWERED_WITHOUT_JAX))
-def test_help_version_and_argument_errors_are_answered_without_importing_jax(module):
-    """jax takes about a second to import and prints the CUDA plugin's warnings on a machine without a GPU:
-    a command's --help, --version or an argument error must not wait for it. One fresh interpreter runs
-    each argument list through the command's main and reports whether jax is loaded after it."""
+def answers_without_jax(module: str, argvs) -> tuple[list[list[str]], str]:
+    """([exit status, whether jax is loaded] after each argument list, stderr): one fresh interpreter runs each
+    argument list through ``module``'s main."""
     script = (f"import sys\nfrom {module} import main\n"
-              f"for argv in {ANSWERED_WITHOUT_JAX[module]!r}:\n"
+              f"for argv in {argvs!r}:\n"
               "    try:\n        status = main(argv)\n"
               "    except SystemExit as exit_:\n        status = exit_.code\n"
               "    print('answered', argv, status, 'jax' in sys.modules, file=sys.stderr)\n")
@@ -203,11 +201,48 @@ def test_help_version_and_argument_errors_are_answered_without_importing_jax(mod
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     answers = [line.split("] ")[1].split() for line in proc.stderr.splitlines() if line.startswith("answered")]
-    assert len(answers) == len(ANSWERED_WITHOUT_JAX[module]), proc.stderr[-2000:]
-    assert [jax_loaded for _, jax_loaded in answers] == ["False"] * len(answers), proc.stderr[-2000:]
+    assert len(answers) == len(argvs), proc.stderr[-2000:]
+    return answers, proc.stderr
+
+
+@pytest.mark.parametrize("module", sorted(ANSWERED_WITHOUT_JAX))
+def test_help_version_and_argument_errors_are_answered_without_importing_jax(module):
+    """jax takes about a second to import and prints the CUDA plugin's warnings on a machine without a GPU:
+    a command's --help, --version or an argument error must not wait for it. One fresh interpreter runs
+    each argument list through the command's main and reports whether jax is loaded after it."""
+    answers, stderr = answers_without_jax(module, ANSWERED_WITHOUT_JAX[module])
+    assert [jax_loaded for _, jax_loaded in answers] == ["False"] * len(answers), stderr[-2000:]
     # help and version exit with 0, the refusals with the one-sentence status 2
     expected = ["0" if {"--help", "--version"} & set(argv) else "2" for argv in ANSWERED_WITHOUT_JAX[module]]
-    assert [status for status, _ in answers] == expected, proc.stderr[-2000:]
+    assert [status for status, _ in answers] == expected, stderr[-2000:]
+
+
+# Values set inside a config file (not as overrides) that train and the bench commands refuse, each with the words of
+# its sentence: a model field the model refuses, a train field out of its range, and (train) an init_from naming no run.
+BAD_CONFIG_LINES = {"model": ("c.model.num_heads = 3", "d_model=64 must split into num_heads=3"),
+                    "train": ("c.train.b2 = 1.0", "train.b2=1.0 must be"),
+                    "init_from": ("c.train.init_from = 'DOES_NOT_EXIST'", "train.init_from=DOES_NOT_EXIST")}
+
+
+def test_cli_a_config_files_own_bad_values_are_refused_before_jax_loads(tmp_path):
+    """Loading a config file loads no jax, so train and the bench commands that take --config refuse the file's
+    own values as they do an override's: in one sentence, before jax's seconds of import and the CUDA plugin's log
+    lines."""
+    configs = {}
+    for what, (line, _) in BAD_CONFIG_LINES.items():
+        configs[what] = tmp_path / f"{what}.py"
+        configs[what].write_text("from sps_jax import config\n\n\ndef get_config():\n"
+                                 f"    c = config.load_config('configs/tiny.py')\n    {line}\n    return c\n")
+    bench = [["train", "--config"], ["smoke", "--config"], ["generate", "--config"],
+             ["compile", "--target", "h100", "--config"]]
+    runs = {"sps_jax.train": [(what, ["--config", str(path), "--workdir", str(tmp_path / "w")])
+                              for what, path in configs.items()],
+            "sps_jax.bench.__main__": [(what, [*argv, str(configs[what])]) for argv in bench
+                                       for what in ("model", "train")]}
+    for module, cases in runs.items():
+        for what, argv in cases:  # each in an interpreter of its own: once jax loads, it stays loaded
+            answers, stderr = answers_without_jax(module, [argv])
+            assert answers == [["2", "False"]] and BAD_CONFIG_LINES[what][1] in stderr, (module, argv, stderr[-3000:])
 
 
 def test_cli_data_prepare_and_verify_run_without_importing_jax(tmp_path):

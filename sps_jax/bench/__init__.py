@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import cli, config as sps_config, files, masks, run_files
+from sps_jax import cli, config as sps_config, files, masks, model_config, run_files
 
 
 # The most timed repetitions a benchmark takes (--iters, --repeats), the bound of bench train's --steps: a count
@@ -23,13 +23,11 @@ def load_config(path: str, overrides=()):
     train section), every section to :func:`sps_jax.config.check_run_config`: a value out of range is refused
     whether the benchmark reads it or not, as train refuses it (``bench compile --only kernels`` took
     ``model.num_layers=0``, ``bench generate`` a negative ``train.peak_lr``). A config of a model section alone is a
-    model's shapes, which generate and smoke need no more than."""
-    from sps_jax import model as sps_model
-
+    model's shapes, which generate and smoke need no more than. Loads no jax: the commands call it before jax loads."""
     config = sps_config.load_config(path, overrides)
     if "train" in config:
         sps_config.check_run_config(config)
-    sps_model.ModelConfig.from_config(config.model)
+    model_config.ModelConfig.from_config(config.model)
     return config
 
 

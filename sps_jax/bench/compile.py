@@ -466,7 +466,8 @@ def _check_sizes(args, model) -> None:
 @cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    sps_config.check_override_values(args.overrides)  # before jax loads with the config
+    sps_config.check_override_values(args.overrides)  # before the config file runs
+    bench.load_config(args.config, args.overrides)  # the config file's own refusals, before jax loads
     with cli.stop_exits_while_loading():  # the parser loads no jax; the checks of the programs need it
         import jax
     _check_workload(args)

@@ -34,7 +34,7 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench, cli, files, hardware, masks, names
+from sps_jax import bench, cli, files, hardware, masks, model_config, names
 
 RESULT_PREFIX = "BENCH_RESULT "
 
@@ -65,8 +65,6 @@ def _parse(argv, config_fields=None):
 
 
 def _model_config(args, overrides, variant, backend=None):
-    from sps_jax import model as sps_model
-
     config = bench.load_config(args.config, overrides)
     fields = dict(config.model)
     vis = masks.Visibility(fields["variant"], fields["window"]).with_variant(variant)
@@ -74,7 +72,7 @@ def _model_config(args, overrides, variant, backend=None):
     fields["seq_len"] = max(fields["seq_len"], args.prefill)
     if backend:
         fields["attention"] = backend
-    return sps_model.ModelConfig.from_config(fields)
+    return model_config.ModelConfig.from_config(fields)
 
 
 def check_workload(cfg, args, memory_bytes: int, device: str) -> None:
@@ -305,14 +303,14 @@ def main(argv=None) -> int:
     variants, backends = args.variants, args.attention or [None]
     runs_asked = [(v, b) for b in backends for v in variants]
     bench.check_profile(args)
-    sps_config.check_override_values(overrides)  # before jax loads with the config
+    sps_config.check_override_values(overrides)  # before the config file runs
 
-    # Config errors before any compilation, and a workload no listed accelerator holds before a worker
-    # touches the device (this process must not: see below).
+    # Config errors before any compilation (the config file's own before jax loads), and a workload no listed
+    # accelerator holds before a worker touches the device (this process must not: see below).
+    cfgs = {(v, b): _model_config(args, overrides, v, b) for v, b in runs_asked}
     attention = cli.load("sps_jax.attention")  # with jax, which the parser and its checks did without
 
     largest = hardware.largest()
-    cfgs = {(v, b): _model_config(args, overrides, v, b) for v, b in runs_asked}
     backends_run = list(dict.fromkeys(cfg.attention for cfg in cfgs.values()))
     for cfg in cfgs.values():
         check_workload(cfg, args, largest.memory_bytes, largest.name)

@@ -148,9 +148,9 @@ def main(argv=None) -> int:
                         "decode loop)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
-    sps_config.check_override_values(overrides)  # before jax loads with the config
+    sps_config.check_override_values(overrides)  # before the config file runs
+    config = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
     cli.load("sps_jax.inference.decoding")  # the model and decoder, with jax: the checks from here on need them
-    config = bench.load_config(args.config, overrides)
     results = smoke(config, args.batch_size, variants=args.variants, log=lambda line: print(line, flush=True))
     bench.write_results(args, results)
     said = failures(results, config.model.attention)

@@ -142,12 +142,12 @@ def main(argv=None) -> int:
     args = bench.check_json(parser.parse_args(rest))
     check_steps(args.steps, args.warmup)
     bench.check_profile(args)
-    sps_config.check_override_values(overrides)  # before jax loads with the config
+    sps_config.check_override_values(overrides)  # before the config file runs
+    base = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
     with cli.stop_exits_while_loading():
         import jax
 
         from sps_jax import attention, profiling, trainer
-    base = bench.load_config(args.config, overrides)
     variants = args.variants or [base.model.variant]
     base_vis = masks.Visibility(base.model.variant, base.model.window)
     platform = jax.devices()[0].platform
