@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -115,6 +116,9 @@ def get_tokenizer(ranks_path: str | None = None):
     return enc
 
 
+_HALF_PAIR = re.compile("[\ud800-\udfff]")
+
+
 def check_text(text: str, name: str) -> str:
     """``text`` when it holds no lone surrogate, which is no character: tiktoken encodes one as U+FFFD without a
     word, so the ids would be of another text. An argument's byte that is not UTF-8 reaches Python as one
@@ -124,10 +128,10 @@ def check_text(text: str, name: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a text (str), got a {type(text).__name__}: pass the text (token ids go to "
                         "decoding.generate).")
-    at = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None)
-    if at is None:
+    half = _HALF_PAIR.search(text)  # at C speed: every text lm-eval scores passes here
+    if half is None:
         return text
-    code = ord(text[at])
+    at, code = half.start(), ord(half.group())
     if 0xDC80 <= code <= 0xDCFF:
         byte = len(text[:at].encode("utf-8"))
         raise UserError(f"{name} is not UTF-8 text: byte {byte} is 0x{code - 0xDC00:02x}: pass UTF-8 text.")
@@ -136,11 +140,12 @@ def check_text(text: str, name: str) -> str:
 
 
 def encode(text: str, ranks_path: str | None = None) -> list[int]:
-    """Ordinary text to ids; '<|endoftext|>' in the text is not turned into EOS."""
+    """Ordinary text to ids; '<|endoftext|>' in the text is not turned into EOS. Half a surrogate pair, which
+    tiktoken would encode as U+FFFD without a word, is refused (:func:`check_text`), as ``data encode`` refuses it."""
     if not isinstance(text, str):  # tiktoken's own TypeError names no argument
         raise TypeError(f"text must be a str, got {type(text).__name__}: decode bytes first (bytes.decode('utf-8')), "
                         "or encode each text of a list.")
-    return get_tokenizer(ranks_path).encode_ordinary(text)
+    return get_tokenizer(ranks_path).encode_ordinary(check_text(text, "text"))
 
 
 def decode(ids, ranks_path: str | None = None) -> str:

@@ -51,6 +51,16 @@ def test_encode_takes_one_str(ranks_file, text):
         tokenizer.encode(text, ranks_file)
 
 
+@pytest.mark.parametrize("text, says", [("ab\ud800", r"^text holds U\+D800, half of a UTF-16 surrogate pair"),
+                                         ("caf\udce9", r"^text is not UTF-8 text: byte 3 is 0xe9")])
+def test_encode_refuses_half_a_surrogate_pair_which_tiktoken_turns_into_another_character(ranks_file, text, says):
+    # tiktoken encodes it as U+FFFD without a word: the ids were of another text (data encode refused it already)
+    with pytest.raises(ValueError, match=says):
+        tokenizer.encode(text, ranks_file)
+    assert tokenizer.encode("ab\U0001F600", ranks_file) == tokenizer.encode("ab\ud83d\ude00".encode(
+        "utf-16", "surrogatepass").decode("utf-16"), ranks_file)  # a whole pair is its character
+
+
 def test_missing_tokenizer_file_names_the_command_to_run(tmp_path):
     with pytest.raises(tokenizer.TokenizerMissing, match="python3 -m sps_jax.data provision-tokenizer"):
         tokenizer.get_tokenizer(str(tmp_path / "missing.tiktoken"))
