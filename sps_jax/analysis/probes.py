@@ -170,7 +170,7 @@ def _check_inputs(args) -> list:
         except (ValueError, OSError) as e:
             if args.val_data:
                 raise
-            raise UserError(f"the token folder {w}'s config.json names (data.dir={data}) cannot be read "
+            raise UserError(f"the token folder named in {w}'s config.json (data.dir={data}) cannot be read "
                             f"({cli.sentence(e).rstrip('.')}): pass --val-data DIR.") from None
         if args.context is not None and args.context > cfg.seq_len:  # the settings record what was used
             raise UserError(f"--context {args.context} is beyond the context of {cfg.seq_len} positions of {w}: pass "

@@ -265,7 +265,7 @@ def test_an_out_named_as_a_file_one_checkpoint_twice_and_a_run_configs_missing_d
              f"error: --workdir {run} and --workdir {run}/checkpoints/{step} are one checkpoint (step {step} of {run}): "
              "pass each once."),
             (["--workdir", str(moved), "--out", str(tmp_path / "o")],
-             f"error: the token folder {moved}'s config.json names (data.dir={tmp_path / 'gone'}) cannot be read")):
+             f"error: the token folder named in {moved}'s config.json (data.dir={tmp_path / 'gone'}) cannot be read")):
         outcome = fuzz.call(probes.main, ["window-nll", *argv])
         assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
         assert outcome.stderr.startswith(sentence) and outcome.stderr.endswith(": pass --val-data DIR.\n"
