@@ -79,6 +79,31 @@ def test_persistent_window_restricts_only_persistent_keys(variant, omega):
         assert got == expected
 
 
+# The window's edges at five positions: w = 1, w = T - 1 (the farthest key), w = T, w > T and none, beside w = 0.
+EDGE_T = 5
+EDGE_WINDOWS = (0, 1, EDGE_T - 1, EDGE_T, EDGE_T + 1, None)
+
+
+def paper_mask(variant, window, T, omega=None):
+    """bool [T*S, T*S] in the interleaved order from :func:`paper_sets`, entry by entry; a persistent window omega
+    keeps a persistent key within omega positions back (the query's own slot always)."""
+    S, persistent = (1, (True,)) if variant == "standard" else (2, Vis(variant).persistent_streams)
+    mask = np.zeros((T * S, T * S), bool)
+    for i, s in itertools.product(range(T), range(S)):
+        for k, t in paper_sets(variant, window, i, s):
+            if omega is None or not persistent[t] or i - k <= omega or (k, t) == (i, s):
+                mask[S * i + s, S * k + t] = True
+    return mask
+
+
+@pytest.mark.parametrize("variant", masks.VARIANTS)
+@pytest.mark.parametrize("window", EDGE_WINDOWS)
+def test_every_variants_mask_at_the_window_edges_of_five_positions_is_the_papers_entry_by_entry(variant, window):
+    for omega in (None, 0, 1, EDGE_T - 1, EDGE_T):
+        got = masks.dense_mask(Vis(variant, window, persistent_window=omega), np.zeros((1, EDGE_T), np.int32))[0]
+        np.testing.assert_array_equal(got, paper_mask(variant, window, EDGE_T, omega), err_msg=f"omega={omega}")
+
+
 # The attention sets of three positions in one document, written out by hand in the interleaved order
 # x0 r0 x1 r1 x2 r2 (Standard: x0 x1 x2); row = query slot, column = key slot, 1 = visible.
 # SPS (eq. sps-mask): every causal x_k; x_i the r_k with i - w <= k < i, r_i those with i - w <= k <= i.
