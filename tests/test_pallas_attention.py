@@ -19,6 +19,7 @@ from sps_jax.aot import topology
 from sps_jax.kernel_tuning import Tiles, Tuning
 from tests import attention_checks as checks
 from tests.helpers import two_row_layout
+from tests.test_masks import EDGE_T, EDGE_WINDOWS, paper_mask
 
 BLOCK = 8
 T = 27  # not a multiple of the block size
@@ -72,6 +73,31 @@ WINDOW_CASES = [
 @pytest.mark.parametrize("variant, window", WINDOW_CASES)
 def test_output_and_gradients_match_reference_for_every_window(variant, window):
     assert_matches_reference(variant, window)
+
+
+def numpy_attention(q, k, v, mask):
+    """Softmax attention of one row in float64 over the interleaved slots, masked by ``mask`` [N, N]."""
+    T, S, H, K = q.shape
+    q, k, v = (np.asarray(a, np.float64).reshape(T * S, H, K) for a in (q, k, v))
+    scores = np.where(mask[None], np.einsum("qhk,shk->hqs", q, k) / np.sqrt(K), -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.einsum("hqs,shk->qhk", weights / weights.sum(-1, keepdims=True), v).reshape(T, S, H, K)
+
+
+# Windows past T - 1 see as far as none at five positions, so the default run keeps one of them per variant.
+EDGE_CASES = [pytest.param(variant, window, marks=() if variant == "sps" or window in (0, 1, EDGE_T - 1) else
+                           pytest.mark.slow)
+              for variant in masks.VARIANTS for window in EDGE_WINDOWS
+              if Vis(variant).windowed or window is None]
+
+
+@pytest.mark.parametrize("variant, window", EDGE_CASES)
+def test_kernel_and_dense_path_are_softmax_over_the_papers_mask_at_the_window_edges_of_five_positions(variant, window):
+    doc = np.zeros((1, EDGE_T), np.int32)
+    q, k, v, _ = random_qkv(4, variant, EDGE_T, B=1)
+    want = numpy_attention(q[0], k[0], v[0], paper_mask(variant, window, EDGE_T))
+    for name, fn in (("pallas", pallas_fn(doc, variant, window)), ("xla", xla_fn(doc, variant, window))):
+        np.testing.assert_allclose(np.asarray(fn(q, k, v))[0], want, atol=1e-5, rtol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize("variant", ("standard", "two_x_memory"))
