@@ -61,6 +61,41 @@ def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, wind
     assert int(cache.length) == T
 
 
+# The window's far edges where the context is the cache (T = seq_len = 12): w = T - 1 (the ring holds every position),
+# w = T, w > T and none, and persistent windows of 0 and T - 1 beside small w; sps at T - 1 by default, the rest slow.
+_EDGE_T = 12
+_EDGE_CASES = [pytest.param(v, w, omega, marks=() if (v, w, omega) == ("sps", _EDGE_T - 1, None) else pytest.mark.slow)
+               for v in masks.VARIANTS
+               for w, omega in ([(_EDGE_T - 1, None), (_EDGE_T, None), (_EDGE_T + 1, None), (None, None)]
+                                if masks.Visibility(v, 0).windowed else [(None, None)]) + [(1, 0), (2, _EDGE_T - 1)]]
+
+
+@pytest.mark.parametrize("variant,window,omega", _EDGE_CASES)
+def test_a_one_token_prompt_decoded_to_exactly_the_context_gives_the_full_forwards_logits(variant, window, omega):
+    cfg, model, params = small_model(variant, window, seq_len=_EDGE_T, persistent_window=omega)
+    tokens = np.random.default_rng(4).integers(0, 50, (2, _EDGE_T))
+    tokens[1, 5] = EOS  # decoding across an EOS in one row
+    tokens = jnp.asarray(tokens, jnp.int32)
+    full_BTV = jax.jit(model.apply)({"params": params}, tokens)  # one compile instead of hundreds of eager ops
+    got_BTV, cache = cached_logits(cfg, params, tokens, 1)  # a prefill of one token, then 11 decode steps
+    np.testing.assert_allclose(np.asarray(got_BTV), np.asarray(full_BTV), rtol=1e-5, atol=1e-5)
+    assert int(cache.length) == cfg.seq_len
+
+
+def test_greedy_generation_from_one_token_to_exactly_the_context_equals_the_full_forwards_argmax():
+    cfg, model, params = small_model("sps", 2, seq_len=_EDGE_T)
+    out = decoding.generate(cfg, params, [[5]], max_new_tokens=cfg.seq_len - 1, stop_on_eos=False)[0]
+    seq = np.zeros((1, cfg.seq_len), np.int32)
+    seq[0, 0] = 5
+    forward = jax.jit(lambda tokens: model.apply({"params": params}, tokens))
+    for i in range(1, cfg.seq_len):
+        seq[0, i] = int(jnp.argmax(forward(jnp.asarray(seq))[0, i - 1, :EOS + 1]))
+    assert out == seq[0, 1:].tolist()
+    with pytest.raises(ValueError, match=r"^prompt 0 \(1 tokens\) plus max_new_tokens 12 exceeds the model's context "
+                                         r"of 12: "):
+        decoding.generate(cfg, params, [[5]], max_new_tokens=cfg.seq_len, stop_on_eos=False)
+
+
 def test_a_cache_missing_the_ring_would_change_the_logits():
     """The equality above is sensitive: dropping the ring's entries changes SPS's decode logits."""
     cfg, model, params = small_model("sps", 3)
