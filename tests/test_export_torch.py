@@ -65,7 +65,8 @@ def assert_same_run(a, b):
         assert x.dtype == y.dtype == jnp.float32 and np.array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.parametrize("window", [0, 3])
+# w = 0, a small w, and the far edges T - 1, T + 1 and none (exported as the context, read back as the run's own).
+@pytest.mark.parametrize("window", [0, 3, T - 1, T + 1, "none"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_round_trip_through_both_formats_is_exact(tmp_path, variant, window):
     run = make_run(tmp_path / "run", variant, window)
