@@ -171,6 +171,27 @@ def test_the_model_class_their_config_names_gives_the_variant(tmp_path, target, 
     assert net.cfg.variant == variant
 
 
+@pytest.mark.parametrize("variant", ["standard", "sps", "two_x_memory", "delayed_state", "reverse_sps"])
+def test_an_authors_checkpoint_imported_exported_and_imported_again_keeps_their_tensors_bit_for_bit(tmp_path, variant):
+    # Import -> export -> import: the exported file holds the authors' float32 tensors unchanged under their names,
+    # and its import is the first import's run.
+    sd = synthetic_state_dict(compiled=True)
+    torch.save(authors_checkpoint(sd, window=2), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--variant", variant, "--out", str(tmp_path / "run"),
+                              *OVERRIDES]) == 0
+    export_torch.export_run(str(tmp_path / "run"), str(tmp_path / "back.pt"))
+    back = torch.load(tmp_path / "back.pt", weights_only=True)["model"]
+    assert set(back) == {k.removeprefix("_orig_mod.") for k in sd}
+    for key, tensor in sd.items():
+        assert back[key.removeprefix("_orig_mod.")].dtype == torch.float32
+        assert torch.equal(back[key.removeprefix("_orig_mod.")], tensor), key
+    import_torch.import_checkpoint(str(tmp_path / "back.pt"), str(tmp_path / "again"))
+    (config, params, step), (config2, params2, step2) = runs.load_run(str(tmp_path / "run")), \
+        runs.load_run(str(tmp_path / "again"))
+    assert config.model.to_dict() == config2.model.to_dict() and step == step2 == 4
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: np.array_equal(a, b), params, params2))
+
+
 def test_a_variant_against_the_saved_model_class_is_said_and_an_unknown_class_needs_the_flag(tmp_path, capsys):
     torch.save(authors_checkpoint(synthetic_state_dict(), target="modeling.models.sps.SPSModel"), tmp_path / "a.pt")
     assert import_torch.main([str(tmp_path / "a.pt"), "--variant", "delayed_state", "--out", str(tmp_path / "r")]) == 0
@@ -292,6 +313,22 @@ def test_a_state_dict_saved_from_a_ddp_wrapped_model_imports_with_a_note(tmp_pat
         "DistributedDataParallel wrapper, which the authors' trainer removes before saving: it is removed."
     assert len(err) == 2 and err[1].startswith(f"wrote {tmp_path / 'run'}: sps (window 2)")
     logits_match(tmp_path / "run", sd)
+
+
+@pytest.mark.parametrize("prefix", ["", "_orig_mod.", "module.", "module._orig_mod."])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_a_safetensors_file_of_any_float_dtype_under_any_wrappers_prefix_imports_with_its_own_numbers_logits(
+        tmp_path, dtype, prefix):
+    # The .pt files above cover the dtypes unprefixed and the prefixes in float32; safetensors reads bfloat16 by
+    # another path (no numpy dtype), and a compiled or DDP-wrapped model's keys keep their prefix there too.
+    import safetensors.torch
+
+    sd = {k: v.to(dtype) for k, v in synthetic_state_dict(compiled=False).items()}
+    sd["lm_head.weight"] = sd["transformer.wte.weight"].clone()  # safetensors refuses tensors that share memory
+    safetensors.torch.save_file({prefix + k: v for k, v in sd.items()}, str(tmp_path / "ckpt.safetensors"))
+    assert import_torch.main([str(tmp_path / "ckpt.safetensors"), "--variant", "sps", "--window", "2", "--num-heads",
+                              str(H), "--seq-len", str(T), "--out", str(tmp_path / "run"), *OVERRIDES]) == 0
+    logits_match(tmp_path / "run", {k: v.float() for k, v in sd.items()})
 
 
 @pytest.mark.parametrize("prefix", ["module.", "_orig_mod."])
