@@ -100,6 +100,20 @@ def test_kernel_and_dense_path_are_softmax_over_the_papers_mask_at_the_window_ed
         np.testing.assert_allclose(np.asarray(fn(q, k, v))[0], want, atol=1e-5, rtol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow  # the interpreter's backward pass takes 5 to 10 s a case
+@pytest.mark.parametrize("variant", ("standard", "sps", "delayed_state"))
+@pytest.mark.parametrize("T", (1, 2))
+def test_kernel_at_one_and_two_positions_is_softmax_over_the_papers_mask_with_the_dense_paths_gradients(variant, T):
+    # One or two positions in a tile of eight: every other row and column of the tile is padding.
+    doc = np.zeros((1, T), np.int32)
+    q, k, v, ct = random_qkv(5, variant, T, B=1)
+    got = checks.outputs_and_grads(pallas_fn(doc, variant, 0), q, k, v, ct)
+    np.testing.assert_allclose(np.asarray(got[0])[0], numpy_attention(q[0], k[0], v[0], paper_mask(variant, 0, T)),
+                               atol=1e-5, rtol=1e-5)
+    for name, g, w in zip(("dq", "dk", "dv"), got[1:], checks.outputs_and_grads(xla_fn(doc, variant, 0), q, k, v, ct)[1:]):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-5, rtol=2e-5, err_msg=name)
+
+
 @pytest.mark.parametrize("variant", ("standard", "two_x_memory"))
 def test_variants_without_a_windowed_stream_match_reference(variant):
     assert_matches_reference(variant, BLOCK)
