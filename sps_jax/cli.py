@@ -502,6 +502,15 @@ class ArgumentParser(argparse.ArgumentParser):
             message = f"name a command, one of {', '.join(commands)}"  # "required: command" would name none of them
         raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
 
+    def _print_message(self, message, file=None):
+        """argparse's writer of help and version without its ``except OSError: pass``, which would end a command whose
+        help went into a full disk or a closed pipe with 0: the boundary (:func:`main`) says it as for any other
+        output, in one sentence, or quietly with 141 for a pipe whose reader went away."""
+        if message:
+            file = file or sys.stderr
+            file.write(message)
+            file.flush()
+
     def _value_like_a_flag(self, message: str) -> str:
         """argparse's "argument --prompt: expected one argument" where the word after the flag starts with '-'
         (--prompt -hello) and is none of the command's flags: that word is the value meant, and '=' gives it."""

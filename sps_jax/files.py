@@ -28,8 +28,8 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import (LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, stops_held, true_or_false,
-                         unexpanded_home)
+from sps_jax.cli import (LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, stops_held,
+                         true_or_false, unexpanded_home)
 
 try:
     import fcntl

@@ -1070,3 +1070,21 @@ def test_a_pattern_the_shell_expanded_after_a_repeatable_flag_says_to_repeat_it(
         f": --workdir takes one path, and the word after {runs[0]} names a file or folder too ({runs[1]}), as a pattern "
         f"the shell expanded to several gives: give --workdir before each path (--workdir {runs[0]} --workdir "
         f"{runs[1]}) (see --help)."), refusal.value
+
+
+@pytest.mark.parametrize("module, argv", [("sps_jax.train", ["--help"]), ("sps_jax.data", ["prepare", "--help"]),
+                                          ("sps_jax.analysis.figures", ["--version"]),
+                                          ("sps_jax.inference.generate", ["--help"])])
+def test_cli_help_and_version_that_cannot_be_written_are_not_a_success(module, argv):
+    """argparse drops an OSError of its help and version writes: into a full device the command exited 0 having
+    written nothing, and into a closed pipe 0 where every other output exits 141."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=REPO, env=env(), stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, own_lines(proc.stderr)) == (
+        2, ["error: No space left on device: free disk space where the command writes, then rerun it."]), proc.stderr
+    proc = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the command writes
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=60), own_lines(err)) == (141, []), err
