@@ -825,6 +825,15 @@ def leads_nowhere(path: str) -> bool:
     return os.path.islink(path) and not os.path.exists(path)
 
 
+def standard_input(path, what: str, hint: str) -> str | None:
+    """What is wrong with a ``path`` '-' that names nothing, else None: many programs read standard input for it,
+    which no command of this package does, so it is said so, not left to a reader's "does not exist" or "prepare a
+    token folder at -" (a file or folder named '-' is read as any other)."""
+    if os.fspath(path).strip() != "-" or os.path.lexists(path):
+        return None
+    return f"{what} '-' does not exist, and no command reads standard input: {hint}"
+
+
 def input_path(what: str, kind: str, hint: str):
     """argparse type of a ``kind`` (:data:`FILE`, :data:`FOLDER` or :data:`FILE_OR_FOLDER`) a command reads, named
     ``what`` ("prompts file", "token folder") in the sentence that ends with ``hint`` (what to pass). Refused as an
@@ -835,6 +844,9 @@ def input_path(what: str, kind: str, hint: str):
     def parse(text: str) -> str:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"an empty path names no {what}: {hint}")
+        dash = standard_input(text, what, hint)
+        if dash is not None:
+            raise argparse.ArgumentTypeError(dash)
         home = unexpanded_home(text)
         if home is not None:
             raise argparse.ArgumentTypeError(home)

@@ -28,7 +28,7 @@ import tempfile
 
 import numpy as np
 
-from sps_jax.cli import (LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, stops_held,
+from sps_jax.cli import (LEADS_NOWHERE, NOT_REGULAR, UserError, leads_nowhere, note, standard_input, stops_held,
                          true_or_false, unexpanded_home)
 
 try:
@@ -881,6 +881,9 @@ def input_file(path: str, what: str, hint: str = "") -> str:
     home = unexpanded_home(path)
     if home is not None:
         raise NotAFile(f"{what} {home}.")
+    dash = standard_input(path, what, hint)
+    if dash is not None:
+        raise NotAFile(f"{dash}.")
     if not os.path.isfile(path):
         state = ("is a folder, not a file" if os.path.isdir(path) else
                  LEADS_NOWHERE if leads_nowhere(path) else NOT_REGULAR if os.path.exists(path) else "does not exist")

@@ -1088,3 +1088,20 @@ def test_cli_help_and_version_that_cannot_be_written_are_not_a_success(module, a
     proc.stdout.close()  # the reader is gone before the command writes
     err = proc.stderr.read()
     assert (proc.wait(timeout=60), own_lines(err)) == (141, []), err
+
+
+@pytest.mark.parametrize("module, argv, what", [
+    ("sps_jax.inference.generate", ["--workdir", "w", "--prompts-file", "-"], "prompts file"),
+    ("sps_jax.data", ["verify", "-"], "token folder"),  # was told to prepare one with --out -
+    ("sps_jax.evaluation.evaluate", ["table", "-"], "results file"),
+    ("sps_jax.export_torch", ["-", "--out", "y.pt"], "run folder"),
+    ("sps_jax.train", ["--config", "-", "--workdir", "w"], "config file"),
+])
+def test_cli_a_dash_for_standard_input_is_said_to_be_unread(tmp_path, monkeypatch, capsys, module, argv, what):
+    """Many programs read standard input for '-': each command says it reads none, where readers said '-' does not
+    exist (a run folder as the working directory's '-', a token folder to prepare with --out -)."""
+    monkeypatch.chdir(tmp_path)
+    assert main_of(module)(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{what} '-' does not exist, and no command reads standard input: " in err and len(err.splitlines()) == 1, \
+        err
