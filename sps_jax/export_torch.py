@@ -18,6 +18,7 @@ FILE is replaced only with ``--force``. ``sps_jax.torch_layout`` holds the mappi
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -61,11 +62,9 @@ def check_output(out: str, force: bool = False) -> str:
     if os.path.isdir(out):
         raise UserError(f"{flag} {out} is a folder: pass a file ending in .pt or .safetensors.")
     run_files.output_file(out, flag, force)  # an existing file, a parent this user cannot write in, a long name
-    try:
-        __import__(fmt)
-    except ImportError:
+    if importlib.util.find_spec(fmt) is None:  # asked without importing it: torch's import takes seconds
         raise MissingPackage(f"writing {os.path.splitext(out)[1]} files needs the {fmt} package: "
-                          f"pip install -e '.[{fmt}]'.") from None
+                          f"pip install -e '.[{fmt}]'.")
     return fmt
 
 

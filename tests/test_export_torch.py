@@ -4,6 +4,7 @@ logits from the exported file alone, and no silent overwrite."""
 
 import json
 import os
+import subprocess
 import sys
 
 import jax
@@ -15,7 +16,7 @@ import torch
 
 from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, runs
 from tests import fuzz
-from tests.helpers import SMALL, SMALL_OVERRIDES
+from tests.helpers import REPO, SMALL, SMALL_OVERRIDES, env
 from tests.torch_reference import numpy_forward
 from tests.helpers import not_one_path
 
@@ -360,3 +361,15 @@ def test_a_negative_step_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"^step=-1 must be 0 or more"):
         export_torch.checkpoint_dict(config, params, -1)
     assert export_torch.checkpoint_dict(config, params, 0)["iter_num"] == 0
+
+
+def test_cli_a_run_that_is_not_there_is_refused_before_torch_loads(tmp_path):
+    """Whether the writer's package is installed is asked without importing it: torch's import (seconds) came before
+    the sentence that the run passed does not exist."""
+    script = ("import sys\nfrom sps_jax import export_torch\n"
+              f"status = export_torch.main([{str(tmp_path / 'missing')!r}, '--out', {str(tmp_path / 'y.pt')!r}])\n"
+              "print('answered', status, 'torch' in sys.modules, 'jax' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.split() == ["answered", "2", "False", "False"], proc.stderr[-2000:]
+    assert "missing' does not exist: pass a run folder" in proc.stderr, proc.stderr[-2000:]
