@@ -118,7 +118,7 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
                                 "that `python -m sps_jax.data prepare --source ... --out DIR` wrote.")
     if manifest is None:
         raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
-                                f"`python -m sps_jax.data prepare --source ... --out {folder}` first.")
+                                f"`python -m sps_jax.data prepare --source ... --out {shlex.quote(folder)}` first.")
     splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"{folder}: the manifest has no {split!r} split (it has {sorted(splits)}); "

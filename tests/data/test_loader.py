@@ -224,3 +224,12 @@ def test_a_token_folder_that_is_not_one_path_is_one_sentence(folder, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath.
     with pytest.raises(TypeError, match=not_one_path('folder', kind)):
         loader.open_tokens(folder, "train")
+
+
+def test_cli_the_prepare_command_offered_for_a_missing_token_folder_quotes_its_path(tmp_path):
+    # A folder named with a space was offered as `--out .../my tokens`, two words to the shell; the rebuild
+    # command of a damaged folder quotes it already.
+    folder = str(tmp_path / "my tokens")
+    outcome = fuzz.call(data_cli.main, ["verify", folder])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert f"`python -m sps_jax.data prepare --source ... --out '{folder}'` first." in outcome.stderr, outcome.stderr
