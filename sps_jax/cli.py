@@ -458,6 +458,28 @@ def _showing_defaults(formatter_class):
     return type(f"Defaults{formatter_class.__name__}", (_ShowDefaults, formatter_class), {})
 
 
+def _write_message(parser, message, file=None):
+    """argparse's writer of help and version without its ``except OSError: pass``, which would end a command whose
+    help went into a full disk or a closed pipe with 0: the boundary (:func:`main`) says it as for any other
+    output, in one sentence, or quietly with 141 for a pipe whose reader went away."""
+    if message:
+        file = file or sys.stderr
+        file.write(message)
+        file.flush()
+
+
+@contextlib.contextmanager
+def help_write_errors():
+    """Around another package's argparse command line that a command hands over to (lm-eval's): its help and
+    usage are written as :class:`ArgumentParser` writes them (:func:`_write_message`)."""
+    before = argparse.ArgumentParser._print_message
+    argparse.ArgumentParser._print_message = _write_message
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser._print_message = before
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`, and
     which answers ``--version``.
@@ -502,14 +524,7 @@ class ArgumentParser(argparse.ArgumentParser):
             message = f"name a command, one of {', '.join(commands)}"  # "required: command" would name none of them
         raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
 
-    def _print_message(self, message, file=None):
-        """argparse's writer of help and version without its ``except OSError: pass``, which would end a command whose
-        help went into a full disk or a closed pipe with 0: the boundary (:func:`main`) says it as for any other
-        output, in one sentence, or quietly with 141 for a pipe whose reader went away."""
-        if message:
-            file = file or sys.stderr
-            file.write(message)
-            file.flush()
+    _print_message = _write_message
 
     def _value_like_a_flag(self, message: str) -> str:
         """argparse's "argument --prompt: expected one argument" where the word after the flag starts with '-'

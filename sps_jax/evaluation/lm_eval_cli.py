@@ -24,7 +24,8 @@ def main(argv=None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
     sys.argv = ["lm_eval"] + argv
-    cli_evaluate()
+    with cli.help_write_errors():  # its --help into a full disk or a closed pipe exited 0
+        cli_evaluate()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 import json
 import re
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -13,7 +15,7 @@ from sps_jax.evaluation import lm_eval_adapter, lm_eval_tasks, paper_tasks
 from sps_jax.inference import scoring
 from tests.evaluation.helpers import (CharTokenizer, CORPUS_DOCS, direct_logits, direct_logprobs,
                                       expected_mc, requests, rolling_logprob, save_tiny_run, tiny)
-from tests.helpers import run_module
+from tests.helpers import REPO, env, own_lines, run_module
 
 
 def adapter(variant="sps", window=2, batch=8, **kw):
@@ -234,3 +236,12 @@ def test_cli_batch_size_in_model_args_is_one_sentence_naming_lm_evals_flag_not_i
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert ("error: model_args batch_size=4 clashes with lm-eval's own --batch_size, which lm-eval hands the model "
             "too: pass --batch_size 4, and leave batch_size out of --model_args.") in proc.stderr, proc.stderr[-2000:]
+
+
+def test_cli_lm_eval_help_that_cannot_be_written_is_not_a_success():
+    # lm-eval's parser is argparse's, whose writer drops an OSError: --help into a full device exited 0.
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluation.lm_eval_cli", "--help"], cwd=REPO, env=env(),
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert (proc.returncode, own_lines(proc.stderr)) == (
+        2, ["error: No space left on device: free disk space where the command writes, then rerun it."]), proc.stderr
