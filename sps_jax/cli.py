@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import codecs
 import contextlib
 import errno
 import functools
@@ -81,6 +82,24 @@ def os_refusal(exc: BaseException) -> UserError | None:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return UserError(f"{sentence(exc)}: free disk space where the command writes, then rerun it.")
     return None
+
+
+def stdout_encoding_refusal(exc: BaseException) -> UserError | None:
+    """Text that standard output's encoding cannot write (PYTHONIOENCODING=ascii, a Latin-1 locale) as one sentence
+    that says how to run the command with one that can, else None. Files are written as UTF-8 and stderr replaces what
+    it cannot write, so such an error of stdout's encoding is stdout's."""
+    encoding = getattr(sys.stdout, "encoding", None)
+    if not (isinstance(exc, UnicodeEncodeError) and encoding) or not _same_codec(exc.encoding, encoding):
+        return None
+    return UserError(f"standard output's encoding ({encoding}) cannot write the command's text ({sentence(exc)}): "
+                     "set PYTHONIOENCODING=utf-8 or a UTF-8 locale (LC_ALL=C.UTF-8), then rerun the command.")
+
+
+def _same_codec(a: str, b: str) -> bool:
+    try:
+        return codecs.lookup(a).name == codecs.lookup(b).name
+    except LookupError:
+        return False
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -381,7 +400,7 @@ def main(fn):
                 return fail(UserError(exc.code))
             raise
         except USER_ERRORS as exc:
-            return fail(jax_setting_error(exc) or os_refusal(exc) or exc)
+            return fail(jax_setting_error(exc) or os_refusal(exc) or stdout_encoding_refusal(exc) or exc)
         except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
                                   "or sequence, or a smaller model."))

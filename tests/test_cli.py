@@ -4,6 +4,7 @@ fuzzing of the readers: tests/test_fuzz_readers.py)."""
 
 import argparse
 import errno
+import io
 import os
 import re
 import shlex
@@ -1105,3 +1106,17 @@ def test_cli_a_dash_for_standard_input_is_said_to_be_unread(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert f"{what} '-' does not exist, and no command reads standard input: " in err and len(err.splitlines()) == 1, \
         err
+
+
+def test_cli_results_that_standard_outputs_encoding_cannot_write_are_one_sentence_with_the_fix(monkeypatch, capsys):
+    # PYTHONIOENCODING=ascii or a Latin-1 locale: generate's completion 'héllo' ended in Python's own words only.
+    @cli.main
+    def prints(argv):
+        print("h\u00e9llo")
+
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), encoding="ascii"))
+    assert prints([]) == 2
+    assert capsys.readouterr().err == (
+        "error: standard output's encoding (ascii) cannot write the command's text ('ascii' codec can't encode "
+        "character '\\xe9' in position 1: ordinal not in range(128)): set PYTHONIOENCODING=utf-8 or a UTF-8 locale "
+        "(LC_ALL=C.UTF-8), then rerun the command.\n")
