@@ -519,7 +519,9 @@ class ArgumentParser(argparse.ArgumentParser):
                           help="print the versions of sps-jax, jax, jaxlib and Python, and exit")
 
     def error(self, message, prog: str | None = None):
-        if message.startswith("unrecognized arguments: "):  # a misspelt flag: the one of this command it likely means
+        if message.startswith("unrecognized arguments: "):
+            message = self._after_separator(message)
+        if message.startswith("unrecognized arguments: ") and "'--'" not in message:  # a misspelt flag: the likely one
             # Names compared without their dashes, which every flag shares ('--bogus' was close to '--out').
             flags = [o[2:] for a in self._command_parser(getattr(self, "_args", []))._actions
                      for o in a.option_strings if o.startswith("--")]
@@ -544,6 +546,23 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
 
     _print_message = _write_message
+
+    def _after_separator(self, message: str) -> str:
+        """argparse's "unrecognized arguments" where they come from a '--' (every word after it is a value): a flag of
+        the command given after it, which the flag suggestion named as itself (--force: did you mean --force?), or
+        the '--' itself, left over where the command takes no value after it."""
+        args = getattr(self, "_args", [])
+        if "--" not in args:
+            return message
+        words = message.split(": ", 1)[1].split()
+        flags = self._command_parser(args)._option_string_actions
+        after = args[args.index("--") + 1:]
+        flag = next((word for word in words if word in after and word.partition("=")[0] in flags), None)
+        if flag is not None:
+            return f"{message} ({flag} follows '--', which ends the flags, so it is read as a value: give it before '--')"
+        if "--" in words:
+            return f"{message} ('--' ends the flags, and this command takes no value after it: remove it)"
+        return message
 
     def _value_like_a_flag(self, message: str) -> str:
         """argparse's "argument --prompt: expected one argument" where the word after the flag starts with '-'

@@ -1120,3 +1120,20 @@ def test_cli_results_that_standard_outputs_encoding_cannot_write_are_one_sentenc
         "error: standard output's encoding (ascii) cannot write the command's text ('ascii' codec can't encode "
         "character '\\xe9' in position 1: ordinal not in range(128)): set PYTHONIOENCODING=utf-8 or a UTF-8 locale "
         "(LC_ALL=C.UTF-8), then rerun the command.\n")
+
+
+@pytest.mark.parametrize("module, argv, said", [
+    # a flag after '--' was told to mean itself: "unrecognized arguments: --force (did you mean --force?)"
+    ("sps_jax.export_torch", ["--out", "y.pt", "--", "run", "--force"],
+     "unrecognized arguments: --force (--force follows '--', which ends the flags, so it is read as a value: give it "
+     "before '--')"),
+    ("sps_jax.inference.generate", ["--workdir", "w", "--", "--prompt", "x"],
+     "(--prompt follows '--', which ends the flags, so it is read as a value: give it before '--')"),
+    # a '--' where the command takes no value was named as an unrecognized argument alone
+    ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "w", "--"],
+     "unrecognized arguments: -- ('--' ends the flags, and this command takes no value after it: remove it)"),
+])
+def test_cli_flags_after_a_double_dash_are_said_to_be_values(module, argv, said, capsys):
+    assert main_of(module)(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.splitlines()) == 1, err
