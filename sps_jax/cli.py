@@ -160,6 +160,39 @@ def _silence_stdout() -> None:
         pass
 
 
+class _ClosedStdout:
+    """sys.stdout of a command started with it closed (``>&-``), where Python leaves None and print drops the text
+    without a word: a write says so in one sentence."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        if text:
+            raise UserError("standard output is closed (>&-), so the command cannot write its results: redirect it "
+                            "to a file, or to /dev/null to drop them.")
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+
+def _fill_closed_descriptors() -> None:
+    """/dev/null on each of descriptors 0, 1 and 2 that the command started without (``>&-``, ``2>&-``): else the
+    first file it opens takes the free number, and what C++ code writes to stdout or stderr (jax's logs) goes into
+    it. A closed stdout's writes are then refused (:class:`_ClosedStdout`), a closed stderr's dropped."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:  # descriptors are numbered from the lowest free one: this one is taken meanwhile
+                os.close(opened)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
+
+
 def fail(exc: BaseException) -> int:
     if not isinstance(exc, Reported):
         print(f"error: {sentence(exc)}", file=sys.stderr, flush=True)
@@ -382,6 +415,7 @@ def main(fn):
         previous = {}
         if standalone:
             _standalone = True
+            _fill_closed_descriptors()
             previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         _nesting += 1
         try:

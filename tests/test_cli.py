@@ -1137,3 +1137,28 @@ def test_cli_flags_after_a_double_dash_are_said_to_be_values(module, argv, said,
     assert main_of(module)(argv) == 2
     err = capsys.readouterr().err
     assert said in err and len(err.splitlines()) == 1, err
+
+
+CLOSED_STDOUT = ("error: standard output is closed (>&-), so the command cannot write its results: redirect it to a "
+                 "file, or to /dev/null to drop them.")
+
+
+@pytest.mark.parametrize("module, argv", [("sps_jax.data", ["encode", "hi"]), ("sps_jax.bench", ["--help"]),
+                                          ("sps_jax.train", ["--help"])])
+def test_cli_a_closed_standard_output_is_one_sentence(module, argv):
+    # Python sets a closed stdout to None: the commands' final flush was an AttributeError traceback, and argparse wrote
+    # the help to stderr with status 0.
+    proc = subprocess.run(["bash", "-c", 'exec "$@" >&-', "-", sys.executable, "-m", module, *argv], cwd=REPO,
+                          env=env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, own_lines(proc.stderr)) == (2, [CLOSED_STDOUT]), proc.stderr
+
+
+def test_cli_a_closed_stderr_is_no_descriptor_for_a_file_the_command_opens(tmp_path):
+    # With 2>&- the next file opened took descriptor 2, where jax's C++ logs and anything else written to stderr go.
+    script = ("import os, sys\nfrom sps_jax import cli\n@cli.main\ndef run(argv):\n"
+              f"    fd = os.open({str(tmp_path / 'out.txt')!r}, os.O_WRONLY | os.O_CREAT)\n"
+              "    os.write(2, b'a log line\\n')\n    os.write(fd, b'result\\n')\n    os.close(fd)\n"
+              "sys.exit(run())\n")
+    proc = subprocess.run(["bash", "-c", 'exec "$@" 2>&-', "-", sys.executable, "-c", script], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and (tmp_path / "out.txt").read_text() == "result\n"
