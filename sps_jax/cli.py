@@ -562,7 +562,8 @@ class ArgumentParser(argparse.ArgumentParser):
             words, fields = message.split(": ", 1)[1].split(), self.config_fields()
             for i, word in enumerate(words):
                 name, eq, value = word[2:].partition("=") if word.startswith("--") else ("", "", "")
-                close = close_name(name, flags) if name else None
+                abbreviated = [flag for flag in flags if name and flag.startswith(name)]  # what argparse would take
+                close = abbreviated[0] if len(abbreviated) == 1 else close_name(name, flags) if name else None
                 field = fields.get(name.replace("-", "_"))
                 if close:  # the command's own flag first: bench compile's --dtype is its --dtypes
                     message = f"{message.rstrip('.')} (did you mean --{close}?)"

@@ -1162,3 +1162,15 @@ def test_cli_a_closed_stderr_is_no_descriptor_for_a_file_the_command_opens(tmp_p
     proc = subprocess.run(["bash", "-c", 'exec "$@" 2>&-', "-", sys.executable, "-c", script], cwd=REPO, env=env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and (tmp_path / "out.txt").read_text() == "result\n"
+
+
+@pytest.mark.parametrize("module, argv, meant", [
+    ("sps_jax.analysis.figures", ["curves", "x", "--o", "c.png"], "--out"),
+    ("sps_jax.evaluation.evaluate", ["table", "x.json", "--o", "t"], "--out"),
+    ("sps_jax.export_torch", ["x", "--out", "y.pt", "--dt", "float32"], "--dtype"),
+])
+def test_cli_an_abbreviated_flag_is_told_the_flag_it_abbreviates(module, argv, meant, capsys):
+    # Abbreviations are refused (allow_abbrev=False); one too short for a close match was named with no flag.
+    assert main_of(module)(argv) == 2
+    err = capsys.readouterr().err
+    assert f"(did you mean {meant}?)" in err and len(err.splitlines()) == 1, err
