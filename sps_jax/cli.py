@@ -87,9 +87,12 @@ def os_refusal(exc: BaseException) -> UserError | None:
 def stdout_encoding_refusal(exc: BaseException) -> UserError | None:
     """Text that standard output's encoding cannot write (PYTHONIOENCODING=ascii, a Latin-1 locale) as one sentence
     that says how to run the command with one that can, else None. Files are written as UTF-8 and stderr replaces what
-    it cannot write, so such an error of stdout's encoding is stdout's."""
+    it cannot write, so such an error of stdout's encoding is stdout's, unless that is a UTF one, which fails only on
+    lone surrogates (a non-UTF-8 argument's bytes) that any text written may hold."""
     encoding = getattr(sys.stdout, "encoding", None)
     if not (isinstance(exc, UnicodeEncodeError) and encoding) or not _same_codec(exc.encoding, encoding):
+        return None
+    if codecs.lookup(encoding).name.startswith("utf"):
         return None
     return UserError(f"standard output's encoding ({encoding}) cannot write the command's text ({sentence(exc)}): "
                      "set PYTHONIOENCODING=utf-8 or a UTF-8 locale (LC_ALL=C.UTF-8), then rerun the command.")

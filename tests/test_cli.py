@@ -1121,6 +1121,14 @@ def test_cli_results_that_standard_outputs_encoding_cannot_write_are_one_sentenc
         "character '\\xe9' in position 1: ordinal not in range(128)): set PYTHONIOENCODING=utf-8 or a UTF-8 locale "
         "(LC_ALL=C.UTF-8), then rerun the command.\n")
 
+    @cli.main
+    def encodes(argv):  # a lone surrogate (a non-UTF-8 argument's byte) fails in any UTF-8 text, a file's too
+        return "\udcff".encode("utf-8")
+
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
+    assert encodes([]) == 2
+    assert "standard output" not in capsys.readouterr().err
+
 
 @pytest.mark.parametrize("module, argv, said", [
     # a flag after '--' was told to mean itself: "unrecognized arguments: --force (did you mean --force?)"
