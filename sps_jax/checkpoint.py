@@ -27,7 +27,7 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from sps_jax import cli, files
+from sps_jax import cli, files, run_files
 from sps_jax.cli import UserError
 from sps_jax.config import MAX_STEP, STEP_BOUND
 from sps_jax.run_files import CHECKPOINT_DIR
@@ -262,6 +262,7 @@ def check_writable_path(workdir: str, flag: str = "--workdir") -> None:
     """One sentence where Orbax could not read back checkpoints it writes under ``workdir``: it finds each
     save's per-process files with a glob over the whole path, so a folder name such as ``exp[1]`` (a pattern
     that does not match itself) leaves every checkpoint without its manifest, and it says nothing."""
+    run_files.check_orbax_path(workdir, flag)
     for name in os.path.abspath(workdir).split(os.sep):
         if not fnmatch.fnmatchcase(name, name):
             raise UserError(f"{flag} {workdir} lies under a folder named {name!r}, where Orbax cannot find the "

@@ -49,10 +49,23 @@ def find_run(path: str) -> tuple[str, int | None]:
                             "checkpoints/<step> folders.")
 
 
+def check_orbax_path(path: str, what: str) -> None:
+    """One sentence where a name in ``path`` is not UTF-8 (Python keeps such bytes of an argument as lone surrogates):
+    Orbax hands paths to tensorstore as UTF-8 text, and its failure there (a pybind11 cast error) read as a damaged
+    checkpoint, or, on a save, a traceback."""
+    for name in os.path.abspath(path).split(os.sep):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"{what} {path!r} holds the name {name!r}, which is not UTF-8 text, and Orbax reads and "
+                            "writes checkpoints only at UTF-8 paths: rename it, or choose another path.") from None
+
+
 def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None]:
     """(run folder, step) of a run folder or checkpoints/<step> path and an asked-for ``step`` (None: the
     latest); one sentence when the two name different checkpoints, rather than one silently winning."""
     workdir, path_step = find_run(path)
+    check_orbax_path(workdir, "the run folder")
     if step is not None:
         step = cli.integer(step, "step", " (a checkpoint's step) or None (the latest)")
     if None not in (step, path_step) and step != path_step:
@@ -123,6 +136,7 @@ def check_workdir_place(workdir: str) -> None:
     """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.files.check_folder_place`) that this user
     can make and write in, else one sentence. It loads no jax, so ``train`` asks it before its config loads."""
     files.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
+    check_orbax_path(workdir, "--workdir")
     check_workdir_writable(workdir)
 
 

@@ -1182,3 +1182,17 @@ def test_cli_an_abbreviated_flag_is_told_the_flag_it_abbreviates(module, argv, m
     assert main_of(module)(argv) == 2
     err = capsys.readouterr().err
     assert f"(did you mean {meant}?)" in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_a_run_at_a_path_that_is_not_utf8_is_one_sentence_not_a_damaged_checkpoint(tmp_path, capsys):
+    # Orbax's tensorstore takes paths as UTF-8: a run under a folder named with byte 0xff (a lone surrogate to Python)
+    # was said to hold a damaged checkpoint, to be restored from a copy, and a save there was a RuntimeError traceback.
+    run = tmp_path / "r\udcffn"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    assert main_of("sps_jax.inference.generate")(["--workdir", str(run), "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: the run folder {str(run)!r} holds the name 'r\\udcffn', which is not UTF-8 text, and Orbax "
+                   "reads and writes checkpoints only at UTF-8 paths: rename it, or choose another path.\n")
+    with pytest.raises(cli.UserError, match="holds the name 'w\\\\udcffx', which is not UTF-8 text"):
+        checkpoint.check_writable_path(str(tmp_path / "w\udcffx"))

@@ -168,6 +168,7 @@ ANSWERED_WITHOUT_JAX = {
                       # a --workdir that cannot be a run folder (a file, under /proc): loading the config loaded jax
                       ["--config", "configs/tiny.py", "--workdir", "README.md"],
                       ["--config", "configs/tiny.py", "--workdir", "/proc/sps-jax-run"],
+                      ["--config", "configs/tiny.py", "--workdir", "w\udcffx"],  # a name Orbax cannot open
                       # an init_from override that names no run, and an override out of its range
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.init_from=DOES_NOT_EXIST"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.init_from=configs"],
