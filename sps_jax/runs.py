@@ -40,6 +40,9 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     return path
 
 
+PUT_BACK = f"put back the {CONFIG_FILE} the run was trained with"  # what a damaged or edited config.json is told
+
+
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
     workdir = files.path_text(workdir, "workdir")  # the sentences quote it
@@ -48,15 +51,14 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
         raise UserError(f"{path} is a folder, not the run's config file: move it away.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
-    put_back = f"put back the {CONFIG_FILE} the run was trained with"
-    data = files.read_json(path, put_back)
+    data = files.read_json(path, PUT_BACK)
     problem = sps_config.run_config_problem(data)
     if problem:
-        raise UserError(f"{path} is not a run config: {problem}: {put_back}.")
+        raise UserError(f"{path} is not a run config: {problem}: {PUT_BACK}.")
     try:
         return ml_collections.ConfigDict(data)
     except Exception as e:  # keys ConfigDict cannot hold
-        raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}): {put_back}.") from None
+        raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}): {PUT_BACK}.") from None
 
 
 def check_model_fields(config, workdir: str) -> str:
@@ -81,7 +83,7 @@ def checked_model_config(config, workdir: str) -> sps_model.ModelConfig:
     try:
         return sps_model.ModelConfig.from_config(config.model)
     except (ValueError, TypeError) as e:
-        raise UserError(f"{path}: {cli.sentence(e)}") from None
+        raise UserError(f"{path}: {cli.sentence(e).rstrip('.')}: {PUT_BACK}.") from None
 
 
 # What a resume must keep: the seed fixes the data order, and the global batch the tokens per step
@@ -167,7 +169,13 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
         raise UserError(f"--workdir {workdir} holds checkpoints but no {CONFIG_FILE}, so the model and data order "
                         f"they were trained with are unknown: put back the run's {CONFIG_FILE}, or use a new "
                         "--workdir.")
-    other, saved = _other_owner(workdir, config)
+    records = metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
+    other, saved, damaged = _other_owner(workdir, config, records)
+    if has_checkpoints and damaged:  # the run's config.json is the fix, not other model settings
+        raise UserError(damaged)
+    if has_checkpoints and other and saved is not None:
+        _refuse_other_model(workdir, saved, config)
+    saved = None if other else saved
     note = None
     if has_checkpoints and other is None:
         if checkpoint.weights_only(workdir):
@@ -302,10 +310,10 @@ def _check_workdir_place(workdir: str, config) -> None:
                             "or pass another --workdir.")
 
 
-def _other_owner(workdir: str, config):
-    """(what in ``workdir`` belongs to another run, said as a phrase, or None; its config.json where it is this
-    model's run)."""
-    records = metrics.read(workdir)  # a metrics.jsonl that resuming would rewrite must be readable first
+def _other_owner(workdir: str, config, records: list[dict]):
+    """(what in ``workdir`` (whose metrics.jsonl holds ``records``) belongs to another run, said as a phrase, or None;
+    its config.json where it is a run config, this model's or another's; the sentence saying why its config.json is no
+    run config, or None)."""
     if os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         try:
             saved = read_config(workdir)
@@ -313,21 +321,41 @@ def _other_owner(workdir: str, config):
             # would be said as another model's.
             checked_model_config(saved, workdir)
         except (ValueError, OSError) as e:
-            return f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})", None
+            return f"a {CONFIG_FILE} that is not this run's ({cli.sentence(e).rstrip('.')})", None, cli.sentence(e)
         changed = model_differences(saved, config)
         if changed:
-            return f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})", None
-        return None, saved
+            return (f"a run of another model ({', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'})",
+                    saved, None)
+        return None, saved, None
     if records:  # (checkpoints without a config.json are refused before)
-        return f"a {metrics.METRICS_FILE} without {CONFIG_FILE}", None
+        return f"a {metrics.METRICS_FILE} without {CONFIG_FILE}", None, None
     if os.path.lexists(os.path.join(workdir, metrics.PLOT_FILE)):
-        return f"a {metrics.PLOT_FILE} of no run here", None  # a run folder's plot has the run's config beside it
+        return f"a {metrics.PLOT_FILE} of no run here", None, None  # a run folder's plot has its config beside it
     if any(os.listdir(path) if os.path.isdir(path) else os.path.lexists(path)  # an empty tensorboard/ is nothing
            for path in (os.path.join(workdir, name) for name in NEW_RUN_DROPS)):
         # A new run drops them (trainer): events TensorBoard would show as one run with this one's, and the id of
         # a W&B run this one would have logged into.
-        return f"{metrics.TENSORBOARD_DIR}/ events or a {tracking.RUN_ID_FILE} of no run here", None
-    return None, None
+        return f"{metrics.TENSORBOARD_DIR}/ events or a {tracking.RUN_ID_FILE} of no run here", None, None
+    return None, None, None
+
+
+def _refuse_other_model(workdir: str, saved, config) -> None:
+    """One sentence for resuming checkpoints whose run's config.json (``saved``) describes another model than
+    ``config``. Where the latest checkpoint records it was trained as another model than that config.json says (an
+    edit of the file after training), that is the sentence, naming both values; else the fields are named with both
+    values and the overrides that resume the run."""
+    try:
+        check_trained_as(workdir, None, checked_model_config(saved, workdir))
+    except checkpoint.OtherModel:
+        raise
+    except UserError:  # a damaged latest checkpoint: a resume falls back past it, and the fields still differ
+        pass
+    old, new = _model_fields(saved.model), _model_fields(config.model)
+    changed = model_differences(saved, config)
+    raise UserError(f"--workdir {workdir} holds the checkpoints of a run of another model: its {CONFIG_FILE} says "
+                    f"{', '.join(f'{k}={old.get(k)!r}' for k in changed)}, this config "
+                    f"{', '.join(f'{k}={new.get(k)!r}' for k in changed)}: resume with the run's values ("
+                    f"{' '.join(f'--config.model.{k}={old.get(k)!r}' for k in changed)}), or use a new --workdir.")
 
 
 def _check_resume(workdir: str, saved, config) -> str | None:

@@ -334,6 +334,55 @@ def test_resuming_a_workdir_whose_config_lost_a_model_field_names_it(tmp_path):
         runs.check_workdir(str(tmp_path / "run"), sps_config.load_config("configs/tiny.py"))
 
 
+def _edited_run(tmp_path, **fields):
+    """A run with a checkpoint (window 2), the config it was trained with, and its config.json edited to ``fields``."""
+    save_small_run(tmp_path / "run")
+    trained_with = runs.read_config(str(tmp_path / "run"))
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    config["model"].update(fields)
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "run"), trained_with
+
+
+def test_resuming_a_run_whose_config_json_was_edited_to_another_window_says_the_file_not_the_command(tmp_path):
+    # Told "a run of another model (window differs) ...: use ... the original model settings to resume it" to the
+    # command that had them: the checkpoint records what it was trained as, so the edited file is the one to fix.
+    from sps_jax.cli import UserError
+    run, trained_with = _edited_run(tmp_path, window=4)
+    with pytest.raises(UserError, match=r"^checkpoint step 5 of .*run was trained as window=2, but .*run/config\.json "
+                                        r"says window=4: put back the config\.json it was trained with"):
+        runs.check_workdir(run, trained_with)
+
+
+def test_resuming_a_run_of_another_model_names_both_values_and_the_overrides_that_resume_it(tmp_path):
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run")
+    config = runs.read_config(str(tmp_path / "run"))
+    config.model.window, config.model.seq_len = 4, 64
+    with pytest.raises(UserError) as refusal:
+        runs.check_workdir(str(tmp_path / "run"), config)
+    assert str(refusal.value) == (
+        f"--workdir {tmp_path / 'run'} holds the checkpoints of a run of another model: its config.json says "
+        "seq_len=32, window=2, this config seq_len=64, window=4: resume with the run's values (--config.model.seq_len=32 "
+        "--config.model.window=2), or use a new --workdir.")
+
+
+def test_resuming_a_run_whose_config_json_holds_a_value_of_the_wrong_kind_says_to_put_it_back(tmp_path):
+    # Said as "a config.json that is not this run's (...) and its checkpoints: use a new --workdir, or the original
+    # model settings to resume it", settings that cannot mend the file; generate and the other readers said what was
+    # wrong and nothing to do.
+    from sps_jax.cli import UserError
+    run, trained_with = _edited_run(tmp_path, num_layers="2")
+    says = (f"{run}/config.json: model.num_layers must be an integer of at least 1, got '2': put back the config.json "
+            "the run was trained with.")
+    with pytest.raises(UserError) as refusal:
+        runs.check_workdir(run, trained_with)
+    assert str(refusal.value) == says
+    with pytest.raises(UserError) as refusal:
+        runs.load_model(run)
+    assert str(refusal.value) == says
+
+
 def test_resuming_checkpoints_whose_config_json_was_lost_is_refused(tmp_path):
     # Before: training resumed them as this config's model; a standard run's weights (sps's shapes) went on as sps.
     from sps_jax.cli import UserError
