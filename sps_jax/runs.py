@@ -187,6 +187,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
             cli.note(f"warning: {workdir} has checkpoints but no {metrics.METRICS_FILE} (moved or deleted): the records "
                      "of the steps it trained are lost, and this run's begin after its checkpoint; put the file back "
                      "before resuming to keep them.")
+        else:
+            _warn_lost_records(workdir, records)
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
@@ -203,6 +205,20 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
                         f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
                         f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
     return note
+
+
+def _warn_lost_records(workdir: str, records: list[dict]) -> None:
+    """One warning when ``workdir``'s metrics.jsonl (``records``) ends before its latest checkpoint: training puts
+    every step's record on disk before that step's save, so the file was emptied, cut short or replaced by an older
+    copy, and the curves would jump from its last record to the resume without a word."""
+    found = checkpoint.steps(workdir)
+    last = max((r["step"] for r in records), default=None)
+    if found and (last is None or last < found[-1]):
+        held = "holds no record" if last is None else f"ends at step {last}"
+        cli.note(f"warning: {os.path.join(workdir, metrics.METRICS_FILE)} {held}, before the run's checkpoint of step "
+                 f"{found[-1]} (emptied, cut short or replaced by an older copy): the records of the steps between are "
+                 "lost, and this run's begin after its checkpoint; put the whole file back before resuming to keep "
+                 "them.")
 
 
 def _check_checkpoints_not_lost(workdir: str, saved) -> None:

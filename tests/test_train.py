@@ -589,6 +589,22 @@ def test_resuming_a_run_whose_metrics_file_is_gone_warns_that_its_curve_will_beg
                                        "checkpoint; put the file back before resuming to keep them.\n")
 
 
+@pytest.mark.parametrize("keep, held", [(0, "holds no record"), (2, "ends at step 2")])
+def test_resuming_a_run_whose_metrics_file_ends_before_its_checkpoint_warns_that_records_are_lost(
+        tmp_path, tokens, reference, capsys, keep, held):
+    # An emptied metrics.jsonl, or one cut short (its partial last line is dropped as a killed writer's), resumed
+    # without a word, where a missing one is warned of: the curves jumped from its last record to the resume.
+    trained = shutil.copytree(reference, tmp_path / "trained")
+    lines = (trained / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (trained / "metrics.jsonl").write_text("".join(lines[:keep]) + lines[keep][:5])
+    capsys.readouterr()
+    runs.check_workdir(str(trained), small_config(tokens, STEPS))
+    assert capsys.readouterr().err == (
+        f"warning: {trained / 'metrics.jsonl'} {held}, before the run's checkpoint of step {STEPS} (emptied, cut short "
+        "or replaced by an older copy): the records of the steps between are lost, and this run's begin after its "
+        "checkpoint; put the whole file back before resuming to keep them.\n")
+
+
 def test_cli_resuming_on_its_token_folder_prepared_again_with_other_tokens_is_refused(tmp_path):
     # The same data.dir, prepared again in place (`data prepare --force`) with other tokens: the resume went on with
     # them without a word, where the same tokens at another path were refused.
