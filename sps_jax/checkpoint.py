@@ -151,6 +151,19 @@ def check_step_names(workdir: str) -> None:
                             f"{step_dir(workdir, step)}.")
 
 
+def renamed(workdir: str) -> list[str]:
+    """The folders in ``workdir``'s checkpoints/ that hold a checkpoint under a name no reader takes for a step
+    (``20.old``, ``backup``: Orbax's metadata file is there), in name order; an Orbax save in progress
+    (``<step>.orbax-checkpoint-tmp-*``) is none."""
+    folder = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if not n.isdecimal() and "orbax-checkpoint-tmp" not in n
+            and os.path.isfile(os.path.join(folder, n, ORBAX_METADATA))]
+
+
 def weights_only(workdir: str) -> bool:
     """Every checkpoint holds weights without optimizer state (an imported or converted run): such a
     run can be trained from (``train.init_from``), not resumed."""

@@ -231,14 +231,23 @@ def _check_checkpoints_not_lost(workdir: str, saved) -> None:
     ended = _recorded_save(records)
     if ended is not None:
         raise UserError(f"--workdir {workdir} has metrics that record a checkpoint saved at step {ended}, but "
-                        f"{checkpoint.CHECKPOINT_DIR}/ holds none (moved or deleted): {_LOST_FIX}")
+                        f"{checkpoint.CHECKPOINT_DIR}/ {_holds_none(workdir)}: {_LOST_FIX}")
     every = saved.get("train", {}).get("checkpoint_every")
     steps = [r["step"] for r in records]
     if not steps or not isinstance(every, int) or isinstance(every, bool) or every < 1 or max(steps) <= 2 * every:
         return
     raise UserError(f"--workdir {workdir} has metrics up to step {max(steps)}, past its second checkpoint step "
                     f"(train.checkpoint_every={every}), so it saved a checkpoint, but {checkpoint.CHECKPOINT_DIR}/ "
-                    f"holds none (moved or deleted): {_LOST_FIX}")
+                    f"{_holds_none(workdir)}: {_LOST_FIX}")
+
+
+def _holds_none(workdir: str) -> str:
+    """How a run's checkpoints/ holds no checkpoint: moved or deleted, or (named) under a name no reader takes for a
+    step, which a rename back mends."""
+    found = checkpoint.renamed(workdir)
+    if not found:
+        return "holds none (moved or deleted)"
+    return f"holds none under a step's name ({', '.join(found)} {'holds one' if len(found) == 1 else 'hold some'}, renamed)"
 
 
 def _recorded_save(records) -> int | None:
@@ -259,7 +268,7 @@ def lost_checkpoints(workdir: str) -> str | None:
     if step is None:
         return None
     return (f"run folder {workdir!r} has no checkpoint: its {metrics.METRICS_FILE} records a checkpoint saved at step "
-            f"{step}, and {checkpoint.CHECKPOINT_DIR}/ holds none (moved or deleted): put the checkpoints back.")
+            f"{step}, and {checkpoint.CHECKPOINT_DIR}/ {_holds_none(workdir)}: put the checkpoints back.")
 
 
 _LOST_FIX = (f"put the checkpoints back to resume, or pass --force to train it again from step 0 (its "

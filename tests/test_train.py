@@ -7,6 +7,7 @@ import contextlib
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -603,6 +604,20 @@ def test_resuming_a_run_whose_metrics_file_ends_before_its_checkpoint_warns_that
         f"warning: {trained / 'metrics.jsonl'} {held}, before the run's checkpoint of step {STEPS} (emptied, cut short "
         "or replaced by an older copy): the records of the steps between are lost, and this run's begin after its "
         "checkpoint; put the whole file back before resuming to keep them.\n")
+
+
+def test_a_run_whose_only_checkpoint_was_renamed_names_that_folder_where_it_says_checkpoints_holds_none(
+        tmp_path, tokens, reference):
+    # checkpoints/6 renamed to 6.old (a backup made by hand) was said as "checkpoints/ holds none (moved or deleted)",
+    # with the folder that holds it right there.
+    from sps_jax.cli import UserError
+    trained = shutil.copytree(reference, tmp_path / "trained")
+    os.rename(trained / "checkpoints" / str(STEPS), trained / "checkpoints" / f"{STEPS}.old")
+    (trained / "checkpoints" / f"{STEPS + 1}.orbax-checkpoint-tmp-1").mkdir()  # a save in progress holds none
+    says = f"checkpoints/ holds none under a step's name ({trained / 'checkpoints' / f'{STEPS}.old'} holds one, renamed)"
+    assert says + ": put the checkpoints back." in runs.lost_checkpoints(str(trained))
+    with pytest.raises(UserError, match=re.escape(says + ": put the checkpoints back to resume")):
+        runs.check_workdir(str(trained), small_config(tokens, STEPS))
 
 
 def test_cli_resuming_on_its_token_folder_prepared_again_with_other_tokens_is_refused(tmp_path):
