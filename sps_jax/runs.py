@@ -187,8 +187,6 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
             cli.note(f"warning: {workdir} has checkpoints but no {metrics.METRICS_FILE} (moved or deleted): the records "
                      "of the steps it trained are lost, and this run's begin after its checkpoint; put the file back "
                      "before resuming to keep them.")
-        else:
-            _warn_lost_records(workdir, records)
     if other and has_checkpoints:
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
@@ -207,18 +205,21 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
     return note
 
 
-def _warn_lost_records(workdir: str, records: list[dict]) -> None:
-    """One warning when ``workdir``'s metrics.jsonl (``records``) ends before its latest checkpoint: training puts
-    every step's record on disk before that step's save, so the file was emptied, cut short or replaced by an older
-    copy, and the curves would jump from its last record to the resume without a word."""
-    found = checkpoint.steps(workdir)
-    last = max((r["step"] for r in records), default=None)
-    if found and (last is None or last < found[-1]):
-        held = "holds no record" if last is None else f"ends at step {last}"
-        cli.note(f"warning: {os.path.join(workdir, metrics.METRICS_FILE)} {held}, before the run's checkpoint of step "
-                 f"{found[-1]} (emptied, cut short or replaced by an older copy): the records of the steps between are "
-                 "lost, and this run's begin after its checkpoint; put the whole file back before resuming to keep "
-                 "them.")
+def lost_records(workdir: str, start_step: int) -> str | None:
+    """The warning for a run resumed at ``start_step`` whose metrics.jsonl holds no record or ends before that step,
+    else None: training puts every step's record on disk before that step's save, so the file was emptied, cut short
+    or replaced by an older copy, and the curves would jump from its last record to the resume without a word. (A
+    missing file is warned of by :func:`check_workdir`.)"""
+    if not os.path.isfile(os.path.join(workdir, metrics.METRICS_FILE)):
+        return None
+    last = max((r["step"] for r in metrics.read(workdir)), default=None)
+    if last is not None and last >= start_step:
+        return None
+    held = "holds no record" if last is None else f"ends at step {last}"
+    return (f"warning: {os.path.join(workdir, metrics.METRICS_FILE)} {held}, before step {start_step}, whose checkpoint "
+            "this run resumes from (the file was emptied, cut short or replaced by an older copy): the records of the "
+            "steps between are lost, and this run's begin after its checkpoint; put the whole file back before "
+            "resuming to keep them.")
 
 
 def _check_checkpoints_not_lost(workdir: str, saved) -> None:

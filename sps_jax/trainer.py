@@ -521,7 +521,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
             # Said once the run is restored or started: a run refused before says only why.
-            for note in _config_notes(cfg, t) + ([resume_note] if start_step and resume_note else []):
+            resumed = [resume_note, runs.lost_records(workdir, start_step)] if start_step else []
+            for note in _config_notes(cfg, t) + [note for note in resumed if note]:
                 _warn(note)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))

@@ -592,18 +592,34 @@ def test_resuming_a_run_whose_metrics_file_is_gone_warns_that_its_curve_will_beg
 
 @pytest.mark.parametrize("keep, held", [(0, "holds no record"), (2, "ends at step 2")])
 def test_resuming_a_run_whose_metrics_file_ends_before_its_checkpoint_warns_that_records_are_lost(
-        tmp_path, tokens, reference, capsys, keep, held):
+        tmp_path, reference, keep, held):
     # An emptied metrics.jsonl, or one cut short (its partial last line is dropped as a killed writer's), resumed
     # without a word, where a missing one is warned of: the curves jumped from its last record to the resume.
     trained = shutil.copytree(reference, tmp_path / "trained")
+    assert runs.lost_records(str(trained), STEPS) is None
     lines = (trained / "metrics.jsonl").read_text().splitlines(keepends=True)
     (trained / "metrics.jsonl").write_text("".join(lines[:keep]) + lines[keep][:5])
-    capsys.readouterr()
-    runs.check_workdir(str(trained), small_config(tokens, STEPS))
-    assert capsys.readouterr().err == (
-        f"warning: {trained / 'metrics.jsonl'} {held}, before the run's checkpoint of step {STEPS} (emptied, cut short "
-        "or replaced by an older copy): the records of the steps between are lost, and this run's begin after its "
-        "checkpoint; put the whole file back before resuming to keep them.\n")
+    assert runs.lost_records(str(trained), STEPS) == (
+        f"warning: {trained / 'metrics.jsonl'} {held}, before step {STEPS}, whose checkpoint this run resumes from (the "
+        "file was emptied, cut short or replaced by an older copy): the records of the steps between are lost, and "
+        "this run's begin after its checkpoint; put the whole file back before resuming to keep them.")
+    # Resumed from an older checkpoint (the newer one broken, or another run's copied in), the file is whole up to it.
+    assert keep == 0 or runs.lost_records(str(trained), keep) is None
+
+
+def test_cli_a_resume_that_falls_back_past_a_broken_checkpoint_finds_no_records_lost(tmp_path, tokens, reference):
+    # The newest checkpoint, past the metrics' last record, is broken (here weights of another run, copied in
+    # without optimizer state): the run resumes from the one before, whose records are all there.
+    trained = shutil.copytree(reference, tmp_path / "trained")
+    other = shutil.copytree(trained / "checkpoints" / str(STEPS), tmp_path / "copied")
+    shutil.rmtree(other / "opt_state")
+    meta = json.loads((other / "meta" / "metadata").read_text())
+    (other / "meta" / "metadata").write_text(json.dumps({**meta, "step": STEPS + 2}))
+    shutil.move(other, trained / "checkpoints" / str(STEPS + 2))
+    outcome = fuzz.call(sps_train.main, small_argv(trained, tokens, "--config.train.stop_at_step=7", steps=STEPS + 4))
+    assert outcome.status == 0 and outcome.problem() is None, outcome.stderr
+    assert f"checkpoint step {STEPS + 2} of {trained} is broken" in outcome.stderr, outcome.stderr
+    assert "records of the steps between are lost" not in outcome.stderr, outcome.stderr
 
 
 def test_a_run_whose_only_checkpoint_was_renamed_names_that_folder_where_it_says_checkpoints_holds_none(
