@@ -205,17 +205,25 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
     return note
 
 
-def lost_records(workdir: str, start_step: int) -> str | None:
-    """The warning for a run resumed at ``start_step`` whose metrics.jsonl holds no record or ends before that step,
-    else None: training puts every step's record on disk before that step's save, so the file was emptied, cut short
-    or replaced by an older copy, and the curves would jump from its last record to the resume without a word. (A
-    missing file is warned of by :func:`check_workdir`.)"""
+def records_end_before(workdir: str, step: int) -> str | None:
+    """How ``workdir``'s metrics.jsonl ends before ``step`` (``holds no record``, ``ends at step N``), or None where it
+    reaches it or is missing: training puts every step's record on disk before that step's save, so a file ending
+    before a checkpoint's step was emptied, cut short or replaced by an older copy."""
     if not os.path.isfile(os.path.join(workdir, metrics.METRICS_FILE)):
         return None
     last = max((r["step"] for r in metrics.read(workdir)), default=None)
-    if last is not None and last >= start_step:
+    if last is not None and last >= step:
         return None
-    held = "holds no record" if last is None else f"ends at step {last}"
+    return "holds no record" if last is None else f"ends at step {last}"
+
+
+def lost_records(workdir: str, start_step: int) -> str | None:
+    """The warning for a run resumed at ``start_step`` whose metrics.jsonl ends before that step
+    (:func:`records_end_before`), else None: the curves would jump from its last record to the resume without a word.
+    (A missing file is warned of by :func:`check_workdir`.)"""
+    held = records_end_before(workdir, start_step)
+    if held is None:
+        return None
     return (f"warning: {os.path.join(workdir, metrics.METRICS_FILE)} {held}, before step {start_step}, whose checkpoint "
             "this run resumes from (the file was emptied, cut short or replaced by an older copy): the records of the "
             "steps between are lost, and this run's begin after its checkpoint; put the whole file back before "

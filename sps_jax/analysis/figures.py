@@ -159,7 +159,13 @@ def curves(run_folders, out: str) -> dict:
         cfg = sps_model.ModelConfig.from_config(runs.read_config(info["workdir"]).model)
         # The curve is labelled and costed by config.json's model: the latest checkpoint, if any, says whether it
         # trained it (what its weights compute, and their shapes).
-        runs.check_stored_shapes(info["workdir"], runs.check_trained_as(info["workdir"], None, cfg), cfg)
+        step = runs.check_trained_as(info["workdir"], None, cfg)
+        runs.check_stored_shapes(info["workdir"], step, cfg)
+        held = None if step is None else runs.records_end_before(info["workdir"], step)
+        if held is not None:  # the curve stops short of what the run trained, which the figure cannot show
+            cli.note(f"warning: {os.path.join(info['workdir'], metrics.METRICS_FILE)} {held}, before the run's "
+                     f"checkpoint of step {step} (the file was cut short or replaced by an older copy): its curve "
+                     "stops there; put the whole file back to draw all of it.")
         tokens, loss = log_axes_curve(run)
         per_token = flops.train_flops_per_token(cfg)
         train_flops = tokens * per_token

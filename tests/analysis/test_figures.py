@@ -717,3 +717,21 @@ def test_curves_of_a_run_whose_config_json_is_of_another_model_size_than_its_che
                                   f"parameters but the config implies {want:,}; put back the config.json the run was "
                                   "trained with (this one was edited, or belongs to another run).")
     assert not os.path.exists(tmp_path / "c.png")
+
+
+def test_curves_of_a_run_whose_metrics_end_before_its_checkpoint_warn_that_the_curve_stops_short(tmp_path, capsys):
+    # A metrics.jsonl cut short (its partial last line dropped as a killed writer's) or an older copy: the curve
+    # stopped at its last record, short of the checkpoint the run trained to, without a word.
+    from sps_jax import checkpoint
+    from tests.helpers import small_model
+    run = write_run(tmp_path / "run", "tiny-sps", "sps", 2, [4.0, 3.5])
+    cfg, _, params = small_model("sps", 2)
+    checkpoint.save_params(run, 20, params, cfg.function_fields)
+    figures.curves([run], str(tmp_path / "whole.png"))
+    assert capsys.readouterr().err == ""
+    checkpoint.save_params(run, 30, params, cfg.function_fields)
+    data = figures.curves([run], str(tmp_path / "short.png"))
+    assert data["runs"][0]["val_loss"] == [4.0, 3.5]
+    assert capsys.readouterr().err == (f"warning: {run}/metrics.jsonl ends at step 20, before the run's checkpoint of "
+                                       "step 30 (the file was cut short or replaced by an older copy): its curve stops "
+                                       "there; put the whole file back to draw all of it.\n")
