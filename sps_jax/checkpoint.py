@@ -461,17 +461,16 @@ class TrainCheckpoints:
             reason = problem(self.workdir, step)
             if reason is None:
                 # this config is the run's config.json's model (runs.check_workdir): one of the two was swapped
-                check_trained_as(self.workdir, step, self.trained_as, "this config (and the run's config.json)",
-                                 f"move checkpoints copied from another run out of "
-                                 f"{os.path.join(self.workdir, CHECKPOINT_DIR)}, or put back the config.json it was "
-                                 "trained with and resume with those settings, or use a new --workdir")
+                fix = (f"move checkpoints copied from another run out of {os.path.join(self.workdir, CHECKPOINT_DIR)}, "
+                       "or put back the config.json it was trained with and resume with those settings, or use a new "
+                       "--workdir")
+                check_trained_as(self.workdir, step, self.trained_as, "this config (and the run's config.json)", fix)
                 try:
                     state = restore(step)
                 except Exception as e:
                     if _is_other_model(e):
                         raise UserError(f"checkpoint step {step} of {self.workdir} holds another model than this "
-                                        f"config ({_short(e)}): resume with the original model settings or use a "
-                                        "new --workdir.") from None
+                                        f"config (and the run's config.json) ({_short(e)}): {fix}.") from None
                     reason = f"its content cannot be restored: {_short(e)}"
             if reason is None:
                 for bad, why in tried:

@@ -124,6 +124,23 @@ def test_resuming_checkpoints_of_another_model_than_this_config_is_refused_befor
     assert checkpoint.recorded_model(workdir, 4) == TRAINED_AS
 
 
+def test_resuming_a_checkpoint_of_other_shapes_says_to_move_it_out_not_to_resume_with_other_settings(tmp_path):
+    # Another run's checkpoint (another d_model, the same variant and window) copied into checkpoints/: told "resume
+    # with the original model settings", which the command had, since this config is the run's config.json's.
+    workdir = run_with_steps(tmp_path, [2, 4])
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS)
+
+    def restore_other_shapes(step):
+        raise ValueError("Requested shape: (64,) is not compatible with the stored shape: (32,).")
+    with pytest.raises(UserError, match=rf"^checkpoint step 4 of {workdir} holds another model than this config \(and "
+                                        r"the run's config\.json\) \(ValueError: Requested shape: .*\): move "
+                                        rf"checkpoints copied from another run out of {workdir}/checkpoints, or put "
+                                        r"back the config\.json it was trained with and resume with those settings, or "
+                                        r"use a new --workdir\.$"):
+        ckpts.restore_newest_intact(restore_other_shapes)
+    ckpts.close()
+
+
 @pytest.mark.parametrize("damage", ["missing", "not JSON"])
 def test_a_damaged_meta_item_is_damage_not_an_old_checkpoint_without_a_record(tmp_path, damage):
     # The record read as {} (an old checkpoint's), so generate, export and evaluate loaded another model's weights
