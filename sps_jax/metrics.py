@@ -72,9 +72,11 @@ _FIX_LINE = "fix or delete that line (training writes one JSON record per line, 
 
 
 def curves(workdir: str) -> dict[str, list[dict]]:
-    """{"train": records with "loss", "val": records with "val_loss"} of a run, each in step order (as read)."""
+    """{"train": records with "loss", "val": records with "val_loss"} of a run, each in step order (as read), one per
+    step: a step's last record of each kind, since a resumed leg re-evaluates at the step it resumes from."""
     records = read(workdir, required=True)
-    out = {"train": [r for r in records if "loss" in r], "val": [r for r in records if "val_loss" in r]}
+    out = {kind: list({r["step"]: r for r in records if value in r}.values())
+           for kind, value in (("train", "loss"), ("val", "val_loss"))}
     for kind, value in (("train", "loss"), ("val", "val_loss")):
         for r in out[kind]:
             for key in ("tokens_seen", value):

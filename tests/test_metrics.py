@@ -224,3 +224,20 @@ def test_tensorboard_gets_no_step_scalar_since_every_event_carries_its_step(tmp_
     events.Reload()
     assert sorted(events.Tags()["scalars"]) == ["loss", "tokens_seen"]
     assert [e.step for e in events.Scalars("tokens_seen")] == [1, 2]
+
+
+def test_a_step_recorded_twice_by_a_resumed_leg_is_drawn_once_with_its_last_record(tmp_path):
+    # A leg resumed at step 4 evaluates (and could log the step) again: the curves drew both records as two points.
+    writer = metrics.Writer(str(tmp_path), tensorboard=False)
+    for step in range(1, 5):
+        writer.write({"step": step, "tokens_seen": 10 * step, "loss": 5.0 - step})
+    writer.write({"step": 4, "tokens_seen": 40, "val_loss": 1.5})
+    writer.write({"step": 4, "tokens_seen": 40, "loss": 0.5})
+    writer.write({"step": 4, "tokens_seen": 40, "val_loss": 1.25})
+    writer.write({"step": 5, "tokens_seen": 50, "loss": 0.25})
+    writer.close()
+    train_ax, val_ax = figures.training_curves({"run": str(tmp_path)}).axes
+    (train_line,), (val_line,) = train_ax.lines, val_ax.lines
+    assert train_line.get_xdata().tolist() == [10, 20, 30, 40, 50]
+    assert train_line.get_ydata().tolist() == [4, 3, 2, 0.5, 0.25]
+    assert val_line.get_xdata().tolist() == [40] and val_line.get_ydata().tolist() == [1.25]

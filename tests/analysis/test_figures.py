@@ -735,3 +735,14 @@ def test_curves_of_a_run_whose_metrics_end_before_its_checkpoint_warn_that_the_c
     assert capsys.readouterr().err == (f"warning: {run}/metrics.jsonl ends at step 20, before the run's checkpoint of "
                                        "step 30 (the file was cut short or replaced by an older copy): its curve stops "
                                        "there; put the whole file back to draw all of it.\n")
+
+
+def test_curves_draw_a_step_a_resumed_leg_evaluated_again_once_with_its_last_validation(tmp_path):
+    # A leg resumed at step 20 re-evaluates there: the figure and its numbers held step 20's point twice.
+    run = write_run(tmp_path / "run", "tiny", "standard", None, [4.0, 3.5, 3.2])
+    with open(os.path.join(run, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"step": 30, "tokens_seen": 3000, "val_loss": 3.25}) + "\n")
+        f.write(json.dumps({"step": 40, "tokens_seen": 4000, "val_loss": 3.0}) + "\n")
+    data = figures.curves([run], str(tmp_path / "c.png"))
+    assert data["runs"][0]["tokens_seen"] == [1000, 2000, 3000, 4000]
+    assert data["runs"][0]["val_loss"] == [4.0, 3.5, 3.25, 3.0]
