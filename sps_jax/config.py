@@ -180,13 +180,16 @@ def _window_word(window) -> str:
 
 
 def run_config_problem(data) -> str | None:
-    """Why parsed JSON is not a run config (no object, no 'model' section, a 'model' that is no section), or None."""
+    """Why parsed JSON is not a run config (no object, no 'model' section, a 'model' that is no section, a 'name' that
+    :func:`check_labels` refuses, which readers would print as the run's label), or None."""
     if not isinstance(data, dict):
         return f"it is {type(data).__name__}, not an object"
     if "model" not in data:
         return "it has no 'model' section"
     if not isinstance(data["model"], dict):
         return f"its 'model' is {data['model']!r}, not a section of fields"
+    if "name" in data and not (isinstance(data["name"], str) and data["name"].strip()):
+        return f"its 'name' is {data['name']!r}, not the run's name (a non-empty string)"
     return None
 
 

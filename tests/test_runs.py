@@ -312,6 +312,20 @@ def test_a_run_config_that_is_no_run_config_says_to_put_back_the_one_it_was_trai
         runs.load_model(str(tmp_path / "run"))
 
 
+@pytest.mark.parametrize("name", [5, None, "", " "])
+def test_a_run_name_that_is_no_text_is_refused_as_an_edited_config_not_taken_as_the_runs_label(tmp_path, name):
+    # Figures' legends and evaluate's tables labelled the run "5" (and a null or empty one by its folder).
+    from sps_jax.cli import UserError
+    save_small_run(tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    (tmp_path / "run" / "config.json").write_text(json.dumps(dict(config, name=name)))
+    with pytest.raises(UserError) as refused:
+        runs.run_info(str(tmp_path / "run"))
+    assert str(refused.value) == (f"{tmp_path / 'run' / 'config.json'} is not a run config: its 'name' is {name!r}, "
+                                  "not the run's name (a non-empty string): put back the config.json the run was "
+                                  "trained with.")
+
+
 def test_a_run_config_without_a_field_of_how_the_model_runs_loads_with_its_default(tmp_path):
     # A run written before loss_chunk, prefill_chunk or residual_dtype existed: their defaults compute the same model.
     save_small_run(tmp_path / "run")
