@@ -818,12 +818,24 @@ def non_negative_int(text: str) -> int:
     return _integer(text, 0, "0 or more")
 
 
+def _float(text: str, takes: str = "") -> float:
+    try:
+        return float(text)
+    except ValueError:  # argparse's own words: "invalid float value: ''"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number{': it takes ' + takes if takes else ''}") from None
+
+
+def number(takes: str):
+    """argparse type: a number, where text that is none says the flag takes ``takes`` (its range is the reader's)."""
+    def parse(text: str) -> float:
+        return _float(text, takes)
+    parse.__name__ = "number"
+    return parse
+
+
 def positive_number(text: str) -> float:
     """argparse type: a finite number above 0 (float() takes 'nan', 'inf' and '1e400', which is inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
     return value

@@ -398,3 +398,34 @@ def test_cli_every_command_line_of_the_readme_and_docs_parses_with_its_commands_
     checked, wrong = wrong_command_lines(monkeypatch, examples)
     assert not wrong, "\n".join(wrong)
     assert checked >= 80  # the command lines were found
+
+
+@pytest.mark.parametrize("module, argv, sentence", [
+    ("sps_jax.inference.generate", ["--temperature="],
+     "argument --temperature: '' is not a number: it takes 0 (greedy) or a number above 0"),
+    ("sps_jax.inference.generate", ["--top-p", "half"],
+     "argument --top-p: 'half' is not a number: it takes a number above 0, at most 1"),
+    ("sps_jax.data", ["prepare", "--source", "builtin", "--out", "x", "--val-fraction", "1%"],
+     "argument --val-fraction: '1%' is not a number: it takes a number from 0 to below 1"),
+])
+def test_cli_a_number_flag_given_no_number_says_what_the_flag_takes(module, argv, sentence):
+    # argparse's own answer was "argument --temperature: invalid float value: ''".
+    from tests import fuzz
+    outcome = fuzz.call(main_of(module), argv)
+    assert outcome.status == 2 and f": {sentence} (see --help).\n" in outcome.stderr, outcome.stderr
+
+
+def test_cli_no_flag_of_any_command_takes_argparses_bare_float(monkeypatch):
+    # type=float answers a value that is no number with "invalid float value: 'x'", which says nothing of the flag.
+    seen, parse_args = [], cli.ArgumentParser.parse_args
+
+    def recorded(self, args=None, namespace=None):
+        seen.append(self)
+        return parse_args(self, args, namespace)
+
+    monkeypatch.setattr(cli.ArgumentParser, "parse_args", recorded)
+    for _ in help_texts():
+        pass
+    bare = sorted({f"{sub.prog} {action.option_strings or action.dest}" for parser in seen
+                   for sub in cli._parsers(parser) for action in sub._actions if action.type is float})
+    assert seen and bare == []

@@ -96,10 +96,11 @@ def _parser() -> cli.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64,
                         help="tokens to generate per prompt (fewer where EOS stops it)")
-    parser.add_argument("--temperature", type=float, default=Sampling.temperature, help="0 = greedy")
+    parser.add_argument("--temperature", type=cli.number("0 (greedy) or a number above 0"),
+                        default=Sampling.temperature, help="0 = greedy")
     parser.add_argument("--top-k", type=cli.non_negative_int, default=Sampling.top_k,
                         help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
-    parser.add_argument("--top-p", type=float, default=Sampling.top_p,
+    parser.add_argument("--top-p", type=cli.number("a number above 0, at most 1"), default=Sampling.top_p,
                         help="sample among the likeliest tokens whose mass reaches p (1: all; needs --temperature above 0)")
     parser.add_argument("--seed", type=cli.non_negative_int, default=DEFAULT_SEED, help="sampling seed")
     cli.add_batch_size(parser, batching.MAX_BATCH, "prompts per generation batch")
