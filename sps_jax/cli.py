@@ -80,8 +80,41 @@ def os_refusal(exc: BaseException) -> UserError | None:
     if isinstance(exc, PermissionError) and exc.filename and exc.strerror:
         return UserError(f"{sentence(exc)} for this user: change its permissions, or pass another path.")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if getattr(exc, _STDOUTS, False):  # its OSError names no file: the user would look for one the command wrote
+            return UserError(f"standard output: {sentence(exc)}: free disk space where it is redirected, or redirect "
+                             "it elsewhere, then rerun the command.")
         return UserError(f"{sentence(exc)}: free disk space where the command writes, then rerun it.")
     return None
+
+
+_STDOUTS = "sps_jax_stdout"  # the attribute :class:`_Stdout` sets on an OSError of a write to standard output
+
+
+class _Stdout:
+    """sys.stdout while a command runs from the command line: an OSError of its write or flush is marked as standard
+    output's (:func:`os_refusal` names it); everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _marked(self, method, *args):
+        try:
+            return method(*args)
+        except OSError as exc:
+            setattr(exc, _STDOUTS, True)
+            raise
+
+    def write(self, text: str) -> int:
+        return self._marked(self._stream.write, text)
+
+    def writelines(self, lines) -> None:
+        self._marked(self._stream.writelines, lines)
+
+    def flush(self) -> None:
+        self._marked(self._stream.flush)
 
 
 def stdout_encoding_refusal(exc: BaseException) -> UserError | None:
@@ -419,6 +452,7 @@ def main(fn):
         if standalone:
             _standalone = True
             _fill_closed_descriptors()
+            stdout = sys.stdout = _Stdout(sys.stdout)
             previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         _nesting += 1
         try:
@@ -474,6 +508,8 @@ def main(fn):
             _nesting -= 1
             if standalone:
                 _standalone = False
+                if sys.stdout is stdout:  # the interpreter's exit flushes the stream itself
+                    sys.stdout = stdout._stream
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

@@ -1078,17 +1078,41 @@ def test_a_pattern_the_shell_expanded_after_a_repeatable_flag_says_to_repeat_it(
                                           ("sps_jax.inference.generate", ["--help"])])
 def test_cli_help_and_version_that_cannot_be_written_are_not_a_success(module, argv):
     """argparse drops an OSError of its help and version writes: into a full device the command exited 0 having
-    written nothing, and into a closed pipe 0 where every other output exits 141."""
+    written nothing, and into a closed pipe 0 where every other output exits 141. The full device is named as standard
+    output, whose OSError names no file: 'free disk space where the command writes' sent the user to look for one."""
     with open("/dev/full", "w") as full:
         proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=REPO, env=env(), stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=60)
     assert (proc.returncode, own_lines(proc.stderr)) == (
-        2, ["error: No space left on device: free disk space where the command writes, then rerun it."]), proc.stderr
+        2, ["error: standard output: No space left on device: free disk space where it is redirected, or redirect it "
+            "elsewhere, then rerun the command."]), proc.stderr
     proc = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO, env=env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     proc.stdout.close()  # the reader is gone before the command writes
     err = proc.stderr.read()
     assert (proc.wait(timeout=60), own_lines(err)) == (141, []), err
+
+
+def test_cli_results_into_a_full_device_are_said_to_be_standard_outputs_and_another_write_is_not(tmp_path):
+    # "No space left on device: free disk space where the command writes" named no file: the user looked for --out.
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "sps_jax"], cwd=REPO, env=env(), stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, own_lines(proc.stderr)) == (
+        2, ["error: standard output: No space left on device: free disk space where it is redirected, or redirect it "
+            "elsewhere, then rerun the command."]), proc.stderr
+    # A file's write into the full device, run the same way, printing a result first: not standard output's.
+    script = ("from sps_jax import cli\n"
+              "@cli.main\n"
+              "def main(argv):\n"
+              "    print('a result')\n"
+              "    with open('/dev/full', 'w') as f:\n"
+              "        f.write('x')\n"
+              "raise SystemExit(main())\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, own_lines(proc.stderr)) == (
+        2, ["error: No space left on device: free disk space where the command writes, then rerun it."]), proc.stderr
 
 
 @pytest.mark.parametrize("module, argv, what", [

@@ -244,4 +244,5 @@ def test_cli_lm_eval_help_that_cannot_be_written_is_not_a_success():
         proc = subprocess.run([sys.executable, "-m", "sps_jax.evaluation.lm_eval_cli", "--help"], cwd=REPO, env=env(),
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
     assert (proc.returncode, own_lines(proc.stderr)) == (
-        2, ["error: No space left on device: free disk space where the command writes, then rerun it."]), proc.stderr
+        2, ["error: standard output: No space left on device: free disk space where it is redirected, or redirect it "
+            "elsewhere, then rerun the command."]), proc.stderr
