@@ -62,6 +62,13 @@ def token_ids(prompt, name: str) -> list[int]:
     return [operator.index(t) for t in tokens]
 
 
+def refuse_empty(prompt, name: str) -> None:
+    """One sentence for a prompt with no token; an empty text is the one text of no tokens, so generate asks it of
+    the text before jax loads."""
+    if len(prompt) == 0:
+        raise ValueError(f"{name} is empty: generation needs at least one prompt token.")
+
+
 def check_progress(progress: Optional[Callable[[int], None]]) -> None:
     """One sentence for a ``progress`` that is no function: it is first called after a batch, once that batch has
     compiled and run."""

@@ -250,8 +250,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
         raise ValueError(f"{limit_name} must be at least 1, got {max_new_tokens}.")
     for n, prompt in enumerate(prompts):
         name = names[n] if names is not None else f"prompt {n}"
-        if len(prompt) == 0:
-            raise ValueError(f"{name} is empty: generation needs at least one prompt token.")
+        batching.refuse_empty(prompt, name)
         if len(prompt) > cfg.seq_len:
             raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of "
                              f"{cfg.seq_len}: shorten it.")

@@ -134,18 +134,6 @@ def main(argv=None) -> int:
                                                         ("the tokenizer's ranks file", tokenizer.default_ranks_path())],
                          example="completions.jsonl")
     run_files.checkpoint_step(cli.run_argument(args), args.step)  # a path that names no run, before jax loads
-    with cli.stop_exits_while_loading():
-        from sps_jax import attention, model as sps_model, runs
-        from sps_jax.inference import kv_cache
-
-    # The run's config.json says the context: it is read before the prompts are, and every prompt is
-    # checked against it before any weights load.
-    cfg = runs.read_run(cli.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
-    overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if overrides:
-        cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
-        attention.check_available(cfg.attention)  # --attention triton where it cannot run: before any weights load
     blank = 0
     if args.prompt is not None:
         names, records = ["--prompt"], [{"prompt": args.prompt}]
@@ -153,6 +141,19 @@ def main(argv=None) -> int:
         numbered, blank = _read_prompts(args.prompts_file)
         lines, records = zip(*numbered)
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
+    for name, record in zip(names, records):  # the prompts need no jax to be read, nor to be empty
+        batching.refuse_empty(record["prompt"], name)
+    with cli.stop_exits_while_loading():
+        from sps_jax import attention, model as sps_model, runs
+        from sps_jax.inference import kv_cache
+
+    # The run's config.json says the context: every prompt is checked against it before any weights load.
+    cfg = runs.read_run(cli.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
+    overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides:
+        cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
+        attention.check_available(cfg.attention)  # --attention triton where it cannot run: before any weights load
     prompts = completions.encode(cfg, [r["prompt"] for r in records], args.max_new_tokens, names, "--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")

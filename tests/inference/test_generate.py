@@ -608,6 +608,21 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         assert outcome.status == 2 and outcome.problem() is None and message in outcome.stderr, (args, outcome)
 
 
+def test_cli_an_empty_prompt_is_refused_before_jax_loads(tmp_path):
+    """An empty --prompt, or a prompts file's empty "prompt", has no token to generate from whatever the run: said
+    before jax's seconds of import and the CUDA plugin's log lines, as the other refusals of the prompts are."""
+    from tests.test_commands import answers_without_jax
+
+    ensure_tokenizer()
+    workdir = _tiny_run(tmp_path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({"prompt": "fine"}) + "\n" + json.dumps({"prompt": ""}) + "\n")
+    for argv, said in [(["--workdir", workdir, "--prompt", ""], "--prompt is empty"),
+                       (["--workdir", workdir, "--prompts-file", str(empty)], f"--prompts-file {empty} line 2 is empty")]:
+        answers, stderr = answers_without_jax("sps_jax.inference.generate", [argv])
+        assert answers == [["2", "False"]] and said in stderr, (argv, stderr[-2000:])
+
+
 def test_a_plain_text_prompts_file_of_jsonl_records_is_said_to_be_read_whole_lines(tmp_path, capsys):
     # A JSON Lines file not named .jsonl generated from each line's JSON text, braces and all, without a word.
     misnamed = tmp_path / "prompts.txt"
