@@ -16,7 +16,6 @@ of retention.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import math
 import os
@@ -27,10 +26,10 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from sps_jax import cli, files, run_files
+from sps_jax import cli, files
 from sps_jax.cli import UserError
 from sps_jax.config import MAX_STEP, STEP_BOUND
-from sps_jax.run_files import CHECKPOINT_DIR
+from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path
 
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
@@ -269,18 +268,6 @@ def check_trained_as(workdir: str, step: int, expected: dict, against: str, fix:
             return ", ".join(f"{k}={values[k]!r}" for k in differ)
         raise OtherModel(f"checkpoint step {step} of {workdir} was trained as {fields(recorded)}, but {against} "
                          f"says {fields(expected)}: {fix}.")
-
-
-def check_writable_path(workdir: str, flag: str = "--workdir") -> None:
-    """One sentence where Orbax could not read back checkpoints it writes under ``workdir``: it finds each
-    save's per-process files with a glob over the whole path, so a folder name such as ``exp[1]`` (a pattern
-    that does not match itself) leaves every checkpoint without its manifest, and it says nothing."""
-    run_files.check_orbax_path(workdir, flag)
-    for name in os.path.abspath(workdir).split(os.sep):
-        if not fnmatch.fnmatchcase(name, name):
-            raise UserError(f"{flag} {workdir} lies under a folder named {name!r}, where Orbax cannot find the "
-                            "checkpoints it writes (it reads [...] in a path as a pattern): rename that folder, or "
-                            "choose a path without brackets.")
 
 
 def save_params(workdir: str, step: int, params, trained_as: dict, meta: dict | None = None) -> None:

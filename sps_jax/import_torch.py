@@ -75,7 +75,7 @@ def check_flag_overrides(overrides) -> None:
 def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
     """The saved dict (``{"model": state_dict, "model_args": ..., "config": ...}``) with tensors;
     a ``.safetensors`` file gives the same layout (numpy arrays, no torch needed)."""
-    if path.lower().endswith(".safetensors"):  # MODEL.SAFETENSORS too: torch.load cannot read one
+    if _what(path) == "safetensors file":  # MODEL.SAFETENSORS too: torch.load cannot read one
         return _load_safetensors(path)
     torch = _reader("torch", "PyTorch checkpoint", path)
     try:
@@ -105,6 +105,20 @@ def _is_torch_save(path: str) -> bool:
     with open(path, "rb") as f:
         head = f.read(4)
     return head == b"PK\x03\x04" or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)
+
+
+def _what(path: str) -> str:
+    """What the file at ``path`` is read as: its suffix picks the reader."""
+    return "safetensors file" if path.lower().endswith(".safetensors") else "PyTorch checkpoint"
+
+
+def check_checkpoint_file(path: str) -> None:
+    """One sentence where ``path`` is no file to import: missing, a folder, no regular file, or empty (no reader
+    makes anything of no bytes). It needs neither jax nor the file's reader, so the command asks it before either
+    loads."""
+    files.input_file(path, _what(path), PASS_CHECKPOINT)
+    if os.path.getsize(path) == 0:
+        raise UserError(f"{_what(path)} {path!r} is empty (0 bytes): {PASS_CHECKPOINT}.")
 
 
 def _reader(package: str, what: str, path: str):
@@ -523,11 +537,9 @@ def check_out(out: str, force: bool, checkpoint_path: str | None = None) -> None
     """Refuse an ``--out`` that holds files (a run would be overwritten) unless ``force``, and an
     empty one, the working directory, a folder in a run or in a token folder, one holding the checkpoint file
     read, even then (:func:`sps_jax.run_files.replaceable_folder`), or a path where Orbax cannot read checkpoints back."""
-    from sps_jax import checkpoint
-
     flag = _named("--out")
     run_files.replaceable_folder(out, flag, force, "the imported run",
-                                 check=lambda: checkpoint.check_writable_path(out, flag),
+                                 check=lambda: run_files.check_writable_path(out, flag),
                                  inputs=[("the checkpoint", checkpoint_path)])
 
 
@@ -557,6 +569,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     num_heads, seq_len = _sizes(num_heads, seq_len)  # before the file is read
     cli.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
+    check_checkpoint_file(path)
     ckpt = load_torch_checkpoint(path, trust_pickle)
     sd, notes = state_dict_of(ckpt)
     get = ckpt.get if isinstance(ckpt, dict) else (lambda key, default=None: default)
@@ -613,7 +626,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     check_flag_overrides(overrides)
     window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
-    sps_model = cli.load("sps_jax.model")
 
     # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
     preview = sps_config.paper_config(sps_config.DEFAULT_SCALE,
@@ -621,6 +633,9 @@ def main(argv=None) -> int:
     for item in overrides:
         sps_config.apply_override(preview, item)
     sps_config.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
+    check_out(args.out, args.force, args.checkpoint)  # the output first, then the file: neither needs jax
+    check_checkpoint_file(args.checkpoint)
+    sps_model = cli.load("sps_jax.model")
     config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
                                          args.seq_len, overrides, args.trust_pickle, args.step, args.force)
     for note in notes:

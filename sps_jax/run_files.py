@@ -8,6 +8,7 @@ that its run path names a run, before jax loads.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 
 from sps_jax import cli, files, token_folder, tracking
@@ -59,6 +60,19 @@ def check_orbax_path(path: str, what: str) -> None:
         except UnicodeEncodeError:
             raise UserError(f"{what} {path!r} holds the name {name!r}, which is not UTF-8 text, and Orbax reads and "
                             "writes checkpoints only at UTF-8 paths: rename it, or choose another path.") from None
+
+
+def check_writable_path(workdir: str, flag: str = "--workdir") -> None:
+    """One sentence where Orbax could not read back checkpoints it writes under ``workdir``: it finds each
+    save's per-process files with a glob over the whole path, so a folder name such as ``exp[1]`` (a pattern
+    that does not match itself) leaves every checkpoint without its manifest, and it says nothing. It needs no
+    jax, so a command asks it before jax loads."""
+    check_orbax_path(workdir, flag)
+    for name in os.path.abspath(workdir).split(os.sep):
+        if not fnmatch.fnmatchcase(name, name):
+            raise UserError(f"{flag} {workdir} lies under a folder named {name!r}, where Orbax cannot find the "
+                            "checkpoints it writes (it reads [...] in a path as a pattern): rename that folder, or "
+                            "choose a path without brackets.")
 
 
 def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None]:

@@ -152,7 +152,8 @@ ANSWERED_WITHOUT_JAX = {
                              ["x", "--out", "y", "--config.model.window", "3"], ["x", "--out", "y", "--remat"],
                              ["x", "--out", "y", "--window", "-1"], ["x", "--out", "y", "--variant", "SPS"],
                              ["x", "--out", "y", "--seq-len", "1073741825"],
-                             ["x", "--out", "y", "--config.model.window=3"]],
+                             ["x", "--out", "y", "--config.model.window=3"],
+                             ["DOES_NOT_EXIST.pt", "--out", "y"]],  # the reader's sentence, asked before it loads
     "sps_jax.export_torch": [["--help"], ["--version"], ["x"], ["x", "--out", "y.pt", "--step", "two"],
                              ["x", "--out", "y.pt", "--dtype", "f16"], ["", "--out", "y.pt"],
                              ["--workdir", "x", "--out", "y.pt", "--step", "two"], ["x", "--workdir", "x", "--out", "y.pt"],

@@ -580,7 +580,7 @@ def test_one_mlp_tensor_of_another_width_is_the_one_named(tmp_path, key):
 
 def test_a_missing_package_names_its_extra(tmp_path, monkeypatch):
     torch.save({"model": synthetic_state_dict()}, tmp_path / "ckpt.pt")
-    (tmp_path / "ckpt.safetensors").write_bytes(b"")
+    (tmp_path / "ckpt.safetensors").write_bytes(b"{}")  # a file of some bytes: an empty one is refused as such
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
     monkeypatch.setitem(sys.modules, "safetensors", None)
     for name, extra in (("ckpt.pt", ".[torch]"), ("ckpt.safetensors", ".[safetensors]")):
@@ -1083,3 +1083,22 @@ def test_cli_a_seq_len_past_the_longest_context_is_refused_as_an_argument(tmp_pa
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert "argument --seq-len: 1073741825 must be from 1 to 1073741824" in outcome.stderr, outcome.stderr
     assert not os.listdir(tmp_path)
+
+
+def test_cli_a_checkpoint_file_that_is_missing_or_empty_is_refused_before_jax_loads(tmp_path):
+    """A checkpoint file that does not exist, or holds no byte, is said before jax's seconds of import and the CUDA
+    plugin's log lines, and after the --out checks, which need no jax either."""
+    from tests.test_commands import answers_without_jax
+
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    out = str(tmp_path / "out")
+    missing, missing_safetensors = str(tmp_path / "missing.pt"), str(tmp_path / "missing.safetensors")
+    cases = [([missing, "--out", out], f"PyTorch checkpoint '{missing}' does not exist"),
+             ([missing_safetensors, "--out", out], f"safetensors file '{missing_safetensors}' does not exist"),
+             ([str(empty), "--out", out], f"PyTorch checkpoint '{empty}' is empty"),
+             ([missing, "--out", "README.md"], "--out README.md")]  # the output's check first
+    for argv, said in cases:
+        answers, stderr = answers_without_jax("sps_jax.import_torch", [argv])
+        assert answers == [["2", "False"]] and said in stderr, (argv, stderr[-2000:])
+    assert not os.path.exists(out)
