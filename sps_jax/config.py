@@ -179,15 +179,27 @@ def _window_word(window) -> str:
     return "none" if window is None else str(window)
 
 
+def section_problem(data, name: str) -> str | None:
+    """Why ``data`` (a run config, parsed JSON or a ConfigDict) holds no section ``name`` (missing, or another value
+    than a section of fields), or None."""
+    if name not in data:
+        return f"it has no {name!r} section"
+    if not isinstance(data[name], (dict, ml_collections.ConfigDict)):
+        return f"its {name!r} is {data[name]!r}, not a section of fields"
+    return None
+
+
 def run_config_problem(data) -> str | None:
-    """Why parsed JSON is not a run config (no object, no 'model' section, a 'model' that is no section, a 'name' that
-    :func:`check_labels` refuses, which readers would print as the run's label), or None."""
+    """Why parsed JSON is not a run config (no object, no 'model' section, a section that is no section of fields, a
+    'name' that :func:`check_labels` refuses, which readers would print as the run's label), or None. The other
+    sections may be missing: a run saved with its weights alone (``runs.save_run``) has no train or data section, and
+    one trained before W&B tracking no metrics section (a resume asks for those it reads)."""
     if not isinstance(data, dict):
         return f"it is {type(data).__name__}, not an object"
-    if "model" not in data:
-        return "it has no 'model' section"
-    if not isinstance(data["model"], dict):
-        return f"its 'model' is {data['model']!r}, not a section of fields"
+    problem = next(filter(None, (section_problem(data, name) for name in RUN_FIELDS[1:]
+                                 if name == "model" or name in data)), None)
+    if problem:
+        return problem
     if "name" in data and not (isinstance(data["name"], str) and data["name"].strip()):
         return f"its 'name' is {data['name']!r}, not the run's name (a non-empty string)"
     return None

@@ -54,11 +54,16 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
     data = files.read_json(path, PUT_BACK)
     problem = sps_config.run_config_problem(data)
     if problem:
-        raise UserError(f"{path} is not a run config: {problem}: {PUT_BACK}.")
+        raise _not_run_config(path, problem)
     try:
         return ml_collections.ConfigDict(data)
     except Exception as e:  # keys ConfigDict cannot hold
         raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}): {PUT_BACK}.") from None
+
+
+def _not_run_config(path: str, problem: str) -> UserError:
+    """The refusal of a damaged or edited config.json at ``path``, ``problem`` saying what is wrong with it."""
+    return UserError(f"{path} is not a run config: {problem}: {PUT_BACK}.")
 
 
 def check_model_fields(config, workdir: str) -> str:
@@ -392,14 +397,17 @@ def _refuse_other_model(workdir: str, saved, config) -> None:
                     f"{' '.join(f'--config.model.{k}={old.get(k)!r}' for k in changed)}), or use a new --workdir.")
 
 
+# The sections every run train writes holds, which a resume reads or keeps: one missing is a config.json edited by
+# hand (without data a resume would compare no tokens). Not metrics: a run trained before W&B tracking has none.
+_RESUME_READS = ("train", "data", "mesh")
+
+
 def _check_resume(workdir: str, saved, config) -> str | None:
     """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens; the note that
     names each other train and data field it changes, or None."""
-    if not isinstance(saved.get("train"), ml_collections.ConfigDict):  # a config.json edited by hand
-        raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} has no train section, so the "
-                        f"{' and '.join('train.' + k for k in RESUME_FIXED)} that a resume must keep are "
-                        "unknown: put back the section with the values the run was trained with, or use a new "
-                        "--workdir.")
+    problem = next(filter(None, (sps_config.section_problem(saved, name) for name in _RESUME_READS)), None)
+    if problem:
+        raise _not_run_config(os.path.join(workdir, CONFIG_FILE), problem)
     fixed = [k for k in RESUME_FIXED if saved.train.get(k) != config.train.get(k)]
     damaged = next(filter(None, (sps_config.range_problem(f"train.{k}", saved.train.get(k)) for k in fixed)), None)
     if damaged:  # a config.json edited by hand: an override of that value would be refused, so none is suggested

@@ -301,7 +301,10 @@ def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_defaul
                                            ("[]", r"is not a run config: it is list, not an object"),
                                            ('{"name": "a"}', r"is not a run config: it has no 'model' section"),
                                            ('{"model": NaN}', r"is not a run config: its 'model' is nan, not a section "
-                                                              r"of fields")])
+                                                              r"of fields"),
+                                           # Read as the run's train section: tokens_seen's fallback raised AttributeError.
+                                           ('{"model": {}, "train": 5}', r"is not a run config: its 'train' is 5, not a "
+                                                                         r"section of fields")])
 def test_a_run_config_that_is_no_run_config_says_to_put_back_the_one_it_was_trained_with(tmp_path, text, problem):
     # An emptied or cut-off config.json (a full disk, an editor) said only what was wrong, with no way out.
     from sps_jax.cli import UserError

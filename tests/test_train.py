@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config as sps_config, masks, metrics, optim, runs, train as sps_train, trainer
+from sps_jax import checkpoint, cli, config as sps_config, masks, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 from tests import fuzz
@@ -1013,17 +1013,44 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
     refuse(small_argv(tmp_path / "file", tokens), "is a file, not a folder")
 
 
-def test_resuming_a_run_whose_config_json_lost_its_train_section_is_one_sentence(tmp_path, tokens, reference):
-    # A config.json edited by hand: the resume check read its train.seed and raised AttributeError (a traceback).
+def _resume_config(tokens):
+    """The config the reference run was trained with, as a resume of it is given."""
+    return sps_config.load_config("configs/tiny.py", [*SMALL_OVERRIDES, f"--config.data.dir={tokens}",
+                                                      f"--config.train.total_tokens={STEPS * 256}"])
+
+
+@pytest.mark.parametrize("edit, problem", [
+    # The resume noted "data.val_windows None -> 64" and compared no tokens with those the run recorded.
+    (lambda config: config.pop("data"), "it has no 'data' section"),
+    (lambda config: config.pop("mesh"), "it has no 'mesh' section"),
+    # The resume check read its train.seed and raised AttributeError (a traceback).
+    (lambda config: config.pop("train"), "it has no 'train' section"),
+    # "AttributeError: 'int' object has no attribute 'get'" (a traceback).
+    (lambda config: config.update(data=5), "its 'data' is 5, not a section of fields"),
+])
+def test_resuming_a_run_whose_config_json_lost_a_section_is_refused_as_a_damaged_config_json(tmp_path, tokens,
+                                                                                            reference, edit, problem):
     trained = tmp_path / "trained"
     shutil.copytree(reference, trained)
     config = json.loads((trained / "config.json").read_text())
-    del config["train"]
+    edit(config)
     (trained / "config.json").write_text(json.dumps(config))
     before = digest(trained)
-    refuse(small_argv(trained, tokens), "config.json has no train section", "train.seed and train.global_batch",
-           "new --workdir")
+    with pytest.raises(cli.UserError) as refusal:
+        runs.check_workdir(str(trained), _resume_config(tokens))
+    assert str(refusal.value) == (f"{trained / 'config.json'} is not a run config: {problem}: put back the config.json "
+                                  "the run was trained with.")
     assert digest(trained) == before
+
+
+def test_resuming_a_run_written_before_the_metrics_section_existed_is_not_refused(tmp_path, tokens, reference):
+    # W&B tracking (the metrics section) came after the first runs were trained: their config.json has none.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    config = json.loads((trained / "config.json").read_text())
+    del config["metrics"]
+    (trained / "config.json").write_text(json.dumps(config))
+    assert runs.check_workdir(str(trained), _resume_config(tokens)) is None
 
 
 @pytest.mark.parametrize("section, field, value, says", [
