@@ -36,6 +36,10 @@ JSON_ITEMS = ("meta", "data")
 TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
 # What a reader of a run without a checkpoint (killed before its first save) can do.
 NO_CHECKPOINT_ADVICE = "train it until it saves one (train.checkpoint_every), or pass a run that has one"
+# What a run none of whose checkpoints is intact is told, by a resume and by every reader: a resume refuses such a
+# folder, and a run whose checkpoints/ is moved away but whose metrics record a save starts again only under --force.
+NO_INTACT_ADVICE = (f"restore the run folder from a copy, or move its {CHECKPOINT_DIR}/ folder away and train the run "
+                    "again from step 0 with train --force")
 # The meta item's record of the model the weights were trained as (ModelConfig.function_fields).
 TRAINED_AS = "trained_as"
 
@@ -368,8 +372,8 @@ def _others(workdir: str, step: int, all_steps) -> str:
     if intact:
         return f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, intact[-1])}"
     if rest:
-        return f"; its other checkpoints {rest} are damaged too: restore the run folder from a copy, or train again"
-    return ": it is the run's only checkpoint, so restore the run folder from a copy, or train again"
+        return f"; its other checkpoints {rest} are damaged too: {NO_INTACT_ADVICE}"
+    return f": it is the run's only checkpoint, so {NO_INTACT_ADVICE}"
 
 
 def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params, abstract_opt_state):
@@ -470,7 +474,7 @@ class TrainCheckpoints:
         if tried:
             listing = "; ".join(f"step {s}: {why}" for s, why in tried)
             raise UserError(f"no intact checkpoint in {os.path.join(self.workdir, CHECKPOINT_DIR)} ({listing}): "
-                            "move that folder away to start the run afresh.")
+                            f"{NO_INTACT_ADVICE}.")
         return None
 
     def save(self, step: int, params, opt_state, meta: dict, data_state: dict) -> None:

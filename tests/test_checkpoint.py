@@ -6,6 +6,7 @@ import errno
 import gc
 import hashlib
 import os
+import re
 import shutil
 import types
 import warnings
@@ -160,13 +161,19 @@ def test_a_damaged_meta_item_is_damage_not_an_old_checkpoint_without_a_record(tm
     assert checkpoint.recorded_model(workdir, 2) == TRAINED_AS  # the intact one still answers
 
 
+# What a run with no intact checkpoint is told, by a resume and by every reader alike.
+NO_INTACT = ("restore the run folder from a copy, or move its checkpoints/ folder away and train the run again from "
+             "step 0 with train --force.")
+
+
 def test_no_intact_checkpoint_is_one_sentence(tmp_path):
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
     for step in (2, 4):
         shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, step), "data"))
     ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2)
+    # "move that folder away to start the run afresh" led to a refusal asking for the checkpoints back or --force.
     with pytest.raises(UserError, match=r"no intact checkpoint in .*step 4: its data item is missing; "
-                                        r"step 2: its data item is missing"):
+                                        r"step 2: its data item is missing\): " + re.escape(NO_INTACT) + "$"):
         ckpts.restore_newest_intact(restore(ckpts))
     ckpts.close()
 
@@ -194,8 +201,8 @@ def test_a_damaged_checkpoint_suggests_only_an_intact_other_one(tmp_path):
                                         r".*checkpoints/2\.$"):
         checkpoint.restore_params(workdir)
     shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, 2), "params"))
-    with pytest.raises(UserError, match=r"its other checkpoints \[2, 4\] are damaged too: restore the run folder "
-                                        r"from a copy, or train again\.$"):
+    # "or train again" sent a user to a resume that refuses the folder (train's advice was another).
+    with pytest.raises(UserError, match=r"its other checkpoints \[2, 4\] are damaged too: " + re.escape(NO_INTACT) + "$"):
         checkpoint.restore_params(workdir)
 
 
@@ -204,8 +211,7 @@ def test_a_damaged_only_checkpoint_says_what_to_do(tmp_path):
     workdir = run_with_steps(tmp_path, [2])
     shutil.rmtree(os.path.join(checkpoint.step_dir(workdir, 2), "params"))
     with pytest.raises(UserError, match=r"^checkpoint step 2 of .* is damaged \(its params item is missing\): it is "
-                                        r"the run's only checkpoint, so restore the run folder from a copy, or train "
-                                        r"again\.$"):
+                                        r"the run's only checkpoint, so " + re.escape(NO_INTACT) + "$"):
         checkpoint.restore_params(workdir)
 
 
