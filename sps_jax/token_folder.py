@@ -11,6 +11,7 @@ and ``cli``, so ``runs`` uses it without importing ``sps_jax.data``, whose ``pre
 from __future__ import annotations
 
 import os
+import shlex
 
 from sps_jax import cli, files
 from sps_jax.cli import UserError
@@ -33,6 +34,25 @@ def split_file(split: str) -> str:
 def is_token_folder(folder: str) -> bool:
     """Whether ``folder`` holds a token folder's manifest (prepared, or being rebuilt)."""
     return os.path.isfile(os.path.join(folder, MANIFEST))
+
+
+def check_prepared(folder: str) -> None:
+    """One sentence (FileNotFoundError) where ``folder`` holds no manifest: another kind of folder (a run, a corpus)
+    or one not prepared yet. It reads no token, so a command asks it of the token folder it names before jax loads;
+    :func:`sps_jax.data.loader.open_tokens` asks it of every folder it opens."""
+    if is_token_folder(folder):
+        return
+    if os.path.isdir(folder) and os.listdir(folder):  # another kind of folder: a run, a corpus
+        raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): pass the folder "
+                                "that `python -m sps_jax.data prepare --source ... --out DIR` wrote.")
+    raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
+                            f"`python -m sps_jax.data prepare --source ... --out {shlex.quote(folder)}` first.")
+
+
+def prepared_on_first_use(folder: str) -> bool:
+    """Whether training prepares ``folder`` itself where it holds no manifest: one named ``builtin`` (the embedded
+    corpus's source name) is."""
+    return os.path.basename(os.path.normpath(folder)) == "builtin"
 
 
 def refuse_inside_tokens(path: str, flag: str) -> None:

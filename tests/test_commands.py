@@ -243,8 +243,50 @@ def test_cli_a_config_files_own_bad_values_are_refused_before_jax_loads(tmp_path
                                        for what in ("model", "train")]}
     for module, cases in runs.items():
         for what, argv in cases:  # each in an interpreter of its own: once jax loads, it stays loaded
-            answers, stderr = answers_without_jax(module, [argv])
-            assert answers == [["2", "False"]] and BAD_CONFIG_LINES[what][1] in stderr, (module, argv, stderr[-3000:])
+            refused_without_jax(module, argv, BAD_CONFIG_LINES[what][1])
+
+
+def run_config(folder) -> str:
+    """``folder`` made a run folder as far as the commands' checks before jax look: configs/tiny.py's config.json."""
+    from sps_jax import config, runs
+
+    os.makedirs(folder, exist_ok=True)
+    runs.write_config(str(folder), config.load_config(os.path.join(REPO, "configs/tiny.py")))
+    return str(folder)
+
+
+def refused_without_jax(module: str, argv, sentence: str) -> None:
+    """``module``'s main refuses ``argv`` with status 2 and ``sentence``, jax not loaded (a fresh interpreter)."""
+    answers, stderr = answers_without_jax(module, [argv])
+    assert answers == [["2", "False"]] and sentence in stderr, (module, argv, stderr[-3000:])
+
+
+# Inputs beside an existing run ({run}) that a command refuses, each with the words of its sentence: {missing} names
+# nothing, {other} a folder of other files.
+NOT_PREPARED = "'{missing}' has no manifest.json: run `python -m sps_jax.data prepare"
+MISSING_INPUTS = {
+    "evaluate --task-data": ("sps_jax.evaluation.evaluate", ["--workdir", "{run}", "--tasks", "arc_easy",
+                                                             "--task-data", "arc_easy={missing}.jsonl"],
+                             "local data for task 'arc_easy' not found at '{missing}.jsonl'"),
+    "evaluate --val-data": ("sps_jax.evaluation.evaluate", ["--workdir", "{run}", "--val-data", "{missing}"],
+                            NOT_PREPARED),
+    "probes --val-data": ("sps_jax.analysis.probes", ["window-nll", "--workdir", "{run}", "--val-data", "{other}",
+                                                      "--out", "{tmp}/out"],
+                          "'{other}' is not a prepared token folder (it has no manifest.json)"),
+    "train data.dir": ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{tmp}/w",
+                                         "--config.data.dir={missing}"], NOT_PREPARED)}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING_INPUTS))
+def test_cli_a_runs_missing_inputs_are_refused_before_jax_loads(tmp_path, case):
+    """A file or token folder a command reads beside an existing run is said missing before jax loads (reading the
+    run's config or checkpoints loaded it first)."""
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not tokens")
+    names = {"run": run_config(tmp_path / "run"), "missing": str(tmp_path / "missing"),
+             "other": str(tmp_path / "other"), "tmp": str(tmp_path)}
+    module, argv, sentence = MISSING_INPUTS[case]
+    refused_without_jax(module, [word.format(**names) for word in argv], sentence.format(**names))
 
 
 def test_cli_data_prepare_and_verify_run_without_importing_jax(tmp_path):

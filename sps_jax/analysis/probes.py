@@ -128,8 +128,8 @@ def _data_dir(args, config):
 
 
 def _check_places(args) -> None:
-    """What needs no jax, said before it loads: matplotlib, the outputs, and that each --workdir names a run (with
-    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`)."""
+    """What needs no jax, said before it loads: matplotlib, the outputs, that each --workdir names a run (with
+    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`) and that --val-data is prepared."""
     plotting.require()
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
@@ -142,6 +142,8 @@ def _check_places(args) -> None:
     files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     for w in args.workdir:
         run_files.checkpoint_step(w, args.step)
+    if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
+        token_folder.check_prepared(args.val_data)
 
 
 def _check_inputs(args) -> list:

@@ -112,13 +112,8 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
                         f"{' or '.join(SPLITS)}.")
     if os.path.isfile(folder):  # not a folder to prepare into, as the sentence below would say
         raise UserError(f"{folder} is a file, not a token folder: {token_folder.PASS_ONE}.")
+    token_folder.check_prepared(folder)
     manifest = read_manifest(folder)
-    if manifest is None and os.path.isdir(folder) and os.listdir(folder):  # another kind of folder: a run, a corpus
-        raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): pass the folder "
-                                "that `python -m sps_jax.data prepare --source ... --out DIR` wrote.")
-    if manifest is None:
-        raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
-                                f"`python -m sps_jax.data prepare --source ... --out {shlex.quote(folder)}` first.")
     splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"{folder}: the manifest has no {split!r} split (it has {sorted(splits)}); "

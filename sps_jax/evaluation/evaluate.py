@@ -227,6 +227,21 @@ def _check_intact(steps, workdir: str) -> list[int]:
     return list(steps)
 
 
+def _check_run_folder(val_data: str) -> None:
+    """One sentence where --val-data is a run folder, which reading it as a token folder would call unprepared."""
+    if os.path.isfile(os.path.join(val_data, run_files.CONFIG_FILE)):
+        raise cli.UserError(f"--val-data {val_data} is a run folder, not a prepared token folder: pass the "
+                            "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
+
+
+def _check_task_files(args, keys, task_data) -> None:
+    """The local files lm-eval reads, said before it loads (seconds) and any weights do."""
+    if keys:
+        paper_tasks.check_task_data(task_data, keys)
+        if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
+            gpt2_tokenizer.get_tokenizer(args.tokenizer)
+
+
 def main_evaluate(argv) -> int:
     p = _parser()
     args = p.parse_args(argv)
@@ -257,16 +272,18 @@ def main_evaluate(argv) -> int:
         missing = None
     except FileNotFoundError as e:
         missing = e
-    else:
+    else:  # the files it reads, said before jax loads: a run's results files are known only once Orbax lists its steps
+        if args.val_data:
+            _check_run_folder(args.val_data)
+            token_folder.check_prepared(args.val_data)
+        _check_task_files(args, keys, task_data)
         checkpoint = cli.load("sps_jax.checkpoint")
     steps = [args.step]
     if args.all_steps and missing is None:
         steps, workdir = _all_steps(p, args, path)
         steps = _check_intact(_new_steps(steps, workdir, args.force), workdir)
-    if args.val_data and os.path.isfile(os.path.join(args.val_data, run_files.CONFIG_FILE)):  # before the results
-        # file's check, which would say that file "lies in --val-data" and to rename it
-        raise cli.UserError(f"--val-data {args.val_data} is a run folder, not a prepared token folder: pass the "
-                            "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
+    if args.val_data:  # before the results file's check, which would say that file "lies in --val-data" and to rename it
+        _check_run_folder(args.val_data)
     ranks = ("--tokenizer", args.tokenizer) if args.tokenizer else (
         "the tokenizer's ranks file", gpt2_tokenizer.default_ranks_path() if keys else None)
     inputs = [("--val-data", args.val_data), ranks, ("--include-path", args.include_path),
@@ -282,11 +299,8 @@ def main_evaluate(argv) -> int:
     # an earlier evaluation is kept unless --force
     for out in _outputs(path, steps, args.out) if missing is None else [args.out] * (args.out is not None):
         run_files.output_file(out, flag, args.force, inputs, rename, elsewhere)
-    if keys:  # the local files lm-eval reads, before it loads (seconds) and any weights do
-        paper_tasks.check_task_data(task_data, keys)
-        if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
-            gpt2_tokenizer.get_tokenizer(args.tokenizer)
     if missing is not None:
+        _check_task_files(args, keys, task_data)
         raise missing
     if not steps:  # --all-steps, every checkpoint's result kept (said)
         return 0
