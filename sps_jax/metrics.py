@@ -26,6 +26,22 @@ def truncate(workdir: str, last_step: int) -> None:
     files.write_jsonl(path, [r for r in read(workdir) if r["step"] <= last_step])
 
 
+def check_present(workdir: str) -> None:
+    """One sentence (FileNotFoundError) where ``workdir`` holds no metrics.jsonl (a folder in its place is
+    :func:`read`'s to say). It reads no record and loads no jax, so the figures ask it of each run before jax loads."""
+    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
+    path = os.path.join(workdir, METRICS_FILE)
+    if os.path.isfile(path) or os.path.isdir(path):
+        return
+    run = os.path.dirname(os.path.dirname(os.path.abspath(workdir)))
+    if os.path.basename(os.path.dirname(os.path.abspath(workdir))) == CHECKPOINT_DIR and os.path.isfile(
+            os.path.join(run, METRICS_FILE)):  # a checkpoint's folder: its run holds the metrics
+        raise FileNotFoundError(f"{workdir!r} is a checkpoint of the run {run}, whose {METRICS_FILE} holds "
+                                "the curves: pass the run folder.")
+    raise FileNotFoundError(f"{workdir!r} has no {METRICS_FILE}: it is not a training run folder "
+                            "(or training has not logged yet).")
+
+
 def read(workdir: str, required: bool = False) -> list[dict]:
     """All records of ``workdir/metrics.jsonl`` in file order (the one reader of run metrics).
 
@@ -40,13 +56,7 @@ def read(workdir: str, required: bool = False) -> list[dict]:
         raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")
     if not os.path.isfile(path):
         if required:
-            run = os.path.dirname(os.path.dirname(os.path.abspath(workdir)))
-            if os.path.basename(os.path.dirname(os.path.abspath(workdir))) == CHECKPOINT_DIR and os.path.isfile(
-                    os.path.join(run, METRICS_FILE)):  # a checkpoint's folder: its run holds the metrics
-                raise FileNotFoundError(f"{workdir!r} is a checkpoint of the run {run}, whose {METRICS_FILE} holds "
-                                        "the curves: pass the run folder.")
-            raise FileNotFoundError(f"{workdir!r} has no {METRICS_FILE}: it is not a training run folder "
-                                    "(or training has not logged yet).")
+            check_present(workdir)
         return []
     records = []
     try:

@@ -274,7 +274,11 @@ MISSING_INPUTS = {
                                                       "--out", "{tmp}/out"],
                           "'{other}' is not a prepared token folder (it has no manifest.json)"),
     "train data.dir": ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{tmp}/w",
-                                         "--config.data.dir={missing}"], NOT_PREPARED)}
+                                         "--config.data.dir={missing}"], NOT_PREPARED),
+    "figures curves": ("sps_jax.analysis.figures", ["curves", "{run}", "--out", "{tmp}/c.png"],
+                       "'{run}' has no metrics.jsonl: it is not a training run folder"),
+    "figures seeds": ("sps_jax.analysis.figures", ["seeds", "{run}", "{other}", "--out", "{tmp}/s.png"],
+                      "'{run}' has no metrics.jsonl: it is not a training run folder")}
 
 
 @pytest.mark.parametrize("case", sorted(MISSING_INPUTS))

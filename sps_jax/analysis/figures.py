@@ -74,10 +74,7 @@ def final_point(source: str) -> dict:
     source = files.path_text(source, "source")  # the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
-        if run_files.is_run(source) and not os.path.exists(os.path.join(source, metrics.METRICS_FILE)):
-            raise ValueError(f"{source!r} has weights but no {metrics.METRICS_FILE} (an imported run?), so no "
-                             f"validation loss: evaluate it (python -m sps_jax.evaluation.evaluate --workdir {source} "
-                             "--val-data DATA) and pass its eval/step_N.json.")
+        check_run_metrics(source)
         tokens, loss = validation_curve(source)
         if not len(loss):
             raise ValueError(f"{source!r} has no validation record (val_loss) in metrics.jsonl: pass runs that "
@@ -94,6 +91,15 @@ def final_point(source: str) -> dict:
             "window": ev.get("window"), "scale": ev.get("scale"), "val_nll": float(ev["val_nll"]),
             "tokens_seen": ev.get("tokens_seen"), "measured": measured,
             "seed": _train_seed(workdir) if isinstance(workdir, str) and os.path.isdir(workdir) else None}
+
+
+def check_run_metrics(source: str) -> None:
+    """One sentence where the run folder ``source`` has no metrics.jsonl, so no validation loss; it loads no jax."""
+    if run_files.is_run(source) and not os.path.exists(os.path.join(source, metrics.METRICS_FILE)):
+        raise ValueError(f"{source!r} has weights but no {metrics.METRICS_FILE} (an imported run?), so no "
+                         f"validation loss: evaluate it (python -m sps_jax.evaluation.evaluate --workdir {source} "
+                         "--val-data DATA) and pass its eval/step_N.json.")
+    metrics.check_present(source)
 
 
 def _train_seed(workdir: str):
@@ -647,6 +653,12 @@ def main(argv=None):
     paths, what = args.inputs(args)
     for path in paths if what == "run folder" else ():  # a path that names no run, before jax loads too
         run_files.find_run(path)
+    for run in args.runs if args.command == "curves" else ():  # a run without its curves, before jax loads too
+        metrics.check_present(run)
+    for source in paths if what == "source" else ():  # a run folder among the sources: the same
+        if os.path.isdir(source):
+            run_files.find_run(source)
+            check_run_metrics(source)
     runs = cli.load("sps_jax.runs")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
