@@ -147,11 +147,24 @@ WORKDIR_ADVICE = "pass a new or existing run folder"  # what a --workdir that ca
 
 
 def check_workdir_place(workdir: str) -> None:
-    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.files.check_folder_place`) that this user
-    can make and write in, else one sentence. It loads no jax, so ``train`` asks it before its config loads."""
+    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.files.check_folder_place`) outside other
+    runs and token folders (:func:`check_workdir_owners`) that this user can make and write in, else one sentence.
+    It loads no jax, so ``train`` asks it before its config loads."""
     files.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
     check_orbax_path(workdir, "--workdir")
+    check_workdir_owners(workdir)
     check_workdir_writable(workdir)
+
+
+def check_workdir_owners(workdir: str) -> None:
+    """A training ``--workdir`` lies in no run's own files, inside no other run, and in or at no token folder (any,
+    not only the config's data.dir), else one sentence: a run made there would mix its files with theirs."""
+    owned = run_file(workdir)
+    if owned is not None:
+        raise UserError(f"--workdir {workdir} lies in the run {owned[0]}'s own files (its {owned[1]}), where training "
+                        "would mix its files with that run's: pass another --workdir.")
+    refuse_inside_run(workdir, "--workdir")
+    token_folder.refuse_tokens(workdir, "--workdir")
 
 
 def check_workdir_writable(workdir: str) -> None:

@@ -23,7 +23,7 @@ from sps_jax import attention, checkpoint, cli, config as sps_config, files, met
 from sps_jax import model as sps_model, model_config
 from sps_jax.cli import UserError
 from sps_jax.run_files import (CONFIG_FILE, RUN_FILES, checkpoint_step, find_run, is_run, refuse_inside_run,
-                               refuse_run_files, run_file)
+                               refuse_run_files)
 
 # How deep a --workdir is searched for runs it would hold (`runs/` and `runs/group/` above their runs); a deeper
 # search could take long under a big folder, and training deletes nothing.
@@ -317,12 +317,7 @@ def _check_workdir_place(workdir: str, config) -> None:
     """Where the folder lies: not in a run's or a token folder's files, not holding a run, and writable."""
     files.check_folder_place(workdir, "--workdir", run_files.WORKDIR_ADVICE)
     checkpoint.check_writable_path(workdir)
-    owned = run_file(workdir)
-    if owned is not None:
-        raise UserError(f"--workdir {workdir} lies in the run {owned[0]}'s own files (its {owned[1]}), where training "
-                        "would mix its files with that run's: pass another --workdir.")
-    refuse_inside_run(workdir, "--workdir")
-    token_folder.refuse_tokens(workdir, "--workdir")  # any token folder, not only data.dir
+    run_files.check_workdir_owners(workdir)
     _check_run_file_kinds(workdir)
     # One walk for the runs and token folders it holds: `data prepare` could not rebuild a token folder in a run.
     held = files.below(workdir, lambda folder: is_run(folder) or token_folder.is_token_folder(folder),

@@ -261,8 +261,8 @@ def refused_without_jax(module: str, argv, sentence: str) -> None:
     assert answers == [["2", "False"]] and sentence in stderr, (module, argv, stderr[-3000:])
 
 
-# Inputs beside an existing run ({run}) that a command refuses, each with the words of its sentence: {missing} names
-# nothing, {other} a folder of other files.
+# Inputs beside an existing run ({run}; {trained} has checkpoints/) that a command refuses, each with the words of its
+# sentence: {missing} names nothing, {other} a folder of other files, {tokens} a token folder.
 NOT_PREPARED = "'{missing}' has no manifest.json: run `python -m sps_jax.data prepare"
 MISSING_INPUTS = {
     "evaluate --task-data": ("sps_jax.evaluation.evaluate", ["--workdir", "{run}", "--tasks", "arc_easy",
@@ -278,17 +278,31 @@ MISSING_INPUTS = {
     "figures curves": ("sps_jax.analysis.figures", ["curves", "{run}", "--out", "{tmp}/c.png"],
                        "'{run}' has no metrics.jsonl: it is not a training run folder"),
     "figures seeds": ("sps_jax.analysis.figures", ["seeds", "{run}", "{other}", "--out", "{tmp}/s.png"],
-                      "'{run}' has no metrics.jsonl: it is not a training run folder")}
+                      "'{run}' has no metrics.jsonl: it is not a training run folder"),
+    # a --workdir in another run's files or inside it (the config loaded jax before these checks)
+    "train --workdir in a run's checkpoints/": (
+        "sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{trained}/checkpoints/x"],
+        "--workdir {trained}/checkpoints/x lies in the run {trained}'s own files (its checkpoints/)"),
+    "train --workdir inside a run": (
+        "sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{trained}/eval/x"],
+        "--workdir {trained}/eval/x lies inside the run {trained}, where its files would mix"),
+    "train --workdir a token folder": ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{tokens}"],
+                                       "--workdir {tokens} is a token folder (it holds manifest.json)")}
 
 
 @pytest.mark.parametrize("case", sorted(MISSING_INPUTS))
 def test_cli_a_runs_missing_inputs_are_refused_before_jax_loads(tmp_path, case):
     """A file or token folder a command reads beside an existing run is said missing before jax loads (reading the
-    run's config or checkpoints loaded it first)."""
+    run's config or checkpoints loaded it first), as is a training --workdir that another run or a token folder
+    holds (loading the config did)."""
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not tokens")
+    (tmp_path / "trained" / "checkpoints").mkdir(parents=True)  # a run to the checks of a --workdir
+    (tmp_path / "tokens").mkdir()
+    (tmp_path / "tokens" / "manifest.json").write_text("{}")
     names = {"run": run_config(tmp_path / "run"), "missing": str(tmp_path / "missing"),
-             "other": str(tmp_path / "other"), "tmp": str(tmp_path)}
+             "other": str(tmp_path / "other"), "tokens": str(tmp_path / "tokens"), "tmp": str(tmp_path),
+             "trained": run_config(tmp_path / "trained")}
     module, argv, sentence = MISSING_INPUTS[case]
     refused_without_jax(module, [word.format(**names) for word in argv], sentence.format(**names))
 
