@@ -98,6 +98,22 @@ def init_from_run(path: str) -> tuple[str, int | None]:
         raise UserError(f"train.init_from={path}: {cli.sentence(e)}") from None
 
 
+PUT_BACK = f"put back the {CONFIG_FILE} the run was trained with"  # what a damaged or edited config.json is told
+
+
+def config_data(workdir: str) -> tuple[str, object]:
+    """(path, parsed JSON) of a run folder's config.json, one sentence where it is missing, a folder or no JSON.
+    :func:`sps_jax.runs.read_config` checks it is a run's config; this loads no jax, so that ``generate`` reads the
+    run's context with it before jax loads."""
+    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
+    path = os.path.join(workdir, CONFIG_FILE)
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder, not the run's config file: move it away.")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
+    return path, files.read_json(path, PUT_BACK)
+
+
 def run_file(path: str) -> tuple[str, str] | None:
     """(run folder, which of its own files) when ``path`` is a run's config.json, metrics.jsonl, loss.png or
     wandb_run_id, or lies in its checkpoints/ or tensorboard/; else None."""

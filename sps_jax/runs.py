@@ -40,18 +40,12 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     return path
 
 
-PUT_BACK = f"put back the {CONFIG_FILE} the run was trained with"  # what a damaged or edited config.json is told
+PUT_BACK = run_files.PUT_BACK
 
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
-    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
-    path = os.path.join(workdir, CONFIG_FILE)
-    if os.path.isdir(path):
-        raise UserError(f"{path} is a folder, not the run's config file: move it away.")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
-    data = files.read_json(path, PUT_BACK)
+    path, data = run_files.config_data(workdir)
     problem = sps_config.run_config_problem(data)
     if problem:
         raise _not_run_config(path, problem)

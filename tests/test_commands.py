@@ -261,10 +261,10 @@ def refused_without_jax(module: str, argv, sentence: str) -> None:
     assert answers == [["2", "False"]] and sentence in stderr, (module, argv, stderr[-3000:])
 
 
-# Inputs beside an existing run ({run}; {trained} has checkpoints/) that a command refuses, each with the words of its
+# Inputs beside an existing run ({run}, configs/tiny.py's; {trained} has checkpoints/) that a command refuses, each with the words of its
 # sentence: {missing} names nothing, {other} a folder of other files, {tokens} a token folder.
 NOT_PREPARED = "'{missing}' has no manifest.json: run `python -m sps_jax.data prepare"
-MISSING_INPUTS = {
+REFUSED_BESIDE_A_RUN = {
     "evaluate --task-data": ("sps_jax.evaluation.evaluate", ["--workdir", "{run}", "--tasks", "arc_easy",
                                                              "--task-data", "arc_easy={missing}.jsonl"],
                              "local data for task 'arc_easy' not found at '{missing}.jsonl'"),
@@ -287,14 +287,18 @@ MISSING_INPUTS = {
         "sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{trained}/eval/x"],
         "--workdir {trained}/eval/x lies inside the run {trained}, where its files would mix"),
     "train --workdir a token folder": ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{tokens}"],
-                                       "--workdir {tokens} is a token folder (it holds manifest.json)")}
+                                       "--workdir {tokens} is a token folder (it holds manifest.json)"),
+    # a prompt beyond the context that the run's config.json says (reading it loaded jax)
+    "generate beyond the context": ("sps_jax.inference.generate", ["--workdir", "{run}", "--prompt", "hello",
+                                                                   "--max-new-tokens", "100000"],
+                                    "plus --max-new-tokens 100000 exceeds the model's context of 128")}
 
 
-@pytest.mark.parametrize("case", sorted(MISSING_INPUTS))
-def test_cli_a_runs_missing_inputs_are_refused_before_jax_loads(tmp_path, case):
+@pytest.mark.parametrize("case", sorted(REFUSED_BESIDE_A_RUN))
+def test_cli_what_a_command_refuses_beside_an_existing_run_is_refused_before_jax_loads(tmp_path, case):
     """A file or token folder a command reads beside an existing run is said missing before jax loads (reading the
     run's config or checkpoints loaded it first), as is a training --workdir that another run or a token folder
-    holds (loading the config did)."""
+    holds (loading the config did) and a prompt beyond the run's context."""
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not tokens")
     (tmp_path / "trained" / "checkpoints").mkdir(parents=True)  # a run to the checks of a --workdir
@@ -303,7 +307,7 @@ def test_cli_a_runs_missing_inputs_are_refused_before_jax_loads(tmp_path, case):
     names = {"run": run_config(tmp_path / "run"), "missing": str(tmp_path / "missing"),
              "other": str(tmp_path / "other"), "tokens": str(tmp_path / "tokens"), "tmp": str(tmp_path),
              "trained": run_config(tmp_path / "trained")}
-    module, argv, sentence = MISSING_INPUTS[case]
+    module, argv, sentence = REFUSED_BESIDE_A_RUN[case]
     refused_without_jax(module, [word.format(**names) for word in argv], sentence.format(**names))
 
 

@@ -75,3 +75,12 @@ def check_progress(progress: Optional[Callable[[int], None]]) -> None:
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a function of a count, called after each batch, got {progress!r}: pass "
                         "e.g. print, or a tqdm bar's update.")
+
+
+def check_length(prompt, name: str, seq_len: int, max_new_tokens: int, limit_name: str) -> None:
+    """One sentence where ``prompt`` (token ids, named ``name``) with ``max_new_tokens`` more is beyond the context."""
+    if len(prompt) > seq_len:
+        raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of {seq_len}: shorten it.")
+    if len(prompt) + max_new_tokens > seq_len:
+        raise ValueError(f"{name} ({len(prompt)} tokens) plus {limit_name} {max_new_tokens} exceeds "
+                         f"the model's context of {seq_len}: lower {limit_name} or shorten the prompt.")

@@ -251,12 +251,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     for n, prompt in enumerate(prompts):
         name = names[n] if names is not None else f"prompt {n}"
         batching.refuse_empty(prompt, name)
-        if len(prompt) > cfg.seq_len:
-            raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of "
-                             f"{cfg.seq_len}: shorten it.")
-        if len(prompt) + max_new_tokens > cfg.seq_len:
-            raise ValueError(f"{name} ({len(prompt)} tokens) plus {limit_name} {max_new_tokens} exceeds "
-                             f"the model's context of {cfg.seq_len}: lower {limit_name} or shorten the prompt.")
+        batching.check_length(prompt, name, cfg.seq_len, max_new_tokens, limit_name)
         bad = [t for t in prompt if not 0 <= int(t) <= cfg.eos_id]
         if bad:
             raise ValueError(f"{name} has token id {bad[0]} outside the text vocabulary [0, {cfg.eos_id}]: "

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, files, hardware, names, run_files
+from sps_jax import cli, config as sps_config, files, hardware, model_config, names, run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
@@ -112,6 +112,18 @@ def _parser() -> cli.ArgumentParser:
     return parser
 
 
+def _context(path: str) -> int | None:
+    """The run's context (model.seq_len) as its config.json says it, read without jax, so that each prompt's length is
+    checked before jax loads; None where that file is damaged or lacks a model field, which reading the run says."""
+    try:
+        model = run_files.config_data(run_files.find_run(path)[0])[1]["model"]
+        if model_config.ModelConfig.missing_fields(model):  # a default would stand in for the run's own value
+            return None
+        return model_config.ModelConfig.from_config(model).seq_len
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 @cli.main
 def main(argv=None) -> int:
     parser = _parser()
@@ -143,6 +155,10 @@ def main(argv=None) -> int:
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     for name, record in zip(names, records):  # the prompts need no jax to be read, nor to be empty
         batching.refuse_empty(record["prompt"], name)
+    seq_len = _context(cli.run_argument(args))
+    for name, record in zip(names, records) if seq_len is not None else ():  # the ids' own checks come with the run's
+        ids = tokenizer.encode(tokenizer.check_text(record["prompt"], name))
+        batching.check_length(ids, name, seq_len, args.max_new_tokens, "--max-new-tokens")
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
         from sps_jax.inference import kv_cache
