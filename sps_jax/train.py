@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, model_config, run_files, token_folder
+from sps_jax import cli, config as sps_config, model_config, run_files
 
 
 TIMEOUT_FLAG = "--coordinator-timeout-s"
@@ -140,8 +140,6 @@ def main(argv=None) -> int:
         model_config.ModelConfig.from_config(config.model)
         if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
             run_files.init_from_run(config.train.init_from)
-        if not token_folder.prepared_on_first_use(config.data.dir):  # its tokens are read once the trainer loads
-            token_folder.check_prepared(config.data.dir)
         from sps_jax import trainer
     if args.distributed or args.coordinator:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout_s)

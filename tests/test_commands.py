@@ -273,8 +273,6 @@ REFUSED_BESIDE_A_RUN = {
     "probes --val-data": ("sps_jax.analysis.probes", ["window-nll", "--workdir", "{run}", "--val-data", "{other}",
                                                       "--out", "{tmp}/out"],
                           "'{other}' is not a prepared token folder (it has no manifest.json)"),
-    "train data.dir": ("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", "{tmp}/w",
-                                         "--config.data.dir={missing}"], NOT_PREPARED),
     "figures curves": ("sps_jax.analysis.figures", ["curves", "{run}", "--out", "{tmp}/c.png"],
                        "'{run}' has no metrics.jsonl: it is not a training run folder"),
     "figures seeds": ("sps_jax.analysis.figures", ["seeds", "{run}", "{other}", "--out", "{tmp}/s.png"],

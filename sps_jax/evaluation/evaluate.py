@@ -180,14 +180,11 @@ def _parser() -> cli.ArgumentParser:
     return p
 
 
-def _all_steps(p, args, path: str) -> tuple[list[int], str]:
-    """(every checkpoint step, run folder) for --all-steps, refusing a path that names one checkpoint."""
+def _all_steps(path: str) -> tuple[list[int], str]:
+    """(every checkpoint step, run folder) for --all-steps of a run folder's ``path``."""
     from sps_jax import checkpoint, runs
 
-    workdir, path_step = runs.find_run(path)
-    if path_step is not None:
-        p.error(f"--all-steps evaluates every checkpoint of a run, and {path} is one checkpoint: pass the run "
-                "folder")
+    workdir = runs.find_run(path)[0]
     steps = checkpoint.steps(workdir)
     if not steps:
         raise FileNotFoundError(runs.lost_checkpoints(workdir) or f"run folder {path!r} has no checkpoint to evaluate: "
@@ -273,6 +270,9 @@ def main_evaluate(argv) -> int:
     except FileNotFoundError as e:
         missing = e
     else:  # the files it reads, said before jax loads: a run's results files are known only once Orbax lists its steps
+        if args.all_steps and run_files.find_run(path)[1] is not None:
+            p.error(f"--all-steps evaluates every checkpoint of a run, and {path} is one checkpoint: pass the run "
+                    "folder")
         if args.val_data:
             _check_run_folder(args.val_data)
             token_folder.check_prepared(args.val_data)
@@ -280,7 +280,7 @@ def main_evaluate(argv) -> int:
         checkpoint = cli.load("sps_jax.checkpoint")
     steps = [args.step]
     if args.all_steps and missing is None:
-        steps, workdir = _all_steps(p, args, path)
+        steps, workdir = _all_steps(path)
         steps = _check_intact(_new_steps(steps, workdir, args.force), workdir)
     if args.val_data:  # before the results file's check, which would say that file "lies in --val-data" and to rename it
         _check_run_folder(args.val_data)
