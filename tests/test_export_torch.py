@@ -293,7 +293,8 @@ def test_a_config_json_that_is_not_a_model_is_named_before_the_weights_load(tmp_
     monkeypatch.setattr(runs.checkpoint, "restore_params", no_restore)
     assert export_torch.main([run, "--out", str(tmp_path / "ckpt.safetensors")]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {path}: model.seq_len must be an integer of at least 1, got 'abc'.\n", err
+    assert err == (f"error: {path}: model.seq_len must be an integer of at least 1, got 'abc': put back the "
+                   "config.json the run was trained with.\n"), err
     assert not (tmp_path / "ckpt.safetensors").exists()
 
 

@@ -87,10 +87,13 @@ def test_commands_refuse_to_write_over_their_input_or_their_run_even_with_force(
     (run / "config.json").write_text('{"model": {}}')
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello\n")
+    tokens = tmp_path / "tokens"  # a token folder as far as the checks before the output's go (a manifest)
+    tokens.mkdir()
+    (tokens / "manifest.json").write_text("{}")
     for main, argv, needle in (
             (generate.main, ["--workdir", run, "--prompts-file", prompts, "--out", prompts], "is --prompts-file"),
             (generate.main, ["--workdir", run, "--prompt", "x", "--out", run / "config.json"], "own files"),
-            (evaluate.main, ["--workdir", run, "--val-data", tmp_path, "--out", run / "config.json"], "own files"),
+            (evaluate.main, ["--workdir", run, "--val-data", tokens, "--out", run / "config.json"], "own files"),
             (export_torch.main, [run, "--out", run / "checkpoints" / "4" / "x.safetensors"], "own files"),
             # it took no --force, and downloaded the ranks into the run's checkpoints/
             (data_cli.main, ["provision-tokenizer", "--out", run / "checkpoints" / "4" / "x.tiktoken"], "own files")):
