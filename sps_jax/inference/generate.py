@@ -156,12 +156,14 @@ def main(argv=None) -> int:
     for name, record in zip(names, records):  # the prompts need no jax to be read, nor to be empty
         batching.refuse_empty(record["prompt"], name)
     seq_len = _context(cli.run_argument(args))
-    for name, record in zip(names, records) if seq_len is not None else ():  # the ids' own checks come with the run's
-        ids = tokenizer.encode(tokenizer.check_text(record["prompt"], name))
-        batching.check_length(ids, name, seq_len, args.max_new_tokens, "--max-new-tokens")
+    # Encoded once, without jax; where config.json says the context, each length is checked against it now, and the
+    # ids' own checks come with the run's.
+    ids = [tokenizer.encode(tokenizer.check_text(record["prompt"], name)) for name, record in zip(names, records)]
+    for name, prompt_ids in zip(names, ids) if seq_len is not None else ():
+        batching.check_length(prompt_ids, name, seq_len, args.max_new_tokens, "--max-new-tokens")
     with cli.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
-        from sps_jax.inference import kv_cache
+        from sps_jax.inference import decoding, kv_cache
 
     # The run's config.json says the context: every prompt is checked against it before any weights load.
     cfg = runs.read_run(cli.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
@@ -170,7 +172,7 @@ def main(argv=None) -> int:
     if overrides:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
         attention.check_available(cfg.attention)  # --attention triton where it cannot run: before any weights load
-    prompts = completions.encode(cfg, [r["prompt"] for r in records], args.max_new_tokens, names, "--max-new-tokens")
+    prompts = decoding.check_prompts(cfg, ids, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
     _, params, step = runs.load_inference_model(cli.run_argument(args), args.step)
