@@ -363,8 +363,9 @@ def check_rng(rng) -> None:
 
 @functools.cache
 def _raw_key(impl: str) -> jax.ShapeDtypeStruct:
-    """What jax.random.PRNGKey gives under jax's PRNG implementation ``impl`` (the config's now: uint32 [2] by
-    default, [4] for rbg)."""
+    """What jax.random.PRNGKey gives under jax's PRNG implementation ``impl`` (uint32 [2] by default, [4] for rbg).
+    ``impl`` is only the cache key: the shape is traced under whichever implementation jax's config names at the
+    call, which the caller passes."""
     return jax.eval_shape(lambda: jax.random.PRNGKey(0))
 
 
