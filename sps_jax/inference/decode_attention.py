@@ -160,7 +160,7 @@ def _ring_kernel(q_ref, o_past_ref, sum_past_ref, max_past_ref, now_ref, i_ref, 
     slot_ok_R = jnp.arange(k_ring_ref.shape[0]) < slots
     i = i_ref[0]
     slot = i % slots
-    # now_ref: [K or V, stream, K]; stream 0 is x_i (persistent), 1 is rho_i (windowed).
+    # now_ref: [2 (k, v), S, K]; stream 0 is x_i (persistent), 1 is rho_i (windowed).
     k_x_1K, v_x_1K = now_ref[0, pl.ds(0, 1)], now_ref[1, pl.ds(0, 1)]
     k_rho_1K, v_rho_1K = now_ref[0, pl.ds(1, 1)], now_ref[1, pl.ds(1, 1)]
     plgpu.store(k_cache_out_ref.at[pl.ds(i, 1)], k_x_1K)

@@ -115,7 +115,7 @@ if triton is not None:
     @triton.jit
     def _stored_x(now_ptr, i_ptr, k_cache_out_ptr, v_cache_out_ptr, head, d,
                   B: tl.constexpr, S: tl.constexpr, T: tl.constexpr, H: tl.constexpr, DH: tl.constexpr):
-        """x_i's K and V, read from position i's entries ([K or V, B, H, stream, DH], x in stream 0) and
+        """x_i's K and V, read from position i's entries ([2 (k, v), B, H, S, DH], x in stream 0) and
         stored in cache slot i; returns them and i."""
         now_at = now_ptr + head * S * DH + d
         k_x_K, v_x_K = tl.load(now_at), tl.load(now_at + B * H * S * DH)
