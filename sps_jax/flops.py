@@ -30,6 +30,7 @@ KERNEL_FLOPS_PER_SCORE = {"forward": 4, "dq": 6, "dkv": 8}
 # that bench attention's TFLOP/s compare with published ones.
 FWD_BWD_IN_FORWARDS = 3.5
 
+
 def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     """Mean over positions of the visible keys summed over the position's S query slots."""
     # Checked before the cache, which would hash a traced seq_len first ("unhashable type: DynamicJaxprTracer").
@@ -41,15 +42,15 @@ def visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
 @functools.lru_cache(maxsize=None)
 def _visible_keys_per_position(vis: masks.Visibility, seq_len: int) -> float:
     S = vis.num_streams
-    i = np.arange(seq_len, dtype=np.int64)
+    pos_T = np.arange(seq_len, dtype=np.int64)
     total = 0
     for s in range(S):            # query stream
         for t in range(S):        # key stream
             # Causal in interleaved order 2j+t <= 2i+s: the query's own position only if t <= s.
-            hi = i if t <= s else i - 1
+            last_T = pos_T if t <= s else pos_T - 1
             w = vis.stream_window(t)
-            lo = np.zeros_like(i) if w is None else np.maximum(0, i - w)
-            total += int(np.maximum(0, hi - lo + 1).sum())
+            first_T = np.zeros_like(pos_T) if w is None else np.maximum(0, pos_T - w)
+            total += int(np.maximum(0, last_T - first_T + 1).sum())
     return total / seq_len
 
 
