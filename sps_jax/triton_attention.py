@@ -212,7 +212,7 @@ if triton is not None:
 
 
 KERNELS = ("sps_triton_forward", "sps_triton_dq", "sps_triton_dkv")
-TUNING_FIELD = dict(zip(KERNELS, ("forward", "dq", "dkv")))
+TUNING_FIELD = dict(zip(KERNELS, pa.KERNEL_NAMES))  # each kernel's field of a Tuning, in the Pallas kernels' order
 
 
 def interpreting() -> bool:
