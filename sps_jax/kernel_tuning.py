@@ -139,12 +139,12 @@ def default_tuning(head_dim: int, streams: int = TUNING_STREAMS, *, major: int |
         raise ValueError(f"kernels must be one of {', '.join(TUNING_TABLES)}, got {kernels!r}.")
     if major is not None and (isinstance(major, bool) or not isinstance(major, (int, np.integer)) or major < 1):
         raise ValueError(f"major must be a GPU's compute capability major (9 for Hopper), got {major!r}.")
+    if streams not in (1, TUNING_STREAMS):
+        raise ValueError(f"streams must be 1 or {TUNING_STREAMS}, got {streams!r}.")
     major = _target_major() if major is None else major
     width = 1 << (int(head_dim) - 1).bit_length()
     table = TUNING_TABLES[kernels]
     tuning = WIDE_HEADS if width > 128 else table.get((major, max(width, 64))) or table[(9, max(width, 64))]
-    if streams not in (1, TUNING_STREAMS):
-        raise ValueError(f"streams must be 1 or {TUNING_STREAMS}, got {streams!r}.")
     scale = TUNING_STREAMS // streams
     return Tuning(*(dataclasses.replace(t, block_q=t.block_q * scale)
                     for t in (tuning.forward, tuning.dq, tuning.dkv)))
