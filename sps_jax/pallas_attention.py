@@ -428,7 +428,8 @@ def model_backend(q_BTSHK, k_BTSHK, v_BTSHK, doc_ids_BT, vis: masks.Visibility):
 def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     """Scores for batch row 0 and one head: visible pairs, computed by the forward
     kernel and by the dK/dV kernel (blocks x block area, each with its own tiles), and
-    computed by a dense causal kernel over the N = T*S interleaved slots (N(N+1)/2).
+    computed by a dense causal kernel over the N = T*S interleaved slots (N(N+1)/2); and
+    the forward's blocks, all it visits and those of them that need the elementwise mask.
     Returns a dict of Python ints."""
     doc_ids_BT = np.asarray(masks.ids_BT(doc_ids_BT, "doc_ids_BT"), np.int32)[:1]  # host-side: O(T) numpy
     T = doc_ids_BT.shape[1]
@@ -437,9 +438,10 @@ def score_counts(doc_ids_BT, vis: masks.Visibility, tuning: Tuning):
     q_lo_BSN, q_hi_BSN, k_lo_BM, k_hi_BM = block_tables.row_intervals(doc_ids_BT, vis, padded_len=Tp)
     fwd, dkv = tuning.forward, tuning.dkv
     q_tab = block_tables.query_blocks(q_lo_BSN, q_hi_BSN, S, fwd.block_q, fwd.block_k)
-    blocks_fwd = int((q_tab[..., 3] - q_tab[..., 0]).sum())
+    blocks = int((q_tab[..., 3] - q_tab[..., 0]).sum())  # [first, end) per tile and key stream
+    full_blocks = int((q_tab[..., 2] - q_tab[..., 1]).sum())  # [full_first, full_end)
     return {"visible": block_tables.visible_pairs(q_lo_BSN, q_hi_BSN),
             "computed": _scores_in(q_tab, fwd, S),
             "computed_dkv": _scores_in(block_tables.key_blocks(k_lo_BM, k_hi_BM, S, dkv.block_q, dkv.block_k), dkv, S),
-            "masked_blocks": blocks_fwd - int((q_tab[..., 2] - q_tab[..., 1]).sum()), "blocks": blocks_fwd,
+            "masked_blocks": blocks - full_blocks, "blocks": blocks,
             "dense_causal": block_tables.causal_pairs(T * S)}
