@@ -151,7 +151,8 @@ def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
 
     Elementwise with broadcasting. Streams are 0 (input x) and 1 (predict rho),
     always 0 for ``standard``. A persistent window also restricts persistent keys
-    to the last ``vis.persistent_window`` positions; a query always sees its own slot.
+    to the last ``vis.persistent_window`` positions. Every window is at least 0, so a
+    query always sees its own slot.
     """
     check_visibility(vis)
     persist = vis.persistent_streams
@@ -166,10 +167,7 @@ def visible(vis: Visibility, q_pos, q_stream, q_doc, k_pos, k_stream, k_doc):
         key_persistent = key_persistent | ((k_stream == 1) & persist[1])
         key_windowed = key_windowed | ((k_stream == 1) & (not persist[1]))
     in_window = True if vis.window is None else delta <= vis.window
-    if vis.persistent_window is None:
-        in_omega = True
-    else:
-        in_omega = (delta <= vis.persistent_window) | ((delta == 0) & (k_stream == q_stream))
+    in_omega = True if vis.persistent_window is None else delta <= vis.persistent_window
     allowed = (key_persistent & in_omega) | (key_windowed & in_window)
     return causal & same_doc & allowed
 
