@@ -215,7 +215,7 @@ def kernel_flops(vis: masks.Visibility, seq_len: int, rows_x_heads: int, head_di
                  forwards: int = 1) -> float:
     """FLOPs of splash's kernels for ``rows_x_heads`` (batch rows x heads) calls at T = ``seq_len``
     (XLA's cost model counts a Mosaic kernel as nothing). Per computed score and head dim: 4 in each
-    of ``forwards`` forward passes (2 where remat recomputes the forward); if ``backward``, 6 in the
+    of ``forwards`` forward passes (``forwards=2`` where remat recomputes the forward); if ``backward``, 6 in the
     dQ kernel and 8 in the dK/dV kernel (each recomputes the scores), as the GPU kernels' cost
     estimates count them. Documents do not change it (splash skips static blocks only)."""
     c = score_counts(np.zeros((1, seq_len), np.int32), vis, block_sizes)
