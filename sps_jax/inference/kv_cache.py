@@ -365,7 +365,8 @@ def near_mask(vis: masks.Visibility, cache: Cache):
     pos_B1, doc_B1 = now(cache.slot_pos_BT), now(cache.slot_doc_BT)
     k_pos_BC = jnp.concatenate([jnp.broadcast_to(pos_B1, (B, len(near))), cache.ring_pos_BR], axis=1)
     k_doc_BC = jnp.concatenate([jnp.broadcast_to(doc_B1, (B, len(near))), cache.ring_doc_BR], axis=1)
-    k_stream_C = np.array(near + cache_streams(vis)[1][:1] * R, np.int32)
+    _, windowed = cache_streams(vis)
+    k_stream_C = np.array(near + windowed[:1] * R, np.int32)  # near's streams, then the windowed one's R ring slots
     S = vis.num_streams
     return masks.visible(vis, pos_B1[:, :, None], np.arange(S)[None, :, None], doc_B1[:, :, None],
                          k_pos_BC[:, None, :], k_stream_C[None, None, :], k_doc_BC[:, None, :])
