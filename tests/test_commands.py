@@ -223,7 +223,9 @@ def test_help_version_and_argument_errors_are_answered_without_importing_jax(mod
 # its sentence: a model field the model refuses, a train field out of its range, and (train) an init_from naming no run.
 BAD_CONFIG_LINES = {"model": ("c.model.num_heads = 3", "d_model=64 must split into num_heads=3"),
                     "train": ("c.train.b2 = 1.0", "train.b2=1.0 must be"),
-                    "init_from": ("c.train.init_from = 'DOES_NOT_EXIST'", "train.init_from=DOES_NOT_EXIST")}
+                    "init_from": ("c.train.init_from = 'DOES_NOT_EXIST'", "train.init_from=DOES_NOT_EXIST"),
+                    # ml_collections stores it as 1.0, where --config.train.peak_lr=True is refused
+                    "bool": ("c.train.peak_lr = True", "field 'peak_lr' holds float values, and True is a bool")}
 
 
 def test_cli_a_config_files_own_bad_values_are_refused_before_jax_loads(tmp_path):

@@ -598,12 +598,34 @@ def test_a_value_of_another_type_set_on_a_field_says_which_type_the_field_takes(
     ("c.train = 5", "'train' is a section of fields, and 5 is an int: set its fields instead of replacing it."),
 ])
 def test_a_value_set_on_a_text_field_or_over_a_section_is_told_what_goes_there_not_a_number(tmp_path, line, sentence):
+    assert_line_refused(tmp_path, line, sentence)
+
+
+def assert_line_refused(tmp_path, line: str, sentence: str) -> None:
+    """A config file whose ``get_config`` sets ``line`` on the xs paper config is refused, at that line, in ``sentence``."""
     path = tmp_path / "typed.py"
     path.write_text("from sps_jax import config\n\ndef get_config():\n"
                     f"    c = config.paper_config('xs', 'sps', 8)\n    {line}\n    return c\n")
     with pytest.raises(ValueError) as refusal:
         sps_config.load_config(str(path))
     assert str(refusal.value) == f"get_config() of {path} failed at line 5: {sentence}"
+
+
+@pytest.mark.parametrize("line, sentence", [
+    # ml_collections stores True on a float field as 1.0, and keeps it on an int field: the run trained at
+    # peak_lr=1.0, where --config.train.peak_lr=True is refused.
+    ("c.train.peak_lr = True", "field 'peak_lr' holds float values, and True is a bool: set a number there, not True "
+                               "or False."),
+    ("c.train.seed = False", "field 'seed' holds int values, and False is a bool: set an integer there, not True or "
+                             "False."),
+    ("c.model.window = True", "field 'window' holds int values, and True is a bool: set an integer there, not True or "
+                              "False."),
+])
+def test_a_bool_set_on_a_number_field_in_a_config_file_is_refused_as_on_the_command_line(tmp_path, line, sentence):
+    assert_line_refused(tmp_path, line, sentence)
+    field = line.split(" = ")[0].removeprefix("c.")
+    with pytest.raises(ValueError, match=rf"^override '{field}=True': the field takes an? (number|integer) "):
+        sps_config.load_config("configs/paper.py:xs,sps,8", [f"{field}=True"])
 
 
 @pytest.mark.parametrize("signature, spec_arg, sentence", [
