@@ -49,6 +49,12 @@ def check_prepared(folder: str) -> None:
                             f"`python -m sps_jax.data prepare --source ... --out {shlex.quote(folder)}` first.")
 
 
+def prepared_on_first_use(folder: str) -> bool:
+    """Whether training prepares ``folder`` itself where it holds no manifest: one named ``builtin`` (the embedded
+    corpus's source name) is."""
+    return os.path.basename(os.path.normpath(folder)) == "builtin"
+
+
 def refuse_inside_tokens(path: str, flag: str) -> None:
     """One sentence when a file or folder a command would write at ``path`` lies inside an existing token
     folder, at any depth: `data prepare --force` replaces that folder whole, with whatever lies in it."""

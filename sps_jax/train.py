@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, model_config, run_files
+from sps_jax import cli, config as sps_config, files, model_config, run_files, token_folder
 
 
 TIMEOUT_FLAG = "--coordinator-timeout-s"
@@ -101,6 +101,19 @@ def _from_env(name: str, kind, parser):
         parser.error(f"{name}={text!r}: {exc}")
 
 
+def _check_data_dir(workdir: str, data_dir: str) -> None:
+    """A data.dir that is missing or no token folder, said before jax loads, where no refusal of the trainer's that
+    comes before the data comes first: a --workdir that holds files (another run's, said by runs.check_workdir) or
+    holds data.dir, and a folder named builtin, which the trainer prepares, are left to the trainer. A model too big
+    for any device is measured against jax's devices, so the folder is said before it."""
+    if os.path.isdir(workdir) and os.listdir(workdir):
+        return
+    if token_folder.prepared_on_first_use(data_dir) or files.inside(data_dir, workdir) or (
+            os.path.realpath(data_dir) == os.path.realpath(workdir)):
+        return
+    token_folder.check_prepared(data_dir)
+
+
 @cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -140,6 +153,7 @@ def main(argv=None) -> int:
         model_config.ModelConfig.from_config(config.model)
         if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
             run_files.init_from_run(config.train.init_from)
+        _check_data_dir(args.workdir, config.data.dir)
         from sps_jax import trainer
     if args.distributed or args.coordinator:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout_s)

@@ -215,7 +215,7 @@ def _next_batch(iterator, sharding, shape_ABL):
 
 def _ensure_data(config, log) -> None:
     folder = config.data.dir
-    if loader.read_manifest(folder) is None and os.path.basename(os.path.normpath(folder)) == "builtin":
+    if loader.read_manifest(folder) is None and token_folder.prepared_on_first_use(folder):
         if jax.process_index() == 0:
             prepare.ensure_builtin(folder, log=log)
         if jax.process_count() > 1:

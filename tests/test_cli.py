@@ -211,11 +211,12 @@ BAD_ARGUMENTS = [
     # no full validation batch: the old sentence blamed the split's size
     (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
                   "--config.data.val_windows=2"], ["data.val_windows=2 is below data.val_batch=8"]),
-    # a model no device holds: sized from the config, before it is traced (a billion unrolled layers hung there)
-    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+    # a model no device holds: sized from the config, before it is traced (a billion unrolled layers hung there), and
+    # before a builtin data.dir is prepared (a folder of another name without a manifest is said before jax loads)
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W-tokens/builtin",
                   "--config.model.d_ff=1000000000000"], ["384,000,003,252,544 parameters", "AdamW", "cpu device",
                                                          "raise mesh.fsdp"]),
-    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W/data",
+    (train.main, ["--config", "configs/tiny.py", "--workdir", "W", "--config.data.dir=W-tokens/builtin",
                   "--config.model.d_model=10000000", "--config.model.num_heads=1"], ["shrink the model"]),
     # the config's refusal came after a "timing standard ..." line
     (bench_cli.main, ["train", "--config", "configs/tiny.py", "--variants", "standard,sps",

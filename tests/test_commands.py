@@ -7,6 +7,7 @@ import contextlib
 import functools
 import importlib
 import io
+import json
 import os
 import pathlib
 import re
@@ -309,6 +310,33 @@ def test_cli_what_a_command_refuses_beside_an_existing_run_is_refused_before_jax
              "trained": run_config(tmp_path / "trained")}
     module, argv, sentence = REFUSED_BESIDE_A_RUN[case]
     refused_without_jax(module, [word.format(**names) for word in argv], sentence.format(**names))
+
+
+def test_cli_train_says_a_data_dir_without_a_manifest_before_jax_and_before_a_model_no_device_holds(tmp_path):
+    """A data.dir that is missing or not prepared was said once jax had loaded and the model was sized: a model too
+    big for any device is measured against jax's devices, so the folder, which needs none, is said first."""
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not tokens")
+    for folder, sentence in ((tmp_path / "missing", NOT_PREPARED.format(missing=tmp_path / "missing")),
+                             (tmp_path / "other", f"'{tmp_path / 'other'}' is not a prepared token folder")):
+        refused_without_jax("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", str(tmp_path / "w"),
+                                              f"--config.data.dir={folder}", "--config.model.d_ff=1000000000000"],
+                            sentence)
+    assert not (tmp_path / "w").exists()
+
+
+def test_cli_train_says_a_workdir_holding_another_run_before_a_data_dir_without_a_manifest(tmp_path, capsys):
+    """Only a --workdir that holds nothing has its data.dir said before jax: one holding another run's files is said
+    first (runs.check_workdir, once jax loads), and its fix, another --workdir, comes before preparing any tokens."""
+    from sps_jax import train
+
+    workdir = tmp_path / "other"
+    workdir.mkdir()
+    (workdir / "config.json").write_text(json.dumps({"model": {"d_model": 512, "variant": "standard"}}))
+    (workdir / "metrics.jsonl").write_text(json.dumps({"step": 1, "tokens_seen": 8, "loss": 3.0}) + "\n")
+    assert train.main(["--config", "configs/tiny.py", "--workdir", str(workdir),
+                       f"--config.data.dir={tmp_path / 'missing'}"]) == 2
+    assert f"--workdir {workdir} holds" in capsys.readouterr().err
 
 
 def test_cli_data_prepare_and_verify_run_without_importing_jax(tmp_path):
