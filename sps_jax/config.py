@@ -665,12 +665,32 @@ def check_run_config(config) -> None:
         raise UserError(f"train.peak_lr={config.train.peak_lr} x train.weight_decay={config.train.weight_decay} is at "
                         "least 1: AdamW's decay multiplies every weight by 1 - lr x weight_decay each step, which "
                         "would be 0 or below; lower either.")
+    if config.train.nonfinite not in NONFINITE:  # read only at the first non-finite loss
+        raise UserError(f"train.nonfinite={config.train.nonfinite!r}{did_you_mean(config.train.nonfinite, NONFINITE)} "
+                        "must be 'stop' or 'skip'.")
+    check_mesh(config.mesh)
     _check_schedule(config.train)
     _check_milestones(config.train)
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")
     check_metrics(config.get("metrics"))
+
+
+# What a non-finite loss does (train.nonfinite): stop the run, or skip the update.
+NONFINITE = ("stop", "skip")
+
+
+def check_mesh(mesh) -> None:
+    """The (data, fsdp) sizes name numbers of devices, or -1 for those the other axis leaves (one of them): said
+    without the device count, which :func:`sps_jax.mesh.resolve_axes` checks them against."""
+    data, fsdp = int(mesh.data), int(mesh.fsdp)
+    for axis, size in (("data", data), ("fsdp", fsdp)):
+        if size == 0 or size < -1:
+            raise UserError(f"mesh.{axis}={size} is no number of devices: set --config.mesh.{axis} to a positive "
+                            "size, or -1 for all the devices the other axis leaves.")
+    if data == -1 and fsdp == -1:
+        raise UserError("mesh.data and mesh.fsdp cannot both be -1: set one of them.")
 
 
 def check_labels(config) -> None:

@@ -16,14 +16,11 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def resolve_axes(mesh_cfg, num_devices: int) -> tuple[int, int]:
-    """(data, fsdp) sizes; -1 for one of them means 'all remaining devices'."""
+    """(data, fsdp) sizes; -1 for one of them means 'all remaining devices'. The sizes themselves are said before jax
+    loads (sps_jax.config.check_mesh, which check_run_config asks); here a pair it refuses is named, no more."""
     data, fsdp = int(mesh_cfg.data), int(mesh_cfg.fsdp)
-    for axis, size in (("data", data), ("fsdp", fsdp)):
-        if size == 0 or size < -1:
-            raise ValueError(f"mesh.{axis}={size} is no number of devices: set --config.mesh.{axis} to a positive "
-                             "size, or -1 for all the devices the other axis leaves.")
-    if data == -1 and fsdp == -1:
-        raise ValueError("mesh.data and mesh.fsdp cannot both be -1: set one of them.")
+    if 0 in (data, fsdp) or min(data, fsdp) < -1 or data == fsdp == -1:
+        raise ValueError(f"mesh data={data} x fsdp={fsdp} names no mesh: see sps_jax.config.check_mesh.")
     if data == -1:
         data = num_devices // max(fsdp, 1)
     if fsdp == -1:

@@ -27,7 +27,6 @@ from sps_jax import attention, checkpoint, cli, config as sps_config, flops, har
 from sps_jax import model as sps_model
 from sps_jax import files, optim, profiling, runs, token_folder, tracking
 from sps_jax.data import loader, prepare
-from sps_jax.names import did_you_mean
 
 
 class NonFiniteLoss(cli.UserError, RuntimeError):
@@ -86,9 +85,6 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if validation and config.data.val_batch % (data * fsdp):
         raise ValueError(f"data.val_batch={config.data.val_batch} does not split over the {data * fsdp} devices: make it "
                          f"a multiple of {data * fsdp} (--config.data.val_batch=N).")
-    if t.nonfinite not in ("stop", "skip"):
-        raise ValueError(f"train.nonfinite={t.nonfinite!r}{did_you_mean(t.nonfinite, ('stop', 'skip'))} must be 'stop' "
-                         "or 'skip'.")
     if memory_bytes is not None:
         sps_model.check_fits(cfg, memory_bytes, device, copies=TRAIN_STATE_COPIES, shards=fsdp,
                              holding=f"the weights, gradients and AdamW moments over mesh.fsdp={fsdp}",

@@ -175,7 +175,11 @@ ANSWERED_WITHOUT_JAX = {
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.init_from=DOES_NOT_EXIST"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.init_from=configs"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.b2=1"],
-                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.model.num_layers=100000"]],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.model.num_layers=100000"],
+                      # a train or mesh setting that needs no device to refuse (the trainer's plan said them)
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.nonfinite=Skip"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.mesh.data=0"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.mesh.fsdp=-1"]],
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "-hello"],
                                    ["--workdir", "w", "--prompt", "x", "--out", "README.md"],  # an existing file
