@@ -504,7 +504,10 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     if isinstance(old, ml_collections.ConfigDict):
         raise ValueError(f"override {item!r}: {key} is a section, not a field: set its fields, "
                          f"e.g. --config.{key}.{next(iter(old.keys()), 'FIELD')}=VALUE.")
-    value = _fit(old, _literal(text), text, item)
+    if old is None and key in UNSET_KINDS:  # None until set: the field's kind says what the text is
+        value = _fit(UNSET_KINDS[key], _literal(text), text, item, unset=True)
+    else:
+        value = _fit(old, _literal(text), text, item)
     with node.ignore_type():
         node[leaf] = value
 
@@ -525,8 +528,18 @@ def _no_key(node, path: list[str], name: str, section: bool) -> str:
     return f"{where} has no {kind} {name!r}{guess}: its {kind}s are {', '.join(keys)}."
 
 
-def _fit(old, value, text: str, item: str):
-    """``value`` converted to the kind of ``old`` (see :func:`apply_override`), else one sentence."""
+# A value of the kind of each number field that None may fill (a field's None says nothing of its kind): what an
+# override of it takes, as a set field's value says. Text fields that None may fill take any literal, their checks
+# saying what they take.
+UNSET_KINDS = {"model.window": 0, "model.persistent_window": 0, "train.grad_clip": 0.0,
+               "train.peak_flops_per_device": 0.0}
+
+
+def _fit(old, value, text: str, item: str, unset: bool = False):
+    """``value`` converted to the kind of ``old`` (see :func:`apply_override`), else one sentence; ``unset``: the
+    field holds None, and ``old`` is a value of its kind."""
+    if isinstance(value, dict):  # a literal {...} would become a section of fields where a value goes
+        raise ValueError(f"override {item!r}: the field takes a value, not the section of fields {text!r}.")
     if value is None or old is None:
         return value
     if isinstance(old, str):
@@ -543,7 +556,8 @@ def _fit(old, value, text: str, item: str):
     else:
         return value
     if not ok:
-        raise ValueError(f"override {item!r}: the field takes {kind} (its value is {old!r}), not {text!r}.")
+        raise ValueError(f"override {item!r}: the field takes {kind}{' or None' if unset else ''} (its value is "
+                         f"{None if unset else old!r}), not {text!r}.")
     return value
 
 

@@ -750,3 +750,18 @@ def test_config_field_names_are_unique_across_sections_and_field_paths_names_eve
     assert sorted(sps_config.field_paths().values()) == sorted(paths)
     assert sps_config.field_paths()["attention"] == "model.attention"
     assert sps_config.field_paths()["micro_batch"] == "train.micro_batch"
+
+
+def test_an_override_of_a_number_field_set_to_none_takes_the_kind_of_number_the_field_holds():
+    # A field set to None took any literal: persistent_window=1e3 was the float 1000.0 where window=1e3 is 1000, and
+    # {} an empty section, which the refusal printed over two lines.
+    config = sps_config.load_config("configs/tiny.py", ["model.persistent_window=1e3", "train.grad_clip=None",
+                                                        "train.peak_flops_per_device=2e14"])
+    assert config.model.persistent_window == 1000 and isinstance(config.model.persistent_window, int)
+    assert config.train.grad_clip is None and config.train.peak_flops_per_device == 2e14
+    for item, takes in (("train.peak_flops_per_device=[1]", "a number or None (its value is None), not '[1]'."),
+                        ("train.init_from={}", "a value, not the section of fields '{}'."),
+                        ("model.window={'a': 1}", "a value, not the section of fields \"{'a': 1}\".")):
+        with pytest.raises(ValueError) as refusal:
+            sps_config.load_config("configs/tiny.py", [item])
+        assert str(refusal.value) == f"override {item!r}: the field takes {takes}"
