@@ -56,8 +56,8 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
     return next((name for name, dims in SCALES.items() if dims == (num_layers, d_model, num_heads)), None)
 
 
-class Section(ml_collections.ConfigDict):
-    """The ConfigDict the builders here make: a bool set on a number field is refused in ml_collections' words for a
+class ConfigDict(ml_collections.ConfigDict):
+    """The ConfigDict the builders here make (named as ml_collections' is, which sentences of a type say): a bool set on a number field is refused in ml_collections' words for a
     value of another type (:func:`_failure` says them), where ml_collections stores True on a float field as 1.0 and
     keeps it on an int field, so a config file's ``c.train.peak_lr = True`` trained at 1.0 without a word."""
 
@@ -66,7 +66,7 @@ class Section(ml_collections.ConfigDict):
         if isinstance(old, (int, float)) and not isinstance(old, bool):
             raise TypeError(f"Could not override field '{key}' (reference). {value} is of original type <class 'bool'> "
                             f"and cannot be casted to type <class '{type(old).__name__}'>")
-        if isinstance(value, ml_collections.ConfigDict) and isinstance(self.get(key), Section):
+        if isinstance(value, ml_collections.ConfigDict) and isinstance(self.get(key), ConfigDict):
             with self.ignore_type():  # a section of the file's own replaces one of these, as in a plain ConfigDict
                 super().__setitem__(key, value)
             return
@@ -75,7 +75,7 @@ class Section(ml_collections.ConfigDict):
 
 def model_section(variant: str = masks.DEFAULT_VARIANT, window: int | None = masks.DEFAULT_WINDOW, **fields):
     """``ModelConfig``'s defaults (the tiny CPU model) with ``fields`` set, as a ConfigDict."""
-    return Section(dataclasses.asdict(ModelConfig(variant=variant, window=window, **fields)))
+    return ConfigDict(dataclasses.asdict(ModelConfig(variant=variant, window=window, **fields)))
 
 
 def paper_model_section(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
@@ -97,7 +97,7 @@ WARMUP_TOKENS = {"xs": 50_000_000, "s": 50_000_000, "m": 100_000_000, "l": 100_0
 
 def train_config(scale: str = DEFAULT_SCALE):
     """nanoGPT's optimiser with the paper's warmup-constant-decay schedule, counted in tokens."""
-    t = Section()
+    t = ConfigDict()
     t.seed = 1337                  # the authors' headline runs'; Appendix C's sweep adds seeds 0 and 1
     t.global_batch = 96            # sequences of model.seq_len input tokens per update
     t.micro_batch = 96             # sequences per forward/backward; accumulation makes up the rest
@@ -128,7 +128,7 @@ def train_config(scale: str = DEFAULT_SCALE):
 
 def data_config(folder: str = "data/fineweb-edu"):
     """Token files written by ``python -m sps_jax.data prepare`` (``builtin`` is prepared on demand)."""
-    d = Section()
+    d = ConfigDict()
     d.dir = folder
     # Fixed validation windows of seq_len+1 tokens (the first ones of val.bin). The authors score 10M tokens
     # rounded up to whole batches of 96 x 4096: 26 x 96 windows, 10.2M tokens at the paper's T.
@@ -141,7 +141,7 @@ def data_config(folder: str = "data/fineweb-edu"):
 def mesh_config():
     """(data, fsdp) device mesh; -1 = all remaining devices. Batches split over both axes,
     parameters and optimizer state over fsdp."""
-    m = Section()
+    m = ConfigDict()
     m.data = -1
     m.fsdp = 1
     return m
@@ -149,7 +149,7 @@ def mesh_config():
 
 def metrics_config():
     """Optional Weights & Biases tracking beside metrics.jsonl (docs/interop.md; needs the ``wandb`` extra)."""
-    m = Section()
+    m = ConfigDict()
     m.wandb = False                # log the metrics.jsonl records to a W&B run, resumed with the training run
     m.wandb_project = "sps-jax"
     m.wandb_entity = None          # None: the W&B account's default entity
@@ -164,7 +164,7 @@ RUN_FIELDS = ("name", "model", "train", "data", "mesh", "metrics")
 
 def paper_config(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
                  window: int | None = masks.DEFAULT_WINDOW):
-    config = Section()
+    config = ConfigDict()
     config.model = paper_model_section(scale, variant, window)
     config.name = run_name(scale, config.model)
     config.train = train_config(scale)
@@ -429,7 +429,7 @@ def _failure(exc: BaseException, path: str) -> str:
         kind = retyped["kind"].removeprefix("builtins.")
         article = lambda word: "an" if word[0] in "aeiou" else "a"  # noqa: E731
         given = f"{retyped['value']} is {article(retyped['given'])} {retyped['given']}"
-        if kind.endswith((".ConfigDict", ".Section")):  # c.train = 5: a section replaced by a value
+        if kind.endswith(".ConfigDict"):  # c.train = 5: a section replaced by a value
             return (f"{where}: {retyped['field']!r} is a section of fields, and {given}: set its fields instead of "
                     "replacing it.")
         if retyped["given"] == "bool" and kind in ("int", "float"):  # as --config.a.b=True is told
