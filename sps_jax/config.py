@@ -57,9 +57,10 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
 
 
 class ConfigDict(ml_collections.ConfigDict):
-    """The ConfigDict the builders here make (named as ml_collections' is, which sentences of a type say): a bool set on a number field is refused in ml_collections' words for a
-    value of another type (:func:`_failure` says them), where ml_collections stores True on a float field as 1.0 and
-    keeps it on an int field, so a config file's ``c.train.peak_lr = True`` trained at 1.0 without a word."""
+    """The ConfigDict the builders here make. It refuses a bool set on a number field, which ml_collections stores
+    as 1.0 on a float field and keeps on an int one (a config file's ``c.train.peak_lr = True`` trained at 1.0),
+    in ml_collections' own words for a value of another type, so :func:`_failure` says both alike. It keeps
+    ml_collections' class name, which sentences naming a section's type show."""
 
     def __setitem__(self, key, value):
         old = self[key] if self.is_type_safe and isinstance(value, (bool, np.bool_)) and key in self else None
