@@ -9,7 +9,7 @@ import os as _os
 if not _os.path.exists("/proc/driver/nvidia/version"):
     _os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
-from sps_jax import cli as _cli  # standard library only: it must not slow the import down
+from sps_jax import cli_process as _cli_process  # standard library only: it must not slow the import down
 
-_cli.refuse_library_module()
-_cli.quiet_interrupt_while_starting()
+_cli_process.refuse_library_module()
+_cli_process.quiet_interrupt_while_starting()

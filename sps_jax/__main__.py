@@ -6,7 +6,7 @@ import argparse
 import sys
 from importlib import metadata
 
-from sps_jax import cli, names
+from sps_jax import arguments, cli, names
 
 
 def commands() -> dict[str, str]:
@@ -41,9 +41,9 @@ def listing(found: dict[str, str]) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     found = commands()
-    parser = cli.ArgumentParser(prog="python -m sps_jax", description=__doc__.replace("``", ""),
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=f"commands:\n{listing(found)}" if found else None)
+    parser = arguments.ArgumentParser(prog="python -m sps_jax", description=__doc__.replace("``", ""),
+                                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                                      epilog=f"commands:\n{listing(found)}" if found else None)
     if argv and not argv[0].startswith("-"):
         _refuse_command(argv[0], found)
     parser.parse_args(argv)

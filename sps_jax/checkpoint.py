@@ -26,7 +26,7 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from sps_jax import cli, files
+from sps_jax import cli, cli_process, files, path_checks, reading
 from sps_jax.cli import UserError
 from sps_jax.config import MAX_STEP, STEP_BOUND
 from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path
@@ -113,7 +113,7 @@ def _read_meta(folder: str) -> dict:
     """A checkpoint folder's meta item (training's record of the step), or {} where it cannot be read: damage is
     said where the checkpoint is read."""
     try:
-        meta = files.read_json(os.path.join(folder, "meta", "metadata"))
+        meta = reading.read_json(os.path.join(folder, "meta", "metadata"))
     except (ValueError, OSError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -197,7 +197,7 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
             return f"{name} is missing"
         if not name.endswith(".ocdbt"):
             try:
-                files.read_json(path)
+                reading.read_json(path)
             except (ValueError, OSError) as e:
                 return f"{name} is unreadable: {cli.sentence(e).rstrip('.')}"
         elif os.path.getsize(path) == 0:
@@ -277,11 +277,11 @@ def check_trained_as(workdir: str, step: int, expected: dict, against: str, fix:
 def save_params(workdir: str, step: int, params, trained_as: dict, meta: dict | None = None) -> None:
     """A weights-only checkpoint at ``step`` (written synchronously) of a model ``trained_as``
     (ModelConfig.function_fields)."""
-    workdir = files.path_text(workdir, "workdir")
+    workdir = path_checks.path_text(workdir, "workdir")
     check_writable_path(workdir, "the run folder")
     # A stop waits for the save: Orbax's writer threads would run on after it and write into a folder the command's
     # cleanup had already removed (import_torch's partial run folder).
-    with cli.stops_held(), manager(workdir, enable_async_checkpointing=False) as mngr:
+    with cli_process.stops_held(), manager(workdir, enable_async_checkpointing=False) as mngr:
         mngr.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params),
             meta=ocp.args.JsonSave(_meta(step, trained_as, meta))), force=True)
@@ -304,7 +304,7 @@ def restore_params(workdir: str, step: int | None = None, target=None):
     under it: the latest is then read again from the newest one, and a given step that vanished is
     :class:`CheckpointGone`, not "damaged".
     """
-    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
+    workdir = path_checks.path_text(workdir, "workdir")  # the sentences quote it
     for _ in range(_READS_WHILE_TRAINING):
         found = steps(workdir)
         want = found[-1] if step is None and found else step
@@ -424,7 +424,7 @@ class TrainCheckpoints:
     broken ones left alone."""
 
     def __init__(self, workdir: str, trained_as: dict, milestone_every: int = 0, keep: int = 1, warn=print):
-        workdir = files.path_text(workdir, "workdir")
+        workdir = path_checks.path_text(workdir, "workdir")
         check_writable_path(workdir)
         self.workdir, self.trained_as, self.warn = workdir, dict(trained_as), warn
         self.broken: set[int] = set()

@@ -21,7 +21,7 @@ from typing import Sequence
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, files, masks
+from sps_jax import arguments, cli, masks, path_checks, reading
 from sps_jax.model_config import ModelConfig
 from sps_jax.names import close_name, did_you_mean
 from sps_jax.cli import UserError
@@ -312,13 +312,13 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
     overrides = check_overrides(overrides)
-    spec = files.path_text(spec, "spec")  # the sentences quote it
+    spec = path_checks.path_text(spec, "spec")  # the sentences quote it
     path, arg = split_spec(spec)
     if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word
         raise UserError(f"config {spec!r} has nothing after ':': give the argument (configs/paper.py:s,sps,64), or "
                         "drop the ':' for the file's defaults.")
     path = _shipped_if_missing(path)
-    files.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
+    reading.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):
         raise UserError(f"config file {path!r} is not a Python file: pass a .py file whose get_config(arg) returns "
                         "a ConfigDict, e.g. configs/tiny.py.")
@@ -571,9 +571,9 @@ MAX_PREFETCH = 1024
 # import's step and every --step are held to it (before jax or torch loads).
 MAX_STEP = 2 ** 31 - 1
 STEP_BOUND = "the last step a run can reach (AdamW counts updates in int32)"
-step_argument = cli.int_up_to(MAX_STEP, why=STEP_BOUND)  # the argparse type of every --step
+step_argument = arguments.int_up_to(MAX_STEP, why=STEP_BOUND)  # the argparse type of every --step
 # The argparse type of a context or a count of positions (--seq-len, --prefill, --decode).
-seq_len_argument = cli.int_up_to(masks.MAX_SEQ_LEN, least=1, why="the longest context (2T entries indexed in int32)")
+seq_len_argument = arguments.int_up_to(masks.MAX_SEQ_LEN, least=1, why="the longest context (2T entries indexed in int32)")
 
 # The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
 RANGES = {
@@ -720,7 +720,7 @@ def check_labels(config) -> None:
     if not isinstance(config.data.get("dir"), str) or not config.data.dir:
         raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
     for name, path in (("data.dir", config.data.dir), ("train.init_from", init_from)):
-        home = None if path is None else cli.unexpanded_home(path)  # --config.data.dir=~/x: no shell expands it
+        home = None if path is None else path_checks.unexpanded_home(path)  # --config.data.dir=~/x: no shell expands it
         if home is not None:
             raise UserError(f"{name}={home}.")
 

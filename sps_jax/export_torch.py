@@ -25,7 +25,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, run_files, torch_layout
+from sps_jax import arguments, cli, cli_process, config as sps_config, files, path_checks, run_files, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -52,10 +52,10 @@ def _format(out: str) -> str | None:
 def check_output(out: str, force: bool = False) -> str:
     """The writer package of ``out`` (``torch`` or ``safetensors``), after the checks that need no
     loading: a known suffix, no existing file unless ``force``, the package installed (else one sentence)."""
-    cli.true_or_false(force, "force")
+    arguments.true_or_false(force, "force")
     suffix = _suffix(out)
     if suffix is not None:
-        files.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
+        path_checks.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
     fmt, flag = _format(out), cli.named("out", "--out")
     if fmt is None:
         raise UserError(f"{flag} {out!r} must end in .pt (torch) or .safetensors.")
@@ -106,7 +106,7 @@ def _torch_tensors(sd: dict[str, np.ndarray]) -> dict:
 def write(ckpt: dict, out: str, force: bool = False) -> None:
     """Write a checkpoint dict as ``.pt`` or ``.safetensors`` (by suffix), atomically; an existing ``out`` is
     replaced only with ``force``, and a run's own files never (:func:`check_output`)."""
-    out = files.path_text(out, "out")
+    out = path_checks.path_text(out, "out")
     check_output(out, force)
     fmt = _format(out)
     with files.atomic_path(out) as partial:
@@ -129,7 +129,7 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = DEFAULT
     """Export a run folder's latest (or given) checkpoint to ``out``; returns the checkpoint dict written."""
     from sps_jax import runs
 
-    run, out = files.path_text(run, "run"), files.path_text(out, "out")
+    run, out = path_checks.path_text(run, "run"), path_checks.path_text(out, "out")
     check_output(out, force)
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
     ckpt = checkpoint_dict(config, params, step, dtype, runs.RUN_CHECKPOINT)
@@ -149,14 +149,14 @@ def _run_argument(parser, args) -> str:
 
 @cli.main
 def main(argv=None) -> int:
-    p = cli.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workdir", type=cli.run_path, default=None,
+    p = arguments.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workdir", type=arguments.run_path, default=None,
                    help="a run folder, or one of its checkpoints/<step> folders")
-    p.add_argument("run", nargs="?", type=cli.run_path, default=None,
+    p.add_argument("run", nargs="?", type=arguments.run_path, default=None,
                    help="the same as --workdir RUN, for scripts that give the run as a word of its own")
     p.add_argument("--step", type=sps_config.step_argument, default=None, help="checkpoint step (default: the latest)")
-    p.add_argument("--out", type=cli.output_path, required=True,
+    p.add_argument("--out", type=arguments.output_path, required=True,
                    help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES), help="tensor dtype")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     run = _run_argument(p, args)
     check_output(args.out, args.force)  # before jax loads, as is the run path
     run_files.checkpoint_step(run, args.step)
-    cli.load("sps_jax.runs")  # the run's weights
+    cli_process.load("sps_jax.runs")  # the run's weights
     ckpt = export_run(run, args.out, args.step, args.dtype, args.force)
     args_ = ckpt[torch_layout.MODEL_ARGS]
     cli.note(f"wrote {args.out}: step {ckpt[torch_layout.STEP]}, {len(ckpt[torch_layout.MODEL])} tensors "

@@ -34,7 +34,8 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, masks, run_files, torch_buffers, torch_layout
+from sps_jax import arguments, cli, cli_process, config as sps_config, folder_swap, masks, path_checks, reading
+from sps_jax import run_files, torch_buffers, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
@@ -116,7 +117,7 @@ def check_checkpoint_file(path: str) -> None:
     """One sentence where ``path`` is no file to import: missing, a folder, no regular file, or empty (no reader
     makes anything of no bytes). It needs neither jax nor the file's reader, so the command asks it before either
     loads."""
-    files.input_file(path, _what(path), PASS_CHECKPOINT)
+    reading.input_file(path, _what(path), PASS_CHECKPOINT)
     if os.path.getsize(path) == 0:
         raise UserError(f"{_what(path)} {path!r} is empty (0 bytes): {PASS_CHECKPOINT}.")
 
@@ -128,7 +129,7 @@ def _reader(package: str, what: str, path: str):
         module = importlib.import_module(package)
     except ImportError:
         raise MissingPackage(f"reading a {what} needs the {package} package: pip install -e '.[{package}]'.") from None
-    files.input_file(path, what, PASS_CHECKPOINT)
+    reading.input_file(path, what, PASS_CHECKPOINT)
     return module
 
 
@@ -313,7 +314,7 @@ def _flag(field: str) -> str:
 def _sizes(num_heads, seq_len) -> tuple[int | None, int | None]:
     """The asked-for num_heads and seq_len, each an int of at least 1 or None (the file's): 0 would be read as None
     without a word, and "2" would stop in //."""
-    return tuple(None if value is None else cli.at_least(name, value, 1)
+    return tuple(None if value is None else arguments.at_least(name, value, 1)
                  for name, value in (("num_heads", num_heads), ("seq_len", seq_len)))
 
 
@@ -563,11 +564,11 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     or None (no window: the command's ``--window none``). ``overrides`` are ``a.b=value`` strings (``model.eos_id=60``)."""
     from sps_jax import model as sps_model, runs
 
-    path, out = files.path_text(path, "path"), files.path_text(out, "out")
+    path, out = path_checks.path_text(path, "path"), path_checks.path_text(out, "out")
     overrides = sps_config.check_overrides(overrides)
     check_flag_overrides(overrides)
     num_heads, seq_len = _sizes(num_heads, seq_len)  # before the file is read
-    cli.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
+    arguments.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
     check_checkpoint_file(path)
     ckpt = load_torch_checkpoint(path, trust_pickle)
@@ -594,7 +595,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
 
     stored = jax.numpy.dtype(net.cfg.param_dtype)
     params = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(stored), params)
-    with files.replace_folder(out) as building:
+    with folder_swap.replace_folder(out) as building:
         runs.save_run(building, config, params, step=step, meta={"imported_from": os.path.abspath(path)})
     return config, params, notes
 
@@ -603,18 +604,18 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, overrides = sps_config.split_config_args(argv)
-    p = cli.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
-                           config_fields=sps_config.field_paths,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", type=cli.input_path("checkpoint", cli.FILE, PASS_CHECKPOINT),
+    p = arguments.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
+                                 config_fields=sps_config.field_paths,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", type=arguments.input_path("checkpoint", arguments.FILE, PASS_CHECKPOINT),
                    help="the authors' .pt file, or a .pt or .safetensors file from sps_jax.export_torch")
     p.add_argument("--variant", default=FROM_FILE, choices=masks.VARIANTS, metavar="VARIANT",
                    help=f"{', '.join(masks.VARIANTS)} (default: the file's)")
     p.add_argument("--window", default=None, help="predict window w ('none' for unbounded; default: the file's, "
                    f"else {masks.DEFAULT_WINDOW})")
-    p.add_argument("--out", type=cli.output_path, required=True,
+    p.add_argument("--out", type=arguments.output_path, required=True,
                    help="run folder to write (new or empty, or replaced with --force)")
-    p.add_argument("--num-heads", type=cli.positive_int, default=None,
+    p.add_argument("--num-heads", type=arguments.positive_int, default=None,
                    help=f"attention heads (default: the file's model_args n_head, else d/{sps_config.PAPER_HEAD_DIM})")
     p.add_argument("--seq-len", type=sps_config.seq_len_argument, default=None,
                    help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
@@ -635,7 +636,7 @@ def main(argv=None) -> int:
     sps_config.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
     check_out(args.out, args.force, args.checkpoint)  # the output first, then the file: neither needs jax
     check_checkpoint_file(args.checkpoint)
-    sps_model = cli.load("sps_jax.model")
+    sps_model = cli_process.load("sps_jax.model")
     config, _, notes = import_checkpoint(args.checkpoint, args.out, args.variant, window, args.num_heads,
                                          args.seq_len, overrides, args.trust_pickle, args.step, args.force)
     for note in notes:

@@ -63,8 +63,8 @@ def check_layers(value) -> None:
 
 
 def _integer(value) -> int | None:
-    """``value`` as an int where it is one: a Python, numpy or jax integer (a 0-d array too), as cli.integer takes
-    them (which this module, below cli, does not import); None for anything else, a bool included."""
+    """``value`` as an int where it is one: a Python, numpy or jax integer (a 0-d array too), as arguments.integer takes
+    them (which this module, below arguments, does not import); None for anything else, a bool included."""
     if isinstance(value, bool):
         return None
     try:

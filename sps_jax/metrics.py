@@ -10,7 +10,7 @@ import os
 import time
 import warnings
 
-from sps_jax import files, plotting
+from sps_jax import files, path_checks, plotting, reading
 from sps_jax.cli import UserError
 from sps_jax.run_files import CHECKPOINT_DIR, METRICS_FILE, PLOT_FILE, TENSORBOARD_DIR
 
@@ -29,7 +29,7 @@ def truncate(workdir: str, last_step: int) -> None:
 def check_present(workdir: str) -> None:
     """One sentence (FileNotFoundError) where ``workdir`` holds no metrics.jsonl (a folder in its place is
     :func:`read`'s to say). It reads no record and loads no jax, so the figures ask it of each run before jax loads."""
-    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
+    workdir = path_checks.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, METRICS_FILE)
     if os.path.isfile(path) or os.path.isdir(path):
         return
@@ -50,7 +50,7 @@ def read(workdir: str, required: bool = False) -> list[dict]:
     without a "step" of 0 or more, a "tokens_seen" that is no count, or a step below the line before
     (training appends in step order) is one sentence naming the line.
     """
-    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
+    workdir = path_checks.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, METRICS_FILE)
     if os.path.isdir(path):
         raise UserError(f"{path} is a folder, not the run's metrics file: move it away.")
@@ -60,7 +60,7 @@ def read(workdir: str, required: bool = False) -> list[dict]:
         return []
     records = []
     try:
-        for line, record in files.read_jsonl(path, drop_partial_last=True):
+        for line, record in reading.read_jsonl(path, drop_partial_last=True):
             if not isinstance(record, dict) or not _is_count(record.get("step")):
                 raise UserError(f"{path} line {line} is not a metrics record: it needs a \"step\" of 0 or more")
             if "tokens_seen" in record and not _is_count(record["tokens_seen"]):
@@ -147,7 +147,7 @@ class Writer:
 
 def draw_curves(runs: dict, x: str):
     """Training loss and validation NLL against ``x`` for several runs ({label: workdir}), side by side."""
-    records = {label: curves(files.path_text(workdir, f"runs[{label!r}]")) for label, workdir in runs.items()}
+    records = {label: curves(path_checks.path_text(workdir, f"runs[{label!r}]")) for label, workdir in runs.items()}
     for label, m in records.items():
         missing = [r for r in m["train"] + m["val"] if x not in r]
         if missing:

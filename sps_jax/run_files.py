@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from sps_jax import cli, files, token_folder, tracking
+from sps_jax import arguments, cli, files, path_checks, reading, token_folder, tracking
 from sps_jax.cli import UserError
 
 CONFIG_FILE = "config.json"
@@ -31,7 +31,7 @@ def find_run(path: str) -> tuple[str, int | None]:
     Raises FileNotFoundError (one sentence) when the path does not exist or is none of these. It loads no jax:
     every command that reads a run asks it (through :func:`checkpoint_step`) before jax loads, and again when it reads.
     """
-    path = os.path.realpath(files.path_text(path, "path"))  # a link to a checkpoints/<step> folder names that checkpoint
+    path = os.path.realpath(path_checks.path_text(path, "path"))  # a link to a checkpoints/<step> folder names that checkpoint
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path!r} does not exist: pass a run folder (the one holding {CONFIG_FILE}) "
                                 "or one of its checkpoints/<step> folders.")
@@ -81,7 +81,7 @@ def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None
     workdir, path_step = find_run(path)
     check_orbax_path(workdir, "the run folder")
     if step is not None:
-        step = cli.integer(step, "step", " (a checkpoint's step) or None (the latest)")
+        step = arguments.integer(step, "step", " (a checkpoint's step) or None (the latest)")
     if None not in (step, path_step) and step != path_step:
         flag = cli.named("step", "--step")
         raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for ({flag}): "
@@ -105,13 +105,13 @@ def config_data(workdir: str) -> tuple[str, object]:
     """(path, parsed JSON) of a run folder's config.json, one sentence where it is missing, a folder or no JSON.
     :func:`sps_jax.runs.read_config` checks it is a run's config; this loads no jax, so that ``generate`` reads the
     run's context with it before jax loads."""
-    workdir = files.path_text(workdir, "workdir")  # the sentences quote it
+    workdir = path_checks.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, CONFIG_FILE)
     if os.path.isdir(path):
         raise UserError(f"{path} is a folder, not the run's config file: move it away.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{workdir!r} is not a run folder: it has no {CONFIG_FILE}.")
-    return path, files.read_json(path, PUT_BACK)
+    return path, reading.read_json(path, PUT_BACK)
 
 
 def run_file(path: str) -> tuple[str, str] | None:
@@ -163,10 +163,10 @@ WORKDIR_ADVICE = "pass a new or existing run folder"  # what a --workdir that ca
 
 
 def check_workdir_place(workdir: str) -> None:
-    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.files.check_folder_place`) outside other
+    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.path_checks.check_folder_place`) outside other
     runs and token folders (:func:`check_workdir_owners`) that this user can make and write in, else one sentence.
     It loads no jax, so ``train`` asks it before its config loads."""
-    files.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
+    path_checks.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
     check_orbax_path(workdir, "--workdir")
     check_workdir_owners(workdir)
     check_workdir_writable(workdir)
@@ -186,20 +186,20 @@ def check_workdir_owners(workdir: str) -> None:
 def check_workdir_writable(workdir: str) -> None:
     """The ``--workdir`` known to be a folder or nothing yet is one this user can make and write in."""
     if not os.path.lexists(workdir):
-        files.check_parent(workdir, "--workdir")
-    elif (reason := files.cannot_create(workdir)) is not None:
+        path_checks.check_parent(workdir, "--workdir")
+    elif (reason := path_checks.cannot_create(workdir)) is not None:
         raise UserError(f"--workdir {workdir} is a folder {reason}: make it writable, or pass another --workdir.")
 
 
 def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None, inputs=()) -> None:
-    """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.files.replace_folder` would fill with ``what``:
+    """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.folder_swap.replace_folder` would fill with ``what``:
     one that already holds files unless ``force``; even then an empty path, the working directory, a folder in a
     run or a token folder (:func:`output_folder`), a file, one holding a run or token folder that replacing
     it would delete, or one holding or lying in one of the command's ``inputs`` ((what, path or None) pairs).
     ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
-    cli.true_or_false(force, "force")
+    arguments.true_or_false(force, "force")
     output_folder(path, flag, inputs)
-    files.check_folder_place(path, flag, f"pass a new folder for {what}")
+    path_checks.check_folder_place(path, flag, f"pass a new folder for {what}")
     if check is not None:
         check()
     held = sorted(os.listdir(path)) if os.path.isdir(path) else []
@@ -208,7 +208,7 @@ def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None,
     if held and kept(path):
         raise UserError(f"{flag} {path} is a {'run' if is_run(path) else 'token folder'}, which replacing it would "
                         f"delete: choose a new {flag}.")
-    below = files.below(path, kept) if held else None
+    below = path_checks.below(path, kept) if held else None
     if below is not None:
         raise UserError(f"{flag} {path} holds {below}, a run or token folder that replacing it would delete: choose a "
                         f"new {flag}.")
@@ -229,7 +229,7 @@ def refuse_inside_run(path: str, flag: str) -> None:
     its files would mix with that run's, where TensorBoard (which reads a run's folders for event files),
     Orbax and the run's evaluations would meet them, and moving or deleting the run would take them along.
     Result files (evaluate's RUN/eval/, a figure) are not folders of this kind and stay allowed."""
-    run = files.enclosing(path, is_run)
+    run = path_checks.enclosing(path, is_run)
     if run is not None:
         raise UserError(f"{flag} {path} lies inside the run {run}, where its files would mix with that run's: "
                         "choose a folder outside it.")

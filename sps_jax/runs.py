@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from sps_jax import attention, checkpoint, cli, config as sps_config, files, metrics, run_files, token_folder, tracking
+from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, files, locks, metrics, path_checks
+from sps_jax import run_files, token_folder, tracking
 from sps_jax import model as sps_model, model_config
 from sps_jax.cli import UserError
 from sps_jax.run_files import (CONFIG_FILE, RUN_FILES, checkpoint_step, find_run, is_run, refuse_inside_run,
@@ -154,7 +155,7 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
     Returns the note that names each train and data field a resume of this run changes, which the trainer gives
     once a checkpoint is restored (a refusal after this check then stays the one line said), or None.
     """
-    cli.true_or_false(force, "force")
+    arguments.true_or_false(force, "force")
     _check_workdir_place(workdir, config)
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
@@ -309,23 +310,23 @@ def _check_run_file_kinds(workdir: str) -> None:
 
 def _check_workdir_place(workdir: str, config) -> None:
     """Where the folder lies: not in a run's or a token folder's files, not holding a run, and writable."""
-    files.check_folder_place(workdir, "--workdir", run_files.WORKDIR_ADVICE)
+    path_checks.check_folder_place(workdir, "--workdir", run_files.WORKDIR_ADVICE)
     checkpoint.check_writable_path(workdir)
     run_files.check_workdir_owners(workdir)
     _check_run_file_kinds(workdir)
     # One walk for the runs and token folders it holds: `data prepare` could not rebuild a token folder in a run.
-    held = files.below(workdir, lambda folder: is_run(folder) or token_folder.is_token_folder(folder),
-                       max_depth=_HELD_DEPTH)
+    held = path_checks.below(workdir, lambda folder: is_run(folder) or token_folder.is_token_folder(folder),
+                             max_depth=_HELD_DEPTH)
     if held is not None and is_run(held):
         raise UserError(f"--workdir {workdir} holds the run {held}, which a run made there would hold among its own "
                         f"files: pass a new folder (a sibling of {held}, say).")
     data_dir = config.data.get("dir") if "data" in config else None
     if isinstance(data_dir, str) and data_dir and (
-            os.path.realpath(workdir) == os.path.realpath(data_dir) or files.inside(workdir, data_dir)):
+            os.path.realpath(workdir) == os.path.realpath(data_dir) or path_checks.inside(workdir, data_dir)):
         raise UserError(f"--workdir {workdir} lies in the token folder data.dir={data_dir}, which `data prepare "
                         "--force` replaces whole, run and all: pass a --workdir outside it.")
     # data.dir, prepared there on first use, is a token folder in the run before it exists.
-    tokens = data_dir if isinstance(data_dir, str) and data_dir and files.inside(data_dir, workdir) else held
+    tokens = data_dir if isinstance(data_dir, str) and data_dir and path_checks.inside(data_dir, workdir) else held
     if tokens is not None:
         raise UserError(f"--workdir {workdir} holds the token folder {tokens}, which a run made there would hold among "
                         f"its own files (and `data prepare` could no longer rebuild): pass a new folder (a sibling of "
@@ -333,7 +334,7 @@ def _check_workdir_place(workdir: str, config) -> None:
     run_files.check_workdir_writable(workdir)
     for sub, what in ((checkpoint.CHECKPOINT_DIR, "checkpoints"), (metrics.TENSORBOARD_DIR, "TensorBoard events")):
         folder = os.path.join(workdir, sub)  # found at the first save or event otherwise, after compiling and steps
-        if os.path.isdir(folder) and (reason := files.cannot_create(folder)) is not None:
+        if os.path.isdir(folder) and (reason := path_checks.cannot_create(folder)) is not None:
             raise UserError(f"{folder}, where training writes its {what}, is a folder {reason}: make it writable, "
                             "or pass another --workdir.")
 
@@ -447,7 +448,7 @@ def exclusive(workdir: str):
     """Hold the existing ``workdir`` for one training process while it runs (released when it ends or
     dies); a second one is refused at once, before it compiles or writes anything there. The partial files of the
     run's own files that an earlier holder left when killed mid-write (its loss.png as a SIGKILL came) are deleted."""
-    with files.exclusive(workdir, lambda by: f"--workdir {workdir} is in use by another training process{by}: wait "
+    with locks.exclusive(workdir, lambda by: f"--workdir {workdir} is in use by another training process{by}: wait "
                                              "for it to finish (rerunning then resumes it), or pass another --workdir."):
         files.clear_partials(workdir, RUN_FILES)
         yield
@@ -507,7 +508,7 @@ def check_init_from(config) -> tuple[str, int, list[str]] | None:
 def saved_step(step) -> int:
     """``step`` as the step a checkpoint is saved under: an integer from 0 to ``MAX_STEP`` (else one sentence): every
     reader refuses a checkpoint past it (checkpoint.check_step_names)."""
-    step = cli.integer(step, "step")
+    step = arguments.integer(step, "step")
     if step < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
     if step > sps_config.MAX_STEP:
@@ -522,7 +523,7 @@ def save_run(workdir: str, config, params, step: int = 0, meta: dict | None = No
     is when read: a step below 0, params of another model or holding NaN, a folder inside another run or a token
     folder; and so is what would damage a run there: another config (its config.json was rewritten, and the run
     no longer loaded) or a step it has."""
-    workdir = files.path_text(workdir, "workdir")
+    workdir = path_checks.path_text(workdir, "workdir")
     step = saved_step(step)
     cfg = check_stored_params(config, params)
     check_finite(params, "params", "which no run can be read with: save finite weights")
@@ -722,7 +723,7 @@ def run_info(path: str, step: int | None = None) -> dict:
             "variant": cfg.variant, "window": cfg.window,
             "scale": sps_config.scale_of(cfg.num_layers, cfg.d_model, cfg.num_heads)}
     if step is not None:
-        step = cli.integer(step, "step")  # "8" would fail in a comparison with the metrics' steps
+        step = arguments.integer(step, "step")  # "8" would fail in a comparison with the metrics' steps
         if step < 0:  # its tokens_seen would come out negative
             raise ValueError(f"step={step} must be 0 or more.")
         checkpoint.check_step(workdir, step, checkpoint.steps(workdir))  # 999 would take the last step's tokens

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from sps_jax import cli, files
+from sps_jax import arguments, path_checks, reading
 from sps_jax.cli import UserError
 
 MANIFEST = "manifest.json"
@@ -23,7 +23,7 @@ VAL_FRACTION = 0.01  # prepare's default share of the documents in VAL (chosen b
 PASS_ONE = ("pass the folder that `python -m sps_jax.data prepare` wrote (it holds manifest.json, train.bin and "
             "val.bin)")
 # The argparse type of every flag that names a token folder to read.
-argument = cli.input_path("token folder", cli.FOLDER, PASS_ONE)
+argument = arguments.input_path("token folder", arguments.FOLDER, PASS_ONE)
 
 
 def split_file(split: str) -> str:
@@ -58,7 +58,7 @@ def prepared_on_first_use(folder: str) -> bool:
 def refuse_inside_tokens(path: str, flag: str) -> None:
     """One sentence when a file or folder a command would write at ``path`` lies inside an existing token
     folder, at any depth: `data prepare --force` replaces that folder whole, with whatever lies in it."""
-    tokens = files.enclosing(path, is_token_folder)
+    tokens = path_checks.enclosing(path, is_token_folder)
     if tokens is not None:
         raise UserError(f"{flag} {path} lies inside the token folder {tokens}, which `data prepare --force` "
                         "replaces whole, along with anything inside it: choose a path outside it.")
@@ -77,7 +77,7 @@ def split_checksums(folder: str) -> dict[str, str] | None:
     """``{split: sha256}`` of a token folder's manifest (the splits that record one), or None where no manifest can
     be read: what tells two folders' tokens apart without reading them."""
     try:
-        manifest = files.read_json(os.path.join(folder, MANIFEST))
+        manifest = reading.read_json(os.path.join(folder, MANIFEST))
         return {name: split["sha256"] for name, split in manifest["splits"].items() if split.get("sha256")}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -14,7 +14,8 @@ import socket
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, files, model_config, run_files, token_folder
+from sps_jax import arguments, cli, cli_process, config as sps_config, model_config, path_checks, run_files
+from sps_jax import token_folder
 
 
 TIMEOUT_FLAG = "--coordinator-timeout-s"
@@ -108,7 +109,7 @@ def _check_data_dir(workdir: str, data_dir: str) -> None:
     for any device is measured against jax's devices, so the folder is said before it."""
     if os.path.isdir(workdir) and os.listdir(workdir):
         return
-    if token_folder.prepared_on_first_use(data_dir) or files.inside(data_dir, workdir) or (
+    if token_folder.prepared_on_first_use(data_dir) or path_checks.inside(data_dir, workdir) or (
             os.path.realpath(data_dir) == os.path.realpath(workdir)):
         return
     token_folder.check_prepared(data_dir)
@@ -118,10 +119,10 @@ def _check_data_dir(workdir: str, data_dir: str) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rest, overrides = sps_config.split_config_args(argv)
-    parser = cli.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0],
-                                config_fields=sps_config.field_paths)
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0],
+                                      config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
-    parser.add_argument("--workdir", type=cli.output_path, required=True,
+    parser.add_argument("--workdir", type=arguments.output_path, required=True,
                         help="run folder: config.json, checkpoints/, metrics.jsonl")
     parser.add_argument("--force", action="store_true",
                         help="start this run in a --workdir holding another run's config.json/metrics.jsonl/"
@@ -130,14 +131,14 @@ def main(argv=None) -> int:
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
     parser.add_argument("--coordinator", default=None,
                         help="host:port of process 0 (implies --distributed; env SPS_JAX_COORDINATOR)")
-    parser.add_argument("--num-processes", type=cli.positive_int, default=None, help="env SPS_JAX_NUM_PROCESSES")
-    parser.add_argument("--process-id", type=cli.non_negative_int, default=None, help="env SPS_JAX_PROCESS_ID")
-    parser.add_argument(TIMEOUT_FLAG, type=cli.positive_int, default=None,
+    parser.add_argument("--num-processes", type=arguments.positive_int, default=None, help="env SPS_JAX_NUM_PROCESSES")
+    parser.add_argument("--process-id", type=arguments.non_negative_int, default=None, help="env SPS_JAX_PROCESS_ID")
+    parser.add_argument(TIMEOUT_FLAG, type=arguments.positive_int, default=None,
                         help="seconds to wait for the coordinator and the other processes (default: jax's, 300 s)")
     args = parser.parse_args(rest)
     for field, name, kind in (("coordinator", "SPS_JAX_COORDINATOR", str),
-                              ("num_processes", "SPS_JAX_NUM_PROCESSES", cli.positive_int),
-                              ("process_id", "SPS_JAX_PROCESS_ID", cli.non_negative_int)):
+                              ("num_processes", "SPS_JAX_NUM_PROCESSES", arguments.positive_int),
+                              ("process_id", "SPS_JAX_PROCESS_ID", arguments.non_negative_int)):
         if getattr(args, field) is None:  # the flag wins over its variable
             setattr(args, field, _from_env(name, kind, parser))
     if not args.workdir.strip():  # whitespace alone too: it would make a run folder named ' '
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
     check_distributed(args)
     run_files.check_workdir_place(args.workdir)  # before jax loads with the config; runs.check_workdir has the rest
     sps_config.check_override_values(overrides)
-    with cli.stop_exits_while_loading():  # a config file may import jax itself, and the trainer loads it
+    with cli_process.stop_exits_while_loading():  # a config file may import jax itself, and the trainer loads it
         config = sps_config.load_config(args.config, overrides)
         # The checks that need no jax, on the file's values and the overrides alike, before jax loads and before
         # joining a cluster.

@@ -23,9 +23,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from sps_jax import attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh, metrics
+from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh
+from sps_jax import metrics
 from sps_jax import model as sps_model
-from sps_jax import files, optim, profiling, runs, token_folder, tracking
+from sps_jax import optim, path_checks, profiling, runs, token_folder, tracking
 from sps_jax.data import loader, prepare
 
 
@@ -61,10 +62,10 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     activations through the attention backend ``model.attention`` stands for on ``platform`` (default: jax's),
     cannot fit is refused too. ``validation`` False is for the train step alone (``bench train`` and ``compile``),
     which compiles no validation step, so ``data.val_batch`` need not split over the devices."""
-    num_devices = cli.at_least("num_devices", num_devices, 1)  # 0 would stop on a ZeroDivisionError
-    process_count = cli.at_least("process_count", process_count, 1)
+    num_devices = arguments.at_least("num_devices", num_devices, 1)  # 0 would stop on a ZeroDivisionError
+    process_count = arguments.at_least("process_count", process_count, 1)
     if memory_bytes is not None:
-        memory_bytes = cli.at_least("memory_bytes", memory_bytes, 1)
+        memory_bytes = arguments.at_least("memory_bytes", memory_bytes, 1)
     sps_config.check_run_config(config)
     cfg = sps_model.ModelConfig.from_config(config.model)
     if cfg.param_dtype == "float16":  # bfloat16 has float32's range; generation may hold float16 weights
@@ -486,12 +487,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     is named and left alone); a failed save stops the run with one sentence.
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
-    workdir = files.path_text(workdir, "workdir")  # None and "" would fail in os calls
+    workdir = path_checks.path_text(workdir, "workdir")  # None and "" would fail in os calls
     if not workdir.strip():
         raise cli.UserError("workdir is empty: pass the run folder to train in.")
     if on_step is not None and not callable(on_step):  # found only after compiling and the first update
         raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
-    cli.line_function(log)  # log=None would fail at the first line it prints
+    arguments.line_function(log)  # log=None would fail at the first line it prints
     config = _named_for_its_model(config)
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory(), platform=devices[0].platform)

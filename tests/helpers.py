@@ -205,7 +205,7 @@ class ClosingDoor:
 
 
 def not_one_path(name: str, kind: str) -> str:
-    """The regex of the sentence ``sps_jax.files.path_text`` gives when argument ``name`` is a ``kind`` (a type's
+    """The regex of the sentence ``sps_jax.path_checks.path_text`` gives when argument ``name`` is a ``kind`` (a type's
     name) instead of one path: several paths go one per call, anything else should be the path itself."""
     advice = f"give one {name} per call" if kind in ("list", "tuple", "set") else "pass the path itself"
     return rf"^{re.escape(name)} must be one path \(a str or pathlib\.Path\), not a {kind}: {re.escape(advice)}\.$"

@@ -400,7 +400,7 @@ def test_a_ctrl_c_during_a_weights_save_waits_for_the_save_then_stops_the_comman
         return real_meta(*args)
 
     monkeypatch.setattr(checkpoint, "_meta", ctrl_c_at_the_save)
-    previous = signal.signal(signal.SIGINT, cli._raise_stop)  # a command run from the command line holds SIGINT
+    previous = signal.signal(signal.SIGINT, cli.raise_stop)  # a command run from the command line holds SIGINT
     try:
         with pytest.raises(KeyboardInterrupt):
             checkpoint.save_params(str(tmp_path / "run"), 3, {"w": jnp.ones(4)}, TRAINED_AS)

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, cli, flops, metrics, runs
+from sps_jax import arguments, checkpoint, cli, cli_process, flops, metrics, runs
 from sps_jax.analysis import documents, figures, probes
 from sps_jax.bench import __main__ as bench_cli
 from sps_jax.data import __main__ as data_cli
@@ -86,8 +86,8 @@ def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(c
 
     @cli.main
     def parses(argv):
-        parser = cli.ArgumentParser(prog="prog")
-        parser.add_argument("--n", type=cli.positive_int, required=True)
+        parser = arguments.ArgumentParser(prog="prog")
+        parser.add_argument("--n", type=arguments.positive_int, required=True)
         return parser.parse_args(argv).n - 3
 
     assert parses(["--n", "0"]) == 2
@@ -166,8 +166,8 @@ def test_cli_a_jax_setting_in_the_environment_that_jax_refuses_is_named_not_blam
 
 def test_a_second_stop_during_a_held_save_ends_the_command_at_once():
     # Every stop was held to the end of the block: a save that hung could be ended only with SIGKILL.
-    code = ("import os, signal, time\nfrom sps_jax import cli\nsignal.signal(signal.SIGINT, cli._raise_stop)\n"
-            "with cli.stops_held():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
+    code = ("import os, signal, time\nfrom sps_jax import cli, cli_process\nsignal.signal(signal.SIGINT, cli.raise_stop)\n"
+            "with cli_process.stops_held():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(30)\nprint('the block ran to its end')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True,
                           timeout=20)
@@ -289,11 +289,11 @@ BAD_ARGUMENTS = [
     (generate.main, ["--workdir", "W", "--prompt", "x", "--temp", "0.5"], ["unrecognized arguments: --temp"]),
     (bench_cli.main, ["nonsense"], ["unknown subcommand 'nonsense': the subcommands are attention, tiles"]),
     (bench_cli.main, [], ["name a benchmark"]),
-    # every bench's counts go through cli.positive_int / non_negative_int (each module had its own loop)
+    # every bench's counts go through arguments.positive_int / non_negative_int (each module had its own loop)
     # (--prefill and --decode are bounded above too: "0 must be from 1 to ...")
     *[(bench_cli.main, [bench, *flags, flag, "0"], [f"argument {flag}", ": 0 must be ", " 1"])
       for bench, flags, names in (("attention", [], ["--batch-size", "--seq-len", "--heads", "--head-dim", "--iters",
-                                                     "--documents"]),
+                                                           "--documents"]),
                                   ("tiles", [], ["--batch-size", "--iters"]),
                                   ("compile", ["--target", "h100"], ["--batch-size", "--prefill", "--decode"]),
                                   ("generate", [], ["--batch-size", "--prefill", "--decode", "--repeats"]))
@@ -373,7 +373,7 @@ BAD_ARGUMENTS = [
     (bench_cli.main, ["compile", "--target", "h100;b200"],
      ["'h100;b200' separates its items with something other than commas: write h100,b200"]),
     # '-' is not stdout here: it made a file (or folder) named '-'; and '~' that the shell left unexpanded
-    # (--out=~/x) made a folder named '~' in the working directory. Every output flag takes cli.output_path.
+    # (--out=~/x) made a folder named '~' in the working directory. Every output flag takes arguments.output_path.
     *[(main, argv + given, [f"argument {flag}: {sentence}"])
       for main, argv, flag in (
           (generate.main, ["--workdir", "W", "--prompt", "x"], "--out"),
@@ -402,28 +402,28 @@ def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, arg
 # Every path argument a command reads, as (main, argv with X for the path, the argument's name, its kind): RUN is a
 # run folder and OUT a folder for outputs, neither of which need exist (the path X is refused as an argument).
 INPUT_PATHS = [
-    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--tokenizer", "X"], "--tokenizer", cli.FILE),
-    (evaluate.main, ["--workdir", "RUN", "--val-data", "X"], "--val-data", cli.FOLDER),
-    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--include-path", "X"], "--include-path", cli.FOLDER),
-    (evaluate.main, ["--checkpoint", "X", "--val-data", "RUN"], "--checkpoint", cli.FOLDER),
-    (evaluate.main, ["table", "X"], "argument results", cli.FILE),
+    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--tokenizer", "X"], "--tokenizer", arguments.FILE),
+    (evaluate.main, ["--workdir", "RUN", "--val-data", "X"], "--val-data", arguments.FOLDER),
+    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--include-path", "X"], "--include-path", arguments.FOLDER),
+    (evaluate.main, ["--checkpoint", "X", "--val-data", "RUN"], "--checkpoint", arguments.FOLDER),
+    (evaluate.main, ["table", "X"], "argument results", arguments.FILE),
     # the path after TASK= (a value ending in "=X" takes the path there)
     (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--out", "OUT/o.json", "--task-data", "arc_easy=X"],
-     "--task-data arc_easy", cli.FILE),
-    (generate.main, ["--workdir", "RUN", "--prompts-file", "X"], "--prompts-file", cli.FILE),
-    (generate.main, ["--workdir", "X", "--prompt", "x"], "--workdir", cli.FOLDER),
-    (export_torch.main, ["X", "--out", "OUT/x.pt"], "argument run", cli.FOLDER),
-    (export_torch.main, ["--workdir", "X", "--out", "OUT/x.pt"], "--workdir", cli.FOLDER),
-    (import_torch.main, ["X", "--out", "OUT/o"], "argument checkpoint", cli.FILE),
-    (data_cli.main, ["verify", "X"], "argument dir", cli.FOLDER),
-    (data_cli.main, ["prepare", "--source", "X", "--out", "OUT/o"], "--source", cli.FILE_OR_FOLDER),
-    (probes.main, ["window-nll", "--workdir", "RUN", "--val-data", "X"], "--val-data", cli.FOLDER),
-    (probes.main, ["gradients", "--workdir", "X"], "--workdir", cli.FOLDER),
-    (figures.main, ["curves", "X"], "argument runs", cli.FOLDER),
-    (figures.main, ["window-ablation", "X"], "argument sources", cli.FILE_OR_FOLDER),
-    (figures.main, ["seeds", "X"], "argument sources", cli.FILE_OR_FOLDER),
-    (figures.main, ["accuracy-gain", "X"], "argument evaluations", cli.FILE),
-    (figures.main, ["pre-decay", "X", "RUN"], "argument BASELINE_RUN", cli.FOLDER),
+     "--task-data arc_easy", arguments.FILE),
+    (generate.main, ["--workdir", "RUN", "--prompts-file", "X"], "--prompts-file", arguments.FILE),
+    (generate.main, ["--workdir", "X", "--prompt", "x"], "--workdir", arguments.FOLDER),
+    (export_torch.main, ["X", "--out", "OUT/x.pt"], "argument run", arguments.FOLDER),
+    (export_torch.main, ["--workdir", "X", "--out", "OUT/x.pt"], "--workdir", arguments.FOLDER),
+    (import_torch.main, ["X", "--out", "OUT/o"], "argument checkpoint", arguments.FILE),
+    (data_cli.main, ["verify", "X"], "argument dir", arguments.FOLDER),
+    (data_cli.main, ["prepare", "--source", "X", "--out", "OUT/o"], "--source", arguments.FILE_OR_FOLDER),
+    (probes.main, ["window-nll", "--workdir", "RUN", "--val-data", "X"], "--val-data", arguments.FOLDER),
+    (probes.main, ["gradients", "--workdir", "X"], "--workdir", arguments.FOLDER),
+    (figures.main, ["curves", "X"], "argument runs", arguments.FOLDER),
+    (figures.main, ["window-ablation", "X"], "argument sources", arguments.FILE_OR_FOLDER),
+    (figures.main, ["seeds", "X"], "argument sources", arguments.FILE_OR_FOLDER),
+    (figures.main, ["accuracy-gain", "X"], "argument evaluations", arguments.FILE),
+    (figures.main, ["pre-decay", "X", "RUN"], "argument BASELINE_RUN", arguments.FOLDER),
 ]
 
 
@@ -443,13 +443,13 @@ def test_every_input_path_of_the_wrong_kind_or_with_an_unexpanded_home_is_refuse
     (tmp_path / "folder").mkdir()
     (tmp_path / "file.txt").write_text("x\n")
     fill = {"RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out")}
-    other = {cli.FILE: ("folder", "folder' is a folder, not a file: "), cli.FOLDER: ("file.txt", "file.txt is a file, not a ")}
+    other = {arguments.FILE: ("folder", "folder' is a folder, not a file: "), arguments.FOLDER: ("file.txt", "file.txt is a file, not a ")}
     given = [(f"{'~'}/sps-input", "'~/sps-input' starts with '~', which was not expanded to the home folder"),
              ("", "an empty path names no"),
              *([(str(tmp_path / other[kind][0]), other[kind][1])] if kind in other else []),
              # a device or pipe (/dev/stdin, <(cmd)) was said not to exist
              *([(os.devnull, f"{os.devnull!r} is no regular file (a pipe, a device or a socket): ")]
-               if kind != cli.FOLDER else [])]
+               if kind != arguments.FOLDER else [])]
     for path, sentence in given:
         args = [_given(a, path, fill) for a in argv]
         one_sentence(fuzz.call(main, args), f"{flag}: ", sentence)
@@ -648,7 +648,7 @@ def test_cli_python_m_of_a_command_written_in_one_word_still_runs_it():
 
 
 def test_every_module_with_a_main_guard_is_taken_for_a_command_under_python_m():
-    """python -m refuses a module whose file cli._command_file does not take for a command: a guard written
+    """python -m refuses a module whose file cli_process._command_file does not take for a command: a guard written
     another way (single quotes, reversed) would refuse a real command. Every module Python would run as one, by its
     parsed guard, and every installed script's module must be taken for one."""
     import ast
@@ -667,7 +667,7 @@ def test_every_module_with_a_main_guard_is_taken_for_a_command_under_python_m():
         scripts = tomllib.load(f)["project"]["scripts"].values()
     installed = {os.path.join(REPO, *target.split(":")[0].split(".")) + ".py" for target in scripts}
     assert installed <= set(commands) and len(commands) > len(installed)
-    assert [f for f in commands if not cli._command_file(f)] == []
+    assert [f for f in commands if not cli_process._command_file(f)] == []
 
 
 @pytest.mark.parametrize("module", ["sps_jax.bench.attention", "sps_jax.data"])
@@ -698,7 +698,7 @@ def command_parsers():
     """{prog: parser} of every command and subcommand, caught where --help would print them."""
     found = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli.ArgumentParser, "print_help", lambda self, file=None: found.setdefault(self.prog, self))
+        patch.setattr(arguments.ArgumentParser, "print_help", lambda self, file=None: found.setdefault(self.prog, self))
         for main, prefix in HELP_OF:
             with pytest.raises(SystemExit):
                 main(prefix + ["--help"])
@@ -724,7 +724,7 @@ def test_every_command_that_reads_one_run_names_it_with_workdir(command_parsers)
                  "python -m sps_jax.analysis.probes gradients", "python -m sps_jax.analysis.probes window-nll",
                  "python -m sps_jax.export_torch"):
         workdir = next((a for a in command_parsers[prog]._actions if "--workdir" in a.option_strings), None)
-        assert workdir is not None and workdir.type is cli.run_path, prog
+        assert workdir is not None and workdir.type is arguments.run_path, prog
 
 
 DOCS = ["README.md"] + [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(REPO, "docs")))
@@ -814,8 +814,8 @@ def test_cli_every_command_line_in_the_docs_parses_as_written(monkeypatch, capsy
     def parse_then_stop(self, args=None, namespace=None):
         raise Parsed(original(self, args, namespace))
 
-    original = cli.ArgumentParser.parse_args
-    monkeypatch.setattr(cli.ArgumentParser, "parse_args", parse_then_stop)
+    original = arguments.ArgumentParser.parse_args
+    monkeypatch.setattr(arguments.ArgumentParser, "parse_args", parse_then_stop)
     refused, parsed = [], 0
     for doc, module, words in documented_command_lines():
         try:
@@ -1005,7 +1005,7 @@ def test_cli_value_that_starts_with_a_dash_is_told_to_follow_an_equals_sign(main
 
 
 def test_an_integer_argument_takes_both_of_its_bounds():
-    parse = cli.int_up_to(1024, least=1)
+    parse = arguments.int_up_to(1024, least=1)
     assert (parse("1"), parse("1024")) == (1, 1024)
     for text in ("0", "1025"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"must be from 1 to 1024"):
@@ -1017,10 +1017,10 @@ def test_an_integer_argument_takes_both_of_its_bounds():
 def test_a_bool_is_no_count_or_step(value):
     # True is an int to Python: a count of 1 or a step 1 nobody meant.
     with pytest.raises(TypeError, match=rf"^limit must be an integer, got {value}\.$"):
-        cli.integer(value, "limit")
+        arguments.integer(value, "limit")
     with pytest.raises(TypeError, match=r"^batch must be an integer"):
-        cli.at_least("batch", value, 1)
-    assert cli.integer(np.int64(3), "limit") == 3
+        arguments.at_least("batch", value, 1)
+    assert arguments.integer(np.int64(3), "limit") == 3
 
 
 def test_a_subcommands_flag_error_names_the_subcommand():

@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from sps_jax import cli
+from sps_jax import arguments
 from tests.helpers import REPO, env
 
 DOCS = [pathlib.Path(REPO, "README.md"), *sorted(pathlib.Path(REPO, "docs").glob("*.md"))]
@@ -370,7 +370,7 @@ def help_texts():
     """(module, subcommand words, the --help text) of every command and of each subcommand, the documented ones
     and those its parser holds."""
     parsers = []
-    parse_args = cli.ArgumentParser.parse_args
+    parse_args = arguments.ArgumentParser.parse_args
 
     def recorded(self, args=None, namespace=None):
         parsers.append(self)
@@ -379,7 +379,7 @@ def help_texts():
     def help_text(module, prefix):
         out = io.StringIO()
         parsers.clear()
-        with mock.patch.object(cli.ArgumentParser, "parse_args", recorded), contextlib.redirect_stdout(out), \
+        with mock.patch.object(arguments.ArgumentParser, "parse_args", recorded), contextlib.redirect_stdout(out), \
                 contextlib.suppress(SystemExit):  # bench's own listing returns
             main_of(module)([*prefix, "--help"])
         return out.getvalue()
@@ -416,11 +416,11 @@ def wrong_command_lines(monkeypatch, examples) -> tuple[int, list[str]]:
     """How many of the (label, line, whole, words) examples parse with their command's parser, and a line for each
     that does not. Nothing of a command runs: its parser stops once it has read the words, takes a placeholder (N,
     RUN) for any value, and asks for the required flags only of a whole command line."""
-    parse_args = cli.ArgumentParser.parse_args
+    parse_args = arguments.ArgumentParser.parse_args
     whole = True  # whether the example parse_only reads is a whole command line (set by the loop below)
 
     def parse_only(self, args=None, namespace=None):
-        for parser in cli._parsers(self):
+        for parser in arguments._parsers(self):
             for action in parser._actions:
                 if action.type is not None:  # a placeholder, or the flag's metavar as --help writes it (QxK,...)
                     action.type = functools.partial(
@@ -434,7 +434,7 @@ def wrong_command_lines(monkeypatch, examples) -> tuple[int, list[str]]:
                 parser._check_value)
         raise _Parsed(parse_args(self, args, namespace))
 
-    monkeypatch.setattr(cli.ArgumentParser, "parse_args", parse_only)
+    monkeypatch.setattr(arguments.ArgumentParser, "parse_args", parse_only)
     checked, wrong = 0, []
     for label, line, whole, words in examples:
         assert words[0] in ("python", "python3") and words[1] == "-m", line
@@ -514,15 +514,15 @@ def test_cli_a_number_flag_given_no_number_says_what_the_flag_takes(module, argv
 
 def test_cli_no_flag_of_any_command_takes_argparses_bare_float(monkeypatch):
     # type=float answers a value that is no number with "invalid float value: 'x'", which says nothing of the flag.
-    seen, parse_args = [], cli.ArgumentParser.parse_args
+    seen, parse_args = [], arguments.ArgumentParser.parse_args
 
     def recorded(self, args=None, namespace=None):
         seen.append(self)
         return parse_args(self, args, namespace)
 
-    monkeypatch.setattr(cli.ArgumentParser, "parse_args", recorded)
+    monkeypatch.setattr(arguments.ArgumentParser, "parse_args", recorded)
     for _ in help_texts():
         pass
     bare = sorted({f"{sub.prog} {action.option_strings or action.dest}" for parser in seen
-                   for sub in cli._parsers(parser) for action in sub._actions if action.type is float})
+                   for sub in arguments._parsers(parser) for action in sub._actions if action.type is float})
     assert seen and bare == []

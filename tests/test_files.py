@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from sps_jax import files
+from sps_jax import files, folder_swap, locks, path_checks, reading
 from sps_jax.cli import UserError
 from tests.helpers import flushes_and_renames
 
@@ -22,13 +22,13 @@ def test_replace_folder_swaps_in_a_complete_folder_and_leaves_the_old_one_on_fai
     target.mkdir()
     (target / "old.txt").write_text("old")
     with pytest.raises(RuntimeError):
-        with files.replace_folder(str(target)) as building:
+        with folder_swap.replace_folder(str(target)) as building:
             (tmp_path / "out.partial" / "new.txt").write_text("half")
             assert building == str(tmp_path / "out.partial")
             raise RuntimeError("the source failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no partial folder left behind
     assert [p.name for p in target.iterdir()] == ["old.txt"] and (target / "old.txt").read_text() == "old"
-    with files.replace_folder(str(target)) as building:
+    with folder_swap.replace_folder(str(target)) as building:
         (tmp_path / "out.partial" / "new.txt").write_text("new")
         assert (target / "old.txt").exists(), "the old folder stays until the new one is complete"
     assert [p.name for p in target.iterdir()] == ["new.txt"]
@@ -40,8 +40,8 @@ def test_earlier_files_that_cannot_be_deleted_after_a_replacement_are_said(tmp_p
     target = tmp_path / "out"
     target.mkdir()
     (target / "old.txt").write_text("old")
-    monkeypatch.setattr(files.shutil, "rmtree", lambda path, ignore_errors=False: None)  # as chattr +i leaves it
-    with files.replace_folder(str(target)):
+    monkeypatch.setattr(folder_swap.shutil, "rmtree", lambda path, ignore_errors=False: None)  # as chattr +i leaves it
+    with folder_swap.replace_folder(str(target)):
         (tmp_path / "out.partial" / "new.txt").write_text("new")
     [old] = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]
     assert (old / "earlier" / "old.txt").read_text() == "old" and [p.name for p in target.iterdir()] == ["new.txt"]
@@ -55,7 +55,7 @@ def test_a_folder_that_cannot_be_moved_aside_at_the_swap_leaves_no_aside_folder(
     target = tmp_path / "out"
     target.mkdir()
     with pytest.raises(OSError):
-        with files.replace_folder(str(target)):
+        with folder_swap.replace_folder(str(target)):
             target.rmdir()
             target.write_text("a file now")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and target.read_text() == "a file now"
@@ -78,12 +78,12 @@ def test_a_compressed_or_binary_file_read_as_text_is_named_as_such(tmp_path):
     packed = tmp_path / "prompts.jsonl.gz"
     packed.write_bytes(gzip.compress(b'{"prompt": "hi"}\n'))
     with pytest.raises(UserError) as refusal:
-        list(files.read_jsonl(str(packed)))
+        list(reading.read_jsonl(str(packed)))
     assert str(refusal.value) == f"{packed} is compressed, not text: decompress it and pass the file it holds."
     tokens = tmp_path / "val.bin"
     tokens.write_bytes(bytes([0x10, 0x00, 0xc6, 0x01]))
     with pytest.raises(UserError) as refusal:
-        files.read_text(str(tokens), hint=": fix the file")
+        reading.read_text(str(tokens), hint=": fix the file")
     assert str(refusal.value) == (f"{tokens} is binary data, not text (it holds NUL bytes; byte 2 is 0xc6): pass a "
                                   "UTF-8 text file.")
 
@@ -92,45 +92,45 @@ def test_readers_name_the_file_line_and_byte(tmp_path):
     bad_json = tmp_path / "a.json"
     bad_json.write_text('{"a": 1,\n "b": }\n')
     with pytest.raises(UserError, match=r"a\.json is not JSON at line 2, column 7"):
-        files.read_json(str(bad_json))
+        reading.read_json(str(bad_json))
     latin = tmp_path / "b.txt"
     latin.write_bytes("caf\xe9".encode("latin-1"))
     with pytest.raises(UserError, match=r"b\.txt is not UTF-8 text: byte 3 is 0xe9; try this"):
-        files.read_text(str(latin), hint="; try this")
-    assert files.read_text(str(latin), errors="replace") == "caf\ufffd"
+        reading.read_text(str(latin), hint="; try this")
+    assert reading.read_text(str(latin), errors="replace") == "caf\ufffd"
     lines = tmp_path / "c.jsonl"
     lines.write_bytes(b'{"x": 1}\n\n{"x": 2}\n' + b'{"x": \xff}\n{"x": 3}\n')
     with pytest.raises(UserError, match=r"c\.jsonl line 4 is not UTF-8 text: byte 25 is 0xff: save it as UTF-8\.$"):
-        list(files.read_jsonl(str(lines)))
+        list(reading.read_jsonl(str(lines)))
     # A file saved as UTF-16 (Notepad's "Unicode") is named as such.
     utf16 = tmp_path / "d.txt"
     utf16.write_bytes("hi\n".encode("utf-16"))
     with pytest.raises(UserError, match=r"d\.txt is not UTF-8 text: byte 0 is 0x(ff|fe) \(it opens with a UTF-16 "
                                         r"byte-order mark\): save it as UTF-8\.$"):
-        files.read_text(str(utf16))
+        reading.read_text(str(utf16))
     lines.write_bytes(b'{"x": 1}\nnot json\n{"x": 3}\n')
     with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 2, column 1"):
-        list(files.read_jsonl(str(lines)))
+        list(reading.read_jsonl(str(lines)))
     # A pretty-printed JSON document is valid JSON but not JSON Lines: the sentence says which is wanted.
     lines.write_text('{\n  "x": 1\n}\n')
     with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 1, column 1 .*one JSON value per line"):
-        list(files.read_jsonl(str(lines)))
+        list(reading.read_jsonl(str(lines)))
     # A byte-order mark (Windows editors write one) is not text: it must not join the first prompt or document,
     # and JSON would refuse it.
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b'\xef\xbb\xbf{"x": 1}\r\n{"x": "\xef\xbb\xbf"}\r\n')
-    assert list(files.read_jsonl(str(bom))) == [(1, {"x": 1}), (2, {"x": "\ufeff"})]  # only the file's first
+    assert list(reading.read_jsonl(str(bom))) == [(1, {"x": 1}), (2, {"x": "\ufeff"})]  # only the file's first
     bom.write_bytes(b"\xef\xbb\xbfcaf\xc3\xa9")
-    assert files.read_text(str(bom)) == "caf\u00e9"
+    assert reading.read_text(str(bom)) == "caf\u00e9"
     bom.write_bytes(b"\xef\xbb\xbfcaf\xe9")
     with pytest.raises(UserError, match="byte 6 is 0xe9"):  # counted in the file, mark included
-        files.read_text(str(bom))
+        reading.read_text(str(bom))
     # A writer killed mid-line leaves a partial last line, which a tolerant reader drops.
     lines.write_bytes(b'{"x": 1}\n{"x": 2}\n{"x": ')
-    assert list(files.read_jsonl(str(lines), drop_partial_last=True)) == [(1, {"x": 1}), (2, {"x": 2})]
+    assert list(reading.read_jsonl(str(lines), drop_partial_last=True)) == [(1, {"x": 1}), (2, {"x": 2})]
     with pytest.raises(UserError, match=r"c\.jsonl is not JSON at line 3, column 7 \(Expecting value\): it is read as "
                                         r"JSON Lines, one JSON value per line\.$"):
-        list(files.read_jsonl(str(lines)))
+        list(reading.read_jsonl(str(lines)))
 
 
 @pytest.mark.parametrize("out", ["", "  ", ".", "..", "WORK", "PARENT"])
@@ -143,11 +143,11 @@ def test_a_folder_swap_never_takes_the_working_directory_or_a_folder_holding_it(
     says = ("--out is empty: pass the folder to write." if not out.strip() else
             f"--out {out} is the working directory or one of its parents: pass a new folder to write into.")
     with pytest.raises(UserError, match=f"^{re.escape(says)}$"):
-        with files.replace_folder(out):
+        with folder_swap.replace_folder(out):
             raise AssertionError("nothing is built for a refused folder")
     assert (work / "keep.txt").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["project"]
     # A new folder inside the working directory is fine.
-    with files.replace_folder("tokens") as building:
+    with folder_swap.replace_folder("tokens") as building:
         assert building == str(work / "tokens.partial")
     assert (work / "tokens").is_dir() and (work / "keep.txt").exists()
 
@@ -156,31 +156,31 @@ def test_distinct_inputs_refuses_one_path_given_twice_however_spelled(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "run")
     run = str(tmp_path / "run")
-    assert files.distinct_inputs([run, str(tmp_path / "other")], "run folder") == [run, str(tmp_path / "other")]
+    assert path_checks.distinct_inputs([run, str(tmp_path / "other")], "run folder") == [run, str(tmp_path / "other")]
     with pytest.raises(UserError, match=r"run folder '.*run' is given twice: pass each once\.$"):
-        files.distinct_inputs([run, run], "run folder")
+        path_checks.distinct_inputs([run, run], "run folder")
     for spelling in (run + "/", str(tmp_path / "run" / ".." / "run"), str(tmp_path / "link")):
         with pytest.raises(UserError, match="name the same file or folder"):
-            files.distinct_inputs([run, spelling], "run folder")
+            path_checks.distinct_inputs([run, spelling], "run folder")
 
 
 def test_one_writer_builds_a_folder_at_a_time_and_a_killed_writers_leftovers_are_cleared(tmp_path):
     target = tmp_path / "out"
-    with files.replace_folder(str(target)) as building:
+    with folder_swap.replace_folder(str(target)) as building:
         (tmp_path / "out.partial" / "first.txt").write_text("first")
-        with pytest.raises(files.FolderBusy, match=rf"^another command \(pid {os.getpid()}\) is writing .*out now \(.*out"
+        with pytest.raises(locks.FolderBusy, match=rf"^another command \(pid {os.getpid()}\) is writing .*out now \(.*out"
                                                    r"\.partial is in use\): wait for it to finish, then rerun, or choose"):
-            with files.replace_folder(str(target)):
+            with folder_swap.replace_folder(str(target)):
                 raise AssertionError("the second writer gets no folder")
-        assert set(os.listdir(building)) - {files._BUILDING} == {"first.txt"}  # nothing of the second's mixed in
+        assert set(os.listdir(building)) - {folder_swap._BUILDING} == {"first.txt"}  # nothing of the second's mixed in
     assert os.listdir(target) == ["first.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
     # A killed writer leaves its partial folder, marked as a writer's, and releases it (the lock dies with the
     # process): the next writer clears it.
     (tmp_path / "out.partial" / "sub").mkdir(parents=True)
     (tmp_path / "out.partial" / "stale.bin").write_bytes(b"half")
-    (tmp_path / "out.partial" / files._BUILDING).write_bytes(b"")
-    with files.replace_folder(str(target)) as building:
-        assert set(os.listdir(building)) == {files._BUILDING}
+    (tmp_path / "out.partial" / folder_swap._BUILDING).write_bytes(b"")
+    with folder_swap.replace_folder(str(target)) as building:
+        assert set(os.listdir(building)) == {folder_swap._BUILDING}
         (tmp_path / "out.partial" / "second.txt").write_text("second")
     assert os.listdir(target) == ["second.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
 
@@ -191,7 +191,7 @@ def test_a_folder_swap_never_touches_the_users_own_old_or_partial_folders(tmp_pa
     (target / "a.txt").write_text("first")
     backup.mkdir()
     (backup / "important.txt").write_text("the user's backup")  # X.old is a natural name for one
-    with files.replace_folder(str(target)):
+    with folder_swap.replace_folder(str(target)):
         (tmp_path / "out.partial" / "b.txt").write_text("second")
     assert os.listdir(target) == ["b.txt"] and (backup / "important.txt").read_text() == "the user's backup"
     assert sorted(os.listdir(tmp_path)) == ["out", "out.old"]
@@ -199,7 +199,7 @@ def test_a_folder_swap_never_touches_the_users_own_old_or_partial_folders(tmp_pa
     (mine / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match=r"out\.partial already exists and was not made by this command \(it holds "
                                         r"notes\.txt\): move it away"):
-        with files.replace_folder(str(target)):
+        with folder_swap.replace_folder(str(target)):
             raise AssertionError("nothing is built")
     assert os.listdir(mine) == ["notes.txt"] and os.listdir(target) == ["b.txt"]
 
@@ -209,12 +209,12 @@ def busy(by):
 
 
 def test_a_held_run_folder_is_refused_to_a_second_holder_until_released(tmp_path, monkeypatch):
-    monkeypatch.setattr(files, "_LOCKS_TABLE", str(tmp_path / "none"))  # a system that does not say who holds it
-    with files.exclusive(str(tmp_path), busy):
-        with pytest.raises(files.FolderBusy, match="^busy: wait$"):
-            with files.exclusive(str(tmp_path), busy):
+    monkeypatch.setattr(locks, "_LOCKS_TABLE", str(tmp_path / "none"))  # a system that does not say who holds it
+    with locks.exclusive(str(tmp_path), busy):
+        with pytest.raises(locks.FolderBusy, match="^busy: wait$"):
+            with locks.exclusive(str(tmp_path), busy):
                 pass
-    with files.exclusive(str(tmp_path), busy):
+    with locks.exclusive(str(tmp_path), busy):
         pass
 
 
@@ -227,8 +227,8 @@ def test_a_held_folder_is_refused_naming_the_pid_of_the_process_that_holds_it(tm
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(files.FolderBusy, match=rf"^busy \(pid {holder.pid}\): wait$"):
-            with files.exclusive(str(tmp_path), busy):
+        with pytest.raises(locks.FolderBusy, match=rf"^busy \(pid {holder.pid}\): wait$"):
+            with locks.exclusive(str(tmp_path), busy):
                 pass
     finally:
         holder.kill()
@@ -240,9 +240,9 @@ def test_a_file_system_that_cannot_lock_does_not_stop_a_run(tmp_path, monkeypatc
 
     def cannot(fd, op):  # NFS emulating flock with write locks on a read-only fd; Lustre mounted without flock
         raise OSError(errno.EBADF, "Bad file descriptor")
-    monkeypatch.setattr(files.fcntl, "flock", cannot)
-    with files.exclusive(str(tmp_path), busy):
-        with files.replace_folder(str(tmp_path / "out")) as building:
+    monkeypatch.setattr(locks.fcntl, "flock", cannot)
+    with locks.exclusive(str(tmp_path), busy):
+        with folder_swap.replace_folder(str(tmp_path / "out")) as building:
             (tmp_path / "out.partial" / "a.txt").write_text("a")
             assert building == str(tmp_path / "out.partial")
     assert os.listdir(tmp_path / "out") == ["a.txt"]
@@ -273,7 +273,7 @@ def test_a_write_that_fails_on_a_full_disk_is_one_sentence_naming_the_output_and
     with pytest.raises(UserError, match=rf"^{re.escape(str(folder))} could not be written: its file system is full "
                                         r"\(No space left on device\), and the folder is as it was: free disk space, or "
                                         r"choose another folder\.$"):
-        with files.replace_folder(str(folder)) as building:
+        with folder_swap.replace_folder(str(folder)) as building:
             open(os.path.join(building, "train.bin"), "w").write("half")
             raise failure
     assert sorted(os.listdir(tmp_path)) == ["m.safetensors", "tokens"] and os.listdir(folder) == ["train.bin"]
@@ -300,7 +300,7 @@ def test_a_folder_this_user_cannot_delete_is_refused_before_any_work(tmp_path, m
     monkeypatch.setattr(os, "access", lambda p, mode: str(p) != str(target / "sub") and access(p, mode))
     with pytest.raises(UserError, match=r"out cannot be replaced: this user cannot delete the files in .*sub; make "
                                         r"it writable, or choose another folder\.$"):
-        with files.replace_folder(str(target)):
+        with folder_swap.replace_folder(str(target)):
             raise AssertionError("nothing is built")
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
@@ -351,7 +351,7 @@ def test_an_output_under_proc_or_sys_is_refused_naming_the_flag_before_any_work(
         with pytest.raises(UserError, match=rf"^--out {path} lies under {parent}, where no file can be made "
                                             r"\(.+\): choose another path\.$"):
             check(path, "--out")
-    assert files.cannot_create(str(tmp_path)) is None and os.listdir(tmp_path) == []  # the probe file is gone
+    assert path_checks.cannot_create(str(tmp_path)) is None and os.listdir(tmp_path) == []  # the probe file is gone
 
 
 @pytest.mark.parametrize("kind", ["loop", "missing target"])
@@ -360,19 +360,19 @@ def test_an_input_file_that_is_a_link_leading_nowhere_is_called_one(tmp_path, ki
     # --config, evaluate table, figures, import_torch).
     link = tmp_path / "p.txt"
     os.symlink("p.txt" if kind == "loop" else "gone.txt", link)
-    with pytest.raises(files.NotAFile) as refusal:
-        files.input_file(str(link), "prompts file", "pass a text file")
+    with pytest.raises(reading.NotAFile) as refusal:
+        reading.input_file(str(link), "prompts file", "pass a text file")
     assert str(refusal.value) == (f"prompts file {str(link)!r} is a link that leads nowhere (its target is missing, "
                                   "or links point at each other in a loop): pass a text file.")
 
 
 def test_an_input_that_is_no_regular_file_is_called_that_not_missing(tmp_path):
     # /dev/stdin or a pipe given where a file is read was said not to exist.
-    with pytest.raises(files.NotAFile, match=rf"^prompts file {os.devnull!r} is no regular file \(a pipe, a device or a "
-                                             r"socket\): pass a file\.$"):
-        files.input_file(os.devnull, "prompts file", "pass a file")
-    with pytest.raises(files.NotAFile, match=r"does not exist: pass a file\.$"):
-        files.input_file(str(tmp_path / "missing.txt"), "prompts file", "pass a file")
+    with pytest.raises(reading.NotAFile, match=rf"^prompts file {os.devnull!r} is no regular file \(a pipe, a device or a "
+                                               r"socket\): pass a file\.$"):
+        reading.input_file(os.devnull, "prompts file", "pass a file")
+    with pytest.raises(reading.NotAFile, match=r"does not exist: pass a file\.$"):
+        reading.input_file(str(tmp_path / "missing.txt"), "prompts file", "pass a file")
 
 
 @pytest.mark.parametrize("value, sentence", [
@@ -384,14 +384,14 @@ def test_an_input_that_is_no_regular_file_is_called_that_not_missing(tmp_path):
 def test_a_list_of_paths_is_a_list_and_each_of_it_one_path(value, sentence):
     """A str would be iterated one character at a time (runs 'r', 'u', 'n', '1'), and a dict by its keys."""
     with pytest.raises(TypeError) as e:
-        files.path_list(value, "runs")
+        path_checks.path_list(value, "runs")
     assert str(e.value) == sentence
 
 
 def test_a_list_of_paths_comes_back_as_text():
     import pathlib
 
-    assert files.path_list((pathlib.Path("a/b"), "c"), "runs") == ["a/b", "c"]
+    assert path_checks.path_list((pathlib.Path("a/b"), "c"), "runs") == ["a/b", "c"]
 
 
 def test_an_output_that_is_a_device_or_a_fifo_is_refused_even_with_force(tmp_path):
@@ -437,9 +437,9 @@ def test_a_folder_whose_name_extends_an_input_folders_name_is_not_inside_it(tmp_
     # run2/ is beside run/, not in it: the text "run" being a prefix of "run2" makes no parent folder.
     (tmp_path / "run").mkdir()
     (tmp_path / "run2").mkdir()
-    assert files.inside(str(tmp_path / "run" / "a.json"), str(tmp_path / "run"))
-    assert not files.inside(str(tmp_path / "run2" / "a.json"), str(tmp_path / "run"))
-    assert not files.inside(str(tmp_path / "run"), str(tmp_path / "run"))  # the folder itself is not in it
+    assert path_checks.inside(str(tmp_path / "run" / "a.json"), str(tmp_path / "run"))
+    assert not path_checks.inside(str(tmp_path / "run2" / "a.json"), str(tmp_path / "run"))
+    assert not path_checks.inside(str(tmp_path / "run"), str(tmp_path / "run"))  # the folder itself is not in it
     inputs = [("the run folder", str(tmp_path / "run"))]
     beside = str(tmp_path / "run2" / "a.json")
     assert files.output_file(beside, "--out", inputs=inputs) == beside
@@ -462,7 +462,7 @@ def test_a_folder_whose_name_is_near_the_limit_is_replaced_after_its_work(tmp_pa
     target = tmp_path / ("a" * 245)
     target.mkdir()
     (target / "old.txt").write_text("old")
-    with files.replace_folder(str(target)):
+    with folder_swap.replace_folder(str(target)):
         (tmp_path / (target.name + ".partial") / "new.txt").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
 
@@ -496,7 +496,7 @@ def test_a_name_holding_bytes_that_are_not_utf8_is_written_as_given(tmp_path):
     # can't encode character '\udcff'", naming no flag.
     name = b"bad\xff.jsonl".decode("utf-8", "surrogateescape")
     path = str(tmp_path / name)
-    files.check_name_lengths(path, "--out")
+    path_checks.check_name_lengths(path, "--out")
     with files.atomic_open(path) as f:
         f.write("x")
     assert os.listdir(os.fsencode(tmp_path)) == [b"bad\xff.jsonl"]
@@ -514,7 +514,7 @@ def test_names_past_the_file_systems_limit_are_one_sentence_before_any_work(tmp_
     deep = str(tmp_path / ("w" * 300) / "run")
     with pytest.raises(UserError, match=r"^--workdir .*: the folder name 'wwwwwwwwwwwwwwwwwwww'\.\.\. in it is 300 "
                                         r"bytes, more than the 255 a file system allows: choose a shorter name\.$"):
-        files.check_folder_place(deep, "--workdir", "pass a new folder")
+        path_checks.check_folder_place(deep, "--workdir", "pass a new folder")
     assert os.listdir(tmp_path) == []
 
 
@@ -532,19 +532,19 @@ def test_a_write_whose_rename_fails_leaves_no_partial_file(tmp_path):
 def test_a_name_whose_stem_is_a_device_is_refused(stem, suffixes, given):
     # evaluate table --out /dev/null wrote the regular files /dev/null.md and /dev/null.tex (as root).
     with pytest.raises(UserError) as refusal:
-        files.check_stem(stem, given, suffixes, "results/table")
+        path_checks.check_stem(stem, given, suffixes, "results/table")
     assert str(refusal.value) == (f"--out {given}: /dev/null is a character device, which the {suffixes} files cannot "
                                   "be named after: pass another file name.")
-    files.check_stem("/tmp/table", "/tmp/table", suffixes, "results/table")  # a name that is no device
+    path_checks.check_stem("/tmp/table", "/tmp/table", suffixes, "results/table")  # a name that is no device
 
 
 def test_a_json_object_with_one_key_twice_is_one_sentence(tmp_path):
     # A prompts line {"prompt": "a", "prompt": "b"} generated from "b" without a word (json keeps the last value).
     with pytest.raises(UserError) as refusal:
-        files.parse_json('{"prompt": "a", "x": {"k": 1, "k": 2}}', "p.jsonl", line=3, hint="fix that line")
+        reading.parse_json('{"prompt": "a", "x": {"k": 1, "k": 2}}', "p.jsonl", line=3, hint="fix that line")
     assert str(refusal.value) == "p.jsonl line 3 is not usable JSON (the key 'k' appears twice in one object): fix " \
         "that line."
-    assert files.parse_json('{"a": {"a": 1}}', "p.json") == {"a": {"a": 1}}  # one key per object, nested alike
+    assert reading.parse_json('{"a": {"a": 1}}', "p.json") == {"a": {"a": 1}}  # one key per object, nested alike
 
 
 def test_a_default_result_name_that_is_a_folder_says_how_to_write_elsewhere(tmp_path):
@@ -568,7 +568,7 @@ def test_a_partial_name_cut_to_fit_keeps_whole_characters(tmp_path):
     name = "é" * 120 + ".json"  # 245 bytes: with the partial suffix it is cut
     with files.atomic_path(str(tmp_path / name)) as partial:
         base = os.path.basename(partial)
-        assert len(base.encode("utf-8")) <= files.NAME_MAX and base.startswith("é" * 100)
+        assert len(base.encode("utf-8")) <= path_checks.NAME_MAX and base.startswith("é" * 100)
         open(partial, "w").close()
     assert os.listdir(tmp_path) == [name]
 
@@ -580,7 +580,7 @@ def ctrl_c_handled_as_a_command():
 
     from sps_jax import cli
 
-    previous = signal.signal(signal.SIGINT, cli._raise_stop)
+    previous = signal.signal(signal.SIGINT, cli.raise_stop)
     yield
     signal.signal(signal.SIGINT, previous)
 
@@ -630,7 +630,7 @@ def test_a_ctrl_c_while_a_folder_is_swapped_in_leaves_the_new_folder_in_place(
 
     monkeypatch.setattr(os, "rename", ctrl_c_once_the_old_folder_is_aside)
     with pytest.raises(KeyboardInterrupt):
-        with files.replace_folder(str(target)) as building:
+        with folder_swap.replace_folder(str(target)) as building:
             (tmp_path / "out.partial" / "new.txt").write_text("new")
             assert building == str(tmp_path / "out.partial")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
@@ -682,7 +682,7 @@ def test_a_second_ctrl_c_while_a_partial_folder_is_deleted_leaves_it_for_the_rer
                 raise OSError(28, "No space left on device")
             monkeypatch.setattr(os, "rename", no_room)
         with pytest.raises(KeyboardInterrupt):
-            with files.replace_folder(str(target)):
+            with folder_swap.replace_folder(str(target)):
                 for name in ("a.bin", "b.bin", "c.bin"):
                     (partial / name).write_bytes(b"data")
                 cut_short_deletes()
@@ -690,16 +690,16 @@ def test_a_second_ctrl_c_while_a_partial_folder_is_deleted_leaves_it_for_the_rer
                     raise KeyboardInterrupt  # the first stop
     else:
         partial.mkdir()
-        (partial / files._BUILDING).write_bytes(b"")
+        (partial / folder_swap._BUILDING).write_bytes(b"")
         for name in ("a.bin", "b.bin", "c.bin"):
             (partial / name).write_bytes(b"data")
         cut_short_deletes()
         with pytest.raises(KeyboardInterrupt):
-            with files.replace_folder(str(target)):
+            with folder_swap.replace_folder(str(target)):
                 raise AssertionError("the stop lands while the leftovers are cleared")
     monkeypatch.undo()
     assert len(deleted) == 2 and (partial / "c.bin").exists()  # the delete was cut short
-    with files.replace_folder(str(target)):
+    with folder_swap.replace_folder(str(target)):
         (partial / "new.txt").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -712,18 +712,18 @@ def test_a_ctrl_c_held_through_a_folder_swap_never_deletes_the_next_writers_part
     import signal
 
     target, partial = tmp_path / "out", tmp_path / "out.partial"
-    real_swap_in = files._swap_in
+    real_swap_in = folder_swap._swap_in
 
     def swap_in_then_the_next_writer_claims(*args):
         os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, held until the swap is done
         real_swap_in(*args)
         partial.mkdir()  # a second command's, begun right after the rename
-        (partial / files._BUILDING).write_bytes(b"")
+        (partial / folder_swap._BUILDING).write_bytes(b"")
         (partial / "theirs.bin").write_bytes(b"data")
 
-    monkeypatch.setattr(files, "_swap_in", swap_in_then_the_next_writer_claims)
+    monkeypatch.setattr(folder_swap, "_swap_in", swap_in_then_the_next_writer_claims)
     with pytest.raises(KeyboardInterrupt):
-        with files.replace_folder(str(target)):
+        with folder_swap.replace_folder(str(target)):
             (partial / "new.txt").write_text("new")
     assert [p.name for p in target.iterdir()] == ["new.txt"]
     assert (partial / "theirs.bin").read_bytes() == b"data"
@@ -765,7 +765,7 @@ def test_a_folder_is_flushed_to_the_disk_whole_before_it_is_swapped_in_and_its_p
         target.mkdir()
         (target / "old.txt").write_text("old")
     events = flushes_and_renames(monkeypatch)
-    with files.replace_folder(str(target)) as building:
+    with folder_swap.replace_folder(str(target)) as building:
         os.mkdir(os.path.join(building, "sub"))
         (tmp_path / "out.partial" / "sub" / "new.bin").write_bytes(b"new")
     inodes = [p.stat().st_ino for p in (target / "sub" / "new.bin", target / "sub", target)]
@@ -780,7 +780,7 @@ def _kill_at(step: str, target: str) -> str:
     """A script that replaces the folder ``target`` and is killed (SIGKILL) at ``step`` of the swap."""
     return f"""
 import os, shutil, signal, sys
-from sps_jax import files
+from sps_jax import folder_swap
 target, step = {target!r}, {step!r}
 real_rename, real_replace, real_rmtree = os.rename, os.replace, shutil.rmtree
 
@@ -802,7 +802,7 @@ def rmtree(path, *args, **kwargs):
     real_rmtree(path, *args, **kwargs)
 
 os.rename, os.replace, shutil.rmtree = renaming(real_rename), renaming(real_replace), rmtree
-with files.replace_folder(target):
+with folder_swap.replace_folder(target):
     open(os.path.join(target + ".partial", "new.txt"), "w").write("new")
 """
 
@@ -822,14 +822,14 @@ def test_a_command_killed_while_swapping_a_folder_in_loses_nothing_and_its_rerun
     assert killed.returncode == -9, killed.stderr
     capsys.readouterr()
     with pytest.raises(RuntimeError):  # the rerun fails too: the old output is there all the same
-        with files.replace_folder(str(target)):
+        with folder_swap.replace_folder(str(target)):
             assert sorted(os.listdir(tmp_path)) == ["out", "out.partial"]
             raise RuntimeError("the source failed")
     if step == "between the two renames":
         assert (target / "old.txt").read_text() == "old"
         assert f"{target} was moved aside to " in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["out"]
-    with files.replace_folder(str(target)):
+    with folder_swap.replace_folder(str(target)):
         (tmp_path / "out.partial" / "newer.txt").write_text("newer")
     assert os.listdir(target) == ["newer.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
 
@@ -838,7 +838,7 @@ def test_a_users_folder_named_like_an_aside_folder_is_never_moved_or_deleted(tmp
     target, theirs = tmp_path / "out", tmp_path / "out.abcdefgh.old"
     theirs.mkdir()
     (theirs / "mine.txt").write_text("mine")
-    with files.replace_folder(str(target)):
+    with folder_swap.replace_folder(str(target)):
         (tmp_path / "out.partial" / "new.txt").write_text("new")
     assert os.listdir(target) == ["new.txt"] and (theirs / "mine.txt").read_text() == "mine"
 

@@ -14,7 +14,15 @@ LOW_LEVEL = {
     "sps_jax.vocab": set(),
     "sps_jax.names": set(),
     "sps_jax.cli": {"sps_jax.names"},
-    "sps_jax.files": {"sps_jax.cli"},
+    "sps_jax.files": {"sps_jax.arguments", "sps_jax.cli", "sps_jax.cli_process", "sps_jax.locks",
+                      "sps_jax.path_checks"},
+    "sps_jax.cli_process": {"sps_jax.cli"},
+    "sps_jax.arguments": {"sps_jax.cli", "sps_jax.names", "sps_jax.path_checks"},
+    "sps_jax.path_checks": {"sps_jax.cli"},
+    "sps_jax.locks": {"sps_jax.cli"},
+    "sps_jax.folder_swap": {"sps_jax.cli", "sps_jax.cli_process", "sps_jax.files", "sps_jax.locks",
+                            "sps_jax.path_checks"},
+    "sps_jax.reading": {"sps_jax.cli", "sps_jax.path_checks"},
     "sps_jax.mesh": set(),
     "sps_jax.optim": set(),
     "sps_jax.hardware": set(),
@@ -25,8 +33,9 @@ LOW_LEVEL = {
     "sps_jax.torch_layout": set(),
     "sps_jax.torch_buffers": {"sps_jax.masks"},
     "sps_jax.tracking": {"sps_jax.cli", "sps_jax.files"},
-    "sps_jax.token_folder": {"sps_jax.cli", "sps_jax.files"},
-    "sps_jax.run_files": {"sps_jax.cli", "sps_jax.files", "sps_jax.token_folder", "sps_jax.tracking"},
+    "sps_jax.token_folder": {"sps_jax.arguments", "sps_jax.cli", "sps_jax.path_checks", "sps_jax.reading"},
+    "sps_jax.run_files": {"sps_jax.arguments", "sps_jax.cli", "sps_jax.files", "sps_jax.path_checks", "sps_jax.reading",
+                          "sps_jax.token_folder", "sps_jax.tracking"},
     "sps_jax.hub": set(),
     "sps_jax.kernel_tuning": set(),
     "sps_jax.block_tables": {"sps_jax.kernel_tuning", "sps_jax.masks"},
@@ -49,7 +58,7 @@ def imported_modules(name: str, path: pathlib.Path, modules) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its source, lazy imports included.
 
     ``from a import b`` counts as importing module ``a.b`` when that is a module, else ``a``, and a module
-    loaded by its name in a string (``cli.load``) counts too; the parent packages Python imports on the way
+    loaded by its name in a string (``cli_process.load``) counts too; the parent packages Python imports on the way
     are not counted.
     """
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -70,7 +79,7 @@ def imported_modules(name: str, path: pathlib.Path, modules) -> set[str]:
 
 
 def _loads_by_name(node) -> bool:
-    """``cli.load("sps_jax.x")`` or ``importlib.import_module("sps_jax.x")``: an import all the same."""
+    """``cli_process.load("sps_jax.x")`` or ``importlib.import_module("sps_jax.x")``: an import all the same."""
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr in ("load", "import_module") and len(node.args) == 1
             and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str))
@@ -125,7 +134,7 @@ def test_the_cycle_check_finds_cycles():
 
 def test_a_module_loaded_by_name_counts_as_imported(tmp_path):
     source = tmp_path / "lazy.py"
-    source.write_text('def f():\n    return cli.load("sps_jax.runs")\n')  # how commands defer jax
+    source.write_text('def f():\n    return cli_process.load("sps_jax.runs")\n')  # how commands defer jax
     assert imported_modules("sps_jax.lazy", source, module_files()) == {"sps_jax.runs"}
 
 

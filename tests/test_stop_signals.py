@@ -101,7 +101,7 @@ def importing_jax(pid) -> bool:
 def test_a_command_stopped_while_it_imports_jax_exits_in_one_word(tmp_path, sig, status, word, command):
     """Before: a Ctrl-C in the first seconds, before the command's main took over the signal, printed a
     KeyboardInterrupt traceback, or aborted (status 134) when it landed inside jaxlib's C++ import. The
-    commands import jax inside their main (cli.load, cli.stop_exits_while_loading), where either signal
+    commands import jax inside their main (cli_process.load, cli_process.stop_exits_while_loading), where either signal
     raised there crashed them (SIGSEGV)."""
     source = tmp_path / "source"  # export reads a run: a folder with config.json gets past its check before jax
     source.mkdir()

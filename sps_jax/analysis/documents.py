@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sps_jax import cli, files, token_folder
+from sps_jax import arguments, path_checks, token_folder
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 
@@ -16,9 +16,9 @@ def read_documents(data_dir: str, num_docs: int, min_tokens: int, split: str = t
     tokens (each ends with its EOS); the split is opened and checked by ``loader.open_tokens`` (its ids against
     ``vocab_size`` when given). ``flags`` names what sets ``min_tokens`` in the sentence said when no document is
     long enough."""
-    data_dir = files.path_text(data_dir, "data_dir")  # the sentences quote it
-    cli.at_least("num_docs", num_docs, 1)  # 0 and -1 would read every document
-    cli.at_least("min_tokens", min_tokens, 1)
+    data_dir = path_checks.path_text(data_dir, "data_dir")  # the sentences quote it
+    arguments.at_least("num_docs", num_docs, 1)  # 0 and -1 would read every document
+    arguments.at_least("min_tokens", min_tokens, 1)
     tokens = loader.open_tokens(data_dir, split, eos_id=eos_id, vocab_size=vocab_size)
     file_eos = eos_id if eos_id is not None else loader.read_manifest(data_dir)["eos_id"]
     ends = np.flatnonzero(tokens == file_eos)
@@ -56,11 +56,11 @@ def check_probe(model, params, docs, context, batch: int, log=print) -> int:
                              f"{ids.dtype} of shape {ids.shape}: pass a list of documents "
                              "(analysis.documents.read_documents gives them).")
         sps_model.check_token_ids(ids, cfg)  # out-of-vocabulary ids would give NaN or finite garbage
-    cli.at_least("batch", batch, 1)
-    cli.line_function(log)  # before the first batch's work, which calls it
+    arguments.at_least("batch", batch, 1)
+    arguments.line_function(log)  # before the first batch's work, which calls it
     if context is None:
         return cfg.seq_len
-    context = cli.at_least("context", context, 1)  # 0 would mean the model's context, unsaid
+    context = arguments.at_least("context", context, 1)  # 0 would mean the model's context, unsaid
     if context > cfg.seq_len:
         raise ValueError(f"context {context} is beyond the model's {cfg.seq_len} positions: pass at most that.")
     return context

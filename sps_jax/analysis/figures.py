@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import cli, config as sps_config, files, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, files, path_checks, reading, run_files
 from sps_jax import flops, masks, metrics, plotting
 from sps_jax.analysis import data_efficiency, seeds
 from sps_jax.evaluation import results_table
@@ -71,7 +71,7 @@ def final_point(source: str) -> dict:
     """(variant, window, scale, val NLL) of an evaluation JSON or of a run folder's last validation."""
     from sps_jax import runs
 
-    source = files.path_text(source, "source")  # the sentences quote it
+    source = path_checks.path_text(source, "source")  # the sentences quote it
     if os.path.isdir(source):
         info = runs.run_info(source)
         check_run_metrics(source)
@@ -116,7 +116,7 @@ PASS_EVALUATIONS = "pass evaluation JSONs written by sps_jax.evaluation.evaluate
 
 
 def read_evaluation(path: str) -> dict:
-    files.input_file(path, "evaluation", PASS_EVALUATIONS)
+    reading.input_file(path, "evaluation", PASS_EVALUATIONS)
     ev = results_table.load([path])[0]  # the one reader of results JSONs: fields checked there
     ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # normalised
     return ev
@@ -132,11 +132,11 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
     this itself: called from a notebook, curves(runs, "RUN/config.json") replaced the run's config."""
     if not inputs:
         raise ValueError(f"no {what} given: pass at least one.")
-    files.distinct_inputs(inputs, what)
+    path_checks.distinct_inputs(inputs, what)
     if not out.endswith(".png"):
         raise ValueError(f"{flag} must name a .png file, got {out!r}: end it in .png (the numbers go beside it, in "
                          "the same name's .json).")
-    files.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
+    path_checks.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
     given = [(f"the {what}", path) for path in inputs if os.path.isfile(path)]
     run_files.output_file(out, flag, force, given, example=f"{name}.png")
     # named as what it is: "--out RUN/eval/step_16.json already exists" of --out RUN/eval/step_16.png
@@ -156,8 +156,8 @@ def curves(run_folders, out: str) -> dict:
     """Figure 2 style: validation NLL against tokens seen and against training compute."""
     from sps_jax import model as sps_model, runs
 
-    out = files.path_text(out, "out")  # the JSON records it as text
-    run_folders = files.path_list(run_folders, "run_folders")
+    out = path_checks.path_text(out, "out")  # the JSON records it as text
+    run_folders = path_checks.path_list(run_folders, "run_folders")
     check_out(out, run_folders, "run folder", "curves")
     series = []
     for run in run_folders:
@@ -220,9 +220,9 @@ def training_curves(runs: dict[str, str], out_png: str | None = None, x: str = "
     if not runs:  # an empty figure, without a word
         raise ValueError("runs is empty: pass at least one {label: run folder}.")
     if out_png is not None:
-        out_png = files.path_text(out_png, "out_png")
+        out_png = path_checks.path_text(out_png, "out_png")
     if out_png:  # a .png, never a run's own file or one of the runs read (a replaced earlier figure is fine)
-        check_out(out_png, [files.path_text(path, f"runs[{label!r}]") for label, path in runs.items()],
+        check_out(out_png, [path_checks.path_text(path, f"runs[{label!r}]") for label, path in runs.items()],
                   "run folder", "curves", force=True, flag="out_png")
     fig = metrics.draw_curves(runs, x)
     if out_png:
@@ -295,8 +295,8 @@ def window_ablation(sources, out: str) -> dict:
     Runs without a window (Standard, two_x_memory) are drawn as horizontal reference lines. Two sources of
     one scale, variant and window are refused: the line would zigzag between them.
     """
-    out = files.path_text(out, "out")  # the JSON records it as text
-    sources = files.path_list(sources, "sources")
+    out = path_checks.path_text(out, "out")  # the JSON records it as text
+    sources = path_checks.path_list(sources, "sources")
     check_out(out, sources, "source", "window-ablation")
     points = [final_point(s) for s in sources]
     _one_length(sources, points)
@@ -402,8 +402,8 @@ def _method_rank(row) -> tuple:
 
 def accuracy_gain(paths, out: str, baseline: str = masks.BASELINE) -> dict:
     """Figure 3 style: grouped bars of the average zero-shot accuracy gain over the baseline by scale."""
-    out = files.path_text(out, "out")  # the JSON records it as text
-    paths = files.path_list(paths, "paths")
+    out = path_checks.path_text(out, "out")  # the JSON records it as text
+    paths = path_checks.path_list(paths, "paths")
     check_out(out, paths, "evaluation JSON", "accuracy-gain")
     masks.Visibility(baseline)  # an unknown variant stops here, before any file is read
     rows = gains_over_baseline([read_evaluation(p) for p in paths], baseline, paths)
@@ -438,8 +438,8 @@ def seed_variance(sources, out: str, reference: str = masks.DEFAULT_VARIANT, mar
     """Appendix C style: per method, the final validation NLL of each seed and their mean with a Student-t 95%
     interval; one-sided Welch t-tests of ``reference`` against every other method; and TOST for the
     equivalence of every other pair within ``margin`` nats. The sources are one scale's runs or evaluations."""
-    out = files.path_text(out, "out")  # the JSON records it as text
-    sources = files.path_list(sources, "sources")
+    out = path_checks.path_text(out, "out")  # the JSON records it as text
+    sources = path_checks.path_list(sources, "sources")
     check_out(out, sources, "source", "seeds")
     masks.Visibility(reference)  # an unknown variant stops here, before any file is read
     if not (margin > 0 and math.isfinite(margin)):  # an infinite margin would call any gap equivalent
@@ -499,7 +499,7 @@ def pre_decay_curve(run: str) -> dict:
     or before ``optim.decay_start_tokens`` of its config's train section; how many were dropped is kept)."""
     from sps_jax import optim, runs
 
-    run = files.path_text(run, "run")  # the sentences quote it
+    run = path_checks.path_text(run, "run")  # the sentences quote it
     info = runs.run_info(run)
     config = runs.read_config(info["workdir"])
     train = config.get("train") or {}
@@ -538,8 +538,8 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
     """Figure 1 (bottom) style: two runs' validation NLL before their learning-rate decay, with the method's gap
     to the baseline at the method's pre-decay budget and the tokens the baseline needs to reach the method's NLL
     (``data_efficiency.pre_decay_comparison``). The two runs must be one model size and two variants."""
-    out = files.path_text(out, "out")  # the JSON records it as text
-    baseline_run, method_run = files.path_text(baseline_run, "baseline_run"), files.path_text(method_run, "method_run")
+    out = path_checks.path_text(out, "out")  # the JSON records it as text
+    baseline_run, method_run = path_checks.path_text(baseline_run, "baseline_run"), path_checks.path_text(method_run, "method_run")
     check_out(out, [baseline_run, method_run], "run folder", "pre-decay")
     base, ours = pre_decay_curve(baseline_run), pre_decay_curve(method_run)
     if base["size"] != ours["size"]:
@@ -594,41 +594,41 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
 
 
 # The argparse type of a run folder or evaluation JSON (a missing one is said by the reader).
-SOURCE = cli.input_path("source", cli.FILE_OR_FOLDER, "pass run folders or evaluation JSONs")
+SOURCE = arguments.input_path("source", arguments.FILE_OR_FOLDER, "pass run folders or evaluation JSONs")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
-    c.add_argument("runs", nargs="+", type=cli.run_path, help="run folders with config.json and metrics.jsonl")
-    c.add_argument("--out", type=cli.output_path, default="curves.png",
+    c.add_argument("runs", nargs="+", type=arguments.run_path, help="run folders with config.json and metrics.jsonl")
+    c.add_argument("--out", type=arguments.output_path, default="curves.png",
                    help="the figure (.png), with its data next to it as .json")
     w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
     w.add_argument("sources", nargs="+", type=SOURCE, help="run folders or evaluation JSONs")
-    w.add_argument("--out", type=cli.output_path, default="window_ablation.png",
+    w.add_argument("--out", type=arguments.output_path, default="window_ablation.png",
                    help="the figure (.png), with its data next to it as .json")
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
-    a.add_argument("evaluations", nargs="+", type=cli.input_path("evaluation", cli.FILE, PASS_EVALUATIONS),
+    a.add_argument("evaluations", nargs="+", type=arguments.input_path("evaluation", arguments.FILE, PASS_EVALUATIONS),
                    help="evaluation JSONs written by sps_jax.evaluation.evaluate")
     a.add_argument("--baseline", default=masks.BASELINE, choices=masks.VARIANTS,
                    help="the variant the gains are measured from")
-    a.add_argument("--out", type=cli.output_path, default="accuracy_gain.png",
+    a.add_argument("--out", type=arguments.output_path, default="accuracy_gain.png",
                    help="the figure (.png), with its data next to it as .json")
     e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
     e.add_argument("sources", nargs="+", type=SOURCE,
                    help="run folders or evaluation JSONs of one scale, two or more per method")
     e.add_argument("--reference", default=masks.DEFAULT_VARIANT, choices=masks.VARIANTS,
                    help="the variant tested for a lower NLL than every other")
-    e.add_argument("--margin", type=cli.positive_number, default=seeds.EQUIVALENCE_MARGIN_NATS,
+    e.add_argument("--margin", type=arguments.positive_number, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")
-    e.add_argument("--out", type=cli.output_path, default="seeds.png",
+    e.add_argument("--out", type=arguments.output_path, default="seeds.png",
                    help="the figure (.png), with its data next to it as .json")
     d = sub.add_parser("pre-decay", help="a method's pre-decay NLL gap and token saving over a baseline (Figure 1)")
-    d.add_argument("baseline", type=cli.run_path, metavar="BASELINE_RUN",
+    d.add_argument("baseline", type=arguments.run_path, metavar="BASELINE_RUN",
                    help="the baseline's run folder (Standard, trained longer)")
-    d.add_argument("method", type=cli.run_path, metavar="RUN", help="the method's run folder (SPS), of the same size")
-    d.add_argument("--out", type=cli.output_path, default="pre_decay.png",
+    d.add_argument("method", type=arguments.run_path, metavar="RUN", help="the method's run folder (SPS), of the same size")
+    d.add_argument("--out", type=arguments.output_path, default="pre_decay.png",
                    help="the figure (.png), with its data next to it as .json")
     for p in (c, w, a, e, d):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
@@ -659,7 +659,7 @@ def main(argv=None):
         if os.path.isdir(source):
             run_files.find_run(source)
             check_run_metrics(source)
-    runs = cli.load("sps_jax.runs")
+    runs = cli_process.load("sps_jax.runs")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
             runs.run_info(run)

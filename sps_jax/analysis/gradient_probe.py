@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import block_tables, cli, model as sps_model
+from sps_jax import arguments, block_tables, model as sps_model
 from sps_jax.analysis import GRADIENT_BATCH, GRADIENT_CHUNK
 from sps_jax.analysis.documents import check_probe, document_rows
 from sps_jax.inference.batching import bucket
@@ -123,12 +123,12 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
     """
     context = check_probe(model, params, docs, context, batch, log)
     cfg = model.cfg
-    cli.at_least("positions_per_doc", positions_per_doc, 1)
-    cli.at_least("chunk", chunk, 1)
-    cli.at_least("seed", seed, 0)  # numpy's own words otherwise ("expected non-negative integer")
+    arguments.at_least("positions_per_doc", positions_per_doc, 1)
+    arguments.at_least("chunk", chunk, 1)
+    arguments.at_least("seed", seed, 0)  # numpy's own words otherwise ("expected non-negative integer")
     if not np.iterable(offsets):  # "'int' object is not iterable"
         raise TypeError(f"offsets must be a list of offsets k, got {offsets!r}: pass e.g. [{offsets}] or range(0, 65).")
-    offsets = [cli.integer(k, "an offset") for k in offsets]  # whole offsets: 1.5 would be read as 1
+    offsets = [arguments.integer(k, "an offset") for k in offsets]  # whole offsets: 1.5 would be read as 1
     if not offsets:
         raise ValueError("offsets is empty: pass the offsets k to probe, such as range(0, 65).")
     offsets = np.asarray(offsets, np.int64)

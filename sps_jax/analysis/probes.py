@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from sps_jax import analysis, cli, config as sps_config, files, masks, names, plotting, run_files, token_folder
+from sps_jax import analysis, arguments, cli, cli_process, config as sps_config, files, masks, names, path_checks
+from sps_jax import plotting, run_files, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import figure, save_figure, smooth
@@ -139,7 +140,7 @@ def _check_places(args) -> None:
                         ".csv and .png): pass a folder, such as probes_out.")  # it would become a folder of that name
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         run_files.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
-    files.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
+    path_checks.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     for w in args.workdir:
         run_files.checkpoint_step(w, args.step)
     if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
@@ -312,11 +313,11 @@ def cmd_window_nll(args):
 
 
 def build_parser():
-    parser = cli.ArgumentParser(prog="python -m sps_jax.analysis.probes", description=__doc__.split("\n")[0])
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.analysis.probes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p, out_default):
-        p.add_argument("--workdir", action="append", required=True, type=cli.run_path,
+        p.add_argument("--workdir", action="append", required=True, type=arguments.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--step", type=sps_config.step_argument, default=None,
                        help="probe this checkpoint of each run (default: the latest), as evaluate --step")
@@ -324,35 +325,35 @@ def build_parser():
                        help="token folder with manifest.json (default: the run's data.dir)")
         p.add_argument("--split", default=token_folder.VAL, choices=token_folder.SPLITS,
                        help="the token folder's split to read documents from")
-        p.add_argument("--docs", type=cli.positive_int, default=100, help="documents, anchored at their start")
-        p.add_argument("--context", type=cli.positive_int, default=None,
+        p.add_argument("--docs", type=arguments.positive_int, default=100, help="documents, anchored at their start")
+        p.add_argument("--context", type=arguments.positive_int, default=None,
                        help="positions per document (at most, and by default, model.seq_len)")
         p.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
                        help="override the attention backend")
         p.add_argument("--dtype", default=None, choices=names.DTYPES,
                        help="override the compute dtype (e.g. float32 for exact norms)")
-        p.add_argument("--out", type=cli.output_path, default=out_default, help="output folder")
+        p.add_argument("--out", type=arguments.output_path, default=out_default, help="output folder")
         p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
     common(g, "probes_out")
-    g.add_argument("--positions-per-doc", type=cli.positive_int, default=8,
+    g.add_argument("--positions-per-doc", type=arguments.positive_int, default=8,
                    help="source positions i sampled per document")
-    g.add_argument("--max-offset", type=cli.non_negative_int, default=64, help="largest offset k probed")
-    g.add_argument("--min-offset", type=cli.non_negative_int, default=0,
+    g.add_argument("--max-offset", type=arguments.non_negative_int, default=64, help="largest offset k probed")
+    g.add_argument("--min-offset", type=arguments.non_negative_int, default=0,
                    help="also probe offsets -min..-1 (zero by causality)")
-    g.add_argument("--seed", type=cli.non_negative_int, default=0, help="seed of the sampled positions")
-    cli.add_batch_size(g, analysis.GRADIENT_BATCH, "documents per forward pass")
-    g.add_argument("--chunk", type=cli.positive_int, default=analysis.GRADIENT_CHUNK,
+    g.add_argument("--seed", type=arguments.non_negative_int, default=0, help="seed of the sampled positions")
+    arguments.add_batch_size(g, analysis.GRADIENT_BATCH, "documents per forward pass")
+    g.add_argument("--chunk", type=arguments.positive_int, default=analysis.GRADIENT_CHUNK,
                    help="loss terms per batched reverse pass")
     g.set_defaults(func=cmd_gradients)
 
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
     common(w, "probes_out")
-    w.add_argument("--omega", type=cli.int_up_to(masks.MAX_WINDOW), default=analysis.PAPER_OMEGA,
+    w.add_argument("--omega", type=arguments.int_up_to(masks.MAX_WINDOW), default=analysis.PAPER_OMEGA,
                    help="persistent window; from the context minus one up it hides nothing (a warning says so)")
-    w.add_argument("--min-tokens", type=cli.positive_int, default=2, help="skip shorter documents")
-    cli.add_batch_size(w, analysis.WINDOW_NLL_BATCH, "documents per forward pass")
+    w.add_argument("--min-tokens", type=arguments.positive_int, default=2, help="skip shorter documents")
+    arguments.add_batch_size(w, analysis.WINDOW_NLL_BATCH, "documents per forward pass")
     w.set_defaults(func=cmd_window_nll)
     return parser
 
@@ -361,7 +362,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     _check_places(args)
-    cli.load("sps_jax.runs")  # the probes' runs, models and token folders
+    cli_process.load("sps_jax.runs")  # the probes' runs, models and token folders
     args.func(args)
     return 0
 

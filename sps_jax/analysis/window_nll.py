@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import cli
+from sps_jax import arguments
 from sps_jax import model as sps_model
 from sps_jax.analysis import WINDOW_NLL_BATCH
 from sps_jax.analysis.documents import check_probe, document_rows
@@ -44,7 +44,7 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_
     """
     context = check_probe(model, params, docs, context, batch, log)
     cfg = model.cfg
-    cli.at_least("omega", omega, 0)
+    arguments.at_least("omega", omega, 0)
     # A key is at most context - 1 positions back, so such an omega hides none: a curve of zeros, which a figure
     # would show as a finding.
     if omega >= context - 1:

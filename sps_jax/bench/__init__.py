@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import cli, config as sps_config, files, masks, model_config, run_files
+from sps_jax import arguments, cli, config as sps_config, files, masks, model_config, reading, run_files
 
 
 # The most timed repetitions a benchmark takes (--iters, --repeats), the bound of bench train's --steps: a count
 # past it (2**63, a typo) timed until stopped.
 MAX_REPEATS = sps_config.MAX_STEP
-repeats_argument = cli.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
+repeats_argument = arguments.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
 # The paper's inference workload (section 4): rows, prompt tokens per row, new tokens per row.
@@ -34,7 +34,7 @@ def load_config(path: str, overrides=()):
 def add_workload_flags(parser, prefix: str = "") -> None:
     """--batch-size, --prefill and --decode: the generation workload, the paper's by default (checked together by
     :func:`check_workload_flags`)."""
-    cli.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
+    arguments.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
     for flag, what in (("prefill", "prompt tokens per row"), ("decode", "new tokens per row (one decode step each)")):
         parser.add_argument(f"--{flag}", type=sps_config.seq_len_argument, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
@@ -52,7 +52,7 @@ def check_workload_flags(parser, args) -> None:
 def add_json_flag(parser) -> None:
     """The one JSON output flag of the bench commands (and ``--force`` to replace an existing file);
     :func:`check_json` checks it once the arguments are parsed."""
-    parser.add_argument("--json", type=cli.output_path, metavar="PATH", default=None,
+    parser.add_argument("--json", type=arguments.output_path, metavar="PATH", default=None,
                         help="also write the results here (JSON)")
     parser.add_argument("--force", action="store_true", help="replace an existing --json file")
 
@@ -61,9 +61,9 @@ def check_json(args):
     """``args`` after refusing a ``--json`` path that cannot take the results, and a ``--force`` with nothing to
     replace (before any timing; it loads no jax, so a benchmark checks it with its arguments)."""
     profile = "profile" in vars(args)  # train's and generate's trace folder, which --force replaces too
-    cli.check_force(args.force, {"--json": args.json, **({"--profile": args.profile} if profile else {})},
-                    "an existing --json file" + (" or --profile folder" if profile else ""))
-    if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (cli.output_path)
+    arguments.check_force(args.force, {"--json": args.json, **({"--profile": args.profile} if profile else {})},
+                          "an existing --json file" + (" or --profile folder" if profile else ""))
+    if args.json is not None:  # '-' and an unexpanded '~' were refused as arguments (arguments.output_path)
         # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
         config = getattr(args, "config", None)
         run_files.output_file(args.json, "--json", args.force,
@@ -115,7 +115,7 @@ def results(command: str, *flags: str) -> dict:
     from sps_jax.bench.__main__ import COMMANDS
 
     if command not in COMMANDS:
-        said = cli.unknown_subcommand(command, COMMANDS).replace("subcommand", "benchmark")
+        said = arguments.unknown_subcommand(command, COMMANDS).replace("subcommand", "benchmark")
         raise cli.UserError(said if said.endswith("?") else f"{said}.")
     if "--json" in flags or any(str(flag).startswith("--json=") for flag in flags):
         raise cli.UserError("bench.results returns the results itself: leave --json out.")
@@ -130,7 +130,7 @@ def results(command: str, *flags: str) -> dict:
             run([*map(str, flags), "--json", path])
         finally:
             _UNSAID.discard(path)
-        return files.read_json(path)
+        return reading.read_json(path)
 
 
 _UNSAID: set[str] = set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from sps_jax import cli
+from sps_jax import arguments, cli
 
 COMMANDS = {
     "attention": "Pallas attention vs jax.nn.dot_product_attention, forward and backward",
@@ -35,12 +35,12 @@ def main(argv=None) -> int:
         print(usage())
         return 0
     if argv[:1] == ["--version"]:
-        print(cli.version())
+        print(arguments.version())
         return 0
     if not argv:
         raise cli.UserError(f"python -m sps_jax.bench: name a benchmark, one of {', '.join(COMMANDS)} (see --help).")
     if argv[0] not in COMMANDS:
-        raise cli.UserError(f"python -m sps_jax.bench: {cli.unknown_subcommand(argv[0], COMMANDS)} (see --help).")
+        raise cli.UserError(f"python -m sps_jax.bench: {arguments.unknown_subcommand(argv[0], COMMANDS)} (see --help).")
     module = importlib.import_module(f"sps_jax.bench.{argv[0]}")
     return module.main(argv[1:]) or 0
 

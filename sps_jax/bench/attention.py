@@ -29,20 +29,20 @@ import ml_dtypes
 import numpy as np
 
 # The parser and its checks load no jax; the kernels and the timing import it where they run.
-from sps_jax import bench, cli, config as sps_config, hardware, kernel_tuning, masks, names
+from sps_jax import arguments, bench, cli, cli_process, config as sps_config, hardware, kernel_tuning, masks, names
 
 KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 
 
 def add_shape_flags(p) -> None:
     """The attention shape a kernel bench times (this one and ``bench tiles``): the paper's S attention."""
-    cli.add_batch_size(p, 6, "rows")
-    p.add_argument("--seq-len", type=cli.positive_int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
+    arguments.add_batch_size(p, 6, "rows")
+    p.add_argument("--seq-len", type=arguments.positive_int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
     heads, head_dim = sps_config.attention_dims(sps_config.DEFAULT_SCALE)
-    p.add_argument("--heads", type=cli.positive_int, default=heads, help="attention heads")
-    p.add_argument("--head-dim", type=cli.positive_int, default=head_dim, help="dimensions per head")
+    p.add_argument("--heads", type=arguments.positive_int, default=heads, help="attention heads")
+    p.add_argument("--head-dim", type=arguments.positive_int, default=head_dim, help="dimensions per head")
     # Bounded here: past masks.MAX_WINDOW, Visibility would refuse it only after timing the dense baselines.
-    p.add_argument("--window", type=cli.int_up_to(masks.MAX_WINDOW), default=masks.DEFAULT_WINDOW,
+    p.add_argument("--window", type=arguments.int_up_to(masks.MAX_WINDOW), default=masks.DEFAULT_WINDOW,
                    help="predict window w of the windowed variants")
 
 
@@ -73,8 +73,8 @@ def check_shape(p, args, tile: int = 1) -> None:
 
 
 def parse_args(argv):
-    p = cli.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
-    p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
+    p = arguments.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
+    p.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
                    help="comma-separated attention variants to time")
     add_shape_flags(p)
     p.add_argument("--attention", "--backend", dest="attention", default="auto", choices=("auto",) + KERNELS,
@@ -88,8 +88,8 @@ def parse_args(argv):
         "--num-stages are pallas's and triton's only")
     for name, text in (("block-q", "query tile"), ("block-k", "key tile"), ("num-warps", "warps per program"),
                        ("num-stages", "pipeline stages")):
-        tiles.add_argument(f"--{name}", type=cli.positive_int, default=None, help=text)
-    p.add_argument("--documents", type=cli.positive_int, default=1,
+        tiles.add_argument(f"--{name}", type=arguments.positive_int, default=None, help=text)
+    p.add_argument("--documents", type=arguments.positive_int, default=1,
                    help="equal documents per row (splash computes the same blocks for any number)")
     add_timing_flags(p)
     bench.add_json_flag(p)
@@ -109,7 +109,7 @@ def parse_args(argv):
         if all(problems.values()):
             p.error(f"--attention auto is {' or '.join(problems)} (the device decides), and neither takes these tiles: "
                     + "; ".join(f"{kernel}: {problem.rstrip('.')}" for kernel, problem in problems.items()) + ".")
-    with cli.stop_exits_while_loading():  # the device's backend and the kernels need jax from here on
+    with cli_process.stop_exits_while_loading():  # the device's backend and the kernels need jax from here on
         import jax
 
         from sps_jax import attention

@@ -32,7 +32,7 @@ import dataclasses
 import sys
 import time
 
-from sps_jax import bench, cli, hardware, kernel_tuning, masks, names
+from sps_jax import arguments, bench, cli, cli_process, hardware, kernel_tuning, masks, names
 from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
@@ -49,35 +49,35 @@ MAX_DEVICES = 1024
 
 
 def parse_args(argv):
-    p = cli.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
-                           config_fields=sps_config.field_paths,
-                           epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
-    p.add_argument("--target", type=cli.comma_list(str, tuple(hardware.ACCELERATORS), "target"), required=True,
+    p = arguments.ArgumentParser(prog="python -m sps_jax.bench compile", description=__doc__.split("\n")[0],
+                                 config_fields=sps_config.field_paths,
+                                 epilog="Targets: " + ", ".join(hardware.ACCELERATORS))
+    p.add_argument("--target", type=arguments.comma_list(str, tuple(hardware.ACCELERATORS), "target"), required=True,
                    help=f"comma-separated accelerators to compile for: {', '.join(hardware.ACCELERATORS)}")
-    p.add_argument("--only", type=cli.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
+    p.add_argument("--only", type=arguments.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
                    help=f"comma-separated subset of {','.join(PROGRAMS)}")
     p.add_argument("--config", default=bench.PAPER_CONFIG, help="the model of train and generate")
-    p.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=[masks.BASELINE, masks.DEFAULT_VARIANT],
+    p.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=[masks.BASELINE, masks.DEFAULT_VARIANT],
                    help="comma-separated variants compiled side by side (standard first: the ratios' base)")
-    p.add_argument("--micro-batches", type=cli.comma_list(cli.positive_int), default=[1, 8],
+    p.add_argument("--micro-batches", type=arguments.comma_list(arguments.positive_int), default=[1, 8],
                    help="comma-separated micro-batches per device to compile")
-    p.add_argument("--remat", type=cli.comma_list(str, ("off", "on"), "remat setting"), default=["off", "on"],
+    p.add_argument("--remat", type=arguments.comma_list(str, ("off", "on"), "remat setting"), default=["off", "on"],
                    help="comma-separated: off, on, or off,on for both (the default)")
-    p.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
+    p.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
                    help="comma-separated train step attention backends (default: a --config.model.attention "
                    "override, else auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
-    p.add_argument("--max-micro-batch", type=cli.positive_int, default=1024, help="where the fit search stops doubling")
-    p.add_argument("--devices", type=cli.int_up_to(MAX_DEVICES, least=1), default=1,
+    p.add_argument("--max-micro-batch", type=arguments.positive_int, default=1024, help="where the fit search stops doubling")
+    p.add_argument("--devices", type=arguments.int_up_to(MAX_DEVICES, least=1), default=1,
                    help="devices of the train step's mesh (FSDP over them)")
-    p.add_argument("--kernel-sets", type=cli.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"), default=None,
+    p.add_argument("--kernel-sets", type=arguments.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"), default=None,
                    help="comma-separated GPU kernel sets of the kernels' compiles: pallas (Pallas's Triton backend), "
                         "triton (the same kernels through jax-triton); default both")
-    p.add_argument("--dtypes", type=cli.comma_list(str, names.DTYPES, "dtype"),
+    p.add_argument("--dtypes", type=arguments.comma_list(str, names.DTYPES, "dtype"),
                    default=["bfloat16", "float16"], help="comma-separated kernel dtypes (TPU targets skip float16)")
     bench.add_workload_flags(p, "generation: ")
-    p.add_argument("--prefill-chunks", type=cli.comma_list(cli.non_negative_int), default=None,
+    p.add_argument("--prefill-chunks", type=arguments.comma_list(arguments.non_negative_int), default=None,
                    help="generation: comma-separated prefill chunks, positions per chunk below --prefill (0: one "
                         "pass; default 0,32, 32 only below --prefill)")
     bench.add_json_flag(p)
@@ -468,7 +468,7 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     sps_config.check_override_values(args.overrides)  # before the config file runs
     bench.load_config(args.config, args.overrides)  # the config file's own refusals, before jax loads
-    with cli.stop_exits_while_loading():  # the parser loads no jax; the checks of the programs need it
+    with cli_process.stop_exits_while_loading():  # the parser loads no jax; the checks of the programs need it
         import jax
     _check_workload(args)
     from sps_jax.aot import topology

@@ -34,26 +34,26 @@ import sys
 import time
 
 import sps_jax
-from sps_jax import bench, cli, files, hardware, masks, model_config, names
+from sps_jax import arguments, bench, cli, cli_process, folder_swap, hardware, masks, model_config, names
 
 RESULT_PREFIX = "BENCH_RESULT "
 
 
 def _parse(argv, config_fields=None):
-    parser = cli.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
-                                config_fields=config_fields, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
+                                      config_fields=config_fields, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=bench.PAPER_CONFIG,
                         help="model shapes (and the window of windowed variants)")
     bench.add_workload_flags(parser)
-    parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"),
+    parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"),
                         default=list(masks.VARIANTS),
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=bench.repeats_argument, default=3,
                         help="timed rounds over all variants (the fastest counts)")
-    parser.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
+    parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
                         help="comma-separated model.attention backends timed side by side (default: the config's): "
                         "the prefill's kernel, and on a GPU with pallas or triton the decode step's kernels")
-    parser.add_argument("--profile", type=cli.output_path, metavar="FOLDER", default=None,
+    parser.add_argument("--profile", type=arguments.output_path, metavar="FOLDER", default=None,
                         help="after timing, trace one more decode loop of each run (after its prefill) with jax's "
                         "profiler into FOLDER/<run> and print the device kernels per decode step (a shorter "
                         "--decode keeps the trace small; --force replaces a FOLDER that holds files)")
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     # Config errors before any compilation (the config file's own before jax loads), and a workload no listed
     # accelerator holds before a worker touches the device (this process must not: see below).
     cfgs = {(v, b): _model_config(args, overrides, v, b) for v, b in runs_asked}
-    attention = cli.load("sps_jax.attention")  # with jax, which the parser and its checks did without
+    attention = cli_process.load("sps_jax.attention")  # with jax, which the parser and its checks did without
 
     largest = hardware.largest()
     backends_run = list(dict.fromkeys(cfg.attention for cfg in cfgs.values()))
@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     if args.profile:
         from sps_jax import profiling
 
-        with files.replace_folder(args.profile) as traces:
+        with folder_swap.replace_folder(args.profile) as traces:
             for r, result in zip(runs, results):
                 result["profile"] = r.profile(bench.trace_folder(traces, r.label))
         for r, result in zip(runs, results):

@@ -26,7 +26,7 @@ import time
 import ml_collections
 
 # The parser and its checks load no jax; the checks of the model import it.
-from sps_jax import bench, cli, config as sps_config, hardware
+from sps_jax import arguments, bench, cli, cli_process, config as sps_config, hardware
 from sps_jax import masks
 
 DECODE_CHECK_LEN = 512  # positions of the decode check: the first half prefilled, the rest decoded
@@ -75,9 +75,9 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     variants = list(variants)
     if not variants:  # else max() of no rows: "max() arg is an empty sequence"
         raise ValueError(f"variants is empty: pass at least one of {', '.join(masks.VARIANTS)}.")
-    batch_size = cli.at_least("batch_size", batch_size, 1)  # said here, not in jax's IndexError or shape words
-    seed = cli.integer(seed, "seed")  # "0" would stop in seed + 1
-    cli.line_function(log)  # before the first row's compiling, after which it is called
+    batch_size = arguments.at_least("batch_size", batch_size, 1)  # said here, not in jax's IndexError or shape words
+    seed = arguments.integer(seed, "seed")  # "0" would stop in seed + 1
+    arguments.line_function(log)  # before the first row's compiling, after which it is called
     import jax
     import jax.numpy as jnp
 
@@ -139,18 +139,18 @@ def failures(rows, attention_backend: str) -> list[str]:
 @cli.main
 def main(argv=None) -> int:
     rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
-    parser = cli.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
-                                config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
+                                      config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
-    cli.add_batch_size(parser, BATCH_SIZE, "rows per forward pass")
-    parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
+    arguments.add_batch_size(parser, BATCH_SIZE, "rows per forward pass")
+    parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
                         help="comma-separated variants to check, in this order (each one compiles a gradient and a "
                         "decode loop)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
     sps_config.check_override_values(overrides)  # before the config file runs
     config = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
-    cli.load("sps_jax.inference.decoding")  # the model and decoder, with jax: the checks from here on need them
+    cli_process.load("sps_jax.inference.decoding")  # the model and decoder, with jax: the checks from here on need them
     results = smoke(config, args.batch_size, variants=args.variants, log=lambda line: print(line, flush=True))
     bench.write_results(args, results)
     said = failures(results, config.model.attention)

@@ -24,7 +24,7 @@ import itertools
 import sys
 
 # The parser and its checks load no jax; the sweep imports it.
-from sps_jax import bench, cli, kernel_tuning, masks
+from sps_jax import arguments, bench, cli, cli_process, kernel_tuning, masks
 from sps_jax.bench import attention as bench_attention
 
 KERNEL_FIELDS = ("forward", "dq", "dkv")
@@ -119,19 +119,19 @@ def print_summary(result: dict) -> None:
 
 
 def build_parser():
-    p = cli.ArgumentParser(prog="python -m sps_jax.bench tiles", description=__doc__.split("\n")[0])
+    p = arguments.ArgumentParser(prog="python -m sps_jax.bench tiles", description=__doc__.split("\n")[0])
     p.add_argument("--variant", default=masks.DEFAULT_VARIANT, choices=masks.VARIANTS, help="the attention variant whose mask is swept")
-    p.add_argument("--kernels", type=cli.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
+    p.add_argument("--kernels", type=arguments.comma_list(str, KERNEL_FIELDS, "kernel"), default=list(KERNEL_FIELDS),
                    help="comma-separated kernels to sweep")
     p.add_argument("--attention", "--backend", dest="attention", default=kernel_tuning.DEFAULT_KERNELS,
                    choices=kernel_tuning.KERNEL_SETS, help="the kernel set, a model.attention backend (--backend is "
                    "its earlier name): pallas, or the same kernels through jax-triton (triton)")
     bench_attention.add_shape_flags(p)
     bench_attention.add_timing_flags(p)
-    p.add_argument("--tiles", type=cli.comma_list(_pair), default=list(TILE_SHAPES), metavar="QxK,...",
+    p.add_argument("--tiles", type=arguments.comma_list(_pair), default=list(TILE_SHAPES), metavar="QxK,...",
                    help="tile shapes swept: positions per query tile x per key block, powers of two (default: "
                    f"{','.join(f'{q}x{k}' for q, k in TILE_SHAPES)})")
-    p.add_argument("--launches", type=cli.comma_list(_pair), default=list(LAUNCHES), metavar="WxS,...",
+    p.add_argument("--launches", type=arguments.comma_list(_pair), default=list(LAUNCHES), metavar="WxS,...",
                    help="launches swept with each shape: warps x pipeline stages (default: "
                    f"{','.join(f'{w}x{s}' for w, s in LAUNCHES)})")
     bench.add_json_flag(p)
@@ -152,7 +152,7 @@ def parse_args(argv):
         except ValueError as e:
             p.error(f"--launches {w}x{st}: {e}")
     bench_attention.check_shape(p, args, max(max(shape) for shape in args.tiles))
-    with cli.stop_exits_while_loading():  # whether this machine has a GPU: jax's to say
+    with cli_process.stop_exits_while_loading():  # whether this machine has a GPU: jax's to say
         import jax
     if jax.default_backend() != "gpu":
         p.error(f"the tile sweep times the {args.attention} kernels on a GPU, and this machine has none (jax backend "

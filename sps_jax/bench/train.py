@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 # The parser and its checks load no jax; main imports the trainer once they pass.
-from sps_jax import bench, cli, config as sps_config, files, hardware, masks, names
+from sps_jax import arguments, bench, cli, cli_process, config as sps_config, folder_swap, hardware, masks, names
 
 
 # Steps traced per run with --profile, after the timed ones (the profiler's overhead stays out of the timings).
@@ -36,7 +36,7 @@ def check_steps(steps: int, warmup: int) -> None:
 
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
     # Said before compiling: the timing loop needs a whole count of at least one step.
-    steps, warmup = cli.at_least("steps", steps, 1), cli.at_least("warmup", warmup, 0)
+    steps, warmup = arguments.at_least("steps", steps, 1), arguments.at_least("warmup", warmup, 0)
     check_steps(steps, warmup)
     import jax
 
@@ -121,20 +121,20 @@ def time_runs(configs, args, traces: str | None) -> list[dict]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     rest, overrides = sps_config.split_config_args(argv)
-    parser = cli.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0],
-                                config_fields=sps_config.field_paths)
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0],
+                                      config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/paper.py:s,standard")
-    parser.add_argument("--steps", type=cli.int_up_to(sps_config.MAX_STEP, 1, sps_config.STEP_BOUND), default=10,
+    parser.add_argument("--steps", type=arguments.int_up_to(sps_config.MAX_STEP, 1, sps_config.STEP_BOUND), default=10,
                         help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=cli.int_up_to(sps_config.MAX_STEP, 0, sps_config.STEP_BOUND), default=2,
+    parser.add_argument("--warmup", type=arguments.int_up_to(sps_config.MAX_STEP, 0, sps_config.STEP_BOUND), default=2,
                         help="untimed steps after compiling")
-    parser.add_argument("--variants", type=cli.comma_list(str, masks.VARIANTS, "variant"), default=None,
+    parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base) "
                              "(default: the config's model.variant)")
-    parser.add_argument("--attention", type=cli.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
+    parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
                         help="comma-separated model.attention backends to time each variant with (default: the "
                         "config's); the ratio's base is the first variant with the first backend")
-    parser.add_argument("--profile", type=cli.output_path, metavar="FOLDER", default=None,
+    parser.add_argument("--profile", type=arguments.output_path, metavar="FOLDER", default=None,
                         help=f"after timing, trace {PROFILE_STEPS} more steps of each run with jax's profiler into "
                         "FOLDER/<run> and print the device kernels that took the time (--force replaces a FOLDER "
                         "that holds files)")
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     bench.check_profile(args)
     sps_config.check_override_values(overrides)  # before the config file runs
     base = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
-    with cli.stop_exits_while_loading():
+    with cli_process.stop_exits_while_loading():
         import jax
 
         from sps_jax import attention, profiling, trainer
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         trainer.plan(config, len(jax.devices()), jax.process_count(), *hardware.local_memory(), platform=platform,
                      validation=False)
     with contextlib.ExitStack() as stack:
-        traces = stack.enter_context(files.replace_folder(args.profile)) if args.profile else None
+        traces = stack.enter_context(folder_swap.replace_folder(args.profile)) if args.profile else None
         results = time_runs(configs, args, traces)
     for r in results:
         if "profile" in r:

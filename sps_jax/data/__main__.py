@@ -12,12 +12,12 @@ import argparse
 import os
 import sys
 
-from sps_jax import cli, run_files, token_folder, vocab
+from sps_jax import arguments, cli, run_files, token_folder, vocab
 from sps_jax.data import corpus, tokenizer
 
 
-_SOURCE_PATH = cli.input_path("source", cli.FILE_OR_FOLDER,
-                              "pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'")
+_SOURCE_PATH = arguments.input_path("source", arguments.FILE_OR_FOLDER,
+                                          "pass a text/JSONL/Parquet file or folder, 'builtin', or 'hf:NAME[:CONFIG]'")
 
 
 def source(text: str) -> str:
@@ -29,21 +29,21 @@ source.one_path = _SOURCE_PATH.one_path  # several paths after --source are said
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cli.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.data", description=__doc__,
+                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into train.bin/val.bin + manifest.json")
     p.add_argument("--source", required=True, type=source,
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
-    p.add_argument("--out", type=cli.output_path, required=True, help="output folder")
-    p.add_argument("--val-fraction", type=cli.number("a number from 0 to below 1"), default=token_folder.VAL_FRACTION,
+    p.add_argument("--out", type=arguments.output_path, required=True, help="output folder")
+    p.add_argument("--val-fraction", type=arguments.number("a number from 0 to below 1"), default=token_folder.VAL_FRACTION,
                    help="share of the documents held out as val.bin")
     p.add_argument("--text-field", default=None,
                    help=f"JSONL/Parquet/HF field holding the text (default {corpus.DEFAULT_TEXT_FIELD})")
     p.add_argument("--hf-split", default=None, help=f"split of a hf: source (default {corpus.DEFAULT_HF_SPLIT})")
-    p.add_argument("--max-documents", type=cli.positive_int, default=None,
+    p.add_argument("--max-documents", type=arguments.positive_int, default=None,
                    help="keep the first N non-empty documents")
-    p.add_argument("--max-tokens", type=cli.positive_int, default=None,
+    p.add_argument("--max-tokens", type=arguments.positive_int, default=None,
                    help="keep documents until N tokens (train + val, EOS included) are written")
     p.add_argument("--errors", choices=corpus.ERRORS, default=corpus.STRICT,
                    help="bytes that are not UTF-8 in text/JSONL sources: stop (strict, default) or replace with U+FFFD")
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("dir", type=token_folder.argument, help="a folder written by prepare")
     v.set_defaults(run=_verify)
     t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
-    t.add_argument("--out", type=cli.output_path, default=None,
+    t.add_argument("--out", type=arguments.output_path, default=None,
                    help=f"where to store it (default {tokenizer.default_ranks_path()})")
     t.set_defaults(run=_provision_tokenizer)
     e = sub.add_parser("encode", help="print the GPT-2 ids of a text")

@@ -24,8 +24,9 @@ import shlex
 import sysconfig
 from typing import Iterator
 
-from sps_jax import files, hub, run_files, token_folder
-from sps_jax.cli import LEADS_NOWHERE, NOT_REGULAR, MissingPackage, UserError, named
+from sps_jax import hub, path_checks, reading, run_files, token_folder
+from sps_jax.cli import MissingPackage, UserError, named
+from sps_jax.path_checks import LEADS_NOWHERE, NOT_REGULAR
 from sps_jax.names import did_you_mean
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -157,7 +158,7 @@ def fingerprint(source: str) -> dict[str, list[int]] | None:
 
 def _text_file(path: str, errors: str) -> Iterator[str]:
     # text_only: NUL is UTF-16's, or binary data's that replacing bad bytes made "text" of
-    yield files.read_text(path, errors, hint=_utf8_hint(), text_only=True)
+    yield reading.read_text(path, errors, hint=_utf8_hint(), text_only=True)
 
 
 _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
@@ -165,7 +166,7 @@ _JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", boo
 
 def _jsonl_file(path: str, field: str, errors: str) -> Iterator[str]:
     half_pair_hint = _half_pair_hint()  # once per file, not per record
-    for line_no, record in files.read_jsonl(path, errors, _utf8_hint(), unique_keys=False):
+    for line_no, record in reading.read_jsonl(path, errors, _utf8_hint(), unique_keys=False):
         if not isinstance(record, dict):  # a JSON array of records, say: --text-field would not help
             raise UserError(f"{path} line {line_no} is a JSON {_JSON_KINDS.get(type(record), 'value')}, not an object: "
                             "JSONL sources (.json files too) hold one object per line; write each record on its own "
@@ -304,7 +305,7 @@ def check_source(source: str) -> None:
                             "hf:HuggingFaceFW/fineweb-edu:sample-10BT.")
         _check_hub(name)
         return
-    if files.leads_nowhere(source):
+    if path_checks.leads_nowhere(source):
         raise UserError(f"source {source!r} {LEADS_NOWHERE}: pass the file or folder itself.")
     if not os.path.exists(source):
         meant = (BUILTIN if source.lower() == BUILTIN else HF_PREFIX + source[len(HF_PREFIX):]
@@ -318,15 +319,15 @@ def check_source(source: str) -> None:
         if run_files.is_run(source):
             raise UserError(f"source {source!r} is a training run's folder, not a corpus: pass a text/JSONL/Parquet "
                             "file or folder.")
-    tokens = files.enclosing(source, token_folder.is_token_folder)
+    tokens = path_checks.enclosing(source, token_folder.is_token_folder)
     if tokens is not None:  # its .bin files would be read as text of bad bytes, its manifest as JSON Lines
         raise UserError(f"source {source!r} lies in the token folder {tokens}, prepare's output: pass the folder as "
                         "data.dir (or --val-data), or pass the text it was prepared from as --source.")
-    run = files.enclosing(source, run_files.is_run)
+    run = path_checks.enclosing(source, run_files.is_run)
     if run is not None:  # a checkpoint's commit_success.txt files would be tokenised as documents
         raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
                         "text/JSONL/Parquet file or folder.")
-    if os.path.isfile(source) and source.lower().endswith(files.COMPRESSED_SUFFIXES):  # any other file is read as text
+    if os.path.isfile(source) and source.lower().endswith(reading.COMPRESSED_SUFFIXES):  # any other file is read as text
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
     every = None
@@ -337,7 +338,7 @@ def check_source(source: str) -> None:
         if tokens is not None:  # its manifest.json would be read as JSON Lines and refused as not JSON
             raise UserError(f"source folder {source!r} holds the token folder {tokens}, prepare's output, not a "
                             "corpus: pass a folder of text, JSONL or Parquet files only.")
-        packed = [p for p in every if p.lower().endswith(files.COMPRESSED_SUFFIXES)]
+        packed = [p for p in every if p.lower().endswith(reading.COMPRESSED_SUFFIXES)]
         if packed:
             raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"
                             + (f" and {len(packed) - 1} more" if len(packed) > 1 else "") + "): decompress them in "
@@ -346,11 +347,11 @@ def check_source(source: str) -> None:
     if not paths:
         raise ValueError(f"source folder {source!r} holds no {', '.join(READ_SUFFIXES)} "
                          "files: pass a folder of such files, or one file.")
-    nowhere = [p for p in paths if files.leads_nowhere(p)]
+    nowhere = [p for p in paths if path_checks.leads_nowhere(p)]
     if nowhere:  # found now, not after the files before it were tokenised
         raise UserError(f"{nowhere[0]} in source folder {source!r} {LEADS_NOWHERE}: remove it or point it at a file.")
     # A pipe would wait forever for a writer, and a link to /dev/zero read until the host's memory runs out.
-    odd = [p for p in paths if files.special_file(p)]
+    odd = [p for p in paths if path_checks.special_file(p)]
     if odd:
         raise UserError(f"{odd[0]} in source folder {source!r} {NOT_REGULAR}: remove it, or move it out of the folder.")
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sps_jax import cli, files, token_folder, vocab
+from sps_jax import arguments, path_checks, reading, token_folder, vocab
 from sps_jax.data import corpus
 from sps_jax.cli import UserError
 from sps_jax.names import did_you_mean
@@ -56,7 +56,7 @@ def read_manifest(folder: str) -> dict | None:
     path = os.path.join(folder, MANIFEST)
     if not os.path.isfile(path):
         return None
-    manifest = files.read_json(path, rebuild(folder))
+    manifest = reading.read_json(path, rebuild(folder))
     check_manifest(manifest, path)
     return manifest
 
@@ -102,11 +102,11 @@ def open_tokens(folder: str, split: str, vocab_size: int | None = None, eos_id: 
     ``vocab_size``: every id is inside the vocabulary; with ``eos_id``: the manifest's EOS id
     is the model's; with ``verify_checksum``: the file's sha256.
     """
-    folder = files.path_text(folder, "folder")  # the sentences quote it
+    folder = path_checks.path_text(folder, "folder")  # the sentences quote it
     if vocab_size is not None:  # 0 said every id is "outside the model's vocabulary of 0"
-        cli.at_least("vocab_size", vocab_size, 1)
+        arguments.at_least("vocab_size", vocab_size, 1)
     if eos_id is not None:  # else "50256" would differ from 50256
-        cli.integer(eos_id, "eos_id")
+        arguments.integer(eos_id, "eos_id")
     if split not in SPLITS:  # a mistyped name (probes --split), not a folder to prepare again
         raise UserError(f"a token folder has no {split!r} split{did_you_mean(split, SPLITS)}: pass "
                         f"{' or '.join(SPLITS)}.")
@@ -174,7 +174,7 @@ def verify(folder: str, vocab_size: int) -> dict[str, int]:
     """Every check a token folder can take ({split: tokens}): the manifest, each split's size,
     sha256, largest id (against the manifest and ``vocab_size``), its EOS after the last document
     and its document count. Each failure is one sentence."""
-    folder = files.path_text(folder, "folder")  # a pathlib.Path too: the rebuild command quotes it with shlex
+    folder = path_checks.path_text(folder, "folder")  # a pathlib.Path too: the rebuild command quotes it with shlex
     manifest = read_manifest(folder) or {}  # open_tokens says what to do when there is none
     out = {}
     for split in SPLITS:

@@ -12,7 +12,7 @@ the source in bounded batches into a sibling ``<out>.partial`` folder that repla
 and is simply restarted (a finished one with the same source and settings is skipped;
 one prepared otherwise is refused unless ``force``, and a folder holding other files, a run
 or another token folder is never replaced). One command builds a folder at a
-time: a second one writing the same ``out`` meanwhile is refused (:class:`sps_jax.files.FolderBusy`),
+time: a second one writing the same ``out`` meanwhile is refused (:class:`sps_jax.locks.FolderBusy`),
 and :func:`ensure_builtin` waits for the first instead.
 """
 
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from sps_jax import cli, files, run_files, token_folder, vocab
+from sps_jax import arguments, cli, files, folder_swap, locks, path_checks, run_files, token_folder, vocab
 from sps_jax.cli import UserError
 from sps_jax.data import corpus, loader, tokenizer
 
@@ -63,7 +63,7 @@ def _check_limits(val_fraction, max_documents, max_tokens) -> None:
         raise UserError(f"val_fraction={val_fraction!r} must be a number in [0, 1): it is the share of documents "
                         "held out for validation, so pass one from 0 up to below 1.")
     for name, value in (("max_documents", max_documents), ("max_tokens", max_tokens)):
-        if value is not None and cli.integer(value, name) < 1:  # 5.5 would write 6 documents and record 5.5
+        if value is not None and arguments.integer(value, name) < 1:  # 5.5 would write 6 documents and record 5.5
             raise UserError(f"{name}={value} must be at least 1.")
 
 
@@ -119,14 +119,14 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     ``hf_split`` default to corpus.DEFAULT_TEXT_FIELD and DEFAULT_HF_SPLIT; given for a source that
     never reads them, they are refused.
     """
-    source, out = files.path_text(source, "source"), files.path_text(out, "out")  # the manifest records text
+    source, out = path_checks.path_text(source, "source"), path_checks.path_text(out, "out")  # the manifest records text
     flag = flag or cli.named("out", "--out")
     _check_limits(val_fraction, max_documents, max_tokens)
-    cli.true_or_false(force, "force")
+    arguments.true_or_false(force, "force")
     # 0 or -1 would never fill a batch (all the text held at once); log and warn are called after the folder is made.
-    batch_documents = cli.at_least("batch_documents", batch_documents, 1)
-    cli.line_function(log)
-    cli.line_function(warn, "warn")
+    batch_documents = arguments.at_least("batch_documents", batch_documents, 1)
+    arguments.line_function(log)
+    arguments.line_function(warn, "warn")
     # Refuses an empty --out, the working directory, a folder in the source, a run or a token folder before any work.
     run_files.output_folder(out, flag, inputs=[("source", source if corpus.is_local(source) else None)])
     if corpus.is_hub(source):  # its flags before the hub is asked (up to 5 s)
@@ -157,7 +157,7 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
             f"{', '.join(corpus.READ_SUFFIXES)} ({names}): rename those that are documents.")
     start = time.time()
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
-    with files.replace_folder(out) as building:
+    with folder_swap.replace_folder(out) as building:
         writers = {split: _SplitWriter(building, split) for split in token_folder.SPLITS}
         try:
             no_text = _write_documents(corpus.documents(source, text_field, hf_split, errors), writers, enc,
@@ -194,11 +194,11 @@ def _existing(out: str, settings: dict, force: bool, flag: str = "--out", source
     it may be (re)built; a refusal when building would replace something else. ``source_files`` is the source's
     :func:`sps_jax.data.corpus.fingerprint`: a folder prepared from files since changed, added or removed is not
     this corpus (one whose manifest predates the record is compared on its settings alone)."""
-    files.check_folder_place(out, flag, "pass the folder to write the token files into")
+    path_checks.check_folder_place(out, flag, "pass the folder to write the token files into")
     names = sorted(os.listdir(out)) if os.path.isdir(out) else []
     # Building replaces the folder whole, so a run or token folder at any depth in it (one an older version
     # let be made there) would be deleted with it: refused by name, --force or not.
-    kept = (files.below(out, lambda folder: run_files.is_run(folder) or token_folder.is_token_folder(folder))
+    kept = (path_checks.below(out, lambda folder: run_files.is_run(folder) or token_folder.is_token_folder(folder))
             if names else None)
     if kept is not None:
         what = "run" if run_files.is_run(kept) else "token folder"
@@ -274,9 +274,9 @@ def ensure_builtin(out: str, log=print) -> dict:
             log(f"preparing the built-in corpus into {out} (once; a few seconds) ...")
         try:
             return prepare(corpus.BUILTIN, out, log=log, flag="data.dir")  # training's name for the folder
-        except files.FolderBusy:
+        except locks.FolderBusy:
             if not waiting:
                 log(f"another command is preparing {out}: waiting for it ...")
             waiting = True
-            files.wait_for_writer(out)
+            folder_swap.wait_for_writer(out)
     return manifest

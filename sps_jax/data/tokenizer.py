@@ -18,7 +18,7 @@ import sys
 import tarfile
 import tempfile
 
-from sps_jax import cli, files, vocab
+from sps_jax import cli, files, path_checks, reading, vocab
 from sps_jax.cli import UserError
 
 EOS_TOKEN = "<|endoftext|>"
@@ -81,13 +81,13 @@ _CACHE = {}
 def get_tokenizer(ranks_path: str | None = None):
     """The GPT-2 tiktoken Encoding: a local ranks file if present, else tiktoken's download."""
     if ranks_path is not None:
-        ranks_path = files.path_text(ranks_path, "ranks_path")
+        ranks_path = path_checks.path_text(ranks_path, "ranks_path")
     path = ranks_path or default_ranks_path()  # "" is the default too
     if path in _CACHE:
         return _CACHE[path]
     from_variable = not ranks_path and bool(os.environ.get(RANKS_VARIABLE))
     if from_variable:  # a file the user named, as --tokenizer: never a download
-        files.input_file(path, RANKS_VARIABLE, "set it to a gpt2.tiktoken file, or unset it")
+        reading.input_file(path, RANKS_VARIABLE, "set it to a gpt2.tiktoken file, or unset it")
     # What to do about a file of no GPT-2 ranks, by where its path came from.
     fix = (f"set {RANKS_VARIABLE} to a gpt2.tiktoken file, or unset it" if from_variable else
            "pass the path of GPT-2's gpt2.tiktoken file" if ranks_path else
@@ -175,14 +175,14 @@ def provision(out: str | None = None) -> str:
         return out
     if os.path.isdir(out):
         raise UserError(f"{given} {out} is a folder: name a file, for example {os.path.join(out, 'gpt2.tiktoken')}.")
-    files.refuse_special(out, given)  # /dev/null: not a file to remove
-    if cli.leads_nowhere(out):  # no file there to remove, as "already holds another file" would have it
-        raise UserError(f"{given} {out} {cli.LEADS_NOWHERE}: remove the link or name another file.")
+    path_checks.refuse_special(out, given)  # /dev/null: not a file to remove
+    if path_checks.leads_nowhere(out):  # no file there to remove, as "already holds another file" would have it
+        raise UserError(f"{given} {out} {path_checks.LEADS_NOWHERE}: remove the link or name another file.")
     if os.path.lexists(out):
         raise UserError(f"{given} {out} already holds another file: remove it or name another file.")
     # Before the download, not when its ranks are written.
-    files.check_parent(out, given)
-    files.check_name_lengths(out, given)
+    path_checks.check_parent(out, given)
+    path_checks.check_name_lengths(out, given)
     with tempfile.TemporaryDirectory() as tmp:
         cli.note("downloading the openai-whisper source distribution (about 0.8 MB) ...")
         fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",

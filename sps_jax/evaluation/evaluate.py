@@ -16,7 +16,8 @@ import os
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, files, names, run_files, token_folder
+from sps_jax import arguments, cli, cli_process, config as sps_config, files, names, path_checks, run_files
+from sps_jax import token_folder
 from sps_jax.data import tokenizer as gpt2_tokenizer
 from sps_jax.evaluation import lm_eval_tasks, paper_tasks, results_table
 from sps_jax.inference import batching
@@ -35,14 +36,14 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
     from sps_jax.evaluation import val_nll
 
     t0 = time.time()
-    path = files.path_text(path, "path")
+    path = path_checks.path_text(path, "path")
     keys, task_data = lm_eval_tasks.check_keys(keys), lm_eval_tasks.task_mapping(task_data)
     if not keys and not val_data:  # before the weights load: every metric of the result would be empty
         raise ValueError("nothing to evaluate: pass keys (lm-eval task names) and/or val_data (a token folder).")
     if val_tokens is not None:
-        cli.integer(val_tokens, "val_tokens")
+        arguments.integer(val_tokens, "val_tokens")
     for name, value in (("val_batch_size", val_batch_size), ("batch_size", batch_size)):
-        if cli.integer(value, name) < 1:  # a batch of 0 would stop in range(), after the weights load
+        if arguments.integer(value, name) < 1:  # a batch of 0 would stop in range(), after the weights load
             raise ValueError(f"{name} must be at least 1, got {value}.")
     lm_eval_tasks.check_limit(limit)  # run_lm_eval says it too, but only after the validation NLL
     if keys:
@@ -106,7 +107,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
 def write_json(path: str, obj) -> None:
     """An evaluation results JSON (indented, sorted keys; NaN as null), atomically; never one of a run's own files
     (its config.json, metrics.jsonl, ...)."""
-    path = files.path_text(path, "path")
+    path = path_checks.path_text(path, "path")
     run_files.refuse_run_files(path, "the results JSON")
     files.write_json(path, obj, indent=2, sort_keys=True)
 
@@ -150,32 +151,32 @@ def _outputs(path: str, steps, out: str | None) -> list[str]:
 TOKENIZER_HINT = "pass a gpt2.tiktoken file, or leave --tokenizer out for the provisioned one"
 
 
-def _parser() -> cli.ArgumentParser:
-    p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_run_arguments(p)
+def _parser() -> arguments.ArgumentParser:
+    p = arguments.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    arguments.add_run_arguments(p)
     p.add_argument("--step", type=sps_config.step_argument, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
-    p.add_argument("--tasks", type=cli.comma_list(str, what="task"), default=None,
+    p.add_argument("--tasks", type=arguments.comma_list(str, what="task"), default=None,
                    help=f"comma-separated: {', '.join([*paper_tasks.GROUPS, *paper_tasks.GROUPS['paper']])}, or "
                    "any lm-eval task")
     p.add_argument("--task-data", action="append", metavar="TASK=PATH",
                    help="read TASK's evaluation split from a local .jsonl, .json(.gz) or .parquet file (repeatable)")
-    p.add_argument("--include-path", type=cli.input_path("folder of task YAMLs", cli.FOLDER,
-                                                         "pass the folder of lm-eval task YAMLs"),
+    p.add_argument("--include-path", type=arguments.input_path("folder of task YAMLs", arguments.FOLDER,
+                                                                     "pass the folder of lm-eval task YAMLs"),
                    default=None, help="extra folder of lm-eval task YAMLs")
     p.add_argument("--val-data", type=token_folder.argument, default=None,
                    help="prepared token folder (manifest.json + val.bin)")
-    p.add_argument("--val-tokens", type=cli.positive_int, default=None,
+    p.add_argument("--val-tokens", type=arguments.positive_int, default=None,
                    help="score only the first N validation tokens (whole windows of seq_len targets)")
-    p.add_argument("--val-batch-size", type=cli.positive_int, default=None,
+    p.add_argument("--val-batch-size", type=arguments.positive_int, default=None,
                    help=f"validation windows per forward pass (default: {sps_config.VAL_BATCH})")
-    p.add_argument("--limit", type=cli.positive_int, default=None,
+    p.add_argument("--limit", type=arguments.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
-    cli.add_batch_size(p, None, f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
-    p.add_argument("--tokenizer", type=cli.input_path("tokenizer file", cli.FILE, TOKENIZER_HINT), default=None,
+    arguments.add_batch_size(p, None, f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
+    p.add_argument("--tokenizer", type=arguments.input_path("tokenizer file", arguments.FILE, TOKENIZER_HINT), default=None,
                    help="gpt2.tiktoken file (default: the provisioned one)")
-    p.add_argument("--out", type=cli.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
+    p.add_argument("--out", type=arguments.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
     return p
 
@@ -263,7 +264,7 @@ def main_evaluate(argv) -> int:
         p.error("--out names one file; with --all-steps results go to RUN/eval/step_<N>.json")
     if args.all_steps and args.step is not None:
         p.error("--step names one checkpoint and --all-steps every one: pass one of them")
-    path = cli.run_argument(args)
+    path = arguments.run_argument(args)
     try:  # a path that names no run is said before jax loads, after the checks of the outputs as for a run
         run_files.checkpoint_step(path, args.step)
         missing = None
@@ -277,7 +278,7 @@ def main_evaluate(argv) -> int:
             _check_run_folder(args.val_data)
             token_folder.check_prepared(args.val_data)
         _check_task_files(args, keys, task_data)
-        checkpoint = cli.load("sps_jax.checkpoint")
+        checkpoint = cli_process.load("sps_jax.checkpoint")
     steps = [args.step]
     if args.all_steps and missing is None:
         steps, workdir = _all_steps(path)
@@ -337,17 +338,17 @@ _OTHER_FILE_SUFFIXES = (".json", ".jsonl", ".txt", ".csv", ".png", ".pdf", ".htm
 
 
 def main_table(argv) -> int:
-    p = cli.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
-                           description="The paper's main table (and per-task table) from results JSONs.")
-    p.add_argument("results", nargs="+", type=cli.input_path("results file", cli.FILE, results_table.PASS_RESULTS),
+    p = arguments.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
+                                 description="The paper's main table (and per-task table) from results JSONs.")
+    p.add_argument("results", nargs="+", type=arguments.input_path("results file", arguments.FILE, results_table.PASS_RESULTS),
                    help="results JSON files written by python -m sps_jax.evaluation.evaluate")
-    p.add_argument("--out", type=cli.output_path, default=None,
+    p.add_argument("--out", type=arguments.output_path, default=None,
                    help="write OUT.md and OUT.tex (and print the Markdown); OUT.md or OUT.tex names the same pair")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
-    cli.check_force(args.force, {"--out": args.out}, "--out's .md and .tex files")  # the table alone is printed
+    arguments.check_force(args.force, {"--out": args.out}, "--out's .md and .tex files")  # the table alone is printed
 
-    files.distinct_inputs(args.results, "results file")
+    path_checks.distinct_inputs(args.results, "results file")
     if args.out is not None:
         if not args.out.strip():
             p.error("--out is empty: pass the stem of the .md and .tex files to write")
@@ -360,7 +361,7 @@ def main_table(argv) -> int:
         if args.out == given and other.lower() in _OTHER_FILE_SUFFIXES:  # ev.json: ev.json.md and ev.json.tex
             p.error(f"--out {given} names a {other} file, but the table is written as a .md and a .tex file of one "
                     f"stem: pass --out {stem}")
-        files.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))
+        path_checks.check_stem(args.out, given, ".md and .tex", os.path.join(os.path.normpath(given), "table"))
         for suffix in (".md", ".tex"):
             run_files.output_file(args.out + suffix, "--out", args.force, [("results file", r) for r in args.results],
                                   example="table")  # a stem, as --out takes
@@ -381,7 +382,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "table":
         return main_table(argv[1:])
     if argv and names.close_name(argv[0], ["table"]):  # a typo of it; any other bare word is an unrecognized argument
-        _parser().error(cli.unknown_subcommand(argv[0], ["table"]))
+        _parser().error(arguments.unknown_subcommand(argv[0], ["table"]))
     return main_evaluate(argv)
 
 

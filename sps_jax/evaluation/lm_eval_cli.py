@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from sps_jax import cli
+from sps_jax import arguments, cli
 from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_jax")
 
 
@@ -19,12 +19,12 @@ from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_ja
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:  # lm-eval's parser has no --version; a bug report needs both packages'
-        print(f"{cli.version()}; lm-eval {cli.distribution_version('lm_eval')}")
+        print(f"{arguments.version()}; lm-eval {arguments.distribution_version('lm_eval')}")
         return
     from lm_eval.__main__ import cli_evaluate
 
     sys.argv = ["lm_eval"] + argv
-    with cli.help_write_errors():  # its --help into a full disk or a closed pipe exited 0
+    with arguments.help_write_errors():  # its --help into a full disk or a closed pipe exited 0
         cli_evaluate()
 
 

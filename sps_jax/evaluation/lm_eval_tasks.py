@@ -11,7 +11,7 @@ import os
 import pathlib
 import tempfile
 
-from sps_jax import cli, files
+from sps_jax import arguments, cli, path_checks
 from sps_jax.evaluation import paper_tasks
 
 
@@ -23,9 +23,9 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
     from lm_eval.tasks import TaskManager
 
     if include_path:  # lm-eval's index reads every file it lists: a pipe would wait forever for a writer
-        odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if files.special_file(str(p))), None)
+        odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if path_checks.special_file(str(p))), None)
         if odd is not None:
-            raise cli.UserError(f"{odd} in {_include_path_name()} {include_path} {cli.NOT_REGULAR}: remove it, or move "
+            raise cli.UserError(f"{odd} in {_include_path_name()} {include_path} {path_checks.NOT_REGULAR}: remove it, or move "
                                 "it out of the folder.")
     return TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
                        include_defaults=include_defaults)
@@ -316,7 +316,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
         raise TypeError(f"lm must be an lm-eval model (e.g. lm_eval_adapter.SPSLM(workdir=RUN)), got "
                         f"{type(lm).__name__}.")
     check_limit(limit)
-    if include_path is not None and not os.path.isdir(files.path_text(include_path, "include_path")):
+    if include_path is not None and not os.path.isdir(path_checks.path_text(include_path, "include_path")):
         raise FileNotFoundError(f"include_path {include_path!r} is not a folder: pass the folder of task YAMLs.")
     fetched = [key for key in keys if key not in task_data]  # the tasks lm-eval reads from the hub (or its cache)
     manager = task_manager(include_path, include_defaults)
@@ -348,7 +348,7 @@ def run_lm_eval(lm, keys, task_data: dict[str, str] | None = None, include_path:
 
 def check_limit(limit) -> None:
     """lm-eval's documents per task: a whole number from 1, or None for all (else one sentence)."""
-    if limit is not None and cli.integer(limit, "limit", " (documents per task) or None (all)") < 1:
+    if limit is not None and arguments.integer(limit, "limit", " (documents per task) or None (all)") < 1:
         raise ValueError(f"limit must be at least 1 document per task, or None for all, got {limit}.")
 
 
@@ -374,4 +374,4 @@ def task_mapping(task_data) -> dict[str, str]:
                         "{'arc_easy': 'arc_easy_test.jsonl'}.")
     if not all(isinstance(key, str) for key in task_data):
         raise TypeError(f"task_data must map task names (str) to files, got {list(task_data)!r}.")
-    return {key: files.path_text(path, f"task_data[{key!r}]") for key, path in task_data.items()}
+    return {key: path_checks.path_text(path, f"task_data[{key!r}]") for key, path in task_data.items()}

@@ -20,7 +20,7 @@ import os
 import zlib
 from pathlib import Path
 
-from sps_jax import cli, files, names
+from sps_jax import arguments, cli, files, names
 
 TASKS_DIR = str(Path(__file__).parent / "tasks")
 
@@ -129,11 +129,11 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
 
 
 def check_task_path(key: str, path: str) -> None:
-    """--task-data KEY=PATH's path, checked as every path a command reads is (``cli.input_path``: an empty path, an
+    """--task-data KEY=PATH's path, checked as every path a command reads is (``arguments.input_path``: an empty path, an
     unexpanded '~', a folder, a pipe or device, a link that leads nowhere) in one sentence; a missing one is left to
     :func:`check_task_data`, after the command's checks of its outputs."""
     try:
-        cli.input_path("task data file", cli.FILE, _path_hint(key))(path)
+        arguments.input_path("task data file", arguments.FILE, _path_hint(key))(path)
     except argparse.ArgumentTypeError as e:
         raise cli.UserError(f"{task_data_name()} {key}: {e}.") from None
 

@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Iterable
 
-from sps_jax import cli, config as sps_config, files, masks
+from sps_jax import cli, config as sps_config, masks, path_checks, reading
 from sps_jax.evaluation import paper_tasks
 
 METHOD_NAMES = {
@@ -36,11 +36,11 @@ _EVALUATE_FIELDS = ("variant", "step", "val_nll", "corpus_nll", "tasks")
 
 def load(paths) -> list[dict]:
     """Results JSONs, each checked for the fields the table reads (one sentence naming the file)."""
-    paths = files.path_list(paths, "paths")
+    paths = path_checks.path_list(paths, "paths")
     rows = []
     for path in paths:
         damaged = str(path).lower().endswith(".json")  # evaluate writes .json; a .jsonl is a run's metrics
-        row = files.read_json(files.input_file(path, "results file", PASS_RESULTS), _REDO if damaged else _OTHER)
+        row = reading.read_json(reading.input_file(path, "results file", PASS_RESULTS), _REDO if damaged else _OTHER)
         bad = _row_problem(row)
         if bad:
             damaged = isinstance(row, dict) and any(field in row for field in _EVALUATE_FIELDS)

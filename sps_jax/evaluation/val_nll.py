@@ -16,7 +16,7 @@ import time
 import jax
 import numpy as np
 
-from sps_jax import cli, config as sps_config, model as sps_model
+from sps_jax import arguments, cli, config as sps_config, model as sps_model
 from sps_jax.data import loader
 
 
@@ -50,10 +50,10 @@ def _loss_sums(cfg: sps_model.ModelConfig):
 def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = sps_config.VAL_BATCH,
                    max_tokens: int | None = None, log_every_s: float = 10.0) -> dict:
     """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
-    if cli.integer(batch_size, "batch_size") < 1:  # -1 would give val_nll 0.0 over no window, 0 range()'s own error
+    if arguments.integer(batch_size, "batch_size") < 1:  # -1 would give val_nll 0.0 over no window, 0 range()'s own error
         raise ValueError(f"batch_size must be at least 1 window, got {batch_size}.")
     if max_tokens is not None:
-        cli.integer(max_tokens, "max_tokens", " or None (the whole split)")
+        arguments.integer(max_tokens, "max_tokens", " or None (the whole split)")
     if getattr(tokens, "ndim", None) != 1 or not np.issubdtype(tokens.dtype, np.integer):
         got = f"shape {tokens.shape} of {tokens.dtype}" if hasattr(tokens, "dtype") else type(tokens).__name__
         raise ValueError(f"tokens must be a 1-D array of token ids (a split, as loader.open_tokens gives it), got "

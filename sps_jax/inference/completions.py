@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from sps_jax import cli
+from sps_jax import arguments
 from sps_jax.inference import batching
 from sps_jax.inference.sampling import DEFAULT_SEED, Sampling
 
@@ -62,7 +62,7 @@ def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: 
     from sps_jax.inference import decoding
 
     cfg = sps_model.ModelConfig.from_config(cfg)
-    batch_size = cli.at_least("batch_size", batch_size, 1)
+    batch_size = arguments.at_least("batch_size", batch_size, 1)
     batching.check_progress(progress)
     params = decoding.held_params(cfg, params)  # once for every batch
     results = []

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sps_jax import block_tables, cli, masks, runs
+from sps_jax import arguments, block_tables, masks, runs
 from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference import batching
@@ -40,7 +40,7 @@ def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positio
     cfg = sps_model.ModelConfig.from_config(cfg)
     sps_model.check_tokens(tokens_BT, cfg)  # ids as well, where the tokens are concrete
     _check_model(cfg, params)
-    max_len = cli.integer(max_len, "max_len")
+    max_len = arguments.integer(max_len, "max_len")
     if max_len < tokens_BT.shape[1]:
         raise ValueError(f"max_len={max_len} is below the prompts' {tokens_BT.shape[1]} positions: the cache holds "
                          "the prompt and every generated token; pass at least that many.")
@@ -173,7 +173,7 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     the cache's writes would be clamped onto that slot, and the logits would go wrong without a word.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
-    max_new_tokens = cli.integer(max_new_tokens, "max_new_tokens")  # a jax scalar cannot be a static argument
+    max_new_tokens = arguments.integer(max_new_tokens, "max_new_tokens")  # a jax scalar cannot be a static argument
     _check_options(sampling, 0, stop_on_eos, max_new_tokens=max_new_tokens)
     sps_model.check_rng(rng)
     _check_cache(cache)
@@ -245,7 +245,7 @@ def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], 
     prompts = [token_ids(p, names[n] if names is not None else f"prompt {n}") for n, p in enumerate(prompts)]
     if not len(prompts):
         raise ValueError("no prompts given: pass at least one prompt.")
-    max_new_tokens = cli.integer(max_new_tokens, limit_name)
+    max_new_tokens = arguments.integer(max_new_tokens, limit_name)
     if max_new_tokens < 1:
         raise ValueError(f"{limit_name} must be at least 1, got {max_new_tokens}.")
     for n, prompt in enumerate(prompts):
@@ -279,11 +279,11 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         # a key (its repr runs over two lines): generation makes each batch's key from the seed (batch_seed)
         raise TypeError(f"seed must be an integer, got a jax array of shape {tuple(seed.shape)}: pass the int a key "
                         "is made from, e.g. seed=0.")
-    if not 0 <= cli.integer(seed, "seed") < SEED_LIMIT:  # 2**63 would overflow inside jax's key
+    if not 0 <= arguments.integer(seed, "seed") < SEED_LIMIT:  # 2**63 would overflow inside jax's key
         raise ValueError(f"seed must be from 0 to 2**{SEED_LIMIT.bit_length() - 1} - 1, got {seed}.")
-    cli.true_or_false(stop_on_eos, "stop_on_eos")  # "no" is truthy: it would stop at EOS
+    arguments.true_or_false(stop_on_eos, "stop_on_eos")  # "no" is truthy: it would stop at EOS
     for name, value in sizes.items():
-        cli.at_least(name, value, 1)
+        arguments.at_least(name, value, 1)
 
 
 def batch_seed(seed: int, first: int) -> int:

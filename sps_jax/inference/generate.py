@@ -18,7 +18,8 @@ import os
 import sys
 import time
 
-from sps_jax import cli, config as sps_config, files, hardware, model_config, names, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, files, hardware, model_config, names, reading
+from sps_jax import run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
@@ -34,14 +35,14 @@ def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
     """(line number, record) of each prompt of a .jsonl file of {"prompt": ..., ...} objects, or of plain
     text with one prompt per line (UTF-8; a bad line is one sentence naming it), and the number of blank
     lines (empty or only whitespace) of plain text, which separate prompts rather than being one."""
-    files.input_file(path, "prompts file", PASS_PROMPTS)
+    reading.input_file(path, "prompts file", PASS_PROMPTS)
     suffix = os.path.splitext(path)[1].lower()  # PROMPTS.JSONL is JSON Lines too
     if suffix == ".json":  # read as text, each line of a JSON document would be a prompt
         raise ValueError(f"prompts file {path!r} is a .json file: pass a .jsonl file (one {{\"prompt\": ...}} object "
                          "per line) or plain text with one prompt per line.")
     records, blank = [], 0
     if suffix == ".jsonl":
-        for n, record in files.read_jsonl(path):
+        for n, record in reading.read_jsonl(path):
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
                 raise ValueError(f"{path} line {n} must be a JSON object with a string field \"prompt\".")
             taken = [field for field in OUTPUT_FIELDS if field in record]
@@ -56,7 +57,7 @@ def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
             records.append((n, record))
     else:
         # Universal newlines, as open(); NUL is UTF-8, but of UTF-16 text without its byte-order mark, or binary data.
-        text = files.read_text(path, fix=PASS_PROMPTS, text_only=True).replace("\r\n", "\n").replace("\r", "\n")
+        text = reading.read_text(path, fix=PASS_PROMPTS, text_only=True).replace("\r\n", "\n").replace("\r", "\n")
         lines = text.split("\n")
         if lines[-1] == "":  # the file's last newline ends a line; it starts none
             lines.pop()
@@ -82,32 +83,32 @@ def _is_prompt_record(line: str) -> bool:
     return isinstance(record, dict) and isinstance(record.get("prompt"), str)
 
 
-def _parser() -> cli.ArgumentParser:
-    parser = cli.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli.add_run_arguments(parser)
+def _parser() -> arguments.ArgumentParser:
+    parser = arguments.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
+                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    arguments.add_run_arguments(parser)
     parser.add_argument("--step", type=sps_config.step_argument, default=None,
                         help="generate with this checkpoint of the run (default: the latest), as evaluate --step")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt, printed with its completion (or written as JSONL with --out)")
-    what.add_argument("--prompts-file", type=cli.input_path("prompts file", cli.FILE, PASS_PROMPTS),
+    what.add_argument("--prompts-file", type=arguments.input_path("prompts file", arguments.FILE, PASS_PROMPTS),
                       help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
-    parser.add_argument("--out", type=cli.output_path, help="write the results as JSONL here (default: print them)")
+    parser.add_argument("--out", type=arguments.output_path, help="write the results as JSONL here (default: print them)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
-    parser.add_argument("--max-new-tokens", type=cli.positive_int, default=64,
+    parser.add_argument("--max-new-tokens", type=arguments.positive_int, default=64,
                         help="tokens to generate per prompt (fewer where EOS stops it)")
-    parser.add_argument("--temperature", type=cli.number("0 (greedy) or a number above 0"),
+    parser.add_argument("--temperature", type=arguments.number("0 (greedy) or a number above 0"),
                         default=Sampling.temperature, help="0 = greedy")
-    parser.add_argument("--top-k", type=cli.non_negative_int, default=Sampling.top_k,
+    parser.add_argument("--top-k", type=arguments.non_negative_int, default=Sampling.top_k,
                         help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
-    parser.add_argument("--top-p", type=cli.number("a number above 0, at most 1"), default=Sampling.top_p,
+    parser.add_argument("--top-p", type=arguments.number("a number above 0, at most 1"), default=Sampling.top_p,
                         help="sample among the likeliest tokens whose mass reaches p (1: all; needs --temperature above 0)")
-    parser.add_argument("--seed", type=cli.non_negative_int, default=DEFAULT_SEED, help="sampling seed")
-    cli.add_batch_size(parser, batching.MAX_BATCH, "prompts per generation batch")
+    parser.add_argument("--seed", type=arguments.non_negative_int, default=DEFAULT_SEED, help="sampling seed")
+    arguments.add_batch_size(parser, batching.MAX_BATCH, "prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
                         help="override model.attention")
-    parser.add_argument("--prefill-chunk", type=cli.non_negative_int, default=None,
+    parser.add_argument("--prefill-chunk", type=arguments.non_negative_int, default=None,
                         help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
     return parser
 
@@ -128,7 +129,7 @@ def _context(path: str) -> int | None:
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    cli.check_force(args.force, {"--out": args.out}, "an existing --out file")  # the completions alone are printed
+    arguments.check_force(args.force, {"--out": args.out}, "an existing --out file")  # the completions alone are printed
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     try:
         sampling.validate()
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
         run_files.output_file(args.out, "--out", args.force, [("--prompts-file", args.prompts_file),
                                                         ("the tokenizer's ranks file", tokenizer.default_ranks_path())],
                          example="completions.jsonl")
-    run_files.checkpoint_step(cli.run_argument(args), args.step)  # a path that names no run, before jax loads
+    run_files.checkpoint_step(arguments.run_argument(args), args.step)  # a path that names no run, before jax loads
     blank = 0
     if args.prompt is not None:
         names, records = ["--prompt"], [{"prompt": args.prompt}]
@@ -155,18 +156,18 @@ def main(argv=None) -> int:
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     for name, record in zip(names, records):  # the prompts need no jax to be read, nor to be empty
         batching.refuse_empty(record["prompt"], name)
-    seq_len = _context(cli.run_argument(args))
+    seq_len = _context(arguments.run_argument(args))
     # Encoded once, without jax; where config.json says the context, each length is checked against it now, and the
     # ids' own checks come with the run's.
     ids = [tokenizer.encode(tokenizer.check_text(record["prompt"], name)) for name, record in zip(names, records)]
     for name, prompt_ids in zip(names, ids) if seq_len is not None else ():
         batching.check_length(prompt_ids, name, seq_len, args.max_new_tokens, "--max-new-tokens")
-    with cli.stop_exits_while_loading():
+    with cli_process.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
         from sps_jax.inference import decoding, kv_cache
 
     # The run's config.json says the context: every prompt is checked against it before any weights load.
-    cfg = runs.read_run(cli.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
+    cfg = runs.read_run(arguments.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
     overrides = {"attention": args.attention, "prefill_chunk": args.prefill_chunk}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
     prompts = decoding.check_prompts(cfg, ids, args.max_new_tokens, names, limit_name="--max-new-tokens")
     kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
                         *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
-    _, params, step = runs.load_inference_model(cli.run_argument(args), args.step)
+    _, params, step = runs.load_inference_model(arguments.run_argument(args), args.step)
     skipped = f" ({blank} blank line(s) of the prompts file skipped)" if blank else ""
     cli.note(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}")
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from sps_jax import cli
+from sps_jax import arguments
 
 _F32 = np.finfo(np.float32)
 
@@ -38,7 +38,7 @@ class Sampling:
         for name, value in (("temperature", self.temperature), ("top_p", self.top_p)):
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise ValueError(f"{name} must be a number, got {value!r}.")
-        cli.integer(self.top_k, "top_k", " (0 keeps every token)")
+        arguments.integer(self.top_k, "top_k", " (0 keeps every token)")
         # Logits are divided in f32: a temperature that rounds to 0 or inf there would sample from NaNs or uniformly.
         # Compared as Python floats: a numpy float32 bound would cast 1e39 to inf with a RuntimeWarning.
         if not (self.temperature == 0 or float(_F32.tiny) <= self.temperature <= float(_F32.max)):

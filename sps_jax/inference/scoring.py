@@ -45,7 +45,7 @@ class Scorer:
 
     def __init__(self, net: sps_model.Transformer, params, max_batch: int = batching.MAX_BATCH, min_len: int = batching.MIN_LEN,
                  max_batch_tokens: int = 16384):
-        from sps_jax import cli, runs
+        from sps_jax import arguments, runs
 
         runs.check_model_params(net, params)
         self.net = net
@@ -53,8 +53,8 @@ class Scorer:
         self.params = params
         # integers of at least 1: else 0 and negatives would act as 1, 2.7 as 2 and "4" as 4
         self.max_batch, self.min_len, self.max_batch_tokens = (
-            cli.at_least(name, value, 1) for name, value in (("max_batch", max_batch), ("min_len", min_len),
-                                                              ("max_batch_tokens", max_batch_tokens)))
+            arguments.at_least(name, value, 1) for name, value in (("max_batch", max_batch), ("min_len", min_len),
+                                                                    ("max_batch_tokens", max_batch_tokens)))
         self._target_logprobs = _jitted(self.cfg)
 
     @property

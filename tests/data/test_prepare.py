@@ -418,17 +418,17 @@ def test_a_second_prepare_of_a_folder_being_built_is_refused_and_first_runs_wait
     import shutil
     import time
 
-    from sps_jax import files
+    from sps_jax import folder_swap, locks
     src = write_sources(tmp_path)["jsonl"]
     ready = prepare.prepare(str(src), str(tmp_path / "ready"), log=lambda *a: None)
     out = tmp_path / "builtin"
     logs = []
-    with files.replace_folder(str(out)) as building:  # another command is preparing `out` now
+    with folder_swap.replace_folder(str(out)) as building:  # another command is preparing `out` now
         # A second prepare of the same folder is one sentence, and mixes nothing into the first's files.
-        with pytest.raises(files.FolderBusy,
+        with pytest.raises(locks.FolderBusy,
                            match=rf"another command \(pid {os.getpid()}\) is writing .*builtin now .* wait for it"):
             prepare.prepare(str(src), str(out), log=lambda *a: None)
-        assert set(os.listdir(building)) == {files._BUILDING}  # nothing of the second's mixed in
+        assert set(os.listdir(building)) == {folder_swap._BUILDING}  # nothing of the second's mixed in
         # A training run's ensure_builtin waits for the first one instead, and does not prepare again.
         thread, box = _in_thread(lambda: prepare.ensure_builtin(str(out), log=logs.append))
         time.sleep(0.5)
@@ -444,13 +444,13 @@ def test_a_second_prepare_of_a_folder_being_built_is_refused_and_first_runs_wait
 def test_a_first_run_waiting_for_a_builtin_prepare_that_fails_prepares_it_itself(tmp_path, monkeypatch):
     import time
 
-    from sps_jax import files
+    from sps_jax import folder_swap
     src = str(write_sources(tmp_path)["jsonl"])
     real = prepare.prepare
     monkeypatch.setattr(prepare, "prepare", lambda source, out, **kw: real(src, out, **kw))  # a small corpus
     out, logs = tmp_path / "builtin", []
     with pytest.raises(RuntimeError):
-        with files.replace_folder(str(out)):
+        with folder_swap.replace_folder(str(out)):
             (tmp_path / "builtin.partial" / "train.bin").write_bytes(b"half")
             thread, box = _in_thread(lambda: prepare.ensure_builtin(str(out), log=logs.append))
             time.sleep(0.5)
