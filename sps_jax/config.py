@@ -273,10 +273,14 @@ def parse_arg(arg: str, defaults: Sequence[str], usage: str | None = None) -> li
     return parts + list(defaults[len(parts):])
 
 
+# The words a window takes for no bound, in any case: in a config file's argument and in a window's override.
+UNBOUNDED_WORDS = ("none", "inf", "unbounded")
+
+
 def parse_window(text: str, usage: str = "") -> int | None:
     """A window field: an integer, or 'none' for unbounded. ``usage`` (a config file's ``VARIANT[,WINDOW]``) is said
     with a refusal: ``configs/tiny.py:s,sps`` read 'sps' as the window, since tiny takes no scale."""
-    if text.lower() in ("none", "inf", "unbounded"):
+    if text.lower() in UNBOUNDED_WORDS:
         return None
     try:
         window = int(text)
@@ -505,8 +509,10 @@ def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
     if isinstance(old, ml_collections.ConfigDict):
         raise ValueError(f"override {item!r}: {key} is a section, not a field: set its fields, "
                          f"e.g. --config.{key}.{next(iter(old.keys()), 'FIELD')}=VALUE.")
-    if old is None and key in UNSET_KINDS:  # None until set: the field's kind says what the text is
-        value = _fit(UNSET_KINDS[key], _literal(text), text, item, unset=True)
+    if key in UNSET_KINDS and text.strip().lower() in _none_words(key):  # no number: 'none' says None
+        value = None
+    elif key in UNSET_KINDS:  # the field's kind says what the text is, a None in it saying nothing of its kind
+        value = _fit(UNSET_KINDS[key], _literal(text), text, item, unset=old)
     else:
         value = _fit(old, _literal(text), text, item)
     with node.ignore_type():
@@ -530,15 +536,25 @@ def _no_key(node, path: list[str], name: str, section: bool) -> str:
 
 
 # A value of the kind of each number field that None may fill (a field's None says nothing of its kind): what an
-# override of it takes, as a set field's value says. Text fields that None may fill take any literal, their checks
-# saying what they take.
+# override of it takes, as a set field's value says, and None, which ``none`` in any case says too (no number is
+# that word). Text fields that None may fill take any literal, their checks saying what they take: ``none`` is text
+# there (a folder or a W&B entity may have that name), and the literal None unsets them.
 UNSET_KINDS = {"model.window": 0, "model.persistent_window": 0, "train.grad_clip": 0.0,
                "train.peak_flops_per_device": 0.0}
+_WINDOWS = ("model.window", "model.persistent_window")
 
 
-def _fit(old, value, text: str, item: str, unset: bool = False):
-    """``value`` converted to the kind of ``old`` (see :func:`apply_override`), else one sentence; ``unset``: the
-    field holds None, and ``old`` is a value of its kind."""
+def _none_words(key: str) -> tuple[str, ...]:
+    """The words an override of ``key``, a field of :data:`UNSET_KINDS`, takes for None: a window's for no bound."""
+    return UNBOUNDED_WORDS if key in _WINDOWS else ("none",)
+
+
+_NOT_GIVEN = object()
+
+
+def _fit(old, value, text: str, item: str, unset=_NOT_GIVEN):
+    """``value`` converted to the kind of ``old`` (see :func:`apply_override`), else one sentence; ``unset`` (given
+    for a field None may fill): the field's value, and ``old`` a value of its kind."""
     if isinstance(value, dict):  # a literal {...} would become a section of fields where a value goes
         raise ValueError(f"override {item!r}: the field takes a value, not the section of fields {text!r}.")
     if value is None or old is None:
@@ -557,8 +573,9 @@ def _fit(old, value, text: str, item: str, unset: bool = False):
     else:
         return value
     if not ok:
-        raise ValueError(f"override {item!r}: the field takes {kind}{' or None' if unset else ''} (its value is "
-                         f"{None if unset else old!r}), not {text!r}.")
+        nullable = unset is not _NOT_GIVEN
+        raise ValueError(f"override {item!r}: the field takes {kind}{' or None' if nullable else ''} (its value is "
+                         f"{unset if nullable else old!r}), not {text!r}.")
     return value
 
 

@@ -765,3 +765,25 @@ def test_an_override_of_a_number_field_set_to_none_takes_the_kind_of_number_the_
         with pytest.raises(ValueError) as refusal:
             sps_config.load_config("configs/tiny.py", [item])
         assert str(refusal.value) == f"override {item!r}: the field takes {takes}"
+
+
+def test_an_override_of_a_number_field_none_may_fill_takes_none_in_any_case_as_the_config_argument_does():
+    # configs/tiny.py:sps,none took 'none' where --config.model.window=none was refused as no integer.
+    config = sps_config.load_config("configs/tiny.py", ["model.window=none", "model.persistent_window=NONE",
+                                                        "train.grad_clip=None", "train.peak_flops_per_device=none"])
+    assert (config.model.window, config.model.persistent_window) == (None, None)
+    assert (config.train.grad_clip, config.train.peak_flops_per_device) == (None, None)
+    assert config.name == "tiny-sps-wnone"
+    # the window's other words for unbounded, as configs/tiny.py:sps,inf takes them
+    for word in ("inf", "Unbounded"):
+        assert sps_config.load_config("configs/tiny.py", [f"model.window={word}"]).model.window is None
+    with pytest.raises(ValueError) as refusal:  # a word no number field takes, told that None is one of its values
+        sps_config.load_config("configs/tiny.py", ["train.grad_clip=off"])
+    assert str(refusal.value) == "override 'train.grad_clip=off': the field takes a number or None (its value is 1.0), not 'off'."
+
+
+def test_an_override_of_a_text_field_keeps_none_as_text_and_only_the_literal_None_unsets_it():
+    # A folder or a W&B entity may be named none: on a text field the word is text, as 2024 is (data.dir=2024).
+    config = sps_config.load_config("configs/tiny.py", ["metrics.wandb_entity=none", "train.init_from=NONE",
+                                                        "metrics.wandb_name=None"])
+    assert (config.metrics.wandb_entity, config.train.init_from, config.metrics.wandb_name) == ("none", "NONE", None)
