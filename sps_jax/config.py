@@ -361,6 +361,22 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     return config
 
 
+def check_loaded(config, spec: str, overrides: Sequence[str] = (), run: bool = True) -> None:
+    """What a command checks of the config :func:`load_config` made of ``spec`` and ``overrides`` before jax loads:
+    :func:`check_run_config` (where ``run``) and the model's own checks. A refused value that no override names was
+    set by the config file (or its builders), which the sentence then names: it named the field alone, as if an
+    override had set it."""
+    try:
+        if run:
+            check_run_config(config)
+        ModelConfig.from_config(config.model)
+    except ValueError as exc:
+        leaves = {override_key(item).rpartition(".")[2] for item in check_overrides(overrides)}
+        if any(re.search(rf"\b{re.escape(leaf)}\b", str(exc)) for leaf in leaves):
+            raise
+        raise UserError(f"config file {split_spec(spec)[0]}: {cli.sentence(exc)}") from None
+
+
 def _check_takes(get_config, arg: str | None, path: str) -> None:
     """One sentence where ``get_config`` cannot be called with the spec's argument (or with none): the spec is what
     to change, where Python's "missing 1 required positional argument" would read as a failure of the file."""
@@ -433,7 +449,8 @@ def _failure(exc: BaseException, path: str) -> str:
     if retyped:  # np.int64(8) or "2" set on an int field
         kind = retyped["kind"].removeprefix("builtins.")
         article = lambda word: "an" if word[0] in "aeiou" else "a"  # noqa: E731
-        given = f"{retyped['value']} is {article(retyped['given'])} {retyped['given']}"
+        shown = repr(retyped["value"]) if retyped["given"] == "str" else retyped["value"]  # c.train.seed = '3'
+        given = f"{shown} is {article(retyped['given'])} {retyped['given']}"
         if kind.endswith(".ConfigDict"):  # c.train = 5: a section replaced by a value
             return (f"{where}: {retyped['field']!r} is a section of fields, and {given}: set its fields instead of "
                     "replacing it.")
@@ -441,7 +458,9 @@ def _failure(exc: BaseException, path: str) -> str:
             return (f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set "
                     f"{'an integer' if kind == 'int' else 'a number'} there, not True or False.")
         number = f" (a plain Python number: {kind}(value))" if kind in ("int", "float") else ""
-        return f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set {article(kind)} {kind} there{number}."
+        nullable = " or None" if any(key.endswith(f".{retyped['field']}") for key in UNSET_KINDS) else ""
+        return (f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set {article(kind)} {kind}"
+                f"{nullable} there{number}.")
     said = f"{type(exc).__name__}: {cli.sentence(exc).rstrip('.')}" if str(exc).strip() else type(exc).__name__
     return f"{where}: {said}: fix the file{' there' if lines else ''}."
 

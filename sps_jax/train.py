@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, model_config, path_checks, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, path_checks, run_files
 from sps_jax import token_folder
 
 
@@ -150,8 +150,7 @@ def main(argv=None) -> int:
         config = sps_config.load_config(args.config, overrides)
         # The checks that need no jax, on the file's values and the overrides alike, before jax loads and before
         # joining a cluster.
-        sps_config.check_run_config(config)
-        model_config.ModelConfig.from_config(config.model)
+        sps_config.check_loaded(config, args.config, overrides)
         if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
             run_files.init_from_run(config.train.init_from)
         _check_data_dir(args.workdir, config.data.dir)

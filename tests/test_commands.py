@@ -526,3 +526,36 @@ def test_cli_no_flag_of_any_command_takes_argparses_bare_float(monkeypatch):
     bare = sorted({f"{sub.prog} {action.option_strings or action.dest}" for parser in seen
                    for sub in arguments._parsers(parser) for action in sub._actions if action.type is float})
     assert seen and bare == []
+
+
+# Values a user's own config file sets (written as configs/tiny.py is) that the checks after it runs refuse, each with
+# the words of its sentence: they named the field alone, as if an override had set it.
+FILE_SET_VALUES = {"c.train.peak_lr = float('nan')": "train.peak_lr=nan must be a finite number",
+                   "c.train.grad_clip = float('inf')": "train.grad_clip=inf must be a finite number",
+                   "c.train.global_batch = -8": "train.global_batch=-8 must be an integer of at least 1",
+                   "c.model.num_layers = -1": "model.num_layers must be an integer of at least 1, got -1",
+                   "c.model.persistent_window = -1": "persistent_window must be an integer from 0 to",
+                   "c.train = {'seed': 1}": "the config has no train.global_batch",
+                   "del c.train.peak_lr": "the config has no train.peak_lr",
+                   "c.model.windw = 8": "the model config has no field 'windw' (did you mean 'window'?)"}
+
+
+def test_cli_a_value_a_config_file_sets_is_refused_naming_the_file_before_jax_loads(tmp_path):
+    """A bad value set in the file is said with the file named, by train and each bench command that takes --config,
+    in one interpreter that loads no jax; an override's is said without it (test_help_version_and_argument_errors)."""
+    cases = []
+    for i, (line, sentence) in enumerate(FILE_SET_VALUES.items()):
+        path = tmp_path / f"mine{i}.py"
+        path.write_text("from sps_jax import config\n\n\ndef get_config():\n"
+                        f"    c = config.load_config('configs/tiny.py')\n    {line}\n    return c\n")
+        cases.append((path, f"config file {path}: {sentence}"))
+    bench = [["train", "--config"], ["smoke", "--config"], ["generate", "--config"],
+             ["compile", "--target", "h100", "--config"]]
+    runs = {"sps_jax.train": [["--config", str(path), "--workdir", str(tmp_path / "w")] for path, _ in cases],
+            "sps_jax.bench.__main__": [[*argv, str(path)] for argv in bench for path, _ in cases]}
+    for module, argvs in runs.items():
+        answers, stderr = answers_without_jax(module, argvs)
+        assert answers == [["2", "False"]] * len(argvs), stderr[-3000:]
+        said = [line for line in stderr.splitlines() if line.startswith("error:")]
+        expected = [sentence for _ in range(len(argvs) // len(cases)) for _, sentence in cases]
+        assert len(said) == len(expected) and all(s in line for s, line in zip(expected, said)), (said, stderr[-3000:])

@@ -579,8 +579,10 @@ def test_numpy_numbers_a_config_file_sets_are_the_numbers_they_hold(tmp_path):
 
 
 @pytest.mark.parametrize("line, sentence", [
-    ("c.model.window = np.int64(8)", r"field 'window' holds int values, and 8 is a numpy\.int64: set an int there"),
-    ("c.model.num_layers = '2'", r"field 'num_layers' holds int values, and 2 is a str: set an int there"),
+    ("c.model.window = np.int64(8)", r"field 'window' holds int values, and 8 is a numpy\.int64: set an int or None there"),
+    ("c.model.num_layers = '2'", r"field 'num_layers' holds int values, and '2' is a str: set an int there"),
+    # a field None may fill says so, as its override does (a text 'none' in the file is no None)
+    ("c.model.window = 'none'", r"field 'window' holds int values, and 'none' is a str: set an int or None there"),
 ])
 def test_a_value_of_another_type_set_on_a_field_says_which_type_the_field_takes(tmp_path, line, sentence):
     # Without ignore_type, ml_collections refuses the assignment itself, in its own words ("cannot be casted").
@@ -779,7 +781,8 @@ def test_an_override_of_a_number_field_none_may_fill_takes_none_in_any_case_as_t
         assert sps_config.load_config("configs/tiny.py", [f"model.window={word}"]).model.window is None
     with pytest.raises(ValueError) as refusal:  # a word no number field takes, told that None is one of its values
         sps_config.load_config("configs/tiny.py", ["train.grad_clip=off"])
-    assert str(refusal.value) == "override 'train.grad_clip=off': the field takes a number or None (its value is 1.0), not 'off'."
+    assert str(refusal.value) == ("override 'train.grad_clip=off': the field takes a number or None (its value is 1.0), "
+                                  "not 'off'.")
 
 
 def test_an_override_of_a_text_field_keeps_none_as_text_and_only_the_literal_None_unsets_it():

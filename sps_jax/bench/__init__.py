@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import arguments, cli, config as sps_config, files, masks, model_config, reading, run_files
+from sps_jax import arguments, cli, config as sps_config, files, masks, reading, run_files
 
 
 # The most timed repetitions a benchmark takes (--iters, --repeats), the bound of bench train's --steps: a count
@@ -25,9 +25,7 @@ def load_config(path: str, overrides=()):
     ``model.num_layers=0``, ``bench generate`` a negative ``train.peak_lr``). A config of a model section alone is a
     model's shapes, which generate and smoke need no more than. Loads no jax: the commands call it before jax loads."""
     config = sps_config.load_config(path, overrides)
-    if "train" in config:
-        sps_config.check_run_config(config)
-    model_config.ModelConfig.from_config(config.model)
+    sps_config.check_loaded(config, path, overrides, run="train" in config)
     return config
 
 
