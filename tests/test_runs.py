@@ -920,3 +920,27 @@ def test_a_checkpoint_past_the_last_step_a_run_can_reach_is_refused_and_never_sa
                                          r"\(AdamW counts updates in int32\): save it at a step up to that\.$"):
         runs.save_run(str(tmp_path / "new"), config, params, step=2 ** 31)
     assert not (tmp_path / "new").exists()
+
+
+# Overrides of each kind a field holds, with the value config.json must hold for each: ints stay ints (2e3 is 2000),
+# floats keep their value, None and the word none on a number field None may fill are null, text stays text.
+WRITTEN_OVERRIDES = {"train.seed": ("3", 3), "train.warmup_tokens": ("2e3", 2000), "train.peak_lr": ("2e-3", 2e-3),
+                     "train.final_lr": ("1e-4", 1e-4), "train.b2": ("0.99", 0.99), "train.eps": ("1e-9", 1e-9),
+                     "train.grad_clip": ("none", None), "train.peak_flops_per_device": ("1e12", 1e12),
+                     "model.window": ("5", 5), "model.persistent_window": ("NONE", None),
+                     "model.rope_theta": ("5e3", 5000.0), "model.remat": ("True", True), "data.prefetch": ("1", 1),
+                     "data.dir": ("2024", "2024"), "metrics.wandb_entity": ("none", "none"),
+                     "metrics.wandb_name": ("None", None)}
+
+
+def test_overridden_values_reach_config_json_unchanged_and_a_resume_reads_back_the_same_config(tmp_path):
+    config = sps_config.load_config("configs/tiny.py", [f"{k}={text}" for k, (text, _) in WRITTEN_OVERRIDES.items()])
+    runs.write_config(str(tmp_path), config)
+    data = json.loads((tmp_path / "config.json").read_text())
+    written = {k: data[k.split(".")[0]][k.split(".")[1]] for k in WRITTEN_OVERRIDES}
+    assert {k: (v, type(v)) for k, v in written.items()} == {k: (v, type(v)) for k, (_, v) in WRITTEN_OVERRIDES.items()}
+    saved = runs.read_config(str(tmp_path))
+    # a resume with the same command changes nothing it would name, and builds the same model
+    assert runs.resume_changes(saved, config) == []
+    assert runs.checked_model_config(saved, str(tmp_path)) == sps_model.ModelConfig.from_config(config.model)
+    assert saved.to_dict() == config.to_dict()
