@@ -559,3 +559,27 @@ def test_cli_a_value_a_config_file_sets_is_refused_naming_the_file_before_jax_lo
         said = [line for line in stderr.splitlines() if line.startswith("error:")]
         expected = [sentence for _ in range(len(argvs) // len(cases)) for _, sentence in cases]
         assert len(said) == len(expected) and all(s in line for s, line in zip(expected, said)), (said, stderr[-3000:])
+
+
+# Overrides of each kind that train refuses before jax loads: a value of another kind, a word no field takes, a model
+# its own checks refuse, and a value a later check refuses.
+REFUSED_OVERRIDES = ["--config.model.window=abc", "--config.train.nonfinite=Skip", "--config.model.num_heads=3",
+                     "--config.train.grad_clip=0", "--config.train.lrr=1"]
+
+
+def test_cli_the_bench_commands_refuse_a_bad_override_in_the_sentence_train_gives_before_jax_loads(tmp_path):
+    said = {}
+    runs = {"sps_jax.train": [["--config", "configs/tiny.py", "--workdir", str(tmp_path / "w")]],
+            "sps_jax.bench.__main__": [["train", "--config", "configs/tiny.py"], ["smoke", "--config", "configs/tiny.py"],
+                                       ["generate", "--config", "configs/tiny.py"],
+                                       ["compile", "--target", "h100", "--config", "configs/tiny.py"]]}
+    for module, commands in runs.items():
+        argvs = [[*argv, item] for argv in commands for item in REFUSED_OVERRIDES]
+        answers, stderr = answers_without_jax(module, argvs)
+        assert answers == [["2", "False"]] * len(argvs), stderr[-3000:]
+        lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert len(lines) == len(argvs), stderr[-3000:]
+        said.update({(module, i): lines[i * len(REFUSED_OVERRIDES):(i + 1) * len(REFUSED_OVERRIDES)]
+                     for i in range(len(commands))})
+    train = said.pop(("sps_jax.train", 0))
+    assert all(lines == train for lines in said.values()), (train, said)
