@@ -777,7 +777,9 @@ def check_metrics(m) -> None:
     # Checked with W&B off too: config.json keeps them, and a resume with wandb=True would meet them then.
     mode = m.get("wandb_mode")
     if mode is not None and mode not in WANDB_MODES:
-        raise UserError(f"metrics.wandb_mode={mode!r}{did_you_mean(mode, WANDB_MODES)} must be one of "
+        # the text none is no None on a text field (README): the literal is what was meant, not 'online'
+        guess = " (did you mean None?)" if str(mode).lower() == "none" else did_you_mean(mode, WANDB_MODES)
+        raise UserError(f"metrics.wandb_mode={mode!r}{guess} must be one of "
                         f"{', '.join(WANDB_MODES)}, or None for WANDB_MODE (else online).")
     for name, default in (("wandb_project", "W&B's default project"), ("wandb_entity", "the account's default"),
                           ("wandb_name", "the config's name")):

@@ -183,6 +183,8 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     (["train.weight_decay=500", "train.peak_lr=2e-3", "train.final_lr=0"], r"is at least 1"),
     # W&B's settings are checked with W&B off too: config.json keeps them for a resume that turns it on
     (["metrics.wandb_mode=bogus"], r"metrics\.wandb_mode='bogus' must be one of online, offline, disabled"),
+    # none is text on a text field: it was told "did you mean 'online'?", where the literal None was meant
+    (["metrics.wandb_mode=none"], r"^metrics\.wandb_mode='none' \(did you mean None\?\) must be one of online, "),
     (["metrics.wandb_name=[1]"], r"metrics\.wandb_name=\[1\] must be a non-empty string"),
     # optax's AdamW update is mu / (sqrt(nu) + eps): 0 / 0, NaN, where a gradient and its moments are 0
     (["train.eps=0"], r"^train\.eps=0\.0 makes AdamW's update 0 / 0, NaN, for a weight whose gradient and both "
