@@ -134,6 +134,17 @@ def unread_files(source: str) -> list[str]:
     return [p for p in _folder_files(source) if not _kind(p)]
 
 
+def text_beside_records(source: str) -> list[str]:
+    """The plain-text files of a source folder that also holds JSONL or Parquet records: each is read as one
+    document, which a dataset's README.md card beside its shards is not. [] for a file, 'builtin' and the hub."""
+    if not is_local(source) or not os.path.isdir(source):
+        return []
+    kinds = {path: _kind(path) for path in _files(source)}
+    if not {"jsonl", "parquet"} & set(kinds.values()):
+        return []
+    return [path for path, kind in kinds.items() if kind == "text"]
+
+
 def is_hub(source: str) -> bool:
     return source.startswith(HF_PREFIX)
 

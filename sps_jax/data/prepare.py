@@ -155,6 +155,12 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
             f" and {len(unread) - 2} more" if len(unread) > 2 else "")
         log(f"prepare: {len(unread):,} file(s) of source folder {source} not read, their suffix none of "
             f"{', '.join(corpus.READ_SUFFIXES)} ({names}): rename those that are documents.")
+    beside = corpus.text_beside_records(source)
+    if beside:  # a Hugging Face dataset's folder: its README.md card would be trained on as a document
+        names = ", ".join(os.path.relpath(p, source) for p in beside[:2]) + (
+            f" and {len(beside) - 2} more" if len(beside) > 2 else "")
+        log(f"prepare: source folder {source} holds JSONL/Parquet records and {len(beside):,} plain-text file(s), "
+            f"each read as one document ({names}): move those that are no documents (a dataset card) out of it.")
     start = time.time()
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with folder_swap.replace_folder(out) as building:
@@ -184,8 +190,8 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     if s["val"]["documents"] == 0:  # train and evaluate --val-data refuse such a folder: say so now, not then
         fraction = cli.named("val_fraction", "--val-fraction")
         warn(f"warning: the val split of {out} holds no document ({fraction} {val_fraction} of "
-             f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with a "
-             f"larger {fraction} or more documents.")
+             f"{s['train']['documents']:,}), which training and evaluate --val-data need: prepare it again with "
+             f"{cli.named('force=True', '--force')} and a larger {fraction} or more documents.")
     return manifest
 
 

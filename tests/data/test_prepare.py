@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from sps_jax import vocab
+from sps_jax import cli, vocab
 from sps_jax.data import __main__ as data_cli
 from sps_jax.data import corpus, prepare, tokenizer
 from tests import fuzz
@@ -303,6 +303,24 @@ def test_the_files_of_a_source_folder_that_are_not_read_are_counted_and_named(tm
     assert messages[0] == ("prepare: 3 file(s) of source folder " + str(source) + " not read, their suffix none of "
                            ".txt, .md, .rst, .text, .jsonl, .json, .ndjson, .parquet (README, "
                            + os.path.join("sub", "page.html") + " and 1 more): rename those that are documents.")
+
+
+def test_plain_text_files_beside_records_are_said_as_documents_they_are_read_as(tmp_path):
+    # A Hugging Face dataset's folder (its README.md card beside the Parquet shards) was prepared with the card as
+    # one more training document, without a word.
+    source = write_sources(tmp_path)["parquet"].parent / "hub"
+    (source / "data").mkdir(parents=True)
+    os.replace(tmp_path / "docs.parquet", source / "data" / "train-00000-of-00001.parquet")
+    (source / "README.md").write_text("---\nlicense: mit\n---\n# A dataset card\n")
+    messages = []
+    manifest = prepare.prepare(str(source), str(tmp_path / "tokens"), val_fraction=0, log=messages.append)
+    assert manifest["splits"]["train"]["documents"] == len(DOCS) + 1
+    assert messages[0] == (f"prepare: source folder {source} holds JSONL/Parquet records and 1 plain-text file(s), "
+                           "each read as one document (README.md): move those that are no documents (a dataset "
+                           "card) out of it.")
+    messages.clear()  # a folder of plain text alone is its documents: nothing to say
+    prepare.prepare(str(tmp_path / "text"), str(tmp_path / "text-tokens"), val_fraction=0, log=messages.append)
+    assert not [m for m in messages if "plain-text" in m], messages
 
 
 def test_hidden_files_and_folders_of_a_source_folder_are_not_read(tmp_path):
@@ -644,8 +662,14 @@ def test_a_folder_whose_val_split_holds_no_document_is_said_at_once(tmp_path, ca
     lines = []
     prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out"), val_fraction=0.01, log=print, warn=lines.append)
     assert lines == [f"warning: the val split of {tmp_path / 'out'} holds no document (val_fraction 0.01 of 1), "
-                     "which training and evaluate --val-data need: prepare it again with a larger val_fraction "
-                     "or more documents."]  # to stderr from the command (naming --val-fraction), not to stdout
+                     "which training and evaluate --val-data need: prepare it again with force=True and a larger "
+                     "val_fraction or more documents."]  # to stderr from the command (naming the flags), not stdout
+    # The advice is what works: without force=True the folder now there is refused as prepared with other settings.
+    source, out = str(write_sources(tmp_path)["jsonl"]), str(tmp_path / "many")
+    prepare.prepare(source, out, val_fraction=0, log=print, warn=lines.append)
+    with pytest.raises(cli.UserError, match="prepared with other settings"):
+        prepare.prepare(source, out, val_fraction=0.5, log=print)
+    assert prepare.prepare(source, out, val_fraction=0.5, force=True, log=print)["splits"]["val"]["documents"] > 0
     prepare.prepare(str(tmp_path / "one.txt"), str(tmp_path / "out2"), val_fraction=0.01)
     out, err = capsys.readouterr()
     assert err.startswith("warning: the val split of") and "warning" not in out
