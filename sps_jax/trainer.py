@@ -397,9 +397,11 @@ def _nothing_to_train(start_step: int, end: int, t) -> str:
 
 
 def _run_line(config, p: TrainPlan, devices, compile_s: float) -> str:
-    """The line that opens training: model size, mesh, batch shape, steps and compile time."""
+    """The line that opens training: model size and shape, mesh, batch shape, steps and compile time."""
     cfg, t = p.model, config.train
-    return (f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters, "
+    # The shape, since d_ff and num_heads are fields of their own: a width override leaves them as they were.
+    return (f"{config.get('name', 'run')}: {cfg.num_params / 1e6:.2f}M parameters ({cfg.num_layers} layers, d_model "
+            f"{cfg.d_model}, {cfg.num_heads} heads of {cfg.head_dim}, d_ff {cfg.d_ff}), "
             f"mesh data={p.data} x fsdp={p.fsdp} on {len(devices)} {devices[0].platform} device(s), "
             f"{p.accum} micro-batch(es) of {t.micro_batch} x {cfg.seq_len} tokens, "
             f"{p.total_steps} steps"

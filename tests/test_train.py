@@ -1364,3 +1364,10 @@ def test_the_metrics_of_a_checkpointed_step_are_on_the_disk_when_its_save_starts
         f"--config.data.dir={tokens}", f"--config.train.total_tokens={4 * 256}", "--config.train.checkpoint_every=2"])
     trainer.train(config, str(tmp_path))
     assert saves == [(2, True), (4, True)]
+
+
+def test_cli_the_run_line_names_the_models_layers_width_heads_and_mlp_width(tmp_path, tokens):
+    # A width override (--config.model.d_model) leaves num_heads and d_ff as they were: the line says what trains.
+    out = train_here(tmp_path / "run", tokens, 1000, "--config.train.stop_at_step=1", "--config.model.d_model=64")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert "parameters (2 layers, d_model 64, 2 heads of 32, d_ff 96), mesh" in out.stdout, out.stdout
