@@ -92,20 +92,24 @@ def test_curves_of_runs_that_share_a_name_are_labelled_by_their_folders(tmp_path
     assert [r["workdir"] for r in data["runs"]] == runs_
 
 
+def run_evaluated_at(tmp_path, evaluations, tokens) -> str:
+    """A run whose evaluations are at the given multiples of ``tokens`` tokens seen."""
+    run = tmp_path / "run"
+    write_run(run, "tiny", "sps", 2, [4.0 - n / 10 for n in range(len(evaluations))], tokens_per_eval=1000)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record in records:
+        record["tokens_seen"] = evaluations[record["step"] // 10 - 1] * tokens
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(run)
+
+
 @pytest.mark.parametrize("evaluations", [(1, 2, 3), (1, 2, 3, 4), (2, 3, 5, 9)])
 def test_curves_labels_at_least_two_ticks_on_an_axis_shorter_than_two_decades(tmp_path, monkeypatch, evaluations):
     """The README's tiny run evaluates at 1e5, 2e5 and 3e5 tokens: decade ticks alone gave its tokens axis one
     label (1e5) and its compute axis none."""
     drawn = []
     monkeypatch.setattr(figures, "save_figure", lambda fig, out: (fig.canvas.draw(), drawn.append(fig)))
-    run = tmp_path / "run"
-    write_run(run, "tiny", "sps", 2, [4.0 - n / 10 for n in range(len(evaluations))], tokens_per_eval=1000)
-    lines = (run / "metrics.jsonl").read_text().splitlines()  # evaluations at the given multiples of 1000 tokens
-    records = [json.loads(line) for line in lines]
-    for record in records:
-        record["tokens_seen"] = evaluations[record["step"] // 10 - 1] * 1000
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    figures.curves([str(run)], str(tmp_path / "c.png"))
+    figures.curves([run_evaluated_at(tmp_path, evaluations, 1000)], str(tmp_path / "c.png"))
     for ax in drawn[0].axes:
         lo, hi = sorted(ax.get_xlim())
         labels = [t.get_text() for t in ax.xaxis.get_majorticklabels()
@@ -746,3 +750,19 @@ def test_curves_draw_a_step_a_resumed_leg_evaluated_again_once_with_its_last_val
     data = figures.curves([run], str(tmp_path / "c.png"))
     assert data["runs"][0]["tokens_seen"] == [1000, 2000, 3000, 4000]
     assert data["runs"][0]["val_loss"] == [4.0, 3.5, 3.25, 3.0]
+
+
+@pytest.mark.parametrize("evaluations", [(100, 150), (102, 153), (100, 130, 190)])
+def test_curves_tick_labels_of_an_axis_shorter_than_a_factor_two_do_not_overlap(tmp_path, monkeypatch, evaluations):
+    """A run evaluated at 102,400 and 153,600 tokens (100 and 150 tiny steps) had its tokens axis labelled at every
+    1.1, 1.2, ... x 10^5, each label running into the next."""
+    drawn = []
+    monkeypatch.setattr(figures, "save_figure", lambda fig, out: (fig.canvas.draw(), drawn.append(fig)))
+    figures.curves([run_evaluated_at(tmp_path, evaluations, 1024)], str(tmp_path / "c.png"))
+    for ax in drawn[0].axes:
+        lo, hi = sorted(ax.get_xlim())
+        boxes = sorted((t.get_window_extent() for t in ax.xaxis.get_majorticklabels()
+                        if t.get_text() and lo <= t.get_position()[0] <= hi), key=lambda b: b.x0)
+        assert len(boxes) >= 2, ax.get_xlabel()
+        assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), (ax.get_xlabel(), [
+            t.get_text() for t in ax.xaxis.get_majorticklabels() if t.get_text()])
