@@ -139,7 +139,8 @@ def _check_places(args) -> None:
         raise UserError(f"--out {args.out} names a {suffix} file, and probes write a folder of results (their .json, "
                         ".csv and .png): pass a folder, such as probes_out.")  # it would become a folder of that name
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
-        run_files.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)])
+        run_files.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)],
+                              rename="pass another --out folder")  # the file's name is the probe's, not the user's
     path_checks.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
     for w in args.workdir:
         run_files.checkpoint_step(w, args.step)

@@ -351,3 +351,15 @@ def test_a_context_one_past_the_models_is_refused_and_the_models_own_is_not():
     assert documents.check_probe(model, params, docs, 32, batch=1) == 32
     with pytest.raises(ValueError, match=r"^context 33 is beyond the model's 32 positions: pass at most that\.$"):
         documents.check_probe(model, params, docs, 33, batch=1)
+
+
+def test_cli_a_probe_whose_results_the_default_out_holds_says_to_pass_another_out_folder(cli_fixture, tmp_path,
+                                                                                        monkeypatch, capsys):
+    # The user gave no --out: "or choose another name" asked for a name that --out, a folder, does not take.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "probes_out").mkdir()
+    (tmp_path / "probes_out" / "window_nll_omega6.json").write_text("{}")
+    assert probes.main(["window-nll", "--omega", "6", "--workdir", str(cli_fixture / "std"),
+                        "--val-data", str(cli_fixture / "data")]) == 2
+    assert capsys.readouterr().err == (f"error: --out {os.path.join('probes_out', 'window_nll_omega6.json')} already "
+                                       "exists: pass --force to replace it, or pass another --out folder.\n")
