@@ -390,6 +390,18 @@ def _config_notes(cfg, t) -> list[str]:
     return notes
 
 
+def _schedule_note(workdir: str, t, start_step: int, tokens_per_step: int) -> str | None:
+    """Where a resume's schedule fields (total_tokens moving the decay, say) change the rate of its next update:
+    a finished run extended jumps from final_lr back to the peak, which the note naming the fields leaves unsaid.
+    Read before the run's config.json says the new values."""
+    saved = runs.read_config(workdir).train
+    old, new = (float(optim.schedule(s, tokens_per_step)(start_step)) for s in (saved, t))
+    if abs(new - old) <= 1e-6 * max(abs(old), abs(new)):
+        return None
+    return (f"note: step {start_step + 1} trains at learning rate {new:.3g} under the changed schedule, where the "
+            f"run's schedule gave {old:.3g}.")
+
+
 def _nothing_to_train(start_step: int, end: int, t) -> str:
     field = "train.stop_at_step" if t.stop_at_step == end else "train.total_tokens"  # the one that ends it
     return (f"step {start_step} is already at this run's end, step {end} ({field}): nothing to train; raise "
@@ -520,7 +532,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
             # Said once the run is restored or started: a run refused before says only why.
-            resumed = [resume_note, runs.lost_records(workdir, start_step)] if start_step else []
+            resumed = ([resume_note, _schedule_note(workdir, t, start_step, p.tokens_per_step),
+                        runs.lost_records(workdir, start_step)] if start_step else [])
             for note in _config_notes(cfg, t) + [note for note in resumed if note]:
                 _warn(note)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write

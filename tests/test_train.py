@@ -675,6 +675,17 @@ def test_a_resume_with_other_training_or_validation_settings_names_each_change(t
     assert capsys.readouterr().err == ""
 
 
+def test_cli_a_resume_that_moves_the_schedule_says_the_learning_rate_it_jumps_to(tmp_path, tokens, reference):
+    # A finished run extended with more total_tokens moves the decay later, so its next update trains at the peak
+    # rate again (3e-3 here, after the decay brought it to final_lr, 3e-4): the note named only total_tokens.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    out = train_here(trained, tokens, STEPS + 2)
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert (f"note: step {STEPS + 1} trains at learning rate 0.003 under the changed schedule, where the run's "
+            "schedule gave 0.0003") in out.stderr, out.stderr
+
+
 def test_cli_a_refused_run_says_only_why_not_the_notes_of_a_run_that_trains(tmp_path, tokens, reference):
     # A resume's changed settings and a window that spans the context were noted before the checks that refuse a run,
     # so the refusal came second, after a note about a run that never started.
