@@ -28,7 +28,7 @@ from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
 PASS_PROMPTS = "pass a text file with one prompt per line, or a .jsonl file"
 # The fields main adds to each prompt's record in its results.
-OUTPUT_FIELDS = (*completions.FIELDS, "step")
+OUTPUT_FIELDS = (*completions.FIELDS, "step", "settings")
 
 
 def _read_prompts(path: str) -> tuple[list[tuple[int, dict]], int]:
@@ -185,7 +185,11 @@ def main(argv=None) -> int:
     done_texts = completions.complete_ids(cfg, params, prompts, args.max_new_tokens, batch_size=args.batch_size,
                                           sampling=sampling, seed=args.seed, stop_on_eos=not args.no_stop_on_eos,
                                           progress=done)
-    results = [{**record, **completion, "step": int(step)} for record, completion in zip(records, done_texts)]
+    # What made each completion, as the command was given it (the run's step is beside it).
+    settings = {"max_new_tokens": args.max_new_tokens, **dataclasses.asdict(sampling), "seed": args.seed,
+                "batch_size": args.batch_size, "stop_on_eos": not args.no_stop_on_eos}
+    results = [{**record, **completion, "step": int(step), "settings": settings}
+               for record, completion in zip(records, done_texts)]
 
     if args.out is not None:
         with files.results(args.force):

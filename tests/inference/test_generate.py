@@ -477,6 +477,9 @@ def test_cli_prints_the_greedy_completion_and_reads_plain_text_and_jsonl_prompts
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["a", "b"] and all(r["step"] == 3 for r in records)
     assert all(1 <= r["new_tokens"] <= 4 for r in records)
+    # Each record says what made it, as the command was given it: the sampled text is reproduced from these.
+    assert all(r["settings"] == {"max_new_tokens": 4, "temperature": 0.8, "top_k": 50, "top_p": 1.0, "seed": 0,
+                                 "batch_size": batching.MAX_BATCH, "stop_on_eos": True} for r in records), records
 
 
 def test_cli_with_out_writes_the_prompt_s_completion_to_the_file_and_prints_nothing(tmp_path):
