@@ -124,11 +124,12 @@ def test_training_logs_metrics_jsonl_to_wandb_and_resumes_the_same_run(tmp_path,
 
 def test_a_missing_wandb_package_stops_training_before_it_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now fails
+    # A token folder named builtin is prepared by the run on first use: the refusal comes before that.
     rc = sps_train.main(["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
-                         "--config.metrics.wandb=True", f"--config.data.dir={tmp_path / 'no-data'}"])
+                         "--config.metrics.wandb=True", f"--config.data.dir={tmp_path / 'builtin'}"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "needs the wandb package: pip install -e '.[wandb]'" in err
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists() and not (tmp_path / "builtin").exists()
 
 
 def test_a_wandb_run_that_cannot_start_stops_training_before_it_compiles(tmp_path, wandb_home, monkeypatch, capsys):
