@@ -54,7 +54,8 @@ MAX_STEP = 2 ** 31 - 1
 STEP_BOUND = "the last step a run can reach (AdamW counts updates in int32)"
 step_argument = arguments.int_up_to(MAX_STEP, why=STEP_BOUND)  # the argparse type of every --step
 # The argparse type of a context or a count of positions (--seq-len, --prefill, --decode).
-seq_len_argument = arguments.int_up_to(masks.MAX_SEQ_LEN, least=1, why="the longest context (2T entries indexed in int32)")
+seq_len_argument = arguments.int_up_to(masks.MAX_SEQ_LEN, least=1,
+                                       why="the longest context (2T entries indexed in int32)")
 
 # The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
 RANGES = {

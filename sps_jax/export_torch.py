@@ -55,7 +55,8 @@ def check_output(out: str, force: bool = False) -> str:
     arguments.true_or_false(force, "force")
     suffix = _suffix(out)
     if suffix is not None:
-        path_checks.check_stem(out.removesuffix(suffix), out, suffix, os.path.join(os.path.dirname(out), "model" + suffix))
+        path_checks.check_stem(out.removesuffix(suffix), out, suffix,
+                               os.path.join(os.path.dirname(out), "model" + suffix))
     fmt, flag = _format(out), cli.named("out", "--out")
     if fmt is None:
         raise UserError(f"{flag} {out!r} must end in .pt (torch) or .safetensors.")

@@ -163,8 +163,8 @@ WORKDIR_ADVICE = "pass a new or existing run folder"  # what a --workdir that ca
 
 
 def check_workdir_place(workdir: str) -> None:
-    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.path_checks.check_folder_place`) outside other
-    runs and token folders (:func:`check_workdir_owners`) that this user can make and write in, else one sentence.
+    """A training ``--workdir`` is a folder or nothing yet (:func:`sps_jax.path_checks.check_folder_place`) outside
+    other runs and token folders (:func:`check_workdir_owners`) that this user can make and write in, else one sentence.
     It loads no jax, so ``train`` asks it before its config loads."""
     path_checks.check_folder_place(workdir, "--workdir", WORKDIR_ADVICE)
     check_orbax_path(workdir, "--workdir")
@@ -192,9 +192,9 @@ def check_workdir_writable(workdir: str) -> None:
 
 
 def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None, inputs=()) -> None:
-    """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.folder_swap.replace_folder` would fill with ``what``:
-    one that already holds files unless ``force``; even then an empty path, the working directory, a folder in a
-    run or a token folder (:func:`output_folder`), a file, one holding a run or token folder that replacing
+    """Refuse, before any work, a folder ``flag`` that :func:`sps_jax.folder_swap.replace_folder` would fill with
+    ``what``: one that already holds files unless ``force``; even then an empty path, the working directory, a folder
+    in a run or a token folder (:func:`output_folder`), a file, one holding a run or token folder that replacing
     it would delete, or one holding or lying in one of the command's ``inputs`` ((what, path or None) pairs).
     ``check()``, when given, runs after the place is known to be a folder or nothing yet."""
     arguments.true_or_false(force, "force")

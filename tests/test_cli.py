@@ -166,7 +166,8 @@ def test_cli_a_jax_setting_in_the_environment_that_jax_refuses_is_named_not_blam
 
 def test_a_second_stop_during_a_held_save_ends_the_command_at_once():
     # Every stop was held to the end of the block: a save that hung could be ended only with SIGKILL.
-    code = ("import os, signal, time\nfrom sps_jax import cli, cli_process\nsignal.signal(signal.SIGINT, cli.raise_stop)\n"
+    code = ("import os, signal, time\nfrom sps_jax import cli, cli_process\n"
+            "signal.signal(signal.SIGINT, cli.raise_stop)\n"
             "with cli_process.stops_held():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(0.2)\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(30)\nprint('the block ran to its end')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True,
@@ -404,7 +405,8 @@ def test_every_command_refuses_bad_arguments_in_one_sentence(tmp_path, main, arg
 INPUT_PATHS = [
     (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--tokenizer", "X"], "--tokenizer", arguments.FILE),
     (evaluate.main, ["--workdir", "RUN", "--val-data", "X"], "--val-data", arguments.FOLDER),
-    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--include-path", "X"], "--include-path", arguments.FOLDER),
+    (evaluate.main, ["--workdir", "RUN", "--tasks", "arc_easy", "--include-path", "X"], "--include-path",
+     arguments.FOLDER),
     (evaluate.main, ["--checkpoint", "X", "--val-data", "RUN"], "--checkpoint", arguments.FOLDER),
     (evaluate.main, ["table", "X"], "argument results", arguments.FILE),
     # the path after TASK= (a value ending in "=X" takes the path there)

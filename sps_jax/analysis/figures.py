@@ -137,7 +137,8 @@ def check_out(out: str, inputs, what: str, name: str, force: bool = True, flag: 
     if not out.endswith(".png"):
         raise ValueError(f"{flag} must name a .png file, got {out!r}: end it in .png (the numbers go beside it, in "
                          "the same name's .json).")
-    path_checks.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"), flag)
+    path_checks.check_stem(out.removesuffix(".png"), out, ".png", os.path.join(os.path.dirname(out), f"{name}.png"),
+                           flag)
     given = [(f"the {what}", path) for path in inputs if os.path.isfile(path)]
     run_files.output_file(out, flag, force, given, example=f"{name}.png")
     # named as what it is: "--out RUN/eval/step_16.json already exists" of --out RUN/eval/step_16.png
@@ -543,7 +544,8 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
     to the baseline at the method's pre-decay budget and the tokens the baseline needs to reach the method's NLL
     (``data_efficiency.pre_decay_comparison``). The two runs must be one model size and two variants."""
     out = path_checks.path_text(out, "out")  # the JSON records it as text
-    baseline_run, method_run = path_checks.path_text(baseline_run, "baseline_run"), path_checks.path_text(method_run, "method_run")
+    baseline_run, method_run = (path_checks.path_text(baseline_run, "baseline_run"),
+                                path_checks.path_text(method_run, "method_run"))
     check_out(out, [baseline_run, method_run], "run folder", "pre-decay")
     base, ours = pre_decay_curve(baseline_run), pre_decay_curve(method_run)
     if base["size"] != ours["size"]:
@@ -631,7 +633,8 @@ def build_parser():
     d = sub.add_parser("pre-decay", help="a method's pre-decay NLL gap and token saving over a baseline (Figure 1)")
     d.add_argument("baseline", type=arguments.run_path, metavar="BASELINE_RUN",
                    help="the baseline's run folder (Standard, trained longer)")
-    d.add_argument("method", type=arguments.run_path, metavar="RUN", help="the method's run folder (SPS), of the same size")
+    d.add_argument("method", type=arguments.run_path, metavar="RUN",
+                   help="the method's run folder (SPS), of the same size")
     d.add_argument("--out", type=arguments.output_path, default="pre_decay.png",
                    help="the figure (.png), with its data next to it as .json")
     for p in (c, w, a, e, d):

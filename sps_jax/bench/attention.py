@@ -37,7 +37,8 @@ KERNELS = kernel_tuning.KERNEL_SETS + ("splash",)
 def add_shape_flags(p) -> None:
     """The attention shape a kernel bench times (this one and ``bench tiles``): the paper's S attention."""
     arguments.add_batch_size(p, 6, "rows")
-    p.add_argument("--seq-len", type=arguments.positive_int, default=sps_config.PAPER_SEQ_LEN, help="T, input positions")
+    p.add_argument("--seq-len", type=arguments.positive_int, default=sps_config.PAPER_SEQ_LEN,
+                   help="T, input positions")
     heads, head_dim = sps_config.attention_dims(sps_config.DEFAULT_SCALE)
     p.add_argument("--heads", type=arguments.positive_int, default=heads, help="attention heads")
     p.add_argument("--head-dim", type=arguments.positive_int, default=head_dim, help="dimensions per head")
@@ -74,8 +75,8 @@ def check_shape(p, args, tile: int = 1) -> None:
 
 def parse_args(argv):
     p = arguments.ArgumentParser(prog="python -m sps_jax.bench attention", description=__doc__.split("\n")[0])
-    p.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
-                   help="comma-separated attention variants to time")
+    p.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"),
+                   default=list(masks.VARIANTS), help="comma-separated attention variants to time")
     add_shape_flags(p)
     p.add_argument("--attention", "--backend", dest="attention", default="auto", choices=("auto",) + KERNELS,
                    help="the kernel, a model.attention backend (--backend is its earlier name): auto is splash on "

@@ -68,10 +68,12 @@ def parse_args(argv):
                    "override, else auto; on TPU targets auto,xla)")
     p.add_argument("--no-fit-search", action="store_true",
                    help="skip the compiles that find the largest micro-batch that fits")
-    p.add_argument("--max-micro-batch", type=arguments.positive_int, default=1024, help="where the fit search stops doubling")
+    p.add_argument("--max-micro-batch", type=arguments.positive_int, default=1024,
+                   help="where the fit search stops doubling")
     p.add_argument("--devices", type=arguments.int_up_to(MAX_DEVICES, least=1), default=1,
                    help="devices of the train step's mesh (FSDP over them)")
-    p.add_argument("--kernel-sets", type=arguments.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"), default=None,
+    p.add_argument("--kernel-sets", type=arguments.comma_list(str, kernel_tuning.KERNEL_SETS, "kernel set"),
+                   default=None,
                    help="comma-separated GPU kernel sets of the kernels' compiles: pallas (Pallas's Triton backend), "
                         "triton (the same kernels through jax-triton); default both")
     p.add_argument("--dtypes", type=arguments.comma_list(str, names.DTYPES, "dtype"),

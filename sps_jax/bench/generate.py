@@ -50,7 +50,8 @@ def _parse(argv, config_fields=None):
                         help="comma-separated; ratios need standard among them")
     parser.add_argument("--repeats", type=bench.repeats_argument, default=3,
                         help="timed rounds over all variants (the fastest counts)")
-    parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
+    parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"),
+                        default=None,
                         help="comma-separated model.attention backends timed side by side (default: the config's): "
                         "the prefill's kernel, and on a GPU with pallas or triton the decode step's kernels")
     parser.add_argument("--profile", type=arguments.output_path, metavar="FOLDER", default=None,

@@ -143,7 +143,8 @@ def main(argv=None) -> int:
                                       config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
     arguments.add_batch_size(parser, BATCH_SIZE, "rows per forward pass")
-    parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=list(masks.VARIANTS),
+    parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"),
+                        default=list(masks.VARIANTS),
                         help="comma-separated variants to check, in this order (each one compiles a gradient and a "
                         "decode loop)")
     bench.add_json_flag(parser)

@@ -132,7 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base) "
                              "(default: the config's model.variant)")
-    parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"), default=None,
+    parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"),
+                        default=None,
                         help="comma-separated model.attention backends to time each variant with (default: the "
                         "config's); the ratio's base is the first variant with the first backend")
     parser.add_argument("--profile", type=arguments.output_path, metavar="FOLDER", default=None,

@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", required=True, type=source,
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
     p.add_argument("--out", type=arguments.output_path, required=True, help="output folder")
-    p.add_argument("--val-fraction", type=arguments.number("a number from 0 to below 1"), default=token_folder.VAL_FRACTION,
-                   help="share of the documents held out as val.bin")
+    p.add_argument("--val-fraction", type=arguments.number("a number from 0 to below 1"),
+                   default=token_folder.VAL_FRACTION, help="share of the documents held out as val.bin")
     p.add_argument("--text-field", default=None,
                    help=f"JSONL/Parquet/HF field holding the text (default {corpus.DEFAULT_TEXT_FIELD})")
     p.add_argument("--hf-split", default=None, help=f"split of a hf: source (default {corpus.DEFAULT_HF_SPLIT})")

@@ -338,7 +338,8 @@ def check_source(source: str) -> None:
     if run is not None:  # a checkpoint's commit_success.txt files would be tokenised as documents
         raise UserError(f"source {source!r} lies in the training run {run}, whose files are no corpus: pass a "
                         "text/JSONL/Parquet file or folder.")
-    if os.path.isfile(source) and source.lower().endswith(reading.COMPRESSED_SUFFIXES):  # any other file is read as text
+    # any other file is read as text
+    if os.path.isfile(source) and source.lower().endswith(reading.COMPRESSED_SUFFIXES):
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
     every = None

@@ -119,7 +119,8 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
     ``hf_split`` default to corpus.DEFAULT_TEXT_FIELD and DEFAULT_HF_SPLIT; given for a source that
     never reads them, they are refused.
     """
-    source, out = path_checks.path_text(source, "source"), path_checks.path_text(out, "out")  # the manifest records text
+    # the manifest records text
+    source, out = path_checks.path_text(source, "source"), path_checks.path_text(out, "out")
     flag = flag or cli.named("out", "--out")
     _check_limits(val_fraction, max_documents, max_tokens)
     arguments.true_or_false(force, "force")

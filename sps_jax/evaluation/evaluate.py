@@ -175,9 +175,10 @@ def _parser() -> arguments.ArgumentParser:
     p.add_argument("--limit", type=arguments.positive_int, default=None,
                    help="lm-eval: at most N documents per task (smoke tests)")
     arguments.add_batch_size(p, None, f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
-    p.add_argument("--tokenizer", type=arguments.input_path("tokenizer file", arguments.FILE, TOKENIZER_HINT), default=None,
-                   help="gpt2.tiktoken file (default: the provisioned one)")
-    p.add_argument("--out", type=arguments.output_path, default=None, help="results JSON (default RUN/eval/step_<N>.json)")
+    p.add_argument("--tokenizer", type=arguments.input_path("tokenizer file", arguments.FILE, TOKENIZER_HINT),
+                   default=None, help="gpt2.tiktoken file (default: the provisioned one)")
+    p.add_argument("--out", type=arguments.output_path, default=None,
+                   help="results JSON (default RUN/eval/step_<N>.json)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
     return p
 
@@ -341,7 +342,8 @@ _OTHER_FILE_SUFFIXES = (".json", ".jsonl", ".txt", ".csv", ".png", ".pdf", ".htm
 def main_table(argv) -> int:
     p = arguments.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate table",
                                  description="The paper's main table (and per-task table) from results JSONs.")
-    p.add_argument("results", nargs="+", type=arguments.input_path("results file", arguments.FILE, results_table.PASS_RESULTS),
+    p.add_argument("results", nargs="+",
+                   type=arguments.input_path("results file", arguments.FILE, results_table.PASS_RESULTS),
                    help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", type=arguments.output_path, default=None,
                    help="write OUT.md and OUT.tex (and print the Markdown); OUT.md or OUT.tex names the same pair")

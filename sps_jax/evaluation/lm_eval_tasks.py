@@ -25,8 +25,8 @@ def task_manager(include_path: str | None = None, include_defaults: bool = True)
     if include_path:  # lm-eval's index reads every file it lists: a pipe would wait forever for a writer
         odd = next((p for p in sorted(pathlib.Path(include_path).rglob("*")) if path_checks.special_file(str(p))), None)
         if odd is not None:
-            raise cli.UserError(f"{odd} in {_include_path_name()} {include_path} {path_checks.NOT_REGULAR}: remove it, or move "
-                                "it out of the folder.")
+            raise cli.UserError(f"{odd} in {_include_path_name()} {include_path} {path_checks.NOT_REGULAR}: remove it, "
+                                "or move it out of the folder.")
     return TaskManager(include_path=[paper_tasks.TASKS_DIR] + ([include_path] if include_path else []),
                        include_defaults=include_defaults)
 

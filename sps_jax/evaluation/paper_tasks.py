@@ -129,8 +129,8 @@ def check_task_data(task_data: dict[str, str], keys) -> None:
 
 
 def check_task_path(key: str, path: str) -> None:
-    """--task-data KEY=PATH's path, checked as every path a command reads is (``arguments.input_path``: an empty path, an
-    unexpanded '~', a folder, a pipe or device, a link that leads nowhere) in one sentence; a missing one is left to
+    """--task-data KEY=PATH's path, checked as every path a command reads is (``arguments.input_path``: an empty path,
+    an unexpanded '~', a folder, a pipe or device, a link that leads nowhere) in one sentence; a missing one is left to
     :func:`check_task_data`, after the command's checks of its outputs."""
     try:
         arguments.input_path("task data file", arguments.FILE, _path_hint(key))(path)

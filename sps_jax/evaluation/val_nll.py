@@ -50,7 +50,8 @@ def _loss_sums(cfg: sps_model.ModelConfig):
 def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch_size: int = sps_config.VAL_BATCH,
                    max_tokens: int | None = None, log_every_s: float = 10.0) -> dict:
     """{"val_nll": nats per kept target token, "val_tokens": kept targets, "windows": count}."""
-    if arguments.integer(batch_size, "batch_size") < 1:  # -1 would give val_nll 0.0 over no window, 0 range()'s own error
+    # -1 would give val_nll 0.0 over no window, 0 range()'s own error
+    if arguments.integer(batch_size, "batch_size") < 1:
         raise ValueError(f"batch_size must be at least 1 window, got {batch_size}.")
     if max_tokens is not None:
         arguments.integer(max_tokens, "max_tokens", " or None (the whole split)")

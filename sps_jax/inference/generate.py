@@ -93,7 +93,8 @@ def _parser() -> arguments.ArgumentParser:
     what.add_argument("--prompt", help="one prompt, printed with its completion (or written as JSONL with --out)")
     what.add_argument("--prompts-file", type=arguments.input_path("prompts file", arguments.FILE, PASS_PROMPTS),
                       help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
-    parser.add_argument("--out", type=arguments.output_path, help="write the results as JSONL here (default: print them)")
+    parser.add_argument("--out", type=arguments.output_path,
+                        help="write the results as JSONL here (default: print them)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=arguments.positive_int, default=64,
                         help="tokens to generate per prompt (fewer where EOS stops it)")
@@ -129,7 +130,8 @@ def _context(path: str) -> int | None:
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    arguments.check_force(args.force, {"--out": args.out}, "an existing --out file")  # the completions alone are printed
+    # the completions alone are printed
+    arguments.check_force(args.force, {"--out": args.out}, "an existing --out file")
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     try:
         sampling.validate()
