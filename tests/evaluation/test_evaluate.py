@@ -507,7 +507,9 @@ def test_a_hub_task_not_cached_in_the_hubs_offline_mode_is_one_sentence_before_l
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["hub_mc"], **run)
 
 
-_GZIPPED = gzip.compress(b'{"question": "q"}\n' * 200)  # a task file of 200 records, gzipped
+# A task file of 200 records, gzipped; mtime=0 since its bytes name the test cases, which pytest-xdist's workers must
+# collect alike (gzip's header holds the second it was made).
+_GZIPPED = gzip.compress(b'{"question": "q"}\n' * 200, mtime=0)
 
 
 @pytest.mark.parametrize("name, content, problem", [
