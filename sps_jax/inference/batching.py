@@ -81,6 +81,10 @@ def check_length(prompt, name: str, seq_len: int, max_new_tokens: int, limit_nam
     """One sentence where ``prompt`` (token ids, named ``name``) with ``max_new_tokens`` more is beyond the context."""
     if len(prompt) > seq_len:
         raise ValueError(f"{name} has {len(prompt)} tokens, more than the model's context of {seq_len}: shorten it.")
+    if len(prompt) == seq_len:  # no new token fits, however few are asked for
+        raise ValueError(f"{name} has {len(prompt)} tokens, the whole of the model's context of {seq_len}, which leaves "
+                         f"no room for a new token: shorten it to at most {seq_len - 1} tokens.")
     if len(prompt) + max_new_tokens > seq_len:
         raise ValueError(f"{name} ({len(prompt)} tokens) plus {limit_name} {max_new_tokens} exceeds "
-                         f"the model's context of {seq_len}: lower {limit_name} or shorten the prompt.")
+                         f"the model's context of {seq_len}: lower {limit_name} to at most {seq_len - len(prompt)}, "
+                         f"or shorten the prompt to at most {seq_len - max_new_tokens} tokens.")

@@ -40,3 +40,18 @@ def test_left_padding_gives_the_real_tokens_the_logits_of_the_unpadded_row(make_
     padded = apply({"params": params}, jnp.asarray(tokens), jnp.asarray(positions))[0, -len(ids):]
     plain = apply({"params": params}, jnp.asarray([ids], jnp.int32))[0]
     np.testing.assert_allclose(padded, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_a_prompt_that_fills_the_context_is_told_to_be_shortened_not_to_lower_the_new_tokens():
+    """A prompt of exactly the context leaves no position for any new token: fewer new tokens cannot help."""
+    with pytest.raises(ValueError) as refusal:
+        batching.check_length([1] * 128, "--prompt", 128, 1, "--max-new-tokens")
+    assert str(refusal.value) == ("--prompt has 128 tokens, the whole of the model's context of 128, which leaves no "
+                                  "room for a new token: shorten it to at most 127 tokens.")
+
+
+def test_a_prompt_and_its_new_tokens_past_the_context_are_told_the_most_of_each_that_fits():
+    with pytest.raises(ValueError) as refusal:
+        batching.check_length([1] * 100, "--prompt", 128, 64, "--max-new-tokens")
+    assert str(refusal.value) == ("--prompt (100 tokens) plus --max-new-tokens 64 exceeds the model's context of 128: "
+                                  "lower --max-new-tokens to at most 28, or shorten the prompt to at most 64 tokens.")
