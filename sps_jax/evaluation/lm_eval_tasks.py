@@ -166,6 +166,8 @@ def _records_problem(task) -> tuple[str, str] | None:
                 problem = f"record {n}'s choices are {choices!r:.60}, not a list of texts"
             elif "" in choices:  # lm-eval scores the delimiter alone, and divides acc_norm by its length 0
                 problem = f"record {n}'s choice {choices.index('') + 1} of {len(choices)} is empty"
+            elif blank := [c for c in choices if not c.strip()]:  # scored as the model's guess of whitespace
+                problem = f"record {n}'s choice {choices.index(blank[0]) + 1} of {len(choices)} is blank ({blank[0]!r:.20})"
             elif not (isinstance(target, int) and not isinstance(target, bool) and 0 <= target < len(choices)
                       or target in choices):  # JSON true is no index, though Python reads it as 1
                 problem = f"record {n}'s answer {target!r:.40} is none of its {len(choices)} choices"

@@ -589,6 +589,10 @@ def test_task_data_with_a_record_lacking_a_field_the_task_reads_is_refused_befor
      "record 2's answer True is none of its 2 choices"),
     ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", ""], "gold": 0}],
      "record 2's choice 2 of 2 is empty"),
+    # A choice of only whitespace was scored as the delimiter and a space: the model's guess of blank text, counted.
+    ("tiny_mc", [{"question": "q", "choices": ["a", "b"], "gold": 0}, {"question": "q", "choices": ["a", " \t"],
+                                                                       "gold": 0}],
+     "record 2's choice 2 of 2 is blank (' \\t')"),
     ("pile_books3", [{"text": "a few words"}, {"text": 123}], "record 2 cannot be scored by lm-eval's task "
                                                              "(AttributeError: 'int' object has no attribute 'encode')"),
 ])
