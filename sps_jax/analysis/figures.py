@@ -85,7 +85,8 @@ def final_point(source: str) -> dict:
                 "seed": _train_seed(source)}
     ev = read_evaluation(source)
     if ev.get("val_nll") is None:
-        raise ValueError(f"{source!r} has no val_nll.")
+        raise ValueError(f"{source!r} has no val_nll (it was evaluated without --val-data): pass an evaluation made "
+                         "with --val-data DATA, or the run folder.")
     measured = f"evaluate over {ev['val_tokens']} tokens" if ev.get("val_tokens") else "evaluate"
     workdir = ev.get("workdir")
     return {"label": os.path.basename(ev.get("run") or source), "variant": ev["variant"],

@@ -766,3 +766,12 @@ def test_curves_tick_labels_of_an_axis_shorter_than_a_factor_two_do_not_overlap(
         assert len(boxes) >= 2, ax.get_xlabel()
         assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), (ax.get_xlabel(), [
             t.get_text() for t in ax.xaxis.get_majorticklabels() if t.get_text()])
+
+
+def test_an_evaluation_without_a_validation_nll_is_refused_with_how_to_measure_it(tmp_path):
+    """An evaluation of tasks alone (no --val-data) has no NLL to place on the window-ablation or seeds figure."""
+    source = write_eval(str(tmp_path), "tasks_only", "s", "sps", 64, 0.5, val_nll=None)
+    with pytest.raises(ValueError) as refusal:
+        figures.final_point(source)
+    assert str(refusal.value) == (f"{source!r} has no val_nll (it was evaluated without --val-data): pass an "
+                                  "evaluation made with --val-data DATA, or the run folder.")
