@@ -119,7 +119,8 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
 
     Source positions i are drawn so that every i + k (k in ``offsets``) is a loss position
     of the document, so each offset averages over the same examples. Returns
-    {"ratio": f32 [E, O, S], "examples": [(doc index, i)] (E of them), "offsets": [O]}.
+    {"ratio": f32 [E, O, S], "examples": [(doc index, i)] (E of them), "offsets": [O]}; a ratio is NaN where l_i
+    has no gradient at the source slot (reverse_sps's rho_i, which x_i, its logits' stream, does not see).
     """
     context = check_probe(model, params, docs, context, batch, log)
     cfg = model.cfg
@@ -175,8 +176,8 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
             rows_I = np.arange(len(src))
             num_IOS = total_JBIS[at_k_IO, b, rows_I[:, None]]
             den_I1S = total_JBIS[at_0_I, b, rows_I][:, None]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratios.append(np.sqrt(num_IOS / den_I1S))
+            with np.errstate(divide="ignore", invalid="ignore"):  # no ratio over no gradient, rather than inf
+                ratios.append(np.where(den_I1S > 0, np.sqrt(num_IOS / den_I1S), np.nan))
             examples.extend((d, int(i)) for i in src)
         log(f"  gradient probe: {min(b0 + batch, len(chosen))}/{len(chosen)} documents "
             f"({time.time() - start:.0f}s)")

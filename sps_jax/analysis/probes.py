@@ -65,6 +65,8 @@ def plot_gradient_ratios(results, path):
     fig, ax, colors = _figure()
     for n, res in enumerate(results):
         for stream, mean in res["mean_ratio"].items():
+            if not any(res["count"][stream]):  # a stream of no ratio (said by the command) would be a legend entry alone
+                continue
             label = res["label"] + ("" if stream == "x" else f" ({stream})")
             _raw_and_trend(ax, np.asarray(res["offsets"]), np.asarray(mean, np.float64), colors[n % len(colors)],
                            label, ":" if stream == "predict" else "-", log=True)
@@ -268,6 +270,10 @@ def cmd_gradients(args):
                   f"context {context}")
         curve = gradient_curve(sps_model.Transformer(cfg), params, docs, offsets, args.positions_per_doc,
                                context=context, seed=args.seed, batch=args.batch_size, chunk=args.chunk, log=cli.note)
+        for stream, count in curve["count"].items():
+            if not any(count):
+                cli.note(f"note: {label}'s {stream} stream has no ratio: the loss at a position never depends on its "
+                         f"{stream} slot (no gradient there to divide by), so its curve is left out.")
         results.append({"run": os.path.abspath(workdir), "label": label, "variant": cfg.variant,
                         "window": cfg.window, "step": int(step), **curve})
     _write(args, results,

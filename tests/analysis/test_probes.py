@@ -363,3 +363,19 @@ def test_cli_a_probe_whose_results_the_default_out_holds_says_to_pass_another_ou
                         "--val-data", str(cli_fixture / "data")]) == 2
     assert capsys.readouterr().err == (f"error: --out {os.path.join('probes_out', 'window_nll_omega6.json')} already "
                                        "exists: pass --force to replace it, or pass another --out folder.\n")
+
+
+def test_cli_a_reverse_sps_run_writes_its_input_curve_and_says_its_predict_stream_has_no_ratio(cli_fixture, capsys):
+    """reverse_sps reads position i's logits from x_i, which does not see rho_i: l_i has no gradient at rho_i, so
+    r(rho_i, k) divides by 0. Its ratios were inf, and the trend's fit stopped the command after every probe ran."""
+    root = cli_fixture
+    write_run(str(root / "reverse"), "reverse_sps", 4, 2)
+    out = str(root / "reverse_out")
+    assert probes.main(["gradients", "--workdir", str(root / "reverse"), "--val-data", str(root / "data"),
+                        "--docs", "2", "--positions-per-doc", "2", "--max-offset", "8", "--context", "16",
+                        "--out", out]) == 0
+    (run,) = json.load(open(os.path.join(out, "gradients.json")))["runs"]
+    assert run["count"]["predict"] == [0] * 9 and run["mean_ratio"]["predict"] == [None] * 9
+    assert run["count"]["input"] == [4] * 9 and run["mean_ratio"]["input"][0] == pytest.approx(1.0)
+    assert ("note: tiny-reverse_sps's predict stream has no ratio: the loss at a position never depends on its "
+            "predict slot (no gradient there to divide by), so its curve is left out.\n") in capsys.readouterr().err
