@@ -55,3 +55,10 @@ def test_a_prompt_and_its_new_tokens_past_the_context_are_told_the_most_of_each_
         batching.check_length([1] * 100, "--prompt", 128, 64, "--max-new-tokens")
     assert str(refusal.value) == ("--prompt (100 tokens) plus --max-new-tokens 64 exceeds the model's context of 128: "
                                   "lower --max-new-tokens to at most 28, or shorten the prompt to at most 64 tokens.")
+
+
+def test_new_tokens_that_alone_fill_the_context_are_told_to_be_fewer_not_the_prompt_shorter():
+    with pytest.raises(ValueError) as refusal:
+        batching.check_length([1], "--prompt", 128, 100000, "--max-new-tokens")
+    assert str(refusal.value) == ("--prompt (1 tokens) plus --max-new-tokens 100000 exceeds the model's context of 128: "
+                                  "lower --max-new-tokens to at most 127.")

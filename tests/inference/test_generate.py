@@ -592,7 +592,7 @@ def test_cli_exit_codes_and_one_sentence_for_bad_input(tmp_path):
         (["--workdir", workdir, "--prompts-file", nan], "nan.jsonl line 1 holds NaN or Infinity"),
         (["--workdir", workdir, "--prompt", "word " * 80], "more than the model's context of 64"),
         (["--workdir", workdir, "--prompt", "x", "--max-new-tokens", "64"],
-         "plus --max-new-tokens 64 exceeds the model's context of 64: lower --max-new-tokens to at most 63, or shorten"),
+         "plus --max-new-tokens 64 exceeds the model's context of 64: lower --max-new-tokens to at most 63."),
         (["--workdir", workdir, "--prompts-file", not_json], "bad.jsonl is not JSON at line 2"),
         (["--workdir", workdir, "--prompts-file", latin], "latin.txt is not UTF-8 text: byte 8 is 0xe9"),
         (["--workdir", workdir, "--prompts-file", earlier, "--max-new-tokens", "2"],
