@@ -246,3 +246,25 @@ def test_cli_lm_eval_help_that_cannot_be_written_is_not_a_success():
     assert (proc.returncode, own_lines(proc.stderr)) == (
         2, ["error: standard output: No space left on device: free disk space where it is redirected, or redirect it "
             "elsewhere, then rerun the command."]), proc.stderr
+
+
+def test_cli_lm_eval_records_the_commit_without_gits_fatal_line_outside_a_checkout(tmp_path, monkeypatch, capfd):
+    """lm-eval runs `git describe` for its results' git_hash with this process's stderr: outside a checkout a run that
+    succeeded printed git's "fatal: not a git repository". The hash is still recorded where there is one."""
+    import lm_eval.__main__
+    from lm_eval import evaluator
+    from sps_jax.evaluation import lm_eval_cli
+
+    hashes = []
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: hashes.append(evaluator.get_git_commit_hash()))
+    monkeypatch.setattr(evaluator, "get_git_commit_hash", evaluator.get_git_commit_hash)  # put back after the test
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no checkout above tmp_path is found
+    monkeypatch.chdir(tmp_path)
+    lm_eval_cli.main(["--tasks", "arc_easy"])
+    assert hashes == [None] and "fatal" not in capfd.readouterr().err
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    commit = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True).stdout.strip()
+    lm_eval_cli.main(["--tasks", "arc_easy"])
+    assert hashes == [None, commit]
