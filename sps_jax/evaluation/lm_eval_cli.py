@@ -19,7 +19,7 @@ from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_ja
 
 def _quiet_git_hash():
     """lm-eval's git_hash of its results, the working directory's commit, asked of `git describe` without git's
-    stderr: lm-eval's own call printed "fatal: not a git repository" outside a checkout, in a run that succeeded."""
+    stderr: lm-eval's own call prints "fatal: not a git repository" outside a checkout, in a run that succeeds."""
     from lm_eval.loggers import utils
 
     try:

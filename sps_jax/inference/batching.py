@@ -85,7 +85,7 @@ def check_length(prompt, name: str, seq_len: int, max_new_tokens: int, limit_nam
         raise ValueError(f"{name} has {len(prompt)} tokens, the whole of the model's context of {seq_len}, which leaves "
                          f"no room for a new token: shorten it to at most {seq_len - 1} tokens.")
     if len(prompt) + max_new_tokens > seq_len:
-        # A prompt shorter than one token fits no count of new tokens that fills the context alone.
+        # New tokens that fill the context alone leave no prompt length to shorten to.
         shorten = (f", or shorten the prompt to at most {seq_len - max_new_tokens} tokens" if max_new_tokens < seq_len
                    else "")
         raise ValueError(f"{name} ({len(prompt)} tokens) plus {limit_name} {max_new_tokens} exceeds "
