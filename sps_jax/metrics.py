@@ -38,6 +38,9 @@ def check_present(workdir: str) -> None:
             os.path.join(run, METRICS_FILE)):  # a checkpoint's folder: its run holds the metrics
         raise FileNotFoundError(f"{workdir!r} is a checkpoint of the run {run}, whose {METRICS_FILE} holds "
                                 "the curves: pass the run folder.")
+    if os.path.isdir(os.path.join(workdir, CHECKPOINT_DIR)):  # weights that no training here logged
+        raise FileNotFoundError(f"{workdir!r} has checkpoints but no {METRICS_FILE} (an imported run, or its file moved "
+                                "away), so no training records to draw: pass runs trained here, or put the file back.")
     raise FileNotFoundError(f"{workdir!r} has no {METRICS_FILE}: it is not a training run folder "
                             "(or training has not logged yet).")
 

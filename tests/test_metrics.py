@@ -241,3 +241,14 @@ def test_a_step_recorded_twice_by_a_resumed_leg_is_drawn_once_with_its_last_reco
     assert train_line.get_xdata().tolist() == [10, 20, 30, 40, 50]
     assert train_line.get_ydata().tolist() == [4, 3, 2, 0.5, 0.25]
     assert val_line.get_xdata().tolist() == [40] and val_line.get_ydata().tolist() == [1.25]
+
+
+def test_a_run_of_checkpoints_without_metrics_is_not_said_to_have_not_logged_yet(tmp_path):
+    """An imported run (weights alone) never logs: figures curves is told what it lacks, not to wait for training."""
+    (tmp_path / "run" / "checkpoints" / "20").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError) as refusal:
+        metrics.check_present(str(tmp_path / "run"))
+    assert str(refusal.value) == (f"'{tmp_path}/run' has checkpoints but no metrics.jsonl (an imported run, or its file "
+                                  "moved away), so no training records to draw: pass runs trained here, or put the "
+                                  "file back.")
