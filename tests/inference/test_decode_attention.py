@@ -44,11 +44,12 @@ def test_kernel_partials_equal_the_masked_product_including_empty_rows():
     check_kernel_partials("pallas")
 
 
-def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch):
+def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch, T=32, prompt_len=20):
+    """Decode steps from position ``prompt_len`` of a cache of T slots give the full forward's logits; the prompt is
+    past the window (3), and with the defaults past pallas's first 16-slot block of the cache."""
     monkeypatch.setattr(decode_attention, "kernel_split",
                         lambda backend, T: decode_attention.split_for(T, interpret=True, kernels=kernels))
-    cfg, model, params = small_model(variant, 3)
-    T, prompt_len = 32, 20
+    cfg, model, params = small_model(variant, 3, seq_len=T)
     tokens = np.random.default_rng(1).integers(0, 50, (2, T))
     tokens[0, 22] = EOS  # decoding across an EOS: the past interval restarts
     tokens = jnp.asarray(tokens, jnp.int32)
@@ -60,7 +61,10 @@ def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch):
         np.testing.assert_allclose(np.asarray(logits_BV), np.asarray(full_BTV[:, i]), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["sps", "reverse_sps", pytest.param("two_x_memory", marks=pytest.mark.slow)])
+# Every variant: sps (the ring kernel) and reverse_sps (a persistent rho past, the x ring in XLA) by default; standard
+# (x past alone), two_x_memory (two pasts) and delayed_state (reverse_sps's cache) under -m slow.
+@pytest.mark.parametrize("variant", ["sps", "reverse_sps", *(pytest.param(v, marks=pytest.mark.slow)
+                                                            for v in ("standard", "two_x_memory", "delayed_state"))])
 def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatch):
     check_decoding_equals_the_full_forward(variant, "pallas", monkeypatch)
 

@@ -68,6 +68,18 @@ def test_standards_kernel_stores_x_i_and_is_one_softmax_over_the_past_and_x_i(dt
     np.testing.assert_allclose(np.asarray(o_BSHK, np.float64)[2, 0], rounded(now_v)[2, :, 0], rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("variant", ["standard", "sps", "reverse_sps"])
+# Every variant: the two kernels with a ring or x_i by default; two_x_memory's two pasts and delayed_state (reverse_sps's
+# cache) under -m slow.
+@pytest.mark.parametrize("variant", ["standard", "sps", "reverse_sps", *(pytest.param(v, marks=pytest.mark.slow)
+                                                                         for v in ("two_x_memory", "delayed_state"))])
 def test_decoding_through_the_kernels_equals_the_full_forward(variant, monkeypatch):
     pallas_checks.check_decoding_equals_the_full_forward(variant, "triton", monkeypatch)
+
+
+@pytest.mark.slow  # 14 decode steps of a 96-slot cache in the interpreter
+@pytest.mark.parametrize("variant", ["sps", "delayed_state"])
+def test_decoding_from_a_prompt_past_the_first_64_slot_block_equals_the_full_forward(variant, monkeypatch):
+    # 96 slots are two 64-slot blocks (one per split): the past of every step spans the blocks' edge, where the
+    # default 32-slot cache is one block.
+    assert decode_attention.split_for(96, interpret=True, kernels="triton").k_splits == 2
+    pallas_checks.check_decoding_equals_the_full_forward(variant, "triton", monkeypatch, T=96, prompt_len=82)
