@@ -92,6 +92,7 @@ def backend(name, doc, vis, block):
     if name == "pallas":
         return functools.partial(pa.attention, doc_ids_BT=doc, vis=vis, interpret=True, tuning=tiles(block))
     if name == "triton":
+        pytest.importorskip("torch")  # the interpreter runs the kernels on torch CPU tensors
         ta = pytest.importorskip("sps_jax.triton_attention")
         if ta.triton is None:
             pytest.skip("jax-triton is not installed")
