@@ -219,8 +219,7 @@ class ModelConfig:
             return cfg
         if not hasattr(cfg, "items"):  # None or a list would fail in dict()'s own words
             raise TypeError(f"a model config must be a ModelConfig, a ConfigDict or a dict of its fields, got "
-                            f"{type(cfg).__name__}: pass config.model (e.g. "
-                            "sps_jax.config_files.load_config(...).model).")
+                            f"{type(cfg).__name__}: pass config.model (e.g. sps_jax.config.load_config(...).model).")
         items = dict(cfg.items())
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(items) - known)

@@ -19,8 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, config_checks, files, locks, metrics
-from sps_jax import path_checks
+from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, files, locks, metrics, path_checks
 from sps_jax import run_files, token_folder, tracking
 from sps_jax import model as sps_model, model_config
 from sps_jax.cli import UserError
@@ -48,7 +47,7 @@ PUT_BACK = run_files.PUT_BACK
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
     path, data = run_files.config_data(workdir)
-    problem = config_checks.run_config_problem(data)
+    problem = sps_config.run_config_problem(data)
     if problem:
         raise _not_run_config(path, problem)
     try:
@@ -396,11 +395,11 @@ _RESUME_READS = ("train", "data", "mesh")
 def _check_resume(workdir: str, saved, config) -> str | None:
     """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens; the note that
     names each other train and data field it changes, or None."""
-    problem = next(filter(None, (config_checks.section_problem(saved, name) for name in _RESUME_READS)), None)
+    problem = next(filter(None, (sps_config.section_problem(saved, name) for name in _RESUME_READS)), None)
     if problem:
         raise _not_run_config(os.path.join(workdir, CONFIG_FILE), problem)
     fixed = [k for k in RESUME_FIXED if saved.train.get(k) != config.train.get(k)]
-    damaged = next(filter(None, (config_checks.range_problem(f"train.{k}", saved.train.get(k)) for k in fixed)), None)
+    damaged = next(filter(None, (sps_config.range_problem(f"train.{k}", saved.train.get(k)) for k in fixed)), None)
     if damaged:  # a config.json edited by hand: an override of that value would be refused, so none is suggested
         raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} holds {damaged[0]}, not {damaged[1]} as every run's: "
                         "put back the value the run was trained with, or use a new --workdir.")
@@ -512,9 +511,9 @@ def saved_step(step) -> int:
     step = arguments.integer(step, "step")
     if step < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
-    if step > config_checks.MAX_STEP:
-        raise ValueError(f"step={step} is past step {config_checks.MAX_STEP}, {config_checks.STEP_BOUND}: save it at a "
-                         "step up to that.")
+    if step > sps_config.MAX_STEP:
+        raise ValueError(f"step={step} is past step {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: save it at a step "
+                         "up to that.")
     return step
 
 
@@ -676,7 +675,7 @@ def check_stored_params(config, params) -> sps_model.ModelConfig:
     (runs.load_inference_model, model.compute_params) were written rounded to the compute dtype without a word."""
     if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise TypeError(f"config must be a run's ConfigDict (with its model section), got a {type(config).__name__}: "
-                        "pass sps_jax.config_files.load_config(...) or runs.read_config(RUN).")
+                        "pass sps_jax.config.load_config(...) or runs.read_config(RUN).")
     cfg = sps_model.ModelConfig.from_config(config.model)
     check_params(sps_model.Transformer(cfg), params, OTHER_CONFIG)
     for key, value in jax.tree_util.tree_leaves_with_path(params):

@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, config_files, path_checks, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, path_checks, run_files
 from sps_jax import token_folder
 
 
@@ -118,7 +118,7 @@ def _check_data_dir(workdir: str, data_dir: str) -> None:
 @cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    rest, overrides = config_files.split_config_args(argv)
+    rest, overrides = sps_config.split_config_args(argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0],
                                       config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
@@ -145,12 +145,12 @@ def main(argv=None) -> int:
         parser.error(f"--workdir {args.workdir!r} must name a folder")
     check_distributed(args)
     run_files.check_workdir_place(args.workdir)  # before jax loads with the config; runs.check_workdir has the rest
-    config_files.check_override_values(overrides)
+    sps_config.check_override_values(overrides)
     with cli_process.stop_exits_while_loading():  # a config file may import jax itself, and the trainer loads it
-        config = config_files.load_config(args.config, overrides)
+        config = sps_config.load_config(args.config, overrides)
         # The checks that need no jax, on the file's values and the overrides alike, before jax loads and before
         # joining a cluster.
-        config_files.check_loaded(config, args.config, overrides)
+        sps_config.check_loaded(config, args.config, overrides)
         if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
             run_files.init_from_run(config.train.init_from)
         _check_data_dir(args.workdir, config.data.dir)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import cli, config_files, export_torch, flops, masks, optim, runs, torch_layout, trainer
+from sps_jax import cli, config as sps_config, export_torch, flops, masks, optim, runs, torch_layout, trainer
 from sps_jax import model as sps_model
 from sps_jax.bench import smoke
 from sps_jax.evaluation import paper_tasks
@@ -19,7 +19,7 @@ from tests.helpers import small_model
 
 def test_the_schedule_takes_traced_sizes_and_a_dict_of_the_train_section():
     # max() of a traced warmup failed with TracerBoolConversionError; a dict failed on attribute access.
-    t = config_files.load_config("configs/tiny.py").train
+    t = sps_config.load_config("configs/tiny.py").train
     sizes = dict(peak_lr=t.peak_lr, final_lr=t.final_lr, decay_fraction=t.decay_fraction)
     tokens = np.array([0.0, 5e3, 2e4, 3e5])
     want = optim.learning_rate(tokens, warmup_tokens=t.warmup_tokens, total_tokens=t.total_tokens, **sizes)
@@ -55,7 +55,7 @@ def test_an_rng_that_is_not_one_key_is_one_sentence(rng, says):
 def test_saving_or_exporting_takes_the_stored_weights_of_a_run_config_only(tmp_path):
     # The weights as inference holds them (bf16 matrices) were exported and saved as if stored: the "exact" float32
     # export was rounded without a word; a ModelConfig for the config failed with "has no attribute 'model'".
-    config = config_files.load_config("configs/tiny.py", ["--config.model.dtype=bfloat16"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.dtype=bfloat16"])
     cfg = sps_model.ModelConfig.from_config(config.model)
     params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
     held = sps_model.compute_params(params, cfg)
@@ -68,24 +68,24 @@ def test_saving_or_exporting_takes_the_stored_weights_of_a_run_config_only(tmp_p
     assert not (tmp_path / "run").exists()
     for wrong in (cfg, config.to_dict()):
         with pytest.raises(TypeError, match=rf"^config must be a run's ConfigDict \(with its model section\), got a "
-                                            rf"{type(wrong).__name__}: pass sps_jax\.config_files\.load_config"):
+                                            rf"{type(wrong).__name__}: pass sps_jax\.config\.load_config"):
             export_torch.checkpoint_dict(wrong, params, 1)
     assert export_torch.checkpoint_dict(config, params, 1)[torch_layout.STEP] == 1
 
 
 def test_commands_functions_name_the_argument_a_notebook_got_wrong(tmp_path):
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     cases = [
         (lambda: smoke.smoke(config.model), TypeError,
-         "config must be a run config with a model section, got a ConfigDict: pass "
-         "sps_jax.config_files.load_config(...) whole."),
+         "config must be a run config with a model section, got a ConfigDict: pass sps_jax.config.load_config(...) "
+         "whole."),
         (lambda: smoke.smoke(config, variants="sps"), TypeError,
          "variants must be a list of variant names, got the str 'sps': pass ['sps']."),
         (lambda: trainer.train(config, str(tmp_path / "run"), log=None), TypeError,
          "log must be a function of one line of text (print, say), got None."),
         (lambda: completions.encode(config.model, [[464]], 5), TypeError,
          "prompt 0 must be a text (str), got a list: pass the text (token ids go to decoding.generate)."),
-        (lambda: config_files.load_config("configs/tiny.py", "--config.model.dtype=bfloat16"), ValueError,
+        (lambda: sps_config.load_config("configs/tiny.py", "--config.model.dtype=bfloat16"), ValueError,
          "overrides must be a list of 'a.b=value' strings, not the string '--config.model.dtype=bfloat16': pass "
          "['--config.model.dtype=bfloat16']."),
         # None failed on "'NoneType' object is not iterable", here as in decoding.generate.
@@ -272,7 +272,7 @@ def test_yes_no_arguments_are_true_or_false_before_anything_is_replaced(tmp_path
     held = tmp_path / "held"
     held.mkdir()
     (held / "keep.txt").write_text("mine")
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     calls = [(lambda: import_torch.import_checkpoint(str(tmp_path / "m.pt"), str(held), force="no"), "force", "'no'"),
              (lambda: import_torch.import_checkpoint(str(tmp_path / "m.pt"), str(tmp_path / "new"), trust_pickle="no"),
               "trust_pickle", "'no'"),
@@ -355,7 +355,7 @@ def test_the_probes_take_a_list_of_documents_and_say_what_else_they_got():
 
 def test_complete_takes_names_as_a_list_and_prompts_from_any_iterable():
     # names="ab" named two prompts "a" and "b" without a word; a generator of prompts failed in len().
-    cfg = config_files.load_config("configs/tiny.py").model
+    cfg = sps_config.load_config("configs/tiny.py").model
     with pytest.raises(TypeError) as refusal:
         completions.encode(cfg, ["The", "A"], 2, names="ab")
     assert str(refusal.value) == "names must be a list of one name per prompt, got the str 'ab': pass ['ab']."
@@ -374,7 +374,7 @@ def test_verify_takes_a_path_object(tmp_path):
 def test_smoke_refuses_a_bad_count_seed_variants_or_log_before_compiling():
     # batch_size=0 stopped in jax's IndexError, 2.0 in "Shapes must be 1D sequences", seed="0" in str + int, no
     # variants in "max() arg is an empty sequence" and log=None only after the first variant's compiling.
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     cases = [(dict(batch_size=0), ValueError, "batch_size must be at least 1, got 0."),
              (dict(batch_size=2.0), TypeError, "batch_size must be an integer, got 2.0."),
              (dict(seed="0"), TypeError, "seed must be an integer, got '0'."),
@@ -391,7 +391,7 @@ def test_the_train_bench_refuses_its_step_counts_before_compiling():
     # steps=0 was an UnboundLocalError and 1.5 a TypeError, both after compiling; warmup=-1 was taken as 0.
     from sps_jax.bench import train as bench_train
 
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for steps, warmup, kind, sentence in ((0, 1, ValueError, "steps must be at least 1, got 0."),
                                           (1.5, 1, TypeError, "steps must be an integer, got 1.5."),
                                           (2, -1, ValueError, "warmup must be at least 0, got -1.")):
@@ -411,13 +411,13 @@ def test_overrides_that_are_no_list_of_strings_are_one_sentence(tmp_path):
              ([("model.window", 8)], f"{must}, got the tuple ('model.window', 8) among them: write each as one "
                                      "string, e.g. 'model.window=8'.")]
     for overrides, sentence in cases:
-        for call in (lambda: config_files.load_config("configs/tiny.py", overrides),
+        for call in (lambda: sps_config.load_config("configs/tiny.py", overrides),
                      lambda: import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"),
                                                             overrides=overrides)):
             with pytest.raises(ValueError) as refusal:
                 call()
             assert str(refusal.value) == sentence
-    config = config_files.load_config("configs/tiny.py", (item for item in ["model.window=8", "name=mine"]))
+    config = sps_config.load_config("configs/tiny.py", (item for item in ["model.window=8", "name=mine"]))
     assert (config.model.window, config.name) == (8, "mine")
 
 

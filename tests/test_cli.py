@@ -22,7 +22,7 @@ from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
 from sps_jax.data import loader, prepare, tokenizer
 from sps_jax.inference import generate, sampling
-from sps_jax import config_checks, config_files, export_torch, import_torch, train, trainer
+from sps_jax import config as sps_config, export_torch, import_torch, train, trainer
 from tests import fuzz
 from tests.helpers import REPO, env, own_lines, run_module, write_token_folder
 from tests.test_commands import main_of
@@ -892,7 +892,7 @@ def test_a_command_whose_stdout_reader_went_away_exits_quietly_with_141():
 
 
 @pytest.mark.parametrize("call, ending", [
-    (lambda tmp: trainer.plan(config_files.load_config("configs/tiny.py", ["--config.train.global_batch=7"]), 1),
+    (lambda tmp: trainer.plan(sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=7"]), 1),
      "so make it one."),
     (lambda tmp: runs.find_run(str(tmp)), "or one of its checkpoints/<step> folders."),
     # said only "no checkpoint yet", and with a step "it has []: pass one of those"
@@ -910,7 +910,7 @@ def test_refusals_end_with_what_to_do(tmp_path, call, ending):
 @pytest.mark.parametrize("call, sentence", [
     (lambda tmp: prepare.prepare("builtin", str(tmp / "out"), val_fraction="0.1"),
      "val_fraction='0.1' must be a number in [0, 1)"),
-    (lambda tmp: flops.train_flops_per_token(config_files.load_config("configs/tiny.py").model),
+    (lambda tmp: flops.train_flops_per_token(sps_config.load_config("configs/tiny.py").model),
      "cfg must be a sps_jax.model.ModelConfig, not a ConfigDict"),
     (lambda tmp: figures.training_curves([str(tmp)]),
      "runs must be a dict of {label: run folder}, not a list"),
@@ -1012,7 +1012,7 @@ def test_an_integer_argument_takes_both_of_its_bounds():
     for text in ("0", "1025"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"must be from 1 to 1024"):
             parse(text)
-    assert config_checks.step_argument(str(2 ** 31 - 1)) == 2 ** 31 - 1  # the last step a run can reach
+    assert sps_config.step_argument(str(2 ** 31 - 1)) == 2 ** 31 - 1  # the last step a run can reach
 
 
 @pytest.mark.parametrize("value", [True, False])

@@ -240,8 +240,8 @@ def test_cli_a_config_files_own_bad_values_are_refused_before_jax_loads(tmp_path
     configs = {}
     for what, (line, _) in BAD_CONFIG_LINES.items():
         configs[what] = tmp_path / f"{what}.py"
-        configs[what].write_text("from sps_jax import config_files\n\n\ndef get_config():\n"
-                                 f"    c = config_files.load_config('configs/tiny.py')\n    {line}\n    return c\n")
+        configs[what].write_text("from sps_jax import config\n\n\ndef get_config():\n"
+                                 f"    c = config.load_config('configs/tiny.py')\n    {line}\n    return c\n")
     bench = [["train", "--config"], ["smoke", "--config"], ["generate", "--config"],
              ["compile", "--target", "h100", "--config"]]
     runs = {"sps_jax.train": [(what, ["--config", str(path), "--workdir", str(tmp_path / "w")])
@@ -255,10 +255,10 @@ def test_cli_a_config_files_own_bad_values_are_refused_before_jax_loads(tmp_path
 
 def run_config(folder) -> str:
     """``folder`` made a run folder as far as the commands' checks before jax look: configs/tiny.py's config.json."""
-    from sps_jax import config_files, runs
+    from sps_jax import config, runs
 
     os.makedirs(folder, exist_ok=True)
-    runs.write_config(str(folder), config_files.load_config(os.path.join(REPO, "configs/tiny.py")))
+    runs.write_config(str(folder), config.load_config(os.path.join(REPO, "configs/tiny.py")))
     return str(folder)
 
 
@@ -546,8 +546,8 @@ def test_cli_a_value_a_config_file_sets_is_refused_naming_the_file_before_jax_lo
     cases = []
     for i, (line, sentence) in enumerate(FILE_SET_VALUES.items()):
         path = tmp_path / f"mine{i}.py"
-        path.write_text("from sps_jax import config_files\n\n\ndef get_config():\n"
-                        f"    c = config_files.load_config('configs/tiny.py')\n    {line}\n    return c\n")
+        path.write_text("from sps_jax import config\n\n\ndef get_config():\n"
+                        f"    c = config.load_config('configs/tiny.py')\n    {line}\n    return c\n")
         cases.append((path, f"config file {path}: {sentence}"))
     bench = [["train", "--config"], ["smoke", "--config"], ["generate", "--config"],
              ["compile", "--target", "h100", "--config"]]

@@ -8,7 +8,7 @@ import sys
 import ml_collections
 import pytest
 
-from sps_jax import config as sps_config, config_checks, config_files, masks, optim
+from sps_jax import config as sps_config, masks, optim
 from sps_jax import model as sps_model
 from tests.helpers import REPO, env, not_one_path
 
@@ -16,7 +16,7 @@ from tests.helpers import REPO, env, not_one_path
 @pytest.mark.parametrize("scale", sorted(sps_config.SCALES))
 @pytest.mark.parametrize("variant", ["standard", "sps", "two_x_memory", "delayed_state", "reverse_sps"])
 def test_paper_config_builds_a_valid_model_config(scale, variant):
-    config = config_files.load_config(f"configs/paper.py:{scale},{variant},16")
+    config = sps_config.load_config(f"configs/paper.py:{scale},{variant},16")
     cfg = sps_model.ModelConfig.from_config(config.model)
     layers, d, heads = sps_config.SCALES[scale]
     assert (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.head_dim) == (layers, d, heads, 3 * d, 64)
@@ -28,9 +28,9 @@ def test_loading_and_checking_a_config_file_imports_no_jax():
     """A config file's value out of range is refused before jax loads (seconds, and the CUDA plugin's log lines):
     loading the shipped configs (whose model sections are ModelConfig's, checked) and checking them as train does
     need no jax."""
-    script = ("import sys\nfrom sps_jax import config_checks, config_files\n"
+    script = ("import sys\nfrom sps_jax import config\n"
               "for spec in ('configs/tiny.py', 'configs/paper.py:s,sps,64'):\n"
-              "    config_checks.check_run_config(config_files.load_config(spec))\n"
+              "    config.check_run_config(config.load_config(spec))\n"
               "print('loaded', 'jax' in sys.modules, 'flax' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env(), capture_output=True, text=True,
                           timeout=120)
@@ -44,7 +44,7 @@ def test_attention_dims_are_the_scales_heads_of_64_or_its_width_in_wider_heads()
 
 
 def test_paper_defaults_and_training_recipe():
-    config = config_files.load_config("configs/paper.py")
+    config = sps_config.load_config("configs/paper.py")
     assert (config.model.variant, config.model.window, config.model.num_layers) == ("sps", 64, 12)
     t = config.train
     assert (t.b1, t.b2, t.weight_decay, t.grad_clip, t.peak_lr, t.final_lr) == (0.9, 0.95, 0.1, 1.0, 6e-4, 6e-5)
@@ -52,7 +52,7 @@ def test_paper_defaults_and_training_recipe():
 
 
 def test_overrides_parse_literals_and_keep_types():
-    config = config_files.load_config(
+    config = sps_config.load_config(
         "configs/tiny.py:delayed_state,4",
         ["--config.model.window=None", "--config.train.peak_lr=1", "--config.model.attention=pallas"])
     assert config.model.variant == "delayed_state"
@@ -63,33 +63,33 @@ def test_overrides_parse_literals_and_keep_types():
 
 def test_config_errors_are_one_clear_sentence():
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        config_files.load_config("configs/nope.py")
+        sps_config.load_config("configs/nope.py")
     with pytest.raises(ValueError, match="unknown variant|unknown attention variant"):
-        config_files.load_config("configs/paper.py:s,spss")
+        sps_config.load_config("configs/paper.py:s,spss")
     with pytest.raises(ValueError, match="must be an integer from 0 to"):
-        config_files.load_config("configs/paper.py:s,sps,-1")
+        sps_config.load_config("configs/paper.py:s,sps,-1")
     with pytest.raises(ValueError, match="unknown scale"):
-        config_files.load_config("configs/paper.py:xxl,sps")
+        sps_config.load_config("configs/paper.py:xxl,sps")
     with pytest.raises(ValueError, match="has no field"):
-        config_files.load_config("configs/tiny.py", ["--config.model.windw=3"])
+        sps_config.load_config("configs/tiny.py", ["--config.model.windw=3"])
 
 
 def test_a_window_beyond_int32_is_refused_in_the_config_argument_and_in_an_override():
     with pytest.raises(ValueError, match=r"^window '99999999999999999999' must be an integer from 0 to 2147483647 "):
-        config_files.load_config("configs/tiny.py:sps,99999999999999999999")
-    config = config_files.load_config("configs/tiny.py", ["--config.model.window=2147483648"])
+        sps_config.load_config("configs/tiny.py:sps,99999999999999999999")
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.window=2147483648"])
     with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 .* got 2147483648\.$"):
         sps_model.ModelConfig.from_config(config.model)
-    assert config_files.load_config("configs/tiny.py:sps,2147483647").model.window == 2147483647
+    assert sps_config.load_config("configs/tiny.py:sps,2147483647").model.window == 2147483647
 
 
 def test_the_shipped_configs_load_from_any_folder(tmp_path, monkeypatch):
     # The bench commands default to configs/paper.py; from outside the checkout that relative path
     # names nothing, so it is looked up in the checkout this package runs from.
     monkeypatch.chdir(tmp_path)
-    assert config_files.load_config("configs/paper.py:s,standard").model.variant == "standard"
+    assert sps_config.load_config("configs/paper.py:s,standard").model.variant == "standard"
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        config_files.load_config("configs/nope.py")
+        sps_config.load_config("configs/nope.py")
 
 
 def test_a_config_in_the_current_folder_wins_over_the_shipped_one(tmp_path, monkeypatch):
@@ -98,7 +98,7 @@ def test_a_config_in_the_current_folder_wins_over_the_shipped_one(tmp_path, monk
     (tmp_path / "configs" / "tiny.py").write_text(
         "from sps_jax import config\n\ndef get_config():\n    c = config.paper_config('xs', 'standard', None)\n"
         "    c.name = 'mine'\n    return c\n")
-    assert config_files.load_config("configs/tiny.py").name == "mine"
+    assert sps_config.load_config("configs/tiny.py").name == "mine"
 
 
 def test_a_config_under_a_folder_with_a_colon_in_its_name_loads_with_its_argument(tmp_path):
@@ -107,43 +107,43 @@ def test_a_config_under_a_folder_with_a_colon_in_its_name_loads_with_its_argumen
     folder.mkdir()
     (folder / "cfg.py").write_text(
         "from sps_jax import config\n\ndef get_config(arg='standard'):\n    return config.paper_config('xs', arg, None)\n")
-    assert config_files.load_config(f"{folder}/cfg.py").model.variant == "standard"
-    assert config_files.load_config(f"{folder}/cfg.py:sps").model.variant == "sps"
+    assert sps_config.load_config(f"{folder}/cfg.py").model.variant == "standard"
+    assert sps_config.load_config(f"{folder}/cfg.py:sps").model.variant == "sps"
 
 
 def test_the_shipped_configs_pass_the_run_checks_for_every_scale_and_variant():
     for spec in ["configs/tiny.py", *[f"configs/paper.py:{scale},{variant}" for scale in sps_config.SCALES
                                       for variant in masks.VARIANTS]]:
-        config_checks.check_run_config(config_files.load_config(spec))
+        sps_config.check_run_config(sps_config.load_config(spec))
 
 
 def test_a_warmup_that_does_not_end_within_the_run_is_refused_naming_the_settings():
-    config = config_files.load_config("configs/tiny.py", ["--config.train.total_tokens=6144",
-                                                          "--config.train.warmup_tokens=1000000000"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.total_tokens=6144",
+                                                        "--config.train.warmup_tokens=1000000000"])
     with pytest.raises(ValueError, match="train.warmup_tokens=1000000000 is beyond train.total_tokens=6144: the run "
                                          "would end before the learning rate reaches peak_lr"):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
 
 
 def test_milestones_that_are_not_a_multiple_of_the_checkpoint_steps_are_refused():
     # milestone_every=3 with checkpoint_every=2 kept only steps 6, 12, ... (no checkpoint is saved at 3, 9, ...)
-    config = config_files.load_config("configs/tiny.py", ["--config.train.checkpoint_every=2",
-                                                          "--config.train.milestone_every=3"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.checkpoint_every=2",
+                                                        "--config.train.milestone_every=3"])
     with pytest.raises(ValueError, match=r"^train\.milestone_every=3 is not a multiple of train\.checkpoint_every=2, "
                                          r"the steps checkpoints are saved at: milestones would be kept only every 6 "
                                          r"steps; make milestone_every a multiple of checkpoint_every, or 0 for none\.$"):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
     for milestone_every in (0, 4):  # none, and a multiple
-        config_checks.check_run_config(config_files.load_config("configs/tiny.py", [
+        sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [
             "--config.train.checkpoint_every=2", f"--config.train.milestone_every={milestone_every}"]))
 
 
 def test_the_schedule_counts_a_last_step_of_fewer_tokens():
     # tiny: 8 x 128 = 1024 tokens a step; 2048 tokens are 2 steps, 2049 are 3, 307200 are 300
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for tokens, steps in ((2048, 2), (2049, 3), (307200, 300), (2 ** 60 + 1, 2 ** 50 + 1)):
         config.train.total_tokens = tokens
-        assert config_checks.schedule_steps(config.train, 128) == steps
+        assert sps_config.schedule_steps(config.train, 128) == steps
 
 
 def test_a_config_shortened_by_total_tokens_alone_is_accepted():
@@ -151,7 +151,7 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     for overrides in (["total_tokens=20480"], ["total_tokens=1000", "warmup_tokens=1000"],
                       ["warmup_tokens=0", "decay_fraction=1.0"],
                       ["total_tokens=2049", "warmup_tokens=0", "stop_at_step=3"]):  # a stop at the last step
-        config_checks.check_run_config(config_files.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
+        sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{o}" for o in overrides]))
 
 
 @pytest.mark.parametrize("overrides, sentence", [
@@ -198,9 +198,9 @@ def test_a_config_shortened_by_total_tokens_alone_is_accepted():
     (["train.log_every=1e100"], r"^train\.log_every=1e\+100 must be an integer of at least 1 and below 2\*\*62\.$"),
 ])
 def test_settings_read_only_once_training_runs_are_checked_with_the_config(overrides, sentence):
-    config = config_files.load_config("configs/tiny.py", [f"--config.{o}" for o in overrides])
+    config = sps_config.load_config("configs/tiny.py", [f"--config.{o}" for o in overrides])
     with pytest.raises(ValueError, match=sentence):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
 
 
 @pytest.mark.parametrize("override, sentence", [
@@ -229,19 +229,19 @@ def test_cli_an_override_out_of_range_is_refused_before_the_config_file_runs_in_
         said = fuzz.call(main, [*argv, "--config", str(config_file), f"--config.{override}"])
         assert (said.status, said.stderr, ran.exists()) == (2, f"error: {sentence}\n", False), argv
     # the sentence the config's own checks give once the value is set
-    later = config_files.load_config("configs/tiny.py")
-    config_files.apply_override(later, override)
+    later = sps_config.load_config("configs/tiny.py")
+    sps_config.apply_override(later, override)
     with pytest.raises(ValueError) as checked:
-        config_checks.check_run_config(later)
+        sps_config.check_run_config(later)
         sps_model.ModelConfig.from_config(later.model)
     assert str(checked.value) == sentence
 
 
 def test_only_the_last_override_of_a_field_is_held_to_its_range():
     # a key given twice takes its last value, so a script may correct a shared list's value
-    config_files.check_override_values(["--config.train.peak_lr=-1", "--config.train.peak_lr=1e-3"])
+    sps_config.check_override_values(["--config.train.peak_lr=-1", "--config.train.peak_lr=1e-3"])
     with pytest.raises(ValueError, match=r"^train\.peak_lr=-1\.0 must be a finite number of at least 0\.$"):
-        config_files.check_override_values(["--config.train.peak_lr=1e-3", "--config.train.peak_lr=-1"])
+        sps_config.check_override_values(["--config.train.peak_lr=1e-3", "--config.train.peak_lr=-1"])
 
 
 @pytest.mark.parametrize("spec, overrides, name", [
@@ -254,24 +254,24 @@ def test_only_the_last_override_of_a_field_is_held_to_its_range():
      "m-reverse_sps-w32"),
 ])
 def test_a_generated_run_name_follows_the_overrides_of_variant_and_window(spec, overrides, name):
-    assert config_files.load_config(spec, overrides).name == name
+    assert sps_config.load_config(spec, overrides).name == name
 
 
 def test_a_name_set_on_the_command_line_or_in_the_config_file_is_kept(tmp_path):
-    assert config_files.load_config("configs/tiny.py", ["--config.name=tiny-sps-w8",
-                                                        "--config.model.variant=standard"]).name == "tiny-sps-w8"
+    assert sps_config.load_config("configs/tiny.py", ["--config.name=tiny-sps-w8",
+                                                      "--config.model.variant=standard"]).name == "tiny-sps-w8"
     own = tmp_path / "own.py"
     own.write_text("from sps_jax import config as sps_config\n\n"
                    "def get_config():\n"
                    "    config = sps_config.paper_config('xs', 'sps', 8)\n"
                    "    config.name = 'ablation-7'\n"
                    "    return config\n")
-    assert config_files.load_config(str(own), ["--config.model.variant=standard"]).name == "ablation-7"
+    assert sps_config.load_config(str(own), ["--config.model.variant=standard"]).name == "ablation-7"
     plain = tmp_path / "plain.py"  # the paper's config as it is: its name is the generated one
     plain.write_text("from sps_jax import config as sps_config\n\n"
                      "def get_config():\n"
                      "    return sps_config.paper_config('xs', 'sps', 8)\n")
-    assert config_files.load_config(str(plain), ["--config.model.variant=standard"]).name == "xs-standard"
+    assert sps_config.load_config(str(plain), ["--config.model.variant=standard"]).name == "xs-standard"
 
 
 @pytest.mark.parametrize("name, model, stale", [
@@ -287,7 +287,7 @@ def test_a_name_set_on_the_command_line_or_in_the_config_file_is_kept(tmp_path):
     ("ablation-7", {"variant": "standard"}, None), ("sps", {"variant": "standard"}, None)])
 def test_a_name_that_reads_as_another_variant_or_window_is_stale(name, model, stale):
     # A notebook's config.model.variant = "standard" after load_config kept the name tiny-sps-w8 (train renames it).
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     config.name = name
     config.model.update(model)
     assert sps_config.stale_name(config) == stale
@@ -302,7 +302,7 @@ def test_a_name_that_reads_as_another_variant_or_window_is_stale(name, model, st
 def test_an_empty_field_of_the_config_argument_is_named_not_filled_by_the_next_one(spec, sentence):
     # Dropping the empty field moved the later ones up: s,,64 asked for the variant '64'.
     with pytest.raises(ValueError) as refusal:
-        config_files.load_config(spec)
+        sps_config.load_config(spec)
     assert str(refusal.value) == sentence
 
 
@@ -313,7 +313,7 @@ def test_a_config_argument_left_empty_after_the_colon_is_refused_not_read_as_the
     with pytest.raises(ValueError, match=rf"^config {re.escape(repr(spec))} has nothing after ':': give the "
                                          r"argument \(configs/paper\.py:s,sps,64\), or drop the ':' for the file's "
                                          r"defaults\.$"):
-        config_files.load_config(spec)
+        sps_config.load_config(spec)
 
 
 def test_a_users_config_that_leaves_the_variant_to_the_model_default_loads(tmp_path):
@@ -321,7 +321,7 @@ def test_a_users_config_that_leaves_the_variant_to_the_model_default_loads(tmp_p
     path = tmp_path / "mine.py"
     path.write_text("import ml_collections\n\ndef get_config():\n    c = ml_collections.ConfigDict()\n"
                     "    c.name = 'x'\n    c.model = ml_collections.ConfigDict({'d_model': 8})\n    return c\n")
-    config = config_files.load_config(str(path), ["--config.model.d_model=8"])
+    config = sps_config.load_config(str(path), ["--config.model.d_model=8"])
     assert config.name == "x" and sps_model.ModelConfig.from_config(config.model).d_model == 8
 
 
@@ -331,7 +331,7 @@ def test_the_20b_token_budget_meets_the_chinchilla_ratio_at_every_scale_but_xl()
     # footnote "Chinchilla-optimal ~1.1B, 2.6B, 7.6B, 16.6B, and 33.6B tokens for XS, S, M, L, and XL".
     chinchilla_billions = {"xs": 1.1, "s": 2.6, "m": 7.6, "l": 16.6, "xl": 33.6}
     for scale, billions in chinchilla_billions.items():
-        config = config_files.load_config(f"configs/paper.py:{scale},sps")
+        config = sps_config.load_config(f"configs/paper.py:{scale},sps")
         params = sps_model.ModelConfig.from_config(config.model).num_params
         assert round(20 * params / 1e9, 1) == billions, scale
         assert config.train.total_tokens == 20_000_000_000
@@ -346,7 +346,7 @@ def test_the_schedule_is_the_papers_warmup_constant_decay_with_the_authors_warmu
     # Section 4 (Training): peak 6e-4, "a brief linear warmup", constant, then a linear decay over the final 10% of
     # the 20B tokens to 6e-5; the warmup's length is the authors' released configs' (warmup_tokens: 50M in their
     # xs and s experiments, 100M in m, l and xl). Values by hand.
-    t = config_files.load_config(f"configs/paper.py:{scale},sps").train
+    t = sps_config.load_config(f"configs/paper.py:{scale},sps").train
     warmup = warmup_millions * 1_000_000
     assert t.warmup_tokens == warmup
     tokens_per_update = t.global_batch * 4096
@@ -361,23 +361,23 @@ def test_the_headline_runs_seed_is_neither_seed_of_the_appendix_c_sweep():
     # Appendix C: "the headline run plus seed 0 and seed 1"; the authors' headline runs use seed 1337 (their
     # released training config). With seed 0 the paper's "seed 0" run was the headline run again.
     for scale in ("xs", "s", "m", "l", "xl"):
-        assert config_files.load_config(f"configs/paper.py:{scale},sps").train.seed == 1337
-    assert config_files.load_config("configs/tiny.py").train.seed == 0  # the README's measured curve is seed 0's
+        assert sps_config.load_config(f"configs/paper.py:{scale},sps").train.seed == 1337
+    assert sps_config.load_config("configs/tiny.py").train.seed == 0  # the README's measured curve is seed 0's
 
 
 def test_validation_scores_as_many_tokens_as_the_authors():
     # The authors' trainer scores eval_total_tokens = 10M tokens in whole batches of 96 sequences of 4096:
     # ceil(10e6 / 393216) = 26 batches, 2496 windows (10,223,616 tokens). A smaller sample is a noisier val_loss.
-    config = config_files.load_config("configs/paper.py:s,sps")
+    config = sps_config.load_config("configs/paper.py:s,sps")
     assert config.data.val_windows == 2496 and config.model.seq_len == 4096
 
 
-@pytest.mark.parametrize("field", [f for f, (_, _, _, optional) in config_checks.RANGES.items() if not optional])
+@pytest.mark.parametrize("field", [f for f, (_, _, _, optional) in sps_config.RANGES.items() if not optional])
 def test_none_for_a_field_that_takes_a_number_is_one_sentence(field):
     # Overrides accept None everywhere and leave it to the checks; comparing None with the bound was a TypeError.
-    config = config_files.load_config("configs/tiny.py", [f"--config.{field}=None"])
+    config = sps_config.load_config("configs/tiny.py", [f"--config.{field}=None"])
     with pytest.raises(ValueError, match=rf"^{field}=None must be (an integer|a finite number) "):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
 
 
 @pytest.mark.parametrize("body, sentence", [
@@ -406,16 +406,16 @@ def test_a_config_file_that_fails_is_one_sentence_saying_where_and_what_to_do(tm
     path = tmp_path / "bad.py"
     path.write_text(body)
     with pytest.raises(ValueError, match=sentence):
-        config_files.load_config(str(path))
+        sps_config.load_config(str(path))
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
 def test_a_config_file_saved_as_utf16_says_to_save_it_as_utf8(tmp_path, encoding):
     # Python names no line for its null bytes: the sentence said "line None is not valid Python".
     path = tmp_path / "tiny16.py"
-    path.write_text((config_files._SHIPPED_CONFIGS / "tiny.py").read_text(), encoding=encoding)
+    path.write_text((sps_config._SHIPPED_CONFIGS / "tiny.py").read_text(), encoding=encoding)
     with pytest.raises(ValueError) as refusal:
-        config_files.load_config(str(path))
+        sps_config.load_config(str(path))
     assert str(refusal.value) == (f"config file {path} is not valid Python (source code string cannot contain null "
                                   "bytes): save it as UTF-8 text.")
 
@@ -423,7 +423,7 @@ def test_a_config_file_saved_as_utf16_says_to_save_it_as_utf8(tmp_path, encoding
 def test_a_config_path_may_be_a_pathlib_path():
     import pathlib
 
-    assert config_files.load_config(pathlib.Path("configs/tiny.py")).model.num_layers == 2
+    assert sps_config.load_config(pathlib.Path("configs/tiny.py")).model.num_layers == 2
 
 
 def test_a_notebooks_config_mistakes_are_one_sentence_saying_what_to_pass():
@@ -431,10 +431,10 @@ def test_a_notebooks_config_mistakes_are_one_sentence_saying_what_to_pass():
     # plain dict config was said to have no model section, which it had.
     with pytest.raises(ValueError, match=r"overrides must be a list of 'a\.b=value' strings, not the string "
                                          r"'--config\.train\.seed=1': pass \['--config\.train\.seed=1'\]\.$"):
-        config_files.load_config("configs/tiny.py", "--config.train.seed=1")
+        sps_config.load_config("configs/tiny.py", "--config.train.seed=1")
     with pytest.raises(ValueError, match=r"the config is a dict, not an ml_collections\.ConfigDict: pass "
                                          r"ml_collections\.ConfigDict\(it\)"):
-        config_checks.check_run_config(config_files.load_config("configs/tiny.py").to_dict())
+        sps_config.check_run_config(sps_config.load_config("configs/tiny.py").to_dict())
 
 
 # Section 4, Table "Model configurations across the five scales", copied as printed: layers L, hidden size d,
@@ -454,7 +454,7 @@ def test_each_scale_is_the_papers_table_row_with_its_printed_parameter_count(sca
     parameters (tied embedding counted once) rounded as the table prints them. At that precision an untied head,
     biases on the linear layers (+0.85M at XL: 1.679B) or another FFN width would show."""
     layers, d, heads, ffn, printed = PAPER_TABLE[scale]
-    cfg = sps_model.ModelConfig.from_config(config_files.load_config(f"configs/paper.py:{scale},sps").model)
+    cfg = sps_model.ModelConfig.from_config(sps_config.load_config(f"configs/paper.py:{scale},sps").model)
     assert (cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.d_ff) == (layers, d, heads, ffn)
     assert cfg.head_dim == d // heads
     n = cfg.num_params  # arithmetic; tests/test_model.py holds it to the built model's parameters
@@ -480,7 +480,7 @@ def test_each_scales_parameters_are_the_backbone_counted_by_hand_to_the_last_one
     """The table's rounding hides a missing final norm or norm scales (a few thousand parameters); the exact count
     does not. docs/design.md's table states the same numbers."""
     exact, in_design = EXACT_PARAMS[scale]
-    cfg = sps_model.ModelConfig.from_config(config_files.load_config(f"configs/paper.py:{scale},sps").model)
+    cfg = sps_model.ModelConfig.from_config(sps_config.load_config(f"configs/paper.py:{scale},sps").model)
     assert cfg.num_params == exact
     assert sps_model.count_params(sps_model.Transformer(cfg)) == exact  # the built model's, by jax.eval_shape
     layers, d, heads, _, _ = PAPER_TABLE[scale]
@@ -495,7 +495,7 @@ def test_the_shared_setup_of_section_4_holds_at_every_scale_and_variant():
     for scale in PAPER_TABLE:
         counts = set()
         for variant in masks.VARIANTS:
-            model = config_files.load_config(f"configs/paper.py:{scale},{variant}").model
+            model = sps_config.load_config(f"configs/paper.py:{scale},{variant}").model
             cfg = sps_model.ModelConfig.from_config(model)
             assert (cfg.seq_len, cfg.dtype, cfg.param_dtype) == (4096, "bfloat16", "float32")
             assert cfg.window == (64 if variant in ("sps", "delayed_state", "reverse_sps") else None), (scale, variant)
@@ -521,7 +521,7 @@ def test_a_mistyped_override_key_is_named_with_the_key_it_likely_means(override,
     # The sentence said "config section has no field 'seqlen'; fields are [...]", naming neither the section nor
     # the field meant; a field used as a section was "no section 'name'", and an empty name listed the sections.
     with pytest.raises(ValueError, match=sentence):
-        config_files.load_config("configs/tiny.py", [f"--config.{override}"])
+        sps_config.load_config("configs/tiny.py", [f"--config.{override}"])
 
 
 @pytest.mark.parametrize("spec, model", [
@@ -530,14 +530,14 @@ def test_a_mistyped_override_key_is_named_with_the_key_it_likely_means(override,
 ])
 def test_the_config_argument_is_read_in_any_case(spec, model):
     # The scale was lowered but not the variant: S,SPS was 'unknown attention variant 'SPS''.
-    m = config_files.load_config(spec).model
+    m = sps_config.load_config(spec).model
     assert (m.variant, m.window, m.num_layers) == model
 
 
 def test_an_unknown_scale_is_named_with_the_one_it_likely_means():
     with pytest.raises(ValueError, match=r"^unknown scale 'xll' \(did you mean 'xl'\?\): choose one of xs, s, m, l, "
                                          r"xl\.$"):
-        config_files.load_config("configs/paper.py:xll,sps")
+        sps_config.load_config("configs/paper.py:xll,sps")
 
 
 def test_an_override_of_a_config_without_sections_says_so(tmp_path):
@@ -546,7 +546,7 @@ def test_an_override_of_a_config_without_sections_says_so(tmp_path):
     path.write_text("import ml_collections\ndef get_config():\n    return ml_collections.ConfigDict()\n")
     with pytest.raises(ValueError, match=r"^override '--config\.train\.steps=3': the config has no sections, so no "
                                          r"section 'train': its get_config builds none \(see configs/tiny\.py\)\.$"):
-        config_files.load_config(str(path), ["--config.train.steps=3"])
+        sps_config.load_config(str(path), ["--config.train.steps=3"])
 
 
 @pytest.mark.parametrize("spec, kind", [(["configs/tiny.py", "configs/paper.py"], "list"), (None, "NoneType"),
@@ -554,7 +554,7 @@ def test_an_override_of_a_config_without_sections_says_so(tmp_path):
 def test_a_config_spec_that_is_not_one_path_is_one_sentence(spec, kind):
     # Before: Python's "expected str, bytes or os.PathLike object, not list" from os.fspath (bytes: a str.find error).
     with pytest.raises(TypeError, match=not_one_path('spec', kind)):
-        config_files.load_config(spec)
+        sps_config.load_config(spec)
 
 
 def test_a_config_file_returning_a_frozen_config_loads_and_takes_overrides(tmp_path):
@@ -562,7 +562,7 @@ def test_a_config_file_returning_a_frozen_config_loads_and_takes_overrides(tmp_p
     path = tmp_path / "frozen.py"
     path.write_text("import ml_collections\nfrom sps_jax import config\n\ndef get_config():\n"
                     "    return ml_collections.FrozenConfigDict(config.paper_config('xs', 'sps', 8))\n")
-    config = config_files.load_config(str(path), ["model.window=4"])
+    config = sps_config.load_config(str(path), ["model.window=4"])
     assert config.model.window == 4 and config.name == "xs-sps-w4"
 
 
@@ -573,8 +573,8 @@ def test_numpy_numbers_a_config_file_sets_are_the_numbers_they_hold(tmp_path):
                     "    c = config.paper_config('xs', 'sps', 8)\n    with c.ignore_type():\n"
                     "        c.train.peak_lr = np.float32(0.5)\n        c.train.global_batch = np.int64(16)\n"
                     "        c.model.remat = np.bool_(True)\n    return c\n")
-    config = config_files.load_config(str(path), ["train.micro_batch=8"])
-    config_checks.check_run_config(config)
+    config = sps_config.load_config(str(path), ["train.micro_batch=8"])
+    sps_config.check_run_config(config)
     assert (config.train.peak_lr, config.train.global_batch, config.model.remat) == (0.5, 16, True)
     assert all(type(v) in (float, int, bool) for v in (config.train.peak_lr, config.train.global_batch,
                                                         config.model.remat))
@@ -593,7 +593,7 @@ def test_a_value_of_another_type_set_on_a_field_says_which_type_the_field_takes(
                     f"    c = config.paper_config('xs', 'sps', 8)\n    {line}\n    return c\n")
     with pytest.raises(ValueError, match=rf"^get_config\(\) of {re.escape(str(path))} failed at line 6: {sentence} \(a "
                                          r"plain Python number: int\(value\)\)\.$"):
-        config_files.load_config(str(path))
+        sps_config.load_config(str(path))
 
 
 @pytest.mark.parametrize("line, sentence", [
@@ -611,7 +611,7 @@ def assert_line_refused(tmp_path, line: str, sentence: str) -> None:
     path.write_text("from sps_jax import config\n\ndef get_config():\n"
                     f"    c = config.paper_config('xs', 'sps', 8)\n    {line}\n    return c\n")
     with pytest.raises(ValueError) as refusal:
-        config_files.load_config(str(path))
+        sps_config.load_config(str(path))
     assert str(refusal.value) == f"get_config() of {path} failed at line 5: {sentence}"
 
 
@@ -629,7 +629,7 @@ def test_a_bool_set_on_a_number_field_in_a_config_file_is_refused_as_on_the_comm
     assert_line_refused(tmp_path, line, sentence)
     field = line.split(" = ")[0].removeprefix("c.")
     with pytest.raises(ValueError, match=rf"^override '{field}=True': the field takes an? (number|integer) "):
-        config_files.load_config("configs/paper.py:xs,sps,8", [f"{field}=True"])
+        sps_config.load_config("configs/paper.py:xs,sps,8", [f"{field}=True"])
 
 
 @pytest.mark.parametrize("signature, spec_arg, sentence", [
@@ -644,30 +644,30 @@ def test_a_config_argument_that_get_config_does_not_take_or_needs_is_said_of_the
     path = tmp_path / "takes.py"
     path.write_text(f"from sps_jax import config\n\ndef get_config({signature}):\n    return config.paper_config('xs')\n")
     with pytest.raises(ValueError) as refusal:
-        config_files.load_config(str(path) + (f":{spec_arg}" if spec_arg else ""))
+        sps_config.load_config(str(path) + (f":{spec_arg}" if spec_arg else ""))
     assert str(refusal.value) == sentence.format(path=path)
     # A default makes the argument optional: both specs load.
     path.write_text("from sps_jax import config\n\ndef get_config(arg='s'):\n    return config.paper_config(arg)\n")
-    assert config_files.load_config(str(path)).model.num_layers == 12
-    assert config_files.load_config(f"{path}:xs").model.num_layers == 8
+    assert sps_config.load_config(str(path)).model.num_layers == 12
+    assert sps_config.load_config(f"{path}:xs").model.num_layers == 8
 
 
 def test_a_switch_a_config_file_sets_to_a_word_is_one_sentence():
     # train.tensorboard = "no" is truthy: TensorBoard stayed on without a word.
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     with config.ignore_type():
         config.train.tensorboard = "no"
     with pytest.raises(ValueError, match=r"^train\.tensorboard='no' must be True or False\.$"):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
 
 
 @pytest.mark.parametrize("name", ["None", "''"])
 def test_a_run_name_that_names_nothing_is_one_sentence(name):
     # --config.name=None trained a run whose every log line began "None:".
-    config = config_files.load_config("configs/tiny.py", [f"name={name}"])
+    config = sps_config.load_config("configs/tiny.py", [f"name={name}"])
     with pytest.raises(ValueError, match=r"^name=(None|'') must name the run \(a non-empty string, as in its logs and "
                                          r"results\)\.$"):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
 
 
 def test_a_section_no_run_reads_is_refused_and_the_known_ones_are_paper_configs():
@@ -675,10 +675,10 @@ def test_a_section_no_run_reads_is_refused_and_the_known_ones_are_paper_configs(
     assert sorted(sps_config.paper_config().keys()) == sorted(sps_config.RUN_FIELDS)
     for name, says in (("optim", r"'optim': a run reads only data, mesh, metrics, model, name, train; rename it, or "
                                  r"remove it\.$"), ("trian", r"'trian' \(did you mean 'train'\?\)")):
-        config = config_files.load_config("configs/tiny.py")
+        config = sps_config.load_config("configs/tiny.py")
         config[name] = {"lr": 1.0}
         with pytest.raises(ValueError, match=rf"^the config has no section or field {says}"):
-            config_checks.check_run_config(config)
+            sps_config.check_run_config(config)
 
 
 @pytest.mark.parametrize("section, field", [("train", "peak_learning_rate"), ("data", "val_window"),
@@ -686,11 +686,11 @@ def test_a_section_no_run_reads_is_refused_and_the_known_ones_are_paper_configs(
 def test_a_field_set_in_python_that_no_run_reads_is_refused(section, field):
     # Set in a notebook, a misspelt train field was ignored and the run trained with the default (an unknown
     # model field was already refused, and so was every --config override).
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     config[section][field] = 1
     with pytest.raises(ValueError, match=rf"^config\.{section} has no field '{field}'.*: a run reads only the fields "
                                          rf"of sps_jax\.config\.{section}_config\(\); rename it, or remove it\.$"):
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
 
 
 def test_window_zero_is_a_window_and_only_a_negative_one_or_one_past_the_limit_is_refused():
@@ -703,12 +703,12 @@ def test_window_zero_is_a_window_and_only_a_negative_one_or_one_past_the_limit_i
     # A scale given to configs/tiny.py (which takes none) was read as its window without saying what it takes.
     with pytest.raises(ValueError, match=r"^window 'sps' must be an integer from 0 to \d+ \(or 'none' for unbounded\): "
                                          r"the config's argument is VARIANT\[,WINDOW\]\.$"):
-        config_files.load_config("configs/tiny.py:s,sps")
+        sps_config.load_config("configs/tiny.py:s,sps")
 
 
 def test_a_text_field_takes_an_override_that_reads_as_a_number_as_text():
     # A folder named 2024 and a run named 123: the literal's int would not be a path or a name.
-    config = config_files.load_config("configs/tiny.py", ["--config.data.dir=2024", "--config.name=123"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.data.dir=2024", "--config.name=123"])
     assert config.data.dir == "2024" and config.name == "123"
 
 
@@ -717,10 +717,10 @@ def test_an_adam_beta_of_one_is_refused_and_one_just_below_it_accepted(field):
     # A beta of 1 divides by zero in AdamW's bias correction (1 - beta ** t): their range is [0, 1).
     from sps_jax.cli import UserError
 
-    config = config_files.load_config("configs/tiny.py", [f"--config.train.{field}=1.0"])
+    config = sps_config.load_config("configs/tiny.py", [f"--config.train.{field}=1.0"])
     with pytest.raises(UserError, match=rf"^train\.{field}=1\.0 must be a finite number in \[0, 1\)\.$"):
-        config_checks.check_run_config(config)
-    config_checks.check_run_config(config_files.load_config("configs/tiny.py", [f"--config.train.{field}=0.9999"]))
+        sps_config.check_run_config(config)
+    sps_config.check_run_config(sps_config.load_config("configs/tiny.py", [f"--config.train.{field}=0.9999"]))
 
 
 def test_a_model_section_missing_a_field_of_what_the_model_is_is_refused(tmp_path):
@@ -728,21 +728,21 @@ def test_a_model_section_missing_a_field_of_what_the_model_is_is_refused(tmp_pat
     # missing train field is refused); how the model is computed (attention, remat, ...) may be left out.
     path = tmp_path / "partial.py"
     path.write_text("import ml_collections\n"
-                    "from sps_jax import config_files\n\n"
+                    "from sps_jax import config as sps_config\n\n"
                     "def get_config():\n"
-                    "    config = config_files.load_config('configs/tiny.py')\n"
+                    "    config = sps_config.load_config('configs/tiny.py')\n"
                     "    fields = config.model.to_dict()\n"
                     "    del fields['window'], fields['d_ff'], fields['attention'], fields['remat']\n"
                     "    config.model = ml_collections.ConfigDict(fields)\n"
                     "    return config\n")
-    config = config_files.load_config(str(path))
+    config = sps_config.load_config(str(path))
     with pytest.raises(ValueError) as refusal:
-        config_checks.check_run_config(config)
+        sps_config.check_run_config(config)
     assert str(refusal.value) == ("the config's model section has no d_ff, window: set them "
                                   "(sps_jax.config.model_section(variant, window, **fields) gives every field), where a "
                                   "default would describe another model.")
     config.model.d_ff, config.model.window = 192, 8
-    config_checks.check_run_config(config)  # attention and remat take their defaults
+    sps_config.check_run_config(config)  # attention and remat take their defaults
 
 
 def test_config_field_names_are_unique_across_sections_and_field_paths_names_every_one():
@@ -759,36 +759,36 @@ def test_config_field_names_are_unique_across_sections_and_field_paths_names_eve
 def test_an_override_of_a_number_field_set_to_none_takes_the_kind_of_number_the_field_holds():
     # A field set to None took any literal: persistent_window=1e3 was the float 1000.0 where window=1e3 is 1000, and
     # {} an empty section, which the refusal printed over two lines.
-    config = config_files.load_config("configs/tiny.py", ["model.persistent_window=1e3", "train.grad_clip=None",
-                                                          "train.peak_flops_per_device=2e14"])
+    config = sps_config.load_config("configs/tiny.py", ["model.persistent_window=1e3", "train.grad_clip=None",
+                                                        "train.peak_flops_per_device=2e14"])
     assert config.model.persistent_window == 1000 and isinstance(config.model.persistent_window, int)
     assert config.train.grad_clip is None and config.train.peak_flops_per_device == 2e14
     for item, takes in (("train.peak_flops_per_device=[1]", "a number or None (its value is None), not '[1]'."),
                         ("train.init_from={}", "a value, not the section of fields '{}'."),
                         ("model.window={'a': 1}", "a value, not the section of fields \"{'a': 1}\".")):
         with pytest.raises(ValueError) as refusal:
-            config_files.load_config("configs/tiny.py", [item])
+            sps_config.load_config("configs/tiny.py", [item])
         assert str(refusal.value) == f"override {item!r}: the field takes {takes}"
 
 
 def test_an_override_of_a_number_field_none_may_fill_takes_none_in_any_case_as_the_config_argument_does():
     # configs/tiny.py:sps,none took 'none' where --config.model.window=none was refused as no integer.
-    config = config_files.load_config("configs/tiny.py", ["model.window=none", "model.persistent_window=NONE",
-                                                          "train.grad_clip=None", "train.peak_flops_per_device=none"])
+    config = sps_config.load_config("configs/tiny.py", ["model.window=none", "model.persistent_window=NONE",
+                                                        "train.grad_clip=None", "train.peak_flops_per_device=none"])
     assert (config.model.window, config.model.persistent_window) == (None, None)
     assert (config.train.grad_clip, config.train.peak_flops_per_device) == (None, None)
     assert config.name == "tiny-sps-wnone"
     # the window's other words for unbounded, as configs/tiny.py:sps,inf takes them
     for word in ("inf", "Unbounded"):
-        assert config_files.load_config("configs/tiny.py", [f"model.window={word}"]).model.window is None
+        assert sps_config.load_config("configs/tiny.py", [f"model.window={word}"]).model.window is None
     with pytest.raises(ValueError) as refusal:  # a word no number field takes, told that None is one of its values
-        config_files.load_config("configs/tiny.py", ["train.grad_clip=off"])
+        sps_config.load_config("configs/tiny.py", ["train.grad_clip=off"])
     assert str(refusal.value) == ("override 'train.grad_clip=off': the field takes a number or None (its value is 1.0), "
                                   "not 'off'.")
 
 
 def test_an_override_of_a_text_field_keeps_none_as_text_and_only_the_literal_None_unsets_it():
     # A folder or a W&B entity may be named none: on a text field the word is text, as 2024 is (data.dir=2024).
-    config = config_files.load_config("configs/tiny.py", ["metrics.wandb_entity=none", "train.init_from=NONE",
-                                                          "metrics.wandb_name=None"])
+    config = sps_config.load_config("configs/tiny.py", ["metrics.wandb_entity=none", "train.init_from=NONE",
+                                                        "metrics.wandb_name=None"])
     assert (config.metrics.wandb_entity, config.train.init_from, config.metrics.wandb_name) == ("none", "NONE", None)

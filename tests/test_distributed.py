@@ -9,7 +9,7 @@ import time
 import jax
 import pytest
 
-from sps_jax import config_files, train as sps_train, trainer
+from sps_jax import config as sps_config, train as sps_train, trainer
 from tests import fuzz
 from tests.helpers import REPO, env, free_port, own_lines
 
@@ -89,7 +89,7 @@ def test_cli_sps_jax_variables_set_but_empty_read_as_unset(monkeypatch):
 ])
 def test_distributed_flags_that_cannot_work_are_one_sentence_before_anything_loads(monkeypatch, flags, sentence):
     monkeypatch.setattr(sps_train, "initialize_distributed", lambda *a: pytest.fail("jax.distributed was started"))
-    monkeypatch.setattr(config_files, "load_config", lambda *a: pytest.fail("the config was loaded"))
+    monkeypatch.setattr(sps_config, "load_config", lambda *a: pytest.fail("the config was loaded"))
     outcome = fuzz.call(sps_train.main, ["--config", "configs/tiny.py", "--workdir", "unused", *flags])
     assert outcome.status == 2 and outcome.problem() is None and sentence in outcome.stderr, outcome.stderr
 

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from sps_jax import config_files, model as sps_model, pallas_attention, runs, splash_attention
+from sps_jax import config as sps_config, model as sps_model, pallas_attention, runs, splash_attention
 from tests.helpers import REPO
 
 DOCS = ["README.md"] + sorted(str(p.relative_to(REPO)) for p in pathlib.Path(REPO, "docs").glob("*.md"))
@@ -51,7 +51,7 @@ STAND_INS = dict.fromkeys(("q_BTSHK", "k_BTSHK", "v_BTSHK", "doc_ids_BT"), atten
 
 def tiny_run(path):
     """A loadable run of the tiny SPS model shrunk further, with random weights: GPT-2 ids are in its vocabulary."""
-    config = config_files.load_config("configs/tiny.py:sps,4")
+    config = sps_config.load_config("configs/tiny.py:sps,4")
     config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
     runs.save_run(str(path), config, sps_model.init_params(sps_model.Transformer(config.model),
                                                            jax.random.PRNGKey(0)), step=1)

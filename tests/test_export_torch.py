@@ -14,7 +14,7 @@ import pytest
 import safetensors.torch as safetensors_torch  # the test extra has torch and safetensors: no skips
 import torch
 
-from sps_jax import config_files, export_torch, import_torch, model as sps_model, runs
+from sps_jax import config as sps_config, export_torch, import_torch, model as sps_model, runs
 from tests import fuzz
 from tests.helpers import REPO, SMALL, SMALL_OVERRIDES, env
 from tests.torch_reference import numpy_forward
@@ -29,7 +29,7 @@ def make_run(path, variant, window, seed=0):
     """A run folder (configs/tiny.py shrunk by SMALL_OVERRIDES) at step STEP with random weights large
     enough that every parameter moves the logits: N(0, 1) embeddings, N(0, 0.3) matrices, norm scales
     1 + N(0, 0.3)."""
-    config = config_files.load_config(f"configs/tiny.py:{variant},{window}", SMALL_OVERRIDES)
+    config = sps_config.load_config(f"configs/tiny.py:{variant},{window}", SMALL_OVERRIDES)
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
     leaves, tree = jax.tree_util.tree_flatten_with_path(sps_model.param_shapes(net))
     rng = np.random.default_rng(seed)
@@ -245,7 +245,7 @@ def test_the_notebook_functions_keep_existing_files_and_refuse_params_of_another
         export_torch.write(ckpt, str(out), force="no")
     export_torch.write(ckpt, out, force=True)
     assert out.read_bytes() != b"precious"
-    shallower = config_files.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.num_layers=1"])
+    shallower = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.num_layers=1"])
     with pytest.raises(ValueError, match=r"^params do not match config\.model"):
         export_torch.checkpoint_dict(shallower, params, STEP)
     for step, says in ((4.7, r"^step must be an integer"), (-3, r"^step=-3 must be 0 or more")):

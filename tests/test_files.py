@@ -470,18 +470,18 @@ def test_a_folder_whose_name_is_near_the_limit_is_replaced_after_its_work(tmp_pa
 def test_a_path_given_to_the_api_with_an_unexpanded_home_is_one_sentence_and_makes_no_folder(tmp_path, monkeypatch):
     # The command line refuses '~/x' (no shell expanded it); from Python the same path made a folder '~' in the working
     # directory, where a later `rm -rf ~` to clean it up would take the home folder.
-    from sps_jax import config_files, runs, trainer
+    from sps_jax import config as sps_config, runs, trainer
     from sps_jax.analysis import figures
     from sps_jax.data import prepare
     from sps_jax.evaluation import evaluate
 
     monkeypatch.chdir(tmp_path)
     home = os.path.expanduser("~")
-    calls = [("workdir", lambda: trainer.train(config_files.load_config("configs/tiny.py"), "~/runs/x")),
+    calls = [("workdir", lambda: trainer.train(sps_config.load_config("configs/tiny.py"), "~/runs/x")),
              ("path", lambda: evaluate.write_json("~/e.json", {})),
              ("out_png", lambda: figures.training_curves({"a": str(tmp_path)}, "~/c.png")),
              ("out", lambda: prepare.prepare(str(tmp_path), "~/tokens")),
-             ("workdir", lambda: runs.save_run("~/saved", config_files.load_config("configs/tiny.py"), {}, 1))]
+             ("workdir", lambda: runs.save_run("~/saved", sps_config.load_config("configs/tiny.py"), {}, 1))]
     for name, call in calls:
         with pytest.raises(UserError) as refusal:
             call()

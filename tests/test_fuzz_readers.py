@@ -11,7 +11,7 @@ import jax
 import ml_collections
 import pytest
 
-from sps_jax import config_files, import_torch, model as sps_model, runs
+from sps_jax import config as sps_config, import_torch, model as sps_model, runs
 from sps_jax.analysis import figures
 from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
@@ -37,7 +37,7 @@ def fuzz_world(tmp_path_factory):
             f.write(json.dumps({"step": step, "tokens_seen": 64 * step, "loss": 4.0 - step / 10}) + "\n")
             f.write(json.dumps({"step": step, "tokens_seen": 64 * step, "val_loss": 4.1 - step / 10}) + "\n")
     ensure_tokenizer()
-    tiny = config_files.load_config(os.path.join(REPO, "configs", "tiny.py"), [
+    tiny = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), [
         "--config.model.seq_len=64", "--config.model.num_layers=1", "--config.model.d_model=32",
         "--config.model.d_ff=96"])
     runs.save_run(str(root / "tiny"), tiny,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch  # the test extra installs it: a missing torch fails here instead of skipping
 
-from sps_jax import cli, config_files, export_torch, import_torch, runs
+from sps_jax import cli, config as sps_config, export_torch, import_torch, runs
 from sps_jax.evaluation import evaluate
 from tests import fuzz
 from tests.helpers import run_module
@@ -692,7 +692,7 @@ def test_an_override_that_contradicts_the_tensors_names_the_field_and_the_file(t
 def export_with_stored_config(tmp_path, edit, sd, name=None):
     """An exported .pt of ``sd`` whose stored run config (the tiny config at this file's sizes, window 2; named
     ``name`` when given) was changed by hand: ``edit`` changes its model section in place."""
-    config = config_files.load_config("configs/tiny.py", OVERRIDES)
+    config = sps_config.load_config("configs/tiny.py", OVERRIDES)
     config.model.update(num_layers=L, d_model=D, d_ff=3 * D, vocab_size=V, num_heads=H, seq_len=T, window=2)
     stored = json.loads(config.to_json())
     stored["name"] = name or stored["name"]

@@ -474,8 +474,8 @@ def test_the_loss_refuses_a_target_id_outside_the_vocabulary_the_forward_never_s
 def test_the_model_helpers_take_what_their_siblings_take_and_say_what_they_do_not():
     # compute_params(params, config.model) failed on the residual stream's dtype, a variables dict was cast whole, an integer rng
     # was flax's InvalidRngError, a ModelConfig for the model had "no attribute 'cfg'", np.int64 sizes were refused.
-    from sps_jax import config_files
-    config = config_files.load_config("configs/tiny.py")
+    from sps_jax import config as sps_config
+    config = sps_config.load_config("configs/tiny.py")
     cfg, model, params = small_model("sps", 2)
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(
         lambda a, b: a.dtype == b.dtype, sps_model.compute_params(params, dataclasses.asdict(cfg)),

@@ -8,13 +8,13 @@ import nbclient  # the test extra installs nbclient, nbformat and lm-eval: missi
 import nbformat
 import numpy as np
 
-from sps_jax import config_files, model as sps_model, runs, vocab
+from sps_jax import config as sps_config, model as sps_model, runs, vocab
 from sps_jax.data import tokenizer
 from tests.helpers import REPO, decoded_png, ensure_tokenizer
 
 
 def make_run(path, variant, seed):
-    config = config_files.load_config(f"configs/tiny.py:{variant},4" if variant != "standard" else "configs/tiny.py:standard")
+    config = sps_config.load_config(f"configs/tiny.py:{variant},4" if variant != "standard" else "configs/tiny.py:standard")
     config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
     net = sps_model.Transformer(config.model)
     runs.save_run(str(path), config, sps_model.init_params(net, jax.random.PRNGKey(seed)), step=40)

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from sps_jax import config as sps_config, config_checks, config_files, optim
+from sps_jax import config as sps_config, optim
 
 
 S = dict(peak_lr=6e-4, final_lr=6e-5, warmup_tokens=1000, total_tokens=100_000, decay_fraction=0.1)
@@ -85,7 +85,7 @@ def test_the_papers_weight_decay_shrinks_a_matrix_by_lr_times_0_1_per_update_and
     """Section 4 (Training): AdamW with weight decay 0.1 at the peak rate 6e-4. Decoupled from the gradient, one
     update with a zero gradient (Adam's own step is then 0) multiplies a decayed weight by 1 - 6e-4 x 0.1 =
     0.99994, worked out by hand; the paper config's optimizer, with its warmup taken out, is the one run."""
-    t = config_files.load_config("configs/paper.py:s,sps").train
+    t = sps_config.load_config("configs/paper.py:s,sps").train
     t.warmup_tokens = 0
     opt = optim.optimizer(t, tokens_per_step=96 * 4096)
     params = {"w": jnp.full((2, 3), 2.0), "scale": jnp.full((3,), 2.0)}
@@ -122,11 +122,11 @@ def test_grad_clip_none_turns_clipping_off_and_a_number_clips():
 
 
 def test_grad_clip_zero_is_refused_naming_the_way_to_turn_clipping_off():
-    config = config_files.load_config("configs/tiny.py", ["--config.train.grad_clip=0"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.grad_clip=0"])
     with pytest.raises(ValueError, match=r"^train\.grad_clip=0 would zero every update: set it above 0 .* or to None "
                                          r"to turn clipping off\.$"):
-        config_checks.check_run_config(config)
-    config_checks.check_run_config(config_files.load_config("configs/tiny.py", ["--config.train.grad_clip=None"]))
+        sps_config.check_run_config(config)
+    sps_config.check_run_config(sps_config.load_config("configs/tiny.py", ["--config.train.grad_clip=None"]))
 
 
 def test_the_pre_decay_part_ends_where_the_rate_leaves_its_peak():

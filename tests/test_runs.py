@@ -10,13 +10,13 @@ import ml_collections
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, config_files, model as sps_model, run_files, runs
+from sps_jax import checkpoint, config as sps_config, model as sps_model, run_files, runs
 from tests.helpers import small_model
 from tests.helpers import not_one_path
 
 
 def test_save_run_then_load_run_returns_the_same_weights_and_config(tmp_path):
-    config = config_files.load_config("configs/tiny.py:delayed_state,4")
+    config = sps_config.load_config("configs/tiny.py:delayed_state,4")
     net = sps_model.Transformer(config.model)
     params = sps_model.init_params(net, jax.random.PRNGKey(0))
     runs.save_run(str(tmp_path / "run"), config, params, step=7)
@@ -204,8 +204,7 @@ def test_every_command_that_loads_a_checkpoint_of_weights_holding_nan_refuses_it
     cfg, _, _ = small_model("sps", 2)
     run = _run_holding_inf(tmp_path / "run", ml_collections.ConfigDict(
         {"name": "tiny-run", "model": dataclasses.asdict(cfg), "train": {"global_batch": 2}}))
-    gpt2_run = _run_holding_inf(tmp_path / "gpt2",
-                                config_files.load_config(os.path.join(REPO, "configs", "tiny.py"), []))
+    gpt2_run = _run_holding_inf(tmp_path / "gpt2", sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), []))
     for name, err in refusals_of_every_loading_command(tmp_path, run, gpt2_run, capsys):
         assert f"checkpoint 5 of {gpt2_run if name == 'generate' else run}: parameter ['block_1']['mlp']['down'] " \
                "holds NaN or infinite values" in err, err
@@ -247,15 +246,15 @@ def test_run_info_names_the_scale_from_the_dimensions_and_counts_tokens_seen(tmp
     with pytest.raises(TypeError, match=r"^step must be an integer, got '5'\.$"):  # failed comparing '5' with 4
         runs.run_info(str(tmp_path / "bare"), step="5")
     # A run at a paper scale says which.
-    config = config_files.load_config("configs/paper.py:xs,sps,16")
+    config = sps_config.load_config("configs/paper.py:xs,sps,16")
     runs.write_config(str(tmp_path / "xs"), config)
     assert runs.run_info(str(tmp_path / "xs"))["scale"] == "xs" and runs.run_info(str(tmp_path / "xs"))["window"] == 16
 
 
 def test_a_workdir_of_another_model_names_the_fields_that_differ_in_a_sentence_that_agrees(tmp_path):
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for fields, says in (({"window": 4}, "(window differs)"), ({"window": 4, "d_model": 32}, "(d_model, window differ)")):
-        saved = config_files.load_config("configs/tiny.py")
+        saved = sps_config.load_config("configs/tiny.py")
         saved.model.update(fields)
         workdir = tmp_path / "-".join(fields)
         workdir.mkdir()
@@ -270,19 +269,19 @@ def test_a_workdir_of_another_model_names_the_fields_that_differ_in_a_sentence_t
 def test_the_config_json_of_a_start_that_never_trained_a_step_is_replaced_with_a_note(tmp_path, capsys, metrics_text):
     # A start that failed before its first step (a compile the host ran out of memory for) left its config.json: the
     # corrected command, with a smaller model, was refused as "a run of another model" unless --force.
-    saved = config_files.load_config("configs/tiny.py")
+    saved = sps_config.load_config("configs/tiny.py")
     saved.model.d_model = 32
     (tmp_path / "config.json").write_text(saved.to_json())
     if metrics_text is not None:
         (tmp_path / "metrics.jsonl").write_text(metrics_text)
-    runs.check_workdir(str(tmp_path), config_files.load_config("configs/tiny.py"))
+    runs.check_workdir(str(tmp_path), sps_config.load_config("configs/tiny.py"))
     assert capsys.readouterr().err == (
         f"note: --workdir {tmp_path} holds a run of another model (d_model differs) that never trained a step (no "
         "checkpoint, no metrics): this run replaces its config.json.\n")
     # A config.json that is no run's (another program's) stays refused.
     (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]}')
     with pytest.raises(ValueError, match="that is not this run's"):
-        runs.check_workdir(str(tmp_path), config_files.load_config("configs/tiny.py"))
+        runs.check_workdir(str(tmp_path), sps_config.load_config("configs/tiny.py"))
 
 
 def test_a_run_config_missing_a_model_field_names_it_instead_of_using_the_default(tmp_path):
@@ -349,7 +348,7 @@ def test_resuming_a_workdir_whose_config_lost_a_model_field_names_it(tmp_path):
     del config["model"]["variant"]
     (tmp_path / "run" / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match=r"config\.json: the model section has no variant: put back the values "):
-        runs.check_workdir(str(tmp_path / "run"), config_files.load_config("configs/tiny.py"))
+        runs.check_workdir(str(tmp_path / "run"), sps_config.load_config("configs/tiny.py"))
 
 
 def _edited_run(tmp_path, **fields):
@@ -408,7 +407,7 @@ def test_resuming_checkpoints_whose_config_json_was_lost_is_refused(tmp_path):
     os.remove(tmp_path / "run" / "config.json")
     with pytest.raises(UserError, match=r"holds checkpoints but no config\.json, so the model and data order they "
                                         r"were trained with are unknown: put back the run's config\.json"):
-        runs.check_workdir(str(tmp_path / "run"), config_files.load_config("configs/tiny.py"))
+        runs.check_workdir(str(tmp_path / "run"), sps_config.load_config("configs/tiny.py"))
 
 
 def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_there(tmp_path):
@@ -416,7 +415,7 @@ def test_a_workdir_inside_a_runs_checkpoints_is_refused_before_training_writes_t
     # checkpoints/ into the other run's Orbax folders.
     from sps_jax.cli import UserError
     save_small_run(tmp_path / "run")
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for inside in ("checkpoints", os.path.join("checkpoints", "5"), os.path.join("checkpoints", "new")):
         workdir = str(tmp_path / "run" / inside)
         with pytest.raises(UserError, match=r"lies in the run .*/run's own files \(its checkpoints/\), .* pass "
@@ -437,7 +436,7 @@ def test_a_run_or_token_folder_inside_another_run_is_refused_and_result_files_th
     (run / "tensorboard").mkdir(parents=True)
     (run / "config.json").write_text("{}")
     (run / "metrics.jsonl").write_text("")
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for inside in ("eval/x", "x/y"):
         with pytest.raises(UserError, match=rf"^--workdir {run}/{inside} lies inside the run {run}, where its files "
                                             r"would mix with that run's: choose a folder outside it\.$"):
@@ -491,7 +490,7 @@ def test_a_run_or_token_folder_inside_any_token_folder_is_refused(tmp_path):
     tokens = tmp_path / "tok"
     (tokens / "deep").mkdir(parents=True)
     (tokens / "manifest.json").write_text("{}")
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for inside in ("sub", "deep/sub"):  # prepare's and the import's out argument (the commands' --out)
         with pytest.raises(UserError, match=rf"^out {tokens}/{inside} lies inside the token folder {tokens}, "
                                             r"which `data prepare --force` replaces whole, along with anything "
@@ -512,7 +511,7 @@ def test_a_folder_holding_runs_is_no_workdir_and_no_import_replaces_it(tmp_path)
     run = tmp_path / "runs" / "group" / "a"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.json").write_text("{}")
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     for holder in (tmp_path / "runs", tmp_path / "runs" / "group"):
         with pytest.raises(UserError, match=rf"^--workdir {holder} holds the run {run}, which a run made there "
                                             r"would hold among its own files: pass a new folder \(a sibling of "):
@@ -534,7 +533,7 @@ def test_a_workdir_in_the_token_folder_it_trains_on_is_refused(tmp_path):
     from sps_jax.cli import UserError
     data = tmp_path / "data"
     data.mkdir()
-    config = config_files.load_config("configs/tiny.py", [f"--config.data.dir={data}"])
+    config = sps_config.load_config("configs/tiny.py", [f"--config.data.dir={data}"])
     for workdir in (data, data / "run", data / "a" / "b"):
         with pytest.raises(UserError, match=r"lies in the token folder data\.dir=.*: pass a --workdir outside it\.$"):
             runs.check_workdir(str(workdir), config)
@@ -547,7 +546,7 @@ def test_a_workdir_that_is_another_token_folder_is_refused(tmp_path):
     from tests.helpers import write_token_folder
     other = write_token_folder(str(tmp_path / "other"))
     before = sorted(os.listdir(other))
-    config = config_files.load_config("configs/tiny.py", [f"--config.data.dir={tmp_path / 'data'}"])
+    config = sps_config.load_config("configs/tiny.py", [f"--config.data.dir={tmp_path / 'data'}"])
     with pytest.raises(UserError, match=rf"^--workdir {other} is a token folder \(it holds manifest\.json\), which "
                                         r"`data prepare --force` replaces whole, run and all: pass a --workdir "
                                         r"outside it\.$"):
@@ -575,7 +574,7 @@ def test_a_folder_to_write_that_is_a_link_leading_nowhere_is_called_one(tmp_path
 
     link = tmp_path / "out"
     os.symlink("out" if kind == "loop" else "nowhere", link)
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     nowhere = "is a link that leads nowhere (its target is missing, or links point at each other in a loop): pass "
     for flag, call in (("--workdir", lambda: runs.check_workdir(str(link), config)),
                        ("out", lambda: import_torch.check_out(str(link), force=True)),  # Python's argument
@@ -645,7 +644,7 @@ def test_a_run_subfolder_training_cannot_write_is_refused_before_any_work(tmp_pa
     run = tmp_path / "run"
     for name in ("checkpoints", "tensorboard"):
         (run / name).mkdir(parents=True)
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     runs.check_workdir(str(run), config)
     access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).endswith(sub)
@@ -660,7 +659,7 @@ def test_a_workdir_under_a_bracketed_folder_is_refused_before_any_work(tmp_path)
     # said nothing, and could be neither resumed nor evaluated.
     from sps_jax import import_torch
     from sps_jax.cli import UserError
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     with pytest.raises(UserError, match=r"^--workdir .*/exp\[1\]/run lies under a folder named 'exp\[1\]', where "
                                         r"Orbax cannot find the checkpoints it writes"):
         runs.check_workdir(str(tmp_path / "exp[1]" / "run"), config)
@@ -707,7 +706,7 @@ def test_a_step_the_run_has_no_checkpoint_of_is_said_before_any_weights_load(tmp
 def test_a_checkpoints_folder_without_a_step_holds_no_checkpoint(tmp_path):
     # Only numbered step folders are checkpoints: an empty checkpoints/ left by a failed start, or one holding the
     # user's notes, is no run whose config.json went missing.
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     os.makedirs(tmp_path / "run" / "checkpoints" / "notes")
     runs.check_workdir(str(tmp_path / "run"), config)
     os.makedirs(tmp_path / "run" / "checkpoints" / "20")
@@ -717,7 +716,7 @@ def test_a_checkpoints_folder_without_a_step_holds_no_checkpoint(tmp_path):
 
 def test_a_resume_names_a_field_the_saved_config_lacks():
     # A config.json written before a field existed: the change from its default-less absence is still a change.
-    saved, now = config_files.load_config("configs/tiny.py"), config_files.load_config("configs/tiny.py")
+    saved, now = sps_config.load_config("configs/tiny.py"), sps_config.load_config("configs/tiny.py")
     with saved.unlocked():
         del saved.train["weight_decay"]
         del saved.data["val_windows"]
@@ -765,7 +764,7 @@ def test_a_folder_holding_a_token_folder_is_no_workdir(tmp_path):
     # train --workdir data (the README's data/builtin in it, prepared by the run itself when missing) trained there:
     # `data prepare --force --out data/builtin` then refused to rebuild the tokens, as a folder inside a run.
     from sps_jax.cli import UserError
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     tokens = tmp_path / "data" / "group" / "tok"
     tokens.mkdir(parents=True)
     (tokens / "manifest.json").write_text("{}")
@@ -797,8 +796,8 @@ def test_tokens_seen_is_the_checkpoints_own_record_where_metrics_lost_the_record
 def test_configs_differing_only_in_how_the_model_is_computed_are_the_same_model():
     # Guards against dropping the EXECUTION_FIELDS filter: another attention backend, remat or loss chunk on resume
     # or init_from was called "another model".
-    saved = config_files.load_config("configs/tiny.py")
-    config = config_files.load_config("configs/tiny.py")
+    saved = sps_config.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     config.model.attention = "pallas" if saved.model.attention != "pallas" else "xla"
     config.model.remat = not saved.model.remat
     config.model.loss_chunk = saved.model.loss_chunk + 7
@@ -935,7 +934,7 @@ WRITTEN_OVERRIDES = {"train.seed": ("3", 3), "train.warmup_tokens": ("2e3", 2000
 
 
 def test_overridden_values_reach_config_json_unchanged_and_a_resume_reads_back_the_same_config(tmp_path):
-    config = config_files.load_config("configs/tiny.py", [f"{k}={text}" for k, (text, _) in WRITTEN_OVERRIDES.items()])
+    config = sps_config.load_config("configs/tiny.py", [f"{k}={text}" for k, (text, _) in WRITTEN_OVERRIDES.items()])
     runs.write_config(str(tmp_path), config)
     data = json.loads((tmp_path / "config.json").read_text())
     written = {k: data[k.split(".")[0]][k.split(".")[1]] for k in WRITTEN_OVERRIDES}

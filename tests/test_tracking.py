@@ -14,7 +14,7 @@ import pytest
 import wandb  # the test extra has it: no skips
 from wandb.proto import wandb_internal_pb2
 
-from sps_jax import config_files, metrics, tracking, train as sps_train
+from sps_jax import config as sps_config, metrics, tracking, train as sps_train
 from tests.helpers import SMALL_OVERRIDES, run_train, write_token_folder
 
 
@@ -88,8 +88,8 @@ def wandb_home(tmp_path, monkeypatch):
 
 def test_every_record_reaches_the_wandb_run_and_a_restart_resumes_it(tmp_path, wandb_home, monkeypatch):
     monkeypatch.delenv("WANDB_MODE")  # the config's mode alone keeps it offline
-    config = config_files.load_config("configs/tiny.py", ["--config.metrics.wandb=True",
-                                                          "--config.metrics.wandb_mode=offline"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.metrics.wandb=True",
+                                                        "--config.metrics.wandb_mode=offline"])
     workdir = str(tmp_path / "run")
     os.makedirs(workdir)
     first = [{"step": 1, "tokens_seen": 8, "loss": 10.5, "lr": 1e-4}, {"step": 2, "tokens_seen": 16, "loss": 9.25},
@@ -150,8 +150,8 @@ def test_a_wandb_run_that_cannot_start_stops_training_before_it_compiles(tmp_pat
 
 
 def test_a_disabled_wandb_run_keeps_no_run_id(tmp_path, wandb_home):
-    config = config_files.load_config("configs/tiny.py", ["--config.metrics.wandb=True",
-                                                          "--config.metrics.wandb_mode=disabled"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.metrics.wandb=True",
+                                                        "--config.metrics.wandb_mode=disabled"])
     (sink,) = tracking.sinks(str(tmp_path), config)
     sink.write({"step": 1, "loss": 1.0})
     sink.close()
@@ -159,7 +159,7 @@ def test_a_disabled_wandb_run_keeps_no_run_id(tmp_path, wandb_home):
 
 
 def test_wandb_is_off_by_default():
-    config = config_files.load_config("configs/tiny.py")
+    config = sps_config.load_config("configs/tiny.py")
     assert not tracking.enabled(config) and tracking.sinks("/nonexistent", config) == []
     assert wandb.__version__  # the package itself is present in the test extra
 
@@ -191,7 +191,7 @@ def test_the_wandb_run_is_named_after_the_config_resumed_by_its_kept_id_and_plot
     # id ("allow"), and records drawn against W&B's own counter instead of their "step".
     fake = _FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake.module)
-    config = config_files.load_config("configs/tiny.py", ["--config.metrics.wandb=True", "--config.name=my-run"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.metrics.wandb=True", "--config.name=my-run"])
     workdir = str(tmp_path)
     (first,) = tracking.sinks(workdir, config)
     (second,) = tracking.sinks(workdir, config)

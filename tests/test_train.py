@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import checkpoint, cli, config_files, masks, metrics, optim, runs, train as sps_train, trainer
+from sps_jax import checkpoint, cli, config as sps_config, masks, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
 from sps_jax.data import loader
 from tests import fuzz
@@ -51,8 +51,8 @@ def final_params(workdir):
 
 KILL_SCRIPT = """
 import os, signal, sys
-from sps_jax import config_files, trainer
-cfg = config_files.load_config("configs/tiny.py", sys.argv[3:])
+from sps_jax import config, trainer
+cfg = config.load_config("configs/tiny.py", sys.argv[3:])
 def on_step(step, record):
     if step == int(sys.argv[2]):
         os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no final save
@@ -111,14 +111,14 @@ def test_two_processes_train_and_one_resumes(tmp_path, tokens, reference):
 
 
 def small_config(tokens, steps):
-    return config_files.load_config("configs/tiny.py", SMALL_OVERRIDES + [
+    return sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
         f"--config.data.dir={tokens}", f"--config.train.total_tokens={steps * 256}"])
 
 
 SIGNAL_SCRIPT = """
 import os, signal, sys
-from sps_jax import config_files, trainer
-cfg = config_files.load_config("configs/tiny.py", sys.argv[2:])
+from sps_jax import config, trainer
+cfg = config.load_config("configs/tiny.py", sys.argv[2:])
 def on_step(step, record):
     if step == 3:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -183,7 +183,7 @@ def test_a_run_compiles_its_steps_once_and_after_its_first_update_runs_only_them
     rates = []  # calls of the schedule: traced into the step, or per step on the host (more device ops and waits)
     monkeypatch.setattr(optim, "learning_rate", lambda *a, f=optim.learning_rate, **kw: rates.append(1) or f(*a, **kw))
     for stop_at, resumed in ((4, False), (0, True)):
-        config = config_files.load_config("configs/tiny.py", SMALL_OVERRIDES + [
+        config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
             f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}",
             f"--config.train.stop_at_step={stop_at}"])
         first_update = []  # programs compiled and rates computed when the first update of this call ended
@@ -248,8 +248,8 @@ def test_bad_settings_fail_before_compiling(tokens):
 
 def test_a_validation_batch_that_does_not_split_over_the_devices_is_refused_only_where_validation_runs():
     # bench train and bench compile run the train step alone: data.val_batch=8 over 3 devices refused them.
-    config = config_files.load_config("configs/tiny.py", ["--config.train.global_batch=6",
-                                                          "--config.train.micro_batch=6"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.train.global_batch=6",
+                                                        "--config.train.micro_batch=6"])
     with pytest.raises(ValueError, match=r"^data\.val_batch=8 does not split over the 3 devices"):
         trainer.plan(config, num_devices=3)
     assert trainer.plan(config, num_devices=3, validation=False).data == 3
@@ -768,7 +768,7 @@ def test_a_stop_past_the_schedules_end_is_said_and_the_run_trains_to_its_end(tmp
                                         ((1, 1, "1e9"), r"^memory_bytes must be an integer")])
 def test_a_plan_for_no_devices_is_one_sentence(args, says):
     with pytest.raises((TypeError, ValueError), match=says):
-        trainer.plan(config_files.load_config("configs/tiny.py"), *args)
+        trainer.plan(sps_config.load_config("configs/tiny.py"), *args)
 
 
 def test_a_context_whose_dense_attention_no_device_holds_is_one_sentence_before_compiling(tmp_path, monkeypatch):
@@ -785,11 +785,11 @@ def test_a_context_whose_dense_attention_no_device_holds_is_one_sentence_before_
 
 
 def test_the_activation_floor_counts_probabilities_only_for_the_dense_backend_and_rows_per_device():
-    config = config_files.load_config("configs/tiny.py", ["--config.model.seq_len=65536", "--config.model.attention=pallas",
-                                                          f"--config.train.total_tokens={8 * 65536}"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.seq_len=65536", "--config.model.attention=pallas",
+                                                        f"--config.train.total_tokens={8 * 65536}"])
     assert trainer.plan(config, 1, 1, 24 * 2 ** 30, "host").end_step > 0  # a kernel holds no N x N probabilities
-    config = config_files.load_config("configs/tiny.py", ["--config.model.seq_len=4096",
-                                                          f"--config.train.total_tokens={8 * 4096}"])
+    config = sps_config.load_config("configs/tiny.py", ["--config.model.seq_len=4096",
+                                                        f"--config.train.total_tokens={8 * 4096}"])
     # One device: 8 x 2 x 8192^2 x 4 bytes = 4 GiB of probabilities; eight devices (data=8) hold one row each: 0.5 GiB.
     with pytest.raises(ValueError, match="a micro-batch of 8 x model.seq_len=4096 positions per device needs at least 4.0"):
         trainer.plan(config, 1, 1, 3 * 2 ** 30, "host")
@@ -800,7 +800,7 @@ def test_the_activation_floor_counts_probabilities_only_for_the_dense_backend_an
 @pytest.mark.parametrize("attention", ["xla", "pallas"])
 def test_the_activation_floor_is_below_what_the_compiled_train_step_holds(attention):
     # A lower bound, so never a refusal of a step that fits: XLA's own count of the compiled step's buffers is above it.
-    config = config_files.load_config("configs/tiny.py", [f"--config.model.attention={attention}"])
+    config = sps_config.load_config("configs/tiny.py", [f"--config.model.attention={attention}"])
     p = trainer.plan(config, 1)
     run = trainer.setup(config, p, jax.devices()[:1])
     tokens = jax.ShapeDtypeStruct((p.accum, config.train.micro_batch, p.model.seq_len + 1), jnp.int32)
@@ -1011,7 +1011,7 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
     refuse(small_argv(trained, tokens, "--config.model.d_model=64", "--force"), "another model", "checkpoints")
     assert digest(trained) == before
     # How the model is computed is not what it is: another attention backend (remat, loss chunk) resumes it.
-    runs.check_workdir(str(trained), config_files.load_config("configs/tiny.py", [
+    runs.check_workdir(str(trained), sps_config.load_config("configs/tiny.py", [
         *SMALL_OVERRIDES, "--config.model.attention=pallas", "--config.model.remat=True",
         "--config.model.loss_chunk=8", f"--config.data.dir={tokens}"]))
     # Another seed or global batch would not continue the run: refused, with the run left as it was.
@@ -1026,8 +1026,8 @@ def test_a_workdir_holding_another_run_is_refused_and_left_as_it_was(tmp_path, t
 
 def _resume_config(tokens):
     """The config the reference run was trained with, as a resume of it is given."""
-    return config_files.load_config("configs/tiny.py", [*SMALL_OVERRIDES, f"--config.data.dir={tokens}",
-                                                        f"--config.train.total_tokens={STEPS * 256}"])
+    return sps_config.load_config("configs/tiny.py", [*SMALL_OVERRIDES, f"--config.data.dir={tokens}",
+                                                      f"--config.train.total_tokens={STEPS * 256}"])
 
 
 @pytest.mark.parametrize("edit, problem", [
@@ -1146,7 +1146,7 @@ def test_a_token_folder_of_another_eos_id_is_refused(tmp_path):
 
 
 def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
-    config = config_files.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.dtype=float32"])
+    config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.dtype=float32"])
     plan = trainer.plan(config, 1)
     run = trainer.setup(config, plan, jax.devices()[:1])
     model, opt, shardings = run.model, run.opt, run.param_sh
@@ -1297,7 +1297,7 @@ def test_validation_on_fewer_windows_than_data_val_windows_is_said_in_a_warning(
     # Before, a val split too small for data.val_windows (the paper configs ask 2496) or a val_windows that is no
     # multiple of val_batch scored fewer windows without a word: val_loss covered fewer tokens than the config says.
     tokens = write_token_folder(str(tmp_path / "tokens"), num_docs=200)
-    config = config_files.load_config(os.path.join(REPO, "configs", "tiny.py"), [
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), [
         *SMALL_OVERRIDES, f"--config.data.dir={tokens}", f"--config.data.val_windows={windows}",
         f"--config.data.val_batch={batch}", "--config.train.total_tokens=256"])  # one pass: no note of passes
     val = trainer._open_data(config, sps_model.ModelConfig.from_config(config.model), print)[1]
@@ -1371,7 +1371,7 @@ def test_the_metrics_of_a_checkpointed_step_are_on_the_disk_when_its_save_starts
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(checkpoint.TrainCheckpoints, "save", save)
-    config = config_files.load_config("configs/tiny.py", SMALL_OVERRIDES + [
+    config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
         f"--config.data.dir={tokens}", f"--config.train.total_tokens={4 * 256}", "--config.train.checkpoint_every=2"])
     trainer.train(config, str(tmp_path))
     assert saves == [(2, True), (4, True)]

@@ -22,8 +22,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, config_checks, files, path_checks, reading
-from sps_jax import run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, files, path_checks, reading, run_files
 from sps_jax import flops, masks, metrics, plotting
 from sps_jax.analysis import data_efficiency, seeds
 from sps_jax.evaluation import results_table
@@ -513,7 +512,7 @@ def pre_decay_curve(run: str) -> dict:
         raise ValueError(f"{run!r}: its config.json has no train.total_tokens and train.decay_fraction, which say "
                          "where its learning-rate decay starts: pass a run folder written by sps_jax.train.")
     for field in ("total_tokens", "decay_fraction"):  # as training holds them: a hand edit placed the decay anywhere
-        problem = config_checks.range_problem(f"train.{field}", train[field])
+        problem = sps_config.range_problem(f"train.{field}", train[field])
         if problem:
             raise ValueError(f"{run!r}: its config.json's {problem[0]} must be {problem[1]}: pass a run folder written "
                              "by sps_jax.train.")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import arguments, cli, config_checks, config_files, files, masks, reading, run_files
+from sps_jax import arguments, cli, config as sps_config, files, masks, reading, run_files
 
 
 # The most timed repetitions a benchmark takes (--iters, --repeats), the bound of bench train's --steps: a count
 # past it (2**63, a typo) timed until stopped.
-MAX_REPEATS = config_checks.MAX_STEP
+MAX_REPEATS = sps_config.MAX_STEP
 repeats_argument = arguments.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
@@ -20,12 +20,12 @@ GENERATION_WORKLOAD = {"batch_size": 16, "prefill": 1024, "decode": 3072}
 
 def load_config(path: str, overrides=()):
     """``--config`` with its overrides, its model held to the model's own checks and, in a run config (one with a
-    train section), every section to :func:`sps_jax.config_checks.check_run_config`: a value out of range is refused
+    train section), every section to :func:`sps_jax.config.check_run_config`: a value out of range is refused
     whether the benchmark reads it or not, as train refuses it (``bench compile --only kernels`` took
     ``model.num_layers=0``, ``bench generate`` a negative ``train.peak_lr``). A config of a model section alone is a
     model's shapes, which generate and smoke need no more than. Loads no jax: the commands call it before jax loads."""
-    config = config_files.load_config(path, overrides)
-    config_files.check_loaded(config, path, overrides, run="train" in config)
+    config = sps_config.load_config(path, overrides)
+    sps_config.check_loaded(config, path, overrides, run="train" in config)
     return config
 
 
@@ -34,7 +34,7 @@ def add_workload_flags(parser, prefix: str = "") -> None:
     :func:`check_workload_flags`)."""
     arguments.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
     for flag, what in (("prefill", "prompt tokens per row"), ("decode", "new tokens per row (one decode step each)")):
-        parser.add_argument(f"--{flag}", type=config_checks.seq_len_argument, default=GENERATION_WORKLOAD[flag],
+        parser.add_argument(f"--{flag}", type=sps_config.seq_len_argument, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
 
 
@@ -65,7 +65,7 @@ def check_json(args):
         # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
         config = getattr(args, "config", None)
         run_files.output_file(args.json, "--json", args.force,
-                              [("--config", config_files.split_spec(config)[0])] if config else [])
+                              [("--config", sps_config.split_spec(config)[0])] if config else [])
     return args
 
 
@@ -78,7 +78,7 @@ def check_profile(args) -> None:
         raise cli.UserError(f"--profile {args.profile} is the --json path: give the traces a folder of their own.")
     config = getattr(args, "config", None)
     run_files.replaceable_folder(args.profile, "--profile", args.force, "the traces",
-                                 inputs=[("--config", config_files.split_spec(config)[0] if config else None)])
+                                 inputs=[("--config", sps_config.split_spec(config)[0] if config else None)])
 
 
 def trace_folder(traces: str, label: str) -> str:

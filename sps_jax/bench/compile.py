@@ -33,7 +33,7 @@ import sys
 import time
 
 from sps_jax import arguments, bench, cli, cli_process, hardware, kernel_tuning, masks, names
-from sps_jax import config as sps_config, config_checks, config_files
+from sps_jax import config as sps_config
 
 PROGRAMS = ("kernels", "train", "generate")
 # The flags (argparse dests) only one program reads: given with an --only that leaves that program out, they are
@@ -83,7 +83,7 @@ def parse_args(argv):
                    help="generation: comma-separated prefill chunks, positions per chunk below --prefill (0: one "
                         "pass; default 0,32, 32 only below --prefill)")
     bench.add_json_flag(p)
-    rest, overrides = config_files.split_config_args(argv)
+    rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
     bench.check_workload_flags(p, args)
     args.overrides = overrides
@@ -109,9 +109,9 @@ def parse_args(argv):
     if "max_micro_batch" in given and largest > args.max_micro_batch:  # a listed one that fits is the search's result
         p.error(f"--micro-batches {largest} is past --max-micro-batch {args.max_micro_batch}, where the fit search "
                 f"stops: raise --max-micro-batch to {largest}, or drop {largest}.")
-    if largest * args.devices >= config_checks.INT_MAX:  # the global batch train.global_batch would refuse
+    if largest * args.devices >= sps_config.INT_MAX:  # the global batch train.global_batch would refuse
         p.error(f"--micro-batches {largest} x --devices {args.devices} is {largest * args.devices} rows per step, not "
-                f"below 2**{config_checks.INT_MAX.bit_length() - 1}, the most a run's batch holds: lower them.")
+                f"below 2**{sps_config.INT_MAX.bit_length() - 1}, the most a run's batch holds: lower them.")
     return args
 
 
@@ -154,7 +154,7 @@ def attention_backends(acc, args) -> list[str]:
     the CPU backend a shipped config names."""
     if args.attention:
         return args.attention
-    if any(config_files.override_key(item) == "model.attention" for item in args.overrides):
+    if any(sps_config.override_key(item) == "model.attention" for item in args.overrides):
         return [bench.load_config(args.config, args.overrides).model.attention]
     return ["auto", "xla"] if acc.platform == "tpu" else ["auto"]
 
@@ -468,7 +468,7 @@ def _check_sizes(args, model) -> None:
 @cli.main
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    config_files.check_override_values(args.overrides)  # before the config file runs
+    sps_config.check_override_values(args.overrides)  # before the config file runs
     bench.load_config(args.config, args.overrides)  # the config file's own refusals, before jax loads
     with cli_process.stop_exits_while_loading():  # the parser loads no jax; the checks of the programs need it
         import jax

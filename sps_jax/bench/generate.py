@@ -293,10 +293,10 @@ def _table(results: list[dict]) -> str:
 
 @cli.main
 def main(argv=None) -> int:
-    from sps_jax import config as sps_config, config_files
+    from sps_jax import config as sps_config
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    rest, overrides = config_files.split_config_args(argv)
+    rest, overrides = sps_config.split_config_args(argv)
     args = bench.check_json(_parse(rest, sps_config.field_paths))
     if args.worker:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)
@@ -304,7 +304,7 @@ def main(argv=None) -> int:
     variants, backends = args.variants, args.attention or [None]
     runs_asked = [(v, b) for b in backends for v in variants]
     bench.check_profile(args)
-    config_files.check_override_values(overrides)  # before the config file runs
+    sps_config.check_override_values(overrides)  # before the config file runs
 
     # Config errors before any compilation (the config file's own before jax loads), and a workload no listed
     # accelerator holds before a worker touches the device (this process must not: see below).

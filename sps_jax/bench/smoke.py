@@ -26,7 +26,7 @@ import time
 import ml_collections
 
 # The parser and its checks load no jax; the checks of the model import it.
-from sps_jax import arguments, bench, cli, cli_process, config as sps_config, config_files, hardware
+from sps_jax import arguments, bench, cli, cli_process, config as sps_config, hardware
 from sps_jax import masks
 
 DECODE_CHECK_LEN = 512  # positions of the decode check: the first half prefilled, the rest decoded
@@ -69,7 +69,7 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
     fail the check."""
     if not isinstance(config, ml_collections.ConfigDict) or not isinstance(config.get("model"), ml_collections.ConfigDict):
         raise TypeError(f"config must be a run config with a model section, got a {type(config).__name__}: pass "
-                        "sps_jax.config_files.load_config(...) whole.")
+                        "sps_jax.config.load_config(...) whole.")
     if isinstance(variants, str):  # else each letter is read as a variant ("unknown attention variant 's'")
         raise TypeError(f"variants must be a list of variant names, got the str {variants!r}: pass [{variants!r}].")
     variants = list(variants)
@@ -138,7 +138,7 @@ def failures(rows, attention_backend: str) -> list[str]:
 
 @cli.main
 def main(argv=None) -> int:
-    rest, overrides = config_files.split_config_args(sys.argv[1:] if argv is None else argv)
+    rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
                                       config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
                         "decode loop)")
     bench.add_json_flag(parser)
     args = bench.check_json(parser.parse_args(rest))
-    config_files.check_override_values(overrides)  # before the config file runs
+    sps_config.check_override_values(overrides)  # before the config file runs
     config = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
     cli_process.load("sps_jax.inference.decoding")  # the model and decoder, with jax: the checks from here on need them
     results = smoke(config, args.batch_size, variants=args.variants, log=lambda line: print(line, flush=True))

@@ -9,7 +9,7 @@ import sys
 import jax
 import pytest
 
-from sps_jax import config_files, hardware
+from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
 from sps_jax.aot import gpu_kernels, programs
 from sps_jax.inference import triton_decode
@@ -24,8 +24,8 @@ PALLAS_TRITON = 'custom_call_target="__gpu$xla.gpu.triton"'  # a kernel lowered 
 
 def tiny_config(variant="sps", micro_batch=1, window=4):
     """The tiny model as it would run on the GPU: "auto" attention and bf16 compute."""
-    config = config_files.load_config(f"configs/tiny.py:{variant},{window}",
-                                      ["--config.model.attention=auto", "--config.model.dtype=bfloat16"])
+    config = sps_config.load_config(f"configs/tiny.py:{variant},{window}",
+                                    ["--config.model.attention=auto", "--config.model.dtype=bfloat16"])
     config.train.micro_batch = config.train.global_batch = micro_batch
     return config
 
@@ -37,7 +37,7 @@ def test_train_step_peak_grows_with_the_micro_batch_and_counts_the_model_flops()
     assert 0 < small["peak_bytes"] < large["peak_bytes"]
     assert small["fits"] and large["fits"]
     # Parameters (f32) plus AdamW's two moments are arguments of the step: at least 3 x 4 bytes each.
-    n_params = sps_model.count_params(sps_model.Transformer(config_files.load_config("configs/tiny.py", []).model))
+    n_params = sps_model.count_params(sps_model.Transformer(sps_config.load_config("configs/tiny.py", []).model))
     assert small["argument_bytes"] >= 12 * n_params
     # XLA's count covers the matmuls outside the attention kernels: at least the LM head and
     # projections that the model FLOPs also count, and never more than the model FLOPs plus the
@@ -137,9 +137,9 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
 LAYERS = 3
 DECODE_STEP_HLO = """
 import sys
-from sps_jax import config_files, hardware, model as sps_model
+from sps_jax import config as sps_config, hardware, model as sps_model
 from sps_jax.aot import programs
-config = config_files.load_config(f"configs/tiny.py:{sys.argv[3]},4", [f"--config.model.attention={sys.argv[1]}",
+config = sps_config.load_config(f"configs/tiny.py:{sys.argv[3]},4", [f"--config.model.attention={sys.argv[1]}",
                                                                      "--config.model.dtype=bfloat16"])
 hlo, count = [], programs.entry_kernels
 programs.entry_kernels = lambda text: hlo.append(text) or count(text)

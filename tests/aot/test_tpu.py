@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from sps_jax import attention, config as sps_config, config_files, hardware, masks, mesh as sps_mesh
+from sps_jax import attention, config as sps_config, hardware, masks, mesh as sps_mesh
 from sps_jax import model as sps_model
 from sps_jax.aot import programs, topology, tpu_kernels
 from sps_jax.aot.gpu_kernels import Shape
@@ -29,7 +29,7 @@ def small_config(attention="splash", micro_batch=2, fsdp=1, **model):
     """The tests' small model at T=128 (one 128-key splash block per stream), wide enough (d = 512,
     head dim 128) that TPU tile padding does not hide the sharding; parameters split ``fsdp`` ways."""
     overrides = [o for o in SMALL_OVERRIDES if "seq_len" not in o]
-    config = config_files.load_config("configs/tiny.py", overrides)
+    config = sps_config.load_config("configs/tiny.py", overrides)
     fields = dict(attention=attention, seq_len=128, d_model=512, d_ff=1536, num_heads=4, **model)
     for name, value in fields.items():
         setattr(config.model, name, value)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import config_files, model as sps_model
+from sps_jax import config as sps_config, model as sps_model
 from sps_jax.bench import smoke
 from sps_jax.inference import decoding
 from tests.helpers import EOS, SMALL_OVERRIDES, small_model
@@ -75,9 +75,9 @@ def _decode_tokens(L=32):
 def test_a_one_position_context_is_checked_on_the_two_positions_its_tokens_hold():
     # A train window of seq_len=1 holds two tokens: the decode check prefills the first and decodes the second,
     # where half of one position left it nothing to prefill ("tokens have no positions") after the gradient compiled.
-    from sps_jax import config_files
+    from sps_jax import config as sps_config
 
-    config = config_files.load_config("configs/tiny.py", [*SMALL_OVERRIDES, "model.seq_len=1", "model.num_layers=1"])
+    config = sps_config.load_config("configs/tiny.py", [*SMALL_OVERRIDES, "model.seq_len=1", "model.num_layers=1"])
     rows = smoke.smoke(config, 1, variants=["sps"], log=lambda line: None)
     assert [r["variant"] for r in rows] == ["sps"] and rows[0]["decode_error"] < 1e-5, rows
 
@@ -144,7 +144,7 @@ def test_a_batch_past_the_memory_is_one_sentence_before_anything_is_built(monkey
     # From Python, smoke's argument.
     with pytest.raises(ValueError, match=r"^batch_size 1000000 of 128 positions needs at least 610\.4 GiB .*: lower "
                                          r"batch_size or model\.seq_len\.$"):
-        smoke.smoke(config_files.load_config("configs/tiny.py"), batch_size=1000000)
+        smoke.smoke(sps_config.load_config("configs/tiny.py"), batch_size=1000000)
 
 
 def test_a_backend_that_cannot_run_here_is_one_sentence_before_anything_is_built(monkeypatch):

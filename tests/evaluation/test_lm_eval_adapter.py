@@ -208,9 +208,9 @@ def test_lm_eval_registry_knows_the_model():
 
 @pytest.mark.slow
 def test_lm_evals_own_command_line_runs_the_registered_model(tmp_path):
-    from sps_jax import config_files
+    from sps_jax import config as sps_config
 
-    config = config_files.load_config("configs/tiny.py:sps,4")
+    config = sps_config.load_config("configs/tiny.py:sps,4")
     config.model.num_layers, config.model.d_model, config.model.d_ff, config.model.seq_len = 1, 32, 96, 64
     net = sps_model.Transformer(config.model)
     runs.save_run(str(tmp_path / "run"), config, sps_model.init_params(net, jax.random.PRNGKey(0)), step=1)

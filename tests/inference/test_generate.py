@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax import config as sps_config, config_files
+from sps_jax import config as sps_config
 from sps_jax import masks, runs, vocab
 from sps_jax import model as sps_model
 from sps_jax.data import tokenizer
@@ -399,7 +399,7 @@ def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_com
 
 
 def _tiny_run(tmp_path, name="run", edit=None, overrides=()):
-    config = config_files.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=64", *overrides])
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=64", *overrides])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
     workdir = str(tmp_path / name)
     runs.save_run(workdir, config, edit(params) if edit else params, step=3)
@@ -686,7 +686,7 @@ def test_the_run_is_looked_for_before_any_prompt_is_tokenised(tmp_path, monkeypa
 
 
 def test_a_cache_no_device_holds_is_refused_before_the_weights_load(tmp_path):
-    config = config_files.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=1073741824"])
+    config = sps_config.load_config(os.path.join(REPO, "configs", "tiny.py"), ["model.seq_len=1073741824"])
     params = sps_model.init_params(sps_model.Transformer(config.model), jax.random.PRNGKey(0))
     runs.save_run(str(tmp_path / "run"), config, params, step=3)
     # 10**9 positions of a 2-layer, d=64 model: about 1 TiB of keys and values.
