@@ -16,16 +16,17 @@ def check_inputs(q, k, v, doc_ids_BT, vis) -> None:
     document ids [B, T]."""
     masks.check_visibility(vis, "vis")
     S = vis.num_streams
-    if jnp.ndim(q) != 5 or jnp.shape(q)[2] != S:
-        raise ValueError(f"q must be [B, T, S={S}, H, K] for variant {vis.variant!r}, got shape {jnp.shape(q)}.")
-    if jnp.shape(k) != jnp.shape(q) or jnp.shape(v) != jnp.shape(q):
-        raise ValueError(f"q, k and v must have the same shape, got {jnp.shape(q)}, {jnp.shape(k)}, {jnp.shape(v)}.")
-    if jnp.shape(doc_ids_BT) != jnp.shape(q)[:2]:
-        raise ValueError(f"doc_ids_BT must be [B, T] = {jnp.shape(q)[:2]}, got {jnp.shape(doc_ids_BT)}.")
+    if np.ndim(q) != 5 or np.shape(q)[2] != S:
+        raise ValueError(f"q must be [B, T, S={S}, H, K] for variant {vis.variant!r}, got shape {np.shape(q)}.")
+    if np.shape(k) != np.shape(q) or np.shape(v) != np.shape(q):
+        raise ValueError(f"q, k and v must have the same shape, got {np.shape(q)}, {np.shape(k)}, {np.shape(v)}.")
+    # np.shape: ids may come as a nested list, whose jnp.shape jax deprecates (an error in a later release)
+    if np.shape(doc_ids_BT) != np.shape(q)[:2]:
+        raise ValueError(f"doc_ids_BT must be [B, T] = {np.shape(q)[:2]}, got {np.shape(doc_ids_BT)}.")
     doc_dtype = getattr(doc_ids_BT, "dtype", None) or np.asarray(doc_ids_BT).dtype  # a nested list too
     if not jnp.issubdtype(doc_dtype, jnp.integer):  # cast to int32 in the kernels: 0.5 would be 0
         raise ValueError(f"doc_ids_BT must hold integer document ids, got {doc_dtype}.")
-    if jnp.shape(q)[1] == 0:
+    if np.shape(q)[1] == 0:
         raise ValueError("q, k and v have no positions (T = 0): pass at least one.")
     if not jnp.issubdtype(jnp.result_type(q), jnp.floating):
         raise ValueError(f"q, k, v must be floating point, got {jnp.result_type(q)}.")

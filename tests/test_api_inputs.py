@@ -299,6 +299,7 @@ def test_the_model_refuses_the_params_of_a_deeper_model():
     assert net.apply({"params": params}, tokens).shape == (1, 3, cfg.vocab_size)
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # jnp.shape of a list, which a later jax refuses
 def test_the_dense_attention_holds_the_kernels_contract():
     # Mismatched k or doc ids failed in jax's reshape or broadcasting words, a str visibility as an AttributeError.
     from sps_jax import attention
