@@ -243,13 +243,11 @@ def _label_short_log_axis(ax, values) -> None:
     lo, hi = min(values), max(values)
     if np.floor(np.log10(hi)) - np.ceil(np.log10(lo)) >= 1:  # two decades inside: their labels suffice
         return
-    subs = (1.0, 2.0, 3.0, 5.0) if hi / lo < 10 ** 0.5 else (1.0, 2.0, 5.0)
-    if hi / lo < 2:
-        subs = tuple(float(k) for k in range(1, 10))
-    ax.xaxis.set_major_locator(ticker.LogLocator(subs=subs))
     if hi / lo < 2:  # ticks a few percent apart: 1.1 x 10^5 and 1.2 x 10^5 ran into each other, 110k and 120k do not
+        ax.xaxis.set_major_locator(ticker.LogLocator(subs=tuple(float(k) for k in range(1, 10))))
         ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))
         return
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 3.0, 5.0) if hi / lo < 10 ** 0.5 else (1.0, 2.0, 5.0)))
     # every tick this locator places gets its label (the formatter would otherwise thin them out)
     ax.xaxis.set_major_formatter(ticker.LogFormatterSciNotation(labelOnlyBase=False,
                                                                  minor_thresholds=(np.inf, np.inf)))

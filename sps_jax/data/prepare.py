@@ -106,6 +106,12 @@ def _write_documents(texts, writers: dict, enc, val_fraction: float, max_documen
     return skipped
 
 
+def _first_two(paths, source: str) -> str:
+    """The first two of ``paths`` relative to the ``source`` folder, and how many more: a note's examples."""
+    return ", ".join(os.path.relpath(p, source) for p in paths[:2]) + (
+        f" and {len(paths) - 2} more" if len(paths) > 2 else "")
+
+
 def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRACTION, text_field: str | None = None,
             hf_split: str | None = None, max_documents: int | None = None,
             max_tokens: int | None = None, batch_documents: int = 256,
@@ -152,16 +158,13 @@ def prepare(source: str, out: str, *, val_fraction: float = token_folder.VAL_FRA
         return existing
     unread = corpus.unread_files(source)
     if unread:  # a README or a .csv among the documents: said, with a count, rather than left out unsaid
-        names = ", ".join(os.path.relpath(p, source) for p in unread[:2]) + (
-            f" and {len(unread) - 2} more" if len(unread) > 2 else "")
         log(f"prepare: {len(unread):,} file(s) of source folder {source} not read, their suffix none of "
-            f"{', '.join(corpus.READ_SUFFIXES)} ({names}): rename those that are documents.")
+            f"{', '.join(corpus.READ_SUFFIXES)} ({_first_two(unread, source)}): rename those that are documents.")
     beside = corpus.text_beside_records(source)
     if beside:  # a Hugging Face dataset's folder: its README.md card would be trained on as a document
-        names = ", ".join(os.path.relpath(p, source) for p in beside[:2]) + (
-            f" and {len(beside) - 2} more" if len(beside) > 2 else "")
         log(f"prepare: source folder {source} holds JSONL/Parquet records and {len(beside):,} plain-text file(s), "
-            f"each read as one document ({names}): move those that are no documents (a dataset card) out of it.")
+            f"each read as one document ({_first_two(beside, source)}): move those that are no documents (a dataset "
+            "card) out of it.")
     start = time.time()
     # Built whole beside `out` and swapped in only when complete: a failing source leaves `out` as it was.
     with folder_swap.replace_folder(out) as building:
