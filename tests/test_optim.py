@@ -121,6 +121,29 @@ def test_grad_clip_none_turns_clipping_off_and_a_number_clips():
     assert not np.allclose(updates_of(1.0, gradients)[1], plain[1], rtol=1e-3)
 
 
+def test_the_papers_clipping_at_1_0_scales_the_whole_gradient_by_its_global_norm_before_adamw():
+    """Section 4 (Training): AdamW (0.9, 0.95) with "gradient clipping at 1.0", nanoGPT's clip of the global norm:
+    a gradient of norm 5 over two weights (3 and 4) enters Adam as 0.6 and 0.8, one factor for the whole
+    gradient, where clipping each weight or each entry on its own gives 1 and 1. The second update (a gradient of
+    norm 0.5, left as it is) is written out from Adam's moments by hand; its first update is +-lr whatever the
+    scale, so only the second shows the clip. Parameters at 0 take no decay."""
+    t = sps_config.load_config("configs/paper.py:s,sps").train
+    t.warmup_tokens = 0
+    opt = optim.optimizer(t, tokens_per_step=96 * 4096)
+    params = {"a": jnp.zeros((1, 1)), "b": jnp.zeros((1, 1))}
+    state = opt.init(params)
+    for g in ({"a": 3.0, "b": 4.0}, {"a": 0.3, "b": -0.4}):
+        updates, state = opt.update({k: jnp.full((1, 1), v) for k, v in g.items()}, state, params)
+
+    def adam_second_update(g1, g2, lr=6e-4, b1=0.9, b2=0.95, eps=1e-8):
+        m = b1 * (1 - b1) * g1 + (1 - b1) * g2
+        v = b2 * (1 - b2) * g1 ** 2 + (1 - b2) * g2 ** 2
+        return -lr * (m / (1 - b1 ** 2)) / (np.sqrt(v / (1 - b2 ** 2)) + eps)
+
+    for name, clipped, second in (("a", 0.6, 0.3), ("b", 0.8, -0.4)):
+        np.testing.assert_allclose(updates[name], adam_second_update(clipped, second), rtol=1e-5, err_msg=name)
+
+
 def test_grad_clip_zero_is_refused_naming_the_way_to_turn_clipping_off():
     config = sps_config.load_config("configs/tiny.py", ["--config.train.grad_clip=0"])
     with pytest.raises(ValueError, match=r"^train\.grad_clip=0 would zero every update: set it above 0 .* or to None "
