@@ -130,24 +130,43 @@ def _data_dir(args, config):
     raise ValueError("no token folder: pass --val-data DIR (a folder written by `python -m sps_jax.data prepare`).")
 
 
+DEFAULT_OUT = "probes_out"
+
+
+def default_out(workdirs) -> str:
+    """The folder a probe writes to without --out: ``probes_out/<run folder's name>``, the names of several runs joined
+    by '+', so that a probe of another run (or set of runs) writes beside the earlier results, not onto them."""
+    return os.path.join(DEFAULT_OUT, "+".join(os.path.basename(run_files.find_run(w)[0]) for w in workdirs))
+
+
 def _check_places(args) -> None:
     """What needs no jax, said before it loads: matplotlib, the outputs, that each --workdir names a run (with
-    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`) and that --val-data is prepared."""
+    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`) and that --val-data is prepared.
+    The default --out is named after the runs, so it is checked once they are found."""
     plotting.require()
+    if args.out is not None:
+        _check_out(args)
+    path_checks.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
+    for w in args.workdir:
+        run_files.checkpoint_step(w, args.step)
+    if args.out is None:
+        args.out = default_out(args.workdir)
+        _check_out(args)
+    if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
+        token_folder.check_prepared(args.val_data)
+
+
+def _check_out(args) -> None:
+    """--out is a folder whose results files are new (or --force replaces them)."""
     if not args.out.strip() or (os.path.lexists(args.out) and not os.path.isdir(args.out)):
         raise UserError(f"--out {args.out!r} is not a folder: pass the folder to write the results into.")
     suffix = os.path.splitext(args.out.rstrip(os.sep))[1]
     if suffix.lower() in (".png", ".json", ".csv", ".pdf", ".jpg", ".svg") and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} names a {suffix} file, and probes write a folder of results (their .json, "
-                        ".csv and .png): pass a folder, such as probes_out.")  # it would become a folder of that name
+                        f".csv and .png): pass a folder, such as {DEFAULT_OUT}.")  # it would become a folder of that name
     for suffix in (".json", ".csv", ".png"):  # results of an earlier run are kept unless --force
         run_files.output_file(_base(args) + suffix, "--out", args.force, [("--val-data", args.val_data)],
                               rename="pass another --out folder")  # the file's name is the probe's, not the user's
-    path_checks.distinct_inputs(args.workdir, "--workdir")  # one run twice would overlay itself
-    for w in args.workdir:
-        run_files.checkpoint_step(w, args.step)
-    if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
-        token_folder.check_prepared(args.val_data)
 
 
 def _check_inputs(args) -> list:
@@ -323,7 +342,7 @@ def build_parser():
     parser = arguments.ArgumentParser(prog="python -m sps_jax.analysis.probes", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p, out_default):
+    def common(p):
         p.add_argument("--workdir", action="append", required=True, type=arguments.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
         p.add_argument("--step", type=sps_config.step_argument, default=None,
@@ -339,11 +358,12 @@ def build_parser():
                        help="override the attention backend")
         p.add_argument("--dtype", default=None, choices=names.DTYPES,
                        help="override the compute dtype (e.g. float32 for exact norms)")
-        p.add_argument("--out", type=arguments.output_path, default=out_default, help="output folder")
+        p.add_argument("--out", type=arguments.output_path, default=None,
+                       help=f"output folder (default: {DEFAULT_OUT}/RUN, the run folders' names joined by '+')")
         p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
-    common(g, "probes_out")
+    common(g)
     g.add_argument("--positions-per-doc", type=arguments.positive_int, default=8,
                    help="source positions i sampled per document")
     g.add_argument("--max-offset", type=arguments.non_negative_int, default=64, help="largest offset k probed")
@@ -356,7 +376,7 @@ def build_parser():
     g.set_defaults(func=cmd_gradients)
 
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
-    common(w, "probes_out")
+    common(w)
     w.add_argument("--omega", type=arguments.int_up_to(masks.MAX_WINDOW), default=analysis.PAPER_OMEGA,
                    help="persistent window; from the context minus one up it hides nothing (a warning says so)")
     w.add_argument("--min-tokens", type=arguments.positive_int, default=2, help="skip shorter documents")

@@ -353,16 +353,43 @@ def test_a_context_one_past_the_models_is_refused_and_the_models_own_is_not():
         documents.check_probe(model, params, docs, 33, batch=1)
 
 
+def test_cli_a_second_run_probed_without_out_writes_beside_the_first(cli_fixture, tmp_path, monkeypatch, capsys):
+    # The default --out was probes_out for every run, with the same file names: the second run's probe was refused.
+    monkeypatch.chdir(tmp_path)
+    data = ["--val-data", str(cli_fixture / "data"), "--docs", "2", "--omega", "6"]
+    for workdirs in (["std"], ["sps"], ["std", "sps"]):
+        argv = [word for name in workdirs for word in ("--workdir", str(cli_fixture / name))]
+        assert probes.main(["window-nll", *argv, *data]) == 0, capsys.readouterr().err
+    written = {folder: sorted(os.listdir(tmp_path / "probes_out" / folder))
+               for folder in os.listdir(tmp_path / "probes_out")}
+    assert written == {folder: ["window_nll_omega6.csv", "window_nll_omega6.json", "window_nll_omega6.png"]
+                       for folder in ("std", "sps", "std+sps")}
+    (run,) = json.loads((tmp_path / "probes_out" / "sps" / "window_nll_omega6.json").read_text())["runs"]
+    assert run["run"] == str(cli_fixture / "sps")
+
+
 def test_cli_a_probe_whose_results_the_default_out_holds_says_to_pass_another_out_folder(cli_fixture, tmp_path,
                                                                                         monkeypatch, capsys):
     # The user gave no --out: "or choose another name" asked for a name that --out, a folder, does not take.
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "probes_out").mkdir()
-    (tmp_path / "probes_out" / "window_nll_omega6.json").write_text("{}")
+    (tmp_path / "probes_out" / "std").mkdir(parents=True)
+    (tmp_path / "probes_out" / "std" / "window_nll_omega6.json").write_text("{}")
     assert probes.main(["window-nll", "--omega", "6", "--workdir", str(cli_fixture / "std"),
                         "--val-data", str(cli_fixture / "data")]) == 2
-    assert capsys.readouterr().err == (f"error: --out {os.path.join('probes_out', 'window_nll_omega6.json')} already "
-                                       "exists: pass --force to replace it, or pass another --out folder.\n")
+    assert capsys.readouterr().err == (f"error: --out {os.path.join('probes_out', 'std', 'window_nll_omega6.json')} "
+                                       "already exists: pass --force to replace it, or pass another --out folder.\n")
+
+
+def test_cli_an_out_given_that_holds_another_runs_results_is_refused_unless_forced(cli_fixture, tmp_path, capsys):
+    out = str(tmp_path / "mine")
+    data = ["--val-data", str(cli_fixture / "data"), "--docs", "2", "--omega", "6", "--out", out]
+    assert probes.main(["window-nll", "--workdir", str(cli_fixture / "std"), *data]) == 0
+    assert probes.main(["window-nll", "--workdir", str(cli_fixture / "sps"), *data]) == 2
+    assert capsys.readouterr().err.endswith(f"error: --out {os.path.join(out, 'window_nll_omega6.json')} already "
+                                            "exists: pass --force to replace it, or pass another --out folder.\n")
+    assert probes.main(["window-nll", "--workdir", str(cli_fixture / "sps"), *data, "--force"]) == 0
+    (run,) = json.loads(open(os.path.join(out, "window_nll_omega6.json")).read())["runs"]
+    assert run["run"] == str(cli_fixture / "sps")
 
 
 def test_cli_a_reverse_sps_run_writes_its_input_curve_and_says_its_predict_stream_has_no_ratio(cli_fixture, capsys):
