@@ -27,6 +27,8 @@ from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 # imports them once the arguments are parsed (batching, completions and sampling do not).
 
 PASS_PROMPTS = "pass a text file with one prompt per line, or a .jsonl file"
+# Seconds between two progress lines at least: a line per batch was 625 lines for 10,000 prompts.
+PROGRESS_EVERY_S = 10.0
 # The fields main adds to each prompt's record in its results.
 OUTPUT_FIELDS = (*completions.FIELDS, "step", "settings")
 
@@ -126,6 +128,27 @@ def _context(path: str) -> int | None:
         return None
 
 
+def progress_due(done: int, total: int, since_last_s: float, every_s: float = PROGRESS_EVERY_S) -> bool:
+    """Whether the progress line is said after a batch that brings the count to ``done`` of ``total``: after the last
+    batch always, after another once ``every_s`` seconds have passed since the last line (or the start)."""
+    return done >= total or since_last_s >= every_s
+
+
+def progress_notes(total: int, clock=time.perf_counter, every_s: float = PROGRESS_EVERY_S):
+    """The ``progress`` of a generation of ``total`` prompts: "generated N/TOTAL (S s)" on stderr where
+    :func:`progress_due` says so."""
+    start = last = clock()
+
+    def progress(done: int) -> None:
+        nonlocal last
+        now = clock()
+        if progress_due(done, total, now - last, every_s):
+            cli.note(f"generated {done}/{total} ({now - start:.1f} s)")
+            last = now
+
+    return progress
+
+
 @cli.main
 def main(argv=None) -> int:
     parser = _parser()
@@ -182,11 +205,9 @@ def main(argv=None) -> int:
     skipped = f" ({blank} blank line(s) of the prompts file skipped)" if blank else ""
     cli.note(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}")
 
-    start = time.perf_counter()
-    done = lambda n: cli.note(f"generated {n}/{len(prompts)} ({time.perf_counter() - start:.1f} s)")  # noqa: E731
     done_texts = completions.complete_ids(cfg, params, prompts, args.max_new_tokens, batch_size=args.batch_size,
                                           sampling=sampling, seed=args.seed, stop_on_eos=not args.no_stop_on_eos,
-                                          progress=done)
+                                          progress=progress_notes(len(prompts)))
     # What made each completion, as the command was given it (the run's step is beside it).
     settings = {"max_new_tokens": args.max_new_tokens, **dataclasses.asdict(sampling), "seed": args.seed,
                 "batch_size": args.batch_size, "stop_on_eos": not args.no_stop_on_eos}

@@ -345,6 +345,23 @@ def test_a_progress_of_the_wrong_type_is_one_sentence_before_any_batch():
             call()
 
 
+def test_progress_is_due_after_the_last_batch_and_else_once_ten_seconds_have_passed():
+    assert generate.progress_due(10_000, 10_000, 0.0)
+    assert not generate.progress_due(16, 10_000, 9.99)
+    assert generate.progress_due(16, 10_000, 10.0)
+
+
+def test_ten_thousand_prompts_in_batches_of_16_say_their_progress_every_ten_seconds_and_at_the_end(capsys):
+    # One line per batch: 625 lines for 10,000 prompts. Here each batch takes 0.5 s (312.5 s in all).
+    times = iter(0.5 * n for n in range(626))
+    progress = generate.progress_notes(10_000, clock=lambda: next(times))
+    for batch in range(1, 626):
+        progress(min(16 * batch, 10_000))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"generated {320 * k}/10000 ({10.0 * k:.1f} s)" for k in range(1, 32)] + [
+        "generated 10000/10000 (312.5 s)"]
+
+
 def test_prompts_and_arguments_of_the_wrong_type_are_one_sentence_before_any_compile():
     cfg, _, params = small_model("sps", 2)
     cases = [
