@@ -73,7 +73,7 @@ def _integer(value) -> int | None:
         return None
 
 
-def _check_window(value, name: str):
+def check_window(value, name: str):
     """A window as a plain int (or None, unbounded), else one clear sentence. A numpy or jax integer scalar is the
     int it holds, as everywhere a count is taken."""
     if value is None:
@@ -102,10 +102,10 @@ class Visibility:
             raise ValueError(
                 f"unknown attention variant {self.variant!r}{did_you_mean(self.variant, VARIANTS)}: choose one of "
                 f"{', '.join(VARIANTS)}.")
-        window = _check_window(self.window, "window")
+        window = check_window(self.window, "window")
         object.__setattr__(self, "window", window if self.windowed else None)
         object.__setattr__(self, "persistent_window",
-                           _check_window(self.persistent_window, "persistent_window"))
+                           check_window(self.persistent_window, "persistent_window"))
 
     @property
     def persistent_streams(self) -> tuple[bool, ...]:

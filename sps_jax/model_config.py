@@ -102,6 +102,8 @@ class ModelConfig:
                                  f"{f32.max:.3g}), got {value!r}.")
         if not isinstance(self.remat, bool):
             raise ValueError(f"model.remat must be True or False, got {self.remat!r}.")
+        for name in ("window", "persistent_window"):  # named with their section, as a config or override sets them
+            masks.check_window(getattr(self, name), f"model.{name}")
         vis = masks.Visibility(self.variant, self.window, self.persistent_window)
         object.__setattr__(self, "window", vis.window)
         object.__setattr__(self, "persistent_window", vis.persistent_window)

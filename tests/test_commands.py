@@ -534,7 +534,7 @@ FILE_SET_VALUES = {"c.train.peak_lr = float('nan')": "train.peak_lr=nan must be 
                    "c.train.grad_clip = float('inf')": "train.grad_clip=inf must be a finite number",
                    "c.train.global_batch = -8": "train.global_batch=-8 must be an integer of at least 1",
                    "c.model.num_layers = -1": "model.num_layers must be an integer of at least 1, got -1",
-                   "c.model.persistent_window = -1": "persistent_window must be an integer from 0 to",
+                   "c.model.persistent_window = -1": "model.persistent_window must be an integer from 0 to",
                    "c.train = {'seed': 1}": "the config has no train.global_batch",
                    "del c.train.peak_lr": "the config has no train.peak_lr",
                    "c.model.windw = 8": "the model config has no field 'windw' (did you mean 'window'?)"}

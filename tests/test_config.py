@@ -78,7 +78,7 @@ def test_a_window_beyond_int32_is_refused_in_the_config_argument_and_in_an_overr
     with pytest.raises(ValueError, match=r"^window '99999999999999999999' must be an integer from 0 to 2147483647 "):
         sps_config.load_config("configs/tiny.py:sps,99999999999999999999")
     config = sps_config.load_config("configs/tiny.py", ["--config.model.window=2147483648"])
-    with pytest.raises(ValueError, match=r"^window must be an integer from 0 to 2147483647 .* got 2147483648\.$"):
+    with pytest.raises(ValueError, match=r"^model\.window must be an integer from 0 to 2147483647 .* got 2147483648\.$"):
         sps_model.ModelConfig.from_config(config.model)
     assert sps_config.load_config("configs/tiny.py:sps,2147483647").model.window == 2147483647
 

@@ -295,6 +295,15 @@ def test_a_schedule_longer_than_adamws_int32_count_is_refused_and_the_last_count
         trainer.plan(config, num_devices=1)
 
 
+@pytest.mark.parametrize("field", ["window", "persistent_window"])
+def test_cli_a_refused_window_is_named_with_its_model_section_as_the_override_gives_it(tmp_path, field):
+    # The sentence said "persistent_window must be ..." of --config.model.persistent_window=-1, without its section.
+    outcome = fuzz.call(sps_train.main, ["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
+                                         f"--config.model.{field}=-1"])
+    assert outcome.status == 2 and outcome.stderr == (f"error: model.{field} must be an integer from 0 to 2147483647 "
+                                                      "or None (unbounded), got -1.\n"), outcome.stderr
+
+
 def test_a_window_beyond_int32_stops_the_command_in_one_sentence_before_making_the_workdir(tmp_path):
     outcome = fuzz.call(sps_train.main, ["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
                                          "--config.model.window=2147483648"])
