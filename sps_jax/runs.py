@@ -146,6 +146,12 @@ def _check_same_data(workdir: str, saved, config) -> None:
 
 
 def check_workdir(workdir: str, config, force: bool = False) -> str | None:
+    """Refuse (one sentence) a training ``--workdir`` whose files another run owns; the note of
+    :func:`checked_workdir`."""
+    return checked_workdir(workdir, config, force)[0]
+
+
+def checked_workdir(workdir: str, config, force: bool = False) -> tuple[str | None, ml_collections.ConfigDict | None]:
     """Refuse (one sentence) a training ``--workdir`` whose files another run owns.
 
     A new or empty folder, or one holding this model's run, is fine. A folder that is a file,
@@ -153,7 +159,8 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
     holding another run's config.json or metrics.jsonl, or a loss.png without a config.json, and no
     checkpoints is refused unless ``force``, which starts this run there (replacing those files).
     Returns the note that names each train and data field a resume of this run changes, which the trainer gives
-    once a checkpoint is restored (a refusal after this check then stays the one line said), or None.
+    once a checkpoint is restored (a refusal after this check then stays the one line said), or None; and the run's
+    config.json as read here where it is this model's run (None otherwise), which a resume compares itself with.
     """
     arguments.true_or_false(force, "force")
     _check_workdir_place(workdir, config)
@@ -197,12 +204,12 @@ def check_workdir(workdir: str, config, force: bool = False) -> str | None:
         # config.json: replacing it loses nothing that trained, so the corrected command needs no --force.
         cli.note(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
                  f"run replaces its {CONFIG_FILE}.")
-        return None
+        return None, None
     if other and not force:
         raise UserError(f"--workdir {workdir} holds {other}: use a new --workdir, or pass --force to start this run "
                         f"there (its {CONFIG_FILE}, {metrics.METRICS_FILE} and {metrics.PLOT_FILE} are replaced, its "
                         f"{metrics.TENSORBOARD_DIR}/ and {tracking.RUN_ID_FILE} removed).")
-    return note
+    return note, saved
 
 
 def records_end_before(workdir: str, step: int) -> str | None:

@@ -336,16 +336,17 @@ def _start(run, ckpts, source, dataset, config, workdir: str, log):
     return start_step, params, opt_state, elapsed_before_s, iterator
 
 
-def _align_run_folder(workdir: str, config, backend: str, start_step: int) -> None:
+def _align_run_folder(workdir: str, config, backend: str, start_step: int, saved) -> None:
     """Once there is something to train: config.json says what this run trains (a resumed run keeps the
-    init_from it started from: the flag is ignored there), and metrics after the start step are dropped."""
+    init_from it started from, which its config.json as read before, ``saved``, holds: the flag is ignored there),
+    and metrics after the start step are dropped."""
     if jax.process_index() != 0:
         return
     # With the tokens' checksums: a resume on this data.dir prepared again with other tokens is refused.
     checksums = {runs.DATA_CHECKSUMS: token_folder.split_checksums(config.data.dir)}
     written = with_resolved(config, attention=backend, **checksums)
     if start_step > 0:
-        written.train.init_from = runs.read_config(workdir).train.get("init_from")
+        written.train.init_from = saved.train.get("init_from")
     runs.write_config(workdir, written)
     metrics.truncate(workdir, start_step)
     if start_step == 0:  # a new run: no events or W&B run of an earlier start join its own
@@ -390,11 +391,10 @@ def _config_notes(cfg, t) -> list[str]:
     return notes
 
 
-def _schedule_note(workdir: str, t, start_step: int, tokens_per_step: int) -> str | None:
+def _schedule_note(saved, t, start_step: int, tokens_per_step: int) -> str | None:
     """Where a resume's schedule fields (total_tokens moving the decay, say) change the rate of its next update:
     a finished run extended jumps from final_lr back to the peak, which the note naming the fields leaves unsaid.
-    Read before the run's config.json says the new values."""
-    saved = runs.read_config(workdir).train
+    ``saved`` is the train section of the run's config.json, read before it says the new values."""
     old, new = (float(optim.schedule(s, tokens_per_step)(start_step)) for s in (saved, t))
     if abs(new - old) <= 1e-6 * max(abs(old), abs(new)):
         return None
@@ -517,7 +517,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         f"on {devices[0].platform}")
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
-    resume_note = runs.check_workdir(workdir, config, force)
+    resume_note, saved = runs.checked_workdir(workdir, config, force)
     source = runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 
@@ -532,7 +532,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
             # Said once the run is restored or started: a run refused before says only why.
-            resumed = ([resume_note, _schedule_note(workdir, t, start_step, p.tokens_per_step),
+            resumed = ([resume_note, _schedule_note(saved.train, t, start_step, p.tokens_per_step),
                         runs.lost_records(workdir, start_step)] if start_step else [])
             for note in _config_notes(cfg, t) + [note for note in resumed if note]:
                 _warn(note)
@@ -540,7 +540,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 log(_nothing_to_train(start_step, p.end_step, t))
                 _draw_lost_plot(workdir)
                 return _recorded_summary(workdir, start_step)
-            _align_run_folder(workdir, config, backend, start_step)
+            _align_run_folder(workdir, config, backend, start_step, saved)
 
             micro_shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
             val_shape = (config.data.val_batch, cfg.seq_len + 1)

@@ -695,6 +695,23 @@ def test_cli_a_resume_that_moves_the_schedule_says_the_learning_rate_it_jumps_to
             "schedule gave 0.0003") in out.stderr, out.stderr
 
 
+def test_cli_a_resume_reads_the_runs_config_json_once(tmp_path, tokens, reference, monkeypatch):
+    # runs.check_workdir read it, and the trainer read it again for the learning-rate note and for init_from.
+    trained = tmp_path / "trained"
+    shutil.copytree(reference, trained)
+    reads, read_config = [], runs.read_config
+
+    def counted(workdir):
+        reads.append(os.path.realpath(workdir))
+        return read_config(workdir)
+
+    monkeypatch.setattr(runs, "read_config", counted)
+    out = train_here(trained, tokens, STEPS + 2)
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert "under the changed schedule" in out.stderr, out.stderr  # the note is still said
+    assert reads.count(os.path.realpath(trained)) == 1, reads
+
+
 def test_cli_a_refused_run_says_only_why_not_the_notes_of_a_run_that_trains(tmp_path, tokens, reference):
     # A resume's changed settings and a window that spans the context were noted before the checks that refuse a run,
     # so the refusal came second, after a note about a run that never started.
