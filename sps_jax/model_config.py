@@ -8,6 +8,7 @@ dtypes are numpy's (bfloat16 ml_dtypes', which jax's is), so that nothing here i
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Optional
 
 import ml_dtypes
@@ -237,3 +238,20 @@ class ModelConfig:
     def function_fields(self) -> dict:
         """The values of :data:`FUNCTION_FIELDS`, as a checkpoint records what its weights were trained as."""
         return {name: getattr(self, name) for name in FUNCTION_FIELDS}
+
+
+def section_fields(model) -> dict:
+    """Every field of a model section (a ConfigDict or a dict, as config.json holds it), defaults filled in and
+    normalised as the model does (a window given to ``standard`` is None); a section the model refuses is compared
+    as written."""
+    try:
+        return dataclasses.asdict(ModelConfig.from_config(model))
+    except (ValueError, TypeError):
+        return json.loads(model.to_json()) if hasattr(model, "to_json") else dict(model)
+
+
+def differences(old, new) -> list[str]:
+    """The fields two model sections disagree on, ignoring how the model is computed (another attention backend,
+    remat or chunking runs the same model)."""
+    old, new = section_fields(old), section_fields(new)
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in EXECUTION_FIELDS)

@@ -36,7 +36,7 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     ModelConfig's default is written out, so the run keeps describing its model if a default changes."""
     path = os.path.join(workdir, CONFIG_FILE)
     config = ml_collections.ConfigDict(config.to_dict())
-    config.model = _model_fields(config.model)
+    config.model = model_config.section_fields(config.model)
     files.write_text(path, config.to_json_best_effort(indent=2, sort_keys=True))
     return path
 
@@ -386,7 +386,7 @@ def _refuse_other_model(workdir: str, saved, config) -> None:
         raise
     except UserError:  # a damaged latest checkpoint: a resume falls back past it, and the fields still differ
         pass
-    old, new = _model_fields(saved.model), _model_fields(config.model)
+    old, new = model_config.section_fields(saved.model), model_config.section_fields(config.model)
     changed = model_differences(saved, config)
     raise UserError(f"--workdir {workdir} holds the checkpoints of a run of another model: its {CONFIG_FILE} says "
                     f"{', '.join(f'{k}={old.get(k)!r}' for k in changed)}, this config "
@@ -462,19 +462,8 @@ def exclusive(workdir: str):
 
 
 def model_differences(saved, config) -> list[str]:
-    """The model fields two configs disagree on, ignoring how the model is computed (another attention
-    backend, remat or chunking runs the same model)."""
-    old, new = _model_fields(saved.model), _model_fields(config.model)
-    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in model_config.EXECUTION_FIELDS)
-
-
-def _model_fields(model) -> dict:
-    """Every field of a model section, defaults filled in and normalised as the model does (a window
-    given to ``standard`` is None); a section the model refuses is compared as written."""
-    try:
-        return dataclasses.asdict(sps_model.ModelConfig.from_config(model))
-    except (ValueError, TypeError):
-        return json.loads(model.to_json())
+    """The model fields two configs disagree on (:func:`sps_jax.model_config.differences`)."""
+    return model_config.differences(saved.model, config.model)
 
 
 def check_init_from(config) -> tuple[str, int, list[str]] | None:

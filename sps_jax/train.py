@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, path_checks, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, model_config, path_checks, run_files
 from sps_jax import token_folder
 
 
@@ -102,12 +102,26 @@ def _from_env(name: str, kind, parser):
         parser.error(f"{name}={text!r}: {exc}")
 
 
-def _check_data_dir(workdir: str, data_dir: str) -> None:
-    """A data.dir that is missing or no token folder, said before jax loads, where no refusal of the trainer's that
-    comes before the data comes first: a --workdir that holds files (another run's, said by runs.check_workdir) or
-    holds data.dir, and a folder named builtin, which the trainer prepares, are left to the trainer. A model too big
-    for any device is measured against jax's devices, so the folder is said before it."""
-    if os.path.isdir(workdir) and os.listdir(workdir):
+def _holds_this_models_run(workdir: str, model) -> bool:
+    """Whether ``workdir``'s config.json is a run of the model section ``model`` (read without jax): a rerun or a
+    resume, which needs its data.dir whatever else the trainer says of the folder."""
+    try:
+        saved = run_files.config_data(workdir)[1]
+    except (OSError, ValueError):
+        return False
+    section = saved.get("model") if isinstance(saved, dict) else None
+    # A section missing a field is no run's (the trainer says so), though the defaults might fill it to this model.
+    return hasattr(section, "items") and not model_config.ModelConfig.missing_fields(section) and not \
+        model_config.differences(section, model)
+
+
+def _check_data_dir(workdir: str, data_dir: str, model) -> None:
+    """A data.dir that is missing or no token folder, said before jax loads, into a --workdir that holds nothing or
+    this model's run (a rerun or a resume needs its data.dir whatever else the trainer says of the folder). A --workdir
+    holding other files (another run's, said by runs.check_workdir, whose fix, another --workdir, comes before
+    preparing tokens) or data.dir, and a folder named builtin, which the trainer prepares, are left to the trainer. A
+    model too big for any device is measured against jax's devices, so the folder is said before it."""
+    if os.path.isdir(workdir) and os.listdir(workdir) and not _holds_this_models_run(workdir, model):
         return
     if token_folder.prepared_on_first_use(data_dir) or path_checks.inside(data_dir, workdir) or (
             os.path.realpath(data_dir) == os.path.realpath(workdir)):
@@ -153,7 +167,7 @@ def main(argv=None) -> int:
         sps_config.check_loaded(config, args.config, overrides)
         if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
             run_files.init_from_run(config.train.init_from)
-        _check_data_dir(args.workdir, config.data.dir)
+        _check_data_dir(args.workdir, config.data.dir, config.model)
         from sps_jax import trainer
     if args.distributed or args.coordinator:
         initialize_distributed(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout_s)

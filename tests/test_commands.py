@@ -329,6 +329,18 @@ def test_cli_train_says_a_data_dir_without_a_manifest_before_jax_and_before_a_mo
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_cli_train_says_a_missing_data_dir_before_jax_where_the_workdir_holds_this_models_run(tmp_path, checkpoint):
+    """A rerun or a resume of the run in --workdir (its config.json is this model's) said a missing data.dir only once
+    jax had loaded; whatever else the trainer says of that folder, the run needs its data.dir."""
+    workdir = run_config(tmp_path / "run")  # configs/tiny.py's, as a run killed before its first save leaves it
+    if checkpoint:
+        (tmp_path / "run" / "checkpoints" / "4").mkdir(parents=True)
+    refused_without_jax("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", workdir,
+                                          f"--config.data.dir={tmp_path / 'missing'}"],
+                        NOT_PREPARED.format(missing=tmp_path / "missing"))
+
+
 def test_cli_train_says_a_workdir_holding_another_run_before_a_data_dir_without_a_manifest(tmp_path, capsys):
     """Only a --workdir that holds nothing has its data.dir said before jax: one holding another run's files is said
     first (runs.check_workdir, once jax loads), and its fix, another --workdir, comes before preparing any tokens."""
