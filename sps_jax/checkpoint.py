@@ -28,7 +28,7 @@ import orbax.checkpoint as ocp
 
 from sps_jax import cli, cli_process, files, path_checks, reading
 from sps_jax.cli import UserError
-from sps_jax.config import MAX_STEP, STEP_BOUND
+from sps_jax.config_checks import MAX_STEP, STEP_BOUND
 from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path
 
 ORBAX_METADATA = "_CHECKPOINT_METADATA"

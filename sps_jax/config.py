@@ -1,33 +1,27 @@
-"""Config building blocks and the ``--config FILE[:ARG] --config.a.b=VALUE`` loader.
+"""Config building blocks, the ``--config FILE[:ARG] --config.a.b=VALUE`` loader (:func:`load_config`) and
+the checks of a run config (:func:`check_run_config`, :data:`RANGES`).
 
 Config files under ``configs/`` are thin: they call the builders here, so a
-notebook can build the same ConfigDicts without any file.
+notebook can build the same ConfigDicts without any file. The overrides and the parts of reading a
+file are in :mod:`sps_jax.config_overrides`, the checks that need no builder in
+:mod:`sps_jax.config_checks`.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib.util
-import inspect
 import math
-import os
-import pathlib
 import re
-import traceback
-from collections.abc import Iterable, Mapping
 from typing import Sequence
 
 import ml_collections
 import numpy as np
 
-from sps_jax import arguments, cli, masks, path_checks, reading
+from sps_jax import cli, config_checks, config_overrides, masks, path_checks, reading
 from sps_jax.model_config import ModelConfig
-from sps_jax.names import close_name, did_you_mean
+from sps_jax.names import did_you_mean
 from sps_jax.cli import UserError
-
-# The shipped configs/ folder sits beside the package in a source checkout (the README's editable install).
-_SHIPPED_CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 VAL_BATCH = 8  # validation windows per forward pass, in training and in evaluate
 
@@ -59,8 +53,8 @@ def scale_of(num_layers: int, d_model: int, num_heads: int) -> str | None:
 class ConfigDict(ml_collections.ConfigDict):
     """The ConfigDict the builders here make. It refuses a bool set on a number field, which ml_collections stores
     as 1.0 on a float field and keeps on an int one (a config file's ``c.train.peak_lr = True`` trained at 1.0),
-    in ml_collections' own words for a value of another type, so :func:`_failure` says both alike. It keeps
-    ml_collections' class name, which sentences naming a section's type show."""
+    in ml_collections' own words for a value of another type, so :func:`sps_jax.config_overrides.failure_text` says
+    both alike. It keeps ml_collections' class name, which sentences naming a section's type show."""
 
     def __setitem__(self, key, value):
         old = self[key] if self.is_type_safe and isinstance(value, (bool, np.bool_)) and key in self else None
@@ -159,10 +153,6 @@ def metrics_config():
     return m
 
 
-# A run config's top level: its name and sections (paper_config builds each).
-RUN_FIELDS = ("name", "model", "train", "data", "mesh", "metrics")
-
-
 def paper_config(scale: str = DEFAULT_SCALE, variant: str = masks.DEFAULT_VARIANT,
                  window: int | None = masks.DEFAULT_WINDOW):
     config = ConfigDict()
@@ -195,32 +185,6 @@ def run_name(prefix: str, model) -> str:
 def _window_word(window) -> str:
     """A window as a run name writes it: its number, or ``none`` for no bound."""
     return "none" if window is None else str(window)
-
-
-def section_problem(data, name: str) -> str | None:
-    """Why ``data`` (a run config, parsed JSON or a ConfigDict) holds no section ``name`` (missing, or another value
-    than a section of fields), or None."""
-    if name not in data:
-        return f"it has no {name!r} section"
-    if not isinstance(data[name], (dict, ml_collections.ConfigDict)):
-        return f"its {name!r} is {data[name]!r}, not a section of fields"
-    return None
-
-
-def run_config_problem(data) -> str | None:
-    """Why parsed JSON is not a run config (no object, no 'model' section, a section that is no section of fields, a
-    'name' that :func:`check_labels` refuses, which readers would print as the run's label), or None. The other
-    sections may be missing: a run saved with its weights alone (``runs.save_run``) has no train or data section, and
-    one trained before W&B tracking no metrics section (a resume asks for those it reads)."""
-    if not isinstance(data, dict):
-        return f"it is {type(data).__name__}, not an object"
-    problem = next(filter(None, (section_problem(data, name) for name in RUN_FIELDS[1:]
-                                 if name == "model" or name in data)), None)
-    if problem:
-        return problem
-    if "name" in data and not (isinstance(data["name"], str) and data["name"].strip()):
-        return f"its 'name' is {data['name']!r}, not the run's name (a non-empty string)"
-    return None
 
 
 def generated_name_prefix(config) -> str | None:
@@ -273,14 +237,10 @@ def parse_arg(arg: str, defaults: Sequence[str], usage: str | None = None) -> li
     return parts + list(defaults[len(parts):])
 
 
-# The words a window takes for no bound, in any case: in a config file's argument and in a window's override.
-UNBOUNDED_WORDS = ("none", "inf", "unbounded")
-
-
 def parse_window(text: str, usage: str = "") -> int | None:
     """A window field: an integer, or 'none' for unbounded. ``usage`` (a config file's ``VARIANT[,WINDOW]``) is said
     with a refusal: ``configs/tiny.py:s,sps`` read 'sps' as the window, since tiny takes no scale."""
-    if text.lower() in UNBOUNDED_WORDS:
+    if text.lower() in config_overrides.UNBOUNDED_WORDS:
         return None
     try:
         window = int(text)
@@ -292,36 +252,19 @@ def parse_window(text: str, usage: str = "") -> int | None:
     return window
 
 
-def check_overrides(overrides) -> list[str]:
-    """``overrides`` as a list of ``--config.a.b=value`` strings, else one sentence: one string would be read one
-    character at a time and a dict key by key, and None or (key, value) pairs would fail in Python's words."""
-    must = "overrides must be a list of 'a.b=value' strings"
-    if isinstance(overrides, str):
-        raise UserError(f"{must}, not the string {overrides!r}: pass [{overrides!r}].")
-    if isinstance(overrides, (Mapping, ml_collections.ConfigDict)) or not isinstance(overrides, Iterable):
-        got = "None" if overrides is None else f"a {type(overrides).__name__}"
-        raise UserError(f"{must}, got {got}: pass e.g. ['model.window=8'], or [] for none.")
-    overrides = list(overrides)  # read twice by load_config: a generator would be empty the second time
-    for item in overrides:
-        if not isinstance(item, str):
-            raise UserError(f"{must}, got the {type(item).__name__} {item!r} among them: write each as one string, "
-                            "e.g. 'model.window=8'.")
-    return overrides
-
-
 def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
     """Load ``path/to/file.py[:ARG]`` (its ``get_config(ARG)``) and apply ``a.b=value`` overrides.
 
     A file that is not Python, fails to run, lacks ``get_config`` or returns something else than a
     ConfigDict is one sentence naming the file (and the line where Python says so).
     """
-    overrides = check_overrides(overrides)
+    overrides = config_overrides.check_overrides(overrides)
     spec = path_checks.path_text(spec, "spec")  # the sentences quote it
-    path, arg = split_spec(spec)
+    path, arg = config_overrides.split_spec(spec)
     if arg is not None and not arg.strip():  # FILE.py:$ARG with ARG unset: the defaults would run without a word
         raise UserError(f"config {spec!r} has nothing after ':': give the argument (configs/paper.py:s,sps,64), or "
                         "drop the ':' for the file's defaults.")
-    path = _shipped_if_missing(path)
+    path = config_overrides.shipped_if_missing(path)
     reading.input_file(path, "config file", "pass e.g. configs/tiny.py or configs/paper.py:s,sps,64")
     if not path.endswith(".py"):
         raise UserError(f"config file {path!r} is not a Python file: pass a .py file whose get_config(arg) returns "
@@ -335,28 +278,30 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
             raise UserError(f"config file {path} is not valid Python ({e.msg}): save it as UTF-8 text.") from None
         raise UserError(f"config file {path} line {e.lineno} is not valid Python ({e.msg}): fix that line.") from None
     except (Exception, SystemExit) as e:  # the user's file: say where it failed instead of a traceback (or an exit)
-        raise cli.jax_setting_error(e) or UserError(f"config file {path} failed{_failure(e, path)}") from None
+        raise cli.jax_setting_error(e) or UserError(
+            f"config file {path} failed{config_overrides.failure_text(e, path)}") from None
     get_config = getattr(module, "get_config", None)
     if not callable(get_config):
         raise UserError(f"config file {path} defines no get_config(arg) function: see configs/tiny.py.")
-    _check_takes(get_config, arg, path)
+    config_overrides.check_takes(get_config, arg, path)
     try:
         config = get_config(arg) if arg else get_config()
     except (Exception, SystemExit) as e:
-        if isinstance(e, ValueError) and _raised_here(e):
+        if isinstance(e, ValueError) and config_overrides.raised_here(e):
             raise  # the builders' own one-sentence errors (an unknown scale, a bad window, ...)
         call = f"get_config({arg!r})" if arg else "get_config()"
-        raise cli.jax_setting_error(e) or UserError(f"{call} of {path} failed{_failure(e, path)}") from None
+        raise cli.jax_setting_error(e) or UserError(
+            f"{call} of {path} failed{config_overrides.failure_text(e, path)}") from None
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"get_config of {path} returned {type(config).__name__}, not an ml_collections.ConfigDict: "
                         "return one, as configs/tiny.py does.")
     if isinstance(config, ml_collections.FrozenConfigDict):  # a ConfigDict that refused the name and the overrides
         config = config.as_configdict()
-    _plain_numbers(config)
+    config_overrides.plain_numbers(config)
     prefix = generated_name_prefix(config)
     for item in overrides:
-        apply_override(config, item)
-    if prefix is not None and "name" not in (override_key(item) for item in overrides):
+        config_overrides.apply_override(config, item)
+    if prefix is not None and "name" not in (config_overrides.override_key(item) for item in overrides):
         config.name = run_name(prefix, config.model)  # the name says what was trained, overrides included
     return config
 
@@ -371,246 +316,31 @@ def check_loaded(config, spec: str, overrides: Sequence[str] = (), run: bool = T
             check_run_config(config)
         ModelConfig.from_config(config.model)
     except ValueError as exc:
-        leaves = {override_key(item).rpartition(".")[2] for item in check_overrides(overrides)}
+        leaves = {config_overrides.override_key(item).rpartition(".")[2]
+                  for item in config_overrides.check_overrides(overrides)}
         if any(re.search(rf"\b{re.escape(leaf)}\b", str(exc)) for leaf in leaves):
             raise
-        raise UserError(f"config file {split_spec(spec)[0]}: {cli.sentence(exc)}") from None
-
-
-def _check_takes(get_config, arg: str | None, path: str) -> None:
-    """One sentence where ``get_config`` cannot be called with the spec's argument (or with none): the spec is what
-    to change, where Python's "missing 1 required positional argument" would read as a failure of the file."""
-    try:
-        signature = inspect.signature(get_config)
-    except (TypeError, ValueError):  # no signature to read (a builtin): the call says it
-        return
-    try:
-        signature.bind(*([arg] if arg else []))
-    except TypeError:
-        if arg:
-            raise UserError(f"get_config of {path} takes no argument, so the config's ':{arg}' cannot be passed to it: "
-                            f"drop it (--config {path}), or give get_config an argument.") from None
-        raise UserError(f"get_config of {path} needs an argument: give it after ':' (--config {path}:ARG).") from None
-
-
-def _plain_numbers(config: ml_collections.ConfigDict) -> None:
-    """numpy scalars a config file put in its fields (a field it made, or ``np.float64(3e-3)``, which a float field
-    takes) as the Python numbers they hold: the range checks, JSON and the overrides' types take Python's, and refused
-    np.float64(0.003) as not "a finite number". (A numpy scalar of another type, np.int64 on an int field, is refused
-    by ml_collections as the file sets it: :func:`_failure` says so.)"""
-    for key in list(config.keys()):
-        value = config[key]
-        if isinstance(value, ml_collections.ConfigDict):
-            _plain_numbers(value)
-        elif isinstance(value, np.generic) and np.ndim(value) == 0 and isinstance(value.item(), (bool, int, float)):
-            with config.ignore_type():
-                config[key] = value.item()
-
-
-def split_spec(spec: str) -> tuple[str, str | None]:
-    """``path.py:ARG`` -> (path.py, ARG), ARG None without a colon. The argument starts after ".py:", so a colon
-    in a folder's name (a timestamp) stays in the path; a spec naming no .py file splits at its first colon."""
-    at = spec.find(".py:")
-    if at >= 0:
-        return spec[:at + 3], spec[at + 4:]
-    path, colon, arg = spec.partition(":")
-    return (spec, None) if spec.endswith(".py") or not colon else (path, arg)
-
-
-def _shipped_if_missing(path: str) -> str:
-    """``configs/NAME.py`` that is not in the current folder names the shipped one, so the commands'
-    default configs work from any folder; every other path stays as given."""
-    parts = pathlib.PurePath(path).parts
-    if os.path.exists(path) or len(parts) != 2 or parts[0] != "configs":
-        return path
-    shipped = _SHIPPED_CONFIGS / parts[1]
-    return str(shipped) if shipped.is_file() else path
-
-
-def _raised_here(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised by this package's code (a sentence of its own), not by a config file's."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(package)
-
-
-# ml_collections' words for a value of another type set on a field: "Could not override field 'n' (reference). 3 is
-# of original type <class 'numpy.int64'> and cannot be casted to type <class 'int'>".
-_RETYPED = re.compile(r"Could not override field '(?P<field>[^']+)' \(reference\)\. (?P<value>.*) is of original type "
-                      r"<class '(?P<given>[\w.]+)'> and cannot be casted to type <class '(?P<kind>[\w.]+)'>")
-
-
-def _failure(exc: BaseException, path: str) -> str:
-    """' at line N: Error: what: fix the file there.', N the innermost traceback frame in ``path``."""
-    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
-             if os.path.abspath(f.filename) == os.path.abspath(path)]
-    where = f" at line {lines[-1]}" if lines else ""
-    retyped = _RETYPED.search(str(exc)) if isinstance(exc, TypeError) else None
-    if retyped:  # np.int64(8) or "2" set on an int field
-        kind = retyped["kind"].removeprefix("builtins.")
-        article = lambda word: "an" if word[0] in "aeiou" else "a"  # noqa: E731
-        shown = repr(retyped["value"]) if retyped["given"] == "str" else retyped["value"]  # c.train.seed = '3'
-        given = f"{shown} is {article(retyped['given'])} {retyped['given']}"
-        if kind.endswith(".ConfigDict"):  # c.train = 5: a section replaced by a value
-            return (f"{where}: {retyped['field']!r} is a section of fields, and {given}: set its fields instead of "
-                    "replacing it.")
-        if retyped["given"] == "bool" and kind in ("int", "float"):  # as --config.a.b=True is told
-            return (f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set "
-                    f"{'an integer' if kind == 'int' else 'a number'} there, not True or False.")
-        number = f" (a plain Python number: {kind}(value))" if kind in ("int", "float") else ""
-        nullable = " or None" if any(key.endswith(f".{retyped['field']}") for key in UNSET_KINDS) else ""
-        return (f"{where}: field {retyped['field']!r} holds {kind} values, and {given}: set {article(kind)} {kind}"
-                f"{nullable} there{number}.")
-    said = f"{type(exc).__name__}: {cli.sentence(exc).rstrip('.')}" if str(exc).strip() else type(exc).__name__
-    return f"{where}: {said}: fix the file{' there' if lines else ''}."
+        raise UserError(f"config file {config_overrides.split_spec(spec)[0]}: {cli.sentence(exc)}") from None
 
 
 def check_override_values(overrides) -> None:
     """The last override of each numeric field with known bounds (:data:`RANGES`, ``model.num_layers``) held to them
     in the sentences of the later checks. Commands ask it before :func:`load_config` runs the config file, so a value
     out of range is refused in its plain text first, whatever the file does. A value of another kind is left to
-    :func:`apply_override`, which says so."""
-    last = {override_key(item): item for item in check_overrides(overrides)}  # a key given twice takes its last value
+    :func:`sps_jax.config_overrides.apply_override`, which says so."""
+    # a key given twice takes its last value
+    last = {config_overrides.override_key(item): item for item in config_overrides.check_overrides(overrides)}
     for key, item in last.items():
         text = item.partition("=")[2]
         if key == "model.num_layers":
-            masks.check_layers(_literal(text))
+            masks.check_layers(config_overrides.literal_value(text))
         elif key in RANGES:
             try:
-                value = _fit(RANGES[key][0](0), _literal(text), text, item)
+                value = config_overrides.fit_value(RANGES[key][0](0), config_overrides.literal_value(text), text, item)
             except ValueError:
                 continue
             _check_range(key, value)
 
-
-def override_value(overrides, key: str, default=None):
-    """The value (:func:`_literal`) of the last override of ``key`` among ``overrides``, else ``default``."""
-    items = [item for item in overrides if override_key(item) == key]
-    return _literal(items[-1].partition("=")[2]) if items else default
-
-
-def _literal(text: str):
-    """An override's value: a Python literal, else the text itself (bare strings: --config.model.variant=sps)."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
-
-
-def override_key(item: str) -> str:
-    """``a.b`` of an override ``--config.a.b=value`` (or ``a.b=value``)."""
-    return item.removeprefix("--").removeprefix("config.").partition("=")[0]
-
-
-def apply_override(config: ml_collections.ConfigDict, item: str) -> None:
-    """Set ``a.b=value`` (a leading ``--config.`` is accepted); values parse as Python literals.
-
-    A value must fit the field's current type: integers for integer fields (``2e10`` counts),
-    numbers for float fields, ``True``/``False`` for flags, any text for string fields; ``None``
-    is accepted everywhere and left to the checks of whoever reads the field.
-    """
-    key = override_key(item)
-    _, sep, text = item.partition("=")
-    if not sep:
-        raise ValueError(f"override {item!r} must look like --config.a.b=value.")
-    *parents, leaf = key.split(".")
-    if not all([*parents, leaf]):
-        raise ValueError(f"override {item!r} leaves a name empty: write --config.SECTION.FIELD=VALUE, e.g. "
-                         "--config.train.seed=1.")
-    node = config
-    for depth, name in enumerate(parents):
-        if name not in node or not isinstance(node[name], ml_collections.ConfigDict):
-            raise ValueError(f"override {item!r}: {_no_key(node, parents[:depth], name, section=True)}")
-        node = node[name]
-    if leaf not in node:
-        raise ValueError(f"override {item!r}: {_no_key(node, parents, leaf, section=False)}")
-    old = node[leaf]
-    if isinstance(old, ml_collections.ConfigDict):
-        raise ValueError(f"override {item!r}: {key} is a section, not a field: set its fields, "
-                         f"e.g. --config.{key}.{next(iter(old.keys()), 'FIELD')}=VALUE.")
-    if key in UNSET_KINDS and text.strip().lower() in _none_words(key):  # no number: 'none' says None
-        value = None
-    elif key in UNSET_KINDS:  # the field's kind says what the text is, a None in it saying nothing of its kind
-        value = _fit(UNSET_KINDS[key], _literal(text), text, item, unset=old)
-    else:
-        value = _fit(old, _literal(text), text, item)
-    with node.ignore_type():
-        node[leaf] = value
-
-
-def _no_key(node, path: list[str], name: str, section: bool) -> str:
-    """What to say of ``name``, which the config section at ``path`` lacks as a section (``section``) or
-    as a field: the key it is likely a typo of, and the keys there are."""
-    where = "config." + ".".join(path) if path else "the config"
-    keys = sorted(k for k in node.keys() if not section or isinstance(node[k], ml_collections.ConfigDict))
-    kind = "section" if section else "field"
-    if section and name in node:  # a field where a section was expected: --config.name.x=1
-        dotted = ".".join([*path, name])
-        return f"config.{dotted} is a field, not a section: set it as --config.{dotted}=VALUE."
-    close = close_name(name, keys)
-    guess = f" (did you mean --config.{'.'.join([*path, close])}?)" if close else ""
-    if not keys:  # an empty list would say nothing
-        return f"{where} has no {kind}s, so no {kind} {name!r}: its get_config builds none (see configs/tiny.py)."
-    return f"{where} has no {kind} {name!r}{guess}: its {kind}s are {', '.join(keys)}."
-
-
-# A value of the kind of each number field that None may fill (a field's None says nothing of its kind): what an
-# override of it takes, as a set field's value says, and None, which ``none`` in any case says too (no number is
-# that word). Text fields that None may fill take any literal, their checks saying what they take: ``none`` is text
-# there (a folder or a W&B entity may have that name), and the literal None unsets them.
-UNSET_KINDS = {"model.window": 0, "model.persistent_window": 0, "train.grad_clip": 0.0,
-               "train.peak_flops_per_device": 0.0}
-_WINDOWS = ("model.window", "model.persistent_window")
-
-
-def _none_words(key: str) -> tuple[str, ...]:
-    """The words an override of ``key``, a field of :data:`UNSET_KINDS`, takes for None: a window's for no bound."""
-    return UNBOUNDED_WORDS if key in _WINDOWS else ("none",)
-
-
-_NOT_GIVEN = object()
-
-
-def _fit(old, value, text: str, item: str, unset=_NOT_GIVEN):
-    """``value`` converted to the kind of ``old`` (see :func:`apply_override`), else one sentence; ``unset`` (given
-    for a field None may fill): the field's value, and ``old`` a value of its kind."""
-    if isinstance(value, dict):  # a literal {...} would become a section of fields where a value goes
-        raise ValueError(f"override {item!r}: the field takes a value, not the section of fields {text!r}.")
-    if value is None or old is None:
-        return value
-    if isinstance(old, str):
-        return value if isinstance(value, str) else text  # --config.data.dir=2024 names a folder "2024"
-    if isinstance(old, bool):
-        kind, ok = "True or False", isinstance(value, bool)
-    elif isinstance(old, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        kind, ok = "an integer", isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(old, float):
-        kind, ok = "a number", isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    else:
-        return value
-    if not ok:
-        nullable = unset is not _NOT_GIVEN
-        raise ValueError(f"override {item!r}: the field takes {kind}{' or None' if nullable else ''} (its value is "
-                         f"{unset if nullable else old!r}), not {text!r}.")
-    return value
-
-
-# The deepest data.prefetch: one step needs one batch ahead, and grain sizes its buffer up front (a
-# depth of 1e9 would hang before the first batch).
-MAX_PREFETCH = 1024
-
-# The last step a run can reach: AdamW counts its updates in int32, and optax holds the count at 2**31 - 1, where
-# the schedule and the bias correction stop. No checkpoint of a run is beyond it, so train.stop_at_step, an
-# import's step and every --step are held to it (before jax or torch loads).
-MAX_STEP = 2 ** 31 - 1
-STEP_BOUND = "the last step a run can reach (AdamW counts updates in int32)"
-step_argument = arguments.int_up_to(MAX_STEP, why=STEP_BOUND)  # the argparse type of every --step
-# The argparse type of a context or a count of positions (--seq-len, --prefill, --decode).
-seq_len_argument = arguments.int_up_to(masks.MAX_SEQ_LEN, least=1,
-                                       why="the longest context (2T entries indexed in int32)")
 
 # The numeric fields a run reads, with their bounds: (kind, least, most, None allowed).
 RANGES = {
@@ -622,10 +352,13 @@ RANGES = {
     "train.weight_decay": (float, 0, None, False), "train.grad_clip": (float, 0, None, True),
     "train.log_every": (int, 1, None, False), "train.eval_every": (int, 1, None, False),
     "train.checkpoint_every": (int, 1, None, False), "train.milestone_every": (int, 0, None, False),
-    "train.stop_at_step": (int, 0, MAX_STEP, False), "train.peak_flops_per_device": (float, 0, None, True),
-    "train.profile_steps": (int, 0, MAX_STEP, False), "train.profile_start": (int, 0, MAX_STEP, False),
+    "train.stop_at_step": (int, 0, config_checks.MAX_STEP, False),
+    "train.peak_flops_per_device": (float, 0, None, True),
+    "train.profile_steps": (int, 0, config_checks.MAX_STEP, False),
+    "train.profile_start": (int, 0, config_checks.MAX_STEP, False),
     "data.val_windows": (int, 1, None, False), "data.val_batch": (int, 1, None, False),
-    "data.prefetch": (int, 0, MAX_PREFETCH, False), "mesh.data": (int, -1, None, False), "mesh.fsdp": (int, -1, None, False),
+    "data.prefetch": (int, 0, config_checks.MAX_PREFETCH, False), "mesh.data": (int, -1, None, False),
+    "mesh.fsdp": (int, -1, None, False),
 }
 
 
@@ -647,7 +380,7 @@ _SWITCHES = ("train.tensorboard",)
 def _check_known_fields(config) -> None:
     """One sentence for a field a run never reads in its train, data, mesh or metrics section: set in Python
     (``config.train.peak_learning_rate = 1.0``), it was ignored, and the run trained with the default."""
-    known_sections = set(RUN_FIELDS)
+    known_sections = set(config_checks.RUN_FIELDS)
     unknown = sorted(set(config.keys()) - known_sections)
     if unknown:  # c.optim = {...} would train without it, yet config.json would hold it as if read
         raise UserError(f"the config has no section or field {unknown[0]!r}{did_you_mean(unknown[0], known_sections)}: "
@@ -664,17 +397,6 @@ def _check_known_fields(config) -> None:
                             f"reads only the fields of sps_jax.config.{section_of.__name__}(); rename it, or remove it.")
 
 
-def _check_model_fields(model: ml_collections.ConfigDict) -> None:
-    """Every field of what the model is, present, as a missing train field is: one left out took ModelConfig's
-    default (the tiny CPU model's) without a word. A field of how it is computed (``model_config.EXECUTION_FIELDS``)
-    may be left to its default, which runs the same model."""
-    missing = ModelConfig.missing_fields(model)
-    if missing:
-        raise UserError(f"the config's model section has no {', '.join(missing)}: set "
-                        f"{'it' if len(missing) == 1 else 'them'} (sps_jax.config.model_section(variant, window, "
-                        "**fields) gives every field), where a default would describe another model.")
-
-
 def check_run_config(config) -> None:
     """Every field a training run reads is present and in range (else one sentence naming it)."""
     if not isinstance(config, ml_collections.ConfigDict):
@@ -684,9 +406,9 @@ def check_run_config(config) -> None:
         raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
                         "(see configs/tiny.py).")
     _check_known_fields(config)
-    _check_model_fields(config.model)
+    config_checks.check_model_fields(config.model)
     check_ranges(config)
-    check_labels(config)
+    config_checks.check_labels(config)
     for dotted in _SWITCHES:  # 'no' in a config file is truthy: it would switch TensorBoard on
         value = config.train.get(dotted.partition(".")[2], False)
         if not isinstance(value, (bool, np.bool_)):
@@ -720,99 +442,17 @@ def check_run_config(config) -> None:
     if config.train.nonfinite not in NONFINITE:  # read only at the first non-finite loss
         raise UserError(f"train.nonfinite={config.train.nonfinite!r}{did_you_mean(config.train.nonfinite, NONFINITE)} "
                         "must be 'stop' or 'skip'.")
-    check_mesh(config.mesh)
-    _check_schedule(config.train)
-    _check_milestones(config.train)
+    config_checks.check_mesh(config.mesh)
+    config_checks.check_schedule(config.train)
+    config_checks.check_milestones(config.train)
     if config.data.val_windows < config.data.val_batch:  # validation runs whole batches only
         raise UserError(f"data.val_windows={config.data.val_windows} is below data.val_batch={config.data.val_batch}: "
                         "no validation batch would be full; raise val_windows or lower val_batch.")
-    check_metrics(config.get("metrics"))
+    config_checks.check_metrics(config.get("metrics"))
 
 
 # What a non-finite loss does (train.nonfinite): stop the run, or skip the update.
 NONFINITE = ("stop", "skip")
-
-
-def check_mesh(mesh) -> None:
-    """The (data, fsdp) sizes name numbers of devices, or -1 for those the other axis leaves (one of them): said
-    without the device count, which :func:`sps_jax.mesh.resolve_axes` checks them against."""
-    data, fsdp = int(mesh.data), int(mesh.fsdp)
-    for axis, size in (("data", data), ("fsdp", fsdp)):
-        if size == 0 or size < -1:
-            raise UserError(f"mesh.{axis}={size} is no number of devices: set --config.mesh.{axis} to a positive "
-                            "size, or -1 for all the devices the other axis leaves.")
-    if data == -1 and fsdp == -1:
-        raise UserError("mesh.data and mesh.fsdp cannot both be -1: set one of them.")
-
-
-def check_labels(config) -> None:
-    """The run's name and the paths it names (data.dir, train.init_from): what any run folder's config.json must
-    hold, a trained or an imported one (import_torch wrote data.dir='~/x' and name='' where train refuses them)."""
-    if "name" in config and not (isinstance(config.name, str) and config.name.strip()):  # else printed as "None: ..."
-        raise UserError(f"name={config.name!r} must name the run (a non-empty string, as in its logs and results).")
-    init_from = config.train.get("init_from")
-    if init_from is not None and (not isinstance(init_from, str) or not init_from):
-        raise UserError(f"train.init_from={init_from!r} must name a run folder or one of its checkpoints/<step> "
-                        "folders, or be None.")
-    if not isinstance(config.data.get("dir"), str) or not config.data.dir:
-        raise UserError(f"data.dir={config.data.get('dir')!r} must name a token folder.")
-    for name, path in (("data.dir", config.data.dir), ("train.init_from", init_from)):
-        home = None if path is None else path_checks.unexpanded_home(path)  # --config.data.dir=~/x: no shell expands it
-        if home is not None:
-            raise UserError(f"{name}={home}.")
-
-
-# W&B's run modes that docs/interop.md names (None: WANDB_MODE, else online).
-WANDB_MODES = ("online", "offline", "disabled")
-
-
-def check_metrics(m) -> None:
-    """The W&B settings, which W&B itself reads only once the first step has compiled and run."""
-    if m is None:  # a config of its own without the section: no tracking (sps_jax.tracking.enabled)
-        return
-    if not isinstance(m, ml_collections.ConfigDict):
-        raise UserError(f"config.metrics={m!r} must be a section of W&B settings (sps_jax.config.metrics_config()), or "
-                        "None for no tracking.")
-    if not isinstance(m.get("wandb", False), bool):
-        raise UserError(f"metrics.wandb={m.wandb!r} must be True or False.")
-    # Checked with W&B off too: config.json keeps them, and a resume with wandb=True would meet them then.
-    mode = m.get("wandb_mode")
-    if mode is not None and mode not in WANDB_MODES:
-        # the text none is no None on a text field (README): the literal is what was meant, not 'online'
-        guess = " (did you mean None?)" if str(mode).lower() == "none" else did_you_mean(mode, WANDB_MODES)
-        raise UserError(f"metrics.wandb_mode={mode!r}{guess} must be one of "
-                        f"{', '.join(WANDB_MODES)}, or None for WANDB_MODE (else online).")
-    for name, default in (("wandb_project", "W&B's default project"), ("wandb_entity", "the account's default"),
-                          ("wandb_name", "the config's name")):
-        value = m.get(name)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise UserError(f"metrics.{name}={value!r} must be a non-empty string, or None for {default}.")
-
-
-def _check_schedule(t) -> None:
-    """The warmup ends within the run (sps_jax.optim.learning_rate), else it never reaches peak_lr. A warmup
-    that ends inside the decay is allowed: shortening a config with total_tokens alone does that, and the
-    rate then steps down to the decay's line."""
-    if t.warmup_tokens > t.total_tokens:
-        raise UserError(f"train.warmup_tokens={t.warmup_tokens} is beyond train.total_tokens={t.total_tokens}: the "
-                        "run would end before the learning rate reaches peak_lr; lower warmup_tokens or raise "
-                        "total_tokens.")
-
-
-def schedule_steps(t, seq_len: int) -> int:
-    """The steps of the schedule: ``total_tokens`` in steps of ``global_batch`` x ``seq_len`` tokens, a last step of
-    fewer tokens counted (exact in integers: a float quotient rounds past 2**53 tokens)."""
-    return -(-t.total_tokens // (t.global_batch * seq_len))
-
-
-def _check_milestones(t) -> None:
-    """Milestones are kept among the checkpoints saved, every ``checkpoint_every`` steps: one not a multiple of it
-    kept only the checkpoints at multiples of both (milestone_every=3 with checkpoint_every=2 kept 6, 12, ...)."""
-    if t.milestone_every and t.milestone_every % t.checkpoint_every:
-        both = math.lcm(t.milestone_every, t.checkpoint_every)
-        raise UserError(f"train.milestone_every={t.milestone_every} is not a multiple of train.checkpoint_every="
-                        f"{t.checkpoint_every}, the steps checkpoints are saved at: milestones would be kept only every "
-                        f"{both} steps; make milestone_every a multiple of checkpoint_every, or 0 for none.")
 
 
 def check_ranges(config) -> None:
@@ -849,19 +489,3 @@ def range_problem(dotted: str, value) -> tuple[str, str] | None:
     kind_text = "an integer" if kind is int else "a finite number"
     shown = f"{value:.3g}" if isinstance(value, int) and abs(value) >= 10 ** 18 else repr(value)  # 1e100
     return f"{dotted}={shown}", f"{kind_text} {bound}"
-
-
-def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separate ``--config.a.b=value`` overrides from the other command-line arguments. An override
-    whose value follows a space is one sentence saying to join them with ``=`` (argparse would only
-    call the value an unrecognized argument). A key given twice takes its last value (they apply in
-    order), so a script can add an override to a shared list."""
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        if arg.startswith("--config.") and "=" not in arg:
-            following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
-            raise UserError(f"override {arg} has no value: write {arg}={following or 'VALUE'}, the value after '=' "
-                            "with no space.")
-    overrides = [a for a in argv if a.startswith("--config.")]
-    rest = [a for a in argv if not a.startswith("--config.")]
-    return rest, overrides

@@ -25,7 +25,7 @@ import sys
 import ml_dtypes
 import numpy as np
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, files, path_checks, run_files, torch_layout
+from sps_jax import arguments, cli, cli_process, config_checks, files, path_checks, run_files, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 from sps_jax.names import did_you_mean
 
@@ -156,7 +156,8 @@ def main(argv=None) -> int:
                    help="a run folder, or one of its checkpoints/<step> folders")
     p.add_argument("run", nargs="?", type=arguments.run_path, default=None,
                    help="the same as --workdir RUN, for scripts that give the run as a word of its own")
-    p.add_argument("--step", type=sps_config.step_argument, default=None, help="checkpoint step (default: the latest)")
+    p.add_argument("--step", type=config_checks.step_argument, default=None,
+                   help="checkpoint step (default: the latest)")
     p.add_argument("--out", type=arguments.output_path, required=True,
                    help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES), help="tensor dtype")

@@ -34,7 +34,8 @@ import sys
 import ml_collections
 import numpy as np
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, folder_swap, masks, path_checks, reading
+from sps_jax import arguments, cli, cli_process, config as sps_config, config_checks, config_overrides, folder_swap
+from sps_jax import masks, path_checks, reading
 from sps_jax import run_files, torch_buffers, torch_layout
 from sps_jax.cli import MissingPackage, UserError
 
@@ -65,10 +66,10 @@ def _named(flag: str, value=_NAME_ONLY) -> str:
 def check_flag_overrides(overrides) -> None:
     """One sentence for an override (``model.window=5``) of a field the import sets by its flag (``--window``)."""
     for item in overrides:
-        flag = _FLAG_FIELDS.get(sps_config.override_key(item))
+        flag = _FLAG_FIELDS.get(config_overrides.override_key(item))
         if flag:
             text = item.partition("=")[2]  # the flag's word as written; the argument's value as the override reads
-            value = sps_config.override_value([item], sps_config.override_key(item))
+            value = config_overrides.override_value([item], config_overrides.override_key(item))
             raise UserError(f"{item} sets what {_named(flag)} sets, which the import reads against the file: pass "
                             f"{cli.named(f'{_named(flag)}={value!r}', f'{flag} {text}')} instead.")
 
@@ -294,7 +295,7 @@ def _stored(text) -> ml_collections.ConfigDict:
     except (TypeError, ValueError) as exc:
         raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not JSON ({_reason(exc)}): export the run "
                         "again.") from None
-    problem = sps_config.run_config_problem(data)
+    problem = config_checks.run_config_problem(data)
     if problem:
         raise UserError(f"the checkpoint's {torch_layout.CONFIG} is not a run config: {problem}; export the run "
                         "again.")
@@ -346,7 +347,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         config.name = name
         replaced = {"window"} if window != FROM_FILE else set()  # a flag's value never meets the file's
         replaced |= {field for field in _FROM_ARGS for item in overrides
-                     if sps_config.override_key(item) == f"model.{field}"}
+                     if config_overrides.override_key(item) == f"model.{field}"}
         for key, field in torch_layout.READ_ARGS.items():
             if field in _FROM_ARGS and field in fields and field not in replaced:
                 try:
@@ -406,14 +407,14 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     if stored_config is None and window != FROM_FILE and (m.window is not None or window is None):  # not when dropped
         notes += _window_replaced(window, fields.get("window"), m.seq_len)
     for item in overrides:
-        sps_config.apply_override(config, item)
+        config_overrides.apply_override(config, item)
     if stored_config is None:
         notes += _args_replaced(fields, m, overrides)
-    if prefix is not None and "name" not in (sps_config.override_key(item) for item in overrides):
+    if prefix is not None and "name" not in (config_overrides.override_key(item) for item in overrides):
         config.name = sps_config.run_name(prefix, m)  # as load_config renames a config after its overrides
     for field, have in shapes.items():
         if m[field] != have:
-            given = [item for item in overrides if sps_config.override_key(item) == f"model.{field}"]
+            given = [item for item in overrides if config_overrides.override_key(item) == f"model.{field}"]
             raise UserError(f"{given[-1] if given else 'model.' + field} contradicts the checkpoint, whose tensors "
                             f"have {field}={have}: the shapes come from the tensors, so drop that override.")
     try:  # the run folder's config.json must train and evaluate as it is
@@ -457,7 +458,7 @@ def _refuse_model_args_value(problem: str, fields: dict, model, overrides) -> No
     """``problem`` (a config check's "model.FIELD ..." sentence) in the file's words when FIELD's value is the one
     model_args gave, which no flag replaced: the user sees which key of the file to mend, or which flag overrides it."""
     field = problem.removeprefix("model.").split("=")[0].split(" ")[0]
-    overridden = any(sps_config.override_key(item) == f"model.{field}" for item in overrides)
+    overridden = any(config_overrides.override_key(item) == f"model.{field}" for item in overrides)
     if field in _FROM_ARGS and field in fields and not overridden and model.get(field) == fields[field]:
         raise UserError(f"{problem.rstrip('.')} (the value of the checkpoint's model_args[{_KEYS[field]!r}]; pass "
                         f"{_flag(field)} to replace it).") from None
@@ -480,7 +481,7 @@ def _args_replaced(fields: dict, model, overrides) -> list[str]:
     --num-heads, never silent); the window's flag is said by :func:`_window_replaced`."""
     notes = []
     for field in _FROM_ARGS:
-        given = [item for item in overrides if sps_config.override_key(item) == f"model.{field}"]
+        given = [item for item in overrides if config_overrides.override_key(item) == f"model.{field}"]
         if field != "window" and given and field in fields and model[field] != fields[field]:
             notes.append(f"{given[-1]} replaces the checkpoint's model_args[{_KEYS[field]!r}] = {fields[field]!r}: "
                          "the imported model computes other logits than the saved one")
@@ -509,8 +510,8 @@ def _check_run_config(config) -> None:
     from sps_jax import model as sps_model
 
     sps_config.check_ranges(config)
-    sps_config.check_labels(config)
-    sps_config.check_metrics(config.get("metrics"))
+    config_checks.check_labels(config)
+    config_checks.check_metrics(config.get("metrics"))
     sps_model.ModelConfig.from_config(config.model)
 
 
@@ -550,9 +551,9 @@ def _file_step(value) -> int:
         value = value.item()  # a numpy or torch scalar; a float one stays a float and is refused below
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UserError(f"the checkpoint's {torch_layout.STEP} {value!r} is not a step: pass {_named('--step')}.")
-    if value > sps_config.MAX_STEP:
-        raise UserError(f"the checkpoint's {torch_layout.STEP} {value} is beyond {sps_config.MAX_STEP}, "
-                        f"{sps_config.STEP_BOUND}: pass {_named('--step')}.")
+    if value > config_checks.MAX_STEP:
+        raise UserError(f"the checkpoint's {torch_layout.STEP} {value} is beyond {config_checks.MAX_STEP}, "
+                        f"{config_checks.STEP_BOUND}: pass {_named('--step')}.")
     return value
 
 
@@ -565,7 +566,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     from sps_jax import model as sps_model, runs
 
     path, out = path_checks.path_text(path, "path"), path_checks.path_text(out, "out")
-    overrides = sps_config.check_overrides(overrides)
+    overrides = config_overrides.check_overrides(overrides)
     check_flag_overrides(overrides)
     num_heads, seq_len = _sizes(num_heads, seq_len)  # before the file is read
     arguments.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
@@ -603,7 +604,7 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
 @cli.main
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv, overrides = sps_config.split_config_args(argv)
+    argv, overrides = config_overrides.split_config_args(argv)
     p = arguments.ArgumentParser(prog="python -m sps_jax.import_torch", description=__doc__,
                                  config_fields=sps_config.field_paths,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -617,9 +618,9 @@ def main(argv=None) -> int:
                    help="run folder to write (new or empty, or replaced with --force)")
     p.add_argument("--num-heads", type=arguments.positive_int, default=None,
                    help=f"attention heads (default: the file's model_args n_head, else d/{sps_config.PAPER_HEAD_DIM})")
-    p.add_argument("--seq-len", type=sps_config.seq_len_argument, default=None,
+    p.add_argument("--seq-len", type=config_checks.seq_len_argument, default=None,
                    help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
-    p.add_argument("--step", type=sps_config.step_argument, default=None,
+    p.add_argument("--step", type=config_checks.step_argument, default=None,
                    help="step to record (default: the file's iter_num or 0)")
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")
     p.add_argument("--force", action="store_true",
@@ -632,8 +633,8 @@ def main(argv=None) -> int:
     preview = sps_config.paper_config(sps_config.DEFAULT_SCALE,
                                       masks.DEFAULT_VARIANT if args.variant == FROM_FILE else args.variant)
     for item in overrides:
-        sps_config.apply_override(preview, item)
-    sps_config.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
+        config_overrides.apply_override(preview, item)
+    config_checks.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
     check_out(args.out, args.force, args.checkpoint)  # the output first, then the file: neither needs jax
     check_checkpoint_file(args.checkpoint)
     sps_model = cli_process.load("sps_jax.model")

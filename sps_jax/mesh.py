@@ -17,7 +17,7 @@ BATCH_AXES = ("data", "fsdp")
 
 def resolve_axes(mesh_cfg, num_devices: int) -> tuple[int, int]:
     """(data, fsdp) sizes; -1 for one of them means 'all remaining devices'. Commands refuse bad sizes before jax
-    loads (sps_jax.config.check_mesh); this check is for a notebook's own mesh section."""
+    loads (sps_jax.config_checks.check_mesh); this check is for a notebook's own mesh section."""
     data, fsdp = int(mesh_cfg.data), int(mesh_cfg.fsdp)
     if 0 in (data, fsdp) or min(data, fsdp) < -1 or data == fsdp == -1:
         raise ValueError(f"mesh.data={data}, mesh.fsdp={fsdp} names no mesh: each is a positive number of devices, or -1 "

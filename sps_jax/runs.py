@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, files, locks, metrics, path_checks
+from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, config_checks, files, locks, metrics
+from sps_jax import path_checks
 from sps_jax import run_files, token_folder, tracking
 from sps_jax import model as sps_model, model_config
 from sps_jax.cli import UserError
@@ -47,7 +48,7 @@ PUT_BACK = run_files.PUT_BACK
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
     path, data = run_files.config_data(workdir)
-    problem = sps_config.run_config_problem(data)
+    problem = config_checks.run_config_problem(data)
     if problem:
         raise _not_run_config(path, problem)
     try:
@@ -402,7 +403,7 @@ _RESUME_READS = ("train", "data", "mesh")
 def _check_resume(workdir: str, saved, config) -> str | None:
     """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens; the note that
     names each other train and data field it changes, or None."""
-    problem = next(filter(None, (sps_config.section_problem(saved, name) for name in _RESUME_READS)), None)
+    problem = next(filter(None, (config_checks.section_problem(saved, name) for name in _RESUME_READS)), None)
     if problem:
         raise _not_run_config(os.path.join(workdir, CONFIG_FILE), problem)
     fixed = [k for k in RESUME_FIXED if saved.train.get(k) != config.train.get(k)]
@@ -507,9 +508,9 @@ def saved_step(step) -> int:
     step = arguments.integer(step, "step")
     if step < 0:
         raise ValueError(f"step={step} must be 0 or more: checkpoints are numbered by training step.")
-    if step > sps_config.MAX_STEP:
-        raise ValueError(f"step={step} is past step {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: save it at a step "
-                         "up to that.")
+    if step > config_checks.MAX_STEP:
+        raise ValueError(f"step={step} is past step {config_checks.MAX_STEP}, {config_checks.STEP_BOUND}: save it at a "
+                         "step up to that.")
     return step
 
 

@@ -20,7 +20,7 @@ RUN_ID_FILE = "wandb_run_id"
 
 
 def enabled(config) -> bool:
-    metrics = config.get("metrics")  # None, or no section at all: no tracking (sps_jax.config.check_metrics)
+    metrics = config.get("metrics")  # None, or no section at all: no tracking (sps_jax.config_checks.check_metrics)
     return metrics is not None and bool(metrics.get("wandb", False))
 
 

@@ -14,7 +14,8 @@ import socket
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, model_config, path_checks, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, config_overrides, model_config, path_checks
+from sps_jax import run_files
 from sps_jax import token_folder
 
 
@@ -132,7 +133,7 @@ def _check_data_dir(workdir: str, data_dir: str, model) -> None:
 @cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    rest, overrides = sps_config.split_config_args(argv)
+    rest, overrides = config_overrides.split_config_args(argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0],
                                       config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, flops, hardware, mesh as sps_mesh
+from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, config_checks, flops, hardware
+from sps_jax import mesh as sps_mesh
 from sps_jax import metrics
 from sps_jax import model as sps_model
 from sps_jax import optim, path_checks, profiling, runs, token_folder, tracking
@@ -96,10 +97,10 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if t.total_tokens < tokens_per_step:
         raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
                          "(global_batch x seq_len): raise it or shrink the batch.")
-    total_steps = sps_config.schedule_steps(t, cfg.seq_len)
-    if total_steps > sps_config.MAX_STEP:
+    total_steps = config_checks.schedule_steps(t, cfg.seq_len)
+    if total_steps > config_checks.MAX_STEP:
         raise ValueError(f"train.total_tokens={t.total_tokens} makes {total_steps} steps of {tokens_per_step} tokens, "
-                         f"more than {sps_config.MAX_STEP}, {sps_config.STEP_BOUND}: lower total_tokens or raise "
+                         f"more than {config_checks.MAX_STEP}, {config_checks.STEP_BOUND}: lower total_tokens or raise "
                          "train.global_batch.")
     end = min(total_steps, t.stop_at_step or total_steps)
     if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing would say so
@@ -383,7 +384,7 @@ def _config_notes(cfg, t) -> list[str]:
                      f"ever leaves the window, so {cfg.variant} attends here as with no window at all.")
     if t.peak_lr == 0:  # a frozen run checks the loop and the data; 1e-400 reads as 0.0
         notes.append("note: train.peak_lr=0 leaves the weights as they start: every step trains at learning rate 0.")
-    last = sps_config.schedule_steps(t, cfg.seq_len)
+    last = config_checks.schedule_steps(t, cfg.seq_len)
     if t.stop_at_step > last:  # allowed: a time-sliced job's last leg may ask past the end
         notes.append(f"note: train.stop_at_step={t.stop_at_step} is past the schedule's last step, {last} "
                      f"(train.total_tokens={t.total_tokens} in steps of train.global_batch x model.seq_len tokens): "

@@ -22,7 +22,7 @@ from sps_jax.data import __main__ as data_cli
 from sps_jax.evaluation import evaluate
 from sps_jax.data import loader, prepare, tokenizer
 from sps_jax.inference import generate, sampling
-from sps_jax import config as sps_config, export_torch, import_torch, train, trainer
+from sps_jax import config as sps_config, config_checks, export_torch, import_torch, train, trainer
 from tests import fuzz
 from tests.helpers import REPO, env, own_lines, run_module, write_token_folder
 from tests.test_commands import main_of
@@ -1012,7 +1012,7 @@ def test_an_integer_argument_takes_both_of_its_bounds():
     for text in ("0", "1025"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"must be from 1 to 1024"):
             parse(text)
-    assert sps_config.step_argument(str(2 ** 31 - 1)) == 2 ** 31 - 1  # the last step a run can reach
+    assert config_checks.step_argument(str(2 ** 31 - 1)) == 2 ** 31 - 1  # the last step a run can reach
 
 
 @pytest.mark.parametrize("value", [True, False])

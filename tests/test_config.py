@@ -8,7 +8,7 @@ import sys
 import ml_collections
 import pytest
 
-from sps_jax import config as sps_config, masks, optim
+from sps_jax import config as sps_config, config_checks, config_overrides, masks, optim
 from sps_jax import model as sps_model
 from tests.helpers import REPO, env, not_one_path
 
@@ -143,7 +143,7 @@ def test_the_schedule_counts_a_last_step_of_fewer_tokens():
     config = sps_config.load_config("configs/tiny.py")
     for tokens, steps in ((2048, 2), (2049, 3), (307200, 300), (2 ** 60 + 1, 2 ** 50 + 1)):
         config.train.total_tokens = tokens
-        assert sps_config.schedule_steps(config.train, 128) == steps
+        assert config_checks.schedule_steps(config.train, 128) == steps
 
 
 def test_a_config_shortened_by_total_tokens_alone_is_accepted():
@@ -230,7 +230,7 @@ def test_cli_an_override_out_of_range_is_refused_before_the_config_file_runs_in_
         assert (said.status, said.stderr, ran.exists()) == (2, f"error: {sentence}\n", False), argv
     # the sentence the config's own checks give once the value is set
     later = sps_config.load_config("configs/tiny.py")
-    sps_config.apply_override(later, override)
+    config_overrides.apply_override(later, override)
     with pytest.raises(ValueError) as checked:
         sps_config.check_run_config(later)
         sps_model.ModelConfig.from_config(later.model)
@@ -413,7 +413,7 @@ def test_a_config_file_that_fails_is_one_sentence_saying_where_and_what_to_do(tm
 def test_a_config_file_saved_as_utf16_says_to_save_it_as_utf8(tmp_path, encoding):
     # Python names no line for its null bytes: the sentence said "line None is not valid Python".
     path = tmp_path / "tiny16.py"
-    path.write_text((sps_config._SHIPPED_CONFIGS / "tiny.py").read_text(), encoding=encoding)
+    path.write_text((config_overrides._SHIPPED_CONFIGS / "tiny.py").read_text(), encoding=encoding)
     with pytest.raises(ValueError) as refusal:
         sps_config.load_config(str(path))
     assert str(refusal.value) == (f"config file {path} is not valid Python (source code string cannot contain null "
@@ -672,7 +672,7 @@ def test_a_run_name_that_names_nothing_is_one_sentence(name):
 
 def test_a_section_no_run_reads_is_refused_and_the_known_ones_are_paper_configs():
     # c.optim = {"lr": 1.0} in a config file trained without it, and config.json then held it as if it had been read.
-    assert sorted(sps_config.paper_config().keys()) == sorted(sps_config.RUN_FIELDS)
+    assert sorted(sps_config.paper_config().keys()) == sorted(config_checks.RUN_FIELDS)
     for name, says in (("optim", r"'optim': a run reads only data, mesh, metrics, model, name, train; rename it, or "
                                  r"remove it\.$"), ("trian", r"'trian' \(did you mean 'train'\?\)")):
         config = sps_config.load_config("configs/tiny.py")
@@ -749,7 +749,7 @@ def test_config_field_names_are_unique_across_sections_and_field_paths_names_eve
     """A flag such as --attention is told its one override: no field name may sit in two sections, and field_paths,
     which reads the model's fields without jax, has the paths of the config the model builds."""
     config = sps_config.paper_config()
-    paths = [f"{s}.{k}" for s in sps_config.RUN_FIELDS if isinstance(config[s], ml_collections.ConfigDict)
+    paths = [f"{s}.{k}" for s in config_checks.RUN_FIELDS if isinstance(config[s], ml_collections.ConfigDict)
              for k in config[s]]
     assert sorted(sps_config.field_paths().values()) == sorted(paths)
     assert sps_config.field_paths()["attention"] == "model.attention"

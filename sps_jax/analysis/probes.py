@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from sps_jax import analysis, arguments, cli, cli_process, config as sps_config, files, masks, names, path_checks
+from sps_jax import analysis, arguments, cli, cli_process, config_checks, files, masks, names, path_checks
 from sps_jax import plotting, run_files, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
@@ -345,7 +345,7 @@ def build_parser():
     def common(p):
         p.add_argument("--workdir", action="append", required=True, type=arguments.run_path,
                        help="run folder (or checkpoints/<step>); repeat to overlay variants")
-        p.add_argument("--step", type=sps_config.step_argument, default=None,
+        p.add_argument("--step", type=config_checks.step_argument, default=None,
                        help="probe this checkpoint of each run (default: the latest), as evaluate --step")
         p.add_argument("--val-data", type=token_folder.argument, default=None,
                        help="token folder with manifest.json (default: the run's data.dir)")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 
-from sps_jax import arguments, cli, config as sps_config, files, masks, reading, run_files
+from sps_jax import arguments, cli, config as sps_config, config_checks, config_overrides, files, masks, reading
+from sps_jax import run_files
 
 
 # The most timed repetitions a benchmark takes (--iters, --repeats), the bound of bench train's --steps: a count
 # past it (2**63, a typo) timed until stopped.
-MAX_REPEATS = sps_config.MAX_STEP
+MAX_REPEATS = config_checks.MAX_STEP
 repeats_argument = arguments.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
@@ -34,7 +35,7 @@ def add_workload_flags(parser, prefix: str = "") -> None:
     :func:`check_workload_flags`)."""
     arguments.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
     for flag, what in (("prefill", "prompt tokens per row"), ("decode", "new tokens per row (one decode step each)")):
-        parser.add_argument(f"--{flag}", type=sps_config.seq_len_argument, default=GENERATION_WORKLOAD[flag],
+        parser.add_argument(f"--{flag}", type=config_checks.seq_len_argument, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
 
 
@@ -65,7 +66,7 @@ def check_json(args):
         # A run's own files, any token folder's and the --config file read (which --force would replace) refused.
         config = getattr(args, "config", None)
         run_files.output_file(args.json, "--json", args.force,
-                              [("--config", sps_config.split_spec(config)[0])] if config else [])
+                              [("--config", config_overrides.split_spec(config)[0])] if config else [])
     return args
 
 
@@ -78,7 +79,7 @@ def check_profile(args) -> None:
         raise cli.UserError(f"--profile {args.profile} is the --json path: give the traces a folder of their own.")
     config = getattr(args, "config", None)
     run_files.replaceable_folder(args.profile, "--profile", args.force, "the traces",
-                                 inputs=[("--config", sps_config.split_spec(config)[0] if config else None)])
+                                 inputs=[("--config", config_overrides.split_spec(config)[0] if config else None)])
 
 
 def trace_folder(traces: str, label: str) -> str:

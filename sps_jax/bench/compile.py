@@ -33,7 +33,7 @@ import sys
 import time
 
 from sps_jax import arguments, bench, cli, cli_process, hardware, kernel_tuning, masks, names
-from sps_jax import config as sps_config
+from sps_jax import config as sps_config, config_overrides
 
 PROGRAMS = ("kernels", "train", "generate")
 # The flags (argparse dests) only one program reads: given with an --only that leaves that program out, they are
@@ -83,7 +83,7 @@ def parse_args(argv):
                    help="generation: comma-separated prefill chunks, positions per chunk below --prefill (0: one "
                         "pass; default 0,32, 32 only below --prefill)")
     bench.add_json_flag(p)
-    rest, overrides = sps_config.split_config_args(argv)
+    rest, overrides = config_overrides.split_config_args(argv)
     args = bench.check_json(p.parse_args(rest))
     bench.check_workload_flags(p, args)
     args.overrides = overrides
@@ -154,7 +154,7 @@ def attention_backends(acc, args) -> list[str]:
     the CPU backend a shipped config names."""
     if args.attention:
         return args.attention
-    if any(sps_config.override_key(item) == "model.attention" for item in args.overrides):
+    if any(config_overrides.override_key(item) == "model.attention" for item in args.overrides):
         return [bench.load_config(args.config, args.overrides).model.attention]
     return ["auto", "xla"] if acc.platform == "tpu" else ["auto"]
 

@@ -293,10 +293,10 @@ def _table(results: list[dict]) -> str:
 
 @cli.main
 def main(argv=None) -> int:
-    from sps_jax import config as sps_config
+    from sps_jax import config as sps_config, config_overrides
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    rest, overrides = sps_config.split_config_args(argv)
+    rest, overrides = config_overrides.split_config_args(argv)
     args = bench.check_json(_parse(rest, sps_config.field_paths))
     if args.worker:
         print(RESULT_PREFIX + json.dumps(peak_bytes_worker(args, overrides, args.worker)), flush=True)

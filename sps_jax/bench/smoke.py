@@ -26,7 +26,7 @@ import time
 import ml_collections
 
 # The parser and its checks load no jax; the checks of the model import it.
-from sps_jax import arguments, bench, cli, cli_process, config as sps_config, hardware
+from sps_jax import arguments, bench, cli, cli_process, config as sps_config, config_overrides, hardware
 from sps_jax import masks
 
 DECODE_CHECK_LEN = 512  # positions of the decode check: the first half prefilled, the rest decoded
@@ -138,7 +138,7 @@ def failures(rows, attention_backend: str) -> list[str]:
 
 @cli.main
 def main(argv=None) -> int:
-    rest, overrides = sps_config.split_config_args(sys.argv[1:] if argv is None else argv)
+    rest, overrides = config_overrides.split_config_args(sys.argv[1:] if argv is None else argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
                                       config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")

@@ -18,7 +18,8 @@ import time
 import numpy as np
 
 # The parser and its checks load no jax; main imports the trainer once they pass.
-from sps_jax import arguments, bench, cli, cli_process, config as sps_config, folder_swap, hardware, masks, names
+from sps_jax import arguments, bench, cli, cli_process, config as sps_config, config_checks, config_overrides
+from sps_jax import folder_swap, hardware, masks, names
 
 
 # Steps traced per run with --profile, after the timed ones (the profiler's overhead stays out of the timings).
@@ -26,12 +27,12 @@ PROFILE_STEPS = 3
 
 
 def check_steps(steps: int, warmup: int) -> None:
-    """One sentence for more steps than a run reaches (:data:`sps_jax.config.MAX_STEP`): AdamW's int32 update count
-    saturates there, and a count past it is a typo that would time for years."""
-    if warmup + steps > sps_config.MAX_STEP:
+    """One sentence for more steps than a run reaches (:data:`sps_jax.config_checks.MAX_STEP`): AdamW's int32 update
+    count saturates there, and a count past it is a typo that would time for years."""
+    if warmup + steps > config_checks.MAX_STEP:
         raise cli.UserError(f"{cli.named('warmup', '--warmup')} {warmup} + {cli.named('steps', '--steps')} {steps} "
-                            f"steps pass step {sps_config.MAX_STEP}, "
-                            f"{sps_config.STEP_BOUND}: lower them.")
+                            f"steps pass step {config_checks.MAX_STEP}, "
+                            f"{config_checks.STEP_BOUND}: lower them.")
 
 
 def bench_variant(config, steps: int, warmup: int, profile_folder: str | None = None) -> dict:
@@ -120,14 +121,14 @@ def time_runs(configs, args, traces: str | None) -> list[dict]:
 @cli.main
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    rest, overrides = sps_config.split_config_args(argv)
+    rest, overrides = config_overrides.split_config_args(argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0],
                                       config_fields=sps_config.field_paths)
     parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/paper.py:s,standard")
-    parser.add_argument("--steps", type=arguments.int_up_to(sps_config.MAX_STEP, 1, sps_config.STEP_BOUND), default=10,
-                        help="timed steps (median reported)")
-    parser.add_argument("--warmup", type=arguments.int_up_to(sps_config.MAX_STEP, 0, sps_config.STEP_BOUND), default=2,
-                        help="untimed steps after compiling")
+    parser.add_argument("--steps", type=arguments.int_up_to(config_checks.MAX_STEP, 1, config_checks.STEP_BOUND),
+                        default=10, help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=arguments.int_up_to(config_checks.MAX_STEP, 0, config_checks.STEP_BOUND),
+                        default=2, help="untimed steps after compiling")
     parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=None,
                         help="comma-separated variants to time side by side (the first is the ratio's base) "
                              "(default: the config's model.variant)")

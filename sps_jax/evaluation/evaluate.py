@@ -16,7 +16,8 @@ import os
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, files, names, path_checks, run_files
+from sps_jax import arguments, cli, cli_process, config as sps_config, config_checks, files, names, path_checks
+from sps_jax import run_files
 from sps_jax import token_folder
 from sps_jax.data import tokenizer as gpt2_tokenizer
 from sps_jax.evaluation import lm_eval_tasks, paper_tasks, results_table
@@ -155,7 +156,7 @@ def _parser() -> arguments.ArgumentParser:
     p = arguments.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments.add_run_arguments(p)
-    p.add_argument("--step", type=sps_config.step_argument, default=None, help="evaluate this checkpoint of the run")
+    p.add_argument("--step", type=config_checks.step_argument, default=None, help="evaluate this checkpoint of the run")
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", type=arguments.comma_list(str, what="task"), default=None,
                    help=f"comma-separated: {', '.join([*paper_tasks.GROUPS, *paper_tasks.GROUPS['paper']])}, or "

@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Iterable
 
-from sps_jax import cli, config as sps_config, masks, path_checks, reading
+from sps_jax import cli, config as sps_config, config_checks, masks, path_checks, reading
 from sps_jax.evaluation import paper_tasks
 
 METHOD_NAMES = {
@@ -118,8 +118,9 @@ def _bad_field(row) -> str | None:
     for field in ("variant", "step"):
         if field not in row:
             return f"it has no {field!r}"
-    if isinstance(row["step"], bool) or not isinstance(row["step"], int) or not 0 <= row["step"] <= sps_config.MAX_STEP:
-        return f"its step {row['step']!r} is not a step (an integer from 0 to {sps_config.MAX_STEP})"
+    if (isinstance(row["step"], bool) or not isinstance(row["step"], int)
+            or not 0 <= row["step"] <= config_checks.MAX_STEP):
+        return f"its step {row['step']!r} is not a step (an integer from 0 to {config_checks.MAX_STEP})"
     if number(row.get("tokens_seen")) and (row.get("tokens_seen") or 0) < 0:
         return f"its tokens_seen {row['tokens_seen']!r} is not a count"
     for field in ("scale", "run"):

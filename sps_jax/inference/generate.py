@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config as sps_config, files, hardware, model_config, names, reading
+from sps_jax import arguments, cli, cli_process, config_checks, files, hardware, model_config, names, reading
 from sps_jax import run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
@@ -89,7 +89,7 @@ def _parser() -> arguments.ArgumentParser:
     parser = arguments.ArgumentParser(prog="python -m sps_jax.inference.generate", description=__doc__,
                                       formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments.add_run_arguments(parser)
-    parser.add_argument("--step", type=sps_config.step_argument, default=None,
+    parser.add_argument("--step", type=config_checks.step_argument, default=None,
                         help="generate with this checkpoint of the run (default: the latest), as evaluate --step")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt, printed with its completion (or written as JSONL with --out)")
