@@ -5,6 +5,7 @@ them (docs/design.md section 9)."""
 import ast
 import importlib
 import pathlib
+import re
 
 import sps_jax
 
@@ -28,6 +29,10 @@ LOW_LEVEL = {
     "sps_jax.hardware": set(),
     "sps_jax.masks": {"sps_jax.vocab", "sps_jax.names"},
     "sps_jax.model_config": {"sps_jax.masks", "sps_jax.names", "sps_jax.vocab"},
+    # config imports both, so neither may import it
+    "sps_jax.config_checks": {"sps_jax.arguments", "sps_jax.cli", "sps_jax.masks", "sps_jax.model_config",
+                              "sps_jax.names", "sps_jax.path_checks"},
+    "sps_jax.config_overrides": {"sps_jax.cli", "sps_jax.names"},
     "sps_jax.flops": {"sps_jax.masks", "sps_jax.hardware"},
     "sps_jax.plotting": {"sps_jax.cli", "sps_jax.files"},
     "sps_jax.torch_layout": set(),
@@ -40,6 +45,14 @@ LOW_LEVEL = {
     "sps_jax.kernel_tuning": set(),
     "sps_jax.block_tables": {"sps_jax.kernel_tuning", "sps_jax.masks"},
 }
+
+# What notebooks and config files reach as sps_jax.config.X (README gives notebooks load_config; configs/*.py call
+# the builders; sentences name the section builders): defined in config.py itself, whatever moves around them.
+CONFIG_API = {"load_config", "paper_config", "paper_model_section", "model_section", "train_config", "data_config",
+              "mesh_config", "metrics_config", "run_name", "parse_arg", "parse_window", "DEFAULT_SCALE", "SCALES",
+              "PAPER_SEQ_LEN"}
+# ``config.X`` in the docs that names no module attribute: a run's config.json, a config file, a config's sections.
+CONFIG_WORDS = {"json", "py", "a", "name", "model", "train", "data", "mesh", "metrics"}
 
 
 def module_files() -> dict[str, pathlib.Path]:
@@ -161,3 +174,19 @@ def test_low_level_modules_import_nothing_above_them():
     graph = import_graph()
     for module, allowed in LOW_LEVEL.items():
         assert graph[module] <= allowed, f"{module} imports {sorted(graph[module] - allowed)}"
+
+
+def test_the_names_docs_and_config_files_take_from_config_are_defined_in_config_py():
+    repo = ROOT.parent
+    named = {name for doc in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+             for name in re.findall(r"\bconfig\.([A-Za-z_]\w*)", doc.read_text())} - CONFIG_WORDS
+    named |= {name for path in sorted((repo / "configs").glob("*.py"))
+              for name in re.findall(r"\bsps_config\.(\w+)", path.read_text())}
+    defined = set()
+    for node in ast.parse((ROOT / "config.py").read_text()).body:  # an import would be a re-export, not a definition
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined.update(target.id for target in node.targets if isinstance(target, ast.Name))
+    assert sorted((named | CONFIG_API) - defined) == []
+    assert "load_config" in named and "check_run_config" in named  # the docs' own mentions are read
