@@ -1,9 +1,10 @@
 """Every attention backend against a float64 softmax over the visibility rule written out here from its
 definition (docs/design.md section 1), not from sps_jax.masks: outputs and dQ/dK/dV (jax.grad of the float64
 reference), at lengths that no block divides (1, 3, 63, 65, 127, 129), head dims that are and are not powers of
-two (32, 80, 96, 128, 256), every variant at windows 0, 1, T - 1, T and none, documents that end inside a block
-and inside the window, rows of one batch with different documents, one-token documents and T = 1 (rows that see
-only their own slot), and 16-bit inputs held to their epsilon.
+two (32, 80, 96, 128, 256), every variant at windows 0, 1, T - 1, T and none, the persistent window omega at 0,
+1, 5 and T against each window, documents that end inside a block and inside the window, rows of one batch with
+different documents, one-token documents and T = 1 (rows that see only their own slot), and 16-bit inputs held to
+their epsilon.
 
 The Pallas and splash kernels run in Pallas's interpreter, the jax-triton ones in Triton's (tests/conftest.py);
 the default run keeps a few cases and ``-m slow`` the whole grid."""
@@ -26,16 +27,17 @@ PERSISTENT = {"standard": (True,), "sps": (True, False), "two_x_memory": (True, 
 VARIANTS = tuple(PERSISTENT)
 
 
-def rule_mask(variant, window, doc_BT):
+def rule_mask(variant, window, doc_BT, omega=None):
     """bool [B, T*S, T*S] in interleaved order: query slot (i, s) sees key slot (j, t) exactly when
-    S*j + t <= S*i + s, doc[j] == doc[i], and t is persistent or i - j <= window."""
+    S*j + t <= S*i + s, doc[j] == doc[i], and i - j <= omega if t is persistent, i - j <= window if not
+    (None: no bound)."""
     persistent = np.asarray(PERSISTENT[variant])
     S = len(persistent)
     B, T = doc_BT.shape
     pos, stream = np.repeat(np.arange(T), S), np.tile(np.arange(S), T)
     causal = S * pos[None, :] + stream[None, :] <= S * pos[:, None] + stream[:, None]
-    near = np.ones_like(causal) if window is None else pos[:, None] - pos[None, :] <= window
-    kept = causal & (persistent[stream][None, :] | near)
+    within = lambda bound: np.ones_like(causal) if bound is None else pos[:, None] - pos[None, :] <= bound  # noqa: E731
+    kept = causal & np.where(persistent[stream][None, :], within(omega), within(window))
     doc_BN = np.repeat(doc_BT, S, axis=1)
     return kept[None] & (doc_BN[:, :, None] == doc_BN[:, None, :])
 
@@ -133,15 +135,50 @@ CASES = [pytest.param(name, *case, marks=() if (name, *case[:3]) in DEFAULT else
 CASES += [pytest.param("splash", *case, marks=pytest.mark.slow) for case in grid((1, 127, 129))]
 
 
-@pytest.mark.parametrize("name, T, variant, window, head_dim, block", CASES)
-def test_output_and_gradients_are_a_float64_softmax_over_the_rule(name, T, variant, window, head_dim, block):
+def assert_float64_softmax(name, T, variant, window, head_dim, block, omega=None):
+    """Backend ``name``'s output and dQ/dK/dV on :func:`two_layouts` equal the float64 softmax over the rule."""
     doc = two_layouts(T)
     q, k, v, do = inputs(variant, T, head_dim)
-    got = kernel_results(backend(name, doc, masks.Visibility(variant, window), block), q, k, v, do)
-    want = float64_reference(q, k, v, do, rule_mask(variant, window, doc))
+    got = kernel_results(backend(name, doc, masks.Visibility(variant, window, omega), block), q, k, v, do)
+    want = float64_reference(q, k, v, do, rule_mask(variant, window, doc, omega))
     for what, g, w in zip(("out", "dq", "dk", "dv"), got, want):
         # float32 inputs, f32 products at full precision: a few float32 roundings of each value's largest terms.
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=what)
+
+
+@pytest.mark.parametrize("name, T, variant, window, head_dim, block", CASES)
+def test_output_and_gradients_are_a_float64_softmax_over_the_rule(name, T, variant, window, head_dim, block):
+    assert_float64_softmax(name, T, variant, window, head_dim, block)
+
+
+def omega_grid(T, pairs=None):
+    """(T, variant, window, omega, head dim, block): the persistent window omega at 0, 1, 5 (inside a
+    document, across blocks of 8) and T (unbounded), against every window of a variant with a windowed stream
+    (0, 1, T - 1 and none; omega none is the grid above), or only the (window, omega) ``pairs`` given."""
+    cases = []
+    for variant in VARIANTS:
+        windowed = len(set(PERSISTENT[variant])) == 2
+        for window, omega in pairs or [(w, o) for w in ((0, 1, T - 1, None) if windowed else (None,))
+                                       for o in (0, 1, 5, T)]:
+            n = len(cases)
+            cases.append((T, variant, window if windowed else None, omega, HEAD_DIMS[n % len(HEAD_DIMS)],
+                          (8, 16, 32)[n % 3]))
+    return list(dict.fromkeys(cases))
+
+
+# The default run: omega 0 beside window 1 for Pallas, 5 beside window 0 for jax-triton (omega larger than w), and 1
+# with no window for the dense path; the rest under -m slow, splash at its block's edge (a few pairs: 15 to 25 s each).
+OMEGA_DEFAULT = {("pallas", "sps", 1, 0), ("triton", "delayed_state", 0, 5), ("xla", "two_x_memory", None, 1)}
+OMEGA_CASES = [pytest.param(name, *case, marks=() if (name, *case[1:4]) in OMEGA_DEFAULT else pytest.mark.slow)
+               for name in ("xla", "pallas", "triton") for case in omega_grid(65)]
+OMEGA_CASES += [pytest.param("splash", *case, marks=pytest.mark.slow)
+                for case in omega_grid(129, pairs=[(0, 1), (128, 5), (None, 0)])]
+
+
+@pytest.mark.parametrize("name, T, variant, window, omega, head_dim, block", OMEGA_CASES)
+def test_output_and_gradients_under_a_persistent_window_are_a_float64_softmax_over_the_rule(
+        name, T, variant, window, omega, head_dim, block):
+    assert_float64_softmax(name, T, variant, window, head_dim, block, omega)
 
 
 # 16-bit inputs: the kernels round the probabilities to the inputs' dtype before they meet V (half an ulp each)
