@@ -44,12 +44,13 @@ def test_kernel_partials_equal_the_masked_product_including_empty_rows():
     check_kernel_partials("pallas")
 
 
-def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch, T=32, prompt_len=20):
+def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch, T=32, prompt_len=20, persistent_window=None):
     """Decode steps from position ``prompt_len`` of a cache of T slots give the full forward's logits; the prompt is
-    past the window (3), and with the defaults past pallas's first 16-slot block of the cache."""
+    past the window (3) and any ``persistent_window``, and with the defaults past pallas's first 16-slot block of the
+    cache."""
     monkeypatch.setattr(decode_attention, "kernel_split",
                         lambda backend, T: decode_attention.split_for(T, interpret=True, kernels=kernels))
-    cfg, model, params = small_model(variant, 3, seq_len=T)
+    cfg, model, params = small_model(variant, 3, seq_len=T, persistent_window=persistent_window)
     tokens = np.random.default_rng(1).integers(0, 50, (2, T))
     tokens[0, 22] = EOS  # decoding across an EOS: the past interval restarts
     tokens = jnp.asarray(tokens, jnp.int32)
@@ -67,6 +68,18 @@ def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch, T=32, 
                                                             for v in ("standard", "two_x_memory", "delayed_state"))])
 def test_decoding_through_the_kernel_equals_the_full_forward(variant, monkeypatch):
     check_decoding_equals_the_full_forward(variant, "pallas", monkeypatch)
+
+
+def omega_cases(default):
+    """(variant, omega) for decoding under a persistent window: 0 (the past holds no slot before i) and 2 (a past
+    of the two slots before i, inside the cache, that moves every step); the ``default`` pairs run by default."""
+    return [pytest.param(v, omega, marks=() if (v, omega) in default else pytest.mark.slow)
+            for v in masks.VARIANTS for omega in (0, 2)]
+
+
+@pytest.mark.parametrize("variant, omega", omega_cases({("sps", 0), ("reverse_sps", 2)}))
+def test_decoding_through_the_kernel_under_a_persistent_window_equals_the_full_forward(variant, omega, monkeypatch):
+    check_decoding_equals_the_full_forward(variant, "pallas", monkeypatch, persistent_window=omega)
 
 
 def _dense_attention(q, k, v, mask):

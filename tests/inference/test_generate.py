@@ -62,9 +62,11 @@ def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, wind
 
 
 # The window's far edges where the context is the cache (T = seq_len = 12): w = T - 1 (the ring holds every position),
-# w = T, w > T and none, and persistent windows of 0 and T - 1 beside small w; sps at T - 1 by default, the rest slow.
+# w = T, w > T and none, and persistent windows of 0 and T - 1 beside small w; sps at T - 1 and at omega 0 (XLA's
+# decode step with an empty past) by default, the rest slow.
 _EDGE_T = 12
-_EDGE_CASES = [pytest.param(v, w, omega, marks=() if (v, w, omega) == ("sps", _EDGE_T - 1, None) else pytest.mark.slow)
+_EDGE_DEFAULT = {("sps", _EDGE_T - 1, None), ("sps", 1, 0)}
+_EDGE_CASES = [pytest.param(v, w, omega, marks=() if (v, w, omega) in _EDGE_DEFAULT else pytest.mark.slow)
                for v in masks.VARIANTS
                for w, omega in ([(_EDGE_T - 1, None), (_EDGE_T, None), (_EDGE_T + 1, None), (None, None)]
                                 if masks.Visibility(v, 0).windowed else [(None, None)]) + [(1, 0), (2, _EDGE_T - 1)]]

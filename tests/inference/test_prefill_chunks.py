@@ -55,7 +55,24 @@ CASES = [pytest.param(v, w, c, marks=[pytest.mark.slow] if (v, w) in SLOW else [
 
 @pytest.mark.parametrize("variant,window,chunk", CASES)
 def test_chunked_prefill_equals_the_full_forward_and_the_one_pass_cache(variant, window, chunk):
-    cfg, model, params = small_model(variant, window)
+    check_chunked_prefill(variant, window, chunk)
+
+
+# A persistent window of 0 (each chunk sees no persistent slot of an earlier position) and of 2, shorter than the
+# chunks before it; sps and delayed_state (persistent x, persistent rho) by default, the others under -m slow.
+OMEGA_DEFAULT = {("sps", 2), ("delayed_state", 0)}
+OMEGA_CASES = [pytest.param(v, omega, marks=() if (v, omega) in OMEGA_DEFAULT else pytest.mark.slow)
+               for v in masks.VARIANTS for omega in (0, 2)]
+
+
+@pytest.mark.parametrize("variant,omega", OMEGA_CASES)
+def test_chunked_prefill_under_a_persistent_window_equals_the_full_forward_and_the_one_pass_cache(variant, omega):
+    check_chunked_prefill(variant, 3, 4, persistent_window=omega)
+
+
+def check_chunked_prefill(variant, window, chunk, **overrides):
+    """Prefill in chunks of ``chunk`` gives the training forward's logits and the one-pass prefill's cache."""
+    cfg, model, params = small_model(variant, window, **overrides)
     tokens_BT, positions_BT = prompts_with_documents_and_padding()
     max_len = PROMPT + 5
     want_cache, _ = decoding.prefill(cfg, params, tokens_BT, max_len=max_len, positions_BT=positions_BT)

@@ -76,6 +76,11 @@ def test_decoding_through_the_kernels_equals_the_full_forward(variant, monkeypat
     pallas_checks.check_decoding_equals_the_full_forward(variant, "triton", monkeypatch)
 
 
+@pytest.mark.parametrize("variant, omega", pallas_checks.omega_cases({("standard", 0), ("sps", 2)}))
+def test_decoding_through_the_kernels_under_a_persistent_window_equals_the_full_forward(variant, omega, monkeypatch):
+    pallas_checks.check_decoding_equals_the_full_forward(variant, "triton", monkeypatch, persistent_window=omega)
+
+
 @pytest.mark.slow  # 14 decode steps of a 96-slot cache in the interpreter
 @pytest.mark.parametrize("variant", ["sps", "delayed_state"])
 def test_decoding_from_a_prompt_past_the_first_64_slot_block_equals_the_full_forward(variant, monkeypatch):
