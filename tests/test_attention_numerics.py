@@ -3,8 +3,8 @@ definition (docs/design.md section 1), not from sps_jax.masks: outputs and dQ/dK
 reference), at lengths that no block divides (1, 3, 63, 65, 127, 129), head dims that are and are not powers of
 two (32, 80, 96, 128, 256), every variant at windows 0, 1, T - 1, T and none, the persistent window omega at 0,
 1, 5 and T against each window, documents that end inside a block and inside the window, rows of one batch with
-different documents, one-token documents and T = 1 (rows that see only their own slot), and 16-bit inputs held to
-their epsilon.
+different documents, one-token documents and T = 1 (rows that see only their own slot), the backend the model
+calls with its default tiles at the paper's head dim 64, and 16-bit inputs held to their epsilon.
 
 The Pallas and splash kernels run in Pallas's interpreter, the jax-triton ones in Triton's (tests/conftest.py);
 the default run keeps a few cases and ``-m slow`` the whole grid."""
@@ -135,11 +135,12 @@ CASES = [pytest.param(name, *case, marks=() if (name, *case[:3]) in DEFAULT else
 CASES += [pytest.param("splash", *case, marks=pytest.mark.slow) for case in grid((1, 127, 129))]
 
 
-def assert_float64_softmax(name, T, variant, window, head_dim, block, omega=None):
-    """Backend ``name``'s output and dQ/dK/dV on :func:`two_layouts` equal the float64 softmax over the rule."""
+def assert_float64_softmax(name, T, variant, window, head_dim, block, omega=None, make=backend):
+    """The output and dQ/dK/dV of ``make(name, doc, vis, block)`` on :func:`two_layouts` equal the float64 softmax
+    over the rule."""
     doc = two_layouts(T)
     q, k, v, do = inputs(variant, T, head_dim)
-    got = kernel_results(backend(name, doc, masks.Visibility(variant, window, omega), block), q, k, v, do)
+    got = kernel_results(make(name, doc, masks.Visibility(variant, window, omega), block), q, k, v, do)
     want = float64_reference(q, k, v, do, rule_mask(variant, window, doc, omega))
     for what, g, w in zip(("out", "dq", "dk", "dv"), got, want):
         # float32 inputs, f32 products at full precision: a few float32 roundings of each value's largest terms.
@@ -179,6 +180,25 @@ OMEGA_CASES += [pytest.param("splash", *case, marks=pytest.mark.slow)
 def test_output_and_gradients_under_a_persistent_window_are_a_float64_softmax_over_the_rule(
         name, T, variant, window, omega, head_dim, block):
     assert_float64_softmax(name, T, variant, window, head_dim, block, omega)
+
+
+# What the model runs (sps_jax.model.Attention): the backend attention.get_backend names, with its module's default
+# tiles (standard's query tiles twice the positions), at the paper's head dim 64, under omega and documents. 97
+# positions cross the 32- and 64-position tiles. Standard and reverse_sps by default, the rest under -m slow.
+MODEL_CASES = [pytest.param("pallas", "standard", None, 5), pytest.param("triton", "reverse_sps", 0, 2),
+               pytest.param("pallas", "sps", 3, 0, marks=pytest.mark.slow),
+               pytest.param("triton", "two_x_memory", None, 1, marks=pytest.mark.slow),
+               pytest.param("splash", "delayed_state", 96, 5, marks=pytest.mark.slow),
+               pytest.param("splash", "sps", 1, None, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name, variant, window, omega", MODEL_CASES)
+def test_the_models_backend_with_its_default_tiles_is_a_float64_softmax_over_the_rule(name, variant, window, omega):
+    def models_backend(name, doc, vis, block):
+        backend(name, doc, vis, 8)  # skips where jax-triton or torch is missing
+        return functools.partial(attention.get_backend(name), doc_ids_BT=jnp.asarray(doc), vis=vis)
+
+    assert_float64_softmax(name, 97, variant, window, 64, None, omega, make=models_backend)
 
 
 # 16-bit inputs: the kernels round the probabilities to the inputs' dtype before they meet V (half an ulp each)
