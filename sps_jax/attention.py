@@ -80,17 +80,19 @@ def softmax_partials(q_BHQK, k_BHCK, v_BHCK, mask_BQC, values_on_vpu: bool = Fal
 def combine_partials(a, b):
     """The :func:`softmax_partials` of the union of two disjoint key blocks: each is rescaled to the
     common row max (one step of an online softmax, where a loop carries the partials)."""
-    row_max = jnp.maximum(a[0], b[0])
+    (max_a_BHQ1, sum_a_BHQ1, o_a_BHQK), (max_b_BHQ1, sum_b_BHQ1, o_b_BHQK) = a, b
+    max_BHQ1 = jnp.maximum(max_a_BHQ1, max_b_BHQ1)
     # exp(m - max) depends only on the (stopped) maxima: the result is exact softmax for any choice.
-    scale_a, scale_b = jnp.exp(a[0] - row_max), jnp.exp(b[0] - row_max)
-    return row_max, scale_a * a[1] + scale_b * b[1], scale_a * a[2] + scale_b * b[2]
+    scale_a_BHQ1, scale_b_BHQ1 = jnp.exp(max_a_BHQ1 - max_BHQ1), jnp.exp(max_b_BHQ1 - max_BHQ1)
+    return (max_BHQ1, scale_a_BHQ1 * sum_a_BHQ1 + scale_b_BHQ1 * sum_b_BHQ1,
+            scale_a_BHQ1 * o_a_BHQK + scale_b_BHQ1 * o_b_BHQK)
 
 
 def merge_partials(parts):
     """Softmax attention [B, H, Q, K] f32 from the :func:`softmax_partials` of disjoint key blocks,
     combined without concatenating scores or keys."""
-    _, denom, out_BHQK = functools.reduce(combine_partials, parts)
-    return out_BHQK / jnp.where(denom > 0, denom, 1.0)
+    _, sum_BHQ1, o_BHQK = functools.reduce(combine_partials, parts)
+    return o_BHQK / jnp.where(sum_BHQ1 > 0, sum_BHQ1, 1.0)
 
 
 def masked_attention(q_BHQK, k_BHCK, v_BHCK, mask_BQC):
