@@ -118,9 +118,9 @@ def cache_bytes(cfg: sps_model.ModelConfig, batch: int, max_len: int) -> dict:
     summed over layers: the persistent streams', the ring buffers' and their total, from the sizes alone
     (nothing traced, so a workload is sized before it compiles)."""
     persistent, _ = cache_streams(cfg.visibility)
-    per_slot = 2 * cfg.num_layers * batch * cfg.num_heads * cfg.head_dim * jnp.dtype(cfg.compute_dtype).itemsize
-    persistent_bytes = per_slot * len(persistent) * max_len
-    ring_bytes = per_slot * ring_slots(cfg.visibility, max_len)
+    bytes_per_slot = 2 * cfg.num_layers * batch * cfg.num_heads * cfg.head_dim * jnp.dtype(cfg.compute_dtype).itemsize
+    persistent_bytes = bytes_per_slot * len(persistent) * max_len
+    ring_bytes = bytes_per_slot * ring_slots(cfg.visibility, max_len)
     return {"persistent": persistent_bytes, "ring": ring_bytes, "total": persistent_bytes + ring_bytes}
 
 
@@ -232,11 +232,14 @@ class _LayerView:
         R = self.kv.k_BHRK.shape[2]
         split = decode_attention.kernel_split(self.cfg.attention, self.kv.k_BHTK[0].shape[2])
         if split is not None and step_in_kernel(vis, split.kernels):  # x persists (stream 0), rho in a ring of R
-            o_BSHK, (k_cache, v_cache), ring = decode_attention.attend_with_ring(
+            o_BSHK, (k_cache_BHTK, v_cache_BHTK), ring = decode_attention.attend_with_ring(
                 q_BHSK, (k_now_BHSK, v_now_BHSK), i, (self.kv.k_BHTK[0], self.kv.v_BHTK[0]), self.past_lo_B,
                 (self.kv.k_BHRK, self.kv.v_BHRK, self.near_mask_BSC) if windowed else None, split)
-            kv = self.kv.replace(k_BHTK=(k_cache,), v_BHTK=(v_cache,))
-            return o_BSHK[:, None], kv.replace(k_BHRK=ring[0], v_BHRK=ring[1]) if windowed else kv
+            kv = self.kv.replace(k_BHTK=(k_cache_BHTK,), v_BHTK=(v_cache_BHTK,))
+            if not windowed:
+                return o_BSHK[:, None], kv
+            k_ring_BHRK, v_ring_BHRK = ring
+            return o_BSHK[:, None], kv.replace(k_BHRK=k_ring_BHRK, v_BHRK=v_ring_BHRK)
         write = lambda bufs, new_BHSK: tuple(jax.lax.dynamic_update_slice(  # noqa: E731
             buf, new_BHSK[:, :, s:s + 1].astype(buf.dtype), (0, 0, i, 0)) for buf, s in zip(bufs, persistent))
         kv = self.kv.replace(k_BHTK=write(self.kv.k_BHTK, k_now_BHSK), v_BHTK=write(self.kv.v_BHTK, v_now_BHSK))
@@ -301,21 +304,21 @@ class _ChunkView:
         covered are masked there."""
         B, H, Q, K = q_BHQK.shape
         T = k_BHTK.shape[2]
-        size = min(KEY_BLOCK, T)
+        C = min(KEY_BLOCK, T)
 
         def block(b, carry):
-            first = jnp.minimum(b * size, T - size)
-            take = lambda x, axis: jax.lax.dynamic_slice_in_dim(x, first, size, axis=axis)  # noqa: E731
-            slot_C = first + jnp.arange(size)
+            first = jnp.minimum(b * C, T - C)
+            take = lambda x, axis: jax.lax.dynamic_slice_in_dim(x, first, C, axis=axis)  # noqa: E731
+            slot_C = first + jnp.arange(C)
             mask_BQC = masks.visible(self.cfg.visibility, *self.query, take(self.slot_pos_BT, 1)[:, None], stream,
                                      take(self.slot_doc_BT, 1)[:, None])
-            mask_BQC &= ((slot_C >= b * size) & (slot_C < end))[None, None]
+            mask_BQC &= ((slot_C >= b * C) & (slot_C < end))[None, None]
             return attention.combine_partials(carry, attention.softmax_partials(
                 q_BHQK, take(k_BHTK, 2), take(v_BHTK, 2), mask_BQC))
 
         empty = (jnp.full((B, H, Q, 1), attention.MASKED_SCORE, jnp.float32), jnp.zeros((B, H, Q, 1), jnp.float32),
                  jnp.zeros((B, H, Q, K), jnp.float32))
-        return jax.lax.fori_loop(0, (end + size - 1) // size, block, empty)
+        return jax.lax.fori_loop(0, (end + C - 1) // C, block, empty)
 
 
 def _query_slots(positions_BT, doc_ids_BT, S: int):
