@@ -102,16 +102,16 @@ def query_blocks(q_lo_BSN, q_hi_BSN, streams: int, block_q: int, block_k: int):
     """[B, nQ, S, 4] per query tile (block_q positions x S streams) and key stream t: key blocks
     (block_k positions of stream t) [first, end) hold every visible pair, [full_first, full_end)
     need no elementwise mask."""
-    B, S, rows_all = q_lo_BSN.shape
+    B, S, N = q_lo_BSN.shape
     rows = block_q * streams
-    shape = (B, S, rows_all // rows, rows)
+    shape = (B, S, N // rows, rows)
     return _ranges(q_lo_BSN.reshape(shape), q_hi_BSN.reshape(shape), block_k).swapaxes(1, 2)
 
 
 def key_blocks(k_lo_BM, k_hi_BM, streams: int, block_q: int, block_k: int):
     """[B, S, nK, 4] per key block of stream t: the same four numbers over query tiles."""
-    B, keys = k_lo_BM.shape
-    shape = (B, streams, keys // (streams * block_k), block_k)
+    B, M = k_lo_BM.shape
+    shape = (B, streams, M // (streams * block_k), block_k)
     return _ranges(k_lo_BM.reshape(shape), k_hi_BM.reshape(shape), block_q * streams)
 
 

@@ -230,8 +230,8 @@ def document_runs(doc_ids_BT):
 
 def slot_coordinates(num_positions: int, streams: int, xp=np):
     """(position, stream) of each slot in interleaved order, each [T*S]."""
-    idx = xp.arange(num_positions * streams)
-    return idx // streams, idx % streams
+    slot_N = xp.arange(num_positions * streams)
+    return slot_N // streams, slot_N % streams
 
 
 def dense_mask(vis: Visibility, doc_ids_BT):
@@ -241,7 +241,7 @@ def dense_mask(vis: Visibility, doc_ids_BT):
     xp = array_module(doc_ids_BT)
     S = vis.num_streams
     T = doc_ids_BT.shape[1]
-    pos, stream = slot_coordinates(T, S, xp)
+    pos_N, stream_N = slot_coordinates(T, S, xp)
     doc_BN = xp.repeat(doc_ids_BT, S, axis=1)
-    return visible(vis, pos[:, None], stream[:, None], doc_BN[:, :, None],
-                   pos[None, :], stream[None, :], doc_BN[:, None, :])
+    return visible(vis, pos_N[:, None], stream_N[:, None], doc_BN[:, :, None],
+                   pos_N[None, :], stream_N[None, :], doc_BN[:, None, :])
