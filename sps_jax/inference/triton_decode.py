@@ -46,13 +46,10 @@ def launch_settings(name: str, head_dim: int) -> dict:
     return {"num_warps": 8 if name == TRITON_RING_KERNEL and head_dim > 64 else 4, "num_stages": 1}
 
 
-_LN2 = math.log(2.0)
-
-
 if triton is not None:
     _MASK_VALUE = tl.constexpr(pa.MASK_VALUE)
     _LOG2E = tl.constexpr(pa.LOG2E)
-    _LN2_C = tl.constexpr(_LN2)
+    _LN2 = tl.constexpr(math.log(2.0))
 
     @triton.jit
     def sps_triton_decode_past(q_ptr, k_ptr, v_ptr, lo_ptr, end_ptr, o_ptr, m_ptr, l_ptr,
@@ -91,7 +88,7 @@ if triton is not None:
             m_S = m_new_S
         part_S = (head * SPLITS + split) * S + rows_S
         tl.store(o_ptr + part_S[:, None] * DH + d[None, :], acc_SK, mask=row_ok_S[:, None])
-        tl.store(m_ptr + part_S, m_S * _LN2_C, mask=row_ok_S)
+        tl.store(m_ptr + part_S, m_S * _LN2, mask=row_ok_S)
         tl.store(l_ptr + part_S, l_S, mask=row_ok_S)
 
     @triton.jit
