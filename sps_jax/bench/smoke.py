@@ -45,10 +45,10 @@ def decode_error(cfg, params, tokens_BT) -> float:
     from sps_jax import model as sps_model
     from sps_jax.inference import decoding
 
-    L = tokens_BT.shape[1]
-    exact = dataclasses.replace(cfg, dtype="float32", param_dtype="float32", residual_dtype=None, seq_len=L)
+    T = tokens_BT.shape[1]
+    exact = dataclasses.replace(cfg, dtype="float32", param_dtype="float32", residual_dtype=None, seq_len=T)
     params = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
-    half = L // 2
+    half = T // 2
 
     def step(cache, token_B):
         logits_BV, cache = decoding.decode_step(exact, params, cache, token_B)
@@ -57,7 +57,7 @@ def decode_error(cfg, params, tokens_BT) -> float:
     with jax.default_matmul_precision("highest"):
         want_BTV = jax.jit(sps_model.Transformer(dataclasses.replace(exact, attention="xla")).apply)(
             {"params": params}, tokens_BT)[:, half:]
-        cache, _ = decoding.prefill(exact, params, tokens_BT[:, :half], max_len=L)
+        cache, _ = decoding.prefill(exact, params, tokens_BT[:, :half], max_len=T)
         decode_all = jax.jit(lambda cache, tokens_TB: jax.lax.scan(step, cache, tokens_TB)[1])
         got_TBV = decode_all(cache, tokens_BT[:, half:].T)
     return float(jnp.abs(got_TBV.swapaxes(0, 1) - want_BTV).max() / jnp.abs(want_BTV).max())
@@ -103,19 +103,21 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
                             f"for {', '.join(held[:-1])} and {held[-1]}, more than the "
                             f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower {flag}"
                             + (" or model.seq_len." if backend == "xla" else "."))
-    tokens = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
-    L = max(2, min(T, DECODE_CHECK_LEN))  # a position to prefill and one to decode: a window holds T + 1 tokens
-    decode_tokens = tokens[:, :L].at[0, 3 * L // 4].set(base.eos_id)  # decoding across a document boundary
+    tokens_BL = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
+    # A position to prefill and one to decode: a window holds T + 1 tokens.
+    decode_len = max(2, min(T, DECODE_CHECK_LEN))
+    # Decoding across a document boundary.
+    decode_tokens_BT = tokens_BL[:, :decode_len].at[0, 3 * decode_len // 4].set(base.eos_id)
     for cfg in cfgs:
         variant = cfg.variant
         model = sps_model.Transformer(cfg)
         params = sps_model.init_params(model, jax.random.PRNGKey(seed))
         start = time.perf_counter()
-        loss, grads = jax.jit(jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens)))(params)
+        loss, grads = jax.jit(jax.value_and_grad(lambda p: sps_model.loss_fn(model, p, tokens_BL)))(params)
         grad_norm = jnp.sqrt(sum(jnp.vdot(g, g) for g in jax.tree_util.tree_leaves(grads)))
         row = dict(variant=variant, window=cfg.window, params=sps_model.count_params(model),
                    loss=float(loss), grad_norm=float(grad_norm),
-                   decode_error=decode_error(cfg, params, decode_tokens), elapsed_s=time.perf_counter() - start)
+                   decode_error=decode_error(cfg, params, decode_tokens_BT), elapsed_s=time.perf_counter() - start)
         log(json.dumps(row))
         results.append(row)
     return results
