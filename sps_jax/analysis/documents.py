@@ -72,10 +72,10 @@ def document_rows(docs, context: int, pad_id: int):
     Documents are truncated to T+1 tokens and right-padded with pad (its own document,
     never seen by real tokens). Loss positions 0..num_loss-1 predict tokens 1..num_loss.
     """
-    rows = np.full((len(docs), context + 1), pad_id, np.int32)
-    num_loss = np.zeros(len(docs), np.int32)
+    rows_BL = np.full((len(docs), context + 1), pad_id, np.int32)
+    num_loss_B = np.zeros(len(docs), np.int32)
     for b, doc in enumerate(docs):
         doc = doc[:context + 1]
-        rows[b, :len(doc)] = doc
-        num_loss[b] = len(doc) - 1
-    return rows[:, :-1], rows[:, 1:], num_loss
+        rows_BL[b, :len(doc)] = doc
+        num_loss_B[b] = len(doc) - 1
+    return rows_BL[:, :-1], rows_BL[:, 1:], num_loss_B

@@ -157,7 +157,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         # Fixed batch rows and bucketed loss-list lengths keep the compiled shapes few;
         # filler rows and loss entries (-1) ask for no gradient and are dropped.
         filler = [docs[part[0][0]][:1]] * (batch - len(part))
-        inputs, targets, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
+        inputs_BT, targets_BT, _ = document_rows([docs[d] for d, _ in part] + filler, context, cfg.pad_id)
         source_pos_BI = np.stack([src for _, src in part] + [part[0][1]] * len(filler))
         loss_lists = [np.unique((src[:, None] + needed[None, :]).ravel()) for _, src in part]
         # Eight sizes per octave: reverse passes are the cost here, so pad them by at most 12.5%. A chunk above
@@ -168,7 +168,7 @@ def gradient_ratios(model, params, docs, offsets, positions_per_doc, *, context=
         loss_pos_JB = np.full((J, batch), -1, np.int64)
         for b, lst in enumerate(loss_lists):
             loss_pos_JB[:len(lst), b] = lst
-        norms = slot_grad_sq_norms(model, params, inputs, targets, loss_pos_JB, source_pos_BI, step)
+        norms = slot_grad_sq_norms(model, params, inputs_BT, targets_BT, loss_pos_JB, source_pos_BI, step)
         total_JBIS = np.asarray(sum(norms.values()))
         for b, (d, src) in enumerate(part):
             at_k_IO = np.searchsorted(loss_lists[b], src[:, None] + offsets[None, :])

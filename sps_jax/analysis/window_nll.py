@@ -61,10 +61,12 @@ def window_nll_deltas(model, params, docs, omega, *, context=None, batch=WINDOW_
     for b0 in range(0, len(docs), batch):
         part = list(docs[b0:b0 + batch])  # a tuple or an array of documents too
         # A short last batch is filled with empty rows so every batch has one compiled shape.
-        inputs, targets, num_loss = document_rows(part + [part[0][:1]] * (batch - len(part)), context, cfg.pad_id)
-        valid = (np.arange(context)[None, :] < num_loss[:, None])[:len(part)]
-        full.append(np.where(valid, np.asarray(position_nll(model, params, inputs, targets))[:len(part)], np.nan))
-        cut.append(np.where(valid, np.asarray(position_nll(ablated, params, inputs, targets))[:len(part)], np.nan))
+        inputs_BT, targets_BT, num_loss_B = document_rows(part + [part[0][:1]] * (batch - len(part)), context,
+                                                          cfg.pad_id)
+        valid_BT = (np.arange(context)[None, :] < num_loss_B[:, None])[:len(part)]
+        for nll_parts, net in ((full, model), (cut, ablated)):
+            nll_BT = np.asarray(position_nll(net, params, inputs_BT, targets_BT))[:len(part)]
+            nll_parts.append(np.where(valid_BT, nll_BT, np.nan))
         log(f"  window-nll: {min(b0 + batch, len(docs))}/{len(docs)} documents ({time.time() - start:.0f}s)")
     full, cut = np.concatenate(full), np.concatenate(cut)
     return {"nll": full, "nll_ablated": cut, "delta": cut - full}

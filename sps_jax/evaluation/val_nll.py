@@ -73,10 +73,10 @@ def validation_nll(net: sps_model.Transformer, params, tokens: np.ndarray, batch
     for b in range(0, len(starts), batch_size):
         chunk = starts[b:b + batch_size]
         # A fixed batch shape (one compile); filler rows are all pad and carry no weight.
-        batch = np.full((batch_size, T + 1), cfg.pad_id, np.int32)
+        tokens_BL = np.full((batch_size, T + 1), cfg.pad_id, np.int32)
         for r, s in enumerate(chunk):
-            batch[r] = source[s // T]
-        s_, c_ = sums(params, batch)
+            tokens_BL[r] = source[s // T]
+        s_, c_ = sums(params, tokens_BL)
         total += float(s_)
         count += float(c_)
         if time.time() - last > log_every_s:
