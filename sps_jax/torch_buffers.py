@@ -173,16 +173,16 @@ def _mask_problem(key, x, vis: masks.Visibility) -> str | None:
     x = _leading_squeezed(x, 2)
     if x.ndim != 2 or x.shape[0] != x.shape[1] or x.shape[0] < 2:
         return None
-    N, M = x.shape[0], min(x.shape[0], MASK_SLOTS)
-    seen = _visibility_of(np.concatenate([x[:M, :M].ravel(), x[-1]]))
+    N, checked = x.shape[0], min(x.shape[0], MASK_SLOTS)
+    seen = _visibility_of(np.concatenate([x[:checked, :checked].ravel(), x[-1]]))
     if seen is None:
         return None
-    block, last_row = seen(x[:M, :M]), seen(x[-1])
+    block, last_row = seen(x[:checked, :checked]), seen(x[-1])
     for variant in [vis.variant] + [v for v in masks.VARIANTS if v != vis.variant]:  # the file's variant first
         theirs = _read(last_row, variant)
         if theirs is None:
             continue
-        slots = M // theirs.num_streams * theirs.num_streams
+        slots = checked // theirs.num_streams * theirs.num_streams
         if not np.array_equal(_rule(theirs, slots), block[:slots, :slots]):
             continue
         positions = N // theirs.num_streams
