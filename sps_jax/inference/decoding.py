@@ -199,29 +199,30 @@ def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logi
     num_tokens = cfg.eos_id + 1
     params = sps_model.compute_params(params, cfg)  # once, outside the loop
 
-    def pick(i, logits_BV, out, done_B):
+    def pick(i, logits_BV, new_tokens_BT, done_B):
         token_B = sample_logits(logits_BV, jax.random.fold_in(rng, i), sampling, num_tokens)
         token_B = jnp.where(done_B, cfg.pad_id, token_B)  # finished rows idle on pad (its own document)
-        out = jax.lax.dynamic_update_slice(out, token_B[:, None], (0, i))
+        new_tokens_BT = jax.lax.dynamic_update_slice(new_tokens_BT, token_B[:, None], (0, i))
         if stop_on_eos:
             done_B = done_B | (token_B == cfg.eos_id)
-        return token_B, out, done_B
+        return token_B, new_tokens_BT, done_B
 
-    out = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)  # [B, max_new_tokens]
-    token_B, out, done_B = pick(0, logits_BV, out, jnp.zeros((B,), bool))
+    new_tokens_BT = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)  # T: the new tokens' positions
+    token_B, new_tokens_BT, done_B = pick(0, logits_BV, new_tokens_BT, jnp.zeros((B,), bool))
 
     def cond(state):
         i, _, _, _, done_B = state
         return (i < limit) & ~jnp.all(done_B)
 
     def body(state):
-        i, token_B, cache, out, done_B = state
+        i, token_B, cache, new_tokens_BT, done_B = state
         logits_BV, cache = decode_step(cfg, params, cache, token_B)
-        token_B, out, done_B = pick(i, logits_BV, out, done_B)
-        return i + 1, token_B, cache, out, done_B
+        token_B, new_tokens_BT, done_B = pick(i, logits_BV, new_tokens_BT, done_B)
+        return i + 1, token_B, cache, new_tokens_BT, done_B
 
-    steps, _, cache, out, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), token_B, cache, out, done_B))
-    return out, steps - 1, cache
+    steps, _, cache, new_tokens_BT, _ = jax.lax.while_loop(cond, body,
+                                                          (jnp.asarray(1), token_B, cache, new_tokens_BT, done_B))
+    return new_tokens_BT, steps - 1, cache
 
 
 # What compiles ahead of time (sps_jax.aot.programs, bench generate) lowers the jitted programs behind the checks.
