@@ -191,25 +191,26 @@ def splash_blocks(args):
 
 
 def make_kernel(args):
-    """(attention(q, k, v, doc, vis, interpret), score_counts(doc, vis)) of ``args.attention`` with its tiles."""
+    """(attention(q, k, v, doc_ids_BT, vis, interpret), score_counts(doc_ids_BT, vis)) of ``args.attention`` with
+    its tiles."""
     from sps_jax import pallas_attention as pa
     from sps_jax import splash_attention as sp
 
     if args.attention == "pallas":
-        return (lambda q, k, v, doc, vis, interpret: pa.attention(
-                    q, k, v, doc, vis, interpret=interpret, tuning=tuning_for(args, vis.num_streams)),
-                lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
+        return (lambda q, k, v, doc_ids_BT, vis, interpret: pa.attention(
+                    q, k, v, doc_ids_BT, vis, interpret=interpret, tuning=tuning_for(args, vis.num_streams)),
+                lambda doc_ids_BT, vis: pa.score_counts(doc_ids_BT, vis, tuning_for(args, vis.num_streams)))
     if args.attention == "triton":  # the interpreter, where it runs, is decided when triton is imported
         from sps_jax import triton_attention
 
-        return (lambda q, k, v, doc, vis, interpret: triton_attention.attention(
-                    q, k, v, doc, vis, tuning=tuning_for(args, vis.num_streams)),
-                lambda doc, vis: pa.score_counts(doc, vis, tuning_for(args, vis.num_streams)))
+        return (lambda q, k, v, doc_ids_BT, vis, interpret: triton_attention.attention(
+                    q, k, v, doc_ids_BT, vis, tuning=tuning_for(args, vis.num_streams)),
+                lambda doc_ids_BT, vis: pa.score_counts(doc_ids_BT, vis, tuning_for(args, vis.num_streams)))
     bs = splash_blocks(args)
     sp.check_block_sizes(bs)
-    return (lambda q, k, v, doc, vis, interpret: sp.attention(q, k, v, doc, vis, block_sizes=bs,
+    return (lambda q, k, v, doc_ids_BT, vis, interpret: sp.attention(q, k, v, doc_ids_BT, vis, block_sizes=bs,
                                                                interpret=interpret),
-            lambda doc, vis: sp.score_counts(doc, vis, bs))
+            lambda doc_ids_BT, vis: sp.score_counts(doc_ids_BT, vis, bs))
 
 
 def document_ids(batch: int, T: int, documents: int):
@@ -335,7 +336,7 @@ def timing_table(args, interpret=False):
     dtype = jnp.dtype(args.dtype)
     B, T, H, Dh, w = args.batch_size, args.seq_len, args.heads, args.head_dim, args.window
     key = jax.random.PRNGKey(0)
-    doc = jnp.asarray(document_ids(B, T, args.documents))  # one document per row by default: the counts' case
+    doc_ids_BT = jnp.asarray(document_ids(B, T, args.documents))  # one document per row by default: the counts' case
     kernel, score_counts = make_kernel(args)
     print(f"baselines (B={B}, T={T}, H={H}, Dh={Dh}, {args.dtype}) on {jax.devices()[0].device_kind}; "
           f"{describe(args)}", flush=True)
@@ -343,11 +344,11 @@ def timing_table(args, interpret=False):
     results = {"rows": [], "baselines": base, "kernel": args.attention}
     for variant in args.variants:
         vis = masks.Visibility(variant, w)
-        counts = score_counts(doc, vis)
+        counts = score_counts(doc_ids_BT, vis)
         q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
 
         def fn(q, k, v, vis=vis):
-            return kernel(q, k, v, doc, vis, interpret)
+            return kernel(q, k, v, doc_ids_BT, vis, interpret)
 
         cli.note(f"{args.attention} {variant}: timing ...")
         fwd_s, fwd_bwd_s = time_pair(fn, q, k, v, args.iters)
@@ -379,10 +380,10 @@ SMALL = {"pallas": dict(B=1, T=48, H=2, Dh=16, block_q=16, block_k=16, boundary=
 
 def count_rows(args, score_counts, documents: int) -> dict:
     """Per variant: the kernel's score counts at the requested shape with ``documents`` documents."""
-    doc = document_ids(1, args.seq_len, documents)
+    doc_ids_BT = document_ids(1, args.seq_len, documents)
     out = {}
     for variant in args.variants:
-        c = score_counts(doc, masks.Visibility(variant, args.window))
+        c = score_counts(doc_ids_BT, masks.Visibility(variant, args.window))
         c["computed_over_dense_causal"] = c["computed"] / c["dense_causal"]
         out[variant] = c
         print(f"  {variant:14s} visible {c['visible']:>10d}  computed {c['computed']:>10d}  "
@@ -399,17 +400,17 @@ def interpret_check(args, kernel, small: dict, window: int) -> dict:
 
     print(f"interpret-mode check on a small shape {small}, w={window} (correctness only, not speed):")
     rng = np.random.default_rng(0)
-    doc = np.zeros((small["B"], small["T"]), np.int32)
-    doc[:, small["boundary"]:] = 1
+    doc_ids_BT = np.zeros((small["B"], small["T"]), np.int32)
+    doc_ids_BT[:, small["boundary"]:] = 1
     checked = {}
     for variant in args.variants:
         vis = masks.Visibility(variant, window)
         q, k, v = (jnp.asarray(rng.normal(size=(small["B"], small["T"], vis.num_streams, small["H"], small["Dh"])),
                                jnp.float32) for _ in range(3))
         t0 = time.perf_counter()
-        got = kernel(q, k, v, doc, vis, True)
+        got = kernel(q, k, v, doc_ids_BT, vis, True)
         elapsed_s = time.perf_counter() - t0
-        want = attention.xla_attention(q, k, v, jnp.asarray(doc), vis)
+        want = attention.xla_attention(q, k, v, jnp.asarray(doc_ids_BT), vis)
         err = float(jnp.abs(got - want).max())
         checked[variant] = {"max_abs_error_vs_xla": err, "elapsed_s": elapsed_s}
         print(f"  {variant:14s} max |{args.attention} - xla| = {err:.2e}  ({elapsed_s:.1f} s in the interpreter)")
@@ -439,9 +440,9 @@ def numerics_check(args, kernel, interpret=False) -> dict:
     from sps_jax import attention
 
     dtype, T = jnp.dtype(args.dtype), min(args.seq_len, CHECK_POSITIONS)
-    doc = np.zeros((1, T), np.int32)
-    doc[:, 2 * T // 3 + 1:] = 1
-    doc = jnp.asarray(doc)
+    doc_ids_BT = np.zeros((1, T), np.int32)
+    doc_ids_BT[:, 2 * T // 3 + 1:] = 1
+    doc_ids_BT = jnp.asarray(doc_ids_BT)
     rng = np.random.default_rng(0)
     print(f"numerics on {jax.devices()[0].device_kind}: {args.attention} in {args.dtype} against the dense reference "
           f"in float32, T={T}, H=2, Dh={args.head_dim}, two documents:", flush=True)
@@ -456,10 +457,10 @@ def numerics_check(args, kernel, interpret=False) -> dict:
     for variant in args.variants:
         vis = masks.Visibility(variant, args.window)
         xs = [jnp.asarray(rng.normal(size=(1, T, vis.num_streams, 2, args.head_dim)), dtype) for _ in range(4)]
-        got = with_gradients(lambda q, k, v: kernel(q, k, v, doc, vis, interpret))(*xs)
-        rounded = with_gradients(lambda q, k, v: attention.rounded_attention(q, k, v, doc, vis))(*xs)
+        got = with_gradients(lambda q, k, v: kernel(q, k, v, doc_ids_BT, vis, interpret))(*xs)
+        rounded = with_gradients(lambda q, k, v: attention.rounded_attention(q, k, v, doc_ids_BT, vis))(*xs)
         with jax.default_matmul_precision("highest"):
-            exact = with_gradients(lambda q, k, v: attention.xla_attention(q, k, v, doc, vis))(
+            exact = with_gradients(lambda q, k, v: attention.xla_attention(q, k, v, doc_ids_BT, vis))(
                 *(x.astype(jnp.float32) for x in xs))
         row = {}
         for name, g, r, e in zip(GRADIENTS, got, rounded, exact):

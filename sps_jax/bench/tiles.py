@@ -61,7 +61,7 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
     B, T, H, Dh = args.batch_size, args.seq_len, args.heads, args.head_dim
     vis = masks.Visibility(args.variant, args.window)
     key = jax.random.PRNGKey(0)
-    doc = jnp.zeros((B, T), jnp.int32)
+    doc_ids_BT = jnp.zeros((B, T), jnp.int32)
     q, k, v = (jax.random.normal(kk, (B, T, vis.num_streams, H, Dh), dtype) for kk in jax.random.split(key, 3))
     ct = jnp.ones_like(q)
     baseline = bench_attention.baseline_rows(args, dtype, key)["2T"]  # reads the shape fields of args
@@ -79,7 +79,7 @@ def sweep(args, *, interpret=False, shapes=TILE_SHAPES, launches=LAUNCHES) -> di
         for tuning in candidates(default, kernel, shapes, launches):
             tiles = getattr(tuning, kernel)
             row = {**dataclasses.asdict(tiles), "default": tiles == getattr(default, kernel)}
-            fn = lambda q, k, v, tuning=tuning: attend(q, k, v, doc, vis, tuning=tuning)  # noqa: E731
+            fn = lambda q, k, v, tuning=tuning: attend(q, k, v, doc_ids_BT, vis, tuning=tuning)  # noqa: E731
             fwd, fwd_bwd = bench_attention.forward_and_backward(fn)
             # Only what the swept kernel runs in: the forward alone, or forward + backward.
             timed, inputs, ref = ((fwd, (q, k, v), baseline["fwd_ms"]) if kernel == "forward" else
