@@ -10,6 +10,7 @@ on the EOS prefix) and onto the KV-cache decoder :mod:`sps_jax.inference.decodin
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -19,7 +20,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simpl
 from tqdm import tqdm
 
 from sps_jax import model as sps_model
-from sps_jax import runs, vocab
+from sps_jax import run_files, runs, vocab
 from sps_jax.inference import batching, decoding, scoring
 from sps_jax.data import tokenizer as sps_tokenizer
 
@@ -88,6 +89,38 @@ def check_lm_eval_clashes(model_args: dict, lm_eval_args: dict | None) -> None:
                          f"the model too: pass --{key} {model_args[key]}, and leave {key} out of --model_args.")
 
 
+_NEEDS_RUN = "sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP."
+_PATH_FORMS = {"workdir": "workdir=RUN_FOLDER", "checkpoint": "checkpoint=RUN/checkpoints/STEP"}
+
+
+def _run_path(workdir, checkpoint, other) -> str | None:
+    """The run path of the model_args (None where neither is given), after refusing keys the model has none of,
+    both paths, and an empty one."""
+    if other:  # lm-eval would raise a TypeError with a traceback
+        raise ValueError(f"sps_jax has no model_args {', '.join(sorted(other))}: pass workdir=, checkpoint=, step=, "
+                         "batch_size=, max_gen_toks= or tokenizer_path=.")
+    if workdir is not None and checkpoint is not None:  # one would be dropped without a word
+        raise ValueError("sps_jax takes model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP, not "
+                         "both: pass one.")
+    key, path = ("checkpoint", checkpoint) if checkpoint is not None else ("workdir", workdir)
+    if path is not None and not str(path).strip():  # else read as the working directory
+        raise ValueError(f"model_args {key}= is empty: pass {_PATH_FORMS[key]}.")
+    return path
+
+
+def check_model_args(model_args: dict, lm_eval_args: dict | None = None) -> None:
+    """What the model's refusals of ``model_args`` would say once lm-eval builds it, said before lm-eval's command
+    indexes its tasks (about 20 s) and without jax: a run path that names no run included."""
+    check_lm_eval_clashes(model_args, lm_eval_args)
+    known = set(inspect.signature(SPSLM.__init__).parameters) - {"self", "other"}
+    path = _run_path(model_args.get("workdir"), model_args.get("checkpoint"), set(model_args) - known)
+    _whole(model_args.get("step"), "step", None, 0)
+    _whole(model_args.get("max_gen_toks"), "max_gen_toks", DEFAULT_MAX_GEN_TOKS, 1)
+    if path is None:
+        raise ValueError(_NEEDS_RUN)
+    run_files.find_run(path)
+
+
 @register_model("sps_jax")
 class SPSLM(TemplateLM):
     """lm-eval model over a run folder (``workdir=`` or ``checkpoint=``) or an in-memory ``scorer=``.
@@ -100,20 +133,14 @@ class SPSLM(TemplateLM):
                  batch_size: Any = batching.MAX_BATCH, max_gen_toks: Any = DEFAULT_MAX_GEN_TOKS, tokenizer_path: str | None = None,
                  scorer: scoring.Scorer | None = None, tokenizer=None, device=None, max_batch_size=None, **other):
         super().__init__()
-        if other:  # lm-eval would raise a TypeError with a traceback
-            raise ValueError(f"sps_jax has no model_args {', '.join(sorted(other))}: pass workdir=, checkpoint=, step=, "
-                             "batch_size=, max_gen_toks= or tokenizer_path=.")
-        if workdir is not None and checkpoint is not None:  # one would be dropped without a word
-            raise ValueError("sps_jax takes model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP, not "
-                             "both: pass one.")
+        path = _run_path(workdir, checkpoint, other)
         step = _whole(step, "step", None, 0)
         max_gen_toks = _whole(max_gen_toks, "max_gen_toks", DEFAULT_MAX_GEN_TOKS, 1)
         batch = _int_or(batch_size, batching.MAX_BATCH)
         self.tok = tokenizer or GPT2Text(tokenizer_path)
         if scorer is None:
-            path = checkpoint or workdir
             if path is None:
-                raise ValueError("sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP.")
+                raise ValueError(_NEEDS_RUN)
             net, params, self.step = runs.load_inference_model(path, step=step)
             check_tokenizer(self.tok, net.cfg)  # before building anything expensive
             scorer = scoring.Scorer(net, params, max_batch=batch)

@@ -9,6 +9,7 @@ this wrapper imports the adapter (which registers it) and hands over to lm-eval.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -40,8 +41,38 @@ def main(argv=None) -> None:
     if hasattr(evaluator, "get_git_commit_hash"):  # another lm-eval may not ask
         evaluator.get_git_commit_hash = _quiet_git_hash
     sys.argv = ["lm_eval"] + argv
-    with arguments.help_write_errors():  # its --help into a full disk or a closed pipe exited 0
+    with arguments.help_write_errors(), _model_args_checked_first():  # its --help into a full disk exited 0
         cli_evaluate()
+
+
+@contextlib.contextmanager
+def _model_args_checked_first():
+    """lm-eval's reading of its arguments followed by the sps_jax model's checks of --model_args
+    (:func:`lm_eval_adapter.check_model_args`): lm-eval indexes its tasks, about 20 s, before it builds the model,
+    which only then said a missing run folder or a bad step. Another lm-eval, without that reader, checks them when
+    it builds the model, as before."""
+    try:
+        from lm_eval.config.evaluate_config import EvaluatorConfig
+    except ImportError:
+        yield
+        return
+    from_cli = EvaluatorConfig.__dict__.get("from_cli")
+    if not isinstance(from_cli, classmethod):
+        yield
+        return
+
+    def checked(cls, namespace):
+        config = from_cli.__func__(cls, namespace)
+        if config.model == "sps_jax":  # the keys lm-eval hands the model beside them, as simple_evaluate does
+            lm_eval_adapter.check_model_args(config.model_args or {}, {
+                "batch_size": config.batch_size, "max_batch_size": config.max_batch_size, "device": config.device})
+        return config
+
+    EvaluatorConfig.from_cli = classmethod(checked)
+    try:
+        yield
+    finally:
+        EvaluatorConfig.from_cli = from_cli
 
 
 if __name__ == "__main__":

@@ -268,3 +268,30 @@ def test_cli_lm_eval_records_the_commit_without_gits_fatal_line_outside_a_checko
     commit = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True).stdout.strip()
     lm_eval_cli.main(["--tasks", "arc_easy"])
     assert hashes == [None, commit]
+
+
+@pytest.mark.parametrize("model_args, said", [
+    # lm-eval indexes its tasks (about 20 s) before it builds the model, which only then said these
+    ("workdir={missing}", "'{missing}' does not exist: pass a run folder"),
+    # an empty path read as the working directory, which a run folder there would have been evaluated as
+    ("workdir=", "model_args workdir= is empty: pass workdir=RUN_FOLDER"),
+    ("checkpoint=", "model_args checkpoint= is empty: pass checkpoint=RUN/checkpoints/STEP"),
+    ("workdir={missing},step=abc", "model_args step=abc is not a whole number of at least 0"),
+    ("step=3", "sps_jax needs model_args workdir=RUN_FOLDER or checkpoint=RUN/checkpoints/STEP"),
+])
+def test_cli_lm_eval_refuses_bad_model_args_before_lm_eval_indexes_its_tasks(
+        tmp_path, monkeypatch, capsys, model_args, said):
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+    from sps_jax.evaluation import lm_eval_cli
+
+    def indexed(*args, **kwargs):
+        raise AssertionError("lm-eval indexed its tasks before the model's arguments were checked")
+
+    monkeypatch.setattr(EvaluatorConfig, "process_tasks", indexed)
+    monkeypatch.chdir(tmp_path)
+    missing = str(tmp_path / "no-run")
+    status = lm_eval_cli.main(["--model", "sps_jax", "--model_args", model_args.format(missing=missing),
+                               "--tasks", "arc_easy"])
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err, err
+    assert f"error: {said.format(missing=missing)}" in err, err
