@@ -296,13 +296,36 @@ def _huggingface(spec: str, field: str, split: str) -> Iterator[str]:
     name, _, config = spec.partition(":")
     datasets = _datasets()
     try:
-        stream = datasets.load_dataset(name, config or None, split=split, streaming=True)
+        try:
+            stream = datasets.load_dataset(name, config or None, split=split, streaming=True)
+        except ValueError as e:
+            raise _unknown_part(e, name, config, split) or e
         for n, record in enumerate(stream):
             if field not in record:
                 raise UserError(f"{name} has no field {field!r} (it has {sorted(record)}): pass {_text_field()}.")
             yield _text_of(record[field], f"{name} record {n}", field)
     except (ConnectionError, OSError) as e:
         raise _unreachable(name, str(e)) from None
+
+
+def _unknown_part(exc: ValueError, name: str, config: str, split: str) -> UserError | None:
+    """The sentence for `datasets`' refusal of a split or config the dataset lacks ("Bad split: x. Available splits:
+    [...]", "BuilderConfig 'x' not found. Available: [...]"), naming the flag that picks it; None for another."""
+    text = str(exc)
+    listed = re.search(r"Available(?: splits)?: (\[.*?\])", text)
+    try:
+        names = ", ".join(map(str, ast.literal_eval(listed.group(1)))) if listed else None
+    except (ValueError, SyntaxError):
+        names = None
+    if text.startswith("Bad split"):
+        return UserError(f"{named(f'hf_split={split!r}', f'--hf-split {split}')} is no split of {HF_PREFIX}{name}"
+                         + (f" (its splits: {names})" if names else f" ({text})")
+                         + f": pass {named('hf_split', '--hf-split')} naming one of them.")
+    if text.startswith("BuilderConfig"):
+        return UserError(f"{HF_PREFIX}{name}:{config} names no config of {name}"
+                         + (f" (its configs: {names})" if names else f" ({text})")
+                         + f": pass {HF_PREFIX}{name}:CONFIG naming one of them, or {HF_PREFIX}{name} for its default.")
+    return None
 
 
 def check_source(source: str) -> None:

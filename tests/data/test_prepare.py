@@ -134,6 +134,28 @@ def test_hugging_face_source_streams_through_datasets_or_says_what_to_install(tm
     assert read_docs(tmp_path / "hf", "train") == [d for d in DOCS if not in_val(d, 0.2)]
 
 
+
+@pytest.mark.parametrize("source, flags, said", [
+    # datasets' own words were the error: "Bad split: validation. Available splits: ['train']"
+    ("hf:{folder}", ["--hf-split", "validation"],
+     "--hf-split validation is no split of hf:{folder} (its splits: train): pass --hf-split naming one of them."),
+    # "BuilderConfig 'en' not found. Available: ['default']"
+    ("hf:{folder}:en", [], "hf:{folder}:en names no config of {folder} (its configs: default): pass hf:{folder}:CONFIG "
+                           "naming one of them, or hf:{folder} for its default."),
+])
+def test_cli_prepare_a_hugging_face_split_or_config_the_dataset_lacks_is_one_sentence_naming_the_flag(
+        tmp_path, monkeypatch, source, flags, said):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the local dataset folder is read without the hub
+    folder = tmp_path / "hf_dataset"
+    folder.mkdir()
+    os.replace(write_sources(tmp_path)["jsonl"], folder / "train.jsonl")
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", source.format(folder=folder), "--out",
+                                        str(tmp_path / "o"), *flags])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.endswith(f"error: {said.format(folder=folder)}\n"), outcome.stderr
+    assert not (tmp_path / "o").exists()
+
 def folder_bytes(folder):
     return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
 
