@@ -144,6 +144,29 @@ def schedule_steps(t, seq_len: int) -> int:
     return -(-t.total_tokens // (t.global_batch * seq_len))
 
 
+def check_batch_and_steps(config) -> None:
+    """A training run's batch splits into micro-batches and its schedule into steps a run can take. No device decides
+    these, so train and ``bench train`` say them before jax loads (the devices' share of a micro-batch is
+    :func:`sps_jax.trainer.plan`'s); :func:`sps_jax.config.check_run_config` leaves them out, since the benchmarks that only read a
+    config's model (generate, smoke, compile) take a ``model.seq_len`` no step of its train section holds."""
+    t, seq_len = config.train, config.model.seq_len
+    if t.global_batch % t.micro_batch:
+        raise UserError(f"train.global_batch={t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}: "
+                        "a step accumulates whole micro-batches, so make it one.")
+    tokens_per_step = t.global_batch * seq_len
+    if t.total_tokens < tokens_per_step:
+        raise UserError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
+                        "(global_batch x seq_len): raise it or shrink the batch.")
+    total_steps = schedule_steps(t, seq_len)
+    if total_steps > MAX_STEP:
+        raise UserError(f"train.total_tokens={t.total_tokens} makes {total_steps} steps of {tokens_per_step} tokens, "
+                        f"more than {MAX_STEP}, {STEP_BOUND}: lower total_tokens or raise train.global_batch.")
+    end = min(total_steps, t.stop_at_step or total_steps)
+    if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing would say so
+        raise UserError(f"train.profile_start={t.profile_start} is at or past the run's last step, {end}: no step "
+                        "would be traced; lower it (steps after profile_start are traced).")
+
+
 def check_milestones(t) -> None:
     """Milestones are kept among the checkpoints saved, every ``checkpoint_every`` steps: one not a multiple of it
     kept only the checkpoints at multiples of both (milestone_every=3 with checkpoint_every=2 kept 6, 12, ...)."""

@@ -15,7 +15,7 @@ import sys
 import time
 
 from sps_jax import arguments, cli, cli_process, config as sps_config, config_overrides, model_config, path_checks
-from sps_jax import run_files
+from sps_jax import config_checks, run_files
 from sps_jax import token_folder
 
 
@@ -166,6 +166,7 @@ def main(argv=None) -> int:
         # The checks that need no jax, on the file's values and the overrides alike, before jax loads and before
         # joining a cluster.
         sps_config.check_loaded(config, args.config, overrides)
+        config_checks.check_batch_and_steps(config)
         if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
             run_files.init_from_run(config.train.init_from)
         _check_data_dir(args.workdir, config.data.dir, config.model)

@@ -68,6 +68,7 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
     if memory_bytes is not None:
         memory_bytes = arguments.at_least("memory_bytes", memory_bytes, 1)
     sps_config.check_run_config(config)
+    config_checks.check_batch_and_steps(config)
     cfg = sps_model.ModelConfig.from_config(config.model)
     if cfg.param_dtype == "float16":  # bfloat16 has float32's range; generation may hold float16 weights
         raise ValueError("model.param_dtype=float16 cannot train: AdamW's moments are kept in the weights' dtype, and "
@@ -76,9 +77,6 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
                          "stay float16).")
     t = config.train
     data, fsdp = sps_mesh.resolve_axes(config.mesh, num_devices)
-    if t.global_batch % t.micro_batch:
-        raise ValueError(f"train.global_batch={t.global_batch} is not a multiple of train.micro_batch={t.micro_batch}: "
-                         "a step accumulates whole micro-batches, so make it one.")
     if t.micro_batch % (data * fsdp):
         raise ValueError(f"train.micro_batch={t.micro_batch} does not split over the {data}x{fsdp} mesh's "
                          f"{data * fsdp} devices: make it a multiple of {data * fsdp}.")
@@ -93,21 +91,10 @@ def plan(config, num_devices: int, process_count: int = 1, memory_bytes: int | N
                              sharded_by="mesh.fsdp")
         _check_activations_fit(cfg, t.micro_batch // (data * fsdp), TRAIN_STATE_COPIES * cfg.param_bytes / fsdp,
                                memory_bytes, device, attention.resolve(cfg.attention, platform))
-    tokens_per_step = t.global_batch * cfg.seq_len
-    if t.total_tokens < tokens_per_step:
-        raise ValueError(f"train.total_tokens={t.total_tokens} is less than one step of {tokens_per_step} tokens "
-                         "(global_batch x seq_len): raise it or shrink the batch.")
-    total_steps = config_checks.schedule_steps(t, cfg.seq_len)
-    if total_steps > config_checks.MAX_STEP:
-        raise ValueError(f"train.total_tokens={t.total_tokens} makes {total_steps} steps of {tokens_per_step} tokens, "
-                         f"more than {config_checks.MAX_STEP}, {config_checks.STEP_BOUND}: lower total_tokens or raise "
-                         "train.global_batch.")
+    total_steps = config_checks.schedule_steps(t, cfg.seq_len)  # within MAX_STEP, as check_batch_and_steps found
     end = min(total_steps, t.stop_at_step or total_steps)
-    if t.profile_steps and t.profile_start >= end:  # no step would be traced, and nothing would say so
-        raise ValueError(f"train.profile_start={t.profile_start} is at or past the run's last step, {end}: no step "
-                         "would be traced; lower it (steps after profile_start are traced).")
     return TrainPlan(model=cfg, data=data, fsdp=fsdp, accum=t.global_batch // t.micro_batch,
-                     tokens_per_step=tokens_per_step, total_steps=total_steps, end_step=end)
+                     tokens_per_step=t.global_batch * cfg.seq_len, total_steps=total_steps, end_step=end)
 
 
 def _check_activations_fit(cfg, rows: int, state_bytes: float, memory_bytes: int, device: str, backend: str) -> None:

@@ -130,7 +130,9 @@ ANSWERED_WITHOUT_JAX = {
                                ["train", "--config", "configs/tiny.py", "--config.train.peak_lr=-1"],
                                ["smoke", "--config.data.prefetch=100000"],
                                ["generate", "--config", "configs/tiny.py", "--config.model.num_layers=100000"],
-                               ["compile", "--target", "h100", "--config.train.warmup_tokens=-1"]],
+                               ["compile", "--target", "h100", "--config.train.warmup_tokens=-1"],
+                               # a batch that does not divide, which the trainer's plan said once jax had loaded
+                               ["train", "--config", "configs/tiny.py", "--config.train.micro_batch=3"]],
     "sps_jax.evaluation.evaluate": [["--help"], ["--version"], ["table", "--help"], ["--bogus"], ["tabel"],
                                     ["--tasks", "paper"], ["--workdir", "x", "--val-batch-size", "two"],
                                     ["table", "x.json", "--force"],  # no --out for --force to replace
@@ -179,7 +181,14 @@ ANSWERED_WITHOUT_JAX = {
                       # a train or mesh setting that needs no device to refuse (the trainer's plan said them)
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.nonfinite=Skip"],
                       ["--config", "configs/tiny.py", "--workdir", "w", "--config.mesh.data=0"],
-                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.mesh.fsdp=-1"]],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.mesh.fsdp=-1"],
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.micro_batch=3"],  # of 8
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.warmup_tokens=0",
+                       "--config.train.total_tokens=1"],  # less than one step
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.global_batch=1",
+                       "--config.train.micro_batch=1", "--config.train.total_tokens=1000000000000000"],  # > int32 steps
+                      ["--config", "configs/tiny.py", "--workdir", "w", "--config.train.profile_steps=2",
+                       "--config.train.profile_start=300"]],  # at the run's last step: nothing traced
     "sps_jax.inference.generate": [["--help"], ["--version"], ["--workdir", "w"], ["--workdir", "w", "--bogus", "x"],
                                    ["--workdir", "w", "--prompt", "-hello"],
                                    ["--workdir", "w", "--prompt", "x", "--out", "README.md"],  # an existing file

@@ -802,7 +802,9 @@ def test_a_context_whose_dense_attention_no_device_holds_is_one_sentence_before_
     # 8 rows x 2 heads x (2 x 65536)^2 slots x 4 bytes = 1024 GiB of one layer's probabilities, and 2 layers x 8 rows
     # x 131072 slots x 64 x 4 bytes = 0.5 GiB of layer inputs.
     monkeypatch.setattr(trainer, "setup", lambda *a: pytest.fail("the run was set up"))
-    outcome = refuse(["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"), "--config.model.seq_len=65536"],
+    # total_tokens of one step at this context: fewer are said before jax loads, before this
+    outcome = refuse(["--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"), "--config.model.seq_len=65536",
+                      f"--config.train.total_tokens={8 * 65536}"],
                      "error: a micro-batch of 8 x model.seq_len=65536 positions per device needs at least 1,024.5 GiB "
                      "for its activations (each layer's input, and one layer's attention probabilities under the xla "
                      "backend), more than the ")

@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     bench.check_profile(args)
     sps_config.check_override_values(overrides)  # before the config file runs
     base = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
+    config_checks.check_batch_and_steps(base)
     with cli_process.stop_exits_while_loading():
         import jax
 
