@@ -315,10 +315,12 @@ def main(argv=None) -> int:
     backends_run = list(dict.fromkeys(cfg.attention for cfg in cfgs.values()))
     for cfg in cfgs.values():
         check_workload(cfg, args, largest.memory_bytes, largest.name)
-    for backend in backends_run:
-        attention.check_installed(backend)  # e.g. triton without jax-triton: before any worker runs
-    if "auto" in backends and len(backends) > 1:  # auto,xla on a CPU would time one program twice
-        bench.check_distinct_backends(backends, _platform())
+    distinct = "auto" in backends and len(backends) > 1  # auto,xla on a CPU would time one program twice
+    platform = _platform() if distinct or "triton" in backends_run else None  # asked only where it decides
+    for backend in backends_run:  # triton without jax-triton, or off a GPU: before any worker runs
+        attention.check_available(backend, platform)
+    if distinct:
+        bench.check_distinct_backends(backends, platform)
 
     # Peaks first, each in a fresh process (the counter never resets), while this process has not
     # touched the device: once it has, its allocator holds most of the memory and the workers fail.
@@ -337,8 +339,6 @@ def main(argv=None) -> int:
     memory_bytes, device = hardware.local_memory()  # the device the timing runs on, which the workers are done with
     for cfg in cfgs.values():
         check_workload(cfg, args, memory_bytes, device)
-    for backend in backends_run:  # where each backend can run: asks the device
-        attention.check_available(backend)
     runs = [VariantRun(args, overrides, v, b) for v, b in runs_asked]
     for r in runs:
         r.run()  # warm-up: first-execution costs (allocations, autotuning) are not timed

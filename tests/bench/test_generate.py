@@ -144,9 +144,9 @@ def test_a_worker_that_stops_on_a_user_error_leaves_its_one_sentence_alone(monke
     assert code == 2 and errors == ["error: the device ran out of memory (...): use a smaller batch."]
 
 
-def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
-    """--attention xla,triton on a CPU without Triton's interpreter: one sentence before the xla runs are
-    compiled or timed, not after them."""
+def test_a_backend_that_cannot_run_here_is_refused_before_any_worker_runs_or_run_is_compiled():
+    """--attention xla,triton on a CPU without Triton's interpreter: one sentence before a peak-memory worker runs
+    and before the xla runs are compiled or timed, not after them."""
     env = {k: v for k, v in helpers.env().items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-m", "sps_jax.bench", "generate", "--config", "configs/tiny.py",
                            "--batch-size", "1", "--prefill", "4", "--decode", "2", "--variants", "standard",
@@ -155,6 +155,7 @@ def test_a_backend_that_cannot_run_here_is_refused_before_any_run_is_compiled():
     assert done.returncode == 2, done.stderr[-2000:]
     assert 'error: attention="triton" runs its kernels on an NVIDIA GPU' in done.stderr
     assert "compiled in" not in done.stderr and "Traceback" not in done.stderr
+    assert "measuring peak memory" not in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("override, sentence", [
