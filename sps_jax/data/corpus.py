@@ -395,6 +395,12 @@ def check_options(source: str, text_field: str | None = None, hf_split: str | No
                   errors: str = STRICT) -> None:
     """Refuse a --text-field, --hf-split (None: not given) or --errors other than strict that ``source`` would
     never read, instead of ignoring it: the user meant another source, or the flag for one."""
+    named_values = ((text_field, "text_field", "the records' field that holds the text", DEFAULT_TEXT_FIELD),
+                    (hf_split, "hf_split", "the dataset's split", DEFAULT_HF_SPLIT))
+    for value, argument, what, default in named_values:
+        if value is not None and not value.strip():  # else a field or split named '' is looked for
+            flag = named(argument, "--" + argument.replace("_", "-"))
+            raise UserError(f"{flag} is empty: name {what}, or leave {flag} out for {default!r}.")
     local = is_local(source)
     # The kinds of file the source holds (a single file of any other suffix is read as text), walked once and only
     # for a flag that depends on them.

@@ -637,6 +637,24 @@ def test_a_source_option_the_source_would_never_read_is_refused_not_ignored(tmp_
     assert not (tmp_path / "out").exists()
 
 
+
+@pytest.mark.parametrize("source, flags, sentence", [
+    # said as "line 1 has no '' field" once the file was read, and '' handed to `datasets` as a split
+    ("jsonl", ["--text-field", ""], "--text-field is empty: name the records' field that holds the text, or leave "
+                                    "--text-field out for 'text'."),
+    ("jsonl", ["--text-field", " "], "--text-field is empty"),
+    ("hf:someone/corpus", ["--hf-split", ""], "--hf-split is empty: name the dataset's split, or leave --hf-split "
+                                              "out for 'train'."),
+])
+def test_cli_prepare_an_empty_text_field_or_split_is_one_sentence_before_the_source_is_read(
+        tmp_path, monkeypatch, source, flags, sentence):
+    monkeypatch.setattr(corpus, "_check_hub", lambda name: pytest.fail("the hub was asked"))
+    src = source if source.startswith("hf:") else str(write_sources(tmp_path)[source])
+    outcome = fuzz.call(data_cli.main, ["prepare", "--source", src, "--out", str(tmp_path / "out"), *flags])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.startswith(f"error: {sentence}"), outcome.stderr
+    assert not (tmp_path / "out").exists()
+
 def test_cli_a_flag_a_hub_source_never_reads_is_refused_before_the_hub_is_asked(tmp_path, monkeypatch):
     # --errors replace with hf:NAME waited for the hub's answer (up to 5 s; offline, its refusal was the sentence).
     def probe(name):
