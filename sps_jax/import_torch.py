@@ -545,6 +545,17 @@ def check_out(out: str, force: bool, checkpoint_path: str | None = None) -> None
                                  inputs=[("the checkpoint", checkpoint_path)])
 
 
+def check_arguments(variant, window, overrides) -> None:
+    """One sentence, before the file loads, for a variant or window of no model, or an override of an unknown field,
+    of the wrong type, or of a name or path (``data.dir=~/x``, ``name=``) that train refuses in a config.json."""
+    preview = sps_config.paper_config(sps_config.DEFAULT_SCALE,
+                                      masks.DEFAULT_VARIANT if variant == FROM_FILE else variant,
+                                      masks.DEFAULT_WINDOW if window == FROM_FILE else window)
+    for item in overrides:
+        config_overrides.apply_override(preview, item)
+    config_checks.check_labels(preview)
+
+
 def _file_step(value) -> int:
     """The checkpoint's ``iter_num`` as a step: an int, or a 0-d integer tensor or array (one sentence otherwise)."""
     if getattr(value, "ndim", None) == 0 and not getattr(value, "is_floating_point", lambda: False)():
@@ -569,6 +580,8 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
     overrides = config_overrides.check_overrides(overrides)
     check_flag_overrides(overrides)
     num_heads, seq_len = _sizes(num_heads, seq_len)  # before the file is read
+    check_arguments(variant, window, overrides)
+    step = None if step is None else runs.saved_step(step)
     arguments.true_or_false(trust_pickle, "trust_pickle")  # "no" would unpickle the file
     check_out(out, force, path)
     check_checkpoint_file(path)
@@ -629,12 +642,7 @@ def main(argv=None) -> int:
     check_flag_overrides(overrides)
     window = FROM_FILE if args.window is None else sps_config.parse_window(args.window)
 
-    # An unknown variant, or an override of an unknown field or the wrong type, stops here, before the file loads.
-    preview = sps_config.paper_config(sps_config.DEFAULT_SCALE,
-                                      masks.DEFAULT_VARIANT if args.variant == FROM_FILE else args.variant)
-    for item in overrides:
-        config_overrides.apply_override(preview, item)
-    config_checks.check_labels(preview)  # --config.data.dir=~/x or --config.name= : a config.json train refuses
+    check_arguments(args.variant, window, overrides)
     check_out(args.out, args.force, args.checkpoint)  # the output first, then the file: neither needs jax
     check_checkpoint_file(args.checkpoint)
     sps_model = cli_process.load("sps_jax.model")

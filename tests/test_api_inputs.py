@@ -435,6 +435,24 @@ def test_import_checkpoint_refuses_head_counts_and_contexts_that_are_none_before
     assert sorted(tmp_path.iterdir()) == []
 
 
+def test_import_checkpoint_refuses_a_variant_window_step_or_override_of_no_run_before_the_file(tmp_path):
+    # Each was refused only once the whole checkpoint file was read and converted (gigabytes at the paper's scales).
+    from sps_jax import import_torch
+
+    variants = "standard, sps, two_x_memory, delayed_state, reverse_sps"
+    for kwargs, kind, sentence in (
+            (dict(variant="bogus"), ValueError, f"unknown attention variant 'bogus': choose one of {variants}."),
+            (dict(window=-1), ValueError, "window must be an integer from 0 to 2147483647 or None (unbounded), got -1."),
+            (dict(step=-1), ValueError, "step=-1 must be 0 or more: checkpoints are numbered by training step."),
+            (dict(step="3"), TypeError, "step must be an integer, got '3'."),
+            (dict(overrides=["model.bogus=1"]), ValueError, "override 'model.bogus=1': config.model has no field "
+                                                            "'bogus': its fields are attention, ")):
+        with pytest.raises(kind) as refusal:  # the file is missing: the arguments are checked first
+            import_torch.import_checkpoint(str(tmp_path / "missing.pt"), str(tmp_path / "out"), **kwargs)
+        assert str(refusal.value).startswith(sentence), refusal.value
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_prepare_refuses_a_batch_of_no_documents_and_a_log_that_is_no_function_before_writing(tmp_path):
     # batch_documents=0 and -1 were taken (no batch ever full: the whole corpus held at once) and 2.0 too; log=None
     # failed after the folder was written.
