@@ -217,6 +217,15 @@ def replaceable_folder(path: str, flag: str, force: bool, what: str, check=None,
                         f"--force to replace that folder with {what} (it is swapped in only when complete).")
 
 
+def has_checkpoints(workdir: str) -> bool:
+    """Whether ``workdir``'s checkpoints/ holds a folder named as a step, intact or not: training there resumes (or is
+    refused), never starts, so ``train.init_from`` goes unread. Folders only: a file named checkpoints/16 is no
+    checkpoint (the restore skips it)."""
+    folder = os.path.join(workdir, CHECKPOINT_DIR)
+    return os.path.isdir(folder) and any(n.isdigit() and os.path.isdir(os.path.join(folder, n))
+                                         for n in os.listdir(folder))
+
+
 def is_run(folder: str) -> bool:
     """Whether ``folder`` holds a run: a config.json beside checkpoints/ or metrics.jsonl (a config.json alone
     may be any program's, such as a Hugging Face model's)."""

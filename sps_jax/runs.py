@@ -168,9 +168,7 @@ def checked_workdir(workdir: str, config, force: bool = False) -> tuple[str | No
     checkpoints = os.path.join(workdir, checkpoint.CHECKPOINT_DIR)
     if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
         raise UserError(f"{checkpoints} is not a folder, so {workdir} is not a run folder: pass another --workdir.")
-    # Folders only: a file named checkpoints/16 is no checkpoint (the restore skips it), so it must not count here.
-    has_checkpoints = os.path.isdir(checkpoints) and any(
-        n.isdigit() and os.path.isdir(os.path.join(checkpoints, n)) for n in os.listdir(checkpoints))
+    has_checkpoints = run_files.has_checkpoints(workdir)
     if has_checkpoints and not os.path.lexists(os.path.join(workdir, CONFIG_FILE)):
         # Training writes config.json before its first checkpoint, so it was lost; a resume would take this
         # config's variant and window, which the weights' shapes cannot tell apart (sps and standard share them).

@@ -167,7 +167,8 @@ def main(argv=None) -> int:
         # joining a cluster.
         sps_config.check_loaded(config, args.config, overrides)
         config_checks.check_batch_and_steps(config)
-        if config.train.get("init_from") is not None:  # a path that names no run (check_labels has said the rest)
+        # A path that names no run (check_labels has said the rest), where a new run would start from it.
+        if config.train.get("init_from") is not None and not run_files.has_checkpoints(args.workdir):
             run_files.init_from_run(config.train.init_from)
         _check_data_dir(args.workdir, config.data.dir, config.model)
         from sps_jax import trainer

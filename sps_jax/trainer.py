@@ -506,7 +506,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     resume_note, saved = runs.checked_workdir(workdir, config, force)
-    source = runs.check_init_from(config)
+    # A run with checkpoints resumes from them: the run it started from may be gone since.
+    source = None if checkpoint.steps(workdir) else runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 
     with _held_for_this_run(workdir):

@@ -399,6 +399,19 @@ def test_a_resumed_run_keeps_in_its_config_the_init_from_it_started_from(tmp_pat
     assert written.train.init_from is None and written.train.total_tokens == (STEPS + 1) * 256
 
 
+def test_a_resume_ignores_an_init_from_whose_run_is_gone(tmp_path, tokens, reference):
+    # The rerun of a fine-tuning command whose source run was deleted since was refused ("train.init_from=...: ...
+    # does not exist"), though a run with checkpoints never reads it.
+    source, workdir = tmp_path / "source", tmp_path / "run"
+    shutil.copytree(reference, source)
+    shutil.copytree(reference, workdir)
+    shutil.rmtree(source)
+    out = train_here(workdir, tokens, STEPS + 1, f"--config.train.init_from={source}")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert f"resumed from {workdir} at step {STEPS}" in out.stdout, out.stdout
+    assert runs.load_run(str(workdir))[2] == STEPS + 1
+
+
 def test_loss_png_is_drawn_at_the_end_of_a_run(reference):
     height, width, _ = decoded_png(reference / "loss.png").shape
     assert width > 2 * height  # training loss and validation NLL side by side
