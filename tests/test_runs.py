@@ -684,6 +684,21 @@ def test_a_run_path_that_is_not_one_path_is_one_sentence(call, path, kind):
         call(path)
 
 
+def test_run_info_of_a_checkpoint_path_is_that_checkpoints_and_another_step_is_one_sentence(tmp_path):
+    # The path's step was dropped: RUN/checkpoints/5 answered no step, and with step=8 the info of step 8, where
+    # every reader of a run refuses the two naming different checkpoints.
+    params = save_small_run(tmp_path / "run", metrics_lines=[{"step": 5, "tokens_seen": 100, "loss": 3.0},
+                                                             {"step": 8, "tokens_seen": 160, "loss": 2.5}])
+    run = str(tmp_path / "run")
+    runs.save_run(run, runs.read_config(run), params, step=8)
+    info = runs.run_info(os.path.join(run, "checkpoints", "5"))
+    assert (info["step"], info["tokens_seen"]) == (5, 100)
+    with pytest.raises(ValueError, match=r"checkpoints/5 is the checkpoint of step 5, but step 8 was asked for "
+                                         r"\(step\): pass the run folder with step, or the checkpoint alone\.$"):
+        runs.run_info(os.path.join(run, "checkpoints", "5"), step=8)
+    assert runs.run_info(run, step=8)["tokens_seen"] == 160
+
+
 def test_run_info_of_a_negative_step_is_one_sentence(tmp_path):
     # Its tokens_seen came out as -5 x the step's tokens.
     save_small_run(tmp_path / "run")
