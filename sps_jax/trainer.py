@@ -409,14 +409,14 @@ def _run_line(config, p: TrainPlan, devices, compile_s: float) -> str:
             + f"; compiled in {compile_s:.1f}s")
 
 
-def _step_record(step: int, out: dict, *, tokens_per_step: int, step_s: float, elapsed_s: float,
-                 cfg, num_devices: int, peak_flops_per_s: float | None) -> dict:
+def _step_record(step: int, out: dict, p: TrainPlan, *, step_s: float, elapsed_s: float, num_devices: int,
+                 peak_flops_per_s: float | None) -> dict:
     """One update's metrics.jsonl record (``out``: the train step's metrics, on the host)."""
-    tokens_per_s = tokens_per_step / step_s
-    record = {"step": step, "tokens_seen": step * tokens_per_step, "loss": float(out["loss"]), "lr": float(out["lr"]),
+    tokens_per_s = p.tokens_per_step / step_s
+    record = {"step": step, "tokens_seen": p.tokens_seen(step), "loss": float(out["loss"]), "lr": float(out["lr"]),
               "grad_norm": float(out["grad_norm"]), "tokens_per_s": tokens_per_s, "elapsed_s": elapsed_s}
     if peak_flops_per_s:  # MFU only against a known peak: none on CPU
-        record["mfu"] = flops.mfu(cfg, tokens_per_s, num_devices, peak_flops_per_s)
+        record["mfu"] = flops.mfu(p.model, tokens_per_s, num_devices, peak_flops_per_s)
     if not out["finite"]:
         record["skipped"] = True
     return record
@@ -567,9 +567,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                     step += 1
                     profile.after(step)
                     step_s = time.perf_counter() - tick
-                    record = _step_record(step, out, tokens_per_step=p.tokens_per_step, step_s=step_s,
-                                          elapsed_s=elapsed_s(), cfg=cfg, num_devices=len(devices),
-                                          peak_flops_per_s=peak_flops_per_s)
+                    record = _step_record(step, out, p, step_s=step_s, elapsed_s=elapsed_s(),
+                                          num_devices=len(devices), peak_flops_per_s=peak_flops_per_s)
                     if record.get("skipped"):
                         _on_nonfinite(record, t.nonfinite, ckpts, log)
                         skipped += 1

@@ -999,12 +999,13 @@ def test_a_run_file_of_the_wrong_kind_is_refused_before_anything_is_written(tmp_
 def test_a_step_record_counts_this_steps_tokens_over_its_seconds_and_mfu_over_every_device():
     out = {"loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "finite": True}
     cfg = sps_model.ModelConfig.from_config(small_config(None, STEPS).model)
-    one, two = (trainer._step_record(3, out, tokens_per_step=1024, step_s=0.5, elapsed_s=10.0, cfg=cfg,
-                                     num_devices=n, peak_flops_per_s=1e12) for n in (1, 2))
+    p = trainer.TrainPlan(model=cfg, data=1, fsdp=1, accum=1, tokens_per_step=1024, total_steps=8, end_step=8)
+    one, two = (trainer._step_record(3, out, p, step_s=0.5, elapsed_s=10.0, num_devices=n, peak_flops_per_s=1e12)
+                for n in (1, 2))
     assert (one["tokens_per_s"], one["tokens_seen"], one["elapsed_s"]) == (2048, 3072, 10.0)  # 1024 in 0.5 s, 3 steps
     assert two["mfu"] == pytest.approx(one["mfu"] / 2)  # the same throughput against two devices' peak
-    assert "mfu" not in trainer._step_record(3, out, tokens_per_step=1024, step_s=0.5, elapsed_s=10.0, cfg=cfg,
-                                             num_devices=1, peak_flops_per_s=None)  # no known peak: no MFU
+    assert "mfu" not in trainer._step_record(3, out, p, step_s=0.5, elapsed_s=10.0, num_devices=1,
+                                             peak_flops_per_s=None)  # no known peak: no MFU
 
 
 def test_a_new_run_never_logs_into_the_tensorboard_events_or_wandb_run_left_in_its_folder(tmp_path, tokens):
