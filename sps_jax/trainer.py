@@ -15,6 +15,7 @@ import dataclasses
 import os
 import shutil
 import signal
+import threading
 import time
 import types
 
@@ -259,7 +260,6 @@ class _StopFlag:
         self.previous = {}
 
     def __enter__(self):
-        import threading
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.previous[sig] = signal.signal(sig, self._handle)
