@@ -600,17 +600,23 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             failed = True
             raise
         finally:
-            # A run that stops on an error is said in that error's sentence (a failed save names the last good
-            # checkpoint): closing and drawing, which fail for the same cause (a full disk), add nothing to it.
-            closing = ([profile.close] if profile is not None else []) + [ckpts.close]
-            closing += [writer.close, lambda: metrics.plot(workdir) if failed else _draw_plot(workdir)] if writer else []
-            for close in closing:
-                with contextlib.suppress(Exception) if failed else contextlib.nullcontext():
-                    close()
+            _close_leg(workdir, profile, ckpts, writer, failed)
         if skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
             log(f"warning: {skipped} of the {step - start_step} updates of this run were skipped (non-finite loss or "
                 "gradient norm): its weights took only the others.")
         return _summary(workdir, step, record.get("loss"), val_loss, val_step, stopped_by, skipped)
+
+
+def _close_leg(workdir: str, profile, ckpts, writer, failed: bool) -> None:
+    """Stop a trace left running, wait for the last save, close metrics.jsonl and draw loss.png (``profile`` and
+    ``writer`` None where the leg never made them). A leg that stops on an error is said in that error's sentence (a
+    failed save names the last good checkpoint): closing and drawing, which fail for the same cause (a full disk), add
+    nothing to it, so their errors are dropped then."""
+    closing = ([profile.close] if profile is not None else []) + [ckpts.close]
+    closing += [writer.close, lambda: metrics.plot(workdir) if failed else _draw_plot(workdir)] if writer else []
+    for close in closing:
+        with contextlib.suppress(Exception) if failed else contextlib.nullcontext():
+            close()
 
 
 def _summary(workdir, step, loss=None, val_loss=None, val_step=None, stopped_by=None, skipped_updates=0) -> dict:
