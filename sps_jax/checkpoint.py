@@ -98,6 +98,7 @@ def manager(workdir: str, **options) -> ocp.CheckpointManager:
 
 
 def step_dir(workdir: str, step: int) -> str:
+    """The absolute path of checkpoint ``step``'s folder, whether or not it exists."""
     return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR, str(step))
 
 
@@ -344,6 +345,9 @@ def _no_checkpoint(workdir: str) -> str:
 
 
 def _restore_params(workdir: str, step: int | None, target):
+    """(params, step) of checkpoint ``step`` (None: the latest) as ``target`` places them (None: on this process's
+    first device); one sentence where the run has no checkpoint, none at ``step``, or a damaged one (naming the
+    others). :func:`restore_params` tells a damaged checkpoint from one deleted while it was read."""
     with manager(workdir, read_only=True) as mngr:
         all_steps = sorted(mngr.all_steps())
         step = all_steps[-1] if step is None and all_steps else step
