@@ -197,8 +197,8 @@ def checked_workdir(workdir: str, config, force: bool = False) -> tuple[str | No
         raise UserError(f"--workdir {workdir} holds {other} and its checkpoints: use a new --workdir, or the "
                         "original model settings to resume it.")
     if other is None and saved is not None and not has_checkpoints and not force:
-        _check_checkpoints_not_lost(workdir, saved)
-    if other and not force and not has_checkpoints and _never_trained(workdir):
+        _check_checkpoints_not_lost(workdir, saved, records)
+    if other and not force and not has_checkpoints and _never_trained(workdir, records):
         # A start that failed before its first step (a compile the host ran out of memory for, say) left only its
         # config.json: replacing it loses nothing that trained, so the corrected command needs no --force.
         cli.note(f"note: --workdir {workdir} holds {other} that never trained a step (no checkpoint, no metrics): this "
@@ -236,13 +236,12 @@ def lost_records(workdir: str, start_step: int) -> str | None:
             "resuming to keep them.")
 
 
-def _check_checkpoints_not_lost(workdir: str, saved) -> None:
-    """One sentence when the run's metrics show that a checkpoint was saved and none is there (moved, deleted): it
-    started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events. A leg that ended
-    (its last step, ``stop_at_step``, a signal) records its checkpoint once it is on disk; and a save is asynchronous
-    and the next one waits for it, so a record past the second checkpoint step follows a finished save. A run killed
-    while its first save was written (a record at that step, no checkpoint) starts over."""
-    records = metrics.read(workdir)
+def _check_checkpoints_not_lost(workdir: str, saved, records: list[dict]) -> None:
+    """One sentence when the run's metrics (``records``) show that a checkpoint was saved and none is there (moved,
+    deleted): it started over from step 0 without a word, and emptied its metrics.jsonl and tensorboard/ events. A leg
+    that ended (its last step, ``stop_at_step``, a signal) records its checkpoint once it is on disk; and a save is
+    asynchronous and the next one waits for it, so a record past the second checkpoint step follows a finished save. A
+    run killed while its first save was written (a record at that step, no checkpoint) starts over."""
     ended = _recorded_save(records)
     if ended is not None:
         raise UserError(f"--workdir {workdir} has metrics that record a checkpoint saved at step {ended}, but "
@@ -290,14 +289,16 @@ _LOST_FIX = (f"put the checkpoints back to resume, or pass --force to train it a
              f"{metrics.METRICS_FILE} and {metrics.TENSORBOARD_DIR}/ events are replaced).")
 
 
-def _never_trained(workdir: str) -> bool:
-    """Whether ``workdir``'s config.json is a run config whose run recorded no step (its metrics.jsonl is empty
-    or missing)."""
+def _never_trained(workdir: str, records: list[dict]) -> bool:
+    """Whether ``workdir``'s config.json is a run config whose run recorded no step (its metrics.jsonl, which holds
+    ``records``, is empty or missing)."""
+    if records:
+        return False
     try:
         read_config(workdir)
     except (ValueError, OSError):  # not a run's config.json: another program's file, kept
         return False
-    return not metrics.read(workdir)
+    return True
 
 
 def _check_run_file_kinds(workdir: str) -> None:
