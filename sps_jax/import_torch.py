@@ -319,6 +319,27 @@ def _sizes(num_heads, seq_len) -> tuple[int | None, int | None]:
                  for name, value in (("num_heads", num_heads), ("seq_len", seq_len)))
 
 
+def _paper_config_with_args(variant: str, window, fields: dict, overrides, name: str) -> ml_collections.ConfigDict:
+    """The paper's config of ``variant``, named ``name``, with the values model_args gives (``fields``) of the
+    :data:`_FROM_ARGS` fields that neither the window flag nor an override replaces (a flag's value never meets the
+    file's); one sentence for a value of another type than the field's."""
+    config = sps_config.paper_config(sps_config.DEFAULT_SCALE, variant)
+    config.name = name
+    replaced = {"window"} if window != FROM_FILE else set()
+    replaced |= {field for field in _FROM_ARGS for item in overrides
+                 if config_overrides.override_key(item) == f"model.{field}"}
+    for key, field in torch_layout.READ_ARGS.items():
+        if field in _FROM_ARGS and field in fields and field not in replaced:
+            try:
+                if isinstance(fields[field], bool):  # ConfigDict takes True as the id 1 or the base 1.0
+                    raise TypeError
+                config.model[field] = fields[field]
+            except TypeError:  # ConfigDict keeps each field's type
+                raise UserError(f"the checkpoint's model_args[{key!r}] = {fields[field]!r} is not of "
+                                f"type {type(config.model[field]).__name__}: pass {_flag(field)}.") from None
+    return config
+
+
 def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None, overrides=(),
                  name="imported", stored_config: str | None = None):
     """A run config whose model matches the state dict's shapes, and notes on what was not in the file.
@@ -343,20 +364,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         raise UserError("the checkpoint does not say which variant it is (its config names no model class of "
                         f"the authors'): pass {_named('--variant')} ({', '.join(masks.VARIANTS)}).")
     else:
-        config = sps_config.paper_config(sps_config.DEFAULT_SCALE, variant)
-        config.name = name
-        replaced = {"window"} if window != FROM_FILE else set()  # a flag's value never meets the file's
-        replaced |= {field for field in _FROM_ARGS for item in overrides
-                     if config_overrides.override_key(item) == f"model.{field}"}
-        for key, field in torch_layout.READ_ARGS.items():
-            if field in _FROM_ARGS and field in fields and field not in replaced:
-                try:
-                    if isinstance(fields[field], bool):  # ConfigDict takes True as the id 1 or the base 1.0
-                        raise TypeError
-                    config.model[field] = fields[field]
-                except TypeError:  # ConfigDict keeps each field's type
-                    raise UserError(f"the checkpoint's model_args[{key!r}] = {fields[field]!r} is not of "
-                                    f"type {type(config.model[field]).__name__}: pass {_flag(field)}.") from None
+        config = _paper_config_with_args(variant, window, fields, overrides, name)
     m = config.model
     prefix = sps_config.generated_name_prefix(config)  # an exported run's name made from its variant and window
     with m.ignore_type():  # the flags replace a stored config's values, whatever their type
@@ -652,7 +660,7 @@ def main(argv=None) -> int:
         cli.note(f"note: {note}.")
     m = sps_model.ModelConfig.from_config(config.model)  # with the defaults a stored config may leave out
     cli.note(f"wrote {args.out}: {m.variant} (window {m.window}), {m.num_layers} layers, d={m.d_model}, "
-          f"{m.num_heads} heads, context {m.seq_len}, vocab {m.vocab_size}")
+             f"{m.num_heads} heads, context {m.seq_len}, vocab {m.vocab_size}")
     return 0
 
 
