@@ -564,9 +564,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                     tick = time.perf_counter()
                     params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, micro_shape))
                     out = jax.device_get(out)
+                    step_s = time.perf_counter() - tick  # before a trace's stop and summary, which are no step's
                     step += 1
                     profile.after(step)
-                    step_s = time.perf_counter() - tick
                     record = _step_record(step, out, p, step_s=step_s, elapsed_s=elapsed_s(),
                                           num_devices=len(devices), peak_flops_per_s=peak_flops_per_s)
                     if record.get("skipped"):

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import jax
@@ -1362,6 +1363,21 @@ def test_profile_steps_trace_the_steps_after_profile_start_and_log_their_kernels
     assert out.status == 0 and out.problem() is None, out.stderr
     assert "profile of steps" not in out.stdout
     assert glob.glob(str(workdir / "profile" / "steps_2-3" / "**" / "*.xplane.pb"), recursive=True) == traces
+
+
+def test_a_traced_steps_record_times_the_step_not_the_writing_and_reading_of_its_trace(tmp_path, tokens, monkeypatch):
+    # The last traced step's seconds counted the trace's stop and summary (seconds for a real model's trace), so its
+    # tokens_per_s and MFU in metrics.jsonl dipped far below the steps around it.
+    from sps_jax import profiling
+
+    read = profiling.read
+    monkeypatch.setattr(profiling, "read", lambda *a, **k: (time.sleep(2.0), read(*a, **k))[1])
+    out = train_here(tmp_path / "run", tokens, 3, "--config.train.profile_steps=1", "--config.train.profile_start=1")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert "profile of steps 2-2:" in out.stdout
+    traced = [r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+              if r["step"] == 2 and "tokens_per_s" in r]
+    assert 256 / traced[0]["tokens_per_s"] < 2.0, traced  # 16 x 16 tokens a step, in less than the summary's 2 s
 
 
 # -m slow: the trace's start and logging are checked by the test above (CI's 20 minutes)
