@@ -231,10 +231,10 @@ def _fresh_state(run, source, seed: int, log):
     return state
 
 
-def _compile(run, params, opt_state, micro_shape, val_shape, val_sh):
+def _compile(run, params, opt_state, step_shape_ABL, val_shape_BL, val_sh):
     """The train step and the validation step, compiled once for these shapes and shardings."""
-    example = jax.ShapeDtypeStruct(micro_shape, jnp.int32, sharding=run.micro_sh)
-    val_example = jax.ShapeDtypeStruct(val_shape, jnp.int32, sharding=val_sh)
+    example = jax.ShapeDtypeStruct(step_shape_ABL, jnp.int32, sharding=run.micro_sh)
+    val_example = jax.ShapeDtypeStruct(val_shape_BL, jnp.int32, sharding=val_sh)
     with jax.set_mesh(run.mesh):  # kernels XLA cannot partition run per batch shard of this mesh
         step_fn = run.step_fn.lower(params, opt_state, example).compile()
         eval_fn = jax.jit(make_eval_step(run.model), in_shardings=(run.param_sh, val_sh),
@@ -242,10 +242,10 @@ def _compile(run, params, opt_state, micro_shape, val_shape, val_sh):
     return step_fn, eval_fn
 
 
-def _validate(eval_fn, params, val, val_sh, val_shape) -> float:
+def _validate(eval_fn, params, val, val_sh, val_shape_BL) -> float:
     """The token-weighted validation loss over all of ``val``'s batches. Every batch is dispatched before
     the sums are fetched, once: a fetch per batch would idle the device while the host placed the next."""
-    sums = [eval_fn(params, _global_batch(batch, val_sh, val_shape)) for batch in val]
+    sums = [eval_fn(params, _global_batch(batch, val_sh, val_shape_BL)) for batch in val]
     total = count = 0.0
     for s, n in jax.device_get(sums):
         total, count = total + float(s), count + float(n)
@@ -531,13 +531,13 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 return _recorded_summary(workdir, start_step)
             _align_run_folder(workdir, config, backend, start_step, saved)
 
-            micro_shape = (p.accum, t.micro_batch, cfg.seq_len + 1)
-            val_shape = (config.data.val_batch, cfg.seq_len + 1)
+            step_shape_ABL = (p.accum, t.micro_batch, cfg.seq_len + 1)
+            val_shape_BL = (config.data.val_batch, cfg.seq_len + 1)
 
             if jax.process_index() == 0:  # before compiling: a W&B login that fails is said at once
                 writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
             t0 = time.time()
-            step_fn, eval_fn = _compile(run, params, opt_state, micro_shape, val_shape, val_sh)
+            step_fn, eval_fn = _compile(run, params, opt_state, step_shape_ABL, val_shape_BL, val_sh)
             log(_run_line(config, p, devices, time.time() - t0))
 
             emit = writer.write if writer else (lambda record: None)
@@ -562,7 +562,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                     ckpts.poll()  # a save that failed in the background stops the run here
                     profile.before(step + 1)
                     tick = time.perf_counter()
-                    params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, micro_shape))
+                    params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, step_shape_ABL))
                     out = jax.device_get(out)
                     step_s = time.perf_counter() - tick  # before a trace's stop and summary, which are no step's
                     step += 1
@@ -578,7 +578,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)
                         log(_progress_line(record, p.total_steps, eta_s))
                     if step % t.eval_every == 0 or step == p.total_steps:
-                        val_loss, val_step = _validate(eval_fn, params, val, val_sh, val_shape), step
+                        val_loss, val_step = _validate(eval_fn, params, val, val_sh, val_shape_BL), step
                         emit({"step": step, "tokens_seen": p.tokens_seen(step), "val_loss": val_loss})
                         log(f"step {step}: val_loss {val_loss:.4f}")
                     if step % t.checkpoint_every == 0 or step == p.end_step:
