@@ -22,6 +22,7 @@ import types
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, config_checks, flops, hardware
@@ -271,6 +272,19 @@ class _StopFlag:
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def _agreed_stop(signal_name: str | None) -> str | None:
+    """The signal that stops the run at this step boundary, or None. On several processes, any one's (the first
+    process's that has one), said to all: a signal reaches each process at another step, and one that saved and left
+    the loop alone left the others waiting for it in the next step's collectives, so the run hung without its
+    checkpoint."""
+    if jax.process_count() == 1:
+        return signal_name
+    from jax.experimental import multihost_utils
+    code = signal.Signals[signal_name].value if signal_name else 0
+    codes = np.ravel(multihost_utils.process_allgather(np.int32(code)))
+    return next((signal.Signals(int(c)).name for c in codes if c), None)
 
 
 def print0(msg: str) -> None:
@@ -585,12 +599,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                         save(step)
                     if on_step is not None:
                         on_step(step, record)
-                    if stop.signal:
-                        stopped_by = stop.signal
+                    stopped_by = _agreed_stop(stop.signal)
+                    if stopped_by:
                         if step not in (ckpts.pending, ckpts.good):
                             save(step)
                         ckpts.check()
-                        log(f"{stop.signal}: saved a checkpoint at step {step}; rerun the same command to resume.")
+                        log(f"{stopped_by}: saved a checkpoint at step {step}; rerun the same command to resume.")
                         break
             profile.stop(step)  # a run that ended (or was stopped) inside the traced steps
             ckpts.check()  # the run succeeds only once its last checkpoint is on disk

@@ -111,6 +111,39 @@ def test_two_processes_train_and_one_resumes(tmp_path, tokens, reference):
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
 
 
+TWO_PROCESS_SIGNAL_SCRIPT = """
+import os, signal, sys
+from sps_jax import config, train
+train.initialize_distributed(sys.argv[1], 2, int(sys.argv[2]))
+from sps_jax import trainer
+import jax
+cfg = config.load_config("configs/tiny.py", sys.argv[4:])
+def on_step(step, record):
+    if step == 2 + jax.process_index():  # the scheduler's SIGTERM reaches each process at another step
+        os.kill(os.getpid(), signal.SIGTERM)
+print("summary", trainer.train(cfg, sys.argv[3], on_step=on_step))
+"""
+
+
+def test_a_sigterm_that_reaches_two_processes_at_different_steps_saves_one_step_on_both(tmp_path, tokens):
+    # The process that saw it first saved and left the loop while the other ran the next step, each waiting for the
+    # other in a collective: the run hung without a checkpoint until the scheduler killed it.
+    workdir, port = tmp_path / "run", free_port()
+    args = [*SMALL_OVERRIDES, f"--config.data.dir={tokens}", f"--config.train.total_tokens={STEPS * 256}"]
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESS_SIGNAL_SCRIPT, f"localhost:{port}", str(i),
+                               str(workdir), *args], cwd=REPO, env=env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
+    assert "SIGTERM: saved a checkpoint at step 2" in outputs[0], outputs[0]
+    assert all("'stopped_by': 'SIGTERM'" in out and "'step': 2" in out for out in outputs), outputs
+    assert checkpoint.steps(str(workdir)) == [2]
+
+
 def small_config(tokens, steps):
     return sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
         f"--config.data.dir={tokens}", f"--config.train.total_tokens={steps * 256}"])
