@@ -466,6 +466,9 @@ def input_path(what: str, kind: str, hint: str):
 
 # argparse type of a run folder or checkpoint argument (an empty one would name the working directory).
 run_path = input_path("run folder", FOLDER, "pass a run folder or one of its checkpoints/<step> folders")
+RUN_HELP = "a run folder, or one of its checkpoints/<step> folders"  # what run_path takes, said in the help
+# The help of --step where it picks the checkpoint a command reads, {} what the command does with it.
+STEP_HELP = "the checkpoint {}, by its step (default: the latest)"
 
 
 def output_path(text: str) -> str:
@@ -492,11 +495,20 @@ def check_force(force: bool, outputs: dict, what: str) -> None:
     raise UserError(f"--force only replaces {what}, and {given}, or drop --force.")
 
 
+def add_config_flag(parser, help: str, **kwargs) -> None:
+    """``--config FILE[:ARG]`` of a command that takes ``--config.a.b=V`` overrides, which its help names, since the
+    overrides are no flag of the parser's own."""
+    parser.add_argument("--config", metavar="FILE[:ARG]", help=f"{help}; --config.a.b=V after it sets any field",
+                        **kwargs)
+
+
 def add_run_arguments(parser) -> None:
     """``--workdir RUN | --checkpoint RUN/checkpoints/STEP`` (one of them), read back with :func:`run_argument`."""
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--workdir", type=run_path, help="run folder (its latest checkpoint)")
-    where.add_argument("--checkpoint", type=run_path, help="a run folder or one of its checkpoints/<step> folders")
+    # Both take either folder: --checkpoint is the name scripts used first.
+    where.add_argument("--workdir", type=run_path, help="a run folder (read at its latest checkpoint, or --step's), "
+                       "or one of its checkpoints/<step> folders")
+    where.add_argument("--checkpoint", type=run_path, help=f"the same as --workdir: {RUN_HELP}")
 
 
 def run_argument(args) -> str:

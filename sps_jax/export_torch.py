@@ -153,15 +153,17 @@ def main(argv=None) -> int:
     p = arguments.ArgumentParser(prog="python -m sps_jax.export_torch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", type=arguments.run_path, default=None,
-                   help="a run folder, or one of its checkpoints/<step> folders")
+                   help=arguments.RUN_HELP)
     p.add_argument("run", nargs="?", type=arguments.run_path, default=None,
                    help="the same as --workdir RUN, for scripts that give the run as a word of its own")
     p.add_argument("--step", type=config_checks.step_argument, default=None,
-                   help="checkpoint step (default: the latest)")
+                   help=arguments.STEP_HELP.format("to export"))
     p.add_argument("--out", type=arguments.output_path, required=True,
-                   help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors)")
-    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES), help="tensor dtype")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+                   help="FILE.pt (needs torch) or FILE.safetensors (needs safetensors); an existing file is refused "
+                        "unless --force")
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=sorted(DTYPES),
+                   help="the dtype the parameters are written in: float32 (exact) or bfloat16 (rounded)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     args = p.parse_args(argv)
     run = _run_argument(p, args)
     check_output(args.out, args.force)  # before jax loads, as is the run path

@@ -640,7 +640,8 @@ def main(argv=None) -> int:
     p.add_argument("--num-heads", type=arguments.positive_int, default=None,
                    help=f"attention heads (default: the file's model_args n_head, else d/{sps_config.PAPER_HEAD_DIM})")
     p.add_argument("--seq-len", type=config_checks.seq_len_argument, default=None,
-                   help=f"context (default: the file's model_args block_size, else {sps_config.PAPER_SEQ_LEN})")
+                   help=f"context, in positions (default: the file's model_args block_size, else "
+                        f"{sps_config.PAPER_SEQ_LEN})")
     p.add_argument("--step", type=config_checks.step_argument, default=None,
                    help="step to record (default: the file's iter_num or 0)")
     p.add_argument("--trust-pickle", action="store_true", help="allow arbitrary pickled objects (trusted files only)")

@@ -136,19 +136,23 @@ def main(argv=None) -> int:
     rest, overrides = config_overrides.split_config_args(argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.train", description=__doc__.split("\n")[0],
                                       config_fields=sps_config.field_paths)
-    parser.add_argument("--config", required=True, help="configs/tiny.py or configs/paper.py:SCALE,VARIANT[,WINDOW]")
+    arguments.add_config_flag(parser, "the config file, and its argument after ':' (configs/tiny.py, "
+                              "configs/paper.py:SCALE,VARIANT[,WINDOW])", required=True)
     parser.add_argument("--workdir", type=arguments.output_path, required=True,
-                        help="run folder: config.json, checkpoints/, metrics.jsonl")
+                        help="run folder (config.json, checkpoints/, metrics.jsonl): a new run, or the run there "
+                             "resumed from its latest checkpoint")
     parser.add_argument("--force", action="store_true",
                         help="start this run in a --workdir holding another run's config.json/metrics.jsonl/"
                              "loss.png, tensorboard/ events or W&B run id but no checkpoint (those are replaced)")
     parser.add_argument("--distributed", action="store_true",
                         help="call jax.distributed.initialize (auto-detects SLURM/TPU/... without the flags below)")
-    parser.add_argument("--coordinator", default=None,
-                        help="host:port of process 0 (implies --distributed; env SPS_JAX_COORDINATOR)")
-    parser.add_argument("--num-processes", type=arguments.positive_int, default=None, help="env SPS_JAX_NUM_PROCESSES")
-    parser.add_argument("--process-id", type=arguments.non_negative_int, default=None, help="env SPS_JAX_PROCESS_ID")
-    parser.add_argument(TIMEOUT_FLAG, type=arguments.positive_int, default=None,
+    parser.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                        help="address of process 0 (implies --distributed; default: env SPS_JAX_COORDINATOR)")
+    parser.add_argument("--num-processes", type=arguments.positive_int, default=None, metavar="N",
+                        help="processes in the job (default: env SPS_JAX_NUM_PROCESSES, else the cluster's)")
+    parser.add_argument("--process-id", type=arguments.non_negative_int, default=None, metavar="ID",
+                        help="this process's number, from 0 (default: env SPS_JAX_PROCESS_ID, else the cluster's)")
+    parser.add_argument(TIMEOUT_FLAG, type=arguments.positive_int, default=None, metavar="SECONDS",
                         help="seconds to wait for the coordinator and the other processes (default: jax's, 300 s)")
     args = parser.parse_args(rest)
     for field, name, kind in (("coordinator", "SPS_JAX_COORDINATOR", str),

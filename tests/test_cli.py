@@ -719,6 +719,28 @@ def test_every_option_of_every_command_is_described_with_its_default(command_par
     assert "seed of the sampled positions (default: 0)" in gradients and "(default: val)" in gradients
 
 
+# The flags that name where a command writes its results.
+OUTPUT_FLAGS = ("--out", "--json", "--profile")
+
+
+def test_every_output_flag_says_in_its_help_what_happens_to_an_existing_output(command_parsers):
+    """A new user reading --out (bench's --json and --profile) learns there whether an earlier output is replaced:
+    the help names --force, which replaces it, or, in a command without --force, what is done with an existing one.
+    data prepare's said "output folder", export_torch's named only the suffixes, bench's "also write the results
+    here (JSON)"."""
+    silent, checked = [], 0
+    for prog, parser in command_parsers.items():
+        has_force = "--force" in parser._option_string_actions
+        for action in parser._actions:
+            flag = next((o for o in action.option_strings if o in OUTPUT_FLAGS), None)
+            if flag is None:
+                continue
+            checked += 1
+            if ("--force" not in action.help) if has_force else ("exist" not in action.help):
+                silent.append(f"{prog} {flag}")
+    assert checked >= 20 and silent == []
+
+
 def test_every_command_that_reads_one_run_names_it_with_workdir(command_parsers):
     """export_torch took its run only as a word of its own, where generate, evaluate and the probes take
     --workdir RUN (it still takes the word, for scripts); figures take several runs as words, a list of paths."""

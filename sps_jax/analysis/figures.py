@@ -601,24 +601,28 @@ def pre_decay(baseline_run, method_run, out: str) -> dict:
 SOURCE = arguments.input_path("source", arguments.FILE_OR_FOLDER, "pass run folders or evaluation JSONs")
 
 
+OUT_HELP = ("the figure (.png; default: %(default)s), with its data next to it as .json; existing ones are refused "
+            "unless --force")
+
+
 def build_parser():
     parser = arguments.ArgumentParser(prog="python -m sps_jax.analysis.figures", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("curves", help="validation NLL vs tokens and vs compute (Figure 2)")
     c.add_argument("runs", nargs="+", type=arguments.run_path, help="run folders with config.json and metrics.jsonl")
     c.add_argument("--out", type=arguments.output_path, default="curves.png",
-                   help="the figure (.png), with its data next to it as .json")
+                   help=OUT_HELP)
     w = sub.add_parser("window-ablation", help="final validation NLL vs window w (Figure 4)")
     w.add_argument("sources", nargs="+", type=SOURCE, help="run folders or evaluation JSONs")
     w.add_argument("--out", type=arguments.output_path, default="window_ablation.png",
-                   help="the figure (.png), with its data next to it as .json")
+                   help=OUT_HELP)
     a = sub.add_parser("accuracy-gain", help="average accuracy gain over a baseline by scale (Figure 3)")
     a.add_argument("evaluations", nargs="+", type=arguments.input_path("evaluation", arguments.FILE, PASS_EVALUATIONS),
                    help="evaluation JSONs written by sps_jax.evaluation.evaluate")
     a.add_argument("--baseline", default=masks.BASELINE, choices=masks.VARIANTS,
                    help="the variant the gains are measured from")
     a.add_argument("--out", type=arguments.output_path, default="accuracy_gain.png",
-                   help="the figure (.png), with its data next to it as .json")
+                   help=OUT_HELP)
     e = sub.add_parser("seeds", help="final validation NLL over seeds, with Welch t-tests and TOST (Appendix C)")
     e.add_argument("sources", nargs="+", type=SOURCE,
                    help="run folders or evaluation JSONs of one scale, two or more per method")
@@ -627,14 +631,14 @@ def build_parser():
     e.add_argument("--margin", type=arguments.positive_number, default=seeds.EQUIVALENCE_MARGIN_NATS,
                    help="the equivalence margin (nats) of the two one-sided tests")
     e.add_argument("--out", type=arguments.output_path, default="seeds.png",
-                   help="the figure (.png), with its data next to it as .json")
+                   help=OUT_HELP)
     d = sub.add_parser("pre-decay", help="a method's pre-decay NLL gap and token saving over a baseline (Figure 1)")
     d.add_argument("baseline", type=arguments.run_path, metavar="BASELINE_RUN",
                    help="the baseline's run folder (Standard, trained longer)")
     d.add_argument("method", type=arguments.run_path, metavar="RUN",
                    help="the method's run folder (SPS), of the same size")
     d.add_argument("--out", type=arguments.output_path, default="pre_decay.png",
-                   help="the figure (.png), with its data next to it as .json")
+                   help=OUT_HELP)
     for p in (c, w, a, e, d):
         p.add_argument("--force", action="store_true", help="replace an existing --out (and its .json)")
     # Per command: its inputs (checked with --out before any work) and the figure it draws.

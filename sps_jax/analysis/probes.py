@@ -344,9 +344,9 @@ def build_parser():
 
     def common(p):
         p.add_argument("--workdir", action="append", required=True, type=arguments.run_path,
-                       help="run folder (or checkpoints/<step>); repeat to overlay variants")
+                       help=f"{arguments.RUN_HELP}; repeat to overlay runs")
         p.add_argument("--step", type=config_checks.step_argument, default=None,
-                       help="probe this checkpoint of each run (default: the latest), as evaluate --step")
+                       help=arguments.STEP_HELP.format("of each run to probe"))
         p.add_argument("--val-data", type=token_folder.argument, default=None,
                        help="token folder with manifest.json (default: the run's data.dir)")
         p.add_argument("--split", default=token_folder.VAL, choices=token_folder.SPLITS,
@@ -355,11 +355,13 @@ def build_parser():
         p.add_argument("--context", type=arguments.positive_int, default=None,
                        help="positions per document (at most, and by default, model.seq_len)")
         p.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
-                       help="override the attention backend")
+                       help="the attention backend, in place of the run's model.attention (default: the run's)")
         p.add_argument("--dtype", default=None, choices=names.DTYPES,
-                       help="override the compute dtype (e.g. float32 for exact norms)")
+                       help="the compute dtype, in place of the run's model.dtype (default: the run's; float32 "
+                            "for exact norms)")
         p.add_argument("--out", type=arguments.output_path, default=None,
-                       help=f"output folder (default: {DEFAULT_OUT}/RUN, the run folders' names joined by '+')")
+                       help=f"output folder (default: {DEFAULT_OUT}/RUN, the run folders' names joined by '+'); "
+                            "results of this probe already there are refused unless --force")
         p.add_argument("--force", action="store_true", help="replace results an earlier run wrote to --out")
 
     g = sub.add_parser("gradients", help="per-offset gradient ratio r(p, k) (Figure 5a)")
@@ -378,8 +380,9 @@ def build_parser():
     w = sub.add_parser("window-nll", help="persistent-window NLL ablation (Figure 5b)")
     common(w)
     w.add_argument("--omega", type=arguments.int_up_to(masks.MAX_WINDOW), default=analysis.PAPER_OMEGA,
-                   help="persistent window; from the context minus one up it hides nothing (a warning says so)")
-    w.add_argument("--min-tokens", type=arguments.positive_int, default=2, help="skip shorter documents")
+                   help="persistent window, in positions; from the context minus one up it hides nothing (a "
+                        "warning says so)")
+    w.add_argument("--min-tokens", type=arguments.positive_int, default=2, help="skip documents of fewer tokens")
     arguments.add_batch_size(w, analysis.WINDOW_NLL_BATCH, "documents per forward pass")
     w.set_defaults(func=cmd_window_nll)
     return parser

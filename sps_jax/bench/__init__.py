@@ -49,11 +49,13 @@ def check_workload_flags(parser, args) -> None:
 
 
 def add_json_flag(parser) -> None:
-    """The one JSON output flag of the bench commands (and ``--force`` to replace an existing file);
-    :func:`check_json` checks it once the arguments are parsed."""
+    """The one JSON output flag of the bench commands (and ``--force`` to replace an existing file, and the
+    ``--profile`` folder of a command that has that flag, added before this); :func:`check_json` checks it once the
+    arguments are parsed."""
     parser.add_argument("--json", type=arguments.output_path, metavar="PATH", default=None,
-                        help="also write the results here (JSON)")
-    parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+                        help="also write the results here (JSON); an existing file is refused unless --force")
+    profile = " or a --profile FOLDER that holds files" if "--profile" in parser._option_string_actions else ""
+    parser.add_argument("--force", action="store_true", help=f"replace an existing --json file{profile}")
 
 
 def check_json(args):

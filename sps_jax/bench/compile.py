@@ -56,7 +56,8 @@ def parse_args(argv):
                    help=f"comma-separated accelerators to compile for: {', '.join(hardware.ACCELERATORS)}")
     p.add_argument("--only", type=arguments.comma_list(str, PROGRAMS, "program"), default=list(PROGRAMS),
                    help=f"comma-separated subset of {','.join(PROGRAMS)}")
-    p.add_argument("--config", default=bench.PAPER_CONFIG, help="the model of train and generate")
+    arguments.add_config_flag(p, f"the model of train and generate (default: {bench.PAPER_CONFIG}, its S-scale SPS)",
+                              default=bench.PAPER_CONFIG)
     p.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"), default=[masks.BASELINE, masks.DEFAULT_VARIANT],
                    help="comma-separated variants compiled side by side (standard first: the ratios' base)")
     p.add_argument("--micro-batches", type=arguments.comma_list(arguments.positive_int), default=[1, 8],

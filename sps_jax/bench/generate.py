@@ -42,12 +42,12 @@ RESULT_PREFIX = "BENCH_RESULT "
 def _parse(argv, config_fields=None):
     parser = arguments.ArgumentParser(prog="python -m sps_jax.bench generate", description=__doc__,
                                       config_fields=config_fields, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=bench.PAPER_CONFIG,
-                        help="model shapes (and the window of windowed variants)")
+    arguments.add_config_flag(parser, "the model's shapes, and the window of windowed variants (default: "
+                              f"{bench.PAPER_CONFIG}, its S-scale SPS)", default=bench.PAPER_CONFIG)
     bench.add_workload_flags(parser)
     parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"),
                         default=list(masks.VARIANTS),
-                        help="comma-separated; ratios need standard among them")
+                        help="comma-separated variants timed side by side (ratios need standard among them)")
     parser.add_argument("--repeats", type=bench.repeats_argument, default=3,
                         help="timed rounds over all variants (the fastest counts)")
     parser.add_argument("--attention", type=arguments.comma_list(str, names.ATTENTION_BACKENDS, "backend"),

@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     rest, overrides = config_overrides.split_config_args(sys.argv[1:] if argv is None else argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.bench smoke", description=__doc__,
                                       config_fields=sps_config.field_paths, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/tiny.py", help="FILE[:ARG], e.g. configs/paper.py:s,sps,64")
+    arguments.add_config_flag(parser, "the model checked, e.g. configs/paper.py:s,sps,64", default="configs/tiny.py")
     arguments.add_batch_size(parser, BATCH_SIZE, "rows per forward pass")
     parser.add_argument("--variants", type=arguments.comma_list(str, masks.VARIANTS, "variant"),
                         default=list(masks.VARIANTS),

@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     rest, overrides = config_overrides.split_config_args(argv)
     parser = arguments.ArgumentParser(prog="python -m sps_jax.bench train", description=__doc__.split("\n")[0],
                                       config_fields=sps_config.field_paths)
-    parser.add_argument("--config", required=True, help="FILE[:ARG], e.g. configs/paper.py:s,standard")
+    arguments.add_config_flag(parser, "the model and batch timed, e.g. configs/paper.py:s,standard", required=True)
     parser.add_argument("--steps", type=arguments.int_up_to(config_checks.MAX_STEP, 1, config_checks.STEP_BOUND),
                         default=10, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=arguments.int_up_to(config_checks.MAX_STEP, 0, config_checks.STEP_BOUND),

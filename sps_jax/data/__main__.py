@@ -35,16 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="tokenise a corpus into train.bin/val.bin + manifest.json")
     p.add_argument("--source", required=True, type=source,
                    help="'builtin', a text/JSONL/Parquet file or folder, or hf:NAME[:CONFIG]")
-    p.add_argument("--out", type=arguments.output_path, required=True, help="output folder")
+    p.add_argument("--out", type=arguments.output_path, required=True,
+                   help="the token folder to write; one prepared there already from the same source with the same "
+                        "settings is kept, another is replaced only with --force, a folder of other files never")
     p.add_argument("--val-fraction", type=arguments.number("a number from 0 to below 1"),
                    default=token_folder.VAL_FRACTION, help="share of the documents held out as val.bin")
     p.add_argument("--text-field", default=None,
-                   help=f"JSONL/Parquet/HF field holding the text (default {corpus.DEFAULT_TEXT_FIELD})")
-    p.add_argument("--hf-split", default=None, help=f"split of a hf: source (default {corpus.DEFAULT_HF_SPLIT})")
-    p.add_argument("--max-documents", type=arguments.positive_int, default=None,
-                   help="keep the first N non-empty documents")
-    p.add_argument("--max-tokens", type=arguments.positive_int, default=None,
-                   help="keep documents until N tokens (train + val, EOS included) are written")
+                   help=f"JSONL/Parquet/HF field holding the text (default: {corpus.DEFAULT_TEXT_FIELD})")
+    p.add_argument("--hf-split", default=None, help=f"split of a hf: source (default: {corpus.DEFAULT_HF_SPLIT})")
+    p.add_argument("--max-documents", type=arguments.positive_int, default=None, metavar="N",
+                   help="keep the first N non-empty documents (default: all)")
+    p.add_argument("--max-tokens", type=arguments.positive_int, default=None, metavar="N",
+                   help="keep documents until N tokens (train + val, EOS included) are written (default: all)")
     p.add_argument("--errors", choices=corpus.ERRORS, default=corpus.STRICT,
                    help="bytes that are not UTF-8 in text/JSONL sources: stop (strict, default) or replace with U+FFFD")
     p.add_argument("--force", action="store_true",
@@ -55,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_verify)
     t = sub.add_parser("provision-tokenizer", help="fetch and verify the GPT-2 ranks for offline use")
     t.add_argument("--out", type=arguments.output_path, default=None,
-                   help=f"where to store it (default {tokenizer.default_ranks_path()})")
+                   help=f"the ranks file to write (default: {tokenizer.default_ranks_path()}, "
+                        f"${tokenizer.RANKS_VARIABLE} where set); an existing one is kept if it holds GPT-2's ranks, "
+                        "else refused")
     t.set_defaults(run=_provision_tokenizer)
     e = sub.add_parser("encode", help="print the GPT-2 ids of a text")
     e.add_argument("text", help="the text to encode")

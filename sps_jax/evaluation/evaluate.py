@@ -156,29 +156,33 @@ def _parser() -> arguments.ArgumentParser:
     p = arguments.ArgumentParser(prog="python -m sps_jax.evaluation.evaluate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments.add_run_arguments(p)
-    p.add_argument("--step", type=config_checks.step_argument, default=None, help="evaluate this checkpoint of the run")
+    p.add_argument("--step", type=config_checks.step_argument, default=None,
+                   help=arguments.STEP_HELP.format("to evaluate"))
     p.add_argument("--all-steps", action="store_true", help="evaluate every checkpoint of the run")
     p.add_argument("--tasks", type=arguments.comma_list(str, what="task"), default=None,
                    help=f"comma-separated: {', '.join([*paper_tasks.GROUPS, *paper_tasks.GROUPS['paper']])}, or "
-                   "any lm-eval task")
+                   "any lm-eval task (default: none; pass --tasks, --val-data or both)")
     p.add_argument("--task-data", action="append", metavar="TASK=PATH",
                    help="read TASK's evaluation split from a local .jsonl, .json(.gz) or .parquet file (repeatable)")
     p.add_argument("--include-path", type=arguments.input_path("folder of task YAMLs", arguments.FOLDER,
                                                                      "pass the folder of lm-eval task YAMLs"),
                    default=None, help="extra folder of lm-eval task YAMLs")
     p.add_argument("--val-data", type=token_folder.argument, default=None,
-                   help="prepared token folder (manifest.json + val.bin)")
-    p.add_argument("--val-tokens", type=arguments.positive_int, default=None,
-                   help="score only the first N validation tokens (whole windows of seq_len targets)")
+                   help="prepared token folder (manifest.json + val.bin) whose validation NLL to score "
+                        "(default: none)")
+    p.add_argument("--val-tokens", type=arguments.positive_int, default=None, metavar="N",
+                   help="score only the first N validation tokens (whole windows of seq_len targets; default: the "
+                        "whole split)")
     p.add_argument("--val-batch-size", type=arguments.positive_int, default=None,
                    help=f"validation windows per forward pass (default: {sps_config.VAL_BATCH})")
-    p.add_argument("--limit", type=arguments.positive_int, default=None,
-                   help="lm-eval: at most N documents per task (smoke tests)")
+    p.add_argument("--limit", type=arguments.positive_int, default=None, metavar="N",
+                   help="lm-eval: at most N documents per task, for smoke tests (default: every document)")
     arguments.add_batch_size(p, None, f"lm-eval requests per forward pass (default: {batching.MAX_BATCH})")
     p.add_argument("--tokenizer", type=arguments.input_path("tokenizer file", arguments.FILE, TOKENIZER_HINT),
                    default=None, help="gpt2.tiktoken file (default: the provisioned one)")
     p.add_argument("--out", type=arguments.output_path, default=None,
-                   help="results JSON (default RUN/eval/step_<N>.json)")
+                   help="results JSON (default: RUN/eval/step_<N>.json); an existing one is refused unless --force "
+                        "(--all-steps keeps it)")
     p.add_argument("--force", action="store_true", help="replace results files that already exist")
     return p
 
@@ -346,7 +350,8 @@ def main_table(argv) -> int:
                    type=arguments.input_path("results file", arguments.FILE, results_table.PASS_RESULTS),
                    help="results JSON files written by python -m sps_jax.evaluation.evaluate")
     p.add_argument("--out", type=arguments.output_path, default=None,
-                   help="write OUT.md and OUT.tex (and print the Markdown); OUT.md or OUT.tex names the same pair")
+                   help="also write OUT.md and OUT.tex (the Markdown is printed either way); OUT.md or OUT.tex "
+                        "names the same pair; existing ones are refused unless --force")
     p.add_argument("--force", action="store_true", help="replace OUT.md and OUT.tex if they exist")
     args = p.parse_args(argv)
     arguments.check_force(args.force, {"--out": args.out}, "--out's .md and .tex files")  # the table alone is printed

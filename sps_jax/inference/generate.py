@@ -90,18 +90,19 @@ def _parser() -> arguments.ArgumentParser:
                                       formatter_class=argparse.RawDescriptionHelpFormatter)
     arguments.add_run_arguments(parser)
     parser.add_argument("--step", type=config_checks.step_argument, default=None,
-                        help="generate with this checkpoint of the run (default: the latest), as evaluate --step")
+                        help=arguments.STEP_HELP.format("to generate with"))
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="one prompt, printed with its completion (or written as JSONL with --out)")
     what.add_argument("--prompts-file", type=arguments.input_path("prompts file", arguments.FILE, PASS_PROMPTS),
                       help="plain text (one prompt per line) or .jsonl with a \"prompt\" field")
     parser.add_argument("--out", type=arguments.output_path,
-                        help="write the results as JSONL here (default: print them)")
+                        help="write the results as JSONL here (default: print them); an existing file is refused "
+                             "unless --force")
     parser.add_argument("--force", action="store_true", help="replace an existing --out file")
     parser.add_argument("--max-new-tokens", type=arguments.positive_int, default=64,
                         help="tokens to generate per prompt (fewer where EOS stops it)")
     parser.add_argument("--temperature", type=arguments.number("0 (greedy) or a number above 0"),
-                        default=Sampling.temperature, help="0 = greedy")
+                        default=Sampling.temperature, help="sampling temperature (0: greedy)")
     parser.add_argument("--top-k", type=arguments.non_negative_int, default=Sampling.top_k,
                         help="sample among the k likeliest tokens (0: all; needs --temperature above 0)")
     parser.add_argument("--top-p", type=arguments.number("a number above 0, at most 1"), default=Sampling.top_p,
@@ -110,9 +111,10 @@ def _parser() -> arguments.ArgumentParser:
     arguments.add_batch_size(parser, batching.MAX_BATCH, "prompts per generation batch")
     parser.add_argument("--no-stop-on-eos", action="store_true", help="keep generating after EOS")
     parser.add_argument("--attention", default=None, choices=names.ATTENTION_BACKENDS,
-                        help="override model.attention")
+                        help="the attention backend, in place of the run's model.attention (default: the run's)")
     parser.add_argument("--prefill-chunk", type=arguments.non_negative_int, default=None,
-                        help="override model.prefill_chunk: prompt positions per prefill chunk (0: one pass)")
+                        help="prompt positions per prefill chunk (0: one pass), in place of the run's "
+                             "model.prefill_chunk (default: the run's)")
     return parser
 
 
