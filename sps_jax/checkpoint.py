@@ -9,16 +9,19 @@ iterator. Every reader that pairs a checkpoint with a config holds the two to ag
 
 Reliability (README: What you can rely on): :func:`problem` is a cheap check that a
 checkpoint is complete; a training run resumes from the newest checkpoint that passes it and
-restores (:func:`restore_newest_intact`), leaving newer broken ones where they are;
+restores (:func:`restore_newest_intact`), leaving newer broken ones where they are; a restore that fails for a
+fault of the machine (memory, an I/O error: :func:`_fault`) is no damage, and stops the run with the checkpoint kept;
 :class:`TrainCheckpoints` turns a failed save into one sentence and keeps broken checkpoints out
 of retention.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -182,7 +185,8 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
 
     Checked without reading any array: Orbax's metadata file, each item's folder, the JSON of
     the JSON items, and for array items their tree metadata and OCDBT manifest. A damaged array
-    file passes here and fails when it is restored.
+    file passes here and fails when it is restored. A read that fails for a fault of the machine (an I/O error) is
+    no answer: :class:`RestoreFault`.
     """
     folder = step_dir(workdir, step)
     if not os.path.isdir(folder):
@@ -200,6 +204,7 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
             try:
                 reading.read_json(path)
             except (ValueError, OSError) as e:
+                _stop_on_fault(workdir, step, e)
                 return f"{name} is unreadable: {cli.sentence(e).rstrip('.')}"
         elif os.path.getsize(path) == 0:
             return f"{name} is empty"
@@ -223,8 +228,57 @@ def _on_one_device(workdir: str, step: int):
 def _short(exc: BaseException, limit: int = 160) -> str:
     """An exception from Orbax or tensorstore as a short clause (their messages run to pages)."""
     text = cli.sentence(exc).split(" See full TensorStore details")[0]
-    kind = "" if type(exc) is Exception else f"{type(exc).__name__}: "  # tensorstore raises bare Exceptions
+    # tensorstore raises bare Exceptions; an exception without a message (MemoryError) is its name alone
+    kind = "" if type(exc) is Exception or text == type(exc).__name__ else f"{type(exc).__name__}: "
     return f"{kind}{text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+class RestoreFault(UserError):
+    """A checkpoint could not be read for a fault of the machine, not of its files: it is left as it is."""
+
+
+# Errnos of a read that fails for the state of the machine, not for what the files hold: the device or mount (an I/O
+# error, a stale or unreachable network mount, a timeout), a call interrupted or that would block, and memory, space,
+# descriptors or locks used up. A file missing or cut short (ENOENT, a short read) is damage.
+_FAULT_ERRNOS = frozenset({errno.EIO, errno.EINTR, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.ESTALE,
+                           errno.ENOMEM, errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.ENOBUFS,
+                           errno.ENOLCK, errno.ECONNRESET, errno.ECONNABORTED, errno.ENETDOWN, errno.ENETUNREACH,
+                           errno.EHOSTUNREACH})
+# The status codes tensorstore's and XLA's messages begin with for such a fault (tensorstore's DATA_LOSS, NOT_FOUND,
+# OUT_OF_RANGE and the rest say what the files hold); an OS error's number, where tensorstore ends its message with
+# "[OS error N: ...]", decides first, since tensorstore files EIO under UNKNOWN.
+_FAULT_STATUSES = ("RESOURCE_EXHAUSTED:", "UNAVAILABLE:", "DEADLINE_EXCEEDED:")
+_OS_ERROR = re.compile(r"\[OS error (\d+):")
+FREE_MEMORY = "free memory (another process on this host or its devices may hold it)"
+CHECK_STORAGE = "check the disk or mount that holds the run folder"
+
+
+def _fault(exc: BaseException) -> str | None:
+    """What to do where a checkpoint's read failed for a fault of the machine (memory, an I/O error, an interrupted
+    call: the files may be intact, and a rerun reads them), or None where the failure is the checkpoint's own damage.
+    The exception and the one it was raised from are both asked: Orbax raises its own over tensorstore's."""
+    for e in (exc, exc.__cause__):
+        if e is None:
+            continue
+        text = str(e)
+        os_error = _OS_ERROR.search(text)
+        number = e.errno if isinstance(e, OSError) else int(os_error.group(1)) if os_error else None
+        if isinstance(e, MemoryError) or cli.out_of_memory(e) or number == errno.ENOMEM or (
+                number is None and text.startswith("RESOURCE_EXHAUSTED:")):
+            return FREE_MEMORY
+        if number in _FAULT_ERRNOS or (number is None and text.startswith(_FAULT_STATUSES)):
+            return CHECK_STORAGE
+    return None
+
+
+def _stop_on_fault(workdir: str, step: int, exc: BaseException) -> None:
+    """:class:`RestoreFault`'s one sentence where a fault of the machine (:func:`_fault`) kept checkpoint ``step`` from
+    being read; nothing where ``exc`` is the checkpoint's damage."""
+    fix = _fault(exc)
+    if fix is not None:
+        raise RestoreFault(f"checkpoint step {step} of {workdir} could not be read ({_short(exc)}), a fault of this "
+                           f"machine, not damage: it is not judged damaged and is left in place; {fix}, then rerun "
+                           "the same command.") from None
 
 
 def _is_other_model(exc: BaseException) -> bool:
@@ -362,7 +416,8 @@ def _restore_params(workdir: str, step: int | None, target):
                 params = restored["params"]
             except (AttributeError, KeyError, TypeError):  # Orbax's own internals tripping on the damage
                 reason = "Orbax cannot read its params: their metadata or data files are damaged"
-            except Exception as e:  # tensorstore/Orbax errors of many kinds: all mean "unreadable"
+            except Exception as e:  # tensorstore/Orbax errors of many kinds: unreadable, unless the machine failed
+                _stop_on_fault(workdir, step, e)
                 reason = f"its content cannot be restored: {_short(e)}"
         if reason is not None:
             raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}){_others(workdir, step, all_steps)}.")
@@ -449,7 +504,8 @@ class TrainCheckpoints:
         ``restore`` does not raise; None when there is none at all.
 
         Each newer broken one is named in one warning and left in place (:class:`_Retention` keeps
-        it); when no checkpoint is intact, or a checkpoint holds or records another model, one sentence stops.
+        it); when no checkpoint is intact, or a checkpoint holds or records another model, one sentence stops, as
+        does a fault of the machine (:class:`RestoreFault`): an older checkpoint would lose the newer one's steps.
         """
         tried = []
         for step in reversed(self.steps()):
@@ -466,6 +522,7 @@ class TrainCheckpoints:
                     if _is_other_model(e):
                         raise UserError(f"checkpoint step {step} of {self.workdir} holds another model than this "
                                         f"config (and the run's config.json) ({_short(e)}): {fix}.") from None
+                    _stop_on_fault(self.workdir, step, e)
                     reason = f"its content cannot be restored: {_short(e)}"
             if reason is None:
                 for bad, why in tried:

@@ -89,10 +89,16 @@ def test_each_kind_of_damage_is_found_before_restoring(tmp_path, kind):
     assert reason in checkpoint.problem(workdir, 2)
 
 
-def test_resume_falls_back_to_the_newest_intact_checkpoint_and_keeps_the_broken_one(tmp_path):
+ARRAY_DAMAGE = {  # each passes the cheap checks and fails to restore
+    "array file truncated": lambda path: open(path, "r+b").truncate(3),
+    "array file deleted": os.remove,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ARRAY_DAMAGE))
+def test_resume_falls_back_to_the_newest_intact_checkpoint_and_keeps_the_broken_one(tmp_path, kind):
     workdir = run_with_steps(tmp_path, [2, 4, 6], milestone_every=2)
-    with open(array_file(checkpoint.step_dir(workdir, 6)), "r+b") as f:  # passes the cheap checks, fails to restore
-        f.truncate(3)
+    ARRAY_DAMAGE[kind](array_file(checkpoint.step_dir(workdir, 6)))
     broken = digest(checkpoint.step_dir(workdir, 6))
     warnings = []
     ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=warnings.append)
@@ -109,6 +115,97 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint_and_keeps_the_broken_
     assert checkpoint.steps(workdir) == [2, 4, 6] and checkpoint.problem(workdir, 6) is None
     assert digest(checkpoint.step_dir(workdir, 6) + ".broken") == broken
     assert "moved the broken checkpoint step 6" in warnings[-1]
+
+
+# Faults of the machine, not of the checkpoint, as a restore meets them: Python's and the OS's exceptions, and
+# tensorstore's and XLA's messages (tensorstore ends an OS error's with "[OS error N: ...]", under a status code that
+# does not always say which).
+FAULTS = {
+    "host out of memory": MemoryError(),
+    "device out of memory": jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                                                       "1.00GiB."),
+    "I/O error": OSError(errno.EIO, os.strerror(errno.EIO), "/run/checkpoints/6/params/d/0"),
+    "interrupted read": InterruptedError(errno.EINTR, os.strerror(errno.EINTR)),
+    "tensorstore I/O error": ValueError('UNKNOWN: Error reading local file "/run/checkpoints/6/params/d/0": '
+                                        '[OS error 5: Input/output error]'),
+    "tensorstore busy mount": ValueError('UNAVAILABLE: Error reading local file "/run/checkpoints/6/params/d/0": '
+                                         '[OS error 11: EAGAIN Resource temporarily unavailable]'),
+}
+MEMORY_FAULTS = ("host out of memory", "device out of memory")
+
+
+def fault_sentence(workdir, step, kind):
+    """The one sentence of a checkpoint a fault kept from being read: left in place, what to do, rerun."""
+    fix = "free memory" if kind in MEMORY_FAULTS else "check the disk or mount that holds"
+    return (rf"^checkpoint step {step} of {re.escape(workdir)} could not be read \(.+\), a fault of this machine, "
+            rf"not damage: it is not judged damaged and is left in place; {fix}.*, then rerun the same command\.$")
+
+
+@pytest.mark.parametrize("kind", sorted(FAULTS))
+def test_a_resume_whose_restore_meets_a_fault_of_the_machine_stops_and_leaves_the_newest_checkpoint_in_place(
+        tmp_path, kind):
+    # Any failed restore was damage: the run went on from step 4, and its next save of step 6 moved this one aside.
+    workdir = run_with_steps(tmp_path, [2, 4, 6], milestone_every=2)
+    before = digest(checkpoint.step_dir(workdir, 6))
+    warned = []
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=warned.append)
+    real = ckpts.mngr.restore
+
+    def restore_meets_the_fault(step, **kwargs):
+        if step == 6:
+            raise FAULTS[kind]
+        return real(step, **kwargs)
+    ckpts.mngr.restore = restore_meets_the_fault
+    with pytest.raises(checkpoint.RestoreFault, match=fault_sentence(workdir, 6, kind)):
+        ckpts.restore_newest_intact(restore(ckpts))
+    ckpts.close()
+    assert warned == [] and ckpts.broken == set()
+    assert checkpoint.steps(workdir) == [2, 4, 6] and digest(checkpoint.step_dir(workdir, 6)) == before
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2)  # the rerun, the fault gone
+    assert ckpts.restore_newest_intact(restore(ckpts))[0] == 6
+    ckpts.close()
+
+
+def test_an_io_error_reading_a_checkpoints_metadata_is_a_fault_not_damage(tmp_path, monkeypatch):
+    # The cheap check read it as "meta/metadata is unreadable" and the resume took the older checkpoint.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    meta = os.path.join(checkpoint.step_dir(workdir, 4), "meta", "metadata")
+    real = checkpoint.reading.read_json
+
+    def read_json(path, *args):
+        if path == meta:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        return real(path, *args)
+    monkeypatch.setattr(checkpoint.reading, "read_json", read_json)
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+    with pytest.raises(checkpoint.RestoreFault, match=fault_sentence(workdir, 4, "I/O error")):
+        ckpts.restore_newest_intact(lambda step: pytest.fail(f"restored step {step}"))
+    ckpts.close()
+    assert ckpts.broken == set()
+
+
+@pytest.mark.parametrize("kind", ["host out of memory", "I/O error"])
+def test_loading_weights_that_meet_a_fault_of_the_machine_does_not_call_the_checkpoint_damaged(tmp_path, monkeypatch,
+                                                                                              kind):
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+
+    def restore_meets_the_fault(self, step, **kwargs):
+        raise FAULTS[kind]
+    monkeypatch.setattr(checkpoint.ocp.CheckpointManager, "restore", restore_meets_the_fault)
+    with pytest.raises(checkpoint.RestoreFault, match=fault_sentence(workdir, 4, kind)):
+        checkpoint.restore_params(workdir)
+
+
+def test_a_ctrl_c_during_a_restore_stops_the_resume_and_marks_nothing_broken(tmp_path):
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+
+    def interrupted(step):
+        raise KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        ckpts.restore_newest_intact(interrupted)
+    ckpts.close()
+    assert ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
 
 
 def test_resuming_checkpoints_of_another_model_than_this_config_is_refused_before_restoring(tmp_path):

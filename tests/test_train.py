@@ -481,6 +481,23 @@ def test_resume_skips_a_damaged_newest_checkpoint_keeps_it_and_matches_an_uninte
     assert checkpoint.steps(str(workdir)) == [4, 5, 6] and digest(checkpoint.step_dir(str(workdir), 5)) == broken
 
 
+def test_cli_a_resume_whose_restore_runs_out_of_device_memory_stops_in_one_sentence_and_keeps_its_checkpoint(
+        tmp_path, tokens, reference, monkeypatch):
+    # Any failed restore was damage: with no older checkpoint the run was told to move checkpoints/ away and start
+    # over with --force, for memory another process held for a moment.
+    workdir = shutil.copytree(reference, tmp_path / "run")
+    before = digest(workdir / "checkpoints")
+
+    def out_of_memory(self, step, **kwargs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.")
+    monkeypatch.setattr(checkpoint.ocp.CheckpointManager, "restore", out_of_memory)
+    outcome = refuse(small_argv(workdir, tokens), f"error: checkpoint step {STEPS} of {workdir} could not be read "
+                     "(JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.), a fault "
+                     "of this machine, not damage: it is not judged damaged and is left in place; free memory")
+    assert len(own_lines(outcome.stderr)) == 1, outcome.stderr
+    assert digest(workdir / "checkpoints") == before
+
+
 SAVE_FAILS_SCRIPT = """
 import errno, os, sys
 from orbax.checkpoint._src.path import async_path
