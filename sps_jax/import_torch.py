@@ -352,7 +352,7 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     from sps_jax import model as sps_model
 
     num_heads, seq_len = _sizes(num_heads, seq_len)
-    dims = torch_layout.check(sd)
+    shapes = torch_layout.check(sd)  # the ModelConfig fields the tensors give
     fields = torch_layout.model_fields(model_args)
     notes = []
     exported = None  # the model an exported run was trained as
@@ -393,24 +393,23 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
     heads = num_heads or in_file
     if num_heads and in_file and num_heads != in_file:  # allowed (a file's n_head may be wrong), never silent
         notes.append(f"{_named('--num-heads', num_heads)} replaces the checkpoint's {in_file} heads: each head is "
-                     f"{dims['D'] // num_heads} wide instead of {dims['D'] // in_file}, so the imported model "
-                     "computes other logits than the saved one")
+                     f"{shapes['d_model'] // num_heads} wide instead of {shapes['d_model'] // in_file}, so the imported "
+                     "model computes other logits than the saved one")
     if heads is None and stored_config is None:
-        heads = max(dims["D"] // sps_config.PAPER_HEAD_DIM, 1)
+        heads = max(shapes["d_model"] // sps_config.PAPER_HEAD_DIM, 1)
         notes.append(f"the checkpoint has no model_args['n_head']: using d/{sps_config.PAPER_HEAD_DIM} = {heads} heads "
                      f"(pass {_named('--num-heads')} to set them)")
     context = seq_len or _given(fields, "seq_len", "block_size", "--seq-len")
     if context is None and stored_config is None:
         notes.append(f"the checkpoint has no model_args['block_size']: using a context of {m.seq_len} (pass "
                      f"{_named('--seq-len')} to set it)")
-    shapes = {"num_layers": dims["L"], "d_model": dims["D"], "d_ff": dims["F"], "vocab_size": dims["V"]}
     notes += [f"the checkpoint's model_args[{_KEYS[field]!r}] = {fields[field]!r} contradicts its tensors, which have "
               f"{field}={have}: the tensors are used" for field, have in shapes.items()
               if field in fields and fields[field] != have]  # a mixed-up file is worth a word, never silent
     m.update(shapes)
     m.num_heads = int(heads or m.num_heads)
     if num_heads or in_file is not None and "num_heads" in fields:  # a stored config's own count is said as its own
-        _check_heads(m.num_heads, dims["D"], num_heads)
+        _check_heads(m.num_heads, shapes["d_model"], num_heads)
     m.seq_len = int(context or m.seq_len)
     if stored_config is None and window != FROM_FILE and (m.window is not None or window is None):  # not when dropped
         notes += _window_replaced(window, fields.get("window"), m.seq_len)

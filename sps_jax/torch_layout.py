@@ -30,7 +30,8 @@ MODEL, MODEL_ARGS, STEP, CONFIG = "model", "model_args", "iter_num", "sps_jax_co
 
 # Their key -> (our parameter path, how the tensor maps, its shape in their layout). "h." keys are per
 # block, under block_{i}. copy: the same array; linear: [out, in] <-> [in, out]; qkv: [3HK, D] <-> [D, 3, H, K];
-# out: [D, HK] <-> [H, K, D]. Shapes are in V (vocabulary), D (width), 3D and F (MLP width).
+# out: [D, HK] <-> [H, K, D]. Shapes are in the shape letters of docs/design.md section 8: V (vocabulary), D (width),
+# 3D and U (the MLP's hidden units, d_ff).
 TOP = {
     EMBED: (("embed",), "copy", ("V", "D")),
     "transformer.output_norm.weight": (("final_norm", "scale"), "copy", ("D",)),
@@ -40,9 +41,9 @@ BLOCK = {
     "attn.c_attn.weight": (("attn", "qkv"), "qkv", ("3D", "D")),
     "attn.c_proj.weight": (("attn", "out"), "out", ("D", "D")),
     "mlp_norm.weight": (("mlp_norm", "scale"), "copy", ("D",)),
-    "mlp.gate_proj.weight": (("mlp", "gate"), "linear", ("F", "D")),
-    "mlp.up_proj.weight": (("mlp", "up"), "linear", ("F", "D")),
-    "mlp.down_proj.weight": (("mlp", "down"), "linear", ("D", "F")),
+    "mlp.gate_proj.weight": (("mlp", "gate"), "linear", ("U", "D")),
+    "mlp.up_proj.weight": (("mlp", "up"), "linear", ("U", "D")),
+    "mlp.down_proj.weight": (("mlp", "down"), "linear", ("D", "U")),
 }
 
 # Their model_args (the dataclass fields of their model's config, saved with ``asdict``) -> ModelConfig field.
@@ -89,7 +90,7 @@ def block_key(i: int, suffix: str) -> str:
 
 
 def num_layers(sd) -> int:
-    """L of a state dict whose blocks are numbered 0..L-1 (else one sentence)."""
+    """The number of blocks of a state dict whose blocks are numbered from 0 without a gap (else one sentence)."""
     layers = sorted({int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))})
     if not layers or layers != list(range(len(layers))):
         raise ValueError(f"the state dict's blocks (transformer.h.<i>.*) are numbered {layers or 'none'}, not 0 to L - 1 "
@@ -118,35 +119,35 @@ def _to_theirs(kind: str, w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w)  # torch.save and safetensors store dense row-major tensors
 
 
-def _entries(L: int):
-    """(their key, our path, kind, shape) of every tensor of an L-layer model."""
+def _entries(layers: int):
+    """(their key, our path, kind, shape) of every tensor of a model of ``layers`` blocks."""
     yield from ((key, *entry) for key, entry in TOP.items())
-    for i in range(L):
+    for i in range(layers):
         for suffix, (path, kind, shape) in BLOCK.items():
             yield block_key(i, suffix), (f"block_{i}", *path), kind, shape
 
 
-def _d_ff(sd: dict[str, np.ndarray], L: int, D: int) -> int:
+def _d_ff(sd: dict[str, np.ndarray], layers: int, D: int) -> int:
     """d_ff as most of the MLP tensors give it: one tensor of a wrong shape is then named, not a right one beside
     it (layer 0's up_proj alone blamed its gate_proj)."""
     counts = collections.Counter(
-        sd[key].shape[shape.index("F")] for key, _, _, shape in _entries(L)
-        if "F" in shape and key in sd and sd[key].ndim == len(shape))
+        sd[key].shape[shape.index("U")] for key, _, _, shape in _entries(layers)
+        if "U" in shape and key in sd and sd[key].ndim == len(shape))
     return counts.most_common(1)[0][0] if counts else 3 * D
 
 
 def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
-    """The dimensions ``{"L", "V", "D", "F"}`` of a state dict (prefix-free keys) holding every tensor of the
-    table with the shape its embedding and layer 0 imply; else one sentence naming the tensor, with the
-    expected and the actual shape."""
+    """The model's sizes ``{"num_layers", "d_model", "d_ff", "vocab_size"}`` (ModelConfig's fields) of a state dict
+    (prefix-free keys) holding every tensor of the table with the shape its embedding and layer 0 imply; else one
+    sentence naming the tensor, with the expected and the actual shape."""
     wte = sd[EMBED]
     if wte.ndim != 2:
         raise ValueError(f"{EMBED} has shape {tuple(wte.shape)}, not [vocabulary, d].")
     V, D = wte.shape
-    L = num_layers(sd)
-    F = _d_ff(sd, L, D)
-    dims = {"V": V, "D": D, "3D": 3 * D, "F": F}
-    want = {key: tuple(dims[d] for d in shape) for key, _, _, shape in _entries(L)}
+    layers = num_layers(sd)
+    U = _d_ff(sd, layers, D)
+    dims = {"V": V, "D": D, "3D": 3 * D, "U": U}
+    want = {key: tuple(dims[d] for d in shape) for key, _, _, shape in _entries(layers)}
     if LM_HEAD in sd:
         want[LM_HEAD] = (V, D)
     missing = [k for k in want if k not in sd]
@@ -162,9 +163,9 @@ def check(sd: dict[str, np.ndarray]) -> dict[str, int]:
                          "embeddings), and dropping them would change its outputs.")
     for key, shape in want.items():
         if tuple(sd[key].shape) != shape:
-            raise ValueError(f"{key} has shape {tuple(sd[key].shape)} but the model (d={D}, d_ff={F}, vocabulary "
+            raise ValueError(f"{key} has shape {tuple(sd[key].shape)} but the model (d={D}, d_ff={U}, vocabulary "
                              f"{V}) needs {shape}.")
-    return {"L": L, "V": int(V), "D": int(D), "F": int(F)}
+    return {"num_layers": layers, "d_model": int(D), "d_ff": int(U), "vocab_size": int(V)}
 
 
 def to_params(sd: dict[str, np.ndarray], num_heads: int) -> dict:
@@ -183,9 +184,9 @@ def to_params(sd: dict[str, np.ndarray], num_heads: int) -> dict:
 
 def to_state_dict(params, dtype=np.float32) -> dict[str, np.ndarray]:
     """Their state dict (their key names and shapes, ``dtype`` numpy arrays) from this project's parameters."""
-    L = sum(1 for name in params if name.startswith("block_"))
+    layers = sum(1 for name in params if name.startswith("block_"))
     sd = {}
-    for key, path, kind, _ in _entries(L):
+    for key, path, kind, _ in _entries(layers):
         node = params
         for name in path:
             node = node[name]
