@@ -32,7 +32,7 @@ import orbax.checkpoint as ocp
 from sps_jax import cli, cli_process, files, path_checks, reading
 from sps_jax.cli import UserError
 from sps_jax.config_checks import MAX_STEP, STEP_BOUND
-from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path
+from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path, is_step_name
 
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
@@ -136,7 +136,7 @@ def check_step_names(workdir: str) -> None:
     started it over), or one past ``MAX_STEP``, which no run reaches."""
     folder = os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
     try:
-        names = sorted((n for n in os.listdir(folder) if n.isdecimal()), key=int)
+        names = sorted((n for n in os.listdir(folder) if is_step_name(n)), key=int)
     except OSError:  # no checkpoints/ yet, or a file there: said by the readers
         return
     for name in names:
@@ -167,7 +167,7 @@ def renamed(workdir: str) -> list[str]:
         names = sorted(os.listdir(folder))
     except OSError:
         return []
-    return [os.path.join(folder, n) for n in names if not n.isdecimal() and "orbax-checkpoint-tmp" not in n
+    return [os.path.join(folder, n) for n in names if not is_step_name(n) and "orbax-checkpoint-tmp" not in n
             and os.path.isfile(os.path.join(folder, n, ORBAX_METADATA))]
 
 
@@ -390,7 +390,8 @@ def _no_checkpoint(workdir: str) -> str:
     folder = os.path.join(workdir, CHECKPOINT_DIR)
     if os.path.lexists(folder) and not os.path.isdir(folder):
         return f"run folder {workdir!r} has no checkpoint: {folder} is not a folder: put the run's checkpoints back."
-    files_there = sorted((n for n in os.listdir(folder) if n.isdigit() and not os.path.isdir(os.path.join(folder, n))),
+    files_there = sorted((n for n in os.listdir(folder)
+                          if is_step_name(n) and not os.path.isdir(os.path.join(folder, n))),
                          key=int) if os.path.isdir(folder) else []
     if files_there:
         return (f"run folder {workdir!r} has no checkpoint: {os.path.join(folder, files_there[-1])} is not a "
@@ -598,7 +599,7 @@ class TrainCheckpoints:
         the list is read again from the folder."""
         listed = set(self.mngr.all_steps()) | {self.pending}
         folder = os.path.join(self.workdir, CHECKPOINT_DIR)
-        left = sorted(int(n) for n in os.listdir(folder) if n.isdecimal() and int(n) not in listed
+        left = sorted(int(n) for n in os.listdir(folder) if is_step_name(n) and int(n) not in listed
                       and os.path.isdir(os.path.join(folder, n)))
         self.undeletable.update(left)
         self.mngr.reload()

@@ -25,6 +25,13 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, PLOT_FILE, tracking.RUN_ID_FILE)
 RUN_FOLDERS = (CHECKPOINT_DIR, TENSORBOARD_DIR)
 
 
+def is_step_name(name: str) -> bool:
+    """Whether a name in a run's checkpoints/ is a step's: decimal digits, which ``int`` reads, of any script (``005``
+    and Arabic-Indic ``١`` too, which :func:`sps_jax.checkpoint.check_step_names` says to rename). Every check of a
+    step folder asks this: ``str.isdigit`` also passes ``²``, which ``int`` refuses and Orbax skips."""
+    return name.isdecimal()
+
+
 def find_run(path: str) -> tuple[str, int | None]:
     """(run folder, step the path names or None) of a run folder, its checkpoints/ or a checkpoints/<step> folder.
 
@@ -43,7 +50,7 @@ def find_run(path: str) -> tuple[str, int | None]:
     parent = os.path.dirname(path)
     if os.path.basename(path) == CHECKPOINT_DIR and os.path.isfile(os.path.join(parent, CONFIG_FILE)):
         return parent, None
-    if os.path.basename(parent) == CHECKPOINT_DIR and os.path.basename(path).isdigit():
+    if os.path.basename(parent) == CHECKPOINT_DIR and is_step_name(os.path.basename(path)):
         return os.path.dirname(parent), int(os.path.basename(path))
     raise FileNotFoundError(f"{path!r} is neither a run folder (with {CONFIG_FILE}) nor a checkpoints/<step> "
                             f"folder: pass a run folder (the one holding {CONFIG_FILE}) or one of its "
@@ -222,7 +229,7 @@ def has_checkpoints(workdir: str) -> bool:
     refused), never starts, so ``train.init_from`` goes unread. Folders only: a file named checkpoints/16 is no
     checkpoint (the restore skips it)."""
     folder = os.path.join(workdir, CHECKPOINT_DIR)
-    return os.path.isdir(folder) and any(n.isdigit() and os.path.isdir(os.path.join(folder, n))
+    return os.path.isdir(folder) and any(is_step_name(n) and os.path.isdir(os.path.join(folder, n))
                                          for n in os.listdir(folder))
 
 

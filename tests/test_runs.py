@@ -918,6 +918,31 @@ def test_a_checkpoint_folder_orbax_does_not_read_as_a_step_is_refused_not_taken_
     assert (tmp_path / "run" / "metrics.jsonl").read_text() != ""
 
 
+@pytest.mark.parametrize("name, step", [("\u00b2", None), ("\u0661", 1)],
+                         ids=["superscript-two", "arabic-indic-one"])
+def test_a_folder_named_by_digits_is_a_step_folder_to_every_check_alike_only_when_they_are_decimal(tmp_path, name,
+                                                                                                    step):
+    # '²' is a digit (str.isdigit) that int() cannot read: has_checkpoints counted checkpoints/² as a checkpoint (train
+    # then left train.init_from unread) where check_step_names passed it by, and find_run and a reader's "no
+    # checkpoint" sentence stopped in int(). '١' (Arabic-Indic one) is decimal: every check takes it for step 1.
+    from sps_jax.cli import UserError
+    ckpts = tmp_path / "run" / "checkpoints"
+    os.makedirs(ckpts / name)
+    assert run_files.has_checkpoints(str(tmp_path / "run")) is (step is not None)
+    if step is None:
+        checkpoint.check_step_names(str(tmp_path / "run"))
+        with pytest.raises(FileNotFoundError, match="is neither a run folder"):
+            run_files.find_run(str(ckpts / name))
+    else:
+        with pytest.raises(UserError, match=f"{ckpts}/{name} is the checkpoint of step {step}, but Orbax reads"):
+            checkpoint.check_step_names(str(tmp_path / "run"))
+        assert run_files.find_run(str(ckpts / name)) == (str(tmp_path / "run"), step)
+    os.rmdir(ckpts / name)
+    (ckpts / name).write_text("")  # a file where a step's folder would be
+    assert (f"{ckpts / name} is not a checkpoint folder" in checkpoint._no_checkpoint(str(tmp_path / "run"))) is (
+        step is not None)
+
+
 def test_a_checkpoint_past_the_last_step_a_run_can_reach_is_refused_and_never_saved(tmp_path):
     # checkpoints/2147483648 (its meta item edited to match) loaded as that step, which no run reaches (AdamW counts
     # its updates in int32) and no --step can name; save_run wrote one.
