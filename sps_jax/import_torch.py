@@ -575,6 +575,24 @@ def _file_step(value) -> int:
     return value
 
 
+def _check_range(sd: dict[str, np.ndarray], stored: np.dtype) -> None:
+    """One sentence for a weight that ``stored`` (model.param_dtype) cannot hold, the value farthest out named: the cast
+    makes it infinite (float16 holds magnitudes up to 65504), which the file's weights are not."""
+    import jax  # loaded with the model: np.finfo knows no bfloat16
+
+    for key, w in sd.items():
+        if not key.endswith(".weight"):  # buffers keep their own dtype
+            continue
+        with np.errstate(over="ignore"):
+            beyond = w[~np.isfinite(w.astype(stored))]
+        if beyond.size:
+            worst = beyond[np.argmax(np.abs(beyond))]
+            wider = "bfloat16 (float32's range) or float32" if stored == np.float16 else "float32"
+            raise UserError(f"{key} holds values beyond {stored}'s range ({worst:g}; {stored} holds magnitudes up to "
+                            f"{float(jax.numpy.finfo(stored).max):g}), the dtype model.param_dtype stores the weights "
+                            f"in: pass --config.model.param_dtype={wider}.")
+
+
 def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, num_heads=None, seq_len=None,
                       overrides=(), trust_pickle: bool = False, step: int | None = None, force: bool = False):
     """Convert and write a run folder (built aside and swapped in whole); returns (config, params, notes).
@@ -608,13 +626,14 @@ def import_checkpoint(path: str, out: str, variant=FROM_FILE, window=FROM_FILE, 
                                  stored_config=get(torch_layout.CONFIG))
     notes += more
     net = sps_model.Transformer(sps_model.ModelConfig.from_config(config.model))
-    params = torch_layout.to_params(sd, config.model.num_heads)
-    runs.check_params(net, params)
     # Stored as the run stores its weights, in model.param_dtype (float32 unless overridden): a run's reader takes
     # them as they are.
     import jax  # loaded with the model above: the command's parser needs neither
 
     stored = jax.numpy.dtype(net.cfg.param_dtype)
+    _check_range(sd, stored)
+    params = torch_layout.to_params(sd, config.model.num_heads)
+    runs.check_params(net, params)
     params = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(stored), params)
     with folder_swap.replace_folder(out) as building:
         runs.save_run(building, config, params, step=step, meta={"imported_from": os.path.abspath(path)})

@@ -866,6 +866,37 @@ def test_weights_that_are_not_finite_are_refused_naming_the_tensor(tmp_path, key
                        "import a checkpoint of finite weights.\n")
 
 
+@pytest.mark.parametrize("dtype, value, largest, wider", [
+    ("float16", -70000.0, "65504", "bfloat16 (float32's range) or float32"),
+    ("bfloat16", 3.4e38, "3.38953e+38", "float32"),
+])
+def test_a_weight_beyond_the_stored_dtypes_range_is_refused_naming_it_and_a_wider_dtype(tmp_path, dtype, value,
+                                                                                          largest, wider):
+    # --config.model.param_dtype=float16 cast 70000 to inf, which was then refused as "NaN or infinite values" of a
+    # parameter: the file's weights are finite, and the way out is another dtype.
+    sd = synthetic_state_dict()
+    sd["_orig_mod.transformer.h.1.mlp.down_proj.weight"][0, :2] = torch.tensor([value, 65504.0])
+    path = tmp_path / "ckpt.pt"
+    torch.save(authors_checkpoint(sd, window=1), path)
+    stored = [str(path), "--variant", "sps", "--config.model.attention=xla", f"--config.model.param_dtype={dtype}"]
+    outcome = fuzz.call(import_torch.main, [*stored, "--out", str(tmp_path / "run")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == (f"error: transformer.h.1.mlp.down_proj.weight holds values beyond {dtype}'s range "
+                              f"({value:g}; {dtype} holds magnitudes up to {largest}), the dtype model.param_dtype "
+                              f"stores the weights in: pass --config.model.param_dtype={wider}.\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_weight_of_float16s_largest_magnitude_imports_as_float16(tmp_path):
+    sd = synthetic_state_dict()
+    sd["_orig_mod.transformer.h.1.mlp.down_proj.weight"][0, :2] = torch.tensor([-65504.0, 65519.0])  # 65519 rounds down
+    torch.save(authors_checkpoint(sd, window=1), tmp_path / "ckpt.pt")
+    assert import_torch.main([str(tmp_path / "ckpt.pt"), "--variant", "sps", "--out", str(tmp_path / "run"),
+                              "--config.model.attention=xla", "--config.model.param_dtype=float16"]) == 0
+    _, params, _ = runs.load_model(str(tmp_path / "run"))
+    assert np.asarray(params["block_1"]["mlp"]["down"], np.float32)[:2, 0].tolist() == [-65504.0, 65504.0]  # [in, out]
+
+
 def test_a_weight_that_is_not_floating_point_is_named_as_such(tmp_path):
     # It was dropped as a buffer and then reported as a tensor the state dict lacks.
     sd = synthetic_state_dict()
