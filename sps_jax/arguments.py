@@ -163,10 +163,10 @@ class ArgumentParser(argparse.ArgumentParser):
         try:
             return super().parse_args(args, namespace)
         except UserError:
-            stray = self._stray(args)
+            parsed, stray = self._lifted_parse(args)
             if stray:  # named first: else `evaluate tabel` is told that --workdir is required
                 self._check_list_words(args, stray)
-                self._check_path_words(args, stray)
+                self._check_path_words(args, stray, parsed)
                 self.error(f"unrecognized arguments: {' '.join(stray)}", self._command_prog(args))
             raise
 
@@ -223,12 +223,19 @@ class ArgumentParser(argparse.ArgumentParser):
                 self.error(f"{flag} takes one comma-separated list: write {flag} {','.join([value, *words])}, "
                            f"not {' '.join([value, *words])}", self._command_prog(args))
 
-    def _check_path_words(self, args, stray) -> None:
-        """Words after the value of a flag that takes one path (:func:`input_path`) that name files or folders too
-        (``--source data/*.jsonl``, a pattern the shell expanded to several): say what the flag takes. A word that
-        names nothing is left to be named as unrecognized."""
-        for flag, i, value, action in self._flag_uses(args, lambda a: hasattr(a.type, "one_path")):
-            j = i + (1 if "=" in args[i] else 2)
+    def _check_path_words(self, args, stray, parsed) -> None:
+        """Words after the value of a flag or a positional argument that takes one path (:func:`input_path`) that name
+        files or folders too (``--source data/*.jsonl``, ``data verify data/*``, a pattern the shell expanded to
+        several): say what the argument takes. A word that names nothing is left to be named as unrecognized.
+        ``parsed``: the namespace of :meth:`_lifted_parse`, which holds the word each positional argument took."""
+        uses = [(flag, i + (1 if "=" in args[i] else 2), value, action)
+                for flag, i, value, action in self._flag_uses(args, _one_path)]
+        uses += [(f"argument {action.metavar or action.dest}", i + 1, value, action)
+                 for action in self._command_parser(args)._actions
+                 if not action.option_strings and action.nargs in (None, "?") and _one_path(action)
+                 for value in [getattr(parsed, action.dest, None)] if value is not None
+                 for i, word in enumerate(args) if word == value]
+        for flag, j, value, action in uses:
             words = []
             while j < len(args) and args[j] in stray and os.path.lexists(args[j]):
                 words.append(args[j])
@@ -241,18 +248,19 @@ class ArgumentParser(argparse.ArgumentParser):
                 self.error(f"{flag} takes one path, and {more}, as a pattern the shell expanded to several gives: {fix}",
                            self._command_prog(args))
 
-    def _stray(self, args) -> list[str]:
-        """The words of ``args`` that no argument of this parser or its subcommands takes, found by parsing
-        again with every required flag, group and subcommand made optional (none when that parse fails too)."""
+    def _lifted_parse(self, args) -> tuple[argparse.Namespace | None, list[str]]:
+        """The namespace and the words of ``args`` that no argument of this parser or its subcommands takes, found by
+        parsing again with every required flag, group and subcommand made optional (None and no words when that parse
+        fails too)."""
         lifted = []
         for parser in _parsers(self):
             for item in [*parser._actions, *parser._mutually_exclusive_groups]:
                 lifted.append((item, item.required))
                 item.required = False
         try:
-            return self.parse_known_args(args)[1]
+            return self.parse_known_args(args)
         except UserError:
-            return []
+            return None, []
         finally:
             for item, required in lifted:
                 item.required = required
@@ -382,6 +390,11 @@ def add_batch_size(parser, default, help: str) -> None:
     commands' and probes' first spelling) names too, so that scripts written with either keep working."""
     parser.add_argument("--batch-size", "--batch", dest="batch_size", metavar="N", type=positive_int, default=default,
                         help=help)
+
+
+def _one_path(action) -> bool:
+    """Whether an argument takes one path (:func:`input_path`), whose type says what to pass instead of several."""
+    return hasattr(action.type, "one_path")
 
 
 def _parsers(parser):

@@ -1085,6 +1085,38 @@ def test_a_pattern_the_shell_expanded_after_a_flag_of_one_path_is_said_so(tmp_pa
         parser().parse_args([*before, flag, paths[0], "stray", "--out", str(tmp_path / "out")])
 
 
+@pytest.mark.parametrize("main, before, out, kind, name, hint", [
+    (data_cli.main, ["verify"], False, "folder", "dir", "pass the folder that `python -m sps_jax.data prepare` wrote (it "
+                                                 "holds manifest.json, train.bin and val.bin)"),
+    (import_torch.main, [], True, "file", "checkpoint", "pass the checkpoint file to import"),
+    (export_torch.main, [], True, "folder", "run", "pass a run folder or one of its checkpoints/<step> folders"),
+    (figures.main, ["pre-decay", "BASE"], False, "folder", "RUN",
+     "pass a run folder or one of its checkpoints/<step> folders"),
+], ids=["data-verify", "import_torch", "export_torch", "figures-pre-decay"])
+def test_cli_a_pattern_the_shell_expanded_for_a_positional_argument_of_one_path_is_said_so(tmp_path, main, before,
+                                                                                            out, kind, name, hint):
+    # `data verify data/*` was "unrecognized arguments: data/b data/c", which said nothing of the pattern or of what
+    # the command takes there, where the same paths after a flag of one path are said as such.
+    paths = [str(tmp_path / n) for n in ("a", "b", "c")]
+    for path in paths:
+        os.mkdir(path) if kind == "folder" else open(path, "w").close()
+    before = [str(tmp_path / "base") if word == "BASE" else word for word in before]
+    os.mkdir(tmp_path / "base")
+    after = ["--out", str(tmp_path / "out.pt")] if out else []
+    outcome = fuzz.call(main, [*before, *paths, *after])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.endswith(
+        f": argument {name} takes one path, and the 2 words after {paths[0]} name files or folders too ({paths[1]}, "
+        f"...), as a pattern the shell expanded to several gives: {hint} (see --help).\n"), outcome.stderr
+    outcome = fuzz.call(main, [*before, *paths[:2], *after])
+    assert outcome.stderr.endswith(f": argument {name} takes one path, and the word after {paths[0]} names a file or "
+                                   f"folder too ({paths[1]}), as a pattern the shell expanded to several gives: {hint} "
+                                   "(see --help).\n"), outcome.stderr
+    # a stray word that names nothing is left to be called unrecognized
+    outcome = fuzz.call(main, [*before, paths[0], "stray", *after])
+    assert "unrecognized arguments: stray (see --help).\n" in outcome.stderr, outcome.stderr
+
+
 def test_a_pattern_the_shell_expanded_after_a_repeatable_flag_says_to_repeat_it(tmp_path):
     # probes --workdir runs/* named the other runs only as unrecognized arguments.
     runs = [str(tmp_path / name) for name in ("a", "b")]
