@@ -76,7 +76,7 @@ def check_distributed(args) -> None:
     processes, and process counts that nothing would use."""
     if args.coordinator is not None:
         host, colon, port = args.coordinator.rpartition(":")
-        if not (colon and host.strip() and port.isdigit() and 1 <= int(port) <= 65535):
+        if not (colon and host.strip() and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
             raise cli.UserError(f"--coordinator (or SPS_JAX_COORDINATOR) {args.coordinator!r} must be HOST:PORT, the "
                                 "address of process 0 with a port from 1 to 65535 (e.g. node0:1234).")
     elif not args.distributed and (args.num_processes is not None or args.process_id is not None):

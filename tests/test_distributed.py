@@ -77,6 +77,9 @@ def test_cli_sps_jax_variables_set_but_empty_read_as_unset(monkeypatch):
      "port from 1 to 65535 (e.g. node0:1234)."),
     (["--coordinator", "node0", "--num-processes", "2", "--process-id", "0"], "'node0' must be HOST:PORT"),
     (["--coordinator", ":1234", "--num-processes", "2", "--process-id", "0"], "':1234' must be HOST:PORT"),
+    # digits int() stops at ('²') or reads as a port no socket takes by that text ('١٢٣٤', Arabic-Indic)
+    (["--coordinator", "node0:²", "--num-processes", "2", "--process-id", "0"], "'node0:²' must be HOST:PORT"),
+    (["--coordinator", "node0:١٢٣٤", "--num-processes", "2", "--process-id", "0"], "'node0:١٢٣٤' must be HOST:PORT"),
     (["--coordinator", "node0:1234", "--num-processes", "2", "--process-id", "2"],
      "--process-id 2 must be below --num-processes 2: processes are numbered from 0."),
     # a single-process run that silently left the flag unused
