@@ -251,6 +251,9 @@ _FAULT_STATUSES = ("RESOURCE_EXHAUSTED:", "UNAVAILABLE:", "DEADLINE_EXCEEDED:")
 _OS_ERROR = re.compile(r"\[OS error (\d+):")
 FREE_MEMORY = "free memory (another process on this host or its devices may hold it)"
 CHECK_STORAGE = "check the disk or mount that holds the run folder"
+# A run folder another user wrote, or a mount whose permissions changed: the files are intact, this user cannot read them.
+_PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
+LET_READ = "let this user read the run folder's files (their owner or permissions)"
 
 
 def _fault(exc: BaseException) -> str | None:
@@ -266,6 +269,8 @@ def _fault(exc: BaseException) -> str | None:
         if isinstance(e, MemoryError) or cli.out_of_memory(e) or number == errno.ENOMEM or (
                 number is None and text.startswith("RESOURCE_EXHAUSTED:")):
             return FREE_MEMORY
+        if number in _PERMISSION_ERRNOS or (number is None and text.startswith("PERMISSION_DENIED:")):
+            return LET_READ
         if number in _FAULT_ERRNOS or (number is None and text.startswith(_FAULT_STATUSES)):
             return CHECK_STORAGE
     return None

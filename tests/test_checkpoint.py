@@ -130,13 +130,19 @@ FAULTS = {
                                         '[OS error 5: Input/output error]'),
     "tensorstore busy mount": ValueError('UNAVAILABLE: Error reading local file "/run/checkpoints/6/params/d/0": '
                                          '[OS error 11: EAGAIN Resource temporarily unavailable]'),
+    # a run folder another user wrote, or a mount's permissions changed: the files are intact, this user cannot read them
+    "permission denied": PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/run/checkpoints/6/params/d/0"),
+    "tensorstore permission denied": ValueError('PERMISSION_DENIED: Error opening "/run/checkpoints/6/params/d/0": '
+                                                '[OS error 13: Permission denied]'),
 }
 MEMORY_FAULTS = ("host out of memory", "device out of memory")
+PERMISSION_FAULTS = ("permission denied", "tensorstore permission denied")
 
 
 def fault_sentence(workdir, step, kind):
     """The one sentence of a checkpoint a fault kept from being read: left in place, what to do, rerun."""
-    fix = "free memory" if kind in MEMORY_FAULTS else "check the disk or mount that holds"
+    fix = ("free memory" if kind in MEMORY_FAULTS else "let this user read" if kind in PERMISSION_FAULTS
+           else "check the disk or mount that holds")
     return (rf"^checkpoint step {step} of {re.escape(workdir)} could not be read \(.+\), a fault of this machine, "
             rf"not damage: it is not judged damaged and is left in place; {fix}.*, then rerun the same command\.$")
 
