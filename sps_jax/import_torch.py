@@ -555,6 +555,8 @@ def check_out(out: str, force: bool, checkpoint_path: str | None = None) -> None
 def check_arguments(variant, window, overrides) -> None:
     """One sentence, before the file loads, for a variant or window of no model, or an override of an unknown field,
     of the wrong type, or of a name or path (``data.dir=~/x``, ``name=``) that train refuses in a config.json."""
+    if window != FROM_FILE:  # named as the argument it is, not as the config field it becomes
+        masks.check_window(window, "window")
     preview = sps_config.paper_config(sps_config.DEFAULT_SCALE,
                                       masks.DEFAULT_VARIANT if variant == FROM_FILE else variant,
                                       masks.DEFAULT_WINDOW if window == FROM_FILE else window)
