@@ -494,6 +494,143 @@ def _progress_line(record: dict, total_steps: int, eta_s: float) -> str:
             + (f"mfu {record['mfu']:.2%}  " if "mfu" in record else "") + f"eta {eta_s:.0f}s")
 
 
+@dataclasses.dataclass
+class _Carry:
+    """What the step loop hands from one update to the next: what a checkpoint saves, and what the summary returns."""
+    params: object
+    opt_state: object
+    iterator: object       # the data's position, saved with the weights
+    step: int
+    record: dict = dataclasses.field(default_factory=dict)  # the last update's metrics.jsonl record
+    val_loss: float | None = None
+    val_step: int | None = None
+    stopped_by: str | None = None
+    skipped: int = 0       # updates skipped as non-finite (train.nonfinite=skip)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Leg:
+    """What one call of ``train`` (a leg of the run) trains with: fixed from its compile to its end."""
+    p: TrainPlan
+    t: ml_collections.ConfigDict
+    step_fn: object
+    eval_fn: object
+    step_batch: object     # the next global batch of the train iterator it is called with
+    val: list
+    val_sh: object
+    val_shape_BL: tuple
+    ckpts: checkpoint.TrainCheckpoints
+    writer: metrics.Writer | None  # process 0's only
+    profile: _Profile
+    on_step: object
+    log: object
+    start_step: int
+    num_devices: int
+    peak_flops_per_s: float | None
+    elapsed_before_s: float
+    run_start: float = dataclasses.field(default_factory=time.time)
+
+    def elapsed_s(self) -> float:
+        """Seconds trained, across restarts (a checkpoint keeps them)."""
+        return self.elapsed_before_s + time.time() - self.run_start
+
+    def emit(self, record: dict) -> None:
+        """Write a record to metrics.jsonl and the run's sinks, on process 0 (the one that writes them)."""
+        if self.writer:
+            self.writer.write(record)
+
+    def update(self, s: _Carry) -> None:
+        """Train one step and record it (a skipped update is counted, or stops the run under train.nonfinite=stop)."""
+        self.ckpts.poll()  # a save that failed in the background stops the run here
+        self.profile.before(s.step + 1)
+        tick = time.perf_counter()
+        s.params, s.opt_state, out = self.step_fn(s.params, s.opt_state, self.step_batch(s.iterator))
+        out = jax.device_get(out)
+        step_s = time.perf_counter() - tick  # before a trace's stop and summary, which are no step's
+        s.step += 1
+        self.profile.after(s.step)
+        s.record = _step_record(s.step, out, self.p, step_s=step_s, elapsed_s=self.elapsed_s(),
+                                num_devices=self.num_devices, peak_flops_per_s=self.peak_flops_per_s)
+        if s.record.get("skipped"):
+            _on_nonfinite(s.record, self.t.nonfinite, self.ckpts, self.log)
+            s.skipped += 1
+        self.emit(s.record)
+
+    def log_progress(self, s: _Carry) -> None:
+        """Print the progress line: its eta is to this leg's end (stop_at_step, not the schedule's), at its rate."""
+        eta_s = (self.p.end_step - s.step) * (time.time() - self.run_start) / (s.step - self.start_step)
+        self.log(_progress_line(s.record, self.p.total_steps, eta_s))
+
+    def validate(self, s: _Carry) -> None:
+        """Score the validation split with this step's weights, into metrics.jsonl and the log."""
+        s.val_loss, s.val_step = _validate(self.eval_fn, s.params, self.val, self.val_sh, self.val_shape_BL), s.step
+        self.emit({"step": s.step, "tokens_seen": self.p.tokens_seen(s.step), "val_loss": s.val_loss})
+        self.log(f"step {s.step}: val_loss {s.val_loss:.4f}")
+
+    def save(self, s: _Carry) -> None:
+        """Start a checkpoint of this step, once the records up to it are on the disk (before the checkpoint can be)."""
+        if self.writer:
+            self.writer.sync()
+        self.ckpts.save(s.step, s.params, s.opt_state,
+                        {"tokens_seen": self.p.tokens_seen(s.step), "seed": self.t.seed,
+                         "process_count": jax.process_count(), "elapsed_s": self.elapsed_s()},
+                        s.iterator.get_state())
+
+    def stops(self, s: _Carry, signal_name: str | None) -> bool:
+        """Whether a signal stops the run at this step boundary; it stops once this step's checkpoint is on disk."""
+        s.stopped_by = _agreed_stop(signal_name)
+        if not s.stopped_by:
+            return False
+        if s.step not in (self.ckpts.pending, self.ckpts.good):
+            self.save(s)
+        self.ckpts.check()
+        self.log(f"{s.stopped_by}: saved a checkpoint at step {s.step}; rerun the same command to resume.")
+        return True
+
+    def finish(self, s: _Carry) -> None:
+        """Stop a trace the leg ended in; the leg succeeds only once its last checkpoint is on disk."""
+        self.profile.stop(s.step)  # a run that ended (or was stopped) inside the traced steps
+        self.ckpts.check()
+        if self.writer and s.step > self.start_step:  # on record, so a later start sees a checkpoint was there
+            self.writer.note({"step": s.step, "tokens_seen": self.p.tokens_seen(s.step),
+                              metrics.CHECKPOINT_SAVED: True})
+
+
+def _compiled_leg(config, p: TrainPlan, run, devices, s: _Carry, *, workdir: str, val, ckpts, writer,
+                  elapsed_before_s: float, on_step, log) -> _Leg:
+    """The leg that trains from ``s``, its train and validation steps compiled once, before its first update."""
+    t, val_sh = config.train, sps_mesh.batch_sharding(run.mesh)
+    step_shape_ABL = (p.accum, t.micro_batch, p.model.seq_len + 1)
+    val_shape_BL = (config.data.val_batch, p.model.seq_len + 1)
+    t0 = time.time()
+    step_fn, eval_fn = _compile(run, s.params, s.opt_state, step_shape_ABL, val_shape_BL, val_sh)
+    log(_run_line(config, p, devices, time.time() - t0))
+    return _Leg(p=p, t=t, step_fn=step_fn, eval_fn=eval_fn,
+                step_batch=lambda iterator: _next_batch(iterator, run.micro_sh, step_shape_ABL),
+                val=val, val_sh=val_sh, val_shape_BL=val_shape_BL, ckpts=ckpts, writer=writer,
+                profile=_Profile(t, workdir, s.step, log), on_step=on_step, log=log, start_step=s.step,
+                num_devices=len(devices), elapsed_before_s=elapsed_before_s,
+                peak_flops_per_s=flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind))
+
+
+def _run_steps(leg: _Leg, s: _Carry) -> None:
+    """Train from ``s.step`` to the leg's end, or to the step boundary where a SIGTERM or SIGINT stops the run."""
+    p, t = leg.p, leg.t
+    with _StopFlag() as flag:
+        while s.step < p.end_step:
+            leg.update(s)
+            if s.step % t.log_every == 0 or s.step == leg.start_step + 1:
+                leg.log_progress(s)
+            if s.step % t.eval_every == 0 or s.step == p.total_steps:
+                leg.validate(s)
+            if s.step % t.checkpoint_every == 0 or s.step == p.end_step:
+                leg.save(s)
+            if leg.on_step is not None:
+                leg.on_step(s.step, s.record)
+            if leg.stops(s, flag.signal):
+                break
+
+
 def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0) -> dict:
     """Train (or resume) the run in ``workdir``; returns a summary dict.
 
@@ -526,10 +663,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
 
     with _held_for_this_run(workdir):
         run = setup(config, p, devices)
-        micro_sh, val_sh = run.micro_sh, sps_mesh.batch_sharding(run.mesh)
-
         ckpts = checkpoint.TrainCheckpoints(workdir, cfg.function_fields, t.milestone_every, warn=_warn)
-        writer = profile = None
+        writer = leg = None
         failed = False
         try:
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
@@ -545,80 +680,23 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 return _recorded_summary(workdir, start_step)
             _align_run_folder(workdir, config, backend, start_step, saved)
 
-            step_shape_ABL = (p.accum, t.micro_batch, cfg.seq_len + 1)
-            val_shape_BL = (config.data.val_batch, cfg.seq_len + 1)
-
             if jax.process_index() == 0:  # before compiling: a W&B login that fails is said at once
                 writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
-            t0 = time.time()
-            step_fn, eval_fn = _compile(run, params, opt_state, step_shape_ABL, val_shape_BL, val_sh)
-            log(_run_line(config, p, devices, time.time() - t0))
-
-            emit = writer.write if writer else (lambda record: None)
-            step, record, val_loss, val_step, stopped_by, skipped = start_step, {}, None, None, None, 0
-            run_start = time.time()
-            peak_flops_per_s = flops.peak_flops_per_device(t.peak_flops_per_device, devices[0].device_kind)
-
-            def elapsed_s():  # seconds trained, across restarts
-                return elapsed_before_s + time.time() - run_start
-
-            def save(step):  # the loop's current params and opt_state
-                if writer:  # the records up to the step are on the disk before its checkpoint can be
-                    writer.sync()
-                ckpts.save(step, params, opt_state,
-                           {"tokens_seen": p.tokens_seen(step), "seed": t.seed,
-                            "process_count": jax.process_count(), "elapsed_s": elapsed_s()},
-                           iterator.get_state())
-
-            profile = _Profile(t, workdir, start_step, log)
-            with _StopFlag() as stop:
-                while step < p.end_step:
-                    ckpts.poll()  # a save that failed in the background stops the run here
-                    profile.before(step + 1)
-                    tick = time.perf_counter()
-                    params, opt_state, out = step_fn(params, opt_state, _next_batch(iterator, micro_sh, step_shape_ABL))
-                    out = jax.device_get(out)
-                    step_s = time.perf_counter() - tick  # before a trace's stop and summary, which are no step's
-                    step += 1
-                    profile.after(step)
-                    record = _step_record(step, out, p, step_s=step_s, elapsed_s=elapsed_s(),
-                                          num_devices=len(devices), peak_flops_per_s=peak_flops_per_s)
-                    if record.get("skipped"):
-                        _on_nonfinite(record, t.nonfinite, ckpts, log)
-                        skipped += 1
-                    emit(record)
-                    if step % t.log_every == 0 or step == start_step + 1:
-                        # seconds left to this run's end (stop_at_step, not the schedule's), at its rate so far
-                        eta_s = (p.end_step - step) * (time.time() - run_start) / (step - start_step)
-                        log(_progress_line(record, p.total_steps, eta_s))
-                    if step % t.eval_every == 0 or step == p.total_steps:
-                        val_loss, val_step = _validate(eval_fn, params, val, val_sh, val_shape_BL), step
-                        emit({"step": step, "tokens_seen": p.tokens_seen(step), "val_loss": val_loss})
-                        log(f"step {step}: val_loss {val_loss:.4f}")
-                    if step % t.checkpoint_every == 0 or step == p.end_step:
-                        save(step)
-                    if on_step is not None:
-                        on_step(step, record)
-                    stopped_by = _agreed_stop(stop.signal)
-                    if stopped_by:
-                        if step not in (ckpts.pending, ckpts.good):
-                            save(step)
-                        ckpts.check()
-                        log(f"{stopped_by}: saved a checkpoint at step {step}; rerun the same command to resume.")
-                        break
-            profile.stop(step)  # a run that ended (or was stopped) inside the traced steps
-            ckpts.check()  # the run succeeds only once its last checkpoint is on disk
-            if writer and step > start_step:  # on record, so a later start sees a checkpoint was there
-                writer.note({"step": step, "tokens_seen": p.tokens_seen(step), metrics.CHECKPOINT_SAVED: True})
+            carry = _Carry(params, opt_state, iterator, start_step)
+            leg = _compiled_leg(config, p, run, devices, carry, workdir=workdir, val=val, ckpts=ckpts, writer=writer,
+                                elapsed_before_s=elapsed_before_s, on_step=on_step, log=log)
+            _run_steps(leg, carry)
+            leg.finish(carry)
         except BaseException:
             failed = True
             raise
         finally:
-            _close_leg(workdir, profile, ckpts, writer, failed)
-        if skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
-            log(f"warning: {skipped} of the {step - start_step} updates of this run were skipped (non-finite loss or "
-                "gradient norm): its weights took only the others.")
-        return _summary(workdir, step, record.get("loss"), val_loss, val_step, stopped_by, skipped)
+            _close_leg(workdir, leg and leg.profile, ckpts, writer, failed)
+        if carry.skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
+            log(f"warning: {carry.skipped} of the {carry.step - start_step} updates of this run were skipped "
+                "(non-finite loss or gradient norm): its weights took only the others.")
+        return _summary(workdir, carry.step, carry.record.get("loss"), carry.val_loss, carry.val_step, carry.stopped_by,
+                        carry.skipped)
 
 
 def _close_leg(workdir: str, profile, ckpts, writer, failed: bool) -> None:
