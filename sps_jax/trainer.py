@@ -631,6 +631,43 @@ def _run_steps(leg: _Leg, s: _Carry) -> None:
                 break
 
 
+def _checked_arguments(workdir, on_step, log) -> str:
+    """``workdir`` as text, once the arguments of ``train`` that would fail only later (in os calls, after compiling
+    and the first update, at the first line printed) are known good."""
+    workdir = path_checks.path_text(workdir, "workdir")  # None and "" would fail in os calls
+    if not workdir.strip():
+        raise cli.UserError("workdir is empty: pass the run folder to train in.")
+    if on_step is not None and not callable(on_step):  # found only after compiling and the first update
+        raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
+    arguments.line_function(log)  # log=None would fail at the first line it prints
+    return workdir
+
+
+def _attention_backend(config, cfg, platform: str, log) -> str:
+    """The backend ``model.attention`` resolves to on ``platform``, said once it is known to run there."""
+    backend = attention.resolve(cfg.attention, platform)
+    attention.check_available(backend, platform)
+    log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) on {platform}")
+    return backend
+
+
+def _say_start_notes(workdir: str, p: TrainPlan, t, start_step: int, resume_note: str | None, saved) -> None:
+    """Say the config's notes and a resume's, once the run is restored or started: a run refused before says only
+    why."""
+    resumed = ([resume_note, _schedule_note(saved.train, t, start_step, p.tokens_per_step),
+                runs.lost_records(workdir, start_step)] if start_step else [])
+    for note in _config_notes(p.model, t) + [note for note in resumed if note]:
+        _warn(note)
+
+
+def _trained_summary(workdir: str, s: _Carry, start_step: int, log) -> dict:
+    """The summary of a leg that trained, after a warning of how many of its updates were skipped (non-finite)."""
+    if s.skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
+        log(f"warning: {s.skipped} of the {s.step - start_step} updates of this run were skipped (non-finite loss or "
+            "gradient norm): its weights took only the others.")
+    return _summary(workdir, s.step, s.record.get("loss"), s.val_loss, s.val_step, s.stopped_by, s.skipped)
+
+
 def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0) -> dict:
     """Train (or resume) the run in ``workdir``; returns a summary dict.
 
@@ -640,20 +677,12 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
     is named and left alone); a failed save stops the run with one sentence.
     ``on_step(step, record)`` is called after every update (notebooks, tests).
     """
-    workdir = path_checks.path_text(workdir, "workdir")  # None and "" would fail in os calls
-    if not workdir.strip():
-        raise cli.UserError("workdir is empty: pass the run folder to train in.")
-    if on_step is not None and not callable(on_step):  # found only after compiling and the first update
-        raise TypeError(f"on_step must be a function of (step, record), got {on_step!r}.")
-    arguments.line_function(log)  # log=None would fail at the first line it prints
+    workdir = _checked_arguments(workdir, on_step, log)
     config = _named_for_its_model(config)
     devices = jax.devices()
     p = plan(config, len(devices), jax.process_count(), *hardware.local_memory(), platform=devices[0].platform)
     cfg, t = p.model, config.train
-    backend = attention.resolve(cfg.attention, devices[0].platform)
-    attention.check_available(backend, devices[0].platform)
-    log(f"{config.get('name', 'run')}: attention backend {backend} (model.attention={cfg.attention}) "
-        f"on {devices[0].platform}")
+    backend = _attention_backend(config, cfg, devices[0].platform, log)
     if tracking.enabled(config):
         tracking.require()  # a missing package stops the run here, before any data or compilation
     resume_note, saved = runs.checked_workdir(workdir, config, force)
@@ -669,11 +698,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         try:
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
-            # Said once the run is restored or started: a run refused before says only why.
-            resumed = ([resume_note, _schedule_note(saved.train, t, start_step, p.tokens_per_step),
-                        runs.lost_records(workdir, start_step)] if start_step else [])
-            for note in _config_notes(cfg, t) + [note for note in resumed if note]:
-                _warn(note)
+            _say_start_notes(workdir, p, t, start_step, resume_note, saved)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p.end_step, t))
                 _draw_lost_plot(workdir)
@@ -692,11 +717,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             raise
         finally:
             _close_leg(workdir, leg and leg.profile, ckpts, writer, failed)
-        if carry.skipped:  # the run ends as one that trained: say how much of it did not (train.nonfinite=skip)
-            log(f"warning: {carry.skipped} of the {carry.step - start_step} updates of this run were skipped "
-                "(non-finite loss or gradient norm): its weights took only the others.")
-        return _summary(workdir, carry.step, carry.record.get("loss"), carry.val_loss, carry.val_step, carry.stopped_by,
-                        carry.skipped)
+        return _trained_summary(workdir, carry, start_step, log)
 
 
 def _close_leg(workdir: str, profile, ckpts, writer, failed: bool) -> None:
