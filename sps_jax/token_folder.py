@@ -10,6 +10,7 @@ and ``cli``, so ``runs`` uses it without importing ``sps_jax.data``, whose ``pre
 
 from __future__ import annotations
 
+import glob
 import os
 import shlex
 
@@ -36,6 +37,9 @@ def is_token_folder(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, MANIFEST))
 
 
+_PASS_PREPARED = "pass the folder that `python -m sps_jax.data prepare --source ... --out DIR` wrote"
+
+
 def check_prepared(folder: str) -> None:
     """One sentence (FileNotFoundError) where ``folder`` holds no manifest: another kind of folder (a run, a corpus)
     or one not prepared yet. It reads no token, so a command asks it of the token folder it names before jax loads;
@@ -43,8 +47,10 @@ def check_prepared(folder: str) -> None:
     if is_token_folder(folder):
         return
     if os.path.isdir(folder) and os.listdir(folder):  # another kind of folder: a run, a corpus
-        raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): pass the folder "
-                                "that `python -m sps_jax.data prepare --source ... --out DIR` wrote.")
+        raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): {_PASS_PREPARED}.")
+    if not os.path.lexists(folder) and glob.has_magic(folder):  # else offered as a folder to prepare, '*' and all
+        raise FileNotFoundError(f"{folder!r} does not exist, and no folder matches it as a pattern (the shell passes a "
+                                f"pattern that matches nothing as it is): {_PASS_PREPARED}.")
     raise FileNotFoundError(f"{folder!r} has no {MANIFEST}: run "
                             f"`python -m sps_jax.data prepare --source ... --out {shlex.quote(folder)}` first.")
 

@@ -233,3 +233,15 @@ def test_cli_the_prepare_command_offered_for_a_missing_token_folder_quotes_its_p
     outcome = fuzz.call(data_cli.main, ["verify", folder])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert f"`python -m sps_jax.data prepare --source ... --out '{folder}'` first." in outcome.stderr, outcome.stderr
+
+
+@pytest.mark.parametrize("pattern", ["tok*", "data/*/", "shard[0-9]"])
+def test_cli_a_pattern_that_matched_no_folder_is_said_as_such_not_offered_to_prepare(tmp_path, pattern):
+    # The shell passes a pattern that matches nothing as it is: the sentence offered `prepare --out 'tok*'`, a
+    # folder named with the pattern's '*'.
+    folder = str(tmp_path / pattern)
+    outcome = fuzz.call(data_cli.main, ["verify", folder])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr == (f"error: {folder!r} does not exist, and no folder matches it as a pattern (the shell "
+                              "passes a pattern that matches nothing as it is): pass the folder that "
+                              "`python -m sps_jax.data prepare --source ... --out DIR` wrote.\n")
