@@ -96,6 +96,10 @@ _PATH_FORMS = {"workdir": "workdir=RUN_FOLDER", "checkpoint": "checkpoint=RUN/ch
 def _run_path(workdir, checkpoint, other) -> str | None:
     """The run path of the model_args (None where neither is given), after refusing keys the model has none of,
     both paths, and an empty one."""
+    spaced = sorted(key for key in other if key != key.strip())  # 'workdir=RUN, step=7' hands the model ' step'
+    if spaced:
+        raise ValueError(f"model_args {spaced[0]!r} has spaces around its name, which lm-eval keeps: write each "
+                         "key=value with no space around the key, such as workdir=RUN,step=7.")
     if other:  # lm-eval would raise a TypeError with a traceback
         raise ValueError(f"sps_jax has no model_args {', '.join(sorted(other))}: pass workdir=, checkpoint=, step=, "
                          "batch_size=, max_gen_toks= or tokenizer_path=.")

@@ -295,3 +295,14 @@ def test_cli_lm_eval_refuses_bad_model_args_before_lm_eval_indexes_its_tasks(
     err = capsys.readouterr().err
     assert status == 2 and "Traceback" not in err, err
     assert f"error: {said.format(missing=missing)}" in err, err
+
+
+@pytest.mark.parametrize("model_args, key", [({"workdir": "RUN", " step": 7}, "' step'"),
+                                             ({"workdir ": "RUN"}, "'workdir '")])
+def test_a_model_arg_name_with_spaces_around_it_is_said_so_not_as_a_name_the_model_lacks(model_args, key):
+    # lm-eval keeps the spaces of --model_args 'workdir=RUN, step=7' in the name: "sps_jax has no model_args  step:
+    # pass workdir=, checkpoint=, step=, ..." named a step= that the user had passed.
+    with pytest.raises(ValueError) as refusal:
+        lm_eval_adapter.check_model_args(model_args)
+    assert str(refusal.value) == (f"model_args {key} has spaces around its name, which lm-eval keeps: write each "
+                                  "key=value with no space around the key, such as workdir=RUN,step=7.")
