@@ -9,6 +9,7 @@ Each writes JSON, CSV and a PNG to ``--out``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 
@@ -136,7 +137,28 @@ DEFAULT_OUT = "probes_out"
 def default_out(workdirs) -> str:
     """The folder a probe writes to without --out: ``probes_out/<run folder's name>``, the names of several runs joined
     by '+', so that a probe of another run (or set of runs) writes beside the earlier results, not onto them."""
-    return os.path.join(DEFAULT_OUT, "+".join(os.path.basename(run_files.find_run(w)[0]) for w in workdirs))
+    name = "+".join(os.path.basename(run_files.find_run(w)[0]) for w in workdirs)
+    size = len(os.fsencode(name))
+    if size > path_checks.NAME_MAX:  # the OS would refuse it; the user gave no --out to shorten
+        raise UserError(f"the default --out, {DEFAULT_OUT}/ and the {len(workdirs)} runs' folder names joined by '+', is "
+                        f"a name of {size} bytes, more than the {path_checks.NAME_MAX} a file system allows: pass "
+                        "--out FOLDER.")
+    return os.path.join(DEFAULT_OUT, name)
+
+
+def _check_default_out_runs(args) -> None:
+    """One sentence where the default --out holds the results of other runs of the same folder names (runs/a/seed0
+    and runs/b/seed0 share probes_out/seed0): --force, which the earlier results' sentence offers, would replace them."""
+    path = _base(args) + ".json"
+    try:
+        with open(path, encoding="utf-8") as f:
+            theirs = [run["run"] for run in json.load(f)["runs"]]
+    except (OSError, ValueError, TypeError, KeyError):  # none there, or not ours: the results' own check says it
+        return
+    ours = [run_files.find_run(w)[0] for w in args.workdir]
+    if sorted(map(os.path.realpath, theirs)) != sorted(map(os.path.realpath, ours)):
+        raise UserError(f"{path} holds the probe of {', '.join(theirs)}, not of {', '.join(ours)}, whose folder names "
+                        "give the same default --out: pass --out FOLDER for this probe.")
 
 
 def _check_places(args) -> None:
@@ -151,6 +173,8 @@ def _check_places(args) -> None:
         run_files.checkpoint_step(w, args.step)
     if args.out is None:
         args.out = default_out(args.workdir)
+        if not args.force:
+            _check_default_out_runs(args)
         _check_out(args)
     if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
         token_folder.check_prepared(args.val_data)

@@ -406,3 +406,41 @@ def test_cli_a_reverse_sps_run_writes_its_input_curve_and_says_its_predict_strea
     assert run["count"]["input"] == [4] * 9 and run["mean_ratio"]["input"][0] == pytest.approx(1.0)
     assert ("note: tiny-reverse_sps's predict stream has no ratio: the loss at a position never depends on its "
             "predict slot (no gradient there to divide by), so its curve is left out.\n") in capsys.readouterr().err
+
+
+def test_cli_a_run_of_another_folders_same_name_is_told_to_pass_out_not_to_force_over_the_first(cli_fixture, tmp_path,
+                                                                                                monkeypatch, capsys):
+    # runs/sps/seed0 and runs/std/seed0 share the default probes_out/seed0: the second probe was told to pass --force,
+    # which replaced the first run's results with its own.
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    for parent, name in (("a", "std"), ("b", "sps")):
+        shutil.copytree(cli_fixture / name, tmp_path / parent / "seed0")
+    data = ["--val-data", str(cli_fixture / "data"), "--docs", "2", "--omega", "6"]
+    assert probes.main(["window-nll", "--workdir", str(tmp_path / "a" / "seed0"), *data]) == 0
+    capsys.readouterr()
+    assert probes.main(["window-nll", "--workdir", str(tmp_path / "b" / "seed0"), *data]) == 2
+    results = os.path.join("probes_out", "seed0", "window_nll_omega6.json")
+    assert capsys.readouterr().err == (f"error: {results} holds the probe of {tmp_path / 'a' / 'seed0'}, not of "
+                                       f"{tmp_path / 'b' / 'seed0'}, whose folder names give the same default --out: "
+                                       "pass --out FOLDER for this probe.\n")
+    (run,) = json.loads((tmp_path / results).read_text())["runs"]
+    assert run["run"] == str(tmp_path / "a" / "seed0")
+
+
+def test_cli_a_default_out_longer_than_a_file_name_asks_for_out(cli_fixture, tmp_path, monkeypatch, capsys):
+    # The runs' names joined by '+' passed 255 bytes: the sentence told to choose a shorter name for an --out the user
+    # never gave.
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    argv = []
+    for n in range(3):
+        shutil.copytree(cli_fixture / "std", tmp_path / (f"sps-124m-omega128-seed{n}-" + "x" * 80))
+        argv += ["--workdir", str(tmp_path / (f"sps-124m-omega128-seed{n}-" + "x" * 80))]
+    assert probes.main(["window-nll", *argv, "--val-data", str(cli_fixture / "data"), "--omega", "6"]) == 2
+    assert capsys.readouterr().err == ("error: the default --out, probes_out/ and the 3 runs' folder names joined by "
+                                       "'+', is a name of 314 bytes, more than the 255 a file system allows: pass "
+                                       "--out FOLDER.\n")
+    assert not (tmp_path / "probes_out").exists()
