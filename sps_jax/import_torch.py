@@ -35,9 +35,10 @@ import ml_collections
 import numpy as np
 
 from sps_jax import arguments, cli, cli_process, config as sps_config, config_checks, config_overrides, folder_swap
-from sps_jax import masks, path_checks, reading
+from sps_jax import masks, model_config, path_checks, reading
 from sps_jax import run_files, torch_buffers, torch_layout
 from sps_jax.cli import MissingPackage, UserError
+from sps_jax.names import check_backend
 
 # sps_jax.model, sps_jax.runs and the token folders' loader load jax, which --help and a refused argument need
 # not wait for: the functions that use them import them.
@@ -563,6 +564,9 @@ def check_arguments(variant, window, overrides) -> None:
     for item in overrides:
         config_overrides.apply_override(preview, item)
     config_checks.check_labels(preview)
+    for name in model_config.DTYPE_FIELDS:  # no size the file decides: a typo (fp16, flash) is said before it loads
+        model_config.check_dtype(name, preview.model.get(name))
+    check_backend(preview.model.get("attention"))
 
 
 def _file_step(value) -> int:

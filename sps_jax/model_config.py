@@ -30,6 +30,19 @@ SHAPE_FIELDS = ("num_layers", "d_model", "num_heads", "d_ff", "vocab_size")
 # init_std how far the model was trained and how it started, so a run may be read with other values of those.
 FUNCTION_FIELDS = ("variant", "window", "persistent_window", "rope_theta", "norm_eps", "eos_id", "predict_id",
                    "pad_id")
+# The fields that name a dtype of DTYPES (residual_dtype None too).
+DTYPE_FIELDS = ("dtype", "param_dtype", "residual_dtype")
+
+
+def check_dtype(name: str, value) -> None:
+    """One sentence where ``value`` is no dtype the field ``model.<name>`` takes (``residual_dtype`` None: model.dtype's).
+    No size decides it, so ``import_torch`` asks it of an override before the file loads."""
+    if name == "residual_dtype" and value is None:
+        return
+    if not isinstance(value, str) or value not in DTYPES:
+        unset = " or None (model.dtype's)" if name == "residual_dtype" else ""
+        raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}{unset}, got {value!r}"
+                         f"{did_you_mean(value, DTYPES)}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,14 +122,8 @@ class ModelConfig:
         object.__setattr__(self, "window", vis.window)
         object.__setattr__(self, "persistent_window", vis.persistent_window)
         names.check_backend(self.attention)
-        for name in ("dtype", "param_dtype", "residual_dtype"):
-            value = getattr(self, name)
-            if name == "residual_dtype" and value is None:
-                continue
-            if not isinstance(value, str) or value not in DTYPES:
-                unset = " or None (model.dtype's)" if name == "residual_dtype" else ""
-                raise ValueError(f"model.{name} must be one of {sorted(DTYPES)}{unset}, got {value!r}"
-                                 f"{did_you_mean(value, DTYPES)}.")
+        for name in DTYPE_FIELDS:
+            check_dtype(name, getattr(self, name))
         if self.d_model % self.num_heads or self.head_dim % 2:
             raise ValueError(
                 f"d_model={self.d_model} must split into num_heads={self.num_heads} heads of even size (RoPE pairs).")

@@ -665,6 +665,22 @@ def test_a_name_or_path_train_would_refuse_is_refused_before_the_file_loads(tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("override, says", [
+    ("--config.model.param_dtype=fp16", "model.param_dtype must be one of ['bfloat16', 'float16', 'float32'], got 'fp16'"),
+    ("--config.model.dtype=bf16", "model.dtype must be one of"),
+    ("--config.model.residual_dtype=f32", "model.residual_dtype must be one of"),
+    ("--config.model.attention=flash", "unknown attention backend 'flash'"),
+])
+def test_a_dtype_or_attention_of_no_model_is_refused_before_the_file_loads(tmp_path, monkeypatch, override, says):
+    # These name no size the file decides, yet were said only once the whole checkpoint was loaded and converted.
+    monkeypatch.setattr(import_torch, "import_checkpoint", lambda *a, **k: pytest.fail("the checkpoint was read"))
+    outcome = fuzz.call(import_torch.main, [str(tmp_path / "missing.pt"), "--variant", "sps", "--out",
+                                            str(tmp_path / "run"), override])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert says in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_window_beyond_int32_is_refused_before_anything_is_written(tmp_path):
     path = tmp_path / "ckpt.pt"
     torch.save({"model": synthetic_state_dict(), "model_args": {"n_head": H, "block_size": T}}, path)
