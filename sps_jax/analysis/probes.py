@@ -146,6 +146,15 @@ def default_out(workdirs) -> str:
     return os.path.join(DEFAULT_OUT, name)
 
 
+def _run_folder(path: str) -> str:
+    """The real run folder of a run path the results record as it was given (a checkpoints/<step> one too), or the
+    path itself where it names no run now (moved, deleted), which then matches no run probed."""
+    try:
+        return os.path.realpath(run_files.find_run(path)[0])
+    except (OSError, ValueError):
+        return os.path.realpath(path)
+
+
 def _check_default_out_runs(args) -> None:
     """One sentence where the default --out holds the results of other runs of the same folder names (runs/a/seed0
     and runs/b/seed0 share probes_out/seed0): --force, which the earlier results' sentence offers, would replace them."""
@@ -156,7 +165,7 @@ def _check_default_out_runs(args) -> None:
     except (OSError, ValueError, TypeError, KeyError):  # none there, or not ours: the results' own check says it
         return
     ours = [run_files.find_run(w)[0] for w in args.workdir]
-    if sorted(map(os.path.realpath, theirs)) != sorted(map(os.path.realpath, ours)):
+    if sorted(map(_run_folder, theirs)) != sorted(map(os.path.realpath, ours)):
         raise UserError(f"{path} holds the probe of {', '.join(theirs)}, not of {', '.join(ours)}, whose folder names "
                         "give the same default --out: pass --out FOLDER for this probe.")
 

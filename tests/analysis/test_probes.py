@@ -444,3 +444,17 @@ def test_cli_a_default_out_longer_than_a_file_name_asks_for_out(cli_fixture, tmp
                                        "'+', is a name of 314 bytes, more than the 255 a file system allows: pass "
                                        "--out FOLDER.\n")
     assert not (tmp_path / "probes_out").exists()
+
+
+def test_cli_a_probe_rerun_through_a_checkpoint_path_is_offered_force_as_a_rerun_of_its_run(cli_fixture, tmp_path,
+                                                                                           monkeypatch, capsys):
+    # The results record the path as given (RUN/checkpoints/STEP), and the rerun was told they were another run's.
+    monkeypatch.chdir(tmp_path)
+    steps = sorted(n for n in os.listdir(cli_fixture / "std" / "checkpoints") if n.isdecimal())
+    args = ["window-nll", "--workdir", str(cli_fixture / "std" / "checkpoints" / steps[-1]), "--omega", "6",
+            "--docs", "2", "--val-data", str(cli_fixture / "data")]
+    assert probes.main(args) == 0
+    capsys.readouterr()
+    assert probes.main(args) == 2
+    assert capsys.readouterr().err == (f"error: --out {os.path.join('probes_out', 'std', 'window_nll_omega6.json')} "
+                                       "already exists: pass --force to replace it, or pass another --out folder.\n")
