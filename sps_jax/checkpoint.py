@@ -180,13 +180,14 @@ def weights_only(workdir: str) -> bool:
     return any(has(s, "params") for s in found) and not any(has(s, "opt_state") for s in found)
 
 
-def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
+def problem(workdir: str, step: int, items=TRAIN_ITEMS, faults: bool = False) -> str | None:
     """Why checkpoint ``step`` is not complete, or None when the cheap checks pass.
 
     Checked without reading any array: Orbax's metadata file, each item's folder, the JSON of
     the JSON items, and for array items their tree metadata and OCDBT manifest. A damaged array
-    file passes here and fails when it is restored. A read that fails for a fault of the machine (an I/O error) is
-    no answer: :class:`RestoreFault`.
+    file passes here and fails when it is restored. With ``faults`` (a check before a restore), a read that fails for
+    a fault of the machine (an I/O error) is no answer but :class:`RestoreFault`; other callers (a save's check, the
+    list of intact steps in a sentence) take it as the checkpoint's problem, which their own sentences say.
     """
     folder = step_dir(workdir, step)
     if not os.path.isdir(folder):
@@ -204,7 +205,8 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS) -> str | None:
             try:
                 reading.read_json(path)
             except (ValueError, OSError) as e:
-                _stop_on_fault(workdir, step, e)
+                if faults:
+                    _stop_on_fault(workdir, step, e)
                 return f"{name} is unreadable: {cli.sentence(e).rstrip('.')}"
         elif os.path.getsize(path) == 0:
             return f"{name} is empty"
@@ -301,7 +303,7 @@ def recorded_model(workdir: str, step: int) -> dict:
     """The model fields checkpoint ``step`` records it was trained as; empty for one written before checkpoints
     recorded them. A meta item that is missing or unreadable is damage (every checkpoint of this package has one):
     one sentence, as for damaged weights, since taking it for an old checkpoint's let another model's weights load."""
-    reason = problem(workdir, step, ("meta",)) if os.path.isdir(step_dir(workdir, step)) else None
+    reason = problem(workdir, step, ("meta",), faults=True) if os.path.isdir(step_dir(workdir, step)) else None
     if reason is not None:
         raise UserError(f"checkpoint step {step} of {workdir} is damaged ({reason}), so what it was trained as cannot "
                         f"be checked{_others(workdir, step, steps(workdir))}.")
@@ -414,7 +416,7 @@ def _restore_params(workdir: str, step: int | None, target):
         if not all_steps:  # also with a --step: "it has []: pass one of those" would offer nothing
             raise FileNotFoundError(_no_checkpoint(workdir))
         check_step(workdir, step, all_steps)
-        reason = problem(workdir, step, ("params",))
+        reason = problem(workdir, step, ("params",), faults=True)
         if reason is None:
             try:
                 target = _on_one_device(workdir, step) if target is None else target
@@ -515,7 +517,7 @@ class TrainCheckpoints:
         """
         tried = []
         for step in reversed(self.steps()):
-            reason = problem(self.workdir, step)
+            reason = problem(self.workdir, step, faults=True)
             if reason is None:
                 # this config is the run's config.json's model (runs.check_workdir): one of the two was swapped
                 fix = (f"move checkpoints copied from another run out of {os.path.join(self.workdir, CHECKPOINT_DIR)}, "
