@@ -712,7 +712,7 @@ def load_inference_model(path: str, step: int | None = None):
 def run_info(path: str, step: int | None = None) -> dict:
     """Name, folder, variant, window and paper scale (None off the paper's scales) of a run, from
     its config.json; with ``step`` (or a checkpoints/<step> path) also the step and the tokens seen by then."""
-    workdir, named = find_run(path)
+    workdir = find_run(path)[0]
     config = read_config(workdir)
     cfg = checked_model_config(config, workdir)
     info = {"run": str(config.get("name") or os.path.basename(workdir)), "workdir": workdir,
@@ -722,8 +722,8 @@ def run_info(path: str, step: int | None = None) -> dict:
         step = arguments.integer(step, "step")  # "8" would fail in a comparison with the metrics' steps
         if step < 0:  # its tokens_seen would come out negative
             raise ValueError(f"step={step} must be 0 or more.")
-        checkpoint_step(path, step)  # RUN/checkpoints/5 with step=8: one sentence, as every reader says it
-    step = named if step is None else step
+    # the path's step where none is asked; RUN/checkpoints/5 with step=8: one sentence, as every reader says it
+    step = checkpoint_step(path, step)[1]
     if step is not None:
         checkpoint.check_step(workdir, step, checkpoint.steps(workdir))  # 999 would take the last step's tokens
         info.update(step=step, tokens_seen=tokens_seen(workdir, step, config))

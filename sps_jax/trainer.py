@@ -29,7 +29,7 @@ from sps_jax import arguments, attention, checkpoint, cli, config as sps_config,
 from sps_jax import mesh as sps_mesh
 from sps_jax import metrics
 from sps_jax import model as sps_model
-from sps_jax import optim, path_checks, profiling, runs, token_folder, tracking
+from sps_jax import optim, path_checks, profiling, run_files, runs, token_folder, tracking
 from sps_jax.data import loader, prepare
 
 
@@ -687,7 +687,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         tracking.require()  # a missing package stops the run here, before any data or compilation
     resume_note, saved = runs.checked_workdir(workdir, config, force)
     # A run with checkpoints resumes from them: the run it started from may be gone since.
-    source = None if checkpoint.steps(workdir) else runs.check_init_from(config)
+    source = None if run_files.has_checkpoints(workdir) else runs.check_init_from(config)
     dataset, val = _open_data(config, cfg, log)
 
     with _held_for_this_run(workdir):
