@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -125,6 +126,56 @@ def test_grain_order_is_deterministic_sharded_and_resumable(tmp_path):
     state = json.loads(json.dumps(it.get_state()))
     resumed = loader.train_iterator(loader.train_dataset(tokens, 16, 8, seed=3), state, prefetch=2)
     assert all((x == y).all() for x, y in zip(take(resumed, 9), a[3:]))
+
+
+POSITIONS = np.arange(16 * 40 + 1, dtype=np.uint16)  # tokens that are their own positions: 40 windows of 17
+
+
+def window_starts(batches):
+    """The window each row of ``batches`` is, read from its first token, after checking the row is that window
+    whole: T + 1 consecutive positions from a multiple of T."""
+    rows = np.concatenate(batches)
+    assert (rows == rows[:, :1] + np.arange(17)).all() and (rows[:, 0] % 16 == 0).all()
+    return (rows[:, 0] // 16).tolist()
+
+
+def test_every_epoch_reads_each_window_once_in_its_own_order_across_batches_that_straddle_epochs():
+    # A global batch of 6 does not divide 40 windows: batch 6 holds the last 4 windows of the first epoch and the first
+    # 2 of the second. Three epochs: each a permutation of the 40 windows, each in another order.
+    starts = window_starts(take(loader.train_iterator(loader.train_dataset(POSITIONS, 16, 6, seed=3), prefetch=2), 20))
+    epochs = [starts[e * 40:(e + 1) * 40] for e in range(3)]
+    assert all(sorted(epoch) == list(range(40)) for epoch in epochs)
+    assert len({tuple(epoch) for epoch in epochs}) == 3, "each pass in a new order"
+
+
+def test_batches_prefetched_ahead_change_neither_the_order_nor_the_state_a_checkpoint_saves():
+    # The background thread reads batches before the step asks for them: the state counts those the step took.
+    whole = window_starts(take(loader.train_iterator(loader.train_dataset(POSITIONS, 16, 8, seed=3), prefetch=0), 12))
+    for prefetch in (1, 5):
+        it = loader.train_iterator(loader.train_dataset(POSITIONS, 16, 8, seed=3), prefetch=prefetch)
+        assert window_starts(take(it, 3)) == whole[:3 * 8]
+        time.sleep(0.2)  # the thread fills its buffer
+        state = json.loads(json.dumps(it.get_state()))
+        resumed = loader.train_iterator(loader.train_dataset(POSITIONS, 16, 8, seed=3), state, prefetch=prefetch)
+        assert window_starts(take(resumed, 9)) == whole[3 * 8:], prefetch
+
+
+def test_any_process_count_resumes_from_the_state_any_other_saved():
+    # The state is the count of global batches read: saved by one process of two, or by a single process, in the
+    # second epoch (7 batches of 6 out of 40 windows), it restores onto 1, 2 or 3 processes at the same global batch.
+    def process(p, count, state=None):
+        return loader.train_iterator(loader.train_dataset(POSITIONS, 16, 6, 3, p, count), state, prefetch=2)
+
+    whole = window_starts(take(process(0, 1), 12))
+    for saver, count in ((0, 1), (1, 2), (0, 3)):
+        it = process(saver, count)
+        take(it, 7)
+        state = json.loads(json.dumps(it.get_state()))  # as the checkpoint stores it
+        for readers in (1, 2, 3):
+            shares = [take(process(p, readers, state), 5) for p in range(readers)]
+            # Global batch k is the shares of batch k in process order.
+            resumed = [np.concatenate([share[k] for share in shares]) for k in range(5)]
+            assert window_starts(resumed) == whole[7 * 6:], (saver, count, readers)
 
 
 def edit_manifest(folder, **changes):
