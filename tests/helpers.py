@@ -78,18 +78,27 @@ SMALL_OVERRIDES = [
 def write_token_folder(folder, num_docs=200, seed=0, eos=60):
     """A token folder in the prepare format: documents counting upwards mod 60 (learnable), EOS after each."""
     rng = np.random.default_rng(seed)
-    os.makedirs(folder, exist_ok=True)
-    manifest = {"tokenizer": "synthetic", "dtype": "uint16", "eos_id": eos, "splits": {}}
+    splits, documents = {}, {}
     for split, docs in (("train", num_docs), ("val", max(num_docs // 4, 20))):
         pieces = []
         for _ in range(docs):
             start, length = rng.integers(0, 60), rng.integers(5, 40)
             pieces += [(start + np.arange(length)) % 60, [eos]]
-        tokens = np.concatenate(pieces).astype("<u2")
+        splits[split], documents[split] = np.concatenate(pieces), docs
+    return write_splits(folder, splits, eos, documents)
+
+
+def write_splits(folder, splits, eos=60, documents=None):
+    """A token folder in the prepare format holding ``splits`` ({split: token ids}); the manifest's document counts
+    are ``documents`` ({split: count}), else the EOS ids of each split."""
+    os.makedirs(folder, exist_ok=True)
+    manifest = {"tokenizer": "synthetic", "dtype": "uint16", "eos_id": eos, "splits": {}}
+    for split, ids in splits.items():
+        tokens = np.asarray(ids).astype("<u2")
         tokens.tofile(os.path.join(folder, f"{split}.bin"))
-        manifest["splits"][split] = {"file": f"{split}.bin", "tokens": int(tokens.size), "documents": docs,
-                                     "max_id": int(tokens.max()),
-                                     "sha256": hashlib.sha256(tokens.tobytes()).hexdigest()}
+        count = (documents or {}).get(split, int(np.count_nonzero(tokens == eos)))
+        manifest["splits"][split] = {"file": f"{split}.bin", "tokens": int(tokens.size), "documents": count,
+                                     "max_id": int(tokens.max()), "sha256": hashlib.sha256(tokens.tobytes()).hexdigest()}
     with open(os.path.join(folder, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     return folder

@@ -25,7 +25,7 @@ from sps_jax import model as sps_model
 from sps_jax.data import loader
 from tests import fuzz
 from tests.helpers import (REPO, SMALL_OVERRIDES, decoded_png, ensure_tokenizer, env, free_port, losses, own_lines,
-                           run_train, write_token_folder)
+                           run_train, write_splits, write_token_folder)
 
 STEPS = 6
 
@@ -311,6 +311,21 @@ def test_every_variant_starts_from_the_same_weights_and_sees_the_same_batches_an
     reseeded_params, reseeded_batches = start("standard", 1)
     assert not np.array_equal(reseeded_params["embed"], params["embed"])
     assert not np.array_equal(reseeded_batches, batches)
+
+
+def test_the_training_batches_hold_train_tokens_only_and_validation_the_val_tokens(tmp_path):
+    # Each token is its position in its split, val's offset by 1000 (then the EOS that ends every split): every
+    # window's content is known, and a val token in a training batch, or a train token in validation, shows.
+    folder = write_splits(str(tmp_path / "tok"), {"train": np.append(np.arange(640), 60),
+                                                  "val": np.append(1000 + np.arange(320), 60)})
+    config = small_config(folder, 4)
+    config.model.vocab_size = 2048
+    dataset, val = trainer._open_data(config, trainer.plan(config, 1).model, lambda *_: None)
+    rows = np.concatenate([np.asarray(dataset[k]) for k in range(5)])  # two epochs of 40 windows
+    assert sorted(rows[:, 0].tolist()) == sorted(list(range(0, 640, 16)) * 2)
+    window = rows[:, :1] + np.arange(17)
+    np.testing.assert_array_equal(rows, np.where(window == 640, 60, window))
+    np.testing.assert_array_equal(np.concatenate(val), 1000 + 16 * np.arange(8)[:, None] + np.arange(17))
 
 
 def test_a_schedule_longer_than_adamws_int32_count_is_refused_and_the_last_countable_step_is_not(tokens):
