@@ -97,6 +97,19 @@ def test_split_is_stable_under_reordering_and_additions(tmp_path):
     assert set(read_docs(tmp_path / "A", "val")) == set(read_docs(tmp_path / "B", "val")) & set(DOCS)
 
 
+def test_documents_are_separated_by_one_eos_each_and_a_quoted_end_of_text_marker_separates_none(tmp_path):
+    # The paper's data: each document's tokens, then EOS, then the next document's. A document quoting the marker's
+    # text keeps it as text: an EOS there would cut it in two, its second half trained as a new document.
+    docs = ["first", "a <|endoftext|> b", "third"]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    manifest = prepare.prepare(str(src), str(tmp_path / "tok"), val_fraction=0.0, log=lambda *a: None)
+    # Cut at each EOS, the tokens give the documents back in order, none empty and none cut in two.
+    assert read_docs(tmp_path / "tok", "train") == docs
+    ids = np.fromfile(tmp_path / "tok" / "train.bin", dtype="<u2")
+    assert np.count_nonzero(ids == vocab.EOS_ID) == 3 == manifest["splits"]["train"]["documents"]
+
+
 def test_a_document_whose_other_fields_repeat_a_key_is_prepared(tmp_path):
     # The reader that refuses a key given twice (a prompt line) refused a corpus over a field it never reads.
     src = tmp_path / "docs.jsonl"
