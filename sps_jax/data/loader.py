@@ -7,7 +7,8 @@ EOS id and, per split, the file, its token and document counts, its largest id
 and its sha256.
 
 A split of N tokens is cut into ``(N - 1) // T`` windows of T+1 tokens that
-overlap by one token, so every token is a target exactly once per epoch.
+overlap by one token, so every token is a target exactly once per epoch but the
+first and the last ``(N - 1) % T`` (fewer than T), which no window reaches.
 
 Training order is defined globally, independent of how many processes read it:
 window order = grain's per-epoch index shuffle by seed, repeated forever; global
