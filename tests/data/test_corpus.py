@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 
 import pytest
 
@@ -24,6 +25,27 @@ def test_a_jsonl_file_is_read_by_its_suffix_in_any_case(tmp_path, name):
     assert list(corpus.documents(str(path))) == ["first", "second"]
     corpus.check_options(str(path), text_field="text")
     assert list(corpus.documents(str(tmp_path))) == ["first", "second"]
+
+
+def test_a_folders_files_are_read_in_name_order_before_its_subfolders_whatever_order_the_disk_lists(tmp_path,
+                                                                                                   monkeypatch):
+    # The order is the token folder's: the same source prepared on another machine (another file system's listing
+    # order) gives the same tokens, and the checksum a resume compares.
+    for name in ("b/2.txt", "b/1.txt", "z.txt", "a/x.txt", "m.txt", "a/c/y.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    walk = os.walk
+
+    def listed_backwards(*args, **kwargs):
+        for folder, dirs, names in walk(*args, **kwargs):
+            dirs.reverse()  # in place: the walk goes on into this list's folders
+            names.reverse()
+            yield folder, dirs, names
+
+    for listing in (walk, listed_backwards):
+        monkeypatch.setattr(os, "walk", listing)
+        assert list(corpus.documents(str(tmp_path))) == ["m.txt", "z.txt", "a/x.txt", "a/c/y.txt", "b/1.txt",
+                                                         "b/2.txt"]
 
 
 def test_a_text_file_of_another_suffix_is_one_document(tmp_path):
