@@ -1276,6 +1276,18 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p4, p1)
 
 
+def test_a_step_takes_one_global_batch_whose_rows_in_order_are_its_micro_batches_whatever_micro_batch():
+    # The data order is the loader's alone: train.micro_batch only cuts each global batch into the step's
+    # micro-batches, so every micro_batch trains on the same rows at the same step.
+    batches = [1000 * k + np.arange(16 * 17).reshape(16, 17) for k in range(3)]
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    for micro in (16, 8, 1):
+        iterator = iter(batches)
+        for batch in batches:
+            step_ABL = np.asarray(trainer._next_batch(iterator, one_device, (16 // micro, micro, 17)))
+            np.testing.assert_array_equal(step_ABL.reshape(16, 17), batch)
+
+
 @pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
 def test_the_train_step_updates_its_params_and_optimizer_state_in_place(tokens, param_dtype):
     # Donated, the old weights and AdamW moments are reused for the new ones: without it a step holds two copies.
