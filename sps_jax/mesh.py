@@ -3,7 +3,8 @@
 Batches are split over both axes (every device holds different sequences);
 each parameter (and its Adam moments) is split along its largest dimension
 divisible by the fsdp axis size and replicated over data, so XLA all-gathers
-weights for the matmuls and reduce-scatters gradients.
+weights for the matmuls and reduce-scatters gradients. :func:`from_each_process` gathers a small value from every
+process, for what the processes of a run decide together (a stop, a restore's outcome).
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ def resolve_axes(mesh_cfg, num_devices: int) -> tuple[int, int]:
         raise ValueError(f"mesh data={mesh_cfg.data} x fsdp={mesh_cfg.fsdp} does not use the {num_devices} devices "
                          f"exactly: set --config.mesh.data/--config.mesh.fsdp so their product is {num_devices}.")
     return data, fsdp
+
+
+def from_each_process(value: int) -> list[int]:
+    """``value`` as each process holds it, in process order, for the processes to decide one thing together. On one
+    process it is its own, with no collective (a single-host run pays nothing); on several, one small all-gather,
+    which every process must reach."""
+    if jax.process_count() == 1:
+        return [value]
+    from jax.experimental import multihost_utils
+    return [int(v) for v in np.ravel(multihost_utils.process_allgather(np.int32(value)))]
 
 
 def make_mesh(mesh_cfg, devices=None) -> Mesh:

@@ -22,7 +22,6 @@ import types
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, config_checks, flops, hardware
@@ -279,12 +278,8 @@ def _agreed_stop(signal_name: str | None) -> str | None:
     process's that has one), said to all: a signal reaches each process at another step, and one that saved and left
     the loop alone left the others waiting for it in the next step's collectives, so the run hung without its
     checkpoint."""
-    if jax.process_count() == 1:
-        return signal_name
-    from jax.experimental import multihost_utils
     code = signal.Signals[signal_name].value if signal_name else 0
-    codes = np.ravel(multihost_utils.process_allgather(np.int32(code)))
-    return next((signal.Signals(int(c)).name for c in codes if c), None)
+    return next((signal.Signals(c).name for c in sps_mesh.from_each_process(code) if c), None)
 
 
 def print0(msg: str) -> None:
