@@ -29,7 +29,7 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from sps_jax import cli, cli_process, files, path_checks, reading
+from sps_jax import cli, cli_process, files, mesh, path_checks, reading
 from sps_jax.cli import UserError
 from sps_jax.config_checks import MAX_STEP, STEP_BOUND
 from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path, is_step_name
@@ -236,7 +236,12 @@ def _short(exc: BaseException, limit: int = 160) -> str:
 
 
 class RestoreFault(UserError):
-    """A checkpoint could not be read for a fault of the machine, not of its files: it is left as it is."""
+    """A checkpoint could not be read for a fault of the machine, not of its files: it is left as it is. ``fix`` says
+    what to do (one of ``FAULT_FIXES``)."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
 
 
 # Errnos of a read that fails for the state of the machine, not for what the files hold: the device or mount (an I/O
@@ -256,6 +261,7 @@ CHECK_STORAGE = "check the disk or mount that holds the run folder"
 # A run folder another user wrote, or a mount whose permissions changed: the files are intact, this user cannot read them.
 _PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
 LET_READ = "let this user read the run folder's files (their owner or permissions)"
+FAULT_FIXES = (FREE_MEMORY, CHECK_STORAGE, LET_READ)
 
 
 def _fault(exc: BaseException) -> str | None:
@@ -285,7 +291,32 @@ def _stop_on_fault(workdir: str, step: int, exc: BaseException) -> None:
     if fix is not None:
         raise RestoreFault(f"checkpoint step {step} of {workdir} could not be read ({_short(exc)}), a fault of this "
                            f"machine, not damage: it is not judged damaged and is left in place; {fix}, then rerun "
-                           "the same command.") from None
+                           "the same command.", fix) from None
+
+
+# A process's outcome of one restore attempt, as the processes of a run exchange it: restored, damaged, or (from
+# _FAULTED on) stopped by a fault whose fix is FAULT_FIXES[code - _FAULTED].
+_RESTORED, _DAMAGED, _FAULTED = 0, 1, 2
+
+
+def _agreed(workdir: str, step: int, reason: str | None, fault: RestoreFault | None) -> str | None:
+    """Why checkpoint ``step`` is broken for every process of the run (None: all restored it), once each has said how
+    its attempt went (``reason``: its damage; ``fault``: what stopped it): a fault on any process stops them all in
+    :class:`RestoreFault`, and damage any one saw moves them all back to an older checkpoint together. One that stops
+    or goes back alone leaves the others waiting for it in collectives, or training from another step."""
+    code = _FAULTED + FAULT_FIXES.index(fault.fix) if fault else _RESTORED if reason is None else _DAMAGED
+    codes = mesh.from_each_process(code)
+    if fault is not None:
+        raise fault
+    faulted = [n for n, c in enumerate(codes) if c >= _FAULTED]
+    if faulted:
+        n, fix = faulted[0], FAULT_FIXES[codes[faulted[0]] - _FAULTED]
+        raise RestoreFault(f"checkpoint step {step} of {workdir} could not be read by process {n}, a fault of its "
+                           f"machine, not damage: it is not judged damaged and is left in place; on process {n}'s "
+                           f"host, {fix}, then rerun the same command.", fix)
+    if reason is None and _DAMAGED in codes:
+        return f"process {codes.index(_DAMAGED)} could not restore it"
+    return reason
 
 
 def _is_other_model(exc: BaseException) -> bool:
@@ -502,6 +533,12 @@ class TrainCheckpoints:
         self.mngr = manager(workdir, preservation_policy=_Retention(keep, milestone_every, self.broken,
                                                                          self.undeletable),
                             enable_async_checkpointing=True, cleanup_tmp_directories=True)
+        # What a resume restores through. Orbax ends a restore in a barrier of every process, which one whose restore
+        # fails never reaches, leaving the others waiting there: on several processes each restores alone, and they
+        # meet in the exchange of outcomes (_agreed) instead.
+        self.reader = self.mngr if jax.process_count() == 1 else manager(
+            workdir, read_only=True, multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=jax.process_index(), active_processes={jax.process_index()}))
 
     def steps(self) -> list[int]:
         check_step_names(self.workdir)
@@ -514,24 +551,17 @@ class TrainCheckpoints:
         Each newer broken one is named in one warning and left in place (:class:`_Retention` keeps
         it); when no checkpoint is intact, or a checkpoint holds or records another model, one sentence stops, as
         does a fault of the machine (:class:`RestoreFault`): an older checkpoint would lose the newer one's steps.
+        The processes of a multi-process run agree on each step (:func:`_agreed`): a fault or damage on one is the
+        run's.
         """
         tried = []
         for step in reversed(self.steps()):
-            reason = problem(self.workdir, step, faults=True)
-            if reason is None:
-                # this config is the run's config.json's model (runs.check_workdir): one of the two was swapped
-                fix = (f"move checkpoints copied from another run out of {os.path.join(self.workdir, CHECKPOINT_DIR)}, "
-                       "or put back the config.json it was trained with and resume with those settings, or use a new "
-                       "--workdir")
-                check_trained_as(self.workdir, step, self.trained_as, "this config (and the run's config.json)", fix)
-                try:
-                    state = restore(step)
-                except Exception as e:
-                    if _is_other_model(e):
-                        raise UserError(f"checkpoint step {step} of {self.workdir} holds another model than this "
-                                        f"config (and the run's config.json) ({_short(e)}): {fix}.") from None
-                    _stop_on_fault(self.workdir, step, e)
-                    reason = f"its content cannot be restored: {_short(e)}"
+            fault = None
+            try:
+                reason, state = self._attempt(step, restore)
+            except RestoreFault as e:
+                fault, reason = e, None
+            reason = _agreed(self.workdir, step, reason, fault)
             if reason is None:
                 for bad, why in tried:
                     self.warn(f"warning: checkpoint step {bad} of {self.workdir} is broken ({why}); resuming from "
@@ -545,6 +575,24 @@ class TrainCheckpoints:
             raise UserError(f"no intact checkpoint in {os.path.join(self.workdir, CHECKPOINT_DIR)} ({listing}): "
                             f"{NO_INTACT_ADVICE}.")
         return None
+
+    def _attempt(self, step: int, restore):
+        """(why checkpoint ``step`` is broken, None) on this process, or (None, ``restore(step)``)."""
+        reason = problem(self.workdir, step, faults=True)
+        if reason is not None:
+            return reason, None
+        # this config is the run's config.json's model (runs.check_workdir): one of the two was swapped
+        fix = (f"move checkpoints copied from another run out of {os.path.join(self.workdir, CHECKPOINT_DIR)}, "
+               "or put back the config.json it was trained with and resume with those settings, or use a new --workdir")
+        check_trained_as(self.workdir, step, self.trained_as, "this config (and the run's config.json)", fix)
+        try:
+            return None, restore(step)
+        except Exception as e:
+            if _is_other_model(e):
+                raise UserError(f"checkpoint step {step} of {self.workdir} holds another model than this config (and "
+                                f"the run's config.json) ({_short(e)}): {fix}.") from None
+            _stop_on_fault(self.workdir, step, e)
+            return f"its content cannot be restored: {_short(e)}", None
 
     def save(self, step: int, params, opt_state, meta: dict, data_state: dict) -> None:
         """Start an asynchronous save of everything a resumed run needs (a previous failed save stops here)."""
@@ -627,7 +675,8 @@ class TrainCheckpoints:
 
     def close(self) -> None:
         """Wait for a pending save (its failure was or will be reported by :meth:`check`) and let go."""
-        try:
-            self.mngr.close()
-        except Exception:
-            pass  # only reached when the run is already stopping on an error of its own
+        for mngr in [self.mngr] + [self.reader] * (self.reader is not self.mngr):
+            try:
+                mngr.close()
+            except Exception:
+                pass  # only reached when the run is already stopping on an error of its own

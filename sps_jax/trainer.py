@@ -213,7 +213,7 @@ def _restore(run, ckpts, step: int, dataset, prefetch: int):
     """(params, opt_state, meta, seconds trained before, data iterator) of checkpoint ``step``, placed in
     this mesh's shardings (the run may resume on another mesh)."""
     params, opt_state, meta, data_state = checkpoint.restore_train_state(
-        ckpts.mngr, step, sps_mesh.placed(run.abstract_params, run.param_sh),
+        ckpts.reader, step, sps_mesh.placed(run.abstract_params, run.param_sh),
         sps_mesh.placed(run.abstract_opt, run.opt_sh))
     elapsed_s = float(meta.get("elapsed_s", 0.0))  # elapsed_s counts across restarts
     return params, opt_state, meta, elapsed_s, loader.train_iterator(dataset, data_state, prefetch=prefetch)

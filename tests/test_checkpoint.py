@@ -202,6 +202,35 @@ def test_loading_weights_that_meet_a_fault_of_the_machine_does_not_call_the_chec
         checkpoint.restore_params(workdir)
 
 
+def test_a_single_process_resume_exchanges_nothing_with_other_processes(tmp_path, monkeypatch):
+    # The processes of a run agree on each restore in a collective: one process has none to agree with.
+    from jax.experimental import multihost_utils
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda *a, **k: pytest.fail("a collective was made"))
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    ARRAY_DAMAGE["array file deleted"](array_file(checkpoint.step_dir(workdir, 4)))
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: None)
+    assert ckpts.reader is ckpts.mngr and ckpts.restore_newest_intact(restore(ckpts))[0] == 2
+    ckpts.close()
+
+
+def test_a_fault_on_any_process_stops_every_process_even_one_that_saw_damage(tmp_path, monkeypatch):
+    # Processes 1 and 3 met faults, process 0 saw damage: an older checkpoint would lose the newer one's steps on
+    # every process, so all stop, and this one names the first process that met a fault and what to do on its host.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    monkeypatch.setattr(checkpoint.mesh, "from_each_process", lambda code: [code, 2, 1, 4])  # 2: memory, 4: permission
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+
+    def restore_sees_damage(step):
+        raise ValueError(f"its meta or data item does not describe step {step}")
+    with pytest.raises(checkpoint.RestoreFault, match=(
+            rf"^checkpoint step 4 of {re.escape(workdir)} could not be read by process 1, a fault of its machine, not "
+            r"damage: it is not judged damaged and is left in place; on process 1's host, free memory \(.*\), then "
+            r"rerun the same command\.$")):
+        ckpts.restore_newest_intact(restore_sees_damage)
+    ckpts.close()
+    assert ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
+
+
 def test_a_ctrl_c_during_a_restore_stops_the_resume_and_marks_nothing_broken(tmp_path):
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
     ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))

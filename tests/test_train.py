@@ -144,6 +144,84 @@ def test_a_sigterm_that_reaches_two_processes_at_different_steps_saves_one_step_
     assert checkpoint.steps(str(workdir)) == [2]
 
 
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory, tokens):
+    """A run stopped at step 4 with its checkpoints of steps 2 and 4 (a milestone every 2 steps)."""
+    workdir = tmp_path_factory.mktemp("two_checkpoints") / "run"
+    out = train_here(workdir, tokens, STEPS, "--config.train.milestone_every=2", "--config.train.stop_at_step=4")
+    assert out.status == 0 and out.problem() is None, out.stderr
+    assert checkpoint.steps(str(workdir)) == [2, 4]
+    return workdir
+
+
+TWO_PROCESS_RESTORE_SCRIPT = """
+import errno, os, sys
+import jax
+from sps_jax import checkpoint, train, trainer
+real_restore, real_train = checkpoint.restore_train_state, trainer.train
+def restore_train_state(mngr, step, *targets):
+    if step == 4 and jax.process_index() == 1:  # the mount of process 1's host fails, or its share reads as damaged
+        raise {"fault": OSError(errno.EIO, os.strerror(errno.EIO), "params"),
+               "damage": ValueError("its meta or data item does not describe step 4")}[sys.argv[1]]
+    return real_restore(mngr, step, *targets)
+def train_and_say(*args, **kwargs):
+    summary = real_train(*args, **kwargs)
+    print(f"process {jax.process_index()} ended at step {summary['step']}", flush=True)
+    return summary
+checkpoint.restore_train_state, trainer.train = restore_train_state, train_and_say
+sys.exit(train.main(sys.argv[2:]))
+"""
+
+
+def resume_on_two_processes(workdir, tokens, injected, *extra):
+    """The outputs and exit statuses of two processes resuming ``workdir``, where only process 1's restore of step 4
+    meets the ``injected`` fault or damage; a hang (one waiting for the other in a collective) fails the test."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESS_RESTORE_SCRIPT, injected,
+                               *small_argv(workdir, tokens, *extra), "--coordinator", f"localhost:{port}",
+                               "--num-processes", "2", "--process-id", str(i)],
+                              cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return outputs, [p.returncode for p in procs]
+
+
+def test_a_fault_that_one_process_meets_restoring_stops_both_in_one_sentence_and_keeps_the_checkpoint(
+        tmp_path, tokens, two_checkpoints):
+    # Process 1 stopped on its fault while process 0 went on from step 4 and waited for it in a collective: the run
+    # hung until the coordinator's timeout.
+    workdir = shutil.copytree(two_checkpoints, tmp_path / "run")
+    before = digest(workdir / "checkpoints")
+    outputs, statuses = resume_on_two_processes(workdir, tokens, "fault")
+    assert statuses == [2, 2], "\n".join(outputs)
+    errors = [[line for line in own_lines(out) if line.startswith("error:")] for out in outputs]
+    assert errors[1] == [f"error: checkpoint step 4 of {workdir} could not be read (OSError: params: Input/output "
+                         "error), a fault of this machine, not damage: it is not judged damaged and is left in place; "
+                         "check the disk or mount that holds the run folder, then rerun the same command."], outputs[1]
+    assert errors[0] == [f"error: checkpoint step 4 of {workdir} could not be read by process 1, a fault of its "
+                         "machine, not damage: it is not judged damaged and is left in place; on process 1's host, check "
+                         "the disk or mount that holds the run folder, then rerun the same command."], outputs[0]
+    assert checkpoint.steps(str(workdir)) == [2, 4] and digest(workdir / "checkpoints") == before
+
+
+def test_damage_that_one_process_sees_restoring_moves_both_back_to_the_same_older_checkpoint(
+        tmp_path, tokens, two_checkpoints):
+    # Process 1 went back to step 2 while process 0 resumed from step 4: they trained from different steps (here,
+    # where the run ends at step 2, process 0 had nothing to train and process 1 ended at step 2).
+    workdir = shutil.copytree(two_checkpoints, tmp_path / "run")
+    before = digest(workdir / "checkpoints" / "4")
+    outputs, statuses = resume_on_two_processes(workdir, tokens, "damage", "--config.train.stop_at_step=2")
+    assert statuses == [0, 0], "\n".join(outputs)
+    assert "process 0 ended at step 2" in outputs[0] and "process 1 ended at step 2" in outputs[1], outputs
+    assert (f"warning: checkpoint step 4 of {workdir} is broken (process 1 could not restore it); resuming from step "
+            "2 and leaving step 4 as it is for inspection.") in own_lines(outputs[0]), outputs[0]
+    assert digest(workdir / "checkpoints" / "4") == before
+
+
 def small_config(tokens, steps):
     return sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + [
         f"--config.data.dir={tokens}", f"--config.train.total_tokens={steps * 256}"])
