@@ -29,7 +29,8 @@ def _jitted(cfg: sps_model.ModelConfig):
     def target_logprobs(params, tokens_BT, positions_BT, targets_BT):
         logits_BTV = net.apply({"params": params}, tokens_BT, positions_BT)
         logprob_BT = -sps_model.token_nll(logits_BTV, targets_BT)
-        greedy_BT = jnp.argmax(logits_BTV, axis=-1) == targets_BT
+        # Greedy decoding emits text ids and EOS only: an argmax at <predict> or padding is not what it would emit.
+        greedy_BT = jnp.argmax(logits_BTV[..., :cfg.eos_id + 1], axis=-1) == targets_BT
         return logprob_BT, greedy_BT
 
     return target_logprobs
@@ -76,7 +77,8 @@ class Scorer:
 
     def loglikelihood_tokens(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
                              progress: Callable[[int], None] | None = None) -> list[tuple[float, bool]]:
-        """(sum of log p(continuation | context), whether greedy decoding reproduces it) per pair.
+        """(sum of log p(continuation | context), whether greedy decoding reproduces it) per pair: each
+        continuation token is the argmax over the ids generation emits (text and EOS).
 
         Context + continuation longer than the model's context keeps its last
         ``seq_len + 1`` tokens (the continuation must fit). Rows are sorted by

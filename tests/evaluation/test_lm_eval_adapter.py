@@ -42,7 +42,9 @@ def test_loglikelihood_is_the_models_summed_token_logprob_batched_or_not(variant
         logits = direct_logits(net, params, ids[:-1])
         logp = jax.nn.log_softmax(logits, axis=-1)[np.arange(len(ids) - 1), np.asarray(ids[1:])][-len(cont):]
         np.testing.assert_allclose(ll, logp.sum(), rtol=1e-4, atol=1e-4)
-        assert greedy == bool((np.argmax(logits, -1)[-len(cont):] == np.asarray(ids[-len(cont):])).all())
+        # the argmax over what generation emits: text ids and EOS
+        argmax = np.argmax(logits[:, :tok.eos_id + 1], -1)
+        assert greedy == bool((argmax[-len(cont):] == np.asarray(ids[-len(cont):])).all())
         (single,) = lm.loglikelihood(requests("loglikelihood", [(ctx, cont)]), disable_tqdm=True)
         np.testing.assert_allclose(single[0], ll, rtol=1e-5, atol=1e-5)
 
