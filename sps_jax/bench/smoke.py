@@ -103,7 +103,7 @@ def smoke(config, batch_size: int = BATCH_SIZE, seed: int = 0, variants=masks.VA
                             f"for {', '.join(held[:-1])} and {held[-1]}, more than the "
                             f"{memory_bytes / hardware.GiB:,.1f} GiB of {device}: lower {flag}"
                             + (" or model.seq_len." if backend == "xla" else "."))
-    tokens_BL = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.eos_id + 1)
+    tokens_BL = jax.random.randint(jax.random.PRNGKey(seed + 1), (batch_size, T + 1), 0, base.num_emitted_ids)
     # A position to prefill and one to decode: a window holds T + 1 tokens.
     decode_len = max(2, min(T, DECODE_CHECK_LEN))
     # Decoding across a document boundary.

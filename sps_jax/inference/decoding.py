@@ -196,11 +196,10 @@ def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logi
                  sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
     B = logits_BV.shape[0]
     limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
-    num_tokens = cfg.eos_id + 1
     params = sps_model.compute_params(params, cfg)  # once, outside the loop
 
     def pick(i, logits_BV, new_tokens_BT, done_B):
-        token_B = sample_logits(logits_BV, jax.random.fold_in(rng, i), sampling, num_tokens)
+        token_B = sample_logits(logits_BV, jax.random.fold_in(rng, i), sampling, cfg.num_emitted_ids)
         token_B = jnp.where(done_B, cfg.pad_id, token_B)  # finished rows idle on pad (its own document)
         new_tokens_BT = jax.lax.dynamic_update_slice(new_tokens_BT, token_B[:, None], (0, i))
         if stop_on_eos:

@@ -30,7 +30,7 @@ def _jitted(cfg: sps_model.ModelConfig):
         logits_BTV = net.apply({"params": params}, tokens_BT, positions_BT)
         logprob_BT = -sps_model.token_nll(logits_BTV, targets_BT)
         # Greedy decoding emits text ids and EOS only: an argmax at <predict> or padding is not what it would emit.
-        greedy_BT = jnp.argmax(logits_BTV[..., :cfg.eos_id + 1], axis=-1) == targets_BT
+        greedy_BT = jnp.argmax(logits_BTV[..., :cfg.num_emitted_ids], axis=-1) == targets_BT
         return logprob_BT, greedy_BT
 
     return target_logprobs
