@@ -308,12 +308,14 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
 
 def check_loaded(config, spec: str, overrides: Sequence[str] = (), run: bool = True) -> None:
     """What a command checks of the config :func:`load_config` made of ``spec`` and ``overrides`` before jax loads:
-    :func:`check_run_config` (where ``run``) and the model's own checks. A refused value that no override names was
-    set by the config file (or its builders), which the sentence then names: it named the field alone, as if an
-    override had set it."""
+    :func:`check_run_config` (where ``run``, else :func:`check_model_section`) and the model's own checks. A refused
+    value that no override names was set by the config file (or its builders), which the sentence then names: it
+    named the field alone, as if an override had set it."""
     try:
         if run:
             check_run_config(config)
+        else:
+            check_model_section(config)
         ModelConfig.from_config(config.model)
     except ValueError as exc:
         leaves = {config_overrides.override_key(item).rpartition(".")[2]
@@ -397,16 +399,23 @@ def _check_known_fields(config) -> None:
                             f"reads only the fields of sps_jax.config.{section_of.__name__}(); rename it, or remove it.")
 
 
+def check_model_section(config) -> None:
+    """A model section with every field of what the model is (else one sentence): a field left out would take
+    ModelConfig's default (the tiny CPU model's), and a missing section would stop in ml_collections' AttributeError
+    where a command reads it."""
+    if not isinstance(config.get("model"), ml_collections.ConfigDict):
+        raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
+                        "(see configs/tiny.py).")
+    config_checks.check_model_fields(config.model)
+
+
 def check_run_config(config) -> None:
     """Every field a training run reads is present and in range (else one sentence naming it)."""
     if not isinstance(config, ml_collections.ConfigDict):
         raise UserError(f"the config is a {type(config).__name__}, not an ml_collections.ConfigDict: pass "
                         "ml_collections.ConfigDict(it), or build it with sps_jax.config.load_config.")
-    if not isinstance(config.get("model"), ml_collections.ConfigDict):
-        raise UserError("the config has no model section: build configs with sps_jax.config.paper_config "
-                        "(see configs/tiny.py).")
+    check_model_section(config)
     _check_known_fields(config)
-    config_checks.check_model_fields(config.model)
     check_ranges(config)
     config_checks.check_labels(config)
     for dotted in _SWITCHES:  # 'no' in a config file is truthy: it would switch TensorBoard on

@@ -582,6 +582,37 @@ def test_cli_a_value_a_config_file_sets_is_refused_naming_the_file_before_jax_lo
         assert len(said) == len(expected) and all(s in line for s, line in zip(expected, said)), (said, stderr[-3000:])
 
 
+# Config files a user writes from scratch (a bare ConfigDict, not configs/tiny.py's), each with the bench commands
+# given it and the words of their sentence: no model section, or one that is no section, or one leaving fields to
+# ModelConfig's defaults (the tiny CPU model's); and a model section alone where the command builds a train step.
+HAND_WRITTEN_CONFIGS = {
+    "c = ml_collections.ConfigDict()": (["smoke", "generate", "train", "compile"], "the config has no model section"),
+    "c = ml_collections.ConfigDict({'model': 5})": (["smoke", "generate", "train", "compile"],
+                                                    "the config has no model section"),
+    "c = ml_collections.ConfigDict({'model': {'variant': 'sps'}})": (
+        ["smoke", "generate", "train", "compile"], "the config's model section has no d_ff, d_model"),
+    "c = ml_collections.ConfigDict({'model': config.model_section('sps', 8)})": (
+        ["train", "compile"], "the config has no train."),
+}
+
+
+def test_cli_the_bench_commands_refuse_a_hand_written_config_without_its_sections_before_jax_loads(tmp_path):
+    """A config file that returns a bare ConfigDict without the sections or fields a bench command reads is refused in
+    one sentence naming the file, as train refuses it, not with ml_collections' AttributeError of a missing field."""
+    argvs, expected = [], []
+    for i, (line, (commands, sentence)) in enumerate(HAND_WRITTEN_CONFIGS.items()):
+        path = tmp_path / f"mine{i}.py"
+        path.write_text("import ml_collections\n\nfrom sps_jax import config\n\n\ndef get_config():\n"
+                        f"    {line}\n    return c\n")
+        for command in commands:
+            argvs.append([command, *(["--target", "h100"] if command == "compile" else []), "--config", str(path)])
+            expected.append(f"config file {path}: {sentence}")
+    answers, stderr = answers_without_jax("sps_jax.bench.__main__", argvs)
+    assert answers == [["2", "False"]] * len(argvs), stderr[-3000:]
+    said = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == len(expected) and all(s in line for s, line in zip(expected, said)), (said, stderr[-3000:])
+
+
 # Overrides of each kind that train refuses before jax loads: a value of another kind, a word no field takes, a model
 # its own checks refuse, and a value a later check refuses.
 REFUSED_OVERRIDES = ["--config.model.window=abc", "--config.train.nonfinite=Skip", "--config.model.num_heads=3",

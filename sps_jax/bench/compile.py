@@ -132,7 +132,7 @@ def check_prefill_chunks(p, args) -> None:
 def _variant_config(args, variant, backend=None):
     """``--config`` with its overrides, switched to ``variant`` (its window rule applied) and, if
     given, to the attention ``backend``."""
-    config = bench.load_config(args.config, args.overrides)
+    config = bench.load_config(args.config, args.overrides, train_step=True)
     if backend is not None:
         config.model.attention = backend
     vis = masks.Visibility(config.model.variant, config.model.window).with_variant(variant)
@@ -156,7 +156,7 @@ def attention_backends(acc, args) -> list[str]:
     if args.attention:
         return args.attention
     if any(config_overrides.override_key(item) == "model.attention" for item in args.overrides):
-        return [bench.load_config(args.config, args.overrides).model.attention]
+        return [bench.load_config(args.config, args.overrides, train_step=True).model.attention]
     return ["auto", "xla"] if acc.platform == "tpu" else ["auto"]
 
 
@@ -470,7 +470,7 @@ def _check_sizes(args, model) -> None:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     sps_config.check_override_values(args.overrides)  # before the config file runs
-    bench.load_config(args.config, args.overrides)  # the config file's own refusals, before jax loads
+    bench.load_config(args.config, args.overrides, train_step=True)  # the config file's own refusals, before jax loads
     with cli_process.stop_exits_while_loading():  # the parser loads no jax; the checks of the programs need it
         import jax
     _check_workload(args)

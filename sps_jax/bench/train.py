@@ -94,7 +94,7 @@ def run_configs(args, overrides, base_vis, variants) -> list[tuple[str, object]]
     configs = []
     for backend in args.attention or [None]:
         for variant in variants:
-            config = bench.load_config(args.config, overrides)
+            config = bench.load_config(args.config, overrides, train_step=True)
             vis = base_vis.with_variant(variant)
             config.model.variant, config.model.window = vis.variant, vis.window
             if backend:
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     check_steps(args.steps, args.warmup)
     bench.check_profile(args)
     sps_config.check_override_values(overrides)  # before the config file runs
-    base = bench.load_config(args.config, overrides)  # the config file's own refusals, before jax too
+    base = bench.load_config(args.config, overrides, train_step=True)  # the config file's own refusals, before jax too
     config_checks.check_batch_and_steps(base)
     with cli_process.stop_exits_while_loading():
         import jax
