@@ -33,6 +33,8 @@ TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 READ_SUFFIXES = TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES  # a folder's files of other suffixes are not read
+# Tables of records in text: a single file of another suffix is read whole as one document, which these are not.
+TABLE_SUFFIXES = (".csv", ".tsv")
 ERRORS = ("strict", "replace")
 STRICT = ERRORS[0]  # the default: a bad byte stops prepare
 BUILTIN = "builtin"  # the source that is the embedded corpus
@@ -365,6 +367,10 @@ def check_source(source: str) -> None:
     if os.path.isfile(source) and source.lower().endswith(reading.COMPRESSED_SUFFIXES):
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
+    if os.path.isfile(source) and source.lower().endswith(TABLE_SUFFIXES):
+        raise UserError(f"source {source!r} is a {source.rpartition('.')[2].upper()} file, whose rows this command "
+                        "does not read as records: write them as JSONL (one object per line with a 'text' field) or "
+                        "Parquet, or give the file a .txt suffix to read it whole as one document.")
     every = None
     if os.path.isdir(source):  # a folder's other files are not its documents, but an archive is: refused, not skipped
         every = _folder_files(source)

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import re
 
 import pytest
 
@@ -51,6 +52,23 @@ def test_a_folders_files_are_read_in_name_order_before_its_subfolders_whatever_o
 def test_a_text_file_of_another_suffix_is_one_document(tmp_path):
     (tmp_path / "README").write_text("a corpus without a suffix")
     assert list(corpus.documents(str(tmp_path / "README"))) == ["a corpus without a suffix"]
+
+
+@pytest.mark.parametrize("name", ["docs.csv", "Export.TSV"])
+def test_cli_a_csv_or_tsv_source_file_is_refused_rather_than_tokenised_whole_as_one_document(tmp_path, name, capsys):
+    # Its rows are records: read as text, the header, every id and every delimiter would be one document's tokens.
+    from sps_jax.data.__main__ import main
+
+    path = tmp_path / name
+    path.write_text("id,text\n1,hello world\n2,goodbye world\n")
+    said = (rf"^source '.*{name}' is a {name.rpartition('.')[2].upper()} file, whose rows this command does not read "
+            r"as records: write them as JSONL \(one object per line with a 'text' field\) or Parquet, or give the file "
+            r"a \.txt suffix to read it whole as one document\.$")
+    with pytest.raises(ValueError, match=said):
+        corpus.check_source(str(path))
+    assert main(["prepare", "--source", str(path), "--out", str(tmp_path / "tokens")]) == 2
+    assert re.match(said, capsys.readouterr().err.removeprefix("error: ").strip())
+    assert not (tmp_path / "tokens").exists()
 
 
 @pytest.mark.parametrize("name", ["docs.jsonl.gz", "corpus.txt.xz", "dump.zip"])
