@@ -330,6 +330,14 @@ def _unknown_part(exc: ValueError, name: str, config: str, split: str) -> UserEr
     return None
 
 
+def _saved_dataset_file(path: str) -> bool:
+    """Whether ``path`` is the file that marks a Hugging Face dataset written by ``save_to_disk``: a DatasetDict's
+    dataset_dict.json, or a Dataset's dataset_info.json beside its state.json."""
+    name = os.path.basename(path)
+    return name == "dataset_dict.json" or (
+        name == "dataset_info.json" and os.path.isfile(os.path.join(os.path.dirname(path), "state.json")))
+
+
 def check_source(source: str) -> None:
     """Fail fast, before any work, on a source that cannot be read."""
     if source == BUILTIN:
@@ -367,6 +375,10 @@ def check_source(source: str) -> None:
     if os.path.isfile(source) and source.lower().endswith(reading.COMPRESSED_SUFFIXES):
         raise UserError(f"source {source!r} is compressed, and only plain text, JSONL and Parquet files are read: "
                         "decompress it and pass the file it holds.")
+    if os.path.isfile(source) and source.lower().endswith(".arrow"):  # binary: else "not text: pass a UTF-8 file"
+        raise UserError(f"source {source!r} is an Arrow file (a Hugging Face dataset's shard), which prepare does not "
+                        "read: write it out with datasets.Dataset.from_file(PATH).to_parquet('train.parquet') and pass "
+                        "that file.")
     if os.path.isfile(source) and source.lower().endswith(TABLE_SUFFIXES):
         raise UserError(f"source {source!r} is a {source.rpartition('.')[2].upper()} file, whose rows this command "
                         "does not read as records: write them as JSONL (one object per line with a 'text' field) or "
@@ -379,6 +391,12 @@ def check_source(source: str) -> None:
         if tokens is not None:  # its manifest.json would be read as JSON Lines and refused as not JSON
             raise UserError(f"source folder {source!r} holds the token folder {tokens}, prepare's output, not a "
                             "corpus: pass a folder of text, JSONL or Parquet files only.")
+        saved = next((p for p in every if _saved_dataset_file(p)), None)
+        if saved is not None:  # its JSON files would be read as JSONL records and refused as lacking a text field
+            raise UserError(f"source folder {source!r} holds a Hugging Face dataset written by save_to_disk ({saved}), "
+                            "whose .arrow files prepare does not read and whose JSON files are its metadata, no "
+                            "documents: write it out with datasets.load_from_disk(PATH).to_parquet('train.parquet') "
+                            "(each split of a DatasetDict alike) and pass that file.")
         packed = [p for p in every if p.lower().endswith(reading.COMPRESSED_SUFFIXES)]
         if packed:
             raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"

@@ -71,6 +71,39 @@ def test_cli_a_csv_or_tsv_source_file_is_refused_rather_than_tokenised_whole_as_
     assert not (tmp_path / "tokens").exists()
 
 
+def _saved_dataset(folder):
+    """The files Hugging Face's Dataset.save_to_disk writes (their content aside)."""
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text('{\n  "_data_files": [\n    {\n      "filename": "data-00000-of-00001.arrow"\n'
+                                       '    }\n  ]\n}')
+    (folder / "dataset_info.json").write_text('{\n  "citation": "",\n  "features": {}\n}')
+    (folder / "data-00000-of-00001.arrow").write_bytes(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+
+
+SAVED_DATASET = (r"holds a Hugging Face dataset written by save_to_disk \({}\), whose \.arrow files prepare does not read "
+                 r"and whose JSON files are its metadata, no documents: write it out with "
+                 r"datasets\.load_from_disk\(PATH\)\.to_parquet\('train\.parquet'\) \(each split of a DatasetDict "
+                 r"alike\) and pass that file\.$")
+
+
+def test_a_hugging_face_dataset_saved_to_disk_is_refused_rather_than_its_metadata_read_as_records(tmp_path):
+    # Read as JSON Lines, a DatasetDict's dataset_dict.json "has no 'text' field: pass --text-field" and a Dataset's
+    # dataset_info.json is "not JSON at line 1": neither says what to do, and the .arrow shards hold the records.
+    _saved_dataset(tmp_path / "one")
+    with pytest.raises(ValueError, match="^source folder '.*one' " + SAVED_DATASET.format(".*one/dataset_info.json")):
+        corpus.check_source(str(tmp_path / "one"))
+    splits = tmp_path / "dict"
+    _saved_dataset(splits / "train")
+    (splits / "dataset_dict.json").write_text('{"splits": ["train"]}')
+    with pytest.raises(ValueError, match="^source folder '.*dict' " + SAVED_DATASET.format(".*dict/dataset_dict.json")):
+        corpus.check_source(str(splits))
+    arrow = tmp_path / "one" / "data-00000-of-00001.arrow"
+    with pytest.raises(ValueError, match=rf"^source '{arrow}' is an Arrow file \(a Hugging Face dataset's shard\), "
+                                         r"which prepare does not read: write it out with datasets\.Dataset\.from_file"
+                                         r"\(PATH\)\.to_parquet\('train\.parquet'\) and pass that file\.$"):
+        corpus.check_source(str(arrow))
+
+
 @pytest.mark.parametrize("name", ["docs.jsonl.gz", "corpus.txt.xz", "dump.zip"])
 def test_a_compressed_source_is_refused_before_it_is_read_as_text(tmp_path, name):
     # x.jsonl.gz was read as text: "not UTF-8 ... pass --errors replace", which would have tokenised its bytes.
