@@ -109,6 +109,9 @@ def parse_json(text: str, path: str, line: int | None = None, hint: str = "", un
         where = f"line {line}, column {e.colno}" if line is not None else f"line {e.lineno}, column {e.colno}"
         # A pretty-printed JSON file read as JSON Lines fails on its first line although it is JSON.
         lines_hint = ": it is read as JSON Lines, one JSON value per line" if line is not None else ""
+        if line is not None and text.strip() in ("[", "{"):  # json.dump(..., indent=2): the value spans lines
+            lines_hint += (f", and its line {line} ({text.strip()!r}) opens a value that spans lines: write each record "
+                           "on a line of its own (jq -c '.[]' for an array)")
         if line is not None and "\r" in text.rstrip("\r\n"):  # a classic Mac file: every record on "line 1"
             lines_hint = (": its lines end in a carriage return alone (\\r), and JSON Lines end in \\n: convert its "
                           "line endings")

@@ -71,6 +71,20 @@ def test_cli_a_csv_or_tsv_source_file_is_refused_rather_than_tokenised_whole_as_
     assert not (tmp_path / "tokens").exists()
 
 
+@pytest.mark.parametrize("records", [[{"text": "a"}, {"text": "b"}], {"text": "a"}])
+def test_a_json_file_of_one_document_across_lines_is_told_to_write_one_record_per_line(tmp_path, records):
+    # json.dump(records, f, indent=2) writes a JSON document whose first line, '[' or '{', opens a value that later
+    # lines close: as JSON Lines its first line is no JSON, though the file is.
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(records, indent=2))
+    opener = "[" if isinstance(records, list) else "{"
+    with pytest.raises(ValueError, match=rf"^{path} is not JSON at line 1, column \d+ \(.*\): it is read as JSON Lines, "
+                                         r"one JSON value per line, and its line 1 \('\{}'\) opens a value that spans "
+                                         r"lines: write each record on a line of its own \(jq -c '\.\[\]' for an "
+                                         r"array\)\.$".format(opener)):
+        list(corpus.documents(str(path)))
+
+
 def _saved_dataset(folder):
     """The files Hugging Face's Dataset.save_to_disk writes (their content aside)."""
     folder.mkdir(parents=True)
