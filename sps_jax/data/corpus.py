@@ -413,6 +413,9 @@ def check_source(source: str) -> None:
     odd = [p for p in paths if path_checks.special_file(p)]
     if odd:
         raise UserError(f"{odd[0]} in source folder {source!r} {NOT_REGULAR}: remove it, or move it out of the folder.")
+    if os.path.isfile(source) and os.path.getsize(source) == 0:  # else "produced no training tokens" once read
+        raise UserError(f"source {source!r} is empty (0 bytes): pass a file that holds documents (a download cut short "
+                        "leaves an empty one).")
 
 
 def check_options(source: str, text_field: str | None = None, hf_split: str | None = None,

@@ -71,6 +71,17 @@ def test_cli_a_csv_or_tsv_source_file_is_refused_rather_than_tokenised_whole_as_
     assert not (tmp_path / "tokens").exists()
 
 
+@pytest.mark.parametrize("name", ["docs.jsonl", "corpus.txt", "shard.parquet"])
+def test_an_empty_source_file_is_said_to_be_empty_before_it_is_read(tmp_path, name):
+    # A download cut short leaves one: "produced no training tokens: check the source and --val-fraction" (or, of a
+    # Parquet file, "not a readable Parquet file") does not say that the file holds nothing.
+    path = tmp_path / name
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=rf"^source '{path}' is empty \(0 bytes\): pass a file that holds documents "
+                                         r"\(a download cut short leaves an empty one\)\.$"):
+        corpus.check_source(str(path))
+
+
 @pytest.mark.parametrize("records", [[{"text": "a"}, {"text": "b"}], {"text": "a"}])
 def test_a_json_file_of_one_document_across_lines_is_told_to_write_one_record_per_line(tmp_path, records):
     # json.dump(records, f, indent=2) writes a JSON document whose first line, '[' or '{', opens a value that later
