@@ -162,13 +162,15 @@ def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, token
 
 
 def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
-                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
+                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None, rows=None):
     """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
 
     ``logits_BV`` are the prompt's last-position logits. ``limit`` (a traced int, optional)
-    stops after that many tokens instead, so one compilation with a bucketed
-    ``max_new_tokens`` serves every smaller count. Returns (tokens [B, max_new_tokens] with
-    ``pad_id`` after a row's EOS or past ``limit``, number of decode steps run, the final cache).
+    stops after that many tokens instead (0: none), so one compilation with a bucketed
+    ``max_new_tokens`` serves every smaller count. ``rows`` (a traced int, optional) says that only
+    the first ``rows`` rows hold prompts: the others (a batch's filler) idle on pad from the start
+    and keep no step running. Returns (tokens [B, max_new_tokens] with ``pad_id`` after a row's EOS,
+    past ``limit`` and in filler rows, number of decode steps run, the final cache).
     The settings, and whether the cache has room for the tokens, are checked first: past its last slot
     the cache's writes would be clamped onto that slot, and the logits would go wrong without a word.
     """
@@ -181,19 +183,22 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     if logits_BV.ndim != 2 or logits_BV.shape[0] != cache.last_token_B.shape[0]:
         raise ValueError(f"logits_BV has shape {tuple(logits_BV.shape)}, not [{cache.last_token_B.shape[0]}, V] of "
                          "the cache's rows: pass the prompt's last-position logits.")
+    if rows is not None and not isinstance(rows, jax.core.Tracer) and not 1 <= int(rows) <= logits_BV.shape[0]:
+        raise ValueError(f"rows={int(rows)} is not a count of the cache's {logits_BV.shape[0]} rows: pass how many "
+                         "of the first rows hold prompts (at least 1).")
     free = kv_cache.free_positions(cache)
     if free is not None and max_new_tokens - 1 > free:  # the first token is sampled from the prompt's logits
         raise ValueError(f"max_new_tokens={max_new_tokens} needs {max_new_tokens - 1} more cache positions, and the "
                          f"cache has {free} left: prefill with a max_len of at least the prompt plus "
                          "max_new_tokens - 1.")
     return _decode_loop(cfg, params, cache, logits_BV, rng, max_new_tokens=max_new_tokens, sampling=sampling,
-                        stop_on_eos=stop_on_eos, limit=limit)
+                        stop_on_eos=stop_on_eos, limit=limit, rows=rows)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
                    donate_argnames=("cache",))
 def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
-                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None):
+                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None, rows=None):
     B = logits_BV.shape[0]
     limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
     params = sps_model.compute_params(params, cfg)  # once, outside the loop
@@ -207,7 +212,9 @@ def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logi
         return token_B, new_tokens_BT, done_B
 
     new_tokens_BT = jnp.full((B, max_new_tokens), cfg.pad_id, jnp.int32)  # T: the new tokens' positions
-    token_B, new_tokens_BT, done_B = pick(0, logits_BV, new_tokens_BT, jnp.zeros((B,), bool))
+    # Filler rows, and every row under a limit of 0, are done before the first token: its pick writes them pad.
+    done_B = (jnp.arange(B) >= (B if rows is None else rows)) | (limit <= 0)
+    token_B, new_tokens_BT, done_B = pick(0, logits_BV, new_tokens_BT, done_B)
 
     def cond(state):
         i, _, _, _, done_B = state
@@ -306,9 +313,11 @@ def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens
     cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=length + buffer - 1,
                            positions_BT=jnp.asarray(positions_BT))
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
-    # Always a traced limit, even when it equals the buffer: None would trace a second program per buffer.
+    # Always a traced limit and row count, even when they equal the buffer and the batch: None would trace a second
+    # program per shape. The all-pad rows that fill a batch then never keep the loop running.
     out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
-                            sampling=sampling, stop_on_eos=stop_on_eos, limit=jnp.asarray(max_new_tokens, jnp.int32))
+                            sampling=sampling, stop_on_eos=stop_on_eos, limit=jnp.asarray(max_new_tokens, jnp.int32),
+                            rows=jnp.asarray(len(prompts), jnp.int32))
     results = []
     for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
         if stop_on_eos and cfg.eos_id in row:

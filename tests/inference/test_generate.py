@@ -188,6 +188,41 @@ def test_decode_loop_limit_stops_before_the_end_of_its_buffer():
     assert out[:3] == decoding.generate(cfg, params, prompt, max_new_tokens=3, stop_on_eos=False)[0]
 
 
+def test_a_decode_loop_limit_of_zero_gives_no_token():
+    """One compiled buffer serves every count up to it, none included: the first token, sampled from the prompt's
+    logits before the loop, took no notice of the limit."""
+    cfg, _, params = small_model("sps", 2)
+    cache, h_BTD = decoding.prefill(cfg, params, jnp.asarray([[9, 8, 7, 6]], jnp.int32), max_len=4 + 8 - 1)
+    logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
+    out, steps, _ = decoding.decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(0), max_new_tokens=8,
+                                         stop_on_eos=False, limit=jnp.asarray(0, jnp.int32))
+    assert np.asarray(out)[0].tolist() == [PAD] * 8 and int(steps) == 0
+
+
+def test_a_bucketed_batch_stops_decoding_when_its_prompts_stop_whatever_its_filler_rows_draw(monkeypatch):
+    """Three prompts fill a batch of four rows; the fourth, all pad, is never returned, so it does not keep the loop
+    going once the prompts' rows have stopped on EOS."""
+    cfg, model, params = small_model("sps", 2)
+    # Pads are documents of their own, so the pad embedding reaches the filler row alone: as token 7's, the filler
+    # row's first token is not EOS, and it would decode on.
+    params = {**params, "embed": params["embed"].at[PAD].set(params["embed"][7])}
+    prompts = [[1], [2], [3]]
+    first_BV = model.apply({"params": params}, jnp.asarray(prompts + [[PAD]], jnp.int32))[:, 0, :EOS + 1]
+    assert np.asarray(jnp.argmax(first_BV, axis=-1)).tolist()[:3] == [EOS] * 3  # the prompts stop at once
+    assert int(jnp.argmax(first_BV[3])) != EOS  # and a filler row does not
+    steps = []
+    loop = decoding.decode_loop
+
+    def counted(*args, **kwargs):
+        out = loop(*args, **kwargs)
+        steps.append(int(out[1]))
+        return out
+
+    monkeypatch.setattr(decoding, "decode_loop", counted)
+    assert decoding.generate_bucketed(cfg, params, prompts, 8, max_batch=4) == [[EOS]] * 3
+    assert steps == [0]
+
+
 def test_rows_stop_on_eos_independently_and_idle_on_pad():
     cfg, _, params = small_model("sps", 2)
     cache, h_BTD = decoding.prefill(cfg, params, jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32), max_len=8)
@@ -257,6 +292,10 @@ def test_decoding_past_the_caches_room_or_with_bad_settings_is_refused_before_an
         decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, sampling=Sampling(temperature=-1.0))
     with pytest.raises(TypeError, match=r"^rng must be a jax PRNG key, got the integer 7: pass jax\.random\.PRNGKey\(7\)"):
         decoding.decode_loop(cfg, params, cache, logits, 7, max_new_tokens=3)  # jax's "invalid PRNG key data"
+    for rows in (0, 2):  # the cache has one row
+        with pytest.raises(ValueError, match=rf"^rows={rows} is not a count of the cache's 1 rows: pass how many of "
+                                             r"the first rows hold prompts \(at least 1\)\.$"):
+            decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, rows=rows)
     out, steps, cache = decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, stop_on_eos=False)
     assert out.shape == (1, 3) and int(steps) == 2
     with pytest.raises(ValueError, match=r"^the cache is full \(7 positions\): prefill with a larger max_len\.$"):
