@@ -117,8 +117,9 @@ def test_two_x_memory_is_sps_with_unbounded_window_bit_for_bit(make_model):
     model_2x, params = make_model("two_x_memory", None, seq_len=T)
     model_sps, _ = make_model("sps", T, seq_len=T)
     tokens = random_tokens(np.random.default_rng(0), 2, T)
-    a = model_2x.apply({"params": params}, tokens)
-    b = model_sps.apply({"params": params}, tokens)
+    # Compiled: one program each instead of hundreds of eager ops.
+    a = jax.jit(model_2x.apply)({"params": params}, tokens)
+    b = jax.jit(model_sps.apply)({"params": params}, tokens)
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -511,6 +512,6 @@ def test_given_document_ids_are_read_as_runs_by_every_backend_under_jit_too(make
         model, params = make_model("sps", 2, attention=backend)
         logits[backend] = np.asarray(jax.jit(model.apply)({"params": params}, tokens, None, doc_ids))
     runs = make_model("sps", 2, attention="xla")
-    as_runs = np.asarray(runs[0].apply({"params": runs[1]}, tokens, None, jnp.asarray([[0, 0, 1, 1, 2, 2, 3, 3]])))
+    as_runs = np.asarray(jax.jit(runs[0].apply)({"params": runs[1]}, tokens, None, jnp.asarray([[0, 0, 1, 1, 2, 2, 3, 3]])))
     for backend, out in logits.items():
         np.testing.assert_allclose(out, as_runs, atol=2e-5, err_msg=backend)

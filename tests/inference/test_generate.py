@@ -54,7 +54,7 @@ def test_prefill_plus_decode_equals_full_forward_at_every_position(variant, wind
     tokens[1, 6] = EOS    # the prompt ends with EOS: decoding starts a new document
     tokens[1, 16] = EOS
     tokens = jnp.asarray(tokens, jnp.int32)
-    full_BTV = model.apply({"params": params}, tokens)
+    full_BTV = jax.jit(model.apply)({"params": params}, tokens)
     got_BTV, cache = cached_logits(cfg, params, tokens, prompt_len)
     # 13 decode steps through a ring of w + 1 slots wrap around several times for small w.
     np.testing.assert_allclose(np.asarray(got_BTV), np.asarray(full_BTV), rtol=1e-5, atol=1e-5)
@@ -106,7 +106,7 @@ def test_a_cache_missing_the_ring_would_change_the_logits():
     good_BV, _ = decode_step(cfg, params, cache, tokens[:, 8])
     blind = cache.replace(ring_doc_BR=jnp.full_like(cache.ring_doc_BR, -1))
     blind_BV, _ = decode_step(cfg, params, blind, tokens[:, 8])
-    full_BV = model.apply({"params": params}, tokens[:, :9])[:, -1]
+    full_BV = jax.jit(model.apply)({"params": params}, tokens[:, :9])[:, -1]
     np.testing.assert_allclose(np.asarray(good_BV), np.asarray(full_BV), rtol=1e-5, atol=1e-5)
     assert np.abs(np.asarray(blind_BV) - np.asarray(full_BV)).max() > 1e-3
 
@@ -126,7 +126,7 @@ def test_decode_logits_of_left_padded_rows_in_their_first_document_equal_each_ro
     alone_BT = np.zeros((len(rows), max(map(len, rows)) + fed_BS.shape[1]), np.int32)
     for b, row in enumerate(rows):
         alone_BT[b, :len(row) + fed_BS.shape[1]] = row + fed_BS[b].tolist()
-    alone_BTV = np.asarray(model.apply({"params": params}, jnp.asarray(alone_BT)))
+    alone_BTV = np.asarray(jax.jit(model.apply)({"params": params}, jnp.asarray(alone_BT)))
     for s in range(fed_BS.shape[1]):
         step_BV, cache = decode_step(cfg, params, cache, jnp.asarray(fed_BS[:, s]))
         for b, row in enumerate(rows):
