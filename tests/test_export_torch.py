@@ -155,7 +155,7 @@ def test_their_forward_on_the_exported_file_gives_our_logits(tmp_path, variant, 
     net, params, _ = runs.load_model(run)
     eos = SMALL["eos_id"]
     tokens = [5, 17, 3, 44, eos, 9, 9, 12, 30, 2, 1, 58, eos, 7, 7, 40]
-    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+    ours = np.asarray(jax.jit(net.apply)({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
     theirs = numpy_forward(sd, tokens, variant, window, H, SMALL["predict_id"], eos, SMALL["pad_id"])
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
 

@@ -61,7 +61,7 @@ def authors_checkpoint(sd, window=1, target="modeling.models.sps.SPSModel", **ch
 def logits_match(run, sd, variant="sps", window=2, rope_theta=10000.0):
     net, params, step = runs.load_model(str(run))
     tokens = [5, 17, 3, 44, EOS, 9, 9, 12, 30, 2, 1, 58]
-    ours = np.asarray(net.apply({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
+    ours = np.asarray(jax.jit(net.apply)({"params": params}, jnp.asarray([tokens], jnp.int32))[0])
     theirs = numpy_forward({k.replace("_orig_mod.", ""): v.numpy() for k, v in sd.items()}, tokens, variant, window,
                            H, PREDICT, EOS, PAD, rope_theta)
     np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=2e-4)
