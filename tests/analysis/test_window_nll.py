@@ -1,5 +1,6 @@
 """The persistent-window ablation: delta is exactly zero where the masks agree, and M_omega uses the rule's mask."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -104,7 +105,7 @@ def test_the_curves_are_each_models_own_nll_and_delta_is_the_ablated_minus_the_v
     out = window_nll.window_nll_deltas(model, params, [doc], omega, context=20, batch=1, log=lambda *_: None)
 
     def nll(cfg):
-        logits = np.asarray(sps_model.Transformer(cfg).apply({"params": params}, doc[None, :-1]), np.float64)[0]
+        logits = np.asarray(jax.jit(sps_model.Transformer(cfg).apply)({"params": params}, doc[None, :-1]), np.float64)[0]
         top = logits.max(-1, keepdims=True)
         log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
         return -log_probs[np.arange(len(doc) - 1), doc[1:]]

@@ -54,7 +54,7 @@ def check_decoding_equals_the_full_forward(variant, kernels, monkeypatch, T=32, 
     tokens = np.random.default_rng(1).integers(0, 50, (2, T))
     tokens[0, 22] = EOS  # decoding across an EOS: the past interval restarts
     tokens = jnp.asarray(tokens, jnp.int32)
-    full_BTV = model.apply({"params": params}, tokens)
+    full_BTV = jax.jit(model.apply)({"params": params}, tokens)
     cache, _ = decoding.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
     step = jax.jit(decoding.decode_step, static_argnums=0)  # a fresh trace, through the patched kernel choice
     for i in range(prompt_len, T):
@@ -153,7 +153,7 @@ def test_decoding_as_traced_for_a_tpu_equals_the_full_forward(monkeypatch):
     cfg, model, params = small_model("sps", 3)
     T, prompt_len = 24, 12
     tokens = jnp.asarray(np.random.default_rng(3).integers(0, 50, (2, T)), jnp.int32)
-    full_BTV = model.apply({"params": params}, tokens)
+    full_BTV = jax.jit(model.apply)({"params": params}, tokens)
     cache, _ = decoding.prefill(cfg, params, tokens[:, :prompt_len], max_len=T)
     step = jax.jit(decoding.decode_step, static_argnums=0)
     for i in range(prompt_len, T):

@@ -79,7 +79,7 @@ def check_chunked_prefill(variant, window, chunk, **overrides):
     chunked = dataclasses.replace(cfg, prefill_chunk=chunk)
     got_cache, got_h_BTD = decoding.prefill(chunked, params, tokens_BT, max_len=max_len, positions_BT=positions_BT)
     # The reference is the training forward (no cache), on the same padded rows.
-    full_BTV = model.apply({"params": params}, tokens_BT, positions_BT)
+    full_BTV = jax.jit(model.apply)({"params": params}, tokens_BT, positions_BT)
     np.testing.assert_allclose(np.asarray(sps_model.unembed(got_h_BTD, params["embed"])), np.asarray(full_BTV),
                                rtol=1e-5, atol=1e-5)
     assert_same_cache(got_cache, want_cache, PROMPT)
@@ -95,7 +95,7 @@ def test_decoding_after_a_chunked_prefill_equals_the_full_forward():
         logits_BV, cache = step(cfg, params, cache, tokens_BT[:, i])
         logits.append(logits_BV[:, None])
     np.testing.assert_allclose(np.asarray(jnp.concatenate(logits, axis=1)),
-                               np.asarray(model.apply({"params": params}, tokens_BT)), rtol=1e-5, atol=1e-5)
+                               np.asarray(jax.jit(model.apply)({"params": params}, tokens_BT)), rtol=1e-5, atol=1e-5)
 
 
 def test_the_persistent_keys_are_read_in_blocks_smaller_than_the_cache(monkeypatch):
@@ -105,7 +105,7 @@ def test_the_persistent_keys_are_read_in_blocks_smaller_than_the_cache(monkeypat
     tokens_BT = jnp.asarray(np.random.default_rng(6).integers(0, 50, (2, 23)), jnp.int32)
     _, h_BTD = decoding.prefill(cfg, params, tokens_BT, max_len=23)
     np.testing.assert_allclose(np.asarray(sps_model.unembed(h_BTD, params["embed"])),
-                               np.asarray(model.apply({"params": params}, tokens_BT)), rtol=1e-5, atol=1e-5)
+                               np.asarray(jax.jit(model.apply)({"params": params}, tokens_BT)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True])
