@@ -399,10 +399,19 @@ def _schedule_note(saved, t, start_step: int, tokens_per_step: int) -> str | Non
             f"run's schedule gave {old:.3g}.")
 
 
-def _nothing_to_train(start_step: int, end: int, t) -> str:
-    field = "train.stop_at_step" if t.stop_at_step == end else "train.total_tokens"  # the one that ends it
-    return (f"step {start_step} is already at this run's end, step {end} ({field}): nothing to train; raise "
-            "train.total_tokens or train.stop_at_step to train on.")
+def _nothing_to_train(start_step: int, p: TrainPlan, t) -> str:
+    """The sentence of a rerun with nothing left to train, naming what to raise: a stop_at_step past the schedule's
+    end stops nothing, so raising it alone trains no step."""
+    stopped = t.stop_at_step == p.end_step  # the field that ends it (the schedule may end there too)
+    tokens = f"train.total_tokens ({int(t.total_tokens):,} here, {p.tokens_per_step:,} a step)"
+    if not stopped:
+        advice = f"raise {tokens}"
+    elif p.end_step < p.total_steps:
+        advice = f"raise train.stop_at_step (the schedule ends at step {p.total_steps}), or set it to 0,"
+    else:
+        advice = f"raise {tokens} and train.stop_at_step (or set it to 0)"
+    return (f"step {start_step} is already at this run's end, step {p.end_step} "
+            f"({'train.stop_at_step' if stopped else 'train.total_tokens'}): nothing to train; {advice} to train on.")
 
 
 def _run_line(config, p: TrainPlan, devices, compile_s: float) -> str:
@@ -695,7 +704,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
                 run, ckpts, source, dataset, config, workdir, log)
             _say_start_notes(workdir, p, t, start_step, resume_note, saved)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
-                log(_nothing_to_train(start_step, p.end_step, t))
+                log(_nothing_to_train(start_step, p, t))
                 _draw_lost_plot(workdir)
                 return _recorded_summary(workdir, start_step)
             _align_run_folder(workdir, config, backend, start_step, saved)
@@ -703,6 +712,8 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
             if jax.process_index() == 0:  # before compiling: a W&B login that fails is said at once
                 writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
             carry = _Carry(params, opt_state, iterator, start_step)
+            if start_step:  # a resumed leg that stops before its next validation sums up with the run's last one
+                _, carry.val_loss, carry.val_step = _recorded_losses(workdir, start_step)
             leg = _compiled_leg(config, p, run, devices, carry, workdir=workdir, val=val, ckpts=ckpts, writer=writer,
                                 elapsed_before_s=elapsed_before_s, on_step=on_step, log=log)
             _run_steps(leg, carry)
@@ -733,17 +744,22 @@ def _summary(workdir, step, loss=None, val_loss=None, val_step=None, stopped_by=
             "skipped_updates": skipped_updates, "workdir": workdir}
 
 
-def _recorded_summary(workdir: str, step: int) -> dict:
-    """The summary of a call that trained nothing (the run was at its end): the last training and validation losses
-    metrics.jsonl records up to ``step``, those the leg that reached it printed, rather than nulls that read as a run
-    that never measured them."""
+def _recorded_losses(workdir: str, step: int) -> tuple:
+    """The last training loss and the last validation (loss, step) metrics.jsonl records up to ``step``, each None
+    where it records none."""
     loss, val_loss, val_step = None, None, None
     for record in metrics.read(workdir):  # in step order (metrics.read refuses any other)
         if record["step"] <= step:
             loss = record.get("loss", loss)
             if "val_loss" in record:
                 val_loss, val_step = record["val_loss"], record["step"]
-    return _summary(workdir, step, loss, val_loss, val_step)
+    return loss, val_loss, val_step
+
+
+def _recorded_summary(workdir: str, step: int) -> dict:
+    """The summary of a call that trained nothing (the run was at its end): the losses the leg that reached it
+    printed, rather than nulls that read as a run that never measured them."""
+    return _summary(workdir, step, *_recorded_losses(workdir, step))
 
 
 def _named_for_its_model(config):

@@ -1303,6 +1303,35 @@ def test_cli_a_second_training_process_refused_leaves_the_first_ones_run_folder_
         assert os.listdir(workdir) == ["checkpoints"]
 
 
+def test_cli_a_rerun_past_its_end_names_only_the_field_whose_raise_trains_on(tmp_path, tokens, reference):
+    # It said "raise train.total_tokens or train.stop_at_step" at the schedule's end, where a stop_at_step past the
+    # schedule trains nothing.
+    workdir = tmp_path / "run"
+    shutil.copytree(reference, workdir)
+    at_end = train_here(workdir, tokens, STEPS)
+    assert at_end.status == 0, at_end.stderr
+    assert (f"nothing to train; raise train.total_tokens ({STEPS * 256:,} here, 256 a step) to train on."
+            in at_end.stdout), at_end.stdout
+    stopped = train_here(workdir, tokens, STEPS + 4, "--config.train.stop_at_step=3")
+    assert (f"nothing to train; raise train.stop_at_step (the schedule ends at step {STEPS + 4}), or set it to 0, to "
+            "train on." in stopped.stdout), stopped.stdout
+    both = train_here(workdir, tokens, STEPS, f"--config.train.stop_at_step={STEPS}")
+    assert (f"nothing to train; raise train.total_tokens ({STEPS * 256:,} here, 256 a step) and train.stop_at_step (or "
+            "set it to 0) to train on." in both.stdout), both.stdout
+
+
+def test_cli_a_resumed_leg_that_does_not_validate_sums_up_with_the_runs_last_validation(tmp_path, tokens, reference):
+    # Its summary said "val_loss": null, as of a run that never measured one, while metrics.jsonl held step 6's.
+    workdir = tmp_path / "run"
+    shutil.copytree(reference, workdir)
+    last = [r for r in metrics.read(str(reference)) if "val_loss" in r][-1]
+    assert last["step"] == STEPS
+    leg = train_here(workdir, tokens, STEPS + 4, f"--config.train.stop_at_step={STEPS + 1}")  # eval_every is 4
+    assert leg.status == 0, leg.stderr
+    summary = json.loads(leg.stdout.splitlines()[-1])
+    assert (summary["step"], summary["val_loss"], summary["val_step"]) == (STEPS + 1, last["val_loss"], STEPS)
+
+
 def test_a_training_process_that_takes_its_run_folder_deletes_what_a_killed_one_left_half_written(tmp_path):
     # A SIGKILL while a leg drew loss.png left loss.png.<pid>.<n>.partial in the run folder for good.
     stale = ["loss.png.4242.3.partial", "config.json.17.0.partial", "metrics.jsonl.9.12.partial"]
