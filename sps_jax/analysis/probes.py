@@ -236,11 +236,14 @@ def _check_inputs(args) -> list:
         if args.command == "gradients":
             # positions_per_doc source positions i, each with i - min_offset >= 0 and i + max_offset a loss
             # position (below the context and the document's last token)
-            span = args.min_offset + args.max_offset + args.positions_per_doc
-            if span > _context(args, cfg):
+            span, context = args.min_offset + args.max_offset + args.positions_per_doc, _context(args, cfg)
+            if span > context:
+                # The largest --max-offset that fits, since the paper's 512 meets a small run's context
+                fits = context - args.min_offset - args.positions_per_doc
                 raise UserError(f"--min-offset {args.min_offset} + --max-offset {args.max_offset} + "
-                                f"--positions-per-doc {args.positions_per_doc} exceed the context of "
-                                f"{_context(args, cfg)} positions of {w}: lower them.")
+                                f"--positions-per-doc {args.positions_per_doc} exceed the context of {context} "
+                                f"positions of {w}: lower them to a sum of at most {context}"
+                                + (f" (--max-offset {fits} with the others as given)." if fits >= 0 else "."))
             flags = "--min-offset/--max-offset/--positions-per-doc"
         else:
             flags = "--min-tokens"

@@ -166,6 +166,11 @@ def test_settings_no_context_or_document_can_meet_stop_before_any_weights_load(c
     for argv, needle in (
             (["gradients", *common, "--context", "16", "--max-offset", "8", "--positions-per-doc", "9"],
              "--min-offset 0 + --max-offset 8 + --positions-per-doc 9 exceed the context of 16 positions"),
+            # before: "lower them", with no word of what fits
+            (["gradients", *common, "--context", "16", "--max-offset", "12", "--positions-per-doc", "8"],
+             "lower them to a sum of at most 16 (--max-offset 8 with the others as given)."),
+            (["gradients", *common, "--context", "16", "--max-offset", "1", "--positions-per-doc", "17"],
+             "lower them to a sum of at most 16."),
             (["window-nll", *common, "--min-tokens", "41"], "no document of at least 41 tokens: lower --min-tokens"),
             # before: cut to the run's context without a word, while the settings recorded 100000
             (["window-nll", *common, "--context", "100000"], "--context 100000 is beyond the context of")):
