@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import sps_jax.evaluation
 from sps_jax import cli, model as sps_model, runs
 from sps_jax.evaluation import evaluate, lm_eval_adapter, lm_eval_tasks, paper_tasks
 from sps_jax.inference import scoring
@@ -94,6 +95,24 @@ def test_evaluate_checkpoint_writes_the_contract_fields(tmp_path, local_tasks):
     assert set(result) >= {"run", "variant", "window", "scale", "step", "tokens_seen", "val_nll", "corpus_nll",
                            "corpus_nll_avg", "tasks", "task_accuracy_avg"}
     assert result["other_tasks"]["tiny_mc"]["acc"] == pytest.approx(expected_mc(net, params)[0])
+
+
+def test_cli_tasks_without_lm_eval_installed_name_the_eval_extra_before_any_weights_load(tmp_path, monkeypatch):
+    # It ended in a ModuleNotFoundError traceback (status 1) once the run's checkpoint was listed.
+    save_tiny_run(tmp_path / "run")
+    for name in [n for n in sys.modules if n == "lm_eval" or n.startswith("lm_eval.")] or ["lm_eval"]:
+        monkeypatch.setitem(sys.modules, name, None)  # not installed: its imports fail, find_spec finds none
+    monkeypatch.delitem(sys.modules, "sps_jax.evaluation.lm_eval_adapter")  # imported again, as in a fresh process
+    monkeypatch.delattr(sps_jax.evaluation, "lm_eval_adapter")
+    monkeypatch.setattr(runs, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    outcome = fuzz.call(evaluate.main, ["--workdir", str(tmp_path / "run"), "--tasks", "arc_easy",
+                                        "--out", str(tmp_path / "arc.json")])
+    assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
+    assert outcome.stderr.strip().endswith("error: lm-eval tasks need the lm-eval package: pip install -e '.[eval]' "
+                                           "(the validation NLL needs none)."), outcome.stderr
+    with pytest.raises(cli.MissingPackage, match=r"pip install -e '\.\[eval\]'"):
+        evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["arc_easy"])
+    assert not (tmp_path / "arc.json").exists()
 
 
 def test_cli_writes_one_json_per_checkpoint(tmp_path):
