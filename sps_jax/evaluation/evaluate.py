@@ -27,19 +27,6 @@ from sps_jax.inference import batching
 # argument need not wait for: the functions that use them import them.
 
 
-def _lm_eval_adapter():
-    """``sps_jax.evaluation.lm_eval_adapter``, or, where lm-eval (or the torch it imports) is not installed, one
-    sentence naming the ``eval`` extra, before any weights load."""
-    try:
-        from sps_jax.evaluation import lm_eval_adapter
-    except ModuleNotFoundError as e:
-        if (e.name or "").partition(".")[0] not in ("lm_eval", "torch"):
-            raise
-        raise cli.MissingPackage(f"lm-eval tasks need the {e.name.partition('.')[0].replace('_', '-')} package: "
-                                 "pip install -e '.[eval]' (the validation NLL needs none).") from None
-    return lm_eval_adapter
-
-
 def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: str | None = None,
                         val_tokens: int | None = None, val_batch_size: int = sps_config.VAL_BATCH, task_data=None,
                         include_path=None, limit=None, batch_size: int = batching.MAX_BATCH, tokenizer=None,
@@ -61,7 +48,7 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
             raise ValueError(f"{name} must be at least 1, got {value}.")
     lm_eval_tasks.check_limit(limit)  # run_lm_eval says it too, but only after the validation NLL
     if keys:
-        lm_eval_adapter = _lm_eval_adapter()
+        lm_eval_adapter = lm_eval_tasks.adapter()
         paper_tasks.check_task_data(task_data, keys)
         tokenizer = tokenizer or lm_eval_adapter.GPT2Text(tokenizer_path)
     elif task_data:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from sps_jax import arguments, cli
-from sps_jax.evaluation import lm_eval_adapter  # noqa: F401  (registers "sps_jax")
+from sps_jax.evaluation import lm_eval_tasks
 
 
 def _quiet_git_hash():
@@ -35,6 +35,7 @@ def main(argv=None) -> None:
     if argv == ["--version"]:  # lm-eval's parser has no --version; a bug report needs both packages'
         print(f"{arguments.version()}; lm-eval {arguments.distribution_version('lm_eval')}")
         return
+    lm_eval_tasks.adapter()  # registers "sps_jax" with lm-eval, or names the extra that installs it
     from lm_eval import evaluator
     from lm_eval.__main__ import cli_evaluate
 
@@ -60,6 +61,8 @@ def _model_args_checked_first():
     if not isinstance(from_cli, classmethod):
         yield
         return
+
+    lm_eval_adapter = lm_eval_tasks.adapter()
 
     def checked(cls, namespace):
         config = from_cli.__func__(cls, namespace)

@@ -15,6 +15,20 @@ from sps_jax import arguments, cli, path_checks
 from sps_jax.evaluation import paper_tasks
 
 
+def adapter():
+    """``sps_jax.evaluation.lm_eval_adapter``, which registers the ``sps_jax`` model with lm-eval, or, where lm-eval
+    (or the torch it imports) is not installed, one sentence naming the ``eval`` extra, before any weights load."""
+    try:
+        from sps_jax.evaluation import lm_eval_adapter
+    except ModuleNotFoundError as e:
+        package = (e.name or "").partition(".")[0]
+        if package not in ("lm_eval", "torch"):
+            raise
+        raise cli.MissingPackage(f"lm-eval tasks need the {package.replace('_', '-')} package: pip install -e "
+                                 "'.[eval]' (the validation NLL needs none).") from None
+    return lm_eval_adapter
+
+
 @functools.cache
 def task_manager(include_path: str | None = None, include_defaults: bool = True):
     """lm-eval's TaskManager over this package's task YAMLs, ``include_path`` and (``include_defaults``) lm-eval's

@@ -13,6 +13,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # the
 from sps_jax import model as sps_model, runs
 from sps_jax.evaluation import lm_eval_adapter, lm_eval_tasks, paper_tasks
 from sps_jax.inference import scoring
+from tests import fuzz
 from tests.evaluation.helpers import (CharTokenizer, CORPUS_DOCS, direct_logits, direct_logprobs,
                                       expected_mc, requests, rolling_logprob, save_tiny_run, tiny)
 from tests.helpers import REPO, env, own_lines, run_module
@@ -248,6 +249,21 @@ def test_cli_lm_eval_help_that_cannot_be_written_is_not_a_success():
     assert (proc.returncode, own_lines(proc.stderr)) == (
         2, ["error: standard output: No space left on device: free disk space where it is redirected, or redirect it "
             "elsewhere, then rerun the command."]), proc.stderr
+
+
+def test_cli_lm_eval_cli_without_lm_eval_installed_names_the_eval_extra(monkeypatch):
+    # Its import of the adapter ended in a ModuleNotFoundError traceback, its --help too.
+    import sps_jax.evaluation
+    from sps_jax.evaluation import lm_eval_cli
+
+    for name in [n for n in sys.modules if n == "lm_eval" or n.startswith("lm_eval.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # not installed: its imports fail
+    monkeypatch.delitem(sys.modules, "sps_jax.evaluation.lm_eval_adapter")  # imported again, as in a fresh process
+    monkeypatch.delattr(sps_jax.evaluation, "lm_eval_adapter")
+    outcome = fuzz.call(lm_eval_cli.main, ["--help"])
+    assert outcome.status == 2 and outcome.problem() is None, outcome
+    assert outcome.stderr == ("error: lm-eval tasks need the lm-eval package: pip install -e '.[eval]' (the "
+                              "validation NLL needs none).\n"), outcome.stderr
 
 
 def test_cli_lm_eval_records_the_commit_without_gits_fatal_line_outside_a_checkout(tmp_path, monkeypatch, capfd):
