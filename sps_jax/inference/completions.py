@@ -54,9 +54,9 @@ def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, names=
 def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
                  batch_size: int = batching.MAX_BATCH, sampling: Sampling = Sampling(), seed: int = DEFAULT_SEED,
                  stop_on_eos: bool = True, progress: Optional[Callable[[int], None]] = None) -> list[dict]:
-    """:func:`complete` of prompts already encoded (:func:`encode`): ``batch_size`` at a time in the order given, batch
-    b sampling with ``decoding.batch_seed(seed, b * batch_size)``; ``progress(n)`` after each batch, with the prompts
-    done so far."""
+    """:func:`complete` of prompts already encoded (:func:`encode`): ``batch_size`` at a time in the order given, each
+    prompt sampling with keys of ``seed`` and its index in ``prompts`` (whatever ``batch_size``);
+    ``progress(n)`` after each batch, with the prompts done so far."""
     from sps_jax import model as sps_model
     from sps_jax.data import tokenizer
     from sps_jax.inference import decoding
@@ -69,8 +69,8 @@ def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: 
     for first in range(0, len(prompts), batch_size):
         batch = prompts[first:first + batch_size]
         outs = decoding.generate(cfg, params, batch, max_new_tokens, sampling=sampling,
-                                 seed=decoding.batch_seed(seed, first), stop_on_eos=stop_on_eos,
-                                 pad_to_multiple=PAD_TO_MULTIPLE)
+                                 seed=seed, stop_on_eos=stop_on_eos, pad_to_multiple=PAD_TO_MULTIPLE,
+                                 first_index=first)
         for prompt, new in zip(batch, outs):
             stopped = stop_on_eos and bool(new) and new[-1] == cfg.eos_id
             results.append({"completion": tokenizer.decode(new[:-1] if stopped else new),

@@ -24,7 +24,7 @@ from sps_jax import model as sps_model
 from sps_jax.inference import kv_cache
 from sps_jax.inference import batching
 from sps_jax.inference.batching import bucket, left_pad, token_ids
-from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling, sample_logits
+from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling, row_keys, sample_logits
 
 
 def prefill(cfg: sps_model.ModelConfig, params, tokens_BT, max_len: int, positions_BT=None):
@@ -162,15 +162,18 @@ def decode_step(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, token
 
 
 def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
-                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None, rows=None):
+                sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None, rows=None, index_B=None):
     """Sample ``max_new_tokens`` tokens per row on device: one ``lax.while_loop``, the cache donated.
 
     ``logits_BV`` are the prompt's last-position logits. ``limit`` (a traced int, optional)
     stops after that many tokens instead (0: none), so one compilation with a bucketed
     ``max_new_tokens`` serves every smaller count. ``rows`` (a traced int, optional) says that only
     the first ``rows`` rows hold prompts: the others (a batch's filler) idle on pad from the start
-    and keep no step running. Returns (tokens [B, max_new_tokens] with ``pad_id`` after a row's EOS,
-    past ``limit`` and in filler rows, number of decode steps run, the final cache).
+    and keep no step running. ``index_B`` (a traced [B] int, optional; 0..B-1 by default) is each row's
+    prompt's index among the caller's prompts: row b's draws are keyed by ``rng``, ``index_B[b]`` and the
+    step alone (:func:`sampling.row_keys`), so a prompt samples the same tokens whatever batch or row it is in.
+    Returns (tokens [B, max_new_tokens] with ``pad_id`` after a row's EOS, past ``limit`` and in filler rows,
+    number of decode steps run, the final cache).
     The settings, and whether the cache has room for the tokens, are checked first: past its last slot
     the cache's writes would be clamped onto that slot, and the logits would go wrong without a word.
     """
@@ -186,25 +189,30 @@ def decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logit
     if rows is not None and not isinstance(rows, jax.core.Tracer) and not 1 <= int(rows) <= logits_BV.shape[0]:
         raise ValueError(f"rows={int(rows)} is not a count of the cache's {logits_BV.shape[0]} rows: pass how many "
                          "of the first rows hold prompts (at least 1).")
+    if index_B is not None and (jnp.shape(index_B) != (logits_BV.shape[0],)
+                                or not jnp.issubdtype(jnp.result_type(index_B), jnp.integer)):
+        raise ValueError(f"index_B is {jnp.result_type(index_B)} of shape {tuple(jnp.shape(index_B))}: pass each "
+                         f"row's prompt index, integers of shape ({logits_BV.shape[0]},).")
     free = kv_cache.free_positions(cache)
     if free is not None and max_new_tokens - 1 > free:  # the first token is sampled from the prompt's logits
         raise ValueError(f"max_new_tokens={max_new_tokens} needs {max_new_tokens - 1} more cache positions, and the "
                          f"cache has {free} left: prefill with a max_len of at least the prompt plus "
                          "max_new_tokens - 1.")
     return _decode_loop(cfg, params, cache, logits_BV, rng, max_new_tokens=max_new_tokens, sampling=sampling,
-                        stop_on_eos=stop_on_eos, limit=limit, rows=rows)
+                        stop_on_eos=stop_on_eos, limit=limit, rows=rows, index_B=index_B)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new_tokens", "sampling", "stop_on_eos"),
                    donate_argnames=("cache",))
 def _decode_loop(cfg: sps_model.ModelConfig, params, cache: kv_cache.Cache, logits_BV, rng, *, max_new_tokens: int,
-                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None, rows=None):
+                 sampling: Sampling = Sampling(), stop_on_eos: bool = True, limit=None, rows=None, index_B=None):
     B = logits_BV.shape[0]
+    index_B = jnp.arange(B, dtype=jnp.int32) if index_B is None else index_B
     limit = max_new_tokens if limit is None else jnp.minimum(limit, max_new_tokens)
     params = sps_model.compute_params(params, cfg)  # once, outside the loop
 
     def pick(i, logits_BV, new_tokens_BT, done_B):
-        token_B = sample_logits(logits_BV, jax.random.fold_in(rng, i), sampling, cfg.num_emitted_ids)
+        token_B = sample_logits(logits_BV, row_keys(rng, index_B, i), sampling, cfg.num_emitted_ids)
         token_B = jnp.where(done_B, cfg.pad_id, token_B)  # finished rows idle on pad (its own document)
         new_tokens_BT = jax.lax.dynamic_update_slice(new_tokens_BT, token_B[:, None], (0, i))
         if stop_on_eos:
@@ -237,6 +245,9 @@ decode_loop.lower = _decode_loop.lower
 
 
 # ----------------------------------------------------------------------------- host-level API
+
+INDEX_LIMIT = 2 ** 31  # prompt indices lie in [0, INDEX_LIMIT): they key the draws as int32
+
 
 def check_prompts(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                   names: Optional[Sequence[str]] = None, limit_name: str = "max_new_tokens") -> list[list[int]]:
@@ -283,7 +294,7 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         raise ValueError(f"top_k={sampling.top_k} and top_p={sampling.top_p} filter sampling, but temperature 0 is "
                          "greedy decoding: pass a temperature above 0 to sample, or leave the filters at 0 and 1.")
     if hasattr(seed, "dtype") and jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key) or getattr(seed, "shape", ()):
-        # a key (its repr runs over two lines): generation makes each batch's key from the seed (batch_seed)
+        # a key (its repr runs over two lines): generation makes every prompt's keys from the seed (row_keys)
         raise TypeError(f"seed must be an integer, got a jax array of shape {tuple(seed.shape)}: pass the int a key "
                         "is made from, e.g. seed=0.")
     if not 0 <= arguments.integer(seed, "seed") < SEED_LIMIT:  # 2**63 would overflow inside jax's key
@@ -293,22 +304,12 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         arguments.at_least(name, value, 1)
 
 
-def batch_seed(seed: int, first: int) -> int:
-    """The sampling seed of the batch whose first prompt is number ``first`` of a run seeded ``seed``.
-
-    ``seed + first`` would give seed 1's batches the samples of seed 0's next ones; a hash of the pair gives
-    every (seed, batch) its own stream. The first batch keeps ``seed`` itself, so one batch samples as
-    :func:`generate` with that seed does.
-    """
-    if first == 0:
-        return seed
-    return int(np.random.SeedSequence((seed, first)).generate_state(1, np.uint32)[0] >> 1)  # in [0, 2**31)
-
-
 def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
-                     buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool) -> list[list[int]]:
+                     buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool,
+                     indices: Sequence[int]) -> list[list[int]]:
     """Prompts left-padded to ``length`` in a batch of ``rows`` (extra rows all pad), a
-    ``buffer``-token output (>= max_new_tokens); the shapes are the caller's choice."""
+    ``buffer``-token output (>= max_new_tokens); the shapes are the caller's choice. ``indices`` are the prompts'
+    places among the caller's prompts, which key their draws (decode_loop's ``index_B``)."""
     tokens_BT, positions_BT = left_pad(prompts, length, rows, cfg.pad_id)
     cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=length + buffer - 1,
                            positions_BT=jnp.asarray(positions_BT))
@@ -317,7 +318,8 @@ def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens
     # program per shape. The all-pad rows that fill a batch then never keep the loop running.
     out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
                             sampling=sampling, stop_on_eos=stop_on_eos, limit=jnp.asarray(max_new_tokens, jnp.int32),
-                            rows=jnp.asarray(len(prompts), jnp.int32))
+                            rows=jnp.asarray(len(prompts), jnp.int32),
+                            index_B=jnp.asarray(list(indices) + [0] * (rows - len(prompts)), jnp.int32))
     results = []
     for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
         if stop_on_eos and cfg.eos_id in row:
@@ -328,21 +330,27 @@ def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens
 
 def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
              sampling: Sampling = Sampling(), seed: int = DEFAULT_SEED, stop_on_eos: bool = True,
-             pad_to_multiple: int = 1) -> list[list[int]]:
+             pad_to_multiple: int = 1, first_index: int = 0) -> list[list[int]]:
     """Generated token ids per prompt (EOS included when a row stops on it), all prompts in one batch.
 
     Prompts are left-padded to the longest (rounded up to ``pad_to_multiple`` to
-    reuse compilations, never beyond the context).
+    reuse compilations, never beyond the context). Sampling keys prompt i's draws by ``seed`` and its index
+    ``first_index + i`` alone: a caller that splits its prompts into batches passes each batch's first prompt's
+    index, and every prompt samples as it would in one batch.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, pad_to_multiple=pad_to_multiple)
     prompts = check_prompts(cfg, prompts, max_new_tokens)
+    if not 0 <= arguments.integer(first_index, "first_index") <= INDEX_LIMIT - len(prompts):
+        raise ValueError(f"first_index must be from 0 to {INDEX_LIMIT - len(prompts):,} (the last prompt's index "
+                         f"below 2**31), got {first_index}: pass the first prompt's index among all the prompts.")
     max_new_tokens = int(max_new_tokens)  # checked there; a jax scalar cannot be a static argument
     params = held_params(cfg, params)
     longest = max(len(p) for p in prompts)
     length = min(block_tables.round_up(longest, pad_to_multiple), cfg.seq_len)
     return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
-                            buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos)
+                            buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos,
+                            indices=range(first_index, first_index + len(prompts)))
 
 
 def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
@@ -356,7 +364,8 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
     batch and the output buffer are rounded up to powers of two (capped at the
     context and ``max_batch``), and the decode loop stops at ``max_new_tokens``
     whatever the buffer, so a stream of requests compiles a few shapes rather than
-    one per request. Results come back in input order; ``progress(n)`` after each batch.
+    one per request. Results come back in input order; ``progress(n)`` after each batch. Each prompt samples
+    with keys of ``seed`` and its index in ``prompts``, as :func:`generate` of all of them in one batch does.
     """
     cfg = sps_model.ModelConfig.from_config(cfg)
     _check_options(sampling, seed, stop_on_eos, max_batch=max_batch, min_len=min_len)
@@ -373,7 +382,7 @@ def generate_bucketed(cfg, params, prompts: Sequence[Sequence[int]], max_new_tok
         outs = _generate_padded(cfg, params, batch, max_new_tokens,
                                 length=bucket(len(batch[0]), cfg.seq_len, min_len),
                                 rows=bucket(len(batch), max_batch), buffer=buffer, sampling=sampling,
-                                seed=batch_seed(seed, first), stop_on_eos=stop_on_eos)
+                                seed=seed, stop_on_eos=stop_on_eos, indices=chunk)
         for i, ids in zip(chunk, outs):
             results[i] = ids
         if progress:

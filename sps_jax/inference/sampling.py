@@ -55,8 +55,18 @@ SEED_LIMIT = 2 ** 31  # sampling seeds lie in [0, SEED_LIMIT): jax's key takes t
 DEFAULT_SEED = 0
 
 
-def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
-    """Next token per row from the first ``num_tokens`` ids (text tokens and EOS; never <predict> or padding)."""
+def row_keys(rng, index_B, step):
+    """One key per row, [B]: ``rng`` folded with the row's prompt index (its place in the caller's prompts, not in the
+    batch), then with the step, so that a prompt's draws depend on the seed and that index alone, not on the batch it
+    sits in, its row, or the prompts beside it."""
+    import jax  # here, not above: generate checks a Sampling's settings before it loads jax
+
+    return jax.vmap(lambda index: jax.random.fold_in(jax.random.fold_in(rng, index), step))(index_B)
+
+
+def sample_logits(logits_BV, keys_B, sampling: Sampling, num_tokens: int):
+    """Next token per row from the first ``num_tokens`` ids (text tokens and EOS; never <predict> or padding), row b
+    drawn with its own key ``keys_B[b]`` (:func:`row_keys`)."""
     import jax  # here, not above: generate checks a Sampling's settings before it loads jax
     import jax.numpy as jnp
 
@@ -76,4 +86,4 @@ def sample_logits(logits_BV, rng, sampling: Sampling, num_tokens: int):
         cutoff_B1 = jnp.min(jnp.where(mass_before_BV < sampling.top_p, sorted_BV, jnp.inf), axis=-1,
                             keepdims=True)
         logits_BV = jnp.where(logits_BV < cutoff_B1, -jnp.inf, logits_BV)
-    return jax.random.categorical(rng, logits_BV, axis=-1).astype(jnp.int32)
+    return jax.vmap(jax.random.categorical)(keys_B, logits_BV).astype(jnp.int32)

@@ -265,16 +265,44 @@ def test_rounding_a_prompt_up_to_pad_to_multiple_stops_at_the_context():
     assert padded == decoding.generate(cfg, params, [prompt], 4, stop_on_eos=False)
 
 
-def test_each_batch_of_a_seeded_run_samples_from_a_stream_of_its_own():
-    # Seed s + 1's batches once drew seed s's next batches' samples (the seed was seed + first prompt).
-    seeds = {decoding.batch_seed(seed, first) for seed in range(64) for first in range(64)}
-    assert len(seeds) == 64 * 64 and all(0 <= s < 2 ** 31 for s in seeds)
-    assert decoding.batch_seed(7, 0) == 7  # one batch samples as generate(seed=7) does
+def test_a_sampled_prompt_draws_the_same_tokens_whatever_its_batch_size_bucketing_or_neighbours():
+    """Each prompt's draws are keyed by the seed and its index among the prompts: they were keyed by its row in the
+    batch, so --batch-size, the bucketed longest-first order, or the prompts beside it changed its sample."""
+    from sps_jax.inference import completions
+    ensure_tokenizer()
     cfg, _, params = small_model("sps", 2)
-    run = lambda seed: decoding.generate_bucketed(cfg, params, [[1, 2, 3]] * 4, 8, max_batch=1, seed=seed,  # noqa: E731
-                                                  sampling=Sampling(temperature=1.0), stop_on_eos=False)
-    zero, one = run(0), run(1)
-    assert len({tuple(ids) for ids in zero + one}) == 8, "two batches of the same prompt drew the same sample"
+    prompts = [[1, 2, 3], [7, 8], [1, 2, 3], [5, 6, 7, 8, 9, 10, 11], [4]]  # prompts 0 and 2 are one prompt
+    sampling = Sampling(temperature=1.5, top_k=40, top_p=0.95)
+    run = lambda **kw: decoding.generate_bucketed(cfg, params, prompts, 8, sampling=sampling, seed=3,  # noqa: E731
+                                                  stop_on_eos=False, min_len=4, **kw)
+    one_batch = decoding.generate(cfg, params, prompts, 8, sampling=sampling, seed=3, stop_on_eos=False)
+    for max_batch in (1, 2, 5):
+        assert run(max_batch=max_batch) == one_batch, f"bucketed in batches of {max_batch}"
+    text = lambda ids: tokenizer.decode(ids)  # noqa: E731
+    for batch_size in (1, 2, 5):  # the command's path: batches in the order given
+        done = completions.complete_ids(cfg, params, prompts, 8, batch_size=batch_size, sampling=sampling, seed=3,
+                                        stop_on_eos=False)
+        assert [r["completion"] for r in done] == [text(ids) for ids in one_batch], f"--batch-size {batch_size}"
+    assert one_batch[0] != one_batch[2], "two prompt indices drew the same tokens"
+    assert run(max_batch=2) == run(max_batch=2)  # the seed reproduces them
+    other = decoding.generate(cfg, params, prompts, 8, sampling=sampling, seed=4, stop_on_eos=False)
+    assert all(a != b for a, b in zip(other, one_batch)), "another seed drew a prompt's tokens again"
+
+
+def test_a_batch_of_prompts_samples_as_the_same_prompts_at_their_indices_among_more():
+    cfg, _, params = small_model("sps", 2)
+    prompts = [[3, 1, 4], [1, 5], [9, 2, 6, 5]]
+    sample = lambda ps, **kw: decoding.generate(cfg, params, ps, 6, sampling=Sampling(temperature=1.0), seed=7,  # noqa: E731
+                                                stop_on_eos=False, **kw)
+    assert sample(prompts[1:], first_index=1) == sample(prompts)[1:]
+    assert sample(prompts[:1], first_index=1) != sample(prompts[:1])  # another index, other draws
+    for bad in (-1, 2 ** 31 - 1):  # 2**31 - 1 puts the second prompt at 2**31, past the int32 the draws are keyed by
+        with pytest.raises(ValueError, match=r"^first_index must be from 0 to 2,147,483,646 \(the last prompt's "
+                                             r"index below 2\*\*31\), got -?\d+: pass the first prompt's index among all "
+                                             r"the prompts\.$"):
+            sample(prompts[:2], first_index=bad)
+    greedy = decoding.generate(cfg, params, prompts, 6, stop_on_eos=False)
+    assert decoding.generate(cfg, params, prompts[1:], 6, stop_on_eos=False, first_index=5) == greedy[1:]
 
 
 def test_decoding_past_the_caches_room_or_with_bad_settings_is_refused_before_any_step():
@@ -296,6 +324,10 @@ def test_decoding_past_the_caches_room_or_with_bad_settings_is_refused_before_an
         with pytest.raises(ValueError, match=rf"^rows={rows} is not a count of the cache's 1 rows: pass how many of "
                                              r"the first rows hold prompts \(at least 1\)\.$"):
             decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, rows=rows)
+    for index_B, said in ((jnp.arange(2), r"int32 of shape \(2,\)"), (jnp.zeros(1), r"float32 of shape \(1,\)")):
+        with pytest.raises(ValueError, match=rf"^index_B is {said}: pass each row's prompt index, integers of shape "
+                                             r"\(1,\)\.$"):
+            decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, index_B=index_B)
     out, steps, cache = decoding.decode_loop(cfg, params, cache, logits, rng, max_new_tokens=3, stop_on_eos=False)
     assert out.shape == (1, 3) and int(steps) == 2
     with pytest.raises(ValueError, match=r"^the cache is full \(7 positions\): prefill with a larger max_len\.$"):
@@ -795,13 +827,12 @@ def test_a_notebook_completes_texts_as_the_command_does(tmp_path):
         assert [r["prompt_tokens"] for r in done] == [len(tokenizer.encode(t)) for t in texts]
         assert [list(r) for r in done] == [list(completions.FIELDS)] * 3
     assert seen == [1, 2, 3, 2, 3]  # prompts done after each batch
-    # Batch b samples with batch_seed(seed, b * batch_size), as generate does, not with the first batch's seed.
+    # Batches of one sample each prompt as one batch of both does: its draws are keyed by its index, not its batch.
     sampled = completions.complete_ids(config.model, params, [[464, 3797]] * 2, 6, batch_size=1,
                                        sampling=Sampling(temperature=1.0), seed=5, stop_on_eos=False)
     cfg = sps_model.ModelConfig.from_config(config.model)
-    assert [r["completion"] for r in sampled] == [tokenizer.decode(decoding.generate(
-        cfg, params, [[464, 3797]], 6, sampling=Sampling(temperature=1.0), seed=decoding.batch_seed(5, b),
-        stop_on_eos=False, pad_to_multiple=completions.PAD_TO_MULTIPLE)[0]) for b in (0, 1)]
+    assert [r["completion"] for r in sampled] == [tokenizer.decode(ids) for ids in decoding.generate(
+        cfg, params, [[464, 3797]] * 2, 6, sampling=Sampling(temperature=1.0), seed=5, stop_on_eos=False)]
     assert sampled[0]["completion"] != sampled[1]["completion"]
     with pytest.raises(TypeError, match=r"^prompts must be a list of texts, got one str: pass \[prompt\]\.$"):
         completions.complete(config.model, params, "Hello", 4)

@@ -7,12 +7,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sps_jax.inference.sampling import Sampling, sample_logits
+from sps_jax.inference.sampling import Sampling, row_keys, sample_logits
+
+
+def keys(seed, rows):
+    """A key per row, as the decode loop draws them (rows 0..rows-1 at step 0)."""
+    return row_keys(jax.random.PRNGKey(seed), jnp.arange(rows), 0)
 
 
 def test_sampling_filters():
     logits_BV = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05, 0.0]]))
-    draws = lambda s: {int(sample_logits(logits_BV, jax.random.PRNGKey(k), s, 4)[0]) for k in range(64)}
+    draws = lambda s: {int(sample_logits(logits_BV, keys(k, 1), s, 4)[0]) for k in range(64)}
     assert draws(Sampling()) == {0}
     assert draws(Sampling(temperature=1.0, top_k=2)) == {0, 1}
     assert draws(Sampling(temperature=1.0, top_p=0.7)) == {0, 1}  # 0.5 < 0.7 <= 0.8
@@ -25,14 +30,14 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_p_exactly_at_the_bou
     # Nucleus sampling keeps the fewest top tokens whose probabilities sum to at least p. These probabilities are
     # powers of two, exact in float32, so a prefix's mass equals p exactly: it is enough, and no further token joins.
     logits_BV = jnp.log(jnp.tile(jnp.asarray([[0.5, 0.25, 0.125, 0.125]]), (512, 1)))
-    draws = lambda p: set(np.asarray(sample_logits(logits_BV, jax.random.PRNGKey(0), Sampling(1.0, top_p=p), 4)))
+    draws = lambda p: set(np.asarray(sample_logits(logits_BV, keys(0, 512), Sampling(1.0, top_p=p), 4)))
     assert draws(0.5) == {0}
     assert draws(0.75) == {0, 1}
 
 
 def test_logits_are_compared_in_float32_whatever_their_dtype():
     """10.0 and 10.01 are one bf16 value: read in bf16, greedy took the first of a tie it had made."""
-    assert int(sample_logits(jnp.asarray([[10.0, 10.01]], jnp.float32), jax.random.PRNGKey(0), Sampling(), 2)[0]) == 1
+    assert int(sample_logits(jnp.asarray([[10.0, 10.01]], jnp.float32), keys(0, 1), Sampling(), 2)[0]) == 1
 
 
 @pytest.mark.parametrize("top_k", [-1, -5])
@@ -45,7 +50,7 @@ def test_a_tiny_temperature_samples_the_top_token_not_nan():
     # Dividing raw logits by 1e-38 overflows f32 to inf, and softmax of inf is NaN; the limit of
     # temperature -> 0 is greedy decoding, so every draw must be the argmax.
     logits_BV = jnp.asarray([[2.0, 5.0, -1.0, 4.5]])
-    draws = {int(sample_logits(logits_BV, jax.random.PRNGKey(k), Sampling(temperature=1e-38), 4)[0])
+    draws = {int(sample_logits(logits_BV, keys(k, 1), Sampling(temperature=1e-38), 4)[0])
              for k in range(32)}
     assert draws == {1}
 
