@@ -294,20 +294,26 @@ def _stop_on_fault(workdir: str, step: int, exc: BaseException) -> None:
                            "the same command.", fix) from None
 
 
-# A process's outcome of one restore attempt, as the processes of a run exchange it: restored, damaged, or (from
-# _FAULTED on) stopped by a fault whose fix is FAULT_FIXES[code - _FAULTED].
-_RESTORED, _DAMAGED, _FAULTED = 0, 1, 2
+# A process's outcome of one restore attempt, as the processes of a run exchange it: restored, damaged, stopped by
+# another refusal (its own sentence says which: another model), or (from _FAULTED on) stopped by a fault whose fix is
+# FAULT_FIXES[code - _FAULTED].
+_STOPPED, _RESTORED, _DAMAGED, _FAULTED = -1, 0, 1, 2
 
 
-def _agreed(workdir: str, step: int, reason: str | None, fault: RestoreFault | None) -> str | None:
+def _agreed(workdir: str, step: int, reason: str | None, stop: UserError | None) -> str | None:
     """Why checkpoint ``step`` is broken for every process of the run (None: all restored it), once each has said how
-    its attempt went (``reason``: its damage; ``fault``: what stopped it): a fault on any process stops them all in
-    :class:`RestoreFault`, and damage any one saw moves them all back to an older checkpoint together. One that stops
-    or goes back alone leaves the others waiting for it in collectives, or training from another step."""
-    code = _FAULTED + FAULT_FIXES.index(fault.fix) if fault else _RESTORED if reason is None else _DAMAGED
+    its attempt went (``reason``: its damage; ``stop``: what stopped it): a fault or refusal on any process stops them
+    all, and damage any one saw moves them all back to an older checkpoint together. One that stops or goes back alone
+    leaves the others waiting for it in collectives, or training from another step."""
+    code = (_RESTORED if reason is None else _DAMAGED) if stop is None else (
+        _FAULTED + FAULT_FIXES.index(stop.fix) if isinstance(stop, RestoreFault) else _STOPPED)
     codes = mesh.from_each_process(code)
-    if fault is not None:
-        raise fault
+    if stop is not None:
+        raise stop
+    if _STOPPED in codes:
+        n = codes.index(_STOPPED)
+        raise UserError(f"checkpoint step {step} of {workdir} was not restored: process {n} stopped (its own error says "
+                        "why): mend what it names, then rerun the same command.")
     faulted = [n for n, c in enumerate(codes) if c >= _FAULTED]
     if faulted:
         n, fix = faulted[0], FAULT_FIXES[codes[faulted[0]] - _FAULTED]
@@ -556,18 +562,19 @@ class TrainCheckpoints:
         """
         tried = []
         for step in reversed(self.steps()):
-            fault = None
+            stop = None
             try:
                 reason, state = self._attempt(step, restore)
-            except RestoreFault as e:
-                fault, reason = e, None
-            reason = _agreed(self.workdir, step, reason, fault)
+            except UserError as e:  # a fault of the machine, or another model: every process stops (_agreed)
+                stop, reason, state = e, None, None
+            reason = _agreed(self.workdir, step, reason, stop)
             if reason is None:
                 for bad, why in tried:
                     self.warn(f"warning: checkpoint step {bad} of {self.workdir} is broken ({why}); resuming from "
                               f"step {step} and leaving step {bad} as it is for inspection.")
                 self.good = step
                 return step, state
+            state = None  # restored here, broken elsewhere: let it go before the next restore holds its own
             tried.append((step, reason))
             self.broken.add(step)
         if tried:

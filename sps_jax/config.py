@@ -309,8 +309,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
 def check_loaded(config, spec: str, overrides: Sequence[str] = (), run: bool = True) -> None:
     """What a command checks of the config :func:`load_config` made of ``spec`` and ``overrides`` before jax loads:
     :func:`check_run_config` (where ``run``, else :func:`check_model_section`) and the model's own checks. A refused
-    value that no override names was set by the config file (or its builders), which the sentence then names: it
-    named the field alone, as if an override had set it."""
+    value that no override names was set by the config file (or its builders), which the sentence then names, not
+    the field alone, as if an override had set it."""
     try:
         if run:
             check_run_config(config)

@@ -10,6 +10,7 @@ import re
 import shutil
 import types
 import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -227,6 +228,46 @@ def test_a_fault_on_any_process_stops_every_process_even_one_that_saw_damage(tmp
             r"damage: it is not judged damaged and is left in place; on process 1's host, free memory \(.*\), then "
             r"rerun the same command\.$")):
         ckpts.restore_newest_intact(restore_sees_damage)
+    ckpts.close()
+    assert ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
+
+
+def test_a_restore_another_process_judged_broken_is_let_go_before_the_next_restore(tmp_path, monkeypatch):
+    # Process 1 saw step 4 damaged where this one restored it: both go back to step 2, and this process's step-4
+    # state must not stay in memory while step 2's restore holds its own (twice the state: a run near its memory
+    # limit would fail there, read as a fault of the machine).
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    answers = iter([[1], [0]])  # process 1: damaged at step 4, restored step 2
+    monkeypatch.setattr(checkpoint.mesh, "from_each_process", lambda code: [code, *next(answers)])
+    warned, held = [], []
+
+    class State:
+        pass
+
+    def restore_tracking_what_is_held(step):
+        gc.collect()
+        assert [ref() for ref in held] == [None] * len(held), f"an earlier restore is held while step {step} restores"
+        state = State()
+        held.append(weakref.ref(state))
+        return state
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=warned.append)
+    step, state = ckpts.restore_newest_intact(restore_tracking_what_is_held)
+    ckpts.close()
+    assert step == 2 and held[1]() is state and len(held) == 2
+    assert warned == [f"warning: checkpoint step 4 of {workdir} is broken (process 1 could not restore it); resuming "
+                      "from step 2 and leaving step 4 as it is for inspection."]
+
+
+def test_a_refusal_on_another_process_stops_this_one_too(tmp_path, monkeypatch):
+    # Process 1 found another model in step 4 (a refusal, not damage): this process restored it, but going on alone
+    # would leave it waiting for process 1 in the next collective.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    monkeypatch.setattr(checkpoint.mesh, "from_each_process", lambda code: [code, checkpoint._STOPPED])
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+    with pytest.raises(checkpoint.UserError, match=(
+            rf"^checkpoint step 4 of {re.escape(workdir)} was not restored: process 1 stopped \(its own error says "
+            r"why\): mend what it names, then rerun the same command\.$")):
+        ckpts.restore_newest_intact(restore(ckpts))
     ckpts.close()
     assert ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
 
