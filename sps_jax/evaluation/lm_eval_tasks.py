@@ -25,7 +25,7 @@ def adapter():
         if package not in ("lm_eval", "torch"):
             raise
         raise cli.MissingPackage(f"lm-eval tasks need the {package.replace('_', '-')} package: pip install -e "
-                                 "'.[eval]' (the validation NLL needs none).") from None
+                                 "'.[eval]' (evaluate's validation NLL needs none).") from None
     return lm_eval_adapter
 
 

@@ -109,7 +109,7 @@ def test_cli_tasks_without_lm_eval_installed_name_the_eval_extra_before_any_weig
                                         "--out", str(tmp_path / "arc.json")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
     assert outcome.stderr.strip().endswith("error: lm-eval tasks need the lm-eval package: pip install -e '.[eval]' "
-                                           "(the validation NLL needs none)."), outcome.stderr
+                                           "(evaluate's validation NLL needs none)."), outcome.stderr
     with pytest.raises(cli.MissingPackage, match=r"pip install -e '\.\[eval\]'"):
         evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, ["arc_easy"])
     assert not (tmp_path / "arc.json").exists()

@@ -262,8 +262,8 @@ def test_cli_lm_eval_cli_without_lm_eval_installed_names_the_eval_extra(monkeypa
     monkeypatch.delattr(sps_jax.evaluation, "lm_eval_adapter")
     outcome = fuzz.call(lm_eval_cli.main, ["--help"])
     assert outcome.status == 2 and outcome.problem() is None, outcome
-    assert outcome.stderr == ("error: lm-eval tasks need the lm-eval package: pip install -e '.[eval]' (the "
-                              "validation NLL needs none).\n"), outcome.stderr
+    assert outcome.stderr == ("error: lm-eval tasks need the lm-eval package: pip install -e '.[eval]' "
+                              "(evaluate's validation NLL needs none).\n"), outcome.stderr
 
 
 def test_cli_lm_eval_records_the_commit_without_gits_fatal_line_outside_a_checkout(tmp_path, monkeypatch, capfd):
