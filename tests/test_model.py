@@ -49,8 +49,11 @@ def reachable(variant, window, doc_ids_T, layers):
     return reach.reshape(T, S, T, S).astype(bool)
 
 
-@pytest.mark.parametrize("variant", masks.VARIANTS)
-@pytest.mark.parametrize("layers,window", [(1, 0), (1, 3), (2, 2)])
+# Two layers (reach composes through them) for every variant by default; one layer at windows 0 and 3 for SPS, the
+# other variants' under -m slow (CI's 20 minutes).
+@pytest.mark.parametrize("layers, window, variant", [
+    pytest.param(layers, window, variant, marks=() if layers == 2 or variant == "sps" else pytest.mark.slow)
+    for layers, window in [(1, 0), (1, 3), (2, 2)] for variant in masks.VARIANTS])
 def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, window):
     T = 14
     model, params = make_model(variant, window, num_layers=layers, seq_len=T)
@@ -235,7 +238,8 @@ def test_initialisation_is_the_nanogpt_recipe_with_only_the_attention_output_sca
     assert abs(embed.std() - 0.02) < 0.05 * 0.02
 
 
-@pytest.mark.parametrize("scale", ["xs", "s", "m", "l", "xl"])
+# The same arithmetic at every scale: two by default, every scale under -m slow (CI's 20 minutes).
+@pytest.mark.parametrize("scale", ["xs", "s", *(pytest.param(s, marks=pytest.mark.slow) for s in ("m", "l", "xl"))])
 def test_the_parameter_count_from_the_sizes_alone_is_the_built_models(scale):
     cfg = sps_model.ModelConfig.from_config(sps_config.paper_config(scale, "sps", 64).model)
     assert cfg.num_params == sps_model.count_params(sps_model.Transformer(cfg))

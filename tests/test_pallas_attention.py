@@ -132,7 +132,7 @@ def test_gpu_block_size_and_literal_windows_match_reference(variant, window):
     assert_matches_reference(variant, window, T=150, block=64)
 
 
-@pytest.mark.parametrize("variant", ("standard", "sps"))
+@pytest.mark.parametrize("variant", (pytest.param("standard", marks=pytest.mark.slow), "sps"))  # CI's 20 minutes
 def test_bf16_error_is_within_twice_the_reference_bf16_error(variant):
     doc = layout_doc_ids()
     checks.assert_bf16_error_within_twice_the_reference(pallas_fn(doc, variant, BLOCK), doc, Vis(variant, BLOCK),

@@ -208,6 +208,7 @@ def test_a_fault_that_one_process_meets_restoring_stops_both_in_one_sentence_and
     assert checkpoint.steps(str(workdir)) == [2, 4] and digest(workdir / "checkpoints") == before
 
 
+@pytest.mark.slow  # the exchange's damage path is tested in one process (tests/test_checkpoint.py); the fault's here
 def test_damage_that_one_process_sees_restoring_moves_both_back_to_the_same_older_checkpoint(
         tmp_path, tokens, two_checkpoints):
     # Process 1 went back to step 2 while process 0 resumed from step 4: they trained from different steps (here,
@@ -915,7 +916,7 @@ def test_a_schedule_longer_than_the_train_split_says_how_many_passes_it_makes(tm
             f"({train_tokens:,} tokens), each pass in a new order.") in outcome.stderr
 
 
-@pytest.mark.parametrize("window, said", [(15, True), (100, True), (14, False)])
+@pytest.mark.parametrize("window, said", [(15, True), pytest.param(100, True, marks=pytest.mark.slow), (14, False)])
 def test_a_window_that_spans_the_context_is_said(tmp_path, tokens, window, said):
     # Distances within a context of 16 positions are at most 15: a window of 15 or more cuts nothing, and the run,
     # named tiny-sps-w100, trained two_x_memory's mask without a word.

@@ -18,10 +18,9 @@ def variants(*default):
     return [pytest.param(v, w, marks=() if v in default else pytest.mark.slow) for v, w in WINDOWS.items()]
 
 
-# Logits from the x stream, the rho stream, and the reversed roles by default, for the first claim; the claims past it
-# run code (batching, windows, stops) that is the same for every variant: SPS by default.
-VARIANTS = variants("standard", "sps", "reverse_sps")
-SPS_FIRST = variants("sps")
+# The claims here run code (batching, padding, windows, stops) that is the same for every variant: SPS by default
+# (test_lm_eval_adapter.py compares loglikelihood with a plain forward for every variant by default).
+VARIANTS = variants("sps")
 TOK = CharTokenizer()
 EOS = CharTokenizer.eos_id
 T = 32  # the test model's context (tests.helpers.small_config)
@@ -92,7 +91,7 @@ def test_loglikelihood_is_the_summed_log_softmax_of_the_continuation_whatever_th
             assert greedy == expected[r][1], f"{name}: pair {r}"
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+@pytest.mark.parametrize("variant,window", VARIANTS)
 def test_is_greedy_is_true_exactly_when_every_continuation_token_is_the_argmax(variant, window):
     net, params = tiny(variant, window)
     lm = adapter(net, params)
@@ -106,7 +105,7 @@ def test_is_greedy_is_true_exactly_when_every_continuation_token_is_the_argmax(v
     assert [g for _, g in got] == [True, False, False, True]
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+@pytest.mark.parametrize("variant,window", VARIANTS)
 def test_what_generate_until_emits_is_greedy_for_loglikelihood(variant, window):
     # lm-eval's is_greedy says whether greedy decoding reproduces the continuation: generation emits text ids and
     # EOS only, so an argmax at <predict> or a padding id does not make the continuation it emits "not greedy".
@@ -121,7 +120,7 @@ def test_what_generate_until_emits_is_greedy_for_loglikelihood(variant, window):
     assert [g for _, g in scored] == [True] * len(pairs), made
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+@pytest.mark.parametrize("variant,window", VARIANTS)
 def test_a_context_longer_than_the_model_keeps_its_last_tokens_and_the_whole_continuation(variant, window):
     net, params = tiny(variant, window)
     lm = adapter(net, params)
@@ -141,7 +140,7 @@ def rolling_windows(n):
     return [(a, min(a + T, n)) for a in range(0, n, T)]
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+@pytest.mark.parametrize("variant,window", VARIANTS)
 def test_rolling_loglikelihood_scores_each_token_once_in_the_documented_windows(variant, window, monkeypatch):
     net, params = tiny(variant, window)
     lm = adapter(net, params)
@@ -181,7 +180,7 @@ def document_nll(net, params, tokens):
     return total, count
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+@pytest.mark.parametrize("variant,window", VARIANTS)
 def test_validation_nll_per_token_is_the_documents_summed_nll_over_their_count_whatever_the_batch(variant, window):
     net, params = tiny(variant, window)
     rng = np.random.default_rng(1)
@@ -195,7 +194,7 @@ def test_validation_nll_per_token_is_the_documents_summed_nll_over_their_count_w
         np.testing.assert_allclose(got["val_nll"], total / count, rtol=1e-5)
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+@pytest.mark.parametrize("variant,window", VARIANTS)
 def test_rolling_loglikelihood_of_a_document_is_the_validation_nll_of_it_after_an_eos(variant, window):
     # The two paths over one document of whole windows: the validation split [EOS] + document has the same windows;
     # it leaves out the first token, predicted from the EOS input, which the rolling windows score.
@@ -210,7 +209,8 @@ def test_rolling_loglikelihood_of_a_document_is_the_validation_nll_of_it_after_a
     np.testing.assert_allclose(-got["val_nll"] * got["val_tokens"], rolling - first, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("variant,window", SPS_FIRST)
+# Under -m slow only: test_lm_eval_adapter.py's generate_until test (greedy, cut at the first stop) runs by default.
+@pytest.mark.parametrize("variant,window", variants())
 def test_generate_until_is_argmax_decoding_cut_at_the_first_stop_string_or_max_gen_toks(variant, window):
     net, params = tiny(variant, window)
     prompts = ["a", "the cat sat on", text(20, 40), text(T + 20, 41)]  # the last is longer than the context
