@@ -397,6 +397,14 @@ def check_source(source: str) -> None:
                             "whose .arrow files prepare does not read and whose JSON files are its metadata, no "
                             "documents: write it out with datasets.load_from_disk(PATH).to_parquet('train.parquet') "
                             "(each split of a DatasetDict alike) and pass that file.")
+        arrow_dirs = {os.path.dirname(p) for p in every if p.lower().endswith(".arrow")}
+        cached = next((p for p in every if os.path.basename(p) == "dataset_info.json"
+                       and os.path.dirname(p) in arrow_dirs), None)
+        if cached is not None:  # datasets' cache: dataset_info.json beside .arrow shards, without save_to_disk's state.json
+            raise UserError(f"source folder {source!r} holds a Hugging Face datasets cache ({cached}), whose .arrow "
+                            "files prepare does not read and whose JSON files are its metadata, no documents: pass "
+                            "the dataset by name, --source hf:NAME[:CONFIG], or write a shard out with "
+                            "datasets.Dataset.from_file(PATH).to_parquet('train.parquet') and pass that file.")
         packed = [p for p in every if p.lower().endswith(reading.COMPRESSED_SUFFIXES)]
         if packed:
             raise UserError(f"source folder {source!r} holds compressed files, which are not read ({packed[0]}"

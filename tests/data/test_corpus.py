@@ -129,6 +129,21 @@ def test_a_hugging_face_dataset_saved_to_disk_is_refused_rather_than_its_metadat
         corpus.check_source(str(arrow))
 
 
+def test_a_hugging_face_datasets_cache_folder_is_refused_rather_than_its_metadata_read_as_records(tmp_path):
+    # datasets' cache (~/.cache/huggingface/datasets/NAME/CONFIG/VERSION/HASH) holds dataset_info.json beside the
+    # .arrow shards, without save_to_disk's state.json: its dataset_info.json was read as JSON Lines.
+    cache = tmp_path / "cache" / "wikitext" / "wikitext-2-raw-v1" / "0.0.0" / "b08601e"
+    cache.mkdir(parents=True)
+    (cache / "dataset_info.json").write_text('{"description": "", "citation": "", "features": {}}')
+    (cache / "wikitext-train.arrow").write_bytes(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    with pytest.raises(ValueError, match=(
+            rf"^source folder '{tmp_path / 'cache'}' holds a Hugging Face datasets cache \({cache / 'dataset_info.json'}"
+            r"\), whose \.arrow files prepare does not read and whose JSON files are its metadata, no documents: pass the "
+            r"dataset by name, --source hf:NAME\[:CONFIG\], or write a shard out with datasets\.Dataset\.from_file"
+            r"\(PATH\)\.to_parquet\('train\.parquet'\) and pass that file\.$")):
+        corpus.check_source(str(tmp_path / "cache"))
+
+
 @pytest.mark.parametrize("name", ["docs.jsonl.gz", "corpus.txt.xz", "dump.zip"])
 def test_a_compressed_source_is_refused_before_it_is_read_as_text(tmp_path, name):
     # x.jsonl.gz was read as text: "not UTF-8 ... pass --errors replace", which would have tokenised its bytes.
