@@ -159,7 +159,8 @@ class ModelConfig:
     @property
     def num_emitted_ids(self) -> int:
         """How many ids generation emits: the text ids and EOS, every id below EOS's successor (``<predict>`` and
-        padding lie above EOS, which __post_init__ checks), so a greedy choice is an argmax over ``[:num_emitted_ids]``."""
+        padding lie above EOS, which __post_init__ checks), so a greedy choice is an argmax over
+        ``[:num_emitted_ids]``."""
         return self.eos_id + 1
 
     @property

@@ -24,8 +24,8 @@ def load_config(path: str, overrides=(), train_step: bool = False):
     train section, or any config where ``train_step``: the command builds one, as bench train and compile do), every
     section to :func:`sps_jax.config.check_run_config`: a value out of range is refused whether the benchmark reads it
     or not, as train refuses it (``model.num_layers=0`` in ``bench compile --only kernels``, a negative
-    ``train.peak_lr`` in ``bench generate``). A config of a model section alone is a model's shapes, which generate and smoke need
-    no more than. Loads no jax: the commands call it before jax loads."""
+    ``train.peak_lr`` in ``bench generate``). A config of a model section alone is a model's shapes, which generate
+    and smoke need no more than. Loads no jax: the commands call it before jax loads."""
     config = sps_config.load_config(path, overrides)
     sps_config.check_loaded(config, path, overrides, run=train_step or "train" in config)
     return config

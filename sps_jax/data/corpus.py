@@ -400,7 +400,8 @@ def check_source(source: str) -> None:
         arrow_dirs = {os.path.dirname(p) for p in every if p.lower().endswith(".arrow")}
         cached = next((p for p in every if os.path.basename(p) == "dataset_info.json"
                        and os.path.dirname(p) in arrow_dirs), None)
-        if cached is not None:  # datasets' cache: dataset_info.json beside .arrow shards, without save_to_disk's state.json
+        # datasets' cache: dataset_info.json beside .arrow shards, without save_to_disk's state.json
+        if cached is not None:
             raise UserError(f"source folder {source!r} holds a Hugging Face datasets cache ({cached}), whose .arrow "
                             "files prepare does not read and whose JSON files are its metadata, no documents: pass "
                             "the dataset by name, --source hf:NAME[:CONFIG], or write a shard out with "
