@@ -75,6 +75,45 @@ def test_gradients_reach_only_slots_the_rule_shows(make_model, variant, layers, 
         assert (i - j).max() == window and (i - j >= 0).all()
 
 
+# Which layer-0 slots the loss l_i of a one-layer model reaches, written out by hand from the paper's attention sets
+# for four positions of one document and w = 1: row i is l_i, columns the slots x0 r0 x1 r1 x2 r2 x3 r3 (Standard:
+# x0 x1 x2 x3), 1 = a non-zero gradient. With one layer, l_i reads exactly the slots its logits slot attends to.
+# SPS (eq. sps-mask at rho_i): every x_k with k <= i and the rho_k with i - 1 <= k <= i, so l_i reaches both x_i and
+# rho_i (Section 5), every x_k collects the loss of every later position and rho_k only those of k and k + w.
+ONE_LAYER_LOSS_REACH = {
+    ("standard", None): ["1000",
+                         "1100",
+                         "1110",
+                         "1111"],
+    ("sps", 1): ["11000000",
+                 "11110000",
+                 "10111100",    # l_2: x0 x1 r1 x2 r2 (r0 is out of the window)
+                 "10101111"],   # l_3: x0 x1 x2 r2 x3 r3
+    ("two_x_memory", None): ["11000000", "11110000", "11111100", "11111111"],
+    # Delayed State (logits at rho_i): the x_k with i - 1 <= k <= i and every rho_k with k <= i.
+    ("delayed_state", 1): ["11000000",
+                           "11110000",
+                           "01111100",  # l_2: r0 x1 r1 x2 r2 (x0 is out of the window; r0 persists)
+                           "01011111"],
+    # Reverse SPS (logits at x_i, which sees no rho_i): the x_k with i - 1 <= k <= i and every rho_k with k < i.
+    ("reverse_sps", 1): ["10000000",
+                         "11100000",
+                         "01111000",
+                         "01011110"],
+}
+
+
+@pytest.mark.parametrize("variant, window", list(ONE_LAYER_LOSS_REACH))
+def test_with_one_layer_the_loss_at_i_reaches_exactly_the_slots_the_papers_logits_slot_attends_to(
+        make_model, variant, window):
+    T = 4
+    model, params = make_model(variant, window, num_layers=1, seq_len=T)
+    tokens = random_tokens(np.random.default_rng(11), 1, T, eos_rate=0.0)  # one document
+    grads_TN = per_position_slot_grads(model, params, tokens).reshape(T, -1)  # slots in the interleaved order
+    expected = np.array([[c == "1" for c in row] for row in ONE_LAYER_LOSS_REACH[(variant, window)]])
+    np.testing.assert_array_equal(grads_TN > 0, expected)
+
+
 def test_rms_norm_adds_the_configured_epsilon_to_the_mean_square():
     """Appendix A: RMSNorm(x) = x / sqrt(mean(x^2) + eps) * scale, with the config's eps (1e-6 by default, as in the
     authors' released model configs; an imported checkpoint brings its own): for x = 1 and eps = 0.5 every output is
