@@ -325,3 +325,37 @@ def test_cli_a_table_written_to_out_is_kept_when_the_printed_copy_cannot_be(tmp_
     monkeypatch.setattr("sys.stdout", _ReaderGone())
     evaluate.main(["table", str(tmp_path / "r.json"), "--out", str(tmp_path / "main")])
     assert sorted(os.listdir(tmp_path)) == ["main.md", "main.tex", "r.json"]
+
+
+# The paper's main results table at XS (validation NLL, corpus NLL) and XL (validation NLL), as printed, with the
+# deltas to Standard it prints beside them and its best in bold (SPS in each column). Rows where the paper's deltas
+# come from unrounded values (S's 2x Memory: 2.829 printed -0.030) are left out: from the printed values they differ
+# in the last digit.
+PAPER_MAIN = {  # (scale, variant): (validation NLL, corpus NLL), each as (value, printed delta)
+    ("xs", "standard"): (("3.107", None), ("4.335", None)),
+    ("xs", "two_x_memory"): (("3.073", "-0.034"), ("4.311", "-0.024")),
+    ("xs", "delayed_state"): (("3.086", "-0.021"), ("4.312", "-0.023")),
+    ("xs", "sps"): (("3.065", "-0.042"), ("4.243", "-0.092")),
+    ("xl", "standard"): (("2.458", None), None),
+    ("xl", "two_x_memory"): (("2.411", "-0.047"), None),
+    ("xl", "delayed_state"): (("2.410", "-0.048"), None),
+    ("xl", "sps"): (("2.390", "-0.068"), None),
+}
+
+
+def test_the_papers_main_table_rows_give_its_printed_values_deltas_order_and_bold():
+    rows = []
+    for (scale, variant), (val, corpus) in PAPER_MAIN.items():
+        row = dict(run=f"{scale}-{variant}", variant=variant, window=None if variant in ("standard", "two_x_memory")
+                   else 64, scale=scale, step=1000, tokens_seen=20_000_000_000, val_nll=float(val[0]))
+        if corpus:
+            row["corpus_nll_avg"] = float(corpus[0])
+        rows.append(row)
+    got = [(scale, name, texts[:2]) for scale, name, texts in results_table.cells(rows[::-1])]
+    expected = []
+    for (scale, variant), columns in PAPER_MAIN.items():  # the paper's order: Standard, 2x Memory, Delayed State, SPS
+        name = {"standard": "Standard", "two_x_memory": "2x Memory", "delayed_state": "Delayed State (w=64)",
+                "sps": "SPS (w=64)"}[variant]
+        expected.append((scale.upper(), name, [(None, None, False) if c is None else (c[0], c[1], variant == "sps")
+                                               for c in columns]))
+    assert got == expected
