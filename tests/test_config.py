@@ -49,6 +49,8 @@ def test_paper_defaults_and_training_recipe():
     t = config.train
     assert (t.b1, t.b2, t.weight_decay, t.grad_clip, t.peak_lr, t.final_lr) == (0.9, 0.95, 0.1, 1.0, 6e-4, 6e-5)
     assert (t.global_batch, t.decay_fraction) == (96, 0.1)
+    # The footnote's AdamW is nanoGPT's, which names no eps and so takes torch's default, 1e-8.
+    assert t.eps == 1e-8
 
 
 def test_overrides_parse_literals_and_keep_types():
