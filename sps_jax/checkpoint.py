@@ -25,6 +25,7 @@ import re
 import sys
 import time
 import warnings
+import zlib
 
 import jax
 import orbax.checkpoint as ocp
@@ -298,6 +299,8 @@ def _stop_on_fault(workdir: str, step: int, exc: BaseException) -> None:
 # another refusal (its own sentence says which: another model), or (from _FAULTED on) stopped by a fault whose fix is
 # FAULT_FIXES[code - _FAULTED].
 _STOPPED, _RESTORED, _DAMAGED, _FAULTED = -1, 0, 1, 2
+# A process's length of its list of checkpoint steps where listing them stopped it; the filler of a shorter list.
+_LISTING_STOPPED, _NO_STEP = -1, -1
 
 
 def _agreed(workdir: str, step: int, reason: str | None, stop: UserError | None) -> str | None:
@@ -561,7 +564,7 @@ class TrainCheckpoints:
         run's.
         """
         tried = []
-        for step in reversed(self.steps()):
+        for step in reversed(self._steps_of_every_process()):
             stop = None
             try:
                 reason, state = self._attempt(step, restore)
@@ -582,6 +585,36 @@ class TrainCheckpoints:
             raise UserError(f"no intact checkpoint in {os.path.join(self.workdir, CHECKPOINT_DIR)} ({listing}): "
                             f"{NO_INTACT_ADVICE}.")
         return None
+
+    def _steps_of_every_process(self) -> list[int]:
+        """:meth:`steps`, once every process of the run has listed the same ones: the restore loop's exchange pairs
+        the processes' attempts step by step, so a host whose folder differs (a stale copy, a shared file system that
+        lags) would restore another step than the others. One small exchange (the list's length and checksum), a
+        second only to name the lists where they differ."""
+        try:
+            found, stop = self.steps(), None
+        except UserError as e:  # a folder named as another step (check_step_names): every process stops
+            found, stop = [], e
+        checksum = zlib.crc32(repr(found).encode()) & 0x7FFFFFFF  # an int32, as the exchange carries
+        heads = mesh.rows_from_each_process([_LISTING_STOPPED if stop else len(found), checksum])
+        if stop is not None:
+            raise stop
+        folder = os.path.join(self.workdir, CHECKPOINT_DIR)
+        stopped = [n for n, (length, _) in enumerate(heads) if length == _LISTING_STOPPED]
+        if stopped:
+            raise UserError(f"the checkpoints in {folder} were not restored: process {stopped[0]} stopped listing them "
+                            "(its own error says why): mend what it names, then rerun the same command.")
+        if len(set(heads)) == 1:
+            return found
+        longest = max(length for length, _ in heads)
+        processes_of: dict[tuple, list[int]] = {}  # each list seen, with the processes that see it
+        for n, row in enumerate(mesh.rows_from_each_process(found + [_NO_STEP] * (longest - len(found)))):
+            processes_of.setdefault(tuple(s for s in row if s != _NO_STEP), []).append(n)
+        said = "; ".join(f"process{'es' * (len(ns) > 1)} {', '.join(map(str, ns))} see{'s' * (len(ns) == 1)} "
+                         f"{f'steps {list(listed)}' if listed else 'none'}" for listed, ns in processes_of.items())
+        raise UserError(f"the processes of this run see different checkpoints in {folder} ({said}), so they would "
+                        "resume from different steps: make that folder the same on every host (one shared file "
+                        "system, or the same copy on each), then rerun the same command.")
 
     def _attempt(self, step: int, restore):
         """(why checkpoint ``step`` is broken, None) on this process, or (None, ``restore(step)``)."""

@@ -37,10 +37,17 @@ def from_each_process(value: int) -> list[int]:
     """``value`` as each process holds it, in process order, for the processes to decide one thing together. On one
     process it is its own, with no collective (a single-host run pays nothing); on several, one small all-gather,
     which every process must reach."""
+    return [row[0] for row in rows_from_each_process([value])]
+
+
+def rows_from_each_process(values) -> list[tuple[int, ...]]:
+    """``values`` (int32s, as many on every process) as each process holds them, in process order, as
+    :func:`from_each_process` gathers one."""
     if jax.process_count() == 1:
-        return [value]
+        return [tuple(int(v) for v in values)]
     from jax.experimental import multihost_utils
-    return [int(v) for v in np.ravel(multihost_utils.process_allgather(np.int32(value)))]
+    gathered = multihost_utils.process_allgather(np.asarray(values, np.int32))
+    return [tuple(int(v) for v in row) for row in np.reshape(gathered, (jax.process_count(), len(values)))]
 
 
 def make_mesh(mesh_cfg, devices=None) -> Mesh:

@@ -272,6 +272,49 @@ def test_a_refusal_on_another_process_stops_this_one_too(tmp_path, monkeypatch):
     assert ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
 
 
+def other_processes(monkeypatch, *exchanges):
+    """Processes 1, 2, ... beside this one (process 0): each exchange of step lists gets their rows from the next of
+    ``exchanges``, None for a process that holds what this one does."""
+    answers = iter(exchanges)
+    monkeypatch.setattr(checkpoint.mesh, "rows_from_each_process", lambda values: [
+        tuple(values), *(tuple(values) if row is None else row for row in next(answers))])
+
+
+@pytest.mark.parametrize("exchanges, said", [
+    # process 1's host has a stale copy of the folder without step 6, or reads a share that lags behind
+    ([[(2, 123)], [(2, 4, -1)]], "process 0 sees steps [2, 4, 6]; process 1 sees steps [2, 4]"),
+    # processes 0 and 2 read one folder, process 1's host another without the run's checkpoints
+    ([[(0, 0), None], [(-1, -1, -1), None]], "processes 0, 2 see steps [2, 4, 6]; process 1 sees none")])
+def test_processes_that_see_different_checkpoints_stop_before_restoring_naming_the_steps_each_sees(
+        tmp_path, monkeypatch, exchanges, said):
+    # Each went through the steps it saw, newest first, and the exchange paired process 0's step 6 with process 1's
+    # step 4: both restored, and they trained on from different steps.
+    workdir = run_with_steps(tmp_path, [2, 4, 6], milestone_every=2)
+    before = digest(workdir)
+    other_processes(monkeypatch, *exchanges)
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+    with pytest.raises(UserError, match=(
+            rf"^the processes of this run see different checkpoints in {re.escape(workdir)}/checkpoints "
+            rf"\({re.escape(said)}\), so they would resume from different steps: make that folder the same on every "
+            r"host \(one shared file system, or the same copy on each\), then rerun the same command\.$")):
+        ckpts.restore_newest_intact(lambda step: pytest.fail(f"restored step {step}"))
+    ckpts.close()
+    assert ckpts.broken == set() and digest(workdir) == before
+
+
+def test_a_process_that_stops_listing_its_checkpoints_stops_every_process_before_restoring(tmp_path, monkeypatch):
+    # Process 1 found a folder named as another step than it holds (its own sentence says so): this process went on
+    # to restore alone and waited for it in the exchange of the restore's outcome.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    other_processes(monkeypatch, [(-1, 0)])
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+    with pytest.raises(UserError, match=(
+            rf"^the checkpoints in {re.escape(workdir)}/checkpoints were not restored: process 1 stopped listing them "
+            r"\(its own error says why\): mend what it names, then rerun the same command\.$")):
+        ckpts.restore_newest_intact(lambda step: pytest.fail(f"restored step {step}"))
+    ckpts.close()
+
+
 def test_a_ctrl_c_during_a_restore_stops_the_resume_and_marks_nothing_broken(tmp_path):
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
     ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))

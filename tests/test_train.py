@@ -159,11 +159,16 @@ import errno, os, sys
 import jax
 from sps_jax import checkpoint, train, trainer
 real_restore, real_train = checkpoint.restore_train_state, trainer.train
+real_steps = checkpoint.TrainCheckpoints.steps
 def restore_train_state(mngr, step, *targets):
     if step == 4 and jax.process_index() == 1:  # the mount of process 1's host fails, or its share reads as damaged
         raise {"fault": OSError(errno.EIO, os.strerror(errno.EIO), "params"),
                "damage": ValueError("its meta or data item does not describe step 4")}[sys.argv[1]]
     return real_restore(mngr, step, *targets)
+def steps(self):  # process 1's host holds a stale copy of the run folder, without its newest checkpoint
+    found = real_steps(self)
+    return found[:-1] if sys.argv[1] == "stale" and jax.process_index() == 1 else found
+checkpoint.TrainCheckpoints.steps = steps
 def train_and_say(*args, **kwargs):
     summary = real_train(*args, **kwargs)
     print(f"process {jax.process_index()} ended at step {summary['step']}", flush=True)
@@ -175,7 +180,8 @@ sys.exit(train.main(sys.argv[2:]))
 
 def resume_on_two_processes(workdir, tokens, injected, *extra):
     """The outputs and exit statuses of two processes resuming ``workdir``, where only process 1's restore of step 4
-    meets the ``injected`` fault or damage; a hang (one waiting for the other in a collective) fails the test."""
+    meets the ``injected`` fault or damage, or only process 1 lists no step 4 (``stale``); a hang (one waiting for the
+    other in a collective) fails the test."""
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESS_RESTORE_SCRIPT, injected,
                                *small_argv(workdir, tokens, *extra), "--coordinator", f"localhost:{port}",
@@ -206,6 +212,23 @@ def test_a_fault_that_one_process_meets_restoring_stops_both_in_one_sentence_and
                          "machine, not damage: it is not judged damaged and is left in place; on process 1's host, check "
                          "the disk or mount that holds the run folder, then rerun the same command."], outputs[0]
     assert checkpoint.steps(str(workdir)) == [2, 4] and digest(workdir / "checkpoints") == before
+
+
+def test_two_processes_that_see_different_checkpoints_both_stop_in_one_sentence_before_restoring(
+        tmp_path, tokens, two_checkpoints):
+    # Process 0 restored step 4 and process 1 step 2, the newest each listed, and the exchange of outcomes paired the
+    # two: each trained on from its own step, waiting for the other in collectives of other steps.
+    workdir = shutil.copytree(two_checkpoints, tmp_path / "run")
+    before = digest(workdir)
+    outputs, statuses = resume_on_two_processes(workdir, tokens, "stale")
+    assert statuses == [2, 2], "\n".join(outputs)
+    sentence = (f"error: the processes of this run see different checkpoints in {workdir}/checkpoints (process 0 sees "
+                "steps [2, 4]; process 1 sees steps [2]), so they would resume from different steps: make that folder "
+                "the same on every host (one shared file system, or the same copy on each), then rerun the same "
+                "command.")
+    assert [[line for line in own_lines(out) if line.startswith("error:")] for out in outputs] == [[sentence]] * 2, \
+        outputs
+    assert digest(workdir) == before
 
 
 @pytest.mark.slow  # the exchange's damage path is tested in one process (tests/test_checkpoint.py); the fault's here
