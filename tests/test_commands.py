@@ -205,10 +205,10 @@ ANSWERED_WITHOUT_JAX = {
 }
 
 
-def answers_without_jax(module: str, argvs) -> tuple[list[list[str]], str]:
+def answers_without_jax(module: str, argvs, missing=()) -> tuple[list[list[str]], str]:
     """([exit status, whether jax is loaded] after each argument list, stderr): one fresh interpreter runs each
-    argument list through ``module``'s main."""
-    script = (f"import sys\nfrom {module} import main\n"
+    argument list through ``module``'s main, the packages named ``missing`` taken for not installed."""
+    script = (f"import sys\nsys.modules.update(dict.fromkeys({list(missing)!r}))\nfrom {module} import main\n"
               f"for argv in {argvs!r}:\n"
               "    try:\n        status = main(argv)\n"
               "    except SystemExit as exit_:\n        status = exit_.code\n"
@@ -271,9 +271,10 @@ def run_config(folder) -> str:
     return str(folder)
 
 
-def refused_without_jax(module: str, argv, sentence: str) -> None:
-    """``module``'s main refuses ``argv`` with status 2 and ``sentence``, jax not loaded (a fresh interpreter)."""
-    answers, stderr = answers_without_jax(module, [argv])
+def refused_without_jax(module: str, argv, sentence: str, missing=()) -> None:
+    """``module``'s main refuses ``argv`` with status 2 and ``sentence``, jax not loaded (a fresh interpreter, where
+    the packages named ``missing`` are not installed)."""
+    answers, stderr = answers_without_jax(module, [argv], missing)
     assert answers == [["2", "False"]] and sentence in stderr, (module, argv, stderr[-3000:])
 
 
@@ -323,6 +324,17 @@ def test_cli_what_a_command_refuses_beside_an_existing_run_is_refused_before_jax
              "trained": run_config(tmp_path / "trained")}
     module, argv, sentence = REFUSED_BESIDE_A_RUN[case]
     refused_without_jax(module, [word.format(**names) for word in argv], sentence.format(**names))
+
+
+@pytest.mark.parametrize("missing", ["lm_eval", "torch"])
+def test_cli_evaluate_tasks_without_the_eval_extra_installed_are_refused_before_jax_loads(tmp_path, missing):
+    """The missing lm-eval (or the torch it imports) was said once the run's checkpoints had been listed, with jax
+    loaded; it needs no run read."""
+    refused_without_jax("sps_jax.evaluation.evaluate", ["--workdir", run_config(tmp_path / "run"), "--tasks",
+                                                        "arc_easy", "--out", str(tmp_path / "arc.json")],
+                        f"error: lm-eval tasks need the {missing.replace('_', '-')} package: pip install -e '.[eval]' "
+                        "(evaluate's validation NLL needs none).", missing=[missing])
+    assert not (tmp_path / "arc.json").exists()
 
 
 def test_cli_train_says_a_data_dir_without_a_manifest_before_jax_and_before_a_model_no_device_holds(tmp_path):

@@ -238,8 +238,9 @@ def _check_run_folder(val_data: str) -> None:
 
 
 def _check_task_files(args, keys, task_data) -> None:
-    """The local files lm-eval reads, said before it loads (seconds) and any weights do."""
+    """lm-eval's packages and the local files it reads, said before it loads (seconds), jax does, and any weights."""
     if keys:
+        lm_eval_tasks.check_installed()
         paper_tasks.check_task_data(task_data, keys)
         if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
             gpt2_tokenizer.get_tokenizer(args.tokenizer)

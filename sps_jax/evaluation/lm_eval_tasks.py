@@ -7,12 +7,30 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import pathlib
 import tempfile
 
 from sps_jax import arguments, cli, path_checks
 from sps_jax.evaluation import paper_tasks
+
+
+# The packages lm-eval tasks need: lm-eval, and the torch it imports.
+EVAL_PACKAGES = ("lm_eval", "torch")
+
+
+def _missing(package: str) -> cli.MissingPackage:
+    return cli.MissingPackage(f"lm-eval tasks need the {package.replace('_', '-')} package: pip install -e '.[eval]' "
+                              "(evaluate's validation NLL needs none).")
+
+
+def check_installed() -> None:
+    """:func:`adapter`'s sentence where lm-eval or torch is not installed, found without importing either (nor jax,
+    which the adapter imports): a command says it before jax loads."""
+    missing = next((p for p in EVAL_PACKAGES if importlib.util.find_spec(p) is None), None)
+    if missing is not None:
+        raise _missing(missing)
 
 
 def adapter():
@@ -22,10 +40,9 @@ def adapter():
         from sps_jax.evaluation import lm_eval_adapter
     except ModuleNotFoundError as e:
         package = (e.name or "").partition(".")[0]
-        if package not in ("lm_eval", "torch"):
+        if package not in EVAL_PACKAGES:
             raise
-        raise cli.MissingPackage(f"lm-eval tasks need the {package.replace('_', '-')} package: pip install -e "
-                                 "'.[eval]' (evaluate's validation NLL needs none).") from None
+        raise _missing(package) from None
     return lm_eval_adapter
 
 
