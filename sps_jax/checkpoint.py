@@ -296,23 +296,28 @@ def _stop_on_fault(workdir: str, step: int, exc: BaseException) -> None:
 
 
 # A process's outcome of one restore attempt, as the processes of a run exchange it: restored, damaged, stopped by
-# another refusal (its own sentence says which: another model), or (from _FAULTED on) stopped by a fault whose fix is
-# FAULT_FIXES[code - _FAULTED].
-_STOPPED, _RESTORED, _DAMAGED, _FAULTED = -1, 0, 1, 2
+# another refusal (its own sentence says which: another model), stopped by Ctrl-C or SIGTERM, or (from _FAULTED on)
+# stopped by a fault whose fix is FAULT_FIXES[code - _FAULTED].
+_INTERRUPTED, _STOPPED, _RESTORED, _DAMAGED, _FAULTED = -2, -1, 0, 1, 2
 # A process's length of its list of checkpoint steps where listing them stopped it; the filler of a shorter list.
 _LISTING_STOPPED, _NO_STEP = -1, -1
 
 
-def _agreed(workdir: str, step: int, reason: str | None, stop: UserError | None) -> str | None:
+def _agreed(workdir: str, step: int, reason: str | None, stop: UserError | KeyboardInterrupt | None) -> str | None:
     """Why checkpoint ``step`` is broken for every process of the run (None: all restored it), once each has said how
-    its attempt went (``reason``: its damage; ``stop``: what stopped it): a fault or refusal on any process stops them
-    all, and damage any one saw moves them all back to an older checkpoint together. One that stops or goes back alone
-    leaves the others waiting for it in collectives, or training from another step."""
+    its attempt went (``reason``: its damage; ``stop``: what stopped it): a fault, refusal or stop signal on any
+    process stops them all, and damage any one saw moves them all back to an older checkpoint together. One that stops
+    or goes back alone leaves the others waiting for it in collectives (until the coordinator's timeout), or training
+    from another step."""
     code = (_RESTORED if reason is None else _DAMAGED) if stop is None else (
+        _INTERRUPTED if isinstance(stop, KeyboardInterrupt) else
         _FAULTED + FAULT_FIXES.index(stop.fix) if isinstance(stop, RestoreFault) else _STOPPED)
     codes = mesh.from_each_process(code)
     if stop is not None:
         raise stop
+    if _INTERRUPTED in codes:
+        raise UserError(f"checkpoint step {step} of {workdir} was not restored: process {codes.index(_INTERRUPTED)} "
+                        "was stopped (Ctrl-C or SIGTERM): rerun the same command to resume.")
     if _STOPPED in codes:
         n = codes.index(_STOPPED)
         raise UserError(f"checkpoint step {step} of {workdir} was not restored: process {n} stopped (its own error says "
@@ -560,15 +565,15 @@ class TrainCheckpoints:
         Each newer broken one is named in one warning and left in place (:class:`_Retention` keeps
         it); when no checkpoint is intact, or a checkpoint holds or records another model, one sentence stops, as
         does a fault of the machine (:class:`RestoreFault`): an older checkpoint would lose the newer one's steps.
-        The processes of a multi-process run agree on each step (:func:`_agreed`): a fault or damage on one is the
-        run's.
+        The processes of a multi-process run agree on each step (:func:`_agreed`): a fault, damage or stop signal on
+        one is the run's (an interrupted process exits once the others have tried that step too).
         """
         tried = []
         for step in reversed(self._steps_of_every_process()):
             stop = None
             try:
                 reason, state = self._attempt(step, restore)
-            except UserError as e:  # a fault of the machine, or another model: every process stops (_agreed)
+            except (UserError, KeyboardInterrupt) as e:  # a fault, another model, Ctrl-C or SIGTERM: all stop (_agreed)
                 stop, reason, state = e, None, None
             reason = _agreed(self.workdir, step, reason, stop)
             if reason is None:

@@ -315,14 +315,32 @@ def test_a_process_that_stops_listing_its_checkpoints_stops_every_process_before
     ckpts.close()
 
 
-def test_a_ctrl_c_during_a_restore_stops_the_resume_and_marks_nothing_broken(tmp_path):
+def test_a_ctrl_c_during_a_restore_stops_the_resume_marks_nothing_broken_and_is_told_to_the_other_processes(
+        tmp_path, monkeypatch):
+    # The interrupted process left without the exchange of outcomes, where the others waited for it until the
+    # coordinator's timeout.
     workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    told = []
+    monkeypatch.setattr(checkpoint.mesh, "from_each_process", lambda code: told.append(code) or [code, 0])
     ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
 
     def interrupted(step):
         raise KeyboardInterrupt()
     with pytest.raises(KeyboardInterrupt):
         ckpts.restore_newest_intact(interrupted)
+    ckpts.close()
+    assert told == [checkpoint._INTERRUPTED] and ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
+
+
+def test_a_ctrl_c_on_another_process_during_its_restore_stops_this_one_in_one_sentence(tmp_path, monkeypatch):
+    # This process restored step 4 and trained on alone, waiting for process 1 in the first collective.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    monkeypatch.setattr(checkpoint.mesh, "from_each_process", lambda code: [code, checkpoint._INTERRUPTED])
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+    with pytest.raises(UserError, match=(
+            rf"^checkpoint step 4 of {re.escape(workdir)} was not restored: process 1 was stopped \(Ctrl-C or "
+            r"SIGTERM\): rerun the same command to resume\.$")):
+        ckpts.restore_newest_intact(restore(ckpts))
     ckpts.close()
     assert ckpts.broken == set() and checkpoint.steps(workdir) == [2, 4]
 

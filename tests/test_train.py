@@ -160,10 +160,12 @@ import jax
 from sps_jax import checkpoint, train, trainer
 real_restore, real_train = checkpoint.restore_train_state, trainer.train
 real_steps = checkpoint.TrainCheckpoints.steps
+# the mount of process 1's host fails, its share reads as damaged, or a Ctrl-C reaches it alone
+INJECTED = {"fault": OSError(errno.EIO, os.strerror(errno.EIO), "params"),
+            "damage": ValueError("its meta or data item does not describe step 4"), "ctrl-c": KeyboardInterrupt()}
 def restore_train_state(mngr, step, *targets):
-    if step == 4 and jax.process_index() == 1:  # the mount of process 1's host fails, or its share reads as damaged
-        raise {"fault": OSError(errno.EIO, os.strerror(errno.EIO), "params"),
-               "damage": ValueError("its meta or data item does not describe step 4")}[sys.argv[1]]
+    if step == 4 and jax.process_index() == 1 and sys.argv[1] in INJECTED:
+        raise INJECTED[sys.argv[1]]
     return real_restore(mngr, step, *targets)
 def steps(self):  # process 1's host holds a stale copy of the run folder, without its newest checkpoint
     found = real_steps(self)
@@ -180,8 +182,8 @@ sys.exit(train.main(sys.argv[2:]))
 
 def resume_on_two_processes(workdir, tokens, injected, *extra):
     """The outputs and exit statuses of two processes resuming ``workdir``, where only process 1's restore of step 4
-    meets the ``injected`` fault or damage, or only process 1 lists no step 4 (``stale``); a hang (one waiting for the
-    other in a collective) fails the test."""
+    meets the ``injected`` fault, damage or Ctrl-C, or only process 1 lists no step 4 (``stale``); a hang (one waiting
+    for the other in a collective) fails the test."""
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESS_RESTORE_SCRIPT, injected,
                                *small_argv(workdir, tokens, *extra), "--coordinator", f"localhost:{port}",
@@ -229,6 +231,20 @@ def test_two_processes_that_see_different_checkpoints_both_stop_in_one_sentence_
     assert [[line for line in own_lines(out) if line.startswith("error:")] for out in outputs] == [[sentence]] * 2, \
         outputs
     assert digest(workdir) == before
+
+
+@pytest.mark.slow  # the exchange's interrupt path is tested in one process (tests/test_checkpoint.py); the fault's here
+def test_a_ctrl_c_that_one_process_meets_restoring_stops_both_at_once(tmp_path, tokens, two_checkpoints):
+    # Process 1 left at once while process 0 waited for it in the exchange of outcomes until the coordinator's timeout.
+    workdir = shutil.copytree(two_checkpoints, tmp_path / "run")
+    before = digest(workdir / "checkpoints")
+    outputs, statuses = resume_on_two_processes(workdir, tokens, "ctrl-c")
+    assert statuses == [2, 130], "\n".join(outputs)
+    assert own_lines(outputs[1])[-1:] == ["interrupted"], outputs[1]
+    assert [line for line in own_lines(outputs[0]) if line.startswith("error:")] == [
+        f"error: checkpoint step 4 of {workdir} was not restored: process 1 was stopped (Ctrl-C or SIGTERM): rerun the "
+        "same command to resume."], outputs[0]
+    assert checkpoint.steps(str(workdir)) == [2, 4] and digest(workdir / "checkpoints") == before
 
 
 @pytest.mark.slow  # the exchange's damage path is tested in one process (tests/test_checkpoint.py); the fault's here
