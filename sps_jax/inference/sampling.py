@@ -75,15 +75,24 @@ def sample_logits(logits_BV, keys_B, sampling: Sampling, num_tokens: int):
         return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
     # Shifting by the row max first keeps a tiny temperature from overflowing to inf - inf = NaN.
     logits_BV = (logits_BV - jnp.max(logits_BV, axis=-1, keepdims=True)) / sampling.temperature
+    # Both filters rank the ids likeliest first, the lower id first at a tie (argmax's order, which lax.top_k and a
+    # stable sort keep), and keep a prefix of that order: top_k=1 is greedy, ties included.
     if 0 < sampling.top_k < num_tokens:
-        kth_B1 = jax.lax.top_k(logits_BV, sampling.top_k)[0][:, -1:]
-        logits_BV = jnp.where(logits_BV < kth_B1, -jnp.inf, logits_BV)
+        top_BK = jax.lax.top_k(logits_BV, sampling.top_k)[1]
+        logits_BV = _keep(logits_BV, top_BK, True)
     if sampling.top_p < 1:
-        sorted_BV = jnp.sort(logits_BV, axis=-1)[:, ::-1]
-        probs_BV = jax.nn.softmax(sorted_BV, axis=-1)
+        order_BV = jnp.argsort(logits_BV, axis=-1, stable=True, descending=True)
+        probs_BV = jax.nn.softmax(jnp.take_along_axis(logits_BV, order_BV, axis=-1), axis=-1)
         mass_before_BV = jnp.cumsum(probs_BV, axis=-1) - probs_BV
-        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-        cutoff_B1 = jnp.min(jnp.where(mass_before_BV < sampling.top_p, sorted_BV, jnp.inf), axis=-1,
-                            keepdims=True)
-        logits_BV = jnp.where(logits_BV < cutoff_B1, -jnp.inf, logits_BV)
+        # The smallest prefix whose mass reaches top_p (always at least the top token).
+        logits_BV = _keep(logits_BV, order_BV, mass_before_BV < sampling.top_p)
     return jax.vmap(jax.random.categorical)(keys_B, logits_BV).astype(jnp.int32)
+
+
+def _keep(logits_BV, ids_BK, kept_BK):
+    """``logits_BV`` with -inf but at the ids ``ids_BK`` of each row where ``kept_BK`` holds."""
+    import jax.numpy as jnp
+
+    rows_B1 = jnp.arange(logits_BV.shape[0])[:, None]
+    kept_BV = jnp.zeros(logits_BV.shape, bool).at[rows_B1, ids_BK].set(kept_BK)
+    return jnp.where(kept_BV, logits_BV, -jnp.inf)

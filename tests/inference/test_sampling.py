@@ -35,6 +35,34 @@ def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_p_exactly_at_the_bou
     assert draws(0.75) == {0, 1}
 
 
+def draws_of(logits_V, sampling):
+    """The ids 512 rows of ``logits_V`` draw (each row its own key), every id a text token."""
+    logits_BV = jnp.tile(jnp.asarray([logits_V], jnp.float32), (512, 1))
+    return set(np.asarray(sample_logits(logits_BV, keys(0, 512), sampling, len(logits_V))).tolist())
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 100.0])
+def test_top_k_1_draws_greedys_token_when_two_logits_tie_for_the_top(temperature):
+    logits_V = [1.0, 3.0, 3.0, 2.0]
+    greedy = draws_of(logits_V, Sampling())
+    assert greedy == {1}  # argmax takes the first of a tie
+    assert draws_of(logits_V, Sampling(temperature, top_k=1)) == greedy
+
+
+def test_top_k_keeps_exactly_k_ids_taking_the_lower_id_at_a_tie_for_the_last_place():
+    # A three-way tie for second place: keeping every logit >= the 2nd largest would keep four ids.
+    assert draws_of([5.0, 3.0, 3.0, 3.0, 0.0], Sampling(1.0, top_k=2)) == {0, 1}
+    assert draws_of([3.0, 0.0, 3.0, 5.0, 3.0], Sampling(1.0, top_k=3)) == {3, 0, 2}
+
+
+def test_top_p_keeps_the_smallest_prefix_when_a_tie_straddles_the_edge_lower_id_first():
+    # Masses 0.5, then two of 0.25 (exact in float32): 0.5 + 0.25 reaches 0.6, so the second 0.25 stays out.
+    assert draws_of(np.log([0.5, 0.25, 0.25]).tolist(), Sampling(1.0, top_p=0.6)) == {0, 1}
+    assert draws_of(np.log([0.25, 0.25, 0.5]).tolist(), Sampling(1.0, top_p=0.6)) == {2, 0}
+    # Under top_k=1 any top_p keeps the one id greedy takes.
+    assert draws_of([2.0, 2.0], Sampling(1.0, top_k=1, top_p=0.9)) == {0}
+
+
 def test_logits_are_compared_in_float32_whatever_their_dtype():
     """10.0 and 10.01 are one bf16 value: read in bf16, greedy took the first of a tie it had made."""
     assert int(sample_logits(jnp.asarray([[10.0, 10.01]], jnp.float32), keys(0, 1), Sampling(), 2)[0]) == 1
