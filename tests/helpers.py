@@ -1,6 +1,8 @@
 """Helpers shared by the tests: a small model config, synthetic token folders, subprocess runs."""
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -266,3 +268,65 @@ def flushes_and_renames(monkeypatch):
     for name, real in (("replace", real_replace), ("rename", real_rename), ("link", real_link)):
         monkeypatch.setattr(os, name, renaming(real))
     return events
+
+
+class Recorded(Exception):
+    """Raised by a recorder of :func:`generate_calls` or :func:`record_lowerings` in place of the call it recorded."""
+
+
+def bound_call(fn, args, kwargs):
+    """A call of the jitted ``fn`` as its compiled program takes it: {parameter (defaults filled in): its tree and
+    leaves}, each array, concrete or abstract, as its shape and dtype, the other values (static arguments) as they are."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    arrays = (jax.Array, jax.ShapeDtypeStruct, np.ndarray)
+    described = {}
+    for name, value in bound.arguments.items():
+        leaves, tree = jax.tree_util.tree_flatten(value)
+        described[name] = tree, [(tuple(x.shape), np.dtype(x.dtype)) if isinstance(x, arrays) else x for x in leaves]
+    return described
+
+
+def generate_calls(monkeypatch, cfg, batch, prompt_len, new_tokens) -> dict:
+    """The calls of prefill and of the decode loop (:func:`bound_call`) that the generate command's function makes
+    for ``batch`` prompts of ``prompt_len`` tokens, ``new_tokens`` new tokens each, and no stop at EOS (as
+    ``--no-stop-on-eos``, which the benchmarks run so that every row runs every step). The loop is not run."""
+    from sps_jax.inference import completions, decoding
+
+    calls = {}
+    real_prefill, real_loop = decoding._prefill, decoding._decode_loop
+
+    def prefill(*args, **kwargs):
+        calls["prefill"] = bound_call(real_prefill, args, kwargs)
+        return real_prefill(*args, **kwargs)
+
+    def decode_loop(*args, **kwargs):
+        calls["decode_loop"] = bound_call(real_loop, args, kwargs)
+        raise Recorded("decode_loop")
+
+    params = sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0))
+    with monkeypatch.context() as m:
+        m.setattr(decoding, "_prefill", prefill)
+        m.setattr(decoding, "_decode_loop", decode_loop)
+        with pytest.raises(Recorded):
+            completions.complete_ids(cfg, params, [[1 + b] * prompt_len for b in range(batch)], new_tokens,
+                                     batch_size=batch, stop_on_eos=False)
+    return calls
+
+
+def record_lowerings(monkeypatch, through=()) -> dict:
+    """A dict that takes the calls (:func:`bound_call`) of ``decoding.prefill.lower`` and ``decoding.decode_loop.lower``
+    from now on; the programs not named in ``through`` raise :class:`Recorded` in place of lowering."""
+    from sps_jax.inference import decoding
+
+    calls = {}
+
+    def lower(name, jitted, *args, **kwargs):
+        calls[name] = bound_call(jitted, args, kwargs)
+        if name not in through:
+            raise Recorded(name)
+        return jitted.lower(*args, **kwargs)
+
+    for name, jitted in (("prefill", decoding._prefill), ("decode_loop", decoding._decode_loop)):
+        monkeypatch.setattr(getattr(decoding, name), "lower", functools.partial(lower, name, jitted))
+    return calls

@@ -185,16 +185,19 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     # The weights as generation holds them (sps_jax.inference.generate): once, in the compute dtype.
     params = _on(jax.eval_shape(lambda p: sps_model.compute_params(p, cfg),
                                 sps_model.param_shapes(sps_model.Transformer(cfg))), sharding)
-    max_len = prompt_len + new_tokens
+    # The cache, the prompt's positions and the loop's inputs as the generate command passes them for ``batch``
+    # prompts of ``prompt_len`` tokens and ``new_tokens`` new tokens each.
+    max_len = decoding.cache_positions(prompt_len, new_tokens)
     cache = _on(jax.eval_shape(lambda: kv_cache.init_cache(cfg, batch, max_len)), sharding)
     fields = dict(variant=cfg.variant, window=cfg.window, attention=cfg.attention, batch_size=batch,
                   prefill_tokens=prompt_len, new_tokens=new_tokens)
 
     def prefill():
-        tokens = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
+        tokens = positions = jax.ShapeDtypeStruct((batch, prompt_len), jnp.int32, sharding=sharding)
         chunked = 0 < cfg.prefill_chunk < prompt_len
         kernel_flops = 0.0 if chunked else _splash_flops(cfg, batch, prompt_len, backward=False)  # chunks: XLA's
-        return _compile_and_report(acc, lambda: decoding.prefill.lower(cfg, params, tokens, max_len=max_len),
+        return _compile_and_report(acc, lambda: decoding.prefill.lower(cfg, params, tokens, max_len=max_len,
+                                                                       positions_BT=positions),
                                    kernel_flops=kernel_flops,
                                    program=f"prefill/{cfg.prefill_chunk}" if chunked else "prefill",
                                    prefill_chunk=cfg.prefill_chunk if chunked else 0, **fields)
@@ -202,8 +205,9 @@ def generation(acc: hardware.Accelerator, cfg: sps_model.ModelConfig, batch: int
     def decode_loop():
         logits = jax.ShapeDtypeStruct((batch, cfg.vocab_size), jnp.float32, sharding=sharding)
         rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=sharding)
+        inputs = _on(jax.eval_shape(lambda: decoding.loop_inputs(new_tokens, range(batch), batch)), sharding)
         return _compile_and_report(acc, lambda: decoding.decode_loop.lower(
-            cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False),
+            cfg, params, cache, logits, rng, max_new_tokens=new_tokens, stop_on_eos=False, **inputs),
             program="decode_loop", cache_bytes=kv_cache.cache_bytes(cfg, batch, max_len)["total"], **fields)
 
     def decode_step():

@@ -92,7 +92,7 @@ class VariantRun:
         import jax.numpy as jnp
         import numpy as np
 
-        from sps_jax.inference import decoding, kv_cache
+        from sps_jax.inference import batching, decoding, kv_cache
         from sps_jax import model as sps_model
 
         self.args, self.variant = args, variant
@@ -102,27 +102,32 @@ class VariantRun:
         # The weights as the generate command holds them: once, in the compute dtype.
         self.params = sps_model.compute_params(
             sps_model.init_params(sps_model.Transformer(cfg), jax.random.PRNGKey(0)), cfg)
-        self.tokens_BT = jnp.asarray(
-            np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch_size, args.prefill)), jnp.int32)
+        # The prompts, positions, cache and loop inputs as the generate command passes them for this workload.
+        prompts = np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch_size, args.prefill))
+        self.tokens_BT, self.positions_BT = map(jnp.asarray, batching.left_pad(prompts, args.prefill, args.batch_size,
+                                                                               cfg.pad_id))
         self.new_tokens = args.decode + 1  # the prefill's logits give the first token, each decode step one more
-        max_len = args.prefill + args.decode
+        max_len = decoding.cache_positions(args.prefill, self.new_tokens)
         self.rng = jax.random.PRNGKey(0)
+        self.loop_inputs = decoding.loop_inputs(self.new_tokens, range(args.batch_size), args.batch_size)
 
         def last_logits(params, h_BTD):
             return sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
 
         t0 = time.perf_counter()
-        self.prefill = decoding.prefill.lower(cfg, self.params, self.tokens_BT, max_len=max_len).compile()
-        cache_shape, h_shape = jax.eval_shape(lambda p, t: decoding.prefill(cfg, p, t, max_len=max_len),
-                                              self.params, self.tokens_BT)
+        self.prefill = decoding.prefill.lower(cfg, self.params, self.tokens_BT, max_len=max_len,
+                                              positions_BT=self.positions_BT).compile()
+        cache_shape, h_shape = jax.eval_shape(lambda p, t, s: decoding.prefill(cfg, p, t, max_len, s),
+                                              self.params, self.tokens_BT, self.positions_BT)
         self.logits = jax.jit(last_logits).lower(self.params, h_shape).compile()
         logits_shape = jax.ShapeDtypeStruct((args.batch_size, cfg.vocab_size), jnp.float32)
-        self.decode = decoding.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
-                                            max_new_tokens=self.new_tokens, stop_on_eos=False).compile()
+        self.decode_loop = decoding.decode_loop.lower(cfg, self.params, cache_shape, logits_shape, self.rng,
+                                                      max_new_tokens=self.new_tokens, stop_on_eos=False,
+                                                      **self.loop_inputs).compile()
         self.compile_s = time.perf_counter() - t0
         self.cache_shape, self.logits_shape = cache_shape, logits_shape
         self.cache_bytes = kv_cache.cache_bytes(cfg, args.batch_size, max_len)
-        memory = self.decode.memory_analysis()
+        memory = self.decode_loop.memory_analysis()
         self.decode_compiled_bytes = None if memory is None else int(
             memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
             + memory.temp_size_in_bytes)
@@ -133,8 +138,12 @@ class VariantRun:
         """(cache, first logits) of the prompts, on the device."""
         import jax
 
-        cache, h_BTD = self.prefill(self.params, self.tokens_BT)
+        cache, h_BTD = self.prefill(self.params, self.tokens_BT, positions_BT=self.positions_BT)
         return cache, jax.block_until_ready(self.logits(self.params, h_BTD))
+
+    def decode(self, cache, logits_BV):
+        """The compiled decode loop from ``cache`` (donated) and the first logits -> (new tokens, steps, cache)."""
+        return self.decode_loop(self.params, cache, logits_BV, self.rng, **self.loop_inputs)
 
     def run(self) -> dict:
         import jax
@@ -142,7 +151,7 @@ class VariantRun:
         start = time.perf_counter()
         cache, logits_BV = self.prefilled()
         prefilled = time.perf_counter()
-        out, steps, cache = self.decode(self.params, cache, logits_BV, self.rng)
+        out, steps, cache = self.decode(cache, logits_BV)
         jax.block_until_ready(out)
         end = time.perf_counter()
         assert int(steps) == self.args.decode, "every row must run every decode step"
@@ -161,14 +170,14 @@ class VariantRun:
 
         zeros = lambda s: jnp.zeros(s.shape, s.dtype)
         cache = jax.tree.map(zeros, self.cache_shape).replace(length=jnp.int32(self.args.prefill))
-        jax.block_until_ready(self.decode(self.params, cache, zeros(self.logits_shape), self.rng)[0])
+        jax.block_until_ready(self.decode(cache, zeros(self.logits_shape))[0])
 
     def profile(self, folder: str) -> dict:
         """The device kernels of one decode loop, per decode step (the prefill runs before the trace starts)."""
         from sps_jax import profiling
 
         cache, logits_BV = self.prefilled()
-        return profiling.profile(lambda: self.decode(self.params, cache, logits_BV, self.rng)[0], 1, folder,
+        return profiling.profile(lambda: self.decode(cache, logits_BV)[0], 1, folder,
                                  steps_per_call=self.args.decode)
 
     def result(self) -> dict:

@@ -304,6 +304,23 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         arguments.at_least(name, value, 1)
 
 
+def cache_positions(prompt_len: int, max_new_tokens: int) -> int:
+    """The cache positions generation prefills for ``max_new_tokens`` new tokens after ``prompt_len`` prompt
+    positions: the prompt's logits give the first new token, and the last new token is never forwarded."""
+    return prompt_len + max_new_tokens - 1
+
+
+def loop_inputs(max_new_tokens: int, indices: Sequence[int], rows: int) -> dict:
+    """The traced keyword arguments (``limit``, ``rows``, ``index_B``) with which generation runs the decode loop for
+    ``max_new_tokens`` tokens of the prompts of ``indices`` in the first of ``rows`` rows. The ahead-of-time compiles
+    (sps_jax.aot.programs, bench generate) lower the loop with them too, so they compile the program generate runs."""
+    # Always a traced limit and row count, even when they equal the buffer and the batch: None would trace a second
+    # program per shape. The all-pad rows that fill a batch then never keep the loop running.
+    indices = list(indices)
+    return {"limit": jnp.asarray(max_new_tokens, jnp.int32), "rows": jnp.asarray(len(indices), jnp.int32),
+            "index_B": jnp.asarray(indices + [0] * (rows - len(indices)), jnp.int32)}
+
+
 def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens: int, *, length: int, rows: int,
                      buffer: int, sampling: Sampling, seed: int, stop_on_eos: bool,
                      indices: Sequence[int]) -> list[list[int]]:
@@ -311,15 +328,12 @@ def _generate_padded(cfg: sps_model.ModelConfig, params, prompts, max_new_tokens
     ``buffer``-token output (>= max_new_tokens); the shapes are the caller's choice. ``indices`` are the prompts'
     places among the caller's prompts, which key their draws (decode_loop's ``index_B``)."""
     tokens_BT, positions_BT = left_pad(prompts, length, rows, cfg.pad_id)
-    cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=length + buffer - 1,
+    cache, h_BTD = prefill(cfg, params, jnp.asarray(tokens_BT), max_len=cache_positions(length, buffer),
                            positions_BT=jnp.asarray(positions_BT))
     logits_BV = sps_model.unembed(h_BTD[:, -1:], params["embed"])[:, 0]
-    # Always a traced limit and row count, even when they equal the buffer and the batch: None would trace a second
-    # program per shape. The all-pad rows that fill a batch then never keep the loop running.
     out, _, _ = decode_loop(cfg, params, cache, logits_BV, jax.random.PRNGKey(seed), max_new_tokens=buffer,
-                            sampling=sampling, stop_on_eos=stop_on_eos, limit=jnp.asarray(max_new_tokens, jnp.int32),
-                            rows=jnp.asarray(len(prompts), jnp.int32),
-                            index_B=jnp.asarray(list(indices) + [0] * (rows - len(prompts)), jnp.int32))
+                            sampling=sampling, stop_on_eos=stop_on_eos,
+                            **loop_inputs(max_new_tokens, indices, rows))
     results = []
     for row in np.asarray(out)[:len(prompts), :max_new_tokens].tolist():
         if stop_on_eos and cfg.eos_id in row:

@@ -13,6 +13,7 @@ from sps_jax import config as sps_config, hardware
 from sps_jax import model as sps_model
 from sps_jax.aot import gpu_kernels, programs
 from sps_jax.inference import triton_decode
+from tests import helpers
 from tests.helpers import REPO, compile_env
 
 # Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
@@ -63,11 +64,25 @@ def test_generation_compiles_prefill_and_the_decode_loop():
     # The cache (persistent + ring, bf16 K and V per layer) is an input of the decode loop.
     assert decode["argument_bytes"] >= decode["cache_bytes"] > 0
     # A decode step reads every persistent slot's K and V of every layer at least once (bf16: 2 bytes).
-    positions = prompt_len + new_tokens
+    positions = prompt_len + new_tokens - 1  # the last new token is never forwarded
     persistent_bytes = 2 * cfg.num_layers * batch * cfg.num_heads * positions * cfg.head_dim * 2
     assert step["bytes_accessed"] >= persistent_bytes
     bigger = programs.generation(H100, cfg, batch=4, prompt_len=16, new_tokens=16, only=("decode_loop",))[0]
     assert bigger["peak_bytes"] > decode["peak_bytes"]
+
+
+def test_generation_lowers_the_prefill_and_decode_loop_calls_the_generate_command_makes(monkeypatch):
+    # The same cache shape, positions, limit, row count and row indices: the program whose memory is reported is the
+    # one generate runs, not a variant of it traced with other arguments.
+    cfg = helpers.small_config(seq_len=64)
+    made = helpers.generate_calls(monkeypatch, cfg, batch=2, prompt_len=32, new_tokens=8)
+    lowered = helpers.record_lowerings(monkeypatch)
+    for program in ("prefill", "decode_loop"):
+        with pytest.raises(helpers.Recorded):
+            programs.generation(H100, cfg, batch=2, prompt_len=32, new_tokens=8, only=(program,))
+    assert lowered.keys() == made.keys() == {"prefill", "decode_loop"}
+    for program in made:
+        assert lowered[program] == made[program], program
 
 
 def test_cost_of_a_matmul_is_its_flops_and_bytes():
@@ -122,7 +137,7 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
         for variant in ("standard", "sps"):
             model = dict(tiny_config(variant).model, num_layers=layers)
             step = programs.generation(H100, sps_model.ModelConfig.from_config(model), batch=2, prompt_len=16,
-                                       new_tokens=16, only=("decode_step",))[0]
+                                       new_tokens=17, only=("decode_step",))[0]
             kernels[variant] = step["kernels"]
         assert kernels["standard"] >= 10 * layers  # projections, MLP, norms and attention per layer
         extra[layers] = kernels["sps"] - kernels["standard"]
@@ -134,6 +149,8 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
 # One decode step of the tiny model with LAYERS layers for an H100 (batch 2, 16 + 16 positions): the
 # entry computation of its compiled HLO. Run in a child process, since tests/conftest.py turns Triton's
 # interpreter on, which makes jax-triton's kernels interpreter-only here.
+# 16 prompt tokens and 17 new ones fill a cache of 32 slots, a length jax's decode kernel splits
+# (decode_attention.split_for); generate compiles its cache at that length for them.
 LAYERS = 3
 DECODE_STEP_HLO = """
 import sys
@@ -144,7 +161,7 @@ config = sps_config.load_config(f"configs/tiny.py:{sys.argv[3]},4", [f"--config.
 hlo, count = [], programs.entry_kernels
 programs.entry_kernels = lambda text: hlo.append(text) or count(text)
 cfg = sps_model.ModelConfig.from_config(dict(config.model, num_layers=int(sys.argv[2])))
-programs.generation(hardware.ACCELERATORS["h100"], cfg, batch=2, prompt_len=16, new_tokens=16, only=("decode_step",))
+programs.generation(hardware.ACCELERATORS["h100"], cfg, batch=2, prompt_len=16, new_tokens=17, only=("decode_step",))
 sys.stdout.write(hlo[0][hlo[0].index("\\nENTRY"):])
 """
 
@@ -175,7 +192,7 @@ def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_pa
         names = [name for c in calls for name in gpu_kernels.triton_calls(c)]
         assert sorted(names) == sorted([triton_decode.PAST_KERNEL, after_past] * LAYERS), names
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config(variant).model))
-    buffers = [32] + ([cfg.window + 1] if variant == "sps" else [])  # the cache (T = 16 + 16) and the ring (w + 1)
+    buffers = [32] + ([cfg.window + 1] if variant == "sps" else [])  # the cache (T = 16 + 17 - 1) and the ring (w + 1)
     for slots in buffers:
         buffer = f"bf16[2,{cfg.num_heads},{slots},{cfg.head_dim}]"
         writers = [line for line in entry.splitlines()
@@ -192,7 +209,7 @@ def test_the_xla_decode_step_on_a_gpu_does_not_copy_the_cache_to_append_the_ring
     count = programs.entry_kernels
     monkeypatch.setattr(programs, "entry_kernels", lambda text: hlo.append(text) or count(text))
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config("sps").model, attention="xla"))
-    programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=16, only=("decode_step",))
+    programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=17, only=("decode_step",))
     cache_and_ring = f"[2,{cfg.num_heads},{32 + cfg.window + 1},{cfg.head_dim}]"  # T = 16 + 16, R = w + 1
     assert cache_and_ring not in hlo[0]
 

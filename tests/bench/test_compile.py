@@ -233,7 +233,8 @@ def test_cli_a_generation_rows_workload_says_it_counts_rows_and_tokens(tmp_path,
                 "peak_vs_standard"}
     assert {program: set(r) - set(compiled) for program, r in rows.items()} == {
         "prefill": workload | {"prefill_chunk"}, "decode_loop": workload | {"cache_bytes"}, "decode_step": workload}
-    assert {(r["batch_size"], r["prefill_tokens"], r["new_tokens"]) for r in rows.values()} == {(2, 8, 4)}
+    # --decode 4 is 4 decode steps, 5 new tokens per row (the prefill's logits give the first), as in bench generate.
+    assert {(r["batch_size"], r["prefill_tokens"], r["new_tokens"]) for r in rows.values()} == {(2, 8, 5)}
 
 
 def test_cli_the_train_step_over_devices_is_not_held_to_a_validation_batch_it_never_compiles(tmp_path, monkeypatch):

@@ -32,6 +32,25 @@ def test_generation_benchmark_reports_ratios_to_standard(tmp_path, capfd):
     assert "[standard] this device has no peak-memory counter" in capfd.readouterr().err
 
 
+def test_the_benchmark_lowers_the_prefill_and_decode_loop_calls_the_generate_command_makes(monkeypatch):
+    # --decode 7 is 8 new tokens per row (the prefill's logits give the first): the same cache shape, positions,
+    # limit, row count and row indices as generate's, so the program timed is the one generate runs.
+    from sps_jax import config_overrides
+
+    rest, overrides = config_overrides.split_config_args(
+        ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "2", "--prefill", "32", "--decode", "7",
+         *ONE_SMALL_LAYER])
+    args = bench_generate._parse(rest)
+    made = helpers.generate_calls(monkeypatch, bench_generate._model_config(args, overrides, "sps"), batch=2,
+                                  prompt_len=32, new_tokens=8)
+    lowered = helpers.record_lowerings(monkeypatch, through=("prefill",))
+    with pytest.raises(helpers.Recorded):
+        bench_generate.VariantRun(args, overrides, "sps")
+    assert lowered.keys() == made.keys() == {"prefill", "decode_loop"}
+    for program in made:
+        assert lowered[program] == made[program], program
+
+
 def test_peak_memory_is_measured_in_fresh_processes_before_this_one_runs_anything(tmp_path, monkeypatch):
     """On a GPU this process's allocator would hold the memory the workers need, so the workers
     come first; their peaks become the ratios."""
