@@ -21,7 +21,7 @@ import numpy as np
 
 from sps_jax import arguments, block_tables, masks, runs
 from sps_jax import model as sps_model
-from sps_jax.inference import kv_cache
+from sps_jax.inference import decode_attention, kv_cache
 from sps_jax.inference import batching
 from sps_jax.inference.batching import bucket, left_pad, token_ids
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling, row_keys, sample_logits
@@ -305,9 +305,11 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
 
 
 def cache_positions(prompt_len: int, max_new_tokens: int) -> int:
-    """The cache positions generation prefills for ``max_new_tokens`` new tokens after ``prompt_len`` prompt
-    positions: the prompt's logits give the first new token, and the last new token is never forwarded."""
-    return prompt_len + max_new_tokens - 1
+    """The cache slots generation prefills for ``max_new_tokens`` new tokens after ``prompt_len`` prompt positions:
+    the prompt's logits give the first new token and the last is never forwarded, so ``prompt_len + max_new_tokens -
+    1`` positions, in whole blocks of ``decode_attention.CACHE_SLOT_MULTIPLE`` slots, which a GPU's decode kernel
+    splits."""
+    return block_tables.round_up(prompt_len + max_new_tokens - 1, decode_attention.CACHE_SLOT_MULTIPLE)
 
 
 def loop_inputs(max_new_tokens: int, indices: Sequence[int], rows: int) -> dict:

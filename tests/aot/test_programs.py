@@ -149,8 +149,8 @@ def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
 # One decode step of the tiny model with LAYERS layers for an H100 (batch 2, 16 + 16 positions): the
 # entry computation of its compiled HLO. Run in a child process, since tests/conftest.py turns Triton's
 # interpreter on, which makes jax-triton's kernels interpreter-only here.
-# 16 prompt tokens and 17 new ones fill a cache of 32 slots, a length jax's decode kernel splits
-# (decode_attention.split_for); generate compiles its cache at that length for them.
+# 16 prompt tokens and 17 new ones need 32 positions, which generate's cache holds in one whole block
+# of 64 slots (decoding.cache_positions), a length jax's decode kernel splits (decode_attention.split_for).
 LAYERS = 3
 DECODE_STEP_HLO = """
 import sys
@@ -192,7 +192,7 @@ def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_pa
         names = [name for c in calls for name in gpu_kernels.triton_calls(c)]
         assert sorted(names) == sorted([triton_decode.PAST_KERNEL, after_past] * LAYERS), names
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config(variant).model))
-    buffers = [32] + ([cfg.window + 1] if variant == "sps" else [])  # the cache (T = 16 + 17 - 1) and the ring (w + 1)
+    buffers = [64] + ([cfg.window + 1] if variant == "sps" else [])  # the cache (16 + 17 - 1 in 64 slots), the ring
     for slots in buffers:
         buffer = f"bf16[2,{cfg.num_heads},{slots},{cfg.head_dim}]"
         writers = [line for line in entry.splitlines()
@@ -210,7 +210,7 @@ def test_the_xla_decode_step_on_a_gpu_does_not_copy_the_cache_to_append_the_ring
     monkeypatch.setattr(programs, "entry_kernels", lambda text: hlo.append(text) or count(text))
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config("sps").model, attention="xla"))
     programs.generation(H100, cfg, batch=2, prompt_len=16, new_tokens=17, only=("decode_step",))
-    cache_and_ring = f"[2,{cfg.num_heads},{32 + cfg.window + 1},{cfg.head_dim}]"  # T = 16 + 16, R = w + 1
+    cache_and_ring = f"[2,{cfg.num_heads},{64 + cfg.window + 1},{cfg.head_dim}]"  # T = 16 + 16 in 64 slots, R = w + 1
     assert cache_and_ring not in hlo[0]
 
 

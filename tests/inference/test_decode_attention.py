@@ -21,6 +21,19 @@ def test_split_divides_the_cache_into_whole_blocks_or_declines():
         assert decode_attention.split_for(T) is None  # XLA serves these lengths
 
 
+def test_generation_caches_are_whole_64_slot_blocks_that_jaxs_gpu_decode_kernel_splits():
+    """jax's decode kernel takes a cache of whole 16-slot blocks in each split only; generation's caches, for the
+    bucketed prompt lengths and output buffers it compiles (odd sums: 32 + 64 - 1 positions), are rounded up to a
+    multiple of 64 slots (at most 63 more than the positions), so a GPU decodes every one with the kernel."""
+    for prompt_len in (1, 16, 17, 32, 100, 1024):
+        for new_tokens in (1, 2, 17, 64, 3073):
+            T = decoding.cache_positions(prompt_len, new_tokens)
+            needed = prompt_len + new_tokens - 1
+            assert T % 64 == 0 and needed <= T < needed + 64, (prompt_len, new_tokens, T)
+            assert decode_attention.split_for(T) is not None, T
+    assert decoding.cache_positions(1024, 3073) == 4096  # the paper's workload: no slot more
+
+
 def check_kernel_partials(kernels: str, T: int = 64, end: int = 40):
     """The kernels' partials over slots [lo, end) equal XLA's masked product; a row with no past slot
     contributes nothing."""
