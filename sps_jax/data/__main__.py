@@ -9,10 +9,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from sps_jax import arguments, cli, run_files, token_folder, vocab
+from sps_jax import arguments, cli, token_folder, vocab
 from sps_jax.data import corpus, tokenizer
 
 
@@ -85,15 +84,6 @@ def _verify(args) -> None:
 
 
 def _provision_tokenizer(args) -> None:
-    if args.out is not None and not args.out.strip():  # provision() would take it for the default
-        raise cli.UserError("--out is empty: pass the file to write, or leave --out out for "
-                            f"{tokenizer.default_ranks_path()}.")
-    if args.out is not None:  # before the download
-        if os.path.basename(args.out) in ("", ".", ".."):  # dir/: else found only once the download is written
-            raise cli.UserError(f"--out {args.out} names a folder, not a file: name a file, for example "
-                                f"{os.path.join(args.out, 'gpt2.tiktoken')}.")
-        token_folder.refuse_inside_tokens(args.out, "--out")
-        run_files.refuse_run_files(args.out, "--out")  # a run's checkpoints/, config.json, ...
     tokenizer.provision(args.out)
 
 

@@ -18,7 +18,7 @@ import sys
 import tarfile
 import tempfile
 
-from sps_jax import cli, files, path_checks, reading, vocab
+from sps_jax import cli, files, path_checks, reading, run_files, token_folder, vocab
 from sps_jax.cli import UserError
 
 EOS_TOKEN = "<|endoftext|>"
@@ -165,10 +165,28 @@ def decode(ids, ranks_path: str | None = None) -> str:
     return get_tokenizer(ranks_path).decode([int(i) for i in ids if int(i) < vocab.TEXT_VOCAB])
 
 
+def _given_out(out: str, given: str) -> str:
+    """``out`` as given, once it names a file outside any token folder and any run's own files."""
+    if not out.strip():  # else read as the default file
+        raise UserError(f"{given} is empty: pass the file to write, or {cli.named('pass out=None', 'leave --out out')} "
+                        f"for {default_ranks_path()}.")
+    if os.path.basename(out) in ("", ".", ".."):  # dir/: else found only once the download is written
+        raise UserError(f"{given} {out} names a folder, not a file: name a file, for example "
+                        f"{os.path.join(out, 'gpt2.tiktoken')}.")
+    token_folder.refuse_inside_tokens(out, given)
+    run_files.refuse_run_files(out, given)  # a run's checkpoints/, config.json, ...
+    return out
+
+
 def provision(out: str | None = None) -> str:
-    """Fetch whisper's gpt2.tiktoken from the package index, verify it, store it atomically."""
-    # The sentences name where the path came from: --out, else the variable, else the default.
-    given = "--out" if out else RANKS_VARIABLE if os.environ.get(RANKS_VARIABLE) else "the default file"
+    """Fetch whisper's gpt2.tiktoken from the package index, verify it, store it atomically at ``out`` (None: the
+    default, :func:`default_ranks_path`); returns that path. A place the ranks cannot go (a folder, a token folder,
+    a run's own files) is refused before the download."""
+    # The sentences name where the path came from: out (--out), else the variable, else the default.
+    given = cli.named("out", "--out") if out is not None else \
+        RANKS_VARIABLE if os.environ.get(RANKS_VARIABLE) else "the default file"
+    if out is not None:
+        out = _given_out(path_checks.path_text(out, "out"), given)
     out = out or default_ranks_path()
     if os.path.isfile(out) and _sha256(out) == RANKS_SHA256:
         cli.note(f"tokenizer already provisioned at {out}")

@@ -155,7 +155,7 @@ def test_provisioning_to_a_link_that_leads_nowhere_says_so_before_the_download(t
     monkeypatch.setattr(tokenizer.subprocess, "run", lambda *a, **k: pytest.fail("it downloaded"))
     with pytest.raises(cli.UserError) as refusal:
         tokenizer.provision(str(link))
-    assert str(refusal.value) == (f"--out {link} is a link that leads nowhere (its target is missing, or links point "
+    assert str(refusal.value) == (f"out {link} is a link that leads nowhere (its target is missing, or links point "
                                   "at each other in a loop): remove the link or name another file.")
     assert os.path.islink(link)
 
@@ -218,3 +218,28 @@ def test_cli_a_ranks_file_that_cannot_be_written_there_is_refused_before_the_dow
     assert outcome.status == 2 and outcome.problem() is None, outcome
     assert outcome.stderr.startswith(f"error: {given} " + sentence.format(out=out)), outcome.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_provision_from_python_refuses_what_the_command_refuses_before_the_download(tmp_path, monkeypatch):
+    # Only the command refused an empty path (provision read it as the default file), a folder's path that does not
+    # exist yet, and a file inside a token folder or a run's own files: a notebook's call downloaded first.
+    from tests.helpers import write_token_folder
+
+    monkeypatch.setattr(tokenizer.subprocess, "run", lambda *a, **k: pytest.fail("it downloaded"))
+    tokens, run = tmp_path / "tokens", tmp_path / "run"
+    write_token_folder(tokens, num_docs=2)
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for out, sentence in (
+            (" ", f"out is empty: pass the file to write, or pass out=None for {tokenizer.default_ranks_path()}."),
+            (f"{tmp_path}/new/", f"out {tmp_path}/new/ names a folder, not a file: name a file, for example "
+                                 f"{tmp_path}/new/gpt2.tiktoken."),
+            (f"{tokens}/gpt2.tiktoken", f"out {tokens}/gpt2.tiktoken lies inside the token folder {tokens}, which "
+                                        "`data prepare --force` replaces whole, along with anything inside it: choose "
+                                        "a path outside it."),
+            (f"{run}/checkpoints/gpt2.tiktoken", f"out {run}/checkpoints/gpt2.tiktoken would write into the run {run}'s "
+                                                 "own files")):
+        with pytest.raises(cli.UserError) as refusal:
+            tokenizer.provision(out)
+        assert str(refusal.value).startswith(sentence), refusal.value
+    assert not os.path.exists(tmp_path / "new") and sorted(os.listdir(run)) == ["checkpoints", "config.json"]
