@@ -69,6 +69,11 @@ def check_output(out: str, force: bool = False) -> str:
     return fmt
 
 
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise UserError(f"{cli.named('dtype', '--dtype')} {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
+
+
 def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE,
                     mismatch: tuple[str, str] | None = None) -> dict:
     """The authors' checkpoint dict of a run's config and parameters, tensors as numpy arrays. Params of another
@@ -76,8 +81,7 @@ def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE,
     ``mismatch``'s words (default ``runs.OTHER_CONFIG``: a caller's config and params)."""
     from sps_jax import model as sps_model, runs
 
-    if dtype not in DTYPES:
-        raise UserError(f"{cli.named('dtype', '--dtype')} {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
+    _check_dtype(dtype)
     step = runs.saved_step(step)
     if mismatch is None:  # a caller's config and params; a run's own were checked as it loaded (runs.RUN_CHECKPOINT)
         cfg = runs.check_stored_params(config, params)
@@ -132,6 +136,7 @@ def export_run(run: str, out: str, step: int | None = None, dtype: str = DEFAULT
 
     run, out = path_checks.path_text(run, "run"), path_checks.path_text(out, "out")
     check_output(out, force)
+    _check_dtype(dtype)  # before the weights load, as the command's --dtype choices refuse it
     config, params, step = runs.load_run(run, step)  # a bad config.json stops before any weights load
     ckpt = checkpoint_dict(config, params, step, dtype, runs.RUN_CHECKPOINT)
     with files.results(force):

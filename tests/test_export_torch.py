@@ -374,3 +374,13 @@ def test_cli_a_run_that_is_not_there_is_refused_before_torch_loads(tmp_path):
                           timeout=120)
     assert proc.stdout.split() == ["answered", "2", "False", "False"], proc.stderr[-2000:]
     assert "missing' does not exist: pass a run folder" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_export_run_refuses_a_dtype_of_no_export_before_the_weights_load(tmp_path, monkeypatch):
+    # The command's --dtype choices refuse it as it parses; a notebook's export_run loaded the run's weights first.
+    run = make_run(tmp_path / "run", "sps", 3)
+    monkeypatch.setattr(runs, "load_run", lambda *a, **k: pytest.fail("the weights were loaded"))
+    with pytest.raises(ValueError) as refusal:
+        export_torch.export_run(run, str(tmp_path / "ckpt.pt"), dtype="bf16")
+    assert str(refusal.value) == "dtype 'bf16' (did you mean 'bfloat16'?) must be one of float32, bfloat16."
+    assert not (tmp_path / "ckpt.pt").exists()
