@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from sps_jax import arguments
+from sps_jax import arguments, cli, hardware
 from sps_jax.inference import batching
 from sps_jax.inference.sampling import DEFAULT_SEED, Sampling
 
@@ -51,6 +51,18 @@ def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, names=
     return complete_ids(cfg, params, encode(cfg, prompts, max_new_tokens, names), max_new_tokens, **settings)
 
 
+def check_memory(cfg, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int) -> None:
+    """Generation's cache of ``batch_size`` rows (at most the prompts) as long as the longest prompt and
+    ``max_new_tokens``, beside the weights in the compute dtype, fits this process's first device
+    (:func:`sps_jax.inference.kv_cache.check_fits`): else one sentence, before anything compiles."""
+    from sps_jax.inference import kv_cache
+
+    if len(prompts):
+        kv_cache.check_fits(cfg, min(batch_size, len(prompts)), max(map(len, prompts)) + max_new_tokens,
+                            *hardware.local_memory(), f"lower {cli.named('batch_size', '--batch-size')} or "
+                            f"{cli.named('max_new_tokens', '--max-new-tokens')}")
+
+
 def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
                  batch_size: int = batching.MAX_BATCH, sampling: Sampling = Sampling(), seed: int = DEFAULT_SEED,
                  stop_on_eos: bool = True, progress: Optional[Callable[[int], None]] = None) -> list[dict]:
@@ -64,6 +76,7 @@ def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: 
     cfg = sps_model.ModelConfig.from_config(cfg)
     batch_size = arguments.at_least("batch_size", batch_size, 1)
     batching.check_progress(progress)
+    check_memory(cfg, prompts, max_new_tokens, batch_size)
     params = decoding.held_params(cfg, params)  # once for every batch
     results = []
     for first in range(0, len(prompts), batch_size):

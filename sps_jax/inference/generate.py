@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config_checks, files, hardware, model_config, names, reading
+from sps_jax import arguments, cli, cli_process, config_checks, files, model_config, names, reading
 from sps_jax import run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
         batching.check_length(prompt_ids, name, seq_len, args.max_new_tokens, "--max-new-tokens")
     with cli_process.stop_exits_while_loading():
         from sps_jax import attention, model as sps_model, runs
-        from sps_jax.inference import decoding, kv_cache
+        from sps_jax.inference import decoding
 
     # The run's config.json says the context: every prompt is checked against it before any weights load.
     cfg = runs.read_run(arguments.run_argument(args), args.step)[3]  # and the checkpoint was trained as that model
@@ -201,8 +201,7 @@ def main(argv=None) -> int:
         cfg = sps_model.ModelConfig.from_config({**dataclasses.asdict(cfg), **overrides})
         attention.check_available(cfg.attention)  # --attention triton where it cannot run: before any weights load
     prompts = decoding.check_prompts(cfg, ids, args.max_new_tokens, names, limit_name="--max-new-tokens")
-    kv_cache.check_fits(cfg, min(args.batch_size, len(prompts)), max(map(len, prompts)) + args.max_new_tokens,
-                        *hardware.local_memory(), "lower --batch-size or --max-new-tokens")
+    completions.check_memory(cfg, prompts, args.max_new_tokens, args.batch_size)  # before any weights load
     _, params, step = runs.load_inference_model(arguments.run_argument(args), args.step)
     skipped = f" ({blank} blank line(s) of the prompts file skipped)" if blank else ""
     cli.note(f"loaded {cfg.variant} (window {cfg.window}) at step {step}; {len(prompts)} prompt(s){skipped}")

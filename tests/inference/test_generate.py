@@ -849,3 +849,22 @@ def test_cli_help_says_that_prompt_prints_the_prompt_with_its_completion(capsys)
     with pytest.raises(SystemExit):
         generate.main(["--help"])
     assert "--prompt PROMPT one prompt, printed with its completion (or" in " ".join(capsys.readouterr().out.split())
+
+
+def test_complete_refuses_a_cache_that_does_not_fit_the_device_as_the_command_does(monkeypatch):
+    # The command checked the cache of --batch-size rows against the device before compiling; a notebook's
+    # complete_ids compiled and ran out of memory inside XLA.
+    from sps_jax import hardware
+    from sps_jax.inference import completions, kv_cache
+
+    cfg, _, params = small_model("sps", 2)
+    prompts = [[1, 2, 3]] * 3
+    # Two rows (batch_size) of the longest prompt's 3 positions and 5 new ones, beside the weights generation holds.
+    need = cfg.inference_weight_bytes + kv_cache.cache_bytes(cfg, 2, 8)["total"]
+    monkeypatch.setattr(hardware, "local_memory", lambda: (need - 1, "test host"))
+    with pytest.raises(ValueError) as refusal:
+        completions.complete_ids(cfg, params, prompts, 5, batch_size=2)
+    assert str(refusal.value).endswith("of one test host: lower batch_size or max_new_tokens."), refusal.value
+    monkeypatch.setattr(hardware, "local_memory", lambda: (need, "test host"))
+    assert [r["new_tokens"] for r in completions.complete_ids(cfg, params, prompts, 5, batch_size=2,
+                                                              stop_on_eos=False)] == [5, 5, 5]
