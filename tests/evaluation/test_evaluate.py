@@ -45,14 +45,14 @@ def test_val_tokens_are_scored_in_whole_windows_and_beyond_the_split_all_of_them
     T = net.cfg.seq_len
     targets = (len(tokens) - 1) // T * T  # windows of T + 1 tokens at stride T
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("warning:", "note:"))]
-    assert said == [f"warning: --val-tokens 100,000,000 is more than the validation split's {len(tokens):,} tokens: "
+    assert said == [f"warning: val_tokens 100,000,000 is more than the validation split's {len(tokens):,} tokens: "
                     f"its whole windows are scored, {targets:,} targets."]
     assert more["val_nll"] == whole["val_nll"] and more["val_tokens"] == whole["val_tokens"]
     # A count that is not whole windows is rounded down to them, and said (it was without a word).
     part = evaluate.evaluate_checkpoint(str(tmp_path / "run"), None, val_data=str(tmp_path / "data"),
                                         val_tokens=T + T // 2)
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("warning:", "note:"))]
-    assert said == [f"note: --val-tokens {T + T // 2} scores whole windows of seq_len {T}: {T} targets."]
+    assert said == [f"note: val_tokens {T + T // 2} scores whole windows of seq_len {T}: {T} targets."]
     assert (part["val_nll"], part["val_tokens"]) == pytest.approx(fixed_window_nll(net, params, tokens[:T + 1]),
                                                                   rel=1e-5)
 
@@ -333,6 +333,17 @@ def test_a_notebooks_bad_arguments_are_one_sentence_before_the_weights_load(tmp_
         evaluate.evaluate_checkpoint(run, keys=["arc_easy"], task_data="arc_easy=x.jsonl")
     with pytest.raises(TypeError, match=r"^task_data\['arc_easy'\] must be one path \(a str or pathlib.Path\), not a int"):
         evaluate.evaluate_checkpoint(run, keys=["arc_easy"], task_data={"arc_easy": 3})
+
+
+def test_a_notebooks_val_data_that_is_a_run_folder_is_said_as_the_command_says_it(tmp_path, monkeypatch):
+    # The command named the run folder before jax loaded; evaluate_checkpoint called it an unprepared token folder.
+    save_tiny_run(tmp_path / "run")
+    monkeypatch.setattr(runs, "load_model", lambda *args, **kwargs: pytest.fail("weights loaded"))
+    run = str(tmp_path / "run")
+    with pytest.raises(ValueError) as refusal:
+        evaluate.evaluate_checkpoint(run, val_data=run)
+    assert str(refusal.value) == (f"val_data {run} is a run folder, not a prepared token folder: pass the folder that "
+                                  "`python -m sps_jax.data prepare` wrote (the run's data.dir).")
 
 
 def test_the_results_writer_never_replaces_a_runs_own_files(tmp_path):
