@@ -46,6 +46,8 @@ def check_prepared(folder: str) -> None:
     :func:`sps_jax.data.loader.open_tokens` asks it of every folder it opens."""
     if is_token_folder(folder):
         return
+    if not folder.strip():  # else offered as a folder to prepare: `--out ''`
+        raise FileNotFoundError(f"an empty path names no token folder: {PASS_ONE}.")
     if os.path.isdir(folder) and os.listdir(folder):  # another kind of folder: a run, a corpus
         raise FileNotFoundError(f"{folder!r} is not a prepared token folder (it has no {MANIFEST}): {_PASS_PREPARED}.")
     if not os.path.lexists(folder) and glob.has_magic(folder):  # else offered as a folder to prepare, '*' and all

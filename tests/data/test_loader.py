@@ -296,3 +296,12 @@ def test_cli_a_pattern_that_matched_no_folder_is_said_as_such_not_offered_to_pre
     assert outcome.stderr == (f"error: {folder!r} does not exist, and no folder matches it as a pattern (the shell "
                               "passes a pattern that matches nothing as it is): pass the folder that "
                               "`python -m sps_jax.data prepare --source ... --out DIR` wrote.\n")
+
+
+def test_verify_from_python_names_an_empty_path_as_the_command_does():
+    # Only the command's argument type said it: verify offered `python -m sps_jax.data prepare --out ''`.
+    for folder in ("", " "):
+        with pytest.raises(FileNotFoundError) as refusal:
+            loader.verify(folder, 64)
+        assert str(refusal.value) == ("an empty path names no token folder: pass the folder that `python -m "
+                                      "sps_jax.data prepare` wrote (it holds manifest.json, train.bin and val.bin).")
