@@ -54,13 +54,13 @@ def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, names=
 def check_memory(cfg, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int) -> None:
     """Generation's cache of ``batch_size`` rows (at most the prompts) as long as the longest prompt and
     ``max_new_tokens``, beside the weights in the compute dtype, fits this process's first device
-    (:func:`sps_jax.inference.kv_cache.check_fits`): else one sentence, before anything compiles."""
+    (:func:`sps_jax.inference.kv_cache.check_fits`): else one sentence, before anything compiles. The prompts and
+    ``max_new_tokens`` are those :func:`sps_jax.inference.decoding.check_prompts` returned and checked."""
     from sps_jax.inference import kv_cache
 
-    if len(prompts):
-        kv_cache.check_fits(cfg, min(batch_size, len(prompts)), max(map(len, prompts)) + max_new_tokens,
-                            *hardware.local_memory(), f"lower {cli.named('batch_size', '--batch-size')} or "
-                            f"{cli.named('max_new_tokens', '--max-new-tokens')}")
+    kv_cache.check_fits(cfg, min(batch_size, len(prompts)), max(map(len, prompts)) + max_new_tokens,
+                        *hardware.local_memory(), f"lower {cli.named('batch_size', '--batch-size')} or "
+                        f"{cli.named('max_new_tokens', '--max-new-tokens')}")
 
 
 def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
@@ -76,6 +76,7 @@ def complete_ids(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: 
     cfg = sps_model.ModelConfig.from_config(cfg)
     batch_size = arguments.at_least("batch_size", batch_size, 1)
     batching.check_progress(progress)
+    prompts = decoding.check_prompts(cfg, prompts, max_new_tokens)  # the cache is sized from them
     check_memory(cfg, prompts, max_new_tokens, batch_size)
     params = decoding.held_params(cfg, params)  # once for every batch
     results = []

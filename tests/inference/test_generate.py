@@ -868,3 +868,19 @@ def test_complete_refuses_a_cache_that_does_not_fit_the_device_as_the_command_do
     monkeypatch.setattr(hardware, "local_memory", lambda: (need, "test host"))
     assert [r["new_tokens"] for r in completions.complete_ids(cfg, params, prompts, 5, batch_size=2,
                                                               stop_on_eos=False)] == [5, 5, 5]
+
+
+@pytest.mark.parametrize("prompts, max_new_tokens, error, says", [
+    ([[1, 2]], "5", TypeError, "max_new_tokens must be an integer, got '5'."),
+    ([5], 3, TypeError, "prompt 0 is 5, not a sequence of token ids"),
+    (None, 3, TypeError, "prompts must be a list of prompts of token ids, got a NoneType"),
+])
+def test_complete_ids_says_a_bad_prompt_or_count_in_its_sentence_before_sizing_the_cache(prompts, max_new_tokens,
+                                                                                         error, says):
+    # The cache's size was computed from them first: Python's "unsupported operand" and "has no len()".
+    from sps_jax.inference import completions
+
+    cfg, _, params = small_model("sps", 2)
+    with pytest.raises(error) as refusal:
+        completions.complete_ids(cfg, params, prompts, max_new_tokens)
+    assert str(refusal.value).startswith(says), refusal.value
