@@ -251,15 +251,23 @@ def fit_value(old, value, text: str, item: str, unset=_NOT_GIVEN):
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate ``--config.a.b=value`` overrides from the other command-line arguments. An override
-    whose value follows a space is one sentence saying to join them with ``=`` (argparse would only
-    call the value an unrecognized argument). A key given twice takes its last value (they apply in
+    whose value follows a space, before or after its ``=``, is one sentence saying to join them with ``=``
+    (argparse would only call the value an unrecognized argument). A key given twice takes its last value (they apply in
     order), so a script can add an override to a shared list."""
     argv = list(argv)
     for i, arg in enumerate(argv):
-        if arg.startswith("--config.") and "=" not in arg:
-            following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
-            raise UserError(f"override {arg} has no value: write {arg}={following or 'VALUE'}, the value after '=' "
-                            "with no space.")
+        key, equals, value = arg.partition("=")
+        if not key.startswith("--config.") or value:
+            continue
+        after = argv[i + 1:]
+        if not equals and after[:1] == ["="]:  # spaces around '=': the value is the word after it
+            after = after[1:]
+        following = after[0] if after and not after[0].startswith("--") else None
+        if equals and following is None:
+            continue  # an empty value, which the field's checks judge
+        following = following if equals or following is None else following.removeprefix("=")  # a space before '='
+        raise UserError(f"override {key} has no value: write {key}={following or 'VALUE'}, the value after '=' "
+                        "with no space.")
     overrides = [a for a in argv if a.startswith("--config.")]
     rest = [a for a in argv if not a.startswith("--config.")]
     return rest, overrides

@@ -318,6 +318,19 @@ def test_a_config_argument_left_empty_after_the_colon_is_refused_not_read_as_the
         sps_config.load_config(spec)
 
 
+@pytest.mark.parametrize("argv", [
+    ["--config.train.peak_lr", "3e-4"],  # the value after a space
+    ["--config.train.peak_lr", "=", "3e-4"],  # spaces around '=' (the sentence said --config.train.peak_lr==)
+    ["--config.train.peak_lr", "=3e-4"],  # a space before '=' (it said --config.train.peak_lr==3e-4)
+    ["--config.train.peak_lr=", "3e-4"],  # a space after '=' (argparse called 3e-4 an unrecognized argument)
+])
+def test_an_override_split_by_spaces_is_told_the_one_word_to_write(argv):
+    with pytest.raises(ValueError) as refusal:
+        config_overrides.split_config_args(["--workdir", "w", *argv, "--force"])
+    assert str(refusal.value) == ("override --config.train.peak_lr has no value: write --config.train.peak_lr=3e-4, "
+                                  "the value after '=' with no space.")
+
+
 def test_a_users_config_that_leaves_the_variant_to_the_model_default_loads(tmp_path):
     # Fields a config leaves out take ModelConfig's defaults; the name check for overrides raised AttributeError.
     path = tmp_path / "mine.py"
