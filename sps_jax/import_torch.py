@@ -432,8 +432,10 @@ def build_config(sd, model_args, variant=FROM_FILE, window=FROM_FILE, num_heads=
         # else a flag's value (or a flag with the file's) failed, and the sentence that names it stands.
         own = None if stored_config is None else _problem(_stored(stored_config))
         if own is None:
+            if isinstance(exc, model_config.IdsOutsideVocabulary):  # the tensors fix the vocabulary: the ids move
+                exc = UserError(exc.sentence(resizable=False))
             _refuse_model_args_value(str(exc), fields, m, overrides)
-            raise
+            raise exc from None
         raise UserError(f"the checkpoint's stored config ({torch_layout.CONFIG}) is not a valid run config ({own}): "
                         "replace that value with --window N or a --config override, or export the run again.") from None
     built = sps_model.ModelConfig.from_config(config.model)  # with the defaults a stored config may leave out

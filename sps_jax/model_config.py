@@ -45,6 +45,24 @@ def check_dtype(name: str, value) -> None:
                          f"{did_you_mean(value, DTYPES)}.")
 
 
+class IdsOutsideVocabulary(ValueError):
+    """Special ids (``eos_id``, ...) at or past ``model.vocab_size``, said with vocab_size, since either may be the
+    value to change (an override of the vocabulary too small for GPT-2's tokens was said as the config file's id)."""
+
+    def __init__(self, ids: dict[str, int], vocab_size: int):
+        self.ids, self.vocab_size = ids, vocab_size
+        super().__init__(self.sentence(resizable=True))
+
+    def sentence(self, resizable: bool) -> str:
+        """The refusal; ``resizable``: whether the vocabulary may grow (not where an embedding's shape fixes it)."""
+        named = [f"model.{name}={value}" for name, value in self.ids.items()]
+        said = ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+        move = "those ids below" if len(named) > 1 else f"model.{next(iter(self.ids))} to an id below"
+        grow = f"raise model.vocab_size to at least {max(self.ids.values()) + 1}, or " if resizable else ""
+        return (f"{said} {'are' if len(named) > 1 else 'is'} outside the vocabulary of model.vocab_size="
+                f"{self.vocab_size}: {grow}set {move} {self.vocab_size}.")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Hashable model hyper-parameters (built from ``config.model``), validated when made.
@@ -131,10 +149,10 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"model.{name} must be a non-negative integer (0: unchunked), got {value!r}.")
-        for name in ("eos_id", "predict_id", "pad_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary of {self.vocab_size}: "
-                                 f"set model.{name} to an id below {self.vocab_size}.")
+        outside = {name: getattr(self, name) for name in ("eos_id", "predict_id", "pad_id")
+                   if getattr(self, name) >= self.vocab_size}
+        if outside:
+            raise IdsOutsideVocabulary(outside, self.vocab_size)
         if len({self.eos_id, self.predict_id, self.pad_id}) < 3:
             raise ValueError(f"model.eos_id={self.eos_id}, predict_id={self.predict_id} and pad_id={self.pad_id} "
                              "must be three different ids: each marks something else.")

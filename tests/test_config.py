@@ -239,6 +239,24 @@ def test_cli_an_override_out_of_range_is_refused_before_the_config_file_runs_in_
     assert str(checked.value) == sentence
 
 
+@pytest.mark.parametrize("vocab_size, sentence", [
+    (50000, "model.eos_id=50256, model.predict_id=50257 and model.pad_id=50303 are outside the vocabulary of "
+            "model.vocab_size=50000: raise model.vocab_size to at least 50304, or set those ids below 50000."),
+    (50258, "model.pad_id=50303 is outside the vocabulary of model.vocab_size=50258: raise model.vocab_size to at "
+            "least 50304, or set model.pad_id to an id below 50258."),
+])
+def test_cli_a_vocabulary_too_small_for_the_special_ids_names_the_override_that_set_it(tmp_path, vocab_size, sentence):
+    # The sentence blamed the config file for the override's value ("config file configs/tiny.py: model.eos_id=50256
+    # is outside the vocabulary of 50000") and offered only to move the id, which GPT-2's tokens fix at 50256.
+    from sps_jax import train
+    from tests import fuzz
+
+    said = fuzz.call(train.main, ["--config", "configs/tiny.py", "--workdir", str(tmp_path / "w"),
+                                  f"--config.model.vocab_size={vocab_size}"])
+    assert (said.status, said.stderr) == (2, f"error: {sentence}\n")
+    assert not (tmp_path / "w").exists()
+
+
 def test_only_the_last_override_of_a_field_is_held_to_its_range():
     # a key given twice takes its last value, so a script may correct a shared list's value
     sps_config.check_override_values(["--config.train.peak_lr=-1", "--config.train.peak_lr=1e-3"])

@@ -121,8 +121,8 @@ def test_an_id_of_model_args_outside_the_vocabulary_says_what_to_set(tmp_path):
     torch.save(authors_checkpoint(synthetic_state_dict(), predict_token_id=V), path)
     outcome = fuzz.call(import_torch.main, [str(path), "--out", str(tmp_path / "run")])
     assert outcome.status == 2 and outcome.problem() is None, outcome.stderr
-    assert outcome.stderr == f"error: model.predict_id={V} is outside the vocabulary of {V}: set model.predict_id to " \
-        f"an id below {V} (the value of the checkpoint's model_args['predict_token_id']; pass " \
+    assert outcome.stderr == f"error: model.predict_id={V} is outside the vocabulary of model.vocab_size={V}: set " \
+        f"model.predict_id to an id below {V} (the value of the checkpoint's model_args['predict_token_id']; pass " \
         "--config.model.predict_id=VALUE to replace it).\n"
     assert not (tmp_path / "run").exists()
 
