@@ -11,6 +11,7 @@ import math
 import operator
 import os
 import platform
+import re
 import sys
 from importlib import metadata
 
@@ -75,6 +76,11 @@ def help_write_errors():
         argparse.ArgumentParser._print_message = before
 
 
+# An override's word that argparse gets: no dashes or one (config.a.b=v), a capital (--Config.a.b=v), or the en or em
+# dash a document's typesetting makes of '--' (a correct --config.a.b=v is split off before argparse reads the rest).
+_OVERRIDE_MISSPELT = re.compile(r"[-\u2013\u2014]*config\.(\w+(?:\.\w+)*=.*)", re.IGNORECASE)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are one sentence (no usage block), raised as :class:`UserError`, and
     which answers ``--version``.
@@ -103,6 +109,10 @@ class ArgumentParser(argparse.ArgumentParser):
                      for o in a.option_strings if o.startswith("--")]
             words, fields = message.split(": ", 1)[1].split(), self.config_fields()
             for i, word in enumerate(words):
+                override = _OVERRIDE_MISSPELT.fullmatch(word) if fields else None
+                if override:  # --config.a.b=v without its two dashes, or with the dash typesetting makes of them
+                    message = f"{message.rstrip('.')} (did you mean --config.{override[1]}?)"
+                    break
                 name, eq, value = word[2:].partition("=") if word.startswith("--") else ("", "", "")
                 abbreviated = [flag for flag in flags if name and flag.startswith(name)]  # what argparse would take
                 close = abbreviated[0] if len(abbreviated) == 1 else close_name(name, flags) if name else None

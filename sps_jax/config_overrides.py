@@ -251,7 +251,7 @@ def fit_value(old, value, text: str, item: str, unset=_NOT_GIVEN):
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separate ``--config.a.b=value`` overrides from the other command-line arguments. An override
-    whose value follows a space, before or after its ``=``, is one sentence saying to join them with ``=``
+    whose value follows a space, before or after its ``=``, or a ``:``, is one sentence saying to join them with ``=``
     (argparse would only call the value an unrecognized argument). A key given twice takes its last value (they apply in
     order), so a script can add an override to a shared list."""
     argv = list(argv)
@@ -259,7 +259,8 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         key, equals, value = arg.partition("=")
         if not key.startswith("--config.") or value:
             continue
-        after = argv[i + 1:]
+        key, colon, written = key.partition(":")  # YAML's --config.a.b:V
+        after = [written] if colon and written else argv[i + 1:]
         if not equals and after[:1] == ["="]:  # spaces around '=': the value is the word after it
             after = after[1:]
         following = after[0] if after and not after[0].startswith("--") else None

@@ -1028,6 +1028,20 @@ def test_cli_value_that_starts_with_a_dash_is_told_to_follow_an_equals_sign(main
     assert outcome.status == 2 and outcome.stderr.endswith(f": {said}\n"), outcome.stderr
 
 
+@pytest.mark.parametrize("word", ["config.model.window=8", "-config.model.window=8", "--Config.model.window=8",
+                                  "\u2014config.model.window=8", "\u2013config.model.window=8"])
+@pytest.mark.parametrize("main, argv", [(train.main, ["--config", "configs/tiny.py", "--workdir", "W"]),
+                                        (bench_cli.main, ["smoke"])])
+def test_cli_an_override_without_its_two_dashes_is_told_the_override_it_means(tmp_path, main, argv, word):
+    # No dashes, one, a capital C, or the em or en dash a document's typesetting makes of '--': argparse named the word
+    # as unrecognized, without the override it spells.
+    argv = [str(tmp_path / "w") if a == "W" else a for a in argv]
+    outcome = fuzz.call(main, [*argv, word])
+    assert outcome.status == 2, outcome.stderr
+    assert outcome.stderr.endswith(f"unrecognized arguments: {word} (did you mean --config.model.window=8?) "
+                                   "(see --help).\n"), outcome.stderr
+
+
 def test_an_integer_argument_takes_both_of_its_bounds():
     parse = arguments.int_up_to(1024, least=1)
     assert (parse("1"), parse("1024")) == (1, 1024)

@@ -341,6 +341,7 @@ def test_a_config_argument_left_empty_after_the_colon_is_refused_not_read_as_the
     ["--config.train.peak_lr", "=", "3e-4"],  # spaces around '=' (the sentence said --config.train.peak_lr==)
     ["--config.train.peak_lr", "=3e-4"],  # a space before '=' (it said --config.train.peak_lr==3e-4)
     ["--config.train.peak_lr=", "3e-4"],  # a space after '=' (argparse called 3e-4 an unrecognized argument)
+    ["--config.train.peak_lr:3e-4"],  # YAML's ':' for '=' (it said --config.train.peak_lr:3e-4=VALUE)
 ])
 def test_an_override_split_by_spaces_is_told_the_one_word_to_write(argv):
     with pytest.raises(ValueError) as refusal:
