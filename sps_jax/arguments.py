@@ -108,7 +108,10 @@ class ArgumentParser(argparse.ArgumentParser):
             flags = [o[2:] for a in self._command_parser(getattr(self, "_args", []))._actions
                      for o in a.option_strings if o.startswith("--")]
             words, fields = message.split(": ", 1)[1].split(), self.config_fields()
-            for i, word in enumerate(words):
+            apart = self._config_argument_apart(words[0])
+            if apart:
+                message = f"{message.rstrip('.')} (did you mean {apart}?)"
+            for i, word in enumerate([] if apart else words):
                 override = _OVERRIDE_MISSPELT.fullmatch(word) if fields else None
                 if override:  # --config.a.b=v without its two dashes, or with the dash typesetting makes of them
                     message = f"{message.rstrip('.')} (did you mean --config.{override[1]}?)"
@@ -133,6 +136,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{prog or self.prog}: {message.rstrip('.')} (see --help).")
 
     _print_message = _write_message
+
+    def _config_argument_apart(self, word: str) -> str | None:
+        """``--config FILE.py:WORD`` where ``word``, an unrecognized argument, follows a ``--config FILE.py`` given no
+        argument: the config's argument written after a space instead of a ':'."""
+        args = getattr(self, "_args", [])
+        for i, arg in enumerate(args):
+            flag, equals, value = arg.partition("=")
+            value, rest = (value, args[i + 1:]) if equals else (args[i + 1] if i + 1 < len(args) else "", args[i + 2:])
+            if flag == "--config" and value.endswith(".py") and rest[:1] == [word] and not word.startswith("-"):
+                return f"--config {value}:{word}"
+        return None
 
     def _after_separator(self, message: str) -> str:
         """argparse's "unrecognized arguments" where they come from a '--' (every word after it is a value): a flag of

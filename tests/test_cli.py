@@ -1042,6 +1042,17 @@ def test_cli_an_override_without_its_two_dashes_is_told_the_override_it_means(tm
                                    "(see --help).\n"), outcome.stderr
 
 
+@pytest.mark.parametrize("config", [["--config", "configs/paper.py"], ["--config=configs/paper.py"]])
+@pytest.mark.parametrize("main, argv", [(train.main, ["--workdir", "W"]), (bench_cli.main, ["smoke"])])
+def test_cli_a_config_argument_after_a_space_is_told_to_follow_a_colon(tmp_path, main, argv, config):
+    # argparse named the argument as unrecognized, without the --config FILE:ARG it belongs to.
+    argv = [str(tmp_path / "w") if a == "W" else a for a in argv]
+    outcome = fuzz.call(main, [*argv, *config, "xs,sps,64"])
+    assert outcome.status == 2, outcome.stderr
+    assert outcome.stderr.endswith("unrecognized arguments: xs,sps,64 (did you mean --config configs/paper.py:xs,sps,64?) "
+                                   "(see --help).\n"), outcome.stderr
+
+
 def test_an_integer_argument_takes_both_of_its_bounds():
     parse = arguments.int_up_to(1024, least=1)
     assert (parse("1"), parse("1024")) == (1, 1024)
