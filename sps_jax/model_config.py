@@ -47,11 +47,15 @@ def check_dtype(name: str, value) -> None:
 
 class IdsOutsideVocabulary(ValueError):
     """Special ids (``eos_id``, ...) at or past ``model.vocab_size``, said with vocab_size, since either may be the
-    value to change (an override of the vocabulary too small for GPT-2's tokens was said as the config file's id)."""
+    value to change: an override of vocab_size is then the one named, not the config file's ids
+    (:func:`sps_jax.config.check_loaded`)."""
 
     def __init__(self, ids: dict[str, int], vocab_size: int):
         self.ids, self.vocab_size = ids, vocab_size
         super().__init__(self.sentence(resizable=True))
+
+    def __reduce__(self):  # rebuilt from its fields where a process hands it to another
+        return type(self), (self.ids, self.vocab_size)
 
     def sentence(self, resizable: bool) -> str:
         """The refusal; ``resizable``: whether the vocabulary may grow (not where an embedding's shape fixes it)."""

@@ -257,6 +257,19 @@ def test_cli_a_vocabulary_too_small_for_the_special_ids_names_the_override_that_
     assert not (tmp_path / "w").exists()
 
 
+def test_the_refusal_of_ids_outside_the_vocabulary_is_the_same_sentence_in_another_process():
+    # A worker process hands its exception back pickled; an exception class whose __init__ takes other arguments
+    # than its message fails to unpickle there.
+    import pickle
+
+    from sps_jax import model_config
+
+    with pytest.raises(model_config.IdsOutsideVocabulary) as refusal:
+        model_config.ModelConfig(vocab_size=50300)
+    again = pickle.loads(pickle.dumps(refusal.value))
+    assert (type(again), str(again)) == (model_config.IdsOutsideVocabulary, str(refusal.value))
+
+
 def test_only_the_last_override_of_a_field_is_held_to_its_range():
     # a key given twice takes its last value, so a script may correct a shared list's value
     sps_config.check_override_values(["--config.train.peak_lr=-1", "--config.train.peak_lr=1e-3"])
