@@ -76,16 +76,22 @@ def sample_logits(logits_BV, keys_B, sampling: Sampling, num_tokens: int):
     # Shifting by the row max first keeps a tiny temperature from overflowing to inf - inf = NaN.
     logits_BV = (logits_BV - jnp.max(logits_BV, axis=-1, keepdims=True)) / sampling.temperature
     # Both filters rank the ids likeliest first, the lower id first at a tie (argmax's order, which lax.top_k and a
-    # stable sort keep), and keep a prefix of that order: top_k=1 is greedy, ties included.
+    # stable sort keep), and keep a prefix of that order: top_k=1 is greedy, ties included. top_p ranks only the k
+    # that top_k keeps, else the whole vocabulary in one sort of (logit, id) pairs.
     if 0 < sampling.top_k < num_tokens:
-        top_BK = jax.lax.top_k(logits_BV, sampling.top_k)[1]
-        logits_BV = _keep(logits_BV, top_BK, True)
+        values_BK, ids_BK = jax.lax.top_k(logits_BV, sampling.top_k)
+    elif sampling.top_p < 1:
+        ids_BV = jax.lax.broadcasted_iota(jnp.int32, logits_BV.shape, 1)
+        negated_BV, ids_BK = jax.lax.sort((-logits_BV, ids_BV), dimension=1, is_stable=True, num_keys=1)
+        values_BK = -negated_BV
+    else:
+        return jax.vmap(jax.random.categorical)(keys_B, logits_BV).astype(jnp.int32)
+    kept_BK = True
     if sampling.top_p < 1:
-        order_BV = jnp.argsort(logits_BV, axis=-1, stable=True, descending=True)
-        probs_BV = jax.nn.softmax(jnp.take_along_axis(logits_BV, order_BV, axis=-1), axis=-1)
-        mass_before_BV = jnp.cumsum(probs_BV, axis=-1) - probs_BV
+        probs_BK = jax.nn.softmax(values_BK, axis=-1)
         # The smallest prefix whose mass reaches top_p (always at least the top token).
-        logits_BV = _keep(logits_BV, order_BV, mass_before_BV < sampling.top_p)
+        kept_BK = jnp.cumsum(probs_BK, axis=-1) - probs_BK < sampling.top_p
+    logits_BV = _keep(logits_BV, ids_BK, kept_BK)
     return jax.vmap(jax.random.categorical)(keys_B, logits_BV).astype(jnp.int32)
 
 
