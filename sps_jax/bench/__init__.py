@@ -15,8 +15,22 @@ MAX_REPEATS = config_checks.MAX_STEP
 repeats_argument = arguments.int_up_to(MAX_REPEATS, 1, "the most repetitions a benchmark times")
 
 PAPER_CONFIG = "configs/paper.py"  # the model benchmarks build by default: the file's own, S-scale SPS
-# The paper's inference workload (section 4): rows, prompt tokens per row, new tokens per row.
+# The paper's inference workload (section 4): rows, prompt tokens per row, decode steps per row.
 GENERATION_WORKLOAD = {"batch_size": 16, "prefill": 1024, "decode": 3072}
+
+
+def workload_new_tokens(args) -> int:
+    """New tokens per row of the workload --decode names: the prefill's logits give the first, each decode step one
+    more."""
+    return args.decode + 1
+
+
+def workload_cache_positions(args) -> int:
+    """The cache slots generation allocates per row for the workload (:func:`workload_new_tokens` after --prefill);
+    imports jax."""
+    from sps_jax.inference import decoding
+
+    return decoding.cache_positions(args.prefill, workload_new_tokens(args))
 
 
 def load_config(path: str, overrides=(), train_step: bool = False):
@@ -35,7 +49,7 @@ def add_workload_flags(parser, prefix: str = "") -> None:
     """--batch-size, --prefill and --decode: the generation workload, the paper's by default (checked together by
     :func:`check_workload_flags`)."""
     arguments.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
-    for flag, what in (("prefill", "prompt tokens per row"), ("decode", "new tokens per row (one decode step each)")):
+    for flag, what in (("prefill", "prompt tokens per row"), ("decode", "decode steps per row (decode + 1 new tokens: the prefill's logits give the first)")):
         parser.add_argument(f"--{flag}", type=config_checks.seq_len_argument, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
 

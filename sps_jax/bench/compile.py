@@ -305,7 +305,7 @@ def generation_rows(acc, args) -> list[dict]:
     from sps_jax.aot import programs
 
     rows = []
-    new_tokens = args.decode + 1  # the prefill's logits give the first, each decode step one more (bench generate)
+    new_tokens = bench.workload_new_tokens(args)
     for variant in args.variants:
         cfg = _generation_model(args, variant)
         chunks = dict.fromkeys(args.prefill_chunks)  # each below --prefill (check_prefill_chunks)
@@ -421,7 +421,7 @@ def _check_workload(args) -> None:
     if "generate" in args.only:
         largest = hardware.largest()
         for variant in args.variants:
-            kv_cache.check_fits(_generation_model(args, variant), args.batch_size, args.prefill + args.decode,
+            kv_cache.check_fits(_generation_model(args, variant), args.batch_size, bench.workload_cache_positions(args),
                                 largest.memory_bytes, largest.name, "lower --batch-size, --prefill or --decode")
     for name in args.target:
         acc = hardware.ACCELERATORS[name]

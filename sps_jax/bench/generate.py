@@ -79,7 +79,7 @@ def _model_config(args, overrides, variant, backend=None):
 def check_workload(cfg, args, memory_bytes: int, device: str) -> None:
     from sps_jax.inference import kv_cache
 
-    kv_cache.check_fits(cfg, args.batch_size, args.prefill + args.decode, memory_bytes, device,
+    kv_cache.check_fits(cfg, args.batch_size, bench.workload_cache_positions(args), memory_bytes, device,
                         "lower --batch-size, --prefill or --decode")
 
 
@@ -106,8 +106,8 @@ class VariantRun:
         prompts = np.random.default_rng(0).integers(0, cfg.eos_id, (args.batch_size, args.prefill))
         self.tokens_BT, self.positions_BT = map(jnp.asarray, batching.left_pad(prompts, args.prefill, args.batch_size,
                                                                                cfg.pad_id))
-        self.new_tokens = args.decode + 1  # the prefill's logits give the first token, each decode step one more
-        max_len = decoding.cache_positions(args.prefill, self.new_tokens)
+        self.new_tokens = bench.workload_new_tokens(args)
+        max_len = bench.workload_cache_positions(args)
         self.rng = jax.random.PRNGKey(0)
         self.loop_inputs = decoding.loop_inputs(self.new_tokens, range(args.batch_size), args.batch_size)
 

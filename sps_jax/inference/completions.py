@@ -52,13 +52,15 @@ def complete(cfg, params, prompts: Sequence[str], max_new_tokens: int, *, names=
 
 
 def check_memory(cfg, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int) -> None:
-    """Generation's cache of ``batch_size`` rows (at most the prompts) as long as the longest prompt and
-    ``max_new_tokens``, beside the weights in the compute dtype, fits this process's first device
-    (:func:`sps_jax.inference.kv_cache.check_fits`): else one sentence, before anything compiles. The prompts and
-    ``max_new_tokens`` are those :func:`sps_jax.inference.decoding.check_prompts` returned and checked."""
-    from sps_jax.inference import kv_cache
+    """Generation's largest cache, of ``batch_size`` rows (at most the prompts) holding the longest prompt padded as
+    :func:`complete_ids` pads it and ``max_new_tokens``, beside the weights in the compute dtype, fits this
+    process's first device (:func:`sps_jax.inference.kv_cache.check_fits`): else one sentence, before anything
+    compiles. The prompts and ``max_new_tokens`` are those :func:`sps_jax.inference.decoding.check_prompts` returned
+    and checked."""
+    from sps_jax.inference import decoding, kv_cache
 
-    kv_cache.check_fits(cfg, min(batch_size, len(prompts)), max(map(len, prompts)) + max_new_tokens,
+    slots = decoding.cache_positions(decoding.padded_length(cfg, prompts, PAD_TO_MULTIPLE), max_new_tokens)
+    kv_cache.check_fits(cfg, min(batch_size, len(prompts)), slots,
                         *hardware.local_memory(), f"lower {cli.named('batch_size', '--batch-size')} or "
                         f"{cli.named('max_new_tokens', '--max-new-tokens')}")
 

@@ -304,6 +304,12 @@ def _check_options(sampling: Sampling, seed: int, stop_on_eos: bool, **sizes: in
         arguments.at_least(name, value, 1)
 
 
+def padded_length(cfg: sps_model.ModelConfig, prompts: Sequence[Sequence[int]], pad_to_multiple: int) -> int:
+    """The positions :func:`generate` left-pads ``prompts`` to: the longest, rounded up to ``pad_to_multiple``, never
+    past the context."""
+    return min(block_tables.round_up(max(len(p) for p in prompts), pad_to_multiple), cfg.seq_len)
+
+
 def cache_positions(prompt_len: int, max_new_tokens: int) -> int:
     """The cache slots generation prefills for ``max_new_tokens`` new tokens after ``prompt_len`` prompt positions:
     the prompt's logits give the first new token and the last is never forwarded, so ``prompt_len + max_new_tokens -
@@ -362,9 +368,8 @@ def generate(cfg, params, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                          f"below 2**31), got {first_index}: pass the first prompt's index among all the prompts.")
     max_new_tokens = int(max_new_tokens)  # checked there; a jax scalar cannot be a static argument
     params = held_params(cfg, params)
-    longest = max(len(p) for p in prompts)
-    length = min(block_tables.round_up(longest, pad_to_multiple), cfg.seq_len)
-    return _generate_padded(cfg, params, prompts, max_new_tokens, length=length, rows=len(prompts),
+    return _generate_padded(cfg, params, prompts, max_new_tokens, length=padded_length(cfg, prompts, pad_to_multiple),
+                            rows=len(prompts),
                             buffer=max_new_tokens, sampling=sampling, seed=seed, stop_on_eos=stop_on_eos,
                             indices=range(first_index, first_index + len(prompts)))
 

@@ -192,16 +192,17 @@ def test_a_config_value_out_of_range_is_refused_in_any_section_before_a_worker_r
 def test_a_workload_the_device_here_cannot_hold_is_refused_before_it_compiles(monkeypatch):
     """The parent checks against the largest card listed (it must not touch the device before the workers); the
     device that runs the timing, and each worker's, is checked too: a workload past a CPU host's memory but within a
-    B200's compiled until the host ran out. tiny: 2 layers x 1000 rows x 1024 positions x K and V x 64 x 4 bytes
-    = 1 GiB of cache (0.98 GiB) and 13 MB of float32 weights, against 0.5 GiB here."""
+    B200's compiled until the host ran out. tiny: 2 layers x 1000 rows x 1024 slots (500 + 501 - 1 positions, in the
+    whole 64-slot blocks generation allocates) x K and V x 64 x 4 bytes = 1 GiB of cache (0.98 GiB) and 13 MB of
+    float32 weights, against 0.5 GiB here."""
     from sps_jax import hardware
     from tests import fuzz
 
     monkeypatch.setattr(hardware, "local_memory", lambda: (2 ** 29, "test host"))
     monkeypatch.setattr(bench_generate, "_spawn_peak", lambda argv, variant: None)  # a CPU: no counter
     monkeypatch.setattr(bench_generate, "VariantRun", lambda *a: pytest.fail("a run was compiled"))
-    argv = ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1000", "--prefill", "512",
-            "--decode", "512", "--variants", "standard"]
+    argv = ["--config", os.path.join(REPO, "configs", "tiny.py"), "--batch-size", "1000", "--prefill", "500",
+            "--decode", "500", "--variants", "standard"]
     outcome = fuzz.call(bench_generate.main, argv)
     assert outcome.status == 2 and "Traceback" not in outcome.stderr, outcome.stderr
     assert outcome.stderr.strip().splitlines()[-1].startswith("error: standard's KV cache for batch 1000 x 1,024 "

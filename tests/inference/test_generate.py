@@ -859,8 +859,10 @@ def test_complete_refuses_a_cache_that_does_not_fit_the_device_as_the_command_do
 
     cfg, _, params = small_model("sps", 2)
     prompts = [[1, 2, 3]] * 3
-    # Two rows (batch_size) of the longest prompt's 3 positions and 5 new ones, beside the weights generation holds.
-    need = cfg.inference_weight_bytes + kv_cache.cache_bytes(cfg, 2, 8)["total"]
+    # The cache generation allocates, beside the weights it holds: two rows (batch_size) of the prompt padded to 32
+    # positions (completions.PAD_TO_MULTIPLE, the context here) and 5 new tokens less one (36), in whole 64-slot blocks.
+    assert cfg.seq_len == 32
+    need = cfg.inference_weight_bytes + kv_cache.cache_bytes(cfg, 2, 64)["total"]
     monkeypatch.setattr(hardware, "local_memory", lambda: (need - 1, "test host"))
     with pytest.raises(ValueError) as refusal:
         completions.complete_ids(cfg, params, prompts, 5, batch_size=2)
