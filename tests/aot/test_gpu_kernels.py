@@ -65,9 +65,11 @@ def test_default_tiles_compile_without_register_spills(acc, head_dim, dtype, var
 
 def test_the_spill_count_is_real():  # the control of the zero-spill checks above, in the default selection
     """A tiling known to need more registers than a thread has (64 x 64 queries x keys with a
-    128-wide head and 4 warps) does spill: the zero above is a measurement, not a default."""
+    128-wide head and 4 warps, here the dK/dV kernel's; the other two take small tiles, which compile
+    faster) does spill: the zero above is a measurement, not a default."""
+    small = kernel_tuning.Tiles(32, 32, num_warps=4, num_stages=2)
     report = gpu_kernels.kernel_report(H100, gpu_kernels.Shape("t", 1, 128, SMALL_T), "bfloat16",
-                                       tuning=kernel_tuning.Tuning.uniform(64, 64, num_warps=4, num_stages=2),
+                                       tuning=kernel_tuning.Tuning(small, small, kernel_tuning.Tiles(64, 64, 4, 2)),
                                        decode=False)
     assert report["status"] == "ok"
     assert gpu_kernels.spill_bytes(report) > 0
@@ -173,8 +175,9 @@ SMALL_TILES = [32, 32, 4, 2]  # quick to compile: for the kernels a control is n
 DEFAULT_TRITON_CASES = {
     ("h100", 64, "sps"): triton_case("h100", 64),
     ("h100", 128, "sps"): triton_case("h100", 128),
-    # Dh 16, the narrowest tl.dot, compiles fastest: the instructions a product takes do not depend on its width.
-    "float32 highest": triton_case("h100", 16, "float32", precision="highest"),
+    # Dh 16 and 16 x 16 tiles, the narrowest tl.dot, compile fastest (float32 products unroll into FMAs): the
+    # instructions a product takes do not depend on its width (Triton's default takes mma.sync tf32 at this size).
+    "float32 highest": triton_case("h100", 16, "float32", tiles=[[16, 16, 4, 1]] * 3, precision="highest"),
     # A Hopper Dh-128 dK/dV kernel of 64 x 64 tiles on 4 warps; training kernels only.
     "spilling": triton_case("h100", 128, tiles=[SMALL_TILES, SMALL_TILES, [64, 64, 4, 2]], decode=False),
 }
