@@ -68,7 +68,8 @@ def test_resume_after_hard_kill_is_exact(tmp_path, tokens, reference):
                             cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert max(losses(workdir)) == 5, "the killed run got past its last checkpoint (step 4 or 2)"
-    resumed = run_train(workdir, tokens, STEPS)
+    resumed = train_here(workdir, tokens, STEPS)  # in this process: the kill is the claim, not the resume's process
+    assert resumed.status == 0 and resumed.problem() is None, resumed.stderr
     assert "resumed from" in resumed.stdout
     # Bit-identical: same losses at every step (records after the checkpoint are replaced) and weights.
     assert losses(workdir) == losses(reference)
@@ -105,7 +106,8 @@ def test_two_processes_train_and_one_resumes(tmp_path, tokens, reference):
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
     assert "on 2 cpu device(s)" in outputs[0]
-    run_train(workdir, tokens, STEPS)
+    resumed = train_here(workdir, tokens, STEPS)  # on this process's one device
+    assert resumed.status == 0 and "resumed from" in resumed.stdout, resumed.stderr
     ref, got = losses(reference), losses(workdir)
     assert sorted(got) == list(range(1, STEPS + 1))
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(ref)], rtol=2e-5)
@@ -537,10 +539,16 @@ def test_a_run_rerun_past_its_end_says_so_without_compiling_or_touching_its_file
     before = digest(workdir)
     # The schedule's end, and an end moved before the run: the sentence names the field that ends it. config.json
     # kept what the run trained: it was rewritten with the new, unused settings (a shorter schedule, an init_from).
+    # The first is the command's process (its summary is the last line the process prints); the others run its main
+    # here, without an interpreter's start.
     for steps, extra, end in ((STEPS, [], f"{STEPS} (train.total_tokens)"),
                               (STEPS, ["--config.train.stop_at_step=3"], "3 (train.stop_at_step)"),
                               (STEPS - 2, [f"--config.train.init_from={reference}"], f"{STEPS - 2} (train.total_tokens)")):
-        out = run_train(workdir, tokens, steps, extra=extra)
+        if not extra:
+            out = run_train(workdir, tokens, steps)
+        else:
+            out = train_here(workdir, tokens, steps, *extra)
+            assert out.status == 0 and out.problem() is None, out.stderr
         assert f"step {STEPS} is already at this run's end, step {end}: nothing to train" in out.stdout, out.stdout
         assert "compiled in" not in out.stdout, out.stdout
         assert digest(workdir) == before
@@ -560,7 +568,8 @@ def test_a_resumed_run_keeps_in_its_config_the_init_from_it_started_from(tmp_pat
     # init_from is ignored once a run has checkpoints: config.json said the run had started from that run.
     workdir = tmp_path / "run"
     shutil.copytree(reference, workdir)
-    out = run_train(workdir, tokens, STEPS + 1, extra=[f"--config.train.init_from={reference}"])
+    out = train_here(workdir, tokens, STEPS + 1, f"--config.train.init_from={reference}")
+    assert out.status == 0 and out.problem() is None, out.stderr
     assert "resumed from" in out.stdout and "initialised from" not in out.stdout, out.stdout
     written = runs.read_config(str(workdir))
     assert written.train.init_from is None and written.train.total_tokens == (STEPS + 1) * 256
