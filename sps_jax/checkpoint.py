@@ -598,7 +598,7 @@ class TrainCheckpoints:
         second only to name the lists where they differ."""
         try:
             found, stop = self.steps(), None
-        except UserError as e:  # a folder named as another step (check_step_names): every process stops
+        except (UserError, OSError) as e:  # a folder named as another step, an unreadable folder: every process stops
             found, stop = [], e
         checksum = zlib.crc32(repr(found).encode()) & 0x7FFFFFFF  # an int32, as the exchange carries
         heads = mesh.rows_from_each_process([_LISTING_STOPPED if stop else len(found), checksum])

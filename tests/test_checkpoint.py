@@ -315,6 +315,24 @@ def test_a_process_that_stops_listing_its_checkpoints_stops_every_process_before
     ckpts.close()
 
 
+def test_a_process_whose_file_system_fails_the_listing_tells_the_others_before_it_stops(tmp_path, monkeypatch):
+    # An OSError (a permission, an I/O error) while listing left this process before the exchange of step lists, where
+    # the others waited for it until the coordinator's timeout.
+    workdir = run_with_steps(tmp_path, [2, 4], milestone_every=2)
+    told = []
+    monkeypatch.setattr(checkpoint.mesh, "rows_from_each_process", lambda values: told.append(tuple(values)) or [
+        tuple(values), (2, 0)])
+    ckpts = checkpoint.TrainCheckpoints(workdir, TRAINED_AS, 2, warn=lambda line: pytest.fail(line))
+
+    def unreadable():
+        raise PermissionError(13, "Permission denied", os.path.join(workdir, "checkpoints"))
+    monkeypatch.setattr(ckpts, "steps", unreadable)
+    with pytest.raises(PermissionError):
+        ckpts.restore_newest_intact(lambda step: pytest.fail(f"restored step {step}"))
+    ckpts.close()
+    assert [row[0] for row in told] == [checkpoint._LISTING_STOPPED]
+
+
 def test_a_ctrl_c_during_a_restore_stops_the_resume_marks_nothing_broken_and_is_told_to_the_other_processes(
         tmp_path, monkeypatch):
     # The interrupted process left without the exchange of outcomes, where the others waited for it until the
