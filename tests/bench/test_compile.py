@@ -114,9 +114,10 @@ def test_the_default_prefill_chunks_are_those_below_the_prefill():
     # --only kernels compiles no model, and left the config unread: a mistyped override was ignored
     (["--target", "h100", "--only", "kernels", "--config.model.seqlen=1"],
      r"config\.model has no field 'seqlen' \(did you mean --config\.model\.seq_len\?\)"),
-    # a KV cache no card holds: after kernels and train, XLA's compile failed in C++ (a traceback)
+    # a KV cache no card holds: after kernels and train, XLA's compile failed in C++ (a traceback); the cache holds
+    # 999,999,999 + 3,072 positions in whole 64-slot blocks
     (["--target", "h100", "--config", "configs/tiny.py", "--prefill", "999999999"],
-     r"standard's KV cache for batch 16 x 1,000,003,071 positions needs .* GiB, .* of one b200: lower --batch-size, "
+     r"standard's KV cache for batch 16 x 1,000,003,072 positions needs .* GiB, .* of one b200: lower --batch-size, "
      r"--prefill or --decode\.$"),
     # jax-triton's kernels asked of a TPU: refused after the TPU's splash kernels had compiled, naming the CPU
     (["--target", "tpu-v5e,h100", "--config", "configs/tiny.py", "--attention", "auto,triton"],
