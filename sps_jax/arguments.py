@@ -108,7 +108,8 @@ class ArgumentParser(argparse.ArgumentParser):
             flags = [o[2:] for a in self._command_parser(getattr(self, "_args", []))._actions
                      for o in a.option_strings if o.startswith("--")]
             words, fields = message.split(": ", 1)[1].split(), self.config_fields()
-            apart = self._config_argument_apart(words[0])
+            # A word that spells an override is told the override, even right after a config file.
+            apart = None if fields and _OVERRIDE_MISSPELT.fullmatch(words[0]) else self._config_argument_apart(words[0])
             if apart:
                 message = f"{message.rstrip('.')} (did you mean {apart}?)"
             for i, word in enumerate([] if apart else words):

@@ -1053,6 +1053,17 @@ def test_cli_a_config_argument_after_a_space_is_told_to_follow_a_colon(tmp_path,
                                    "(see --help).\n"), outcome.stderr
 
 
+@pytest.mark.parametrize("word", ["config.model.window=8", "\u2014config.model.window=8"])
+@pytest.mark.parametrize("main, argv", [(train.main, ["--workdir", "W"]), (bench_cli.main, ["smoke"])])
+def test_cli_an_override_without_its_dashes_right_after_a_config_file_is_told_the_override(tmp_path, main, argv, word):
+    # A word that spells an override is no config argument, even where one would follow the file.
+    argv = [str(tmp_path / "w") if a == "W" else a for a in argv]
+    outcome = fuzz.call(main, [*argv, "--config", "configs/tiny.py", word])
+    assert outcome.status == 2, outcome.stderr
+    assert outcome.stderr.endswith(f"unrecognized arguments: {word} (did you mean --config.model.window=8?) "
+                                   "(see --help).\n"), outcome.stderr
+
+
 def test_an_integer_argument_takes_both_of_its_bounds():
     parse = arguments.int_up_to(1024, least=1)
     assert (parse("1"), parse("1024")) == (1, 1024)
