@@ -31,8 +31,9 @@ from sps_jax import mesh as sps_mesh
 
 MAX_SPLITS = 16  # programs per (row, head) that split the cache's slots
 BLOCK_K_CHOICES = (64, 32, 16)  # slots per key block, largest first; 16 is also the query-row tile
-# Generation's caches hold whole blocks of this many slots: jax's kernel splits no other length (split_for), and
-# bucketed prompts and buffers sum to odd ones (32 + 64 - 1). At most 63 slots more, masked like any empty slot.
+# Generation's caches hold whole blocks of this many slots, the largest of BLOCK_K_CHOICES: jax's kernel splits only
+# lengths of whole blocks (split_for), and bucketed prompts and buffers sum to odd ones (32 + 64 - 1). At most 63 slots
+# more, masked like any empty slot.
 CACHE_SLOT_MULTIPLE = BLOCK_K_CHOICES[0]
 
 
