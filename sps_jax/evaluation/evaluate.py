@@ -241,12 +241,15 @@ def _check_run_folder(val_data: str) -> None:
 
 
 def _check_task_files(args, keys, task_data) -> None:
-    """lm-eval's packages and the local files it reads, said before it loads (seconds), jax does, and any weights."""
+    """The local files lm-eval tasks read, then lm-eval's packages, said before lm-eval loads (seconds), jax does, and
+    any weights."""
     if keys:
-        lm_eval_tasks.check_installed()
         paper_tasks.check_task_data(task_data, keys)
-        if args.tokenizer is not None:  # read now (missing, or not a ranks file); the evaluation reuses it
+        # A ranks file the user named (--tokenizer or $SPS_JAX_TOKENIZER): read now (missing, or not a ranks file);
+        # the evaluation reuses it. The default file may be downloaded, which the evaluation does.
+        if args.tokenizer is not None or os.environ.get(gpt2_tokenizer.RANKS_VARIABLE):
             gpt2_tokenizer.get_tokenizer(args.tokenizer)
+        lm_eval_tasks.check_installed()
 
 
 def main_evaluate(argv) -> int:
