@@ -71,7 +71,8 @@ def check_output(out: str, force: bool = False) -> str:
 
 def _check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
-        raise UserError(f"{cli.named('dtype', '--dtype')} {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of {', '.join(DTYPES)}.")
+        raise UserError(f"{cli.named('dtype', '--dtype')} {dtype!r}{did_you_mean(dtype, DTYPES)} must be one of "
+                        f"{', '.join(DTYPES)}.")
 
 
 def checkpoint_dict(config, params, step: int, dtype: str = DEFAULT_DTYPE,

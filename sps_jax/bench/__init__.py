@@ -49,7 +49,8 @@ def add_workload_flags(parser, prefix: str = "") -> None:
     """--batch-size, --prefill and --decode: the generation workload, the paper's by default (checked together by
     :func:`check_workload_flags`)."""
     arguments.add_batch_size(parser, GENERATION_WORKLOAD["batch_size"], f"{prefix}prompts (rows) per batch")
-    for flag, what in (("prefill", "prompt tokens per row"), ("decode", "decode steps per row (decode + 1 new tokens: the prefill's logits give the first)")):
+    for flag, what in (("prefill", "prompt tokens per row"),
+                       ("decode", "decode steps per row (decode + 1 new tokens: the prefill's logits give the first)")):
         parser.add_argument(f"--{flag}", type=config_checks.seq_len_argument, default=GENERATION_WORKLOAD[flag],
                             help=f"{prefix}{what}")
 

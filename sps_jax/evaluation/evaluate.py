@@ -67,11 +67,11 @@ def evaluate_checkpoint(path: str, step: int | None = None, keys=(), val_data: s
                                     verify_checksum=val_sha256 is not None)
         scored = len(val_nll.windows(len(tokens), cfg.seq_len, val_tokens, "val_tokens")) * cfg.seq_len
         if val_tokens is not None and val_tokens >= len(tokens):  # said, as train says of data.val_windows
-            cli.note(f"warning: {cli.named('val_tokens', '--val-tokens')} {val_tokens:,} is more than the validation split's {len(tokens):,} tokens: "
-                     f"its whole windows are scored, {scored:,} targets.")
+            cli.note(f"warning: {cli.named('val_tokens', '--val-tokens')} {val_tokens:,} is more than the validation "
+                     f"split's {len(tokens):,} tokens: its whole windows are scored, {scored:,} targets.")
         elif val_tokens is not None and scored != val_tokens:
-            cli.note(f"note: {cli.named('val_tokens', '--val-tokens')} {val_tokens:,} scores whole windows of seq_len {cfg.seq_len}: {scored:,} "
-                     "targets.")
+            cli.note(f"note: {cli.named('val_tokens', '--val-tokens')} {val_tokens:,} scores whole windows of seq_len "
+                     f"{cfg.seq_len}: {scored:,} targets.")
     if keys:  # last of the checks before any weights load: lm-eval's task index takes seconds to build
         manager = lm_eval_tasks.task_manager(include_path, include_defaults)
         lm_eval_tasks.check_include_path(include_path, manager)
@@ -236,8 +236,8 @@ def _check_run_folder(val_data: str) -> None:
     """One sentence where val_data (--val-data) is a run folder, which reading it as a token folder would call
     unprepared."""
     if os.path.isfile(os.path.join(val_data, run_files.CONFIG_FILE)):
-        raise cli.UserError(f"{cli.named('val_data', '--val-data')} {val_data} is a run folder, not a prepared token folder: pass the "
-                            "folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
+        raise cli.UserError(f"{cli.named('val_data', '--val-data')} {val_data} is a run folder, not a prepared token "
+                            "folder: pass the folder that `python -m sps_jax.data prepare` wrote (the run's data.dir).")
 
 
 def _check_task_files(args, keys, task_data) -> None:
