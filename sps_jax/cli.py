@@ -4,8 +4,10 @@ A bad input, a refusal or a stop the user can act on is said in one sentence: th
 ``error: <sentence>`` as one line on stderr and exits with status 2, without a traceback.
 :class:`UserError` is that sentence; ValueError, FileNotFoundError and other OS errors raised by
 checks and file access are treated the same at the boundary, and so are running out of memory (XLA's
-device memory, or the host's for numpy) and a JAX_PLATFORMS that jax cannot start. Anything else is a bug and keeps its traceback. Argument-parsing errors take the same
-one-line form (:class:`sps_jax.arguments.ArgumentParser`).
+device memory, or the host's for numpy) and a JAX_PLATFORMS that jax cannot start. Anything else is a bug and
+keeps its traceback. Argument-parsing errors take the same one-line form (:class:`sps_jax.arguments.ArgumentParser`).
+With ``SPS_JAX_TRACEBACK=1`` in the environment the sentence follows the traceback of the error it was made from
+(where a ValueError raised deep in a library came from, for a bug report).
 
 A command stopped by Ctrl-C or SIGTERM says ``interrupted`` or ``terminated`` and exits with 130 or
 143 (128 + the signal), without a traceback or a crash dump; see :func:`main`. One whose stdout reader
@@ -47,6 +49,7 @@ class MissingPackage(UserError, ImportError):
 
 # What the boundary turns into one sentence: checks raise ValueError/UserError, file access OSError.
 USER_ERRORS = (ValueError, OSError)
+TRACEBACK_VARIABLE = "SPS_JAX_TRACEBACK"  # set (not "0"): each sentence follows its cause's traceback
 
 
 def note(line: str) -> None:
@@ -220,7 +223,10 @@ def _fill_closed_descriptors() -> None:
         sys.stderr = open(os.devnull, "w")
 
 
-def fail(exc: BaseException) -> int:
+def fail(exc: BaseException, cause: BaseException | None = None) -> int:
+    """Say ``exc`` in one line (a child already said a :class:`Reported` one); ``cause`` is what it was made from."""
+    if os.environ.get(TRACEBACK_VARIABLE, "0") not in ("", "0"):
+        traceback.print_exception(cause or exc, file=sys.stderr)
     if not isinstance(exc, Reported):
         print(f"error: {sentence(exc)}", file=sys.stderr, flush=True)
     return EXIT_USAGE
@@ -306,13 +312,13 @@ def main(fn):
             return EXIT_BROKEN_PIPE
         except SystemExit as exc:
             if isinstance(exc.code, str):  # SystemExit("message") would exit 1 with a bare line
-                return fail(UserError(exc.code))
+                return fail(UserError(exc.code), exc)
             raise
         except USER_ERRORS as exc:
-            return fail(jax_setting_error(exc) or os_refusal(exc) or stdout_encoding_refusal(exc) or exc)
+            return fail(jax_setting_error(exc) or os_refusal(exc) or stdout_encoding_refusal(exc) or exc, exc)
         except MemoryError as exc:  # the host's allocation failure (numpy's): as XLA's below, the user's sizes
             return fail(UserError(f"the host ran out of memory ({sentence(exc).rstrip('.')}): use a smaller batch "
-                                  "or sequence, or a smaller model."))
+                                  "or sequence, or a smaller model."), exc)
         except (RuntimeError, AssertionError) as exc:
             if backend_unavailable(exc):
                 # jax's closing advice, "(set JAX_PLATFORMS='' ...)", is where the sentence ends.
@@ -320,12 +326,12 @@ def main(fn):
                        else "jax started no backend for it")
                 return fail(UserError(f"jax cannot start the platform JAX_PLATFORMS="
                                       f"{os.environ.get('JAX_PLATFORMS', '')!r} names ({why}): set JAX_PLATFORMS to "
-                                      "platforms this machine has, such as cpu, or unset it."))
+                                      "platforms this machine has, such as cpu, or unset it."), exc)
             if not out_of_memory(exc):
                 raise
             first_line = str(exc).strip().splitlines()[0]  # XLA appends the allocator's state
             return fail(UserError(f"the device ran out of memory ({first_line}): use a smaller batch or "
-                                  "sequence, a smaller model, or more devices (mesh.fsdp)."))
+                                  "sequence, a smaller model, or more devices (mesh.fsdp)."), exc)
         except KeyboardInterrupt as exc:
             if not outermost:
                 raise

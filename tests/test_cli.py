@@ -98,6 +98,31 @@ def test_user_errors_are_one_line_and_status_2_while_bugs_keep_their_traceback(c
     assert exit_.value.code == 0
 
 
+def test_sps_jax_traceback_shows_where_a_one_sentence_error_came_from_and_keeps_the_sentence_and_status(
+        monkeypatch, capsys):
+    @cli.main
+    def deep_check(argv):  # a ValueError from inside a library reads as the user's mistake: the variable shows where
+        int("not a number")
+
+    @cli.main
+    def too_large(argv):
+        raise MemoryError("Unable to allocate 3 GiB")
+
+    assert deep_check([]) == 2 and "Traceback" not in capsys.readouterr().err
+    for value in ("", "0"):
+        monkeypatch.setenv("SPS_JAX_TRACEBACK", value)
+        assert deep_check([]) == 2 and "Traceback" not in capsys.readouterr().err
+    monkeypatch.setenv("SPS_JAX_TRACEBACK", "1")
+    assert deep_check([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and 'int("not a number")' in err
+    assert err.splitlines()[-1] == "error: invalid literal for int() with base 10: 'not a number'"
+    assert too_large([]) == 2
+    err = capsys.readouterr().err  # the cause's traceback, then the sentence made from it
+    assert "MemoryError: Unable to allocate 3 GiB" in err and err.splitlines()[-1].startswith(
+        "error: the host ran out of memory (Unable to allocate 3 GiB)")
+
+
 @pytest.mark.parametrize("platforms, reason", [
     # jax's RuntimeError ('Unable to initialize backend ...') escaped as a traceback at the first use of a device.
     ("bogus", "Unable to initialize backend 'bogus'"), ("CPU", "Unable to initialize backend 'CPU'"),
