@@ -244,6 +244,7 @@ class SPSLM(TemplateLM):
         until = kwargs.pop("until", None) or []
         if isinstance(until, str):
             until = [until]
+        until = [s for s in until if s]  # an empty stop string cuts nothing, as in lm-eval's models
         max_toks = _int_or(kwargs.pop("max_gen_toks", None), self.max_gen_toks)
         if kwargs.get("do_sample") or float(kwargs.get("temperature", 0.0) or 0.0) > 0:
             warnings.warn("sps_jax decodes greedily; do_sample/temperature are ignored.")

@@ -90,6 +90,17 @@ def test_generate_until_is_greedy_and_stops_at_the_first_stop_sequence():
     assert stop not in cut[1]
 
 
+def test_an_empty_stop_string_cuts_nothing_as_in_lm_evals_own_models():
+    # lm-eval's models skip an empty stop string (str.split("") raises "empty separator").
+    lm, net, params = adapter("sps", 2)
+    tok = CharTokenizer()
+    (text,) = lm.generate_until(requests("generate_until", [("the cat", {"until": ["", "zz"], "max_gen_toks": 12})]),
+                                disable_tqdm=True)
+    direct = greedy_direct(net, params, tok.encode("the cat"), 12)[len("the cat"):]
+    direct = direct[:direct.index(tok.eos_id)] if tok.eos_id in direct else direct
+    assert "zz" not in tok.decode(direct) and text == tok.decode(direct)
+
+
 def test_a_prompt_longer_than_the_context_keeps_its_last_tokens_room_for_the_generation():
     # The context holds max_length positions: the prompt keeps its last max_length - max_gen_toks tokens.
     lm, net, params = adapter("sps", 2)
