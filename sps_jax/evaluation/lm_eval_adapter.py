@@ -25,6 +25,8 @@ from sps_jax.inference import batching, decoding, scoring
 from sps_jax.data import tokenizer as sps_tokenizer
 
 DEFAULT_MAX_GEN_TOKS = 256
+# The names a task's generation_kwargs may give the count of new tokens by, in lm-eval's order of priority.
+MAX_TOKENS_NAMES = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
 
 
 class GPT2Text:
@@ -245,7 +247,8 @@ class SPSLM(TemplateLM):
         if isinstance(until, str):
             until = [until]
         until = [s for s in until if s]  # an empty stop string cuts nothing, as in lm-eval's models
-        max_toks = _int_or(kwargs.pop("max_gen_toks", None), self.max_gen_toks)
+        counts = [kwargs.pop(name, None) for name in MAX_TOKENS_NAMES]
+        max_toks = _int_or(next((n for n in counts if n is not None), None), self.max_gen_toks)
         if kwargs.get("do_sample") or float(kwargs.get("temperature", 0.0) or 0.0) > 0:
             warnings.warn("sps_jax decodes greedily; do_sample/temperature are ignored.")
         return list(until), max_toks

@@ -101,6 +101,23 @@ def test_an_empty_stop_string_cuts_nothing_as_in_lm_evals_own_models():
     assert "zz" not in tok.decode(direct) and text == tok.decode(direct)
 
 
+# lm-eval's names of the count a task's generation_kwargs give, in its order of priority; none: model_args' 7.
+@pytest.mark.parametrize("gen_kwargs,count", [({"max_new_tokens": 3}, 3), ({"max_tokens": 4}, 4),
+                                              ({"max_completion_tokens": 5}, 5), ({}, 7),
+                                              ({"max_new_tokens": 3, "max_gen_toks": 2}, 2),
+                                              ({"max_completion_tokens": 5, "max_tokens": 4}, 4)])
+def test_generate_until_takes_the_token_count_by_any_name_lm_eval_gives_it(monkeypatch, gen_kwargs, count):
+    net, params = tiny("sps", 2)
+    lm = lm_eval_adapter.SPSLM(scorer=scoring.Scorer(net, params, max_batch=8, min_len=16), tokenizer=CharTokenizer(),
+                               max_gen_toks=7)
+    asked = []
+    monkeypatch.setattr(lm_eval_adapter.decoding, "generate_bucketed",
+                        lambda cfg, params, prompts, max_toks, **kwargs: asked.append(max_toks) or [[0] * max_toks])
+    (text,) = lm.generate_until(requests("generate_until", [("the cat", {"until": [], **gen_kwargs})]),
+                                disable_tqdm=True)
+    assert asked == [count] and text == "a" * count
+
+
 def test_a_prompt_longer_than_the_context_keeps_its_last_tokens_room_for_the_generation():
     # The context holds max_length positions: the prompt keeps its last max_length - max_gen_toks tokens.
     lm, net, params = adapter("sps", 2)
