@@ -7,7 +7,7 @@ iterator. Every reader that pairs a checkpoint with a config holds the two to ag
 (:func:`check_trained_as`), since every variant has the same shapes. The run folder around them
 (``config.json``, finding a run, loading a model) is ``sps_jax.runs``.
 
-Reliability (README: What you can rely on): :func:`problem` is a cheap check that a
+Reliability (docs/guarantees.md, "Resume is exact"): :func:`problem` is a cheap check that a
 checkpoint is complete; a training run resumes from the newest checkpoint that passes it and
 restores (:func:`restore_newest_intact`), leaving newer broken ones where they are; a restore that fails for a
 fault of the machine (memory, an I/O error: :func:`_fault`) is no damage, and stops the run with the checkpoint kept;
