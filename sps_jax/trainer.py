@@ -37,7 +37,8 @@ class NonFiniteLoss(cli.UserError, RuntimeError):
 
 
 # Copies of the parameters a training step holds at the least: the weights, the gradient and
-# AdamW's two moments, each in model.param_dtype (optax keeps the moments in the weights' dtype).
+# AdamW's two moments, each in model.param_dtype (optax keeps the moments in the weights' dtype; the summed
+# gradient is float32, so this stays a lower bound under bfloat16 weights).
 TRAIN_STATE_COPIES = 4
 
 
@@ -124,12 +125,13 @@ def make_train_step(model, opt, param_shardings, lr_schedule):
             grad_sum, loss_sum, count = carry
             (total, n), grads = jax.value_and_grad(
                 lambda p: sps_model.loss_sums(model, p, tokens_BL), has_aux=True)(params)
-            grad_sum = jax.tree_util.tree_map(jnp.add, grad_sum, grads)
+            # float32 whatever param_dtype is: a bfloat16 running sum rounds every partial sum to 8 bits
+            grad_sum = jax.tree_util.tree_map(lambda total, g: total + g.astype(jnp.float32), grad_sum, grads)
             grad_sum = jax.lax.with_sharding_constraint(grad_sum, param_shardings)
             return (grad_sum, loss_sum + total, count + n), None
 
         updates_before = optim.update_count(opt_state)  # the schedule reads it: the lr this update takes
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
         (grad_sum, loss_sum, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), tokens_ABL)
         # Sums over the whole global batch, divided once: the token-weighted mean.
         denom = jnp.maximum(count, 1.0)

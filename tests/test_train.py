@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import optax
 
 from sps_jax import checkpoint, cli, config as sps_config, masks, metrics, optim, runs, train as sps_train, trainer
 from sps_jax import model as sps_model
@@ -1430,6 +1431,36 @@ def test_k_micro_batches_update_the_model_as_one_batch_of_the_same_tokens():
     # Adam's first step is lr * g / (|g| + eps): for a gradient element near eps, summation-order rounding moves it
     # by up to lr * 1e-4 (3e-7 here), still far below the step of lr = 3e-3 that a wrong gradient would shift.
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p4, p1)
+
+
+def test_bfloat16_weights_accumulate_their_micro_batches_gradients_in_float32():
+    # The step sums the micro-batches' gradients in float32 whatever param_dtype is: a bfloat16 running sum rounds
+    # every partial sum to 8 significant bits.
+    config = sps_config.load_config("configs/tiny.py", SMALL_OVERRIDES + ["--config.model.dtype=float32",
+                                                                        "--config.model.param_dtype=bfloat16"])
+    run = trainer.setup(config, trainer.plan(config, 1), jax.devices()[:1])
+    params = sps_model.init_params(run.model, jax.random.PRNGKey(0))
+    tokens_ABL = np.random.default_rng(0).integers(0, 60, (32, 1, 17)).astype(np.int32)
+
+    def seen():  # an optimizer that keeps the gradient it is given, in float32
+        return optax.GradientTransformation(
+            lambda p: jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, jnp.float32), p),
+            lambda g, state, p=None: (g, jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), g)))
+
+    opt = optax.chain(seen(), optax.scale_by_schedule(lambda count: 0.0))  # the step reads the schedule's count
+    step = jax.jit(trainer.make_train_step(run.model, opt, run.param_sh, lambda count: 0.0))
+    _, (mean_grads, _), _ = step(params, opt.init(params), jnp.asarray(tokens_ABL))
+    # Each micro-batch's own (bfloat16) gradient, summed in float64 here: the mean the step should hand on.
+    grad = jax.jit(jax.grad(lambda p, t: sps_model.loss_sums(run.model, p, t)[0]))
+    sums = [grad(params, t) for t in tokens_ABL]
+    kept = tokens_ABL[..., :-1].size  # ids below 60, the EOS: every position is trained
+    expected = jax.tree_util.tree_map(lambda *g: np.sum(np.asarray(g, np.float64), axis=0) / kept, *sums)
+    scale = jax.tree_util.tree_map(lambda *g: np.sum(np.abs(np.asarray(g, np.float64)), axis=0) / kept, *sums)
+    worst = max(float(np.max(np.abs(np.asarray(got, np.float64) - want) / np.maximum(s, 1e-30)))
+                for got, want, s in zip(*map(jax.tree_util.tree_leaves, (mean_grads, expected, scale))))
+    # The step's compiled gradients may round each micro-batch's bfloat16 elements one unit (at most 2**-7 of them)
+    # away from these; a bfloat16 running sum moved elements by 0.0148 of their micro-batches' summed magnitude.
+    assert worst <= 2 ** -7
 
 
 def test_a_step_takes_one_global_batch_whose_rows_in_order_are_its_micro_batches_whatever_micro_batch():
