@@ -390,11 +390,12 @@ def _config_notes(cfg, t) -> list[str]:
     return notes
 
 
-def _schedule_note(saved, t, start_step: int, tokens_per_step: int) -> str | None:
+def _schedule_note(saved, t, start_step: int, updates: int, tokens_per_step: int) -> str | None:
     """Where a resume's schedule fields (total_tokens moving the decay, say) change the rate of its next update:
     a finished run extended jumps from final_lr back to the peak, which the note naming the fields leaves unsaid.
-    ``saved`` is the train section of the run's config.json, read before it says the new values."""
-    old, new = (float(optim.schedule(s, tokens_per_step)(start_step)) for s in (saved, t))
+    ``saved`` is the train section of the run's config.json, read before it says the new values; ``updates`` the
+    optimizer's update count, which the schedule reads (behind ``start_step`` by the updates skipped as non-finite)."""
+    old, new = (float(optim.schedule(s, tokens_per_step)(updates)) for s in (saved, t))
     if abs(new - old) <= 1e-6 * max(abs(old), abs(new)):
         return None
     return (f"note: step {start_step + 1} trains at learning rate {new:.3g} under the changed schedule, where the "
@@ -657,10 +658,12 @@ def _attention_backend(config, cfg, platform: str, log) -> str:
     return backend
 
 
-def _say_start_notes(workdir: str, p: TrainPlan, t, start_step: int, resume_note: str | None, saved) -> None:
+def _say_start_notes(workdir: str, p: TrainPlan, t, start_step: int, opt_state, resume_note: str | None,
+                     saved) -> None:
     """Say the config's notes and a resume's, once the run is restored or started: a run refused before says only
     why."""
-    resumed = ([resume_note, _schedule_note(saved.train, t, start_step, p.tokens_per_step),
+    resumed = ([resume_note, _schedule_note(saved.train, t, start_step, int(optim.update_count(opt_state)),
+                                            p.tokens_per_step),
                 runs.lost_records(workdir, start_step)] if start_step else [])
     for note in _config_notes(p.model, t) + [note for note in resumed if note]:
         _warn(note)
@@ -704,7 +707,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         try:
             start_step, params, opt_state, elapsed_before_s, iterator = _start(
                 run, ckpts, source, dataset, config, workdir, log)
-            _say_start_notes(workdir, p, t, start_step, resume_note, saved)
+            _say_start_notes(workdir, p, t, start_step, opt_state, resume_note, saved)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p, t))
                 _draw_lost_plot(workdir)

@@ -902,6 +902,20 @@ def test_cli_a_resume_that_moves_the_schedule_says_the_learning_rate_it_jumps_to
             "schedule gave 0.0003") in out.stderr, out.stderr
 
 
+def test_cli_a_resume_after_skipped_updates_says_the_rate_of_the_updates_the_schedule_counted(tmp_path, tokens):
+    # Skipped updates leave AdamW's count, which the schedule reads: after 1 applied and 3 skipped updates the next
+    # one is the schedule's second. The note read the rates at the step (4), so it named 2e30 and final_lr's 3e-4.
+    bad_lr = ["--config.train.weight_decay=0", "--config.train.nonfinite=skip", "--config.train.warmup_tokens=1024"]
+    out = train_here(tmp_path, tokens, 4, "--config.train.peak_lr=1e30", *bad_lr)
+    assert out.status == 0 and "3 of the 4 updates of this run were skipped" in out.stdout, out.stderr
+    out = train_here(tmp_path, tokens, 6, "--config.train.peak_lr=2e30", *bad_lr)
+    assert out.status == 0 and out.problem() is None, out.stderr
+    # Warmup over 1024 tokens, 256 a step: the second update trains at 256 / 1024 of the peak, 2e30 now, 1e30 before.
+    assert ("note: step 5 trains at learning rate 5e+29 under the changed schedule, where the run's schedule gave "
+            "2.5e+29.") in out.stderr, out.stderr
+    assert [r["lr"] for r in metrics.read(str(tmp_path)) if r["step"] == 5 and "lr" in r] == pytest.approx([5e29])
+
+
 def test_cli_a_resume_reads_the_runs_config_json_once(tmp_path, tokens, reference, monkeypatch):
     # runs.check_workdir read it, and the trainer read it again for the learning-rate note and for init_from.
     trained = tmp_path / "trained"
