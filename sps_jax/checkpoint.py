@@ -33,11 +33,11 @@ import orbax.checkpoint as ocp
 from sps_jax import cli, cli_process, files, mesh, path_checks, reading
 from sps_jax.cli import UserError
 from sps_jax.config_checks import MAX_STEP, STEP_BOUND
-from sps_jax.run_files import CHECKPOINT_DIR, check_writable_path, is_step_name
+from sps_jax.run_files import CHECKPOINT_DIR, OPTIMIZER_ITEM, check_writable_path, is_step_name
 
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
-TRAIN_ITEMS = ("params", "opt_state", "meta", "data")
+TRAIN_ITEMS = ("params", OPTIMIZER_ITEM, "meta", "data")
 # What a reader of a run without a checkpoint (killed before its first save) can do.
 NO_CHECKPOINT_ADVICE = "train it until it saves one (train.checkpoint_every), or pass a run that has one"
 # What a run none of whose checkpoints is intact is told, by a resume and by every reader: a resume refuses such a
@@ -178,7 +178,7 @@ def weights_only(workdir: str) -> bool:
     found = steps(workdir)
     has = lambda s, item: os.path.isdir(os.path.join(step_dir(workdir, s), item))
     # A step folder emptied by hand holds no weights either: the damaged-checkpoint sentence is its own.
-    return any(has(s, "params") for s in found) and not any(has(s, "opt_state") for s in found)
+    return any(has(s, "params") for s in found) and not any(has(s, OPTIMIZER_ITEM) for s in found)
 
 
 def problem(workdir: str, step: int, items=TRAIN_ITEMS, faults: bool = False) -> str | None:
@@ -509,7 +509,7 @@ def restore_train_state(mngr: ocp.CheckpointManager, step: int, abstract_params,
     elapsed = meta.get("elapsed_s", 0.0)
     if isinstance(elapsed, bool) or not isinstance(elapsed, (int, float)) or not 0 <= elapsed < math.inf:
         raise ValueError(f"its meta item records elapsed_s={elapsed!r}, not a number of seconds")
-    return restored["params"], restored["opt_state"], meta, data
+    return restored["params"], restored[OPTIMIZER_ITEM], meta, data
 
 
 class _Retention:

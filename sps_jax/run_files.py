@@ -19,6 +19,7 @@ METRICS_FILE = "metrics.jsonl"  # this and the two below: sps_jax.metrics writes
 PLOT_FILE = "loss.png"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINT_DIR = "checkpoints"  # sps_jax.checkpoint's
+OPTIMIZER_ITEM = "opt_state"  # the item of a training checkpoint (sps_jax.checkpoint) with the optimizer state
 # A run folder's own files beside its checkpoints/, which only training writes.
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, PLOT_FILE, tracking.RUN_ID_FILE)
 # Folders of a run that only training writes: a new run removes its tensorboard/ (NEW_RUN_DROPS) with anything in it.
@@ -110,8 +111,8 @@ PUT_BACK = f"put back the {CONFIG_FILE} the run was trained with"  # what a dama
 
 def config_data(workdir: str) -> tuple[str, object]:
     """(path, parsed JSON) of a run folder's config.json, one sentence where it is missing, a folder or no JSON.
-    :func:`sps_jax.runs.read_config` checks it is a run's config; this loads no jax, so that ``generate`` reads the
-    run's context with it before jax loads."""
+    :func:`sps_jax.run_config.read_config` checks it is a run's config; this loads no jax, so that ``generate`` reads
+    the run's context with it before jax loads."""
     workdir = path_checks.path_text(workdir, "workdir")  # the sentences quote it
     path = os.path.join(workdir, CONFIG_FILE)
     if os.path.isdir(path):

@@ -3,7 +3,8 @@
 A run folder (``--workdir``) holds ``config.json`` (the resolved ConfigDict), ``metrics.jsonl``
 (``sps_jax.metrics``) and ``checkpoints/<step>/`` (Orbax, ``sps_jax.checkpoint``). Every command
 that takes ``--workdir`` or ``--checkpoint`` resolves it with :func:`sps_jax.run_files.find_run`, which loads no
-jax, before jax loads; anything that needs a run's weights, model, name, scale or tokens seen asks this module.
+jax, before jax loads, as :mod:`sps_jax.run_config` reads and checks its config.json; anything that needs a run's
+weights, model, name, scale or tokens seen asks this module.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import numpy as np
 
 from sps_jax import arguments, attention, checkpoint, cli, config as sps_config, config_checks, files, locks, metrics
 from sps_jax import path_checks
-from sps_jax import run_files, token_folder, tracking
+from sps_jax import run_config, run_files, token_folder, tracking
 from sps_jax import model as sps_model, model_config
 from sps_jax.cli import UserError
+from sps_jax.run_config import RESUME_FIXED, checked_model_config, model_differences, read_config
 from sps_jax.run_files import (CONFIG_FILE, RUN_FILES, checkpoint_step, find_run, is_run, refuse_inside_run,
                                refuse_run_files)
 
@@ -42,55 +44,6 @@ def write_config(workdir: str, config: ml_collections.ConfigDict) -> str:
     return path
 
 
-PUT_BACK = run_files.PUT_BACK
-
-
-def read_config(workdir: str) -> ml_collections.ConfigDict:
-    """The run's config.json (one sentence naming the file when it is not a run config)."""
-    path, data = run_files.config_data(workdir)
-    problem = config_checks.run_config_problem(data)
-    if problem:
-        raise _not_run_config(path, problem)
-    try:
-        return ml_collections.ConfigDict(data)
-    except Exception as e:  # keys ConfigDict cannot hold
-        raise UserError(f"{path} is not a run config ({type(e).__name__}: {e}): {PUT_BACK}.") from None
-
-
-def _not_run_config(path: str, problem: str) -> UserError:
-    """The refusal of a damaged or edited config.json at ``path``, ``problem`` saying what is wrong with it."""
-    return UserError(f"{path} is not a run config: {problem}: {PUT_BACK}.")
-
-
-def check_model_fields(config, workdir: str) -> str:
-    """The path of ``workdir``'s config.json, once ``config`` (read from it) has every model field that says
-    what the model is; one sentence naming the missing ones. A field of how it is computed
-    (``model_config.EXECUTION_FIELDS``) may be missing: its default runs the same model, and a run written before
-    the field existed has none."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    missing = sps_model.ModelConfig.missing_fields(config.model)
-    if missing:
-        raise UserError(f"{path}: the model section has no {', '.join(missing)}: put back the values the run "
-                        "was trained with (a default could describe another model).")
-    return path
-
-
-def checked_model_config(config, workdir: str) -> sps_model.ModelConfig:
-    """The ModelConfig of a run's config (read from ``workdir``), checked, naming the file if it is bad.
-    Every field of what the model is must be there (:func:`check_model_fields`): train writes them all,
-    and a default filled in for a lost one (the window, the variant) would build another model than the
-    weights were trained as."""
-    path = check_model_fields(config, workdir)
-    try:
-        return sps_model.ModelConfig.from_config(config.model)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"{path}: {cli.sentence(e).rstrip('.')}: {PUT_BACK}.") from None
-
-
-# What a resume must keep: the seed fixes the data order, and the global batch the tokens per step
-# that steps, schedules and tokens_seen are counted in. Everything else in train (the schedule's
-# length, learning rates, logging, stop_at_step) may change between legs of a run.
-RESUME_FIXED = ("seed", "global_batch")
 # What a run that starts at step 0 removes from its folder, as it empties metrics.jsonl: the TensorBoard events and
 # the W&B run id of an earlier start (or, under --force, of another run).
 NEW_RUN_DROPS = (metrics.TENSORBOARD_DIR, tracking.RUN_ID_FILE)
@@ -394,27 +347,10 @@ def _refuse_other_model(workdir: str, saved, config) -> None:
                     f"{' '.join(f'--config.model.{k}={old.get(k)!r}' for k in changed)}), or use a new --workdir.")
 
 
-# The sections every run train writes holds, which a resume reads or keeps: one missing is a config.json edited by
-# hand (without data a resume would compare no tokens). Not metrics: a run trained before W&B tracking has none.
-_RESUME_READS = ("train", "data", "mesh")
-
-
 def _check_resume(workdir: str, saved, config) -> str | None:
     """A resume of the run ``saved`` (its config.json) must keep its data order, batch and tokens; the note that
     names each other train and data field it changes, or None."""
-    problem = next(filter(None, (config_checks.section_problem(saved, name) for name in _RESUME_READS)), None)
-    if problem:
-        raise _not_run_config(os.path.join(workdir, CONFIG_FILE), problem)
-    fixed = [k for k in RESUME_FIXED if saved.train.get(k) != config.train.get(k)]
-    damaged = next(filter(None, (sps_config.range_problem(f"train.{k}", saved.train.get(k)) for k in fixed)), None)
-    if damaged:  # a config.json edited by hand: an override of that value would be refused, so none is suggested
-        raise UserError(f"{os.path.join(workdir, CONFIG_FILE)} holds {damaged[0]}, not {damaged[1]} as every run's: "
-                        "put back the value the run was trained with, or use a new --workdir.")
-    if fixed:
-        changed = ", ".join(f"train.{k}={saved.train.get(k)!r} (now {config.train.get(k)!r})" for k in fixed)
-        flags = " ".join(f"--config.train.{k}={saved.train.get(k)!r}" for k in fixed)
-        raise UserError(f"--workdir {workdir} holds a run trained with {changed}: resuming with another data order or "
-                        f"batch would not continue it; resume with its values ({flags}), or use a new --workdir.")
+    run_config.check_resume_keeps(workdir, saved, config)
     _check_same_data(workdir, saved, config)
     changes = resume_changes(saved, config)
     if not changes:
@@ -459,11 +395,6 @@ def exclusive(workdir: str):
                                              "for it to finish (rerunning then resumes it), or pass another --workdir."):
         files.clear_partials(workdir, RUN_FILES)
         yield
-
-
-def model_differences(saved, config) -> list[str]:
-    """The model fields two configs disagree on (:func:`sps_jax.model_config.differences`)."""
-    return model_config.differences(saved.model, config.model)
 
 
 def check_init_from(config) -> tuple[str, int, list[str]] | None:

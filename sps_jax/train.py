@@ -15,7 +15,7 @@ import sys
 import time
 
 from sps_jax import arguments, cli, cli_process, config as sps_config, config_overrides, model_config, path_checks
-from sps_jax import config_checks, run_files
+from sps_jax import config_checks, run_config, run_files
 from sps_jax import token_folder
 
 
@@ -174,6 +174,8 @@ def main(argv=None) -> int:
         # A path that names no run (check_labels has said the rest), where a new run would start from it.
         if config.train.get("init_from") is not None and not run_files.has_checkpoints(args.workdir):
             run_files.init_from_run(config.train.init_from)
+        # A resume's damaged config.json, or a seed or batch it changes (runs.checked_workdir says the rest).
+        run_config.check_resumed_config(args.workdir, config)
         _check_data_dir(args.workdir, config.data.dir, config.model)
         from sps_jax import trainer
     if args.distributed or args.coordinator:

@@ -326,6 +326,37 @@ def test_cli_what_a_command_refuses_beside_an_existing_run_is_refused_before_jax
     refused_without_jax(module, [word.format(**names) for word in argv], sentence.format(**names))
 
 
+# A resume of configs/tiny.py's run (a checkpoint folder with its optimizer state) refused for its config.json,
+# each with how the file is changed (None: as train writes it), the overrides and the words of its sentence: a damaged
+# file, or a value the resume must keep changed (reading the run's config.json loaded jax first).
+REFUSED_RESUMES = {
+    "no JSON": (lambda text: "{" + text, [], "config.json is not JSON at line 1"),
+    "a model field of the wrong type": (lambda text: text.replace('"num_layers": 2', '"num_layers": "2"'), [],
+                                        "model.num_layers must be an integer of at least 1, got '2'"),
+    "no train section": (lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "train"}), [],
+                         "is not a run config: it has no 'train' section"),
+    "a seed out of its range": (lambda text: text.replace('"seed": 0', '"seed": -1'), [],
+                                "holds train.seed=-1, not an integer between 0 and"),
+    "another seed": (None, ["--config.train.seed=7"], "holds a run trained with train.seed=0 (now 7)"),
+    "another global batch": (None, ["--config.train.global_batch=16"],
+                             "holds a run trained with train.global_batch=8 (now 16)")}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_RESUMES))
+def test_cli_train_refuses_a_resume_for_its_run_config_before_jax_loads(tmp_path, case):
+    """A resume whose config.json is damaged, or that changes the seed or the global batch, was refused once jax had
+    loaded (the readers of a run's config.json imported it): about 3 s for one sentence that needs no device."""
+    edit, overrides, sentence = REFUSED_RESUMES[case]
+    workdir = run_config(tmp_path / "run")
+    (tmp_path / "run" / "checkpoints" / "4" / "opt_state").mkdir(parents=True)
+    config_json = tmp_path / "run" / "config.json"
+    if edit is not None:
+        edited = edit(config_json.read_text())
+        assert edited != config_json.read_text()  # the edit found what it changes
+        config_json.write_text(edited)
+    refused_without_jax("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", workdir, *overrides], sentence)
+
+
 @pytest.mark.parametrize("missing", ["lm_eval", "torch"])
 def test_cli_evaluate_tasks_without_the_eval_extra_installed_are_refused_before_jax_loads(tmp_path, missing):
     """The missing lm-eval (or the torch it imports) was said once the run's checkpoints had been listed, with jax

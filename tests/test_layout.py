@@ -41,6 +41,8 @@ LOW_LEVEL = {
     "sps_jax.token_folder": {"sps_jax.arguments", "sps_jax.cli", "sps_jax.path_checks", "sps_jax.reading"},
     "sps_jax.run_files": {"sps_jax.arguments", "sps_jax.cli", "sps_jax.files", "sps_jax.path_checks", "sps_jax.reading",
                           "sps_jax.token_folder", "sps_jax.tracking"},
+    "sps_jax.run_config": {"sps_jax.cli", "sps_jax.config", "sps_jax.config_checks", "sps_jax.model_config",
+                           "sps_jax.run_files"},
     "sps_jax.hub": set(),
     "sps_jax.kernel_tuning": set(),
     "sps_jax.block_tables": {"sps_jax.kernel_tuning", "sps_jax.masks"},
