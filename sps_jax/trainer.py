@@ -321,18 +321,26 @@ def _open_data(config, cfg, log):
     return dataset, val
 
 
-def _start(run, ckpts, source, dataset, config, workdir: str, log):
-    """(start step, params, opt_state, seconds trained before, data iterator): the newest intact
-    checkpoint's, else a new run's."""
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """Where a leg of training begins: its step, the training state at that step, the seconds the run trained
+    before it, and the data iterator at that step's batch."""
+    step: int
+    params: object
+    opt_state: object
+    elapsed_before_s: float
+    iterator: object
+
+
+def _start(run, ckpts, source, dataset, config, workdir: str, log) -> _Start:
+    """The start of this leg: the newest intact checkpoint's, else a new run's."""
     restored = ckpts.restore_newest_intact(lambda step: _restore(run, ckpts, step, dataset, config.data.prefetch))
     if restored is None:
         params, opt_state = _fresh_state(run, source, config.train.seed, log)
-        start_step, elapsed_before_s = 0, 0.0
-        iterator = loader.train_iterator(dataset, prefetch=config.data.prefetch)
-    else:
-        start_step, (params, opt_state, meta, elapsed_before_s, iterator) = restored
-        log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
-    return start_step, params, opt_state, elapsed_before_s, iterator
+        return _Start(0, params, opt_state, 0.0, loader.train_iterator(dataset, prefetch=config.data.prefetch))
+    start_step, (params, opt_state, meta, elapsed_before_s, iterator) = restored
+    log(f"resumed from {workdir} at step {start_step} ({meta.get('tokens_seen', 0):,} tokens seen)")
+    return _Start(start_step, params, opt_state, elapsed_before_s, iterator)
 
 
 def _align_run_folder(workdir: str, config, backend: str, start_step: int, saved) -> None:
@@ -705,9 +713,9 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         writer = leg = None
         failed = False
         try:
-            start_step, params, opt_state, elapsed_before_s, iterator = _start(
-                run, ckpts, source, dataset, config, workdir, log)
-            _say_start_notes(workdir, p, t, start_step, opt_state, resume_note, saved)
+            start = _start(run, ckpts, source, dataset, config, workdir, log)
+            start_step = start.step
+            _say_start_notes(workdir, p, t, start_step, start.opt_state, resume_note, saved)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p, t))
                 _draw_lost_plot(workdir)
@@ -716,11 +724,11 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
 
             if jax.process_index() == 0:  # before compiling: a W&B login that fails is said at once
                 writer = metrics.Writer(workdir, t.tensorboard, tracking.sinks(workdir, config))
-            carry = _Carry(params, opt_state, iterator, start_step)
+            carry = _Carry(start.params, start.opt_state, start.iterator, start_step)
             if start_step:  # a resumed leg that stops before its next validation sums up with the run's last one
                 _, carry.val_loss, carry.val_step = _recorded_losses(workdir, start_step)
             leg = _compiled_leg(config, p, run, devices, carry, workdir=workdir, val=val, ckpts=ckpts, writer=writer,
-                                elapsed_before_s=elapsed_before_s, on_step=on_step, log=log)
+                                elapsed_before_s=start.elapsed_before_s, on_step=on_step, log=log)
             _run_steps(leg, carry)
             leg.finish(carry)
         except BaseException:
