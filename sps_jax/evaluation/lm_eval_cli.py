@@ -10,6 +10,7 @@ this wrapper imports the adapter (which registers it) and hands over to lm-eval.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -42,8 +43,41 @@ def main(argv=None) -> None:
     if hasattr(evaluator, "get_git_commit_hash"):  # another lm-eval may not ask
         evaluator.get_git_commit_hash = _quiet_git_hash
     sys.argv = ["lm_eval"] + argv
-    with arguments.help_write_errors(), _model_args_checked_first():  # its --help into a full disk exited 0
+    # help_write_errors: its --help into a full disk exited 0
+    with arguments.help_write_errors(), _model_args_checked_first(), _logs_to_stderr_now():
         cli_evaluate()
+
+
+class _StderrNow(logging.StreamHandler):
+    """A log handler that writes each record to ``sys.stderr`` as it is when the record is made."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _):  # StreamHandler's __init__ and setStream set it: the stream is always the one of the moment
+        pass
+
+
+@contextlib.contextmanager
+def _logs_to_stderr_now():
+    """lm-eval's command line adds its log handler once per process, bound to ``sys.stderr`` as it was then: a stream
+    a notebook cell or a test held, closed since, where the records of every later lm-eval run in the process failed
+    as "--- Logging error ---" tracebacks. Each handler to that stream added while this runs is replaced by one that
+    writes to ``sys.stderr`` as it is at each record, with the same level and format."""
+    logger = logging.getLogger("lm_eval")
+    before = list(logger.handlers)
+    try:
+        yield
+    finally:
+        for handler in [h for h in logger.handlers if h not in before]:
+            if type(handler) is logging.StreamHandler and handler.stream is sys.stderr:
+                now = _StderrNow()
+                now.setLevel(handler.level)
+                now.setFormatter(handler.formatter)
+                logger.removeHandler(handler)
+                logger.addHandler(now)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,8 @@
 """The lm-eval adapter scores what the model computes, and lm-eval's own runner and command line work end to end."""
 
+import contextlib
+import copy
+import io
 import json
 import re
 import subprocess
@@ -314,6 +317,30 @@ def test_cli_lm_eval_records_the_commit_without_gits_fatal_line_outside_a_checko
     commit = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True).stdout.strip()
     lm_eval_cli.main(["--tasks", "arc_easy"])
     assert hashes == [None, commit]
+
+
+def test_cli_lm_evals_log_handler_writes_to_the_stderr_of_each_record(monkeypatch):
+    """lm-eval adds its log handler once per process, bound to sys.stderr as its first CLI call found it: once that
+    stream closed (a finished test's capture), its later records failed as "--- Logging error ---" tracebacks, which
+    named the test then running, in that test's stderr."""
+    import logging
+
+    import lm_eval.__main__
+    import lm_eval.utils
+    from sps_jax.evaluation import lm_eval_cli
+
+    logger = logging.getLogger("lm_eval")
+    for attribute in ("handlers", "level", "propagate"):  # lm-eval's logger as it was, after the test
+        monkeypatch.setattr(logger, attribute, copy.copy(getattr(logger, attribute)))
+    monkeypatch.setattr(lm_eval.utils, "_LOGGING_CONFIGURED", False)  # as in a fresh process
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lm_eval.utils.setup_logging)  # what its CLI does first
+    first, later = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(first):
+        lm_eval_cli.main(["--tasks", "arc_easy"])
+    first.close()
+    with contextlib.redirect_stderr(later):
+        logging.getLogger("lm_eval.evaluator").info("a later record")
+    assert later.getvalue().endswith("a later record\n") and "Logging error" not in later.getvalue(), later.getvalue()
 
 
 @pytest.mark.parametrize("model_args, said", [
