@@ -16,8 +16,9 @@ from sps_jax.inference import triton_decode
 from tests import helpers
 from tests.helpers import REPO, compile_env
 
-# Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("optimized_compiles")
+# Deviceless compiles report what a user's compile gets: XLA fully optimizing (tests/conftest.py). The tests that
+# compile nothing for a device (parsers, lowerings) keep the CPU tests' fast compiles.
+optimized = pytest.mark.usefixtures("optimized_compiles")
 
 H100 = hardware.ACCELERATORS["h100"]
 PALLAS_TRITON = 'custom_call_target="__gpu$xla.gpu.triton"'  # a kernel lowered by Pallas's Triton backend
@@ -31,6 +32,7 @@ def tiny_config(variant="sps", micro_batch=1, window=4):
     return config
 
 
+@optimized
 def test_train_step_peak_grows_with_the_micro_batch_and_counts_the_model_flops():
     small = programs.train_step(H100, tiny_config(micro_batch=1))
     large = programs.train_step(H100, tiny_config(micro_batch=8))
@@ -49,6 +51,7 @@ def test_train_step_peak_grows_with_the_micro_batch_and_counts_the_model_flops()
     assert large["model_flops"] > lm_head_train_flops
 
 
+@optimized
 @pytest.mark.slow  # a second compile of the train step above, for a card of 1 MiB
 def test_a_program_that_exceeds_the_card_does_not_fit():
     small_card = hardware.Accelerator(**{**H100.__dict__, "name": "h100-tiny-memory", "memory_bytes": 2 ** 20})
@@ -56,6 +59,7 @@ def test_a_program_that_exceeds_the_card_does_not_fit():
     assert report["peak_bytes"] > 2 ** 20 and not report["fits"]
 
 
+@optimized
 def test_generation_compiles_prefill_and_the_decode_loop():
     cfg = sps_model.ModelConfig.from_config(dict(tiny_config().model))
     batch, prompt_len, new_tokens = 2, 16, 16
@@ -85,6 +89,7 @@ def test_generation_lowers_the_prefill_and_decode_loop_calls_the_generate_comman
         assert lowered[program] == made[program], program
 
 
+@optimized
 def test_cost_of_a_matmul_is_its_flops_and_bytes():
     from sps_jax.aot import topology
     import jax.numpy as jnp
@@ -124,6 +129,7 @@ ENTRY %main (a: f32[4], e: bf16[2,0]) -> (f32[4], bf16[2,0]) {
     assert programs.entry_kernels(hlo) == 2
 
 
+@optimized
 @pytest.mark.slow  # four decode-step compiles; the test below holds the kernel that makes the claim (CI's 20 minutes)
 def test_sps_adds_few_kernels_per_layer_to_a_decode_step():
     """The pair (x_i, rho_i) shares every matmul and the cache read; what SPS adds per layer is the
@@ -169,6 +175,7 @@ sys.stdout.write(hlo[0][hlo[0].index("\\nENTRY"):])
 needs_jax_triton = pytest.mark.skipif(importlib.util.find_spec("jax_triton") is None, reason="jax-triton is not installed")
 
 
+@optimized
 @pytest.mark.parametrize("variant, backend", [("sps", "pallas"), pytest.param("sps", "triton", marks=needs_jax_triton),
                                               pytest.param("standard", "triton", marks=needs_jax_triton)])
 def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_past(variant, backend):
@@ -200,6 +207,7 @@ def test_a_decode_step_writes_its_cache_and_ring_only_in_the_kernel_after_the_pa
         assert writers == [], buffer
 
 
+@optimized
 def test_the_xla_decode_step_on_a_gpu_does_not_copy_the_cache_to_append_the_ring(monkeypatch):
     """Without jax's decode kernel (``attention=xla``, or a jax that has dropped it) the past and the
     ring are separate blocks of partials. XLA's GPU compiler merged their products, which share the
@@ -214,6 +222,7 @@ def test_the_xla_decode_step_on_a_gpu_does_not_copy_the_cache_to_append_the_ring
     assert cache_and_ring not in hlo[0]
 
 
+@optimized
 def test_a_prefill_in_chunks_holds_less_than_one_pass_and_one_pass_of_two_streams_far_less_than_twice_standard():
     """The point of ``model.prefill_chunk``: the temporaries are one chunk's activations, not the
     prompt's, so a long prompt's prefill peaks lower, for Standard and for SPS. And a one-pass prefill,
