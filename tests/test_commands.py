@@ -357,6 +357,31 @@ def test_cli_train_refuses_a_resume_for_its_run_config_before_jax_loads(tmp_path
     refused_without_jax("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", workdir, *overrides], sentence)
 
 
+# An evaluation JSON a figure reads that it cannot use ({bad}: no JSON; {nonll}: an evaluation without val_nll), each
+# with the words of its sentence.
+NO_JSON = "{bad} is not JSON at line 1"
+NO_VAL_NLL = "'{nonll}' has no val_nll (it was evaluated without --val-data)"
+REFUSED_EVALUATIONS = {"window-ablation no JSON": (["window-ablation", "{bad}"], NO_JSON),
+                       "window-ablation no val_nll": (["window-ablation", "{nonll}"], NO_VAL_NLL),
+                       "seeds no JSON": (["seeds", "{bad}", "{nonll}"], NO_JSON),
+                       "seeds no val_nll": (["seeds", "{nonll}"], NO_VAL_NLL),
+                       "accuracy-gain no JSON": (["accuracy-gain", "{bad}"], NO_JSON)}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_EVALUATIONS))
+def test_cli_a_figure_refuses_an_evaluation_json_it_cannot_use_before_jax_loads(tmp_path, case):
+    """Reading an evaluation JSON loads no jax, so a figure says one it cannot draw from (not JSON, no val_nll where
+    the figure plots it) before jax's seconds of import, as it says a run folder without metrics.jsonl."""
+    (tmp_path / "bad.json").write_text("nope")
+    (tmp_path / "nonll.json").write_text(json.dumps(
+        {"run": "r", "variant": "sps", "window": 8, "scale": "s", "step": 1, "tokens_seen": 10, "val_nll": None,
+         "corpus_nll": {}, "corpus_nll_avg": None, "tasks": {"arc_easy": 0.5}, "task_accuracy_avg": 0.5}))
+    names = {"bad": str(tmp_path / "bad.json"), "nonll": str(tmp_path / "nonll.json")}
+    argv, sentence = REFUSED_EVALUATIONS[case]
+    refused_without_jax("sps_jax.analysis.figures", [*(word.format(**names) for word in argv), "--out",
+                                                     str(tmp_path / "f.png")], sentence.format(**names))
+
+
 @pytest.mark.parametrize("missing", ["lm_eval", "torch"])
 def test_cli_evaluate_tasks_without_the_eval_extra_installed_are_refused_before_jax_loads(tmp_path, missing):
     """The missing lm-eval (or the torch it imports) was said once the run's checkpoints had been listed, with jax

@@ -82,10 +82,7 @@ def final_point(source: str) -> dict:
         return {"label": info["run"], **{k: info[k] for k in ("variant", "window", "scale")},
                 "val_nll": float(loss[-1]), "tokens_seen": float(tokens[-1]), "measured": "training's validation",
                 "seed": _train_seed(source)}
-    ev = read_evaluation(source)
-    if ev.get("val_nll") is None:
-        raise ValueError(f"{source!r} has no val_nll (it was evaluated without --val-data): pass an evaluation made "
-                         "with --val-data DATA, or the run folder.")
+    ev = evaluation_with_nll(source)
     measured = f"evaluate over {ev['val_tokens']} tokens" if ev.get("val_tokens") else "evaluate"
     workdir = ev.get("workdir")
     return {"label": os.path.basename(ev.get("run") or source), "variant": ev["variant"],
@@ -120,6 +117,15 @@ def read_evaluation(path: str) -> dict:
     reading.input_file(path, "evaluation", PASS_EVALUATIONS)
     ev = results_table.load([path])[0]  # the one reader of results JSONs: fields checked there
     ev["window"] = masks.Visibility(ev["variant"], ev.get("window")).window  # normalised
+    return ev
+
+
+def evaluation_with_nll(path: str) -> dict:
+    """The evaluation JSON at ``path``, refused in one sentence where it has no val_nll to plot; it loads no jax."""
+    ev = read_evaluation(path)
+    if ev.get("val_nll") is None:
+        raise ValueError(f"{path!r} has no val_nll (it was evaluated without --val-data): pass an evaluation made "
+                         "with --val-data DATA, or the run folder.")
     return ev
 
 
@@ -668,6 +674,10 @@ def main(argv=None):
         if os.path.isdir(source):
             run_files.find_run(source)
             check_run_metrics(source)
+        else:  # an evaluation JSON without the NLL these figures plot, before jax loads too
+            evaluation_with_nll(source)
+    for path in paths if what == "evaluation JSON" else ():
+        read_evaluation(path)
     runs = cli_process.load("sps_jax.runs")
     if args.command == "curves":
         for run in args.runs:  # every input checked before plotting
