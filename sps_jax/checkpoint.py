@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 from sps_jax import cli, cli_process, files, mesh, path_checks, reading
 from sps_jax.cli import UserError
 from sps_jax.config_checks import MAX_STEP, STEP_BOUND
-from sps_jax.run_files import CHECKPOINT_DIR, OPTIMIZER_ITEM, check_writable_path, is_step_name
+from sps_jax.run_files import CHECKPOINT_DIR, OPTIMIZER_ITEM, check_step, check_writable_path, is_step_name
 
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
@@ -427,13 +427,6 @@ def restore_params(workdir: str, step: int | None = None, target=None):
                 break
     raise CheckpointGone(f"checkpoint step {want} of {workdir} was deleted while it was read (a run that trains "
                          f"keeps only its latest checkpoints and milestones); it now has {steps(workdir)}.")
-
-
-def check_step(workdir: str, step: int, found: list[int]) -> None:
-    """One sentence when the run has checkpoints (``found``) but none at ``step``."""
-    if found and step not in found:
-        raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; it has {found}: pass one "
-                                "of those.")
 
 
 def _no_checkpoint(workdir: str) -> str:

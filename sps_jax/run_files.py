@@ -94,7 +94,27 @@ def checkpoint_step(path: str, step: int | None = None) -> tuple[str, int | None
         flag = cli.named("step", "--step")
         raise UserError(f"{path} is the checkpoint of step {path_step}, but step {step} was asked for ({flag}): "
                         f"pass the run folder with {flag}, or the checkpoint alone.")
+    if path_step is None and step is not None:  # the steps there are need no jax to list
+        check_step(workdir, step, step_folders(workdir))
     return workdir, path_step if step is None else step
+
+
+def step_folders(workdir: str) -> list[int]:
+    """The steps the folders in ``workdir``'s checkpoints/ are named by, in order ([] where it has none): every step
+    Orbax lists is among them, so a step that is not is none of the run's checkpoints."""
+    folder = os.path.join(workdir, CHECKPOINT_DIR)
+    try:
+        names = os.listdir(folder)
+    except OSError:  # no checkpoints/ yet, or a file there: said by the readers
+        return []
+    return sorted(int(name) for name in names if is_step_name(name) and os.path.isdir(os.path.join(folder, name)))
+
+
+def check_step(workdir: str, step: int, found: list[int]) -> None:
+    """One sentence when the run has checkpoints (``found``) but none at ``step``."""
+    if found and step not in found:
+        raise FileNotFoundError(f"run folder {workdir!r} has no checkpoint at step {step}; it has {found}: pass one "
+                                "of those.")
 
 
 def init_from_run(path: str) -> tuple[str, int | None]:

@@ -475,7 +475,7 @@ def check_trained_as(workdir: str, step: int | None, cfg: sps_model.ModelConfig)
     run has checkpoints but none at ``step``."""
     found = checkpoint.steps(workdir)
     step = found[-1] if step is None and found else step
-    checkpoint.check_step(workdir, step, found)  # said before any weights load
+    run_files.check_step(workdir, step, found)  # said before any weights load
     if step not in found:
         return None
     checkpoint.check_trained_as(
@@ -656,7 +656,7 @@ def run_info(path: str, step: int | None = None) -> dict:
     # the path's step where none is asked; RUN/checkpoints/5 with step=8: one sentence, as every reader says it
     step = checkpoint_step(path, step)[1]
     if step is not None:
-        checkpoint.check_step(workdir, step, checkpoint.steps(workdir))  # 999 would take the last step's tokens
+        run_files.check_step(workdir, step, checkpoint.steps(workdir))  # 999 would take the last step's tokens
         info.update(step=step, tokens_seen=tokens_seen(workdir, step, config))
     return info
 

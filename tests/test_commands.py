@@ -21,7 +21,7 @@ from unittest import mock
 import pytest
 
 from sps_jax import arguments
-from tests.helpers import REPO, env
+from tests.helpers import REPO, env, write_token_folder
 
 DOCS = [pathlib.Path(REPO, "README.md"), *sorted(pathlib.Path(REPO, "docs").glob("*.md"))]
 # "python3 -m sps_jax.x.y [word]": the module, and the word after it when it names a subcommand.
@@ -355,6 +355,28 @@ def test_cli_train_refuses_a_resume_for_its_run_config_before_jax_loads(tmp_path
         assert edited != config_json.read_text()  # the edit found what it changes
         config_json.write_text(edited)
     refused_without_jax("sps_jax.train", ["--config", "configs/tiny.py", "--workdir", workdir, *overrides], sentence)
+
+
+# A --step that the run ({run}, with a checkpoint of step 20) has no checkpoint of, per command that reads one.
+NO_STEP_5 = {"generate": ("sps_jax.inference.generate", ["--workdir", "{run}", "--prompt", "x", "--step", "5"]),
+             "evaluate": ("sps_jax.evaluation.evaluate", ["--workdir", "{run}", "--val-data", "{tmp}/tokens",
+                                                          "--step", "5"]),
+             "export_torch": ("sps_jax.export_torch", ["--workdir", "{run}", "--out", "{tmp}/x.safetensors",
+                                                       "--step", "5"]),
+             "probes": ("sps_jax.analysis.probes", ["window-nll", "--workdir", "{run}", "--out", "{tmp}/p",
+                                                    "--step", "5"])}
+
+
+@pytest.mark.parametrize("command", sorted(NO_STEP_5))
+def test_cli_a_step_the_run_has_no_checkpoint_of_is_refused_before_jax_loads(tmp_path, command):
+    """The steps a run has checkpoints of are the names of its checkpoints/ folders, which need no jax to list: a
+    --step that is none of them is said, with the steps there are, before jax's seconds of import."""
+    run = run_config(tmp_path / "run")
+    (tmp_path / "run" / "checkpoints" / "20").mkdir(parents=True)
+    write_token_folder(tmp_path / "tokens")
+    module, argv = NO_STEP_5[command]
+    refused_without_jax(module, [word.format(run=run, tmp=tmp_path) for word in argv],
+                        f"run folder {run!r} has no checkpoint at step 5; it has [20]: pass one of those.")
 
 
 # An evaluation JSON a figure reads that it cannot use ({bad}: no JSON; {nonll}: an evaluation without val_nll), each
