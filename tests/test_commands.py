@@ -379,6 +379,27 @@ def test_cli_a_step_the_run_has_no_checkpoint_of_is_refused_before_jax_loads(tmp
                         f"run folder {run!r} has no checkpoint at step 5; it has [20]: pass one of those.")
 
 
+# Probe settings beyond the context of the run ({run}: configs/tiny.py's, 128 positions), each with its sentence.
+PAST_THE_CONTEXT = {"--context": (["gradients", "--context", "1000"],
+                                  "--context 1000 is beyond the context of 128 positions of {run}"),
+                    "--max-offset": (["gradients", "--max-offset", "512"],
+                                     "--min-offset 0 + --max-offset 512 + --positions-per-doc 8 exceed the context of "
+                                     "128 positions of {run}: lower them to a sum of at most 128 (--max-offset 120"),
+                    "window-nll --context": (["window-nll", "--context", "129"],
+                                             "--context 129 is beyond the context of 128 positions of {run}")}
+
+
+@pytest.mark.parametrize("case", sorted(PAST_THE_CONTEXT))
+def test_cli_probe_settings_beyond_the_runs_context_are_refused_before_jax_loads(tmp_path, case):
+    """The run's context is its config.json's model.seq_len, which needs no jax to read: a --context or offsets
+    past it are said before jax's seconds of import."""
+    run = run_config(tmp_path / "run")
+    write_token_folder(tmp_path / "tokens")
+    argv, sentence = PAST_THE_CONTEXT[case]
+    refused_without_jax("sps_jax.analysis.probes", [*argv, "--workdir", run, "--val-data", str(tmp_path / "tokens"),
+                                                    "--out", str(tmp_path / "p")], sentence.format(run=run))
+
+
 # An evaluation JSON a figure reads that it cannot use ({bad}: no JSON; {nonll}: an evaluation without val_nll), each
 # with the words of its sentence.
 NO_JSON = "{bad} is not JSON at line 1"

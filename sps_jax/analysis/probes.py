@@ -172,8 +172,8 @@ def _check_default_out_runs(args) -> None:
 
 def _check_places(args) -> None:
     """What needs no jax, said before it loads: matplotlib, the outputs, that each --workdir names a run (with
-    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`) and that --val-data is prepared.
-    The default --out is named after the runs, so it is checked once they are found."""
+    the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`), that --val-data is prepared and
+    that --context and the offsets fit each run's context. The default --out is named after the runs, so it is checked once they are found."""
     plotting.require()
     if args.out is not None:
         _check_out(args)
@@ -187,6 +187,10 @@ def _check_places(args) -> None:
         _check_out(args)
     if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
         token_folder.check_prepared(args.val_data)
+    for w in args.workdir:  # the settings against each run's context, read from its config.json
+        seq_len = run_files.run_context(w)  # None where config.json is damaged: reading the run says so
+        if seq_len is not None:
+            _check_context(args, seq_len, w)
 
 
 def _check_out(args) -> None:
@@ -230,27 +234,31 @@ def _check_inputs(args) -> list:
                 raise
             raise UserError(f"the token folder named in {w}'s config.json (data.dir={data}) cannot be read "
                             f"({cli.sentence(e).rstrip('.')}): pass --val-data DIR.") from None
-        if args.context is not None and args.context > cfg.seq_len:  # the settings record what was used
-            raise UserError(f"--context {args.context} is beyond the context of {cfg.seq_len} positions of {w}: pass "
-                            f"at most {cfg.seq_len}, or leave --context out.")
-        if args.command == "gradients":
-            # positions_per_doc source positions i, each with i - min_offset >= 0 and i + max_offset a loss
-            # position (below the context and the document's last token)
-            span, context = args.min_offset + args.max_offset + args.positions_per_doc, _context(args, cfg)
-            if span > context:
-                # The largest --max-offset that fits, since the paper's 512 meets a small run's context
-                fits = context - args.min_offset - args.positions_per_doc
-                raise UserError(f"--min-offset {args.min_offset} + --max-offset {args.max_offset} + "
-                                f"--positions-per-doc {args.positions_per_doc} exceed the context of {context} "
-                                f"positions of {w}: lower them to a sum of at most {context}"
-                                + (f" (--max-offset {fits} with the others as given)." if fits >= 0 else "."))
-            flags = "--min-offset/--max-offset/--positions-per-doc"
-        else:
-            flags = "--min-tokens"
+        _check_context(args, cfg.seq_len, w)
+        flags = "--min-offset/--max-offset/--positions-per-doc" if args.command == "gradients" else "--min-tokens"
         min_tokens = _min_tokens(args)
         docs.append(read_documents(data, args.docs, min_tokens, split=args.split, eos_id=cfg.eos_id, flags=flags,
                                    vocab_size=cfg.vocab_size))
     return docs
+
+
+def _check_context(args, seq_len: int, w: str) -> None:
+    """One sentence where --context, or (gradients) the positions and offsets drawn in a document, do not fit the
+    context of ``seq_len`` positions of run ``w``."""
+    if args.context is not None and args.context > seq_len:  # the settings record what was used
+        raise UserError(f"--context {args.context} is beyond the context of {seq_len} positions of {w}: pass "
+                        f"at most {seq_len}, or leave --context out.")
+    if args.command == "gradients":
+        # positions_per_doc source positions i, each with i - min_offset >= 0 and i + max_offset a loss
+        # position (below the context and the document's last token)
+        span, context = args.min_offset + args.max_offset + args.positions_per_doc, args.context or seq_len
+        if span > context:
+            # The largest --max-offset that fits, since the paper's 512 meets a small run's context
+            fits = context - args.min_offset - args.positions_per_doc
+            raise UserError(f"--min-offset {args.min_offset} + --max-offset {args.max_offset} + "
+                            f"--positions-per-doc {args.positions_per_doc} exceed the context of {context} "
+                            f"positions of {w}: lower them to a sum of at most {context}"
+                            + (f" (--max-offset {fits} with the others as given)." if fits >= 0 else "."))
 
 
 def _min_tokens(args) -> int:

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from sps_jax import arguments, cli, cli_process, config_checks, files, model_config, names, reading
+from sps_jax import arguments, cli, cli_process, config_checks, files, names, reading
 from sps_jax import run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
@@ -118,18 +118,6 @@ def _parser() -> arguments.ArgumentParser:
     return parser
 
 
-def _context(path: str) -> int | None:
-    """The run's context (model.seq_len) as its config.json says it, read without jax, so that each prompt's length is
-    checked before jax loads; None where that file is damaged or lacks a model field, which reading the run says."""
-    try:
-        model = run_files.config_data(run_files.find_run(path)[0])[1]["model"]
-        if model_config.ModelConfig.missing_fields(model):  # a default would stand in for the run's own value
-            return None
-        return model_config.ModelConfig.from_config(model).seq_len
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
 def progress_due(done: int, total: int, since_last_s: float, every_s: float = PROGRESS_EVERY_S) -> bool:
     """Whether the progress line is said after a batch that brings the count to ``done`` of ``total``: after the last
     batch always, after another once ``every_s`` seconds have passed since the last line (or the start)."""
@@ -183,7 +171,7 @@ def main(argv=None) -> int:
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     for name, record in zip(names, records):  # the prompts need no jax to be read, nor to be empty
         batching.refuse_empty(record["prompt"], name)
-    seq_len = _context(arguments.run_argument(args))
+    seq_len = run_files.run_context(arguments.run_argument(args))
     # Encoded once, without jax; where config.json says the context, each length is checked against it now, and the
     # ids' own checks come with the run's.
     ids = [tokenizer.encode(tokenizer.check_text(record["prompt"], name)) for name, record in zip(names, records)]
