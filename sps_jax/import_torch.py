@@ -89,11 +89,7 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
             raise UserError(f"{path} holds Python objects beyond tensors and plain containers, which could run "
                             f"code when loaded: pass {cli.named('trust_pickle=True', '--trust-pickle')} only if you "
                             "trust where the file came from.") from None
-        if _is_safetensors(path):
-            raise UserError(f"{path} is a safetensors file: rename it to end in .safetensors, which this command "
-                            "reads with safetensors.") from None
-        raise UserError(f"{path} is not a PyTorch checkpoint that torch.load can read ({_reason(exc)}): pass a file "
-                        "saved with torch.save, or a .safetensors export.") from None
+        raise UserError(_not_torch_save(path, _reason(exc))) from None
 
 
 def _is_safetensors(path: str) -> bool:
@@ -110,6 +106,23 @@ def _is_torch_save(path: str) -> bool:
     return head == b"PK\x03\x04" or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
 
+def _not_torch_save(path: str, reason: str) -> str:
+    """The sentence for a .pt file torch.load cannot read (``reason``: why), or that is a safetensors file."""
+    if _is_safetensors(path):
+        return (f"{path} is a safetensors file: rename it to end in .safetensors, which this command reads with "
+                "safetensors.")
+    return (f"{path} is not a PyTorch checkpoint that torch.load can read ({reason}): pass a file saved with "
+            "torch.save, or a .safetensors export.")
+
+
+def _not_safetensors(path: str, reason: str) -> str:
+    """The sentence for a .safetensors file safetensors cannot read (``reason``: why), or that is torch.save's."""
+    if _is_torch_save(path):
+        return (f"{path} is a PyTorch checkpoint (torch.save's): rename it to end in .pt, which this command reads "
+                "with torch.")
+    return f"{path} is not a safetensors file that safetensors can read ({reason})."
+
+
 def _what(path: str) -> str:
     """What the file at ``path`` is read as: its suffix picks the reader."""
     return "safetensors file" if path.lower().endswith(".safetensors") else "PyTorch checkpoint"
@@ -122,6 +135,12 @@ def check_checkpoint_file(path: str) -> None:
     reading.input_file(path, _what(path), PASS_CHECKPOINT)
     if os.path.getsize(path) == 0:
         raise UserError(f"{_what(path)} {path!r} is empty (0 bytes): {PASS_CHECKPOINT}.")
+    # A file of no format its reader takes, from its first bytes: said before jax and the reader (torch) load.
+    if _what(path) == "safetensors file" and not _is_safetensors(path):
+        raise UserError(_not_safetensors(path, "it does not start as one: 8 bytes of its header's length, then '{'"))
+    if _what(path) == "PyTorch checkpoint" and not _is_torch_save(path):
+        raise UserError(_not_torch_save(path, "it starts as neither a zip archive nor a pickle, as torch.save's files "
+                                              "do"))
 
 
 def _reader(package: str, what: str, path: str):
@@ -153,15 +172,12 @@ def _load_safetensors(path: str) -> dict:
         with safetensors.safe_open(path, framework="numpy") as f:
             tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
     except Exception as exc:  # safetensors raises its own SafetensorError (and OS errors) on bad files
-        if _is_torch_save(path):
-            raise UserError(f"{path} is a PyTorch checkpoint (torch.save's): rename it to end in .pt, which this "
-                            "command reads with torch.") from None
-        unread = _unread_dtype(path)
+        unread = None if _is_torch_save(path) else _unread_dtype(path)
         if unread is not None:
             raise UserError(f"{path} holds {unread[0]} in float8 ({unread[1]}), which safetensors cannot read without "
                             "torch: save its weights as float32, bfloat16 or float16, or pass the checkpoint as a .pt "
                             "file.") from None
-        raise UserError(f"{path} is not a safetensors file that safetensors can read ({_reason(exc)}).") from None
+        raise UserError(_not_safetensors(path, _reason(exc))) from None
     try:
         return torch_layout.from_safetensors(tensors, metadata)
     except (ValueError, TypeError) as exc:

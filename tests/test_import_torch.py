@@ -1132,6 +1132,27 @@ def test_cli_a_seq_len_past_the_longest_context_is_refused_as_an_argument(tmp_pa
     assert not os.listdir(tmp_path)
 
 
+def test_cli_a_file_that_starts_as_no_checkpoint_of_its_suffix_is_refused_before_jax_loads(tmp_path):
+    """A file whose first bytes are not those its suffix's reader takes (torch.save's zip archive or pickle for .pt,
+    safetensors' header length and '{' for .safetensors) is said before jax's and torch's seconds of import, with
+    the rename that fixes a file of the other format."""
+    from tests.test_commands import answers_without_jax
+
+    header = b'{"__metadata__":{}}'
+    files = {"text.pt": b"hello\n", "text.safetensors": b"hello\n",
+             "safetensors.pt": len(header).to_bytes(8, "little") + header, "zip.safetensors": b"PK\x03\x04" + bytes(60)}
+    said = {"text.pt": "text.pt is not a PyTorch checkpoint that torch.load can read (",
+            "text.safetensors": "text.safetensors is not a safetensors file that safetensors can read (",
+            "safetensors.pt": "safetensors.pt is a safetensors file: rename it to end in .safetensors",
+            "zip.safetensors": "zip.safetensors is a PyTorch checkpoint (torch.save's): rename it to end in .pt"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        answers, stderr = answers_without_jax("sps_jax.import_torch", [[str(tmp_path / name), "--out",
+                                                                        str(tmp_path / "out")]])
+        assert answers == [["2", "False"]] and said[name] in stderr, (name, stderr[-2000:])
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_cli_a_checkpoint_file_that_is_missing_or_empty_is_refused_before_jax_loads(tmp_path):
     """A checkpoint file that does not exist, or holds no byte, is said before jax's seconds of import and the CUDA
     plugin's log lines, and after the --out checks, which need no jax either."""
