@@ -580,7 +580,8 @@ def test_one_mlp_tensor_of_another_width_is_the_one_named(tmp_path, key):
 
 def test_a_missing_package_names_its_extra(tmp_path, monkeypatch):
     torch.save({"model": synthetic_state_dict()}, tmp_path / "ckpt.pt")
-    (tmp_path / "ckpt.safetensors").write_bytes(b"{}")  # a file of some bytes: an empty one is refused as such
+    # A safetensors file's start (its header's length, then the header): one that starts otherwise is refused as such.
+    (tmp_path / "ckpt.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
     monkeypatch.setitem(sys.modules, "safetensors", None)
     for name, extra in (("ckpt.pt", ".[torch]"), ("ckpt.safetensors", ".[safetensors]")):
