@@ -24,6 +24,19 @@ RESUME_FIXED = ("seed", "global_batch")
 _RESUME_READS = ("train", "data", "mesh")
 
 
+def run_context(path: str) -> int | None:
+    """The context (model.seq_len) of the run ``path`` names, as its config.json says it, read without jax, so that
+    the lengths a command is given are checked against it before jax loads; None where that file is damaged or lacks
+    a model field, which reading the run says."""
+    try:
+        model = run_files.config_data(run_files.find_run(path)[0])[1]["model"]
+        if model_config.ModelConfig.missing_fields(model):  # a default would stand in for the run's own value
+            return None
+        return model_config.ModelConfig.from_config(model).seq_len
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def read_config(workdir: str) -> ml_collections.ConfigDict:
     """The run's config.json (one sentence naming the file when it is not a run config)."""
     path, data = run_files.config_data(workdir)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from sps_jax import arguments, cli, files, model_config, path_checks, reading, token_folder, tracking
+from sps_jax import arguments, cli, files, path_checks, reading, token_folder, tracking
 from sps_jax.cli import UserError
 
 CONFIG_FILE = "config.json"
@@ -124,19 +124,6 @@ def init_from_run(path: str) -> tuple[str, int | None]:
         return checkpoint_step(path)
     except (OSError, ValueError) as e:
         raise UserError(f"train.init_from={path}: {cli.sentence(e)}") from None
-
-
-def run_context(path: str) -> int | None:
-    """The context (model.seq_len) of the run ``path`` names, as its config.json says it, read without jax, so that
-    the lengths a command is given are checked against it before jax loads; None where that file is damaged or lacks
-    a model field, which reading the run says."""
-    try:
-        model = config_data(find_run(path)[0])[1]["model"]
-        if model_config.ModelConfig.missing_fields(model):  # a default would stand in for the run's own value
-            return None
-        return model_config.ModelConfig.from_config(model).seq_len
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
 
 
 PUT_BACK = f"put back the {CONFIG_FILE} the run was trained with"  # what a damaged or edited config.json is told

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from sps_jax import analysis, arguments, cli, cli_process, config_checks, files, masks, names, path_checks
-from sps_jax import plotting, run_files, token_folder
+from sps_jax import plotting, run_config, run_files, token_folder
 from sps_jax.cli import UserError
 from sps_jax.files import write_csv, write_json
 from sps_jax.plotting import figure, save_figure, smooth
@@ -188,7 +188,7 @@ def _check_places(args) -> None:
     if args.val_data:  # its manifest; the tokens are checked against each run's model once jax loads
         token_folder.check_prepared(args.val_data)
     for w in args.workdir:  # the settings against each run's context, read from its config.json
-        seq_len = run_files.run_context(w)  # None where config.json is damaged: reading the run says so
+        seq_len = run_config.run_context(w)  # None where config.json is damaged: reading the run says so
         if seq_len is not None:
             _check_context(args, seq_len, w)
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 from sps_jax import arguments, cli, cli_process, config_checks, files, names, reading
-from sps_jax import run_files
+from sps_jax import run_config, run_files
 from sps_jax.inference import batching, completions
 from sps_jax.inference.sampling import DEFAULT_SEED, SEED_LIMIT, Sampling
 
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         names = [f"--prompts-file {args.prompts_file} line {n}" for n in lines]
     for name, record in zip(names, records):  # the prompts need no jax to be read, nor to be empty
         batching.refuse_empty(record["prompt"], name)
-    seq_len = run_files.run_context(arguments.run_argument(args))
+    seq_len = run_config.run_context(arguments.run_argument(args))
     # Encoded once, without jax; where config.json says the context, each length is checked against it now, and the
     # ids' own checks come with the run's.
     ids = [tokenizer.encode(tokenizer.check_text(record["prompt"], name)) for name, record in zip(names, records)]
