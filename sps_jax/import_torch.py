@@ -92,18 +92,33 @@ def load_torch_checkpoint(path: str, trust_pickle: bool = False) -> dict:
         raise UserError(_not_torch_save(path, _reason(exc))) from None
 
 
-def _is_safetensors(path: str) -> bool:
-    """A safetensors file's start: the little-endian length of its JSON header, then the header's '{'."""
+def _safetensors_header_bytes(path: str) -> int | None:
+    """The length of a safetensors file's JSON header, from its start (that length, little-endian in 8 bytes, then
+    the header's '{'), or None where the file does not start so."""
     with open(path, "rb") as f:
         head = f.read(9)
-    return len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= os.path.getsize(path)
+    length = int.from_bytes(head[:8], "little")
+    return length if len(head) == 9 and head[8:] == b"{" and length >= 2 else None
+
+
+def _is_safetensors(path: str) -> bool:
+    """A safetensors file's start, with a header that fits in the file."""
+    length = _safetensors_header_bytes(path)
+    return length is not None and 8 + length <= os.path.getsize(path)
+
+
+# torch.save's legacy (pre-1.6) format pickles its magic number first: in protocols 0 and 1 as text.
+_LEGACY_TEXT_MAGIC = b"L119547037146038801333356L"
+_TAR_MAGIC_AT = 257  # the oldest torch.save format is a tar archive, which torch.load still reads
 
 
 def _is_torch_save(path: str) -> bool:
-    """torch.save's start: a zip archive (its format since torch 1.6), or a pickle (PROTO opcode, protocol 2 to 5)."""
+    """torch.save's start: a zip archive (its format since torch 1.6), a pickle (PROTO opcode, protocol 2 to 5, or
+    the legacy format's magic number as protocols 0 and 1 write it), or a tar archive (the oldest format)."""
     with open(path, "rb") as f:
-        head = f.read(4)
-    return head == b"PK\x03\x04" or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)
+        head = f.read(_TAR_MAGIC_AT + 5)
+    return (head.startswith((b"PK\x03\x04", _LEGACY_TEXT_MAGIC)) or head[_TAR_MAGIC_AT:] == b"ustar"
+            or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5))
 
 
 def _not_torch_save(path: str, reason: str) -> str:
@@ -137,7 +152,10 @@ def check_checkpoint_file(path: str) -> None:
         raise UserError(f"{_what(path)} {path!r} is empty (0 bytes): {PASS_CHECKPOINT}.")
     # A file of no format its reader takes, from its first bytes: said before jax and the reader (torch) load.
     if _what(path) == "safetensors file" and not _is_safetensors(path):
-        raise UserError(_not_safetensors(path, "it does not start as one: 8 bytes of its header's length, then '{'"))
+        length = _safetensors_header_bytes(path)
+        raise UserError(_not_safetensors(path, (
+            "it does not start as one: 8 bytes of its header's length, then '{'" if length is None else
+            f"its header of {length} bytes runs past the file's end, at {os.path.getsize(path)} bytes: cut short?")))
     if _what(path) == "PyTorch checkpoint" and not _is_torch_save(path):
         raise UserError(_not_torch_save(path, "it starts as neither a zip archive nor a pickle, as torch.save's files "
                                               "do"))

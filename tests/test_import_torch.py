@@ -1154,6 +1154,36 @@ def test_cli_a_file_that_starts_as_no_checkpoint_of_its_suffix_is_refused_before
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("legacy, protocol", [(False, 2), (True, 1), (True, 2), (True, 5)])
+def test_every_file_torch_save_writes_that_torch_load_reads_passes_the_check_of_its_first_bytes(tmp_path, legacy,
+                                                                                               protocol):
+    # torch.save's files as torch writes them: the zip archive, and its legacy format, whose protocol-1 pickle starts
+    # with its magic number written as text ('L1195...L'), which torch.load reads and the check refused.
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.zeros(2)}, path, _use_new_zipfile_serialization=not legacy, pickle_protocol=protocol)
+    assert set(torch.load(path, weights_only=False)) == {"w"}  # a file torch reads
+    import_torch.check_checkpoint_file(str(path))
+
+
+def test_a_tar_archive_the_oldest_torch_save_format_passes_the_check_of_its_first_bytes(tmp_path):
+    import tarfile  # torch.load reads a legacy file as a tar archive first; torch no longer writes them
+
+    (tmp_path / "storages").write_bytes(b"x")
+    with tarfile.open(tmp_path / "old.pt", "w", format=tarfile.PAX_FORMAT) as archive:
+        archive.add(tmp_path / "storages", arcname="storages")
+    import_torch.check_checkpoint_file(str(tmp_path / "old.pt"))
+
+
+def test_a_safetensors_file_cut_short_in_its_header_is_said_to_be_cut_short(tmp_path):
+    header = b'{"__metadata__":{}}'
+    path = tmp_path / "cut.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header[:5])
+    with pytest.raises(cli.UserError) as refusal:
+        import_torch.check_checkpoint_file(str(path))
+    assert str(refusal.value) == (f"{path} is not a safetensors file that safetensors can read (its header of 19 bytes "
+                                  "runs past the file's end, at 13 bytes: cut short?).")
+
+
 def test_cli_a_checkpoint_file_that_is_missing_or_empty_is_refused_before_jax_loads(tmp_path):
     """A checkpoint file that does not exist, or holds no byte, is said before jax's seconds of import and the CUDA
     plugin's log lines, and after the --out checks, which need no jax either."""
