@@ -223,10 +223,20 @@ def _fill_closed_descriptors() -> None:
         sys.stderr = open(os.devnull, "w")
 
 
+def _print_chain(exc: BaseException) -> None:
+    """``exc``'s traceback after those of the errors it was raised while handling, the ones a sentence's ``raise ...
+    from None`` hides from Python's own report too: a library's error the package worded for the user."""
+    hidden = exc.__context__ if exc.__suppress_context__ and exc.__cause__ is None else None
+    if hidden is not None:
+        _print_chain(hidden)
+        print("\nThe sentence below was made while handling the error above:\n", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+
+
 def fail(exc: BaseException, cause: BaseException | None = None) -> int:
     """Say ``exc`` in one line (a child already said a :class:`Reported` one); ``cause`` is what it was made from."""
     if os.environ.get(TRACEBACK_VARIABLE, "0") not in ("", "0"):
-        traceback.print_exception(cause or exc, file=sys.stderr)
+        _print_chain(cause or exc)
     if not isinstance(exc, Reported):
         print(f"error: {sentence(exc)}", file=sys.stderr, flush=True)
     return EXIT_USAGE

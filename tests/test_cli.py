@@ -117,6 +117,17 @@ def test_sps_jax_traceback_shows_where_a_one_sentence_error_came_from_and_keeps_
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):") and 'int("not a number")' in err
     assert err.splitlines()[-1] == "error: invalid literal for int() with base 10: 'not a number'"
+    @cli.main
+    def worded(argv):  # the package's own sentence for a library's error, raised ``from None`` for the user
+        try:
+            int("not a number")
+        except ValueError:
+            raise cli.UserError("the count is no number: pass a whole number.") from None
+
+    assert worded([]) == 2
+    err = capsys.readouterr().err
+    assert 'int("not a number")' in err and "ValueError: invalid literal for int()" in err, err
+    assert err.splitlines()[-1] == "error: the count is no number: pass a whole number."
     assert too_large([]) == 2
     err = capsys.readouterr().err  # the cause's traceback, then the sentence made from it
     assert "MemoryError: Unable to allocate 3 GiB" in err and err.splitlines()[-1].startswith(
