@@ -30,14 +30,15 @@ import zlib
 import jax
 import orbax.checkpoint as ocp
 
-from sps_jax import cli, cli_process, files, mesh, path_checks, reading
+from sps_jax import cli, cli_process, files, mesh, path_checks, reading, run_files
 from sps_jax.cli import UserError
 from sps_jax.config_checks import MAX_STEP, STEP_BOUND
-from sps_jax.run_files import CHECKPOINT_DIR, OPTIMIZER_ITEM, check_step, check_writable_path, is_step_name
+from sps_jax.run_files import (CHECKPOINT_DIR, OPTIMIZER_ITEM, WEIGHTS_ITEM, check_step, check_writable_path,
+                               is_step_name)
 
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 JSON_ITEMS = ("meta", "data")
-TRAIN_ITEMS = ("params", OPTIMIZER_ITEM, "meta", "data")
+TRAIN_ITEMS = (WEIGHTS_ITEM, OPTIMIZER_ITEM, "meta", "data")
 # What a reader of a run without a checkpoint (killed before its first save) can do.
 NO_CHECKPOINT_ADVICE = "train it until it saves one (train.checkpoint_every), or pass a run that has one"
 # What a run none of whose checkpoints is intact is told, by a resume and by every reader: a resume refuses such a
@@ -173,12 +174,8 @@ def renamed(workdir: str) -> list[str]:
 
 
 def weights_only(workdir: str) -> bool:
-    """Every checkpoint holds weights without optimizer state (an imported or converted run): such a
-    run can be trained from (``train.init_from``), not resumed."""
-    found = steps(workdir)
-    has = lambda s, item: os.path.isdir(os.path.join(step_dir(workdir, s), item))
-    # A step folder emptied by hand holds no weights either: the damaged-checkpoint sentence is its own.
-    return any(has(s, "params") for s in found) and not any(has(s, OPTIMIZER_ITEM) for s in found)
+    """:func:`sps_jax.run_files.weights_only` of the checkpoints Orbax lists."""
+    return run_files.weights_only(workdir, steps(workdir))
 
 
 def problem(workdir: str, step: int, items=TRAIN_ITEMS, faults: bool = False) -> str | None:
@@ -217,7 +214,7 @@ def problem(workdir: str, step: int, items=TRAIN_ITEMS, faults: bool = False) ->
 def stored_shapes(workdir: str, step: int, sharding=None):
     """Checkpoint ``step``'s params as ShapeDtypeStructs (with ``sharding`` when given), read from their metadata
     alone: no array is read."""
-    stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir(workdir, step), "params"))
+    stored = ocp.StandardCheckpointer().metadata(os.path.join(step_dir(workdir, step), WEIGHTS_ITEM))
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
                                   stored.item_metadata.tree)
 
@@ -454,7 +451,7 @@ def _restore_params(workdir: str, step: int | None, target):
         if not all_steps:  # also with a --step: "it has []: pass one of those" would offer nothing
             raise FileNotFoundError(_no_checkpoint(workdir))
         check_step(workdir, step, all_steps)
-        reason = problem(workdir, step, ("params",), faults=True)
+        reason = problem(workdir, step, (WEIGHTS_ITEM,), faults=True)
         if reason is None:
             try:
                 target = _on_one_device(workdir, step) if target is None else target
@@ -473,7 +470,7 @@ def _restore_params(workdir: str, step: int | None, target):
 def _others(workdir: str, step: int, all_steps) -> str:
     """The clause naming a run's other checkpoints, suggesting the newest that passes the cheap checks."""
     rest = [s for s in all_steps if s != step]
-    intact = [s for s in rest if problem(workdir, s, ("params",)) is None]
+    intact = [s for s in rest if problem(workdir, s, (WEIGHTS_ITEM,)) is None]
     if intact:
         return f"; its other checkpoints are {rest}: read one of them instead, e.g. {step_dir(workdir, intact[-1])}"
     if rest:

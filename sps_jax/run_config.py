@@ -102,21 +102,13 @@ def check_resume_keeps(workdir: str, saved, config) -> None:
                         f"batch would not continue it; resume with its values ({flags}), or use a new --workdir.")
 
 
-def _holds_optimizer_state(workdir: str) -> bool:
-    """Whether a step folder in ``workdir``'s checkpoints/ holds the optimizer state (read without Orbax): a run
-    none of whose checkpoints holds it is weights only, which the trainer refuses to resume in a sentence of its own."""
-    folder = os.path.join(workdir, run_files.CHECKPOINT_DIR)
-    return any(run_files.is_step_name(name) and os.path.isdir(os.path.join(folder, name, run_files.OPTIMIZER_ITEM))
-               for name in os.listdir(folder))
-
-
 def check_resumed_config(workdir: str, config) -> None:
     """What a resume of the run in ``workdir`` (its checkpoints and config.json) with ``config`` is refused for in
     its config.json, said before jax loads, in the sentences the trainer's check of the folder gives
     (``runs.checked_workdir``): a config.json that is no run config or describes no model, and, for this model's
-    run with its optimizer state, a section a resume reads missing or a value it must keep changed. Another model's
-    run is left to the trainer, which names the model its checkpoints record; so is a folder without checkpoints,
-    which is no resume."""
+    run that is no weights-only import, a section a resume reads missing or a value it must keep changed. Another
+    model's run is left to the trainer, which names the model its checkpoints record; so is a folder without
+    checkpoints, which is no resume."""
     if not (run_files.has_checkpoints(workdir) and os.path.lexists(os.path.join(workdir, CONFIG_FILE))):
         return
     try:
@@ -124,5 +116,6 @@ def check_resumed_config(workdir: str, config) -> None:
         checked_model_config(saved, workdir)
     except (ValueError, OSError) as e:
         raise UserError(cli.sentence(e)) from None
-    if not model_differences(saved, config) and _holds_optimizer_state(workdir):
+    # An imported run (weights only) is refused by the trainer in a sentence of its own.
+    if not model_differences(saved, config) and not run_files.weights_only(workdir, run_files.step_folders(workdir)):
         check_resume_keeps(workdir, saved, config)

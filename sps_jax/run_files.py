@@ -20,6 +20,7 @@ PLOT_FILE = "loss.png"
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINT_DIR = "checkpoints"  # sps_jax.checkpoint's
 OPTIMIZER_ITEM = "opt_state"  # the item of a training checkpoint (sps_jax.checkpoint) with the optimizer state
+WEIGHTS_ITEM = "params"  # the item with the weights, the one every checkpoint holds
 # A run folder's own files beside its checkpoints/, which only training writes.
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, PLOT_FILE, tracking.RUN_ID_FILE)
 # Folders of a run that only training writes: a new run removes its tensorboard/ (NEW_RUN_DROPS) with anything in it.
@@ -108,6 +109,14 @@ def step_folders(workdir: str) -> list[int]:
     except OSError:  # no checkpoints/ yet, or a file there: said by the readers
         return []
     return sorted(int(name) for name in names if is_step_name(name) and os.path.isdir(os.path.join(folder, name)))
+
+
+def weights_only(workdir: str, found: list[int]) -> bool:
+    """Whether the checkpoints ``found`` in ``workdir`` hold weights without optimizer state (an imported or converted
+    run): such a run can be trained from (``train.init_from``), not resumed. A step folder emptied by hand holds no
+    weights either: the damaged-checkpoint sentence is its own."""
+    has = lambda step, item: os.path.isdir(os.path.join(workdir, CHECKPOINT_DIR, str(step), item))
+    return any(has(s, WEIGHTS_ITEM) for s in found) and not any(has(s, OPTIMIZER_ITEM) for s in found)
 
 
 def check_step(workdir: str, step: int, found: list[int]) -> None:

@@ -339,7 +339,10 @@ REFUSED_RESUMES = {
                                 "holds train.seed=-1, not an integer between 0 and"),
     "another seed": (None, ["--config.train.seed=7"], "holds a run trained with train.seed=0 (now 7)"),
     "another global batch": (None, ["--config.train.global_batch=16"],
-                             "holds a run trained with train.global_batch=8 (now 16)")}
+                             "holds a run trained with train.global_batch=8 (now 16)"),
+    # A step folder emptied by hand holds no weights either: no weights-only run, so the trainer checks the seed too.
+    "another seed, an emptied checkpoint": (None, ["--config.train.seed=7"],
+                                            "holds a run trained with train.seed=0 (now 7)")}
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED_RESUMES))
@@ -348,7 +351,7 @@ def test_cli_train_refuses_a_resume_for_its_run_config_before_jax_loads(tmp_path
     loaded (the readers of a run's config.json imported it): about 3 s for one sentence that needs no device."""
     edit, overrides, sentence = REFUSED_RESUMES[case]
     workdir = run_config(tmp_path / "run")
-    (tmp_path / "run" / "checkpoints" / "4" / "opt_state").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "4" / ("" if "emptied" in case else "opt_state")).mkdir(parents=True)
     config_json = tmp_path / "run" / "config.json"
     if edit is not None:
         edited = edit(config_json.read_text())
