@@ -173,7 +173,8 @@ def _check_default_out_runs(args) -> None:
 def _check_places(args) -> None:
     """What needs no jax, said before it loads: matplotlib, the outputs, that each --workdir names a run (with
     the sentence reading it would give, :func:`sps_jax.run_files.checkpoint_step`), that --val-data is prepared and
-    that --context and the offsets fit each run's context. The default --out is named after the runs, so it is checked once they are found."""
+    that --context and the offsets fit each run's context. The default --out is named after the runs, so it is
+    checked once they are found."""
     plotting.require()
     if args.out is not None:
         _check_out(args)
