@@ -666,13 +666,12 @@ def _attention_backend(config, cfg, platform: str, log) -> str:
     return backend
 
 
-def _say_start_notes(workdir: str, p: TrainPlan, t, start_step: int, opt_state, resume_note: str | None,
-                     saved) -> None:
+def _say_start_notes(workdir: str, p: TrainPlan, t, start: _Start, resume_note: str | None, saved) -> None:
     """Say the config's notes and a resume's, once the run is restored or started: a run refused before says only
     why."""
-    resumed = ([resume_note, _schedule_note(saved.train, t, start_step, int(optim.update_count(opt_state)),
+    resumed = ([resume_note, _schedule_note(saved.train, t, start.step, int(optim.update_count(start.opt_state)),
                                             p.tokens_per_step),
-                runs.lost_records(workdir, start_step)] if start_step else [])
+                runs.lost_records(workdir, start.step)] if start.step else [])
     for note in _config_notes(p.model, t) + [note for note in resumed if note]:
         _warn(note)
 
@@ -715,7 +714,7 @@ def train(config, workdir: str, *, force: bool = False, on_step=None, log=print0
         try:
             start = _start(run, ckpts, source, dataset, config, workdir, log)
             start_step = start.step
-            _say_start_notes(workdir, p, t, start_step, start.opt_state, resume_note, saved)
+            _say_start_notes(workdir, p, t, start, resume_note, saved)
             if start_step >= p.end_step:  # a finished run rerun, or an end moved before it: nothing to compile or write
                 log(_nothing_to_train(start_step, p, t))
                 _draw_lost_plot(workdir)
